@@ -1,0 +1,44 @@
+/*
+ * worker.c: the worker handle: a process attached to an arena and joined to
+ * its registry as index i of p, owning that index's key-group range.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "backends/backends.h"
+
+STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts, stash_worker **out)
+{
+    stash_worker_opts o = opts ? *opts : (stash_worker_opts){0};
+    if (o.parallelism == 0) o.parallelism = 1;
+    stash_worker *w = calloc(1, sizeof *w);
+    if (!w) return shm_fail(-ENOMEM, "out of memory");
+    int rc = stash_arena_open(name, o.arena, &w->arena);
+    if (rc == 0) rc = shm_registry_join(w->arena, o.index, o.parallelism, &w->slot);
+    if (rc < 0) {
+        stash_arena_close(w->arena);
+        free(w);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+STASH_API void stash_worker_close(stash_worker *worker)
+{
+    if (!worker) return;
+    shm_registry_leave(worker->arena, worker->slot);
+    stash_arena_close(worker->arena);
+    free(worker);
+}
+
+STASH_API stash_arena *stash_worker_arena(const stash_worker *worker)
+{
+    return worker->arena;
+}
+
+STASH_API int stash_worker_info_get(const stash_worker *worker, stash_worker_info *out)
+{
+    shm_registry_describe(worker->arena, worker->slot, out);
+    return 0;
+}

@@ -1,0 +1,193 @@
+/*
+ * stash.h: the public API of stash, a keyed-state service for co-located
+ * worker processes that share one memory arena.
+ *
+ * Conventions: every function that can fail returns int, 0 on success and a
+ * negative code otherwise (-errno for system errors, STASH_E* for ours);
+ * stash_strerror() turns a code into words and stash_errmsg() gives the detail
+ * of the last failure in the calling thread (which file, which worker).
+ * Options are structs whose zero value means "default". Out-parameters come
+ * last. Every object has an open/close or create/destroy pair, and the close
+ * functions accept NULL. docs/architecture.md explains the model.
+ */
+#ifndef STASH_H
+#define STASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STASH_API __attribute__((visibility("default")))
+
+#define STASH_VERSION_MAJOR 0
+#define STASH_VERSION_MINOR 1
+#define STASH_VERSION_PATCH 0
+
+/* Flink's bounds: a key group is the unit of ownership, snapshot and rescale. */
+#define STASH_DEFAULT_MAX_PARALLELISM 128u
+#define STASH_MAX_MAX_PARALLELISM 32768u
+/* Worker processes per arena (indices 0 .. STASH_MAX_WORKERS-1). */
+#define STASH_MAX_WORKERS 1024u
+
+/* Error codes of stash itself; system errors are returned as -errno. */
+enum {
+    STASH_ENOTARENA = -1000,    /* the file is not a stash arena (bad magic) */
+    STASH_EVERSION = -1001,     /* the arena has another layout version */
+    STASH_ETRUNCATED = -1002,   /* the arena file is shorter than its header says */
+    STASH_EINCOMPLETE = -1003,  /* the arena's creation never finished */
+    STASH_EFULL = -1004,        /* the arena has no memory left for this allocation */
+    STASH_ETOOBIG = -1005,      /* the record is larger than the largest allocation */
+    STASH_EBUSY = -1006,        /* the worker index is held by a live process */
+    STASH_EPARALLELISM = -1007, /* the parallelism differs from the live workers' */
+};
+
+/* Words for an error code; never NULL, never to be freed. */
+STASH_API const char *stash_strerror(int err);
+
+/* The detailed message of the last error returned to this thread (names the
+ * file, offset, key group or worker concerned); "" if none. Thread-local,
+ * valid until the thread's next call into stash. */
+STASH_API const char *stash_errmsg(void);
+
+/* ------------------------------------------------------------------------ */
+/* Key groups: Flink's formulas over xxHash's XXH3.                          */
+
+/* An inclusive range of key groups; empty when first > last. */
+typedef struct stash_kg_range {
+    uint32_t first;
+    uint32_t last;
+} stash_kg_range;
+
+/* The 64-bit XXH3 hash of a key's bytes. */
+STASH_API uint64_t stash_hash(const void *key, size_t len);
+
+/* The key group of a key: stash_hash(key) mod max_parallelism (which must be
+ * 1 .. STASH_MAX_MAX_PARALLELISM). */
+STASH_API uint32_t stash_key_group(const void *key, size_t len, uint32_t max_parallelism);
+
+/* The index of the worker that owns key group kg: kg * parallelism / max_parallelism.
+ * Returns it, or -EINVAL if the arguments are out of range. */
+STASH_API int stash_kg_owner(uint32_t kg, uint32_t max_parallelism, uint32_t parallelism);
+
+/* The key-group range of worker index of parallelism:
+ * [ceil(index * maxP / p), floor(((index + 1) * maxP - 1) / p)].
+ * Returns 0, or -EINVAL if the arguments are out of range. */
+STASH_API int stash_kg_range_of(uint32_t max_parallelism, uint32_t parallelism, uint32_t index,
+                                stash_kg_range *out);
+
+/* ------------------------------------------------------------------------ */
+/* The arena: a named shared-memory file every worker maps.                  */
+
+typedef struct stash_arena stash_arena;
+
+enum {
+    STASH_ARENA_REPLACE = 1u << 0, /* create: remove an existing arena of that name first */
+    STASH_ARENA_GROUP = 1u << 1,   /* create: mode 0660 instead of 0600 */
+};
+
+typedef struct stash_arena_opts {
+    const char *path; /* the backing file; NULL: /dev/shm/stash.NAME (may be on hugetlbfs) */
+    uint64_t size;    /* create: bytes, fixed for the arena's life; 0: 64 MiB */
+    uint32_t max_parallelism; /* create: key groups; 0: 128; at most 32768 */
+    uint32_t flags;           /* STASH_ARENA_* */
+} stash_arena_opts;
+
+/* Creates the arena NAME and maps it. Fails with -EEXIST if it exists
+ * (unless STASH_ARENA_REPLACE) and -EINVAL on a bad name or size. The caller
+ * owns *out and releases it with stash_arena_close(). */
+STASH_API int stash_arena_create(const char *name, const stash_arena_opts *opts, stash_arena **out);
+
+/* Maps the existing arena NAME (opts may be NULL). Fails with -ENOENT,
+ * STASH_ENOTARENA, STASH_EVERSION, STASH_ETRUNCATED or STASH_EINCOMPLETE and
+ * changes nothing in the file. The caller owns *out. */
+STASH_API int stash_arena_open(const char *name, const stash_arena_opts *opts, stash_arena **out);
+
+/* Unmaps the arena; its contents stay. Accepts NULL. */
+STASH_API void stash_arena_close(stash_arena *arena);
+
+/* Removes the arena NAME's file. Processes that have it mapped keep their
+ * mapping until they close it. Returns 0, -ENOENT or another -errno. */
+STASH_API int stash_arena_destroy(const char *name, const stash_arena_opts *opts);
+
+typedef struct stash_arena_info {
+    char path[256];           /* the backing file */
+    uint32_t layout_version;  /* of the arena's header and structures */
+    uint32_t page_size;       /* of the mapping: 4 KiB, or the huge page size on hugetlbfs */
+    uint64_t size;            /* bytes of the arena */
+    uint64_t data_bytes;      /* bytes available to key-group heaps */
+    uint64_t pool_free_bytes; /* of data_bytes, not yet given to any key group */
+    uint32_t max_parallelism; /* number of key groups */
+    int32_t creator_pid;      /* the process that created the arena */
+    uint64_t created_ns;      /* creation time, ns since the epoch */
+    int huge_pages;           /* 1 on hugetlbfs, 2 with transparent huge pages advised, 0 none */
+} stash_arena_info;
+
+/* Fills *out with the arena's header facts. Returns 0. */
+STASH_API int stash_arena_info_get(const stash_arena *arena, stash_arena_info *out);
+
+typedef struct stash_kg_usage {
+    uint64_t used_bytes; /* handed out to records (rounded up to the size class) */
+    uint64_t free_bytes; /* held by the key group's heap, ready for reuse */
+} stash_kg_usage;
+
+/* Memory accounting of key group kg. Returns 0, or -EINVAL if kg is out of range. */
+STASH_API int stash_kg_usage_get(const stash_arena *arena, uint32_t kg, stash_kg_usage *out);
+
+/* ------------------------------------------------------------------------ */
+/* Workers: processes that join the arena's registry as index i of p.        */
+
+typedef struct stash_worker stash_worker;
+
+typedef struct stash_worker_opts {
+    uint32_t index;                /* this worker's index, 0 .. parallelism-1 */
+    uint32_t parallelism;          /* number of workers; 0: 1 */
+    const stash_arena_opts *arena; /* where the arena lives; NULL: defaults */
+} stash_worker_opts;
+
+/* Attaches to the arena NAME and joins its registry as index i of p, taking
+ * Flink's key-group range for it. Refused with STASH_EBUSY if a live process
+ * holds that index and with STASH_EPARALLELISM if live workers run at another
+ * parallelism; the slot of a dead worker is taken over. The caller owns *out. */
+STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
+                                stash_worker **out);
+
+/* Leaves the registry and detaches from the arena. Accepts NULL. */
+STASH_API void stash_worker_close(stash_worker *worker);
+
+/* The arena a worker is attached to; owned by the worker. */
+STASH_API stash_arena *stash_worker_arena(const stash_worker *worker);
+
+enum {
+    STASH_WORKER_FREE = 0, /* the slot is unused */
+    STASH_WORKER_LIVE = 1, /* a live process holds the slot */
+    STASH_WORKER_DEAD = 2, /* the holder died without leaving: the slot can be taken over */
+};
+
+typedef struct stash_worker_info {
+    uint32_t index;
+    uint32_t parallelism;
+    int32_t pid;
+    int state;             /* STASH_WORKER_* */
+    stash_kg_range range;  /* the key groups it owns */
+    uint64_t joined_ns;    /* when it joined, ns since the epoch */
+    uint64_t heartbeat_ns; /* last sign of life, ns since the epoch */
+    uint32_t generation;   /* how many times the slot was joined */
+    int32_t previous_pid;  /* the dead worker this one took over from, or 0 */
+} stash_worker_info;
+
+/* Facts about this worker's own registry slot. Returns 0. */
+STASH_API int stash_worker_info_get(const stash_worker *worker, stash_worker_info *out);
+
+/* Lists the registry's occupied slots (live or dead) into out[0 .. cap-1]
+ * and sets *n to how many there are (which may exceed cap). Returns 0. */
+STASH_API int stash_registry_list(stash_arena *arena, stash_worker_info *out, size_t cap,
+                                  size_t *n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STASH_H */

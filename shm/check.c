@@ -1,0 +1,172 @@
+/*
+ * check.c: the arena's consistency check. It walks the page pool and every
+ * key group's heap and verifies what the allocator relies on: runs tile the
+ * used spans, free lists hold exactly the free runs, every free block lies in
+ * a span of its own key group and class, no block is listed twice, and the
+ * counters equal what the structure holds. Tests run it after crashes.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "shm/shm.h"
+
+typedef struct checker {
+    stash_arena *a;
+    uint8_t *bits; /* one bit per free run head, then one per 16-byte data unit */
+    uint64_t head_bits;
+} checker;
+
+static bool test_and_set(uint8_t *bits, uint64_t i)
+{
+    bool was = bits[i >> 3] & (1u << (i & 7));
+    bits[i >> 3] |= (uint8_t)(1u << (i & 7));
+    return was;
+}
+
+static bool test_and_clear(uint8_t *bits, uint64_t i)
+{
+    bool was = bits[i >> 3] & (1u << (i & 7));
+    bits[i >> 3] &= (uint8_t) ~(1u << (i & 7));
+    return was;
+}
+
+static int check_runs(checker *c, uint64_t *free_spans)
+{
+    stash_arena *a = c->a;
+    uint64_t bump = atomic_load(&a->hdr->pool_bump), i = 0;
+    *free_spans = 0;
+    if (bump > a->hdr->nspans)
+        return shm_fail(-EUCLEAN, "pool bump %llu beyond %llu spans", (unsigned long long)bump,
+                        (unsigned long long)a->hdr->nspans);
+    while (i < bump) {
+        uint64_t w = atomic_load(&a->spans[i].word), len = shm_span_len(w);
+        unsigned st = shm_span_state(w), cls = shm_span_class(w);
+        if (len == 0 || i + len > bump)
+            return shm_fail(-EUCLEAN, "span %llu: run length %llu crosses the bump mark %llu",
+                            (unsigned long long)i, (unsigned long long)len,
+                            (unsigned long long)bump);
+        if (st == SHM_SPAN_FREE) {
+            test_and_set(c->bits, i);
+            *free_spans += len;
+        } else if (st != SHM_SPAN_OWNED || shm_span_kg(w) >= a->hdr->max_parallelism ||
+                   (cls != SHM_CLASS_LARGE && (cls >= SHM_NCLASSES || len != shm_class_run(cls)))) {
+            return shm_fail(-EUCLEAN, "span %llu: bad descriptor %#llx", (unsigned long long)i,
+                            (unsigned long long)w);
+        }
+        i += len;
+    }
+    return 0;
+}
+
+static int check_pool_lists(checker *c, uint64_t free_spans)
+{
+    stash_arena *a = c->a;
+    for (unsigned l = 1; l < SHM_POOL_LISTS; l++) {
+        uint32_t cur = atomic_load(&a->hdr->pool_free[l]);
+        for (; cur; cur = atomic_load(&a->spans[cur - 1].next)) {
+            uint64_t i = cur - 1;
+            if (i >= a->hdr->nspans || !test_and_clear(c->bits, i))
+                return shm_fail(-EUCLEAN,
+                                "pool list %u: span %llu is not a free run head or is "
+                                "listed twice",
+                                l, (unsigned long long)i);
+            uint64_t len = shm_span_len(atomic_load(&a->spans[i].word));
+            if ((len < SHM_POOL_LISTS - 1 ? len : SHM_POOL_LISTS - 1) != l)
+                return shm_fail(-EUCLEAN, "pool list %u holds a run of %llu spans", l,
+                                (unsigned long long)len);
+        }
+    }
+    for (uint64_t i = 0; i < a->hdr->nspans; i++)
+        if (test_and_clear(c->bits, i))
+            return shm_fail(-EUCLEAN, "free run at span %llu is on no pool list",
+                            (unsigned long long)i);
+    uint64_t counted = free_spans + a->hdr->nspans - atomic_load(&a->hdr->pool_bump);
+    if (counted != atomic_load(&a->hdr->pool_free_spans))
+        return shm_fail(-EUCLEAN, "pool counts %llu free spans, holds %llu",
+                        (unsigned long long)atomic_load(&a->hdr->pool_free_spans),
+                        (unsigned long long)counted);
+    return 0;
+}
+
+/* Where a block may lie: in a span owned by kg with class cls, on a block
+ * boundary, below the carve mark if it is the span being carved. */
+static int check_block(checker *c, uint32_t kg, unsigned cls, shm_off off)
+{
+    stash_arena *a = c->a;
+    const char *why = NULL;
+    uint64_t data_end = a->hdr->data_off + (a->hdr->nspans << SHM_SPAN_SHIFT);
+    if (off < a->hdr->data_off || off >= data_end) {
+        why = "outside the data region";
+    } else {
+        uint64_t i = shm_run_head(a, off), w = atomic_load(&a->spans[i].word);
+        uint64_t in = off - shm_span_off(a, i), cs = shm_class_size(cls);
+        uint64_t carve = atomic_load(&a->heaps[kg].cls[cls].carve);
+        uint64_t limit = (carve >> 32) == i + 1 ? (uint32_t)carve : shm_class_capacity(cls);
+        if (shm_span_state(w) != SHM_SPAN_OWNED || shm_span_kg(w) != kg || shm_span_class(w) != cls)
+            why = "in a span of another key group or class";
+        else if (in % cs || in + cs > limit)
+            why = "not on a handed-out block boundary";
+        else if (test_and_set(c->bits, c->head_bits + ((off - a->hdr->data_off) >> 4)))
+            why = "listed twice";
+    }
+    if (!why) return 0;
+    return shm_fail(-EUCLEAN, "key group %u, class %u: free block at offset %llu %s", kg,
+                    shm_class_size(cls), (unsigned long long)off, why);
+}
+
+static int check_heap(checker *c, uint32_t kg)
+{
+    stash_arena *a = c->a;
+    for (unsigned cls = 0; cls < SHM_NCLASSES; cls++) {
+        uint64_t carve = atomic_load(&a->heaps[kg].cls[cls].carve), span1 = carve >> 32;
+        if (span1) {
+            uint64_t w = span1 <= a->hdr->nspans ? atomic_load(&a->spans[span1 - 1].word) : 0;
+            if (shm_span_state(w) != SHM_SPAN_OWNED || shm_span_kg(w) != kg ||
+                shm_span_class(w) != cls || (uint32_t)carve > shm_class_capacity(cls))
+                return shm_fail(-EUCLEAN,
+                                "key group %u, class %u: carving span %llu it does "
+                                "not own",
+                                kg, shm_class_size(cls), (unsigned long long)(span1 - 1));
+        }
+        shm_off off = atomic_load(&a->heaps[kg].cls[cls].free_head);
+        for (; off; off = *(shm_off *)(a->base + off)) {
+            int rc = check_block(c, kg, cls, off);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
+static int check_counters(stash_arena *a)
+{
+    uint32_t nkg = a->hdr->max_parallelism;
+    uint64_t *m = malloc(2 * (size_t)nkg * sizeof *m);
+    if (!m) return -ENOMEM;
+    int rc = shm_heap_measure(a, (stash_kg_range){0, nkg - 1}, m, m + nkg);
+    for (uint32_t kg = 0; rc == 0 && kg < nkg; kg++) {
+        uint64_t used = atomic_load(&a->heaps[kg].used_bytes);
+        uint64_t fr = atomic_load(&a->heaps[kg].free_bytes);
+        if (used != m[kg] || fr != m[nkg + kg])
+            rc = shm_fail(-EUCLEAN,
+                          "key group %u counts %llu used, %llu free; holds %llu used, "
+                          "%llu free",
+                          kg, (unsigned long long)used, (unsigned long long)fr,
+                          (unsigned long long)m[kg], (unsigned long long)m[nkg + kg]);
+    }
+    free(m);
+    return rc;
+}
+
+int shm_check(stash_arena *a)
+{
+    checker c = {.a = a, .head_bits = a->hdr->nspans};
+    uint64_t bits = c.head_bits + ((a->hdr->nspans << SHM_SPAN_SHIFT) >> 4);
+    c.bits = calloc(bits / 8 + 1, 1);
+    if (!c.bits) return -ENOMEM;
+    uint64_t free_spans;
+    int rc = check_runs(&c, &free_spans);
+    if (!rc) rc = check_pool_lists(&c, free_spans);
+    for (uint32_t kg = 0; !rc && kg < a->hdr->max_parallelism; kg++) rc = check_heap(&c, kg);
+    free(c.bits);
+    return rc ? rc : check_counters(a);
+}

@@ -1,0 +1,58 @@
+/*
+ * error.c: error codes in words, and the per-thread detail of the last
+ * failure (which file, offset, key group or worker) behind stash_errmsg().
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "shm/shm.h"
+
+static _Thread_local char last_detail[512];
+
+STASH_API const char *stash_strerror(int err)
+{
+    switch (err) {
+    case 0:
+        return "success";
+    case STASH_ENOTARENA:
+        return "not a stash arena";
+    case STASH_EVERSION:
+        return "arena of another layout version";
+    case STASH_ETRUNCATED:
+        return "arena file truncated";
+    case STASH_EINCOMPLETE:
+        return "arena creation never finished";
+    case STASH_EFULL:
+        return "arena full";
+    case STASH_ETOOBIG:
+        return "record too large";
+    case STASH_EBUSY:
+        return "worker index held by a live process";
+    case STASH_EPARALLELISM:
+        return "parallelism differs from the live workers'";
+    default:
+        break;
+    }
+    if (err < 0 && err > -4096) return strerror(-err);
+    return "unknown error";
+}
+
+STASH_API const char *stash_errmsg(void)
+{
+    return last_detail;
+}
+
+int shm_fail(int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_detail, sizeof last_detail, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+void shm_clear_error(void)
+{
+    last_detail[0] = '\0';
+}

@@ -1,0 +1,318 @@
+/*
+ * segment.c: the arena's file and mapping: create, open (attach), close
+ * (detach), destroy, and the header that tells an arena from anything else.
+ *
+ * Creation writes the magic first and the "initialized" mark last, so a
+ * reader can tell a file that is not an arena from an arena whose creator
+ * died half-way. Opening validates the header through pread before mapping
+ * anything and never writes to a file it refuses.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include "shm/shm.h"
+
+#define HUGETLBFS_MAGIC_NUMBER 0x958458f6
+#define NAME_MAX_LEN 100
+
+static int check_name(const char *name)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0 || n > NAME_MAX_LEN || name[0] == '.')
+        return shm_fail(-EINVAL, "arena name '%s': 1 to %d characters, not starting with '.'",
+                        name ? name : "(null)", NAME_MAX_LEN);
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.'))
+            return shm_fail(-EINVAL, "arena name '%s': only letters, digits, '_', '-' and '.'",
+                            name);
+    }
+    return 0;
+}
+
+static int resolve_path(const char *name, const stash_arena_opts *opts, char *path, size_t len)
+{
+    int rc = check_name(name);
+    if (rc) return rc;
+    int n = opts && opts->path ? snprintf(path, len, "%s", opts->path)
+                               : snprintf(path, len, "/dev/shm/stash.%s", name);
+    if (n < 0 || (size_t)n >= len) return shm_fail(-ENAMETOOLONG, "arena path too long");
+    return 0;
+}
+
+static uint64_t align_up(uint64_t v, uint64_t a)
+{
+    return (v + a - 1) / a * a;
+}
+
+/* Places the parts of an arena of the given size; fails if no span fits. */
+static int plan_layout(shm_header *h, uint64_t size, uint32_t maxp, uint32_t page)
+{
+    h->registry_off = SHM_HEADER_SIZE;
+    h->heaps_off = h->registry_off + (uint64_t)STASH_MAX_WORKERS * sizeof(shm_slot);
+    h->spans_desc_off = align_up(h->heaps_off + (uint64_t)maxp * sizeof(shm_kg_heap), 4096);
+    uint64_t data_align = page > SHM_SPAN_SIZE ? page : SHM_SPAN_SIZE;
+    if (size <= h->spans_desc_off) return -EINVAL;
+    uint64_t n = (size - h->spans_desc_off) / (SHM_SPAN_SIZE + sizeof(shm_span));
+    while (n > 0) {
+        uint64_t data = align_up(h->spans_desc_off + n * sizeof(shm_span), data_align);
+        if (data + (n << SHM_SPAN_SHIFT) <= size) {
+            h->data_off = data;
+            break;
+        }
+        n--;
+    }
+    h->nspans = n;
+    return n > 0 ? 0 : -EINVAL;
+}
+
+static void bind_handle(stash_arena *a, void *base, uint64_t size, const char *path)
+{
+    a->base = base;
+    a->size = size;
+    a->hdr = base;
+    a->slots = shm_ptr(a, a->hdr->registry_off);
+    a->heaps = shm_ptr(a, a->hdr->heaps_off);
+    a->spans = shm_ptr(a, a->hdr->spans_desc_off);
+    a->data = shm_ptr(a, a->hdr->data_off);
+    snprintf(a->path, sizeof a->path, "%s", path);
+}
+
+static int open_exclusive(const char *path, mode_t mode, bool replace)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    if (fd < 0 && errno == EEXIST && replace) {
+        if (unlink(path) < 0 && errno != ENOENT)
+            return shm_fail(-errno, "%s: cannot remove the old arena: %s", path, strerror(errno));
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    }
+    if (fd < 0 && errno == EEXIST)
+        return shm_fail(-EEXIST, "%s: exists (replace it explicitly to recreate)", path);
+    if (fd < 0) return shm_fail(-errno, "%s: cannot create: %s", path, strerror(errno));
+    /* The umask must not narrow the mode the caller asked for. */
+    if (fchmod(fd, mode) < 0) {
+        int err = errno;
+        close(fd);
+        unlink(path);
+        return shm_fail(-err, "%s: cannot set mode: %s", path, strerror(err));
+    }
+    return fd;
+}
+
+static int advise_huge_pages(void *base, uint64_t size, bool hugetlbfs)
+{
+    if (hugetlbfs) return 1;
+    return madvise(base, size, MADV_HUGEPAGE) == 0 ? 2 : 0;
+}
+
+static void write_header(stash_arena *a, uint64_t size, uint32_t maxp, uint32_t page, int huge)
+{
+    shm_header *h = a->hdr;
+    memcpy(h->magic, SHM_MAGIC, sizeof h->magic);
+    h->layout_version = SHM_LAYOUT_VERSION;
+    h->header_size = SHM_HEADER_SIZE;
+    h->arena_size = size;
+    h->page_size = page;
+    h->span_size = SHM_SPAN_SIZE;
+    h->max_parallelism = maxp;
+    h->creator_pid = getpid();
+    h->created_ns = shm_now_ns();
+    h->huge_pages = (uint32_t)huge;
+    shm_lock_init(&h->registry_lock);
+    shm_pool_init(a);
+}
+
+STASH_API int stash_arena_create(const char *name, const stash_arena_opts *opts, stash_arena **out)
+{
+    shm_clear_error();
+    char path[256];
+    int rc = resolve_path(name, opts, path, sizeof path);
+    if (rc) return rc;
+    uint64_t size = opts && opts->size ? opts->size : SHM_DEFAULT_SIZE;
+    uint32_t maxp =
+        opts && opts->max_parallelism ? opts->max_parallelism : STASH_DEFAULT_MAX_PARALLELISM;
+    uint32_t flags = opts ? opts->flags : 0;
+    if (maxp > STASH_MAX_MAX_PARALLELISM)
+        return shm_fail(-EINVAL, "max parallelism %u above %u", maxp, STASH_MAX_MAX_PARALLELISM);
+    if (size < SHM_MIN_SIZE)
+        return shm_fail(-EINVAL, "arena size %llu below the minimum %llu", (unsigned long long)size,
+                        (unsigned long long)SHM_MIN_SIZE);
+
+    int fd =
+        open_exclusive(path, flags & STASH_ARENA_GROUP ? 0660 : 0600, flags & STASH_ARENA_REPLACE);
+    if (fd < 0) return fd;
+
+    struct statfs fs;
+    bool hugetlbfs = fstatfs(fd, &fs) == 0 && fs.f_type == HUGETLBFS_MAGIC_NUMBER;
+    uint32_t page = hugetlbfs ? (uint32_t)fs.f_bsize : (uint32_t)sysconf(_SC_PAGESIZE);
+    size = align_up(size, page);
+
+    shm_header plan = {0};
+    if (plan_layout(&plan, size, maxp, page) < 0) {
+        rc = shm_fail(-EINVAL, "%s: %llu bytes cannot hold %u key groups and one span", path,
+                      (unsigned long long)size, maxp);
+        goto fail_unlink;
+    }
+    /* Reserve the memory now: a full tmpfs must fail here, not as SIGBUS later. */
+    if (ftruncate(fd, (off_t)size) < 0) {
+        rc = shm_fail(-errno, "%s: cannot size to %llu bytes: %s", path, (unsigned long long)size,
+                      strerror(errno));
+        goto fail_unlink;
+    }
+    int err = posix_fallocate(fd, 0, (off_t)size);
+    if (err && err != EOPNOTSUPP && err != EINVAL) {
+        rc = shm_fail(-err, "%s: cannot reserve %llu bytes: %s", path, (unsigned long long)size,
+                      strerror(err));
+        goto fail_unlink;
+    }
+    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        rc = shm_fail(-errno, "%s: cannot map: %s", path, strerror(errno));
+        goto fail_unlink;
+    }
+    close(fd);
+
+    stash_arena *a = calloc(1, sizeof *a);
+    if (!a) {
+        munmap(base, size);
+        unlink(path);
+        return shm_fail(-ENOMEM, "out of memory");
+    }
+    memcpy(base, &plan, sizeof plan);
+    bind_handle(a, base, size, path);
+    write_header(a, size, maxp, page, advise_huge_pages(base, size, hugetlbfs));
+    atomic_store_explicit(&a->hdr->initialized, SHM_INIT_MARK, memory_order_release);
+    *out = a;
+    return 0;
+
+fail_unlink:
+    close(fd);
+    unlink(path);
+    return rc;
+}
+
+/* Checks a header read from path against the file's real size. */
+static int validate_header(const shm_header *h, ssize_t got, uint64_t file_size, const char *path)
+{
+    if (got < (ssize_t)sizeof h->magic || memcmp(h->magic, SHM_MAGIC, sizeof h->magic) != 0)
+        return shm_fail(STASH_ENOTARENA, "%s: no arena magic at offset 0", path);
+    if (got < (ssize_t)sizeof *h)
+        return shm_fail(STASH_ETRUNCATED, "%s: %llu bytes, shorter than the arena header", path,
+                        (unsigned long long)file_size);
+    if (h->layout_version != SHM_LAYOUT_VERSION)
+        return shm_fail(STASH_EVERSION, "%s: layout version %u, this build reads %u", path,
+                        h->layout_version, SHM_LAYOUT_VERSION);
+    if (atomic_load_explicit(&h->initialized, memory_order_acquire) != SHM_INIT_MARK)
+        return shm_fail(STASH_EINCOMPLETE, "%s: creation never finished (pid %d)", path,
+                        h->creator_pid);
+    if (h->arena_size > file_size)
+        return shm_fail(STASH_ETRUNCATED, "%s: %llu bytes, the header says %llu", path,
+                        (unsigned long long)file_size, (unsigned long long)h->arena_size);
+    if (h->header_size != SHM_HEADER_SIZE || h->span_size != SHM_SPAN_SIZE ||
+        h->max_parallelism == 0 || h->max_parallelism > STASH_MAX_MAX_PARALLELISM ||
+        h->data_off + (h->nspans << SHM_SPAN_SHIFT) > h->arena_size ||
+        h->spans_desc_off + h->nspans * sizeof(shm_span) > h->data_off)
+        return shm_fail(STASH_ENOTARENA, "%s: header fields out of range", path);
+    return 0;
+}
+
+STASH_API int stash_arena_open(const char *name, const stash_arena_opts *opts, stash_arena **out)
+{
+    shm_clear_error();
+    char path[256];
+    int rc = resolve_path(name, opts, path, sizeof path);
+    if (rc) return rc;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) return shm_fail(-errno, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) < 0) {
+        rc = shm_fail(-errno, "%s: cannot stat: %s", path, strerror(errno));
+        goto out_close;
+    }
+    if (st.st_size == 0) {
+        rc = shm_fail(STASH_EINCOMPLETE, "%s: empty file: creation never finished", path);
+        goto out_close;
+    }
+    shm_header h;
+    memset(&h, 0, sizeof h);
+    ssize_t got = pread(fd, &h, sizeof h, 0);
+    if (got < 0) {
+        rc = shm_fail(-errno, "%s: cannot read the header: %s", path, strerror(errno));
+        goto out_close;
+    }
+    rc = validate_header(&h, got, (uint64_t)st.st_size, path);
+    if (rc) goto out_close;
+    void *base = mmap(NULL, h.arena_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        rc = shm_fail(-errno, "%s: cannot map: %s", path, strerror(errno));
+        goto out_close;
+    }
+    close(fd);
+    stash_arena *a = calloc(1, sizeof *a);
+    if (!a) {
+        munmap(base, h.arena_size);
+        return shm_fail(-ENOMEM, "out of memory");
+    }
+    bind_handle(a, base, h.arena_size, path);
+    if (h.huge_pages == 2) madvise(base, h.arena_size, MADV_HUGEPAGE);
+    *out = a;
+    return 0;
+
+out_close:
+    close(fd);
+    return rc;
+}
+
+STASH_API void stash_arena_close(stash_arena *arena)
+{
+    if (!arena) return;
+    munmap(arena->base, arena->size);
+    free(arena);
+}
+
+STASH_API int stash_arena_destroy(const char *name, const stash_arena_opts *opts)
+{
+    shm_clear_error();
+    char path[256];
+    int rc = resolve_path(name, opts, path, sizeof path);
+    if (rc) return rc;
+    if (unlink(path) < 0) return shm_fail(-errno, "%s: cannot remove: %s", path, strerror(errno));
+    return 0;
+}
+
+STASH_API int stash_arena_info_get(const stash_arena *arena, stash_arena_info *out)
+{
+    const shm_header *h = arena->hdr;
+    memset(out, 0, sizeof *out);
+    snprintf(out->path, sizeof out->path, "%s", arena->path);
+    out->layout_version = h->layout_version;
+    out->page_size = h->page_size;
+    out->size = h->arena_size;
+    out->data_bytes = h->nspans << SHM_SPAN_SHIFT;
+    out->pool_free_bytes = atomic_load_explicit(&h->pool_free_spans, memory_order_relaxed)
+                           << SHM_SPAN_SHIFT;
+    out->max_parallelism = h->max_parallelism;
+    out->creator_pid = h->creator_pid;
+    out->created_ns = h->created_ns;
+    out->huge_pages = (int)h->huge_pages;
+    return 0;
+}
+
+STASH_API int stash_kg_usage_get(const stash_arena *arena, uint32_t kg, stash_kg_usage *out)
+{
+    if (kg >= arena->hdr->max_parallelism)
+        return shm_fail(-EINVAL, "key group %u out of range 0..%u", kg,
+                        arena->hdr->max_parallelism - 1);
+    const shm_kg_heap *heap = &arena->heaps[kg];
+    out->used_bytes = atomic_load_explicit(&heap->used_bytes, memory_order_relaxed);
+    out->free_bytes = atomic_load_explicit(&heap->free_bytes, memory_order_relaxed);
+    return 0;
+}

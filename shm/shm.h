@@ -1,0 +1,274 @@
+/*
+ * shm.h: the arena's internal interface, for shm/ and the backends above it.
+ *
+ * The arena is one file mapped by every process at a different address, so
+ * nothing in it holds a pointer: every reference is an shm_off, a byte offset
+ * from the arena base, and 0 is the null offset (the header lives there).
+ * docs/architecture.md draws the layout and states the locking and crash rules.
+ */
+#ifndef STASH_SHM_H
+#define STASH_SHM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "include/stash.h"
+
+typedef uint64_t shm_off;
+
+#define SHM_MAGIC "STASHARN"
+#define SHM_LAYOUT_VERSION 1u
+#define SHM_INIT_MARK 0x54494e49u /* "INIT": written last by the creator */
+#define SHM_HEADER_SIZE 4096u
+#define SHM_SPAN_SHIFT 12u
+#define SHM_SPAN_SIZE (1u << SHM_SPAN_SHIFT) /* the page pool's unit: 4 KiB */
+#define SHM_NCLASSES 40u                     /* small size classes, 16 B .. 32 KiB */
+#define SHM_CLASS_LARGE 63u                  /* one record over a run of whole spans */
+#define SHM_SMALL_MAX 32768u
+#define SHM_POOL_LISTS 65u /* free runs of 1 .. 63 spans, then every longer run */
+#define SHM_DEFAULT_SIZE (64ull << 20)
+#define SHM_MIN_SIZE (1ull << 20)
+
+/* ------------------------------------------------------------------------ */
+/* Robust process-shared locks, for the slow paths only.                     */
+
+typedef struct shm_lock {
+    pthread_mutex_t mutex;
+} shm_lock;
+
+/* Called with the lock held when its previous owner died inside it: puts the
+ * structure the lock protects back into a consistent state. */
+typedef void shm_repair_fn(void *arg);
+
+int shm_lock_init(shm_lock *lock);
+/* Takes the lock; if the previous holder died, runs repair first. Returns 0,
+ * 1 if a repair ran, or a negative error. */
+int shm_lock_acquire(shm_lock *lock, shm_repair_fn *repair, void *arg);
+void shm_lock_release(shm_lock *lock);
+
+/* ------------------------------------------------------------------------ */
+/* Shared structures.                                                         */
+
+/* One span's descriptor. The first span of a run (its head) says what the run
+ * is; its word is stored in one atomic write, which is what makes the pool's
+ * crash repair possible (pool.c). The other spans of an owned run are
+ * INTERIOR, with the distance back to their head in the length field. */
+enum { SHM_SPAN_UNUSED = 0, SHM_SPAN_FREE = 1, SHM_SPAN_OWNED = 2, SHM_SPAN_INTERIOR = 3 };
+typedef struct shm_span {
+    _Atomic uint64_t word; /* state:2 | class:6 | kg:16 | run length:40 */
+    _Atomic uint32_t next; /* pool free list link: span index + 1, 0 ends */
+    uint32_t reserved;
+} shm_span;
+
+static inline uint64_t shm_span_pack(unsigned state, unsigned cls, uint32_t kg, uint64_t len)
+{
+    return (uint64_t)state | (uint64_t)cls << 2 | (uint64_t)kg << 8 | len << 24;
+}
+static inline unsigned shm_span_state(uint64_t w)
+{
+    return w & 3u;
+}
+static inline unsigned shm_span_class(uint64_t w)
+{
+    return (w >> 2) & 63u;
+}
+static inline uint32_t shm_span_kg(uint64_t w)
+{
+    return (w >> 8) & 0xffffu;
+}
+static inline uint64_t shm_span_len(uint64_t w)
+{
+    return w >> 24;
+}
+
+/* A key group's heap: written only by the key group's owner (one writer), so
+ * its fast path takes no lock; other processes read the counters. */
+typedef struct shm_class_heap {
+    _Atomic shm_off free_head; /* free blocks, linked through their first 8 bytes */
+    /* The span being carved (index + 1, 0 none) in the high half and the bytes
+     * already carved from it in the low half: one word, so that a crash can
+     * never pair a new span with an old count. */
+    _Atomic uint64_t carve;
+} shm_class_heap;
+
+typedef struct shm_kg_heap {
+    _Atomic uint64_t used_bytes;
+    _Atomic uint64_t free_bytes;
+    _Atomic int32_t owner_pid; /* last worker that wrote here, 0 after a clean leave */
+    uint32_t pad;
+    _Atomic uint64_t owner_start; /* its process start time, to tell a reused pid */
+    shm_class_heap cls[SHM_NCLASSES];
+} shm_kg_heap;
+
+enum { SHM_SLOT_FREE = 0, SHM_SLOT_LIVE = 1, SHM_SLOT_DEAD = 2 };
+typedef struct shm_slot {
+    _Atomic uint32_t state; /* SHM_SLOT_*; LIVE is written last on join */
+    uint32_t index;
+    uint32_t parallelism;
+    int32_t pid;
+    uint64_t start_time; /* of pid, from /proc: a reused pid is another process */
+    uint32_t kg_first;
+    uint32_t kg_last;
+    uint64_t joined_ns;
+    _Atomic uint64_t heartbeat_ns;
+    uint32_t generation;
+    int32_t previous_pid;
+    uint8_t pad[8];
+} shm_slot;
+
+typedef struct shm_header {
+    char magic[8];
+    uint32_t layout_version;
+    uint32_t header_size;
+    uint64_t arena_size;
+    uint32_t page_size;
+    uint32_t span_size;
+    uint32_t max_parallelism;
+    int32_t creator_pid;
+    uint64_t created_ns;
+    uint32_t flags;
+    uint32_t huge_pages;
+    /* where each part lives (offsets from the base) */
+    shm_off registry_off;
+    shm_off heaps_off;
+    shm_off spans_desc_off;
+    shm_off data_off;
+    uint64_t nspans;
+    /* the page pool: runs of spans; see pool.c */
+    shm_lock pool_lock;
+    _Atomic uint64_t pool_bump; /* spans below it have descriptors */
+    _Atomic uint64_t pool_free_spans;
+    _Atomic uint32_t pool_free[SHM_POOL_LISTS]; /* heads: span index + 1 */
+    /* the worker registry; see registry.c */
+    shm_lock registry_lock;
+    _Atomic uint32_t initialized; /* SHM_INIT_MARK once creation finished */
+} shm_header;
+
+_Static_assert(sizeof(shm_header) <= SHM_HEADER_SIZE, "header fits its page");
+_Static_assert(sizeof(shm_slot) == 64, "a slot is a cache line");
+
+/* A process's handle on a mapped arena. */
+struct stash_arena {
+    char *base;
+    uint64_t size;
+    shm_header *hdr;
+    shm_slot *slots;
+    shm_kg_heap *heaps;
+    shm_span *spans;
+    char *data;
+    char path[256];
+};
+
+static inline void *shm_ptr(const stash_arena *a, shm_off off)
+{
+    return off ? a->base + off : NULL;
+}
+static inline shm_off shm_off_of(const stash_arena *a, const void *p)
+{
+    return p ? (shm_off)((const char *)p - a->base) : 0;
+}
+/* A typed view of the object at an offset: SHM_AT(a, struct x, off). */
+#define SHM_AT(a, type, off) ((type *)shm_ptr((a), (off)))
+
+static inline uint64_t shm_span_index(const stash_arena *a, shm_off off)
+{
+    return (off - a->hdr->data_off) >> SHM_SPAN_SHIFT;
+}
+/* The index of the head of the run that holds offset off. */
+static inline uint64_t shm_run_head(const stash_arena *a, shm_off off)
+{
+    uint64_t i = shm_span_index(a, off);
+    uint64_t w = atomic_load_explicit(&a->spans[i].word, memory_order_relaxed);
+    return shm_span_state(w) == SHM_SPAN_INTERIOR ? i - shm_span_len(w) : i;
+}
+static inline shm_off shm_span_off(const stash_arena *a, uint64_t index)
+{
+    return a->hdr->data_off + (index << SHM_SPAN_SHIFT);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The page pool (pool.c): runs of whole spans, shared by all key groups.     */
+
+void shm_pool_init(stash_arena *a);
+/* Takes a run of n spans for key group kg with size class cls; *first is its
+ * first span index. Returns 0 or STASH_EFULL. */
+int shm_pool_take(stash_arena *a, uint64_t n, uint32_t kg, unsigned cls, uint64_t *first);
+/* Gives the run starting at span first back to the pool. */
+void shm_pool_give(stash_arena *a, uint64_t first);
+/* Rebuilds the free lists from the descriptors (the lock's crash repair). */
+void shm_pool_rebuild(void *arena);
+
+/* ------------------------------------------------------------------------ */
+/* Per-key-group heaps (heap.c). Only the owner of kg may call alloc and free. */
+
+/* The size class for a request of size bytes (size <= SHM_SMALL_MAX). */
+unsigned shm_size_class(size_t size);
+/* The bytes a block of class cls spans. */
+uint32_t shm_class_size(unsigned cls);
+/* The spans in one run of class cls (chosen so that little of the run is waste). */
+uint32_t shm_class_run(unsigned cls);
+/* The bytes of a run of class cls that blocks can use. */
+uint32_t shm_class_capacity(unsigned cls);
+
+/* Allocates size bytes in key group kg's heap. Returns 0 and *out, STASH_EFULL,
+ * or STASH_ETOOBIG. The block is 16-byte aligned. */
+int shm_alloc(stash_arena *a, uint32_t kg, size_t size, shm_off *out);
+/* Frees a block back to the heap of the key group that owns it. */
+void shm_free(stash_arena *a, shm_off off);
+/* The usable bytes of an allocated block. */
+uint64_t shm_block_size(const stash_arena *a, shm_off off);
+/* Measures the used and free bytes of each key group of range from its spans
+ * and free lists into used[k], free_b[k] (k = kg - range.first). Returns 0 or
+ * a lock error. */
+int shm_heap_measure(stash_arena *a, stash_kg_range range, uint64_t *used, uint64_t *free_b);
+/* Recomputes a key group's counters from its spans and free lists, after its
+ * owner died: a block in flight at the crash stays counted as used. */
+void shm_heap_recover(stash_arena *a, uint32_t kg);
+/* Recovers every key group in range whose last owner is not alive, and marks
+ * the caller as their owner. */
+void shm_heap_adopt(stash_arena *a, stash_kg_range range);
+/* Marks the key groups of range as left cleanly. */
+void shm_heap_release(stash_arena *a, stash_kg_range range);
+
+/* ------------------------------------------------------------------------ */
+/* The worker registry (registry.c).                                          */
+
+/* Takes slot index for a worker of parallelism p, refusing a live holder and
+ * live workers of another parallelism; a dead holder's slot is taken over.
+ * Then adopts the slot's key groups (recovering heaps a dead owner left).
+ * Returns 0 and the slot's number in *slot, or a negative error. */
+int shm_registry_join(stash_arena *a, uint32_t index, uint32_t p, uint32_t *slot);
+/* Leaves slot (if this process still holds it) and releases its key groups. */
+void shm_registry_leave(stash_arena *a, uint32_t slot);
+/* Fills *out from slot, with LIVE turned into DEAD if its process is gone. */
+void shm_registry_describe(stash_arena *a, uint32_t slot, stash_worker_info *out);
+
+/* ------------------------------------------------------------------------ */
+/* Consistency (check.c): every invariant of the pool and the heaps.          */
+
+/* Checks every invariant of the pool and the heaps while no worker writes.
+ * Returns 0, or -EUCLEAN with the first violation in stash_errmsg(). */
+int shm_check(stash_arena *a);
+
+/* ------------------------------------------------------------------------ */
+/* Processes (proc.c).                                                        */
+
+/* The start time of pid (clock ticks since boot), or 0 if it is gone or a zombie. */
+uint64_t shm_proc_start_time(int32_t pid);
+/* Whether pid is the same living process that had start time start. */
+bool shm_proc_alive(int32_t pid, uint64_t start);
+/* Nanoseconds since the epoch. */
+uint64_t shm_now_ns(void);
+
+/* ------------------------------------------------------------------------ */
+/* Errors (error.c).                                                          */
+
+/* Records the detail of an error for stash_errmsg(); returns err. */
+int shm_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Clears the detail at the start of a public call. */
+void shm_clear_error(void);
+
+#endif /* STASH_SHM_H */

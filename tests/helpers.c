@@ -1,0 +1,46 @@
+/*
+ * helpers.c: shared test helpers (see helpers.h).
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tests/helpers.h"
+
+const char *test_arena_name(const char *tag)
+{
+    static _Thread_local char name[96];
+    static _Thread_local unsigned n;
+    snprintf(name, sizeof name, "t-%s-%d-%u", tag, (int)getpid(), n++);
+    return name;
+}
+
+stash_arena *test_arena_create(const char *tag, uint64_t size, uint32_t maxp, char *name_out)
+{
+    const char *name = test_arena_name(tag);
+    stash_arena *a = NULL;
+    int rc =
+        stash_arena_create(name, &(stash_arena_opts){.size = size, .max_parallelism = maxp}, &a);
+    cr_assert_eq(rc, 0, "create %s: %s (%s)", name, stash_strerror(rc), stash_errmsg());
+    if (name_out) snprintf(name_out, 96, "%s", name);
+    return a;
+}
+
+pid_t test_fork(int (*fn)(void *arg), void *arg)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0, "fork");
+    if (pid == 0) _exit(fn(arg));
+    return pid;
+}
+
+int test_wait(pid_t pid)
+{
+    int st;
+    while (waitpid(pid, &st, 0) < 0) {
+    }
+    if (WIFSIGNALED(st)) return 128 + WTERMSIG(st);
+    return WEXITSTATUS(st);
+}

@@ -1,0 +1,22 @@
+/*
+ * helpers.h: what the test suites share: unique arena names, child processes
+ * that report through their exit status, and waiting for them.
+ */
+#ifndef STASH_TEST_HELPERS_H
+#define STASH_TEST_HELPERS_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "backends/backends.h"
+
+/* A name unique to this process and call: "t-<tag>-<pid>-<n>". */
+const char *test_arena_name(const char *tag);
+/* Creates an arena of size bytes (0: default) under a unique name; asserts. */
+stash_arena *test_arena_create(const char *tag, uint64_t size, uint32_t maxp, char *name_out);
+/* Forks a child that runs fn(arg) and _exits with its return value. */
+pid_t test_fork(int (*fn)(void *arg), void *arg);
+/* Waits for pid; returns its exit code, or 128 + signal if it was killed. */
+int test_wait(pid_t pid);
+
+#endif

@@ -1,0 +1,18 @@
+#!/bin/sh
+# Installs the build into a temporary prefix, then builds and runs an example
+# program with nothing but `pkg-config --cflags --libs stash`.
+set -eu
+build=$1 example=$2
+prefix=$(mktemp -d)
+trap 'rm -rf "$prefix"' EXIT
+cmake --install "$build" --prefix "$prefix" >/dev/null
+libdir=$(ls -d "$prefix"/lib*/ | head -n 1)
+export PKG_CONFIG_PATH="$libdir/pkgconfig"
+test -f "$prefix/include/stash.h"
+test -x "$prefix/bin/stash"
+cc -std=c11 -Wall -Werror -o "$prefix/hello" "$example" $(pkg-config --cflags --libs stash)
+LD_LIBRARY_PATH="$libdir" "$prefix/hello" | grep -q "worker 0 of 2 owns key groups 0..63"
+cc -std=c11 -o "$prefix/hello-static" "$example" $(pkg-config --cflags --static stash) \
+    "$libdir/libstash.a" $(pkg-config --libs-only-l --static stash | sed 's/-lstash//')
+"$prefix/hello-static" | grep -q "worker 0 of 2 owns key groups 0..63"
+echo "install_pkgconfig: 1 passed, 0 failed"

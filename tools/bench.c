@@ -1,0 +1,129 @@
+/*
+ * bench.c: the harness every `stash bench` shares: options, the table or
+ * JSON-lines report, medians and percentiles, progress on a terminal.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tools/tools.h"
+
+int bench_parse(int argc, char **argv, const char *usage, bench_opts *out)
+{
+    *out = (bench_opts){.reps = 5};
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            out->json = true;
+        } else if (strcmp(argv[i], "--quick") == 0) {
+            out->quick = true;
+        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+            out->reps = atoi(argv[++i]);
+            if (out->reps < 1 || out->reps > 1000) {
+                fprintf(stderr, "stash bench %s: --reps takes 1 to 1000\n", argv[0]);
+                return -1;
+            }
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            printf("usage: stash bench %s [--json] [--quick] [--reps N]\n%s", argv[0], usage);
+            return 1;
+        } else {
+            fprintf(stderr,
+                    "stash bench %s: unknown argument '%s'\nusage: stash bench %s "
+                    "[--json] [--quick] [--reps N]\n%s",
+                    argv[0], argv[i], argv[0], usage);
+            return -1;
+        }
+    }
+    if (out->quick && out->reps > 3) out->reps = 3;
+    out->progress = !out->json && isatty(STDERR_FILENO);
+    return 0;
+}
+
+static void print_number(double v, const char *unit)
+{
+    if (strcmp(unit, "ratio") == 0)
+        printf("%12.2fx", v);
+    else if (v >= 1e9)
+        printf("%12.3f G", v / 1e9);
+    else if (v >= 1e6)
+        printf("%12.3f M", v / 1e6);
+    else if (v >= 1e3)
+        printf("%12.3f K", v / 1e3);
+    else
+        printf("%12.3f  ", v);
+}
+
+void bench_report(const bench_opts *o, const bench_result *r)
+{
+    if (o->progress) fputs("\r\033[K", stderr);
+    if (o->json) {
+        printf("{\"bench\": \"%s\", \"case\": \"%s\", \"system\": \"%s\"", r->bench, r->name,
+               r->system);
+        if (r->skipped) {
+            printf(", \"skipped\": \"%s\"}\n", r->skipped);
+        } else {
+            printf(", \"value\": %.6g, \"unit\": \"%s\"", r->value, r->unit);
+            if (r->latency)
+                printf(", \"p50_us\": %.3f, \"p99_us\": %.3f, \"p999_us\": %.3f", r->p50_us,
+                       r->p99_us, r->p999_us);
+            printf("}\n");
+        }
+    } else {
+        printf("%-8s %-28s %-14s", r->bench, r->name, r->system);
+        if (r->skipped) {
+            printf("  skipped: %s\n", r->skipped);
+        } else {
+            print_number(r->value, r->unit);
+            printf(" %-7s", strcmp(r->unit, "ratio") == 0 ? "" : r->unit);
+            if (r->latency)
+                printf("  p50 %.2f us  p99 %.2f us  p99.9 %.2f us", r->p50_us, r->p99_us,
+                       r->p999_us);
+            printf("\n");
+        }
+    }
+    fflush(stdout);
+}
+
+void bench_progress(const bench_opts *o, const char *fmt, ...)
+{
+    if (!o->progress) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("\r\033[K", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
+}
+
+double bench_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static int cmp_u64(const void *x, const void *y)
+{
+    uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+    return (a > b) - (a < b);
+}
+
+double bench_percentile_us(uint64_t *ns, uint64_t n, double p)
+{
+    if (n == 0) return 0;
+    qsort(ns, n, sizeof *ns, cmp_u64);
+    uint64_t i = (uint64_t)(p * (double)(n - 1) + 0.5);
+    return (double)ns[i] / 1e3;
+}
+
+uint64_t bench_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}

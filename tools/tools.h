@@ -1,0 +1,68 @@
+/*
+ * tools.h: what the `stash` command's subcommands share: the command table,
+ * argument helpers, and the bench harness that reports figures beside peers.
+ */
+#ifndef STASH_TOOLS_H
+#define STASH_TOOLS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* A subcommand: argv[0] is its own name. Returns the process exit code. */
+typedef int tool_main_fn(int argc, char **argv);
+
+/* Whether argv[i] is "--help" or "-h". */
+bool tool_wants_help(int argc, char **argv);
+/* Parses a size such as 4096, 64K, 256M or 2G. Returns 0 or -EINVAL. */
+int tool_parse_size(const char *s, uint64_t *out);
+/* Prints "stash: <what>: <error words> (<detail>)" to stderr; returns 1. */
+int tool_fail(const char *what, int err);
+
+/* ------------------------------------------------------------------------ */
+/* The bench harness (bench.c).                                               */
+
+typedef struct bench_opts {
+    bool json;     /* one JSON object per line on stdout instead of a table */
+    bool quick;    /* reduced sizes: a smoke check under a minute */
+    int reps;      /* repetitions; each figure is their median */
+    bool progress; /* stderr is a terminal and output is a table */
+} bench_opts;
+
+typedef struct bench_result {
+    const char *bench;  /* "arena", "io", "keyed", ... */
+    const char *name;   /* the case, e.g. "alloc-free/1proc" */
+    const char *system; /* "stash", "malloc", "fio", ... */
+    double value;
+    const char *unit; /* "ops/s", "bytes/s", "us", "bytes", "ratio" */
+    bool latency;     /* whether the p50/p99/p999 fields apply */
+    double p50_us, p99_us, p999_us;
+    const char *skipped; /* non-NULL: the peer could not run, and why */
+} bench_result;
+
+/* Parses --json, --quick and --reps N; prints usage and returns -1 on a bad
+ * argument, 1 on --help, 0 otherwise. usage names the bench's own cases. */
+int bench_parse(int argc, char **argv, const char *usage, bench_opts *out);
+/* Prints one result as a table row or a JSON line. */
+void bench_report(const bench_opts *o, const bench_result *r);
+/* Prints a progress line on the terminal (overwritten by the next). */
+void bench_progress(const bench_opts *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* The median of v[0 .. n-1] (reorders v). */
+double bench_median(double *v, int n);
+/* Monotonic nanoseconds. */
+uint64_t bench_now_ns(void);
+/* Latency percentile (0..1) in microseconds from n samples in ns (reorders them). */
+double bench_percentile_us(uint64_t *ns, uint64_t n, double p);
+
+/* Benches, each `stash bench NAME`. */
+int bench_arena(int argc, char **argv);
+int bench_io(int argc, char **argv);
+
+/* Other subcommands. */
+int tool_create(int argc, char **argv);
+int tool_destroy(int argc, char **argv);
+int tool_status(int argc, char **argv);
+int tool_demo(int argc, char **argv);
+
+#endif /* STASH_TOOLS_H */
