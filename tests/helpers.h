@@ -5,6 +5,7 @@
 #ifndef STASH_TEST_HELPERS_H
 #define STASH_TEST_HELPERS_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <sys/types.h>
 

@@ -1,0 +1,242 @@
+/*
+ * test_arena.c: creating, attaching, detaching and destroying arenas, and
+ * every refusal: a file that is not an arena, another layout version, a
+ * truncated file, an unfinished creation, an existing name. A refused file is
+ * never written to.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include "tests/helpers.h"
+
+static void path_of(const char *name, char *path)
+{
+    snprintf(path, 128, "/dev/shm/stash.%s", name);
+}
+
+/* The bytes of a file, to show that a refused open changed none of them. */
+static uint64_t file_digest(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s", path);
+    uint64_t h = 1469598103934665603ull;
+    int c;
+    while ((c = fgetc(f)) != EOF) h = (h ^ (uint64_t)c) * 1099511628211ull;
+    fclose(f);
+    return h;
+}
+
+static void expect_refused(const char *name, const char *path, int want)
+{
+    uint64_t before = file_digest(path);
+    stash_arena *a = NULL;
+    int rc = stash_arena_open(name, NULL, &a);
+    cr_assert_eq(rc, want, "open %s: got %d (%s), want %d (%s)", name, rc, stash_strerror(rc), want,
+                 stash_strerror(want));
+    cr_assert_null(a);
+    cr_assert(strstr(stash_errmsg(), path), "the message names the file: %s", stash_errmsg());
+    cr_assert_eq(file_digest(path), before, "a refused arena file is left as it was");
+}
+
+Test(arena, create_open_close_destroy_round_trip)
+{
+    char name[96];
+    stash_arena *a = test_arena_create("rt", 8u << 20, 256, name);
+    stash_arena_info info;
+    stash_arena_info_get(a, &info);
+    cr_assert_eq(info.size, 8u << 20);
+    cr_assert_eq(info.max_parallelism, 256);
+    cr_assert_eq(info.layout_version, 1);
+    cr_assert_eq(info.creator_pid, getpid());
+    cr_assert_gt(info.data_bytes, 4u << 20);
+    cr_assert_eq(info.pool_free_bytes, info.data_bytes);
+
+    stash_arena *b;
+    cr_assert_eq(stash_arena_open(name, NULL, &b), 0, "%s", stash_errmsg());
+    stash_arena_info binfo;
+    stash_arena_info_get(b, &binfo);
+    cr_assert_eq(binfo.created_ns, info.created_ns);
+    cr_assert_str_eq(binfo.path, info.path);
+    stash_arena_close(b);
+    stash_arena_close(a);
+    stash_arena_close(NULL);
+
+    cr_assert_eq(stash_arena_destroy(name, NULL), 0);
+    cr_assert_eq(stash_arena_open(name, NULL, &b), -ENOENT);
+    cr_assert_eq(stash_arena_destroy(name, NULL), -ENOENT);
+}
+
+Test(arena, attach_from_another_process_sees_the_same_memory)
+{
+    char name[96];
+    stash_arena *a = test_arena_create("share", 4u << 20, 0, name);
+    uint32_t *cell = (uint32_t *)(a->data);
+    *cell = 0;
+    pid_t pid = fork();
+    if (pid == 0) {
+        stash_arena *b;
+        if (stash_arena_open(name, NULL, &b)) _exit(1);
+        *(uint32_t *)b->data = 0xfeedbeef;
+        stash_arena_close(b);
+        _exit(0);
+    }
+    cr_assert_eq(test_wait(pid), 0);
+    cr_assert_eq(*cell, 0xfeedbeef, "a store in the child is seen by the parent");
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
+
+Test(arena, mode_is_0600_by_default_and_0660_with_group)
+{
+    char name[96], path[128];
+    stash_arena *a = test_arena_create("mode", 2u << 20, 0, name);
+    path_of(name, path);
+    struct stat st;
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0600);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+
+    const char *g = test_arena_name("group");
+    cr_assert_eq(stash_arena_create(
+                     g, &(stash_arena_opts){.size = 2u << 20, .flags = STASH_ARENA_GROUP}, &a),
+                 0);
+    path_of(g, path);
+    cr_assert_eq(stat(path, &st), 0);
+    cr_assert_eq(st.st_mode & 0777, 0660);
+    stash_arena_close(a);
+    stash_arena_destroy(g, NULL);
+}
+
+Test(arena, an_existing_name_is_refused_unless_replaced)
+{
+    char name[96], path[128];
+    stash_arena *a = test_arena_create("exists", 2u << 20, 0, name), *b = NULL;
+    path_of(name, path);
+    *(uint64_t *)a->data = 42;
+    cr_assert_eq(stash_arena_create(name, &(stash_arena_opts){.size = 2u << 20}, &b), -EEXIST);
+    cr_assert(strstr(stash_errmsg(), path));
+    cr_assert_eq(*(uint64_t *)a->data, 42, "the existing arena is untouched");
+    cr_assert_eq(stash_arena_create(
+                     name, &(stash_arena_opts){.size = 2u << 20, .flags = STASH_ARENA_REPLACE}, &b),
+                 0);
+    cr_assert_eq(*(uint64_t *)b->data, 0, "the replacement is a new arena");
+    stash_arena_close(b);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
+
+Test(arena, a_file_that_is_not_an_arena_is_refused)
+{
+    const char *name = test_arena_name("junk");
+    char path[128];
+    path_of(name, path);
+    FILE *f = fopen(path, "wb");
+    for (int i = 0; i < 10000; i++) fputc(i * 7, f);
+    fclose(f);
+    expect_refused(name, path, STASH_ENOTARENA);
+    unlink(path);
+}
+
+static void patch_file(const char *path, off_t off, const void *bytes, size_t n)
+{
+    int fd = open(path, O_RDWR);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(pwrite(fd, bytes, n, off), (ssize_t)n);
+    close(fd);
+}
+
+Test(arena, another_layout_version_is_refused)
+{
+    char name[96], path[128];
+    stash_arena_close(test_arena_create("version", 2u << 20, 0, name));
+    path_of(name, path);
+    uint32_t v = 99;
+    patch_file(path, offsetof(shm_header, layout_version), &v, sizeof v);
+    expect_refused(name, path, STASH_EVERSION);
+    cr_assert(strstr(stash_errmsg(), "99"), "%s", stash_errmsg());
+    stash_arena_destroy(name, NULL);
+}
+
+Test(arena, a_truncated_file_is_refused)
+{
+    char name[96], path[128];
+    stash_arena_close(test_arena_create("trunc", 4u << 20, 0, name));
+    path_of(name, path);
+    cr_assert_eq(truncate(path, 3u << 20), 0);
+    expect_refused(name, path, STASH_ETRUNCATED);
+    cr_assert_eq(truncate(path, 100), 0);
+    expect_refused(name, path, STASH_ETRUNCATED);
+    stash_arena_destroy(name, NULL);
+}
+
+Test(arena, an_unfinished_creation_is_refused)
+{
+    char name[96], path[128];
+    stash_arena_close(test_arena_create("unfinished", 2u << 20, 0, name));
+    path_of(name, path);
+    uint32_t zero = 0;
+    patch_file(path, offsetof(shm_header, initialized), &zero, sizeof zero);
+    expect_refused(name, path, STASH_EINCOMPLETE);
+    cr_assert_eq(truncate(path, 0), 0);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), STASH_EINCOMPLETE);
+    stash_arena_destroy(name, NULL);
+}
+
+Test(arena, bad_names_and_sizes_are_refused)
+{
+    stash_arena *a;
+    cr_assert_eq(stash_arena_create("", NULL, &a), -EINVAL);
+    cr_assert_eq(stash_arena_create("a/b", NULL, &a), -EINVAL);
+    cr_assert(strstr(stash_errmsg(), "a/b"));
+    cr_assert_eq(stash_arena_create(".hidden", NULL, &a), -EINVAL);
+    const char *name = test_arena_name("small");
+    cr_assert_eq(stash_arena_create(name, &(stash_arena_opts){.size = 4096}, &a), -EINVAL);
+    cr_assert_eq(stash_arena_create(name, &(stash_arena_opts){.max_parallelism = 40000}, &a),
+                 -EINVAL);
+    cr_assert_eq(stash_arena_create(
+                     name, &(stash_arena_opts){.size = 1u << 20, .max_parallelism = 32768}, &a),
+                 -EINVAL, "1 MiB cannot hold 32768 key-group heaps");
+    cr_assert_eq(stash_arena_open(name, NULL, &a), -ENOENT, "a refused create leaves no file");
+}
+
+Test(arena, an_explicit_path_is_used)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/stash-test-%d.arena", (int)getpid());
+    stash_arena_opts o = {.path = path, .size = 2u << 20};
+    stash_arena *a, *b;
+    cr_assert_eq(stash_arena_create("custom", &o, &a), 0, "%s", stash_errmsg());
+    cr_assert_eq(access(path, F_OK), 0);
+    cr_assert_eq(stash_arena_open("custom", &o, &b), 0);
+    stash_arena_close(b);
+    stash_arena_close(a);
+    cr_assert_eq(stash_arena_destroy("custom", &o), 0);
+    cr_assert_neq(access(path, F_OK), 0);
+}
+
+Test(arena, huge_pages_on_hugetlbfs)
+{
+    const char *mount = "/dev/hugepages";
+    struct statfs fs;
+    if (statfs(mount, &fs) != 0 || fs.f_type != 0x958458f6)
+        cr_skip_test("no hugetlbfs mounted at %s", mount);
+    char path[128];
+    snprintf(path, sizeof path, "%s/stash-test-%d", mount, (int)getpid());
+    stash_arena *a;
+    int rc = stash_arena_create("huge", &(stash_arena_opts){.path = path, .size = 4u << 20}, &a);
+    if (rc == -ENOMEM || rc == -ENOSPC) cr_skip_test("no huge pages reserved (vm.nr_hugepages)");
+    cr_assert_eq(rc, 0, "%s", stash_errmsg());
+    stash_arena_info info;
+    stash_arena_info_get(a, &info);
+    cr_assert_eq(info.huge_pages, 1);
+    cr_assert_eq(info.page_size, fs.f_bsize);
+    stash_arena_close(a);
+    unlink(path);
+}
