@@ -1,16 +1,135 @@
 /*
- * backends.h: the internal interface shared by the keyed backends, operator
- * state and the checkpoint storages, all built on the arena (shm/).
+ * backends.h: the internal interface of the keyed-state backend: workers,
+ * state handles, and the helpers every state kind shares (lookups, reads,
+ * copy-on-write writes, TTL) on top of the arena's keyed tables (shm/).
  */
 #ifndef STASH_BACKENDS_H
 #define STASH_BACKENDS_H
 
 #include "shm/shm.h"
 
-/* A worker: one process's membership of an arena's registry. */
+/* A worker: one process's membership of an arena's registry, its current
+ * key, and the state handles it was given. */
 struct stash_worker {
     stash_arena *arena;
     uint32_t slot;
+    stash_kg_range range;
+    uint32_t max_parallelism;
+    stash_clock_fn *clock;
+    void *clock_ctx;
+    uint8_t *key;
+    size_t key_cap;
+    uint16_t klen;
+    bool has_key;
+    uint32_t kg;       /* of the current key */
+    uint64_t key_hash; /* of the current key */
+    uint64_t writes;   /* every write by this worker: invalidates its iterators */
+    struct stash_state *states;
 };
+
+/* A process's handle on a registered state. */
+struct stash_state {
+    stash_worker *w;
+    struct stash_state *next;
+    uint16_t id;
+    stash_kind kind;
+    stash_ttl ttl;
+    stash_combine_fn *reduce;
+    stash_aggregate_fns agg;
+    void *ctx;
+    uint8_t *defval;
+    size_t deflen;
+    uint8_t *ns;
+    size_t ns_cap;
+    uint16_t nslen;
+    uint64_t ns_hash;
+    uint8_t *scratch; /* copies of other workers' values, function results */
+    size_t scratch_cap;
+    uint8_t *scratch2; /* a second buffer for combining functions */
+    size_t scratch2_cap;
+};
+
+/* TTL timestamps are stored as 8 bytes before a value or element. */
+#define TTL_BYTES 8u
+
+static inline bool state_has_ttl(const stash_state *s) { return s->ttl.ttl_ms > 0; }
+static inline size_t state_ts_bytes(const stash_state *s) { return state_has_ttl(s) ? TTL_BYTES : 0; }
+
+/* Fills l with the current key and the namespace (ns, nslen); STASH_ENOKEY if none. */
+int state_lookup_ns(stash_state *s, const void *ns, uint16_t nslen, uint64_t ns_hash,
+                    shm_lookup *l);
+/* Fills l with the current key and the state's namespace. */
+int state_lookup(stash_state *s, shm_lookup *l);
+/* Whether the worker owns key group kg. */
+bool state_owns(const stash_state *s, uint32_t kg);
+/* STASH_EKEYGROUP with a message, for a write outside the worker's range. */
+int state_refuse_write(const stash_state *s, uint32_t kg);
+
+/* Reads the value bytes of l's entry: a view into the arena for an owned key
+ * group (with c filled, for a following write), a private copy otherwise.
+ * Returns 0 or STASH_ENOTFOUND. */
+int state_read(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out);
+
+/* Starts a write of len value bytes to c's entry: the record itself when it
+ * may change in place (its old bytes stay), else a new record of capacity at
+ * least cap holding the first preserve bytes of the old value. Returns 1 for
+ * in place, 0 for a new record, or a negative error. */
+int state_write_begin(stash_state *s, const shm_lookup *l, shm_cursor *c, size_t len,
+                      size_t preserve, size_t cap, shm_rec **rec);
+/* Finishes it: sets the value's length and publishes. */
+void state_write_end(stash_state *s, const shm_lookup *l, shm_cursor *c, shm_rec *rec,
+                     size_t len, int in_place);
+/* Replaces c's value with bytes (one call of begin and end). */
+int state_write(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *bytes,
+                size_t len);
+/* Deletes c's entry and counts the write. */
+int state_delete(stash_state *s, const shm_lookup *l, shm_cursor *c);
+
+/* The TTL clock now, in milliseconds. */
+uint64_t state_now(const stash_state *s);
+/* Whether a value written at ts has expired now: ts + ttl <= now, saturating. */
+bool state_expired(const stash_state *s, uint64_t ts, uint64_t now);
+/* Reads and writes an 8-byte timestamp at p (unaligned). */
+uint64_t state_ts_get(const uint8_t *p);
+void state_ts_put(uint8_t *p, uint64_t ts);
+/* Examines a few records of the current key group for expired values
+ * (Flink's incremental cleanup). */
+void state_ttl_cleanup(stash_state *s, uint32_t kg);
+
+/* Ensures *buf holds at least need bytes. Returns 0 or -ENOMEM. */
+int state_reserve(uint8_t **buf, size_t *cap, size_t need);
+/* Calls a combining function into s->scratch, growing it on -ENOSPC; *out views the result. */
+int state_combine(stash_state *s, stash_combine_fn *fn, const stash_bytes *acc,
+                  const stash_bytes *in, stash_bytes *out);
+
+/* Namespace merges per kind (list.c, value.c). */
+int list_merge_namespaces(stash_state *s, const void *target, size_t tlen,
+                          const stash_bytes *sources, size_t n);
+int merging_merge_namespaces(stash_state *s, const void *target, size_t tlen,
+                             const stash_bytes *sources, size_t n);
+
+/* Iterators (iter.c): the layout behind stash_iter. */
+enum { ITER_LIST = 1, ITER_MAP = 2, ITER_KEYS = 3 };
+typedef struct iter_impl {
+    uint8_t type;
+    uint8_t filter_ns;
+    uint16_t nslen;
+    uint32_t pos;        /* list: byte offset; map: slot; keys: bucket position */
+    stash_state *state;
+    const uint8_t *blob; /* list, map: the bytes iterated */
+    uint32_t blob_len;
+    uint32_t last;       /* map: slot of the last entry returned, UINT32_MAX none */
+    uint64_t writes;     /* the worker's write count when it started */
+    shm_rec *rec;        /* map over an owned key group: the record, for removals */
+    uint32_t kg;         /* keys: the key group walked */
+    shm_ref ref;         /* keys: the next record of the chain */
+    const void *ns;      /* keys: the namespace filter */
+    uint64_t now;        /* TTL clock when it started */
+} iter_impl;
+_Static_assert(sizeof(iter_impl) <= sizeof(stash_iter), "the iterator fits its public shell");
+
+int list_iter_next(iter_impl *it, stash_bytes *value);
+int map_iter_next(iter_impl *it, stash_bytes *key, stash_bytes *value);
+int map_iter_remove(iter_impl *it);
 
 #endif /* STASH_BACKENDS_H */

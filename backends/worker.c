@@ -20,8 +20,26 @@ STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
         free(w);
         return rc;
     }
+    shm_slot *s = &w->arena->slots[w->slot];
+    w->range = (stash_kg_range){s->kg_first, s->kg_last};
+    w->max_parallelism = w->arena->hdr->max_parallelism;
+    w->clock = o.clock;
+    w->clock_ctx = o.clock_ctx;
     *out = w;
     return 0;
+}
+
+static void free_states(stash_state *s)
+{
+    while (s) {
+        stash_state *next = s->next;
+        free(s->defval);
+        free(s->ns);
+        free(s->scratch);
+        free(s->scratch2);
+        free(s);
+        s = next;
+    }
 }
 
 STASH_API void stash_worker_close(stash_worker *worker)
@@ -29,6 +47,8 @@ STASH_API void stash_worker_close(stash_worker *worker)
     if (!worker) return;
     shm_registry_leave(worker->arena, worker->slot);
     stash_arena_close(worker->arena);
+    free_states(worker->states);
+    free(worker->key);
     free(worker);
 }
 

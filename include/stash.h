@@ -42,6 +42,11 @@ enum {
     STASH_ETOOBIG = -1005,      /* the record is larger than the largest allocation */
     STASH_EBUSY = -1006,        /* the worker index is held by a live process */
     STASH_EPARALLELISM = -1007, /* the parallelism differs from the live workers' */
+    STASH_ENOTFOUND = -1008,    /* no value for this key and namespace */
+    STASH_EKEYGROUP = -1009,    /* a write to a key group this worker does not own */
+    STASH_EKIND = -1010,        /* the state is registered with another kind or options */
+    STASH_ESTALE = -1011,       /* the iterator was invalidated by a write */
+    STASH_ENOKEY = -1012,       /* no current key is set */
 };
 
 /* Words for an error code; never NULL, never to be freed. */
@@ -141,10 +146,15 @@ STASH_API int stash_kg_usage_get(const stash_arena *arena, uint32_t kg, stash_kg
 
 typedef struct stash_worker stash_worker;
 
+/* A clock in milliseconds, for TTL; tests inject their own. */
+typedef uint64_t stash_clock_fn(void *ctx);
+
 typedef struct stash_worker_opts {
     uint32_t index;                /* this worker's index, 0 .. parallelism-1 */
     uint32_t parallelism;          /* number of workers; 0: 1 */
     const stash_arena_opts *arena; /* where the arena lives; NULL: defaults */
+    stash_clock_fn *clock;         /* TTL clock; NULL: CLOCK_REALTIME in ms */
+    void *clock_ctx;
 } stash_worker_opts;
 
 /* Attaches to the arena NAME and joins its registry as index i of p, taking
@@ -185,6 +195,161 @@ STASH_API int stash_worker_info_get(const stash_worker *worker, stash_worker_inf
  * and sets *n to how many there are (which may exceed cap). Returns 0. */
 STASH_API int stash_registry_list(stash_arena *arena, stash_worker_info *out, size_t cap,
                                   size_t *n);
+
+/* ------------------------------------------------------------------------ */
+/* Keyed state: Flink's state kinds, per (current key, namespace).           */
+
+/* A byte string: a view, never owned by the receiver. */
+typedef struct stash_bytes {
+    const void *data;
+    size_t len;
+} stash_bytes;
+
+typedef enum stash_kind {
+    STASH_VALUE = 1,
+    STASH_LIST = 2,
+    STASH_MAP = 3,
+    STASH_REDUCING = 4,
+    STASH_AGGREGATING = 5,
+} stash_kind;
+
+/* TTL, as Flink's StateTtlConfig. */
+enum {
+    STASH_TTL_ON_CREATE_AND_WRITE = 0, /* the timestamp moves on writes */
+    STASH_TTL_ON_READ_AND_WRITE = 1,   /* ... and on reads */
+};
+enum {
+    STASH_TTL_NEVER_RETURN_EXPIRED = 0,
+    STASH_TTL_RETURN_EXPIRED_IF_NOT_CLEANED = 1,
+};
+
+typedef struct stash_ttl {
+    uint64_t ttl_ms;          /* 0: entries never expire */
+    int update;               /* STASH_TTL_ON_* */
+    int visibility;           /* STASH_TTL_NEVER_RETURN_EXPIRED or _RETURN_EXPIRED_IF_NOT_CLEANED */
+    uint32_t cleanup_entries; /* entries examined for expiry per access; 0: 5 */
+} stash_ttl;
+
+/* A combining function: writes the result of combining acc (absent: len 0,
+ * data NULL) with in into out (cap bytes), sets *len, returns 0. If cap is too
+ * small it sets *len to the size needed and returns -ENOSPC; stash calls it
+ * again with room. Any other negative return is passed to the caller. */
+typedef int stash_combine_fn(const stash_bytes *acc, const stash_bytes *in, void *out,
+                             size_t cap, size_t *len, void *ctx);
+/* Produces the bytes of one accumulator (create) or a result (result from acc). */
+typedef int stash_produce_fn(const stash_bytes *acc, void *out, size_t cap, size_t *len,
+                             void *ctx);
+
+/* Flink's AggregateFunction: IN, ACC and OUT as bytes. */
+typedef struct stash_aggregate_fns {
+    stash_produce_fn *create; /* a new accumulator (acc is NULL) */
+    stash_combine_fn *add;    /* accumulator + input -> accumulator */
+    stash_produce_fn *result; /* accumulator -> result */
+    stash_combine_fn *merge;  /* accumulator + accumulator -> accumulator (namespace merge) */
+} stash_aggregate_fns;
+
+typedef struct stash_state_desc {
+    const char *name;                     /* unique per arena, at most 63 bytes */
+    stash_kind kind;
+    stash_ttl ttl;                        /* zero: no TTL */
+    stash_combine_fn *reduce;             /* STASH_REDUCING: reduce(acc, value) */
+    const stash_aggregate_fns *aggregate; /* STASH_AGGREGATING */
+    void *ctx;                            /* passed to the functions */
+    stash_bytes default_value;            /* STASH_VALUE: read when absent (copied) */
+} stash_state_desc;
+
+typedef struct stash_state stash_state;
+
+/* Registers the state desc->name in the arena, or finds it if another process
+ * did: every process gets the same state. Registering a name with another
+ * kind or TTL is refused with STASH_EKIND. Functions and the default value are
+ * per process. The worker owns *out until stash_worker_close(). */
+STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc,
+                              stash_state **out);
+
+/* Sets the worker's current key: hashes it once; every access until the next
+ * call uses it. The key is copied (at most 65535 bytes). Returns 0. */
+STASH_API int stash_key_set(stash_worker *worker, const void *key, size_t len);
+
+/* The key group of the current key (STASH_ENOKEY if none is set). */
+STASH_API int stash_key_group_current(const stash_worker *worker);
+
+/* Sets the namespace of a state's accesses (copied, at most 65535 bytes);
+ * len 0 is the default, empty namespace. Returns 0. */
+STASH_API int stash_state_namespace(stash_state *state, const void *ns, size_t len);
+
+/* Removes the current key's entry of any state kind in the current namespace. */
+STASH_API int stash_state_clear(stash_state *state);
+
+/* Reads and writes below act on the worker's current key and the state's
+ * namespace. Writes to a key group the worker does not own return
+ * STASH_EKEYGROUP; reads of any key group work. A read's view points into the
+ * arena (or, for another worker's key group, a private copy) and stays valid
+ * until this worker's next write or barrier. */
+
+/* ValueState: the value, or the default, or STASH_ENOTFOUND. */
+STASH_API int stash_value_get(stash_state *state, stash_bytes *out);
+/* ValueState: stores a copy of the bytes; putting NULL with len 0 clears. */
+STASH_API int stash_value_put(stash_state *state, const void *value, size_t len);
+
+/* An iterator over list elements, map entries or keys; caller-allocated. */
+typedef struct stash_iter {
+    uint64_t opaque[12];
+} stash_iter;
+
+/* ListState: starts iterating the elements in insertion order; 0 or
+ * STASH_ENOTFOUND for an absent (empty) list. */
+STASH_API int stash_list_get(stash_state *state, stash_iter *it);
+/* ListState: appends one element. */
+STASH_API int stash_list_add(stash_state *state, const void *value, size_t len);
+/* ListState: appends n elements. */
+STASH_API int stash_list_add_all(stash_state *state, const stash_bytes *values, size_t n);
+/* ListState: replaces the list; n == 0 deletes it. */
+STASH_API int stash_list_update(stash_state *state, const stash_bytes *values, size_t n);
+
+/* MapState: the value of user key k, or STASH_ENOTFOUND. */
+STASH_API int stash_map_get(stash_state *state, const void *k, size_t klen, stash_bytes *out);
+/* MapState: puts a copy of (k, value). */
+STASH_API int stash_map_put(stash_state *state, const void *k, size_t klen, const void *value,
+                            size_t len);
+/* MapState: puts n entries. */
+STASH_API int stash_map_put_all(stash_state *state, const stash_bytes *keys,
+                                const stash_bytes *values, size_t n);
+/* MapState: removes user key k (absent is not an error). */
+STASH_API int stash_map_remove(stash_state *state, const void *k, size_t klen);
+/* MapState: 1 if user key k is present, 0 if not, or a negative error. */
+STASH_API int stash_map_contains(stash_state *state, const void *k, size_t klen);
+/* MapState: 1 if the map is empty (absent), 0 if not, or a negative error. */
+STASH_API int stash_map_is_empty(stash_state *state);
+/* MapState: starts iterating the entries (order unspecified); 0 or STASH_ENOTFOUND. */
+STASH_API int stash_map_iter(stash_state *state, stash_iter *it);
+
+/* ReducingState and AggregatingState: adds a value through the registered
+ * function. */
+STASH_API int stash_merging_add(stash_state *state, const void *value, size_t len);
+/* ReducingState: the reduced value; AggregatingState: result(accumulator);
+ * STASH_ENOTFOUND if nothing was added. */
+STASH_API int stash_merging_get(stash_state *state, stash_bytes *out);
+
+/* ListState, ReducingState, AggregatingState: merges the current key's
+ * entries in the source namespaces into the target namespace (list: appended
+ * in order; reducing: reduce; aggregating: merge) and deletes the sources
+ * (Flink's mergeNamespaces, for session windows). */
+STASH_API int stash_merge_namespaces(stash_state *state, const void *target, size_t tlen,
+                                     const stash_bytes *sources, size_t n);
+
+/* Starts iterating the keys of a state in the worker's key groups (Flink's
+ * getKeys): in one namespace, or in all when ns is NULL. */
+STASH_API int stash_keys_iter(stash_state *state, const void *ns, size_t nslen, stash_iter *it);
+
+/* The next element (list: *value), entry (map: *key, *value) or key (keys:
+ * *key). Returns 1 with the views set, 0 at the end, STASH_ESTALE if a write
+ * by this worker since the iterator started invalidated it (map iterators
+ * survive their own removals). key or value may be NULL. */
+STASH_API int stash_iter_next(stash_iter *it, stash_bytes *key, stash_bytes *value);
+
+/* MapState iterator: removes the entry last returned by stash_iter_next. */
+STASH_API int stash_iter_remove(stash_iter *it);
 
 #ifdef __cplusplus
 }

@@ -70,7 +70,9 @@ int shm_registry_join(stash_arena *a, uint32_t index, uint32_t p, uint32_t *slot
     atomic_store(&s->heartbeat_ns, s->joined_ns);
     s->generation++;
     s->previous_pid = previous;
+    atomic_store(&s->reader_epoch, 0);
     atomic_store_explicit(&s->state, SHM_SLOT_LIVE, memory_order_release);
+    if (atomic_load(&a->hdr->registry_hwm) <= index) atomic_store(&a->hdr->registry_hwm, index + 1);
     shm_lock_release(&a->hdr->registry_lock);
     shm_heap_adopt(a, range);
     *slot = index;

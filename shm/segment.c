@@ -57,8 +57,10 @@ static uint64_t align_up(uint64_t v, uint64_t a)
 static int plan_layout(shm_header *h, uint64_t size, uint32_t maxp, uint32_t page)
 {
     h->registry_off = SHM_HEADER_SIZE;
-    h->heaps_off = h->registry_off + (uint64_t)STASH_MAX_WORKERS * sizeof(shm_slot);
-    h->spans_desc_off = align_up(h->heaps_off + (uint64_t)maxp * sizeof(shm_kg_heap), 4096);
+    h->catalog_off = h->registry_off + (uint64_t)STASH_MAX_WORKERS * sizeof(shm_slot);
+    h->heaps_off = align_up(h->catalog_off + SHM_CATALOG_SIZE * sizeof(shm_catalog_entry), 64);
+    h->tables_off = align_up(h->heaps_off + (uint64_t)maxp * sizeof(shm_kg_heap), 64);
+    h->spans_desc_off = align_up(h->tables_off + (uint64_t)maxp * sizeof(shm_table), 4096);
     uint64_t data_align = page > SHM_SPAN_SIZE ? page : SHM_SPAN_SIZE;
     if (size <= h->spans_desc_off) return -EINVAL;
     uint64_t n = (size - h->spans_desc_off) / (SHM_SPAN_SIZE + sizeof(shm_span));
@@ -81,6 +83,8 @@ static void bind_handle(stash_arena *a, void *base, uint64_t size, const char *p
     a->hdr = base;
     a->slots = shm_ptr(a, a->hdr->registry_off);
     a->heaps = shm_ptr(a, a->hdr->heaps_off);
+    a->tables = shm_ptr(a, a->hdr->tables_off);
+    a->catalog = shm_ptr(a, a->hdr->catalog_off);
     a->spans = shm_ptr(a, a->hdr->spans_desc_off);
     a->data = shm_ptr(a, a->hdr->data_off);
     snprintf(a->path, sizeof a->path, "%s", path);
@@ -127,6 +131,12 @@ static void write_header(stash_arena *a, uint64_t size, uint32_t maxp, uint32_t 
     h->created_ns = shm_now_ns();
     h->huge_pages = (uint32_t)huge;
     shm_lock_init(&h->registry_lock);
+    shm_lock_init(&h->catalog_lock);
+    atomic_store(&h->ebr_epoch, 1);
+    for (uint32_t kg = 0; kg < maxp; kg++) {
+        atomic_store(&a->tables[kg].epoch, 1);
+        a->tables[kg].sweep_pos = UINT32_MAX;
+    }
     shm_pool_init(a);
 }
 
@@ -142,9 +152,9 @@ STASH_API int stash_arena_create(const char *name, const stash_arena_opts *opts,
     uint32_t flags = opts ? opts->flags : 0;
     if (maxp > STASH_MAX_MAX_PARALLELISM)
         return shm_fail(-EINVAL, "max parallelism %u above %u", maxp, STASH_MAX_MAX_PARALLELISM);
-    if (size < SHM_MIN_SIZE)
-        return shm_fail(-EINVAL, "arena size %llu below the minimum %llu", (unsigned long long)size,
-                        (unsigned long long)SHM_MIN_SIZE);
+    if (size < SHM_MIN_SIZE || size > SHM_MAX_ARENA_SIZE)
+        return shm_fail(-EINVAL, "arena size %llu outside %llu .. %llu", (unsigned long long)size,
+                        (unsigned long long)SHM_MIN_SIZE, (unsigned long long)SHM_MAX_ARENA_SIZE);
 
     int fd =
         open_exclusive(path, flags & STASH_ARENA_GROUP ? 0660 : 0600, flags & STASH_ARENA_REPLACE);

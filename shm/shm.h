@@ -116,7 +116,7 @@ typedef struct shm_slot {
     _Atomic uint64_t heartbeat_ns;
     uint32_t generation;
     int32_t previous_pid;
-    uint8_t pad[8];
+    _Atomic uint64_t reader_epoch; /* reclamation epoch while reading another's key groups, 0 idle */
 } shm_slot;
 
 typedef struct shm_header {
@@ -144,11 +144,76 @@ typedef struct shm_header {
     _Atomic uint32_t pool_free[SHM_POOL_LISTS]; /* heads: span index + 1 */
     /* the worker registry; see registry.c */
     shm_lock registry_lock;
+    /* keyed tables (table.c), their reclamation epoch (ebr.c), the state catalog (catalog.c) */
+    shm_off tables_off;
+    shm_off catalog_off;
+    _Atomic uint64_t ebr_epoch;
+    _Atomic uint32_t registry_hwm; /* slots at or above it have never been used */
+    shm_lock catalog_lock;
     _Atomic uint32_t initialized; /* SHM_INIT_MARK once creation finished */
 } shm_header;
 
 _Static_assert(sizeof(shm_header) <= SHM_HEADER_SIZE, "header fits its page");
 _Static_assert(sizeof(shm_slot) == 64, "a slot is a cache line");
+
+/* A reference to a 16-byte aligned object: its offset / 16, 0 none. Records
+ * and bucket chains use it to halve their links (arenas up to 64 GiB). */
+typedef uint32_t shm_ref;
+#define SHM_MAX_ARENA_SIZE (64ull << 30)
+
+/* A keyed record: one version of the entry of (state, key, namespace) in a
+ * key group's table. The owner writes it; readers in any process read it. */
+enum { SHM_REC_TOMBSTONE = 1u };
+typedef struct shm_rec {
+    _Atomic shm_ref next;  /* the next record of the bucket's chain */
+    _Atomic shm_ref older; /* the older version a pinned reader still needs */
+    _Atomic uint32_t seq;  /* odd while the owner rewrites the value in place */
+    uint32_t version;      /* the table epoch in which this version was written */
+    uint32_t hash;         /* the lookup hash */
+    uint16_t state;        /* catalog id of the state */
+    uint8_t flags;         /* SHM_REC_* */
+    uint8_t reserved;
+    uint16_t klen;
+    uint16_t nslen;
+    _Atomic uint32_t vlen;
+    /* then klen key bytes, nslen namespace bytes, the value */
+} shm_rec;
+_Static_assert(sizeof(shm_rec) == 32, "a record header is 32 bytes");
+
+#define SHM_MAX_PINS 4u
+
+/* A key group's table: chained buckets of records, grown by incremental
+ * rehash; written by the key group's owner only. */
+typedef struct shm_table {
+    _Atomic uint32_t epoch;     /* the version the owner writes now */
+    _Atomic uint32_t shape_seq; /* odd while records move between buckets */
+    _Atomic shm_off buckets;    /* shm_ref[1 << log2] */
+    _Atomic shm_off old_buckets; /* while rehashing: the array being emptied */
+    _Atomic uint32_t log2;
+    _Atomic uint32_t migrate_pos; /* old buckets below it have moved */
+    _Atomic uint64_t count;       /* live (non-tombstone) records */
+    _Atomic uint32_t pins[SHM_MAX_PINS]; /* versions pinned by readers, 0 free */
+    _Atomic uint32_t pins_gen;    /* bumped by every unpin */
+    uint32_t swept_gen;           /* pins_gen the last prune sweep started from */
+    uint32_t sweep_pos;           /* next bucket of the prune sweep, or UINT32_MAX: none */
+    uint32_t cleanup_pos;         /* next bucket of the TTL cleanup */
+    shm_off retired;              /* ring of {offset, epoch} waiting for readers */
+    uint32_t retired_head;
+    uint32_t retired_len;
+    uint32_t retired_cap;
+    uint32_t pad;
+    _Atomic uint64_t writes;      /* every publish and delete: invalidates iterators */
+} shm_table;
+
+/* A state's entry in the arena's catalog. */
+#define SHM_CATALOG_SIZE 256u
+#define SHM_STATE_NAME 64u
+typedef struct shm_catalog_entry {
+    _Atomic uint32_t used;
+    uint32_t kind;
+    uint8_t options[32]; /* compared byte for byte when another process registers */
+    char name[SHM_STATE_NAME];
+} shm_catalog_entry;
 
 /* A process's handle on a mapped arena. */
 struct stash_arena {
@@ -158,6 +223,8 @@ struct stash_arena {
     shm_slot *slots;
     shm_kg_heap *heaps;
     shm_span *spans;
+    shm_table *tables;
+    shm_catalog_entry *catalog;
     char *data;
     char path[256];
 };
@@ -172,6 +239,13 @@ static inline shm_off shm_off_of(const stash_arena *a, const void *p)
 }
 /* A typed view of the object at an offset: SHM_AT(a, struct x, off). */
 #define SHM_AT(a, type, off) ((type *)shm_ptr((a), (off)))
+
+static inline shm_ref shm_ref_of(shm_off off) { return (shm_ref)(off >> 4); }
+static inline shm_off shm_ref_off(shm_ref r) { return (shm_off)r << 4; }
+static inline shm_rec *shm_rec_at(const stash_arena *a, shm_ref r)
+{
+    return r ? (shm_rec *)(a->base + shm_ref_off(r)) : NULL;
+}
 
 static inline uint64_t shm_span_index(const stash_arena *a, shm_off off)
 {
@@ -245,6 +319,94 @@ int shm_registry_join(stash_arena *a, uint32_t index, uint32_t p, uint32_t *slot
 void shm_registry_leave(stash_arena *a, uint32_t slot);
 /* Fills *out from slot, with LIVE turned into DEAD if its process is gone. */
 void shm_registry_describe(stash_arena *a, uint32_t slot, stash_worker_info *out);
+
+/* ------------------------------------------------------------------------ */
+/* Keyed tables (table.c): one per key group, one writer (the owner).         */
+
+/* What identifies an entry: state, key and namespace, with their hash. */
+typedef struct shm_lookup {
+    uint32_t kg;
+    uint32_t hash;
+    uint16_t state;
+    uint16_t klen;
+    uint16_t nslen;
+    const void *key;
+    const void *ns;
+} shm_lookup;
+
+/* Where an entry lives: the link that points at its record (or where a new
+ * record would go) and the record itself. Valid until the owner's next change. */
+typedef struct shm_cursor {
+    _Atomic shm_ref *link;
+    shm_rec *rec; /* the newest version, tombstones included; NULL if none */
+} shm_cursor;
+
+static inline const uint8_t *shm_rec_key(const shm_rec *r) { return (const uint8_t *)(r + 1); }
+static inline const uint8_t *shm_rec_ns(const shm_rec *r) { return shm_rec_key(r) + r->klen; }
+static inline uint8_t *shm_rec_value(shm_rec *r)
+{
+    return (uint8_t *)(r + 1) + r->klen + r->nslen;
+}
+static inline bool shm_rec_live(const shm_rec *r) { return r && !(r->flags & SHM_REC_TOMBSTONE); }
+
+/* Owner: finds the entry of l (cursor->rec NULL if absent). Returns 0 or an allocation error. */
+int shm_table_find(stash_arena *a, const shm_lookup *l, shm_cursor *c);
+/* Owner: whether rec may be changed in place (no pinned reader can see it). */
+bool shm_rec_mutable(const stash_arena *a, uint32_t kg, const shm_rec *rec);
+/* The bytes the value of rec may grow to in place. */
+uint64_t shm_rec_capacity(const stash_arena *a, const shm_rec *rec);
+/* Owner: a new, unpublished record for l with room for cap value bytes. */
+int shm_rec_new(stash_arena *a, const shm_lookup *l, size_t cap, shm_rec **out);
+/* Owner: makes rec the entry of c (found for l), replacing the old version,
+ * which is retired or, if a pinned reader needs it, kept behind rec. */
+void shm_table_publish(stash_arena *a, const shm_lookup *l, shm_cursor *c, shm_rec *rec);
+/* Owner: deletes the entry of c (a tombstone if a pinned reader needs it). */
+int shm_table_delete(stash_arena *a, const shm_lookup *l, shm_cursor *c);
+/* Owner: brackets an in-place change of a mutable record's value. */
+void shm_rec_write_begin(shm_rec *rec);
+void shm_rec_write_end(shm_rec *rec);
+/* Owner: a step of background work (rehash, pruning, reclamation), bounded by budget. */
+void shm_table_maintain(stash_arena *a, uint32_t kg, uint32_t budget);
+
+/* Owner: pins the current version of key group kg for a reader and starts a
+ * new one; returns the pinned version (> 0) or -EBUSY if all pins are taken. */
+int64_t shm_table_pin(stash_arena *a, uint32_t kg);
+/* Any process: releases a pin; the owner prunes what only it kept. */
+void shm_table_unpin(stash_arena *a, uint32_t kg, uint32_t version);
+/* The record of l as of a pinned version (NULL if absent then). The caller
+ * holds the pin, so the versions it sees do not change. */
+shm_rec *shm_table_get_at(stash_arena *a, const shm_lookup *l, uint32_t version);
+
+/* Any process: copies the value of l's entry into *buf (grown with realloc as
+ * needed) under the record's sequence lock, so the copy is never torn.
+ * Returns the value's length, STASH_ENOTFOUND, or -ENOMEM. */
+int64_t shm_table_read_copy(stash_arena *a, uint32_t reader_slot, const shm_lookup *l,
+                            uint8_t **buf, size_t *cap);
+
+/* Owner: the bucket positions of kg's table (both arrays while it rehashes),
+ * and the head of the chain at position pos: together they visit every
+ * record once while the owner changes nothing. */
+uint32_t shm_table_positions(const stash_arena *a, uint32_t kg);
+shm_ref shm_table_bucket(const stash_arena *a, uint32_t kg, uint32_t pos);
+
+/* ------------------------------------------------------------------------ */
+/* Reclamation (ebr.c): memory unlinked by an owner is freed once no reader
+ * process that could still hold it is reading.                               */
+
+/* A reader announces itself before following links into another's table. */
+void shm_ebr_enter(stash_arena *a, uint32_t slot);
+void shm_ebr_exit(stash_arena *a, uint32_t slot);
+/* The oldest epoch a live reader announced, or UINT64_MAX; readers that died
+ * are cleared when they hold memory back. */
+uint64_t shm_ebr_min(stash_arena *a, bool check_dead);
+
+/* ------------------------------------------------------------------------ */
+/* The state catalog (catalog.c).                                             */
+
+/* Registers name with kind and options, or finds it; returns its id (>= 1)
+ * or STASH_EKIND if it exists with another kind or options. */
+int shm_catalog_register(stash_arena *a, const char *name, uint32_t kind,
+                         const uint8_t options[32]);
 
 /* ------------------------------------------------------------------------ */
 /* Consistency (check.c): every invariant of the pool and the heaps.          */

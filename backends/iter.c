@@ -1,0 +1,104 @@
+/*
+ * iter.c: iteration (list elements, map entries, a state's keys) behind the
+ * one public iterator, and the namespace merge that dispatches on the kind.
+ * An iterator started by a worker is invalidated by that worker's next write
+ * (except a map iterator's own removals): it then answers STASH_ESTALE rather
+ * than read memory that moved.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "backends/backends.h"
+
+STASH_API int stash_keys_iter(stash_state *state, const void *ns, size_t nslen, stash_iter *it)
+{
+    iter_impl *x = (iter_impl *)it;
+    memset(x, 0, sizeof *x);
+    x->type = ITER_KEYS;
+    x->state = state;
+    x->filter_ns = ns != NULL;
+    x->ns = ns;
+    x->nslen = (uint16_t)nslen;
+    x->kg = state->w->range.first;
+    x->writes = state->w->writes;
+    if (state_has_ttl(state) && state->ttl.visibility == STASH_TTL_NEVER_RETURN_EXPIRED)
+        x->now = state_now(state);
+    return 0;
+}
+
+static bool key_matches(const iter_impl *it, const shm_rec *r)
+{
+    const stash_state *s = it->state;
+    if (r->state != s->id || !shm_rec_live(r)) return false;
+    if (it->filter_ns && (r->nslen != it->nslen || memcmp(shm_rec_ns(r), it->ns, it->nslen)))
+        return false;
+    if (it->now && (s->kind != STASH_LIST && s->kind != STASH_MAP) &&
+        state_expired(s, state_ts_get(shm_rec_value((shm_rec *)r)), it->now))
+        return false;
+    return true;
+}
+
+static int keys_next(iter_impl *it, stash_bytes *key)
+{
+    stash_worker *w = it->state->w;
+    stash_arena *a = w->arena;
+    while (it->kg <= w->range.last) {
+        while (it->ref) {
+            shm_rec *r = shm_rec_at(a, it->ref);
+            it->ref = atomic_load(&r->next);
+            if (!key_matches(it, r)) continue;
+            if (key) *key = (stash_bytes){shm_rec_key(r), r->klen};
+            return 1;
+        }
+        if (it->pos < shm_table_positions(a, it->kg)) {
+            it->ref = shm_table_bucket(a, it->kg, it->pos++);
+        } else {
+            it->kg++;
+            it->pos = 0;
+        }
+    }
+    return 0;
+}
+
+STASH_API int stash_iter_next(stash_iter *it, stash_bytes *key, stash_bytes *value)
+{
+    iter_impl *x = (iter_impl *)it;
+    if (x->writes != x->state->w->writes)
+        return shm_fail(STASH_ESTALE, "the worker wrote since the iterator started");
+    switch (x->type) {
+    case ITER_LIST:
+        if (key) *key = (stash_bytes){NULL, 0};
+        return list_iter_next(x, value);
+    case ITER_MAP: return map_iter_next(x, key, value);
+    case ITER_KEYS:
+        if (value) *value = (stash_bytes){NULL, 0};
+        return keys_next(x, key);
+    default: return shm_fail(-EINVAL, "not a started iterator");
+    }
+}
+
+STASH_API int stash_iter_remove(stash_iter *it)
+{
+    iter_impl *x = (iter_impl *)it;
+    if (x->type != ITER_MAP) return shm_fail(-EINVAL, "only map iterators remove entries");
+    if (x->writes != x->state->w->writes)
+        return shm_fail(STASH_ESTALE, "the worker wrote since the iterator started");
+    return map_iter_remove(x);
+}
+
+STASH_API int stash_merge_namespaces(stash_state *state, const void *target, size_t tlen,
+                                     const stash_bytes *sources, size_t n)
+{
+    if (!state->w->has_key) return shm_fail(STASH_ENOKEY, "state access without a current key");
+    if (!state_owns(state, state->w->kg)) return state_refuse_write(state, state->w->kg);
+    if (tlen > UINT16_MAX) return shm_fail(-EINVAL, "a namespace of %zu bytes", tlen);
+    for (size_t i = 0; i < n; i++)
+        if (sources[i].len > UINT16_MAX)
+            return shm_fail(-EINVAL, "a namespace of %zu bytes", sources[i].len);
+    switch (state->kind) {
+    case STASH_LIST: return list_merge_namespaces(state, target, tlen, sources, n);
+    case STASH_REDUCING:
+    case STASH_AGGREGATING: return merging_merge_namespaces(state, target, tlen, sources, n);
+    default: return shm_fail(STASH_EKIND, "only list, reducing and aggregating states merge");
+    }
+}

@@ -1,0 +1,226 @@
+/*
+ * list.c: ListState. A list is one record whose value is its elements in
+ * insertion order, each as a 4-byte length, an 8-byte timestamp under TTL,
+ * and the bytes. Appending writes in place while the record is mutable and
+ * has room, and otherwise copies into a record twice the size, so adding is
+ * amortized O(1). An empty list does not exist: updating with no elements
+ * deletes it.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/backends.h"
+
+static size_t element_bytes(const stash_state *s, size_t len)
+{
+    return 4 + state_ts_bytes(s) + len;
+}
+
+static uint8_t *put_element(const stash_state *s, uint8_t *p, const void *v, size_t len,
+                            uint64_t now)
+{
+    uint32_t n = (uint32_t)len;
+    memcpy(p, &n, 4);
+    p += 4;
+    if (state_has_ttl(s)) {
+        state_ts_put(p, now);
+        p += TTL_BYTES;
+    }
+    memcpy(p, v, len);
+    return p + len;
+}
+
+static int check_list(const stash_state *s, const shm_lookup *l)
+{
+    if (s->kind != STASH_LIST) return shm_fail(STASH_EKIND, "not a list state");
+    if (!state_owns(s, l->kg)) return state_refuse_write(s, l->kg);
+    return 0;
+}
+
+STASH_API int stash_list_add_all(stash_state *state, const stash_bytes *values, size_t n)
+{
+    shm_lookup l;
+    shm_cursor c;
+    int rc = state_lookup(state, &l);
+    if (!rc) rc = check_list(state, &l);
+    if (!rc) rc = shm_table_find(state->w->arena, &l, &c);
+    if (rc || n == 0) return rc;
+    size_t old = shm_rec_live(c.rec) ? atomic_load(&c.rec->vlen) : 0, add = 0;
+    for (size_t i = 0; i < n; i++) add += element_bytes(state, values[i].len);
+    if (old + add > UINT32_MAX) return shm_fail(STASH_ETOOBIG, "a list of %zu bytes", old + add);
+    shm_rec *rec;
+    int in_place = state_write_begin(state, &l, &c, old + add, old, 2 * (old + add), &rec);
+    if (in_place < 0) return in_place;
+    uint64_t now = state_has_ttl(state) ? state_now(state) : 0;
+    uint8_t *p = shm_rec_value(rec) + old;
+    for (size_t i = 0; i < n; i++) p = put_element(state, p, values[i].data, values[i].len, now);
+    state_write_end(state, &l, &c, rec, old + add, in_place);
+    if (state_has_ttl(state)) state_ttl_cleanup(state, l.kg);
+    return 0;
+}
+
+STASH_API int stash_list_add(stash_state *state, const void *value, size_t len)
+{
+    stash_bytes v = {value, len};
+    return stash_list_add_all(state, &v, 1);
+}
+
+STASH_API int stash_list_update(stash_state *state, const stash_bytes *values, size_t n)
+{
+    shm_lookup l;
+    shm_cursor c;
+    int rc = state_lookup(state, &l);
+    if (!rc) rc = check_list(state, &l);
+    if (!rc) rc = shm_table_find(state->w->arena, &l, &c);
+    if (rc) return rc;
+    if (n == 0) return state_delete(state, &l, &c);
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) total += element_bytes(state, values[i].len);
+    if (total > UINT32_MAX) return shm_fail(STASH_ETOOBIG, "a list of %zu bytes", total);
+    shm_rec *rec;
+    int in_place = state_write_begin(state, &l, &c, total, 0, 0, &rec);
+    if (in_place < 0) return in_place;
+    uint64_t now = state_has_ttl(state) ? state_now(state) : 0;
+    uint8_t *p = shm_rec_value(rec);
+    for (size_t i = 0; i < n; i++) p = put_element(state, p, values[i].data, values[i].len, now);
+    state_write_end(state, &l, &c, rec, total, in_place);
+    return 0;
+}
+
+/* Rewrites an owned list under TTL: drops expired elements and, when reads
+ * refresh, stamps the others with now. Returns the bytes left (0: deleted). */
+static int64_t list_refresh(stash_state *s, const shm_lookup *l, shm_cursor *c,
+                            const stash_bytes *raw, uint64_t now)
+{
+    bool refresh = s->ttl.update == STASH_TTL_ON_READ_AND_WRITE;
+    size_t keep = 0, expired = 0;
+    for (size_t off = 0; off + 4 + TTL_BYTES <= raw->len;) {
+        uint32_t n;
+        memcpy(&n, (const uint8_t *)raw->data + off, 4);
+        size_t e = 4 + TTL_BYTES + n;
+        if (state_expired(s, state_ts_get((const uint8_t *)raw->data + off + 4), now)) expired++;
+        else keep += e;
+        off += e;
+    }
+    if (!expired && !refresh) return (int64_t)raw->len;
+    if (keep == 0) {
+        int rc = state_delete(s, l, c);
+        return rc < 0 ? rc : 0;
+    }
+    /* Filter through a private copy: the new record may be the old one. */
+    if (state_reserve(&s->scratch2, &s->scratch2_cap, raw->len) < 0) return -ENOMEM;
+    memcpy(s->scratch2, raw->data, raw->len);
+    shm_rec *rec;
+    int in_place = state_write_begin(s, l, c, keep, 0, 0, &rec);
+    if (in_place < 0) return in_place;
+    uint8_t *dst = shm_rec_value(rec);
+    for (size_t off = 0; off + 4 + TTL_BYTES <= raw->len;) {
+        uint32_t n;
+        memcpy(&n, s->scratch2 + off, 4);
+        size_t e = 4 + TTL_BYTES + n;
+        if (!state_expired(s, state_ts_get(s->scratch2 + off + 4), now)) {
+            memcpy(dst, s->scratch2 + off, e);
+            if (refresh) state_ts_put(dst + 4, now);
+            dst += e;
+        }
+        off += e;
+    }
+    state_write_end(s, l, c, rec, keep, in_place);
+    return (int64_t)keep;
+}
+
+STASH_API int stash_list_get(stash_state *state, stash_iter *it)
+{
+    shm_lookup l;
+    shm_cursor c;
+    stash_bytes raw;
+    if (state->kind != STASH_LIST) return shm_fail(STASH_EKIND, "not a list state");
+    int rc = state_lookup(state, &l);
+    if (!rc) rc = state_read(state, &l, &c, &raw);
+    if (rc) return rc;
+    iter_impl *x = (iter_impl *)it;
+    memset(x, 0, sizeof *x);
+    x->type = ITER_LIST;
+    x->state = state;
+    x->now = state_has_ttl(state) ? state_now(state) : 0;
+    bool show_expired = state->ttl.visibility == STASH_TTL_RETURN_EXPIRED_IF_NOT_CLEANED;
+    if (state_has_ttl(state) && c.rec) {
+        if (show_expired) {
+            /* Hand out every element as it was, then clean the stored list. */
+            if (state_reserve(&state->scratch, &state->scratch_cap, raw.len) < 0) return -ENOMEM;
+            memcpy(state->scratch, raw.data, raw.len);
+            raw.data = state->scratch;
+            x->now = 0;
+            int64_t left = list_refresh(state, &l, &c, &raw, state_now(state));
+            if (left < 0) return (int)left;
+        } else {
+            int64_t left = list_refresh(state, &l, &c, &raw, x->now);
+            if (left <= 0) return left < 0 ? (int)left : STASH_ENOTFOUND;
+            raw = (stash_bytes){shm_rec_value(c.rec), (size_t)left};
+        }
+    } else if (state_has_ttl(state) && show_expired) {
+        x->now = 0;
+    }
+    x->blob = raw.data;
+    x->blob_len = (uint32_t)raw.len;
+    x->writes = state->w->writes;
+    return 0;
+}
+
+int list_iter_next(iter_impl *it, stash_bytes *value)
+{
+    const stash_state *s = it->state;
+    size_t ts = state_ts_bytes(s);
+    while (it->pos + 4 + ts <= it->blob_len) {
+        uint32_t n;
+        memcpy(&n, it->blob + it->pos, 4);
+        const uint8_t *p = it->blob + it->pos + 4;
+        it->pos += (uint32_t)(4 + ts + n);
+        if (ts && it->now && state_expired(s, state_ts_get(p), it->now)) continue;
+        if (value) *value = (stash_bytes){p + ts, n};
+        return 1;
+    }
+    return 0;
+}
+
+int list_merge_namespaces(stash_state *s, const void *target, size_t tlen,
+                          const stash_bytes *sources, size_t n)
+{
+    stash_arena *a = s->w->arena;
+    shm_lookup tl;
+    int rc = state_lookup_ns(s, target, (uint16_t)tlen, tlen ? stash_hash(target, tlen) : 0, &tl);
+    uint8_t *copy = NULL;
+    size_t cap = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        shm_lookup sl;
+        shm_cursor sc, tc;
+        stash_bytes v;
+        if (sources[i].len == tlen && memcmp(sources[i].data, target, tlen) == 0) continue;
+        rc = state_lookup_ns(s, sources[i].data, (uint16_t)sources[i].len,
+                             sources[i].len ? stash_hash(sources[i].data, sources[i].len) : 0,
+                             &sl);
+        if (!rc) rc = state_read(s, &sl, &sc, &v);
+        if (rc == STASH_ENOTFOUND) {
+            rc = 0;
+            continue;
+        }
+        if (rc || (rc = state_reserve(&copy, &cap, v.len)) < 0) break;
+        memcpy(copy, v.data, v.len);
+        size_t len = v.len;
+        if ((rc = state_delete(s, &sl, &sc)) < 0) break;
+        /* Append the source's elements, timestamps included, to the target. */
+        if ((rc = shm_table_find(a, &tl, &tc)) < 0) break;
+        size_t old = shm_rec_live(tc.rec) ? atomic_load(&tc.rec->vlen) : 0;
+        shm_rec *rec;
+        int in_place = state_write_begin(s, &tl, &tc, old + len, old, 2 * (old + len), &rec);
+        if (in_place < 0) {
+            rc = in_place;
+            break;
+        }
+        memcpy(shm_rec_value(rec) + old, copy, len);
+        state_write_end(s, &tl, &tc, rec, old + len, in_place);
+    }
+    free(copy);
+    return rc;
+}

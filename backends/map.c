@@ -1,0 +1,410 @@
+/*
+ * map.c: MapState. A map is one record holding a small open-addressing
+ * table of its user keys: a header, a slot array of entry offsets, and the
+ * entries (4-byte key length, 4-byte value length, an 8-byte timestamp under
+ * TTL, key, value). A put of a same-sized value overwrites in place; other
+ * puts append an entry while the record is mutable and has room, and
+ * otherwise rebuild the map compacted into a larger record. A removal marks
+ * its slot; a map whose last entry goes is deleted.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "backends/backends.h"
+
+#define SLOT_EMPTY 0u
+#define SLOT_GONE 1u
+#define MIN_SLOTS 8u
+
+typedef struct map_hdr {
+    uint32_t nslots;
+    uint32_t count;  /* live entries */
+    uint32_t end;    /* bytes of the entry area in use */
+    uint32_t dead;   /* bytes of the entry area no slot points at */
+    uint32_t gone;   /* slots marked SLOT_GONE */
+} map_hdr;
+
+#define HDR_BYTES ((uint32_t)sizeof(map_hdr))
+
+static map_hdr hdr_get(const uint8_t *m)
+{
+    map_hdr h;
+    memcpy(&h, m, sizeof h);
+    return h;
+}
+static void hdr_put(uint8_t *m, const map_hdr *h) { memcpy(m, h, sizeof *h); }
+static uint32_t slot_get(const uint8_t *m, uint32_t i)
+{
+    uint32_t v;
+    memcpy(&v, m + HDR_BYTES + 4 * i, 4);
+    return v;
+}
+static void slot_put(uint8_t *m, uint32_t i, uint32_t v) { memcpy(m + HDR_BYTES + 4 * i, &v, 4); }
+static uint32_t u32_at(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+typedef struct entry {
+    uint32_t klen, vlen;
+    const uint8_t *ts; /* NULL without TTL */
+    const uint8_t *key, *value;
+    size_t bytes;
+} entry;
+
+static entry entry_at(const stash_state *s, const uint8_t *m, uint32_t off)
+{
+    entry e = {u32_at(m + off), u32_at(m + off + 4), NULL, NULL, NULL, 0};
+    const uint8_t *p = m + off + 8;
+    if (state_has_ttl(s)) {
+        e.ts = p;
+        p += TTL_BYTES;
+    }
+    e.key = p;
+    e.value = p + e.klen;
+    e.bytes = 8 + state_ts_bytes(s) + e.klen + e.vlen;
+    return e;
+}
+
+static size_t entry_bytes(const stash_state *s, size_t klen, size_t vlen)
+{
+    return 8 + state_ts_bytes(s) + klen + vlen;
+}
+
+static uint32_t write_entry(const stash_state *s, uint8_t *m, uint32_t off, const void *k,
+                            uint32_t klen, const void *v, uint32_t vlen, uint64_t now)
+{
+    uint8_t *p = m + off;
+    memcpy(p, &klen, 4);
+    memcpy(p + 4, &vlen, 4);
+    p += 8;
+    if (state_has_ttl(s)) {
+        state_ts_put(p, now);
+        p += TTL_BYTES;
+    }
+    memcpy(p, k, klen);
+    memcpy(p + klen, v, vlen);
+    return (uint32_t)(p + klen + vlen - (m + off));
+}
+
+static uint32_t entries_start(uint32_t nslots) { return HDR_BYTES + 4 * nslots; }
+
+/* Finds user key k: returns its slot, or UINT32_MAX with *insert set to the
+ * slot a new entry would take. */
+static uint32_t find_slot(const stash_state *s, const uint8_t *m, const void *k, uint32_t klen,
+                          uint32_t *insert)
+{
+    map_hdr h = hdr_get(m);
+    uint32_t mask = h.nslots - 1, i = (uint32_t)XXH3_64bits(k, klen) & mask;
+    uint32_t first_gone = UINT32_MAX;
+    for (uint32_t n = 0; n < h.nslots; n++, i = (i + 1) & mask) {
+        uint32_t v = slot_get(m, i);
+        if (v == SLOT_EMPTY) break;
+        if (v == SLOT_GONE) {
+            if (first_gone == UINT32_MAX) first_gone = i;
+            continue;
+        }
+        entry e = entry_at(s, m, v);
+        if (e.klen == klen && memcmp(e.key, k, klen) == 0) return i;
+    }
+    if (insert) *insert = first_gone != UINT32_MAX ? first_gone : i;
+    return UINT32_MAX;
+}
+
+static int check_map(const stash_state *s)
+{
+    return s->kind == STASH_MAP ? 0 : shm_fail(STASH_EKIND, "not a map state");
+}
+
+/* Makes c's record mutable, copying it as it is (same layout) if a pinned
+ * reader may still see it. */
+static int make_mutable(stash_state *s, const shm_lookup *l, shm_cursor *c)
+{
+    if (shm_rec_mutable(s->w->arena, l->kg, c->rec)) return 0;
+    size_t len = atomic_load(&c->rec->vlen);
+    shm_rec *rec;
+    int rc = shm_rec_new(s->w->arena, l, shm_rec_capacity(s->w->arena, c->rec), &rec);
+    if (rc < 0) return rc;
+    memcpy(shm_rec_value(rec), shm_rec_value(c->rec), len);
+    state_write_end(s, l, c, rec, len, 0);
+    return 0;
+}
+
+/* Builds the map of m (may be NULL) plus (k, v) into a new record, compacted
+ * with room to grow, and publishes it. */
+static int rebuild(stash_state *s, const shm_lookup *l, shm_cursor *c, const uint8_t *m,
+                   const void *k, uint32_t klen, const void *v, uint32_t vlen, uint64_t now)
+{
+    map_hdr h = m ? hdr_get(m) : (map_hdr){0};
+    uint32_t want = (h.count + 1) * 2, nslots = MIN_SLOTS;
+    while (nslots < want) nslots *= 2;
+    size_t live = m ? h.end - h.dead : 0;
+    size_t need = entries_start(nslots) + live + entry_bytes(s, klen, vlen);
+    if (need > UINT32_MAX / 2) return shm_fail(STASH_ETOOBIG, "a map of %zu bytes", need);
+    /* Work from a private copy: the old record may be freed by the publish. */
+    uint8_t *old = NULL;
+    if (m) {
+        size_t bytes = entries_start(h.nslots) + h.end;
+        if (state_reserve(&s->scratch2, &s->scratch2_cap, bytes) < 0) return -ENOMEM;
+        memcpy(s->scratch2, m, bytes);
+        old = s->scratch2;
+    }
+    shm_rec *rec;
+    int rc = shm_rec_new(s->w->arena, l, need + need / 2, &rec);
+    if (rc < 0) return rc;
+    uint8_t *n = shm_rec_value(rec);
+    map_hdr nh = {nslots, 0, 0, 0, 0};
+    memset(n + HDR_BYTES, 0, 4 * nslots);
+    hdr_put(n, &nh);
+    uint32_t at = entries_start(nslots);
+    for (uint32_t i = 0; old && i < h.nslots; i++) {
+        uint32_t off = slot_get(old, i);
+        if (off <= SLOT_GONE) continue;
+        entry e = entry_at(s, old, off);
+        if (e.klen == klen && memcmp(e.key, k, klen) == 0) continue;
+        uint32_t slot;
+        find_slot(s, n, e.key, e.klen, &slot);
+        memcpy(n + at, old + off, e.bytes);
+        slot_put(n, slot, at);
+        at += (uint32_t)e.bytes;
+        nh.count++;
+    }
+    uint32_t slot;
+    find_slot(s, n, k, klen, &slot);
+    at += write_entry(s, n, at, k, klen, v, vlen, now);
+    slot_put(n, slot, at - (uint32_t)entry_bytes(s, klen, vlen));
+    nh.count++;
+    nh.end = at - entries_start(nslots);
+    hdr_put(n, &nh);
+    state_write_end(s, l, c, rec, at, 0);
+    return 0;
+}
+
+static int map_put_one(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *k,
+                       size_t klen, const void *v, size_t vlen, uint64_t now)
+{
+    if (klen > UINT16_MAX || vlen > UINT32_MAX / 4)
+        return shm_fail(STASH_ETOOBIG, "a map entry of %zu + %zu bytes", klen, vlen);
+    if (!shm_rec_live(c->rec))
+        return rebuild(s, l, c, NULL, k, (uint32_t)klen, v, (uint32_t)vlen, now);
+    stash_arena *a = s->w->arena;
+    uint8_t *m = shm_rec_value(c->rec);
+    map_hdr h = hdr_get(m);
+    uint32_t insert, slot = find_slot(s, m, k, (uint32_t)klen, &insert);
+    bool mutable = shm_rec_mutable(a, l->kg, c->rec);
+    size_t need = entry_bytes(s, klen, vlen);
+    if (slot != UINT32_MAX) {
+        entry e = entry_at(s, m, slot_get(m, slot));
+        if (e.vlen == vlen && mutable) {
+            shm_rec_write_begin(c->rec);
+            if (e.ts) state_ts_put((uint8_t *)e.ts, now);
+            memcpy((uint8_t *)e.value, v, vlen);
+            shm_rec_write_end(c->rec);
+            s->w->writes++;
+            return 0;
+        }
+    }
+    uint32_t used = entries_start(h.nslots) + h.end;
+    uint32_t slots_after = h.count + h.gone + (slot == UINT32_MAX ? 1 : 0);
+    if (!mutable || used + need > shm_rec_capacity(a, c->rec) || slots_after * 4 > h.nslots * 3)
+        return rebuild(s, l, c, m, k, (uint32_t)klen, v, (uint32_t)vlen, now);
+    shm_rec_write_begin(c->rec);
+    write_entry(s, m, used, k, (uint32_t)klen, v, (uint32_t)vlen, now);
+    if (slot != UINT32_MAX) {
+        h.dead += (uint32_t)entry_at(s, m, slot_get(m, slot)).bytes;
+    } else {
+        if (slot_get(m, insert) == SLOT_GONE) h.gone--;
+        slot = insert;
+        h.count++;
+    }
+    slot_put(m, slot, used);
+    h.end += (uint32_t)need;
+    hdr_put(m, &h);
+    atomic_store_explicit(&c->rec->vlen, used + (uint32_t)need, memory_order_relaxed);
+    shm_rec_write_end(c->rec);
+    s->w->writes++;
+    return 0;
+}
+
+/* Finds the owned map of the current key for a write. */
+static int map_for_write(stash_state *s, shm_lookup *l, shm_cursor *c)
+{
+    int rc = check_map(s);
+    if (!rc) rc = state_lookup(s, l);
+    if (rc) return rc;
+    if (!state_owns(s, l->kg)) return state_refuse_write(s, l->kg);
+    return shm_table_find(s->w->arena, l, c);
+}
+
+STASH_API int stash_map_put_all(stash_state *state, const stash_bytes *keys,
+                                const stash_bytes *values, size_t n)
+{
+    shm_lookup l;
+    shm_cursor c;
+    int rc = map_for_write(state, &l, &c);
+    uint64_t now = state_has_ttl(state) ? state_now(state) : 0;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = map_put_one(state, &l, &c, keys[i].data, keys[i].len, values[i].data, values[i].len,
+                         now);
+    if (!rc && state_has_ttl(state)) state_ttl_cleanup(state, l.kg);
+    return rc;
+}
+
+STASH_API int stash_map_put(stash_state *state, const void *k, size_t klen, const void *value,
+                            size_t len)
+{
+    stash_bytes key = {k, klen}, v = {value, len};
+    return stash_map_put_all(state, &key, &v, 1);
+}
+
+/* Removes the entry in slot of c's (owned, live) map. */
+static int remove_slot(stash_state *s, const shm_lookup *l, shm_cursor *c, uint32_t slot)
+{
+    if (hdr_get(shm_rec_value(c->rec)).count == 1) return state_delete(s, l, c);
+    int rc = make_mutable(s, l, c);
+    if (rc < 0) return rc;
+    uint8_t *m = shm_rec_value(c->rec);
+    map_hdr h = hdr_get(m);
+    shm_rec_write_begin(c->rec);
+    h.dead += (uint32_t)entry_at(s, m, slot_get(m, slot)).bytes;
+    h.count--;
+    h.gone++;
+    slot_put(m, slot, SLOT_GONE);
+    hdr_put(m, &h);
+    shm_rec_write_end(c->rec);
+    s->w->writes++;
+    return 0;
+}
+
+STASH_API int stash_map_remove(stash_state *state, const void *k, size_t klen)
+{
+    shm_lookup l;
+    shm_cursor c;
+    int rc = map_for_write(state, &l, &c);
+    if (rc || !shm_rec_live(c.rec)) return rc;
+    uint32_t slot = find_slot(state, shm_rec_value(c.rec), k, (uint32_t)klen, NULL);
+    return slot == UINT32_MAX ? 0 : remove_slot(state, &l, &c, slot);
+}
+
+STASH_API int stash_map_get(stash_state *state, const void *k, size_t klen, stash_bytes *out)
+{
+    shm_lookup l;
+    shm_cursor c;
+    stash_bytes raw;
+    int rc = check_map(state);
+    if (!rc) rc = state_lookup(state, &l);
+    if (!rc) rc = state_read(state, &l, &c, &raw);
+    if (rc) return rc;
+    uint32_t slot = find_slot(state, raw.data, k, (uint32_t)klen, NULL);
+    if (slot == UINT32_MAX) return STASH_ENOTFOUND;
+    entry e = entry_at(state, raw.data, slot_get(raw.data, slot));
+    *out = (stash_bytes){e.value, e.vlen};
+    if (!e.ts) return 0;
+    uint64_t now = state_now(state);
+    bool owned = c.rec != NULL;
+    if (state_expired(state, state_ts_get(e.ts), now)) {
+        bool show = state->ttl.visibility == STASH_TTL_RETURN_EXPIRED_IF_NOT_CLEANED;
+        if (!owned) return show ? 0 : STASH_ENOTFOUND;
+        if (show) {
+            if (state_reserve(&state->scratch, &state->scratch_cap, e.vlen) < 0) return -ENOMEM;
+            memcpy(state->scratch, e.value, e.vlen);
+            out->data = state->scratch;
+        }
+        rc = remove_slot(state, &l, &c, slot);
+        return rc < 0 ? rc : show ? 0 : STASH_ENOTFOUND;
+    }
+    if (owned && state->ttl.update == STASH_TTL_ON_READ_AND_WRITE) {
+        if ((rc = make_mutable(state, &l, &c)) < 0) return rc;
+        entry f = entry_at(state, shm_rec_value(c.rec), slot_get(shm_rec_value(c.rec), slot));
+        shm_rec_write_begin(c.rec);
+        state_ts_put((uint8_t *)f.ts, now);
+        shm_rec_write_end(c.rec);
+        out->data = f.value;
+    }
+    return 0;
+}
+
+STASH_API int stash_map_contains(stash_state *state, const void *k, size_t klen)
+{
+    stash_bytes v;
+    int rc = stash_map_get(state, k, klen, &v);
+    return rc == 0 ? 1 : rc == STASH_ENOTFOUND ? 0 : rc;
+}
+
+STASH_API int stash_map_iter(stash_state *state, stash_iter *it)
+{
+    shm_lookup l;
+    shm_cursor c;
+    stash_bytes raw;
+    int rc = check_map(state);
+    if (!rc) rc = state_lookup(state, &l);
+    if (!rc) rc = state_read(state, &l, &c, &raw);
+    if (rc) return rc;
+    iter_impl *x = (iter_impl *)it;
+    memset(x, 0, sizeof *x);
+    x->type = ITER_MAP;
+    x->state = state;
+    x->blob = raw.data;
+    x->blob_len = (uint32_t)raw.len;
+    x->rec = c.rec;
+    x->last = UINT32_MAX;
+    x->writes = state->w->writes;
+    if (state_has_ttl(state) && state->ttl.visibility == STASH_TTL_NEVER_RETURN_EXPIRED)
+        x->now = state_now(state);
+    return 0;
+}
+
+STASH_API int stash_map_is_empty(stash_state *state)
+{
+    stash_iter it;
+    int rc = stash_map_iter(state, &it);
+    if (rc == STASH_ENOTFOUND) return 1;
+    if (rc < 0) return rc;
+    rc = map_iter_next((iter_impl *)&it, NULL, NULL);
+    return rc < 0 ? rc : rc == 0;
+}
+
+int map_iter_next(iter_impl *it, stash_bytes *key, stash_bytes *value)
+{
+    const stash_state *s = it->state;
+    if (!it->blob) return 0;
+    uint32_t nslots = hdr_get(it->blob).nslots;
+    while (it->pos < nslots) {
+        uint32_t slot = it->pos++, off = slot_get(it->blob, slot);
+        if (off <= SLOT_GONE) continue;
+        entry e = entry_at(s, it->blob, off);
+        if (e.ts && it->now && state_expired(s, state_ts_get(e.ts), it->now)) continue;
+        it->last = slot;
+        if (key) *key = (stash_bytes){e.key, e.klen};
+        if (value) *value = (stash_bytes){e.value, e.vlen};
+        return 1;
+    }
+    return 0;
+}
+
+int map_iter_remove(iter_impl *it)
+{
+    stash_state *s = it->state;
+    if (it->last == UINT32_MAX) return shm_fail(-EINVAL, "no entry returned to remove");
+    if (!it->rec) return state_refuse_write(s, s->w->kg);
+    shm_lookup l;
+    int rc = state_lookup(s, &l);
+    if (rc) return rc;
+    shm_cursor c;
+    if ((rc = shm_table_find(s->w->arena, &l, &c)) < 0) return rc;
+    if (c.rec != it->rec) return shm_fail(STASH_ESTALE, "the map changed under its iterator");
+    bool last_entry = hdr_get(it->blob).count == 1;
+    rc = remove_slot(s, &l, &c, it->last);
+    if (rc < 0) return rc;
+    /* The layout is kept on removal, so iteration goes on over the same slots. */
+    it->rec = last_entry ? NULL : c.rec;
+    it->blob = last_entry ? NULL : shm_rec_value(c.rec);
+    if (last_entry) it->pos = UINT32_MAX;
+    it->last = UINT32_MAX;
+    it->writes = s->w->writes;
+    return 0;
+}

@@ -1,0 +1,310 @@
+/*
+ * state.c: state handles and what every state kind shares: registering a
+ * state in the arena's catalog, the current key and namespace, reads that
+ * are views for the owner and copies for everyone else, copy-on-write
+ * writes, and TTL (timestamps, expiry, incremental cleanup).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <xxhash.h>
+
+#include "backends/backends.h"
+
+#define DEFAULT_CLEANUP_ENTRIES 5u
+
+static void options_bytes(const stash_state_desc *d, uint8_t out[32])
+{
+    memset(out, 0, 32);
+    memcpy(out, &d->ttl.ttl_ms, sizeof d->ttl.ttl_ms);
+    out[8] = (uint8_t)d->ttl.update;
+    out[9] = (uint8_t)d->ttl.visibility;
+}
+
+static int check_desc(const stash_state_desc *d)
+{
+    if (!d || !d->name) return shm_fail(-EINVAL, "a state needs a name");
+    if (d->kind < STASH_VALUE || d->kind > STASH_AGGREGATING)
+        return shm_fail(-EINVAL, "state '%s': unknown kind %d", d->name, (int)d->kind);
+    if (d->kind == STASH_REDUCING && !d->reduce)
+        return shm_fail(-EINVAL, "reducing state '%s' needs a reduce function", d->name);
+    if (d->kind == STASH_AGGREGATING &&
+        (!d->aggregate || !d->aggregate->create || !d->aggregate->add || !d->aggregate->result))
+        return shm_fail(-EINVAL, "aggregating state '%s' needs create, add and result functions",
+                        d->name);
+    if (d->ttl.update > STASH_TTL_ON_READ_AND_WRITE ||
+        d->ttl.visibility > STASH_TTL_RETURN_EXPIRED_IF_NOT_CLEANED || d->ttl.update < 0 ||
+        d->ttl.visibility < 0)
+        return shm_fail(-EINVAL, "state '%s': bad TTL options", d->name);
+    return 0;
+}
+
+STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc,
+                              stash_state **out)
+{
+    shm_clear_error();
+    int rc = check_desc(desc);
+    if (rc) return rc;
+    uint8_t options[32];
+    options_bytes(desc, options);
+    int id = shm_catalog_register(worker->arena, desc->name, (uint32_t)desc->kind, options);
+    if (id < 0) return id;
+    stash_state *s = calloc(1, sizeof *s);
+    if (!s) return shm_fail(-ENOMEM, "out of memory");
+    s->w = worker;
+    s->id = (uint16_t)id;
+    s->kind = desc->kind;
+    s->ttl = desc->ttl;
+    if (!s->ttl.cleanup_entries) s->ttl.cleanup_entries = DEFAULT_CLEANUP_ENTRIES;
+    s->reduce = desc->reduce;
+    if (desc->aggregate) s->agg = *desc->aggregate;
+    s->ctx = desc->ctx;
+    if (desc->default_value.len) {
+        s->defval = malloc(desc->default_value.len);
+        if (!s->defval) {
+            free(s);
+            return shm_fail(-ENOMEM, "out of memory");
+        }
+        memcpy(s->defval, desc->default_value.data, desc->default_value.len);
+        s->deflen = desc->default_value.len;
+    }
+    s->next = worker->states;
+    worker->states = s;
+    *out = s;
+    return 0;
+}
+
+STASH_API int stash_key_set(stash_worker *worker, const void *key, size_t len)
+{
+    if (len > UINT16_MAX) return shm_fail(-EINVAL, "a key of %zu bytes (at most 65535)", len);
+    if (state_reserve(&worker->key, &worker->key_cap, len ? len : 1) < 0)
+        return shm_fail(-ENOMEM, "out of memory");
+    memcpy(worker->key, key, len);
+    worker->klen = (uint16_t)len;
+    worker->key_hash = stash_hash(key, len);
+    worker->kg = (uint32_t)(worker->key_hash % worker->max_parallelism);
+    worker->has_key = true;
+    return 0;
+}
+
+STASH_API int stash_key_group_current(const stash_worker *worker)
+{
+    return worker->has_key ? (int)worker->kg : STASH_ENOKEY;
+}
+
+STASH_API int stash_state_namespace(stash_state *state, const void *ns, size_t len)
+{
+    if (len > UINT16_MAX) return shm_fail(-EINVAL, "a namespace of %zu bytes (at most 65535)", len);
+    if (state_reserve(&state->ns, &state->ns_cap, len ? len : 1) < 0)
+        return shm_fail(-ENOMEM, "out of memory");
+    memcpy(state->ns, ns, len);
+    state->nslen = (uint16_t)len;
+    state->ns_hash = len ? XXH3_64bits(ns, len) : 0;
+    return 0;
+}
+
+/* Mixes the key's hash with the state and namespace into the table's hash. */
+static uint32_t lookup_hash(uint64_t key_hash, uint16_t id, uint64_t ns_hash)
+{
+    uint64_t h = key_hash ^ (id * 0x9e3779b97f4a7c15ull) ^ (ns_hash * 0xc2b2ae3d27d4eb4full);
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    return (uint32_t)h;
+}
+
+int state_lookup_ns(stash_state *s, const void *ns, uint16_t nslen, uint64_t ns_hash,
+                    shm_lookup *l)
+{
+    stash_worker *w = s->w;
+    if (!w->has_key) return shm_fail(STASH_ENOKEY, "state access without a current key");
+    l->kg = w->kg;
+    l->hash = lookup_hash(w->key_hash, s->id, ns_hash);
+    l->state = s->id;
+    l->klen = w->klen;
+    l->nslen = nslen;
+    l->key = w->key;
+    l->ns = ns;
+    return 0;
+}
+
+int state_lookup(stash_state *s, shm_lookup *l)
+{
+    return state_lookup_ns(s, s->ns, s->nslen, s->ns_hash, l);
+}
+
+bool state_owns(const stash_state *s, uint32_t kg)
+{
+    return kg >= s->w->range.first && kg <= s->w->range.last;
+}
+
+int state_refuse_write(const stash_state *s, uint32_t kg)
+{
+    return shm_fail(STASH_EKEYGROUP, "worker %u owns key groups %u..%u, not %u", s->w->slot,
+                    s->w->range.first, s->w->range.last, kg);
+}
+
+int state_reserve(uint8_t **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap) return 0;
+    size_t n = *cap ? *cap : 64;
+    while (n < need) n *= 2;
+    uint8_t *grown = realloc(*buf, n);
+    if (!grown) return -ENOMEM;
+    *buf = grown;
+    *cap = n;
+    return 0;
+}
+
+int state_read(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out)
+{
+    stash_arena *a = s->w->arena;
+    if (state_owns(s, l->kg)) {
+        int rc = shm_table_find(a, l, c);
+        if (rc < 0) return rc;
+        if (!shm_rec_live(c->rec)) return STASH_ENOTFOUND;
+        out->data = shm_rec_value(c->rec);
+        out->len = atomic_load_explicit(&c->rec->vlen, memory_order_relaxed);
+        return 0;
+    }
+    c->rec = NULL;
+    int64_t n = shm_table_read_copy(a, s->w->slot, l, &s->scratch, &s->scratch_cap);
+    if (n < 0) return (int)n;
+    out->data = s->scratch;
+    out->len = (size_t)n;
+    return 0;
+}
+
+int state_write_begin(stash_state *s, const shm_lookup *l, shm_cursor *c, size_t len,
+                      size_t preserve, size_t cap, shm_rec **rec)
+{
+    stash_arena *a = s->w->arena;
+    shm_rec *old = shm_rec_live(c->rec) ? c->rec : NULL;
+    if (old && shm_rec_mutable(a, l->kg, old) && shm_rec_capacity(a, old) >= len) {
+        shm_rec_write_begin(old);
+        *rec = old;
+        return 1;
+    }
+    int rc = shm_rec_new(a, l, cap > len ? cap : len, rec);
+    if (rc < 0) return rc;
+    if (old && preserve) memcpy(shm_rec_value(*rec), shm_rec_value(old), preserve);
+    return 0;
+}
+
+void state_write_end(stash_state *s, const shm_lookup *l, shm_cursor *c, shm_rec *rec,
+                     size_t len, int in_place)
+{
+    atomic_store_explicit(&rec->vlen, (uint32_t)len, memory_order_relaxed);
+    if (in_place) shm_rec_write_end(rec);
+    else shm_table_publish(s->w->arena, l, c, rec);
+    s->w->writes++;
+}
+
+int state_write(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *bytes,
+                size_t len)
+{
+    if (len > UINT32_MAX) return shm_fail(STASH_ETOOBIG, "a value of %zu bytes", len);
+    shm_rec *rec;
+    int in_place = state_write_begin(s, l, c, len, 0, 0, &rec);
+    if (in_place < 0) return in_place;
+    memcpy(shm_rec_value(rec), bytes, len);
+    state_write_end(s, l, c, rec, len, in_place);
+    return 0;
+}
+
+int state_delete(stash_state *s, const shm_lookup *l, shm_cursor *c)
+{
+    s->w->writes++;
+    return shm_table_delete(s->w->arena, l, c);
+}
+
+STASH_API int stash_state_clear(stash_state *state)
+{
+    shm_lookup l;
+    shm_cursor c;
+    int rc = state_lookup(state, &l);
+    if (rc) return rc;
+    if (!state_owns(state, l.kg)) return state_refuse_write(state, l.kg);
+    rc = shm_table_find(state->w->arena, &l, &c);
+    return rc ? rc : state_delete(state, &l, &c);
+}
+
+/* ---- TTL ---------------------------------------------------------------- */
+
+uint64_t state_now(const stash_state *s)
+{
+    if (s->w->clock) return s->w->clock(s->w->clock_ctx);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+bool state_expired(const stash_state *s, uint64_t ts, uint64_t now)
+{
+    uint64_t expires = ts + s->ttl.ttl_ms;
+    if (expires < ts) expires = UINT64_MAX; /* saturate: never wrap into the past */
+    return expires <= now;
+}
+
+uint64_t state_ts_get(const uint8_t *p)
+{
+    uint64_t ts;
+    memcpy(&ts, p, sizeof ts);
+    return ts;
+}
+
+void state_ts_put(uint8_t *p, uint64_t ts) { memcpy(p, &ts, sizeof ts); }
+
+/* Whether a whole record of this state has expired: values and merging
+ * states by their timestamp; lists and maps expire element by element on
+ * access instead. */
+static bool record_expired(const stash_state *s, const shm_rec *r, uint64_t now)
+{
+    if (s->kind == STASH_LIST || s->kind == STASH_MAP) return false;
+    return atomic_load(&r->vlen) >= TTL_BYTES &&
+           state_expired(s, state_ts_get(shm_rec_value((shm_rec *)r)), now);
+}
+
+void state_ttl_cleanup(stash_state *s, uint32_t kg)
+{
+    stash_arena *a = s->w->arena;
+    shm_table *t = &a->tables[kg];
+    uint32_t end = shm_table_positions(a, kg);
+    if (!end) return;
+    uint64_t now = state_now(s);
+    uint32_t budget = s->ttl.cleanup_entries;
+    while (budget > 0) {
+        if (t->cleanup_pos >= end) t->cleanup_pos = 0;
+        shm_ref r = shm_table_bucket(a, kg, t->cleanup_pos++);
+        while (r && budget > 0) {
+            shm_rec *rec = shm_rec_at(a, r);
+            r = atomic_load(&rec->next);
+            budget--;
+            if (rec->state != s->id || !shm_rec_live(rec) || !record_expired(s, rec, now))
+                continue;
+            shm_lookup l = {.kg = kg, .hash = rec->hash, .state = rec->state, .klen = rec->klen,
+                            .nslen = rec->nslen, .key = shm_rec_key(rec), .ns = shm_rec_ns(rec)};
+            shm_cursor c;
+            if (shm_table_find(a, &l, &c) == 0) shm_table_delete(a, &l, &c);
+            break; /* the chain changed under r: go on from the next bucket */
+        }
+        if (t->cleanup_pos >= end) break;
+    }
+}
+
+int state_combine(stash_state *s, stash_combine_fn *fn, const stash_bytes *acc,
+                  const stash_bytes *in, stash_bytes *out)
+{
+    size_t len = 0;
+    if (state_reserve(&s->scratch2, &s->scratch2_cap, 64) < 0) return -ENOMEM;
+    int rc = fn(acc, in, s->scratch2, s->scratch2_cap, &len, s->ctx);
+    if (rc == -ENOSPC) {
+        if (state_reserve(&s->scratch2, &s->scratch2_cap, len) < 0) return -ENOMEM;
+        rc = fn(acc, in, s->scratch2, s->scratch2_cap, &len, s->ctx);
+    }
+    if (rc < 0) return rc;
+    out->data = s->scratch2;
+    out->len = len;
+    return 0;
+}

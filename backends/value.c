@@ -1,0 +1,208 @@
+/*
+ * value.c: the single-value state kinds: ValueState, and ReducingState and
+ * AggregatingState, which keep one accumulator per key and namespace. With
+ * TTL the stored bytes are an 8-byte timestamp followed by the value.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/backends.h"
+
+/* Reads the current entry's value without its timestamp, applying TTL: an
+ * expired value is removed by its owner and returned only if the state says
+ * so; a read refreshes the timestamp when the state updates on reads. */
+static int read_value(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out)
+{
+    stash_bytes raw;
+    int rc = state_read(s, l, c, &raw);
+    if (rc < 0 || !state_has_ttl(s)) {
+        *out = raw;
+        return rc;
+    }
+    if (raw.len < TTL_BYTES) return STASH_ENOTFOUND;
+    uint64_t now = state_now(s);
+    out->data = (const uint8_t *)raw.data + TTL_BYTES;
+    out->len = raw.len - TTL_BYTES;
+    bool owned = c->rec != NULL;
+    if (state_expired(s, state_ts_get(raw.data), now)) {
+        bool show = s->ttl.visibility == STASH_TTL_RETURN_EXPIRED_IF_NOT_CLEANED;
+        if (!owned) return show ? 0 : STASH_ENOTFOUND;
+        if (show) {
+            /* Copy out before the record goes. */
+            if (state_reserve(&s->scratch, &s->scratch_cap, out->len) < 0) return -ENOMEM;
+            memcpy(s->scratch, out->data, out->len);
+            out->data = s->scratch;
+        }
+        rc = state_delete(s, l, c);
+        return rc < 0 ? rc : show ? 0 : STASH_ENOTFOUND;
+    }
+    if (owned && s->ttl.update == STASH_TTL_ON_READ_AND_WRITE) {
+        shm_rec *rec;
+        int in_place = state_write_begin(s, l, c, raw.len, raw.len, 0, &rec);
+        if (in_place < 0) return in_place;
+        state_ts_put(shm_rec_value(rec), now);
+        state_write_end(s, l, c, rec, raw.len, in_place);
+        out->data = shm_rec_value(rec) + TTL_BYTES;
+    }
+    return 0;
+}
+
+/* Stores value (with a fresh timestamp under TTL) as the current entry. */
+static int write_value(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *value,
+                       size_t len)
+{
+    size_t ts = state_ts_bytes(s);
+    if (len > UINT32_MAX - ts) return shm_fail(STASH_ETOOBIG, "a value of %zu bytes", len);
+    shm_rec *rec;
+    int in_place = state_write_begin(s, l, c, len + ts, 0, 0, &rec);
+    if (in_place < 0) return in_place;
+    if (ts) state_ts_put(shm_rec_value(rec), state_now(s));
+    memcpy(shm_rec_value(rec) + ts, value, len);
+    state_write_end(s, l, c, rec, len + ts, in_place);
+    if (ts) state_ttl_cleanup(s, l->kg);
+    return 0;
+}
+
+static int check_value(const stash_state *s)
+{
+    return s->kind == STASH_VALUE ? 0 : shm_fail(STASH_EKIND, "not a value state");
+}
+
+STASH_API int stash_value_get(stash_state *state, stash_bytes *out)
+{
+    shm_lookup l;
+    shm_cursor c;
+    int rc = check_value(state);
+    if (!rc) rc = state_lookup(state, &l);
+    if (rc) return rc;
+    rc = read_value(state, &l, &c, out);
+    if (rc == STASH_ENOTFOUND && state->defval) {
+        *out = (stash_bytes){state->defval, state->deflen};
+        return 0;
+    }
+    return rc;
+}
+
+STASH_API int stash_value_put(stash_state *state, const void *value, size_t len)
+{
+    shm_lookup l;
+    shm_cursor c;
+    int rc = check_value(state);
+    if (!rc) rc = state_lookup(state, &l);
+    if (rc) return rc;
+    if (!state_owns(state, l.kg)) return state_refuse_write(state, l.kg);
+    rc = shm_table_find(state->w->arena, &l, &c);
+    if (rc) return rc;
+    if (len == 0) return state_delete(state, &l, &c);
+    return write_value(state, &l, &c, value, len);
+}
+
+/* Folds in into the accumulator of l's entry and stores the result. For an
+ * aggregating state, `merge` chooses the merge function over add (in is then
+ * another accumulator). */
+static int merge_into(stash_state *s, const shm_lookup *l, const stash_bytes *in, bool merge)
+{
+    shm_cursor c;
+    stash_bytes acc, result;
+    int rc = shm_table_find(s->w->arena, l, &c);
+    if (rc) return rc;
+    rc = read_value(s, l, &c, &acc);
+    if (rc < 0 && rc != STASH_ENOTFOUND) return rc;
+    bool have = rc == 0;
+    if (s->kind == STASH_REDUCING) {
+        if (!have) return write_value(s, l, &c, in->data, in->len);
+        rc = state_combine(s, s->reduce, &acc, in, &result);
+    } else if (merge) {
+        if (!have) return write_value(s, l, &c, in->data, in->len);
+        if (!s->agg.merge) return shm_fail(-EINVAL, "aggregating state without a merge function");
+        rc = state_combine(s, s->agg.merge, &acc, in, &result);
+    } else {
+        if (!have) {
+            size_t len = 0;
+            if (state_reserve(&s->scratch, &s->scratch_cap, 64) < 0) return -ENOMEM;
+            rc = s->agg.create(NULL, s->scratch, s->scratch_cap, &len, s->ctx);
+            if (rc == -ENOSPC) {
+                if (state_reserve(&s->scratch, &s->scratch_cap, len) < 0) return -ENOMEM;
+                rc = s->agg.create(NULL, s->scratch, s->scratch_cap, &len, s->ctx);
+            }
+            if (rc < 0) return rc;
+            acc = (stash_bytes){s->scratch, len};
+        }
+        rc = state_combine(s, s->agg.add, &acc, in, &result);
+    }
+    return rc < 0 ? rc : write_value(s, l, &c, result.data, result.len);
+}
+
+static int check_merging(const stash_state *s)
+{
+    if (s->kind == STASH_REDUCING || s->kind == STASH_AGGREGATING) return 0;
+    return shm_fail(STASH_EKIND, "not a reducing or aggregating state");
+}
+
+STASH_API int stash_merging_add(stash_state *state, const void *value, size_t len)
+{
+    shm_lookup l;
+    int rc = check_merging(state);
+    if (!rc) rc = state_lookup(state, &l);
+    if (rc) return rc;
+    if (!state_owns(state, l.kg)) return state_refuse_write(state, l.kg);
+    stash_bytes in = {value, len};
+    return merge_into(state, &l, &in, false);
+}
+
+STASH_API int stash_merging_get(stash_state *state, stash_bytes *out)
+{
+    shm_lookup l;
+    shm_cursor c;
+    int rc = check_merging(state);
+    if (!rc) rc = state_lookup(state, &l);
+    if (!rc) rc = read_value(state, &l, &c, out);
+    if (rc || state->kind == STASH_REDUCING) return rc;
+    stash_bytes acc = *out;
+    size_t len = 0;
+    if (state_reserve(&state->scratch2, &state->scratch2_cap, 64) < 0) return -ENOMEM;
+    rc = state->agg.result(&acc, state->scratch2, state->scratch2_cap, &len, state->ctx);
+    if (rc == -ENOSPC) {
+        if (state_reserve(&state->scratch2, &state->scratch2_cap, len) < 0) return -ENOMEM;
+        rc = state->agg.result(&acc, state->scratch2, state->scratch2_cap, &len, state->ctx);
+    }
+    if (rc < 0) return rc;
+    *out = (stash_bytes){state->scratch2, len};
+    return 0;
+}
+
+int merging_merge_namespaces(stash_state *s, const void *target, size_t tlen,
+                             const stash_bytes *sources, size_t n)
+{
+    stash_arena *a = s->w->arena;
+    shm_lookup tl;
+    int rc = state_lookup_ns(s, target, (uint16_t)tlen, tlen ? stash_hash(target, tlen) : 0, &tl);
+    if (rc) return rc;
+    /* XXH3 of the namespace bytes, as stash_state_namespace computes it. */
+    uint8_t *copy = NULL;
+    size_t cap = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        shm_lookup sl;
+        shm_cursor c;
+        stash_bytes v;
+        if (sources[i].len == tlen && memcmp(sources[i].data, target, tlen) == 0) continue;
+        rc = state_lookup_ns(s, sources[i].data, (uint16_t)sources[i].len,
+                             sources[i].len ? stash_hash(sources[i].data, sources[i].len) : 0,
+                             &sl);
+        if (!rc) rc = shm_table_find(a, &sl, &c);
+        if (rc) break;
+        rc = read_value(s, &sl, &c, &v);
+        if (rc == STASH_ENOTFOUND) {
+            rc = 0;
+            continue;
+        }
+        if (rc < 0 || (rc = state_reserve(&copy, &cap, v.len ? v.len : 1)) < 0) break;
+        memcpy(copy, v.data, v.len);
+        stash_bytes in = {copy, v.len};
+        rc = state_delete(s, &sl, &c);
+        if (!rc) rc = merge_into(s, &tl, &in, true);
+    }
+    free(copy);
+    return rc;
+}

@@ -1,0 +1,46 @@
+/*
+ * catalog.c: the arena's catalog of states. A name maps to one id, one kind
+ * and one set of options for the arena's life, whichever process registers
+ * it first; a later registration must agree. Registration is rare and takes
+ * the catalog's robust lock; the entry's "used" mark is written last, so a
+ * registrar that dies half-way leaves a free entry.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "shm/shm.h"
+
+int shm_catalog_register(stash_arena *a, const char *name, uint32_t kind,
+                         const uint8_t options[32])
+{
+    size_t n = strlen(name);
+    if (n == 0 || n >= SHM_STATE_NAME)
+        return shm_fail(-EINVAL, "state name '%s': 1 to %u bytes", name, SHM_STATE_NAME - 1);
+    int rc = shm_lock_acquire(&a->hdr->catalog_lock, NULL, NULL);
+    if (rc < 0) return shm_fail(rc, "%s: catalog lock: %s", a->path, stash_strerror(rc));
+    int id = 0, free_id = 0;
+    for (uint32_t i = 0; i < SHM_CATALOG_SIZE && !id; i++) {
+        shm_catalog_entry *e = &a->catalog[i];
+        if (!atomic_load(&e->used)) {
+            if (!free_id) free_id = (int)i + 1;
+        } else if (strcmp(e->name, name) == 0) {
+            id = (int)i + 1;
+            if (e->kind != kind || memcmp(e->options, options, sizeof e->options) != 0)
+                id = shm_fail(STASH_EKIND, "%s: state '%s' is registered as kind %u with other "
+                                           "options", a->path, name, e->kind);
+        }
+    }
+    if (!id && free_id) {
+        shm_catalog_entry *e = &a->catalog[free_id - 1];
+        memcpy(e->name, name, n + 1);
+        e->kind = kind;
+        memcpy(e->options, options, sizeof e->options);
+        atomic_store_explicit(&e->used, 1, memory_order_release);
+        id = free_id;
+    } else if (!id) {
+        id = shm_fail(-ENOSPC, "%s: the catalog holds %u states already", a->path,
+                      SHM_CATALOG_SIZE);
+    }
+    shm_lock_release(&a->hdr->catalog_lock);
+    return id;
+}

@@ -1,0 +1,500 @@
+/*
+ * table.c: a key group's keyed table: chained hash buckets of versioned
+ * records, written by the key group's owner and read by anyone.
+ *
+ * Invariants the rest of stash relies on:
+ * - One writer: only the key group's owner changes its table, so the owner's
+ *   own reads need no synchronisation and its views stay valid until its
+ *   next change.
+ * - Versions: every record carries the table epoch in which it was written.
+ *   Pinning a version starts a new epoch; a record written before the pin is
+ *   never changed in place again (shm_rec_mutable), and replacing or deleting
+ *   it keeps it behind the new version (older) for as long as a pin may see
+ *   it. So a reader pinned to version v sees the table exactly as of v.
+ * - Readers in other processes follow links without locks: a record is
+ *   replaced by storing one link, an unlinked record is freed only after
+ *   every reader that could hold it has left (ebr.c), an in-place change is
+ *   bracketed by the record's sequence lock, and moving records between
+ *   buckets (rehash) is bracketed by the table's shape sequence, so a reader
+ *   that missed a key because of a move retries.
+ * - Growing never stops the world: the bucket array doubles and the owner
+ *   moves a few old buckets per write. Moves wait while a pin is held, so a
+ *   pinned walk sees each record in one place.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shm/shm.h"
+
+#define INITIAL_LOG2 4u
+#define WRITE_BUDGET 2u   /* buckets moved or swept per write */
+#define RECLAIM_BATCH 64u /* retired objects that trigger a reclamation */
+#define RECLAIM_CHECK_DEAD 4096u
+
+typedef struct retired_item {
+    shm_off off;
+    uint64_t epoch;
+} retired_item;
+
+static _Atomic shm_ref *bucket_array(const stash_arena *a, shm_off off)
+{
+    return (_Atomic shm_ref *)(a->base + off);
+}
+
+static uint32_t max_pin(const shm_table *t)
+{
+    uint32_t m = 0;
+    for (unsigned i = 0; i < SHM_MAX_PINS; i++) {
+        uint32_t p = atomic_load_explicit(&t->pins[i], memory_order_acquire);
+        if (p > m) m = p;
+    }
+    return m;
+}
+
+/* Whether some pin sees version v while newer is the next newer version. */
+static bool pin_sees(const shm_table *t, uint32_t v, uint32_t newer)
+{
+    for (unsigned i = 0; i < SHM_MAX_PINS; i++) {
+        uint32_t p = atomic_load_explicit(&t->pins[i], memory_order_acquire);
+        if (p && v <= p && p < newer) return true;
+    }
+    return false;
+}
+
+/* The bucket that holds hash h now: during a rehash, an old bucket not yet moved. */
+static _Atomic shm_ref *bucket_for(const stash_arena *a, const shm_table *t, uint32_t h)
+{
+    uint32_t log2 = atomic_load_explicit(&t->log2, memory_order_relaxed);
+    shm_off old = atomic_load_explicit(&t->old_buckets, memory_order_relaxed);
+    if (old) {
+        uint32_t ob = h & ((1u << (log2 - 1)) - 1);
+        if (ob >= atomic_load_explicit(&t->migrate_pos, memory_order_relaxed))
+            return &bucket_array(a, old)[ob];
+    }
+    shm_off cur = atomic_load_explicit(&t->buckets, memory_order_relaxed);
+    return &bucket_array(a, cur)[h & ((1u << log2) - 1)];
+}
+
+static bool rec_matches(const shm_rec *r, const shm_lookup *l)
+{
+    return r->hash == l->hash && r->state == l->state && r->klen == l->klen &&
+           r->nslen == l->nslen && memcmp(shm_rec_key(r), l->key, l->klen) == 0 &&
+           memcmp(shm_rec_ns(r), l->ns, l->nslen) == 0;
+}
+
+/* ---- reclamation -------------------------------------------------------- */
+
+static void reclaim(stash_arena *a, shm_table *t)
+{
+    retired_item *ring = shm_ptr(a, t->retired);
+    uint64_t min = shm_ebr_min(a, t->retired_len >= RECLAIM_CHECK_DEAD);
+    while (t->retired_len && ring[t->retired_head].epoch < min) {
+        shm_free(a, ring[t->retired_head].off);
+        t->retired_head = (t->retired_head + 1) % t->retired_cap;
+        t->retired_len--;
+    }
+    /* Later retirements get a newer epoch than any reader announced so far. */
+    atomic_fetch_add(&a->hdr->ebr_epoch, 1);
+}
+
+/* Queues off for freeing once no reader can hold it. If the ring cannot grow
+ * (arena full), waits for the readers instead of losing the block. */
+static void retire(stash_arena *a, uint32_t kg, shm_off off)
+{
+    shm_table *t = &a->tables[kg];
+    if (t->retired_len == t->retired_cap) {
+        uint32_t cap = t->retired_cap ? t->retired_cap * 2 : RECLAIM_BATCH * 2;
+        shm_off fresh;
+        if (shm_alloc(a, kg, cap * sizeof(retired_item), &fresh) == 0) {
+            retired_item *dst = shm_ptr(a, fresh), *src = shm_ptr(a, t->retired);
+            for (uint32_t i = 0; i < t->retired_len; i++)
+                dst[i] = src[(t->retired_head + i) % t->retired_cap];
+            if (t->retired) shm_free(a, t->retired);
+            t->retired = fresh;
+            t->retired_cap = cap;
+            t->retired_head = 0;
+        } else {
+            while (t->retired_len == t->retired_cap) reclaim(a, t);
+        }
+    }
+    retired_item *ring = shm_ptr(a, t->retired);
+    ring[(t->retired_head + t->retired_len) % t->retired_cap] =
+        (retired_item){off, atomic_load(&a->hdr->ebr_epoch)};
+    t->retired_len++;
+    if (t->retired_len % RECLAIM_BATCH == 0) reclaim(a, t);
+}
+
+static void retire_rec(stash_arena *a, uint32_t kg, shm_rec *r)
+{
+    retire(a, kg, shm_off_of(a, r));
+}
+
+/* ---- growth ------------------------------------------------------------- */
+
+static int new_buckets(stash_arena *a, uint32_t kg, uint32_t log2, shm_off *out)
+{
+    size_t bytes = sizeof(shm_ref) << log2;
+    int rc = shm_alloc(a, kg, bytes, out);
+    if (rc == 0) memset(a->base + *out, 0, bytes);
+    return rc;
+}
+
+static void shape_begin(shm_table *t) { atomic_fetch_add(&t->shape_seq, 1); }
+static void shape_end(shm_table *t) { atomic_fetch_add(&t->shape_seq, 1); }
+
+static void rehash_start(stash_arena *a, uint32_t kg)
+{
+    shm_table *t = &a->tables[kg];
+    shm_off fresh;
+    if (new_buckets(a, kg, t->log2 + 1, &fresh) < 0) return; /* grow later; chains just lengthen */
+    shape_begin(t);
+    atomic_store(&t->old_buckets, atomic_load(&t->buckets));
+    atomic_store(&t->migrate_pos, 0);
+    atomic_store(&t->buckets, fresh);
+    atomic_store(&t->log2, t->log2 + 1);
+    shape_end(t);
+}
+
+/* Moves n old buckets into the new array; retires the old array when done. */
+static void rehash_step(stash_arena *a, uint32_t kg, uint32_t n)
+{
+    shm_table *t = &a->tables[kg];
+    shm_off old = atomic_load(&t->old_buckets);
+    uint32_t old_n = 1u << (t->log2 - 1), pos = atomic_load(&t->migrate_pos);
+    _Atomic shm_ref *from = bucket_array(a, old), *to = bucket_array(a, t->buckets);
+    shape_begin(t);
+    for (; n > 0 && pos < old_n; n--, pos++) {
+        shm_ref r = atomic_load(&from[pos]);
+        while (r) {
+            shm_rec *rec = shm_rec_at(a, r);
+            shm_ref next = atomic_load(&rec->next);
+            _Atomic shm_ref *dst = &to[rec->hash & ((1u << t->log2) - 1)];
+            atomic_store(&rec->next, atomic_load(dst));
+            atomic_store(dst, r);
+            r = next;
+        }
+        atomic_store(&from[pos], 0);
+    }
+    atomic_store(&t->migrate_pos, pos);
+    if (pos == old_n) atomic_store(&t->old_buckets, 0);
+    shape_end(t);
+    if (pos == old_n) retire(a, kg, old);
+}
+
+/* ---- pruning: dropping versions no pin sees any more ------------------- */
+
+/* Drops the versions behind head that no pin sees; a tombstone head that
+ * hides nothing any more is unlinked. Returns the record the chain's link
+ * should point at (head, or what followed it). */
+static void prune_versions(stash_arena *a, uint32_t kg, shm_rec *head)
+{
+    shm_table *t = &a->tables[kg];
+    shm_rec *newer = head;
+    shm_ref r = atomic_load(&head->older);
+    while (r) {
+        shm_rec *v = shm_rec_at(a, r);
+        shm_ref next = atomic_load(&v->older);
+        if (pin_sees(t, v->version, newer->version)) {
+            newer = v;
+        } else {
+            atomic_store(&newer->older, next);
+            retire_rec(a, kg, v);
+        }
+        r = next;
+    }
+}
+
+static void sweep_step(stash_arena *a, uint32_t kg, uint32_t budget)
+{
+    shm_table *t = &a->tables[kg];
+    uint32_t end = shm_table_positions(a, kg);
+    for (; budget > 0 && t->sweep_pos < end; budget--, t->sweep_pos++) {
+        _Atomic shm_ref *link = t->sweep_pos < (1u << t->log2)
+                                    ? &bucket_array(a, t->buckets)[t->sweep_pos]
+                                    : &bucket_array(a, t->old_buckets)[t->sweep_pos -
+                                                                        (1u << t->log2)];
+        for (shm_ref r = atomic_load(link); r; r = atomic_load(link)) {
+            shm_rec *rec = shm_rec_at(a, r);
+            prune_versions(a, kg, rec);
+            if ((rec->flags & SHM_REC_TOMBSTONE) && !atomic_load(&rec->older)) {
+                atomic_store(link, atomic_load(&rec->next));
+                retire_rec(a, kg, rec);
+                continue;
+            }
+            link = &rec->next;
+        }
+    }
+    if (t->sweep_pos >= end) t->sweep_pos = UINT32_MAX;
+}
+
+void shm_table_maintain(stash_arena *a, uint32_t kg, uint32_t budget)
+{
+    shm_table *t = &a->tables[kg];
+    uint32_t gen = atomic_load(&t->pins_gen);
+    if (gen != t->swept_gen && t->buckets) {
+        t->swept_gen = gen;
+        t->sweep_pos = 0;
+    }
+    if (t->sweep_pos != UINT32_MAX) {
+        sweep_step(a, kg, budget);
+        return;
+    }
+    if (max_pin(t)) return; /* records stay where pinned readers walk them */
+    if (atomic_load(&t->old_buckets)) rehash_step(a, kg, budget);
+    else if (t->buckets && atomic_load(&t->count) > (1ull << t->log2)) rehash_start(a, kg);
+}
+
+/* ---- the owner's operations --------------------------------------------- */
+
+int shm_table_find(stash_arena *a, const shm_lookup *l, shm_cursor *c)
+{
+    shm_table *t = &a->tables[l->kg];
+    if (!atomic_load_explicit(&t->buckets, memory_order_relaxed)) {
+        shm_off b;
+        int rc = new_buckets(a, l->kg, INITIAL_LOG2, &b);
+        if (rc < 0) return rc;
+        atomic_store(&t->log2, INITIAL_LOG2);
+        atomic_store_explicit(&t->buckets, b, memory_order_release);
+    }
+    _Atomic shm_ref *link = bucket_for(a, t, l->hash);
+    c->link = link;
+    c->rec = NULL;
+    for (shm_ref r = atomic_load_explicit(link, memory_order_relaxed); r;) {
+        shm_rec *rec = shm_rec_at(a, r);
+        if (rec_matches(rec, l)) {
+            c->link = link;
+            c->rec = rec;
+            return 0;
+        }
+        link = &rec->next;
+        r = atomic_load_explicit(link, memory_order_relaxed);
+    }
+    return 0;
+}
+
+bool shm_rec_mutable(const stash_arena *a, uint32_t kg, const shm_rec *rec)
+{
+    return rec->version == atomic_load_explicit(&a->tables[kg].epoch, memory_order_relaxed);
+}
+
+uint64_t shm_rec_capacity(const stash_arena *a, const shm_rec *rec)
+{
+    return shm_block_size(a, shm_off_of(a, rec)) - sizeof *rec - rec->klen - rec->nslen;
+}
+
+int shm_rec_new(stash_arena *a, const shm_lookup *l, size_t cap, shm_rec **out)
+{
+    shm_off off;
+    int rc = shm_alloc(a, l->kg, sizeof(shm_rec) + l->klen + l->nslen + cap, &off);
+    if (rc < 0) return rc;
+    shm_rec *r = shm_ptr(a, off);
+    atomic_store_explicit(&r->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->older, 0, memory_order_relaxed);
+    atomic_store_explicit(&r->seq, 0, memory_order_relaxed);
+    r->version = atomic_load_explicit(&a->tables[l->kg].epoch, memory_order_relaxed);
+    r->hash = l->hash;
+    r->state = l->state;
+    r->flags = 0;
+    r->reserved = 0;
+    r->klen = l->klen;
+    r->nslen = l->nslen;
+    atomic_store_explicit(&r->vlen, 0, memory_order_relaxed);
+    memcpy((uint8_t *)(r + 1), l->key, l->klen);
+    memcpy((uint8_t *)(r + 1) + l->klen, l->ns, l->nslen);
+    *out = r;
+    return 0;
+}
+
+static void count_add(shm_table *t, int64_t d)
+{
+    uint64_t n = atomic_load_explicit(&t->count, memory_order_relaxed);
+    atomic_store_explicit(&t->count, n + (uint64_t)d, memory_order_relaxed);
+}
+
+static void after_change(stash_arena *a, uint32_t kg)
+{
+    shm_table *t = &a->tables[kg];
+    uint64_t w = atomic_load_explicit(&t->writes, memory_order_relaxed);
+    atomic_store_explicit(&t->writes, w + 1, memory_order_relaxed);
+    shm_table_maintain(a, kg, WRITE_BUDGET);
+}
+
+void shm_table_publish(stash_arena *a, const shm_lookup *l, shm_cursor *c, shm_rec *rec)
+{
+    shm_table *t = &a->tables[l->kg];
+    shm_rec *old = c->rec;
+    rec->version = atomic_load_explicit(&t->epoch, memory_order_relaxed);
+    if (!old) {
+        atomic_store_explicit(&rec->next, atomic_load(c->link), memory_order_relaxed);
+        atomic_store_explicit(c->link, shm_ref_of(shm_off_of(a, rec)), memory_order_release);
+        count_add(t, 1);
+    } else {
+        bool keep = old->version <= max_pin(t);
+        atomic_store_explicit(&rec->next, atomic_load(&old->next), memory_order_relaxed);
+        atomic_store_explicit(&rec->older,
+                              keep ? shm_ref_of(shm_off_of(a, old)) : atomic_load(&old->older),
+                              memory_order_relaxed);
+        atomic_store_explicit(c->link, shm_ref_of(shm_off_of(a, rec)), memory_order_release);
+        if (old->flags & SHM_REC_TOMBSTONE) count_add(t, 1);
+        if (!keep) retire_rec(a, l->kg, old);
+    }
+    c->rec = rec;
+    after_change(a, l->kg);
+}
+
+int shm_table_delete(stash_arena *a, const shm_lookup *l, shm_cursor *c)
+{
+    shm_table *t = &a->tables[l->kg];
+    shm_rec *old = c->rec;
+    if (!old || (old->flags & SHM_REC_TOMBSTONE)) return 0;
+    if (max_pin(t)) {
+        /* A pinned reader may still see old or what it keeps: leave a tombstone. */
+        shm_rec *tomb;
+        int rc = shm_rec_new(a, l, 0, &tomb);
+        if (rc < 0) return rc;
+        tomb->flags = SHM_REC_TOMBSTONE;
+        shm_table_publish(a, l, c, tomb);
+        count_add(t, -1);
+        return 0;
+    }
+    atomic_store_explicit(c->link, atomic_load(&old->next), memory_order_release);
+    for (shm_ref r = atomic_load(&old->older); r;) {
+        shm_rec *v = shm_rec_at(a, r);
+        r = atomic_load(&v->older);
+        retire_rec(a, l->kg, v);
+    }
+    retire_rec(a, l->kg, old);
+    c->rec = NULL;
+    count_add(t, -1);
+    after_change(a, l->kg);
+    return 0;
+}
+
+void shm_rec_write_begin(shm_rec *rec)
+{
+    atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+}
+
+void shm_rec_write_end(shm_rec *rec)
+{
+    atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1,
+                          memory_order_release);
+}
+
+/* ---- pins ---------------------------------------------------------------- */
+
+int64_t shm_table_pin(stash_arena *a, uint32_t kg)
+{
+    shm_table *t = &a->tables[kg];
+    for (unsigned i = 0; i < SHM_MAX_PINS; i++) {
+        if (atomic_load(&t->pins[i])) continue;
+        uint32_t v = atomic_load(&t->epoch);
+        atomic_store(&t->pins[i], v);
+        atomic_store(&t->epoch, v + 1);
+        return v;
+    }
+    return shm_fail(-EBUSY, "%s: key group %u already has %u versions pinned", a->path, kg,
+                    SHM_MAX_PINS);
+}
+
+void shm_table_unpin(stash_arena *a, uint32_t kg, uint32_t version)
+{
+    shm_table *t = &a->tables[kg];
+    for (unsigned i = 0; i < SHM_MAX_PINS; i++) {
+        uint32_t v = version;
+        if (atomic_compare_exchange_strong(&t->pins[i], &v, 0)) {
+            atomic_fetch_add(&t->pins_gen, 1);
+            return;
+        }
+    }
+}
+
+shm_rec *shm_table_get_at(stash_arena *a, const shm_lookup *l, uint32_t version)
+{
+    shm_table *t = &a->tables[l->kg];
+    if (!atomic_load_explicit(&t->buckets, memory_order_acquire)) return NULL;
+    for (shm_ref r = atomic_load_explicit(bucket_for(a, t, l->hash), memory_order_acquire); r;) {
+        shm_rec *rec = shm_rec_at(a, r);
+        if (rec_matches(rec, l)) {
+            while (rec && rec->version > version)
+                rec = shm_rec_at(a, atomic_load_explicit(&rec->older, memory_order_acquire));
+            return shm_rec_live(rec) ? rec : NULL;
+        }
+        r = atomic_load_explicit(&rec->next, memory_order_acquire);
+    }
+    return NULL;
+}
+
+uint32_t shm_table_positions(const stash_arena *a, uint32_t kg)
+{
+    const shm_table *t = &a->tables[kg];
+    if (!t->buckets) return 0;
+    uint32_t n = 1u << t->log2;
+    return t->old_buckets ? n + n / 2 : n;
+}
+
+shm_ref shm_table_bucket(const stash_arena *a, uint32_t kg, uint32_t pos)
+{
+    const shm_table *t = &a->tables[kg];
+    uint32_t n = 1u << t->log2;
+    if (pos < n) return atomic_load_explicit(&bucket_array(a, t->buckets)[pos],
+                                             memory_order_relaxed);
+    return atomic_load_explicit(&bucket_array(a, t->old_buckets)[pos - n], memory_order_relaxed);
+}
+
+/* ---- readers in other processes ----------------------------------------- */
+
+/* Copies rec's value under its sequence lock. Returns its length or -ENOMEM. */
+static int64_t copy_stable(shm_rec *rec, uint8_t **buf, size_t *cap)
+{
+    for (;;) {
+        uint32_t s = atomic_load_explicit(&rec->seq, memory_order_acquire);
+        if (s & 1) continue;
+        uint32_t len = atomic_load_explicit(&rec->vlen, memory_order_relaxed);
+        if (len > *cap) {
+            uint8_t *grown = realloc(*buf, len);
+            if (!grown) return -ENOMEM;
+            *buf = grown;
+            *cap = len;
+        }
+        memcpy(*buf, shm_rec_value(rec), len);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&rec->seq, memory_order_relaxed) == s) return len;
+    }
+}
+
+int64_t shm_table_read_copy(stash_arena *a, uint32_t reader_slot, const shm_lookup *l,
+                            uint8_t **buf, size_t *cap)
+{
+    shm_table *t = &a->tables[l->kg];
+    int64_t rc = STASH_ENOTFOUND;
+    shm_ebr_enter(a, reader_slot);
+    for (;;) {
+        uint32_t shape = atomic_load_explicit(&t->shape_seq, memory_order_acquire);
+        if (shape & 1) continue;
+        if (!atomic_load_explicit(&t->buckets, memory_order_acquire)) break;
+        shm_rec *found = NULL;
+        /* A chain cannot be longer than the table's records unless a move
+         * confused this walk; the shape check below then retries. */
+        uint64_t steps = atomic_load(&t->count) * 2 + 64;
+        for (shm_ref r = atomic_load_explicit(bucket_for(a, t, l->hash), memory_order_acquire);
+             r && steps--;) {
+            shm_rec *rec = shm_rec_at(a, r);
+            if (rec_matches(rec, l)) {
+                found = rec;
+                break;
+            }
+            r = atomic_load_explicit(&rec->next, memory_order_acquire);
+        }
+        if (found) {
+            rc = shm_rec_live(found) ? copy_stable(found, buf, cap) : STASH_ENOTFOUND;
+            break;
+        }
+        if (atomic_load_explicit(&t->shape_seq, memory_order_acquire) == shape) break;
+    }
+    shm_ebr_exit(a, reader_slot);
+    return rc;
+}

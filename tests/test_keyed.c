@@ -1,0 +1,416 @@
+/*
+ * test_keyed.c: every operation of every keyed state kind, with namespaces:
+ * value, list, map, reducing, aggregating; getKeys; namespace merges;
+ * registration rules; writes outside the worker's key groups.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tests/helpers.h"
+
+static char arena_name[96];
+static stash_arena *arena;
+static stash_worker *w;
+
+static void setup(void)
+{
+    arena = test_arena_create("keyed", 64u << 20, 128, arena_name);
+    cr_assert_eq(stash_worker_open(arena_name, &(stash_worker_opts){.index = 0, .parallelism = 1},
+                                   &w), 0);
+}
+
+static void teardown(void)
+{
+    cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
+    stash_worker_close(w);
+    stash_arena_close(arena);
+    stash_arena_destroy(arena_name, NULL);
+}
+
+TestSuite(keyed, .init = setup, .fini = teardown);
+
+static stash_state *state(const char *name, stash_kind kind)
+{
+    stash_state *s;
+    int rc = stash_state_get(w, &(stash_state_desc){.name = name, .kind = kind}, &s);
+    cr_assert_eq(rc, 0, "%s: %s", name, stash_errmsg());
+    return s;
+}
+
+static void key(const char *k) { cr_assert_eq(stash_key_set(w, k, strlen(k)), 0); }
+
+static void expect_value(stash_state *s, const char *want)
+{
+    stash_bytes v;
+    int rc = stash_value_get(s, &v);
+    if (!want) {
+        cr_assert_eq(rc, STASH_ENOTFOUND);
+        return;
+    }
+    cr_assert_eq(rc, 0, "%s", stash_strerror(rc));
+    cr_assert_eq(v.len, strlen(want));
+    cr_assert_eq(memcmp(v.data, want, v.len), 0);
+}
+
+Test(keyed, value_put_get_clear_per_key_and_namespace)
+{
+    stash_state *s = state("v", STASH_VALUE);
+    cr_assert_eq(stash_value_get(s, &(stash_bytes){0}), STASH_ENOKEY);
+    key("alice");
+    expect_value(s, NULL);
+    cr_assert_eq(stash_value_put(s, "one", 3), 0);
+    expect_value(s, "one");
+    cr_assert_eq(stash_value_put(s, "a longer second value", 21), 0);
+    expect_value(s, "a longer second value");
+    key("bob");
+    expect_value(s, NULL);
+    cr_assert_eq(stash_value_put(s, "b", 1), 0);
+    stash_state_namespace(s, "window-1", 8);
+    expect_value(s, NULL);
+    cr_assert_eq(stash_value_put(s, "in window", 9), 0);
+    expect_value(s, "in window");
+    stash_state_namespace(s, NULL, 0);
+    expect_value(s, "b");
+    key("alice");
+    expect_value(s, "a longer second value");
+    cr_assert_eq(stash_state_clear(s), 0);
+    expect_value(s, NULL);
+    cr_assert_eq(stash_value_put(s, "x", 1), 0);
+    cr_assert_eq(stash_value_put(s, NULL, 0), 0, "putting nothing clears");
+    expect_value(s, NULL);
+}
+
+Test(keyed, value_default_is_a_copy)
+{
+    char def[] = "default";
+    stash_state *s;
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "d", .kind = STASH_VALUE,
+                                                         .default_value = {def, 7}}, &s), 0);
+    def[0] = 'X';
+    key("k");
+    expect_value(s, "default");
+    stash_value_put(s, "set", 3);
+    expect_value(s, "set");
+}
+
+Test(keyed, many_keys_survive_growth)
+{
+    stash_state *s = state("grow", STASH_VALUE);
+    for (uint32_t i = 0; i < 200000; i++) {
+        cr_assert_eq(stash_key_set(w, &i, sizeof i), 0);
+        uint64_t v = (uint64_t)i * 7;
+        cr_assert_eq(stash_value_put(s, &v, sizeof v), 0);
+    }
+    for (uint32_t i = 0; i < 200000; i++) {
+        stash_key_set(w, &i, sizeof i);
+        stash_bytes v;
+        cr_assert_eq(stash_value_get(s, &v), 0, "key %u", i);
+        cr_assert_eq(*(const uint64_t *)v.data, (uint64_t)i * 7);
+    }
+    uint64_t n = 0;
+    for (uint32_t kg = 0; kg < 128; kg++) n += atomic_load(&arena->tables[kg].count);
+    cr_assert_eq(n, 200000);
+}
+
+static void expect_list(stash_state *s, const char *const *want, size_t n)
+{
+    stash_iter it;
+    int rc = stash_list_get(s, &it);
+    if (n == 0) {
+        cr_assert_eq(rc, STASH_ENOTFOUND);
+        return;
+    }
+    cr_assert_eq(rc, 0);
+    stash_bytes v;
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(stash_iter_next(&it, NULL, &v), 1, "element %zu", i);
+        cr_assert_eq(v.len, strlen(want[i]));
+        cr_assert_eq(memcmp(v.data, want[i], v.len), 0, "element %zu", i);
+    }
+    cr_assert_eq(stash_iter_next(&it, NULL, &v), 0);
+}
+
+Test(keyed, list_add_add_all_update_clear_in_order)
+{
+    stash_state *s = state("l", STASH_LIST);
+    key("k");
+    expect_list(s, NULL, 0);
+    stash_list_add(s, "a", 1);
+    stash_list_add(s, "bb", 2);
+    stash_bytes more[] = {{"ccc", 3}, {"", 0}, {"dddd", 4}};
+    cr_assert_eq(stash_list_add_all(s, more, 3), 0);
+    expect_list(s, (const char *[]){"a", "bb", "ccc", "", "dddd"}, 5);
+    stash_bytes repl[] = {{"x", 1}, {"y", 1}};
+    cr_assert_eq(stash_list_update(s, repl, 2), 0);
+    expect_list(s, (const char *[]){"x", "y"}, 2);
+    cr_assert_eq(stash_list_update(s, NULL, 0), 0, "an empty update deletes");
+    expect_list(s, NULL, 0);
+    for (int i = 0; i < 1000; i++) stash_list_add(s, &i, sizeof i);
+    stash_iter it;
+    stash_bytes v;
+    stash_list_get(s, &it);
+    for (int i = 0; i < 1000; i++) {
+        cr_assert_eq(stash_iter_next(&it, NULL, &v), 1);
+        cr_assert_eq(*(const int *)v.data, i);
+    }
+    stash_state_clear(s);
+    expect_list(s, NULL, 0);
+}
+
+Test(keyed, iterators_are_invalidated_by_writes)
+{
+    stash_state *s = state("inv", STASH_LIST);
+    key("k");
+    stash_list_add(s, "a", 1);
+    stash_iter it;
+    cr_assert_eq(stash_list_get(s, &it), 0);
+    stash_list_add(s, "b", 1);
+    cr_assert_eq(stash_iter_next(&it, NULL, NULL), STASH_ESTALE);
+}
+
+Test(keyed, map_put_get_remove_contains_iterate)
+{
+    stash_state *s = state("m", STASH_MAP);
+    key("k");
+    cr_assert_eq(stash_map_is_empty(s), 1);
+    cr_assert_eq(stash_map_contains(s, "a", 1), 0);
+    char kbuf[16], vbuf[32];
+    for (int i = 0; i < 100; i++) {
+        snprintf(kbuf, sizeof kbuf, "k%d", i);
+        snprintf(vbuf, sizeof vbuf, "value-%d", i * i);
+        cr_assert_eq(stash_map_put(s, kbuf, strlen(kbuf), vbuf, strlen(vbuf)), 0);
+    }
+    cr_assert_eq(stash_map_is_empty(s), 0);
+    stash_map_put(s, "k7", 2, "seven", 5);
+    stash_map_put(s, "k8", 2, "a much longer value for eight", 29);
+    stash_bytes v;
+    cr_assert_eq(stash_map_get(s, "k7", 2, &v), 0);
+    cr_assert(v.len == 5 && memcmp(v.data, "seven", 5) == 0);
+    cr_assert_eq(stash_map_get(s, "k8", 2, &v), 0);
+    cr_assert_eq(v.len, 29);
+    cr_assert_eq(stash_map_remove(s, "k9", 2), 0);
+    cr_assert_eq(stash_map_contains(s, "k9", 2), 0);
+    cr_assert_eq(stash_map_remove(s, "absent", 6), 0);
+    stash_bytes keys[] = {{"p", 1}, {"q", 1}}, vals[] = {{"1", 1}, {"2", 1}};
+    cr_assert_eq(stash_map_put_all(s, keys, vals, 2), 0);
+
+    stash_iter it;
+    stash_bytes k;
+    int n = 0, seen7 = 0;
+    cr_assert_eq(stash_map_iter(s, &it), 0);
+    while (stash_iter_next(&it, &k, &v) == 1) {
+        n++;
+        if (k.len == 2 && memcmp(k.data, "k7", 2) == 0) seen7 = 1;
+    }
+    cr_assert_eq(n, 101);
+    cr_assert(seen7);
+}
+
+Test(keyed, map_iterator_removes_the_last_returned_entry)
+{
+    stash_state *s = state("mi", STASH_MAP);
+    key("k");
+    for (int i = 0; i < 50; i++) stash_map_put(s, &i, sizeof i, &i, sizeof i);
+    stash_iter it;
+    stash_bytes k, v;
+    cr_assert_eq(stash_map_iter(s, &it), 0);
+    cr_assert_eq(stash_iter_remove(&it), -EINVAL, "nothing returned yet");
+    int removed = 0;
+    while (stash_iter_next(&it, &k, &v) == 1) {
+        if (*(const int *)k.data % 2 == 0) {
+            cr_assert_eq(stash_iter_remove(&it), 0, "%s", stash_errmsg());
+            removed++;
+        }
+    }
+    cr_assert_eq(removed, 25);
+    for (int i = 0; i < 50; i++) cr_assert_eq(stash_map_contains(s, &i, sizeof i), i % 2);
+    cr_assert_eq(stash_map_iter(s, &it), 0);
+    while (stash_iter_next(&it, &k, &v) == 1) cr_assert_eq(stash_iter_remove(&it), 0);
+    cr_assert_eq(stash_map_is_empty(s), 1, "removing every entry deletes the map");
+}
+
+static int sum_reduce(const stash_bytes *acc, const stash_bytes *in, void *out, size_t cap,
+                      size_t *len, void *ctx)
+{
+    (void)ctx;
+    *len = sizeof(int64_t);
+    if (cap < *len) return -ENOSPC;
+    int64_t a = *(const int64_t *)acc->data, b = *(const int64_t *)in->data, r = a + b;
+    memcpy(out, &r, sizeof r);
+    return 0;
+}
+
+Test(keyed, reducing_state_reduces)
+{
+    stash_state *s;
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "r", .kind = STASH_REDUCING,
+                                                         .reduce = sum_reduce}, &s), 0);
+    key("k");
+    stash_bytes v;
+    cr_assert_eq(stash_merging_get(s, &v), STASH_ENOTFOUND);
+    for (int64_t i = 1; i <= 10; i++) cr_assert_eq(stash_merging_add(s, &i, sizeof i), 0);
+    cr_assert_eq(stash_merging_get(s, &v), 0);
+    cr_assert_eq(*(const int64_t *)v.data, 55);
+    stash_state_clear(s);
+    cr_assert_eq(stash_merging_get(s, &v), STASH_ENOTFOUND);
+}
+
+/* An average: the accumulator is (sum, count); the result is the mean as a double. */
+static int avg_create(const stash_bytes *acc, void *out, size_t cap, size_t *len, void *ctx)
+{
+    (void)acc, (void)ctx;
+    *len = 16;
+    if (cap < 16) return -ENOSPC;
+    memset(out, 0, 16);
+    return 0;
+}
+static int avg_add(const stash_bytes *acc, const stash_bytes *in, void *out, size_t cap,
+                   size_t *len, void *ctx)
+{
+    (void)ctx;
+    *len = 16;
+    if (cap < 16) return -ENOSPC;
+    int64_t a[2];
+    memcpy(a, acc->data, 16);
+    a[0] += *(const int64_t *)in->data;
+    a[1] += 1;
+    memcpy(out, a, 16);
+    return 0;
+}
+static int avg_merge(const stash_bytes *x, const stash_bytes *y, void *out, size_t cap,
+                     size_t *len, void *ctx)
+{
+    (void)ctx;
+    *len = 16;
+    if (cap < 16) return -ENOSPC;
+    int64_t a[2], b[2];
+    memcpy(a, x->data, 16);
+    memcpy(b, y->data, 16);
+    a[0] += b[0], a[1] += b[1];
+    memcpy(out, a, 16);
+    return 0;
+}
+static int avg_result(const stash_bytes *acc, void *out, size_t cap, size_t *len, void *ctx)
+{
+    (void)ctx;
+    *len = sizeof(double);
+    if (cap < *len) return -ENOSPC;
+    int64_t a[2];
+    memcpy(a, acc->data, 16);
+    double r = a[1] ? (double)a[0] / (double)a[1] : 0;
+    memcpy(out, &r, sizeof r);
+    return 0;
+}
+static const stash_aggregate_fns avg_fns = {avg_create, avg_add, avg_result, avg_merge};
+
+Test(keyed, aggregating_state_aggregates_and_merges_namespaces)
+{
+    stash_state *s;
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "avg", .kind = STASH_AGGREGATING,
+                                                         .aggregate = &avg_fns}, &s), 0);
+    key("k");
+    stash_state_namespace(s, "w1", 2);
+    for (int64_t i = 1; i <= 4; i++) stash_merging_add(s, &i, sizeof i);
+    stash_state_namespace(s, "w2", 2);
+    int64_t ten = 10;
+    stash_merging_add(s, &ten, sizeof ten);
+    stash_bytes v;
+    cr_assert_eq(stash_merging_get(s, &v), 0);
+    cr_assert_eq(*(const double *)v.data, 10.0);
+    stash_bytes sources[] = {{"w1", 2}, {"w2", 2}};
+    cr_assert_eq(stash_merge_namespaces(s, "w3", 2, sources, 2), 0);
+    cr_assert_eq(stash_merging_get(s, &v), STASH_ENOTFOUND, "sources are deleted");
+    stash_state_namespace(s, "w3", 2);
+    cr_assert_eq(stash_merging_get(s, &v), 0);
+    cr_assert_eq(*(const double *)v.data, 20.0 / 5.0);
+}
+
+Test(keyed, list_merge_namespaces_appends_in_order)
+{
+    stash_state *s = state("lm", STASH_LIST);
+    key("k");
+    stash_state_namespace(s, "a", 1);
+    stash_list_add(s, "1", 1);
+    stash_state_namespace(s, "b", 1);
+    stash_list_add(s, "2", 1);
+    stash_list_add(s, "3", 1);
+    stash_state_namespace(s, "t", 1);
+    stash_list_add(s, "0", 1);
+    stash_bytes sources[] = {{"a", 1}, {"b", 1}, {"missing", 7}};
+    cr_assert_eq(stash_merge_namespaces(s, "t", 1, sources, 3), 0);
+    expect_list(s, (const char *[]){"0", "1", "2", "3"}, 4);
+    stash_state_namespace(s, "a", 1);
+    expect_list(s, NULL, 0);
+    stash_state *v = state("not-mergeable", STASH_VALUE);
+    cr_assert_eq(stash_merge_namespaces(v, "t", 1, sources, 1), STASH_EKIND);
+}
+
+Test(keyed, keys_of_a_state_in_one_or_all_namespaces)
+{
+    stash_state *s = state("ks", STASH_VALUE), *other = state("other", STASH_VALUE);
+    for (int i = 0; i < 300; i++) {
+        stash_key_set(w, &i, sizeof i);
+        stash_state_namespace(s, i % 3 ? "odd" : "even", i % 3 ? 3 : 4);
+        stash_value_put(s, "v", 1);
+        stash_value_put(other, "o", 1);
+    }
+    uint8_t seen[300] = {0};
+    stash_iter it;
+    stash_bytes k;
+    int n = 0;
+    cr_assert_eq(stash_keys_iter(s, NULL, 0, &it), 0);
+    while (stash_iter_next(&it, &k, NULL) == 1) {
+        int i = *(const int *)k.data;
+        cr_assert(!seen[i]++, "key %d once", i);
+        n++;
+    }
+    cr_assert_eq(n, 300);
+    n = 0;
+    cr_assert_eq(stash_keys_iter(s, "even", 4, &it), 0);
+    while (stash_iter_next(&it, &k, NULL) == 1) {
+        cr_assert_eq(*(const int *)k.data % 3, 0);
+        n++;
+    }
+    cr_assert_eq(n, 100);
+}
+
+Test(keyed, registration_is_shared_and_kinds_must_agree)
+{
+    stash_state *a = state("shared", STASH_MAP), *b;
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "shared", .kind = STASH_VALUE},
+                                 &b), STASH_EKIND);
+    cr_assert(strstr(stash_errmsg(), "shared"));
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "shared", .kind = STASH_MAP,
+                                                         .ttl = {.ttl_ms = 5}}, &b), STASH_EKIND,
+                 "other TTL options are another state");
+    b = state("shared", STASH_MAP);
+    key("k");
+    stash_map_put(a, "x", 1, "y", 1);
+    cr_assert_eq(stash_map_contains(b, "x", 1), 1, "both handles see the same state");
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "r", .kind = STASH_REDUCING}, &b),
+                 -EINVAL, "a reducing state needs its function");
+    cr_assert_eq(stash_value_put(a, "v", 1), STASH_EKIND, "a map is not a value");
+}
+
+Test(keyed, writes_to_foreign_key_groups_are_refused)
+{
+    stash_worker_close(w);
+    cr_assert_eq(stash_worker_open(arena_name, &(stash_worker_opts){.index = 0, .parallelism = 2},
+                                   &w), 0);
+    stash_state *s = state("own", STASH_VALUE), *l = state("ownl", STASH_LIST),
+                *m = state("ownm", STASH_MAP);
+    int foreign = -1;
+    for (int i = 0; foreign < 0; i++) {
+        stash_key_set(w, &i, sizeof i);
+        if (stash_key_group_current(w) >= 64) foreign = i;
+    }
+    cr_assert_eq(stash_value_put(s, "x", 1), STASH_EKEYGROUP);
+    cr_assert(strstr(stash_errmsg(), "0..63"), "%s", stash_errmsg());
+    cr_assert_eq(stash_list_add(l, "x", 1), STASH_EKEYGROUP);
+    cr_assert_eq(stash_map_put(m, "x", 1, "y", 1), STASH_EKEYGROUP);
+    cr_assert_eq(stash_state_clear(s), STASH_EKEYGROUP);
+    stash_bytes v;
+    cr_assert_eq(stash_value_get(s, &v), STASH_ENOTFOUND, "reads of any key group work");
+}
