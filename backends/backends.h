@@ -70,12 +70,13 @@ int state_refuse_write(const stash_state *s, uint32_t kg);
  * Returns 0 or STASH_ENOTFOUND. */
 int state_read(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out);
 
-/* Starts a write of len value bytes to c's entry: the record itself when it
- * may change in place (its old bytes stay), else a new record of capacity at
- * least cap holding the first preserve bytes of the old value. Returns 1 for
- * in place, 0 for a new record, or a negative error. */
+/* Starts a write of len value bytes to c's entry that overwrites the first
+ * dirty bytes of the old value: the record itself when it may change in
+ * place (its old bytes stay), else a new record of capacity at least cap
+ * holding the first preserve bytes of the old value. Returns 1 for in place,
+ * 0 for a new record, or a negative error. */
 int state_write_begin(stash_state *s, const shm_lookup *l, shm_cursor *c, size_t len,
-                      size_t preserve, size_t cap, shm_rec **rec);
+                      size_t preserve, size_t dirty, size_t cap, shm_rec **rec);
 /* Finishes it: sets the value's length and publishes. */
 void state_write_end(stash_state *s, const shm_lookup *l, shm_cursor *c, shm_rec *rec,
                      size_t len, int in_place);

@@ -50,7 +50,7 @@ STASH_API int stash_list_add_all(stash_state *state, const stash_bytes *values, 
     for (size_t i = 0; i < n; i++) add += element_bytes(state, values[i].len);
     if (old + add > UINT32_MAX) return shm_fail(STASH_ETOOBIG, "a list of %zu bytes", old + add);
     shm_rec *rec;
-    int in_place = state_write_begin(state, &l, &c, old + add, old, 2 * (old + add), &rec);
+    int in_place = state_write_begin(state, &l, &c, old + add, old, 0, 2 * (old + add), &rec);
     if (in_place < 0) return in_place;
     uint64_t now = state_has_ttl(state) ? state_now(state) : 0;
     uint8_t *p = shm_rec_value(rec) + old;
@@ -79,7 +79,7 @@ STASH_API int stash_list_update(stash_state *state, const stash_bytes *values, s
     for (size_t i = 0; i < n; i++) total += element_bytes(state, values[i].len);
     if (total > UINT32_MAX) return shm_fail(STASH_ETOOBIG, "a list of %zu bytes", total);
     shm_rec *rec;
-    int in_place = state_write_begin(state, &l, &c, total, 0, 0, &rec);
+    int in_place = state_write_begin(state, &l, &c, total, 0, total, 0, &rec);
     if (in_place < 0) return in_place;
     uint64_t now = state_has_ttl(state) ? state_now(state) : 0;
     uint8_t *p = shm_rec_value(rec);
@@ -112,7 +112,7 @@ static int64_t list_refresh(stash_state *s, const shm_lookup *l, shm_cursor *c,
     if (state_reserve(&s->scratch2, &s->scratch2_cap, raw->len) < 0) return -ENOMEM;
     memcpy(s->scratch2, raw->data, raw->len);
     shm_rec *rec;
-    int in_place = state_write_begin(s, l, c, keep, 0, 0, &rec);
+    int in_place = state_write_begin(s, l, c, keep, 0, keep, 0, &rec);
     if (in_place < 0) return in_place;
     uint8_t *dst = shm_rec_value(rec);
     for (size_t off = 0; off + 4 + TTL_BYTES <= raw->len;) {
@@ -213,7 +213,8 @@ int list_merge_namespaces(stash_state *s, const void *target, size_t tlen,
         if ((rc = shm_table_find(a, &tl, &tc)) < 0) break;
         size_t old = shm_rec_live(tc.rec) ? atomic_load(&tc.rec->vlen) : 0;
         shm_rec *rec;
-        int in_place = state_write_begin(s, &tl, &tc, old + len, old, 2 * (old + len), &rec);
+        int in_place =
+            state_write_begin(s, &tl, &tc, old + len, old, 0, 2 * (old + len), &rec);
         if (in_place < 0) {
             rc = in_place;
             break;

@@ -199,20 +199,23 @@ static int map_put_one(stash_state *s, const shm_lookup *l, shm_cursor *c, const
     size_t need = entry_bytes(s, klen, vlen);
     if (slot != UINT32_MAX) {
         entry e = entry_at(s, m, slot_get(m, slot));
-        if (e.vlen == vlen && mutable) {
-            shm_rec_write_begin(c->rec);
+        const uint8_t *from = e.ts ? e.ts : e.value;
+        shm_region r = {(uint32_t)(from - m), (uint32_t)(e.value + e.vlen - from)};
+        if (e.vlen == vlen && mutable && shm_rec_write_begin(a, l->kg, c->rec, &r, 1)) {
             if (e.ts) state_ts_put((uint8_t *)e.ts, now);
             memcpy((uint8_t *)e.value, v, vlen);
-            shm_rec_write_end(c->rec);
+            shm_rec_write_end(a, l->kg, c->rec);
             s->w->writes++;
             return 0;
         }
     }
     uint32_t used = entries_start(h.nslots) + h.end;
     uint32_t slots_after = h.count + h.gone + (slot == UINT32_MAX ? 1 : 0);
-    if (!mutable || used + need > shm_rec_capacity(a, c->rec) || slots_after * 4 > h.nslots * 3)
+    uint32_t changed = slot != UINT32_MAX ? slot : insert;
+    shm_region r[2] = {{0, HDR_BYTES}, {HDR_BYTES + 4 * changed, 4}};
+    if (!mutable || used + need > shm_rec_capacity(a, c->rec) ||
+        slots_after * 4 > h.nslots * 3 || !shm_rec_write_begin(a, l->kg, c->rec, r, 2))
         return rebuild(s, l, c, m, k, (uint32_t)klen, v, (uint32_t)vlen, now);
-    shm_rec_write_begin(c->rec);
     write_entry(s, m, used, k, (uint32_t)klen, v, (uint32_t)vlen, now);
     if (slot != UINT32_MAX) {
         h.dead += (uint32_t)entry_at(s, m, slot_get(m, slot)).bytes;
@@ -225,7 +228,7 @@ static int map_put_one(stash_state *s, const shm_lookup *l, shm_cursor *c, const
     h.end += (uint32_t)need;
     hdr_put(m, &h);
     atomic_store_explicit(&c->rec->vlen, used + (uint32_t)need, memory_order_relaxed);
-    shm_rec_write_end(c->rec);
+    shm_rec_write_end(a, l->kg, c->rec);
     s->w->writes++;
     return 0;
 }
@@ -269,13 +272,15 @@ static int remove_slot(stash_state *s, const shm_lookup *l, shm_cursor *c, uint3
     if (rc < 0) return rc;
     uint8_t *m = shm_rec_value(c->rec);
     map_hdr h = hdr_get(m);
-    shm_rec_write_begin(c->rec);
+    shm_region r[2] = {{0, HDR_BYTES}, {HDR_BYTES + 4 * slot, 4}};
+    /* 24 bytes in two regions always fit the undo record. */
+    shm_rec_write_begin(s->w->arena, l->kg, c->rec, r, 2);
     h.dead += (uint32_t)entry_at(s, m, slot_get(m, slot)).bytes;
     h.count--;
     h.gone++;
     slot_put(m, slot, SLOT_GONE);
     hdr_put(m, &h);
-    shm_rec_write_end(c->rec);
+    shm_rec_write_end(s->w->arena, l->kg, c->rec);
     s->w->writes++;
     return 0;
 }
@@ -319,10 +324,13 @@ STASH_API int stash_map_get(stash_state *state, const void *k, size_t klen, stas
     }
     if (owned && state->ttl.update == STASH_TTL_ON_READ_AND_WRITE) {
         if ((rc = make_mutable(state, &l, &c)) < 0) return rc;
-        entry f = entry_at(state, shm_rec_value(c.rec), slot_get(shm_rec_value(c.rec), slot));
-        shm_rec_write_begin(c.rec);
+        uint8_t *m = shm_rec_value(c.rec);
+        entry f = entry_at(state, m, slot_get(m, slot));
+        shm_region r = {(uint32_t)(f.ts - m), TTL_BYTES};
+        /* Eight bytes always fit the undo record. */
+        shm_rec_write_begin(state->w->arena, l.kg, c.rec, &r, 1);
         state_ts_put((uint8_t *)f.ts, now);
-        shm_rec_write_end(c.rec);
+        shm_rec_write_end(state->w->arena, l.kg, c.rec);
         out->data = f.value;
     }
     return 0;

@@ -177,12 +177,13 @@ int state_read(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *
 }
 
 int state_write_begin(stash_state *s, const shm_lookup *l, shm_cursor *c, size_t len,
-                      size_t preserve, size_t cap, shm_rec **rec)
+                      size_t preserve, size_t dirty, size_t cap, shm_rec **rec)
 {
     stash_arena *a = s->w->arena;
     shm_rec *old = shm_rec_live(c->rec) ? c->rec : NULL;
-    if (old && shm_rec_mutable(a, l->kg, old) && shm_rec_capacity(a, old) >= len) {
-        shm_rec_write_begin(old);
+    shm_region region = {0, (uint32_t)dirty};
+    if (old && shm_rec_mutable(a, l->kg, old) && shm_rec_capacity(a, old) >= len &&
+        shm_rec_write_begin(a, l->kg, old, &region, 1)) {
         *rec = old;
         return 1;
     }
@@ -196,7 +197,7 @@ void state_write_end(stash_state *s, const shm_lookup *l, shm_cursor *c, shm_rec
                      size_t len, int in_place)
 {
     atomic_store_explicit(&rec->vlen, (uint32_t)len, memory_order_relaxed);
-    if (in_place) shm_rec_write_end(rec);
+    if (in_place) shm_rec_write_end(s->w->arena, l->kg, rec);
     else shm_table_publish(s->w->arena, l, c, rec);
     s->w->writes++;
 }
@@ -206,7 +207,7 @@ int state_write(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *
 {
     if (len > UINT32_MAX) return shm_fail(STASH_ETOOBIG, "a value of %zu bytes", len);
     shm_rec *rec;
-    int in_place = state_write_begin(s, l, c, len, 0, 0, &rec);
+    int in_place = state_write_begin(s, l, c, len, 0, len, 0, &rec);
     if (in_place < 0) return in_place;
     memcpy(shm_rec_value(rec), bytes, len);
     state_write_end(s, l, c, rec, len, in_place);

@@ -39,7 +39,7 @@ static int read_value(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_
     }
     if (owned && s->ttl.update == STASH_TTL_ON_READ_AND_WRITE) {
         shm_rec *rec;
-        int in_place = state_write_begin(s, l, c, raw.len, raw.len, 0, &rec);
+        int in_place = state_write_begin(s, l, c, raw.len, raw.len, TTL_BYTES, 0, &rec);
         if (in_place < 0) return in_place;
         state_ts_put(shm_rec_value(rec), now);
         state_write_end(s, l, c, rec, raw.len, in_place);
@@ -55,7 +55,7 @@ static int write_value(stash_state *s, const shm_lookup *l, shm_cursor *c, const
     size_t ts = state_ts_bytes(s);
     if (len > UINT32_MAX - ts) return shm_fail(STASH_ETOOBIG, "a value of %zu bytes", len);
     shm_rec *rec;
-    int in_place = state_write_begin(s, l, c, len + ts, 0, 0, &rec);
+    int in_place = state_write_begin(s, l, c, len + ts, 0, len + ts, 0, &rec);
     if (in_place < 0) return in_place;
     if (ts) state_ts_put(shm_rec_value(rec), state_now(s));
     memcpy(shm_rec_value(rec) + ts, value, len);

@@ -3,7 +3,9 @@
  * key group's heap and verifies what the allocator relies on: runs tile the
  * used spans, free lists hold exactly the free runs, every free block lies in
  * a span of its own key group and class, no block is listed twice, and the
- * counters equal what the structure holds. Tests run it after crashes.
+ * counters equal what the structure holds; every keyed record lies in a
+ * live block of its key group, in the right bucket, whole, and counted.
+ * Tests run it after crashes.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -137,6 +139,69 @@ static int check_heap(checker *c, uint32_t kg)
     return 0;
 }
 
+/* A record (or an older version) must lie in an allocated block of its key
+ * group, be reached once, and be whole (no in-place change half done). */
+static int check_record(checker *c, uint32_t kg, shm_rec *r, const char *what)
+{
+    stash_arena *a = c->a;
+    shm_off off = shm_off_of(a, r);
+    uint64_t data_end = a->hdr->data_off + (a->hdr->nspans << SHM_SPAN_SHIFT);
+    const char *why = NULL;
+    if (off < a->hdr->data_off || off + sizeof *r > data_end) {
+        why = "outside the data region";
+    } else {
+        uint64_t w = atomic_load(&a->spans[shm_run_head(a, off)].word);
+        if (shm_span_state(w) != SHM_SPAN_OWNED || shm_span_kg(w) != kg)
+            why = "in a span of another key group";
+        else if (test_and_set(c->bits, c->head_bits + ((off - a->hdr->data_off) >> 4)))
+            why = "on a free block or reached twice";
+        else if (atomic_load(&r->seq) & 1)
+            why = "left half-written";
+        else if (sizeof *r + r->klen + r->nslen + atomic_load(&r->vlen) >
+                 shm_block_size(a, off))
+            why = "longer than its block";
+        else if (stash_key_group(shm_rec_key(r), r->klen, a->hdr->max_parallelism) != kg)
+            why = "holding a key of another key group";
+    }
+    if (!why) return 0;
+    return shm_fail(-EUCLEAN, "key group %u: %s at offset %llu %s", kg, what,
+                    (unsigned long long)off, why);
+}
+
+static int check_table(checker *c, uint32_t kg)
+{
+    stash_arena *a = c->a;
+    shm_table *t = &a->tables[kg];
+    if (atomic_load(&t->moving) || atomic_load(&t->undo.rec) || (atomic_load(&t->shape_seq) & 1))
+        return shm_fail(-EUCLEAN, "key group %u: an owner's change was left unfinished", kg);
+    uint64_t live = 0;
+    uint32_t n = shm_table_positions(a, kg), cur = t->buckets ? 1u << t->log2 : 0;
+    for (uint32_t pos = 0; pos < n; pos++) {
+        for (shm_ref ref = shm_table_bucket(a, kg, pos); ref;) {
+            shm_rec *r = shm_rec_at(a, ref);
+            int rc = check_record(c, kg, r, "record");
+            if (rc) return rc;
+            uint32_t want = pos < cur ? r->hash & (cur - 1) : r->hash & (cur / 2 - 1);
+            if (want != (pos < cur ? pos : pos - cur))
+                return shm_fail(-EUCLEAN, "key group %u: record in bucket %u belongs in %u", kg,
+                                pos, want);
+            live += shm_rec_live(r);
+            for (shm_rec *v = shm_rec_at(a, atomic_load(&r->older)), *newer = r; v;
+                 newer = v, v = shm_rec_at(a, atomic_load(&v->older))) {
+                if ((rc = check_record(c, kg, v, "older version"))) return rc;
+                if (v->version >= newer->version)
+                    return shm_fail(-EUCLEAN, "key group %u: version %u behind version %u", kg,
+                                    v->version, newer->version);
+            }
+            ref = atomic_load(&r->next);
+        }
+    }
+    if (live != atomic_load(&t->count))
+        return shm_fail(-EUCLEAN, "key group %u counts %llu records, holds %llu", kg,
+                        (unsigned long long)atomic_load(&t->count), (unsigned long long)live);
+    return 0;
+}
+
 static int check_counters(stash_arena *a)
 {
     uint32_t nkg = a->hdr->max_parallelism;
@@ -167,6 +232,7 @@ int shm_check(stash_arena *a)
     int rc = check_runs(&c, &free_spans);
     if (!rc) rc = check_pool_lists(&c, free_spans);
     for (uint32_t kg = 0; !rc && kg < a->hdr->max_parallelism; kg++) rc = check_heap(&c, kg);
+    for (uint32_t kg = 0; !rc && kg < a->hdr->max_parallelism; kg++) rc = check_table(&c, kg);
     free(c.bits);
     return rc ? rc : check_counters(a);
 }

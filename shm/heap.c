@@ -227,11 +227,14 @@ void shm_heap_adopt(stash_arena *a, stash_kg_range range)
     for (uint32_t kg = range.first; kg <= range.last; kg++) {
         shm_kg_heap *h = &a->heaps[kg];
         int32_t owner = atomic_load(&h->owner_pid);
-        if (owner != 0 && !(owner == me && atomic_load(&h->owner_start) == start)) dirty = true;
+        /* An owner that left without a clean release may have died mid-operation. */
+        if (owner != 0 && !(owner == me && atomic_load(&h->owner_start) == start)) {
+            shm_table_recover(a, kg);
+            dirty = true;
+        }
         atomic_store(&h->owner_start, start);
         atomic_store(&h->owner_pid, me);
     }
-    /* An owner that left without a clean release may have died mid-operation. */
     if (dirty) recover_range(a, range);
 }
 

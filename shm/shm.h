@@ -181,6 +181,24 @@ typedef struct shm_rec {
 _Static_assert(sizeof(shm_rec) == 32, "a record header is 32 bytes");
 
 #define SHM_MAX_PINS 4u
+#define SHM_UNDO_REGIONS 4u
+#define SHM_UNDO_BYTES 512u
+
+/* A part of a record's value that an in-place change overwrites. */
+typedef struct shm_region {
+    uint32_t off;
+    uint32_t len;
+} shm_region;
+
+/* What the owner is in the middle of, so that whoever takes the key group
+ * over after a crash can finish or undo it (shm_table_recover). */
+typedef struct shm_undo {
+    _Atomic shm_ref rec; /* the record being changed in place, 0 none */
+    uint32_t vlen;       /* its value length before */
+    uint32_t nregions;
+    shm_region regions[SHM_UNDO_REGIONS];
+    uint8_t bytes[SHM_UNDO_BYTES]; /* the regions' old bytes, one after another */
+} shm_undo;
 
 /* A key group's table: chained buckets of records, grown by incremental
  * rehash; written by the key group's owner only. */
@@ -201,8 +219,9 @@ typedef struct shm_table {
     uint32_t retired_head;
     uint32_t retired_len;
     uint32_t retired_cap;
-    uint32_t pad;
+    _Atomic shm_ref moving;       /* a record between an old and a new bucket */
     _Atomic uint64_t writes;      /* every publish and delete: invalidates iterators */
+    shm_undo undo;
 } shm_table;
 
 /* A state's entry in the arena's catalog. */
@@ -362,9 +381,16 @@ int shm_rec_new(stash_arena *a, const shm_lookup *l, size_t cap, shm_rec **out);
 void shm_table_publish(stash_arena *a, const shm_lookup *l, shm_cursor *c, shm_rec *rec);
 /* Owner: deletes the entry of c (a tombstone if a pinned reader needs it). */
 int shm_table_delete(stash_arena *a, const shm_lookup *l, shm_cursor *c);
-/* Owner: brackets an in-place change of a mutable record's value. */
-void shm_rec_write_begin(shm_rec *rec);
-void shm_rec_write_end(shm_rec *rec);
+/* Owner: brackets an in-place change of a mutable record's value that
+ * overwrites the n regions (bytes past the old length need none). Saves
+ * their bytes for a crash's undo; returns false, changing nothing, if they
+ * exceed SHM_UNDO_BYTES (the caller then writes a new record instead). */
+bool shm_rec_write_begin(stash_arena *a, uint32_t kg, shm_rec *rec, const shm_region *r,
+                         unsigned n);
+void shm_rec_write_end(stash_arena *a, uint32_t kg, shm_rec *rec);
+/* After the owner died: finishes a record move and undoes a half-done
+ * in-place change, so the table is whole again. */
+void shm_table_recover(stash_arena *a, uint32_t kg);
 /* Owner: a step of background work (rehash, pruning, reclamation), bounded by budget. */
 void shm_table_maintain(stash_arena *a, uint32_t kg, uint32_t budget);
 

@@ -156,25 +156,36 @@ static void rehash_start(stash_arena *a, uint32_t kg)
     shape_end(t);
 }
 
-/* Moves n old buckets into the new array; retires the old array when done. */
+/* Links the record in t->moving at the head of its new bucket. Idempotent,
+ * so that recovery can repeat it after a crash at any point. */
+static void finish_move(stash_arena *a, shm_table *t)
+{
+    shm_ref r = atomic_load(&t->moving);
+    shm_rec *rec = shm_rec_at(a, r);
+    _Atomic shm_ref *dst = &bucket_array(a, t->buckets)[rec->hash & ((1u << t->log2) - 1)];
+    for (shm_ref x = atomic_load(dst); x; x = atomic_load(&shm_rec_at(a, x)->next))
+        if (x == r) goto done;
+    atomic_store(&rec->next, atomic_load(dst));
+    atomic_store(dst, r);
+done:
+    atomic_store(&t->moving, 0);
+}
+
+/* Moves n old buckets into the new array, one record at a time, each held in
+ * t->moving while it is in neither chain; retires the old array when done. */
 static void rehash_step(stash_arena *a, uint32_t kg, uint32_t n)
 {
     shm_table *t = &a->tables[kg];
     shm_off old = atomic_load(&t->old_buckets);
     uint32_t old_n = 1u << (t->log2 - 1), pos = atomic_load(&t->migrate_pos);
-    _Atomic shm_ref *from = bucket_array(a, old), *to = bucket_array(a, t->buckets);
+    _Atomic shm_ref *from = bucket_array(a, old);
     shape_begin(t);
     for (; n > 0 && pos < old_n; n--, pos++) {
-        shm_ref r = atomic_load(&from[pos]);
-        while (r) {
-            shm_rec *rec = shm_rec_at(a, r);
-            shm_ref next = atomic_load(&rec->next);
-            _Atomic shm_ref *dst = &to[rec->hash & ((1u << t->log2) - 1)];
-            atomic_store(&rec->next, atomic_load(dst));
-            atomic_store(dst, r);
-            r = next;
+        for (shm_ref r = atomic_load(&from[pos]); r; r = atomic_load(&from[pos])) {
+            atomic_store(&t->moving, r);
+            atomic_store(&from[pos], atomic_load(&shm_rec_at(a, r)->next));
+            finish_move(a, t);
         }
-        atomic_store(&from[pos], 0);
     }
     atomic_store(&t->migrate_pos, pos);
     if (pos == old_n) atomic_store(&t->old_buckets, 0);
@@ -371,17 +382,54 @@ int shm_table_delete(stash_arena *a, const shm_lookup *l, shm_cursor *c)
     return 0;
 }
 
-void shm_rec_write_begin(shm_rec *rec)
+bool shm_rec_write_begin(stash_arena *a, uint32_t kg, shm_rec *rec, const shm_region *r,
+                         unsigned n)
 {
+    shm_undo *u = &a->tables[kg].undo;
+    uint32_t vlen = atomic_load_explicit(&rec->vlen, memory_order_relaxed), used = 0;
+    if (n > SHM_UNDO_REGIONS) return false;
+    for (unsigned i = 0; i < n; i++) {
+        /* Only bytes below the old length hold anything to restore. */
+        uint32_t len = r[i].off >= vlen ? 0 : r[i].len < vlen - r[i].off ? r[i].len
+                                                                          : vlen - r[i].off;
+        if (used + len > SHM_UNDO_BYTES) return false;
+        u->regions[i] = (shm_region){r[i].off, len};
+        memcpy(u->bytes + used, shm_rec_value(rec) + r[i].off, len);
+        used += len;
+    }
+    u->nregions = n;
+    u->vlen = vlen;
+    atomic_store_explicit(&u->rec, shm_ref_of(shm_off_of(a, rec)), memory_order_release);
     atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1,
                           memory_order_relaxed);
     atomic_thread_fence(memory_order_release);
+    return true;
 }
 
-void shm_rec_write_end(shm_rec *rec)
+void shm_rec_write_end(stash_arena *a, uint32_t kg, shm_rec *rec)
 {
     atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1,
                           memory_order_release);
+    atomic_store_explicit(&a->tables[kg].undo.rec, 0, memory_order_release);
+}
+
+void shm_table_recover(stash_arena *a, uint32_t kg)
+{
+    shm_table *t = &a->tables[kg];
+    if (atomic_load(&t->moving)) finish_move(a, t);
+    shm_undo *u = &t->undo;
+    shm_rec *rec = shm_rec_at(a, atomic_load(&u->rec));
+    if (rec && (atomic_load(&rec->seq) & 1)) {
+        uint32_t used = 0;
+        for (unsigned i = 0; i < u->nregions; i++) {
+            memcpy(shm_rec_value(rec) + u->regions[i].off, u->bytes + used, u->regions[i].len);
+            used += u->regions[i].len;
+        }
+        atomic_store(&rec->vlen, u->vlen);
+        atomic_fetch_add(&rec->seq, 1);
+    }
+    atomic_store(&u->rec, 0);
+    if (atomic_load(&t->shape_seq) & 1) atomic_fetch_add(&t->shape_seq, 1);
 }
 
 /* ---- pins ---------------------------------------------------------------- */
