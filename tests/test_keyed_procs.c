@@ -1,0 +1,224 @@
+/*
+ * test_keyed_procs.c: keyed state across real processes. An owner writes
+ * values that carry their own checksum while another process reads them: a
+ * read is never torn. An owner killed with SIGKILL in the middle of writes
+ * leaves a table that a new owner finds consistent, every value whole.
+ */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "tests/helpers.h"
+
+/* A value of len bytes: a 4-byte length, a stamp, filler, an 8-byte checksum. */
+static size_t make_value(uint8_t *buf, uint32_t len, uint64_t stamp)
+{
+    memcpy(buf, &len, 4);
+    for (uint32_t i = 4; i + 8 < len; i++) buf[i] = (uint8_t)(stamp * 31 + i);
+    uint64_t h = XXH3_64bits(buf, len - 8);
+    memcpy(buf + len - 8, &h, 8);
+    return len;
+}
+
+static bool value_whole(const void *p, size_t len)
+{
+    uint32_t n;
+    uint64_t h;
+    if (len < 16) return false;
+    memcpy(&n, p, 4);
+    memcpy(&h, (const uint8_t *)p + len - 8, 8);
+    return n == len && XXH3_64bits(p, len - 8) == h;
+}
+
+static stash_worker *join(const char *name, uint32_t index, uint32_t p)
+{
+    stash_worker *w;
+    int rc = stash_worker_open(name, &(stash_worker_opts){.index = index, .parallelism = p}, &w);
+    cr_assert_eq(rc, 0, "%s", stash_errmsg());
+    return w;
+}
+
+static stash_state *get_state(stash_worker *w, const char *name, stash_kind kind)
+{
+    stash_state *s = NULL;
+    stash_state_get(w, &(stash_state_desc){.name = name, .kind = kind}, &s);
+    return s;
+}
+
+/* ---- a reader in another process never sees a torn value ----------------- */
+
+#define KEYS 4000u
+
+typedef struct shared_run {
+    _Atomic int done;
+    _Atomic uint64_t reads;
+} shared_run;
+
+typedef struct reader_args {
+    const char *name;
+    shared_run *run;
+    uint32_t *keys; /* keys the owner (worker 0) holds */
+} reader_args;
+
+static int read_foreign(void *arg)
+{
+    reader_args *r = arg;
+    stash_worker *w;
+    if (stash_worker_open(r->name, &(stash_worker_opts){.index = 1, .parallelism = 2}, &w))
+        return 1;
+    stash_state *v = get_state(w, "v", STASH_VALUE), *l = get_state(w, "l", STASH_LIST);
+    if (!v || !l) return 2;
+    uint64_t x = 12345;
+    while (!atomic_load(&r->run->done)) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint32_t k = r->keys[x % KEYS];
+        stash_key_set(w, &k, sizeof k);
+        stash_bytes b;
+        int rc = stash_value_get(v, &b);
+        if (rc == 0 && !value_whole(b.data, b.len)) return 10;
+        if (rc != 0 && rc != STASH_ENOTFOUND) return 11;
+        stash_iter it;
+        if (stash_list_get(l, &it) == 0)
+            while (stash_iter_next(&it, NULL, &b) == 1)
+                if (!value_whole(b.data, b.len)) return 12;
+        atomic_fetch_add(&r->run->reads, 1);
+    }
+    stash_worker_close(w);
+    return 0;
+}
+
+Test(procs, another_process_never_reads_a_torn_value, .timeout = 300)
+{
+    char name[96];
+    stash_arena *a = test_arena_create("torn", 256u << 20, 128, name);
+    stash_worker *w = join(name, 0, 2);
+    stash_state *v = get_state(w, "v", STASH_VALUE), *l = get_state(w, "l", STASH_LIST);
+    shared_run *run = mmap(NULL, sizeof *run, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                           -1, 0);
+    static uint32_t keys[KEYS];
+    for (uint32_t k = 0, n = 0; n < KEYS; k++) {
+        stash_key_set(w, &k, sizeof k);
+        if (stash_key_group_current(w) < 64) keys[n++] = k;
+    }
+    reader_args args = {name, run, keys};
+    pid_t pid = test_fork(read_foreign, &args);
+    static uint8_t buf[70000];
+    uint64_t x = 99;
+    for (uint64_t i = 0; i < 400000 || atomic_load(&run->reads) < 1000; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint32_t k = keys[x % KEYS];
+        stash_key_set(w, &k, sizeof k);
+        uint32_t len = x % 97 == 0 ? 40000 + (uint32_t)(x >> 40) % 20000 : 16 + (x >> 20) % 300;
+        if (x % 5 == 0) {
+            stash_list_add(l, buf, make_value(buf, 16 + (uint32_t)(x >> 24) % 64, i));
+            if (x % 50 == 0) stash_list_update(l, NULL, 0);
+        } else if (x % 11 == 0) {
+            cr_assert_eq(stash_value_put(v, NULL, 0), 0);
+        } else {
+            cr_assert_eq(stash_value_put(v, buf, make_value(buf, len, i)), 0, "%s",
+                         stash_errmsg());
+        }
+        if (i % 1000 == 0) {
+            /* Pins make the owner copy on write, as checkpoints will. */
+            int64_t p = shm_table_pin(a, (uint32_t)(x % 64));
+            if (p > 0) shm_table_unpin(a, (uint32_t)(x % 64), (uint32_t)p);
+        }
+    }
+    atomic_store(&run->done, 1);
+    cr_assert_eq(test_wait(pid), 0, "the reader saw only whole values");
+    cr_assert_gt(atomic_load(&run->reads), 1000);
+    stash_worker_close(w);
+    cr_assert_eq(shm_check(a), 0, "%s", stash_errmsg());
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
+
+/* ---- an owner killed in the middle of writes -------------------------------- */
+
+typedef struct writer_args {
+    const char *name;
+    int ready[2];
+} writer_args;
+
+static int write_forever(void *arg)
+{
+    writer_args *wa = arg;
+    stash_worker *w;
+    if (stash_worker_open(wa->name, &(stash_worker_opts){.index = 0, .parallelism = 1}, &w))
+        return 1;
+    stash_state *v = get_state(w, "v", STASH_VALUE), *l = get_state(w, "l", STASH_LIST),
+                *m = get_state(w, "m", STASH_MAP);
+    if (write(wa->ready[1], "x", 1) != 1) return 2;
+    static uint8_t buf[70000];
+    uint64_t x = (uint64_t)getpid() * 7919 + 1;
+    for (uint64_t i = 0;; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint32_t k = (uint32_t)(x % 3000);
+        stash_key_set(w, &k, sizeof k);
+        uint32_t len = x % 97 == 0 ? 33000 + (uint32_t)(x >> 40) % 9000 : 16 + (x >> 20) % 400;
+        switch (x % 7) {
+        case 0: stash_list_add(l, buf, make_value(buf, 16 + (uint32_t)(x >> 24) % 64, i)); break;
+        case 1: stash_value_put(v, NULL, 0); break;
+        case 2: {
+            uint32_t uk = (uint32_t)(x >> 32) % 50;
+            stash_map_put(m, &uk, sizeof uk, buf, make_value(buf, 16 + (uint32_t)(x >> 28) % 40, i));
+            break;
+        }
+        case 3: {
+            uint32_t uk = (uint32_t)(x >> 32) % 50;
+            stash_map_remove(m, &uk, sizeof uk);
+            break;
+        }
+        default: stash_value_put(v, buf, make_value(buf, len, i)); break;
+        }
+    }
+    return 0;
+}
+
+static void check_all_whole(stash_worker *w)
+{
+    stash_state *v = get_state(w, "v", STASH_VALUE), *l = get_state(w, "l", STASH_LIST),
+                *m = get_state(w, "m", STASH_MAP);
+    for (uint32_t k = 0; k < 3000; k++) {
+        stash_key_set(w, &k, sizeof k);
+        stash_bytes b, key;
+        stash_iter it;
+        if (stash_value_get(v, &b) == 0) cr_assert(value_whole(b.data, b.len), "value of %u", k);
+        if (stash_list_get(l, &it) == 0)
+            while (stash_iter_next(&it, NULL, &b) == 1)
+                cr_assert(value_whole(b.data, b.len), "list element of %u", k);
+        if (stash_map_iter(m, &it) == 0)
+            while (stash_iter_next(&it, &key, &b) == 1)
+                cr_assert(value_whole(b.data, b.len), "map entry of %u", k);
+    }
+}
+
+Test(procs, an_owner_killed_mid_write_leaves_a_consistent_table, .timeout = 600)
+{
+    char name[96];
+    stash_arena *a = test_arena_create("killw", 512u << 20, 16, name);
+    writer_args wa = {.name = name};
+    cr_assert_eq(pipe(wa.ready), 0);
+    srand((unsigned)getpid());
+    for (int round = 0; round < 25; round++) {
+        pid_t pid = test_fork(write_forever, &wa);
+        char b;
+        cr_assert_eq(read(wa.ready[0], &b, 1), 1);
+        usleep(1000 + (useconds_t)(rand() % 30000));
+        kill(pid, SIGKILL);
+        cr_assert_eq(test_wait(pid), 128 + SIGKILL);
+        stash_worker *w = join(name, 0, 1);
+        stash_worker_info info;
+        stash_worker_info_get(w, &info);
+        cr_assert_eq(info.previous_pid, pid);
+        cr_assert_eq(shm_check(a), 0, "round %d: %s", round, stash_errmsg());
+        check_all_whole(w);
+        stash_worker_close(w);
+    }
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}

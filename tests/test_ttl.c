@@ -1,0 +1,182 @@
+/*
+ * test_ttl.c: Flink's TTL semantics with an injected clock: expiry at
+ * ts + ttl inclusive and saturating, the two update types, the two
+ * visibilities, per element for lists and per user key for maps, removal on
+ * read, incremental cleanup, and keys iteration.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "tests/helpers.h"
+
+static uint64_t fake_now;
+static uint64_t fake_clock(void *ctx)
+{
+    (void)ctx;
+    return fake_now;
+}
+
+static char arena_name[96];
+static stash_arena *arena;
+static stash_worker *w;
+
+static void setup(void)
+{
+    fake_now = 1000;
+    arena = test_arena_create("ttl", 32u << 20, 4, arena_name);
+    cr_assert_eq(stash_worker_open(arena_name,
+                                   &(stash_worker_opts){.parallelism = 1, .clock = fake_clock},
+                                   &w), 0);
+}
+
+static void teardown(void)
+{
+    cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
+    stash_worker_close(w);
+    stash_arena_close(arena);
+    stash_arena_destroy(arena_name, NULL);
+}
+
+TestSuite(ttl, .init = setup, .fini = teardown);
+
+static stash_state *ttl_state(const char *name, stash_kind kind, uint64_t ttl, int update,
+                              int visibility)
+{
+    stash_state *s;
+    stash_state_desc d = {.name = name, .kind = kind,
+                          .ttl = {.ttl_ms = ttl, .update = update, .visibility = visibility}};
+    cr_assert_eq(stash_state_get(w, &d, &s), 0, "%s", stash_errmsg());
+    return s;
+}
+
+Test(ttl, a_value_expires_at_ts_plus_ttl_inclusive)
+{
+    stash_state *s = ttl_state("v", STASH_VALUE, 100, 0, 0);
+    stash_key_set(w, "k", 1);
+    stash_value_put(s, "x", 1);
+    stash_bytes v;
+    fake_now = 1099;
+    cr_assert_eq(stash_value_get(s, &v), 0);
+    cr_assert(v.len == 1 && *(const char *)v.data == 'x');
+    fake_now = 1100;
+    cr_assert_eq(stash_value_get(s, &v), STASH_ENOTFOUND, "expired at exactly ts + ttl");
+    fake_now = 1000;
+    cr_assert_eq(stash_value_get(s, &v), STASH_ENOTFOUND, "a read of an expired entry removed it");
+}
+
+Test(ttl, writes_refresh_and_reads_refresh_only_when_asked)
+{
+    stash_state *cw = ttl_state("cw", STASH_VALUE, 100, STASH_TTL_ON_CREATE_AND_WRITE, 0);
+    stash_state *rw = ttl_state("rw", STASH_VALUE, 100, STASH_TTL_ON_READ_AND_WRITE, 0);
+    stash_key_set(w, "k", 1);
+    stash_value_put(cw, "a", 1);
+    stash_value_put(rw, "a", 1);
+    stash_bytes v;
+    fake_now = 1050;
+    cr_assert_eq(stash_value_get(cw, &v), 0);
+    cr_assert_eq(stash_value_get(rw, &v), 0);
+    fake_now = 1120;
+    cr_assert_eq(stash_value_get(cw, &v), STASH_ENOTFOUND, "a read did not extend it");
+    cr_assert_eq(stash_value_get(rw, &v), 0, "the read at 1050 extended it to 1150");
+    stash_value_put(cw, "b", 1);
+    fake_now = 1219;
+    cr_assert_eq(stash_value_get(cw, &v), 0, "the write at 1120 extended it");
+}
+
+Test(ttl, expired_values_are_returned_only_if_asked_and_not_cleaned)
+{
+    stash_state *s = ttl_state("ret", STASH_VALUE, 10, 0, STASH_TTL_RETURN_EXPIRED_IF_NOT_CLEANED);
+    stash_key_set(w, "k", 1);
+    stash_value_put(s, "stale", 5);
+    fake_now = 2000;
+    stash_bytes v;
+    cr_assert_eq(stash_value_get(s, &v), 0, "returned once, as not cleaned up yet");
+    cr_assert(v.len == 5 && memcmp(v.data, "stale", 5) == 0);
+    cr_assert_eq(stash_value_get(s, &v), STASH_ENOTFOUND, "then it is gone");
+}
+
+Test(ttl, timestamps_saturate_instead_of_wrapping)
+{
+    stash_state *s = ttl_state("sat", STASH_VALUE, UINT64_MAX - 10, 0, 0);
+    stash_key_set(w, "k", 1);
+    fake_now = UINT64_MAX - 5;
+    stash_value_put(s, "x", 1);
+    stash_bytes v;
+    fake_now = UINT64_MAX - 1;
+    cr_assert_eq(stash_value_get(s, &v), 0, "ts + ttl would wrap: it saturates instead");
+}
+
+Test(ttl, list_elements_expire_one_by_one)
+{
+    stash_state *s = ttl_state("l", STASH_LIST, 100, 0, 0);
+    stash_key_set(w, "k", 1);
+    stash_list_add(s, "old", 3);
+    fake_now = 1060;
+    stash_list_add(s, "new", 3);
+    fake_now = 1120;
+    stash_iter it;
+    stash_bytes v;
+    cr_assert_eq(stash_list_get(s, &it), 0);
+    cr_assert_eq(stash_iter_next(&it, NULL, &v), 1);
+    cr_assert(v.len == 3 && memcmp(v.data, "new", 3) == 0);
+    cr_assert_eq(stash_iter_next(&it, NULL, &v), 0);
+    fake_now = 1200;
+    cr_assert_eq(stash_list_get(s, &it), STASH_ENOTFOUND, "all expired: the list is gone");
+}
+
+Test(ttl, map_entries_expire_per_user_key)
+{
+    stash_state *s = ttl_state("m", STASH_MAP, 100, 0, 0);
+    stash_key_set(w, "k", 1);
+    stash_map_put(s, "a", 1, "1", 1);
+    fake_now = 1050;
+    stash_map_put(s, "b", 1, "2", 1);
+    fake_now = 1100;
+    stash_bytes v;
+    cr_assert_eq(stash_map_get(s, "a", 1, &v), STASH_ENOTFOUND);
+    cr_assert_eq(stash_map_get(s, "b", 1, &v), 0);
+    cr_assert_eq(stash_map_contains(s, "a", 1), 0);
+    stash_iter it;
+    stash_bytes k;
+    int n = 0;
+    cr_assert_eq(stash_map_iter(s, &it), 0);
+    while (stash_iter_next(&it, &k, &v) == 1) n++;
+    cr_assert_eq(n, 1);
+    fake_now = 1150;
+    cr_assert_eq(stash_map_is_empty(s), 1);
+}
+
+Test(ttl, incremental_cleanup_removes_untouched_entries)
+{
+    stash_state *s = ttl_state("inc", STASH_VALUE, 10, 0, 0);
+    for (uint32_t i = 0; i < 500; i++) {
+        stash_key_set(w, &i, sizeof i);
+        stash_value_put(s, "x", 1);
+    }
+    uint64_t before = 0, after = 0;
+    for (uint32_t kg = 0; kg < 4; kg++) before += atomic_load(&arena->tables[kg].count);
+    fake_now = 5000;
+    /* Writes to other keys examine a few entries each and drop the expired. */
+    for (uint32_t i = 1000; i < 1400; i++) {
+        stash_key_set(w, &i, sizeof i);
+        stash_value_put(s, "y", 1);
+    }
+    for (uint32_t kg = 0; kg < 4; kg++) after += atomic_load(&arena->tables[kg].count);
+    cr_assert_eq(before, 500);
+    cr_assert_lt(after, 500 + 400 - 200, "cleanup removed expired entries nobody read");
+}
+
+Test(ttl, keys_iteration_skips_expired_entries)
+{
+    stash_state *s = ttl_state("keys", STASH_VALUE, 100, 0, 0);
+    for (uint32_t i = 0; i < 10; i++) {
+        stash_key_set(w, &i, sizeof i);
+        stash_value_put(s, "x", 1);
+        fake_now += 20;
+    }
+    stash_iter it;
+    int n = 0;
+    cr_assert_eq(stash_keys_iter(s, NULL, 0, &it), 0);
+    while (stash_iter_next(&it, NULL, NULL) == 1) n++;
+    cr_assert_eq(n, 4, "entries written at 1000..1100 expired by 1200");
+}
