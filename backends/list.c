@@ -27,7 +27,7 @@ static uint8_t *put_element(const stash_state *s, uint8_t *p, const void *v, siz
         state_ts_put(p, now);
         p += TTL_BYTES;
     }
-    memcpy(p, v, len);
+    if (len) memcpy(p, v, len);
     return p + len;
 }
 

@@ -86,8 +86,8 @@ static uint32_t write_entry(const stash_state *s, uint8_t *m, uint32_t off, cons
         state_ts_put(p, now);
         p += TTL_BYTES;
     }
-    memcpy(p, k, klen);
-    memcpy(p + klen, v, vlen);
+    if (klen) memcpy(p, k, klen);
+    if (vlen) memcpy(p + klen, v, vlen);
     return (uint32_t)(p + klen + vlen - (m + off));
 }
 
@@ -203,7 +203,7 @@ static int map_put_one(stash_state *s, const shm_lookup *l, shm_cursor *c, const
         shm_region r = {(uint32_t)(from - m), (uint32_t)(e.value + e.vlen - from)};
         if (e.vlen == vlen && mutable && shm_rec_write_begin(a, l->kg, c->rec, &r, 1)) {
             if (e.ts) state_ts_put((uint8_t *)e.ts, now);
-            memcpy((uint8_t *)e.value, v, vlen);
+            if (vlen) memcpy((uint8_t *)e.value, v, vlen);
             shm_rec_write_end(a, l->kg, c->rec);
             s->w->writes++;
             return 0;

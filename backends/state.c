@@ -80,7 +80,7 @@ STASH_API int stash_key_set(stash_worker *worker, const void *key, size_t len)
     if (len > UINT16_MAX) return shm_fail(-EINVAL, "a key of %zu bytes (at most 65535)", len);
     if (state_reserve(&worker->key, &worker->key_cap, len ? len : 1) < 0)
         return shm_fail(-ENOMEM, "out of memory");
-    memcpy(worker->key, key, len);
+    if (len) memcpy(worker->key, key, len);
     worker->klen = (uint16_t)len;
     worker->key_hash = stash_hash(key, len);
     worker->kg = (uint32_t)(worker->key_hash % worker->max_parallelism);
@@ -98,7 +98,7 @@ STASH_API int stash_state_namespace(stash_state *state, const void *ns, size_t l
     if (len > UINT16_MAX) return shm_fail(-EINVAL, "a namespace of %zu bytes (at most 65535)", len);
     if (state_reserve(&state->ns, &state->ns_cap, len ? len : 1) < 0)
         return shm_fail(-ENOMEM, "out of memory");
-    memcpy(state->ns, ns, len);
+    if (len) memcpy(state->ns, ns, len);
     state->nslen = (uint16_t)len;
     state->ns_hash = len ? XXH3_64bits(ns, len) : 0;
     return 0;
@@ -125,7 +125,7 @@ int state_lookup_ns(stash_state *s, const void *ns, uint16_t nslen, uint64_t ns_
     l->klen = w->klen;
     l->nslen = nslen;
     l->key = w->key;
-    l->ns = ns;
+    l->ns = nslen ? ns : ""; /* never NULL: memcmp and memcpy take it */
     return 0;
 }
 

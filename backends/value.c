@@ -58,7 +58,7 @@ static int write_value(stash_state *s, const shm_lookup *l, shm_cursor *c, const
     int in_place = state_write_begin(s, l, c, len + ts, 0, len + ts, 0, &rec);
     if (in_place < 0) return in_place;
     if (ts) state_ts_put(shm_rec_value(rec), state_now(s));
-    memcpy(shm_rec_value(rec) + ts, value, len);
+    if (len) memcpy(shm_rec_value(rec) + ts, value, len);
     state_write_end(s, l, c, rec, len + ts, in_place);
     if (ts) state_ttl_cleanup(s, l->kg);
     return 0;

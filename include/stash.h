@@ -285,7 +285,8 @@ STASH_API int stash_state_clear(stash_state *state);
  * namespace. Writes to a key group the worker does not own return
  * STASH_EKEYGROUP; reads of any key group work. A read's view points into the
  * arena (or, for another worker's key group, a private copy) and stays valid
- * until this worker's next write or barrier. */
+ * until this worker's next write or barrier. Views are bytes with no
+ * alignment: copy typed values out with memcpy. */
 
 /* ValueState: the value, or the default, or STASH_ENOTFOUND. */
 STASH_API int stash_value_get(stash_state *state, stash_bytes *out);

@@ -215,10 +215,8 @@ typedef struct shm_table {
     uint32_t swept_gen;           /* pins_gen the last prune sweep started from */
     uint32_t sweep_pos;           /* next bucket of the prune sweep, or UINT32_MAX: none */
     uint32_t cleanup_pos;         /* next bucket of the TTL cleanup */
-    shm_off retired;              /* ring of {offset, epoch} waiting for readers */
-    uint32_t retired_head;
-    uint32_t retired_len;
-    uint32_t retired_cap;
+    _Atomic shm_off retired;      /* the ring of memory waiting for readers (table.c) */
+    uint32_t pad2[3];
     _Atomic shm_ref moving;       /* a record between an old and a new bucket */
     _Atomic uint64_t writes;      /* every publish and delete: invalidates iterators */
     shm_undo undo;

@@ -37,6 +37,23 @@ typedef struct retired_item {
     uint64_t epoch;
 } retired_item;
 
+/* The retire ring lives in one block: its capacity, then its head and
+ * length packed in one word (so each change is one store), then the items.
+ * Growing builds a new ring and switches the table to it with one store. */
+typedef struct retire_ring {
+    uint32_t cap;
+    uint32_t pad;
+    _Atomic uint64_t head_len;
+    retired_item items[];
+} retire_ring;
+
+static uint32_t ring_head(const retire_ring *r) { return (uint32_t)(atomic_load(&r->head_len) >> 32); }
+static uint32_t ring_len(const retire_ring *r) { return (uint32_t)atomic_load(&r->head_len); }
+static void ring_set(retire_ring *r, uint32_t head, uint32_t len)
+{
+    atomic_store(&r->head_len, (uint64_t)head << 32 | len);
+}
+
 static _Atomic shm_ref *bucket_array(const stash_arena *a, shm_off off)
 {
     return (_Atomic shm_ref *)(a->base + off);
@@ -87,15 +104,46 @@ static bool rec_matches(const shm_rec *r, const shm_lookup *l)
 
 static void reclaim(stash_arena *a, shm_table *t)
 {
-    retired_item *ring = shm_ptr(a, t->retired);
-    uint64_t min = shm_ebr_min(a, t->retired_len >= RECLAIM_CHECK_DEAD);
-    while (t->retired_len && ring[t->retired_head].epoch < min) {
-        shm_free(a, ring[t->retired_head].off);
-        t->retired_head = (t->retired_head + 1) % t->retired_cap;
-        t->retired_len--;
+    retire_ring *ring = shm_ptr(a, atomic_load(&t->retired));
+    if (!ring) return;
+    uint32_t len = ring_len(ring);
+    uint64_t min = shm_ebr_min(a, len >= RECLAIM_CHECK_DEAD);
+    for (uint32_t head = ring_head(ring); len && ring->items[head].epoch < min;) {
+        /* Off the ring first: a crash then leaks the block, never frees it twice. */
+        shm_off off = ring->items[head].off;
+        head = (head + 1) % ring->cap;
+        ring_set(ring, head, --len);
+        shm_free(a, off);
     }
     /* Later retirements get a newer epoch than any reader announced so far. */
     atomic_fetch_add(&a->hdr->ebr_epoch, 1);
+}
+
+/* Switches the table to a ring of twice the capacity. Returns 0 or an error. */
+static int grow_ring(stash_arena *a, uint32_t kg)
+{
+    shm_table *t = &a->tables[kg];
+    retire_ring *old = shm_ptr(a, atomic_load(&t->retired));
+    uint32_t cap = old ? old->cap * 2 : RECLAIM_BATCH * 2, len = old ? ring_len(old) : 0;
+    shm_off fresh;
+    int rc = shm_alloc(a, kg, sizeof(retire_ring) + cap * sizeof(retired_item), &fresh);
+    if (rc < 0) return rc;
+    retire_ring *r = shm_ptr(a, fresh);
+    r->cap = cap;
+    for (uint32_t i = 0; i < len; i++) r->items[i] = old->items[(ring_head(old) + i) % old->cap];
+    ring_set(r, 0, len);
+    atomic_store(&t->retired, fresh);
+    if (old) shm_free(a, shm_off_of(a, old));
+    return 0;
+}
+
+/* Frees off once every reader announced after now: for when the arena has
+ * no room left for the ring itself. */
+static void free_after_readers(stash_arena *a, shm_off off)
+{
+    uint64_t e = atomic_fetch_add(&a->hdr->ebr_epoch, 1);
+    while (shm_ebr_min(a, true) <= e) {}
+    shm_free(a, off);
 }
 
 /* Queues off for freeing once no reader can hold it. If the ring cannot grow
@@ -103,26 +151,18 @@ static void reclaim(stash_arena *a, shm_table *t)
 static void retire(stash_arena *a, uint32_t kg, shm_off off)
 {
     shm_table *t = &a->tables[kg];
-    if (t->retired_len == t->retired_cap) {
-        uint32_t cap = t->retired_cap ? t->retired_cap * 2 : RECLAIM_BATCH * 2;
-        shm_off fresh;
-        if (shm_alloc(a, kg, cap * sizeof(retired_item), &fresh) == 0) {
-            retired_item *dst = shm_ptr(a, fresh), *src = shm_ptr(a, t->retired);
-            for (uint32_t i = 0; i < t->retired_len; i++)
-                dst[i] = src[(t->retired_head + i) % t->retired_cap];
-            if (t->retired) shm_free(a, t->retired);
-            t->retired = fresh;
-            t->retired_cap = cap;
-            t->retired_head = 0;
-        } else {
-            while (t->retired_len == t->retired_cap) reclaim(a, t);
-        }
+    retire_ring *r = shm_ptr(a, atomic_load(&t->retired));
+    if ((!r || ring_len(r) == r->cap) && grow_ring(a, kg) < 0 && r)
+        while (ring_len(r) == r->cap) reclaim(a, t);
+    r = shm_ptr(a, atomic_load(&t->retired));
+    if (!r) {
+        free_after_readers(a, off);
+        return;
     }
-    retired_item *ring = shm_ptr(a, t->retired);
-    ring[(t->retired_head + t->retired_len) % t->retired_cap] =
-        (retired_item){off, atomic_load(&a->hdr->ebr_epoch)};
-    t->retired_len++;
-    if (t->retired_len % RECLAIM_BATCH == 0) reclaim(a, t);
+    uint32_t head = ring_head(r), len = ring_len(r);
+    r->items[(head + len) % r->cap] = (retired_item){off, atomic_load(&a->hdr->ebr_epoch)};
+    ring_set(r, head, ++len);
+    if (len % RECLAIM_BATCH == 0) reclaim(a, t);
 }
 
 static void retire_rec(stash_arena *a, uint32_t kg, shm_rec *r)
@@ -430,6 +470,13 @@ void shm_table_recover(stash_arena *a, uint32_t kg)
     }
     atomic_store(&u->rec, 0);
     if (atomic_load(&t->shape_seq) & 1) atomic_fetch_add(&t->shape_seq, 1);
+    /* The count follows a link store: a crash between them leaves it one off. */
+    uint64_t live = 0;
+    uint32_t n = shm_table_positions(a, kg);
+    for (uint32_t pos = 0; pos < n; pos++)
+        for (shm_ref r = shm_table_bucket(a, kg, pos); r; r = atomic_load(&shm_rec_at(a, r)->next))
+            live += shm_rec_live(shm_rec_at(a, r));
+    atomic_store(&t->count, live);
 }
 
 /* ---- pins ---------------------------------------------------------------- */

@@ -11,6 +11,26 @@
 
 #include "backends/backends.h"
 
+/* Views into the arena carry no alignment: read typed values through memcpy. */
+static inline int test_int(const void *p)
+{
+    int v;
+    __builtin_memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline uint64_t test_u64(const void *p)
+{
+    uint64_t v;
+    __builtin_memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline double test_double(const void *p)
+{
+    double v;
+    __builtin_memcpy(&v, p, sizeof v);
+    return v;
+}
+
 /* A name unique to this process and call: "t-<tag>-<pid>-<n>". */
 const char *test_arena_name(const char *tag);
 /* Creates an arena of size bytes (0: default) under a unique name; asserts. */

@@ -107,7 +107,7 @@ Test(keyed, many_keys_survive_growth)
         stash_key_set(w, &i, sizeof i);
         stash_bytes v;
         cr_assert_eq(stash_value_get(s, &v), 0, "key %u", i);
-        cr_assert_eq(*(const uint64_t *)v.data, (uint64_t)i * 7);
+        cr_assert_eq(test_u64(v.data), (uint64_t)i * 7);
     }
     uint64_t n = 0;
     for (uint32_t kg = 0; kg < 128; kg++) n += atomic_load(&arena->tables[kg].count);
@@ -153,7 +153,7 @@ Test(keyed, list_add_add_all_update_clear_in_order)
     stash_list_get(s, &it);
     for (int i = 0; i < 1000; i++) {
         cr_assert_eq(stash_iter_next(&it, NULL, &v), 1);
-        cr_assert_eq(*(const int *)v.data, i);
+        cr_assert_eq(test_int(v.data), i);
     }
     stash_state_clear(s);
     expect_list(s, NULL, 0);
@@ -219,7 +219,7 @@ Test(keyed, map_iterator_removes_the_last_returned_entry)
     cr_assert_eq(stash_iter_remove(&it), -EINVAL, "nothing returned yet");
     int removed = 0;
     while (stash_iter_next(&it, &k, &v) == 1) {
-        if (*(const int *)k.data % 2 == 0) {
+        if (test_int(k.data) % 2 == 0) {
             cr_assert_eq(stash_iter_remove(&it), 0, "%s", stash_errmsg());
             removed++;
         }
@@ -237,7 +237,7 @@ static int sum_reduce(const stash_bytes *acc, const stash_bytes *in, void *out, 
     (void)ctx;
     *len = sizeof(int64_t);
     if (cap < *len) return -ENOSPC;
-    int64_t a = *(const int64_t *)acc->data, b = *(const int64_t *)in->data, r = a + b;
+    int64_t a = (int64_t)test_u64(acc->data), b = (int64_t)test_u64(in->data), r = a + b;
     memcpy(out, &r, sizeof r);
     return 0;
 }
@@ -252,7 +252,7 @@ Test(keyed, reducing_state_reduces)
     cr_assert_eq(stash_merging_get(s, &v), STASH_ENOTFOUND);
     for (int64_t i = 1; i <= 10; i++) cr_assert_eq(stash_merging_add(s, &i, sizeof i), 0);
     cr_assert_eq(stash_merging_get(s, &v), 0);
-    cr_assert_eq(*(const int64_t *)v.data, 55);
+    cr_assert_eq((int64_t)test_u64(v.data), 55);
     stash_state_clear(s);
     cr_assert_eq(stash_merging_get(s, &v), STASH_ENOTFOUND);
 }
@@ -274,7 +274,7 @@ static int avg_add(const stash_bytes *acc, const stash_bytes *in, void *out, siz
     if (cap < 16) return -ENOSPC;
     int64_t a[2];
     memcpy(a, acc->data, 16);
-    a[0] += *(const int64_t *)in->data;
+    a[0] += (int64_t)test_u64(in->data);
     a[1] += 1;
     memcpy(out, a, 16);
     return 0;
@@ -318,13 +318,13 @@ Test(keyed, aggregating_state_aggregates_and_merges_namespaces)
     stash_merging_add(s, &ten, sizeof ten);
     stash_bytes v;
     cr_assert_eq(stash_merging_get(s, &v), 0);
-    cr_assert_eq(*(const double *)v.data, 10.0);
+    cr_assert_eq(test_double(v.data), 10.0);
     stash_bytes sources[] = {{"w1", 2}, {"w2", 2}};
     cr_assert_eq(stash_merge_namespaces(s, "w3", 2, sources, 2), 0);
     cr_assert_eq(stash_merging_get(s, &v), STASH_ENOTFOUND, "sources are deleted");
     stash_state_namespace(s, "w3", 2);
     cr_assert_eq(stash_merging_get(s, &v), 0);
-    cr_assert_eq(*(const double *)v.data, 20.0 / 5.0);
+    cr_assert_eq(test_double(v.data), 20.0 / 5.0);
 }
 
 Test(keyed, list_merge_namespaces_appends_in_order)
@@ -362,7 +362,7 @@ Test(keyed, keys_of_a_state_in_one_or_all_namespaces)
     int n = 0;
     cr_assert_eq(stash_keys_iter(s, NULL, 0, &it), 0);
     while (stash_iter_next(&it, &k, NULL) == 1) {
-        int i = *(const int *)k.data;
+        int i = test_int(k.data);
         cr_assert(!seen[i]++, "key %d once", i);
         n++;
     }
@@ -370,7 +370,7 @@ Test(keyed, keys_of_a_state_in_one_or_all_namespaces)
     n = 0;
     cr_assert_eq(stash_keys_iter(s, "even", 4, &it), 0);
     while (stash_iter_next(&it, &k, NULL) == 1) {
-        cr_assert_eq(*(const int *)k.data % 3, 0);
+        cr_assert_eq(test_int(k.data) % 3, 0);
         n++;
     }
     cr_assert_eq(n, 100);

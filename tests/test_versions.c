@@ -96,11 +96,11 @@ Test(versions, a_pinned_reader_sees_the_state_as_of_its_version)
             continue;
         }
         cr_assert_not_null(r, "key %u existed at the pinned version", k);
-        cr_assert_eq(*(const uint64_t *)shm_rec_value(r), k, "key %u as it was", k);
+        cr_assert_eq(test_u64(shm_rec_value(r)), k, "key %u as it was", k);
         stash_bytes now;
         int rc = stash_value_get(s, &now);
         if (k % 4 == 1) cr_assert_eq(rc, STASH_ENOTFOUND);
-        else cr_assert_eq(*(const uint64_t *)now.data, k % 2 ? k : k + 1000000);
+        else cr_assert_eq(test_u64(now.data), k % 2 ? k : k + 1000000);
     }
     cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
     unpin_and_settle(pins);
@@ -137,10 +137,10 @@ Test(versions, two_pins_each_see_their_own_version)
     pin_all(p2);
     put(7, 3);
     shm_lookup l = lookup_of(&k);
-    cr_assert_eq(*(const uint64_t *)shm_rec_value(shm_table_get_at(arena, &l, p1[l.kg])), 1);
-    cr_assert_eq(*(const uint64_t *)shm_rec_value(shm_table_get_at(arena, &l, p2[l.kg])), 2);
+    cr_assert_eq(test_u64(shm_rec_value(shm_table_get_at(arena, &l, p1[l.kg]))), 1);
+    cr_assert_eq(test_u64(shm_rec_value(shm_table_get_at(arena, &l, p2[l.kg]))), 2);
     unpin_and_settle(p1);
-    cr_assert_eq(*(const uint64_t *)shm_rec_value(shm_table_get_at(arena, &l, p2[l.kg])), 2);
+    cr_assert_eq(test_u64(shm_rec_value(shm_table_get_at(arena, &l, p2[l.kg]))), 2);
     unpin_and_settle(p2);
 }
 
@@ -165,7 +165,7 @@ Test(versions, growth_moves_a_few_buckets_per_write)
         stash_key_set(w, &k, sizeof k);
         stash_bytes v;
         cr_assert_eq(stash_value_get(s, &v), 0);
-        cr_assert_eq(*(const uint64_t *)v.data, k);
+        cr_assert_eq(test_u64(v.data), k);
     }
 }
 
@@ -198,7 +198,7 @@ static int read_pinned(void *arg)
             state_lookup(rs, &l);
             shm_ebr_enter(a, 1);
             shm_rec *r = shm_table_get_at(a, &l, p->pins[l.kg]);
-            bool ok = r && *(const uint64_t *)shm_rec_value(r) == i;
+            bool ok = r && test_u64(shm_rec_value(r)) == i;
             shm_ebr_exit(a, 1);
             if (!ok) return 10;
         }
