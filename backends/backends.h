@@ -52,8 +52,14 @@ struct stash_state {
 /* TTL timestamps are stored as 8 bytes before a value or element. */
 #define TTL_BYTES 8u
 
-static inline bool state_has_ttl(const stash_state *s) { return s->ttl.ttl_ms > 0; }
-static inline size_t state_ts_bytes(const stash_state *s) { return state_has_ttl(s) ? TTL_BYTES : 0; }
+static inline bool state_has_ttl(const stash_state *s)
+{
+    return s->ttl.ttl_ms > 0;
+}
+static inline size_t state_ts_bytes(const stash_state *s)
+{
+    return state_has_ttl(s) ? TTL_BYTES : 0;
+}
 
 /* Fills l with the current key and the namespace (ns, nslen); STASH_ENOKEY if none. */
 int state_lookup_ns(stash_state *s, const void *ns, uint16_t nslen, uint64_t ns_hash,
@@ -78,11 +84,10 @@ int state_read(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *
 int state_write_begin(stash_state *s, const shm_lookup *l, shm_cursor *c, size_t len,
                       size_t preserve, size_t dirty, size_t cap, shm_rec **rec);
 /* Finishes it: sets the value's length and publishes. */
-void state_write_end(stash_state *s, const shm_lookup *l, shm_cursor *c, shm_rec *rec,
-                     size_t len, int in_place);
+void state_write_end(stash_state *s, const shm_lookup *l, shm_cursor *c, shm_rec *rec, size_t len,
+                     int in_place);
 /* Replaces c's value with bytes (one call of begin and end). */
-int state_write(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *bytes,
-                size_t len);
+int state_write(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *bytes, size_t len);
 /* Deletes c's entry and counts the write. */
 int state_delete(stash_state *s, const shm_lookup *l, shm_cursor *c);
 
@@ -115,17 +120,17 @@ typedef struct iter_impl {
     uint8_t type;
     uint8_t filter_ns;
     uint16_t nslen;
-    uint32_t pos;        /* list: byte offset; map: slot; keys: bucket position */
+    uint32_t pos; /* list: byte offset; map: slot; keys: bucket position */
     stash_state *state;
     const uint8_t *blob; /* list, map: the bytes iterated */
     uint32_t blob_len;
-    uint32_t last;       /* map: slot of the last entry returned, UINT32_MAX none */
-    uint64_t writes;     /* the worker's write count when it started */
-    shm_rec *rec;        /* map over an owned key group: the record, for removals */
-    uint32_t kg;         /* keys: the key group walked */
-    shm_ref ref;         /* keys: the next record of the chain */
-    const void *ns;      /* keys: the namespace filter */
-    uint64_t now;        /* TTL clock when it started */
+    uint32_t last;   /* map: slot of the last entry returned, UINT32_MAX none */
+    uint64_t writes; /* the worker's write count when it started */
+    shm_rec *rec;    /* map over an owned key group: the record, for removals */
+    uint32_t kg;     /* keys: the key group walked */
+    shm_ref ref;     /* keys: the next record of the chain */
+    const void *ns;  /* keys: the namespace filter */
+    uint64_t now;    /* TTL clock when it started */
 } iter_impl;
 _Static_assert(sizeof(iter_impl) <= sizeof(stash_iter), "the iterator fits its public shell");
 

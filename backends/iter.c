@@ -69,11 +69,13 @@ STASH_API int stash_iter_next(stash_iter *it, stash_bytes *key, stash_bytes *val
     case ITER_LIST:
         if (key) *key = (stash_bytes){NULL, 0};
         return list_iter_next(x, value);
-    case ITER_MAP: return map_iter_next(x, key, value);
+    case ITER_MAP:
+        return map_iter_next(x, key, value);
     case ITER_KEYS:
         if (value) *value = (stash_bytes){NULL, 0};
         return keys_next(x, key);
-    default: return shm_fail(-EINVAL, "not a started iterator");
+    default:
+        return shm_fail(-EINVAL, "not a started iterator");
     }
 }
 
@@ -96,9 +98,12 @@ STASH_API int stash_merge_namespaces(stash_state *state, const void *target, siz
         if (sources[i].len > UINT16_MAX)
             return shm_fail(-EINVAL, "a namespace of %zu bytes", sources[i].len);
     switch (state->kind) {
-    case STASH_LIST: return list_merge_namespaces(state, target, tlen, sources, n);
+    case STASH_LIST:
+        return list_merge_namespaces(state, target, tlen, sources, n);
     case STASH_REDUCING:
-    case STASH_AGGREGATING: return merging_merge_namespaces(state, target, tlen, sources, n);
-    default: return shm_fail(STASH_EKIND, "only list, reducing and aggregating states merge");
+    case STASH_AGGREGATING:
+        return merging_merge_namespaces(state, target, tlen, sources, n);
+    default:
+        return shm_fail(STASH_EKIND, "only list, reducing and aggregating states merge");
     }
 }

@@ -99,8 +99,10 @@ static int64_t list_refresh(stash_state *s, const shm_lookup *l, shm_cursor *c,
         uint32_t n;
         memcpy(&n, (const uint8_t *)raw->data + off, 4);
         size_t e = 4 + TTL_BYTES + n;
-        if (state_expired(s, state_ts_get((const uint8_t *)raw->data + off + 4), now)) expired++;
-        else keep += e;
+        if (state_expired(s, state_ts_get((const uint8_t *)raw->data + off + 4), now))
+            expired++;
+        else
+            keep += e;
         off += e;
     }
     if (!expired && !refresh) return (int64_t)raw->len;
@@ -198,8 +200,7 @@ int list_merge_namespaces(stash_state *s, const void *target, size_t tlen,
         stash_bytes v;
         if (sources[i].len == tlen && memcmp(sources[i].data, target, tlen) == 0) continue;
         rc = state_lookup_ns(s, sources[i].data, (uint16_t)sources[i].len,
-                             sources[i].len ? stash_hash(sources[i].data, sources[i].len) : 0,
-                             &sl);
+                             sources[i].len ? stash_hash(sources[i].data, sources[i].len) : 0, &sl);
         if (!rc) rc = state_read(s, &sl, &sc, &v);
         if (rc == STASH_ENOTFOUND) {
             rc = 0;
@@ -213,8 +214,7 @@ int list_merge_namespaces(stash_state *s, const void *target, size_t tlen,
         if ((rc = shm_table_find(a, &tl, &tc)) < 0) break;
         size_t old = shm_rec_live(tc.rec) ? atomic_load(&tc.rec->vlen) : 0;
         shm_rec *rec;
-        int in_place =
-            state_write_begin(s, &tl, &tc, old + len, old, 0, 2 * (old + len), &rec);
+        int in_place = state_write_begin(s, &tl, &tc, old + len, old, 0, 2 * (old + len), &rec);
         if (in_place < 0) {
             rc = in_place;
             break;

@@ -20,10 +20,10 @@
 
 typedef struct map_hdr {
     uint32_t nslots;
-    uint32_t count;  /* live entries */
-    uint32_t end;    /* bytes of the entry area in use */
-    uint32_t dead;   /* bytes of the entry area no slot points at */
-    uint32_t gone;   /* slots marked SLOT_GONE */
+    uint32_t count; /* live entries */
+    uint32_t end;   /* bytes of the entry area in use */
+    uint32_t dead;  /* bytes of the entry area no slot points at */
+    uint32_t gone;  /* slots marked SLOT_GONE */
 } map_hdr;
 
 #define HDR_BYTES ((uint32_t)sizeof(map_hdr))
@@ -34,14 +34,20 @@ static map_hdr hdr_get(const uint8_t *m)
     memcpy(&h, m, sizeof h);
     return h;
 }
-static void hdr_put(uint8_t *m, const map_hdr *h) { memcpy(m, h, sizeof *h); }
+static void hdr_put(uint8_t *m, const map_hdr *h)
+{
+    memcpy(m, h, sizeof *h);
+}
 static uint32_t slot_get(const uint8_t *m, uint32_t i)
 {
     uint32_t v;
     memcpy(&v, m + HDR_BYTES + 4 * i, 4);
     return v;
 }
-static void slot_put(uint8_t *m, uint32_t i, uint32_t v) { memcpy(m + HDR_BYTES + 4 * i, &v, 4); }
+static void slot_put(uint8_t *m, uint32_t i, uint32_t v)
+{
+    memcpy(m + HDR_BYTES + 4 * i, &v, 4);
+}
 static uint32_t u32_at(const uint8_t *p)
 {
     uint32_t v;
@@ -91,7 +97,10 @@ static uint32_t write_entry(const stash_state *s, uint8_t *m, uint32_t off, cons
     return (uint32_t)(p + klen + vlen - (m + off));
 }
 
-static uint32_t entries_start(uint32_t nslots) { return HDR_BYTES + 4 * nslots; }
+static uint32_t entries_start(uint32_t nslots)
+{
+    return HDR_BYTES + 4 * nslots;
+}
 
 /* Finds user key k: returns its slot, or UINT32_MAX with *insert set to the
  * slot a new entry would take. */
@@ -213,8 +222,8 @@ static int map_put_one(stash_state *s, const shm_lookup *l, shm_cursor *c, const
     uint32_t slots_after = h.count + h.gone + (slot == UINT32_MAX ? 1 : 0);
     uint32_t changed = slot != UINT32_MAX ? slot : insert;
     shm_region r[2] = {{0, HDR_BYTES}, {HDR_BYTES + 4 * changed, 4}};
-    if (!mutable || used + need > shm_rec_capacity(a, c->rec) ||
-        slots_after * 4 > h.nslots * 3 || !shm_rec_write_begin(a, l->kg, c->rec, r, 2))
+    if (!mutable || used + need > shm_rec_capacity(a, c->rec) || slots_after * 4 > h.nslots * 3 ||
+        !shm_rec_write_begin(a, l->kg, c->rec, r, 2))
         return rebuild(s, l, c, m, k, (uint32_t)klen, v, (uint32_t)vlen, now);
     write_entry(s, m, used, k, (uint32_t)klen, v, (uint32_t)vlen, now);
     if (slot != UINT32_MAX) {

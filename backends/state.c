@@ -40,8 +40,7 @@ static int check_desc(const stash_state_desc *d)
     return 0;
 }
 
-STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc,
-                              stash_state **out)
+STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc, stash_state **out)
 {
     shm_clear_error();
     int rc = check_desc(desc);
@@ -114,8 +113,7 @@ static uint32_t lookup_hash(uint64_t key_hash, uint16_t id, uint64_t ns_hash)
     return (uint32_t)h;
 }
 
-int state_lookup_ns(stash_state *s, const void *ns, uint16_t nslen, uint64_t ns_hash,
-                    shm_lookup *l)
+int state_lookup_ns(stash_state *s, const void *ns, uint16_t nslen, uint64_t ns_hash, shm_lookup *l)
 {
     stash_worker *w = s->w;
     if (!w->has_key) return shm_fail(STASH_ENOKEY, "state access without a current key");
@@ -193,17 +191,18 @@ int state_write_begin(stash_state *s, const shm_lookup *l, shm_cursor *c, size_t
     return 0;
 }
 
-void state_write_end(stash_state *s, const shm_lookup *l, shm_cursor *c, shm_rec *rec,
-                     size_t len, int in_place)
+void state_write_end(stash_state *s, const shm_lookup *l, shm_cursor *c, shm_rec *rec, size_t len,
+                     int in_place)
 {
     atomic_store_explicit(&rec->vlen, (uint32_t)len, memory_order_relaxed);
-    if (in_place) shm_rec_write_end(s->w->arena, l->kg, rec);
-    else shm_table_publish(s->w->arena, l, c, rec);
+    if (in_place)
+        shm_rec_write_end(s->w->arena, l->kg, rec);
+    else
+        shm_table_publish(s->w->arena, l, c, rec);
     s->w->writes++;
 }
 
-int state_write(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *bytes,
-                size_t len)
+int state_write(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *bytes, size_t len)
 {
     if (len > UINT32_MAX) return shm_fail(STASH_ETOOBIG, "a value of %zu bytes", len);
     shm_rec *rec;
@@ -255,7 +254,10 @@ uint64_t state_ts_get(const uint8_t *p)
     return ts;
 }
 
-void state_ts_put(uint8_t *p, uint64_t ts) { memcpy(p, &ts, sizeof ts); }
+void state_ts_put(uint8_t *p, uint64_t ts)
+{
+    memcpy(p, &ts, sizeof ts);
+}
 
 /* Whether a whole record of this state has expired: values and merging
  * states by their timestamp; lists and maps expire element by element on
@@ -282,10 +284,14 @@ void state_ttl_cleanup(stash_state *s, uint32_t kg)
             shm_rec *rec = shm_rec_at(a, r);
             r = atomic_load(&rec->next);
             budget--;
-            if (rec->state != s->id || !shm_rec_live(rec) || !record_expired(s, rec, now))
-                continue;
-            shm_lookup l = {.kg = kg, .hash = rec->hash, .state = rec->state, .klen = rec->klen,
-                            .nslen = rec->nslen, .key = shm_rec_key(rec), .ns = shm_rec_ns(rec)};
+            if (rec->state != s->id || !shm_rec_live(rec) || !record_expired(s, rec, now)) continue;
+            shm_lookup l = {.kg = kg,
+                            .hash = rec->hash,
+                            .state = rec->state,
+                            .klen = rec->klen,
+                            .nslen = rec->nslen,
+                            .key = shm_rec_key(rec),
+                            .ns = shm_rec_ns(rec)};
             shm_cursor c;
             if (shm_table_find(a, &l, &c) == 0) shm_table_delete(a, &l, &c);
             break; /* the chain changed under r: go on from the next bucket */

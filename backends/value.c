@@ -188,8 +188,7 @@ int merging_merge_namespaces(stash_state *s, const void *target, size_t tlen,
         stash_bytes v;
         if (sources[i].len == tlen && memcmp(sources[i].data, target, tlen) == 0) continue;
         rc = state_lookup_ns(s, sources[i].data, (uint16_t)sources[i].len,
-                             sources[i].len ? stash_hash(sources[i].data, sources[i].len) : 0,
-                             &sl);
+                             sources[i].len ? stash_hash(sources[i].data, sources[i].len) : 0, &sl);
         if (!rc) rc = shm_table_find(a, &sl, &c);
         if (rc) break;
         rc = read_value(s, &sl, &c, &v);

@@ -234,11 +234,10 @@ typedef struct stash_ttl {
  * data NULL) with in into out (cap bytes), sets *len, returns 0. If cap is too
  * small it sets *len to the size needed and returns -ENOSPC; stash calls it
  * again with room. Any other negative return is passed to the caller. */
-typedef int stash_combine_fn(const stash_bytes *acc, const stash_bytes *in, void *out,
-                             size_t cap, size_t *len, void *ctx);
+typedef int stash_combine_fn(const stash_bytes *acc, const stash_bytes *in, void *out, size_t cap,
+                             size_t *len, void *ctx);
 /* Produces the bytes of one accumulator (create) or a result (result from acc). */
-typedef int stash_produce_fn(const stash_bytes *acc, void *out, size_t cap, size_t *len,
-                             void *ctx);
+typedef int stash_produce_fn(const stash_bytes *acc, void *out, size_t cap, size_t *len, void *ctx);
 
 /* Flink's AggregateFunction: IN, ACC and OUT as bytes. */
 typedef struct stash_aggregate_fns {
@@ -249,7 +248,7 @@ typedef struct stash_aggregate_fns {
 } stash_aggregate_fns;
 
 typedef struct stash_state_desc {
-    const char *name;                     /* unique per arena, at most 63 bytes */
+    const char *name; /* unique per arena, at most 63 bytes */
     stash_kind kind;
     stash_ttl ttl;                        /* zero: no TTL */
     stash_combine_fn *reduce;             /* STASH_REDUCING: reduce(acc, value) */

@@ -10,8 +10,7 @@
 
 #include "shm/shm.h"
 
-int shm_catalog_register(stash_arena *a, const char *name, uint32_t kind,
-                         const uint8_t options[32])
+int shm_catalog_register(stash_arena *a, const char *name, uint32_t kind, const uint8_t options[32])
 {
     size_t n = strlen(name);
     if (n == 0 || n >= SHM_STATE_NAME)
@@ -26,8 +25,10 @@ int shm_catalog_register(stash_arena *a, const char *name, uint32_t kind,
         } else if (strcmp(e->name, name) == 0) {
             id = (int)i + 1;
             if (e->kind != kind || memcmp(e->options, options, sizeof e->options) != 0)
-                id = shm_fail(STASH_EKIND, "%s: state '%s' is registered as kind %u with other "
-                                           "options", a->path, name, e->kind);
+                id = shm_fail(STASH_EKIND,
+                              "%s: state '%s' is registered as kind %u with other "
+                              "options",
+                              a->path, name, e->kind);
         }
     }
     if (!id && free_id) {
@@ -38,8 +39,8 @@ int shm_catalog_register(stash_arena *a, const char *name, uint32_t kind,
         atomic_store_explicit(&e->used, 1, memory_order_release);
         id = free_id;
     } else if (!id) {
-        id = shm_fail(-ENOSPC, "%s: the catalog holds %u states already", a->path,
-                      SHM_CATALOG_SIZE);
+        id =
+            shm_fail(-ENOSPC, "%s: the catalog holds %u states already", a->path, SHM_CATALOG_SIZE);
     }
     shm_lock_release(&a->hdr->catalog_lock);
     return id;

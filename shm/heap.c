@@ -17,23 +17,24 @@
 #include "shm/shm.h"
 
 static const uint32_t class_sizes[SHM_NCLASSES] = {
-    16,   32,   48,   64,   80,    96,    112,   128,   160,   192,   224,   256,   320,  384,
-    448,  512,  640,  768,  896,   1024,  1280,  1536,  1792,  2048,  2560,  3072,  3584, 4096,
-    5120, 6144, 7168, 8192, 10240, 12288, 14336, 16384, 20480, 24576, 28672, 32768,
+    16,   32,   48,   64,    80,    96,    112,   128,   144,   160,   176,
+    192,  208,  224,  240,   256,   320,   384,   448,   512,   640,   768,
+    896,  1024, 1280, 1536,  1792,  2048,  2560,  3072,  3584,  4096,  5120,
+    6144, 7168, 8192, 10240, 12288, 14336, 16384, 20480, 24576, 28672, 32768,
 };
 
 unsigned shm_size_class(size_t size)
 {
-    if (size <= 128) return size ? (unsigned)((size + 15) >> 4) - 1 : 0;
+    if (size <= 256) return size ? (unsigned)((size + 15) >> 4) - 1 : 0;
     uint64_t s = size - 1;
     unsigned b = 63u - (unsigned)__builtin_clzll(s);
-    return 8u + (b - 7u) * 4u + (unsigned)((s >> (b - 2u)) & 3u);
+    return 16u + (b - 8u) * 4u + (unsigned)((s >> (b - 2u)) & 3u);
 }
 
 /* Spans per run of each class: the fewest whose tail waste is at most 1/16. */
 static const uint8_t class_runs[SHM_NCLASSES] = {
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 1,
-    1, 2, 4, 1, 2, 3, 7, 1, 4, 3, 7, 2, 5, 3, 7, 4, 5, 6, 7, 8,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    2, 1, 1, 2, 4, 1, 2, 3, 7, 1, 4, 3, 7, 2, 5, 3, 7, 4, 5, 6, 7, 8,
 };
 
 uint32_t shm_class_size(unsigned cls)

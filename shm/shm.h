@@ -25,7 +25,7 @@ typedef uint64_t shm_off;
 #define SHM_HEADER_SIZE 4096u
 #define SHM_SPAN_SHIFT 12u
 #define SHM_SPAN_SIZE (1u << SHM_SPAN_SHIFT) /* the page pool's unit: 4 KiB */
-#define SHM_NCLASSES 40u                     /* small size classes, 16 B .. 32 KiB */
+#define SHM_NCLASSES 44u                     /* small size classes, 16 B .. 32 KiB */
 #define SHM_CLASS_LARGE 63u                  /* one record over a run of whole spans */
 #define SHM_SMALL_MAX 32768u
 #define SHM_POOL_LISTS 65u /* free runs of 1 .. 63 spans, then every longer run */
@@ -116,7 +116,8 @@ typedef struct shm_slot {
     _Atomic uint64_t heartbeat_ns;
     uint32_t generation;
     int32_t previous_pid;
-    _Atomic uint64_t reader_epoch; /* reclamation epoch while reading another's key groups, 0 idle */
+    _Atomic uint64_t
+        reader_epoch; /* reclamation epoch while reading another's key groups, 0 idle */
 } shm_slot;
 
 typedef struct shm_header {
@@ -203,22 +204,22 @@ typedef struct shm_undo {
 /* A key group's table: chained buckets of records, grown by incremental
  * rehash; written by the key group's owner only. */
 typedef struct shm_table {
-    _Atomic uint32_t epoch;     /* the version the owner writes now */
-    _Atomic uint32_t shape_seq; /* odd while records move between buckets */
-    _Atomic shm_off buckets;    /* shm_ref[1 << log2] */
+    _Atomic uint32_t epoch;      /* the version the owner writes now */
+    _Atomic uint32_t shape_seq;  /* odd while records move between buckets */
+    _Atomic shm_off buckets;     /* shm_ref[1 << log2] */
     _Atomic shm_off old_buckets; /* while rehashing: the array being emptied */
     _Atomic uint32_t log2;
-    _Atomic uint32_t migrate_pos; /* old buckets below it have moved */
-    _Atomic uint64_t count;       /* live (non-tombstone) records */
+    _Atomic uint32_t migrate_pos;        /* old buckets below it have moved */
+    _Atomic uint64_t count;              /* live (non-tombstone) records */
     _Atomic uint32_t pins[SHM_MAX_PINS]; /* versions pinned by readers, 0 free */
-    _Atomic uint32_t pins_gen;    /* bumped by every unpin */
-    uint32_t swept_gen;           /* pins_gen the last prune sweep started from */
-    uint32_t sweep_pos;           /* next bucket of the prune sweep, or UINT32_MAX: none */
-    uint32_t cleanup_pos;         /* next bucket of the TTL cleanup */
-    _Atomic shm_off retired;      /* the ring of memory waiting for readers (table.c) */
+    _Atomic uint32_t pins_gen;           /* bumped by every unpin */
+    uint32_t swept_gen;                  /* pins_gen the last prune sweep started from */
+    uint32_t sweep_pos;                  /* next bucket of the prune sweep, or UINT32_MAX: none */
+    uint32_t cleanup_pos;                /* next bucket of the TTL cleanup */
+    _Atomic shm_off retired;             /* the ring of memory waiting for readers (table.c) */
     uint32_t pad2[3];
-    _Atomic shm_ref moving;       /* a record between an old and a new bucket */
-    _Atomic uint64_t writes;      /* every publish and delete: invalidates iterators */
+    _Atomic shm_ref moving;  /* a record between an old and a new bucket */
+    _Atomic uint64_t writes; /* every publish and delete: invalidates iterators */
     shm_undo undo;
 } shm_table;
 
@@ -257,8 +258,14 @@ static inline shm_off shm_off_of(const stash_arena *a, const void *p)
 /* A typed view of the object at an offset: SHM_AT(a, struct x, off). */
 #define SHM_AT(a, type, off) ((type *)shm_ptr((a), (off)))
 
-static inline shm_ref shm_ref_of(shm_off off) { return (shm_ref)(off >> 4); }
-static inline shm_off shm_ref_off(shm_ref r) { return (shm_off)r << 4; }
+static inline shm_ref shm_ref_of(shm_off off)
+{
+    return (shm_ref)(off >> 4);
+}
+static inline shm_off shm_ref_off(shm_ref r)
+{
+    return (shm_off)r << 4;
+}
 static inline shm_rec *shm_rec_at(const stash_arena *a, shm_ref r)
 {
     return r ? (shm_rec *)(a->base + shm_ref_off(r)) : NULL;
@@ -358,13 +365,22 @@ typedef struct shm_cursor {
     shm_rec *rec; /* the newest version, tombstones included; NULL if none */
 } shm_cursor;
 
-static inline const uint8_t *shm_rec_key(const shm_rec *r) { return (const uint8_t *)(r + 1); }
-static inline const uint8_t *shm_rec_ns(const shm_rec *r) { return shm_rec_key(r) + r->klen; }
+static inline const uint8_t *shm_rec_key(const shm_rec *r)
+{
+    return (const uint8_t *)(r + 1);
+}
+static inline const uint8_t *shm_rec_ns(const shm_rec *r)
+{
+    return shm_rec_key(r) + r->klen;
+}
 static inline uint8_t *shm_rec_value(shm_rec *r)
 {
     return (uint8_t *)(r + 1) + r->klen + r->nslen;
 }
-static inline bool shm_rec_live(const shm_rec *r) { return r && !(r->flags & SHM_REC_TOMBSTONE); }
+static inline bool shm_rec_live(const shm_rec *r)
+{
+    return r && !(r->flags & SHM_REC_TOMBSTONE);
+}
 
 /* Owner: finds the entry of l (cursor->rec NULL if absent). Returns 0 or an allocation error. */
 int shm_table_find(stash_arena *a, const shm_lookup *l, shm_cursor *c);

@@ -17,8 +17,9 @@
  *   bracketed by the record's sequence lock, and moving records between
  *   buckets (rehash) is bracketed by the table's shape sequence, so a reader
  *   that missed a key because of a move retries.
- * - Growing never stops the world: the bucket array doubles and the owner
- *   moves a few old buckets per write. Moves wait while a pin is held, so a
+ * - Growing never stops the world: the bucket array doubles when it holds
+ *   half as many records as buckets, and the owner moves a few old buckets
+ *   per write. Moves wait while a pin is held, so a
  *   pinned walk sees each record in one place.
  */
 #include <errno.h>
@@ -47,8 +48,14 @@ typedef struct retire_ring {
     retired_item items[];
 } retire_ring;
 
-static uint32_t ring_head(const retire_ring *r) { return (uint32_t)(atomic_load(&r->head_len) >> 32); }
-static uint32_t ring_len(const retire_ring *r) { return (uint32_t)atomic_load(&r->head_len); }
+static uint32_t ring_head(const retire_ring *r)
+{
+    return (uint32_t)(atomic_load(&r->head_len) >> 32);
+}
+static uint32_t ring_len(const retire_ring *r)
+{
+    return (uint32_t)atomic_load(&r->head_len);
+}
 static void ring_set(retire_ring *r, uint32_t head, uint32_t len)
 {
     atomic_store(&r->head_len, (uint64_t)head << 32 | len);
@@ -142,7 +149,8 @@ static int grow_ring(stash_arena *a, uint32_t kg)
 static void free_after_readers(stash_arena *a, shm_off off)
 {
     uint64_t e = atomic_fetch_add(&a->hdr->ebr_epoch, 1);
-    while (shm_ebr_min(a, true) <= e) {}
+    while (shm_ebr_min(a, true) <= e) {
+    }
     shm_free(a, off);
 }
 
@@ -180,8 +188,14 @@ static int new_buckets(stash_arena *a, uint32_t kg, uint32_t log2, shm_off *out)
     return rc;
 }
 
-static void shape_begin(shm_table *t) { atomic_fetch_add(&t->shape_seq, 1); }
-static void shape_end(shm_table *t) { atomic_fetch_add(&t->shape_seq, 1); }
+static void shape_begin(shm_table *t)
+{
+    atomic_fetch_add(&t->shape_seq, 1);
+}
+static void shape_end(shm_table *t)
+{
+    atomic_fetch_add(&t->shape_seq, 1);
+}
 
 static void rehash_start(stash_arena *a, uint32_t kg)
 {
@@ -261,10 +275,10 @@ static void sweep_step(stash_arena *a, uint32_t kg, uint32_t budget)
     shm_table *t = &a->tables[kg];
     uint32_t end = shm_table_positions(a, kg);
     for (; budget > 0 && t->sweep_pos < end; budget--, t->sweep_pos++) {
-        _Atomic shm_ref *link = t->sweep_pos < (1u << t->log2)
-                                    ? &bucket_array(a, t->buckets)[t->sweep_pos]
-                                    : &bucket_array(a, t->old_buckets)[t->sweep_pos -
-                                                                        (1u << t->log2)];
+        _Atomic shm_ref *link =
+            t->sweep_pos < (1u << t->log2)
+                ? &bucket_array(a, t->buckets)[t->sweep_pos]
+                : &bucket_array(a, t->old_buckets)[t->sweep_pos - (1u << t->log2)];
         for (shm_ref r = atomic_load(link); r; r = atomic_load(link)) {
             shm_rec *rec = shm_rec_at(a, r);
             prune_versions(a, kg, rec);
@@ -292,8 +306,10 @@ void shm_table_maintain(stash_arena *a, uint32_t kg, uint32_t budget)
         return;
     }
     if (max_pin(t)) return; /* records stay where pinned readers walk them */
-    if (atomic_load(&t->old_buckets)) rehash_step(a, kg, budget);
-    else if (t->buckets && atomic_load(&t->count) > (1ull << t->log2)) rehash_start(a, kg);
+    if (atomic_load(&t->old_buckets))
+        rehash_step(a, kg, budget);
+    else if (t->buckets && atomic_load(&t->count) > (1ull << t->log2) / 2)
+        rehash_start(a, kg);
 }
 
 /* ---- the owner's operations --------------------------------------------- */
@@ -422,16 +438,16 @@ int shm_table_delete(stash_arena *a, const shm_lookup *l, shm_cursor *c)
     return 0;
 }
 
-bool shm_rec_write_begin(stash_arena *a, uint32_t kg, shm_rec *rec, const shm_region *r,
-                         unsigned n)
+bool shm_rec_write_begin(stash_arena *a, uint32_t kg, shm_rec *rec, const shm_region *r, unsigned n)
 {
     shm_undo *u = &a->tables[kg].undo;
     uint32_t vlen = atomic_load_explicit(&rec->vlen, memory_order_relaxed), used = 0;
     if (n > SHM_UNDO_REGIONS) return false;
     for (unsigned i = 0; i < n; i++) {
         /* Only bytes below the old length hold anything to restore. */
-        uint32_t len = r[i].off >= vlen ? 0 : r[i].len < vlen - r[i].off ? r[i].len
-                                                                          : vlen - r[i].off;
+        uint32_t len = r[i].off >= vlen             ? 0
+                       : r[i].len < vlen - r[i].off ? r[i].len
+                                                    : vlen - r[i].off;
         if (used + len > SHM_UNDO_BYTES) return false;
         u->regions[i] = (shm_region){r[i].off, len};
         memcpy(u->bytes + used, shm_rec_value(rec) + r[i].off, len);
@@ -535,8 +551,8 @@ shm_ref shm_table_bucket(const stash_arena *a, uint32_t kg, uint32_t pos)
 {
     const shm_table *t = &a->tables[kg];
     uint32_t n = 1u << t->log2;
-    if (pos < n) return atomic_load_explicit(&bucket_array(a, t->buckets)[pos],
-                                             memory_order_relaxed);
+    if (pos < n)
+        return atomic_load_explicit(&bucket_array(a, t->buckets)[pos], memory_order_relaxed);
     return atomic_load_explicit(&bucket_array(a, t->old_buckets)[pos - n], memory_order_relaxed);
 }
 

@@ -2,7 +2,9 @@
  * helpers.c: shared test helpers (see helpers.h).
  */
 #include <criterion/criterion.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,7 +34,11 @@ pid_t test_fork(int (*fn)(void *arg), void *arg)
     fflush(NULL);
     pid_t pid = fork();
     cr_assert_geq(pid, 0, "fork");
-    if (pid == 0) _exit(fn(arg));
+    if (pid == 0) {
+        /* A test that fails before it reaps its child must not leave it running. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        _exit(fn(arg));
+    }
     return pid;
 }
 

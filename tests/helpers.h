@@ -35,7 +35,8 @@ static inline double test_double(const void *p)
 const char *test_arena_name(const char *tag);
 /* Creates an arena of size bytes (0: default) under a unique name; asserts. */
 stash_arena *test_arena_create(const char *tag, uint64_t size, uint32_t maxp, char *name_out);
-/* Forks a child that runs fn(arg) and _exits with its return value. */
+/* Forks a child that runs fn(arg) and _exits with its return value; the
+ * child is killed if the test process ends first. */
 pid_t test_fork(int (*fn)(void *arg), void *arg);
 /* Waits for pid; returns its exit code, or 128 + signal if it was killed. */
 int test_wait(pid_t pid);

@@ -17,8 +17,8 @@ static stash_worker *w;
 static void setup(void)
 {
     arena = test_arena_create("keyed", 64u << 20, 128, arena_name);
-    cr_assert_eq(stash_worker_open(arena_name, &(stash_worker_opts){.index = 0, .parallelism = 1},
-                                   &w), 0);
+    cr_assert_eq(
+        stash_worker_open(arena_name, &(stash_worker_opts){.index = 0, .parallelism = 1}, &w), 0);
 }
 
 static void teardown(void)
@@ -39,7 +39,10 @@ static stash_state *state(const char *name, stash_kind kind)
     return s;
 }
 
-static void key(const char *k) { cr_assert_eq(stash_key_set(w, k, strlen(k)), 0); }
+static void key(const char *k)
+{
+    cr_assert_eq(stash_key_set(w, k, strlen(k)), 0);
+}
 
 static void expect_value(stash_state *s, const char *want)
 {
@@ -86,8 +89,11 @@ Test(keyed, value_default_is_a_copy)
 {
     char def[] = "default";
     stash_state *s;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "d", .kind = STASH_VALUE,
-                                                         .default_value = {def, 7}}, &s), 0);
+    cr_assert_eq(
+        stash_state_get(
+            w, &(stash_state_desc){.name = "d", .kind = STASH_VALUE, .default_value = {def, 7}},
+            &s),
+        0);
     def[0] = 'X';
     key("k");
     expect_value(s, "default");
@@ -245,8 +251,10 @@ static int sum_reduce(const stash_bytes *acc, const stash_bytes *in, void *out, 
 Test(keyed, reducing_state_reduces)
 {
     stash_state *s;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "r", .kind = STASH_REDUCING,
-                                                         .reduce = sum_reduce}, &s), 0);
+    cr_assert_eq(
+        stash_state_get(
+            w, &(stash_state_desc){.name = "r", .kind = STASH_REDUCING, .reduce = sum_reduce}, &s),
+        0);
     key("k");
     stash_bytes v;
     cr_assert_eq(stash_merging_get(s, &v), STASH_ENOTFOUND);
@@ -279,8 +287,8 @@ static int avg_add(const stash_bytes *acc, const stash_bytes *in, void *out, siz
     memcpy(out, a, 16);
     return 0;
 }
-static int avg_merge(const stash_bytes *x, const stash_bytes *y, void *out, size_t cap,
-                     size_t *len, void *ctx)
+static int avg_merge(const stash_bytes *x, const stash_bytes *y, void *out, size_t cap, size_t *len,
+                     void *ctx)
 {
     (void)ctx;
     *len = 16;
@@ -308,8 +316,11 @@ static const stash_aggregate_fns avg_fns = {avg_create, avg_add, avg_result, avg
 Test(keyed, aggregating_state_aggregates_and_merges_namespaces)
 {
     stash_state *s;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "avg", .kind = STASH_AGGREGATING,
-                                                         .aggregate = &avg_fns}, &s), 0);
+    cr_assert_eq(
+        stash_state_get(
+            w, &(stash_state_desc){.name = "avg", .kind = STASH_AGGREGATING, .aggregate = &avg_fns},
+            &s),
+        0);
     key("k");
     stash_state_namespace(s, "w1", 2);
     for (int64_t i = 1; i <= 4; i++) stash_merging_add(s, &i, sizeof i);
@@ -379,12 +390,13 @@ Test(keyed, keys_of_a_state_in_one_or_all_namespaces)
 Test(keyed, registration_is_shared_and_kinds_must_agree)
 {
     stash_state *a = state("shared", STASH_MAP), *b;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "shared", .kind = STASH_VALUE},
-                                 &b), STASH_EKIND);
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "shared", .kind = STASH_VALUE}, &b),
+                 STASH_EKIND);
     cr_assert(strstr(stash_errmsg(), "shared"));
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "shared", .kind = STASH_MAP,
-                                                         .ttl = {.ttl_ms = 5}}, &b), STASH_EKIND,
-                 "other TTL options are another state");
+    cr_assert_eq(
+        stash_state_get(
+            w, &(stash_state_desc){.name = "shared", .kind = STASH_MAP, .ttl = {.ttl_ms = 5}}, &b),
+        STASH_EKIND, "other TTL options are another state");
     b = state("shared", STASH_MAP);
     key("k");
     stash_map_put(a, "x", 1, "y", 1);
@@ -397,8 +409,8 @@ Test(keyed, registration_is_shared_and_kinds_must_agree)
 Test(keyed, writes_to_foreign_key_groups_are_refused)
 {
     stash_worker_close(w);
-    cr_assert_eq(stash_worker_open(arena_name, &(stash_worker_opts){.index = 0, .parallelism = 2},
-                                   &w), 0);
+    cr_assert_eq(
+        stash_worker_open(arena_name, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w), 0);
     stash_state *s = state("own", STASH_VALUE), *l = state("ownl", STASH_LIST),
                 *m = state("ownm", STASH_MAP);
     int foreign = -1;

@@ -97,8 +97,8 @@ Test(procs, another_process_never_reads_a_torn_value, .timeout = 300)
     stash_arena *a = test_arena_create("torn", 256u << 20, 128, name);
     stash_worker *w = join(name, 0, 2);
     stash_state *v = get_state(w, "v", STASH_VALUE), *l = get_state(w, "l", STASH_LIST);
-    shared_run *run = mmap(NULL, sizeof *run, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                           -1, 0);
+    shared_run *run =
+        mmap(NULL, sizeof *run, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     static uint32_t keys[KEYS];
     for (uint32_t k = 0, n = 0; n < KEYS; k++) {
         stash_key_set(w, &k, sizeof k);
@@ -119,8 +119,7 @@ Test(procs, another_process_never_reads_a_torn_value, .timeout = 300)
         } else if (x % 11 == 0) {
             cr_assert_eq(stash_value_put(v, NULL, 0), 0);
         } else {
-            cr_assert_eq(stash_value_put(v, buf, make_value(buf, len, i)), 0, "%s",
-                         stash_errmsg());
+            cr_assert_eq(stash_value_put(v, buf, make_value(buf, len, i)), 0, "%s", stash_errmsg());
         }
         if (i % 1000 == 0) {
             /* Pins make the owner copy on write, as checkpoints will. */
@@ -161,11 +160,16 @@ static int write_forever(void *arg)
         stash_key_set(w, &k, sizeof k);
         uint32_t len = x % 97 == 0 ? 33000 + (uint32_t)(x >> 40) % 9000 : 16 + (x >> 20) % 400;
         switch (x % 7) {
-        case 0: stash_list_add(l, buf, make_value(buf, 16 + (uint32_t)(x >> 24) % 64, i)); break;
-        case 1: stash_value_put(v, NULL, 0); break;
+        case 0:
+            stash_list_add(l, buf, make_value(buf, 16 + (uint32_t)(x >> 24) % 64, i));
+            break;
+        case 1:
+            stash_value_put(v, NULL, 0);
+            break;
         case 2: {
             uint32_t uk = (uint32_t)(x >> 32) % 50;
-            stash_map_put(m, &uk, sizeof uk, buf, make_value(buf, 16 + (uint32_t)(x >> 28) % 40, i));
+            stash_map_put(m, &uk, sizeof uk, buf,
+                          make_value(buf, 16 + (uint32_t)(x >> 28) % 40, i));
             break;
         }
         case 3: {
@@ -173,7 +177,9 @@ static int write_forever(void *arg)
             stash_map_remove(m, &uk, sizeof uk);
             break;
         }
-        default: stash_value_put(v, buf, make_value(buf, len, i)); break;
+        default:
+            stash_value_put(v, buf, make_value(buf, len, i));
+            break;
         }
     }
     return 0;

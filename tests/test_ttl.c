@@ -25,8 +25,8 @@ static void setup(void)
     fake_now = 1000;
     arena = test_arena_create("ttl", 32u << 20, 4, arena_name);
     cr_assert_eq(stash_worker_open(arena_name,
-                                   &(stash_worker_opts){.parallelism = 1, .clock = fake_clock},
-                                   &w), 0);
+                                   &(stash_worker_opts){.parallelism = 1, .clock = fake_clock}, &w),
+                 0);
 }
 
 static void teardown(void)
@@ -43,7 +43,8 @@ static stash_state *ttl_state(const char *name, stash_kind kind, uint64_t ttl, i
                               int visibility)
 {
     stash_state *s;
-    stash_state_desc d = {.name = name, .kind = kind,
+    stash_state_desc d = {.name = name,
+                          .kind = kind,
                           .ttl = {.ttl_ms = ttl, .update = update, .visibility = visibility}};
     cr_assert_eq(stash_state_get(w, &d, &s), 0, "%s", stash_errmsg());
     return s;

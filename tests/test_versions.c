@@ -20,8 +20,8 @@ static stash_state *s;
 static void setup(void)
 {
     arena = test_arena_create("ver", 128u << 20, 8, arena_name);
-    cr_assert_eq(stash_worker_open(arena_name, &(stash_worker_opts){.index = 0, .parallelism = 1},
-                                   &w), 0);
+    cr_assert_eq(
+        stash_worker_open(arena_name, &(stash_worker_opts){.index = 0, .parallelism = 1}, &w), 0);
     cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s), 0);
 }
 
@@ -82,12 +82,12 @@ Test(versions, a_pinned_reader_sees_the_state_as_of_its_version)
     for (uint32_t k = 0; k < 2000; k++) put(k, k);
     uint32_t pins[8];
     pin_all(pins);
-    for (uint32_t k = 0; k < 2000; k += 2) put(k, k + 1000000);   /* replaced */
-    for (uint32_t k = 1; k < 2000; k += 4) {                         /* deleted */
+    for (uint32_t k = 0; k < 2000; k += 2) put(k, k + 1000000); /* replaced */
+    for (uint32_t k = 1; k < 2000; k += 4) {                    /* deleted */
         stash_key_set(w, &k, sizeof k);
         stash_value_put(s, NULL, 0);
     }
-    for (uint32_t k = 2000; k < 3000; k++) put(k, k);                /* new */
+    for (uint32_t k = 2000; k < 3000; k++) put(k, k); /* new */
     for (uint32_t k = 0; k < 3000; k++) {
         shm_lookup l = lookup_of(&k);
         shm_rec *r = shm_table_get_at(arena, &l, pins[l.kg]);
@@ -99,8 +99,10 @@ Test(versions, a_pinned_reader_sees_the_state_as_of_its_version)
         cr_assert_eq(test_u64(shm_rec_value(r)), k, "key %u as it was", k);
         stash_bytes now;
         int rc = stash_value_get(s, &now);
-        if (k % 4 == 1) cr_assert_eq(rc, STASH_ENOTFOUND);
-        else cr_assert_eq(test_u64(now.data), k % 2 ? k : k + 1000000);
+        if (k % 4 == 1)
+            cr_assert_eq(rc, STASH_ENOTFOUND);
+        else
+            cr_assert_eq(test_u64(now.data), k % 2 ? k : k + 1000000);
     }
     cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
     unpin_and_settle(pins);
@@ -210,10 +212,9 @@ static int read_pinned(void *arg)
 Test(versions, a_pinned_reader_in_another_process_sees_its_version, .timeout = 120)
 {
     stash_worker_close(w);
-    cr_assert_eq(stash_worker_open(arena_name, &(stash_worker_opts){.index = 0, .parallelism = 2},
-                                   &w), 0);
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s),
-                 0);
+    cr_assert_eq(
+        stash_worker_open(arena_name, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w), 0);
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s), 0);
     /* Worker 0 of 2 owns key groups 0..3: use keys that fall there. */
     pinned_args p = {.name = arena_name};
     cr_assert_eq(pipe(p.ready), 0);
