@@ -472,7 +472,14 @@ void shm_rec_write_end(stash_arena *a, uint32_t kg, shm_rec *rec)
 void shm_table_recover(stash_arena *a, uint32_t kg)
 {
     shm_table *t = &a->tables[kg];
-    if (atomic_load(&t->moving)) finish_move(a, t);
+    shm_ref moving = atomic_load(&t->moving);
+    if (moving) {
+        /* Moves take the head of the old bucket: if it still is, unlink it first. */
+        _Atomic shm_ref *head = &bucket_array(a, t->old_buckets)[atomic_load(&t->migrate_pos)];
+        if (atomic_load(head) == moving)
+            atomic_store(head, atomic_load(&shm_rec_at(a, moving)->next));
+        finish_move(a, t);
+    }
     shm_undo *u = &t->undo;
     shm_rec *rec = shm_rec_at(a, atomic_load(&u->rec));
     if (rec && (atomic_load(&rec->seq) & 1)) {
