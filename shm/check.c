@@ -171,7 +171,8 @@ static int check_table(checker *c, uint32_t kg)
 {
     stash_arena *a = c->a;
     shm_table *t = &a->tables[kg];
-    if (atomic_load(&t->moving) || atomic_load(&t->undo.rec) || (atomic_load(&t->shape_seq) & 1))
+    if (atomic_load(&t->moving) || atomic_load(&t->growing) || atomic_load(&t->undo.rec) ||
+        (atomic_load(&t->shape_seq) & 1))
         return shm_fail(-EUCLEAN, "key group %u: an owner's change was left unfinished", kg);
     uint64_t live = 0;
     uint32_t n = shm_table_positions(a, kg), cur = t->buckets ? 1u << t->log2 : 0;

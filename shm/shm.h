@@ -219,6 +219,7 @@ typedef struct shm_table {
     _Atomic shm_off retired;             /* the ring of memory waiting for readers (table.c) */
     uint32_t pad2[3];
     _Atomic shm_ref moving;  /* a record between an old and a new bucket */
+    _Atomic shm_off growing; /* the bucket array a rehash is switching to */
     _Atomic uint64_t writes; /* every publish and delete: invalidates iterators */
     shm_undo undo;
 } shm_table;

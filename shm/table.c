@@ -197,16 +197,29 @@ static void shape_end(shm_table *t)
     atomic_fetch_add(&t->shape_seq, 1);
 }
 
+/* Makes t->growing the bucket array, the current one the array being
+ * emptied. Idempotent, so that recovery can repeat it after a crash. */
+static void switch_buckets(stash_arena *a, shm_table *t)
+{
+    shm_off fresh = atomic_load(&t->growing);
+    if (atomic_load(&t->buckets) != fresh) {
+        atomic_store(&t->old_buckets, atomic_load(&t->buckets));
+        atomic_store(&t->migrate_pos, 0);
+        atomic_store(&t->buckets, fresh);
+    }
+    if ((sizeof(shm_ref) << t->log2) != shm_block_size(a, fresh))
+        atomic_store(&t->log2, t->log2 + 1);
+    atomic_store(&t->growing, 0);
+}
+
 static void rehash_start(stash_arena *a, uint32_t kg)
 {
     shm_table *t = &a->tables[kg];
     shm_off fresh;
     if (new_buckets(a, kg, t->log2 + 1, &fresh) < 0) return; /* grow later; chains just lengthen */
+    atomic_store(&t->growing, fresh);
     shape_begin(t);
-    atomic_store(&t->old_buckets, atomic_load(&t->buckets));
-    atomic_store(&t->migrate_pos, 0);
-    atomic_store(&t->buckets, fresh);
-    atomic_store(&t->log2, t->log2 + 1);
+    switch_buckets(a, t);
     shape_end(t);
 }
 
@@ -472,6 +485,10 @@ void shm_rec_write_end(stash_arena *a, uint32_t kg, shm_rec *rec)
 void shm_table_recover(stash_arena *a, uint32_t kg)
 {
     shm_table *t = &a->tables[kg];
+    if (atomic_load(&t->growing)) switch_buckets(a, t);
+    /* A pin taken without its new epoch would let later writes into its version. */
+    for (unsigned i = 0; i < SHM_MAX_PINS; i++)
+        if (atomic_load(&t->pins[i]) == atomic_load(&t->epoch)) atomic_fetch_add(&t->epoch, 1);
     shm_ref moving = atomic_load(&t->moving);
     if (moving) {
         /* Moves take the head of the old bucket: if it still is, unlink it first. */
