@@ -173,7 +173,7 @@ typedef struct shm_rec {
     uint32_t hash;         /* the lookup hash */
     uint16_t state;        /* catalog id of the state */
     uint8_t flags;         /* SHM_REC_* */
-    uint8_t reserved;
+    uint8_t size_class;    /* of its block, SHM_CLASS_LARGE for a run of spans */
     uint16_t klen;
     uint16_t nslen;
     _Atomic uint32_t vlen;

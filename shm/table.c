@@ -100,11 +100,23 @@ static _Atomic shm_ref *bucket_for(const stash_arena *a, const shm_table *t, uin
     return &bucket_array(a, cur)[h & ((1u << log2) - 1)];
 }
 
+/* Byte equality without a call for the short keys and namespaces of most jobs. */
+static inline bool bytes_equal(const uint8_t *x, const uint8_t *y, size_t n)
+{
+    if (n == 8) {
+        uint64_t a, b;
+        memcpy(&a, x, 8);
+        memcpy(&b, y, 8);
+        return a == b;
+    }
+    return n == 0 || memcmp(x, y, n) == 0;
+}
+
 static bool rec_matches(const shm_rec *r, const shm_lookup *l)
 {
     return r->hash == l->hash && r->state == l->state && r->klen == l->klen &&
-           r->nslen == l->nslen && memcmp(shm_rec_key(r), l->key, l->klen) == 0 &&
-           memcmp(shm_rec_ns(r), l->ns, l->nslen) == 0;
+           r->nslen == l->nslen && bytes_equal(shm_rec_key(r), l->key, l->klen) &&
+           bytes_equal(shm_rec_ns(r), l->ns, l->nslen);
 }
 
 /* ---- reclamation -------------------------------------------------------- */
@@ -360,13 +372,17 @@ bool shm_rec_mutable(const stash_arena *a, uint32_t kg, const shm_rec *rec)
 
 uint64_t shm_rec_capacity(const stash_arena *a, const shm_rec *rec)
 {
-    return shm_block_size(a, shm_off_of(a, rec)) - sizeof *rec - rec->klen - rec->nslen;
+    /* The class in the header spares a look at the span descriptors. */
+    uint64_t block = rec->size_class == SHM_CLASS_LARGE ? shm_block_size(a, shm_off_of(a, rec))
+                                                        : shm_class_size(rec->size_class);
+    return block - sizeof *rec - rec->klen - rec->nslen;
 }
 
 int shm_rec_new(stash_arena *a, const shm_lookup *l, size_t cap, shm_rec **out)
 {
     shm_off off;
-    int rc = shm_alloc(a, l->kg, sizeof(shm_rec) + l->klen + l->nslen + cap, &off);
+    size_t size = sizeof(shm_rec) + l->klen + l->nslen + cap;
+    int rc = shm_alloc(a, l->kg, size, &off);
     if (rc < 0) return rc;
     shm_rec *r = shm_ptr(a, off);
     atomic_store_explicit(&r->next, 0, memory_order_relaxed);
@@ -376,7 +392,7 @@ int shm_rec_new(stash_arena *a, const shm_lookup *l, size_t cap, shm_rec **out)
     r->hash = l->hash;
     r->state = l->state;
     r->flags = 0;
-    r->reserved = 0;
+    r->size_class = (uint8_t)(size > SHM_SMALL_MAX ? SHM_CLASS_LARGE : shm_size_class(size));
     r->klen = l->klen;
     r->nslen = l->nslen;
     atomic_store_explicit(&r->vlen, 0, memory_order_relaxed);
