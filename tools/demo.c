@@ -1,87 +1,143 @@
 /*
- * demo.c: `stash demo`: the arena at work. Creates an arena, starts worker
- * processes that join as index i of p and fill their key groups, shows the
- * registry, kills one worker with SIGKILL, lets a replacement take its slot
- * over, checks the arena's consistency, and destroys it.
+ * demo.c: `stash demo`: keyed state at work across processes. Three worker
+ * processes count words of a generated stream in ValueState, each the words
+ * of its own key groups; one is killed with SIGKILL in the middle; its
+ * replacement takes the slot over, learns from the recovered counts how far
+ * the dead worker got (each event adds exactly one to one count, and a crash
+ * leaves every count either before or after its event), resumes there, and
+ * every count ends exactly right.
  */
 #include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backends/backends.h"
 #include "tools/tools.h"
 
 #define DEMO_WORKERS 3u
-#define DEMO_RECORDS 20000u
+#define DEMO_EVENTS 3000000u
+#define DEMO_WORDS 50000u
 
-/* Every worker writes exactly one line to the report pipe, also on failure. */
-static int report_failure(int report_fd, uint32_t index, const char *what, int rc)
+/* The word of event i: a deterministic stream every process can replay. */
+static uint64_t word_of(uint64_t i)
 {
-    dprintf(report_fd, "  worker %u FAILED to %s: %s (%s)\n", index, what, stash_strerror(rc),
-            stash_errmsg());
+    uint64_t x = i * 0x9e3779b97f4a7c15ull;
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ull;
+    return (x ^ (x >> 29)) % DEMO_WORDS;
+}
+
+static bool mine(stash_worker *w, uint64_t word)
+{
+    stash_key_set(w, &word, sizeof word);
+    int kg = stash_key_group_current(w);
+    return kg >= (int)w->range.first && kg <= (int)w->range.last;
+}
+
+/* Sums the counts in this worker's key groups: how many of its events are in. */
+static int counted_so_far(stash_state *count, uint64_t *total)
+{
+    stash_iter it;
+    stash_bytes key, v;
+    int rc = stash_keys_iter(count, NULL, 0, &it);
+    *total = 0;
+    while (rc >= 0 && (rc = stash_iter_next(&it, &key, NULL)) == 1) {
+        uint64_t word, n;
+        memcpy(&word, key.data, sizeof word);
+        stash_key_set(count->w, &word, sizeof word);
+        if (stash_value_get(count, &v) == 0) {
+            memcpy(&n, v.data, sizeof n);
+            *total += n;
+        }
+    }
+    return rc < 0 ? rc : 0;
+}
+
+/* Checks every count of this worker's words against a replay of the stream. */
+static int verify_counts(stash_worker *w, stash_state *count, uint64_t *wrong)
+{
+    uint32_t *want = calloc(DEMO_WORDS, sizeof *want);
+    if (!want) return -ENOMEM;
+    for (uint64_t i = 0; i < DEMO_EVENTS; i++) want[word_of(i)]++;
+    *wrong = 0;
+    for (uint64_t word = 0; word < DEMO_WORDS; word++) {
+        if (!mine(w, word)) continue;
+        stash_bytes v;
+        uint64_t n = 0;
+        if (stash_value_get(count, &v) == 0) memcpy(&n, v.data, sizeof n);
+        *wrong += n != want[word];
+    }
+    free(want);
+    return 0;
+}
+
+static int report(int fd, const char *fmt, uint32_t index, int rc)
+{
+    dprintf(fd, fmt, index, stash_strerror(rc), stash_errmsg());
     return 1;
 }
 
-/* A worker: joins, allocates records across its key groups, reports, then
- * waits on its pipe until the demo tells it to leave (or kills it). */
-static int worker_main(const char *name, uint32_t index, int report_fd, int wait_fd)
+/* A worker: joins, resumes after the events its key groups already count,
+ * counts the rest, and reports one line. */
+static int worker_main(const char *name, uint32_t index, int report_fd)
 {
     stash_worker *w;
+    stash_state *count;
     int rc = stash_worker_open(
         name, &(stash_worker_opts){.index = index, .parallelism = DEMO_WORKERS}, &w);
-    if (rc < 0) return report_failure(report_fd, index, "join", rc);
+    if (rc < 0) return report(report_fd, "  worker %u FAILED to join: %s (%s)\n", index, rc);
+    rc = stash_state_get(w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE}, &count);
+    uint64_t done = 0, seen = 0;
+    if (rc == 0) rc = counted_so_far(count, &done);
+    if (rc < 0) return report(report_fd, "  worker %u FAILED to read: %s (%s)\n", index, rc);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (uint64_t i = 0; i < DEMO_EVENTS; i++) {
+        uint64_t word = word_of(i);
+        if (!mine(w, word) || seen++ < done) continue;
+        stash_bytes v;
+        uint64_t n = 0;
+        if (stash_value_get(count, &v) == 0) memcpy(&n, v.data, sizeof n);
+        n++;
+        if ((rc = stash_value_put(count, &n, sizeof n)) < 0)
+            return report(report_fd, "  worker %u FAILED to write: %s (%s)\n", index, rc);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    uint64_t wrong;
+    if ((rc = verify_counts(w, count, &wrong)) < 0)
+        return report(report_fd, "  worker %u FAILED to verify: %s (%s)\n", index, rc);
     stash_worker_info info;
     stash_worker_info_get(w, &info);
-    uint32_t nkg = info.range.last - info.range.first + 1;
-    for (uint32_t i = 0; i < DEMO_RECORDS && rc == 0; i++) {
-        shm_off off;
-        rc = shm_alloc(stash_worker_arena(w), info.range.first + i % nkg, 24 + i % 200, &off);
-    }
-    if (rc < 0) return report_failure(report_fd, index, "allocate", rc);
-    char line[160];
-    int n = snprintf(line, sizeof line,
-                     "  worker %u (pid %d) joined: key groups %u..%u, %u records%s\n", index,
-                     (int)getpid(), info.range.first, info.range.last, DEMO_RECORDS,
-                     info.previous_pid ? " (took over a dead worker's slot)" : "");
-    if (write(report_fd, line, (size_t)n) < 0) return 1;
-    char c;
-    while (read(wait_fd, &c, 1) < 0 && errno == EINTR) {
-    }
+    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    dprintf(report_fd,
+            "  worker %u (pid %d, key groups %u..%u)%s: resumed after %llu events, counted %llu "
+            "more in %.2f s; counts %s\n",
+            index, (int)getpid(), info.range.first, info.range.last,
+            info.previous_pid ? " took over a dead worker's slot" : "", (unsigned long long)done,
+            (unsigned long long)(seen - done), secs, wrong ? "WRONG" : "exactly right");
     stash_worker_close(w);
-    return 0;
+    return wrong ? 1 : 0;
 }
 
-typedef struct demo_worker {
-    pid_t pid;
-    int go_fd; /* a byte written to it tells the worker to leave */
-} demo_worker;
-
-static int start_worker(const char *name, uint32_t index, int report_fd, demo_worker *out)
+static pid_t start_worker(const char *name, uint32_t index, int report_fd)
 {
-    int go[2];
-    if (pipe(go) < 0) return -errno;
     fflush(NULL);
     pid_t pid = fork();
-    if (pid < 0) return -errno;
-    if (pid == 0) {
-        close(go[1]);
-        _exit(worker_main(name, index, report_fd, go[0]));
-    }
-    close(go[0]);
-    *out = (demo_worker){pid, go[1]};
-    return 0;
+    if (pid == 0) _exit(worker_main(name, index, report_fd));
+    return pid;
 }
 
-/* Copies one report line per worker from the pipe to stdout; returns how
- * many workers failed. */
+/* Copies report lines from the pipe to stdout until count arrived; returns
+ * how many said something went wrong. */
 static int relay_reports(int fd, unsigned count)
 {
-    char line[256];
+    char line[512];
     size_t len = 0;
-    int failed = 0;
+    int bad = 0;
     while (count > 0 && read(fd, &line[len], 1) == 1) {
         if (line[len] != '\n' && len < sizeof line - 2) {
             len++;
@@ -89,65 +145,58 @@ static int relay_reports(int fd, unsigned count)
         }
         line[len + 1] = '\0';
         fputs(line, stdout);
-        failed += strstr(line, "FAILED") != NULL;
+        bad += strstr(line, "FAILED") != NULL || strstr(line, "WRONG") != NULL;
         len = 0;
         count--;
     }
     fflush(stdout);
-    return failed;
+    return bad;
 }
 
-static int show_registry(const char *name)
+static void show_registry(const char *name)
 {
     char *argv[] = {"status", (char *)name, NULL};
-    return tool_status(2, argv);
+    tool_status(2, argv);
 }
 
 int tool_demo(int argc, char **argv)
 {
     if (tool_wants_help(argc, argv)) {
-        printf("usage: stash demo\nRuns the demonstration: an arena, %u worker processes, a "
-               "worker killed\nwith SIGKILL and replaced, a consistency check.\n",
+        printf("usage: stash demo\nRuns the demonstration: %u worker processes count words in "
+               "keyed state;\none is killed with SIGKILL and replaced; every count ends exact.\n",
                DEMO_WORKERS);
         return 0;
     }
     const char *name = "demo";
     stash_arena *a;
-    int rc = stash_arena_create(name, &(stash_arena_opts){.flags = STASH_ARENA_REPLACE}, &a);
+    int rc = stash_arena_create(
+        name, &(stash_arena_opts){.size = 256u << 20, .flags = STASH_ARENA_REPLACE}, &a);
     if (rc < 0) return tool_fail("demo: create", rc);
     printf("== created the arena '%s' (/dev/shm/stash.%s)\n", name, name);
     int reports[2];
     if (pipe(reports) < 0) return tool_fail("demo", -errno);
 
-    printf("== starting %u worker processes\n", DEMO_WORKERS);
-    demo_worker w[DEMO_WORKERS];
-    for (uint32_t i = 0; i < DEMO_WORKERS; i++)
-        if ((rc = start_worker(name, i, reports[1], &w[i])) < 0) return tool_fail("demo", rc);
-    if (relay_reports(reports[0], DEMO_WORKERS)) return 1;
+    printf("== %u workers count %u events over %u words in ValueState\n", DEMO_WORKERS, DEMO_EVENTS,
+           DEMO_WORDS);
+    pid_t pids[DEMO_WORKERS];
+    for (uint32_t i = 0; i < DEMO_WORKERS; i++) pids[i] = start_worker(name, i, reports[1]);
+    usleep(300000);
+    show_registry(name);
+    printf("== killing worker 1 (pid %d) with SIGKILL in the middle of its stream\n", (int)pids[1]);
+    kill(pids[1], SIGKILL);
+    waitpid(pids[1], NULL, 0);
     show_registry(name);
 
-    printf("== killing worker 1 (pid %d) with SIGKILL\n", (int)w[1].pid);
-    kill(w[1].pid, SIGKILL);
-    waitpid(w[1].pid, NULL, 0);
-    close(w[1].go_fd);
+    printf("== a replacement joins as worker 1 and resumes from the recovered counts\n");
+    pids[1] = start_worker(name, 1, reports[1]);
+    int bad = relay_reports(reports[0], DEMO_WORKERS);
+    for (uint32_t i = 0; i < DEMO_WORKERS; i++) waitpid(pids[i], NULL, 0);
     show_registry(name);
-
-    printf("== a replacement joins as worker 1\n");
-    if ((rc = start_worker(name, 1, reports[1], &w[1])) < 0) return tool_fail("demo", rc);
-    if (relay_reports(reports[0], 1)) return 1;
-    show_registry(name);
-
-    printf("== the workers leave\n");
-    for (uint32_t i = 0; i < DEMO_WORKERS; i++) {
-        if (write(w[i].go_fd, "", 1) < 0) kill(w[i].pid, SIGTERM);
-        waitpid(w[i].pid, NULL, 0);
-        close(w[i].go_fd);
-    }
     rc = shm_check(a);
-    printf("== consistency check: %s%s\n", rc ? "FAILED: " : "every invariant holds",
+    printf("== consistency check of the arena: %s%s\n", rc ? "FAILED: " : "every invariant holds",
            rc ? stash_errmsg() : "");
     stash_arena_close(a);
     stash_arena_destroy(name, NULL);
     printf("== destroyed the arena '%s'\n", name);
-    return rc ? 1 : 0;
+    return rc || bad ? 1 : 0;
 }
