@@ -233,3 +233,67 @@ Test(versions, a_pinned_reader_in_another_process_sees_its_version, .timeout = 1
     cr_assert_eq(test_wait(pid), 0, "the pinned reader saw only its version");
     for (uint32_t kg = 0; kg < 4; kg++) shm_table_unpin(arena, kg, p.pins[kg]);
 }
+
+/* A reader that announced itself and then died must not hold memory back. */
+typedef struct stuck_args {
+    const char *name;
+    int ready[2];
+} stuck_args;
+
+static int announce_and_stop(void *arg)
+{
+    stuck_args *p = arg;
+    stash_worker *rw;
+    if (stash_worker_open(p->name, &(stash_worker_opts){.index = 1, .parallelism = 2}, &rw))
+        return 1;
+    shm_ebr_enter(stash_worker_arena(rw), 1);
+    if (write(p->ready[1], "x", 1) != 1) return 2;
+    pause();
+    return 0;
+}
+
+static uint64_t retired_backlog(void)
+{
+    uint64_t n = 0;
+    for (uint32_t kg = 0; kg < 4; kg++) {
+        shm_off ring = atomic_load(&arena->tables[kg].retired);
+        if (ring) n += (uint32_t)atomic_load((_Atomic uint64_t *)(arena->base + ring + 8));
+    }
+    return n;
+}
+
+Test(versions, memory_held_back_by_a_dead_reader_is_freed, .timeout = 120)
+{
+    stash_worker_close(w);
+    cr_assert_eq(stash_worker_open(arena_name, &(stash_worker_opts){.index = 0, .parallelism = 2},
+                                   &w), 0);
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s),
+                 0);
+    uint32_t key = 0;
+    for (stash_key_set(w, &key, sizeof key); stash_key_group_current(w) >= 4;) {
+        key++;
+        stash_key_set(w, &key, sizeof key);
+    }
+    char big[600] = {0};
+    stuck_args p = {.name = arena_name};
+    cr_assert_eq(pipe(p.ready), 0);
+    pid_t pid = test_fork(announce_and_stop, &p);
+    char b;
+    cr_assert_eq(read(p.ready[0], &b, 1), 1);
+    /* Every clear unlinks the record and retires it. */
+    for (int i = 0; i < 2000; i++) {
+        cr_assert_eq(stash_value_put(s, big, 500), 0);
+        cr_assert_eq(stash_state_clear(s), 0);
+    }
+    cr_assert_geq(retired_backlog(), 1900, "a live reader holds the retired records back");
+    kill(pid, SIGKILL);
+    test_wait(pid);
+    for (int i = 0; i < 20000; i++) {
+        cr_assert_eq(stash_value_put(s, big, 500), 0);
+        cr_assert_eq(stash_state_clear(s), 0);
+    }
+    cr_assert_lt(retired_backlog(), 4096 + 64, "the dead reader's announcement was cleared");
+    stash_kg_usage u;
+    stash_kg_usage_get(arena, (uint32_t)stash_key_group_current(w), &u);
+    cr_assert_lt(u.used_bytes, 4200 * 1024, "the retired records were freed");
+}
