@@ -6,7 +6,7 @@ CMAKE_ARGS ?=
 
 DEPS = liburing-dev liblmdb-dev libcriterion-dev libxxhash-dev liblz4-dev \
        pkg-config cmake build-essential
-BENCH_DEPS = fio redis-server librocksdb-dev
+BENCH_DEPS = fio redis-server librocksdb-dev libhiredis-dev
 
 .PHONY: all deps bench-deps build asan test test-asan demo bench install clean format
 

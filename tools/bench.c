@@ -70,7 +70,7 @@ void bench_report(const bench_opts *o, const bench_result *r)
             printf("}\n");
         }
     } else {
-        printf("%-8s %-28s %-14s", r->bench, r->name, r->system);
+        printf("%-8s %-28s %-22s", r->bench, r->name, r->system);
         if (r->skipped) {
             printf("  skipped: %s\n", r->skipped);
         } else {

@@ -58,6 +58,7 @@ double bench_percentile_us(uint64_t *ns, uint64_t n, double p);
 /* Benches, each `stash bench NAME`. */
 int bench_arena(int argc, char **argv);
 int bench_io(int argc, char **argv);
+int bench_keyed(int argc, char **argv);
 
 /* Other subcommands. */
 int tool_create(int argc, char **argv);

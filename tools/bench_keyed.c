@@ -1,0 +1,777 @@
+/*
+ * bench_keyed.c: `stash bench keyed`: keyed-state operations per second and
+ * their latency, stash beside its peers (bench_peers.c) replaying the same
+ * pre-generated sequences in the same run: ValueState under YCSB A, B, C and
+ * F, uniform and zipfian; ListState add and get; MapState put and get. Also
+ * one worker process against two, and the bytes an entry costs beyond its
+ * key and value. docs/benchmarks.md says how to read it.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "include/stash.h"
+#include "tools/bench_peers.h"
+#include "tools/tools.h"
+#include "tools/ycsb.h"
+
+#define KEY_LEN 8
+#define VALUE_LEN 100
+#define LIST_LEN 4               /* elements of each list that list/get reads */
+#define MAP_ENTRIES 10           /* user keys per map */
+#define PIPELINE 64              /* commands per batch for redis-pipelined */
+#define SAMPLE_EVERY 16          /* one latency sample per this many operations */
+#define READ_CAP 65536           /* what one read may copy out */
+#define VALUE_POOL 4096          /* distinct random values that writes cycle through */
+#define ARENA_NAME "bench-keyed" /* only checked: the arena lives at the path given */
+
+enum { SYS_STASH, SYS_RAW, SYS_LMDB, SYS_ROCKSDB, SYS_REDIS, SYS_REDIS_PIPE, NSYS };
+static const char *const sys_names[NSYS] = {"stash",   "raw-table", "lmdb",
+                                            "rocksdb", "redis",     "redis-pipelined"};
+
+enum { GROUP_VALUE, GROUP_LIST, GROUP_MAP, NGROUPS };
+static const char *const group_names[NGROUPS] = {"value", "list", "map"};
+
+typedef struct keyed_case {
+    const char *name;
+    int group;
+    ycsb_kind first, second;
+    double first_share;
+    bool zipfian;
+} keyed_case;
+
+static const keyed_case cases[] = {
+    {"value/ycsb-a/uniform", GROUP_VALUE, YCSB_GET, YCSB_PUT, 0.5, false},
+    {"value/ycsb-a/zipfian", GROUP_VALUE, YCSB_GET, YCSB_PUT, 0.5, true},
+    {"value/ycsb-b/uniform", GROUP_VALUE, YCSB_GET, YCSB_PUT, 0.95, false},
+    {"value/ycsb-b/zipfian", GROUP_VALUE, YCSB_GET, YCSB_PUT, 0.95, true},
+    {"value/ycsb-c/uniform", GROUP_VALUE, YCSB_GET, YCSB_GET, 1, false},
+    {"value/ycsb-c/zipfian", GROUP_VALUE, YCSB_GET, YCSB_GET, 1, true},
+    {"value/ycsb-f/uniform", GROUP_VALUE, YCSB_GET, YCSB_RMW, 0.5, false},
+    {"value/ycsb-f/zipfian", GROUP_VALUE, YCSB_GET, YCSB_RMW, 0.5, true},
+    {"list/get", GROUP_LIST, YCSB_LIST_GET, YCSB_LIST_GET, 1, false},
+    {"list/add", GROUP_LIST, YCSB_LIST_ADD, YCSB_LIST_ADD, 1, false},
+    {"map/get", GROUP_MAP, YCSB_MAP_GET, YCSB_MAP_GET, 1, false},
+    {"map/put", GROUP_MAP, YCSB_MAP_PUT, YCSB_MAP_PUT, 1, false},
+};
+#define NCASES (sizeof cases / sizeof cases[0])
+
+static volatile sig_atomic_t interrupted;
+
+static void on_interrupt(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+/* Interrupted, or nobody reads the report any more (SIGPIPE is ignored so
+ * that the bench still cleans up after itself). */
+static bool stopping(void)
+{
+    return interrupted || ferror(stdout);
+}
+
+/* Latency samples in ns, pooled over the repetitions of one case. */
+typedef struct lat_pool {
+    uint64_t *ns;
+    uint64_t n, cap;
+} lat_pool;
+
+/* One system in the current group: running, or why not. */
+typedef struct sys_run {
+    kv_sys *sys;
+    char why[320];
+} sys_run;
+
+typedef struct keyed_bench {
+    bench_opts o;
+    uint64_t keys;   /* key indices 0 .. keys-1 */
+    uint64_t ops;    /* operations in a case's sequence */
+    uint64_t cap_ns; /* a timed pass stops here even if its sequence is not done */
+    char dir[64];
+    peer_redis_server *redis;
+    char redis_why[256];
+    uint64_t keyspace; /* list/add passes each append to lists of a fresh key space */
+    uint8_t values[VALUE_POOL][VALUE_LEN]; /* random: no system may compress them away */
+    uint8_t buf[READ_CAP];
+} keyed_bench;
+
+typedef struct pass_out {
+    uint64_t done, ns;
+} pass_out;
+
+/* ------------------------------------------------------------------------ */
+/* stash behind the peers' interface: a worker, its current key, its states. */
+
+typedef struct stash_sys {
+    kv_sys base;
+    stash_worker *w;
+    stash_state *value, *list, *map;
+    stash_arena_opts aopts;
+    char path[PATH_MAX];
+} stash_sys;
+
+static int stash_sys_fail(kv_sys *s, const char *what, int rc)
+{
+    if (rc == STASH_ENOTFOUND) return -ENOENT;
+    snprintf(s->error, sizeof s->error, "%s: %s (%s)", what, stash_strerror(rc), stash_errmsg());
+    return rc;
+}
+
+static int copy_view(const stash_bytes *v, void *out, size_t cap, size_t *len)
+{
+    if (v->len > cap) return -EMSGSIZE;
+    memcpy(out, v->data, v->len);
+    *len = v->len;
+    return 0;
+}
+
+static int stash_sys_value_get(kv_sys *s, uint64_t key, void *out, size_t cap, size_t *len)
+{
+    stash_sys *t = (stash_sys *)s;
+    stash_bytes v;
+    int rc = stash_key_set(t->w, &key, KEY_LEN);
+    if (rc == 0) rc = stash_value_get(t->value, &v);
+    return rc ? stash_sys_fail(s, "stash_value_get", rc) : copy_view(&v, out, cap, len);
+}
+
+static int stash_sys_value_put(kv_sys *s, uint64_t key, const void *v, size_t len)
+{
+    stash_sys *t = (stash_sys *)s;
+    int rc = stash_key_set(t->w, &key, KEY_LEN);
+    if (rc == 0) rc = stash_value_put(t->value, v, len);
+    return rc ? stash_sys_fail(s, "stash_value_put", rc) : 0;
+}
+
+static int stash_sys_list_add(kv_sys *s, uint64_t key, const void *v, size_t len)
+{
+    stash_sys *t = (stash_sys *)s;
+    int rc = stash_key_set(t->w, &key, KEY_LEN);
+    if (rc == 0) rc = stash_list_add(t->list, v, len);
+    return rc ? stash_sys_fail(s, "stash_list_add", rc) : 0;
+}
+
+static int stash_sys_list_get(kv_sys *s, uint64_t key, void *out, size_t cap, size_t *len)
+{
+    stash_sys *t = (stash_sys *)s;
+    stash_iter it;
+    stash_bytes v;
+    size_t off = 0, n = 0;
+    int rc = stash_key_set(t->w, &key, KEY_LEN);
+    if (rc == 0) rc = stash_list_get(t->list, &it);
+    while (rc == 0 && (rc = stash_iter_next(&it, NULL, &v)) == 1) {
+        rc = copy_view(&v, (uint8_t *)out + off, cap - off, &n);
+        off += n;
+    }
+    *len = off;
+    return rc < 0 ? stash_sys_fail(s, "stash_list_get", rc) : 0;
+}
+
+static int stash_sys_map_put(kv_sys *s, uint64_t key, uint64_t ukey, const void *v, size_t len)
+{
+    stash_sys *t = (stash_sys *)s;
+    int rc = stash_key_set(t->w, &key, KEY_LEN);
+    if (rc == 0) rc = stash_map_put(t->map, &ukey, sizeof ukey, v, len);
+    return rc ? stash_sys_fail(s, "stash_map_put", rc) : 0;
+}
+
+static int stash_sys_map_get(kv_sys *s, uint64_t key, uint64_t ukey, void *out, size_t cap,
+                             size_t *len)
+{
+    stash_sys *t = (stash_sys *)s;
+    stash_bytes v;
+    int rc = stash_key_set(t->w, &key, KEY_LEN);
+    if (rc == 0) rc = stash_map_get(t->map, &ukey, sizeof ukey, &v);
+    return rc ? stash_sys_fail(s, "stash_map_get", rc) : copy_view(&v, out, cap, len);
+}
+
+static int stash_sys_sync(kv_sys *s)
+{
+    (void)s;
+    return 0;
+}
+
+/* The key-group heaps' used bytes over every key group. */
+static int stash_sys_footprint(kv_sys *s, uint64_t *bytes)
+{
+    stash_arena *a = stash_worker_arena(((stash_sys *)s)->w);
+    stash_arena_info info;
+    stash_arena_info_get(a, &info);
+    *bytes = 0;
+    for (uint32_t kg = 0; kg < info.max_parallelism; kg++) {
+        stash_kg_usage u;
+        int rc = stash_kg_usage_get(a, kg, &u);
+        if (rc < 0) return stash_sys_fail(s, "stash_kg_usage_get", rc);
+        *bytes += u.used_bytes;
+    }
+    return 0;
+}
+
+static void stash_sys_close(kv_sys *s)
+{
+    stash_sys *t = (stash_sys *)s;
+    stash_worker_close(t->w);
+    free(t);
+}
+
+static const kv_ops stash_sys_ops = {
+    .value_get = stash_sys_value_get,
+    .value_put = stash_sys_value_put,
+    .list_add = stash_sys_list_add,
+    .list_get = stash_sys_list_get,
+    .map_put = stash_sys_map_put,
+    .map_get = stash_sys_map_get,
+    .sync = stash_sys_sync,
+    .footprint = stash_sys_footprint,
+    .close = stash_sys_close,
+};
+
+/* Joins the arena at path as worker index of p and registers the states;
+ * with size > 0, creates the arena first. Its file stays when the worker
+ * closes: the group's directory goes with it. */
+static int stash_sys_open(const char *path, uint64_t size, uint32_t index, uint32_t p, kv_sys **out,
+                          char *why, size_t whylen)
+{
+    stash_sys *t = calloc(1, sizeof *t);
+    if (!t) return snprintf(why, whylen, "out of memory"), -ENOMEM;
+    t->base = (kv_sys){.ops = &stash_sys_ops, .name = "stash", .batch = 1};
+    snprintf(t->path, sizeof t->path, "%s", path);
+    t->aopts = (stash_arena_opts){.path = t->path, .size = size};
+    const char *what = "stash_arena_create";
+    int rc = 0;
+    if (size) {
+        stash_arena *a;
+        rc = stash_arena_create(ARENA_NAME, &t->aopts, &a);
+        if (rc == 0) stash_arena_close(a);
+    }
+    if (rc == 0) {
+        what = "stash_worker_open";
+        stash_worker_opts wopts = {.index = index, .parallelism = p, .arena = &t->aopts};
+        rc = stash_worker_open(ARENA_NAME, &wopts, &t->w);
+    }
+    const stash_state_desc descs[] = {{.name = "value", .kind = STASH_VALUE},
+                                      {.name = "list", .kind = STASH_LIST},
+                                      {.name = "map", .kind = STASH_MAP}};
+    stash_state **states[] = {&t->value, &t->list, &t->map};
+    for (int i = 0; i < 3 && rc == 0; i++) {
+        what = "stash_state_get";
+        rc = stash_state_get(t->w, &descs[i], states[i]);
+    }
+    if (rc < 0) {
+        snprintf(why, whylen, "%s: %s (%s)", what, stash_strerror(rc), stash_errmsg());
+        stash_sys_close(&t->base);
+        return rc;
+    }
+    *out = &t->base;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Passes: one system replays a sequence.                                    */
+
+static int do_op(keyed_bench *b, kv_sys *s, const ycsb_op *op, uint64_t space, uint64_t i)
+{
+    const kv_ops *k = s->ops;
+    size_t len = 0, want = VALUE_LEN;
+    int rc = 0;
+    uint8_t *value = b->values[i % VALUE_POOL];
+    memcpy(value, &i, sizeof i); /* every write differs from the last */
+    switch ((ycsb_kind)op->kind) {
+    case YCSB_GET:
+        rc = k->value_get(s, op->key, b->buf, sizeof b->buf, &len);
+        break;
+    case YCSB_PUT:
+        return k->value_put(s, op->key, value, VALUE_LEN);
+    case YCSB_RMW:
+        rc = k->value_get(s, op->key, b->buf, sizeof b->buf, &len);
+        if (rc == 0) {
+            uint64_t x;
+            memcpy(&x, b->buf, sizeof x);
+            x++;
+            memcpy(b->buf, &x, sizeof x);
+            rc = k->value_put(s, op->key, b->buf, len);
+        }
+        break;
+    case YCSB_LIST_ADD:
+        return k->list_add(s, space | op->key, value, VALUE_LEN);
+    case YCSB_LIST_GET:
+        rc = k->list_get(s, op->key, b->buf, sizeof b->buf, &len);
+        want = LIST_LEN * VALUE_LEN;
+        break;
+    case YCSB_MAP_PUT:
+        return k->map_put(s, op->key, op->sub, value, VALUE_LEN);
+    case YCSB_MAP_GET:
+        rc = k->map_get(s, op->key, op->sub, b->buf, sizeof b->buf, &len);
+        break;
+    }
+    if (rc == -ENOENT) snprintf(s->error, sizeof s->error, "key %u: not found", op->key);
+    /* A pipelined read only queues its command: its reply is checked by sync(). */
+    if (rc == 0 && s->batch == 1 && len != want) {
+        snprintf(s->error, sizeof s->error, "key %u: read %zu bytes, expected %zu", op->key, len,
+                 want);
+        rc = -EIO;
+    }
+    return rc;
+}
+
+/* Runs ops[0 .. n-1] on s until done or cap_ns has passed, in batches of
+ * s->batch; samples the latency of one operation (or batch) in SAMPLE_EVERY
+ * into lat when given. */
+static int run_pass(keyed_bench *b, kv_sys *s, const ycsb_op *ops, uint64_t n, uint64_t cap_ns,
+                    lat_pool *lat, pass_out *out)
+{
+    uint64_t space = ++b->keyspace << 32, t0 = bench_now_ns(), deadline = t0 + cap_ns, i = 0;
+    int rc = 0;
+    while (i < n && rc == 0) {
+        if (i % 1024 == 0 && (stopping() || bench_now_ns() > deadline)) {
+            if (stopping()) rc = -EINTR;
+            break;
+        }
+        uint64_t end = i + s->batch < n ? i + s->batch : n;
+        bool timed = lat && i % SAMPLE_EVERY == 0 && lat->n < lat->cap;
+        uint64_t t = timed ? bench_now_ns() : 0;
+        for (; i < end && rc == 0; i++) rc = do_op(b, s, &ops[i], space, i);
+        if (s->batch > 1 && rc == 0) rc = s->ops->sync(s);
+        if (timed) lat->ns[lat->n++] = bench_now_ns() - t;
+    }
+    if (rc == 0) rc = s->ops->sync(s);
+    *out = (pass_out){.done = i, .ns = bench_now_ns() - t0};
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Groups: every system opened fresh and loaded with the same data.          */
+
+static uint64_t payload_bytes(const keyed_bench *b, int group)
+{
+    uint64_t entry = KEY_LEN + VALUE_LEN;
+    if (group == GROUP_VALUE) return b->keys * entry;
+    if (group == GROUP_MAP) return b->keys * MAP_ENTRIES * (entry + KEY_LEN);
+    /* list/get's lists, and every list/add pass appending to a fresh key space */
+    return b->keys * LIST_LEN * VALUE_LEN + (uint64_t)(b->o.reps + 1) * b->ops * entry;
+}
+
+static void fail_sys(sys_run *r, const char *stage)
+{
+    snprintf(r->why, sizeof r->why, "failed: %s: %s", stage, r->sys->error);
+    r->sys->ops->close(r->sys);
+    r->sys = NULL;
+}
+
+static void open_group(keyed_bench *b, int group, sys_run runs[NSYS])
+{
+    for (int i = 0; i < NSYS; i++) {
+        char dir[128];
+        snprintf(dir, sizeof dir, "%s/%s-%s", b->dir, group_names[group], sys_names[i]);
+        kv_plan plan = {.dir = dir,
+                        .entries = group == GROUP_MAP ? b->keys * MAP_ENTRIES : b->keys,
+                        .bytes = payload_bytes(b, group),
+                        .value_len = VALUE_LEN};
+        char *why = runs[i].why;
+        size_t wl = sizeof runs[i].why;
+        runs[i].sys = NULL;
+        if (i != SYS_REDIS && i != SYS_REDIS_PIPE && mkdir(dir, 0700) < 0) {
+            snprintf(why, wl, "mkdir %s: %s", dir, strerror(errno));
+            continue;
+        }
+        if (i == SYS_STASH) {
+            char path[160];
+            snprintf(path, sizeof path, "%s/arena", dir);
+            stash_sys_open(path, plan.bytes * 2 + (256ull << 20), 0, 1, &runs[i].sys, why, wl);
+        } else if (i == SYS_RAW && group == GROUP_LIST) {
+            snprintf(why, wl, "its slots hold one %d-byte value: no lists", VALUE_LEN);
+        } else if (i == SYS_RAW) {
+            peer_raw_open(&plan, &runs[i].sys, why, wl);
+        } else if (i == SYS_LMDB) {
+            peer_lmdb_open(&plan, &runs[i].sys, why, wl);
+        } else if (i == SYS_ROCKSDB) {
+            peer_rocksdb_open(&plan, &runs[i].sys, why, wl);
+        } else if (!b->redis) {
+            snprintf(why, wl, "%s", b->redis_why);
+        }
+    }
+    /* The pipelined connection loads the data both Redis systems read. */
+    if (b->redis && peer_redis_open(b->redis, PIPELINE, &runs[SYS_REDIS_PIPE].sys,
+                                    runs[SYS_REDIS_PIPE].why, sizeof runs[SYS_REDIS_PIPE].why) == 0)
+        peer_redis_open(b->redis, 1, &runs[SYS_REDIS].sys, runs[SYS_REDIS].why,
+                        sizeof runs[SYS_REDIS].why);
+    else if (b->redis)
+        snprintf(runs[SYS_REDIS].why, sizeof runs[SYS_REDIS].why, "%s", runs[SYS_REDIS_PIPE].why);
+}
+
+static int load_one(keyed_bench *b, kv_sys *s, int group)
+{
+    const kv_ops *k = s->ops;
+    unsigned pending = 0;
+    int rc = 0;
+    for (uint64_t key = 0; key < b->keys && rc == 0; key++) {
+        if (key % 1024 == 0 && stopping()) return -EINTR;
+        uint8_t *value = b->values[key % VALUE_POOL];
+        memcpy(value, &key, sizeof key);
+        unsigned writes = group == GROUP_VALUE ? 1 : group == GROUP_LIST ? LIST_LEN : MAP_ENTRIES;
+        for (unsigned j = 0; j < writes && rc == 0; j++) {
+            rc = group == GROUP_VALUE  ? k->value_put(s, key, value, VALUE_LEN)
+                 : group == GROUP_LIST ? k->list_add(s, key, value, VALUE_LEN)
+                                       : k->map_put(s, key, j, value, VALUE_LEN);
+            if (rc == 0 && ++pending == s->batch) rc = k->sync(s), pending = 0;
+        }
+    }
+    return rc ? rc : k->sync(s);
+}
+
+static void load_group(keyed_bench *b, int group, sys_run runs[NSYS])
+{
+    for (int i = 0; i < NSYS && !stopping(); i++) {
+        if (!runs[i].sys || runs[i].sys->shares_data) continue;
+        bench_progress(&b->o, "keyed: loading %s into %s", group_names[group], sys_names[i]);
+        if (load_one(b, runs[i].sys, group) < 0) fail_sys(&runs[i], "load");
+    }
+}
+
+/* Each system's data beyond the keys' and values' own bytes, per entry. */
+static void report_footprints(keyed_bench *b, sys_run runs[NSYS])
+{
+    bench_result res = {.bench = "keyed", .name = "value/bytes-per-entry", .unit = "bytes"};
+    for (int i = 0; i < NSYS; i++) {
+        if (i == SYS_REDIS_PIPE) continue; /* the same server as redis */
+        kv_sys *s = runs[i].sys;
+        uint64_t bytes = 0;
+        res.system = sys_names[i];
+        res.skipped = s ? NULL : runs[i].why;
+        if (s && !s->ops->footprint)
+            res.skipped = "no comparable figure: its blocks are compressed, spread over "
+                          "memtables and files";
+        else if (s && s->ops->footprint(s, &bytes) < 0)
+            res.skipped = s->error;
+        res.value = (double)bytes / (double)b->keys - (KEY_LEN + VALUE_LEN);
+        bench_report(&b->o, &res);
+    }
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *f)
+{
+    (void)st, (void)type, (void)f;
+    remove(path);
+    return 0;
+}
+
+static void remove_tree(const char *path)
+{
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void close_group(keyed_bench *b, int group, sys_run runs[NSYS])
+{
+    for (int i = 0; i < NSYS; i++) {
+        if (runs[i].sys) runs[i].sys->ops->close(runs[i].sys);
+        runs[i].sys = NULL;
+        char dir[128];
+        snprintf(dir, sizeof dir, "%s/%s-%s", b->dir, group_names[group], sys_names[i]);
+        remove_tree(dir);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Cases: the same sequence on every system, reps times, interleaved.        */
+
+static const char *case_skip(const keyed_case *c, const sys_run *r)
+{
+    if (!r->sys) return r->why;
+    if (c->second == YCSB_RMW && r->sys->batch > 1)
+        return "read-modify-write needs each read's reply before its write: nothing to "
+               "pipeline";
+    return NULL;
+}
+
+static void report_ratio(const bench_opts *o, const char *name, const char *system, double num,
+                         double den)
+{
+    if (num <= 0 || den <= 0) return;
+    bench_report(
+        o,
+        &(bench_result){
+            .bench = "keyed", .name = name, .system = system, .value = num / den, .unit = "ratio"});
+}
+
+/* Runs one case on every system of the group and reports it, with the
+ * ratios of stash to the peers. */
+static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run runs[NSYS])
+{
+    ycsb_op *ops = malloc(b->ops * sizeof *ops);
+    double *rates = calloc((size_t)NSYS * b->o.reps, sizeof *rates);
+    lat_pool lat[NSYS] = {{0}};
+    uint64_t lat_cap = (uint64_t)b->o.reps * (b->ops / SAMPLE_EVERY + 1);
+    bool ok = ops && rates;
+    for (int i = 0; i < NSYS && ok; i++) {
+        lat[i] = (lat_pool){.ns = malloc(lat_cap * sizeof(uint64_t)), .cap = lat_cap};
+        ok = lat[i].ns != NULL;
+    }
+    ycsb_spec spec = {.keys = b->keys,
+                      .zipfian = c->zipfian,
+                      .first = c->first,
+                      .second = c->second,
+                      .first_share = c->first_share,
+                      .subkeys = c->group == GROUP_MAP ? MAP_ENTRIES : 0,
+                      .seed = seed};
+    bench_progress(&b->o, "keyed: %s: generating", c->name);
+    if (ok) ok = ycsb_generate(&spec, ops, b->ops) == 0;
+    for (int i = 0; i < NSYS && ok && !stopping(); i++) {
+        if (case_skip(c, &runs[i])) continue;
+        pass_out p;
+        bench_progress(&b->o, "keyed: %s: %s: warm-up", c->name, sys_names[i]);
+        if (run_pass(b, runs[i].sys, ops, b->ops, b->cap_ns / 2, NULL, &p) < 0)
+            fail_sys(&runs[i], c->name);
+    }
+    for (int r = 0; r < b->o.reps && ok && !stopping(); r++) {
+        for (int i = 0; i < NSYS && !stopping(); i++) {
+            if (case_skip(c, &runs[i])) continue;
+            pass_out p;
+            bench_progress(&b->o, "keyed: %s: %s: repetition %d of %d", c->name, sys_names[i],
+                           r + 1, b->o.reps);
+            if (run_pass(b, runs[i].sys, ops, b->ops, b->cap_ns, &lat[i], &p) < 0)
+                fail_sys(&runs[i], c->name);
+            else
+                rates[i * b->o.reps + r] = (double)p.done / ((double)p.ns / 1e9);
+        }
+    }
+    double median[NSYS] = {0};
+    for (int i = 0; i < NSYS && ok && !stopping(); i++) {
+        bench_result res = {.bench = "keyed", .name = c->name, .system = sys_names[i]};
+        res.skipped = case_skip(c, &runs[i]);
+        if (!res.skipped) {
+            median[i] = bench_median(&rates[i * b->o.reps], b->o.reps);
+            res.value = median[i], res.unit = "ops/s", res.latency = true;
+            res.p50_us = bench_percentile_us(lat[i].ns, lat[i].n, 0.5);
+            res.p99_us = bench_percentile_us(lat[i].ns, lat[i].n, 0.99);
+            res.p999_us = bench_percentile_us(lat[i].ns, lat[i].n, 0.999);
+        }
+        bench_report(&b->o, &res);
+    }
+    bool all = strcmp(c->name, "value/ycsb-a/uniform") == 0;
+    for (int i = 1; i < NSYS && ok && !stopping(); i++) {
+        char system[64];
+        snprintf(system, sizeof system, "stash/%s", sys_names[i]);
+        if (all || i == SYS_RAW || i == SYS_LMDB)
+            report_ratio(&b->o, c->name, system, median[SYS_STASH], median[i]);
+    }
+    if (!ok) fprintf(stderr, "stash bench keyed: %s: out of memory\n", c->name);
+    for (int i = 0; i < NSYS; i++) free(lat[i].ns);
+    free(rates);
+    free(ops);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Scaling: YCSB A on one worker process, then on two that each own half    */
+/* the key groups and replay their share of the same sequence.               */
+
+typedef struct scale_page {
+    _Atomic int ready, go;
+    uint64_t start_ns[2], end_ns[2], done[2];
+    char error[2][320];
+} scale_page;
+
+static void scale_child(keyed_bench *b, const char *path, uint32_t index, uint32_t p,
+                        const ycsb_op *ops, uint64_t n, scale_page *pg)
+{
+    kv_sys *s = NULL;
+    pass_out warm, timed = {0};
+    int rc = stash_sys_open(path, 0, index, p, &s, pg->error[index], sizeof pg->error[index]);
+    if (rc == 0) rc = run_pass(b, s, ops, n, b->cap_ns / 2, NULL, &warm);
+    atomic_fetch_add(&pg->ready, 1);
+    while (!atomic_load(&pg->go)) {
+    }
+    if (rc == 0) {
+        pg->start_ns[index] = bench_now_ns();
+        rc = run_pass(b, s, ops, n, b->cap_ns, NULL, &timed);
+        pg->end_ns[index] = pg->start_ns[index] + timed.ns;
+        pg->done[index] = timed.done;
+    }
+    if (rc < 0 && s) snprintf(pg->error[index], sizeof pg->error[index], "%s", s->error);
+    if (s) s->ops->close(s);
+    _exit(rc < 0);
+}
+
+/* Runs p worker processes at once, worker i on parts[i]; returns their
+ * operations per second over the span from the first start to the last end,
+ * or -1 with why set. */
+static double run_scale(keyed_bench *b, const char *path, uint32_t p, ycsb_op *const parts[2],
+                        const uint64_t n[2], char *why, size_t whylen)
+{
+    scale_page *pg =
+        mmap(NULL, sizeof *pg, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (pg == MAP_FAILED) return snprintf(why, whylen, "mmap: %s", strerror(errno)), -1;
+    fflush(NULL);
+    pid_t pids[2] = {-1, -1};
+    int status[2] = {0, 0};
+    bool reaped[2] = {false, false};
+    for (uint32_t i = 0; i < p; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) scale_child(b, path, i, p, parts[i], n[i], pg);
+        if (pids[i] < 0) snprintf(pg->error[i], sizeof pg->error[i], "fork: %s", strerror(errno));
+        reaped[i] = pids[i] < 0;
+    }
+    /* Go when every worker is warm or gone. The parent sleeps rather than
+     * spins: two cores may be all there is. */
+    for (int gone = 0; atomic_load(&pg->ready) + gone < (int)p;) {
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+        gone = 0;
+        for (uint32_t i = 0; i < p; i++) {
+            if (!reaped[i]) reaped[i] = waitpid(pids[i], &status[i], WNOHANG) == pids[i];
+            gone += reaped[i];
+        }
+    }
+    atomic_store(&pg->go, 1);
+    bool bad = false;
+    for (uint32_t i = 0; i < p; i++) {
+        if (!reaped[i]) waitpid(pids[i], &status[i], 0);
+        if (pids[i] < 0 || !WIFEXITED(status[i]) || WEXITSTATUS(status[i]) != 0) {
+            snprintf(why, whylen, "failed: worker %u: %s", i,
+                     *pg->error[i] ? pg->error[i] : "died");
+            bad = true;
+        }
+    }
+    uint64_t start = pg->start_ns[0], end = pg->end_ns[0], done = 0;
+    for (uint32_t i = 0; i < p; i++) {
+        if (pg->start_ns[i] < start) start = pg->start_ns[i];
+        if (pg->end_ns[i] > end) end = pg->end_ns[i];
+        done += pg->done[i];
+    }
+    munmap(pg, sizeof *pg);
+    return bad ? -1 : (double)done / ((double)(end - start) / 1e9);
+}
+
+static void run_scaling(keyed_bench *b, uint64_t seed)
+{
+    char dir[96], path[128], why[320] = "";
+    snprintf(dir, sizeof dir, "%s/scaling", b->dir);
+    snprintf(path, sizeof path, "%s/arena", dir);
+    ycsb_op *ops = malloc(b->ops * sizeof *ops), *parts[2] = {NULL, NULL};
+    if (ops) parts[0] = malloc(b->ops * sizeof *ops), parts[1] = malloc(b->ops * sizeof *ops);
+    double *v = calloc((size_t)2 * b->o.reps, sizeof *v);
+    ycsb_spec spec = {
+        .keys = b->keys, .first = YCSB_GET, .second = YCSB_PUT, .first_share = 0.5, .seed = seed};
+    kv_sys *s = NULL;
+    bool ok = parts[0] && parts[1] && v && ycsb_generate(&spec, ops, b->ops) == 0;
+    if (!ok)
+        snprintf(why, sizeof why, "out of memory");
+    else if (mkdir(dir, 0700) < 0)
+        snprintf(why, sizeof why, "mkdir %s: %s", dir, strerror(errno)), ok = false;
+    else if (stash_sys_open(path, payload_bytes(b, GROUP_VALUE) * 2 + (256ull << 20), 0, 1, &s, why,
+                            sizeof why) < 0)
+        ok = false;
+    bench_progress(&b->o, "keyed: scaling: loading");
+    if (ok && load_one(b, s, GROUP_VALUE) < 0)
+        snprintf(why, sizeof why, "failed: load: %s", s->error), ok = false;
+    if (s) s->ops->close(s); /* the workers below join at another parallelism */
+    uint64_t n2[2] = {0, 0};
+    for (uint64_t i = 0; ok && i < b->ops; i++) {
+        uint64_t key = ops[i].key;
+        uint32_t kg = stash_key_group(&key, KEY_LEN, STASH_DEFAULT_MAX_PARALLELISM);
+        int w = stash_kg_owner(kg, STASH_DEFAULT_MAX_PARALLELISM, 2);
+        parts[w][n2[w]++] = ops[i];
+    }
+    ycsb_op *whole[2] = {ops, NULL};
+    uint64_t n1[2] = {b->ops, 0};
+    for (int r = 0; r < b->o.reps && ok && !stopping(); r++) {
+        bench_progress(&b->o, "keyed: scaling: repetition %d of %d", r + 1, b->o.reps);
+        v[r] = run_scale(b, path, 1, whole, n1, why, sizeof why);
+        v[b->o.reps + r] = run_scale(b, path, 2, parts, n2, why, sizeof why);
+        ok = v[r] > 0 && v[b->o.reps + r] > 0;
+    }
+    if (!stopping()) {
+        bench_result res = {.bench = "keyed", .system = "stash", .unit = "ops/s"};
+        double m[2] = {0, 0};
+        for (int p = 0; p < 2; p++) {
+            res.name = p ? "value/ycsb-a/uniform/2proc" : "value/ycsb-a/uniform/1proc";
+            res.skipped = ok ? NULL : why;
+            if (ok) res.value = m[p] = bench_median(&v[p * b->o.reps], b->o.reps);
+            bench_report(&b->o, &res);
+        }
+        report_ratio(&b->o, "value/ycsb-a/uniform/scaling", "stash-2p/1p", m[1], m[0]);
+    }
+    remove_tree(dir);
+    free(v);
+    free(parts[0]);
+    free(parts[1]);
+    free(ops);
+}
+
+/* ------------------------------------------------------------------------ */
+
+int bench_keyed(int argc, char **argv)
+{
+    static const char usage[] =
+        "Keyed-state operations per second and their latency (p50, p99, p99.9): ValueState\n"
+        "under YCSB A, B, C and F (uniform and zipfian 0.99), ListState add and get, MapState\n"
+        "put and get, 1M 8-byte keys with 100-byte values (--quick: 100K). Beside, in the same\n"
+        "run and on the same sequences: a raw open-addressing table in shared memory, LMDB,\n"
+        "RocksDB and Redis (pipelined and not) where installed. Also one worker process\n"
+        "against two, and the bytes each entry costs beyond its key and value.\n";
+    keyed_bench *b = calloc(1, sizeof *b);
+    if (!b) return tool_fail("bench keyed", -ENOMEM);
+    int rc = bench_parse(argc, argv, usage, &b->o);
+    if (rc) {
+        free(b);
+        return rc < 0 ? 2 : 0;
+    }
+    b->keys = b->o.quick ? 100000 : 1000000;
+    b->ops = b->o.quick ? 200000 : 1000000;
+    b->cap_ns = b->o.quick ? 150000000 : 1000000000;
+    uint64_t x = 0x243F6A8885A308D3ull; /* xorshift64: fixed, so every run writes the same */
+    for (size_t i = 0; i < sizeof b->values; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        b->values[i / VALUE_LEN][i % VALUE_LEN] = (uint8_t)(x >> 56);
+    }
+    /* Everything the bench creates lives here, in memory, for every system. */
+    snprintf(b->dir, sizeof b->dir, "/dev/shm/stash-bench-keyed.XXXXXX");
+    if (!mkdtemp(b->dir)) {
+        rc = -errno;
+        free(b);
+        return tool_fail("bench keyed: mkdtemp /dev/shm", rc);
+    }
+    struct sigaction sa = {.sa_handler = on_interrupt}, ign = {.sa_handler = SIG_IGN};
+    struct sigaction old_int, old_term, old_pipe;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGPIPE, &ign, &old_pipe);
+
+    char redis_dir[96];
+    snprintf(redis_dir, sizeof redis_dir, "%s/redis", b->dir);
+    if (mkdir(redis_dir, 0700) < 0)
+        snprintf(b->redis_why, sizeof b->redis_why, "mkdir %s: %s", redis_dir, strerror(errno));
+    else
+        peer_redis_start(redis_dir, &b->redis, b->redis_why, sizeof b->redis_why);
+
+    for (int g = 0; g < NGROUPS && !stopping(); g++) {
+        sys_run runs[NSYS];
+        bench_progress(&b->o, "keyed: opening the %s group", group_names[g]);
+        open_group(b, g, runs);
+        load_group(b, g, runs);
+        if (g == GROUP_VALUE && !stopping()) report_footprints(b, runs);
+        for (size_t c = 0; c < NCASES && !stopping(); c++)
+            if (cases[c].group == g) run_case(b, &cases[c], c + 1, runs);
+        close_group(b, g, runs);
+        if (g == GROUP_VALUE && !stopping()) run_scaling(b, 1);
+    }
+
+    peer_redis_stop(b->redis);
+    remove_tree(b->dir);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGPIPE, &old_pipe, NULL);
+    if (b->o.progress) fputs("\r\033[K", stderr);
+    rc = interrupted ? 130 : ferror(stdout) ? 1 : 0;
+    if (interrupted) fprintf(stderr, "stash bench keyed: interrupted; removed %s\n", b->dir);
+    free(b);
+    return rc;
+}

@@ -1,0 +1,69 @@
+/*
+ * bench_peers.h: the systems the keyed bench measures stash against, behind
+ * one small interface: a raw open-addressing table in shared memory (the
+ * speed limit), LMDB, RocksDB and Redis. Each holds values, lists and maps
+ * under 8-byte keys the way its users would store Flink-style keyed state.
+ */
+#ifndef STASH_TOOLS_BENCH_PEERS_H
+#define STASH_TOOLS_BENCH_PEERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kv_sys kv_sys;
+
+/* A system's operations. Keys are key indices (encoded as 8 bytes by each
+ * system), map user keys are indices too. Reads copy what they find into out
+ * (cap bytes) and set *len; a missing key is -ENOENT. An operation that a
+ * system cannot express is NULL. Errors are negative, with sys->error set. */
+typedef struct kv_ops {
+    int (*value_get)(kv_sys *s, uint64_t key, void *out, size_t cap, size_t *len);
+    int (*value_put)(kv_sys *s, uint64_t key, const void *v, size_t len);
+    int (*list_add)(kv_sys *s, uint64_t key, const void *v, size_t len);
+    /* The elements, in order, one after another. */
+    int (*list_get)(kv_sys *s, uint64_t key, void *out, size_t cap, size_t *len);
+    int (*map_put)(kv_sys *s, uint64_t key, uint64_t ukey, const void *v, size_t len);
+    int (*map_get)(kv_sys *s, uint64_t key, uint64_t ukey, void *out, size_t cap, size_t *len);
+    /* Completes what is pending: a batch of pipelined commands, a write
+     * transaction. Called after every batch and at the end of each pass. */
+    int (*sync)(kv_sys *s);
+    /* Bytes the system holds for its data, for the per-entry overhead; NULL
+     * where no honest figure exists. */
+    int (*footprint)(kv_sys *s, uint64_t *bytes);
+    /* Releases the system and removes what it created. */
+    void (*close)(kv_sys *s);
+} kv_ops;
+
+struct kv_sys {
+    const kv_ops *ops;
+    const char *name; /* the "system" of the report */
+    unsigned batch;   /* operations issued before sync() collects them: 1 unless pipelined */
+    bool shares_data; /* another system loads the data it reads (same server) */
+    char error[256];  /* what went wrong last */
+};
+
+/* What a system is opened for: one group of cases, on fresh data. */
+typedef struct kv_plan {
+    const char *dir;  /* an empty private directory for files */
+    uint64_t entries; /* values, or map entries, the load writes */
+    uint64_t bytes;   /* payload bytes the group may write in all (sizes maps) */
+    size_t value_len; /* the fixed value size: what the raw table's slots hold */
+} kv_plan;
+
+/* Each opener returns 0 and *out, or a negative code with why[] saying what
+ * is missing or failed (reported as "skipped"). */
+int peer_raw_open(const kv_plan *plan, kv_sys **out, char *why, size_t whylen);
+int peer_lmdb_open(const kv_plan *plan, kv_sys **out, char *why, size_t whylen);
+int peer_rocksdb_open(const kv_plan *plan, kv_sys **out, char *why, size_t whylen);
+
+/* A redis-server started by the bench on a free loopback port, with no
+ * persistence, in dir; stopped (and waited for) by peer_redis_stop. */
+typedef struct peer_redis_server peer_redis_server;
+int peer_redis_start(const char *dir, peer_redis_server **out, char *why, size_t whylen);
+void peer_redis_stop(peer_redis_server *srv);
+/* Empties the server and connects to it: pipelined (depth commands per
+ * batch) or one command per round trip. */
+int peer_redis_open(peer_redis_server *srv, unsigned depth, kv_sys **out, char *why, size_t whylen);
+
+#endif /* STASH_TOOLS_BENCH_PEERS_H */
