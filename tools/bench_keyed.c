@@ -406,7 +406,7 @@ static void open_group(keyed_bench *b, int group, sys_run runs[NSYS])
         peer_redis_open(b->redis, 1, &runs[SYS_REDIS].sys, runs[SYS_REDIS].why,
                         sizeof runs[SYS_REDIS].why);
     else if (b->redis)
-        snprintf(runs[SYS_REDIS].why, sizeof runs[SYS_REDIS].why, "%s", runs[SYS_REDIS_PIPE].why);
+        memcpy(runs[SYS_REDIS].why, runs[SYS_REDIS_PIPE].why, sizeof runs[SYS_REDIS].why);
 }
 
 static int load_one(keyed_bench *b, kv_sys *s, int group)
