@@ -82,7 +82,9 @@ STASH_API int stash_key_set(stash_worker *worker, const void *key, size_t len)
     if (len) memcpy(worker->key, key, len);
     worker->klen = (uint16_t)len;
     worker->key_hash = stash_hash(key, len);
-    worker->kg = (uint32_t)(worker->key_hash % worker->max_parallelism);
+    uint32_t maxp = worker->max_parallelism;
+    worker->kg = (uint32_t)((maxp & (maxp - 1)) == 0 ? worker->key_hash & (maxp - 1)
+                                                       : worker->key_hash % maxp);
     worker->has_key = true;
     return 0;
 }
