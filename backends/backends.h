@@ -108,11 +108,17 @@ int state_reserve(uint8_t **buf, size_t *cap, size_t need);
 int state_combine(stash_state *s, stash_combine_fn *fn, const stash_bytes *acc,
                   const stash_bytes *in, stash_bytes *out);
 
-/* Namespace merges per kind (list.c, value.c). */
-int list_merge_namespaces(stash_state *s, const void *target, size_t tlen,
-                          const stash_bytes *sources, size_t n);
-int merging_merge_namespaces(stash_state *s, const void *target, size_t tlen,
-                             const stash_bytes *sources, size_t n);
+/* Namespace merges: folds a source namespace's stored bytes (timestamps
+ * included) into the target entry, per kind (list.c, value.c). */
+typedef int merge_into_fn(stash_state *s, const shm_lookup *target, const stash_bytes *raw);
+merge_into_fn list_merge_into;
+merge_into_fn merging_merge_into;
+
+/* The hash of a namespace's bytes (0 for the empty namespace). */
+uint64_t state_ns_hash(const void *ns, size_t len);
+/* Calls a producing function into *buf, growing it on -ENOSPC; *out views the result. */
+int state_produce(stash_state *s, stash_produce_fn *fn, const stash_bytes *acc, uint8_t **buf,
+                  size_t *cap, stash_bytes *out);
 
 /* Iterators (iter.c): the layout behind stash_iter. */
 enum { ITER_LIST = 1, ITER_MAP = 2, ITER_KEYS = 3 };

@@ -6,6 +6,7 @@
  * than read memory that moved.
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/backends.h"
@@ -88,6 +89,38 @@ STASH_API int stash_iter_remove(stash_iter *it)
     return map_iter_remove(x);
 }
 
+/* Moves each source namespace's entry of the current key into the target
+ * through merge, deleting the source. */
+static int merge_sources(stash_state *s, const void *target, size_t tlen,
+                         const stash_bytes *sources, size_t n, merge_into_fn *merge)
+{
+    shm_lookup tl;
+    int rc = state_lookup_ns(s, target, (uint16_t)tlen, state_ns_hash(target, tlen), &tl);
+    uint8_t *copy = NULL;
+    size_t cap = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        shm_lookup sl;
+        shm_cursor c;
+        stash_bytes raw;
+        if (sources[i].len == tlen && (tlen == 0 || memcmp(sources[i].data, target, tlen) == 0))
+            continue;
+        rc = state_lookup_ns(s, sources[i].data, (uint16_t)sources[i].len,
+                             state_ns_hash(sources[i].data, sources[i].len), &sl);
+        if (!rc) rc = state_read(s, &sl, &c, &raw);
+        if (rc == STASH_ENOTFOUND) {
+            rc = 0;
+            continue;
+        }
+        /* The source's record goes with the delete: merge from a copy. */
+        if (rc || (rc = state_reserve(&copy, &cap, raw.len ? raw.len : 1)) < 0) break;
+        memcpy(copy, raw.data, raw.len);
+        raw.data = copy;
+        if ((rc = state_delete(s, &sl, &c)) == 0) rc = merge(s, &tl, &raw);
+    }
+    free(copy);
+    return rc;
+}
+
 STASH_API int stash_merge_namespaces(stash_state *state, const void *target, size_t tlen,
                                      const stash_bytes *sources, size_t n)
 {
@@ -99,10 +132,10 @@ STASH_API int stash_merge_namespaces(stash_state *state, const void *target, siz
             return shm_fail(-EINVAL, "a namespace of %zu bytes", sources[i].len);
     switch (state->kind) {
     case STASH_LIST:
-        return list_merge_namespaces(state, target, tlen, sources, n);
+        return merge_sources(state, target, tlen, sources, n, list_merge_into);
     case STASH_REDUCING:
     case STASH_AGGREGATING:
-        return merging_merge_namespaces(state, target, tlen, sources, n);
+        return merge_sources(state, target, tlen, sources, n, merging_merge_into);
     default:
         return shm_fail(STASH_EKIND, "only list, reducing and aggregating states merge");
     }

@@ -186,42 +186,18 @@ int list_iter_next(iter_impl *it, stash_bytes *value)
     return 0;
 }
 
-int list_merge_namespaces(stash_state *s, const void *target, size_t tlen,
-                          const stash_bytes *sources, size_t n)
+int list_merge_into(stash_state *s, const shm_lookup *target, const stash_bytes *raw)
 {
-    stash_arena *a = s->w->arena;
-    shm_lookup tl;
-    int rc = state_lookup_ns(s, target, (uint16_t)tlen, tlen ? stash_hash(target, tlen) : 0, &tl);
-    uint8_t *copy = NULL;
-    size_t cap = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        shm_lookup sl;
-        shm_cursor sc, tc;
-        stash_bytes v;
-        if (sources[i].len == tlen && memcmp(sources[i].data, target, tlen) == 0) continue;
-        rc = state_lookup_ns(s, sources[i].data, (uint16_t)sources[i].len,
-                             sources[i].len ? stash_hash(sources[i].data, sources[i].len) : 0, &sl);
-        if (!rc) rc = state_read(s, &sl, &sc, &v);
-        if (rc == STASH_ENOTFOUND) {
-            rc = 0;
-            continue;
-        }
-        if (rc || (rc = state_reserve(&copy, &cap, v.len)) < 0) break;
-        memcpy(copy, v.data, v.len);
-        size_t len = v.len;
-        if ((rc = state_delete(s, &sl, &sc)) < 0) break;
-        /* Append the source's elements, timestamps included, to the target. */
-        if ((rc = shm_table_find(a, &tl, &tc)) < 0) break;
-        size_t old = shm_rec_live(tc.rec) ? atomic_load(&tc.rec->vlen) : 0;
-        shm_rec *rec;
-        int in_place = state_write_begin(s, &tl, &tc, old + len, old, 0, 2 * (old + len), &rec);
-        if (in_place < 0) {
-            rc = in_place;
-            break;
-        }
-        memcpy(shm_rec_value(rec) + old, copy, len);
-        state_write_end(s, &tl, &tc, rec, old + len, in_place);
-    }
-    free(copy);
-    return rc;
+    /* The source's elements, timestamps included, go after the target's. */
+    shm_cursor c;
+    int rc = shm_table_find(s->w->arena, target, &c);
+    if (rc < 0) return rc;
+    size_t old = shm_rec_live(c.rec) ? atomic_load(&c.rec->vlen) : 0;
+    shm_rec *rec;
+    int in_place =
+        state_write_begin(s, target, &c, old + raw->len, old, 0, 2 * (old + raw->len), &rec);
+    if (in_place < 0) return in_place;
+    memcpy(shm_rec_value(rec) + old, raw->data, raw->len);
+    state_write_end(s, target, &c, rec, old + raw->len, in_place);
+    return 0;
 }

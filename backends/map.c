@@ -304,14 +304,20 @@ STASH_API int stash_map_remove(stash_state *state, const void *k, size_t klen)
     return slot == UINT32_MAX ? 0 : remove_slot(state, &l, &c, slot);
 }
 
+/* Reads the current key's map: its bytes, and where it lives if owned. */
+static int map_read(stash_state *s, shm_lookup *l, shm_cursor *c, stash_bytes *raw)
+{
+    int rc = check_map(s);
+    if (!rc) rc = state_lookup(s, l);
+    return rc ? rc : state_read(s, l, c, raw);
+}
+
 STASH_API int stash_map_get(stash_state *state, const void *k, size_t klen, stash_bytes *out)
 {
     shm_lookup l;
     shm_cursor c;
     stash_bytes raw;
-    int rc = check_map(state);
-    if (!rc) rc = state_lookup(state, &l);
-    if (!rc) rc = state_read(state, &l, &c, &raw);
+    int rc = map_read(state, &l, &c, &raw);
     if (rc) return rc;
     uint32_t slot = find_slot(state, raw.data, k, (uint32_t)klen, NULL);
     if (slot == UINT32_MAX) return STASH_ENOTFOUND;
@@ -357,9 +363,7 @@ STASH_API int stash_map_iter(stash_state *state, stash_iter *it)
     shm_lookup l;
     shm_cursor c;
     stash_bytes raw;
-    int rc = check_map(state);
-    if (!rc) rc = state_lookup(state, &l);
-    if (!rc) rc = state_read(state, &l, &c, &raw);
+    int rc = map_read(state, &l, &c, &raw);
     if (rc) return rc;
     iter_impl *x = (iter_impl *)it;
     memset(x, 0, sizeof *x);

@@ -84,7 +84,7 @@ STASH_API int stash_key_set(stash_worker *worker, const void *key, size_t len)
     worker->key_hash = stash_hash(key, len);
     uint32_t maxp = worker->max_parallelism;
     worker->kg = (uint32_t)((maxp & (maxp - 1)) == 0 ? worker->key_hash & (maxp - 1)
-                                                       : worker->key_hash % maxp);
+                                                     : worker->key_hash % maxp);
     worker->has_key = true;
     return 0;
 }
@@ -101,8 +101,13 @@ STASH_API int stash_state_namespace(stash_state *state, const void *ns, size_t l
         return shm_fail(-ENOMEM, "out of memory");
     if (len) memcpy(state->ns, ns, len);
     state->nslen = (uint16_t)len;
-    state->ns_hash = len ? XXH3_64bits(ns, len) : 0;
+    state->ns_hash = state_ns_hash(ns, len);
     return 0;
+}
+
+uint64_t state_ns_hash(const void *ns, size_t len)
+{
+    return len ? XXH3_64bits(ns, len) : 0;
 }
 
 /* Mixes the key's hash with the state and namespace into the table's hash. */
@@ -313,7 +318,21 @@ int state_combine(stash_state *s, stash_combine_fn *fn, const stash_bytes *acc,
         rc = fn(acc, in, s->scratch2, s->scratch2_cap, &len, s->ctx);
     }
     if (rc < 0) return rc;
-    out->data = s->scratch2;
-    out->len = len;
+    *out = (stash_bytes){s->scratch2, len};
+    return 0;
+}
+
+int state_produce(stash_state *s, stash_produce_fn *fn, const stash_bytes *acc, uint8_t **buf,
+                  size_t *cap, stash_bytes *out)
+{
+    size_t len = 0;
+    if (state_reserve(buf, cap, 64) < 0) return -ENOMEM;
+    int rc = fn(acc, *buf, *cap, &len, s->ctx);
+    if (rc == -ENOSPC) {
+        if (state_reserve(buf, cap, len) < 0) return -ENOMEM;
+        rc = fn(acc, *buf, *cap, &len, s->ctx);
+    }
+    if (rc < 0) return rc;
+    *out = (stash_bytes){*buf, len};
     return 0;
 }

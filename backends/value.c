@@ -118,17 +118,9 @@ static int merge_into(stash_state *s, const shm_lookup *l, const stash_bytes *in
         if (!s->agg.merge) return shm_fail(-EINVAL, "aggregating state without a merge function");
         rc = state_combine(s, s->agg.merge, &acc, in, &result);
     } else {
-        if (!have) {
-            size_t len = 0;
-            if (state_reserve(&s->scratch, &s->scratch_cap, 64) < 0) return -ENOMEM;
-            rc = s->agg.create(NULL, s->scratch, s->scratch_cap, &len, s->ctx);
-            if (rc == -ENOSPC) {
-                if (state_reserve(&s->scratch, &s->scratch_cap, len) < 0) return -ENOMEM;
-                rc = s->agg.create(NULL, s->scratch, s->scratch_cap, &len, s->ctx);
-            }
-            if (rc < 0) return rc;
-            acc = (stash_bytes){s->scratch, len};
-        }
+        if (!have &&
+            (rc = state_produce(s, s->agg.create, NULL, &s->scratch, &s->scratch_cap, &acc)) < 0)
+            return rc;
         rc = state_combine(s, s->agg.add, &acc, in, &result);
     }
     return rc < 0 ? rc : write_value(s, l, &c, result.data, result.len);
@@ -160,48 +152,18 @@ STASH_API int stash_merging_get(stash_state *state, stash_bytes *out)
     if (!rc) rc = read_value(state, &l, &c, out);
     if (rc || state->kind == STASH_REDUCING) return rc;
     stash_bytes acc = *out;
-    size_t len = 0;
-    if (state_reserve(&state->scratch2, &state->scratch2_cap, 64) < 0) return -ENOMEM;
-    rc = state->agg.result(&acc, state->scratch2, state->scratch2_cap, &len, state->ctx);
-    if (rc == -ENOSPC) {
-        if (state_reserve(&state->scratch2, &state->scratch2_cap, len) < 0) return -ENOMEM;
-        rc = state->agg.result(&acc, state->scratch2, state->scratch2_cap, &len, state->ctx);
-    }
-    if (rc < 0) return rc;
-    *out = (stash_bytes){state->scratch2, len};
-    return 0;
+    return state_produce(state, state->agg.result, &acc, &state->scratch2, &state->scratch2_cap,
+                         out);
 }
 
-int merging_merge_namespaces(stash_state *s, const void *target, size_t tlen,
-                             const stash_bytes *sources, size_t n)
+int merging_merge_into(stash_state *s, const shm_lookup *target, const stash_bytes *raw)
 {
-    stash_arena *a = s->w->arena;
-    shm_lookup tl;
-    int rc = state_lookup_ns(s, target, (uint16_t)tlen, tlen ? stash_hash(target, tlen) : 0, &tl);
-    if (rc) return rc;
-    /* XXH3 of the namespace bytes, as stash_state_namespace computes it. */
-    uint8_t *copy = NULL;
-    size_t cap = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
-        shm_lookup sl;
-        shm_cursor c;
-        stash_bytes v;
-        if (sources[i].len == tlen && memcmp(sources[i].data, target, tlen) == 0) continue;
-        rc = state_lookup_ns(s, sources[i].data, (uint16_t)sources[i].len,
-                             sources[i].len ? stash_hash(sources[i].data, sources[i].len) : 0, &sl);
-        if (!rc) rc = shm_table_find(a, &sl, &c);
-        if (rc) break;
-        rc = read_value(s, &sl, &c, &v);
-        if (rc == STASH_ENOTFOUND) {
-            rc = 0;
-            continue;
-        }
-        if (rc < 0 || (rc = state_reserve(&copy, &cap, v.len ? v.len : 1)) < 0) break;
-        memcpy(copy, v.data, v.len);
-        stash_bytes in = {copy, v.len};
-        rc = state_delete(s, &sl, &c);
-        if (!rc) rc = merge_into(s, &tl, &in, true);
+    stash_bytes in = *raw;
+    if (state_has_ttl(s)) {
+        /* An expired accumulator merges nothing. */
+        if (raw->len < TTL_BYTES || state_expired(s, state_ts_get(raw->data), state_now(s)))
+            return 0;
+        in = (stash_bytes){(const uint8_t *)raw->data + TTL_BYTES, raw->len - TTL_BYTES};
     }
-    free(copy);
-    return rc;
+    return merge_into(s, target, &in, true);
 }
