@@ -114,6 +114,9 @@ typedef int merge_into_fn(stash_state *s, const shm_lookup *target, const stash_
 merge_into_fn list_merge_into;
 merge_into_fn merging_merge_into;
 
+/* The table's hash of an entry: the key's hash mixed with the state id and
+ * the namespace's hash. */
+uint32_t state_lookup_hash(uint64_t key_hash, uint16_t id, uint64_t ns_hash);
 /* The hash of a namespace's bytes (0 for the empty namespace). */
 uint64_t state_ns_hash(const void *ns, size_t len);
 /* Calls a producing function into *buf, growing it on -ENOSPC; *out views the result. */

@@ -110,8 +110,7 @@ uint64_t state_ns_hash(const void *ns, size_t len)
     return len ? XXH3_64bits(ns, len) : 0;
 }
 
-/* Mixes the key's hash with the state and namespace into the table's hash. */
-static uint32_t lookup_hash(uint64_t key_hash, uint16_t id, uint64_t ns_hash)
+uint32_t state_lookup_hash(uint64_t key_hash, uint16_t id, uint64_t ns_hash)
 {
     uint64_t h = key_hash ^ (id * 0x9e3779b97f4a7c15ull) ^ (ns_hash * 0xc2b2ae3d27d4eb4full);
     h ^= h >> 29;
@@ -125,7 +124,7 @@ int state_lookup_ns(stash_state *s, const void *ns, uint16_t nslen, uint64_t ns_
     stash_worker *w = s->w;
     if (!w->has_key) return shm_fail(STASH_ENOKEY, "state access without a current key");
     l->kg = w->kg;
-    l->hash = lookup_hash(w->key_hash, s->id, ns_hash);
+    l->hash = state_lookup_hash(w->key_hash, s->id, ns_hash);
     l->state = s->id;
     l->klen = w->klen;
     l->nslen = nslen;

@@ -47,6 +47,8 @@ enum {
     STASH_EKIND = -1010,        /* the state is registered with another kind or options */
     STASH_ESTALE = -1011,       /* the iterator was invalidated by a write */
     STASH_ENOKEY = -1012,       /* no current key is set */
+    STASH_ECORRUPT = -1013,     /* a snapshot's bytes fail a check (checksum, length, magic) */
+    STASH_EFORMAT = -1014,      /* a snapshot of another format version */
 };
 
 /* Words for an error code; never NULL, never to be freed. */

@@ -31,6 +31,20 @@ STASH_API const char *stash_strerror(int err)
         return "worker index held by a live process";
     case STASH_EPARALLELISM:
         return "parallelism differs from the live workers'";
+    case STASH_ENOTFOUND:
+        return "not found";
+    case STASH_EKEYGROUP:
+        return "key group not owned by this worker";
+    case STASH_EKIND:
+        return "state registered with another kind or options";
+    case STASH_ESTALE:
+        return "iterator invalidated by a write";
+    case STASH_ENOKEY:
+        return "no current key";
+    case STASH_ECORRUPT:
+        return "corrupt snapshot data";
+    case STASH_EFORMAT:
+        return "snapshot of another format version";
     default:
         break;
     }

@@ -418,6 +418,14 @@ void shm_table_unpin(stash_arena *a, uint32_t kg, uint32_t version);
  * holds the pin, so the versions it sees do not change. */
 shm_rec *shm_table_get_at(stash_arena *a, const shm_lookup *l, uint32_t version);
 
+/* Visits every live record of key group kg as of a pinned version (the
+ * newest version at or below it, tombstones left out), calling fn(rec, ctx)
+ * until it returns non-zero, which is returned. The caller holds the pin
+ * (moves wait for it) and, in another process than the owner, is inside
+ * shm_ebr_enter/exit. */
+typedef int shm_visit_fn(const shm_rec *rec, void *ctx);
+int shm_table_walk_at(stash_arena *a, uint32_t kg, uint32_t version, shm_visit_fn *fn, void *ctx);
+
 /* Any process: copies the value of l's entry into *buf (grown with realloc as
  * needed) under the record's sequence lock, so the copy is never torn.
  * Returns the value's length, STASH_ENOTFOUND, or -ENOMEM. */

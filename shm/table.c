@@ -579,6 +579,24 @@ shm_rec *shm_table_get_at(stash_arena *a, const shm_lookup *l, uint32_t version)
     return NULL;
 }
 
+int shm_table_walk_at(stash_arena *a, uint32_t kg, uint32_t version, shm_visit_fn *fn, void *ctx)
+{
+    uint32_t n = shm_table_positions(a, kg);
+    for (uint32_t pos = 0; pos < n; pos++) {
+        for (shm_ref r = shm_table_bucket(a, kg, pos); r;) {
+            shm_rec *rec = shm_rec_at(a, r);
+            r = atomic_load_explicit(&rec->next, memory_order_acquire);
+            shm_rec *v = rec;
+            while (v && v->version > version)
+                v = shm_rec_at(a, atomic_load_explicit(&v->older, memory_order_acquire));
+            if (!shm_rec_live(v)) continue;
+            int rc = fn(v, ctx);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
 uint32_t shm_table_positions(const stash_arena *a, uint32_t kg)
 {
     const shm_table *t = &a->tables[kg];

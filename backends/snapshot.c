@@ -1,0 +1,200 @@
+/*
+ * snapshot.c: key-group blocks of the canonical snapshot format. A writer
+ * walks a key group as of a pinned version and serializes each live record;
+ * a reader trusts no byte: it checks the header's own checksum, the magic,
+ * the version and every length against what is there, then the payload's
+ * checksum, before it decompresses or parses anything.
+ */
+#include <errno.h>
+#include <lz4.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/snapshot.h"
+
+void snap_buf_free(snap_buf *b)
+{
+    free(b->data);
+    *b = (snap_buf){0};
+}
+
+static int buf_reserve(snap_buf *b, size_t more)
+{
+    return state_reserve(&b->data, &b->cap, b->len + more) < 0 ? -ENOMEM : 0;
+}
+
+typedef struct writer {
+    snap_buf *out;
+    uint64_t records;
+} writer;
+
+static int write_record(const shm_rec *r, void *ctx)
+{
+    writer *w = ctx;
+    uint32_t vlen = atomic_load_explicit(&r->vlen, memory_order_relaxed);
+    snap_rec_hdr h = {r->state, r->klen, r->nslen, 0, vlen};
+    size_t n = sizeof h + r->klen + r->nslen + vlen;
+    if (buf_reserve(w->out, n) < 0) return -ENOMEM;
+    uint8_t *p = w->out->data + w->out->len;
+    memcpy(p, &h, sizeof h);
+    /* Key, namespace and value lie one after another in the record. */
+    memcpy(p + sizeof h, shm_rec_key(r), n - sizeof h);
+    w->out->len += n;
+    w->records++;
+    return 0;
+}
+
+int64_t snap_write_kg(stash_arena *a, uint32_t kg, uint32_t version, bool lz4, snap_buf *out)
+{
+    size_t start = out->len;
+    if (buf_reserve(out, sizeof(snap_block_hdr)) < 0) return -ENOMEM;
+    out->len += sizeof(snap_block_hdr);
+    writer w = {out, 0};
+    int rc = shm_table_walk_at(a, kg, version, write_record, &w);
+    if (rc < 0) {
+        out->len = start;
+        return rc;
+    }
+    size_t raw_len = out->len - start - sizeof(snap_block_hdr);
+    if (raw_len > UINT32_MAX / 2) {
+        out->len = start;
+        return shm_fail(STASH_ETOOBIG, "key group %u: %zu bytes in one block", kg, raw_len);
+    }
+    uint16_t flags = 0;
+    if (lz4 && raw_len > 0) {
+        int bound = LZ4_compressBound((int)raw_len);
+        uint8_t *tmp = malloc((size_t)bound);
+        if (!tmp) {
+            out->len = start;
+            return -ENOMEM;
+        }
+        int n = LZ4_compress_default((const char *)out->data + start + sizeof(snap_block_hdr),
+                                     (char *)tmp, (int)raw_len, bound);
+        if (n > 0 && (size_t)n < raw_len) {
+            memcpy(out->data + start + sizeof(snap_block_hdr), tmp, (size_t)n);
+            out->len = start + sizeof(snap_block_hdr) + (size_t)n;
+            flags = SNAP_LZ4;
+        }
+        free(tmp);
+    }
+    snap_block_hdr h = {.format_version = SNAP_FORMAT_VERSION,
+                        .flags = flags,
+                        .kg = kg,
+                        .records = w.records,
+                        .raw_len = (uint32_t)raw_len};
+    memcpy(h.magic, SNAP_BLOCK_MAGIC, 4);
+    h.stored_len = (uint32_t)(out->len - start - sizeof h);
+    h.payload_crc = snap_crc32c(0, out->data + start + sizeof h, h.stored_len);
+    h.header_crc = snap_crc32c(0, &h, offsetof(snap_block_hdr, header_crc));
+    memcpy(out->data + start, &h, sizeof h);
+    return (int64_t)w.records;
+}
+
+int snap_read_block(const uint8_t *p, size_t avail, const char *file, uint64_t off,
+                    snap_buf *scratch, snap_block *out)
+{
+    snap_block_hdr h;
+    if (avail < sizeof h)
+        return shm_fail(STASH_ECORRUPT, "%s: offset %llu: %zu bytes, too few for a block header",
+                        file, (unsigned long long)off, avail);
+    memcpy(&h, p, sizeof h);
+    if (memcmp(h.magic, SNAP_BLOCK_MAGIC, 4) != 0)
+        return shm_fail(STASH_ECORRUPT, "%s: offset %llu: no key-group block magic", file,
+                        (unsigned long long)off);
+    if (snap_crc32c(0, &h, offsetof(snap_block_hdr, header_crc)) != h.header_crc)
+        return shm_fail(STASH_ECORRUPT, "%s: offset %llu: block header checksum mismatch", file,
+                        (unsigned long long)off);
+    if (h.format_version != SNAP_FORMAT_VERSION)
+        return shm_fail(STASH_EFORMAT, "%s: offset %llu: format version %u, this build reads %u",
+                        file, (unsigned long long)off, h.format_version, SNAP_FORMAT_VERSION);
+    if (h.stored_len > avail - sizeof h || (h.flags & ~SNAP_LZ4) ||
+        (!(h.flags & SNAP_LZ4) && h.stored_len != h.raw_len))
+        return shm_fail(STASH_ECORRUPT,
+                        "%s: offset %llu: key group %u: a payload of %u bytes (%u raw) where %zu "
+                        "remain",
+                        file, (unsigned long long)off, h.kg, h.stored_len, h.raw_len,
+                        avail - sizeof h);
+    const uint8_t *payload = p + sizeof h;
+    if (snap_crc32c(0, payload, h.stored_len) != h.payload_crc)
+        return shm_fail(STASH_ECORRUPT, "%s: offset %llu: key group %u: payload checksum mismatch",
+                        file, (unsigned long long)(off + sizeof h), h.kg);
+    if (h.flags & SNAP_LZ4) {
+        scratch->len = 0;
+        if (buf_reserve(scratch, h.raw_len ? h.raw_len : 1) < 0) return -ENOMEM;
+        int n = LZ4_decompress_safe((const char *)payload, (char *)scratch->data, (int)h.stored_len,
+                                    (int)h.raw_len);
+        if (n < 0 || (uint32_t)n != h.raw_len)
+            return shm_fail(STASH_ECORRUPT,
+                            "%s: offset %llu: key group %u: LZ4 payload does not "
+                            "decompress to %u bytes",
+                            file, (unsigned long long)(off + sizeof h), h.kg, h.raw_len);
+        payload = scratch->data;
+    }
+    *out = (snap_block){h, payload, sizeof h + h.stored_len};
+    return 0;
+}
+
+/* Inserts one record, replacing what the key group holds for it. */
+static int restore_record(stash_arena *a, uint32_t kg, uint16_t state, const uint8_t *key,
+                          uint16_t klen, const uint8_t *ns, uint16_t nslen, const uint8_t *v,
+                          uint32_t vlen)
+{
+    shm_lookup l = {.kg = kg,
+                    .hash =
+                        state_lookup_hash(stash_hash(key, klen), state, state_ns_hash(ns, nslen)),
+                    .state = state,
+                    .klen = klen,
+                    .nslen = nslen,
+                    .key = key,
+                    .ns = nslen ? (const void *)ns : ""};
+    shm_cursor c;
+    shm_rec *rec;
+    int rc = shm_table_find(a, &l, &c);
+    if (!rc) rc = shm_rec_new(a, &l, vlen, &rec);
+    if (rc) return rc;
+    if (vlen) memcpy(shm_rec_value(rec), v, vlen);
+    atomic_store_explicit(&rec->vlen, vlen, memory_order_relaxed);
+    shm_table_publish(a, &l, &c, rec);
+    return 0;
+}
+
+int64_t snap_restore_block(stash_arena *a, const snap_block *b, const snap_id_map *map,
+                           const char *file, uint64_t off)
+{
+    uint32_t kg = b->hdr.kg;
+    if (kg >= a->hdr->max_parallelism)
+        return shm_fail(STASH_ECORRUPT, "%s: offset %llu: key group %u beyond max parallelism %u",
+                        file, (unsigned long long)off, kg, a->hdr->max_parallelism);
+    const uint8_t *p = b->payload, *end = b->payload + b->hdr.raw_len;
+    uint64_t n = 0;
+    while (p < end) {
+        snap_rec_hdr h;
+        uint64_t at = off + sizeof(snap_block_hdr) + (uint64_t)(p - b->payload);
+        if ((size_t)(end - p) < sizeof h)
+            return shm_fail(STASH_ECORRUPT,
+                            "%s: offset %llu: key group %u: a record header cut "
+                            "short",
+                            file, (unsigned long long)at, kg);
+        memcpy(&h, p, sizeof h);
+        uint64_t need = sizeof h + (uint64_t)h.klen + h.nslen + h.vlen;
+        if (need > (uint64_t)(end - p) || h.state >= map->n || map->ids[h.state] == 0 ||
+            stash_key_group(p + sizeof h, h.klen, a->hdr->max_parallelism) != kg)
+            return shm_fail(STASH_ECORRUPT,
+                            "%s: offset %llu: key group %u: a record (state %u, "
+                            "%u + %u + %u bytes) that does not fit or belong",
+                            file, (unsigned long long)at, kg, h.state, h.klen, h.nslen, h.vlen);
+        const uint8_t *key = p + sizeof h;
+        int rc = restore_record(a, kg, map->ids[h.state], key, h.klen, key + h.klen, h.nslen,
+                                key + h.klen + h.nslen, h.vlen);
+        if (rc < 0) return rc;
+        p += need;
+        n++;
+    }
+    if (n != b->hdr.records)
+        return shm_fail(STASH_ECORRUPT,
+                        "%s: offset %llu: key group %u holds %llu records, its "
+                        "header says %llu",
+                        file, (unsigned long long)off, kg, (unsigned long long)n,
+                        (unsigned long long)b->hdr.records);
+    return (int64_t)n;
+}

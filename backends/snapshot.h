@@ -1,0 +1,82 @@
+/*
+ * snapshot.h: the canonical snapshot format's key-group blocks (format.md):
+ * writing a key group as of a pinned version, checking and reading a block
+ * back, and restoring it into an arena. Checkpoint storages and the engine
+ * build on these.
+ */
+#ifndef STASH_SNAPSHOT_H
+#define STASH_SNAPSHOT_H
+
+#include "backends/backends.h"
+
+#define SNAP_BLOCK_MAGIC "SKGB"
+#define SNAP_FORMAT_VERSION 1u
+#define SNAP_LZ4 1u /* flags: the payload is one LZ4 block */
+
+/* A block's header, little-endian on disk; docs/format.md has the layout. */
+typedef struct snap_block_hdr {
+    char magic[4];
+    uint16_t format_version;
+    uint16_t flags;
+    uint32_t kg;
+    uint32_t reserved;
+    uint64_t records;
+    uint32_t raw_len;     /* payload bytes before compression */
+    uint32_t stored_len;  /* payload bytes as stored after the header */
+    uint32_t payload_crc; /* CRC32C of the stored payload */
+    uint32_t header_crc;  /* CRC32C of the header up to this field */
+} snap_block_hdr;
+_Static_assert(sizeof(snap_block_hdr) == 40, "the block header is 40 bytes");
+
+/* One record in a payload: this header, then the key, namespace and value. */
+typedef struct snap_rec_hdr {
+    uint16_t state; /* the state's id in the snapshot's catalog */
+    uint16_t klen;
+    uint16_t nslen;
+    uint16_t flags;
+    uint32_t vlen;
+} snap_rec_hdr;
+_Static_assert(sizeof(snap_rec_hdr) == 12, "the record header is 12 bytes");
+
+/* A growable byte buffer. */
+typedef struct snap_buf {
+    uint8_t *data;
+    size_t len;
+    size_t cap;
+} snap_buf;
+
+void snap_buf_free(snap_buf *b);
+
+/* CRC32C of len bytes, continuing from crc (0 to start). */
+uint32_t snap_crc32c(uint32_t crc, const void *data, size_t len);
+
+/* Appends key group kg as of the pinned version to out as one block,
+ * compressed with LZ4 if lz4. Returns the records written or a negative error. */
+int64_t snap_write_kg(stash_arena *a, uint32_t kg, uint32_t version, bool lz4, snap_buf *out);
+
+/* A checked block: its header and its payload (decompressed). */
+typedef struct snap_block {
+    snap_block_hdr hdr;
+    const uint8_t *payload; /* raw_len bytes, owned by the scratch buffer given */
+    size_t size;            /* bytes of the block in its file */
+} snap_block;
+
+/* Checks the block at p (avail bytes; at offset off of file, for messages):
+ * magic, version, lengths, both checksums, and decompresses its payload into
+ * scratch. Returns 0, STASH_ECORRUPT or STASH_EFORMAT naming file and offset. */
+int snap_read_block(const uint8_t *p, size_t avail, const char *file, uint64_t off,
+                    snap_buf *scratch, snap_block *out);
+
+/* Maps a snapshot's state ids to this arena's: ids[i] for snapshot id i. */
+typedef struct snap_id_map {
+    const uint16_t *ids;
+    uint32_t n;
+} snap_id_map;
+
+/* Restores a checked block's records into the arena (the caller owns the key
+ * group: no worker writes it). Every length is bounds-checked; returns the
+ * records restored or STASH_ECORRUPT naming file, offset and key group. */
+int64_t snap_restore_block(stash_arena *a, const snap_block *b, const snap_id_map *map,
+                           const char *file, uint64_t off);
+
+#endif /* STASH_SNAPSHOT_H */
