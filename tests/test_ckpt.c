@@ -1,0 +1,281 @@
+/*
+ * test_ckpt.c: full checkpoints in a directory, on both I/O engines: a
+ * checkpoint restores the state as of its pins; a failed fsync or write fails
+ * the checkpoint, leaves nothing of it and keeps the earlier ones; a damaged,
+ * truncated or incomplete checkpoint gives way to the previous one, with the
+ * file and offset said; reading never changes the directory; retention keeps
+ * the newest.
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backends/ckpt.h"
+#include "tests/helpers.h"
+
+#define KGS 8u
+
+static const int backends[] = {IOE_URING, IOE_THREADS};
+
+static ioe_engine *engine(int backend, const char *faults)
+{
+    ioe_engine *e;
+    int rc = ioe_engine_open(&(ioe_opts){.backend = backend, .faults = faults ? faults : ""}, &e);
+    if (rc == -EPERM || rc == -ENOSYS) cr_skip_test("io_uring unavailable here");
+    cr_assert_eq(rc, 0, "engine: %s", stash_strerror(rc));
+    return e;
+}
+
+typedef struct job {
+    char name[96];
+    stash_arena *arena;
+    stash_worker *w;
+    stash_state *v;
+} job;
+
+static void open_job(job *j)
+{
+    j->arena = test_arena_create("ckpt", 32u << 20, KGS, j->name);
+    cr_assert_eq(stash_worker_open(j->name, &(stash_worker_opts){.parallelism = 1}, &j->w), 0);
+    cr_assert_eq(
+        stash_state_get(j->w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &j->v), 0);
+}
+
+static void close_job(job *j)
+{
+    stash_worker_close(j->w);
+    stash_arena_close(j->arena);
+    stash_arena_destroy(j->name, NULL);
+}
+
+static void put_all(job *j, uint64_t gen)
+{
+    for (uint32_t k = 0; k < 3000; k++) {
+        stash_key_set(j->w, &k, sizeof k);
+        uint64_t v[2] = {k, gen};
+        cr_assert_eq(stash_value_put(j->v, v, sizeof v), 0);
+    }
+}
+
+/* Checks every key holds generation gen. */
+static void expect_gen(job *j, uint64_t gen)
+{
+    for (uint32_t k = 0; k < 3000; k++) {
+        stash_key_set(j->w, &k, sizeof k);
+        stash_bytes b;
+        cr_assert_eq(stash_value_get(j->v, &b), 0, "key %u restored", k);
+        cr_assert_eq(test_u64((const uint8_t *)b.data + 8), gen, "key %u of generation %llu", k,
+                     (unsigned long long)gen);
+    }
+}
+
+static int checkpoint(job *j, ioe_engine *e, const char *dir, uint64_t id)
+{
+    uint32_t pins[KGS];
+    for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(j->arena, kg);
+    int rc = ckpt_write_full(j->arena, pins,
+                             &(ckpt_opts){.dir = dir, .id = id, .lz4 = id % 2, .engine = e});
+    for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j->arena, kg, pins[kg]);
+    return rc;
+}
+
+static void restore_into_new(const char *dir, ioe_engine *e, uint64_t id, uint64_t gen,
+                             ckpt_restored *out)
+{
+    job r;
+    open_job(&r);
+    int rc = ckpt_restore(r.arena, dir, id, (stash_kg_range){0, KGS - 1}, e, out);
+    cr_assert_eq(rc, 0, "restore: %s", stash_errmsg());
+    cr_assert_eq(out->records, 3000);
+    expect_gen(&r, gen);
+    cr_assert_eq(shm_check(r.arena), 0, "%s", stash_errmsg());
+    close_job(&r);
+}
+
+static void make_dir(char *dir)
+{
+    snprintf(dir, 128, "/tmp/stash-ckpt-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static void remove_dir(const char *dir)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+Test(ckpt, a_checkpoint_restores_the_state_as_of_its_pins, .timeout = 120)
+{
+    for (int b = 0; b < 2; b++) {
+        char dir[128];
+        make_dir(dir);
+        ioe_engine *e = engine(backends[b], NULL);
+        job j;
+        open_job(&j);
+        put_all(&j, 1);
+        cr_assert_eq(checkpoint(&j, e, dir, 1), 0, "%s", stash_errmsg());
+        put_all(&j, 2);
+        cr_assert_eq(checkpoint(&j, e, dir, 2), 0, "%s", stash_errmsg());
+        char path[256];
+        snprintf(path, sizeof path, "%s/chk-2/_metadata.tmp", dir);
+        cr_assert_neq(access(path, F_OK), 0, "committed: no temporary metadata left");
+        ckpt_restored out;
+        restore_into_new(dir, e, 0, 2, &out);
+        cr_assert_eq(out.id, 2);
+        cr_assert_eq(out.skipped, 0);
+        restore_into_new(dir, e, 1, 1, &out);
+        close_job(&j);
+        ioe_engine_close(e);
+        remove_dir(dir);
+    }
+}
+
+Test(ckpt, a_failed_fsync_or_write_fails_the_checkpoint_and_keeps_the_earlier, .timeout = 120)
+{
+    const char *faults[] = {"fsync:1:EIO", "write:1:ENOSPC"};
+    for (int b = 0; b < 2; b++) {
+        for (int f = 0; f < 2; f++) {
+            char dir[128], path[256];
+            make_dir(dir);
+            ioe_engine *good = engine(backends[b], NULL), *bad = engine(backends[b], faults[f]);
+            job j;
+            open_job(&j);
+            put_all(&j, 1);
+            cr_assert_eq(checkpoint(&j, good, dir, 1), 0);
+            put_all(&j, 2);
+            int rc = checkpoint(&j, bad, dir, 2);
+            cr_assert_eq(rc, f ? -ENOSPC : -EIO, "%s: %s", faults[f], stash_strerror(rc));
+            cr_assert(strstr(stash_errmsg(), "kg-data.dat"), "names the file: %s", stash_errmsg());
+            snprintf(path, sizeof path, "%s/chk-2", dir);
+            cr_assert_neq(access(path, F_OK), 0, "the failed checkpoint left nothing");
+            ckpt_restored out;
+            restore_into_new(dir, good, 0, 1, &out);
+            cr_assert_eq(out.id, 1);
+            close_job(&j);
+            ioe_engine_close(good);
+            ioe_engine_close(bad);
+            remove_dir(dir);
+        }
+    }
+}
+
+/* The names and bytes of every file under dir, to show reading changed nothing. */
+static uint64_t dir_digest(const char *dir)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "cd %s && find . -type f -exec cksum {} + | sort | cksum", dir);
+    FILE *p = popen(cmd, "r");
+    unsigned long long d = 0;
+    cr_assert_eq(fscanf(p, "%llu", &d), 1);
+    pclose(p);
+    return d;
+}
+
+static void damage(const char *path, long off, int truncate_to)
+{
+    if (truncate_to >= 0) {
+        cr_assert_eq(truncate(path, truncate_to), 0);
+        return;
+    }
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f);
+    fseek(f, off, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, off, SEEK_SET);
+    fputc(c ^ 0x04, f);
+    fclose(f);
+}
+
+Test(ckpt, a_damaged_newest_checkpoint_gives_way_to_the_previous, .timeout = 120)
+{
+    struct {
+        const char *file;
+        long off;
+        int truncate_to;
+        const char *named;
+    } cases[] = {
+        {"kg-data.dat", 300, -1, "kg-data.dat: offset"},
+        {"kg-data.dat", 0, 1000, "kg-data.dat"},
+        {"_metadata", 20, -1, "_metadata: offset"},
+        {"_metadata", 0, 30, "_metadata"},
+    };
+    for (int b = 0; b < 2; b++) {
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            char dir[128], path[256];
+            make_dir(dir);
+            ioe_engine *e = engine(backends[b], NULL);
+            job j;
+            open_job(&j);
+            put_all(&j, 1);
+            cr_assert_eq(checkpoint(&j, e, dir, 1), 0);
+            put_all(&j, 2);
+            cr_assert_eq(checkpoint(&j, e, dir, 2), 0);
+            snprintf(path, sizeof path, "%s/chk-2/%s", dir, cases[c].file);
+            damage(path, cases[c].off, cases[c].truncate_to);
+            uint64_t before = dir_digest(dir);
+            ckpt_restored out;
+            restore_into_new(dir, e, 0, 1, &out);
+            cr_assert_eq(out.id, 1, "case %zu: fell back to checkpoint 1", c);
+            cr_assert_eq(out.skipped, 1);
+            cr_assert(strstr(out.why, cases[c].named), "case %zu says why: %s", c, out.why);
+            cr_assert_eq(dir_digest(dir), before, "reading changed nothing");
+            close_job(&j);
+            ioe_engine_close(e);
+            remove_dir(dir);
+        }
+    }
+}
+
+Test(ckpt, a_checkpoint_without_metadata_does_not_exist, .timeout = 60)
+{
+    char dir[128], path[256];
+    make_dir(dir);
+    ioe_engine *e = engine(IOE_THREADS, NULL);
+    job j;
+    open_job(&j);
+    put_all(&j, 1);
+    cr_assert_eq(checkpoint(&j, e, dir, 1), 0);
+    put_all(&j, 2);
+    cr_assert_eq(checkpoint(&j, e, dir, 2), 0);
+    snprintf(path, sizeof path, "%s/chk-2/_metadata", dir);
+    cr_assert_eq(unlink(path), 0);
+    ckpt_restored out;
+    restore_into_new(dir, e, 0, 1, &out);
+    cr_assert_eq(out.id, 1);
+    job r;
+    open_job(&r);
+    cr_assert_eq(ckpt_restore(r.arena, dir, 2, (stash_kg_range){0, KGS - 1}, e, &out), -ENOENT);
+    cr_assert(strstr(stash_errmsg(), "chk-2/_metadata"), "%s", stash_errmsg());
+    close_job(&r);
+    close_job(&j);
+    ioe_engine_close(e);
+    remove_dir(dir);
+}
+
+Test(ckpt, retention_keeps_the_newest, .timeout = 60)
+{
+    char dir[128], path[256];
+    make_dir(dir);
+    ioe_engine *e = engine(IOE_THREADS, NULL);
+    job j;
+    open_job(&j);
+    for (uint64_t id = 1; id <= 5; id++) {
+        put_all(&j, id);
+        cr_assert_eq(checkpoint(&j, e, dir, id), 0);
+    }
+    cr_assert_eq(ckpt_retain(dir, 3), 0);
+    for (uint64_t id = 1; id <= 5; id++) {
+        snprintf(path, sizeof path, "%s/chk-%llu", dir, (unsigned long long)id);
+        cr_assert_eq(access(path, F_OK) == 0, id >= 3, "checkpoint %llu", (unsigned long long)id);
+    }
+    ckpt_restored out;
+    restore_into_new(dir, e, 0, 5, &out);
+    close_job(&j);
+    ioe_engine_close(e);
+    remove_dir(dir);
+}
