@@ -34,13 +34,6 @@ typedef struct md_header {
     uint32_t nfiles;
 } md_header;
 
-typedef struct md_state {
-    uint16_t id;
-    uint16_t kind;
-    uint8_t options[32];
-    char name[SHM_STATE_NAME];
-} md_state;
-
 typedef struct md_file {
     char name[64];
     uint32_t first_kg;
@@ -170,7 +163,7 @@ static int build_metadata(stash_arena *a, const ckpt_opts *o, const md_extent *e
 {
     uint32_t maxp = a->hdr->max_parallelism, nstates = 0;
     for (uint32_t i = 0; i < SHM_CATALOG_SIZE; i++) nstates += atomic_load(&a->catalog[i].used);
-    size_t bytes = sizeof(md_header) + nstates * sizeof(md_state) + sizeof(md_file) +
+    size_t bytes = sizeof(md_header) + nstates * sizeof(ckpt_state) + sizeof(md_file) +
                    maxp * sizeof(md_extent) + 4;
     if (state_reserve(&md->data, &md->cap, bytes) < 0) return -ENOMEM;
     md_header h = {.format_version = CKPT_FORMAT_VERSION,
@@ -187,7 +180,7 @@ static int build_metadata(stash_arena *a, const ckpt_opts *o, const md_extent *e
     for (uint32_t i = 0; i < SHM_CATALOG_SIZE; i++) {
         shm_catalog_entry *c = &a->catalog[i];
         if (!atomic_load(&c->used)) continue;
-        md_state s = {.id = (uint16_t)(i + 1), .kind = (uint16_t)c->kind};
+        ckpt_state s = {.id = (uint16_t)(i + 1), .kind = (uint16_t)c->kind};
         memcpy(s.options, c->options, sizeof s.options);
         memcpy(s.name, c->name, sizeof s.name);
         memcpy(p, &s, sizeof s);
@@ -244,103 +237,136 @@ int ckpt_write_full(stash_arena *a, const uint32_t *pins, const ckpt_opts *o)
 
 /* ---- reading ------------------------------------------------------------------ */
 
-typedef struct parsed_md {
-    md_header h;
-    const md_state *states;
-    md_file file;
-    const md_extent *ext;
-} parsed_md;
-
 /* Checks _metadata's bytes: checksum, magic, version, counts against its
  * size, state names, the data file's name (no path may leave the checkpoint)
  * and its key-group range. */
-static int parse_metadata(const uint8_t *p, size_t len, const char *path, parsed_md *out)
+static int parse_metadata(ckpt_view *v)
 {
+    const uint8_t *p = v->md;
+    size_t len = v->md_len;
+    const char *path = v->meta_path;
+    md_header h;
     uint32_t crc;
-    if (len < sizeof(md_header) + 4)
-        return shm_fail(STASH_ECORRUPT, "%s: %zu bytes, too short", path, len);
+    if (len < sizeof h + 4) return shm_fail(STASH_ECORRUPT, "%s: %zu bytes, too short", path, len);
     memcpy(&crc, p + len - 4, 4);
     if (snap_crc32c(0, p, len - 4) != crc)
         return shm_fail(STASH_ECORRUPT, "%s: offset %zu: checksum mismatch", path, len - 4);
-    memcpy(&out->h, p, sizeof out->h);
-    if (memcmp(out->h.magic, CKPT_MAGIC, 8) != 0)
+    memcpy(&h, p, sizeof h);
+    if (memcmp(h.magic, CKPT_MAGIC, 8) != 0)
         return shm_fail(STASH_ECORRUPT, "%s: offset 0: not checkpoint metadata", path);
-    if (out->h.format_version != CKPT_FORMAT_VERSION)
+    if (h.format_version != CKPT_FORMAT_VERSION)
         return shm_fail(STASH_EFORMAT, "%s: offset 8: format version %u, this build reads %u", path,
-                        out->h.format_version, CKPT_FORMAT_VERSION);
-    uint32_t maxp = out->h.max_parallelism;
-    uint64_t need = sizeof(md_header) + (uint64_t)out->h.nstates * sizeof(md_state) +
-                    sizeof(md_file) + (uint64_t)maxp * sizeof(md_extent) + 4;
-    if (out->h.nfiles != 1 || maxp == 0 || maxp > STASH_MAX_MAX_PARALLELISM ||
-        out->h.nstates > SHM_CATALOG_SIZE || need != len)
+                        h.format_version, CKPT_FORMAT_VERSION);
+    uint64_t need = sizeof h + (uint64_t)h.nstates * sizeof(ckpt_state) + sizeof(md_file) +
+                    (uint64_t)h.max_parallelism * sizeof(md_extent) + 4;
+    if (h.nfiles != 1 || h.max_parallelism == 0 || h.max_parallelism > STASH_MAX_MAX_PARALLELISM ||
+        h.nstates > SHM_CATALOG_SIZE || need != len)
         return shm_fail(STASH_ECORRUPT,
                         "%s: offset 32: counts (%u states, %u files, %u key "
                         "groups) do not match its %zu bytes",
-                        path, out->h.nstates, out->h.nfiles, maxp, len);
-    out->states = (const md_state *)(p + sizeof(md_header));
-    for (uint32_t i = 0; i < out->h.nstates; i++) {
-        md_state s;
-        memcpy(&s, &out->states[i], sizeof s);
-        if (s.id == 0 || s.id > SHM_CATALOG_SIZE || memchr(s.name, 0, sizeof s.name) == NULL ||
+                        path, h.nstates, h.nfiles, h.max_parallelism, len);
+    v->id = h.id;
+    v->created_ns = h.created_ns;
+    v->max_parallelism = h.max_parallelism;
+    v->nstates = h.nstates;
+    for (uint32_t i = 0; i < h.nstates; i++) {
+        ckpt_state s = ckpt_view_state(v, i);
+        if (s.id == 0 || s.id > SHM_CATALOG_SIZE || !memchr(s.name, 0, sizeof s.name) ||
             s.name[0] == 0)
             return shm_fail(STASH_ECORRUPT, "%s: offset %zu: a bad state entry", path,
-                            sizeof(md_header) + i * sizeof(md_state));
+                            sizeof h + i * sizeof(ckpt_state));
     }
-    size_t at = sizeof(md_header) + out->h.nstates * sizeof(md_state);
-    memcpy(&out->file, p + at, sizeof out->file);
-    if (memchr(out->file.name, 0, sizeof out->file.name) == NULL || out->file.name[0] == '.' ||
-        strchr(out->file.name, '/') || out->file.first_kg != 0 || out->file.last_kg != maxp - 1)
+    size_t at = sizeof h + h.nstates * sizeof(ckpt_state);
+    md_file f;
+    memcpy(&f, p + at, sizeof f);
+    if (!memchr(f.name, 0, sizeof f.name) || f.name[0] == '.' || f.name[0] == 0 ||
+        strchr(f.name, '/') || f.first_kg != 0 || f.last_kg != h.max_parallelism - 1)
         return shm_fail(STASH_ECORRUPT,
                         "%s: offset %zu: a data file entry that names a path "
                         "outside the checkpoint or a bad range",
                         path, at);
-    out->ext = (const md_extent *)(p + at + sizeof(md_file));
+    v->extents = p + at + sizeof f;
+    memcpy(v->data_file, f.name, sizeof f.name);
     return 0;
 }
 
-/* Checks (apply false) or restores (apply true) the range's blocks. */
-static int64_t apply_blocks(stash_arena *a, const parsed_md *m, const uint8_t *data, size_t len,
-                            const char *path, stash_kg_range range, const snap_id_map *map,
-                            bool apply)
+ckpt_state ckpt_view_state(const ckpt_view *v, uint32_t i)
 {
+    ckpt_state s;
+    memcpy(&s, v->md + sizeof(md_header) + i * sizeof s, sizeof s);
+    return s;
+}
+
+int ckpt_view_open(const char *dir, uint64_t id, ioe_engine *e, ckpt_view *v)
+{
+    memset(v, 0, sizeof *v);
+    char chk[4096];
+    int rc = path_of(chk, "%s/chk-%llu", dir, (unsigned long long)id);
+    if (rc == 0) rc = path_of(v->meta_path, "%s/_metadata", chk);
+    if (rc == 0) rc = read_whole(e, v->meta_path, MAX_METADATA, &v->md, &v->md_len);
+    if (rc == 0) rc = parse_metadata(v);
+    if (rc == 0 && v->id != id)
+        rc = shm_fail(STASH_ECORRUPT, "%s: offset 16: names checkpoint %llu", v->meta_path,
+                      (unsigned long long)v->id);
+    if (rc == 0) rc = path_of(v->data_path, "%s/%s", chk, v->data_file);
+    if (rc == 0) rc = read_whole(e, v->data_path, SIZE_MAX, &v->data, &v->data_len);
+    if (rc) ckpt_view_close(v);
+    return rc;
+}
+
+void ckpt_view_close(ckpt_view *v)
+{
+    free(v->md);
+    free(v->data);
+    v->md = v->data = NULL;
+}
+
+static int count_only(void *ctx, uint32_t kg, const snap_record *r)
+{
+    (void)ctx, (void)kg, (void)r;
+    return 0;
+}
+
+int64_t ckpt_view_walk(const ckpt_view *v, stash_kg_range range, snap_record_fn *fn, void *ctx)
+{
+    if (range.first > range.last || range.last >= v->max_parallelism)
+        return shm_fail(-EINVAL, "%s: key groups %u..%u of %u", v->meta_path, range.first,
+                        range.last, v->max_parallelism);
     snap_buf scratch = {0};
     int64_t total = 0;
-    for (uint32_t kg = range.first; kg <= range.last; kg++) {
+    for (uint32_t kg = range.first; kg <= range.last && total >= 0; kg++) {
         md_extent e;
-        memcpy(&e, &m->ext[kg], sizeof e);
-        if (e.offset > len || e.size > len - e.offset) {
-            total =
-                shm_fail(STASH_ECORRUPT,
-                         "%s: key group %u at offset %llu, %llu bytes, "
-                         "beyond the file's %zu",
-                         path, kg, (unsigned long long)e.offset, (unsigned long long)e.size, len);
-            break;
-        }
+        memcpy(&e, v->extents + kg * sizeof e, sizeof e);
         snap_block b;
-        int rc = snap_read_block(data + e.offset, e.size, path, e.offset, &scratch, &b);
+        int rc = 0;
+        if (e.offset > v->data_len || e.size > v->data_len - e.offset)
+            rc = shm_fail(STASH_ECORRUPT,
+                          "%s: key group %u at offset %llu, %llu bytes, beyond "
+                          "the file's %zu",
+                          v->data_path, kg, (unsigned long long)e.offset,
+                          (unsigned long long)e.size, v->data_len);
+        if (rc == 0)
+            rc = snap_read_block(v->data + e.offset, e.size, v->data_path, e.offset, &scratch, &b);
         if (rc == 0 && (b.hdr.kg != kg || b.size != e.size))
             rc = shm_fail(STASH_ECORRUPT,
                           "%s: offset %llu: the block of key group %u is not "
                           "where the metadata says",
-                          path, (unsigned long long)e.offset, kg);
-        int64_t n = rc ? rc : apply ? snap_restore_block(a, &b, map, path, e.offset) : 0;
-        if (n < 0) {
-            total = n;
-            break;
-        }
-        total += n;
+                          v->data_path, (unsigned long long)e.offset, kg);
+        int64_t n = rc ? rc
+                       : snap_block_records(&b, v->max_parallelism, fn ? fn : count_only, ctx,
+                                            v->data_path, e.offset);
+        total = n < 0 ? n : total + n;
     }
     snap_buf_free(&scratch);
     return total;
 }
 
 /* Registers the checkpoint's states in the arena and maps their ids. */
-static int map_states(stash_arena *a, const parsed_md *m, uint16_t *ids, snap_id_map *map)
+static int map_states(stash_arena *a, const ckpt_view *v, uint16_t *ids, snap_id_map *map)
 {
     memset(ids, 0, (SHM_CATALOG_SIZE + 1) * sizeof *ids);
-    for (uint32_t i = 0; i < m->h.nstates; i++) {
-        md_state s;
-        memcpy(&s, &m->states[i], sizeof s);
+    for (uint32_t i = 0; i < v->nstates; i++) {
+        ckpt_state s = ckpt_view_state(v, i);
         int id = shm_catalog_register(a, s.name, s.kind, s.options);
         if (id < 0) return id;
         ids[s.id] = (uint16_t)id;
@@ -353,38 +379,25 @@ static int map_states(stash_arena *a, const parsed_md *m, uint16_t *ids, snap_id
 static int restore_one(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
                        ioe_engine *e, uint64_t *records)
 {
-    char path[4096], data_path[4096];
-    uint8_t *md = NULL, *data = NULL;
-    size_t md_len, data_len;
-    parsed_md m;
-    int rc = path_of(path, "%s/chk-%llu/_metadata", dir, (unsigned long long)id);
-    if (rc == 0) rc = read_whole(e, path, MAX_METADATA, &md, &md_len);
+    ckpt_view v;
+    int rc = ckpt_view_open(dir, id, e, &v);
     if (rc) return rc;
-    rc = parse_metadata(md, md_len, path, &m);
-    if (rc == 0 && (m.h.id != id || range.last >= m.h.max_parallelism ||
-                    m.h.max_parallelism != a->hdr->max_parallelism))
-        rc = shm_fail(STASH_ECORRUPT,
-                      "%s: checkpoint %llu of %u key groups cannot restore key "
-                      "groups %u..%u of an arena of %u",
-                      path, (unsigned long long)m.h.id, m.h.max_parallelism, range.first,
-                      range.last, a->hdr->max_parallelism);
-    if (rc == 0)
-        rc = path_of(data_path, "%s/chk-%llu/%s", dir, (unsigned long long)id, m.file.name);
-    if (rc == 0) rc = read_whole(e, data_path, SIZE_MAX, &data, &data_len);
+    int64_t n = 0;
+    if (v.max_parallelism != a->hdr->max_parallelism)
+        n = shm_fail(STASH_ECORRUPT, "%s: a checkpoint of %u key groups for an arena of %u",
+                     v.meta_path, v.max_parallelism, a->hdr->max_parallelism);
+    if (n == 0) n = ckpt_view_walk(&v, range, NULL, NULL);
     uint16_t ids[SHM_CATALOG_SIZE + 1];
     snap_id_map map;
-    int64_t n = rc;
-    if (rc == 0) n = apply_blocks(a, &m, data, data_len, data_path, range, NULL, false);
-    if (n >= 0) n = map_states(a, &m, ids, &map);
-    if (n >= 0) n = apply_blocks(a, &m, data, data_len, data_path, range, &map, true);
+    if (n >= 0) n = map_states(a, &v, ids, &map);
+    snap_restorer to = {a, &map};
+    if (n >= 0) n = ckpt_view_walk(&v, range, snap_restore_record, &to);
     if (n >= 0) *records = (uint64_t)n;
-    free(md);
-    free(data);
+    ckpt_view_close(&v);
     return n < 0 ? (int)n : 0;
 }
 
-/* The ids of dir's checkpoints, newest first. Returns how many or an error. */
-static int list_checkpoints(const char *dir, uint64_t **ids)
+int ckpt_list(const char *dir, uint64_t **ids)
 {
     DIR *d = opendir(dir);
     if (!d) return shm_fail(-errno, "%s: cannot open: %s", dir, strerror(errno));
@@ -420,7 +433,7 @@ int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range ra
         return restore_one(a, dir, id, range, e, &out->records);
     }
     uint64_t *ids;
-    int n = list_checkpoints(dir, &ids);
+    int n = ckpt_list(dir, &ids);
     if (n < 0) return n;
     int rc = shm_fail(-ENOENT, "%s: no complete checkpoint", dir);
     for (int i = 0; i < n; i++) {
@@ -440,7 +453,7 @@ int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range ra
 int ckpt_retain(const char *dir, unsigned keep)
 {
     uint64_t *ids;
-    int n = list_checkpoints(dir, &ids);
+    int n = ckpt_list(dir, &ids);
     if (n < 0) return n;
     unsigned complete = 0;
     char path[4096];

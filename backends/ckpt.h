@@ -43,6 +43,43 @@ typedef struct ckpt_restored {
 int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range, ioe_engine *e,
                  ckpt_restored *out);
 
+/* A state as a checkpoint's metadata describes it. */
+typedef struct ckpt_state {
+    uint16_t id;
+    uint16_t kind;
+    uint8_t options[32];
+    char name[SHM_STATE_NAME];
+} ckpt_state;
+
+/* An opened checkpoint: its metadata checked, its data file read. */
+typedef struct ckpt_view {
+    uint64_t id;
+    uint64_t created_ns;
+    uint32_t max_parallelism;
+    uint32_t nstates;
+    char meta_path[4096];
+    char data_path[4096];
+    char data_file[64];
+    uint8_t *md;
+    size_t md_len;
+    uint8_t *data;
+    size_t data_len;
+    const uint8_t *extents; /* per key group: offset and size of its block */
+} ckpt_view;
+
+/* Opens checkpoint id of dir: reads and checks _metadata, reads the data
+ * file. Returns 0, or an error naming the file and offset. */
+int ckpt_view_open(const char *dir, uint64_t id, ioe_engine *e, ckpt_view *v);
+void ckpt_view_close(ckpt_view *v);
+/* The checkpoint's i-th state (i < nstates). */
+ckpt_state ckpt_view_state(const ckpt_view *v, uint32_t i);
+/* Checks every block of the range and passes each record to fn (NULL: only
+ * check). Returns the records, or the first error with file and offset. */
+int64_t ckpt_view_walk(const ckpt_view *v, stash_kg_range range, snap_record_fn *fn, void *ctx);
+/* The ids of dir's checkpoints (complete or not), newest first, in *ids
+ * (free it). Returns how many or an error. */
+int ckpt_list(const char *dir, uint64_t **ids);
+
 /* Deletes all but the newest keep complete checkpoints of dir. */
 int ckpt_retain(const char *dir, unsigned keep);
 

@@ -134,37 +134,13 @@ int snap_read_block(const uint8_t *p, size_t avail, const char *file, uint64_t o
     return 0;
 }
 
-/* Inserts one record, replacing what the key group holds for it. */
-static int restore_record(stash_arena *a, uint32_t kg, uint16_t state, const uint8_t *key,
-                          uint16_t klen, const uint8_t *ns, uint16_t nslen, const uint8_t *v,
-                          uint32_t vlen)
-{
-    shm_lookup l = {.kg = kg,
-                    .hash =
-                        state_lookup_hash(stash_hash(key, klen), state, state_ns_hash(ns, nslen)),
-                    .state = state,
-                    .klen = klen,
-                    .nslen = nslen,
-                    .key = key,
-                    .ns = nslen ? (const void *)ns : ""};
-    shm_cursor c;
-    shm_rec *rec;
-    int rc = shm_table_find(a, &l, &c);
-    if (!rc) rc = shm_rec_new(a, &l, vlen, &rec);
-    if (rc) return rc;
-    if (vlen) memcpy(shm_rec_value(rec), v, vlen);
-    atomic_store_explicit(&rec->vlen, vlen, memory_order_relaxed);
-    shm_table_publish(a, &l, &c, rec);
-    return 0;
-}
-
-int64_t snap_restore_block(stash_arena *a, const snap_block *b, const snap_id_map *map,
-                           const char *file, uint64_t off)
+int64_t snap_block_records(const snap_block *b, uint32_t max_parallelism, snap_record_fn *fn,
+                           void *ctx, const char *file, uint64_t off)
 {
     uint32_t kg = b->hdr.kg;
-    if (kg >= a->hdr->max_parallelism)
+    if (kg >= max_parallelism)
         return shm_fail(STASH_ECORRUPT, "%s: offset %llu: key group %u beyond max parallelism %u",
-                        file, (unsigned long long)off, kg, a->hdr->max_parallelism);
+                        file, (unsigned long long)off, kg, max_parallelism);
     const uint8_t *p = b->payload, *end = b->payload + b->hdr.raw_len;
     uint64_t n = 0;
     while (p < end) {
@@ -177,16 +153,22 @@ int64_t snap_restore_block(stash_arena *a, const snap_block *b, const snap_id_ma
                             file, (unsigned long long)at, kg);
         memcpy(&h, p, sizeof h);
         uint64_t need = sizeof h + (uint64_t)h.klen + h.nslen + h.vlen;
-        if (need > (uint64_t)(end - p) || h.state >= map->n || map->ids[h.state] == 0 ||
-            stash_key_group(p + sizeof h, h.klen, a->hdr->max_parallelism) != kg)
+        if (need > (uint64_t)(end - p) ||
+            stash_key_group(p + sizeof h, h.klen, max_parallelism) != kg)
             return shm_fail(STASH_ECORRUPT,
                             "%s: offset %llu: key group %u: a record (state %u, "
                             "%u + %u + %u bytes) that does not fit or belong",
                             file, (unsigned long long)at, kg, h.state, h.klen, h.nslen, h.vlen);
         const uint8_t *key = p + sizeof h;
-        int rc = restore_record(a, kg, map->ids[h.state], key, h.klen, key + h.klen, h.nslen,
-                                key + h.klen + h.nslen, h.vlen);
-        if (rc < 0) return rc;
+        snap_record r = {
+            h.state, h.klen, h.nslen, h.vlen, key, key + h.klen, key + h.klen + h.nslen};
+        int rc = fn(ctx, kg, &r);
+        if (rc < 0) {
+            if (rc == STASH_ECORRUPT)
+                shm_fail(rc, "%s: offset %llu: key group %u: %s", file, (unsigned long long)at, kg,
+                         stash_errmsg());
+            return rc;
+        }
         p += need;
         n++;
     }
@@ -197,4 +179,31 @@ int64_t snap_restore_block(stash_arena *a, const snap_block *b, const snap_id_ma
                         file, (unsigned long long)off, kg, (unsigned long long)n,
                         (unsigned long long)b->hdr.records);
     return (int64_t)n;
+}
+
+/* Inserts one record, replacing what the key group holds for it. */
+int snap_restore_record(void *restorer, uint32_t kg, const snap_record *r)
+{
+    snap_restorer *x = restorer;
+    if (r->state >= x->map->n || x->map->ids[r->state] == 0)
+        return shm_fail(STASH_ECORRUPT, "a record of state %u, which the metadata does not name",
+                        r->state);
+    uint16_t state = x->map->ids[r->state];
+    shm_lookup l = {.kg = kg,
+                    .hash = state_lookup_hash(stash_hash(r->key, r->klen), state,
+                                              state_ns_hash(r->ns, r->nslen)),
+                    .state = state,
+                    .klen = r->klen,
+                    .nslen = r->nslen,
+                    .key = r->key,
+                    .ns = r->nslen ? (const void *)r->ns : ""};
+    shm_cursor c;
+    shm_rec *rec;
+    int rc = shm_table_find(x->arena, &l, &c);
+    if (!rc) rc = shm_rec_new(x->arena, &l, r->vlen, &rec);
+    if (rc) return rc;
+    if (r->vlen) memcpy(shm_rec_value(rec), r->value, r->vlen);
+    atomic_store_explicit(&rec->vlen, r->vlen, memory_order_relaxed);
+    shm_table_publish(x->arena, &l, &c, rec);
+    return 0;
 }

@@ -67,16 +67,41 @@ typedef struct snap_block {
 int snap_read_block(const uint8_t *p, size_t avail, const char *file, uint64_t off,
                     snap_buf *scratch, snap_block *out);
 
+/* One record of a block's payload. */
+typedef struct snap_record {
+    uint16_t state; /* the snapshot's state id */
+    uint16_t klen;
+    uint16_t nslen;
+    uint32_t vlen;
+    const uint8_t *key;
+    const uint8_t *ns;
+    const uint8_t *value;
+} snap_record;
+
+/* Receives a record; a negative return stops the walk (STASH_ECORRUPT gets
+ * the file and offset added to its message). */
+typedef int snap_record_fn(void *ctx, uint32_t kg, const snap_record *r);
+
+/* Walks a checked block's records, checking each one's lengths and that its
+ * key hashes into the block's key group. Returns the records or an error. */
+int64_t snap_block_records(const snap_block *b, uint32_t max_parallelism, snap_record_fn *fn,
+                           void *ctx, const char *file, uint64_t off);
+
 /* Maps a snapshot's state ids to this arena's: ids[i] for snapshot id i. */
 typedef struct snap_id_map {
     const uint16_t *ids;
     uint32_t n;
 } snap_id_map;
 
-/* Restores a checked block's records into the arena (the caller owns the key
- * group: no worker writes it). Every length is bounds-checked; returns the
- * records restored or STASH_ECORRUPT naming file, offset and key group. */
-int64_t snap_restore_block(stash_arena *a, const snap_block *b, const snap_id_map *map,
-                           const char *file, uint64_t off);
+/* Where restored records go: an arena whose key groups no worker writes
+ * meanwhile, and the snapshot's state ids mapped to its own. */
+typedef struct snap_restorer {
+    stash_arena *arena;
+    const snap_id_map *map;
+} snap_restorer;
+
+/* A snap_record_fn: puts the record into the restorer's arena, replacing
+ * what its key group holds for the same state, key and namespace. */
+int snap_restore_record(void *restorer, uint32_t kg, const snap_record *r);
 
 #endif /* STASH_SNAPSHOT_H */

@@ -127,7 +127,8 @@ static void round_trip(bool lz4)
         cr_assert_eq(snap_read_block(out.data + off, out.len - off, "mem", off, &scratch, &blk), 0,
                      "%s", stash_errmsg());
         cr_assert_eq(blk.hdr.flags & SNAP_LZ4, lz4 ? SNAP_LZ4 : 0u);
-        int64_t n = snap_restore_block(b.arena, &blk, &map, "mem", off);
+        snap_restorer to = {b.arena, &map};
+        int64_t n = snap_block_records(&blk, KGS, snap_restore_record, &to, "mem", off);
         cr_assert_geq(n, 0, "%s", stash_errmsg());
         records += (uint64_t)n;
         off += blk.size;
@@ -201,7 +202,8 @@ Test(snapshot, a_record_of_another_key_group_is_refused)
     cr_assert_eq(snap_read_block(out.data, out.len, "f", 0, &scratch, &blk), 0);
     uint16_t ids[SHM_CATALOG_SIZE + 1];
     snap_id_map map = id_map(&a, &a, ids);
-    cr_assert_eq(snap_restore_block(a.arena, &blk, &map, "f", 0), STASH_ECORRUPT);
+    snap_restorer to = {a.arena, &map};
+    cr_assert_eq(snap_block_records(&blk, KGS, snap_restore_record, &to, "f", 0), STASH_ECORRUPT);
     cr_assert(strstr(stash_errmsg(), "key group 6"), "%s", stash_errmsg());
     snap_buf_free(&out);
     snap_buf_free(&scratch);
