@@ -20,6 +20,7 @@ static const tool_cmd commands[] = {
     {"create", tool_create, "create an arena"},
     {"status", tool_status, "show an arena's header, workers and memory (--json)"},
     {"destroy", tool_destroy, "remove an arena"},
+    {"snapshot", tool_snapshot, "look into checkpoints: ls, info, verify, dump, diff"},
     {"bench", bench_main, "measure stash beside its peers (--json, --quick)"},
     {"demo", tool_demo, "run the demonstration job"},
 };

@@ -65,5 +65,6 @@ int tool_create(int argc, char **argv);
 int tool_destroy(int argc, char **argv);
 int tool_status(int argc, char **argv);
 int tool_demo(int argc, char **argv);
+int tool_snapshot(int argc, char **argv);
 
 #endif /* STASH_TOOLS_H */

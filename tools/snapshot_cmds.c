@@ -1,0 +1,346 @@
+/*
+ * snapshot_cmds.c: `stash snapshot`: looking into a checkpoint directory
+ * without changing it: ls, info, verify (every checksum, exit code), dump
+ * (states, keys and values as JSON lines) and diff of two checkpoints.
+ */
+#include <errno.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "backends/ckpt.h"
+#include "tools/tools.h"
+
+static const char usage[] =
+    "usage: stash snapshot ls DIR [--json]\n"
+    "       stash snapshot info CHECKPOINT [--json]\n"
+    "       stash snapshot verify CHECKPOINT\n"
+    "       stash snapshot dump CHECKPOINT [--base64]\n"
+    "       stash snapshot diff CHECKPOINT CHECKPOINT\n"
+    "CHECKPOINT is DIR/chk-ID, or DIR for its newest complete checkpoint.\n"
+    "Nothing in the directory is ever changed. verify and diff exit 1 when the\n"
+    "checkpoint is damaged or the two differ; dump prints one JSON object per\n"
+    "record with bytes in hex (or base64).\n";
+
+static const char *kind_name(unsigned kind)
+{
+    static const char *names[] = {"?", "value", "list", "map", "reducing", "aggregating"};
+    return kind < sizeof names / sizeof names[0] ? names[kind] : "?";
+}
+
+/* Splits DIR/chk-ID, or picks DIR's newest checkpoint with a valid _metadata. */
+static int resolve(const char *arg, ioe_engine *e, ckpt_view *v)
+{
+    char copy[4096], dir[4096];
+    snprintf(copy, sizeof copy, "%s", arg);
+    unsigned long long id;
+    char tail;
+    const char *base = basename(copy);
+    if (sscanf(base, "chk-%llu%c", &id, &tail) == 1) {
+        snprintf(copy, sizeof copy, "%s", arg);
+        snprintf(dir, sizeof dir, "%s", dirname(copy));
+        return ckpt_view_open(dir, id, e, v);
+    }
+    uint64_t *ids;
+    int n = ckpt_list(arg, &ids);
+    int rc = n < 0 ? n : -ENOENT;
+    for (int i = 0; i < n && rc; i++) rc = ckpt_view_open(arg, ids[i], e, v);
+    if (n >= 0) free(ids);
+    if (rc == -ENOENT && n >= 0) fprintf(stderr, "stash snapshot: %s: no checkpoint\n", arg);
+    return rc;
+}
+
+static void print_bytes(const uint8_t *p, size_t n, bool base64)
+{
+    static const char hex[] = "0123456789abcdef";
+    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    putchar('"');
+    if (!base64) {
+        for (size_t i = 0; i < n; i++) putchar(hex[p[i] >> 4]), putchar(hex[p[i] & 15]);
+    } else {
+        for (size_t i = 0; i < n; i += 3) {
+            uint32_t w = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) |
+                         (i + 2 < n ? p[i + 2] : 0);
+            putchar(b64[w >> 18 & 63]);
+            putchar(b64[w >> 12 & 63]);
+            putchar(i + 1 < n ? b64[w >> 6 & 63] : '=');
+            putchar(i + 2 < n ? b64[w & 63] : '=');
+        }
+    }
+    putchar('"');
+}
+
+static const char *state_name_of(const ckpt_view *v, uint16_t id, unsigned *kind)
+{
+    static char name[SHM_STATE_NAME];
+    for (uint32_t i = 0; i < v->nstates; i++) {
+        ckpt_state s = ckpt_view_state(v, i);
+        if (s.id == id) {
+            memcpy(name, s.name, sizeof name);
+            *kind = s.kind;
+            return name;
+        }
+    }
+    *kind = 0;
+    return "?";
+}
+
+static int cmd_ls(int argc, char **argv)
+{
+    bool json = argc > 3 && strcmp(argv[3], "--json") == 0;
+    ioe_engine *e;
+    int rc = ioe_engine_open(&(ioe_opts){0}, &e);
+    if (rc < 0) return tool_fail("snapshot ls", rc);
+    uint64_t *ids;
+    int n = ckpt_list(argv[2], &ids);
+    if (n < 0) {
+        ioe_engine_close(e);
+        return tool_fail("snapshot ls", n);
+    }
+    if (!json) printf("%-10s %-20s %-9s %10s %s\n", "id", "created", "state", "bytes", "path");
+    for (int i = 0; i < n; i++) {
+        ckpt_view v;
+        rc = ckpt_view_open(argv[2], ids[i], e, &v);
+        char when[32] = "-";
+        if (rc == 0) {
+            time_t t = (time_t)(v.created_ns / 1000000000ull);
+            strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&t));
+        }
+        const char *st = rc == 0 ? "complete" : rc == -ENOENT ? "partial" : "damaged";
+        if (json)
+            printf("{\"id\": %llu, \"state\": \"%s\", \"created_ns\": %llu, \"bytes\": %zu}\n",
+                   (unsigned long long)ids[i], st,
+                   rc == 0 ? (unsigned long long)v.created_ns : 0ull, rc == 0 ? v.data_len : 0);
+        else
+            printf("%-10llu %-20s %-9s %10zu %s/chk-%llu\n", (unsigned long long)ids[i], when, st,
+                   rc == 0 ? v.data_len + v.md_len : 0, argv[2], (unsigned long long)ids[i]);
+        if (rc == 0) ckpt_view_close(&v);
+    }
+    free(ids);
+    ioe_engine_close(e);
+    return 0;
+}
+
+static int cmd_info(int argc, char **argv, ioe_engine *e)
+{
+    bool json = argc > 3 && strcmp(argv[3], "--json") == 0;
+    ckpt_view v;
+    int rc = resolve(argv[2], e, &v);
+    if (rc) return tool_fail("snapshot info", rc);
+    if (json) {
+        printf("{\"id\": %llu, \"created_ns\": %llu, \"max_parallelism\": %u, \"data_bytes\": "
+               "%zu, \"states\": [",
+               (unsigned long long)v.id, (unsigned long long)v.created_ns, v.max_parallelism,
+               v.data_len);
+        for (uint32_t i = 0; i < v.nstates; i++) {
+            ckpt_state s = ckpt_view_state(&v, i);
+            uint64_t ttl;
+            memcpy(&ttl, s.options, sizeof ttl);
+            printf("%s{\"name\": \"%s\", \"kind\": \"%s\", \"ttl_ms\": %llu}", i ? ", " : "",
+                   s.name, kind_name(s.kind), (unsigned long long)ttl);
+        }
+        printf("]}\n");
+    } else {
+        printf("checkpoint %llu: %s\n%u key groups, data %zu bytes in %s\nstates:\n",
+               (unsigned long long)v.id, v.meta_path, v.max_parallelism, v.data_len, v.data_path);
+        for (uint32_t i = 0; i < v.nstates; i++) {
+            ckpt_state s = ckpt_view_state(&v, i);
+            uint64_t ttl;
+            memcpy(&ttl, s.options, sizeof ttl);
+            printf("  %-24s %-12s ttl %llu ms\n", s.name, kind_name(s.kind),
+                   (unsigned long long)ttl);
+        }
+    }
+    ckpt_view_close(&v);
+    return 0;
+}
+
+static int cmd_verify(char **argv, ioe_engine *e)
+{
+    ckpt_view v;
+    int rc = resolve(argv[2], e, &v);
+    if (rc) return tool_fail("snapshot verify", rc);
+    int64_t n = ckpt_view_walk(&v, (stash_kg_range){0, v.max_parallelism - 1}, NULL, NULL);
+    if (n < 0) {
+        ckpt_view_close(&v);
+        return tool_fail("snapshot verify", (int)n);
+    }
+    printf("checkpoint %llu: %u key groups, %lld records: every checksum holds\n",
+           (unsigned long long)v.id, v.max_parallelism, (long long)n);
+    ckpt_view_close(&v);
+    return 0;
+}
+
+typedef struct dumper {
+    const ckpt_view *v;
+    bool base64;
+} dumper;
+
+static int dump_record(void *ctx, uint32_t kg, const snap_record *r)
+{
+    dumper *d = ctx;
+    unsigned kind;
+    const char *name = state_name_of(d->v, r->state, &kind);
+    printf("{\"kg\": %u, \"state\": \"%s\", \"kind\": \"%s\", \"key\": ", kg, name,
+           kind_name(kind));
+    print_bytes(r->key, r->klen, d->base64);
+    printf(", \"namespace\": ");
+    print_bytes(r->ns, r->nslen, d->base64);
+    printf(", \"value\": ");
+    print_bytes(r->value, r->vlen, d->base64);
+    printf("}\n");
+    return 0;
+}
+
+static int cmd_dump(int argc, char **argv, ioe_engine *e)
+{
+    ckpt_view v;
+    int rc = resolve(argv[2], e, &v);
+    if (rc) return tool_fail("snapshot dump", rc);
+    dumper d = {&v, argc > 3 && strcmp(argv[3], "--base64") == 0};
+    bool progress = isatty(STDERR_FILENO) && !isatty(STDOUT_FILENO);
+    int64_t n = 0;
+    for (uint32_t kg = 0; kg < v.max_parallelism && n >= 0; kg++) {
+        if (progress)
+            fprintf(stderr, "\r\033[Kdump: key group %u of %u", kg + 1, v.max_parallelism);
+        int64_t k = ckpt_view_walk(&v, (stash_kg_range){kg, kg}, dump_record, &d);
+        n = k < 0 ? k : n + k;
+    }
+    if (progress) fputs("\r\033[K", stderr);
+    ckpt_view_close(&v);
+    return n < 0 ? tool_fail("snapshot dump", (int)n) : 0;
+}
+
+/* A record reduced to what diff compares: state name, key, namespace, value. */
+typedef struct entry {
+    uint64_t id_hash; /* of name, key and namespace */
+    uint64_t value_hash;
+    char *label; /* "state key(hex) namespace(hex)" */
+} entry;
+
+typedef struct collector {
+    const ckpt_view *v;
+    entry *e;
+    size_t n, cap;
+} collector;
+
+static int collect(void *ctx, uint32_t kg, const snap_record *r)
+{
+    collector *c = ctx;
+    (void)kg;
+    if (c->n == c->cap) {
+        entry *grown = realloc(c->e, (c->cap = c->cap ? c->cap * 2 : 1024) * sizeof *grown);
+        if (!grown) return -ENOMEM;
+        c->e = grown;
+    }
+    unsigned kind;
+    const char *name = state_name_of(c->v, r->state, &kind);
+    size_t len = strlen(name) + 2 * (r->klen + r->nslen) + 3;
+    char *label = malloc(len), *p = label;
+    if (!label) return -ENOMEM;
+    p += sprintf(p, "%s ", name);
+    for (uint16_t i = 0; i < r->klen; i++) p += sprintf(p, "%02x", r->key[i]);
+    *p++ = ' ';
+    for (uint16_t i = 0; i < r->nslen; i++) p += sprintf(p, "%02x", r->ns[i]);
+    *p = '\0';
+    c->e[c->n++] =
+        (entry){XXH3_64bits(label, strlen(label)), XXH3_64bits(r->value, r->vlen), label};
+    return 0;
+}
+
+static int by_id(const void *x, const void *y)
+{
+    const entry *a = x, *b = y;
+    if (a->id_hash != b->id_hash) return a->id_hash < b->id_hash ? -1 : 1;
+    return strcmp(a->label, b->label);
+}
+
+static int load_entries(const char *arg, ioe_engine *e, collector *c)
+{
+    ckpt_view v;
+    int rc = resolve(arg, e, &v);
+    if (rc) return rc;
+    *c = (collector){.v = &v};
+    int64_t n = ckpt_view_walk(&v, (stash_kg_range){0, v.max_parallelism - 1}, collect, c);
+    ckpt_view_close(&v);
+    if (n < 0) return (int)n;
+    qsort(c->e, c->n, sizeof *c->e, by_id);
+    return 0;
+}
+
+static void free_entries(collector *c)
+{
+    for (size_t i = 0; i < c->n; i++) free(c->e[i].label);
+    free(c->e);
+}
+
+static int cmd_diff(char **argv, ioe_engine *e)
+{
+    collector a, b;
+    int rc = load_entries(argv[2], e, &a);
+    if (rc) return tool_fail("snapshot diff", rc);
+    if ((rc = load_entries(argv[3], e, &b))) {
+        free_entries(&a);
+        return tool_fail("snapshot diff", rc);
+    }
+    size_t i = 0, j = 0, differ = 0;
+    while (i < a.n || j < b.n) {
+        int c = i == a.n ? 1 : j == b.n ? -1 : by_id(&a.e[i], &b.e[j]);
+        if (c < 0)
+            printf("- %s\n", a.e[i++].label);
+        else if (c > 0)
+            printf("+ %s\n", b.e[j++].label);
+        else if (a.e[i++].value_hash != b.e[j++].value_hash)
+            printf("~ %s\n", a.e[i - 1].label);
+        else
+            continue;
+        differ++;
+    }
+    printf("%zu entries differ (%zu in the first, %zu in the second)\n", differ, a.n, b.n);
+    free_entries(&a);
+    free_entries(&b);
+    return differ ? 1 : 0;
+}
+
+int tool_snapshot(int argc, char **argv)
+{
+    static const struct {
+        const char *name;
+        int args;
+    } cmds[] = {{"ls", 1}, {"info", 1}, {"verify", 1}, {"dump", 1}, {"diff", 2}};
+    if (argc < 2 || tool_wants_help(argc, argv)) {
+        fputs(usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    int which = -1;
+    for (int i = 0; i < 5; i++)
+        if (strcmp(argv[1], cmds[i].name) == 0) which = i;
+    if (which < 0 || argc < 2 + cmds[which].args) {
+        fprintf(stderr, "stash snapshot: %s '%s'\n%s",
+                which < 0 ? "unknown subcommand" : "missing arguments for", argv[1], usage);
+        return 2;
+    }
+    if (which == 0) return cmd_ls(argc, argv);
+    ioe_engine *e;
+    int rc = ioe_engine_open(&(ioe_opts){0}, &e);
+    if (rc < 0) return tool_fail("snapshot: I/O engine", rc);
+    switch (which) {
+    case 1:
+        rc = cmd_info(argc, argv, e);
+        break;
+    case 2:
+        rc = cmd_verify(argv, e);
+        break;
+    case 3:
+        rc = cmd_dump(argc, argv, e);
+        break;
+    default:
+        rc = cmd_diff(argv, e);
+        break;
+    }
+    ioe_engine_close(e);
+    return rc;
+}
