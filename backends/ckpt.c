@@ -436,7 +436,12 @@ int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range ra
     int n = ckpt_list(dir, &ids);
     if (n < 0) return n;
     int rc = shm_fail(-ENOENT, "%s: no complete checkpoint", dir);
+    char meta[4096];
     for (int i = 0; i < n; i++) {
+        /* Without _metadata a checkpoint does not exist: not a fallback. */
+        if (path_of(meta, "%s/chk-%llu/_metadata", dir, (unsigned long long)ids[i]) < 0 ||
+            access(meta, F_OK) != 0)
+            continue;
         rc = restore_one(a, dir, ids[i], range, e, &out->records);
         if (rc == 0) {
             out->id = ids[i];

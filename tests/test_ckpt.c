@@ -8,6 +8,7 @@
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,5 +278,78 @@ Test(ckpt, retention_keeps_the_newest, .timeout = 60)
     restore_into_new(dir, e, 0, 5, &out);
     close_job(&j);
     ioe_engine_close(e);
+    remove_dir(dir);
+}
+
+/* A process that writes generation g of every key, then checkpoint g, for ever. */
+typedef struct looper {
+    const char *name;
+    const char *dir;
+    int ready[2];
+} looper;
+
+static int checkpoint_forever(void *arg)
+{
+    looper *lp = arg;
+    job j;
+    snprintf(j.name, sizeof j.name, "%s", lp->name);
+    if (stash_worker_open(j.name, &(stash_worker_opts){.parallelism = 1}, &j.w)) return 1;
+    j.arena = stash_worker_arena(j.w);
+    if (stash_state_get(j.w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &j.v)) return 2;
+    ioe_engine *e;
+    if (ioe_engine_open(&(ioe_opts){.backend = IOE_THREADS}, &e)) return 3;
+    if (write(lp->ready[1], "x", 1) != 1) return 4;
+    for (uint64_t id = 1;; id++) {
+        for (uint32_t k = 0; k < 3000; k++) {
+            stash_key_set(j.w, &k, sizeof k);
+            uint64_t v[2] = {k, id};
+            stash_value_put(j.v, v, sizeof v);
+        }
+        if (checkpoint(&j, e, lp->dir, id) != 0) return 5;
+    }
+    return 0;
+}
+
+Test(ckpt, a_writer_killed_at_any_moment_leaves_complete_or_invisible, .timeout = 300)
+{
+    char dir[128];
+    make_dir(dir);
+    job j;
+    open_job(&j);
+    ioe_engine *e = engine(IOE_THREADS, NULL);
+    looper lp = {.name = j.name, .dir = dir};
+    cr_assert_eq(pipe(lp.ready), 0);
+    stash_worker_close(j.w);
+    srand((unsigned)getpid());
+    uint64_t last = 0;
+    for (int round = 0; round < 30; round++) {
+        pid_t pid = test_fork(checkpoint_forever, &lp);
+        char b;
+        cr_assert_eq(read(lp.ready[0], &b, 1), 1);
+        usleep(20000 + (useconds_t)(rand() % 60000));
+        kill(pid, SIGKILL);
+        cr_assert_eq(test_wait(pid), 128 + SIGKILL);
+        /* Every checkpoint that committed restores whole; a partial one is invisible. */
+        ckpt_restored out;
+        job r;
+        open_job(&r);
+        int rc = ckpt_restore(r.arena, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out);
+        if (rc == -ENOENT && last == 0) {
+            close_job(&r);
+            continue;
+        }
+        cr_assert_eq(rc, 0, "round %d: %s", round, stash_errmsg());
+        cr_assert_eq(out.skipped, 0, "round %d: a partial checkpoint was visible: %s", round,
+                     out.why);
+        expect_gen(&r, out.id);
+        last = out.id;
+        close_job(&r);
+        remove_dir(dir);
+        cr_assert_eq(mkdir(dir, 0755), 0);
+    }
+    cr_assert_gt(last, 0, "some checkpoint committed");
+    ioe_engine_close(e);
+    stash_arena_close(j.arena);
+    stash_arena_destroy(j.name, NULL);
     remove_dir(dir);
 }
