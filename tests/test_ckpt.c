@@ -353,3 +353,52 @@ Test(ckpt, a_writer_killed_at_any_moment_leaves_complete_or_invisible, .timeout 
     stash_arena_destroy(j.name, NULL);
     remove_dir(dir);
 }
+
+/* Checkpointed by one worker, restored by three, each its own key groups. */
+Test(ckpt, a_checkpoint_restores_at_another_parallelism, .timeout = 120)
+{
+    char dir[128];
+    make_dir(dir);
+    ioe_engine *e = engine(IOE_THREADS, NULL);
+    job j;
+    open_job(&j);
+    put_all(&j, 7);
+    cr_assert_eq(checkpoint(&j, e, dir, 1), 0);
+    close_job(&j);
+
+    char name[96];
+    stash_arena *a = test_arena_create("rescale", 32u << 20, KGS, name);
+    uint64_t records = 0;
+    stash_worker *w[3];
+    for (uint32_t i = 0; i < 3; i++) {
+        cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = i, .parallelism = 3},
+                                       &w[i]), 0);
+        stash_worker_info info;
+        stash_worker_info_get(w[i], &info);
+        ckpt_restored out;
+        cr_assert_eq(ckpt_restore(a, dir, 0, info.range, e, &out), 0, "%s", stash_errmsg());
+        records += out.records;
+    }
+    cr_assert_eq(records, 3000, "every key restored by exactly one worker");
+    for (uint32_t i = 0; i < 3; i++) {
+        stash_state *v;
+        cr_assert_eq(stash_state_get(w[i], &(stash_state_desc){.name = "v", .kind = STASH_VALUE},
+                                     &v), 0);
+        stash_worker_info info;
+        stash_worker_info_get(w[i], &info);
+        for (uint32_t k = 0; k < 3000; k++) {
+            stash_key_set(w[i], &k, sizeof k);
+            uint32_t kg = (uint32_t)stash_key_group_current(w[i]);
+            if (kg < info.range.first || kg > info.range.last) continue;
+            stash_bytes b;
+            cr_assert_eq(stash_value_get(v, &b), 0, "worker %u, key %u", i, k);
+            cr_assert_eq(test_u64((const uint8_t *)b.data + 8), 7);
+        }
+    }
+    cr_assert_eq(shm_check(a), 0, "%s", stash_errmsg());
+    for (uint32_t i = 0; i < 3; i++) stash_worker_close(w[i]);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+    ioe_engine_close(e);
+    remove_dir(dir);
+}
