@@ -204,7 +204,9 @@ int ckpt_write_full(stash_arena *a, const uint32_t *pins, const ckpt_opts *o)
     if (o->id == 0) return shm_fail(-EINVAL, "a checkpoint id is > 0");
     if (mkdir(o->dir, 0755) < 0 && errno != EEXIST)
         return shm_fail(-errno, "%s: cannot create: %s", o->dir, strerror(errno));
-    if (path_of(chk, "%s/chk-%llu", o->dir, (unsigned long long)o->id) < 0) return -ENAMETOOLONG;
+    if (path_of(chk, "%s/%s-%llu", o->dir, o->savepoint ? "savepoint" : "chk",
+                (unsigned long long)o->id) < 0)
+        return -ENAMETOOLONG;
     if (mkdir(chk, 0755) < 0)
         return shm_fail(-errno, "%s: cannot create: %s", chk, strerror(errno));
     uint32_t maxp = a->hdr->max_parallelism;
@@ -297,20 +299,28 @@ ckpt_state ckpt_view_state(const ckpt_view *v, uint32_t i)
     return s;
 }
 
-int ckpt_view_open(const char *dir, uint64_t id, ioe_engine *e, ckpt_view *v)
+int ckpt_view_open_path(const char *path, ioe_engine *e, ckpt_view *v)
 {
     memset(v, 0, sizeof *v);
-    char chk[4096];
-    int rc = path_of(chk, "%s/chk-%llu", dir, (unsigned long long)id);
-    if (rc == 0) rc = path_of(v->meta_path, "%s/_metadata", chk);
+    int rc = path_of(v->meta_path, "%s/_metadata", path);
     if (rc == 0) rc = read_whole(e, v->meta_path, MAX_METADATA, &v->md, &v->md_len);
     if (rc == 0) rc = parse_metadata(v);
-    if (rc == 0 && v->id != id)
-        rc = shm_fail(STASH_ECORRUPT, "%s: offset 16: names checkpoint %llu", v->meta_path,
-                      (unsigned long long)v->id);
-    if (rc == 0) rc = path_of(v->data_path, "%s/%s", chk, v->data_file);
+    if (rc == 0) rc = path_of(v->data_path, "%s/%s", path, v->data_file);
     if (rc == 0) rc = read_whole(e, v->data_path, SIZE_MAX, &v->data, &v->data_len);
     if (rc) ckpt_view_close(v);
+    return rc;
+}
+
+int ckpt_view_open(const char *dir, uint64_t id, ioe_engine *e, ckpt_view *v)
+{
+    char chk[4096];
+    int rc = path_of(chk, "%s/chk-%llu", dir, (unsigned long long)id);
+    if (rc == 0) rc = ckpt_view_open_path(chk, e, v);
+    if (rc == 0 && v->id != id) {
+        rc = shm_fail(STASH_ECORRUPT, "%s: offset 16: names checkpoint %llu", v->meta_path,
+                      (unsigned long long)v->id);
+        ckpt_view_close(v);
+    }
     return rc;
 }
 
@@ -375,26 +385,42 @@ static int map_states(stash_arena *a, const ckpt_view *v, uint16_t *ids, snap_id
     return 0;
 }
 
-/* Restores one checkpoint after checking all of it that the range needs. */
+/* Restores an opened checkpoint after checking all of it that the range
+ * needs, and closes it. */
+static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, uint64_t *records)
+{
+    int64_t n = 0;
+    if (v->max_parallelism != a->hdr->max_parallelism)
+        n = shm_fail(STASH_ECORRUPT, "%s: a checkpoint of %u key groups for an arena of %u",
+                     v->meta_path, v->max_parallelism, a->hdr->max_parallelism);
+    if (n == 0) n = ckpt_view_walk(v, range, NULL, NULL);
+    uint16_t ids[SHM_CATALOG_SIZE + 1];
+    snap_id_map map;
+    if (n >= 0) n = map_states(a, v, ids, &map);
+    snap_restorer to = {a, &map};
+    if (n >= 0) n = ckpt_view_walk(v, range, snap_restore_record, &to);
+    if (n >= 0) *records = (uint64_t)n;
+    ckpt_view_close(v);
+    return n < 0 ? (int)n : 0;
+}
+
 static int restore_one(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
                        ioe_engine *e, uint64_t *records)
 {
     ckpt_view v;
     int rc = ckpt_view_open(dir, id, e, &v);
+    return rc ? rc : restore_view(a, &v, range, records);
+}
+
+int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, ioe_engine *e,
+                      ckpt_restored *out)
+{
+    ckpt_view v;
+    memset(out, 0, sizeof *out);
+    int rc = ckpt_view_open_path(path, e, &v);
     if (rc) return rc;
-    int64_t n = 0;
-    if (v.max_parallelism != a->hdr->max_parallelism)
-        n = shm_fail(STASH_ECORRUPT, "%s: a checkpoint of %u key groups for an arena of %u",
-                     v.meta_path, v.max_parallelism, a->hdr->max_parallelism);
-    if (n == 0) n = ckpt_view_walk(&v, range, NULL, NULL);
-    uint16_t ids[SHM_CATALOG_SIZE + 1];
-    snap_id_map map;
-    if (n >= 0) n = map_states(a, &v, ids, &map);
-    snap_restorer to = {a, &map};
-    if (n >= 0) n = ckpt_view_walk(&v, range, snap_restore_record, &to);
-    if (n >= 0) *records = (uint64_t)n;
-    ckpt_view_close(&v);
-    return n < 0 ? (int)n : 0;
+    out->id = v.id;
+    return restore_view(a, &v, range, &out->records);
 }
 
 int ckpt_list(const char *dir, uint64_t **ids)

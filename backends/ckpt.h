@@ -18,11 +18,12 @@ typedef struct ckpt_opts {
     const char *dir;    /* the checkpoint directory (created if missing) */
     uint64_t id;        /* the checkpoint's id, > 0 */
     bool lz4;           /* compress each key group's block */
+    bool savepoint;     /* DIR/savepoint-ID: kept until the user removes it */
     ioe_engine *engine; /* every write and sync goes through it */
 } ckpt_opts;
 
 /* Writes key groups 0 .. max parallelism - 1, each as of its pinned version
- * pins[kg], into DIR/chk-ID/ and commits: the data file durable first, then
+ * pins[kg], into DIR/chk-ID/ (or DIR/savepoint-ID/) and commits: the data file durable first, then
  * _metadata.tmp written, synced and renamed to _metadata, then the directory
  * synced. On any failure (a failed write or fsync included: never retried)
  * the partial checkpoint is removed and the error names the file and offset. */
@@ -67,8 +68,11 @@ typedef struct ckpt_view {
     const uint8_t *extents; /* per key group: offset and size of its block */
 } ckpt_view;
 
-/* Opens checkpoint id of dir: reads and checks _metadata, reads the data
- * file. Returns 0, or an error naming the file and offset. */
+/* Opens the checkpoint or savepoint directory at path (wherever it was
+ * moved: nothing in it names another place): reads and checks _metadata,
+ * reads the data file. Returns 0, or an error naming the file and offset. */
+int ckpt_view_open_path(const char *path, ioe_engine *e, ckpt_view *v);
+/* Opens checkpoint id of dir, checking that it is the one its metadata names. */
 int ckpt_view_open(const char *dir, uint64_t id, ioe_engine *e, ckpt_view *v);
 void ckpt_view_close(ckpt_view *v);
 /* The checkpoint's i-th state (i < nstates). */
@@ -79,6 +83,11 @@ int64_t ckpt_view_walk(const ckpt_view *v, stash_kg_range range, snap_record_fn 
 /* The ids of dir's checkpoints (complete or not), newest first, in *ids
  * (free it). Returns how many or an error. */
 int ckpt_list(const char *dir, uint64_t **ids);
+
+/* Restores the key groups of range from the checkpoint or savepoint
+ * directory at path, as ckpt_restore() does for one checkpoint. */
+int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, ioe_engine *e,
+                      ckpt_restored *out);
 
 /* Deletes all but the newest keep complete checkpoints of dir. */
 int ckpt_retain(const char *dir, unsigned keep);

@@ -371,8 +371,8 @@ Test(ckpt, a_checkpoint_restores_at_another_parallelism, .timeout = 120)
     uint64_t records = 0;
     stash_worker *w[3];
     for (uint32_t i = 0; i < 3; i++) {
-        cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = i, .parallelism = 3},
-                                       &w[i]), 0);
+        cr_assert_eq(
+            stash_worker_open(name, &(stash_worker_opts){.index = i, .parallelism = 3}, &w[i]), 0);
         stash_worker_info info;
         stash_worker_info_get(w[i], &info);
         ckpt_restored out;
@@ -382,8 +382,8 @@ Test(ckpt, a_checkpoint_restores_at_another_parallelism, .timeout = 120)
     cr_assert_eq(records, 3000, "every key restored by exactly one worker");
     for (uint32_t i = 0; i < 3; i++) {
         stash_state *v;
-        cr_assert_eq(stash_state_get(w[i], &(stash_state_desc){.name = "v", .kind = STASH_VALUE},
-                                     &v), 0);
+        cr_assert_eq(
+            stash_state_get(w[i], &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
         stash_worker_info info;
         stash_worker_info_get(w[i], &info);
         for (uint32_t k = 0; k < 3000; k++) {
@@ -401,4 +401,40 @@ Test(ckpt, a_checkpoint_restores_at_another_parallelism, .timeout = 120)
     stash_arena_destroy(name, NULL);
     ioe_engine_close(e);
     remove_dir(dir);
+}
+
+/* A savepoint moved elsewhere restores from where it is now. */
+Test(ckpt, a_savepoint_is_self_contained_and_relocatable, .timeout = 60)
+{
+    char dir[128], moved[128], from[256], to[300];
+    make_dir(dir);
+    make_dir(moved);
+    ioe_engine *e = engine(IOE_THREADS, NULL);
+    job j;
+    open_job(&j);
+    put_all(&j, 4);
+    uint32_t pins[KGS];
+    for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(j.arena, kg);
+    cr_assert_eq(ckpt_write_full(j.arena, pins,
+                                 &(ckpt_opts){.dir = dir, .id = 9, .savepoint = true, .engine = e}),
+                 0, "%s", stash_errmsg());
+    for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j.arena, kg, pins[kg]);
+    snprintf(from, sizeof from, "%s/savepoint-9", dir);
+    snprintf(to, sizeof to, "%s/my-savepoint", moved);
+    cr_assert_eq(rename(from, to), 0);
+    job r;
+    open_job(&r);
+    ckpt_restored out;
+    cr_assert_eq(ckpt_restore_path(r.arena, to, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
+                 stash_errmsg());
+    cr_assert_eq(out.id, 9);
+    expect_gen(&r, 4);
+    ckpt_restored none;
+    cr_assert_eq(ckpt_restore(r.arena, dir, 0, (stash_kg_range){0, KGS - 1}, e, &none), -ENOENT,
+                 "savepoints are not checkpoints");
+    close_job(&r);
+    close_job(&j);
+    ioe_engine_close(e);
+    remove_dir(dir);
+    remove_dir(moved);
 }

@@ -4,7 +4,6 @@
  * (states, keys and values as JSON lines) and diff of two checkpoints.
  */
 #include <errno.h>
-#include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,7 +19,8 @@ static const char usage[] =
     "       stash snapshot verify CHECKPOINT\n"
     "       stash snapshot dump CHECKPOINT [--base64]\n"
     "       stash snapshot diff CHECKPOINT CHECKPOINT\n"
-    "CHECKPOINT is DIR/chk-ID, or DIR for its newest complete checkpoint.\n"
+    "CHECKPOINT is a checkpoint or savepoint directory (DIR/chk-ID, a savepoint\n"
+    "anywhere), or DIR for its newest complete checkpoint.\n"
     "Nothing in the directory is ever changed. verify and diff exit 1 when the\n"
     "checkpoint is damaged or the two differ; dump prints one JSON object per\n"
     "record with bytes in hex (or base64).\n";
@@ -31,19 +31,14 @@ static const char *kind_name(unsigned kind)
     return kind < sizeof names / sizeof names[0] ? names[kind] : "?";
 }
 
-/* Splits DIR/chk-ID, or picks DIR's newest checkpoint with a valid _metadata. */
+/* Opens a checkpoint or savepoint directory (one holding _metadata), or the
+ * newest complete checkpoint of a checkpoint directory. */
 static int resolve(const char *arg, ioe_engine *e, ckpt_view *v)
 {
-    char copy[4096], dir[4096];
-    snprintf(copy, sizeof copy, "%s", arg);
-    unsigned long long id;
-    char tail;
-    const char *base = basename(copy);
-    if (sscanf(base, "chk-%llu%c", &id, &tail) == 1) {
-        snprintf(copy, sizeof copy, "%s", arg);
-        snprintf(dir, sizeof dir, "%s", dirname(copy));
-        return ckpt_view_open(dir, id, e, v);
-    }
+    char meta[4096];
+    if (snprintf(meta, sizeof meta, "%s/_metadata", arg) < (int)sizeof meta &&
+        access(meta, F_OK) == 0)
+        return ckpt_view_open_path(arg, e, v);
     uint64_t *ids;
     int n = ckpt_list(arg, &ids);
     int rc = n < 0 ? n : -ENOENT;
