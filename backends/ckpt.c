@@ -219,6 +219,11 @@ int ckpt_write_full(stash_arena *a, const uint32_t *pins, const ckpt_opts *o)
         if (n < 0) rc = (int)n;
         ext[kg].size = data.len - ext[kg].offset;
     }
+    if (rc == 0 && o->cap_bytes && data.len > o->cap_bytes)
+        rc = shm_fail(-EFBIG,
+                      "%s: checkpoint %llu holds %zu bytes, over the storage's cap of "
+                      "%llu",
+                      chk, (unsigned long long)o->id, data.len, (unsigned long long)o->cap_bytes);
     if (rc == 0) rc = path_of(path, "%s/%s", chk, DATA_FILE);
     if (rc == 0) rc = write_durable(o->engine, path, data.data, data.len);
     if (rc == 0) rc = build_metadata(a, o, ext, &md);

@@ -13,12 +13,16 @@
 #define CKPT_MAGIC "STASHCKP"
 #define CKPT_FORMAT_VERSION 1u
 #define CKPT_BACKEND_HEAP 1u
+/* The memory storage: checkpoints in shared memory, capped (Flink's
+ * MemoryStateBackend keeps 5 MiB by default). */
+#define CKPT_MEMORY_DEFAULT_CAP (5ull << 20)
 
 typedef struct ckpt_opts {
     const char *dir;    /* the checkpoint directory (created if missing) */
     uint64_t id;        /* the checkpoint's id, > 0 */
     bool lz4;           /* compress each key group's block */
     bool savepoint;     /* DIR/savepoint-ID: kept until the user removes it */
+    uint64_t cap_bytes; /* the memory storage's cap on a checkpoint's bytes; 0: none */
     ioe_engine *engine; /* every write and sync goes through it */
 } ckpt_opts;
 

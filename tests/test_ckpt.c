@@ -438,3 +438,32 @@ Test(ckpt, a_savepoint_is_self_contained_and_relocatable, .timeout = 60)
     remove_dir(dir);
     remove_dir(moved);
 }
+
+/* The memory storage: a checkpoint over its cap fails, naming the cap, and
+ * leaves the earlier ones. */
+Test(ckpt, a_checkpoint_over_the_memory_cap_fails_clearly, .timeout = 60)
+{
+    char dir[128], path[256];
+    snprintf(dir, sizeof dir, "/dev/shm/stash-test-mem-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    ioe_engine *e = engine(IOE_THREADS, NULL);
+    job j;
+    open_job(&j);
+    put_all(&j, 1);
+    uint32_t pins[KGS];
+    for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(j.arena, kg);
+    ckpt_opts o = {.dir = dir, .id = 1, .engine = e, .cap_bytes = CKPT_MEMORY_DEFAULT_CAP};
+    cr_assert_eq(ckpt_write_full(j.arena, pins, &o), 0, "%s", stash_errmsg());
+    o.id = 2;
+    o.cap_bytes = 1000;
+    cr_assert_eq(ckpt_write_full(j.arena, pins, &o), -EFBIG);
+    cr_assert(strstr(stash_errmsg(), "cap of 1000"), "%s", stash_errmsg());
+    snprintf(path, sizeof path, "%s/chk-2", dir);
+    cr_assert_neq(access(path, F_OK), 0);
+    for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j.arena, kg, pins[kg]);
+    ckpt_restored out;
+    restore_into_new(dir, e, 0, 1, &out);
+    close_job(&j);
+    ioe_engine_close(e);
+    remove_dir(dir);
+}
