@@ -28,11 +28,10 @@ typedef struct writer {
     uint64_t records;
 } writer;
 
-static int write_record(const shm_rec *r, void *ctx)
+static int append_record(writer *w, const shm_rec *r, uint16_t flags)
 {
-    writer *w = ctx;
-    uint32_t vlen = atomic_load_explicit(&r->vlen, memory_order_relaxed);
-    snap_rec_hdr h = {r->state, r->klen, r->nslen, 0, vlen};
+    uint32_t vlen = flags ? 0 : atomic_load_explicit(&r->vlen, memory_order_relaxed);
+    snap_rec_hdr h = {r->state, r->klen, r->nslen, flags, vlen};
     size_t n = sizeof h + r->klen + r->nslen + vlen;
     if (buf_reserve(w->out, n) < 0) return -ENOMEM;
     uint8_t *p = w->out->data + w->out->len;
@@ -42,6 +41,55 @@ static int write_record(const shm_rec *r, void *ctx)
     w->out->len += n;
     w->records++;
     return 0;
+}
+
+static int write_record(const shm_rec *r, void *ctx)
+{
+    return append_record(ctx, r, 0);
+}
+
+static int write_change(const shm_rec *r, bool deleted, void *ctx)
+{
+    return append_record(ctx, r, deleted ? SNAP_REC_DELETED : 0);
+}
+
+/* Finishes the block that starts at start: compresses its payload if asked
+ * and that helps, then writes its header. */
+static int64_t finish_block(snap_buf *out, size_t start, uint32_t kg, uint64_t records,
+                            uint16_t flags, bool lz4)
+{
+    size_t raw_len = out->len - start - sizeof(snap_block_hdr);
+    if (raw_len > UINT32_MAX / 2) {
+        out->len = start;
+        return shm_fail(STASH_ETOOBIG, "key group %u: %zu bytes in one block", kg, raw_len);
+    }
+    if (lz4 && raw_len > 0) {
+        int bound = LZ4_compressBound((int)raw_len);
+        uint8_t *tmp = malloc((size_t)bound);
+        if (!tmp) {
+            out->len = start;
+            return -ENOMEM;
+        }
+        int n = LZ4_compress_default((const char *)out->data + start + sizeof(snap_block_hdr),
+                                     (char *)tmp, (int)raw_len, bound);
+        if (n > 0 && (size_t)n < raw_len) {
+            memcpy(out->data + start + sizeof(snap_block_hdr), tmp, (size_t)n);
+            out->len = start + sizeof(snap_block_hdr) + (size_t)n;
+            flags |= SNAP_LZ4;
+        }
+        free(tmp);
+    }
+    snap_block_hdr h = {.format_version = SNAP_FORMAT_VERSION,
+                        .flags = flags,
+                        .kg = kg,
+                        .records = records,
+                        .raw_len = (uint32_t)raw_len};
+    memcpy(h.magic, SNAP_BLOCK_MAGIC, 4);
+    h.stored_len = (uint32_t)(out->len - start - sizeof h);
+    h.payload_crc = snap_crc32c(0, out->data + start + sizeof h, h.stored_len);
+    h.header_crc = snap_crc32c(0, &h, offsetof(snap_block_hdr, header_crc));
+    memcpy(out->data + start, &h, sizeof h);
+    return (int64_t)records;
 }
 
 int64_t snap_write_kg(stash_arena *a, uint32_t kg, uint32_t version, bool lz4, snap_buf *out)
@@ -55,39 +103,22 @@ int64_t snap_write_kg(stash_arena *a, uint32_t kg, uint32_t version, bool lz4, s
         out->len = start;
         return rc;
     }
-    size_t raw_len = out->len - start - sizeof(snap_block_hdr);
-    if (raw_len > UINT32_MAX / 2) {
+    return finish_block(out, start, kg, w.records, 0, lz4);
+}
+
+int64_t snap_write_kg_delta(stash_arena *a, uint32_t kg, uint32_t base, uint32_t version, bool lz4,
+                            snap_buf *out)
+{
+    size_t start = out->len;
+    if (buf_reserve(out, sizeof(snap_block_hdr)) < 0) return -ENOMEM;
+    out->len += sizeof(snap_block_hdr);
+    writer w = {out, 0};
+    int rc = shm_table_walk_delta(a, kg, base, version, write_change, &w);
+    if (rc < 0) {
         out->len = start;
-        return shm_fail(STASH_ETOOBIG, "key group %u: %zu bytes in one block", kg, raw_len);
+        return rc;
     }
-    uint16_t flags = 0;
-    if (lz4 && raw_len > 0) {
-        int bound = LZ4_compressBound((int)raw_len);
-        uint8_t *tmp = malloc((size_t)bound);
-        if (!tmp) {
-            out->len = start;
-            return -ENOMEM;
-        }
-        int n = LZ4_compress_default((const char *)out->data + start + sizeof(snap_block_hdr),
-                                     (char *)tmp, (int)raw_len, bound);
-        if (n > 0 && (size_t)n < raw_len) {
-            memcpy(out->data + start + sizeof(snap_block_hdr), tmp, (size_t)n);
-            out->len = start + sizeof(snap_block_hdr) + (size_t)n;
-            flags = SNAP_LZ4;
-        }
-        free(tmp);
-    }
-    snap_block_hdr h = {.format_version = SNAP_FORMAT_VERSION,
-                        .flags = flags,
-                        .kg = kg,
-                        .records = w.records,
-                        .raw_len = (uint32_t)raw_len};
-    memcpy(h.magic, SNAP_BLOCK_MAGIC, 4);
-    h.stored_len = (uint32_t)(out->len - start - sizeof h);
-    h.payload_crc = snap_crc32c(0, out->data + start + sizeof h, h.stored_len);
-    h.header_crc = snap_crc32c(0, &h, offsetof(snap_block_hdr, header_crc));
-    memcpy(out->data + start, &h, sizeof h);
-    return (int64_t)w.records;
+    return finish_block(out, start, kg, w.records, SNAP_DELTA, lz4);
 }
 
 int snap_read_block(const uint8_t *p, size_t avail, const char *file, uint64_t off,
@@ -107,7 +138,7 @@ int snap_read_block(const uint8_t *p, size_t avail, const char *file, uint64_t o
     if (h.format_version != SNAP_FORMAT_VERSION)
         return shm_fail(STASH_EFORMAT, "%s: offset %llu: format version %u, this build reads %u",
                         file, (unsigned long long)off, h.format_version, SNAP_FORMAT_VERSION);
-    if (h.stored_len > avail - sizeof h || (h.flags & ~SNAP_LZ4) ||
+    if (h.stored_len > avail - sizeof h || (h.flags & ~(SNAP_LZ4 | SNAP_DELTA)) ||
         (!(h.flags & SNAP_LZ4) && h.stored_len != h.raw_len))
         return shm_fail(STASH_ECORRUPT,
                         "%s: offset %llu: key group %u: a payload of %u bytes (%u raw) where %zu "
@@ -160,8 +191,14 @@ int64_t snap_block_records(const snap_block *b, uint32_t max_parallelism, snap_r
                             "%u + %u + %u bytes) that does not fit or belong",
                             file, (unsigned long long)at, kg, h.state, h.klen, h.nslen, h.vlen);
         const uint8_t *key = p + sizeof h;
-        snap_record r = {
-            h.state, h.klen, h.nslen, h.vlen, key, key + h.klen, key + h.klen + h.nslen};
+        if ((h.flags & ~SNAP_REC_DELETED) ||
+            ((h.flags & SNAP_REC_DELETED) && (h.vlen || !(b->hdr.flags & SNAP_DELTA))))
+            return shm_fail(STASH_ECORRUPT,
+                            "%s: offset %llu: key group %u: a record with flags "
+                            "%#x",
+                            file, (unsigned long long)at, kg, h.flags);
+        snap_record r = {h.state, h.klen, h.nslen,      h.flags,
+                         h.vlen,  key,    key + h.klen, key + h.klen + h.nslen};
         int rc = fn(ctx, kg, &r);
         if (rc < 0) {
             if (rc == STASH_ECORRUPT)
@@ -200,6 +237,7 @@ int snap_restore_record(void *restorer, uint32_t kg, const snap_record *r)
     shm_cursor c;
     shm_rec *rec;
     int rc = shm_table_find(x->arena, &l, &c);
+    if (!rc && (r->flags & SNAP_REC_DELETED)) return shm_table_delete(x->arena, &l, &c);
     if (!rc) rc = shm_rec_new(x->arena, &l, r->vlen, &rec);
     if (rc) return rc;
     if (r->vlen) memcpy(shm_rec_value(rec), r->value, r->vlen);

@@ -11,7 +11,9 @@
 
 #define SNAP_BLOCK_MAGIC "SKGB"
 #define SNAP_FORMAT_VERSION 1u
-#define SNAP_LZ4 1u /* flags: the payload is one LZ4 block */
+#define SNAP_LZ4 1u         /* block flags: the payload is one LZ4 block */
+#define SNAP_DELTA 2u       /* block flags: the changes since a base version */
+#define SNAP_REC_DELETED 1u /* record flags (deltas only): the entry is gone */
 
 /* A block's header, little-endian on disk; docs/format.md has the layout. */
 typedef struct snap_block_hdr {
@@ -54,6 +56,12 @@ uint32_t snap_crc32c(uint32_t crc, const void *data, size_t len);
  * compressed with LZ4 if lz4. Returns the records written or a negative error. */
 int64_t snap_write_kg(stash_arena *a, uint32_t kg, uint32_t version, bool lz4, snap_buf *out);
 
+/* Appends what changed in key group kg between the pinned versions base and
+ * version: live entries as records, deleted ones as records flagged
+ * SNAP_REC_DELETED. Returns the records written or a negative error. */
+int64_t snap_write_kg_delta(stash_arena *a, uint32_t kg, uint32_t base, uint32_t version, bool lz4,
+                            snap_buf *out);
+
 /* A checked block: its header and its payload (decompressed). */
 typedef struct snap_block {
     snap_block_hdr hdr;
@@ -72,6 +80,7 @@ typedef struct snap_record {
     uint16_t state; /* the snapshot's state id */
     uint16_t klen;
     uint16_t nslen;
+    uint16_t flags; /* SNAP_REC_DELETED */
     uint32_t vlen;
     const uint8_t *key;
     const uint8_t *ns;
@@ -101,7 +110,8 @@ typedef struct snap_restorer {
 } snap_restorer;
 
 /* A snap_record_fn: puts the record into the restorer's arena, replacing
- * what its key group holds for the same state, key and namespace. */
+ * what its key group holds for the same state, key and namespace (or, for a
+ * deleted record of a delta, removing it). */
 int snap_restore_record(void *restorer, uint32_t kg, const snap_record *r);
 
 #endif /* STASH_SNAPSHOT_H */

@@ -426,6 +426,15 @@ shm_rec *shm_table_get_at(stash_arena *a, const shm_lookup *l, uint32_t version)
 typedef int shm_visit_fn(const shm_rec *rec, void *ctx);
 int shm_table_walk_at(stash_arena *a, uint32_t kg, uint32_t version, shm_visit_fn *fn, void *ctx);
 
+/* Visits what changed in key group kg between two pinned versions base <
+ * version: for every entry whose newest version at or below version differs
+ * from its newest at or below base, fn(rec, ctx) with that record, or with
+ * the base's record and deleted set if the entry is gone by version. The
+ * caller holds both pins. Returns the first non-zero fn result, or 0. */
+typedef int shm_delta_fn(const shm_rec *rec, bool deleted, void *ctx);
+int shm_table_walk_delta(stash_arena *a, uint32_t kg, uint32_t base, uint32_t version,
+                         shm_delta_fn *fn, void *ctx);
+
 /* Any process: copies the value of l's entry into *buf (grown with realloc as
  * needed) under the record's sequence lock, so the copy is never torn.
  * Returns the value's length, STASH_ENOTFOUND, or -ENOMEM. */

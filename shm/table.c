@@ -119,6 +119,14 @@ static bool rec_matches(const shm_rec *r, const shm_lookup *l)
            bytes_equal(shm_rec_ns(r), l->ns, l->nslen);
 }
 
+/* The newest version of the chain from rec at or below version, or NULL. */
+static shm_rec *version_at(stash_arena *a, shm_rec *rec, uint32_t version)
+{
+    while (rec && rec->version > version)
+        rec = shm_rec_at(a, atomic_load_explicit(&rec->older, memory_order_acquire));
+    return rec;
+}
+
 /* ---- reclamation -------------------------------------------------------- */
 
 static void reclaim(stash_arena *a, shm_table *t)
@@ -570,8 +578,7 @@ shm_rec *shm_table_get_at(stash_arena *a, const shm_lookup *l, uint32_t version)
     for (shm_ref r = atomic_load_explicit(bucket_for(a, t, l->hash), memory_order_acquire); r;) {
         shm_rec *rec = shm_rec_at(a, r);
         if (rec_matches(rec, l)) {
-            while (rec && rec->version > version)
-                rec = shm_rec_at(a, atomic_load_explicit(&rec->older, memory_order_acquire));
+            rec = version_at(a, rec, version);
             return shm_rec_live(rec) ? rec : NULL;
         }
         r = atomic_load_explicit(&rec->next, memory_order_acquire);
@@ -586,11 +593,26 @@ int shm_table_walk_at(stash_arena *a, uint32_t kg, uint32_t version, shm_visit_f
         for (shm_ref r = shm_table_bucket(a, kg, pos); r;) {
             shm_rec *rec = shm_rec_at(a, r);
             r = atomic_load_explicit(&rec->next, memory_order_acquire);
-            shm_rec *v = rec;
-            while (v && v->version > version)
-                v = shm_rec_at(a, atomic_load_explicit(&v->older, memory_order_acquire));
+            shm_rec *v = version_at(a, rec, version);
             if (!shm_rec_live(v)) continue;
             int rc = fn(v, ctx);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
+int shm_table_walk_delta(stash_arena *a, uint32_t kg, uint32_t base, uint32_t version,
+                         shm_delta_fn *fn, void *ctx)
+{
+    uint32_t n = shm_table_positions(a, kg);
+    for (uint32_t pos = 0; pos < n; pos++) {
+        for (shm_ref r = shm_table_bucket(a, kg, pos); r;) {
+            shm_rec *rec = shm_rec_at(a, r);
+            r = atomic_load_explicit(&rec->next, memory_order_acquire);
+            shm_rec *now = version_at(a, rec, version), *then = version_at(a, rec, base);
+            if (now == then || (!shm_rec_live(now) && !shm_rec_live(then))) continue;
+            int rc = shm_rec_live(now) ? fn(now, false, ctx) : fn(then, true, ctx);
             if (rc) return rc;
         }
     }
