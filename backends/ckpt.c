@@ -19,6 +19,7 @@
 #include "backends/ckpt.h"
 
 #define DATA_FILE "kg-data.dat"
+#define SHARED_DIR "shared"
 #define CHUNK (1u << 20)
 #define MAX_METADATA (64u << 20)
 
@@ -28,6 +29,7 @@ typedef struct md_header {
     uint32_t flags;
     uint64_t id;
     uint64_t created_ns;
+    uint64_t base_id;
     uint32_t backend;
     uint32_t max_parallelism;
     uint32_t nstates;
@@ -38,6 +40,8 @@ typedef struct md_file {
     char name[64];
     uint32_t first_kg;
     uint32_t last_kg;
+    uint32_t flags;
+    uint32_t reserved;
 } md_file;
 
 typedef struct md_extent {
@@ -159,20 +163,28 @@ static void remove_checkpoint(const char *chk)
 
 /* ---- writing ---------------------------------------------------------------- */
 
-static int build_metadata(stash_arena *a, const ckpt_opts *o, const md_extent *ext, snap_buf *md)
+/* What the new metadata lists: the base's files (for a delta), then its own. */
+typedef struct file_list {
+    uint32_t n;
+    md_file files[CKPT_MAX_FILES];
+    const uint8_t *extents[CKPT_MAX_FILES]; /* P extents each */
+} file_list;
+
+static int build_metadata(stash_arena *a, const ckpt_opts *o, const file_list *fl, snap_buf *md)
 {
     uint32_t maxp = a->hdr->max_parallelism, nstates = 0;
     for (uint32_t i = 0; i < SHM_CATALOG_SIZE; i++) nstates += atomic_load(&a->catalog[i].used);
-    size_t bytes = sizeof(md_header) + nstates * sizeof(ckpt_state) + sizeof(md_file) +
-                   maxp * sizeof(md_extent) + 4;
+    size_t bytes = sizeof(md_header) + nstates * sizeof(ckpt_state) +
+                   fl->n * (sizeof(md_file) + maxp * sizeof(md_extent)) + 4;
     if (state_reserve(&md->data, &md->cap, bytes) < 0) return -ENOMEM;
     md_header h = {.format_version = CKPT_FORMAT_VERSION,
                    .id = o->id,
                    .created_ns = shm_now_ns(),
+                   .base_id = o->base_id,
                    .backend = CKPT_BACKEND_HEAP,
                    .max_parallelism = maxp,
                    .nstates = nstates,
-                   .nfiles = 1};
+                   .nfiles = fl->n};
     memcpy(h.magic, CKPT_MAGIC, sizeof h.magic);
     uint8_t *p = md->data;
     memcpy(p, &h, sizeof h);
@@ -186,48 +198,115 @@ static int build_metadata(stash_arena *a, const ckpt_opts *o, const md_extent *e
         memcpy(p, &s, sizeof s);
         p += sizeof s;
     }
-    md_file f = {.first_kg = 0, .last_kg = maxp - 1};
-    snprintf(f.name, sizeof f.name, "%s", DATA_FILE);
-    memcpy(p, &f, sizeof f);
-    p += sizeof f;
-    memcpy(p, ext, maxp * sizeof *ext);
-    p += maxp * sizeof *ext;
+    for (uint32_t f = 0; f < fl->n; f++) {
+        memcpy(p, &fl->files[f], sizeof(md_file));
+        p += sizeof(md_file);
+        memcpy(p, fl->extents[f], maxp * sizeof(md_extent));
+        p += maxp * sizeof(md_extent);
+    }
     uint32_t crc = snap_crc32c(0, md->data, (size_t)(p - md->data));
     memcpy(p, &crc, 4);
     md->len = bytes;
     return 0;
 }
 
-int ckpt_write_full(stash_arena *a, const uint32_t *pins, const ckpt_opts *o)
+static int open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data);
+
+/* Serializes every key group (or its changes since the base) into data and
+ * records where each block lies. */
+static int serialize(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, snap_buf *data,
+                     md_extent *ext, uint64_t *records)
 {
-    char chk[4096], path[4096];
+    *records = 0;
+    for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++) {
+        ext[kg].offset = data->len;
+        int64_t n = o->base_id
+                        ? snap_write_kg_delta(a, kg, o->base_pins[kg], pins[kg], o->lz4, data)
+                        : snap_write_kg(a, kg, pins[kg], o->lz4, data);
+        if (n < 0) return (int)n;
+        ext[kg].size = data->len - ext[kg].offset;
+        *records += (uint64_t)n;
+    }
+    return 0;
+}
+
+/* Lists the base checkpoint's files, then the new one. The base view stays
+ * open for its extents. */
+static int list_files(stash_arena *a, const ckpt_opts *o, const char *own, const md_extent *ext,
+                      ckpt_view *base, file_list *fl)
+{
+    fl->n = 0;
+    if (o->base_id) {
+        char path[4096];
+        int rc = path_of(path, "%s/chk-%llu", o->dir, (unsigned long long)o->base_id);
+        if (rc == 0) rc = open_view(path, o->engine, base, false);
+        if (rc) return rc;
+        if (base->id != o->base_id || base->max_parallelism != a->hdr->max_parallelism)
+            return shm_fail(STASH_ECORRUPT, "%s: not the base checkpoint %llu of this arena",
+                            base->meta_path, (unsigned long long)o->base_id);
+        if (base->nfiles >= CKPT_MAX_FILES)
+            return shm_fail(-E2BIG, "%s: a chain of %u files: take a full checkpoint",
+                            base->meta_path, base->nfiles);
+        for (uint32_t f = 0; f < base->nfiles; f++) {
+            md_file m = {.first_kg = 0,
+                         .last_kg = a->hdr->max_parallelism - 1,
+                         .flags = base->files[f].flags};
+            memcpy(m.name, base->files[f].name, sizeof m.name);
+            fl->files[fl->n] = m;
+            fl->extents[fl->n++] = base->files[f].extents;
+        }
+    }
+    md_file m = {.first_kg = 0,
+                 .last_kg = a->hdr->max_parallelism - 1,
+                 .flags = o->base_id ? CKPT_FILE_DELTA : 0};
+    snprintf(m.name, sizeof m.name, "%s", own);
+    fl->files[fl->n] = m;
+    fl->extents[fl->n++] = (const uint8_t *)ext;
+    return 0;
+}
+
+int ckpt_write(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, ckpt_written *out)
+{
+    char chk[4096], path[4096], final[4096], own[64], shared[4096];
     if (o->id == 0) return shm_fail(-EINVAL, "a checkpoint id is > 0");
+    bool in_shared = o->incremental && !o->savepoint;
+    if (o->base_id && (!in_shared || !o->base_pins))
+        return shm_fail(-EINVAL,
+                        "checkpoint %llu: a delta needs incremental mode and the base's "
+                        "pins",
+                        (unsigned long long)o->id);
     if (mkdir(o->dir, 0755) < 0 && errno != EEXIST)
         return shm_fail(-errno, "%s: cannot create: %s", o->dir, strerror(errno));
     if (path_of(chk, "%s/%s-%llu", o->dir, o->savepoint ? "savepoint" : "chk",
-                (unsigned long long)o->id) < 0)
+                (unsigned long long)o->id) < 0 ||
+        path_of(shared, "%s/%s", o->dir, SHARED_DIR) < 0)
         return -ENAMETOOLONG;
+    if (in_shared && mkdir(shared, 0755) < 0 && errno != EEXIST)
+        return shm_fail(-errno, "%s: cannot create: %s", shared, strerror(errno));
     if (mkdir(chk, 0755) < 0)
         return shm_fail(-errno, "%s: cannot create: %s", chk, strerror(errno));
+    if (in_shared)
+        snprintf(own, sizeof own, "%s/%llu.dat", SHARED_DIR, (unsigned long long)o->id);
+    else
+        snprintf(own, sizeof own, "%s", DATA_FILE);
+
     uint32_t maxp = a->hdr->max_parallelism;
     snap_buf data = {0}, md = {0};
+    ckpt_view base = {0};
+    file_list fl;
+    uint64_t records = 0;
     md_extent *ext = calloc(maxp, sizeof *ext);
-    int rc = ext ? 0 : -ENOMEM;
-    for (uint32_t kg = 0; kg < maxp && rc == 0; kg++) {
-        ext[kg].offset = data.len;
-        int64_t n = snap_write_kg(a, kg, pins[kg], o->lz4, &data);
-        if (n < 0) rc = (int)n;
-        ext[kg].size = data.len - ext[kg].offset;
-    }
+    int rc = ext ? serialize(a, pins, o, &data, ext, &records) : -ENOMEM;
     if (rc == 0 && o->cap_bytes && data.len > o->cap_bytes)
         rc = shm_fail(-EFBIG,
                       "%s: checkpoint %llu holds %zu bytes, over the storage's cap of "
                       "%llu",
                       chk, (unsigned long long)o->id, data.len, (unsigned long long)o->cap_bytes);
-    if (rc == 0) rc = path_of(path, "%s/%s", chk, DATA_FILE);
+    if (rc == 0) rc = list_files(a, o, own, ext, &base, &fl);
+    if (rc == 0) rc = path_of(path, "%s/%s", in_shared ? o->dir : chk, own);
     if (rc == 0) rc = write_durable(o->engine, path, data.data, data.len);
-    if (rc == 0) rc = build_metadata(a, o, ext, &md);
-    char final[4096];
+    if (rc == 0 && in_shared) rc = sync_dir(shared);
+    if (rc == 0) rc = build_metadata(a, o, &fl, &md);
     if (rc == 0) rc = path_of(path, "%s/_metadata.tmp", chk);
     if (rc == 0) rc = write_durable(o->engine, path, md.data, md.len);
     if (rc == 0) rc = path_of(final, "%s/_metadata", chk);
@@ -235,7 +314,13 @@ int ckpt_write_full(stash_arena *a, const uint32_t *pins, const ckpt_opts *o)
         rc = shm_fail(-errno, "rename %s: %s", path, strerror(errno));
     if (rc == 0) rc = sync_dir(chk);
     if (rc == 0) rc = sync_dir(o->dir);
-    if (rc) remove_checkpoint(chk);
+    if (rc) {
+        remove_checkpoint(chk);
+        if (in_shared && path_of(path, "%s/%s", o->dir, own) == 0) unlink(path);
+    } else if (out) {
+        *out = (ckpt_written){data.len, records};
+    }
+    ckpt_view_close(&base);
     free(ext);
     snap_buf_free(&data);
     snap_buf_free(&md);
@@ -244,9 +329,18 @@ int ckpt_write_full(stash_arena *a, const uint32_t *pins, const ckpt_opts *o)
 
 /* ---- reading ------------------------------------------------------------------ */
 
+/* Whether a data file's name stays inside the checkpoint: a plain name, or
+ * "shared/" and a plain name. */
+static bool safe_name(const char *name, size_t size)
+{
+    if (!memchr(name, 0, size)) return false;
+    if (strncmp(name, SHARED_DIR "/", sizeof SHARED_DIR) == 0) name += sizeof SHARED_DIR;
+    return name[0] && name[0] != '.' && !strchr(name, '/');
+}
+
 /* Checks _metadata's bytes: checksum, magic, version, counts against its
- * size, state names, the data file's name (no path may leave the checkpoint)
- * and its key-group range. */
+ * size, state names, data file names (no path may leave the checkpoint) and
+ * key-group ranges. */
 static int parse_metadata(ckpt_view *v)
 {
     const uint8_t *p = v->md;
@@ -264,16 +358,19 @@ static int parse_metadata(ckpt_view *v)
     if (h.format_version != CKPT_FORMAT_VERSION)
         return shm_fail(STASH_EFORMAT, "%s: offset 8: format version %u, this build reads %u", path,
                         h.format_version, CKPT_FORMAT_VERSION);
-    uint64_t need = sizeof h + (uint64_t)h.nstates * sizeof(ckpt_state) + sizeof(md_file) +
-                    (uint64_t)h.max_parallelism * sizeof(md_extent) + 4;
-    if (h.nfiles != 1 || h.max_parallelism == 0 || h.max_parallelism > STASH_MAX_MAX_PARALLELISM ||
-        h.nstates > SHM_CATALOG_SIZE || need != len)
+    uint64_t need = sizeof h + (uint64_t)h.nstates * sizeof(ckpt_state) +
+                    (uint64_t)h.nfiles * (sizeof(md_file) + h.max_parallelism * sizeof(md_extent)) +
+                    4;
+    if (h.nfiles == 0 || h.nfiles > CKPT_MAX_FILES || h.max_parallelism == 0 ||
+        h.max_parallelism > STASH_MAX_MAX_PARALLELISM || h.nstates > SHM_CATALOG_SIZE ||
+        need != len)
         return shm_fail(STASH_ECORRUPT,
-                        "%s: offset 32: counts (%u states, %u files, %u key "
+                        "%s: offset 40: counts (%u states, %u files, %u key "
                         "groups) do not match its %zu bytes",
                         path, h.nstates, h.nfiles, h.max_parallelism, len);
     v->id = h.id;
     v->created_ns = h.created_ns;
+    v->base_id = h.base_id;
     v->max_parallelism = h.max_parallelism;
     v->nstates = h.nstates;
     for (uint32_t i = 0; i < h.nstates; i++) {
@@ -283,17 +380,25 @@ static int parse_metadata(ckpt_view *v)
             return shm_fail(STASH_ECORRUPT, "%s: offset %zu: a bad state entry", path,
                             sizeof h + i * sizeof(ckpt_state));
     }
+    v->files = calloc(h.nfiles, sizeof *v->files);
+    if (!v->files) return -ENOMEM;
     size_t at = sizeof h + h.nstates * sizeof(ckpt_state);
-    md_file f;
-    memcpy(&f, p + at, sizeof f);
-    if (!memchr(f.name, 0, sizeof f.name) || f.name[0] == '.' || f.name[0] == 0 ||
-        strchr(f.name, '/') || f.first_kg != 0 || f.last_kg != h.max_parallelism - 1)
-        return shm_fail(STASH_ECORRUPT,
-                        "%s: offset %zu: a data file entry that names a path "
-                        "outside the checkpoint or a bad range",
-                        path, at);
-    v->extents = p + at + sizeof f;
-    memcpy(v->data_file, f.name, sizeof f.name);
+    for (uint32_t f = 0; f < h.nfiles; f++) {
+        md_file m;
+        memcpy(&m, p + at, sizeof m);
+        if (!safe_name(m.name, sizeof m.name) || m.first_kg != 0 ||
+            m.last_kg != h.max_parallelism - 1 || (m.flags & ~CKPT_FILE_DELTA) ||
+            (f == 0) != !(m.flags & CKPT_FILE_DELTA))
+            return shm_fail(STASH_ECORRUPT,
+                            "%s: offset %zu: a data file entry that names a path "
+                            "outside the checkpoint, a bad range or kind",
+                            path, at);
+        memcpy(v->files[f].name, m.name, sizeof m.name);
+        v->files[f].flags = m.flags;
+        v->files[f].extents = p + at + sizeof m;
+        at += sizeof m + h.max_parallelism * sizeof(md_extent);
+    }
+    v->nfiles = h.nfiles;
     return 0;
 }
 
@@ -304,16 +409,27 @@ ckpt_state ckpt_view_state(const ckpt_view *v, uint32_t i)
     return s;
 }
 
-int ckpt_view_open_path(const char *path, ioe_engine *e, ckpt_view *v)
+static int open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data)
 {
     memset(v, 0, sizeof *v);
+    char parent[4096];
     int rc = path_of(v->meta_path, "%s/_metadata", path);
+    if (rc == 0) rc = path_of(parent, "%s/..", path);
     if (rc == 0) rc = read_whole(e, v->meta_path, MAX_METADATA, &v->md, &v->md_len);
     if (rc == 0) rc = parse_metadata(v);
-    if (rc == 0) rc = path_of(v->data_path, "%s/%s", path, v->data_file);
-    if (rc == 0) rc = read_whole(e, v->data_path, SIZE_MAX, &v->data, &v->data_len);
+    for (uint32_t f = 0; rc == 0 && f < v->nfiles; f++) {
+        ckpt_file *cf = &v->files[f];
+        bool shared = strncmp(cf->name, SHARED_DIR "/", sizeof SHARED_DIR) == 0;
+        rc = path_of(cf->path, "%s/%s", shared ? parent : path, cf->name);
+        if (rc == 0 && with_data) rc = read_whole(e, cf->path, SIZE_MAX, &cf->data, &cf->len);
+    }
     if (rc) ckpt_view_close(v);
     return rc;
+}
+
+int ckpt_view_open_path(const char *path, ioe_engine *e, ckpt_view *v)
+{
+    return open_view(path, e, v, true);
 }
 
 int ckpt_view_open(const char *dir, uint64_t id, ioe_engine *e, ckpt_view *v)
@@ -331,15 +447,42 @@ int ckpt_view_open(const char *dir, uint64_t id, ioe_engine *e, ckpt_view *v)
 
 void ckpt_view_close(ckpt_view *v)
 {
+    for (uint32_t f = 0; v->files && f < v->nfiles; f++) free(v->files[f].data);
+    free(v->files);
     free(v->md);
-    free(v->data);
-    v->md = v->data = NULL;
+    v->files = NULL;
+    v->md = NULL;
+    v->nfiles = 0;
 }
 
 static int count_only(void *ctx, uint32_t kg, const snap_record *r)
 {
     (void)ctx, (void)kg, (void)r;
     return 0;
+}
+
+/* Checks one file's block of key group kg and walks its records. */
+static int64_t walk_block(const ckpt_view *v, const ckpt_file *f, uint32_t kg, snap_buf *scratch,
+                          snap_record_fn *fn, void *ctx)
+{
+    md_extent e;
+    memcpy(&e, f->extents + kg * sizeof e, sizeof e);
+    if (e.offset > f->len || e.size > f->len - e.offset)
+        return shm_fail(STASH_ECORRUPT,
+                        "%s: key group %u at offset %llu, %llu bytes, beyond the "
+                        "file's %zu",
+                        f->path, kg, (unsigned long long)e.offset, (unsigned long long)e.size,
+                        f->len);
+    snap_block b;
+    int rc = snap_read_block(f->data + e.offset, e.size, f->path, e.offset, scratch, &b);
+    if (rc) return rc;
+    bool delta = f->flags & CKPT_FILE_DELTA;
+    if (b.hdr.kg != kg || b.size != e.size || delta != !!(b.hdr.flags & SNAP_DELTA))
+        return shm_fail(STASH_ECORRUPT,
+                        "%s: offset %llu: the block of key group %u is not the "
+                        "one the metadata says",
+                        f->path, (unsigned long long)e.offset, kg);
+    return snap_block_records(&b, v->max_parallelism, fn ? fn : count_only, ctx, f->path, e.offset);
 }
 
 int64_t ckpt_view_walk(const ckpt_view *v, stash_kg_range range, snap_record_fn *fn, void *ctx)
@@ -349,29 +492,11 @@ int64_t ckpt_view_walk(const ckpt_view *v, stash_kg_range range, snap_record_fn 
                         range.last, v->max_parallelism);
     snap_buf scratch = {0};
     int64_t total = 0;
-    for (uint32_t kg = range.first; kg <= range.last && total >= 0; kg++) {
-        md_extent e;
-        memcpy(&e, v->extents + kg * sizeof e, sizeof e);
-        snap_block b;
-        int rc = 0;
-        if (e.offset > v->data_len || e.size > v->data_len - e.offset)
-            rc = shm_fail(STASH_ECORRUPT,
-                          "%s: key group %u at offset %llu, %llu bytes, beyond "
-                          "the file's %zu",
-                          v->data_path, kg, (unsigned long long)e.offset,
-                          (unsigned long long)e.size, v->data_len);
-        if (rc == 0)
-            rc = snap_read_block(v->data + e.offset, e.size, v->data_path, e.offset, &scratch, &b);
-        if (rc == 0 && (b.hdr.kg != kg || b.size != e.size))
-            rc = shm_fail(STASH_ECORRUPT,
-                          "%s: offset %llu: the block of key group %u is not "
-                          "where the metadata says",
-                          v->data_path, (unsigned long long)e.offset, kg);
-        int64_t n = rc ? rc
-                       : snap_block_records(&b, v->max_parallelism, fn ? fn : count_only, ctx,
-                                            v->data_path, e.offset);
-        total = n < 0 ? n : total + n;
-    }
+    for (uint32_t f = 0; f < v->nfiles && total >= 0; f++)
+        for (uint32_t kg = range.first; kg <= range.last && total >= 0; kg++) {
+            int64_t n = walk_block(v, &v->files[f], kg, &scratch, fn, ctx);
+            total = n < 0 ? n : total + n;
+        }
     snap_buf_free(&scratch);
     return total;
 }
@@ -455,6 +580,13 @@ int ckpt_list(const char *dir, uint64_t **ids)
     return (int)n;
 }
 
+static bool has_metadata(const char *dir, uint64_t id)
+{
+    char meta[4096];
+    return path_of(meta, "%s/chk-%llu/_metadata", dir, (unsigned long long)id) == 0 &&
+           access(meta, F_OK) == 0;
+}
+
 int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range, ioe_engine *e,
                  ckpt_restored *out)
 {
@@ -467,12 +599,9 @@ int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range ra
     int n = ckpt_list(dir, &ids);
     if (n < 0) return n;
     int rc = shm_fail(-ENOENT, "%s: no complete checkpoint", dir);
-    char meta[4096];
     for (int i = 0; i < n; i++) {
         /* Without _metadata a checkpoint does not exist: not a fallback. */
-        if (path_of(meta, "%s/chk-%llu/_metadata", dir, (unsigned long long)ids[i]) < 0 ||
-            access(meta, F_OK) != 0)
-            continue;
+        if (!has_metadata(dir, ids[i])) continue;
         rc = restore_one(a, dir, ids[i], range, e, &out->records);
         if (rc == 0) {
             out->id = ids[i];
@@ -486,20 +615,53 @@ int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range ra
     return rc;
 }
 
-int ckpt_retain(const char *dir, unsigned keep)
+/* Removes the files of DIR/shared/ that no remaining checkpoint names. */
+static void remove_unreferenced(const char *dir, const uint64_t *ids, int n, ioe_engine *e)
+{
+    char shared[4096], path[4096];
+    if (path_of(shared, "%s/%s", dir, SHARED_DIR) < 0) return;
+    DIR *d = opendir(shared);
+    if (!d) return;
+    ckpt_view *views = calloc((size_t)n + 1, sizeof *views);
+    bool *open = calloc((size_t)n + 1, sizeof *open);
+    for (int i = 0; views && open && i < n; i++)
+        open[i] = path_of(path, "%s/chk-%llu", dir, (unsigned long long)ids[i]) == 0 &&
+                  open_view(path, e, &views[i], false) == 0;
+    for (struct dirent *de; views && open && (de = readdir(d));) {
+        if (de->d_name[0] == '.') continue;
+        bool used = false;
+        for (int i = 0; i < n && !used; i++)
+            for (uint32_t f = 0; open[i] && f < views[i].nfiles && !used; f++)
+                used = strcmp(views[i].files[f].name + sizeof SHARED_DIR, de->d_name) == 0;
+        if (!used && path_of(path, "%s/%s", shared, de->d_name) == 0) unlink(path);
+    }
+    for (int i = 0; views && open && i < n; i++)
+        if (open[i]) ckpt_view_close(&views[i]);
+    free(views);
+    free(open);
+    closedir(d);
+    sync_dir(shared);
+}
+
+int ckpt_retain(const char *dir, unsigned keep, ioe_engine *e)
 {
     uint64_t *ids;
     int n = ckpt_list(dir, &ids);
     if (n < 0) return n;
     unsigned complete = 0;
+    int kept = 0;
     char path[4096];
     for (int i = 0; i < n; i++) {
-        if (path_of(path, "%s/chk-%llu/_metadata", dir, (unsigned long long)ids[i]) < 0 ||
-            access(path, F_OK) != 0 || ++complete <= keep)
-            continue;
-        if (path_of(path, "%s/chk-%llu", dir, (unsigned long long)ids[i]) == 0)
+        bool whole = has_metadata(dir, ids[i]);
+        /* A partial checkpoint newer than every complete one may be in the making. */
+        bool keep_it = whole ? ++complete <= keep : complete == 0;
+        if (keep_it) {
+            ids[kept++] = ids[i];
+        } else if (path_of(path, "%s/chk-%llu", dir, (unsigned long long)ids[i]) == 0) {
             remove_checkpoint(path);
+        }
     }
+    remove_unreferenced(dir, ids, kept, e);
     free(ids);
     return sync_dir(dir);
 }

@@ -78,8 +78,8 @@ static int checkpoint(job *j, ioe_engine *e, const char *dir, uint64_t id)
 {
     uint32_t pins[KGS];
     for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(j->arena, kg);
-    int rc = ckpt_write_full(j->arena, pins,
-                             &(ckpt_opts){.dir = dir, .id = id, .lz4 = id % 2, .engine = e});
+    int rc = ckpt_write(j->arena, pins,
+                        &(ckpt_opts){.dir = dir, .id = id, .lz4 = id % 2, .engine = e}, NULL);
     for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j->arena, kg, pins[kg]);
     return rc;
 }
@@ -269,7 +269,7 @@ Test(ckpt, retention_keeps_the_newest, .timeout = 60)
         put_all(&j, id);
         cr_assert_eq(checkpoint(&j, e, dir, id), 0);
     }
-    cr_assert_eq(ckpt_retain(dir, 3), 0);
+    cr_assert_eq(ckpt_retain(dir, 3, e), 0);
     for (uint64_t id = 1; id <= 5; id++) {
         snprintf(path, sizeof path, "%s/chk-%llu", dir, (unsigned long long)id);
         cr_assert_eq(access(path, F_OK) == 0, id >= 3, "checkpoint %llu", (unsigned long long)id);
@@ -415,8 +415,9 @@ Test(ckpt, a_savepoint_is_self_contained_and_relocatable, .timeout = 60)
     put_all(&j, 4);
     uint32_t pins[KGS];
     for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(j.arena, kg);
-    cr_assert_eq(ckpt_write_full(j.arena, pins,
-                                 &(ckpt_opts){.dir = dir, .id = 9, .savepoint = true, .engine = e}),
+    cr_assert_eq(ckpt_write(j.arena, pins,
+                            &(ckpt_opts){.dir = dir, .id = 9, .savepoint = true, .engine = e},
+                            NULL),
                  0, "%s", stash_errmsg());
     for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j.arena, kg, pins[kg]);
     snprintf(from, sizeof from, "%s/savepoint-9", dir);
@@ -453,16 +454,150 @@ Test(ckpt, a_checkpoint_over_the_memory_cap_fails_clearly, .timeout = 60)
     uint32_t pins[KGS];
     for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(j.arena, kg);
     ckpt_opts o = {.dir = dir, .id = 1, .engine = e, .cap_bytes = CKPT_MEMORY_DEFAULT_CAP};
-    cr_assert_eq(ckpt_write_full(j.arena, pins, &o), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_write(j.arena, pins, &o, NULL), 0, "%s", stash_errmsg());
     o.id = 2;
     o.cap_bytes = 1000;
-    cr_assert_eq(ckpt_write_full(j.arena, pins, &o), -EFBIG);
+    cr_assert_eq(ckpt_write(j.arena, pins, &o, NULL), -EFBIG);
     cr_assert(strstr(stash_errmsg(), "cap of 1000"), "%s", stash_errmsg());
     snprintf(path, sizeof path, "%s/chk-2", dir);
     cr_assert_neq(access(path, F_OK), 0);
     for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j.arena, kg, pins[kg]);
     ckpt_restored out;
     restore_into_new(dir, e, 0, 1, &out);
+    close_job(&j);
+    ioe_engine_close(e);
+    remove_dir(dir);
+}
+
+/* Writes generation gen into every step-th key. */
+static void put_some(job *j, uint64_t gen, uint32_t step)
+{
+    for (uint32_t k = 0; k < 3000; k += step) {
+        stash_key_set(j->w, &k, sizeof k);
+        uint64_t v[2] = {k, gen};
+        cr_assert_eq(stash_value_put(j->v, v, sizeof v), 0);
+    }
+}
+
+/* Checks key k holds generation gens[k]. */
+static void expect_gens(job *j, const uint64_t *gens)
+{
+    for (uint32_t k = 0; k < 3000; k++) {
+        stash_key_set(j->w, &k, sizeof k);
+        stash_bytes b;
+        cr_assert_eq(stash_value_get(j->v, &b), 0, "key %u restored", k);
+        cr_assert_eq(test_u64((const uint8_t *)b.data + 8), gens[k], "key %u", k);
+    }
+}
+
+typedef struct chain {
+    uint32_t pins[KGS];
+    uint64_t id;
+} chain;
+
+/* Takes checkpoint id: full, or the changes since *base (whose pins it then
+ * releases); keeps its own pins as the next base. */
+static uint64_t incremental(job *j, ioe_engine *e, const char *dir, uint64_t id, chain *base)
+{
+    uint32_t pins[KGS];
+    for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(j->arena, kg);
+    ckpt_written w;
+    ckpt_opts o = {.dir = dir,
+                   .id = id,
+                   .engine = e,
+                   .incremental = true,
+                   .base_id = base->id,
+                   .base_pins = base->pins};
+    cr_assert_eq(ckpt_write(j->arena, pins, &o, &w), 0, "%s", stash_errmsg());
+    if (base->id)
+        for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j->arena, kg, base->pins[kg]);
+    memcpy(base->pins, pins, sizeof pins);
+    base->id = id;
+    return w.data_bytes;
+}
+
+Test(ckpt, incremental_checkpoints_write_only_the_changes, .timeout = 120)
+{
+    for (int b = 0; b < 2; b++) {
+        char dir[128], path[256];
+        make_dir(dir);
+        ioe_engine *e = engine(backends[b], NULL);
+        job j;
+        open_job(&j);
+        static uint64_t gens[3000];
+        put_all(&j, 1);
+        for (uint32_t k = 0; k < 3000; k++) gens[k] = 1;
+        chain base = {.id = 0};
+        uint64_t full = incremental(&j, e, dir, 1, &base);
+        put_some(&j, 2, 100); /* 1% of the keys */
+        for (uint32_t k = 0; k < 3000; k += 100) gens[k] = 2;
+        uint64_t delta = incremental(&j, e, dir, 2, &base);
+        cr_assert_leq(delta * 100, full * 3, "%llu bytes after 1%% changed, beside a full %llu",
+                      (unsigned long long)delta, (unsigned long long)full);
+        put_some(&j, 3, 7);
+        for (uint32_t k = 0; k < 3000; k += 7) gens[k] = 3;
+        incremental(&j, e, dir, 3, &base);
+
+        job r;
+        open_job(&r);
+        ckpt_restored out;
+        cr_assert_eq(ckpt_restore(r.arena, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
+                     stash_errmsg());
+        cr_assert_eq(out.id, 3);
+        expect_gens(&r, gens);
+        close_job(&r);
+
+        /* Retention keeps the files the kept checkpoint still needs. */
+        cr_assert_eq(ckpt_retain(dir, 1, e), 0);
+        snprintf(path, sizeof path, "%s/chk-1", dir);
+        cr_assert_neq(access(path, F_OK), 0);
+        snprintf(path, sizeof path, "%s/shared/1.dat", dir);
+        cr_assert_eq(access(path, F_OK), 0, "the base's data stays while chk-3 needs it");
+        open_job(&r);
+        cr_assert_eq(ckpt_restore(r.arena, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
+                     stash_errmsg());
+        expect_gens(&r, gens);
+        close_job(&r);
+
+        /* A full checkpoint starts a new chain; the old files go. */
+        for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j.arena, kg, base.pins[kg]);
+        base.id = 0;
+        incremental(&j, e, dir, 4, &base);
+        cr_assert_eq(ckpt_retain(dir, 1, e), 0);
+        cr_assert_neq(access(path, F_OK), 0, "no checkpoint needs shared/1.dat now");
+        for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j.arena, kg, base.pins[kg]);
+        close_job(&j);
+        ioe_engine_close(e);
+        remove_dir(dir);
+    }
+}
+
+Test(ckpt, a_damaged_delta_gives_way_to_the_previous_checkpoint, .timeout = 60)
+{
+    char dir[128], path[256];
+    make_dir(dir);
+    ioe_engine *e = engine(IOE_THREADS, NULL);
+    job j;
+    open_job(&j);
+    put_all(&j, 1);
+    chain base = {.id = 0};
+    incremental(&j, e, dir, 1, &base);
+    put_all(&j, 2);
+    incremental(&j, e, dir, 2, &base);
+    put_all(&j, 3);
+    incremental(&j, e, dir, 3, &base);
+    snprintf(path, sizeof path, "%s/shared/3.dat", dir);
+    damage(path, 60, -1);
+    job r;
+    open_job(&r);
+    ckpt_restored out;
+    cr_assert_eq(ckpt_restore(r.arena, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
+                 stash_errmsg());
+    cr_assert_eq(out.id, 2);
+    cr_assert(strstr(out.why, "shared/3.dat"), "%s", out.why);
+    expect_gen(&r, 2);
+    close_job(&r);
+    for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j.arena, kg, base.pins[kg]);
     close_job(&j);
     ioe_engine_close(e);
     remove_dir(dir);

@@ -47,7 +47,7 @@ static void make_checkpoints(void)
         }
         uint32_t pins[4];
         for (uint32_t kg = 0; kg < 4; kg++) pins[kg] = (uint32_t)shm_table_pin(a, kg);
-        cr_assert_eq(ckpt_write_full(a, pins, &(ckpt_opts){.dir = dir, .id = id, .engine = e}), 0);
+        cr_assert_eq(ckpt_write(a, pins, &(ckpt_opts){.dir = dir, .id = id, .engine = e}, NULL), 0);
         for (uint32_t kg = 0; kg < 4; kg++) shm_table_unpin(a, kg, pins[kg]);
     }
     ioe_engine_close(e);

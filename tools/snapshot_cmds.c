@@ -83,6 +83,14 @@ static const char *state_name_of(const ckpt_view *v, uint16_t id, unsigned *kind
     return "?";
 }
 
+/* The bytes of a checkpoint's data files (its chain included). */
+static size_t data_bytes(const ckpt_view *v)
+{
+    size_t n = 0;
+    for (uint32_t f = 0; f < v->nfiles; f++) n += v->files[f].len;
+    return n;
+}
+
 static int cmd_ls(int argc, char **argv)
 {
     bool json = argc > 3 && strcmp(argv[3], "--json") == 0;
@@ -108,10 +116,10 @@ static int cmd_ls(int argc, char **argv)
         if (json)
             printf("{\"id\": %llu, \"state\": \"%s\", \"created_ns\": %llu, \"bytes\": %zu}\n",
                    (unsigned long long)ids[i], st,
-                   rc == 0 ? (unsigned long long)v.created_ns : 0ull, rc == 0 ? v.data_len : 0);
+                   rc == 0 ? (unsigned long long)v.created_ns : 0ull, rc == 0 ? data_bytes(&v) : 0);
         else
             printf("%-10llu %-20s %-9s %10zu %s/chk-%llu\n", (unsigned long long)ids[i], when, st,
-                   rc == 0 ? v.data_len + v.md_len : 0, argv[2], (unsigned long long)ids[i]);
+                   rc == 0 ? data_bytes(&v) + v.md_len : 0, argv[2], (unsigned long long)ids[i]);
         if (rc == 0) ckpt_view_close(&v);
     }
     free(ids);
@@ -126,10 +134,15 @@ static int cmd_info(int argc, char **argv, ioe_engine *e)
     int rc = resolve(argv[2], e, &v);
     if (rc) return tool_fail("snapshot info", rc);
     if (json) {
-        printf("{\"id\": %llu, \"created_ns\": %llu, \"max_parallelism\": %u, \"data_bytes\": "
-               "%zu, \"states\": [",
-               (unsigned long long)v.id, (unsigned long long)v.created_ns, v.max_parallelism,
-               v.data_len);
+        printf("{\"id\": %llu, \"created_ns\": %llu, \"base_id\": %llu, \"max_parallelism\": "
+               "%u, \"data_bytes\": %zu, \"files\": [",
+               (unsigned long long)v.id, (unsigned long long)v.created_ns,
+               (unsigned long long)v.base_id, v.max_parallelism, data_bytes(&v));
+        for (uint32_t f = 0; f < v.nfiles; f++)
+            printf("%s{\"name\": \"%s\", \"bytes\": %zu, \"delta\": %s}", f ? ", " : "",
+                   v.files[f].name, v.files[f].len,
+                   v.files[f].flags & CKPT_FILE_DELTA ? "true" : "false");
+        printf("], \"states\": [");
         for (uint32_t i = 0; i < v.nstates; i++) {
             ckpt_state s = ckpt_view_state(&v, i);
             uint64_t ttl;
@@ -139,8 +152,13 @@ static int cmd_info(int argc, char **argv, ioe_engine *e)
         }
         printf("]}\n");
     } else {
-        printf("checkpoint %llu: %s\n%u key groups, data %zu bytes in %s\nstates:\n",
-               (unsigned long long)v.id, v.meta_path, v.max_parallelism, v.data_len, v.data_path);
+        printf("checkpoint %llu: %s\n%u key groups, %zu data bytes%s\nfiles:\n",
+               (unsigned long long)v.id, v.meta_path, v.max_parallelism, data_bytes(&v),
+               v.base_id ? " (incremental)" : "");
+        for (uint32_t f = 0; f < v.nfiles; f++)
+            printf("  %-24s %10zu bytes%s\n", v.files[f].name, v.files[f].len,
+                   v.files[f].flags & CKPT_FILE_DELTA ? ", changes" : "");
+        printf("states:\n");
         for (uint32_t i = 0; i < v.nstates; i++) {
             ckpt_state s = ckpt_view_state(&v, i);
             uint64_t ttl;
