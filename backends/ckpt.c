@@ -296,7 +296,11 @@ int ckpt_write(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, ckpt_wr
     file_list fl;
     uint64_t records = 0;
     md_extent *ext = calloc(maxp, sizeof *ext);
+    /* Serialize in memory inside the reader's announcement, write outside it:
+     * the disk never holds reclamation back. */
+    if (o->reader) shm_ebr_enter(a, o->reader_slot);
     int rc = ext ? serialize(a, pins, o, &data, ext, &records) : -ENOMEM;
+    if (o->reader) shm_ebr_exit(a, o->reader_slot);
     if (rc == 0 && o->cap_bytes && data.len > o->cap_bytes)
         rc = shm_fail(-EFBIG,
                       "%s: checkpoint %llu holds %zu bytes, over the storage's cap of "

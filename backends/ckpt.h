@@ -27,9 +27,11 @@ typedef struct ckpt_opts {
     bool incremental; /* data files in DIR/shared/, which later checkpoints reference */
     uint64_t base_id; /* incremental: write only the changes since this checkpoint */
     const uint32_t
-        *base_pins;     /* with base_id: the versions the base was written at, still pinned */
-    uint64_t cap_bytes; /* the memory storage's cap on a checkpoint's bytes; 0: none */
-    ioe_engine *engine; /* every write and sync goes through it */
+        *base_pins;       /* with base_id: the versions the base was written at, still pinned */
+    uint64_t cap_bytes;   /* the memory storage's cap on a checkpoint's bytes; 0: none */
+    bool reader;          /* the writer owns none of the key groups: it announces itself */
+    uint32_t reader_slot; /* with reader: its slot for shm_ebr_enter (shm_reader_join) */
+    ioe_engine *engine;   /* every write and sync goes through it */
 } ckpt_opts;
 
 /* Writes key groups 0 .. max parallelism - 1, each as of its pinned version

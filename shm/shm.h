@@ -120,6 +120,16 @@ typedef struct shm_slot {
         reader_epoch; /* reclamation epoch while reading another's key groups, 0 idle */
 } shm_slot;
 
+/* A process that reads key groups it owns none of (a checkpoint writer, a
+ * query): its identity and its reclamation epoch, as a worker slot has. */
+#define SHM_READERS 8u
+typedef struct shm_reader {
+    _Atomic int32_t pid; /* 0: free */
+    uint32_t pad;
+    uint64_t start_time;
+    _Atomic uint64_t reader_epoch;
+} shm_reader;
+
 typedef struct shm_header {
     char magic[8];
     uint32_t layout_version;
@@ -150,6 +160,7 @@ typedef struct shm_header {
     shm_off catalog_off;
     _Atomic uint64_t ebr_epoch;
     _Atomic uint32_t registry_hwm; /* slots at or above it have never been used */
+    shm_reader readers[SHM_READERS];
     shm_lock catalog_lock;
     _Atomic uint32_t initialized; /* SHM_INIT_MARK once creation finished */
 } shm_header;
@@ -451,9 +462,14 @@ shm_ref shm_table_bucket(const stash_arena *a, uint32_t kg, uint32_t pos);
 /* Reclamation (ebr.c): memory unlinked by an owner is freed once no reader
  * process that could still hold it is reading.                               */
 
-/* A reader announces itself before following links into another's table. */
+/* A reader announces itself before following links into another's table.
+ * slot is a worker's registry slot, or STASH_MAX_WORKERS + a reader slot. */
 void shm_ebr_enter(stash_arena *a, uint32_t slot);
 void shm_ebr_exit(stash_arena *a, uint32_t slot);
+/* Takes a reader slot for this process (for shm_ebr_enter); returns 0 and
+ * the slot's number, or STASH_EBUSY if all are held by live processes. */
+int shm_reader_join(stash_arena *a, uint32_t *slot);
+void shm_reader_leave(stash_arena *a, uint32_t slot);
 /* The oldest epoch a live reader announced, or UINT64_MAX; readers that died
  * are cleared when they hold memory back. */
 uint64_t shm_ebr_min(stash_arena *a, bool check_dead);

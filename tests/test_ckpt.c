@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "backends/ckpt.h"
@@ -601,4 +602,59 @@ Test(ckpt, a_damaged_delta_gives_way_to_the_previous_checkpoint, .timeout = 60)
     close_job(&j);
     ioe_engine_close(e);
     remove_dir(dir);
+}
+
+/* The asynchronous part in another process, while the owner writes on. */
+typedef struct async_args {
+    const char *name;
+    const char *dir;
+    uint32_t pins[KGS];
+    int backend;
+} async_args;
+
+static int write_from_another_process(void *arg)
+{
+    async_args *x = arg;
+    stash_arena *a;
+    uint32_t slot;
+    ioe_engine *e;
+    if (stash_arena_open(x->name, NULL, &a) || shm_reader_join(a, &slot)) return 1;
+    if (ioe_engine_open(&(ioe_opts){.backend = x->backend}, &e)) return 2;
+    int rc = ckpt_write(
+        a, x->pins,
+        &(ckpt_opts){.dir = x->dir, .id = 1, .engine = e, .reader = true, .reader_slot = slot},
+        NULL);
+    ioe_engine_close(e);
+    shm_reader_leave(a, slot);
+    stash_arena_close(a);
+    return rc ? 3 : 0;
+}
+
+Test(ckpt, another_process_writes_the_checkpoint_while_the_owner_writes_on, .timeout = 120)
+{
+    for (int b = 0; b < 2; b++) {
+        char dir[128];
+        make_dir(dir);
+        ioe_engine *e = engine(backends[b], NULL);
+        job j;
+        open_job(&j);
+        put_all(&j, 1);
+        async_args x = {.name = j.name, .dir = dir, .backend = backends[b]};
+        for (uint32_t kg = 0; kg < KGS; kg++) x.pins[kg] = (uint32_t)shm_table_pin(j.arena, kg);
+        pid_t pid = test_fork(write_from_another_process, &x);
+        int st = -1;
+        for (uint64_t gen = 2; gen < 1000 && st < 0; gen++) {
+            put_all(&j, gen);
+            if (waitpid(pid, &st, WNOHANG) == 0) st = -1;
+        }
+        if (st < 0) waitpid(pid, &st, 0);
+        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the writer process succeeded");
+        for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j.arena, kg, x.pins[kg]);
+        ckpt_restored out;
+        restore_into_new(dir, e, 1, 1, &out);
+        cr_assert_eq(shm_check(j.arena), 0, "%s", stash_errmsg());
+        close_job(&j);
+        ioe_engine_close(e);
+        remove_dir(dir);
+    }
 }
