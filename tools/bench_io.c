@@ -107,86 +107,14 @@ static double stash_pass(io_run *run, int backend, bool writing)
     return bps;
 }
 
-/* ------------------------------------------------------------------------ */
-/* fio, run as a child process with JSON output.                              */
-
-/* Runs argv with stdout into out (NUL-terminated) and stderr discarded.
- * Returns the exit status, 127 if it could not run, or -errno. */
-static int run_capture(char *const argv[], char *out, size_t cap)
-{
-    int pipefd[2];
-    if (pipe(pipefd) < 0) return -errno;
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(pipefd[0]), close(pipefd[1]);
-        return -errno;
-    }
-    if (pid == 0) {
-        int null = open("/dev/null", O_WRONLY);
-        dup2(pipefd[1], STDOUT_FILENO);
-        if (null >= 0) dup2(null, STDERR_FILENO);
-        close(pipefd[0]);
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    close(pipefd[1]);
-    size_t len = 0;
-    ssize_t n;
-    while ((n = read(pipefd[0], out + len, cap - 1 - len)) > 0 || (n < 0 && errno == EINTR))
-        if (n > 0) len += (size_t)n;
-    out[len] = '\0';
-    close(pipefd[0]);
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-/* The "bw_bytes" of fio's "read" or "write" section in its JSON output. */
-static double fio_bandwidth(const char *json, const char *section)
-{
-    char key[32];
-    snprintf(key, sizeof key, "\"%s\" : {", section);
-    const char *s = strstr(json, key);
-    s = s ? strstr(s, "\"bw_bytes\" : ") : NULL;
-    return s ? strtod(s + strlen("\"bw_bytes\" : "), NULL) : -1;
-}
-
 static double fio_pass(io_run *run, bool writing)
 {
-    char size[32], direct[16], *out = malloc(1 << 20);
-    if (!out) return -1;
-    snprintf(size, sizeof size, "--size=%llu", (unsigned long long)run->size);
-    snprintf(direct, sizeof direct, "--direct=%d", run->direct);
-    char filename[600];
-    snprintf(filename, sizeof filename, "--filename=%s", run->path);
-    char *argv[] = {"fio",
-                    "--name=stash-bench-io",
-                    filename,
-                    writing ? "--rw=write" : "--rw=read",
-                    "--bs=1M",
-                    size,
-                    "--ioengine=io_uring",
-                    "--iodepth=16",
-                    direct,
-                    writing ? "--end_fsync=1" : "--invalidate=1",
-                    "--output-format=json",
-                    NULL};
-    int st = run_capture(argv, out, 1 << 20);
-    double bps = st == 0 ? fio_bandwidth(out, writing ? "write" : "read") : -1;
-    if (st != 0 || bps <= 0)
-        snprintf(run->error, sizeof run->error, "fio %s exited with %d", writing ? "write" : "read",
-                 st);
-    free(out);
+    double bps;
+    if (bench_fio(run->path, run->size, writing, run->direct, &bps) < 0) {
+        snprintf(run->error, sizeof run->error, "fio %s failed", writing ? "write" : "read");
+        return -1;
+    }
     return bps;
-}
-
-static bool fio_installed(void)
-{
-    char out[256];
-    char *argv[] = {"fio", "--version", NULL};
-    return run_capture(argv, out, sizeof out) == 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -328,7 +256,7 @@ int bench_io(int argc, char **argv)
     snprintf(path, sizeof path, "%s/stash-bench-io.%d", dir, (int)getpid());
     b->run.path = path;
 
-    bool have_fio = fio_installed(), have_direct = direct_supported(path);
+    bool have_fio = bench_fio_installed(), have_direct = direct_supported(path);
     for (int c = 0; c < NCASES; c++) {
         if (!have_fio) b->skipped[c][SYS_FIO] = "fio is not installed (apt-get install fio)";
         if (!have_direct && (c == WRITE_DIRECT || c == READ_DIRECT))

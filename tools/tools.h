@@ -55,6 +55,12 @@ uint64_t bench_now_ns(void);
 /* Latency percentile (0..1) in microseconds from n samples in ns (reorders them). */
 double bench_percentile_us(uint64_t *ns, uint64_t n, double p);
 
+/* Runs fio on path: size bytes in 1 MiB blocks, io_uring, depth 16, fsync at
+ * the end of a write; *bps its bandwidth. Returns 0 or -EIO. */
+int bench_fio(const char *path, uint64_t size, bool writing, bool direct, double *bps);
+/* Whether fio runs here. */
+bool bench_fio_installed(void);
+
 /* Benches, each `stash bench NAME`. */
 int bench_arena(int argc, char **argv);
 int bench_io(int argc, char **argv);
