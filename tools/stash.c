@@ -29,6 +29,8 @@ static const tool_cmd benches[] = {
     {"arena", bench_arena, "allocate+free pairs per second, 1 and 2 processes, beside malloc"},
     {"io", bench_io, "write, fsync and read a 2 GiB file, io_uring and threads, beside fio"},
     {"keyed", bench_keyed, "keyed state ops/s and latency, YCSB A-F, beside LMDB, RocksDB, Redis"},
+    {"checkpoint", bench_checkpoint,
+     "full and incremental checkpoints, restore, pause, load, memory, beside fio"},
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))

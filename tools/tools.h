@@ -63,6 +63,7 @@ bool bench_fio_installed(void);
 
 /* Benches, each `stash bench NAME`. */
 int bench_arena(int argc, char **argv);
+int bench_checkpoint(int argc, char **argv);
 int bench_io(int argc, char **argv);
 int bench_keyed(int argc, char **argv);
 

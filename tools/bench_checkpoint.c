@@ -1,0 +1,405 @@
+/*
+ * bench_checkpoint.c: `stash bench checkpoint`: what checkpoints cost. A
+ * full checkpoint's bandwidth and a restore's, each beside fio on the same
+ * number of bytes in the same directory; the synchronous pause (pinning every
+ * key group) with few keys and with many; the bytes of an incremental
+ * checkpoint after 1% of the keys changed; and a worker process's throughput
+ * and the arena's extra memory while another process writes a checkpoint
+ * under YCSB A load, against the same worker without one.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backends/ckpt.h"
+#include "tools/tools.h"
+#include "tools/ycsb.h"
+
+#define VALUE_BYTES 100u
+#define MAX_REPS 100
+
+typedef struct ckb {
+    bench_opts o;
+    char dir[512];
+    char name[64];
+    uint64_t keys;
+    ioe_engine *e;
+} ckb;
+
+static void report(const ckb *b, const char *name, const char *system, double value,
+                   const char *unit)
+{
+    bench_report(
+        &b->o,
+        &(bench_result){
+            .bench = "checkpoint", .name = name, .system = system, .value = value, .unit = unit});
+}
+
+static void report_skip(const ckb *b, const char *name, const char *system, const char *why)
+{
+    bench_report(&b->o, &(bench_result){
+                            .bench = "checkpoint", .name = name, .system = system, .skipped = why});
+}
+
+/* Creates the arena and joins it as the worker of every key group. */
+static int open_loaded(ckb *b, uint64_t keys, stash_worker **w, stash_state **s)
+{
+    uint64_t size = keys * 256 + (64ull << 20);
+    stash_arena *a;
+    int rc = stash_arena_create(
+        b->name, &(stash_arena_opts){.size = size, .flags = STASH_ARENA_REPLACE}, &a);
+    if (rc < 0) return rc;
+    stash_arena_close(a);
+    rc = stash_worker_open(b->name, &(stash_worker_opts){.parallelism = 1}, w);
+    if (rc == 0) rc = stash_state_get(*w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, s);
+    uint8_t val[VALUE_BYTES];
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (uint64_t k = 0; rc == 0 && k < keys; k++) {
+        for (unsigned i = 0; i < VALUE_BYTES; i += 8) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            memcpy(val + i, &x, VALUE_BYTES - i < 8 ? VALUE_BYTES - i : 8);
+        }
+        stash_key_set(*w, &k, sizeof k);
+        rc = stash_value_put(*s, val, sizeof val);
+        if (k % 65536 == 0)
+            bench_progress(&b->o, "checkpoint: loading %llu of %llu keys", (unsigned long long)k,
+                           (unsigned long long)keys);
+    }
+    return rc;
+}
+
+static void close_loaded(ckb *b, stash_worker *w)
+{
+    stash_worker_close(w);
+    stash_arena_destroy(b->name, NULL);
+}
+
+static uint32_t *pin_all(stash_arena *a)
+{
+    uint32_t maxp = a->hdr->max_parallelism, *pins = malloc(maxp * sizeof *pins);
+    for (uint32_t kg = 0; pins && kg < maxp; kg++) pins[kg] = (uint32_t)shm_table_pin(a, kg);
+    return pins;
+}
+
+static void unpin_all(stash_arena *a, uint32_t *pins)
+{
+    for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++) shm_table_unpin(a, kg, pins[kg]);
+    free(pins);
+}
+
+static uint64_t used_bytes(const stash_arena *a)
+{
+    uint64_t n = 0;
+    for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++) {
+        stash_kg_usage u;
+        stash_kg_usage_get(a, kg, &u);
+        n += u.used_bytes;
+    }
+    return n;
+}
+
+static void clean_dir(const ckb *b)
+{
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'/chk-* '%s'/shared '%s'/fio.dat", b->dir, b->dir, b->dir);
+    if (system(cmd) != 0) fprintf(stderr, "stash bench checkpoint: cannot clean %s\n", b->dir);
+}
+
+/* ---- full checkpoint and restore bandwidth, beside fio ---------------------- */
+
+static int bandwidth_cases(ckb *b)
+{
+    stash_worker *w;
+    stash_state *s;
+    int rc = open_loaded(b, b->keys, &w, &s);
+    if (rc < 0) return rc;
+    stash_arena *a = stash_worker_arena(w);
+    double wr[MAX_REPS], rd[MAX_REPS], fw[MAX_REPS], fr[MAX_REPS];
+    uint64_t bytes = 0;
+    bool fio = bench_fio_installed();
+    for (int r = 0; r < b->o.reps && rc == 0; r++) {
+        bench_progress(&b->o, "checkpoint: bandwidth, repetition %d of %d", r + 1, b->o.reps);
+        clean_dir(b);
+        uint32_t *pins = pin_all(a);
+        ckpt_written out;
+        uint64_t t0 = bench_now_ns();
+        rc = ckpt_write(a, pins, &(ckpt_opts){.dir = b->dir, .id = 1, .engine = b->e}, &out);
+        wr[r] = (double)out.data_bytes / ((double)(bench_now_ns() - t0) / 1e9);
+        unpin_all(a, pins);
+        bytes = out.data_bytes;
+        /* Restore into a second arena, as after a reboot. */
+        stash_arena *fresh;
+        char name2[80];
+        snprintf(name2, sizeof name2, "%s-restore", b->name);
+        if (rc == 0)
+            rc = stash_arena_create(
+                name2, &(stash_arena_opts){.size = a->size, .flags = STASH_ARENA_REPLACE}, &fresh);
+        if (rc == 0) {
+            ckpt_restored res;
+            t0 = bench_now_ns();
+            rc = ckpt_restore(fresh, b->dir, 1, (stash_kg_range){0, a->hdr->max_parallelism - 1},
+                              b->e, &res);
+            rd[r] = (double)bytes / ((double)(bench_now_ns() - t0) / 1e9);
+            stash_arena_close(fresh);
+            stash_arena_destroy(name2, NULL);
+        }
+        char path[1024];
+        snprintf(path, sizeof path, "%s/fio.dat", b->dir);
+        if (fio && (bench_fio(path, bytes, true, true, &fw[r]) < 0 ||
+                    bench_fio(path, bytes, false, true, &fr[r]) < 0))
+            fio = false;
+    }
+    close_loaded(b, w);
+    clean_dir(b);
+    if (rc < 0) return rc;
+    double mw = bench_median(wr, b->o.reps), mr = bench_median(rd, b->o.reps);
+    report(b, "full/write", "stash-uring", mw, "bytes/s");
+    report(b, "restore/read", "stash-uring", mr, "bytes/s");
+    if (!fio) {
+        report_skip(b, "full/write", "fio", "fio is not installed or failed (apt-get install fio)");
+        return 0;
+    }
+    double mfw = bench_median(fw, b->o.reps), mfr = bench_median(fr, b->o.reps);
+    report(b, "full/write", "fio", mfw, "bytes/s");
+    report(b, "restore/read", "fio", mfr, "bytes/s");
+    report(b, "full/write", "stash/fio", mw / mfw, "ratio");
+    report(b, "restore/read", "stash/fio", mr / mfr, "ratio");
+    return 0;
+}
+
+/* ---- the synchronous pause ---------------------------------------------------- */
+
+static int pause_case(ckb *b, uint64_t keys, const char *name)
+{
+    stash_worker *w;
+    stash_state *s;
+    int rc = open_loaded(b, keys, &w, &s);
+    if (rc < 0) return rc;
+    stash_arena *a = stash_worker_arena(w);
+    enum { PINS = 101 };
+    uint64_t ns[PINS];
+    for (int i = 0; i < PINS; i++) {
+        uint64_t t0 = bench_now_ns();
+        uint32_t *pins = pin_all(a);
+        ns[i] = bench_now_ns() - t0;
+        unpin_all(a, pins);
+        /* A write between pins, as a worker's records between barriers. */
+        uint64_t k = (uint64_t)i;
+        stash_key_set(w, &k, sizeof k);
+        stash_value_put(s, &k, sizeof k);
+    }
+    close_loaded(b, w);
+    bench_report(&b->o, &(bench_result){.bench = "checkpoint",
+                                        .name = name,
+                                        .system = "stash",
+                                        .value = bench_percentile_us(ns, PINS, 0.5),
+                                        .unit = "us",
+                                        .latency = true,
+                                        .p50_us = bench_percentile_us(ns, PINS, 0.5),
+                                        .p99_us = bench_percentile_us(ns, PINS, 0.99),
+                                        .p999_us = bench_percentile_us(ns, PINS, 0.999)});
+    return 0;
+}
+
+/* ---- incremental bytes after 1% changed ----------------------------------- */
+
+static int incremental_case(ckb *b)
+{
+    stash_worker *w;
+    stash_state *s;
+    int rc = open_loaded(b, b->keys, &w, &s);
+    if (rc < 0) return rc;
+    stash_arena *a = stash_worker_arena(w);
+    clean_dir(b);
+    uint32_t *base = pin_all(a);
+    ckpt_written full, delta;
+    rc = ckpt_write(
+        a, base, &(ckpt_opts){.dir = b->dir, .id = 1, .engine = b->e, .incremental = true}, &full);
+    uint8_t val[VALUE_BYTES] = {1};
+    for (uint64_t k = 0; rc == 0 && k < b->keys; k += 100) {
+        stash_key_set(w, &k, sizeof k);
+        rc = stash_value_put(s, val, sizeof val);
+    }
+    uint32_t *pins = pin_all(a);
+    if (rc == 0)
+        rc = ckpt_write(a, pins,
+                        &(ckpt_opts){.dir = b->dir,
+                                     .id = 2,
+                                     .engine = b->e,
+                                     .incremental = true,
+                                     .base_id = 1,
+                                     .base_pins = base},
+                        &delta);
+    unpin_all(a, pins);
+    unpin_all(a, base);
+    close_loaded(b, w);
+    clean_dir(b);
+    if (rc < 0) return rc;
+    report(b, "incremental-1pct", "stash-full", (double)full.data_bytes, "bytes");
+    report(b, "incremental-1pct", "stash-incremental", (double)delta.data_bytes, "bytes");
+    report(b, "incremental-1pct", "incremental/full",
+           (double)delta.data_bytes / (double)full.data_bytes, "ratio");
+    return 0;
+}
+
+/* ---- throughput and memory while another process writes a checkpoint ------- */
+
+typedef struct shared_run {
+    _Atomic int want;     /* 1: pin at the next operation boundary */
+    _Atomic int pinned;   /* the worker pinned: pins[] hold the versions */
+    _Atomic int released; /* the checkpoint is written and unpinned */
+    _Atomic int stop;
+    _Atomic uint64_t ops;
+    uint64_t pause_ns;
+    uint32_t pins[STASH_MAX_MAX_PARALLELISM];
+} shared_run;
+
+/* The worker: YCSB A on every key until told to stop, pinning when asked. */
+static int load_worker(ckb *b, shared_run *run, const ycsb_op *ops, uint64_t nops)
+{
+    stash_worker *w;
+    stash_state *s;
+    if (stash_worker_open(b->name, &(stash_worker_opts){.parallelism = 1}, &w) ||
+        stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s))
+        return 1;
+    stash_arena *a = stash_worker_arena(w);
+    uint8_t val[VALUE_BYTES] = {0}, copy[VALUE_BYTES];
+    for (uint64_t i = 0; !atomic_load_explicit(&run->stop, memory_order_relaxed); i++) {
+        const ycsb_op *op = &ops[i % nops];
+        uint64_t k = op->key;
+        stash_key_set(w, &k, sizeof k);
+        stash_bytes v;
+        if (op->kind == YCSB_GET) {
+            if (stash_value_get(s, &v) == 0) memcpy(copy, v.data, VALUE_BYTES);
+        } else {
+            val[0] = (uint8_t)i;
+            stash_value_put(s, val, sizeof val);
+        }
+        atomic_store_explicit(&run->ops, i + 1, memory_order_relaxed);
+        if (i % 64 == 0 && atomic_load(&run->want) && !atomic_load(&run->pinned)) {
+            uint64_t t0 = bench_now_ns();
+            for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
+                run->pins[kg] = (uint32_t)shm_table_pin(a, kg);
+            run->pause_ns = bench_now_ns() - t0;
+            atomic_store(&run->pinned, 1);
+        }
+    }
+    stash_worker_close(w);
+    return 0;
+}
+
+static uint64_t ops_during(shared_run *run, uint64_t ns)
+{
+    uint64_t before = atomic_load(&run->ops), t0 = bench_now_ns();
+    while (bench_now_ns() - t0 < ns) usleep(1000);
+    return atomic_load(&run->ops) - before;
+}
+
+static int under_load_case(ckb *b)
+{
+    stash_worker *w;
+    stash_state *s;
+    int rc = open_loaded(b, b->keys, &w, &s);
+    if (rc < 0) return rc;
+    stash_worker_close(w);
+    uint64_t nops = b->o.quick ? 1000000 : 4000000;
+    ycsb_op *ops = malloc(nops * sizeof *ops);
+    shared_run *run =
+        mmap(NULL, sizeof *run, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (!ops || run == MAP_FAILED) return -ENOMEM;
+    ycsb_generate(
+        &(ycsb_spec){
+            .keys = b->keys, .first = YCSB_GET, .second = YCSB_PUT, .first_share = 0.5, .seed = 7},
+        ops, nops);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) _exit(load_worker(b, run, ops, nops));
+    stash_arena *a;
+    uint32_t slot;
+    rc = stash_arena_open(b->name, NULL, &a);
+    if (rc == 0) rc = shm_reader_join(a, &slot);
+    while (rc == 0 && atomic_load(&run->ops) < nops / 4) usleep(1000);
+    double with[MAX_REPS], without[MAX_REPS], extra[MAX_REPS];
+    uint64_t state_bytes = a ? used_bytes(a) : 0;
+    for (int r = 0; r < b->o.reps && rc == 0; r++) {
+        bench_progress(&b->o, "checkpoint: under load, repetition %d of %d", r + 1, b->o.reps);
+        clean_dir(b);
+        uint64_t before = used_bytes(a);
+        atomic_store(&run->pinned, 0);
+        atomic_store(&run->want, 1);
+        while (!atomic_load(&run->pinned)) usleep(100);
+        atomic_store(&run->want, 0);
+        uint64_t t0 = bench_now_ns(), ops0 = atomic_load(&run->ops);
+        rc = ckpt_write(
+            a, run->pins,
+            &(ckpt_opts){
+                .dir = b->dir, .id = 1, .engine = b->e, .reader = true, .reader_slot = slot},
+            NULL);
+        uint64_t ns = bench_now_ns() - t0, done = atomic_load(&run->ops) - ops0;
+        extra[r] = (double)(used_bytes(a) - before);
+        for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
+            shm_table_unpin(a, kg, run->pins[kg]);
+        with[r] = (double)done / ((double)ns / 1e9);
+        without[r] = (double)ops_during(run, ns) / ((double)ns / 1e9);
+    }
+    atomic_store(&run->stop, 1);
+    waitpid(pid, NULL, 0);
+    if (a) {
+        shm_reader_leave(a, slot);
+        stash_arena_close(a);
+    }
+    stash_arena_destroy(b->name, NULL);
+    clean_dir(b);
+    free(ops);
+    munmap(run, sizeof *run);
+    if (rc < 0) return rc;
+    double mw = bench_median(with, b->o.reps), mo = bench_median(without, b->o.reps);
+    double me = bench_median(extra, b->o.reps);
+    report(b, "ycsb-a/during-checkpoint", "stash", mw, "ops/s");
+    report(b, "ycsb-a/without", "stash", mo, "ops/s");
+    report(b, "ycsb-a/during-checkpoint", "during/without", mw / mo, "ratio");
+    report(b, "extra-memory", "stash", me, "bytes");
+    report(b, "extra-memory", "extra/state", me / (double)state_bytes, "ratio");
+    report_skip(b, "extra-memory", "redis-bgsave",
+                "not measured by this version of the bench: Redis BGSAVE's copy-on-write growth "
+                "needs the same load driven against redis-server");
+    return 0;
+}
+
+int bench_checkpoint(int argc, char **argv)
+{
+    static const char usage[] =
+        "A full checkpoint's write bandwidth and a restore's read bandwidth beside fio (direct,\n"
+        "io_uring, depth 16) on the same bytes; the pause to pin every key group with 100K\n"
+        "keys and with 10M (--quick: 1M); the bytes of an incremental checkpoint after 1% of\n"
+        "the keys changed; a worker's YCSB A throughput and the arena's extra memory while\n"
+        "another process writes a checkpoint. 1M keys of 100 bytes (--quick: 100K). The\n"
+        "checkpoints go to $STASH_BENCH_DIR, or /var/tmp.\n";
+    ckb b = {0};
+    int rc = bench_parse(argc, argv, usage, &b.o);
+    if (rc) return rc < 0 ? 2 : 0;
+    if (b.o.reps > MAX_REPS) b.o.reps = MAX_REPS;
+    const char *base = getenv("STASH_BENCH_DIR") ? getenv("STASH_BENCH_DIR") : "/var/tmp";
+    snprintf(b.dir, sizeof b.dir, "%s/stash-bench-checkpoint.%d", base, (int)getpid());
+    snprintf(b.name, sizeof b.name, "bench-ckpt-%d", (int)getpid());
+    b.keys = b.o.quick ? 100000 : 1000000;
+    rc = ioe_engine_open(&(ioe_opts){.backend = IOE_AUTO}, &b.e);
+    if (rc < 0) return tool_fail("bench checkpoint: I/O engine", rc);
+    if (mkdir(b.dir, 0755) < 0 && errno != EEXIST) return tool_fail(b.dir, -errno);
+    rc = bandwidth_cases(&b);
+    if (rc == 0) rc = pause_case(&b, 100000, "pause/100k-keys");
+    if (rc == 0)
+        rc = pause_case(&b, b.o.quick ? 1000000 : 10000000,
+                        b.o.quick ? "pause/1m-keys" : "pause/10m-keys");
+    if (rc == 0) rc = incremental_case(&b);
+    if (rc == 0) rc = under_load_case(&b);
+    ioe_engine_close(b.e);
+    rmdir(b.dir);
+    stash_arena_destroy(b.name, NULL);
+    return rc < 0 ? tool_fail("bench checkpoint", rc) : 0;
+}
