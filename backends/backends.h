@@ -71,6 +71,10 @@ bool state_owns(const stash_state *s, uint32_t kg);
 /* STASH_EKEYGROUP with a message, for a write outside the worker's range. */
 int state_refuse_write(const stash_state *s, uint32_t kg);
 
+/* Finds l's entry for a write: tends the table first (which may relink its
+ * chains: iterators of this worker go stale) and returns a cursor for it. */
+int state_find_write(stash_state *s, const shm_lookup *l, shm_cursor *c);
+
 /* Reads the value bytes of l's entry: a view into the arena for an owned key
  * group (with c filled, for a following write), a private copy otherwise.
  * Returns 0 or STASH_ENOTFOUND. */

@@ -44,7 +44,7 @@ STASH_API int stash_list_add_all(stash_state *state, const stash_bytes *values, 
     shm_cursor c;
     int rc = state_lookup(state, &l);
     if (!rc) rc = check_list(state, &l);
-    if (!rc) rc = shm_table_find(state->w->arena, &l, &c);
+    if (!rc) rc = state_find_write(state, &l, &c);
     if (rc || n == 0) return rc;
     size_t old = shm_rec_live(c.rec) ? atomic_load(&c.rec->vlen) : 0, add = 0;
     for (size_t i = 0; i < n; i++) add += element_bytes(state, values[i].len);
@@ -72,7 +72,7 @@ STASH_API int stash_list_update(stash_state *state, const stash_bytes *values, s
     shm_cursor c;
     int rc = state_lookup(state, &l);
     if (!rc) rc = check_list(state, &l);
-    if (!rc) rc = shm_table_find(state->w->arena, &l, &c);
+    if (!rc) rc = state_find_write(state, &l, &c);
     if (rc) return rc;
     if (n == 0) return state_delete(state, &l, &c);
     size_t total = 0;
@@ -190,7 +190,7 @@ int list_merge_into(stash_state *s, const shm_lookup *target, const stash_bytes 
 {
     /* The source's elements, timestamps included, go after the target's. */
     shm_cursor c;
-    int rc = shm_table_find(s->w->arena, target, &c);
+    int rc = state_find_write(s, target, &c);
     if (rc < 0) return rc;
     size_t old = shm_rec_live(c.rec) ? atomic_load(&c.rec->vlen) : 0;
     shm_rec *rec;

@@ -249,7 +249,7 @@ static int map_for_write(stash_state *s, shm_lookup *l, shm_cursor *c)
     if (!rc) rc = state_lookup(s, l);
     if (rc) return rc;
     if (!state_owns(s, l->kg)) return state_refuse_write(s, l->kg);
-    return shm_table_find(s->w->arena, l, c);
+    return state_find_write(s, l, c);
 }
 
 STASH_API int stash_map_put_all(stash_state *state, const stash_bytes *keys,

@@ -236,6 +236,7 @@ int snap_restore_record(void *restorer, uint32_t kg, const snap_record *r)
                     .ns = r->nslen ? (const void *)r->ns : ""};
     shm_cursor c;
     shm_rec *rec;
+    shm_table_tend(x->arena, kg);
     int rc = shm_table_find(x->arena, &l, &c);
     if (!rc && (r->flags & SNAP_REC_DELETED)) return shm_table_delete(x->arena, &l, &c);
     if (!rc) rc = shm_rec_new(x->arena, &l, r->vlen, &rec);

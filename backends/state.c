@@ -161,6 +161,13 @@ int state_reserve(uint8_t **buf, size_t *cap, size_t need)
     return 0;
 }
 
+int state_find_write(stash_state *s, const shm_lookup *l, shm_cursor *c)
+{
+    s->w->writes++;
+    shm_table_tend(s->w->arena, l->kg);
+    return shm_table_find(s->w->arena, l, c);
+}
+
 int state_read(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out)
 {
     stash_arena *a = s->w->arena;
@@ -232,7 +239,7 @@ STASH_API int stash_state_clear(stash_state *state)
     int rc = state_lookup(state, &l);
     if (rc) return rc;
     if (!state_owns(state, l.kg)) return state_refuse_write(state, l.kg);
-    rc = shm_table_find(state->w->arena, &l, &c);
+    rc = state_find_write(state, &l, &c);
     return rc ? rc : state_delete(state, &l, &c);
 }
 

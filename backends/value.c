@@ -92,7 +92,7 @@ STASH_API int stash_value_put(stash_state *state, const void *value, size_t len)
     if (!rc) rc = state_lookup(state, &l);
     if (rc) return rc;
     if (!state_owns(state, l.kg)) return state_refuse_write(state, l.kg);
-    rc = shm_table_find(state->w->arena, &l, &c);
+    rc = state_find_write(state, &l, &c);
     if (rc) return rc;
     if (len == 0) return state_delete(state, &l, &c);
     return write_value(state, &l, &c, value, len);
@@ -105,7 +105,7 @@ static int merge_into(stash_state *s, const shm_lookup *l, const stash_bytes *in
 {
     shm_cursor c;
     stash_bytes acc, result;
-    int rc = shm_table_find(s->w->arena, l, &c);
+    int rc = state_find_write(s, l, &c);
     if (rc) return rc;
     rc = read_value(s, l, &c, &acc);
     if (rc < 0 && rc != STASH_ENOTFOUND) return rc;

@@ -419,6 +419,11 @@ void shm_rec_write_end(stash_arena *a, uint32_t kg, shm_rec *rec);
 void shm_table_recover(stash_arena *a, uint32_t kg);
 /* Owner: a step of background work (rehash, pruning, reclamation), bounded by budget. */
 void shm_table_maintain(stash_arena *a, uint32_t kg, uint32_t budget);
+/* Owner: a small step of pending background work, if any; call it before a
+ * write's lookup (never between a lookup and the change that uses its cursor:
+ * the step may relink chains). Every write calls it, so pruning and growth go
+ * on under any write load. */
+void shm_table_tend(stash_arena *a, uint32_t kg);
 
 /* Owner: pins the current version of key group kg for a reader and starts a
  * new one; returns the pinned version (> 0) or -EBUSY if all pins are taken. */

@@ -129,12 +129,12 @@ static shm_rec *version_at(stash_arena *a, shm_rec *rec, uint32_t version)
 
 /* ---- reclamation -------------------------------------------------------- */
 
-static void reclaim(stash_arena *a, shm_table *t)
+static void reclaim(stash_arena *a, shm_table *t, bool check_dead)
 {
     retire_ring *ring = shm_ptr(a, atomic_load(&t->retired));
     if (!ring) return;
     uint32_t len = ring_len(ring);
-    uint64_t min = shm_ebr_min(a, len >= RECLAIM_CHECK_DEAD);
+    uint64_t min = shm_ebr_min(a, check_dead || len >= RECLAIM_CHECK_DEAD);
     for (uint32_t head = ring_head(ring); len && ring->items[head].epoch < min;) {
         /* Off the ring first: a crash then leaks the block, never frees it twice. */
         shm_off off = ring->items[head].off;
@@ -181,16 +181,19 @@ static void retire(stash_arena *a, uint32_t kg, shm_off off)
     shm_table *t = &a->tables[kg];
     retire_ring *r = shm_ptr(a, atomic_load(&t->retired));
     if ((!r || ring_len(r) == r->cap) && grow_ring(a, kg) < 0 && r)
-        while (ring_len(r) == r->cap) reclaim(a, t);
+        while (ring_len(r) == r->cap) reclaim(a, t, true);
     r = shm_ptr(a, atomic_load(&t->retired));
     if (!r) {
         free_after_readers(a, off);
         return;
     }
     uint32_t head = ring_head(r), len = ring_len(r);
+    /* The unlink must be visible before the epoch is read: a reader that
+     * announces a later epoch then cannot still reach off. */
+    atomic_thread_fence(memory_order_seq_cst);
     r->items[(head + len) % r->cap] = (retired_item){off, atomic_load(&a->hdr->ebr_epoch)};
     ring_set(r, head, ++len);
-    if (len % RECLAIM_BATCH == 0) reclaim(a, t);
+    if (len % RECLAIM_BATCH == 0) reclaim(a, t, false);
 }
 
 static void retire_rec(stash_arena *a, uint32_t kg, shm_rec *r)
@@ -258,26 +261,34 @@ done:
     atomic_store(&t->moving, 0);
 }
 
-/* Moves n old buckets into the new array, one record at a time, each held in
- * t->moving while it is in neither chain; retires the old array when done. */
+/* Empties old bucket migrate_pos into the new array, one record at a time,
+ * each held in t->moving while it is in neither chain, then advances
+ * migrate_pos: lookups of that bucket's hashes go to the new array only once
+ * all of it is there. Recovery repeats it for a bucket a crash left half done. */
+static void move_bucket(stash_arena *a, shm_table *t)
+{
+    uint32_t pos = atomic_load(&t->migrate_pos);
+    _Atomic shm_ref *from = &bucket_array(a, atomic_load(&t->old_buckets))[pos];
+    for (shm_ref r = atomic_load(from); r; r = atomic_load(from)) {
+        atomic_store(&t->moving, r);
+        atomic_store(from, atomic_load(&shm_rec_at(a, r)->next));
+        finish_move(a, t);
+    }
+    atomic_store(&t->migrate_pos, pos + 1);
+}
+
+/* Moves n old buckets into the new array; retires the old array when done. */
 static void rehash_step(stash_arena *a, uint32_t kg, uint32_t n)
 {
     shm_table *t = &a->tables[kg];
     shm_off old = atomic_load(&t->old_buckets);
-    uint32_t old_n = 1u << (t->log2 - 1), pos = atomic_load(&t->migrate_pos);
-    _Atomic shm_ref *from = bucket_array(a, old);
+    uint32_t old_n = 1u << (t->log2 - 1);
     shape_begin(t);
-    for (; n > 0 && pos < old_n; n--, pos++) {
-        for (shm_ref r = atomic_load(&from[pos]); r; r = atomic_load(&from[pos])) {
-            atomic_store(&t->moving, r);
-            atomic_store(&from[pos], atomic_load(&shm_rec_at(a, r)->next));
-            finish_move(a, t);
-        }
-    }
-    atomic_store(&t->migrate_pos, pos);
-    if (pos == old_n) atomic_store(&t->old_buckets, 0);
+    for (; n > 0 && atomic_load(&t->migrate_pos) < old_n; n--) move_bucket(a, t);
+    bool done = atomic_load(&t->migrate_pos) == old_n;
+    if (done) atomic_store(&t->old_buckets, 0);
     shape_end(t);
-    if (pos == old_n) retire(a, kg, old);
+    if (done) retire(a, kg, old);
 }
 
 /* ---- pruning: dropping versions no pin sees any more ------------------- */
@@ -329,8 +340,10 @@ static void sweep_step(stash_arena *a, uint32_t kg, uint32_t budget)
 void shm_table_maintain(stash_arena *a, uint32_t kg, uint32_t budget)
 {
     shm_table *t = &a->tables[kg];
+    /* A sweep runs to its end, then another starts if pins changed meanwhile:
+     * restarting on every unpin could starve the end of the table. */
     uint32_t gen = atomic_load(&t->pins_gen);
-    if (gen != t->swept_gen && t->buckets) {
+    if (gen != t->swept_gen && t->buckets && t->sweep_pos == UINT32_MAX) {
         t->swept_gen = gen;
         t->sweep_pos = 0;
     }
@@ -346,6 +359,21 @@ void shm_table_maintain(stash_arena *a, uint32_t kg, uint32_t budget)
 }
 
 /* ---- the owner's operations --------------------------------------------- */
+
+/* Whether the table has background work: a sweep, a rehash, or growth. */
+static bool work_pending(const shm_table *t)
+{
+    return t->sweep_pos != UINT32_MAX ||
+           atomic_load_explicit(&t->pins_gen, memory_order_relaxed) != t->swept_gen ||
+           atomic_load_explicit(&t->old_buckets, memory_order_relaxed) ||
+           atomic_load_explicit(&t->count, memory_order_relaxed) > (1ull << t->log2) / 2;
+}
+
+void shm_table_tend(stash_arena *a, uint32_t kg)
+{
+    shm_table *t = &a->tables[kg];
+    if (t->buckets && work_pending(t)) shm_table_maintain(a, kg, WRITE_BUDGET);
+}
 
 int shm_table_find(stash_arena *a, const shm_lookup *l, shm_cursor *c)
 {
@@ -416,12 +444,13 @@ static void count_add(shm_table *t, int64_t d)
     atomic_store_explicit(&t->count, n + (uint64_t)d, memory_order_relaxed);
 }
 
+/* Counts a change. Maintenance waits for the owner's next lookup, so that
+ * no cursor the caller holds is moved under it. */
 static void after_change(stash_arena *a, uint32_t kg)
 {
     shm_table *t = &a->tables[kg];
     uint64_t w = atomic_load_explicit(&t->writes, memory_order_relaxed);
     atomic_store_explicit(&t->writes, w + 1, memory_order_relaxed);
-    shm_table_maintain(a, kg, WRITE_BUDGET);
 }
 
 void shm_table_publish(stash_arena *a, const shm_lookup *l, shm_cursor *c, shm_rec *rec)
@@ -510,17 +539,23 @@ void shm_table_recover(stash_arena *a, uint32_t kg)
 {
     shm_table *t = &a->tables[kg];
     if (atomic_load(&t->growing)) switch_buckets(a, t);
-    /* A pin taken without its new epoch would let later writes into its version. */
-    for (unsigned i = 0; i < SHM_MAX_PINS; i++)
-        if (atomic_load(&t->pins[i]) == atomic_load(&t->epoch)) atomic_fetch_add(&t->epoch, 1);
+    /* A pin stored without its new epoch was never handed out: nobody will
+     * release it, and later writes would fall into its version. */
+    for (unsigned i = 0; i < SHM_MAX_PINS; i++) {
+        uint32_t v = atomic_load(&t->epoch);
+        if (atomic_compare_exchange_strong(&t->pins[i], &v, 0)) atomic_fetch_add(&t->pins_gen, 1);
+    }
     shm_ref moving = atomic_load(&t->moving);
+    shm_off old = atomic_load(&t->old_buckets);
     if (moving) {
         /* Moves take the head of the old bucket: if it still is, unlink it first. */
-        _Atomic shm_ref *head = &bucket_array(a, t->old_buckets)[atomic_load(&t->migrate_pos)];
+        _Atomic shm_ref *head = &bucket_array(a, old)[atomic_load(&t->migrate_pos)];
         if (atomic_load(head) == moving)
             atomic_store(head, atomic_load(&shm_rec_at(a, moving)->next));
         finish_move(a, t);
     }
+    /* A bucket half moved hides what already moved: finish it. */
+    if (old && atomic_load(&t->migrate_pos) < (1u << (t->log2 - 1))) move_bucket(a, t);
     shm_undo *u = &t->undo;
     shm_rec *rec = shm_rec_at(a, atomic_load(&u->rec));
     if (rec && (atomic_load(&rec->seq) & 1)) {
@@ -632,8 +667,8 @@ shm_ref shm_table_bucket(const stash_arena *a, uint32_t kg, uint32_t pos)
     const shm_table *t = &a->tables[kg];
     uint32_t n = 1u << t->log2;
     if (pos < n)
-        return atomic_load_explicit(&bucket_array(a, t->buckets)[pos], memory_order_relaxed);
-    return atomic_load_explicit(&bucket_array(a, t->old_buckets)[pos - n], memory_order_relaxed);
+        return atomic_load_explicit(&bucket_array(a, t->buckets)[pos], memory_order_acquire);
+    return atomic_load_explicit(&bucket_array(a, t->old_buckets)[pos - n], memory_order_acquire);
 }
 
 /* ---- readers in other processes ----------------------------------------- */
