@@ -127,6 +127,11 @@ uint64_t state_ns_hash(const void *ns, size_t len);
 int state_produce(stash_state *s, stash_produce_fn *fn, const stash_bytes *acc, uint8_t **buf,
                   size_t *cap, stash_bytes *out);
 
+/* Whether bytes are a well-formed stored list or map (with TTL timestamps
+ * if ttl): what a restore checks before it trusts a checkpoint's values. */
+bool list_bytes_valid(const uint8_t *v, size_t len, bool ttl);
+bool map_bytes_valid(const uint8_t *v, size_t len, bool ttl);
+
 /* Iterators (iter.c): the layout behind stash_iter. */
 enum { ITER_LIST = 1, ITER_MAP = 2, ITER_KEYS = 3 };
 typedef struct iter_impl {

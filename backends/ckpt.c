@@ -379,9 +379,14 @@ static int parse_metadata(ckpt_view *v)
     v->nstates = h.nstates;
     for (uint32_t i = 0; i < h.nstates; i++) {
         ckpt_state s = ckpt_view_state(v, i);
+        bool twice = false;
+        for (uint32_t j = 0; j < i && !twice; j++) {
+            ckpt_state o = ckpt_view_state(v, j);
+            twice = o.id == s.id || strncmp(o.name, s.name, sizeof s.name) == 0;
+        }
         if (s.id == 0 || s.id > SHM_CATALOG_SIZE || !memchr(s.name, 0, sizeof s.name) ||
-            s.name[0] == 0)
-            return shm_fail(STASH_ECORRUPT, "%s: offset %zu: a bad state entry", path,
+            s.name[0] == 0 || twice)
+            return shm_fail(STASH_ECORRUPT, "%s: offset %zu: a bad or repeated state entry", path,
                             sizeof h + i * sizeof(ckpt_state));
     }
     v->files = calloc(h.nfiles, sizeof *v->files);
@@ -459,10 +464,34 @@ void ckpt_view_close(ckpt_view *v)
     v->nfiles = 0;
 }
 
-static int count_only(void *ctx, uint32_t kg, const snap_record *r)
+/* The check pass: a record's state must be one the metadata names, and its
+ * value well formed for that state's kind, before anything is restored. */
+static int check_record(void *ctx, uint32_t kg, const snap_record *r)
 {
-    (void)ctx, (void)kg, (void)r;
-    return 0;
+    const ckpt_view *v = ctx;
+    (void)kg;
+    for (uint32_t i = 0; i < v->nstates; i++) {
+        ckpt_state s = ckpt_view_state(v, i);
+        if (s.id != r->state) continue;
+        uint64_t ttl_ms;
+        memcpy(&ttl_ms, s.options, sizeof ttl_ms);
+        bool ttl = ttl_ms > 0, ok = true;
+        if (!(r->flags & SNAP_REC_DELETED)) {
+            if (s.kind == STASH_LIST)
+                ok = list_bytes_valid(r->value, r->vlen, ttl);
+            else if (s.kind == STASH_MAP)
+                ok = map_bytes_valid(r->value, r->vlen, ttl);
+            else
+                ok = !ttl || r->vlen >= TTL_BYTES;
+        }
+        return ok ? 0
+                  : shm_fail(STASH_ECORRUPT,
+                             "a value that is not a well-formed state '%s' of "
+                             "kind %u",
+                             s.name, s.kind);
+    }
+    return shm_fail(STASH_ECORRUPT, "a record of state %u, which the metadata does not name",
+                    r->state);
 }
 
 /* Checks one file's block of key group kg and walks its records. */
@@ -486,7 +515,8 @@ static int64_t walk_block(const ckpt_view *v, const ckpt_file *f, uint32_t kg, s
                         "%s: offset %llu: the block of key group %u is not the "
                         "one the metadata says",
                         f->path, (unsigned long long)e.offset, kg);
-    return snap_block_records(&b, v->max_parallelism, fn ? fn : count_only, ctx, f->path, e.offset);
+    return snap_block_records(&b, v->max_parallelism, fn ? fn : check_record, fn ? ctx : (void *)v,
+                              f->path, e.offset);
 }
 
 int64_t ckpt_view_walk(const ckpt_view *v, stash_kg_range range, snap_record_fn *fn, void *ctx)
@@ -521,7 +551,8 @@ static int map_states(stash_arena *a, const ckpt_view *v, uint16_t *ids, snap_id
 
 /* Restores an opened checkpoint after checking all of it that the range
  * needs, and closes it. */
-static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, uint64_t *records)
+static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, uint64_t *records,
+                        bool *applying)
 {
     int64_t n = 0;
     if (v->max_parallelism != a->hdr->max_parallelism)
@@ -532,18 +563,23 @@ static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, uint
     snap_id_map map;
     if (n >= 0) n = map_states(a, v, ids, &map);
     snap_restorer to = {a, &map};
-    if (n >= 0) n = ckpt_view_walk(v, range, snap_restore_record, &to);
+    if (n >= 0) {
+        /* From here a failure (the arena full) leaves part of the checkpoint
+         * in the arena: no older checkpoint may be restored over it. */
+        *applying = true;
+        n = ckpt_view_walk(v, range, snap_restore_record, &to);
+    }
     if (n >= 0) *records = (uint64_t)n;
     ckpt_view_close(v);
     return n < 0 ? (int)n : 0;
 }
 
 static int restore_one(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
-                       ioe_engine *e, uint64_t *records)
+                       ioe_engine *e, uint64_t *records, bool *applying)
 {
     ckpt_view v;
     int rc = ckpt_view_open(dir, id, e, &v);
-    return rc ? rc : restore_view(a, &v, range, records);
+    return rc ? rc : restore_view(a, &v, range, records, applying);
 }
 
 int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, ioe_engine *e,
@@ -554,7 +590,8 @@ int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, io
     int rc = ckpt_view_open_path(path, e, &v);
     if (rc) return rc;
     out->id = v.id;
-    return restore_view(a, &v, range, &out->records);
+    bool applying = false;
+    return restore_view(a, &v, range, &out->records, &applying);
 }
 
 int ckpt_list(const char *dir, uint64_t **ids)
@@ -595,9 +632,10 @@ int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range ra
                  ckpt_restored *out)
 {
     memset(out, 0, sizeof *out);
+    bool applying = false;
     if (id) {
         out->id = id;
-        return restore_one(a, dir, id, range, e, &out->records);
+        return restore_one(a, dir, id, range, e, &out->records, &applying);
     }
     uint64_t *ids;
     int n = ckpt_list(dir, &ids);
@@ -606,12 +644,21 @@ int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range ra
     for (int i = 0; i < n; i++) {
         /* Without _metadata a checkpoint does not exist: not a fallback. */
         if (!has_metadata(dir, ids[i])) continue;
-        rc = restore_one(a, dir, ids[i], range, e, &out->records);
+        rc = restore_one(a, dir, ids[i], range, e, &out->records, &applying);
         if (rc == 0) {
             out->id = ids[i];
             break;
         }
-        if (out->skipped++ == 0) snprintf(out->why, sizeof out->why, "%s", stash_errmsg());
+        char why[sizeof out->why];
+        snprintf(why, sizeof why, "%s", stash_errmsg());
+        if (applying) {
+            rc = shm_fail(rc,
+                          "%s: restoring checkpoint %llu failed part-way (%s): the arena "
+                          "holds part of it",
+                          dir, (unsigned long long)ids[i], why);
+            break;
+        }
+        if (out->skipped++ == 0) memcpy(out->why, why, sizeof why);
     }
     if (rc && out->skipped)
         rc = shm_fail(rc, "%s: no checkpoint restores; the newest failed: %s", dir, out->why);

@@ -111,8 +111,9 @@ void ckpt_view_close(ckpt_view *v);
 /* The checkpoint's i-th state (i < nstates). */
 ckpt_state ckpt_view_state(const ckpt_view *v, uint32_t i);
 /* Checks every block of the range in every file, in order, and passes each
- * record to fn (NULL: only check). Returns the records, or the first error
- * with file and offset. */
+ * record to fn; with fn NULL, checks each record too: its state named by the
+ * metadata, its value well formed for the state's kind. Returns the records,
+ * or the first error with file and offset. */
 int64_t ckpt_view_walk(const ckpt_view *v, stash_kg_range range, snap_record_fn *fn, void *ctx);
 /* The ids of dir's checkpoints (complete or not), newest first, in *ids
  * (free it). Returns how many or an error. */

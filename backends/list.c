@@ -201,3 +201,16 @@ int list_merge_into(stash_state *s, const shm_lookup *target, const stash_bytes 
     state_write_end(s, target, &c, rec, old + raw->len, in_place);
     return 0;
 }
+
+bool list_bytes_valid(const uint8_t *v, size_t len, bool ttl)
+{
+    size_t head = 4 + (ttl ? TTL_BYTES : 0), off = 0;
+    while (off < len) {
+        uint32_t n;
+        if (len - off < head) return false;
+        memcpy(&n, v + off, 4);
+        if (n > len - off - head) return false;
+        off += head + n;
+    }
+    return len > 0;
+}

@@ -429,3 +429,27 @@ int map_iter_remove(iter_impl *it)
     it->writes = s->w->writes;
     return 0;
 }
+
+bool map_bytes_valid(const uint8_t *v, size_t len, bool ttl)
+{
+    if (len < HDR_BYTES) return false;
+    map_hdr h = hdr_get(v);
+    if (h.nslots < MIN_SLOTS || (h.nslots & (h.nslots - 1)) || h.nslots > (len - HDR_BYTES) / 4)
+        return false;
+    uint32_t start = entries_start(h.nslots), live = 0, gone = 0;
+    if ((uint64_t)start + h.end != len || h.dead > h.end || h.count == 0) return false;
+    size_t extra = 8 + (ttl ? TTL_BYTES : 0);
+    for (uint32_t i = 0; i < h.nslots; i++) {
+        uint32_t off = slot_get(v, i);
+        if (off == SLOT_EMPTY) continue;
+        if (off == SLOT_GONE) {
+            gone++;
+            continue;
+        }
+        if (off < start || off > len || len - off < extra) return false;
+        uint64_t klen = u32_at(v + off), vlen = u32_at(v + off + 4);
+        if (klen + vlen > len - off - extra) return false;
+        live++;
+    }
+    return live == h.count && gone == h.gone;
+}

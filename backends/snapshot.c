@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <lz4.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -201,9 +202,12 @@ int64_t snap_block_records(const snap_block *b, uint32_t max_parallelism, snap_r
                          h.vlen,  key,    key + h.klen, key + h.klen + h.nslen};
         int rc = fn(ctx, kg, &r);
         if (rc < 0) {
-            if (rc == STASH_ECORRUPT)
+            if (rc == STASH_ECORRUPT) {
+                char why[256];
+                snprintf(why, sizeof why, "%s", stash_errmsg());
                 shm_fail(rc, "%s: offset %llu: key group %u: %s", file, (unsigned long long)at, kg,
-                         stash_errmsg());
+                         why);
+            }
             return rc;
         }
         p += need;

@@ -59,10 +59,13 @@ STASH_API const char *stash_errmsg(void)
 
 int shm_fail(int err, const char *fmt, ...)
 {
+    /* Through a copy: the arguments may include the previous detail. */
+    char detail[sizeof last_detail];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_detail, sizeof last_detail, fmt, ap);
+    vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
+    memcpy(last_detail, detail, sizeof detail);
     return err;
 }
 

@@ -673,12 +673,44 @@ shm_ref shm_table_bucket(const stash_arena *a, uint32_t kg, uint32_t pos)
 
 /* ---- readers in other processes ----------------------------------------- */
 
-/* Copies rec's value under its sequence lock. Returns its length or -ENOMEM. */
-static int64_t copy_stable(shm_rec *rec, uint8_t **buf, size_t *cap)
+#define SPINS_BEFORE_CHECK (1u << 20)
+
+/* Whether key group kg's owner is gone (then a change it left half done
+ * stays so until a new owner recovers the key group). */
+static bool owner_gone(const stash_arena *a, uint32_t kg)
+{
+    const shm_kg_heap *h = &a->heaps[kg];
+    return !shm_proc_alive(atomic_load(&h->owner_pid), atomic_load(&h->owner_start));
+}
+
+/* Waits for an even value of seq (no change under way) into *out. Returns
+ * false if the owner died in the middle of its change. */
+static bool wait_even(const stash_arena *a, uint32_t kg, _Atomic uint32_t *seq, uint32_t *out)
+{
+    for (uint32_t spins = 1;; spins++) {
+        *out = atomic_load_explicit(seq, memory_order_acquire);
+        if (!(*out & 1)) return true;
+        if (spins % SPINS_BEFORE_CHECK == 0 && owner_gone(a, kg)) return false;
+        __builtin_ia32_pause();
+    }
+}
+
+static int owner_died(const stash_arena *a, uint32_t kg)
+{
+    return shm_fail(-EAGAIN,
+                    "%s: key group %u: its owner died in the middle of a change; a new "
+                    "owner recovers it",
+                    a->path, kg);
+}
+
+/* Copies rec's value under its sequence lock. Returns its length, -ENOMEM,
+ * or -EAGAIN if the owner died in the middle of rewriting it. */
+static int64_t copy_stable(const stash_arena *a, uint32_t kg, shm_rec *rec, uint8_t **buf,
+                           size_t *cap)
 {
     for (;;) {
-        uint32_t s = atomic_load_explicit(&rec->seq, memory_order_acquire);
-        if (s & 1) continue;
+        uint32_t s;
+        if (!wait_even(a, kg, &rec->seq, &s)) return owner_died(a, kg);
         uint32_t len = atomic_load_explicit(&rec->vlen, memory_order_relaxed);
         if (len > *cap) {
             uint8_t *grown = realloc(*buf, len);
@@ -699,27 +731,37 @@ int64_t shm_table_read_copy(stash_arena *a, uint32_t reader_slot, const shm_look
     int64_t rc = STASH_ENOTFOUND;
     shm_ebr_enter(a, reader_slot);
     for (;;) {
-        uint32_t shape = atomic_load_explicit(&t->shape_seq, memory_order_acquire);
-        if (shape & 1) continue;
+        uint32_t shape;
+        if (!wait_even(a, l->kg, &t->shape_seq, &shape)) {
+            rc = owner_died(a, l->kg);
+            break;
+        }
         if (!atomic_load_explicit(&t->buckets, memory_order_acquire)) break;
         shm_rec *found = NULL;
-        /* A chain cannot be longer than the table's records unless a move
-         * confused this walk; the shape check below then retries. */
-        uint64_t steps = atomic_load(&t->count) * 2 + 64;
+        bool confused = false;
+        /* Only a move under way can send a walk round in circles; after many
+         * steps, a changed shape says so (retry), an unchanged one that the
+         * chain is merely long (tombstones kept for pins): go on. */
+        uint64_t steps = 0;
         for (shm_ref r = atomic_load_explicit(bucket_for(a, t, l->hash), memory_order_acquire);
-             r && steps--;) {
+             r;) {
             shm_rec *rec = shm_rec_at(a, r);
             if (rec_matches(rec, l)) {
                 found = rec;
                 break;
             }
             r = atomic_load_explicit(&rec->next, memory_order_acquire);
+            if (++steps % 4096 == 0 &&
+                atomic_load_explicit(&t->shape_seq, memory_order_acquire) != shape) {
+                confused = true;
+                break;
+            }
         }
         if (found) {
-            rc = shm_rec_live(found) ? copy_stable(found, buf, cap) : STASH_ENOTFOUND;
+            rc = shm_rec_live(found) ? copy_stable(a, l->kg, found, buf, cap) : STASH_ENOTFOUND;
             break;
         }
-        if (atomic_load_explicit(&t->shape_seq, memory_order_acquire) == shape) break;
+        if (!confused && atomic_load_explicit(&t->shape_seq, memory_order_acquire) == shape) break;
     }
     shm_ebr_exit(a, reader_slot);
     return rc;

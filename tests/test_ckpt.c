@@ -658,3 +658,40 @@ Test(ckpt, another_process_writes_the_checkpoint_while_the_owner_writes_on, .tim
         remove_dir(dir);
     }
 }
+
+/* Checksums that hold over a value that is not what its state's kind stores:
+ * the check pass refuses it before anything is restored. */
+Test(ckpt, a_malformed_value_is_refused_before_restoring, .timeout = 60)
+{
+    char dir[128];
+    make_dir(dir);
+    ioe_engine *e = engine(IOE_THREADS, NULL);
+    job j;
+    open_job(&j);
+    put_all(&j, 1);
+    cr_assert_eq(checkpoint(&j, e, dir, 1), 0);
+    stash_state *m;
+    cr_assert_eq(stash_state_get(j.w, &(stash_state_desc){.name = "m", .kind = STASH_MAP}, &m), 0);
+    uint32_t k = 5;
+    stash_key_set(j.w, &k, sizeof k);
+    cr_assert_eq(stash_map_put(m, "a", 1, "b", 1), 0);
+    /* Break the map's slot count in the arena itself, then checkpoint it. */
+    shm_lookup l;
+    state_lookup(m, &l);
+    shm_cursor c;
+    cr_assert_eq(shm_table_find(j.arena, &l, &c), 0);
+    uint32_t huge = 0x40000000;
+    memcpy(shm_rec_value(c.rec), &huge, 4);
+    cr_assert_eq(checkpoint(&j, e, dir, 2), 0);
+    job r;
+    open_job(&r);
+    ckpt_restored out;
+    cr_assert_eq(ckpt_restore(r.arena, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0);
+    cr_assert_eq(out.id, 1, "fell back past the malformed checkpoint");
+    cr_assert(strstr(out.why, "well-formed state 'm'"), "%s", out.why);
+    cr_assert(strstr(out.why, "kg-data.dat: offset"), "%s", out.why);
+    close_job(&r);
+    close_job(&j);
+    ioe_engine_close(e);
+    remove_dir(dir);
+}

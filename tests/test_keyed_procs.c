@@ -228,3 +228,44 @@ Test(procs, an_owner_killed_mid_write_leaves_a_consistent_table, .timeout = 600)
     stash_arena_close(a);
     stash_arena_destroy(name, NULL);
 }
+
+/* An owner that died in the middle of an in-place change: another process's
+ * read does not spin for ever, it says so. */
+static int write_and_die(void *arg)
+{
+    stash_worker *w;
+    if (stash_worker_open(arg, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w)) return 1;
+    stash_state *v = get_state(w, "v", STASH_VALUE);
+    for (uint32_t k = 0; k < 100; k++) {
+        stash_key_set(w, &k, sizeof k);
+        stash_value_put(v, "0123456789abcdef", 16);
+    }
+    _exit(0); /* no clean leave: as if killed */
+}
+
+Test(procs, a_read_of_a_change_its_dead_owner_left_half_done_fails_clearly, .timeout = 60)
+{
+    char name[96];
+    stash_arena *a = test_arena_create("halfdone", 16u << 20, 128, name);
+    cr_assert_eq(test_wait(test_fork(write_and_die, name)), 0);
+    stash_worker *w = join(name, 1, 2);
+    stash_state *v = get_state(w, "v", STASH_VALUE);
+    uint32_t k = 0;
+    for (stash_key_set(w, &k, sizeof k); stash_key_group_current(w) >= 64;) {
+        k++;
+        stash_key_set(w, &k, sizeof k);
+    }
+    stash_bytes b;
+    cr_assert_eq(stash_value_get(v, &b), 0, "a whole value reads");
+    /* Leave the record as a write killed half-way leaves it: sequence odd. */
+    shm_lookup l;
+    state_lookup(v, &l);
+    shm_cursor c;
+    cr_assert_eq(shm_table_find(a, &l, &c), 0);
+    atomic_fetch_add(&c.rec->seq, 1);
+    cr_assert_eq(stash_value_get(v, &b), -EAGAIN);
+    cr_assert(strstr(stash_errmsg(), "owner died"), "%s", stash_errmsg());
+    stash_worker_close(w);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
