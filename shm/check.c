@@ -185,6 +185,14 @@ static int check_table(checker *c, uint32_t kg)
             if (want != (pos < cur ? pos : pos - cur))
                 return shm_fail(-EUCLEAN, "key group %u: record in bucket %u belongs in %u", kg,
                                 pos, want);
+            /* While rehashing, lookups of an old bucket not yet moved go to the
+             * old array: a record must be where they go. */
+            if (atomic_load(&t->old_buckets) &&
+                ((r->hash & (cur / 2 - 1)) >= atomic_load(&t->migrate_pos)) != (pos >= cur))
+                return shm_fail(-EUCLEAN,
+                                "key group %u: record in bucket %u unreachable by "
+                                "lookups (rehash at %u)",
+                                kg, pos, atomic_load(&t->migrate_pos));
             live += shm_rec_live(r);
             for (shm_rec *v = shm_rec_at(a, atomic_load(&r->older)), *newer = r; v;
                  newer = v, v = shm_rec_at(a, atomic_load(&v->older))) {
