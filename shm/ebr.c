@@ -57,6 +57,15 @@ uint64_t shm_ebr_min(stash_arena *a, bool check_dead)
     return min;
 }
 
+bool shm_ebr_readers_active(stash_arena *a)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    for (uint32_t i = 0; i < SHM_READERS; i++)
+        if (atomic_load_explicit(&a->hdr->readers[i].reader_epoch, memory_order_relaxed))
+            return true;
+    return false;
+}
+
 int shm_reader_join(stash_arena *a, uint32_t *slot)
 {
     int32_t me = getpid();

@@ -231,6 +231,7 @@ typedef struct shm_table {
     uint32_t pad2[3];
     _Atomic shm_ref moving;  /* a record between an old and a new bucket */
     _Atomic shm_off growing; /* the bucket array a rehash is switching to */
+    uint32_t moves_held;     /* moves put off for reader processes */
     _Atomic uint64_t writes; /* every publish and delete: invalidates iterators */
     shm_undo undo;
 } shm_table;
@@ -436,9 +437,10 @@ shm_rec *shm_table_get_at(stash_arena *a, const shm_lookup *l, uint32_t version)
 
 /* Visits every live record of key group kg as of a pinned version (the
  * newest version at or below it, tombstones left out), calling fn(rec, ctx)
- * until it returns non-zero, which is returned. The caller holds the pin
- * (moves wait for it) and, in another process than the owner, is inside
- * shm_ebr_enter/exit. */
+ * until it returns non-zero, which is returned. The caller holds the pin and,
+ * in another process than the owner, reads from a reader slot inside
+ * shm_ebr_enter/exit (the owner's rehash then waits, so the walk meets every
+ * record once). -EAGAIN if the owner died in the middle of a move. */
 typedef int shm_visit_fn(const shm_rec *rec, void *ctx);
 int shm_table_walk_at(stash_arena *a, uint32_t kg, uint32_t version, shm_visit_fn *fn, void *ctx);
 
@@ -474,6 +476,9 @@ void shm_ebr_exit(stash_arena *a, uint32_t slot);
 /* Takes a reader slot for this process (for shm_ebr_enter); returns 0 and
  * the slot's number, or STASH_EBUSY if all are held by live processes. */
 int shm_reader_join(stash_arena *a, uint32_t *slot);
+/* Whether a process in a reader slot is reading now (it may be walking a
+ * table: owners then hold their records where they are). */
+bool shm_ebr_readers_active(stash_arena *a);
 void shm_reader_leave(stash_arena *a, uint32_t slot);
 /* The oldest epoch a live reader announced, or UINT64_MAX; readers that died
  * are cleared when they hold memory back. */

@@ -19,8 +19,8 @@
  *   that missed a key because of a move retries.
  * - Growing never stops the world: the bucket array doubles when it holds
  *   half as many records as buckets, and the owner moves a few old buckets
- *   per write. Moves wait while a pin is held, so a
- *   pinned walk sees each record in one place.
+ *   per write. Moves wait while a process in a reader slot reads (a
+ *   checkpoint's walk), so a walk sees each record in one place.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -125,6 +125,36 @@ static shm_rec *version_at(stash_arena *a, shm_rec *rec, uint32_t version)
     while (rec && rec->version > version)
         rec = shm_rec_at(a, atomic_load_explicit(&rec->older, memory_order_acquire));
     return rec;
+}
+
+#define SPINS_BEFORE_CHECK (1u << 20)
+
+/* Whether key group kg's owner is gone (then a change it left half done
+ * stays so until a new owner recovers the key group). */
+static bool owner_gone(const stash_arena *a, uint32_t kg)
+{
+    const shm_kg_heap *h = &a->heaps[kg];
+    return !shm_proc_alive(atomic_load(&h->owner_pid), atomic_load(&h->owner_start));
+}
+
+/* Waits for an even value of seq (no change under way) into *out. Returns
+ * false if the owner died in the middle of its change. */
+static bool wait_even(const stash_arena *a, uint32_t kg, _Atomic uint32_t *seq, uint32_t *out)
+{
+    for (uint32_t spins = 1;; spins++) {
+        *out = atomic_load_explicit(seq, memory_order_acquire);
+        if (!(*out & 1)) return true;
+        if (spins % SPINS_BEFORE_CHECK == 0 && owner_gone(a, kg)) return false;
+        __builtin_ia32_pause();
+    }
+}
+
+static int owner_died(const stash_arena *a, uint32_t kg)
+{
+    return shm_fail(-EAGAIN,
+                    "%s: key group %u: its owner died in the middle of a change; a new "
+                    "owner recovers it",
+                    a->path, kg);
 }
 
 /* ---- reclamation -------------------------------------------------------- */
@@ -235,13 +265,30 @@ static void switch_buckets(stash_arena *a, shm_table *t)
     atomic_store(&t->growing, 0);
 }
 
+/* Opens a move of records between buckets: false (and nothing opened) while
+ * a reader process may be walking the table. A walker announces itself, then
+ * waits for an even shape; the owner makes the shape odd, then looks for
+ * walkers: one of the two always sees the other. */
+static bool moves_begin(stash_arena *a, shm_table *t)
+{
+    shape_begin(t);
+    if (!shm_ebr_readers_active(a)) return true;
+    shape_end(t);
+    /* A reader that died announced would hold moves back for ever. */
+    if (++t->moves_held % 1024 == 0) shm_ebr_min(a, true);
+    return false;
+}
+
 static void rehash_start(stash_arena *a, uint32_t kg)
 {
     shm_table *t = &a->tables[kg];
     shm_off fresh;
     if (new_buckets(a, kg, t->log2 + 1, &fresh) < 0) return; /* grow later; chains just lengthen */
+    if (!moves_begin(a, t)) {
+        shm_free(a, fresh);
+        return;
+    }
     atomic_store(&t->growing, fresh);
-    shape_begin(t);
     switch_buckets(a, t);
     shape_end(t);
 }
@@ -283,7 +330,7 @@ static void rehash_step(stash_arena *a, uint32_t kg, uint32_t n)
     shm_table *t = &a->tables[kg];
     shm_off old = atomic_load(&t->old_buckets);
     uint32_t old_n = 1u << (t->log2 - 1);
-    shape_begin(t);
+    if (!moves_begin(a, t)) return;
     for (; n > 0 && atomic_load(&t->migrate_pos) < old_n; n--) move_bucket(a, t);
     bool done = atomic_load(&t->migrate_pos) == old_n;
     if (done) atomic_store(&t->old_buckets, 0);
@@ -351,7 +398,6 @@ void shm_table_maintain(stash_arena *a, uint32_t kg, uint32_t budget)
         sweep_step(a, kg, budget);
         return;
     }
-    if (max_pin(t)) return; /* records stay where pinned readers walk them */
     if (atomic_load(&t->old_buckets))
         rehash_step(a, kg, budget);
     else if (t->buckets && atomic_load(&t->count) > (1ull << t->log2) / 2)
@@ -609,20 +655,35 @@ void shm_table_unpin(stash_arena *a, uint32_t kg, uint32_t version)
 shm_rec *shm_table_get_at(stash_arena *a, const shm_lookup *l, uint32_t version)
 {
     shm_table *t = &a->tables[l->kg];
-    if (!atomic_load_explicit(&t->buckets, memory_order_acquire)) return NULL;
-    for (shm_ref r = atomic_load_explicit(bucket_for(a, t, l->hash), memory_order_acquire); r;) {
-        shm_rec *rec = shm_rec_at(a, r);
-        if (rec_matches(rec, l)) {
-            rec = version_at(a, rec, version);
-            return shm_rec_live(rec) ? rec : NULL;
+    for (;;) {
+        uint32_t shape;
+        if (!wait_even(a, l->kg, &t->shape_seq, &shape)) return NULL;
+        if (!atomic_load_explicit(&t->buckets, memory_order_acquire)) return NULL;
+        for (shm_ref r = atomic_load_explicit(bucket_for(a, t, l->hash), memory_order_acquire);
+             r;) {
+            shm_rec *rec = shm_rec_at(a, r);
+            if (rec_matches(rec, l)) {
+                rec = version_at(a, rec, version);
+                return shm_rec_live(rec) ? rec : NULL;
+            }
+            r = atomic_load_explicit(&rec->next, memory_order_acquire);
         }
-        r = atomic_load_explicit(&rec->next, memory_order_acquire);
+        /* Not found: a move may have carried it off; look again if one did. */
+        if (atomic_load_explicit(&t->shape_seq, memory_order_acquire) == shape) return NULL;
     }
-    return NULL;
+}
+
+/* A walk waits for a move under way to end (moves then wait for it). */
+static int walk_begin(const stash_arena *a, uint32_t kg)
+{
+    uint32_t shape;
+    return wait_even(a, kg, &a->tables[kg].shape_seq, &shape) ? 0 : owner_died(a, kg);
 }
 
 int shm_table_walk_at(stash_arena *a, uint32_t kg, uint32_t version, shm_visit_fn *fn, void *ctx)
 {
+    int rc = walk_begin(a, kg);
+    if (rc) return rc;
     uint32_t n = shm_table_positions(a, kg);
     for (uint32_t pos = 0; pos < n; pos++) {
         for (shm_ref r = shm_table_bucket(a, kg, pos); r;) {
@@ -630,8 +691,7 @@ int shm_table_walk_at(stash_arena *a, uint32_t kg, uint32_t version, shm_visit_f
             r = atomic_load_explicit(&rec->next, memory_order_acquire);
             shm_rec *v = version_at(a, rec, version);
             if (!shm_rec_live(v)) continue;
-            int rc = fn(v, ctx);
-            if (rc) return rc;
+            if ((rc = fn(v, ctx))) return rc;
         }
     }
     return 0;
@@ -640,6 +700,8 @@ int shm_table_walk_at(stash_arena *a, uint32_t kg, uint32_t version, shm_visit_f
 int shm_table_walk_delta(stash_arena *a, uint32_t kg, uint32_t base, uint32_t version,
                          shm_delta_fn *fn, void *ctx)
 {
+    int rc = walk_begin(a, kg);
+    if (rc) return rc;
     uint32_t n = shm_table_positions(a, kg);
     for (uint32_t pos = 0; pos < n; pos++) {
         for (shm_ref r = shm_table_bucket(a, kg, pos); r;) {
@@ -647,8 +709,7 @@ int shm_table_walk_delta(stash_arena *a, uint32_t kg, uint32_t base, uint32_t ve
             r = atomic_load_explicit(&rec->next, memory_order_acquire);
             shm_rec *now = version_at(a, rec, version), *then = version_at(a, rec, base);
             if (now == then || (!shm_rec_live(now) && !shm_rec_live(then))) continue;
-            int rc = shm_rec_live(now) ? fn(now, false, ctx) : fn(then, true, ctx);
-            if (rc) return rc;
+            if ((rc = shm_rec_live(now) ? fn(now, false, ctx) : fn(then, true, ctx))) return rc;
         }
     }
     return 0;
@@ -672,36 +733,6 @@ shm_ref shm_table_bucket(const stash_arena *a, uint32_t kg, uint32_t pos)
 }
 
 /* ---- readers in other processes ----------------------------------------- */
-
-#define SPINS_BEFORE_CHECK (1u << 20)
-
-/* Whether key group kg's owner is gone (then a change it left half done
- * stays so until a new owner recovers the key group). */
-static bool owner_gone(const stash_arena *a, uint32_t kg)
-{
-    const shm_kg_heap *h = &a->heaps[kg];
-    return !shm_proc_alive(atomic_load(&h->owner_pid), atomic_load(&h->owner_start));
-}
-
-/* Waits for an even value of seq (no change under way) into *out. Returns
- * false if the owner died in the middle of its change. */
-static bool wait_even(const stash_arena *a, uint32_t kg, _Atomic uint32_t *seq, uint32_t *out)
-{
-    for (uint32_t spins = 1;; spins++) {
-        *out = atomic_load_explicit(seq, memory_order_acquire);
-        if (!(*out & 1)) return true;
-        if (spins % SPINS_BEFORE_CHECK == 0 && owner_gone(a, kg)) return false;
-        __builtin_ia32_pause();
-    }
-}
-
-static int owner_died(const stash_arena *a, uint32_t kg)
-{
-    return shm_fail(-EAGAIN,
-                    "%s: key group %u: its owner died in the middle of a change; a new "
-                    "owner recovers it",
-                    a->path, kg);
-}
 
 /* Copies rec's value under its sequence lock. Returns its length, -ENOMEM,
  * or -EAGAIN if the owner died in the middle of rewriting it. */
