@@ -114,9 +114,12 @@ Test(registry, a_dead_workers_slot_is_detected_and_taken_over)
     cr_assert_eq(open_worker(name, 0, 2, &w), STASH_EBUSY);
 
     kill(pid, SIGKILL);
-    /* Not reaped yet: a zombie is dead too. */
-    usleep(20000);
-    stash_registry_list(a, list, 4, &n);
+    /* Not reaped yet: a zombie is dead too, as soon as the kill lands. */
+    for (int i = 0; i < 5000; i++) {
+        stash_registry_list(a, list, 4, &n);
+        if (list[0].state == STASH_WORKER_DEAD) break;
+        usleep(1000);
+    }
     cr_assert_eq(list[0].state, STASH_WORKER_DEAD);
     cr_assert_eq(open_worker(name, 0, 2, &w), 0, "%s", stash_errmsg());
     stash_worker_info info;
