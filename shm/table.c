@@ -680,39 +680,62 @@ static int walk_begin(const stash_arena *a, uint32_t kg)
     return wait_even(a, kg, &a->tables[kg].shape_seq, &shape) ? 0 : owner_died(a, kg);
 }
 
-int shm_table_walk_at(stash_arena *a, uint32_t kg, uint32_t version, shm_visit_fn *fn, void *ctx)
+/* Calls each(a, head, ctx) for the head of every chain of kg, after a move
+ * under way ended; stops at the first non-zero result. */
+typedef int head_fn(stash_arena *a, shm_rec *head, void *ctx);
+static int walk_heads(stash_arena *a, uint32_t kg, head_fn *each, void *ctx)
 {
     int rc = walk_begin(a, kg);
-    if (rc) return rc;
     uint32_t n = shm_table_positions(a, kg);
-    for (uint32_t pos = 0; pos < n; pos++) {
-        for (shm_ref r = shm_table_bucket(a, kg, pos); r;) {
+    for (uint32_t pos = 0; rc == 0 && pos < n; pos++) {
+        for (shm_ref r = shm_table_bucket(a, kg, pos); rc == 0 && r;) {
             shm_rec *rec = shm_rec_at(a, r);
             r = atomic_load_explicit(&rec->next, memory_order_acquire);
-            shm_rec *v = version_at(a, rec, version);
-            if (!shm_rec_live(v)) continue;
-            if ((rc = fn(v, ctx))) return rc;
+            rc = each(a, rec, ctx);
         }
     }
-    return 0;
+    return rc;
+}
+
+typedef struct at_walk {
+    uint32_t version;
+    shm_visit_fn *fn;
+    void *ctx;
+} at_walk;
+
+static int visit_at(stash_arena *a, shm_rec *head, void *ctx)
+{
+    at_walk *w = ctx;
+    shm_rec *v = version_at(a, head, w->version);
+    return shm_rec_live(v) ? w->fn(v, w->ctx) : 0;
+}
+
+int shm_table_walk_at(stash_arena *a, uint32_t kg, uint32_t version, shm_visit_fn *fn, void *ctx)
+{
+    at_walk w = {version, fn, ctx};
+    return walk_heads(a, kg, visit_at, &w);
+}
+
+typedef struct delta_walk {
+    uint32_t base;
+    uint32_t version;
+    shm_delta_fn *fn;
+    void *ctx;
+} delta_walk;
+
+static int visit_delta(stash_arena *a, shm_rec *head, void *ctx)
+{
+    delta_walk *w = ctx;
+    shm_rec *now = version_at(a, head, w->version), *then = version_at(a, head, w->base);
+    if (now == then || (!shm_rec_live(now) && !shm_rec_live(then))) return 0;
+    return shm_rec_live(now) ? w->fn(now, false, w->ctx) : w->fn(then, true, w->ctx);
 }
 
 int shm_table_walk_delta(stash_arena *a, uint32_t kg, uint32_t base, uint32_t version,
                          shm_delta_fn *fn, void *ctx)
 {
-    int rc = walk_begin(a, kg);
-    if (rc) return rc;
-    uint32_t n = shm_table_positions(a, kg);
-    for (uint32_t pos = 0; pos < n; pos++) {
-        for (shm_ref r = shm_table_bucket(a, kg, pos); r;) {
-            shm_rec *rec = shm_rec_at(a, r);
-            r = atomic_load_explicit(&rec->next, memory_order_acquire);
-            shm_rec *now = version_at(a, rec, version), *then = version_at(a, rec, base);
-            if (now == then || (!shm_rec_live(now) && !shm_rec_live(then))) continue;
-            if ((rc = shm_rec_live(now) ? fn(now, false, ctx) : fn(then, true, ctx))) return rc;
-        }
-    }
-    return 0;
+    delta_walk w = {base, version, fn, ctx};
+    return walk_heads(a, kg, visit_delta, &w);
 }
 
 uint32_t shm_table_positions(const stash_arena *a, uint32_t kg)
