@@ -287,7 +287,9 @@ STASH_API int stash_state_clear(stash_state *state);
  * STASH_EKEYGROUP; reads of any key group work. A read's view points into the
  * arena (or, for another worker's key group, a private copy) and stays valid
  * until this worker's next write or barrier. Views are bytes with no
- * alignment: copy typed values out with memcpy. */
+ * alignment: copy typed values out with memcpy. A read of another worker's
+ * key group whose owner died in the middle of a change answers -EAGAIN until
+ * a new owner has recovered it. */
 
 /* ValueState: the value, or the default, or STASH_ENOTFOUND. */
 STASH_API int stash_value_get(stash_state *state, stash_bytes *out);
