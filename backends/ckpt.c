@@ -103,6 +103,99 @@ static int write_durable(ioe_engine *e, const char *path, const void *data, size
     return rc;
 }
 
+/* A data file written while it is serialized: blocks are copied into the
+ * engine's staging buffers, and each buffer is written as soon as it is full,
+ * so the disk works while the next key groups are serialized. */
+typedef struct stream {
+    ioe_engine *e;
+    ioe_file *f;
+    const char *path;
+    uint64_t off; /* where buf goes in the file */
+    uint8_t *buf; /* the staging buffer being filled, or NULL */
+    size_t fill;
+    size_t cap;
+    int rc; /* the first failure */
+} stream;
+
+/* Reaps at least min completions, giving their staging buffers back. */
+static void stream_reap(stream *s, unsigned min)
+{
+    ioe_cqe c[16];
+    int n = ioe_reap(s->e, c, 16, min);
+    if (n < 0 && !s->rc) s->rc = shm_fail(n, "waiting for I/O: %s", stash_strerror(n));
+    for (int i = 0; i < n; i++) {
+        if (c[i].user) ioe_buf_put(s->e, c[i].user);
+        if (c[i].res >= 0 || s->rc) continue;
+        char what[300];
+        ioe_cqe_describe(&c[i], what, sizeof what);
+        s->rc = shm_fail(c[i].res, "%s", what);
+    }
+}
+
+static int stream_open(stream *s, ioe_engine *e, const char *path)
+{
+    ioe_info info;
+    ioe_engine_info(e, &info);
+    *s = (stream){.e = e, .path = path, .cap = info.buf_size};
+    int rc = ioe_file_open(e, path, O_WRONLY | O_CREAT | O_TRUNC, 0644, &s->f);
+    return rc < 0 ? shm_fail(rc, "%s: cannot create: %s", path, stash_strerror(rc)) : 0;
+}
+
+static void stream_submit(stream *s)
+{
+    while (s->fill && !s->rc) {
+        int q = ioe_write(s->f, s->buf, s->fill, s->off, s->buf);
+        if (q == -EBUSY) {
+            stream_reap(s, 1);
+            continue;
+        }
+        if (q < 0) {
+            s->rc = shm_fail(q, "write %s at offset %llu: %s", s->path, (unsigned long long)s->off,
+                             stash_strerror(q));
+            break;
+        }
+        s->off += s->fill;
+        s->buf = NULL;
+        s->fill = 0;
+    }
+}
+
+/* Appends n bytes. Returns 0 or the stream's first failure. */
+static int stream_put(stream *s, const uint8_t *p, size_t n)
+{
+    while (n && !s->rc) {
+        if (!s->buf) {
+            int rc = ioe_buf_get(s->e, (void **)&s->buf);
+            if (rc == -ENOBUFS) {
+                stream_reap(s, 1);
+                continue;
+            }
+            if (rc < 0)
+                s->rc = shm_fail(rc, "%s: no staging buffer: %s", s->path, stash_strerror(rc));
+            continue;
+        }
+        size_t k = n < s->cap - s->fill ? n : s->cap - s->fill;
+        memcpy(s->buf + s->fill, p, k);
+        s->fill += k, p += k, n -= k;
+        if (s->fill == s->cap) stream_submit(s);
+    }
+    return s->rc;
+}
+
+/* Writes what is left, makes the file durable (or, after a failure, only
+ * waits for what is in flight) and closes it. Returns the first failure. */
+static int stream_close(stream *s)
+{
+    stream_submit(s);
+    if (s->buf) ioe_buf_put(s->e, s->buf);
+    int rc = s->rc;
+    while (!s->rc && (rc = ioe_fsync(s->f, NULL)) == -EBUSY) stream_reap(s, 1);
+    if (rc < 0 && !s->rc) s->rc = shm_fail(rc, "fsync %s: %s", s->path, stash_strerror(rc));
+    while (ioe_outstanding(s->e)) stream_reap(s, 1);
+    ioe_file_close(s->f);
+    return s->rc;
+}
+
 /* Reads the whole file at path into *out (malloc'd). */
 static int read_whole(ioe_engine *e, const char *path, size_t limit, uint8_t **out, size_t *len)
 {
@@ -212,22 +305,36 @@ static int build_metadata(stash_arena *a, const ckpt_opts *o, const file_list *f
 
 static int open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data);
 
-/* Serializes every key group (or its changes since the base) into data and
- * records where each block lies. */
-static int serialize(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, snap_buf *data,
+/* Serializes every key group (or its changes since the base) into the
+ * stream, one block at a time, and records where each block lies. A writer
+ * that owns none of the key groups announces itself for each walk. */
+static int serialize(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, stream *out,
                      md_extent *ext, uint64_t *records)
 {
+    snap_buf block = {0};
+    int rc = 0;
     *records = 0;
-    for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++) {
-        ext[kg].offset = data->len;
+    for (uint32_t kg = 0; kg < a->hdr->max_parallelism && rc == 0; kg++) {
+        block.len = 0;
+        if (o->reader) shm_ebr_enter(a, o->reader_slot);
         int64_t n = o->base_id
-                        ? snap_write_kg_delta(a, kg, o->base_pins[kg], pins[kg], o->lz4, data)
-                        : snap_write_kg(a, kg, pins[kg], o->lz4, data);
-        if (n < 0) return (int)n;
-        ext[kg].size = data->len - ext[kg].offset;
-        *records += (uint64_t)n;
+                        ? snap_write_kg_delta(a, kg, o->base_pins[kg], pins[kg], o->lz4, &block)
+                        : snap_write_kg(a, kg, pins[kg], o->lz4, &block);
+        if (o->reader) shm_ebr_exit(a, o->reader_slot);
+        ext[kg] = (md_extent){out->off + out->fill, block.len};
+        if (n < 0)
+            rc = (int)n;
+        else if (o->cap_bytes && ext[kg].offset + block.len > o->cap_bytes)
+            rc = shm_fail(-EFBIG,
+                          "%s: checkpoint %llu holds more than the storage's cap of %llu "
+                          "bytes",
+                          out->path, (unsigned long long)o->id, (unsigned long long)o->cap_bytes);
+        else
+            rc = stream_put(out, block.data, block.len);
+        *records += n > 0 ? (uint64_t)n : 0;
     }
-    return 0;
+    snap_buf_free(&block);
+    return rc;
 }
 
 /* Lists the base checkpoint's files, then the new one. The base view stays
@@ -291,24 +398,21 @@ int ckpt_write(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, ckpt_wr
         snprintf(own, sizeof own, "%s", DATA_FILE);
 
     uint32_t maxp = a->hdr->max_parallelism;
-    snap_buf data = {0}, md = {0};
+    snap_buf md = {0};
     ckpt_view base = {0};
     file_list fl;
-    uint64_t records = 0;
+    uint64_t records = 0, data_bytes = 0;
+    stream data;
     md_extent *ext = calloc(maxp, sizeof *ext);
-    /* Serialize in memory inside the reader's announcement, write outside it:
-     * the disk never holds reclamation back. */
-    if (o->reader) shm_ebr_enter(a, o->reader_slot);
-    int rc = ext ? serialize(a, pins, o, &data, ext, &records) : -ENOMEM;
-    if (o->reader) shm_ebr_exit(a, o->reader_slot);
-    if (rc == 0 && o->cap_bytes && data.len > o->cap_bytes)
-        rc = shm_fail(-EFBIG,
-                      "%s: checkpoint %llu holds %zu bytes, over the storage's cap of "
-                      "%llu",
-                      chk, (unsigned long long)o->id, data.len, (unsigned long long)o->cap_bytes);
+    int rc = ext ? path_of(path, "%s/%s", in_shared ? o->dir : chk, own) : -ENOMEM;
+    if (rc == 0) rc = stream_open(&data, o->engine, path);
+    if (rc == 0) {
+        rc = serialize(a, pins, o, &data, ext, &records);
+        data_bytes = data.off + data.fill;
+        int closed = stream_close(&data);
+        if (rc == 0) rc = closed;
+    }
     if (rc == 0) rc = list_files(a, o, own, ext, &base, &fl);
-    if (rc == 0) rc = path_of(path, "%s/%s", in_shared ? o->dir : chk, own);
-    if (rc == 0) rc = write_durable(o->engine, path, data.data, data.len);
     if (rc == 0 && in_shared) rc = sync_dir(shared);
     if (rc == 0) rc = build_metadata(a, o, &fl, &md);
     if (rc == 0) rc = path_of(path, "%s/_metadata.tmp", chk);
@@ -322,11 +426,10 @@ int ckpt_write(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, ckpt_wr
         remove_checkpoint(chk);
         if (in_shared && path_of(path, "%s/%s", o->dir, own) == 0) unlink(path);
     } else if (out) {
-        *out = (ckpt_written){data.len, records};
+        *out = (ckpt_written){data_bytes, records};
     }
     ckpt_view_close(&base);
     free(ext);
-    snap_buf_free(&data);
     snap_buf_free(&md);
     return rc;
 }
