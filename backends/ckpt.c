@@ -666,6 +666,18 @@ static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, uint
     snap_id_map map;
     if (n >= 0) n = map_states(a, v, ids, &map);
     snap_restorer to = {a, &map};
+    /* Size each key group's table for what its blocks hold: no rehash then. */
+    for (uint32_t kg = range.first; n >= 0 && kg <= range.last; kg++) {
+        uint64_t held = 0;
+        for (uint32_t f = 0; f < v->nfiles; f++) {
+            md_extent e;
+            snap_block_hdr h;
+            memcpy(&e, v->files[f].extents + kg * sizeof e, sizeof e);
+            memcpy(&h, v->files[f].data + e.offset, sizeof h); /* checked by the walk above */
+            held += h.records;
+        }
+        n = shm_table_reserve(a, kg, held);
+    }
     if (n >= 0) {
         /* From here a failure (the arena full) leaves part of the checkpoint
          * in the arena: no older checkpoint may be restored over it. */

@@ -395,6 +395,9 @@ static inline bool shm_rec_live(const shm_rec *r)
     return r && !(r->flags & SHM_REC_TOMBSTONE);
 }
 
+/* Owner: sizes an empty table for about n records, so that filling it (a
+ * restore) moves nothing. Returns 0 or an allocation error. */
+int shm_table_reserve(stash_arena *a, uint32_t kg, uint64_t n);
 /* Owner: finds the entry of l (cursor->rec NULL if absent). Returns 0 or an allocation error. */
 int shm_table_find(stash_arena *a, const shm_lookup *l, shm_cursor *c);
 /* Owner: whether rec may be changed in place (no pinned reader can see it). */

@@ -415,6 +415,20 @@ static bool work_pending(const shm_table *t)
            atomic_load_explicit(&t->count, memory_order_relaxed) > (1ull << t->log2) / 2;
 }
 
+int shm_table_reserve(stash_arena *a, uint32_t kg, uint64_t n)
+{
+    shm_table *t = &a->tables[kg];
+    if (atomic_load(&t->buckets)) return 0;
+    uint32_t log2 = INITIAL_LOG2;
+    while (log2 < 31 && (1ull << log2) < 2 * n) log2++;
+    shm_off b;
+    int rc = new_buckets(a, kg, log2, &b);
+    if (rc < 0) return rc;
+    atomic_store(&t->log2, log2);
+    atomic_store_explicit(&t->buckets, b, memory_order_release);
+    return 0;
+}
+
 void shm_table_tend(stash_arena *a, uint32_t kg)
 {
     shm_table *t = &a->tables[kg];
