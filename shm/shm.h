@@ -419,7 +419,8 @@ bool shm_rec_write_begin(stash_arena *a, uint32_t kg, shm_rec *rec, const shm_re
                          unsigned n);
 void shm_rec_write_end(stash_arena *a, uint32_t kg, shm_rec *rec);
 /* After the owner died: finishes a record move and undoes a half-done
- * in-place change, so the table is whole again. */
+ * in-place change, so the table is whole again, and releases every pin (a
+ * checkpoint in flight when an owner of its key groups dies fails with it). */
 void shm_table_recover(stash_arena *a, uint32_t kg);
 /* Owner: a step of background work (rehash, pruning, reclamation), bounded by budget. */
 void shm_table_maintain(stash_arena *a, uint32_t kg, uint32_t budget);

@@ -599,12 +599,11 @@ void shm_table_recover(stash_arena *a, uint32_t kg)
 {
     shm_table *t = &a->tables[kg];
     if (atomic_load(&t->growing)) switch_buckets(a, t);
-    /* A pin stored without its new epoch was never handed out: nobody will
-     * release it, and later writes would fall into its version. */
-    for (unsigned i = 0; i < SHM_MAX_PINS; i++) {
-        uint32_t v = atomic_load(&t->epoch);
-        if (atomic_compare_exchange_strong(&t->pins[i], &v, 0)) atomic_fetch_add(&t->pins_gen, 1);
-    }
+    /* Pins belong to checkpoints of the dead owner's key groups, which fail
+     * with it: release them all (a pin stored without its new epoch, never
+     * handed out, included), or nobody ever would. */
+    for (unsigned i = 0; i < SHM_MAX_PINS; i++)
+        if (atomic_exchange(&t->pins[i], 0)) atomic_fetch_add(&t->pins_gen, 1);
     shm_ref moving = atomic_load(&t->moving);
     shm_off old = atomic_load(&t->old_buckets);
     if (moving) {
