@@ -31,20 +31,21 @@ static uint8_t *put_element(const stash_state *s, uint8_t *p, const void *v, siz
     return p + len;
 }
 
-static int check_list(const stash_state *s, const shm_lookup *l)
+/* Finds the owned list of the current key for a write. */
+static int list_for_write(stash_state *s, shm_lookup *l, shm_cursor *c)
 {
     if (s->kind != STASH_LIST) return shm_fail(STASH_EKIND, "not a list state");
+    int rc = state_lookup(s, l);
+    if (rc) return rc;
     if (!state_owns(s, l->kg)) return state_refuse_write(s, l->kg);
-    return 0;
+    return state_find_write(s, l, c);
 }
 
 STASH_API int stash_list_add_all(stash_state *state, const stash_bytes *values, size_t n)
 {
     shm_lookup l;
     shm_cursor c;
-    int rc = state_lookup(state, &l);
-    if (!rc) rc = check_list(state, &l);
-    if (!rc) rc = state_find_write(state, &l, &c);
+    int rc = list_for_write(state, &l, &c);
     if (rc || n == 0) return rc;
     size_t old = shm_rec_live(c.rec) ? atomic_load(&c.rec->vlen) : 0, add = 0;
     for (size_t i = 0; i < n; i++) add += element_bytes(state, values[i].len);
@@ -70,9 +71,7 @@ STASH_API int stash_list_update(stash_state *state, const stash_bytes *values, s
 {
     shm_lookup l;
     shm_cursor c;
-    int rc = state_lookup(state, &l);
-    if (!rc) rc = check_list(state, &l);
-    if (!rc) rc = state_find_write(state, &l, &c);
+    int rc = list_for_write(state, &l, &c);
     if (rc) return rc;
     if (n == 0) return state_delete(state, &l, &c);
     size_t total = 0;

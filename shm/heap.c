@@ -8,7 +8,7 @@
  * with no lock and no syscall. Every step that changes a free list or a carve
  * mark is one store, so an owner killed at any instant leaves lists that are
  * well formed; at worst the block in its hands stays counted as used, and
- * shm_heap_recover() makes the counters agree with the structure again.
+ * a new owner's shm_heap_adopt() makes the counters agree with the structure again.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -202,11 +202,6 @@ static int recover_range(stash_arena *a, stash_kg_range range)
     }
     free(used);
     return rc;
-}
-
-void shm_heap_recover(stash_arena *a, uint32_t kg)
-{
-    recover_range(a, (stash_kg_range){kg, kg});
 }
 
 static uint64_t my_start_time(void)

@@ -9,7 +9,7 @@
  * the pool lock dies, the next taker rebuilds the lists from the heads
  * (shm_pool_rebuild) and nothing is lost or handed out twice. A run taken
  * for a key group whose heap never recorded it stays owned by that group and
- * counted as used there (shm_heap_recover).
+ * counted as used there (shm_heap_adopt).
  */
 #include <errno.h>
 

@@ -335,10 +335,9 @@ uint64_t shm_block_size(const stash_arena *a, shm_off off);
  * and free lists into used[k], free_b[k] (k = kg - range.first). Returns 0 or
  * a lock error. */
 int shm_heap_measure(stash_arena *a, stash_kg_range range, uint64_t *used, uint64_t *free_b);
-/* Recomputes a key group's counters from its spans and free lists, after its
- * owner died: a block in flight at the crash stays counted as used. */
-void shm_heap_recover(stash_arena *a, uint32_t kg);
-/* Recovers every key group in range whose last owner is not alive, and marks
+/* Recovers every key group in range whose last owner did not leave cleanly
+ * (its table made whole, its counters recomputed from its spans and free
+ * lists: a block in flight at the crash stays counted as used), and marks
  * the caller as their owner. */
 void shm_heap_adopt(stash_arena *a, stash_kg_range range);
 /* Marks the key groups of range as left cleanly. */
