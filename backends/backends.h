@@ -8,6 +8,12 @@
 
 #include "shm/shm.h"
 
+/* Bytes in memory someone else owns: an operator-state blob. */
+typedef struct ckpt_blob {
+    const uint8_t *data;
+    uint64_t len;
+} ckpt_blob;
+
 /* A worker: one process's membership of an arena's registry, its current
  * key, and the state handles it was given. */
 struct stash_worker {
@@ -25,7 +31,30 @@ struct stash_worker {
     uint64_t key_hash; /* of the current key */
     uint64_t writes;   /* every write by this worker: invalidates its iterators */
     struct stash_state *states;
+    uint32_t parallelism;
+    uint64_t cut_id;       /* the newest checkpoint this worker cut */
+    uint64_t seen_done;    /* the newest completion reported by stash_barrier */
+    uint64_t seen_aborted; /* the newest abort reported */
+    /* After a rollback: the operator state of the restored checkpoint, which
+     * the worker's operator states load from when registered. */
+    uint32_t op_p;
+    ckpt_blob *op_blobs;
+    uint8_t *op_mem;
 };
+
+/* Operator state held by a worker: copies of its elements (lists) or
+ * entries (broadcast maps; keys unused for lists). */
+typedef struct op_entries {
+    uint8_t **mem;
+    stash_bytes *keys;
+    stash_bytes *values;
+    size_t n, cap;
+} op_entries;
+
+static inline bool opstate_kind(stash_kind k)
+{
+    return k == STASH_OP_LIST || k == STASH_OP_UNION || k == STASH_OP_BROADCAST;
+}
 
 /* A process's handle on a registered state. */
 struct stash_state {
@@ -47,6 +76,7 @@ struct stash_state {
     size_t scratch_cap;
     uint8_t *scratch2; /* a second buffer for combining functions */
     size_t scratch2_cap;
+    op_entries op; /* operator state kinds */
 };
 
 /* TTL timestamps are stored as 8 bytes before a value or element. */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "backends/ckpt.h"
+#include "backends/opstate.h"
 
 #define DATA_FILE "kg-data.dat"
 #define SHARED_DIR "shared"
@@ -48,6 +49,11 @@ typedef struct md_extent {
     uint64_t offset;
     uint64_t size;
 } md_extent;
+
+static uint64_t pad8(uint64_t n)
+{
+    return (n + 7) & ~7ull;
+}
 
 /* Formats a path into out (4096 bytes); -ENAMETOOLONG if it does not fit. */
 __attribute__((format(printf, 2, 3))) static int path_of(char *out, const char *fmt, ...)
@@ -268,7 +274,9 @@ static int build_metadata(stash_arena *a, const ckpt_opts *o, const file_list *f
     uint32_t maxp = a->hdr->max_parallelism, nstates = 0;
     for (uint32_t i = 0; i < SHM_CATALOG_SIZE; i++) nstates += atomic_load(&a->catalog[i].used);
     size_t bytes = sizeof(md_header) + nstates * sizeof(ckpt_state) +
-                   fl->n * (sizeof(md_file) + maxp * sizeof(md_extent)) + 4;
+                   fl->n * (sizeof(md_file) + maxp * sizeof(md_extent)) + 8 +
+                   (size_t)o->op_parallelism * 8 + 4;
+    for (uint32_t i = 0; i < o->op_parallelism; i++) bytes += pad8(o->op_blobs[i].len);
     if (state_reserve(&md->data, &md->cap, bytes) < 0) return -ENOMEM;
     md_header h = {.format_version = CKPT_FORMAT_VERSION,
                    .id = o->id,
@@ -296,6 +304,17 @@ static int build_metadata(stash_arena *a, const ckpt_opts *o, const file_list *f
         p += sizeof(md_file);
         memcpy(p, fl->extents[f], maxp * sizeof(md_extent));
         p += maxp * sizeof(md_extent);
+    }
+    /* Operator state: the workers' count, each blob's length, the blobs. */
+    uint32_t op_head[2] = {o->op_parallelism, 0};
+    memcpy(p, op_head, sizeof op_head);
+    p += sizeof op_head;
+    for (uint32_t i = 0; i < o->op_parallelism; i++, p += 8) memcpy(p, &o->op_blobs[i].len, 8);
+    for (uint32_t i = 0; i < o->op_parallelism; i++) {
+        uint64_t len = o->op_blobs[i].len;
+        if (len) memcpy(p, o->op_blobs[i].data, len);
+        memset(p + len, 0, pad8(len) - len);
+        p += pad8(len);
     }
     uint32_t crc = snap_crc32c(0, md->data, (size_t)(p - md->data));
     memcpy(p, &crc, 4);
@@ -448,6 +467,36 @@ static bool safe_name(const char *name, size_t size)
 /* Checks _metadata's bytes: checksum, magic, version, counts against its
  * size, state names, data file names (no path may leave the checkpoint) and
  * key-group ranges. */
+/* The operator-state section from offset at to end (the checksum's offset). */
+static int parse_opstate(ckpt_view *v, uint64_t at, uint64_t end)
+{
+    const char *path = v->meta_path;
+    uint32_t head[2];
+    memcpy(head, v->md + at, sizeof head);
+    uint32_t p = head[0];
+    if (p > STASH_MAX_WORKERS || head[1] != 0 || (end - at - 8) / 8 < p)
+        return shm_fail(STASH_ECORRUPT, "%s: offset %llu: operator state of %u workers", path,
+                        (unsigned long long)at, p);
+    v->op_blobs = calloc(p ? p : 1, sizeof *v->op_blobs);
+    if (!v->op_blobs) return -ENOMEM;
+    uint64_t lens = at + 8, data = lens + 8ull * p;
+    for (uint32_t i = 0; i < p; i++) {
+        uint64_t len;
+        memcpy(&len, v->md + lens + 8ull * i, 8);
+        if (len > end - data || pad8(len) > end - data)
+            return shm_fail(STASH_ECORRUPT,
+                            "%s: offset %llu: operator state of worker %u runs past the end", path,
+                            (unsigned long long)(lens + 8ull * i), i);
+        v->op_blobs[i] = (ckpt_blob){v->md + data, len};
+        data += pad8(len);
+    }
+    if (data != end)
+        return shm_fail(STASH_ECORRUPT, "%s: offset %llu: %llu bytes after the operator state",
+                        path, (unsigned long long)data, (unsigned long long)(end - data));
+    v->op_parallelism = p;
+    return 0;
+}
+
 static int parse_metadata(ckpt_view *v)
 {
     const uint8_t *p = v->md;
@@ -465,12 +514,11 @@ static int parse_metadata(ckpt_view *v)
     if (h.format_version != CKPT_FORMAT_VERSION)
         return shm_fail(STASH_EFORMAT, "%s: offset 8: format version %u, this build reads %u", path,
                         h.format_version, CKPT_FORMAT_VERSION);
-    uint64_t need = sizeof h + (uint64_t)h.nstates * sizeof(ckpt_state) +
-                    (uint64_t)h.nfiles * (sizeof(md_file) + h.max_parallelism * sizeof(md_extent)) +
-                    4;
+    uint64_t fixed = sizeof h + (uint64_t)h.nstates * sizeof(ckpt_state) +
+                     (uint64_t)h.nfiles * (sizeof(md_file) + h.max_parallelism * sizeof(md_extent));
     if (h.nfiles == 0 || h.nfiles > CKPT_MAX_FILES || h.max_parallelism == 0 ||
         h.max_parallelism > STASH_MAX_MAX_PARALLELISM || h.nstates > SHM_CATALOG_SIZE ||
-        need != len)
+        fixed + 12 > len)
         return shm_fail(STASH_ECORRUPT,
                         "%s: offset 40: counts (%u states, %u files, %u key "
                         "groups) do not match its %zu bytes",
@@ -511,7 +559,7 @@ static int parse_metadata(ckpt_view *v)
         at += sizeof m + h.max_parallelism * sizeof(md_extent);
     }
     v->nfiles = h.nfiles;
-    return 0;
+    return parse_opstate(v, fixed, len - 4);
 }
 
 ckpt_state ckpt_view_state(const ckpt_view *v, uint32_t i)
@@ -562,6 +610,8 @@ void ckpt_view_close(ckpt_view *v)
     for (uint32_t f = 0; v->files && f < v->nfiles; f++) free(v->files[f].data);
     free(v->files);
     free(v->md);
+    free(v->op_blobs);
+    v->op_blobs = NULL;
     v->files = NULL;
     v->md = NULL;
     v->nfiles = 0;
@@ -654,9 +704,42 @@ static int map_states(stash_arena *a, const ckpt_view *v, uint16_t *ids, snap_id
 
 /* Restores an opened checkpoint after checking all of it that the range
  * needs, and closes it. */
-static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, uint64_t *records,
-                        bool *applying)
+/* Copies the view's operator state into out, its state ids mapped. */
+static int copy_opstate(const ckpt_view *v, const snap_id_map *map, ckpt_restored *out)
 {
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < v->op_parallelism; i++) total += v->op_blobs[i].len;
+    out->op_blobs = calloc(v->op_parallelism ? v->op_parallelism : 1, sizeof *out->op_blobs);
+    out->op_mem = malloc(total ? total : 1);
+    if (!out->op_blobs || !out->op_mem) return shm_fail(-ENOMEM, "out of memory");
+    uint8_t *p = out->op_mem;
+    int rc = 0;
+    for (uint32_t i = 0; i < v->op_parallelism && rc == 0; i++) {
+        uint64_t len = v->op_blobs[i].len;
+        if (len) memcpy(p, v->op_blobs[i].data, len);
+        char what[4200];
+        snprintf(what, sizeof what, "%s: operator state of worker %u", v->meta_path, i);
+        rc = opstate_remap(p, len, map->ids, map->n, what);
+        out->op_blobs[i] = (ckpt_blob){p, len};
+        p += len;
+    }
+    out->op_parallelism = v->op_parallelism;
+    return rc;
+}
+
+void ckpt_restored_free(ckpt_restored *r)
+{
+    free(r->op_blobs);
+    free(r->op_mem);
+    r->op_blobs = NULL;
+    r->op_mem = NULL;
+    r->op_parallelism = 0;
+}
+
+static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, bool *applying,
+                        ckpt_restored *out)
+{
+    uint64_t *records = &out->records;
     int64_t n = 0;
     if (v->max_parallelism != a->hdr->max_parallelism)
         n = shm_fail(STASH_ECORRUPT, "%s: a checkpoint of %u key groups for an arena of %u",
@@ -665,6 +748,8 @@ static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, uint
     uint16_t ids[SHM_CATALOG_SIZE + 1];
     snap_id_map map;
     if (n >= 0) n = map_states(a, v, ids, &map);
+    ckpt_restored_free(out);
+    if (n >= 0) n = copy_opstate(v, &map, out);
     snap_restorer to = {a, &map};
     /* Size each key group's table for what its blocks hold: no rehash then. */
     for (uint32_t kg = range.first; n >= 0 && kg <= range.last; kg++) {
@@ -690,11 +775,11 @@ static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, uint
 }
 
 static int restore_one(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
-                       ioe_engine *e, uint64_t *records, bool *applying)
+                       ioe_engine *e, bool *applying, ckpt_restored *out)
 {
     ckpt_view v;
     int rc = ckpt_view_open(dir, id, e, &v);
-    return rc ? rc : restore_view(a, &v, range, records, applying);
+    return rc ? rc : restore_view(a, &v, range, applying, out);
 }
 
 int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, ioe_engine *e,
@@ -706,7 +791,9 @@ int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, io
     if (rc) return rc;
     out->id = v.id;
     bool applying = false;
-    return restore_view(a, &v, range, &out->records, &applying);
+    rc = restore_view(a, &v, range, &applying, out);
+    if (rc) ckpt_restored_free(out);
+    return rc;
 }
 
 int ckpt_list(const char *dir, uint64_t **ids)
@@ -743,23 +830,46 @@ static bool has_metadata(const char *dir, uint64_t id)
            access(meta, F_OK) == 0;
 }
 
+int ckpt_newest(const char *dir, ioe_engine *e, uint64_t *id, uint32_t *max_parallelism)
+{
+    uint64_t *ids;
+    int n = ckpt_list(dir, &ids), rc = -ENOENT;
+    for (int i = 0; i < n && rc; i++) {
+        char path[4096];
+        ckpt_view v;
+        if (!has_metadata(dir, ids[i]) ||
+            path_of(path, "%s/chk-%llu", dir, (unsigned long long)ids[i]) < 0 ||
+            open_view(path, e, &v, false) < 0)
+            continue;
+        *id = ids[i];
+        *max_parallelism = v.max_parallelism;
+        ckpt_view_close(&v);
+        rc = 0;
+    }
+    if (n >= 0) free(ids);
+    return n < 0 ? n : rc;
+}
+
 int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range, ioe_engine *e,
                  ckpt_restored *out)
 {
     memset(out, 0, sizeof *out);
     bool applying = false;
+    int rc;
     if (id) {
         out->id = id;
-        return restore_one(a, dir, id, range, e, &out->records, &applying);
+        rc = restore_one(a, dir, id, range, e, &applying, out);
+        if (rc) ckpt_restored_free(out);
+        return rc;
     }
     uint64_t *ids;
     int n = ckpt_list(dir, &ids);
     if (n < 0) return n;
-    int rc = shm_fail(-ENOENT, "%s: no complete checkpoint", dir);
+    rc = shm_fail(-ENOENT, "%s: no complete checkpoint", dir);
     for (int i = 0; i < n; i++) {
         /* Without _metadata a checkpoint does not exist: not a fallback. */
         if (!has_metadata(dir, ids[i])) continue;
-        rc = restore_one(a, dir, ids[i], range, e, &out->records, &applying);
+        rc = restore_one(a, dir, ids[i], range, e, &applying, out);
         if (rc == 0) {
             out->id = ids[i];
             break;
@@ -777,6 +887,7 @@ int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range ra
     }
     if (rc && out->skipped)
         rc = shm_fail(rc, "%s: no checkpoint restores; the newest failed: %s", dir, out->why);
+    if (rc) ckpt_restored_free(out);
     free(ids);
     return rc;
 }

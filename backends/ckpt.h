@@ -11,7 +11,7 @@
 #include "ioengine/ioengine.h"
 
 #define CKPT_MAGIC "STASHCKP"
-#define CKPT_FORMAT_VERSION 1u
+#define CKPT_FORMAT_VERSION 2u
 #define CKPT_BACKEND_HEAP 1u
 #define CKPT_MAX_FILES 64u /* a chain: one full data file, then deltas */
 #define CKPT_FILE_DELTA 1u /* a data file of delta blocks */
@@ -27,11 +27,13 @@ typedef struct ckpt_opts {
     bool incremental; /* data files in DIR/shared/, which later checkpoints reference */
     uint64_t base_id; /* incremental: write only the changes since this checkpoint */
     const uint32_t
-        *base_pins;       /* with base_id: the versions the base was written at, still pinned */
-    uint64_t cap_bytes;   /* the memory storage's cap on a checkpoint's bytes; 0: none */
-    bool reader;          /* the writer owns none of the key groups: it announces itself */
-    uint32_t reader_slot; /* with reader: its slot for shm_ebr_enter (shm_reader_join) */
-    ioe_engine *engine;   /* every write and sync goes through it */
+        *base_pins;          /* with base_id: the versions the base was written at, still pinned */
+    uint64_t cap_bytes;      /* the memory storage's cap on a checkpoint's bytes; 0: none */
+    bool reader;             /* the writer owns none of the key groups: it announces itself */
+    uint32_t reader_slot;    /* with reader: its slot for shm_ebr_enter (shm_reader_join) */
+    ioe_engine *engine;      /* every write and sync goes through it */
+    uint32_t op_parallelism; /* operator state: of this many workers (0: none) */
+    const ckpt_blob *op_blobs; /* worker i's operator-state blob (opstate.h) */
 } ckpt_opts;
 
 /* Writes key groups 0 .. max parallelism - 1, each as of its pinned version
@@ -49,11 +51,17 @@ typedef struct ckpt_written {
 int ckpt_write(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, ckpt_written *out);
 
 typedef struct ckpt_restored {
-    uint64_t id;      /* the checkpoint restored */
-    uint64_t records; /* records put into the arena (deltas count each change) */
-    unsigned skipped; /* newer checkpoints passed over as damaged */
-    char why[512];    /* the first reason one was passed over, naming file and offset */
+    uint64_t id;             /* the checkpoint restored */
+    uint64_t records;        /* records put into the arena (deltas count each change) */
+    unsigned skipped;        /* newer checkpoints passed over as damaged */
+    char why[512];           /* the first reason one was passed over, naming file and offset */
+    uint32_t op_parallelism; /* its operator state: of this many workers */
+    ckpt_blob *op_blobs;     /* their blobs, state ids those of the arena */
+    uint8_t *op_mem;         /* what the blobs point into */
 } ckpt_restored;
+
+/* Frees the operator state a restore handed out. */
+void ckpt_restored_free(ckpt_restored *r);
 
 /* Restores the key groups of range from checkpoint id in dir (0: the newest
  * complete one, falling back to older ones past any that fail a check, and
@@ -62,6 +70,10 @@ typedef struct ckpt_restored {
  * worker may write meanwhile. Never modifies the directory. */
 int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range, ioe_engine *e,
                  ckpt_restored *out);
+
+/* The newest checkpoint of dir whose metadata reads whole: its id and key
+ * groups. Returns 0, or -ENOENT if there is none. */
+int ckpt_newest(const char *dir, ioe_engine *e, uint64_t *id, uint32_t *max_parallelism);
 
 /* Restores the key groups of range from the checkpoint or savepoint
  * directory at path, as ckpt_restore() does for one checkpoint. */
@@ -98,6 +110,8 @@ typedef struct ckpt_view {
     uint8_t *md;
     size_t md_len;
     ckpt_file *files; /* in the order they apply: the full file, then deltas */
+    uint32_t op_parallelism;
+    ckpt_blob *op_blobs; /* point into md */
 } ckpt_view;
 
 /* Opens the checkpoint or savepoint directory at path (a savepoint wherever

@@ -10,7 +10,7 @@
 #include <time.h>
 #include <xxhash.h>
 
-#include "backends/backends.h"
+#include "backends/opstate.h"
 
 #define DEFAULT_CLEANUP_ENTRIES 5u
 
@@ -25,7 +25,7 @@ static void options_bytes(const stash_state_desc *d, uint8_t out[32])
 static int check_desc(const stash_state_desc *d)
 {
     if (!d || !d->name) return shm_fail(-EINVAL, "a state needs a name");
-    if (d->kind < STASH_VALUE || d->kind > STASH_AGGREGATING)
+    if (d->kind < STASH_VALUE || d->kind > STASH_OP_BROADCAST)
         return shm_fail(-EINVAL, "state '%s': unknown kind %d", d->name, (int)d->kind);
     if (d->kind == STASH_REDUCING && !d->reduce)
         return shm_fail(-EINVAL, "reducing state '%s' needs a reduce function", d->name);
@@ -37,6 +37,8 @@ static int check_desc(const stash_state_desc *d)
         d->ttl.visibility > STASH_TTL_RETURN_EXPIRED_IF_NOT_CLEANED || d->ttl.update < 0 ||
         d->ttl.visibility < 0)
         return shm_fail(-EINVAL, "state '%s': bad TTL options", d->name);
+    if (opstate_kind(d->kind) && d->ttl.ttl_ms)
+        return shm_fail(-EINVAL, "operator state '%s' takes no TTL", d->name);
     return 0;
 }
 
@@ -67,6 +69,15 @@ STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc
         }
         memcpy(s->defval, desc->default_value.data, desc->default_value.len);
         s->deflen = desc->default_value.len;
+    }
+    if (opstate_kind(s->kind)) {
+        rc = worker->op_p ? opstate_load(s, worker->op_p, worker->op_blobs)
+                          : opstate_load_committed(s);
+        if (rc < 0) {
+            free(s->defval);
+            free(s);
+            return rc;
+        }
     }
     s->next = worker->states;
     worker->states = s;

@@ -5,7 +5,8 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "backends/backends.h"
+#include "backends/opstate.h"
+#include "backends/service.h"
 
 STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts, stash_worker **out)
 {
@@ -23,8 +24,18 @@ STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
     shm_slot *s = &w->arena->slots[w->slot];
     w->range = (stash_kg_range){s->kg_first, s->kg_last};
     w->max_parallelism = w->arena->hdr->max_parallelism;
+    w->parallelism = o.parallelism;
     w->clock = o.clock;
     w->clock_ctx = o.clock_ctx;
+    shm_control *c = w->arena->control;
+    w->seen_done = atomic_load(&c->completed);
+    w->seen_aborted = atomic_load(&c->aborted);
+    w->cut_id = atomic_load(&c->pending);
+    if (o.rollback) rc = worker_rollback(w);
+    if (rc < 0) {
+        stash_worker_close(w);
+        return rc;
+    }
     *out = w;
     return 0;
 }
@@ -37,6 +48,7 @@ static void free_states(stash_state *s)
         free(s->ns);
         free(s->scratch);
         free(s->scratch2);
+        opstate_free(s);
         free(s);
         s = next;
     }
@@ -48,6 +60,8 @@ STASH_API void stash_worker_close(stash_worker *worker)
     shm_registry_leave(worker->arena, worker->slot);
     stash_arena_close(worker->arena);
     free_states(worker->states);
+    free(worker->op_blobs);
+    free(worker->op_mem);
     free(worker->key);
     free(worker);
 }

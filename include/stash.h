@@ -49,6 +49,8 @@ enum {
     STASH_ENOKEY = -1012,       /* no current key is set */
     STASH_ECORRUPT = -1013,     /* a snapshot's bytes fail a check (checksum, length, magic) */
     STASH_EFORMAT = -1014,      /* a snapshot of another format version */
+    STASH_ENOSERVICE = -1015,   /* no live service serves the arena */
+    STASH_EABORTED = -1016,     /* the checkpoint failed; stash_errmsg() says why */
 };
 
 /* Words for an error code; never NULL, never to be freed. */
@@ -157,12 +159,17 @@ typedef struct stash_worker_opts {
     const stash_arena_opts *arena; /* where the arena lives; NULL: defaults */
     stash_clock_fn *clock;         /* TTL clock; NULL: CLOCK_REALTIME in ms */
     void *clock_ctx;
+    int rollback; /* non-zero: restore this worker's key groups and operator state from the
+                     service's newest complete checkpoint (a replacement after a failure) */
 } stash_worker_opts;
 
 /* Attaches to the arena NAME and joins its registry as index i of p, taking
  * Flink's key-group range for it. Refused with STASH_EBUSY if a live process
  * holds that index and with STASH_EPARALLELISM if live workers run at another
- * parallelism; the slot of a dead worker is taken over. The caller owns *out. */
+ * parallelism; the slot of a dead worker is taken over and the worker goes
+ * on from the live state it left, or, with rollback, from the newest
+ * complete checkpoint (STASH_ENOSERVICE without a service, -ENOENT without
+ * a checkpoint). The caller owns *out. */
 STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
                                 stash_worker **out);
 
@@ -213,6 +220,9 @@ typedef enum stash_kind {
     STASH_MAP = 3,
     STASH_REDUCING = 4,
     STASH_AGGREGATING = 5,
+    STASH_OP_LIST = 6,      /* operator ListState: split evenly on restore at another parallelism */
+    STASH_OP_UNION = 7,     /* operator UnionListState: every worker gets the whole list */
+    STASH_OP_BROADCAST = 8, /* BroadcastState: a map, the same on every worker */
 } stash_kind;
 
 /* TTL, as Flink's StateTtlConfig. */
@@ -354,6 +364,131 @@ STASH_API int stash_iter_next(stash_iter *it, stash_bytes *key, stash_bytes *val
 
 /* MapState iterator: removes the entry last returned by stash_iter_next. */
 STASH_API int stash_iter_remove(stash_iter *it);
+
+/* ------------------------------------------------------------------------ */
+/* Operator state: per worker, not per key (Flink's operator state). A worker
+ * registers it with stash_state_get() and one of the STASH_OP_* kinds; it
+ * lives in the worker's memory, is recorded at every checkpoint's barrier,
+ * and a worker that starts (or rolls back) gets it as of the newest complete
+ * checkpoint, redistributed if the parallelism changed (split lists in
+ * contiguous chunks, union lists whole, broadcast state from old worker
+ * index mod old parallelism). Views stay valid until the state's next change. */
+
+/* Operator list or union list state: its elements, in order. */
+STASH_API int stash_op_list_get(stash_state *state, const stash_bytes **elements, size_t *n);
+/* Appends a copy of one element. */
+STASH_API int stash_op_list_add(stash_state *state, const void *value, size_t len);
+/* Replaces the list with copies of n elements (n == 0 empties it). */
+STASH_API int stash_op_list_update(stash_state *state, const stash_bytes *values, size_t n);
+
+/* Broadcast state: the value of key k, or STASH_ENOTFOUND. */
+STASH_API int stash_broadcast_get(stash_state *state, const void *k, size_t klen, stash_bytes *out);
+/* Puts a copy of (k, value). */
+STASH_API int stash_broadcast_put(stash_state *state, const void *k, size_t klen, const void *value,
+                                  size_t len);
+/* Removes key k (absent is not an error). */
+STASH_API int stash_broadcast_remove(stash_state *state, const void *k, size_t klen);
+/* All entries: keys[i] maps to values[i], in no particular order. */
+STASH_API int stash_broadcast_entries(stash_state *state, const stash_bytes **keys,
+                                      const stash_bytes **values, size_t *n);
+
+/* ------------------------------------------------------------------------ */
+/* Checkpoints: the persistence engine and the barrier between records.      */
+
+typedef enum stash_event_kind {
+    STASH_CHECKPOINT_COMPLETE = 1, /* every file of checkpoint_id is durable and committed */
+    STASH_CHECKPOINT_ABORTED = 2,  /* checkpoint_id failed: it will never complete */
+} stash_event_kind;
+
+typedef struct stash_event {
+    stash_event_kind kind;
+    uint64_t checkpoint_id;
+} stash_event;
+
+/* Call between records. If the engine requested a checkpoint this worker has
+ * not cut yet, cuts it here: the worker's key groups are pinned as they are
+ * now (O(1) in state size) and its operator state recorded; the engine
+ * writes them while the worker goes on. Returns 1 with *event set when a
+ * checkpoint completed or was aborted since the last event (Flink's
+ * notifyCheckpointComplete: commit side effects up to it), 0 if nothing
+ * happened, or a negative error. No syscall unless a checkpoint is pending. */
+STASH_API int stash_barrier(stash_worker *worker, stash_event *event);
+
+typedef enum stash_storage {
+    STASH_STORAGE_FS = 0,     /* checkpoints in a directory on disk */
+    STASH_STORAGE_MEMORY = 1, /* in shared memory (tmpfs), each capped in size */
+} stash_storage;
+
+typedef struct stash_service_opts {
+    const stash_arena_opts *arena; /* where the arena lives; its size and max parallelism
+                                      if the service creates it */
+    stash_storage storage;
+    const char *dir;       /* fs: the checkpoint directory (required); memory: NULL is
+                              /dev/shm/stash.NAME.checkpoints */
+    uint64_t memory_cap;   /* memory: bytes a checkpoint may take; 0: 5 MiB */
+    uint64_t interval_ms;  /* a checkpoint this often; 0: only when requested */
+    uint64_t min_pause_ms; /* at least this long between one's end and the next start */
+    uint64_t timeout_ms;   /* a checkpoint not cut by every worker in time fails; 0: 60 s */
+    uint32_t retain;       /* complete checkpoints kept; 0: 3 */
+    int incremental;       /* non-zero: write only the changes since the previous one */
+    uint32_t full_every;   /* incremental: a full checkpoint after this many; 0: 10 */
+    int lz4;               /* non-zero: compress each key group's block */
+    void (*log)(void *ctx, const char *line); /* one line per event; NULL: none */
+    void *log_ctx;
+} stash_service_opts;
+
+typedef struct stash_service stash_service;
+
+/* Starts the persistence engine of arena NAME in a thread of this process.
+ * An existing arena is reattached (its engine may have died: pins and
+ * requests it left are released); a missing one is created, restored from
+ * the newest complete checkpoint in the directory if there is one (falling
+ * back past damaged ones). STASH_EBUSY if a live engine serves the arena.
+ * The caller owns *out and ends it with stash_service_stop(). */
+STASH_API int stash_service_start(const char *name, const stash_service_opts *opts,
+                                  stash_service **out);
+
+/* Lets the checkpoint in flight finish, stops the engine and frees it; the
+ * arena stays. Accepts NULL. */
+STASH_API void stash_service_stop(stash_service *service);
+
+/* Whether the engine has stopped by itself (a `stash stop` request). */
+STASH_API int stash_service_stopped(const stash_service *service);
+
+/* A finished checkpoint. */
+typedef struct stash_checkpoint_info {
+    uint64_t id;
+    int status;          /* 0, or the error that failed it */
+    int incremental;     /* written as changes since an earlier checkpoint */
+    uint64_t started_ns; /* when it was requested, ns since the epoch */
+    uint64_t duration_ns;
+    uint64_t bytes;    /* written into its own data file */
+    uint64_t pause_ns; /* the longest synchronous cut of a worker */
+    char detail[256];  /* its directory, or why it failed */
+} stash_checkpoint_info;
+
+/* Asks the engine serving arena for a checkpoint and waits until one that
+ * started after the request has finished (at most timeout_ms; 0: no limit).
+ * Returns 0 with *out describing it, STASH_EABORTED with *out saying why it
+ * failed, STASH_ENOSERVICE, or -ETIMEDOUT. */
+STASH_API int stash_checkpoint(stash_arena *arena, uint64_t timeout_ms, stash_checkpoint_info *out);
+
+/* Asks the engine serving arena to stop and waits for it (at most
+ * timeout_ms; 0: no limit). Returns 0, STASH_ENOSERVICE or -ETIMEDOUT. */
+STASH_API int stash_service_request_stop(stash_arena *arena, uint64_t timeout_ms);
+
+typedef struct stash_service_info {
+    int32_t pid;                     /* of the live engine; 0 if none */
+    uint64_t since_ns;               /* when it started */
+    char dir[256];                   /* where it writes checkpoints */
+    uint64_t pending;                /* the checkpoint being cut, 0 none */
+    uint64_t completed;              /* the newest complete checkpoint, 0 none */
+    uint32_t nrecent;                /* entries in recent */
+    stash_checkpoint_info recent[8]; /* the last finished checkpoints, newest first */
+} stash_service_info;
+
+/* What the control block says about the engine and recent checkpoints. Returns 0. */
+STASH_API int stash_service_info_get(stash_arena *arena, stash_service_info *out);
 
 #ifdef __cplusplus
 }

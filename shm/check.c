@@ -50,7 +50,9 @@ static int check_runs(checker *c, uint64_t *free_spans)
         if (st == SHM_SPAN_FREE) {
             test_and_set(c->bits, i);
             *free_spans += len;
-        } else if (st != SHM_SPAN_OWNED || shm_span_kg(w) >= a->hdr->max_parallelism ||
+        } else if (st != SHM_SPAN_OWNED ||
+                   (shm_span_kg(w) >= a->hdr->max_parallelism &&
+                    !(shm_span_kg(w) == SHM_OP_CONTROL_KG && cls == SHM_CLASS_LARGE)) ||
                    (cls != SHM_CLASS_LARGE && (cls >= SHM_NCLASSES || len != shm_class_run(cls)))) {
             return shm_fail(-EUCLEAN, "span %llu: bad descriptor %#llx", (unsigned long long)i,
                             (unsigned long long)w);

@@ -91,3 +91,11 @@ void shm_reader_leave(stash_arena *a, uint32_t slot)
     atomic_store(&r->reader_epoch, 0);
     atomic_store(&r->pid, 0);
 }
+
+bool shm_reader_alive(const stash_arena *a, uint32_t holder)
+{
+    if (holder == 0 || holder > SHM_READERS) return false;
+    const shm_reader *r = &a->hdr->readers[holder - 1];
+    int32_t pid = atomic_load(&r->pid);
+    return pid != 0 && shm_proc_alive(pid, r->start_time);
+}

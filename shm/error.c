@@ -45,6 +45,10 @@ STASH_API const char *stash_strerror(int err)
         return "corrupt snapshot data";
     case STASH_EFORMAT:
         return "snapshot of another format version";
+    case STASH_ENOSERVICE:
+        return "no service runs for the arena";
+    case STASH_EABORTED:
+        return "checkpoint aborted";
     default:
         break;
     }

@@ -38,7 +38,7 @@ static int check_name(const char *name)
     return 0;
 }
 
-static int resolve_path(const char *name, const stash_arena_opts *opts, char *path, size_t len)
+int shm_arena_path(const char *name, const stash_arena_opts *opts, char *path, size_t len)
 {
     int rc = check_name(name);
     if (rc) return rc;
@@ -60,7 +60,8 @@ static int plan_layout(shm_header *h, uint64_t size, uint32_t maxp, uint32_t pag
     h->catalog_off = h->registry_off + (uint64_t)STASH_MAX_WORKERS * sizeof(shm_slot);
     h->heaps_off = align_up(h->catalog_off + SHM_CATALOG_SIZE * sizeof(shm_catalog_entry), 64);
     h->tables_off = align_up(h->heaps_off + (uint64_t)maxp * sizeof(shm_kg_heap), 64);
-    h->spans_desc_off = align_up(h->tables_off + (uint64_t)maxp * sizeof(shm_table), 4096);
+    h->control_off = align_up(h->tables_off + (uint64_t)maxp * sizeof(shm_table), 64);
+    h->spans_desc_off = align_up(h->control_off + sizeof(shm_control), 4096);
     uint64_t data_align = page > SHM_SPAN_SIZE ? page : SHM_SPAN_SIZE;
     if (size <= h->spans_desc_off) return -EINVAL;
     uint64_t n = (size - h->spans_desc_off) / (SHM_SPAN_SIZE + sizeof(shm_span));
@@ -85,6 +86,7 @@ static void bind_handle(stash_arena *a, void *base, uint64_t size, const char *p
     a->heaps = shm_ptr(a, a->hdr->heaps_off);
     a->tables = shm_ptr(a, a->hdr->tables_off);
     a->catalog = shm_ptr(a, a->hdr->catalog_off);
+    a->control = shm_ptr(a, a->hdr->control_off);
     a->spans = shm_ptr(a, a->hdr->spans_desc_off);
     a->data = shm_ptr(a, a->hdr->data_off);
     snprintf(a->path, sizeof a->path, "%s", path);
@@ -138,13 +140,14 @@ static void write_header(stash_arena *a, uint64_t size, uint32_t maxp, uint32_t 
         a->tables[kg].sweep_pos = UINT32_MAX;
     }
     shm_pool_init(a);
+    shm_control_init(a);
 }
 
 STASH_API int stash_arena_create(const char *name, const stash_arena_opts *opts, stash_arena **out)
 {
     shm_clear_error();
     char path[256];
-    int rc = resolve_path(name, opts, path, sizeof path);
+    int rc = shm_arena_path(name, opts, path, sizeof path);
     if (rc) return rc;
     uint64_t size = opts && opts->size ? opts->size : SHM_DEFAULT_SIZE;
     uint32_t maxp =
@@ -238,7 +241,7 @@ STASH_API int stash_arena_open(const char *name, const stash_arena_opts *opts, s
 {
     shm_clear_error();
     char path[256];
-    int rc = resolve_path(name, opts, path, sizeof path);
+    int rc = shm_arena_path(name, opts, path, sizeof path);
     if (rc) return rc;
     int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) return shm_fail(-errno, "%s: cannot open: %s", path, strerror(errno));
@@ -292,7 +295,7 @@ STASH_API int stash_arena_destroy(const char *name, const stash_arena_opts *opts
 {
     shm_clear_error();
     char path[256];
-    int rc = resolve_path(name, opts, path, sizeof path);
+    int rc = shm_arena_path(name, opts, path, sizeof path);
     if (rc) return rc;
     if (unlink(path) < 0) return shm_fail(-errno, "%s: cannot remove: %s", path, strerror(errno));
     return 0;

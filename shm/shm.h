@@ -20,7 +20,7 @@
 typedef uint64_t shm_off;
 
 #define SHM_MAGIC "STASHARN"
-#define SHM_LAYOUT_VERSION 1u
+#define SHM_LAYOUT_VERSION 2u
 #define SHM_INIT_MARK 0x54494e49u /* "INIT": written last by the creator */
 #define SHM_HEADER_SIZE 4096u
 #define SHM_SPAN_SHIFT 12u
@@ -162,6 +162,7 @@ typedef struct shm_header {
     _Atomic uint32_t registry_hwm; /* slots at or above it have never been used */
     shm_reader readers[SHM_READERS];
     shm_lock catalog_lock;
+    shm_off control_off;          /* the control block (control.c) */
     _Atomic uint32_t initialized; /* SHM_INIT_MARK once creation finished */
 } shm_header;
 
@@ -228,7 +229,11 @@ typedef struct shm_table {
     uint32_t sweep_pos;                  /* next bucket of the prune sweep, or UINT32_MAX: none */
     uint32_t cleanup_pos;                /* next bucket of the TTL cleanup */
     _Atomic shm_off retired;             /* the ring of memory waiting for readers (table.c) */
-    uint32_t pad2[3];
+    /* Who holds each pin, a byte per pin: 0 the owner itself (its pins die
+     * with it), else 1 + the reader slot of the process that will release it. */
+    _Atomic uint32_t pin_holders;
+    _Atomic uint32_t cut; /* the version cut for the checkpoint being taken (control.c), 0 none */
+    uint32_t pad2;
     _Atomic shm_ref moving;  /* a record between an old and a new bucket */
     _Atomic shm_off growing; /* the bucket array a rehash is switching to */
     uint32_t moves_held;     /* moves put off for reader processes */
@@ -246,6 +251,61 @@ typedef struct shm_catalog_entry {
     char name[SHM_STATE_NAME];
 } shm_catalog_entry;
 
+/* The control block (control.c): where the persistence engine, the workers
+ * and control commands meet, with futex wake-ups instead of sockets. */
+#define SHM_CTL_HISTORY 8u
+#define SHM_CTL_DETAIL 256u
+#define SHM_OP_CONTROL_KG 0xffffu /* span owner of operator-state blobs: no key group */
+
+/* One finished checkpoint, as `stash status` shows it. */
+typedef struct shm_ctl_result {
+    uint64_t id;
+    int32_t status; /* 0, or the negative error that failed it */
+    uint32_t incremental;
+    uint64_t covers; /* the requests (shm_control.requests) it answers */
+    uint64_t started_ns;
+    uint64_t duration_ns;
+    uint64_t bytes;
+    uint64_t pause_ns;           /* the longest synchronous part of a worker's cut */
+    char detail[SHM_CTL_DETAIL]; /* the checkpoint's path, or why it failed */
+} shm_ctl_result;
+
+/* Operator state of a set of workers: one blob per worker index, each a run
+ * of spans owned by SHM_OP_CONTROL_KG (0 off: the worker has none). */
+typedef struct shm_op_blob {
+    _Atomic shm_off off;
+    _Atomic uint64_t len;
+} shm_op_blob;
+
+typedef struct shm_ctl_worker {
+    _Atomic uint64_t acked;    /* the newest checkpoint this index cut */
+    _Atomic uint64_t pause_ns; /* how long that cut took */
+    shm_op_blob pending;       /* its operator state as of that cut */
+    shm_op_blob committed;     /* as of the newest completed checkpoint or restore */
+} shm_ctl_worker;
+
+typedef struct shm_control {
+    shm_lock lock;                   /* results, operator-state sets */
+    _Atomic int32_t service_pid;     /* the live engine's process, 0 none */
+    _Atomic uint32_t service_reader; /* its reader slot (the holder of its pins) */
+    _Atomic uint64_t service_start;
+    uint64_t service_since_ns;
+    char dir[SHM_CTL_DETAIL];     /* where its checkpoints go (workers roll back from it) */
+    _Atomic uint32_t wake;        /* futex: the engine sleeps on it */
+    _Atomic uint32_t finished;    /* futex: bumped when a checkpoint ends */
+    _Atomic uint32_t stop;        /* `stash stop`: the engine exits */
+    _Atomic uint32_t committed_p; /* the parallelism of the committed operator state, 0 none */
+    _Atomic uint64_t requests;    /* checkpoint requests so far */
+    _Atomic uint64_t last_id;     /* the newest id an engine handed out: ids never repeat */
+    _Atomic uint64_t pending;     /* the checkpoint workers cut at their next barrier, 0 none */
+    _Atomic uint64_t completed;   /* the newest committed checkpoint */
+    _Atomic uint64_t aborted;     /* the newest failed one */
+    _Atomic uint32_t history_n;   /* results recorded so far */
+    uint32_t pad;
+    shm_ctl_result history[SHM_CTL_HISTORY];
+    shm_ctl_worker workers[STASH_MAX_WORKERS];
+} shm_control;
+
 /* A process's handle on a mapped arena. */
 struct stash_arena {
     char *base;
@@ -256,6 +316,7 @@ struct stash_arena {
     shm_span *spans;
     shm_table *tables;
     shm_catalog_entry *catalog;
+    struct shm_control *control;
     char *data;
     char path[256];
 };
@@ -432,8 +493,14 @@ void shm_table_tend(stash_arena *a, uint32_t kg);
 /* Owner: pins the current version of key group kg for a reader and starts a
  * new one; returns the pinned version (> 0) or -EBUSY if all pins are taken. */
 int64_t shm_table_pin(stash_arena *a, uint32_t kg);
+/* Owner: pins as shm_table_pin() does, for holder (1 + a reader slot's
+ * index): the pin then outlives the owner while the holder's process lives. */
+int64_t shm_table_pin_for(stash_arena *a, uint32_t kg, uint32_t holder);
 /* Any process: releases a pin; the owner prunes what only it kept. */
 void shm_table_unpin(stash_arena *a, uint32_t kg, uint32_t version);
+/* Any process: releases every pin held for holder in every key group (its
+ * process died, or a new process took its reader slot over). */
+void shm_table_release_holder(stash_arena *a, uint32_t holder);
 /* The record of l as of a pinned version (NULL if absent then). The caller
  * holds the pin, so the versions it sees do not change. */
 shm_rec *shm_table_get_at(stash_arena *a, const shm_lookup *l, uint32_t version);
@@ -483,6 +550,8 @@ int shm_reader_join(stash_arena *a, uint32_t *slot);
  * table: owners then hold their records where they are). */
 bool shm_ebr_readers_active(stash_arena *a);
 void shm_reader_leave(stash_arena *a, uint32_t slot);
+/* Whether holder (1 + a reader slot's index) is held by a live process. */
+bool shm_reader_alive(const stash_arena *a, uint32_t holder);
 /* The oldest epoch a live reader announced, or UINT64_MAX; readers that died
  * are cleared when they hold memory back. */
 uint64_t shm_ebr_min(stash_arena *a, bool check_dead);
@@ -494,6 +563,30 @@ uint64_t shm_ebr_min(stash_arena *a, bool check_dead);
  * or STASH_EKIND if it exists with another kind or options. */
 int shm_catalog_register(stash_arena *a, const char *name, uint32_t kind,
                          const uint8_t options[32]);
+
+/* ------------------------------------------------------------------------ */
+/* The arena file (segment.c).                                                */
+
+/* The file of arena name: opts->path, or /dev/shm/stash.NAME. Returns 0, or
+ * -EINVAL for a bad name, -ENAMETOOLONG. */
+int shm_arena_path(const char *name, const stash_arena_opts *opts, char *path, size_t len);
+
+/* ------------------------------------------------------------------------ */
+/* The control block (control.c).                                             */
+
+void shm_control_init(stash_arena *a);
+/* Sleeps while *word == seen, at most timeout_ns (0: no limit), or until a
+ * wake-up. Returns 0, or -ETIMEDOUT. */
+int shm_futex_wait(_Atomic uint32_t *word, uint32_t seen, uint64_t timeout_ns);
+/* Bumps *word and wakes every process sleeping on it. */
+void shm_futex_wake(_Atomic uint32_t *word);
+/* Whether a live engine serves the arena; its pid in *pid if so. */
+bool shm_service_alive(const stash_arena *a, int32_t *pid);
+/* Copies len bytes into a new run of spans owned by the control block (any
+ * process); *off its offset. Returns 0 or STASH_EFULL. */
+int shm_blob_put(stash_arena *a, const void *data, size_t len, shm_off *off);
+/* Gives a blob's spans back to the pool (any process; 0 is ignored). */
+void shm_blob_free(stash_arena *a, shm_off off);
 
 /* ------------------------------------------------------------------------ */
 /* Consistency (check.c): every invariant of the pool and the heaps.          */

@@ -599,11 +599,16 @@ void shm_table_recover(stash_arena *a, uint32_t kg)
 {
     shm_table *t = &a->tables[kg];
     if (atomic_load(&t->growing)) switch_buckets(a, t);
-    /* Pins belong to checkpoints of the dead owner's key groups, which fail
-     * with it: release them all (a pin stored without its new epoch, never
-     * handed out, included), or nobody ever would. */
-    for (unsigned i = 0; i < SHM_MAX_PINS; i++)
+    /* The owner's own pins belong to checkpoints it took, which fail with it:
+     * release them (a pin stored without its new epoch, never handed out,
+     * included), or nobody ever would. Pins held for a live reader process
+     * (the persistence engine) stay: it releases them itself. */
+    uint32_t holders = atomic_load(&t->pin_holders);
+    for (unsigned i = 0; i < SHM_MAX_PINS; i++) {
+        uint32_t holder = holders >> (8 * i) & 0xffu;
+        if (holder && shm_reader_alive(a, holder)) continue;
         if (atomic_exchange(&t->pins[i], 0)) atomic_fetch_add(&t->pins_gen, 1);
+    }
     shm_ref moving = atomic_load(&t->moving);
     shm_off old = atomic_load(&t->old_buckets);
     if (moving) {
@@ -641,16 +646,38 @@ void shm_table_recover(stash_arena *a, uint32_t kg)
 
 int64_t shm_table_pin(stash_arena *a, uint32_t kg)
 {
+    return shm_table_pin_for(a, kg, 0);
+}
+
+int64_t shm_table_pin_for(stash_arena *a, uint32_t kg, uint32_t holder)
+{
     shm_table *t = &a->tables[kg];
     for (unsigned i = 0; i < SHM_MAX_PINS; i++) {
         if (atomic_load(&t->pins[i])) continue;
         uint32_t v = atomic_load(&t->epoch);
+        /* The holder first: recovery reads it once it sees the pin. */
+        uint32_t hs = atomic_load(&t->pin_holders) & ~(0xffu << (8 * i));
+        atomic_store(&t->pin_holders, hs | (holder & 0xffu) << (8 * i));
         atomic_store(&t->pins[i], v);
         atomic_store(&t->epoch, v + 1);
         return v;
     }
     return shm_fail(-EBUSY, "%s: key group %u already has %u versions pinned", a->path, kg,
                     SHM_MAX_PINS);
+}
+
+void shm_table_release_holder(stash_arena *a, uint32_t holder)
+{
+    for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++) {
+        shm_table *t = &a->tables[kg];
+        uint32_t holders = atomic_load(&t->pin_holders);
+        for (unsigned i = 0; i < SHM_MAX_PINS; i++) {
+            uint32_t v = atomic_load(&t->pins[i]);
+            if (v && (holders >> (8 * i) & 0xffu) == holder &&
+                atomic_compare_exchange_strong(&t->pins[i], &v, 0))
+                atomic_fetch_add(&t->pins_gen, 1);
+        }
+    }
 }
 
 void shm_table_unpin(stash_arena *a, uint32_t kg, uint32_t version)

@@ -123,7 +123,25 @@ static void print_status_json(stash_arena *a, const stash_arena_info *info,
                i ? ", " : "", w[i].index, w[i].parallelism, w[i].pid, state_name(w[i].state),
                w[i].range.first, w[i].range.last, w[i].generation, w[i].previous_pid,
                (unsigned long long)w[i].heartbeat_ns);
-    printf("], \"key_groups\": [");
+    stash_service_info sv;
+    stash_service_info_get(a, &sv);
+    printf("], \"service\": {\"pid\": %d, \"since_ns\": %llu, \"dir\": ", sv.pid,
+           (unsigned long long)sv.since_ns);
+    tool_json_string(sv.dir);
+    printf(", \"pending\": %llu, \"completed\": %llu, \"recent\": [",
+           (unsigned long long)sv.pending, (unsigned long long)sv.completed);
+    for (uint32_t i = 0; i < sv.nrecent; i++) {
+        const stash_checkpoint_info *c = &sv.recent[i];
+        printf("%s{\"id\": %llu, \"status\": %d, \"incremental\": %s, \"started_ns\": %llu, "
+               "\"duration_ns\": %llu, \"bytes\": %llu, \"pause_ns\": %llu, \"detail\": ",
+               i ? ", " : "", (unsigned long long)c->id, c->status,
+               c->incremental ? "true" : "false", (unsigned long long)c->started_ns,
+               (unsigned long long)c->duration_ns, (unsigned long long)c->bytes,
+               (unsigned long long)c->pause_ns);
+        tool_json_string(c->detail);
+        putchar('}');
+    }
+    printf("]}, \"key_groups\": [");
     for (uint32_t kg = 0; kg < info->max_parallelism; kg++) {
         stash_kg_usage u;
         stash_kg_usage_get(a, kg, &u);
@@ -167,13 +185,27 @@ static void print_status_text(stash_arena *a, const stash_arena_info *info,
     }
     printf("memory: %llu bytes used, %llu free in key-group heaps; %u key groups hold data\n",
            (unsigned long long)used, (unsigned long long)fr, busy);
+    stash_service_info sv;
+    stash_service_info_get(a, &sv);
+    if (sv.pid)
+        printf("service: pid %d, checkpoints in %s, newest complete %llu%s\n", sv.pid, sv.dir,
+               (unsigned long long)sv.completed, sv.pending ? " (one being cut)" : "");
+    else
+        printf("service: none running\n");
+    for (uint32_t i = 0; i < sv.nrecent; i++) {
+        const stash_checkpoint_info *c = &sv.recent[i];
+        printf("  checkpoint %llu %s: %.1f ms, %llu bytes%s, longest cut %.1f us: %s\n",
+               (unsigned long long)c->id, c->status ? "failed" : "complete",
+               (double)c->duration_ns / 1e6, (unsigned long long)c->bytes,
+               c->incremental ? " (incremental)" : "", (double)c->pause_ns / 1e3, c->detail);
+    }
 }
 
 int tool_status(int argc, char **argv)
 {
     static const char usage[] = "usage: stash status NAME [--path FILE] [--json]\n"
-                                "Shows the arena's header, its workers and memory per key "
-                                "group.\n";
+                                "Shows the arena's header, its workers, memory per key "
+                                "group,\nits service and its recent checkpoints.\n";
     arena_args args;
     int rc = parse_arena_args(argc, argv, usage, false, &args);
     if (rc) return rc < 0 ? 0 : rc;

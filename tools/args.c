@@ -56,3 +56,34 @@ int tool_fail(const char *what, int err)
         fprintf(stderr, "stash: %s: %s\n", what, stash_strerror(err));
     return 1;
 }
+
+int tool_parse_duration(const char *s, uint64_t *ms)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || s[0] == '-') return -EINVAL;
+    uint64_t unit = strcmp(end, "ms") == 0                         ? 1
+                    : strcmp(end, "s") == 0 || *end == 0           ? 1000
+                    : strcmp(end, "m") == 0 || !strcmp(end, "min") ? 60000
+                    : strcmp(end, "h") == 0                        ? 3600000
+                                                                   : 0;
+    if (!unit || v > UINT64_MAX / unit) return -EINVAL;
+    *ms = v * unit;
+    return 0;
+}
+
+void tool_json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c < 0x20)
+            printf("\\u%04x", c);
+        else
+            putchar(c);
+    }
+    putchar('"');
+}

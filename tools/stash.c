@@ -17,8 +17,11 @@ typedef struct tool_cmd {
 static int bench_main(int argc, char **argv);
 
 static const tool_cmd commands[] = {
+    {"serve", tool_serve, "run the persistence engine of an arena: periodic checkpoints"},
+    {"checkpoint", tool_checkpoint, "take a checkpoint now and wait for it (--json)"},
+    {"stop", tool_stop, "stop an arena's service"},
     {"create", tool_create, "create an arena"},
-    {"status", tool_status, "show an arena's header, workers and memory (--json)"},
+    {"status", tool_status, "show an arena's workers, memory and checkpoints (--json)"},
     {"destroy", tool_destroy, "remove an arena"},
     {"snapshot", tool_snapshot, "look into checkpoints: ls, info, verify, dump, diff"},
     {"bench", bench_main, "measure stash beside its peers (--json, --quick)"},

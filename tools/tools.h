@@ -16,6 +16,11 @@ typedef int tool_main_fn(int argc, char **argv);
 bool tool_wants_help(int argc, char **argv);
 /* Parses a size such as 4096, 64K, 256M or 2G. Returns 0 or -EINVAL. */
 int tool_parse_size(const char *s, uint64_t *out);
+/* Parses a duration such as 500ms, 2s, 1m or 1h (a plain number is seconds)
+ * into milliseconds. Returns 0 or -EINVAL. */
+int tool_parse_duration(const char *s, uint64_t *ms);
+/* Prints s on stdout as a JSON string, quoted and escaped. */
+void tool_json_string(const char *s);
 /* Prints "stash: <what>: <error words> (<detail>)" to stderr; returns 1. */
 int tool_fail(const char *what, int err);
 
@@ -73,5 +78,8 @@ int tool_destroy(int argc, char **argv);
 int tool_status(int argc, char **argv);
 int tool_demo(int argc, char **argv);
 int tool_snapshot(int argc, char **argv);
+int tool_serve(int argc, char **argv);
+int tool_checkpoint(int argc, char **argv);
+int tool_stop(int argc, char **argv);
 
 #endif /* STASH_TOOLS_H */

@@ -1,0 +1,258 @@
+/*
+ * barrier.c: the worker's side of checkpoints (the barrier between records,
+ * the rollback of a replacement) and the requests control commands make to
+ * the engine through the control block (service.h has the protocol).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/opstate.h"
+#include "backends/service.h"
+
+void service_release_cuts(stash_arena *a)
+{
+    for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++) {
+        uint32_t v = atomic_exchange(&a->tables[kg].cut, 0);
+        if (v) shm_table_unpin(a, kg, v);
+    }
+}
+
+/* Releases the cuts of w's own key groups (taken for a checkpoint given up). */
+static void release_own_cuts(stash_worker *w)
+{
+    for (uint32_t kg = w->range.first; kg <= w->range.last; kg++) {
+        uint32_t v = atomic_exchange(&w->arena->tables[kg].cut, 0);
+        if (v) shm_table_unpin(w->arena, kg, v);
+    }
+}
+
+/* Records w's operator state as its pending blob for a checkpoint (the blob
+ * of an earlier one that never completed is freed). */
+static int record_opstate(stash_worker *w)
+{
+    shm_ctl_worker *cw = &w->arena->control->workers[w->slot];
+    snap_buf b = {0};
+    shm_off off = 0;
+    int rc = opstate_encode(w, &b);
+    uint64_t len = b.len;
+    if (rc == 0) rc = shm_blob_put(w->arena, b.data, len, &off);
+    snap_buf_free(&b);
+    if (rc < 0) return rc;
+    shm_off old = atomic_exchange(&cw->pending.off, 0);
+    shm_blob_free(w->arena, old);
+    atomic_store(&cw->pending.len, len);
+    atomic_store(&cw->pending.off, off);
+    return 0;
+}
+
+/* Cuts checkpoint id: operator state recorded, key groups pinned for the
+ * engine, the acknowledgement stored, the engine woken. */
+static int cut(stash_worker *w, uint64_t id)
+{
+    stash_arena *a = w->arena;
+    shm_control *c = a->control;
+    shm_ctl_worker *cw = &c->workers[w->slot];
+    w->cut_id = id;
+    /* An engine that died leaves its request behind: nobody would release the pins. */
+    if (!shm_service_alive(a, NULL)) return 0;
+    uint64_t t0 = shm_now_ns();
+    int rc = record_opstate(w);
+    uint32_t holder = atomic_load(&c->service_reader);
+    for (uint32_t kg = w->range.first; rc == 0 && kg <= w->range.last; kg++) {
+        int64_t v = shm_table_pin_for(a, kg, holder);
+        if (v > 0) atomic_store(&a->tables[kg].cut, (uint32_t)v);
+        /* No pin left: the engine finds no cut for kg and fails the checkpoint. */
+    }
+    atomic_store(&cw->pause_ns, shm_now_ns() - t0);
+    atomic_store(&cw->acked, id);
+    if (atomic_load(&c->aborted) >= id) release_own_cuts(w);
+    shm_futex_wake(&c->wake);
+    return rc;
+}
+
+STASH_API int stash_barrier(stash_worker *worker, stash_event *event)
+{
+    shm_control *c = worker->arena->control;
+    uint64_t pending = atomic_load_explicit(&c->pending, memory_order_acquire);
+    if (pending && pending != worker->cut_id) {
+        shm_clear_error();
+        int rc = cut(worker, pending);
+        if (rc < 0) return rc;
+    }
+    uint64_t done = atomic_load_explicit(&c->completed, memory_order_acquire);
+    if (done > worker->seen_done) {
+        worker->seen_done = done;
+        *event = (stash_event){STASH_CHECKPOINT_COMPLETE, done};
+        return 1;
+    }
+    uint64_t aborted = atomic_load_explicit(&c->aborted, memory_order_acquire);
+    if (aborted > worker->seen_aborted) {
+        worker->seen_aborted = aborted;
+        *event = (stash_event){STASH_CHECKPOINT_ABORTED, aborted};
+        return 1;
+    }
+    return 0;
+}
+
+/* Deletes every entry of key group kg (the owner's, before a rollback). */
+static int clear_kg(stash_arena *a, uint32_t kg)
+{
+    uint8_t *buf = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    uint32_t n = shm_table_positions(a, kg);
+    for (uint32_t pos = 0; pos < n && rc == 0; pos++) {
+        for (shm_ref r = shm_table_bucket(a, kg, pos); r && rc == 0;) {
+            shm_rec *rec = shm_rec_at(a, r);
+            r = atomic_load(&rec->next);
+            if (!shm_rec_live(rec)) continue;
+            /* The lookup's bytes outlive the record the delete retires. */
+            if (state_reserve(&buf, &cap, (size_t)rec->klen + rec->nslen + 1) < 0) {
+                rc = shm_fail(-ENOMEM, "out of memory");
+                break;
+            }
+            memcpy(buf, shm_rec_key(rec), (size_t)rec->klen + rec->nslen);
+            shm_lookup l = {.kg = kg,
+                            .hash = rec->hash,
+                            .state = rec->state,
+                            .klen = rec->klen,
+                            .nslen = rec->nslen,
+                            .key = buf,
+                            .ns = buf + rec->klen};
+            shm_cursor cur;
+            rc = shm_table_find(a, &l, &cur);
+            if (rc == 0) rc = shm_table_delete(a, &l, &cur);
+            /* The chain changed: start the bucket over. */
+            r = rc == 0 ? shm_table_bucket(a, kg, pos) : 0;
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+int worker_rollback(stash_worker *w)
+{
+    stash_arena *a = w->arena;
+    shm_control *c = a->control;
+    char dir[SHM_CTL_DETAIL];
+    if (!shm_service_alive(a, NULL))
+        return shm_fail(STASH_ENOSERVICE, "%s: worker %u cannot roll back: no service runs",
+                        a->path, w->slot);
+    if (shm_lock_acquire(&c->lock, NULL, NULL) < 0) return -EIO;
+    memcpy(dir, c->dir, sizeof dir);
+    shm_lock_release(&c->lock);
+    ioe_engine *e;
+    int rc = ioe_engine_open(&(ioe_opts){0}, &e);
+    if (rc < 0) return shm_fail(rc, "worker %u: no I/O engine for the rollback", w->slot);
+    for (uint32_t kg = w->range.first; rc == 0 && kg <= w->range.last; kg++) rc = clear_kg(a, kg);
+    ckpt_restored out;
+    if (rc == 0) rc = ckpt_restore(a, dir, 0, w->range, e, &out);
+    if (rc == 0) {
+        w->op_p = out.op_parallelism;
+        w->op_blobs = out.op_blobs;
+        w->op_mem = out.op_mem;
+    }
+    ioe_engine_close(e);
+    return rc;
+}
+
+/* ---- control requests ---------------------------------------------------- */
+
+static void info_of(const shm_ctl_result *r, stash_checkpoint_info *out)
+{
+    *out = (stash_checkpoint_info){.id = r->id,
+                                   .status = r->status,
+                                   .incremental = (int)r->incremental,
+                                   .started_ns = r->started_ns,
+                                   .duration_ns = r->duration_ns,
+                                   .bytes = r->bytes,
+                                   .pause_ns = r->pause_ns};
+    memcpy(out->detail, r->detail, sizeof out->detail);
+}
+
+/* The oldest recorded result that answers request ticket, if any. */
+static bool find_result(shm_control *c, uint64_t ticket, stash_checkpoint_info *out)
+{
+    bool found = false;
+    if (shm_lock_acquire(&c->lock, NULL, NULL) < 0) return false;
+    uint32_t n = atomic_load(&c->history_n);
+    uint32_t k = n < SHM_CTL_HISTORY ? n : SHM_CTL_HISTORY;
+    for (uint32_t i = n - k; i < n && !found; i++) {
+        const shm_ctl_result *r = &c->history[i % SHM_CTL_HISTORY];
+        if (r->covers >= ticket) {
+            info_of(r, out);
+            found = true;
+        }
+    }
+    shm_lock_release(&c->lock);
+    return found;
+}
+
+#define POLL_NS 200000000ull /* how often a waiter checks that the engine lives */
+
+STASH_API int stash_checkpoint(stash_arena *arena, uint64_t timeout_ms, stash_checkpoint_info *out)
+{
+    shm_clear_error();
+    shm_control *c = arena->control;
+    if (!shm_service_alive(arena, NULL))
+        return shm_fail(STASH_ENOSERVICE, "%s: no service runs (start one with stash serve)",
+                        arena->path);
+    uint64_t ticket = atomic_fetch_add(&c->requests, 1) + 1;
+    shm_futex_wake(&c->wake);
+    uint64_t deadline = timeout_ms ? shm_now_ns() + timeout_ms * 1000000ull : 0;
+    for (;;) {
+        uint32_t seen = atomic_load(&c->finished);
+        if (find_result(c, ticket, out))
+            return out->status == 0 ? 0
+                                    : shm_fail(STASH_EABORTED, "checkpoint %llu: %s",
+                                               (unsigned long long)out->id, out->detail);
+        if (!shm_service_alive(arena, NULL))
+            return shm_fail(STASH_ENOSERVICE, "%s: the service stopped before the checkpoint",
+                            arena->path);
+        uint64_t now = shm_now_ns();
+        if (deadline && now >= deadline)
+            return shm_fail(-ETIMEDOUT, "%s: no checkpoint finished within %llu ms", arena->path,
+                            (unsigned long long)timeout_ms);
+        uint64_t wait = deadline && deadline - now < POLL_NS ? deadline - now : POLL_NS;
+        shm_futex_wait(&c->finished, seen, wait);
+    }
+}
+
+STASH_API int stash_service_request_stop(stash_arena *arena, uint64_t timeout_ms)
+{
+    shm_clear_error();
+    shm_control *c = arena->control;
+    int32_t pid;
+    if (!shm_service_alive(arena, &pid))
+        return shm_fail(STASH_ENOSERVICE, "%s: no service runs", arena->path);
+    atomic_store(&c->stop, 1);
+    shm_futex_wake(&c->wake);
+    uint64_t deadline = timeout_ms ? shm_now_ns() + timeout_ms * 1000000ull : 0;
+    while (shm_service_alive(arena, NULL)) {
+        if (deadline && shm_now_ns() >= deadline)
+            return shm_fail(-ETIMEDOUT, "%s: the service (pid %d) did not stop within %llu ms",
+                            arena->path, pid, (unsigned long long)timeout_ms);
+        uint32_t seen = atomic_load(&c->finished);
+        shm_futex_wait(&c->finished, seen, 50000000ull);
+    }
+    return 0;
+}
+
+STASH_API int stash_service_info_get(stash_arena *arena, stash_service_info *out)
+{
+    shm_control *c = arena->control;
+    memset(out, 0, sizeof *out);
+    int32_t pid = 0;
+    if (shm_service_alive(arena, &pid)) out->pid = pid;
+    if (shm_lock_acquire(&c->lock, NULL, NULL) < 0) return -EIO;
+    out->since_ns = c->service_since_ns;
+    memcpy(out->dir, c->dir, sizeof out->dir);
+    out->pending = atomic_load(&c->pending);
+    out->completed = atomic_load(&c->completed);
+    uint32_t n = atomic_load(&c->history_n);
+    for (uint32_t i = 0; i < SHM_CTL_HISTORY && i < n; i++)
+        info_of(&c->history[(n - 1 - i) % SHM_CTL_HISTORY], &out->recent[out->nrecent++]);
+    shm_lock_release(&c->lock);
+    return 0;
+}

@@ -1,0 +1,353 @@
+/*
+ * opstate.c: operator state (Flink's DefaultOperatorStateBackend): per
+ * worker, not per key. A worker keeps its operator states in its own memory
+ * and records them at each barrier as one blob in the control block; the
+ * engine writes the blobs of a checkpoint into its metadata. A worker that
+ * starts takes its operator state from the blobs of the newest complete
+ * checkpoint (or restore), redistributed when the parallelism changed:
+ * split lists are dealt out in contiguous chunks, union lists go whole to
+ * everyone, and broadcast state of worker i comes from old worker i mod p.
+ *
+ * A blob: u32 count of states, then per state u16 state id, u16 kind, u32
+ * entries, then the entries: u32 length and bytes for lists; u32 key
+ * length, u32 value length, key and value for broadcast maps.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/opstate.h"
+
+static bool is_list_kind(stash_kind k)
+{
+    return k == STASH_OP_LIST || k == STASH_OP_UNION;
+}
+
+static void entries_free(op_entries *e)
+{
+    for (size_t i = 0; i < e->n; i++) free(e->mem[i]);
+    free(e->mem);
+    free(e->keys);
+    free(e->values);
+    *e = (op_entries){0};
+}
+
+void opstate_free(stash_state *s)
+{
+    entries_free(&s->op);
+}
+
+/* Appends a copy of (key, value) to e; key is unused (NULL) for lists. */
+static int entries_add(op_entries *e, const void *k, size_t klen, const void *v, size_t vlen)
+{
+    if (e->n == e->cap) {
+        size_t cap = e->cap ? 2 * e->cap : 8;
+        uint8_t **mem = realloc(e->mem, cap * sizeof *mem);
+        if (mem) e->mem = mem;
+        stash_bytes *keys = mem ? realloc(e->keys, cap * sizeof *keys) : NULL;
+        if (keys) e->keys = keys;
+        stash_bytes *values = keys ? realloc(e->values, cap * sizeof *values) : NULL;
+        if (!values) return shm_fail(-ENOMEM, "out of memory");
+        e->values = values;
+        e->cap = cap;
+    }
+    uint8_t *m = malloc(klen + vlen + 1);
+    if (!m) return shm_fail(-ENOMEM, "out of memory");
+    if (klen) memcpy(m, k, klen);
+    if (vlen) memcpy(m + klen, v, vlen);
+    e->mem[e->n] = m;
+    e->keys[e->n] = (stash_bytes){m, klen};
+    e->values[e->n] = (stash_bytes){m + klen, vlen};
+    e->n++;
+    return 0;
+}
+
+static int check_kind(const stash_state *s, bool list)
+{
+    if (list ? is_list_kind(s->kind) : s->kind == STASH_OP_BROADCAST) return 0;
+    return shm_fail(STASH_EKIND, "state %u is not %s operator state", s->id,
+                    list ? "list" : "broadcast");
+}
+
+STASH_API int stash_op_list_get(stash_state *state, const stash_bytes **elements, size_t *n)
+{
+    int rc = check_kind(state, true);
+    if (rc) return rc;
+    *elements = state->op.values;
+    *n = state->op.n;
+    return 0;
+}
+
+STASH_API int stash_op_list_add(stash_state *state, const void *value, size_t len)
+{
+    int rc = check_kind(state, true);
+    return rc ? rc : entries_add(&state->op, NULL, 0, value, len);
+}
+
+STASH_API int stash_op_list_update(stash_state *state, const stash_bytes *values, size_t n)
+{
+    int rc = check_kind(state, true);
+    if (rc) return rc;
+    op_entries fresh = {0};
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = entries_add(&fresh, NULL, 0, values[i].data, values[i].len);
+    if (rc) {
+        entries_free(&fresh);
+        return rc;
+    }
+    entries_free(&state->op);
+    state->op = fresh;
+    return 0;
+}
+
+static ssize_t broadcast_find(const stash_state *s, const void *k, size_t klen)
+{
+    for (size_t i = 0; i < s->op.n; i++)
+        if (s->op.keys[i].len == klen && memcmp(s->op.keys[i].data, k, klen) == 0)
+            return (ssize_t)i;
+    return -1;
+}
+
+STASH_API int stash_broadcast_get(stash_state *state, const void *k, size_t klen, stash_bytes *out)
+{
+    int rc = check_kind(state, false);
+    if (rc) return rc;
+    ssize_t i = broadcast_find(state, k, klen);
+    if (i < 0) return STASH_ENOTFOUND;
+    *out = state->op.values[i];
+    return 0;
+}
+
+static void broadcast_drop(op_entries *e, size_t i)
+{
+    free(e->mem[i]);
+    e->n--;
+    e->mem[i] = e->mem[e->n];
+    e->keys[i] = e->keys[e->n];
+    e->values[i] = e->values[e->n];
+}
+
+STASH_API int stash_broadcast_put(stash_state *state, const void *k, size_t klen, const void *value,
+                                  size_t len)
+{
+    int rc = check_kind(state, false);
+    if (rc) return rc;
+    ssize_t old = broadcast_find(state, k, klen);
+    rc = entries_add(&state->op, k, klen, value, len);
+    if (rc == 0 && old >= 0) broadcast_drop(&state->op, (size_t)old);
+    return rc;
+}
+
+STASH_API int stash_broadcast_remove(stash_state *state, const void *k, size_t klen)
+{
+    int rc = check_kind(state, false);
+    if (rc) return rc;
+    ssize_t i = broadcast_find(state, k, klen);
+    if (i >= 0) broadcast_drop(&state->op, (size_t)i);
+    return 0;
+}
+
+STASH_API int stash_broadcast_entries(stash_state *state, const stash_bytes **keys,
+                                      const stash_bytes **values, size_t *n)
+{
+    int rc = check_kind(state, false);
+    if (rc) return rc;
+    *keys = state->op.keys;
+    *values = state->op.values;
+    *n = state->op.n;
+    return 0;
+}
+
+/* ---- blobs ---------------------------------------------------------------- */
+
+static int put(snap_buf *b, const void *p, size_t n)
+{
+    if (state_reserve(&b->data, &b->cap, b->len + n) < 0) return -ENOMEM;
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+static int put_u32(snap_buf *b, uint32_t x)
+{
+    return put(b, &x, 4);
+}
+
+int opstate_encode(stash_worker *w, snap_buf *out)
+{
+    uint32_t count = 0;
+    out->len = 0;
+    int rc = put_u32(out, 0);
+    for (stash_state *s = w->states; s && rc == 0; s = s->next) {
+        if (!opstate_kind(s->kind)) continue;
+        uint16_t head[2] = {s->id, (uint16_t)s->kind};
+        rc = put(out, head, sizeof head);
+        if (rc == 0) rc = put_u32(out, (uint32_t)s->op.n);
+        for (size_t i = 0; i < s->op.n && rc == 0; i++) {
+            if (s->kind == STASH_OP_BROADCAST) rc = put_u32(out, (uint32_t)s->op.keys[i].len);
+            if (rc == 0) rc = put_u32(out, (uint32_t)s->op.values[i].len);
+            if (rc == 0 && s->kind == STASH_OP_BROADCAST)
+                rc = put(out, s->op.keys[i].data, s->op.keys[i].len);
+            if (rc == 0) rc = put(out, s->op.values[i].data, s->op.values[i].len);
+        }
+        count++;
+    }
+    if (rc) return shm_fail(-ENOMEM, "out of memory");
+    memcpy(out->data, &count, 4);
+    return 0;
+}
+
+/* A cursor over a blob that trusts no byte of it. */
+typedef struct reader {
+    const uint8_t *p;
+    size_t len, at;
+    const char *what; /* names the blob in errors */
+} reader;
+
+static int take(reader *r, void *out, size_t n)
+{
+    if (r->len - r->at < n)
+        return shm_fail(STASH_ECORRUPT, "%s: offset %zu: operator state runs past its %zu bytes",
+                        r->what, r->at, r->len);
+    if (out) memcpy(out, r->p + r->at, n);
+    r->at += n;
+    return 0;
+}
+
+/* Calls fn for each state of a blob: (id, kind, entries, ctx) with r at its
+ * first entry; fn must consume the entries (or skip them with skip_entries). */
+typedef int state_fn(reader *r, uint16_t id, uint16_t kind, uint32_t n, void *ctx);
+
+static int skip_entries(reader *r, uint16_t kind, uint32_t n, op_entries *into)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t klen = 0, vlen = 0;
+        int rc = kind == STASH_OP_BROADCAST ? take(r, &klen, 4) : 0;
+        if (rc == 0) rc = take(r, &vlen, 4);
+        size_t at = r->at;
+        if (rc == 0) rc = take(r, NULL, (size_t)klen + vlen);
+        if (rc == 0 && into) rc = entries_add(into, r->p + at, klen, r->p + at + klen, vlen);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int each_state(reader *r, state_fn *fn, void *ctx)
+{
+    uint32_t count = 0;
+    int rc = take(r, &count, 4);
+    for (uint32_t i = 0; i < count && rc == 0; i++) {
+        uint16_t head[2] = {0, 0};
+        uint32_t n = 0;
+        size_t at = r->at;
+        rc = take(r, head, sizeof head);
+        if (rc == 0) rc = take(r, &n, 4);
+        if (rc == 0 && !opstate_kind((stash_kind)head[1]))
+            rc = shm_fail(STASH_ECORRUPT, "%s: offset %zu: kind %u is no operator state", r->what,
+                          at, head[1]);
+        if (rc == 0) rc = fn(r, head[0], head[1], n, ctx);
+    }
+    if (rc == 0 && r->at != r->len)
+        rc = shm_fail(STASH_ECORRUPT, "%s: offset %zu: %zu bytes after the last state", r->what,
+                      r->at, r->len - r->at);
+    return rc;
+}
+
+typedef struct remap_ctx {
+    const uint16_t *ids;
+    uint32_t nids;
+    uint8_t *blob;
+} remap_ctx;
+
+static int remap_one(reader *r, uint16_t id, uint16_t kind, uint32_t n, void *ctx)
+{
+    remap_ctx *m = ctx;
+    size_t at = r->at - 8;
+    if (id >= m->nids || m->ids[id] == 0)
+        return shm_fail(STASH_ECORRUPT, "%s: offset %zu: state %u is not in the metadata", r->what,
+                        at, id);
+    memcpy(m->blob + at, &m->ids[id], 2);
+    return skip_entries(r, kind, n, NULL);
+}
+
+int opstate_remap(uint8_t *blob, size_t len, const uint16_t *ids, uint32_t nids, const char *what)
+{
+    reader r = {blob, len, 0, what};
+    remap_ctx m = {ids, nids, blob};
+    return len ? each_state(&r, remap_one, &m) : 0;
+}
+
+typedef struct gather_ctx {
+    const stash_state *s;
+    op_entries *into;
+} gather_ctx;
+
+static int gather_one(reader *r, uint16_t id, uint16_t kind, uint32_t n, void *ctx)
+{
+    gather_ctx *g = ctx;
+    bool mine = id == g->s->id && kind == (uint16_t)g->s->kind;
+    return skip_entries(r, kind, n, mine ? g->into : NULL);
+}
+
+/* Appends the entries of state s in blob to into. */
+static int gather(const stash_state *s, const ckpt_blob *blob, op_entries *into, const char *what)
+{
+    reader r = {blob->data, blob->len, 0, what};
+    gather_ctx g = {s, into};
+    return blob->len ? each_state(&r, gather_one, &g) : 0;
+}
+
+int opstate_load(stash_state *s, uint32_t p, const ckpt_blob *blobs)
+{
+    stash_worker *w = s->w;
+    uint32_t me = w->slot, np = w->parallelism;
+    char what[64];
+    op_entries all = {0};
+    int rc = 0;
+    if (s->kind == STASH_OP_BROADCAST || (s->kind == STASH_OP_LIST && p == np)) {
+        snprintf(what, sizeof what, "operator state of worker %u", me % p);
+        rc = gather(s, &blobs[me % p], &all, what);
+    } else {
+        for (uint32_t i = 0; i < p && rc == 0; i++) {
+            snprintf(what, sizeof what, "operator state of worker %u", i);
+            rc = gather(s, &blobs[i], &all, what);
+        }
+    }
+    if (rc == 0 && s->kind == STASH_OP_LIST && p != np) {
+        /* Contiguous chunks: worker i gets elements [i*n/np, (i+1)*n/np). */
+        size_t lo = all.n * me / np, hi = all.n * (me + 1) / np;
+        op_entries chunk = {0};
+        for (size_t i = lo; i < hi && rc == 0; i++)
+            rc = entries_add(&chunk, NULL, 0, all.values[i].data, all.values[i].len);
+        entries_free(&all);
+        all = chunk;
+    }
+    if (rc) {
+        entries_free(&all);
+        return rc;
+    }
+    entries_free(&s->op);
+    s->op = all;
+    return 0;
+}
+
+int opstate_load_committed(stash_state *s)
+{
+    stash_arena *a = s->w->arena;
+    shm_control *c = a->control;
+    int rc = shm_lock_acquire(&c->lock, NULL, NULL);
+    if (rc < 0) return rc;
+    uint32_t p = atomic_load(&c->committed_p);
+    ckpt_blob *blobs = p ? calloc(p, sizeof *blobs) : NULL;
+    if (p && !blobs) rc = shm_fail(-ENOMEM, "out of memory");
+    for (uint32_t i = 0; blobs && i < p; i++) {
+        shm_off off = atomic_load(&c->workers[i].committed.off);
+        blobs[i] = (ckpt_blob){off ? (const uint8_t *)a->base + off : NULL,
+                               off ? atomic_load(&c->workers[i].committed.len) : 0};
+    }
+    if (blobs) rc = opstate_load(s, p, blobs);
+    shm_lock_release(&c->lock);
+    free(blobs);
+    return rc;
+}

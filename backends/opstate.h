@@ -1,0 +1,23 @@
+/*
+ * opstate.h: operator state's blobs (opstate.c): how a worker records its
+ * operator states at a barrier and gets them back when it starts.
+ */
+#ifndef STASH_OPSTATE_H
+#define STASH_OPSTATE_H
+
+#include "backends/snapshot.h"
+
+/* Encodes every operator state of w into out (replacing its contents). */
+int opstate_encode(stash_worker *w, snap_buf *out);
+/* Checks every byte of a blob and rewrites its state ids through ids (the
+ * metadata's id -> the arena's; 0: unknown); what names the blob in errors. */
+int opstate_remap(uint8_t *blob, size_t len, const uint16_t *ids, uint32_t nids, const char *what);
+/* Sets s to its share of the blobs of p workers (redistributed if p is not
+ * the worker's parallelism). */
+int opstate_load(stash_state *s, uint32_t p, const ckpt_blob *blobs);
+/* Sets s from the control block's committed operator state, if any. */
+int opstate_load_committed(stash_state *s);
+/* Frees what s holds. */
+void opstate_free(stash_state *s);
+
+#endif /* STASH_OPSTATE_H */

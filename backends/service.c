@@ -1,0 +1,501 @@
+/*
+ * service.c: the persistence engine: a thread that serves one arena. It
+ * creates the arena (restoring the newest complete checkpoint) or reattaches
+ * to it, then runs checkpoints one at a time, on an interval or when a
+ * control command asks, through the barrier protocol of service.h: request,
+ * every worker's cut, the asynchronous write, commit, completion.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backends/service.h"
+
+#define DEFAULT_TIMEOUT_MS 60000u
+#define DEFAULT_RETAIN 3u
+#define DEFAULT_FULL_EVERY 10u
+#define IDLE_NS 1000000000ull /* the longest sleep between looks at the workers */
+#define ACK_POLL_NS 100000000ull
+
+struct stash_service {
+    stash_service_opts o;
+    stash_arena *a;
+    ioe_engine *e;
+    char dir[SHM_CTL_DETAIL];
+    uint32_t reader; /* its reader slot (for shm_ebr_enter) */
+    uint32_t holder; /* 1 + the reader slot's index: the holder of its pins */
+    pthread_t thread;
+    _Atomic int quit;
+    _Atomic int stopped;
+    uint64_t next_id;
+    uint64_t served; /* requests answered by checkpoints started so far */
+    uint64_t last_end_ns;
+    uint32_t *cut;  /* per key group: the version the checkpoint in flight reads */
+    uint32_t *base; /* incremental: the versions of base_id, still pinned */
+    uint64_t base_id;
+    uint32_t since_full; /* incremental checkpoints since the last full one */
+};
+
+__attribute__((format(printf, 2, 3))) static void say(stash_service *s, const char *fmt, ...)
+{
+    if (!s->o.log) return;
+    char line[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    s->o.log(s->o.log_ctx, line);
+}
+
+static bool stopping(stash_service *s)
+{
+    return atomic_load(&s->quit) || atomic_load(&s->a->control->stop);
+}
+
+static void unpin_all(stash_arena *a, uint32_t *pins)
+{
+    for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++) {
+        if (pins[kg]) shm_table_unpin(a, kg, pins[kg]);
+        pins[kg] = 0;
+    }
+}
+
+/* ---- one checkpoint --------------------------------------------------------- */
+
+typedef struct outcome {
+    int status;
+    uint64_t bytes;
+    uint64_t pause_ns;
+    bool incremental;
+    char detail[SHM_CTL_DETAIL];
+} outcome;
+
+__attribute__((format(printf, 3, 4))) static int failed(outcome *r, int status, const char *fmt,
+                                                        ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->detail, sizeof r->detail, fmt, ap);
+    va_end(ap);
+    r->status = status < 0 ? status : STASH_EABORTED;
+    return r->status;
+}
+
+/* The parallelism of the live workers, if every index of it is live. */
+static int live_parallelism(stash_service *s, uint32_t *p, outcome *r)
+{
+    stash_worker_info *w = calloc(STASH_MAX_WORKERS, sizeof *w);
+    if (!w) return failed(r, -ENOMEM, "out of memory");
+    size_t n = 0;
+    stash_registry_list(s->a, w, STASH_MAX_WORKERS, &n);
+    *p = 0;
+    /* A dead worker still holds its index: its key groups wait for a replacement. */
+    for (size_t i = 0; i < n; i++)
+        if (w[i].state != STASH_WORKER_FREE) *p = w[i].parallelism;
+    int rc = *p ? 0 : failed(r, 0, "no worker is attached: nothing to cut");
+    for (uint32_t i = 0; rc == 0 && i < *p; i++) {
+        stash_worker_info info;
+        shm_registry_describe(s->a, i, &info);
+        if (info.state != STASH_WORKER_LIVE)
+            rc = failed(r, 0, "worker %u of %u is %s: its key groups cannot be cut", i, *p,
+                        info.state == STASH_WORKER_DEAD ? "dead" : "not attached");
+    }
+    free(w);
+    return rc;
+}
+
+/* Waits until workers 0 .. p-1 have cut checkpoint id. */
+static int await_cuts(stash_service *s, uint64_t id, uint32_t p, uint64_t t0, outcome *r)
+{
+    shm_control *c = s->a->control;
+    uint64_t timeout = (s->o.timeout_ms ? s->o.timeout_ms : DEFAULT_TIMEOUT_MS) * 1000000ull;
+    for (;;) {
+        uint32_t seen = atomic_load(&c->wake), missing = p;
+        for (uint32_t i = 0; i < p; i++) {
+            if (atomic_load(&c->workers[i].acked) == id) {
+                missing--;
+                continue;
+            }
+            stash_worker_info info;
+            shm_registry_describe(s->a, i, &info);
+            if (info.state != STASH_WORKER_LIVE)
+                return failed(r, 0, "worker %u (pid %d) died before its barrier", i, info.pid);
+        }
+        if (missing == 0) return 0;
+        if (stopping(s)) return failed(r, 0, "the service is stopping");
+        uint64_t now = shm_now_ns();
+        if (now - t0 >= timeout) {
+            for (uint32_t i = 0; i < p; i++)
+                if (atomic_load(&c->workers[i].acked) != id)
+                    return failed(r, -ETIMEDOUT, "worker %u reached no barrier within %llu ms", i,
+                                  (unsigned long long)(timeout / 1000000ull));
+        }
+        uint64_t left = timeout - (now - t0);
+        shm_futex_wait(&c->wake, seen, left < ACK_POLL_NS ? left : ACK_POLL_NS);
+    }
+}
+
+/* Takes every key group's cut into s->cut; fails if one has none. */
+static int collect_cuts(stash_service *s, outcome *r)
+{
+    stash_arena *a = s->a;
+    int rc = 0;
+    for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++) {
+        s->cut[kg] = atomic_exchange(&a->tables[kg].cut, 0);
+        if (!s->cut[kg] && rc == 0)
+            rc = failed(r, 0, "key group %u was not cut (its versions are all pinned)", kg);
+    }
+    return rc;
+}
+
+static int write_cut(stash_service *s, uint64_t id, uint32_t p, outcome *r)
+{
+    stash_arena *a = s->a;
+    shm_control *c = a->control;
+    ckpt_blob *blobs = calloc(p, sizeof *blobs);
+    if (!blobs) return failed(r, -ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < p; i++) {
+        shm_off off = atomic_load(&c->workers[i].pending.off);
+        blobs[i] = (ckpt_blob){off ? (const uint8_t *)a->base + off : NULL,
+                               off ? atomic_load(&c->workers[i].pending.len) : 0};
+    }
+    uint32_t full_every = s->o.full_every ? s->o.full_every : DEFAULT_FULL_EVERY;
+    bool delta = s->o.incremental && s->base_id && s->since_full < full_every;
+    ckpt_opts o = {.dir = s->dir,
+                   .id = id,
+                   .lz4 = s->o.lz4,
+                   .incremental = s->o.incremental,
+                   .base_id = delta ? s->base_id : 0,
+                   .base_pins = delta ? s->base : NULL,
+                   .cap_bytes = s->o.storage == STASH_STORAGE_MEMORY
+                                    ? (s->o.memory_cap ? s->o.memory_cap : CKPT_MEMORY_DEFAULT_CAP)
+                                    : 0,
+                   .reader = true,
+                   .reader_slot = s->reader,
+                   .engine = s->e,
+                   .op_parallelism = p,
+                   .op_blobs = blobs};
+    ckpt_written w = {0};
+    int rc = ckpt_write(a, s->cut, &o, &w);
+    if (rc == -E2BIG) {
+        delta = false;
+        o.base_id = 0;
+        o.base_pins = NULL;
+        rc = ckpt_write(a, s->cut, &o, &w);
+    }
+    free(blobs);
+    if (rc) return failed(r, rc, "%s", stash_errmsg());
+    r->bytes = w.data_bytes;
+    r->incremental = delta;
+    if (snprintf(r->detail, sizeof r->detail, "%s/chk-%llu", s->dir, (unsigned long long)id) >=
+        (int)sizeof r->detail)
+        r->detail[sizeof r->detail - 1] = 0;
+    if (s->o.incremental) {
+        /* This cut is the next one's base: its pins stay. */
+        unpin_all(a, s->base);
+        memcpy(s->base, s->cut, a->hdr->max_parallelism * sizeof *s->cut);
+        memset(s->cut, 0, a->hdr->max_parallelism * sizeof *s->cut);
+        s->base_id = id;
+        s->since_full = delta ? s->since_full + 1 : 0;
+    } else {
+        unpin_all(a, s->cut);
+    }
+    return 0;
+}
+
+/* Publishes a finished checkpoint: the result, and on success the workers'
+ * operator state as the committed set. */
+static void publish(stash_service *s, uint64_t id, uint32_t p, uint64_t t0, const outcome *r)
+{
+    shm_control *c = s->a->control;
+    shm_lock_acquire(&c->lock, NULL, NULL);
+    if (r->status == 0) {
+        uint32_t old_p = atomic_load(&c->committed_p);
+        for (uint32_t i = 0; i < (p > old_p ? p : old_p); i++) {
+            shm_ctl_worker *w = &c->workers[i];
+            shm_blob_free(s->a, atomic_exchange(&w->committed.off, 0));
+            if (i >= p) continue;
+            atomic_store(&w->committed.len, atomic_load(&w->pending.len));
+            atomic_store(&w->committed.off, atomic_exchange(&w->pending.off, 0));
+        }
+        atomic_store(&c->committed_p, p);
+    }
+    uint32_t n = atomic_load(&c->history_n);
+    shm_ctl_result *h = &c->history[n % SHM_CTL_HISTORY];
+    *h = (shm_ctl_result){.id = id,
+                          .status = r->status,
+                          .incremental = r->incremental,
+                          .covers = s->served,
+                          .started_ns = t0,
+                          .duration_ns = shm_now_ns() - t0,
+                          .bytes = r->bytes,
+                          .pause_ns = r->pause_ns};
+    memcpy(h->detail, r->detail, sizeof h->detail);
+    atomic_store(&c->history_n, n + 1);
+    if (r->status == 0)
+        atomic_store(&c->completed, id);
+    else
+        atomic_store(&c->aborted, id);
+    shm_lock_release(&c->lock);
+    shm_futex_wake(&c->finished);
+    if (r->status == 0)
+        say(s, "checkpoint %llu complete: %llu bytes%s in %.1f ms, longest cut %.1f us, %s",
+            (unsigned long long)id, (unsigned long long)r->bytes,
+            r->incremental ? " (incremental)" : "", (double)h->duration_ns / 1e6,
+            (double)r->pause_ns / 1e3, r->detail);
+    else
+        say(s, "checkpoint %llu failed after %.1f ms: %s", (unsigned long long)id,
+            (double)h->duration_ns / 1e6, r->detail);
+}
+
+static void run_checkpoint(stash_service *s)
+{
+    stash_arena *a = s->a;
+    shm_control *c = a->control;
+    uint64_t id = s->next_id++, t0 = shm_now_ns();
+    atomic_store(&c->last_id, id);
+    s->served = atomic_load(&c->requests);
+    outcome r = {0};
+    uint32_t p = 0;
+    int rc = live_parallelism(s, &p, &r);
+    if (rc == 0) {
+        atomic_store(&c->pending, id);
+        rc = await_cuts(s, id, p, t0, &r);
+        atomic_store(&c->pending, 0);
+    }
+    for (uint32_t i = 0; rc == 0 && i < p; i++) {
+        uint64_t pause = atomic_load(&c->workers[i].pause_ns);
+        if (pause > r.pause_ns) r.pause_ns = pause;
+    }
+    if (rc == 0) rc = collect_cuts(s, &r);
+    if (rc == 0) rc = write_cut(s, id, p, &r);
+    if (rc) {
+        /* Workers that cut late see the abort and release their own pins. */
+        atomic_store(&c->aborted, id);
+        service_release_cuts(a);
+        unpin_all(a, s->cut);
+    }
+    publish(s, id, p, t0, &r);
+    if (rc == 0) ckpt_retain(s->dir, s->o.retain ? s->o.retain : DEFAULT_RETAIN, s->e);
+    s->last_end_ns = shm_now_ns();
+}
+
+static void *engine_main(void *arg)
+{
+    stash_service *s = arg;
+    shm_control *c = s->a->control;
+    while (!stopping(s)) {
+        uint32_t seen = atomic_load(&c->wake);
+        uint64_t now = shm_now_ns();
+        uint64_t earliest = s->last_end_ns + s->o.min_pause_ms * 1000000ull;
+        uint64_t due =
+            s->o.interval_ms ? s->last_end_ns + s->o.interval_ms * 1000000ull : UINT64_MAX;
+        bool asked = atomic_load(&c->requests) > s->served;
+        if ((asked || now >= due) && now >= earliest) {
+            run_checkpoint(s);
+            continue;
+        }
+        uint64_t until = asked ? earliest : (due > earliest ? due : earliest);
+        uint64_t wait = until > now && until - now < IDLE_NS ? until - now : IDLE_NS;
+        shm_futex_wait(&c->wake, seen, wait);
+    }
+    atomic_store(&s->stopped, 1);
+    return NULL;
+}
+
+/* ---- start and stop ----------------------------------------------------------- */
+
+/* Installs restored operator state as the committed set. */
+static int install_opstate(stash_arena *a, const ckpt_restored *r)
+{
+    shm_control *c = a->control;
+    for (uint32_t i = 0; i < r->op_parallelism; i++) {
+        shm_off off = 0;
+        int rc =
+            r->op_blobs[i].len ? shm_blob_put(a, r->op_blobs[i].data, r->op_blobs[i].len, &off) : 0;
+        if (rc < 0) return rc;
+        atomic_store(&c->workers[i].committed.len, r->op_blobs[i].len);
+        atomic_store(&c->workers[i].committed.off, off);
+    }
+    atomic_store(&c->committed_p, r->op_parallelism);
+    return 0;
+}
+
+/* Creates arena name, filled from the newest complete checkpoint of s->dir
+ * if there is one. It is built under another name and renamed into place,
+ * so that no worker attaches to a half-restored arena. */
+static int create_arena(stash_service *s, const char *name)
+{
+    char path[256], tmp[300];
+    int rc = shm_arena_path(name, s->o.arena, path, sizeof path);
+    if (rc) return rc;
+    snprintf(tmp, sizeof tmp, "%s.restoring", path);
+    stash_arena_opts ao = s->o.arena ? *s->o.arena : (stash_arena_opts){0};
+    ao.path = tmp;
+    ao.flags |= STASH_ARENA_REPLACE;
+    uint64_t id = 0;
+    uint32_t maxp = 0;
+    bool restore = ckpt_newest(s->dir, s->e, &id, &maxp) == 0;
+    if (restore) ao.max_parallelism = maxp;
+    stash_arena *a;
+    rc = stash_arena_create(name, &ao, &a);
+    if (rc) return rc;
+    stash_arena_close(a);
+    if (restore) {
+        stash_worker *w;
+        rc = stash_worker_open(
+            name, &(stash_worker_opts){.index = 0, .parallelism = 1, .arena = &ao}, &w);
+        ckpt_restored out = {0};
+        uint64_t t0 = shm_now_ns();
+        if (rc == 0) rc = ckpt_restore(w->arena, s->dir, 0, w->range, s->e, &out);
+        if (rc == 0) rc = install_opstate(w->arena, &out);
+        if (rc == 0) {
+            shm_control *c = w->arena->control;
+            atomic_store(&c->completed, out.id);
+            atomic_store(&c->last_id, out.id);
+            say(s, "restored checkpoint %llu (%llu records) in %.1f ms%s%s",
+                (unsigned long long)out.id, (unsigned long long)out.records,
+                (double)(shm_now_ns() - t0) / 1e6, out.skipped ? "; passed over: " : "",
+                out.skipped ? out.why : "");
+        }
+        ckpt_restored_free(&out);
+        stash_worker_close(w);
+    }
+    if (rc == 0 && rename(tmp, path) < 0)
+        rc = shm_fail(-errno, "rename %s to %s: %s", tmp, path, strerror(errno));
+    if (rc) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", stash_errmsg());
+        unlink(tmp);
+        return shm_fail(rc, "%s: cannot create the arena: %s", path, why);
+    }
+    return 0;
+}
+
+/* Claims the control block for this process, or STASH_EBUSY. */
+static int claim(stash_service *s)
+{
+    stash_arena *a = s->a;
+    shm_control *c = a->control;
+    int rc = shm_lock_acquire(&c->lock, NULL, NULL);
+    if (rc < 0) return rc;
+    int32_t pid;
+    if (shm_service_alive(a, &pid)) {
+        shm_lock_release(&c->lock);
+        return shm_fail(STASH_EBUSY, "%s: a service (pid %d) already serves the arena", a->path,
+                        pid);
+    }
+    rc = shm_reader_join(a, &s->reader);
+    if (rc < 0) {
+        shm_lock_release(&c->lock);
+        return rc;
+    }
+    s->holder = s->reader - STASH_MAX_WORKERS + 1;
+    /* What a dead engine left: its request (workers that cut it late release
+     * their own pins once they see it aborted), then its pins. */
+    atomic_store(&c->pending, 0);
+    uint64_t last = atomic_load(&c->last_id);
+    if (last > atomic_load(&c->completed) && last > atomic_load(&c->aborted))
+        atomic_store(&c->aborted, last);
+    for (uint32_t h = 1; h <= SHM_READERS; h++)
+        if (h == s->holder || !shm_reader_alive(a, h)) shm_table_release_holder(a, h);
+    service_release_cuts(a);
+    atomic_store(&c->stop, 0);
+    snprintf(c->dir, sizeof c->dir, "%s", s->dir);
+    c->service_since_ns = shm_now_ns();
+    atomic_store(&c->service_reader, s->holder);
+    atomic_store(&c->service_start, shm_proc_start_time(getpid()));
+    atomic_store(&c->service_pid, getpid());
+    shm_lock_release(&c->lock);
+    return 0;
+}
+
+static void release(stash_service *s)
+{
+    if (s->a) {
+        shm_control *c = s->a->control;
+        if (s->base) unpin_all(s->a, s->base);
+        if (s->holder && atomic_load(&c->service_pid) == getpid()) {
+            atomic_store(&c->service_pid, 0);
+            shm_reader_leave(s->a, s->reader);
+            shm_futex_wake(&c->finished);
+        }
+        stash_arena_close(s->a);
+    }
+    ioe_engine_close(s->e);
+    free(s->cut);
+    free(s->base);
+    free(s);
+}
+
+STASH_API int stash_service_start(const char *name, const stash_service_opts *opts,
+                                  stash_service **out)
+{
+    shm_clear_error();
+    stash_service *s = calloc(1, sizeof *s);
+    if (!s) return shm_fail(-ENOMEM, "out of memory");
+    s->o = opts ? *opts : (stash_service_opts){0};
+    int rc = 0;
+    if (s->o.storage == STASH_STORAGE_MEMORY && !s->o.dir)
+        snprintf(s->dir, sizeof s->dir, "/dev/shm/stash.%s.checkpoints", name);
+    else if (!s->o.dir)
+        rc = shm_fail(-EINVAL, "the fs storage needs a checkpoint directory");
+    else if ((size_t)snprintf(s->dir, sizeof s->dir, "%s", s->o.dir) >= sizeof s->dir)
+        rc = shm_fail(-ENAMETOOLONG, "%s: a checkpoint directory of at most %u bytes", s->o.dir,
+                      SHM_CTL_DETAIL - 1);
+    if (rc == 0 && s->o.storage != STASH_STORAGE_FS && s->o.storage != STASH_STORAGE_MEMORY)
+        rc = shm_fail(-EINVAL, "unknown storage %d", (int)s->o.storage);
+    if (rc == 0) rc = ioe_engine_open(&(ioe_opts){0}, &s->e);
+    if (rc == 0) {
+        rc = stash_arena_open(name, s->o.arena, &s->a);
+        if (rc == -ENOENT) {
+            rc = create_arena(s, name);
+            if (rc == 0) rc = stash_arena_open(name, s->o.arena, &s->a);
+        }
+    }
+    if (rc == 0) rc = claim(s);
+    if (rc == 0) {
+        uint32_t maxp = s->a->hdr->max_parallelism;
+        s->cut = calloc(maxp, sizeof *s->cut);
+        s->base = calloc(maxp, sizeof *s->base);
+        if (!s->cut || !s->base) rc = shm_fail(-ENOMEM, "out of memory");
+    }
+    if (rc == 0) {
+        shm_control *c = s->a->control;
+        uint64_t newest = 0;
+        uint32_t maxp;
+        ckpt_newest(s->dir, s->e, &newest, &maxp);
+        uint64_t last = atomic_load(&c->last_id);
+        s->next_id = (newest > last ? newest : last) + 1;
+        s->served = atomic_load(&c->requests);
+        s->last_end_ns = shm_now_ns();
+        rc = -pthread_create(&s->thread, NULL, engine_main, s);
+        if (rc) shm_fail(rc, "cannot start the engine thread");
+    }
+    if (rc) {
+        release(s);
+        return rc;
+    }
+    say(s, "serving %s, checkpoints in %s (next id %llu)", s->a->path, s->dir,
+        (unsigned long long)s->next_id);
+    *out = s;
+    return 0;
+}
+
+STASH_API void stash_service_stop(stash_service *service)
+{
+    if (!service) return;
+    atomic_store(&service->quit, 1);
+    shm_futex_wake(&service->a->control->wake);
+    pthread_join(service->thread, NULL);
+    release(service);
+}
+
+STASH_API int stash_service_stopped(const stash_service *service)
+{
+    return atomic_load(&service->stopped);
+}

@@ -1,0 +1,25 @@
+/*
+ * service.h: what the worker side (barrier.c) and the persistence engine
+ * (service.c) share: the protocol over the arena's control block.
+ *
+ * Checkpoint N: the engine stores pending = N; each worker, at its next
+ * barrier, records its operator state as workers[i].pending, pins each of
+ * its key groups for the engine (tables[kg].cut) and stores acked = N. When
+ * every worker acked, the engine clears pending, takes the cut versions,
+ * writes, commits, and publishes completed = N (or aborted = N). A worker
+ * that cut after the engine gave N up (aborted >= N) releases its own pins;
+ * whichever of the two takes a key group's cut with an exchange unpins it.
+ */
+#ifndef STASH_SERVICE_H
+#define STASH_SERVICE_H
+
+#include "backends/ckpt.h"
+
+/* Rolls the worker's key groups and operator state back to the newest
+ * complete checkpoint of the service's directory. */
+int worker_rollback(stash_worker *w);
+
+/* Releases the pin of every key group's cut (an abandoned checkpoint). */
+void service_release_cuts(stash_arena *a);
+
+#endif /* STASH_SERVICE_H */

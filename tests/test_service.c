@@ -1,0 +1,574 @@
+/*
+ * test_service.c: the persistence engine and the barrier protocol with real
+ * worker processes: checkpoints cut at barriers and completed, notification,
+ * the timeout, a worker killed and replaced (live or rolled back), the
+ * engine killed and restarted, the arena lost and restored, and operator
+ * state redistributed at another parallelism.
+ */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backends/service.h"
+#include "tests/helpers.h"
+
+#define MAXP 16u
+#define KEYS 50u
+
+typedef struct job {
+    char name[96];
+    char dir[128];
+    uint32_t index, p;
+    uint64_t events;    /* process this many events, then wait for a completion */
+    uint64_t want_done; /* exit once a checkpoint at least this id completed */
+    bool never_barrier; /* join and sleep without ever reaching a barrier */
+    bool rollback;
+    int ready; /* with never_barrier: a pipe written once the worker is set up */
+} job;
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *f)
+{
+    (void)st, (void)type, (void)f;
+    return remove(path);
+}
+
+static void make_dir(char *dir, const char *tag)
+{
+    snprintf(dir, 128, "/tmp/stash-test-svc-%s-%d", tag, getpid());
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void drop_dir(const char *dir)
+{
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* The first KEYS keys (u64 values) whose key groups worker index of p owns. */
+static void keys_of(uint32_t index, uint32_t p, uint64_t *keys)
+{
+    stash_kg_range r;
+    stash_kg_range_of(MAXP, p, index, &r);
+    uint32_t n = 0;
+    for (uint64_t k = 0; n < KEYS; k++) {
+        uint32_t kg = stash_key_group(&k, sizeof k, MAXP);
+        if (kg >= r.first && kg <= r.last) keys[n++] = k;
+    }
+}
+
+static stash_service *start_service(const char *name, const char *dir, uint64_t timeout_ms)
+{
+    stash_arena_opts ao = {.size = 32u << 20, .max_parallelism = MAXP};
+    stash_service_opts o = {.arena = &ao, .dir = dir, .timeout_ms = timeout_ms};
+    stash_service *s;
+    int rc = stash_service_start(name, &o, &s);
+    cr_assert_eq(rc, 0, "service: %s", stash_errmsg());
+    return s;
+}
+
+static void wait_live(const char *name, uint32_t n)
+{
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    for (int tries = 0; tries < 5000; tries++) {
+        stash_worker_info w[8];
+        size_t k = 0, live = 0;
+        stash_registry_list(a, w, 8, &k);
+        for (size_t i = 0; i < k && i < 8; i++) live += w[i].state == STASH_WORKER_LIVE;
+        if (live >= n) break;
+        usleep(2000);
+    }
+    stash_arena_close(a);
+}
+
+/* A worker of the counting job: event e adds one to the count of key
+ * keys[e % KEYS]; its operator state (a union list) holds (index, events
+ * done), so a checkpoint always pairs counts with the offset they reached. */
+static int worker_main(void *arg)
+{
+    job *j = arg;
+    stash_worker *w;
+    stash_worker_opts wo = {.index = j->index, .parallelism = j->p, .rollback = j->rollback};
+    if (stash_worker_open(j->name, &wo, &w) < 0) return 10;
+    stash_state *count, *offsets;
+    if (stash_state_get(w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE}, &count) ||
+        stash_state_get(w, &(stash_state_desc){.name = "offsets", .kind = STASH_OP_UNION},
+                        &offsets))
+        return 11;
+    if (j->never_barrier) {
+        if (j->ready && write(j->ready, "", 1) != 1) return 15;
+        pause();
+        return 0;
+    }
+    uint64_t keys[KEYS], e = 0;
+    keys_of(j->index, j->p, keys);
+    /* Go on from the offset this worker's operator state says. */
+    const stash_bytes *el;
+    size_t n;
+    stash_op_list_get(offsets, &el, &n);
+    for (size_t i = 0; i < n; i++)
+        if (test_u64(el[i].data) == j->index) e = test_u64((const uint8_t *)el[i].data + 8);
+    for (;; e++) {
+        if (e < j->events) {
+            stash_key_set(w, &keys[e % KEYS], sizeof keys[0]);
+            uint64_t c = 0;
+            stash_bytes v;
+            if (stash_value_get(count, &v) == 0) c = test_u64(v.data);
+            c++;
+            if (stash_value_put(count, &c, sizeof c) < 0) return 12;
+            uint64_t off[2] = {j->index, e + 1};
+            stash_bytes b = {off, sizeof off};
+            if (stash_op_list_update(offsets, &b, 1) < 0) return 13;
+        } else {
+            usleep(1000);
+        }
+        stash_event ev;
+        int rc = stash_barrier(w, &ev);
+        if (rc < 0) {
+            fprintf(stderr, "worker %u: barrier: %s (%s)\n", j->index, stash_strerror(rc),
+                    stash_errmsg());
+            return 14;
+        }
+        if (rc == 1 && ev.kind == STASH_CHECKPOINT_COMPLETE && ev.checkpoint_id >= j->want_done &&
+            e >= j->events)
+            break;
+    }
+    stash_worker_close(w);
+    return 0;
+}
+
+/* Checks the counts of the arena name against the offsets of its union
+ * list state, at parallelism 1 (every key group). Returns the offsets. */
+static void verify_counts(const char *name, uint32_t old_p, uint64_t *offs)
+{
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 0, .parallelism = 1}, &w), 0,
+                 "%s", stash_errmsg());
+    stash_state *count, *offsets;
+    cr_assert_eq(
+        stash_state_get(w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE}, &count), 0);
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "offsets", .kind = STASH_OP_UNION},
+                                 &offsets),
+                 0);
+    const stash_bytes *el;
+    size_t n;
+    cr_assert_eq(stash_op_list_get(offsets, &el, &n), 0);
+    cr_assert_eq(n, old_p, "a union list holds every worker's elements");
+    for (size_t i = 0; i < n; i++) {
+        uint32_t index = (uint32_t)test_u64(el[i].data);
+        uint64_t off = test_u64((const uint8_t *)el[i].data + 8);
+        cr_assert_lt(index, old_p);
+        offs[index] = off;
+        uint64_t keys[KEYS];
+        keys_of(index, old_p, keys);
+        for (uint32_t k = 0; k < KEYS; k++) {
+            uint64_t want = off / KEYS + (k < off % KEYS), got = 0;
+            stash_bytes v;
+            stash_key_set(w, &keys[k], sizeof keys[k]);
+            if (stash_value_get(count, &v) == 0) got = test_u64(v.data);
+            cr_assert_eq(got, want, "worker %u key %u: count %llu, offset %llu wants %llu", index,
+                         k, (unsigned long long)got, (unsigned long long)off,
+                         (unsigned long long)want);
+        }
+    }
+    stash_worker_close(w);
+}
+
+Test(service, barrier_cut_complete_and_restore_at_another_parallelism)
+{
+    job j[2];
+    char dir[128];
+    make_dir(dir, "basic");
+    const char *name = test_arena_name("svc");
+    stash_service *s = start_service(name, dir, 0);
+    pid_t pids[2];
+    for (uint32_t i = 0; i < 2; i++) {
+        j[i] = (job){.index = i, .p = 2, .events = 20000 + 7 * i, .want_done = 3};
+        snprintf(j[i].name, sizeof j[i].name, "%s", name);
+        pids[i] = test_fork(worker_main, &j[i]);
+    }
+    wait_live(name, 2);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    for (uint64_t id = 1; id <= 3; id++) {
+        stash_checkpoint_info info;
+        int rc = stash_checkpoint(a, 0, &info);
+        cr_assert_eq(rc, 0, "checkpoint: %s", stash_errmsg());
+        cr_assert_eq(info.id, id);
+        cr_assert_eq(info.status, 0);
+        cr_assert(strstr(info.detail, dir), "%s", info.detail);
+    }
+    for (int i = 0; i < 2; i++) cr_assert_eq(test_wait(pids[i]), 0, "worker %d", i);
+    stash_service_info si;
+    stash_service_info_get(a, &si);
+    cr_assert_eq(si.completed, 3);
+    cr_assert_eq(si.nrecent, 3);
+    cr_assert_eq(si.recent[0].id, 3);
+    /* No pin outlives the checkpoints (the engine is not incremental). */
+    for (uint32_t kg = 0; kg < MAXP; kg++)
+        for (unsigned p = 0; p < SHM_MAX_PINS; p++)
+            cr_assert_eq(atomic_load(&a->tables[kg].pins[p]), 0, "kg %u pin %u", kg, p);
+    stash_arena_close(a);
+    stash_service_stop(s);
+    /* The arena lost, as after a reboot: the service restores checkpoint 3. */
+    stash_arena_destroy(name, NULL);
+    s = start_service(name, dir, 0);
+    uint64_t offs[2];
+    verify_counts(name, 2, offs);
+    cr_assert_gt(offs[0], 0);
+    stash_service_stop(s);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
+
+Test(service, a_worker_that_never_reaches_a_barrier_fails_the_checkpoint)
+{
+    char dir[128];
+    make_dir(dir, "timeout");
+    const char *name = test_arena_name("svct");
+    stash_service *s = start_service(name, dir, 300);
+    job j = {.index = 0, .p = 1, .never_barrier = true};
+    snprintf(j.name, sizeof j.name, "%s", name);
+    pid_t pid = test_fork(worker_main, &j);
+    wait_live(name, 1);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_checkpoint_info info;
+    int rc = stash_checkpoint(a, 0, &info);
+    cr_assert_eq(rc, STASH_EABORTED);
+    cr_assert(strstr(info.detail, "worker 0 reached no barrier within 300 ms"), "%s", info.detail);
+    kill(pid, SIGKILL);
+    test_wait(pid);
+    /* The dead worker is named at once, without waiting for the timeout. */
+    rc = stash_checkpoint(a, 0, &info);
+    cr_assert_eq(rc, STASH_EABORTED);
+    cr_assert(strstr(info.detail, "dead"), "%s", info.detail);
+    for (uint32_t kg = 0; kg < MAXP; kg++)
+        for (unsigned p = 0; p < SHM_MAX_PINS; p++)
+            cr_assert_eq(atomic_load(&a->tables[kg].pins[p]), 0);
+    stash_arena_close(a);
+    stash_service_stop(s);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
+
+/* A worker that cuts checkpoint after checkpoint, then blocks in a loop of
+ * barriers: the test kills it with SIGKILL at some moment. */
+static int endless_worker(void *arg)
+{
+    job *j = arg;
+    j->events = UINT64_MAX;
+    return worker_main(j);
+}
+
+Test(service, a_killed_worker_is_replaced_live_or_rolled_back)
+{
+    char dir[128];
+    make_dir(dir, "replace");
+    const char *name = test_arena_name("svcr");
+    stash_service *s = start_service(name, dir, 5000);
+    job j[2];
+    pid_t pids[2];
+    for (uint32_t i = 0; i < 2; i++) {
+        j[i] = (job){.index = i, .p = 2, .want_done = UINT64_MAX};
+        snprintf(j[i].name, sizeof j[i].name, "%s", name);
+        pids[i] = test_fork(endless_worker, &j[i]);
+    }
+    wait_live(name, 2);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_checkpoint_info info;
+    cr_assert_eq(stash_checkpoint(a, 0, &info), 0, "%s", stash_errmsg());
+    usleep(20000);
+    kill(pids[1], SIGKILL);
+    cr_assert_eq(test_wait(pids[1]), 128 + SIGKILL);
+    /* A replacement goes on from the live state (its operator state from the
+     * newest complete checkpoint): the other worker never stopped. */
+    pids[1] = test_fork(endless_worker, &j[1]);
+    wait_live(name, 2);
+    cr_assert_eq(stash_checkpoint(a, 0, &info), 0, "%s", stash_errmsg());
+    uint64_t good = info.id;
+    usleep(20000);
+    kill(pids[1], SIGKILL);
+    test_wait(pids[1]);
+    /* A replacement that rolls back: its key groups and offset as of the
+     * newest complete checkpoint, while worker 0 runs on. */
+    int ready[2];
+    cr_assert_eq(pipe(ready), 0);
+    j[1].rollback = true;
+    j[1].never_barrier = true;
+    j[1].ready = ready[1];
+    pids[1] = test_fork(worker_main, &j[1]);
+    char byte;
+    cr_assert_eq(read(ready[0], &byte, 1), 1, "the replacement set itself up");
+    close(ready[0]);
+    close(ready[1]);
+    kill(pids[0], SIGKILL);
+    kill(pids[1], SIGKILL);
+    test_wait(pids[0]);
+    test_wait(pids[1]);
+    stash_arena_close(a);
+    stash_service_stop(s);
+    /* Worker 1's key groups now hold exactly checkpoint good's counts:
+     * compare with a restore of it. */
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 1, .parallelism = 2}, &w),
+                 0);
+    stash_state *count;
+    stash_state_get(w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE}, &count);
+    uint64_t live[KEYS], keys[KEYS];
+    keys_of(1, 2, keys);
+    for (uint32_t k = 0; k < KEYS; k++) {
+        stash_bytes v;
+        stash_key_set(w, &keys[k], sizeof keys[k]);
+        live[k] = stash_value_get(count, &v) == 0 ? test_u64(v.data) : 0;
+    }
+    stash_worker_close(w);
+    stash_arena_destroy(name, NULL);
+    s = start_service(name, dir, 0);
+    stash_service_info si;
+    stash_arena_open(name, NULL, &a);
+    stash_service_info_get(a, &si);
+    cr_assert_eq(si.completed, good);
+    stash_arena_close(a);
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 1, .parallelism = 2}, &w),
+                 0);
+    stash_state_get(w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE}, &count);
+    for (uint32_t k = 0; k < KEYS; k++) {
+        stash_bytes v;
+        stash_key_set(w, &keys[k], sizeof keys[k]);
+        uint64_t c = stash_value_get(count, &v) == 0 ? test_u64(v.data) : 0;
+        cr_assert_eq(live[k], c, "key %u: rolled back to %llu, the checkpoint has %llu", k,
+                     (unsigned long long)live[k], (unsigned long long)c);
+    }
+    stash_worker_close(w);
+    stash_service_stop(s);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
+
+static int service_child(void *arg)
+{
+    job *j = arg;
+    stash_arena_opts ao = {.size = 32u << 20, .max_parallelism = MAXP};
+    stash_service_opts o = {.arena = &ao, .dir = j->dir, .interval_ms = 5, .incremental = 1};
+    stash_service *s;
+    if (stash_service_start(j->name, &o, &s) < 0) return 20;
+    for (;;) pause();
+}
+
+Test(service, the_engine_killed_and_restarted_loses_nothing)
+{
+    job sj = {0}, wj[2];
+    make_dir(sj.dir, "kill");
+    const char *name = test_arena_name("svck");
+    snprintf(sj.name, sizeof sj.name, "%s", name);
+    pid_t spid = test_fork(service_child, &sj);
+    stash_arena *a = NULL;
+    for (int i = 0; i < 2000 && stash_arena_open(name, NULL, &a) < 0; i++) usleep(2000);
+    cr_assert_not_null(a);
+    pid_t pids[2];
+    for (uint32_t i = 0; i < 2; i++) {
+        wj[i] = (job){.index = i, .p = 2, .want_done = UINT64_MAX};
+        snprintf(wj[i].name, sizeof wj[i].name, "%s", name);
+        pids[i] = test_fork(endless_worker, &wj[i]);
+    }
+    wait_live(name, 2);
+    /* Kill the engine at moments spread over its checkpoints. */
+    for (int round = 0; round < 8; round++) {
+        usleep(30000 + (unsigned)round * 7000);
+        kill(spid, SIGKILL);
+        test_wait(spid);
+        spid = test_fork(service_child, &sj);
+        for (int i = 0; i < 2000; i++) {
+            int32_t pid;
+            if (shm_service_alive(a, &pid) && pid == spid) break;
+            usleep(1000);
+        }
+    }
+    stash_checkpoint_info info;
+    cr_assert_eq(stash_checkpoint(a, 10000, &info), 0, "%s", stash_errmsg());
+    kill(spid, SIGKILL);
+    test_wait(spid);
+    /* Every pin the engines held went with them or was released. */
+    stash_service *s = start_service(name, sj.dir, 0);
+    for (uint32_t kg = 0; kg < MAXP; kg++) {
+        uint32_t held = 0;
+        for (unsigned p = 0; p < SHM_MAX_PINS; p++)
+            held += atomic_load(&a->tables[kg].pins[p]) != 0;
+        cr_assert_eq(held, 0, "key group %u keeps %u pins", kg, held);
+    }
+    for (int i = 0; i < 2; i++) {
+        kill(pids[i], SIGKILL);
+        test_wait(pids[i]);
+    }
+    stash_arena_close(a);
+    stash_service_stop(s);
+    /* The newest complete checkpoint restores, counts matching offsets. */
+    stash_arena_destroy(name, NULL);
+    s = start_service(name, sj.dir, 0);
+    uint64_t offs[2];
+    verify_counts(name, 2, offs);
+    stash_service_stop(s);
+    stash_arena_destroy(name, NULL);
+    drop_dir(sj.dir);
+}
+
+/* Operator state of each kind at parallelism p: worker i's list holds
+ * 10 + i elements (i, k), its union list (i), and its broadcast state
+ * maps "rule" to i (and "w<i>" to i). */
+static int opstate_worker(void *arg)
+{
+    job *j = arg;
+    stash_worker *w;
+    if (stash_worker_open(j->name, &(stash_worker_opts){.index = j->index, .parallelism = j->p},
+                          &w) < 0)
+        return 10;
+    stash_state *list, *uni, *bc;
+    if (stash_state_get(w, &(stash_state_desc){.name = "list", .kind = STASH_OP_LIST}, &list) ||
+        stash_state_get(w, &(stash_state_desc){.name = "union", .kind = STASH_OP_UNION}, &uni) ||
+        stash_state_get(w, &(stash_state_desc){.name = "bc", .kind = STASH_OP_BROADCAST}, &bc))
+        return 11;
+    for (uint32_t k = 0; k < 10 + j->index; k++) {
+        uint32_t el[2] = {j->index, k};
+        stash_op_list_add(list, el, sizeof el);
+    }
+    stash_op_list_add(uni, &j->index, sizeof j->index);
+    char key[8];
+    snprintf(key, sizeof key, "w%u", j->index);
+    stash_broadcast_put(bc, "rule", 4, &j->index, sizeof j->index);
+    stash_broadcast_put(bc, key, strlen(key), &j->index, sizeof j->index);
+    for (;;) {
+        stash_event ev;
+        int rc = stash_barrier(w, &ev);
+        if (rc < 0) return 12;
+        if (rc == 1 && ev.kind == STASH_CHECKPOINT_COMPLETE) break;
+        usleep(1000);
+    }
+    stash_worker_close(w);
+    return 0;
+}
+
+static void redistribute(uint32_t from, uint32_t to)
+{
+    char dir[128];
+    make_dir(dir, "ops");
+    const char *name = test_arena_name("svco");
+    stash_service *s = start_service(name, dir, 0);
+    job j[4];
+    pid_t pids[4];
+    for (uint32_t i = 0; i < from; i++) {
+        j[i] = (job){.index = i, .p = from};
+        snprintf(j[i].name, sizeof j[i].name, "%s", name);
+        pids[i] = test_fork(opstate_worker, &j[i]);
+    }
+    wait_live(name, from);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_checkpoint_info info;
+    cr_assert_eq(stash_checkpoint(a, 0, &info), 0, "%s", stash_errmsg());
+    for (uint32_t i = 0; i < from; i++) cr_assert_eq(test_wait(pids[i]), 0);
+    stash_arena_close(a);
+    stash_service_stop(s);
+    stash_arena_destroy(name, NULL);
+    s = start_service(name, dir, 0);
+    uint32_t total = 0, seen_list = 0;
+    for (uint32_t i = 0; i < from; i++) total += 10 + i;
+    for (uint32_t i = 0; i < to; i++) {
+        stash_worker *w;
+        cr_assert_eq(
+            stash_worker_open(name, &(stash_worker_opts){.index = i, .parallelism = to}, &w), 0,
+            "%s", stash_errmsg());
+        stash_state *list, *uni, *bc;
+        stash_state_get(w, &(stash_state_desc){.name = "list", .kind = STASH_OP_LIST}, &list);
+        stash_state_get(w, &(stash_state_desc){.name = "union", .kind = STASH_OP_UNION}, &uni);
+        stash_state_get(w, &(stash_state_desc){.name = "bc", .kind = STASH_OP_BROADCAST}, &bc);
+        const stash_bytes *el;
+        size_t n;
+        cr_assert_eq(stash_op_list_get(list, &el, &n), 0);
+        /* Contiguous chunks of the lists in worker order. */
+        size_t lo = (size_t)total * i / to, hi = (size_t)total * (i + 1) / to;
+        cr_assert_eq(n, hi - lo, "worker %u of %u: %zu list elements, want %zu", i, to, n, hi - lo);
+        for (size_t e = 0; e < n; e++) {
+            uint32_t got[2], at = (uint32_t)(lo + e), owner = 0;
+            memcpy(got, el[e].data, sizeof got);
+            while (at >= 10 + owner) at -= 10 + owner++;
+            cr_assert(got[0] == owner && got[1] == at, "element %zu of worker %u", lo + e, i);
+        }
+        seen_list += (uint32_t)n;
+        cr_assert_eq(stash_op_list_get(uni, &el, &n), 0);
+        cr_assert_eq(n, from, "the union list goes whole to every worker");
+        for (size_t e = 0; e < n; e++) cr_assert_eq(test_int(el[e].data), (int)e);
+        stash_bytes v;
+        cr_assert_eq(stash_broadcast_get(bc, "rule", 4, &v), 0);
+        cr_assert_eq(test_int(v.data), (int)(i % from), "broadcast state from i mod p");
+        const stash_bytes *ks, *vs;
+        cr_assert_eq(stash_broadcast_entries(bc, &ks, &vs, &n), 0);
+        cr_assert_eq(n, 2);
+        stash_worker_close(w);
+    }
+    cr_assert_eq(seen_list, total);
+    stash_service_stop(s);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
+
+Test(service, operator_state_scales_down)
+{
+    redistribute(3, 2);
+}
+
+Test(service, operator_state_scales_up)
+{
+    redistribute(2, 3);
+}
+
+Test(service, operator_state_api_refuses_other_kinds)
+{
+    char name[96];
+    stash_arena *a = test_arena_create("svcapi", 0, MAXP, name);
+    stash_arena_close(a);
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0);
+    stash_state *list, *bc, *val;
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "l", .kind = STASH_OP_LIST}, &list),
+                 0);
+    cr_assert_eq(
+        stash_state_get(w, &(stash_state_desc){.name = "b", .kind = STASH_OP_BROADCAST}, &bc), 0);
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &val),
+                 0);
+    cr_assert_eq(
+        stash_state_get(
+            w, &(stash_state_desc){.name = "t", .kind = STASH_OP_LIST, .ttl = {.ttl_ms = 5}}, &val),
+        -EINVAL);
+    stash_bytes v;
+    cr_assert_eq(stash_broadcast_get(list, "k", 1, &v), STASH_EKIND);
+    cr_assert_eq(stash_op_list_add(bc, "x", 1), STASH_EKIND);
+    cr_assert_eq(stash_broadcast_put(bc, "k", 1, "1", 1), 0);
+    cr_assert_eq(stash_broadcast_put(bc, "k", 1, "22", 2), 0);
+    cr_assert_eq(stash_broadcast_get(bc, "k", 1, &v), 0);
+    cr_assert_eq(v.len, 2);
+    cr_assert_eq(stash_broadcast_remove(bc, "k", 1), 0);
+    cr_assert_eq(stash_broadcast_get(bc, "k", 1, &v), STASH_ENOTFOUND);
+    stash_bytes two[2] = {{"a", 1}, {"bb", 2}};
+    const stash_bytes *el;
+    size_t n;
+    cr_assert_eq(stash_op_list_update(list, two, 2), 0);
+    cr_assert_eq(stash_op_list_get(list, &el, &n), 0);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(el[1].len, 2);
+    /* Without a service there is nothing to cut and nobody to ask. */
+    stash_event ev;
+    cr_assert_eq(stash_barrier(w, &ev), 0);
+    stash_checkpoint_info info;
+    cr_assert_eq(stash_checkpoint(w->arena, 100, &info), STASH_ENOSERVICE);
+    stash_worker_close(w);
+    cr_assert_eq(stash_worker_open(
+                     name, &(stash_worker_opts){.index = 0, .parallelism = 1, .rollback = 1}, &w),
+                 STASH_ENOSERVICE);
+    stash_arena_destroy(name, NULL);
+}

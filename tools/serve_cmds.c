@@ -1,0 +1,217 @@
+/*
+ * serve_cmds.c: `stash serve`, `stash checkpoint` and `stash stop`: the
+ * persistence engine as a process, and the control commands that reach it
+ * through the arena's control block.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "include/stash.h"
+#include "tools/tools.h"
+
+static void log_line(void *ctx, const char *line)
+{
+    (void)ctx;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    char when[32];
+    strftime(when, sizeof when, "%H:%M:%S", localtime(&ts.tv_sec));
+    printf("%s.%03ld %s\n", when, ts.tv_nsec / 1000000, line);
+    fflush(stdout);
+}
+
+int tool_serve(int argc, char **argv)
+{
+    static const char usage[] =
+        "usage: stash serve NAME [--storage fs|memory] [--dir DIR] [--interval DURATION]\n"
+        "                        [--min-pause DURATION] [--timeout DURATION] [--retain K]\n"
+        "                        [--incremental] [--full-every M] [--lz4] [--memory-cap SIZE]\n"
+        "                        [--backend heap] [--path FILE] [--size SIZE]\n"
+        "                        [--max-parallelism N]\n"
+        "Runs the persistence engine of the arena NAME until SIGTERM, SIGINT or `stash stop`.\n"
+        "An existing arena is reattached; a missing one is created (SIZE bytes, N key\n"
+        "groups) and restored from the newest complete checkpoint in DIR if there is one.\n"
+        "Checkpoints go to DIR (fs, required) or /dev/shm/stash.NAME.checkpoints (memory,\n"
+        "each at most SIZE of --memory-cap, 5M by default), every DURATION of --interval\n"
+        "(none: only on `stash checkpoint`), one at a time, at least --min-pause apart; a\n"
+        "checkpoint that a worker does not cut within --timeout (60s) fails. The newest K\n"
+        "complete ones are kept (3). --incremental writes only what changed, with a full\n"
+        "checkpoint every M (10). One line is logged per checkpoint. DURATION: 500ms,\n"
+        "2s, 1m (a plain number is seconds).\n";
+    if (tool_wants_help(argc, argv)) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    const char *name = NULL;
+    stash_arena_opts ao = {0};
+    stash_service_opts o = {.arena = &ao, .log = log_line};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        uint64_t n;
+        bool ok = true, takes = val != NULL;
+        if (strcmp(a, "--incremental") == 0) {
+            o.incremental = 1;
+            takes = false;
+        } else if (strcmp(a, "--lz4") == 0) {
+            o.lz4 = 1;
+            takes = false;
+        } else if (a[0] != '-' && !name) {
+            name = a;
+            takes = false;
+        } else if (!val) {
+            ok = false;
+        } else if (strcmp(a, "--storage") == 0) {
+            ok = strcmp(val, "fs") == 0 || strcmp(val, "memory") == 0;
+            o.storage = strcmp(val, "memory") == 0 ? STASH_STORAGE_MEMORY : STASH_STORAGE_FS;
+        } else if (strcmp(a, "--backend") == 0) {
+            if (strcmp(val, "heap") != 0) {
+                fprintf(stderr, "stash serve: backend '%s' is not available (heap is)\n", val);
+                return 2;
+            }
+        } else if (strcmp(a, "--dir") == 0) {
+            o.dir = val;
+        } else if (strcmp(a, "--path") == 0) {
+            ao.path = val;
+        } else if (strcmp(a, "--interval") == 0) {
+            ok = tool_parse_duration(val, &o.interval_ms) == 0;
+        } else if (strcmp(a, "--min-pause") == 0) {
+            ok = tool_parse_duration(val, &o.min_pause_ms) == 0;
+        } else if (strcmp(a, "--timeout") == 0) {
+            ok = tool_parse_duration(val, &o.timeout_ms) == 0 && o.timeout_ms > 0;
+        } else if (strcmp(a, "--retain") == 0) {
+            ok = tool_parse_size(val, &n) == 0 && n > 0 && n <= 1000;
+            o.retain = (uint32_t)n;
+        } else if (strcmp(a, "--full-every") == 0) {
+            ok = tool_parse_size(val, &n) == 0 && n > 0 && n <= 64;
+            o.full_every = (uint32_t)n;
+        } else if (strcmp(a, "--memory-cap") == 0) {
+            ok = tool_parse_size(val, &o.memory_cap) == 0 && o.memory_cap > 0;
+        } else if (strcmp(a, "--size") == 0) {
+            ok = tool_parse_size(val, &ao.size) == 0;
+        } else if (strcmp(a, "--max-parallelism") == 0) {
+            ok = tool_parse_size(val, &n) == 0 && n > 0 && n <= STASH_MAX_MAX_PARALLELISM;
+            ao.max_parallelism = (uint32_t)n;
+        } else {
+            ok = false;
+        }
+        if (!ok) {
+            fprintf(stderr, "stash serve: bad or incomplete argument '%s%s%s'\n%s", a,
+                    takes ? " " : "", takes ? val : "", usage);
+            return 2;
+        }
+        if (takes) i++;
+    }
+    if (!name) {
+        fprintf(stderr, "stash serve: missing arena NAME\n%s", usage);
+        return 2;
+    }
+    if (o.storage == STASH_STORAGE_FS && !o.dir) {
+        fprintf(stderr, "stash serve: the fs storage needs --dir DIR\n%s", usage);
+        return 2;
+    }
+    /* Blocked before the engine's thread starts, so that it inherits the mask. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    sigprocmask(SIG_BLOCK, &sigs, NULL);
+    stash_service *svc;
+    int rc = stash_service_start(name, &o, &svc);
+    if (rc < 0) return tool_fail("serve", rc);
+    const struct timespec tick = {0, 200000000};
+    int sig = -1;
+    while (sig < 0 && !stash_service_stopped(svc)) sig = sigtimedwait(&sigs, NULL, &tick);
+    log_line(NULL, sig > 0 ? (sig == SIGTERM ? "SIGTERM: stopping" : "SIGINT: stopping")
+                           : "stop requested: stopping");
+    stash_service_stop(svc);
+    log_line(NULL, "stopped");
+    return 0;
+}
+
+/* Parses NAME [--path FILE] [--timeout DURATION] [--json]. */
+typedef struct control_args {
+    const char *name;
+    stash_arena_opts opts;
+    uint64_t timeout_ms;
+    bool json;
+} control_args;
+
+static int parse_control(int argc, char **argv, const char *usage, control_args *out)
+{
+    if (tool_wants_help(argc, argv)) {
+        fputs(usage, stdout);
+        return -1;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--path") == 0 && val) {
+            out->opts.path = argv[++i];
+        } else if (strcmp(a, "--timeout") == 0 && val &&
+                   tool_parse_duration(val, &out->timeout_ms) == 0) {
+            i++;
+        } else if (strcmp(a, "--json") == 0) {
+            out->json = true;
+        } else if (a[0] != '-' && !out->name) {
+            out->name = a;
+        } else {
+            fprintf(stderr, "stash %s: bad or incomplete argument '%s'\n%s", argv[0], a, usage);
+            return 2;
+        }
+    }
+    if (!out->name) {
+        fprintf(stderr, "stash %s: missing arena NAME\n%s", argv[0], usage);
+        return 2;
+    }
+    return 0;
+}
+
+int tool_checkpoint(int argc, char **argv)
+{
+    static const char usage[] =
+        "usage: stash checkpoint NAME [--path FILE] [--timeout DURATION] [--json]\n"
+        "Asks the service of the arena NAME for a checkpoint and waits until it is complete\n"
+        "(at most --timeout; none by default); prints its id and directory. Exit code 1 if\n"
+        "it failed (the reason is printed), no service runs, or the time ran out.\n";
+    control_args args = {0};
+    int rc = parse_control(argc, argv, usage, &args);
+    if (rc) return rc < 0 ? 0 : rc;
+    stash_arena *a;
+    rc = stash_arena_open(args.name, &args.opts, &a);
+    if (rc < 0) return tool_fail("checkpoint", rc);
+    stash_checkpoint_info info;
+    rc = stash_checkpoint(a, args.timeout_ms, &info);
+    stash_arena_close(a);
+    if (rc < 0 && rc != STASH_EABORTED) return tool_fail("checkpoint", rc);
+    if (args.json) {
+        printf("{\"id\": %llu, \"status\": %d, \"incremental\": %s, \"bytes\": %llu, "
+               "\"duration_ns\": %llu, \"pause_ns\": %llu, \"%s\": ",
+               (unsigned long long)info.id, info.status, info.incremental ? "true" : "false",
+               (unsigned long long)info.bytes, (unsigned long long)info.duration_ns,
+               (unsigned long long)info.pause_ns, rc ? "error" : "path");
+        tool_json_string(info.detail);
+        printf("}\n");
+    } else if (rc == 0) {
+        printf("checkpoint %llu %s\n", (unsigned long long)info.id, info.detail);
+    }
+    if (rc) return tool_fail("checkpoint", rc);
+    return 0;
+}
+
+int tool_stop(int argc, char **argv)
+{
+    static const char usage[] =
+        "usage: stash stop NAME [--path FILE] [--timeout DURATION]\n"
+        "Asks the service of the arena NAME to stop (a checkpoint in flight finishes or\n"
+        "fails first) and waits until it has (at most --timeout; none by default).\n";
+    control_args args = {0};
+    int rc = parse_control(argc, argv, usage, &args);
+    if (rc) return rc < 0 ? 0 : rc;
+    stash_arena *a = NULL;
+    rc = stash_arena_open(args.name, &args.opts, &a);
+    if (rc == 0) rc = stash_service_request_stop(a, args.timeout_ms);
+    stash_arena_close(a);
+    return rc < 0 ? tool_fail("stop", rc) : 0;
+}
