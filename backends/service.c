@@ -85,7 +85,8 @@ __attribute__((format(printf, 3, 4))) static int failed(outcome *r, int status, 
     return r->status;
 }
 
-/* The parallelism of the live workers, if every index of it is live. */
+/* The parallelism of the workers (0 if there are none), if every index of
+ * it is live. */
 static int live_parallelism(stash_service *s, uint32_t *p, outcome *r)
 {
     stash_worker_info *w = calloc(STASH_MAX_WORKERS, sizeof *w);
@@ -96,7 +97,7 @@ static int live_parallelism(stash_service *s, uint32_t *p, outcome *r)
     /* A dead worker still holds its index: its key groups wait for a replacement. */
     for (size_t i = 0; i < n; i++)
         if (w[i].state != STASH_WORKER_FREE) *p = w[i].parallelism;
-    int rc = *p ? 0 : failed(r, 0, "no worker is attached: nothing to cut");
+    int rc = 0;
     for (uint32_t i = 0; rc == 0 && i < *p; i++) {
         stash_worker_info info;
         shm_registry_describe(s->a, i, &info);
@@ -152,16 +153,20 @@ static int collect_cuts(stash_service *s, outcome *r)
     return rc;
 }
 
+/* Writes the cut key groups with the operator state of p workers: their
+ * blobs of this cut, or with p 0 (no worker) the committed set. */
 static int write_cut(stash_service *s, uint64_t id, uint32_t p, outcome *r)
 {
     stash_arena *a = s->a;
     shm_control *c = a->control;
-    ckpt_blob *blobs = calloc(p, sizeof *blobs);
+    uint32_t np = p ? p : atomic_load(&c->committed_p);
+    ckpt_blob *blobs = calloc(np ? np : 1, sizeof *blobs);
     if (!blobs) return failed(r, -ENOMEM, "out of memory");
-    for (uint32_t i = 0; i < p; i++) {
-        shm_off off = atomic_load(&c->workers[i].pending.off);
+    for (uint32_t i = 0; i < np; i++) {
+        shm_op_blob *b = p ? &c->workers[i].pending : &c->workers[i].committed;
+        shm_off off = atomic_load(&b->off);
         blobs[i] = (ckpt_blob){off ? (const uint8_t *)a->base + off : NULL,
-                               off ? atomic_load(&c->workers[i].pending.len) : 0};
+                               off ? atomic_load(&b->len) : 0};
     }
     uint32_t full_every = s->o.full_every ? s->o.full_every : DEFAULT_FULL_EVERY;
     bool delta = s->o.incremental && s->base_id && s->since_full < full_every;
@@ -177,7 +182,7 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, outcome *r)
                    .reader = true,
                    .reader_slot = s->reader,
                    .engine = s->e,
-                   .op_parallelism = p,
+                   .op_parallelism = np,
                    .op_blobs = blobs};
     ckpt_written w = {0};
     int rc = ckpt_write(a, s->cut, &o, &w);
@@ -213,7 +218,7 @@ static void publish(stash_service *s, uint64_t id, uint32_t p, uint64_t t0, cons
 {
     shm_control *c = s->a->control;
     shm_lock_acquire(&c->lock, NULL, NULL);
-    if (r->status == 0) {
+    if (r->status == 0 && p) {
         uint32_t old_p = atomic_load(&c->committed_p);
         for (uint32_t i = 0; i < (p > old_p ? p : old_p); i++) {
             shm_ctl_worker *w = &c->workers[i];
@@ -262,7 +267,16 @@ static void run_checkpoint(stash_service *s)
     outcome r = {0};
     uint32_t p = 0;
     int rc = live_parallelism(s, &p, &r);
-    if (rc == 0) {
+    if (rc == 0 && p == 0) {
+        /* No worker: nobody writes, so the engine cuts every key group itself. */
+        uint64_t t = shm_now_ns();
+        rc = shm_registry_cut_idle(a, s->holder);
+        if (rc == -EBUSY)
+            rc = failed(&r, 0, "a worker joined while the checkpoint started");
+        else if (rc < 0)
+            rc = failed(&r, rc, "%s", stash_errmsg());
+        r.pause_ns = shm_now_ns() - t;
+    } else if (rc == 0) {
         atomic_store(&c->pending, id);
         rc = await_cuts(s, id, p, t0, &r);
         atomic_store(&c->pending, 0);

@@ -30,7 +30,6 @@ STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
     shm_control *c = w->arena->control;
     w->seen_done = atomic_load(&c->completed);
     w->seen_aborted = atomic_load(&c->aborted);
-    w->cut_id = atomic_load(&c->pending);
     if (o.rollback) rc = worker_rollback(w);
     if (rc < 0) {
         stash_worker_close(w);

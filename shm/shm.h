@@ -414,6 +414,10 @@ void shm_heap_release(stash_arena *a, stash_kg_range range);
 int shm_registry_join(stash_arena *a, uint32_t index, uint32_t p, uint32_t *slot);
 /* Leaves slot (if this process still holds it) and releases its key groups. */
 void shm_registry_leave(stash_arena *a, uint32_t slot);
+/* With no worker in the registry (every slot free), pins every key group for
+ * holder as its cut (tables[kg].cut), keeping workers from joining
+ * meanwhile. Returns 0, or -EBUSY if a slot is held (live or dead). */
+int shm_registry_cut_idle(stash_arena *a, uint32_t holder);
 /* Fills *out from slot, with LIVE turned into DEAD if its process is gone. */
 void shm_registry_describe(stash_arena *a, uint32_t slot, stash_worker_info *out);
 

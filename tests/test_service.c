@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <ftw.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,14 +61,69 @@ static void keys_of(uint32_t index, uint32_t p, uint64_t *keys)
     }
 }
 
-static stash_service *start_service(const char *name, const char *dir, uint64_t timeout_ms)
+/* The engine runs in a process of its own: forking workers from a process
+ * with an engine thread could copy a lock that thread holds. */
+typedef struct svc_args {
+    char name[96];
+    const char *dir;
+    uint64_t timeout_ms, interval_ms;
+    bool incremental;
+} svc_args;
+
+static int service_main(void *arg)
 {
+    svc_args *v = arg;
     stash_arena_opts ao = {.size = 32u << 20, .max_parallelism = MAXP};
-    stash_service_opts o = {.arena = &ao, .dir = dir, .timeout_ms = timeout_ms};
+    stash_service_opts o = {.arena = &ao,
+                            .dir = v->dir,
+                            .timeout_ms = v->timeout_ms,
+                            .interval_ms = v->interval_ms,
+                            .incremental = v->incremental};
     stash_service *s;
-    int rc = stash_service_start(name, &o, &s);
-    cr_assert_eq(rc, 0, "service: %s", stash_errmsg());
-    return s;
+    if (stash_service_start(v->name, &o, &s) < 0) {
+        fprintf(stderr, "service: %s\n", stash_errmsg());
+        return 20;
+    }
+    while (!stash_service_stopped(s)) usleep(5000);
+    stash_service_stop(s);
+    return 0;
+}
+
+/* Starts an engine process for arena name and waits until it serves. */
+static pid_t start_engine(svc_args *v)
+{
+    pid_t pid = test_fork(service_main, v);
+    for (int i = 0; i < 5000; i++) {
+        stash_arena *a;
+        int32_t serving = 0;
+        if (stash_arena_open(v->name, NULL, &a) == 0) {
+            shm_service_alive(a, &serving);
+            stash_arena_close(a);
+        }
+        if (serving == pid) return pid;
+        int st;
+        cr_assert_eq(waitpid(pid, &st, WNOHANG), 0, "the engine exited");
+        usleep(2000);
+    }
+    cr_assert_fail("the engine never served %s", v->name);
+    return pid;
+}
+
+static pid_t start_service(const char *name, const char *dir, uint64_t timeout_ms)
+{
+    static svc_args v;
+    v = (svc_args){.dir = dir, .timeout_ms = timeout_ms};
+    snprintf(v.name, sizeof v.name, "%s", name);
+    return start_engine(&v);
+}
+
+static void stop_service(const char *name, pid_t pid)
+{
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    cr_assert_eq(stash_service_request_stop(a, 20000), 0, "%s", stash_errmsg());
+    stash_arena_close(a);
+    cr_assert_eq(test_wait(pid), 0);
 }
 
 static void wait_live(const char *name, uint32_t n)
@@ -184,7 +240,7 @@ Test(service, barrier_cut_complete_and_restore_at_another_parallelism)
     char dir[128];
     make_dir(dir, "basic");
     const char *name = test_arena_name("svc");
-    stash_service *s = start_service(name, dir, 0);
+    pid_t s = start_service(name, dir, 0);
     pid_t pids[2];
     for (uint32_t i = 0; i < 2; i++) {
         j[i] = (job){.index = i, .p = 2, .events = 20000 + 7 * i, .want_done = 3};
@@ -203,24 +259,29 @@ Test(service, barrier_cut_complete_and_restore_at_another_parallelism)
         cr_assert(strstr(info.detail, dir), "%s", info.detail);
     }
     for (int i = 0; i < 2; i++) cr_assert_eq(test_wait(pids[i]), 0, "worker %d", i);
+    /* With every worker gone the engine cuts the key groups itself and
+     * keeps the operator state of the last checkpoint. */
+    stash_checkpoint_info info;
+    cr_assert_eq(stash_checkpoint(a, 0, &info), 0, "%s", stash_errmsg());
+    cr_assert_eq(info.id, 4);
     stash_service_info si;
     stash_service_info_get(a, &si);
-    cr_assert_eq(si.completed, 3);
-    cr_assert_eq(si.nrecent, 3);
-    cr_assert_eq(si.recent[0].id, 3);
+    cr_assert_eq(si.completed, 4);
+    cr_assert_eq(si.nrecent, 4);
+    cr_assert_eq(si.recent[0].id, 4);
     /* No pin outlives the checkpoints (the engine is not incremental). */
     for (uint32_t kg = 0; kg < MAXP; kg++)
         for (unsigned p = 0; p < SHM_MAX_PINS; p++)
             cr_assert_eq(atomic_load(&a->tables[kg].pins[p]), 0, "kg %u pin %u", kg, p);
     stash_arena_close(a);
-    stash_service_stop(s);
-    /* The arena lost, as after a reboot: the service restores checkpoint 3. */
+    stop_service(name, s);
+    /* The arena lost, as after a reboot: the service restores checkpoint 4. */
     stash_arena_destroy(name, NULL);
     s = start_service(name, dir, 0);
     uint64_t offs[2];
     verify_counts(name, 2, offs);
     cr_assert_gt(offs[0], 0);
-    stash_service_stop(s);
+    stop_service(name, s);
     stash_arena_destroy(name, NULL);
     drop_dir(dir);
 }
@@ -230,7 +291,7 @@ Test(service, a_worker_that_never_reaches_a_barrier_fails_the_checkpoint)
     char dir[128];
     make_dir(dir, "timeout");
     const char *name = test_arena_name("svct");
-    stash_service *s = start_service(name, dir, 300);
+    pid_t s = start_service(name, dir, 300);
     job j = {.index = 0, .p = 1, .never_barrier = true};
     snprintf(j.name, sizeof j.name, "%s", name);
     pid_t pid = test_fork(worker_main, &j);
@@ -251,7 +312,7 @@ Test(service, a_worker_that_never_reaches_a_barrier_fails_the_checkpoint)
         for (unsigned p = 0; p < SHM_MAX_PINS; p++)
             cr_assert_eq(atomic_load(&a->tables[kg].pins[p]), 0);
     stash_arena_close(a);
-    stash_service_stop(s);
+    stop_service(name, s);
     stash_arena_destroy(name, NULL);
     drop_dir(dir);
 }
@@ -270,7 +331,7 @@ Test(service, a_killed_worker_is_replaced_live_or_rolled_back)
     char dir[128];
     make_dir(dir, "replace");
     const char *name = test_arena_name("svcr");
-    stash_service *s = start_service(name, dir, 5000);
+    pid_t s = start_service(name, dir, 5000);
     job j[2];
     pid_t pids[2];
     for (uint32_t i = 0; i < 2; i++) {
@@ -312,7 +373,7 @@ Test(service, a_killed_worker_is_replaced_live_or_rolled_back)
     test_wait(pids[0]);
     test_wait(pids[1]);
     stash_arena_close(a);
-    stash_service_stop(s);
+    stop_service(name, s);
     /* Worker 1's key groups now hold exactly checkpoint good's counts:
      * compare with a restore of it. */
     stash_worker *w;
@@ -346,31 +407,22 @@ Test(service, a_killed_worker_is_replaced_live_or_rolled_back)
                      (unsigned long long)live[k], (unsigned long long)c);
     }
     stash_worker_close(w);
-    stash_service_stop(s);
+    stop_service(name, s);
     stash_arena_destroy(name, NULL);
     drop_dir(dir);
 }
 
-static int service_child(void *arg)
-{
-    job *j = arg;
-    stash_arena_opts ao = {.size = 32u << 20, .max_parallelism = MAXP};
-    stash_service_opts o = {.arena = &ao, .dir = j->dir, .interval_ms = 5, .incremental = 1};
-    stash_service *s;
-    if (stash_service_start(j->name, &o, &s) < 0) return 20;
-    for (;;) pause();
-}
-
 Test(service, the_engine_killed_and_restarted_loses_nothing)
 {
-    job sj = {0}, wj[2];
-    make_dir(sj.dir, "kill");
+    job wj[2];
+    char dir[128];
+    make_dir(dir, "kill");
     const char *name = test_arena_name("svck");
-    snprintf(sj.name, sizeof sj.name, "%s", name);
-    pid_t spid = test_fork(service_child, &sj);
-    stash_arena *a = NULL;
-    for (int i = 0; i < 2000 && stash_arena_open(name, NULL, &a) < 0; i++) usleep(2000);
-    cr_assert_not_null(a);
+    svc_args sv = {.dir = dir, .interval_ms = 5, .incremental = true};
+    snprintf(sv.name, sizeof sv.name, "%s", name);
+    pid_t spid = start_engine(&sv);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
     pid_t pids[2];
     for (uint32_t i = 0; i < 2; i++) {
         wj[i] = (job){.index = i, .p = 2, .want_done = UINT64_MAX};
@@ -383,19 +435,14 @@ Test(service, the_engine_killed_and_restarted_loses_nothing)
         usleep(30000 + (unsigned)round * 7000);
         kill(spid, SIGKILL);
         test_wait(spid);
-        spid = test_fork(service_child, &sj);
-        for (int i = 0; i < 2000; i++) {
-            int32_t pid;
-            if (shm_service_alive(a, &pid) && pid == spid) break;
-            usleep(1000);
-        }
+        spid = start_engine(&sv);
     }
     stash_checkpoint_info info;
     cr_assert_eq(stash_checkpoint(a, 10000, &info), 0, "%s", stash_errmsg());
     kill(spid, SIGKILL);
     test_wait(spid);
     /* Every pin the engines held went with them or was released. */
-    stash_service *s = start_service(name, sj.dir, 0);
+    pid_t s = start_service(name, dir, 0);
     for (uint32_t kg = 0; kg < MAXP; kg++) {
         uint32_t held = 0;
         for (unsigned p = 0; p < SHM_MAX_PINS; p++)
@@ -407,15 +454,15 @@ Test(service, the_engine_killed_and_restarted_loses_nothing)
         test_wait(pids[i]);
     }
     stash_arena_close(a);
-    stash_service_stop(s);
+    stop_service(name, s);
     /* The newest complete checkpoint restores, counts matching offsets. */
     stash_arena_destroy(name, NULL);
-    s = start_service(name, sj.dir, 0);
+    s = start_service(name, dir, 0);
     uint64_t offs[2];
     verify_counts(name, 2, offs);
-    stash_service_stop(s);
+    stop_service(name, s);
     stash_arena_destroy(name, NULL);
-    drop_dir(sj.dir);
+    drop_dir(dir);
 }
 
 /* Operator state of each kind at parallelism p: worker i's list holds
@@ -458,7 +505,7 @@ static void redistribute(uint32_t from, uint32_t to)
     char dir[128];
     make_dir(dir, "ops");
     const char *name = test_arena_name("svco");
-    stash_service *s = start_service(name, dir, 0);
+    pid_t s = start_service(name, dir, 0);
     job j[4];
     pid_t pids[4];
     for (uint32_t i = 0; i < from; i++) {
@@ -473,7 +520,7 @@ static void redistribute(uint32_t from, uint32_t to)
     cr_assert_eq(stash_checkpoint(a, 0, &info), 0, "%s", stash_errmsg());
     for (uint32_t i = 0; i < from; i++) cr_assert_eq(test_wait(pids[i]), 0);
     stash_arena_close(a);
-    stash_service_stop(s);
+    stop_service(name, s);
     stash_arena_destroy(name, NULL);
     s = start_service(name, dir, 0);
     uint32_t total = 0, seen_list = 0;
@@ -512,7 +559,7 @@ static void redistribute(uint32_t from, uint32_t to)
         stash_worker_close(w);
     }
     cr_assert_eq(seen_list, total);
-    stash_service_stop(s);
+    stop_service(name, s);
     stash_arena_destroy(name, NULL);
     drop_dir(dir);
 }
