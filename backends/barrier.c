@@ -27,11 +27,10 @@ static void release_own_cuts(stash_worker *w)
     }
 }
 
-/* Records w's operator state as its pending blob for a checkpoint (the blob
- * of an earlier one that never completed is freed). */
-static int record_opstate(stash_worker *w)
+int worker_record_opstate(stash_worker *w)
 {
-    shm_ctl_worker *cw = &w->arena->control->workers[w->slot];
+    shm_control *c = w->arena->control;
+    shm_ctl_worker *cw = &c->workers[w->slot];
     snap_buf b = {0};
     shm_off off = 0;
     int rc = opstate_encode(w, &b);
@@ -39,11 +38,27 @@ static int record_opstate(stash_worker *w)
     if (rc == 0) rc = shm_blob_put(w->arena, b.data, len, &off);
     snap_buf_free(&b);
     if (rc < 0) return rc;
-    shm_off old = atomic_exchange(&cw->pending.off, 0);
-    shm_blob_free(w->arena, old);
+    /* The engine moves pending blobs to committed under the lock. */
+    rc = shm_lock_acquire(&c->lock, NULL, NULL);
+    if (rc < 0) {
+        shm_blob_free(w->arena, off);
+        return rc;
+    }
+    shm_blob_free(w->arena, atomic_exchange(&cw->pending.off, 0));
     atomic_store(&cw->pending.len, len);
+    atomic_store(&cw->pending.parallelism, w->parallelism);
     atomic_store(&cw->pending.off, off);
+    shm_lock_release(&c->lock);
     return 0;
+}
+
+/* Whether the engine already cut w's key groups (it joined while they were
+ * free and the checkpoint was starting): then that cut stands. */
+static bool cut_by_engine(stash_worker *w)
+{
+    for (uint32_t kg = w->range.first; kg <= w->range.last; kg++)
+        if (atomic_load(&w->arena->tables[kg].cut)) return true;
+    return false;
 }
 
 /* Cuts checkpoint id: operator state recorded, key groups pinned for the
@@ -57,7 +72,7 @@ static int cut(stash_worker *w, uint64_t id)
     /* An engine that died leaves its request behind: nobody would release the pins. */
     if (!shm_service_alive(a, NULL)) return 0;
     uint64_t t0 = shm_now_ns();
-    int rc = record_opstate(w);
+    int rc = cut_by_engine(w) ? 1 : worker_record_opstate(w);
     uint32_t holder = atomic_load(&c->service_reader);
     for (uint32_t kg = w->range.first; rc == 0 && kg <= w->range.last; kg++) {
         int64_t v = shm_table_pin_for(a, kg, holder);
@@ -68,7 +83,7 @@ static int cut(stash_worker *w, uint64_t id)
     atomic_store(&cw->acked, id);
     if (atomic_load(&c->aborted) >= id) release_own_cuts(w);
     shm_futex_wake(&c->wake);
-    return rc;
+    return rc < 0 ? rc : 0;
 }
 
 STASH_API int stash_barrier(stash_worker *worker, stash_event *event)

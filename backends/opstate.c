@@ -334,17 +334,25 @@ int opstate_load(stash_state *s, uint32_t p, const ckpt_blob *blobs)
 
 int opstate_load_committed(stash_state *s)
 {
-    stash_arena *a = s->w->arena;
+    stash_worker *w = s->w;
+    stash_arena *a = w->arena;
     shm_control *c = a->control;
     int rc = shm_lock_acquire(&c->lock, NULL, NULL);
     if (rc < 0) return rc;
+    /* At the same parallelism: this index's newest state (recorded when the
+     * worker left, or at its last cut); at another: the committed set,
+     * redistributed. */
+    const shm_op_blob *own = &c->workers[w->slot].pending;
     uint32_t p = atomic_load(&c->committed_p);
+    bool newest = atomic_load(&own->off) && atomic_load(&own->parallelism) == w->parallelism;
+    if (newest) p = w->parallelism;
     ckpt_blob *blobs = p ? calloc(p, sizeof *blobs) : NULL;
     if (p && !blobs) rc = shm_fail(-ENOMEM, "out of memory");
     for (uint32_t i = 0; blobs && i < p; i++) {
-        shm_off off = atomic_load(&c->workers[i].committed.off);
+        const shm_op_blob *b = newest && i == w->slot ? own : &c->workers[i].committed;
+        shm_off off = atomic_load(&b->off);
         blobs[i] = (ckpt_blob){off ? (const uint8_t *)a->base + off : NULL,
-                               off ? atomic_load(&c->workers[i].committed.len) : 0};
+                               off ? atomic_load(&b->len) : 0};
     }
     if (blobs) rc = opstate_load(s, p, blobs);
     shm_lock_release(&c->lock);

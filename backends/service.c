@@ -85,59 +85,83 @@ __attribute__((format(printf, 3, 4))) static int failed(outcome *r, int status, 
     return r->status;
 }
 
-/* The parallelism of the workers (0 if there are none), if every index of
- * it is live. */
-static int live_parallelism(stash_service *s, uint32_t *p, outcome *r)
+/* The parallelism of the workers: of those in the registry, or of the last
+ * that joined if all left (0 if none ever did). A dead worker fails the
+ * checkpoint: its key groups may hold a change it left half done. */
+static int worker_parallelism(stash_service *s, uint32_t *p, outcome *r)
 {
     stash_worker_info *w = calloc(STASH_MAX_WORKERS, sizeof *w);
     if (!w) return failed(r, -ENOMEM, "out of memory");
     size_t n = 0;
     stash_registry_list(s->a, w, STASH_MAX_WORKERS, &n);
-    *p = 0;
-    /* A dead worker still holds its index: its key groups wait for a replacement. */
-    for (size_t i = 0; i < n; i++)
-        if (w[i].state != STASH_WORKER_FREE) *p = w[i].parallelism;
+    *p = atomic_load(&s->a->control->parallelism);
     int rc = 0;
-    for (uint32_t i = 0; rc == 0 && i < *p; i++) {
-        stash_worker_info info;
-        shm_registry_describe(s->a, i, &info);
-        if (info.state != STASH_WORKER_LIVE)
-            rc = failed(r, 0, "worker %u of %u is %s: its key groups cannot be cut", i, *p,
-                        info.state == STASH_WORKER_DEAD ? "dead" : "not attached");
+    for (size_t i = 0; i < n && i < STASH_MAX_WORKERS && rc == 0; i++) {
+        if (w[i].state == STASH_WORKER_DEAD)
+            rc = failed(r, 0, "worker %u (pid %d) is dead: its key groups wait for a replacement",
+                        w[i].index, w[i].pid);
+        else if (w[i].state == STASH_WORKER_LIVE)
+            *p = w[i].parallelism;
     }
     free(w);
     return rc;
 }
 
-/* Waits until workers 0 .. p-1 have cut checkpoint id. */
+/* Cuts the key groups of worker index of p while it is away (it left
+ * cleanly: nobody writes them). Returns 0, or -EBUSY if it came back. */
+static int cut_for_absent(stash_service *s, uint32_t index, uint32_t p, outcome *r)
+{
+    stash_kg_range range;
+    stash_kg_range_of(s->a->hdr->max_parallelism, p, index, &range);
+    int rc = shm_registry_cut_free(s->a, range, s->holder);
+    if (rc < 0 && rc != -EBUSY) return failed(r, rc, "%s", stash_errmsg());
+    return rc;
+}
+
+/* Waits until each of workers 0 .. p-1 has cut checkpoint id, or left
+ * (the engine then cuts its key groups itself). */
 static int await_cuts(stash_service *s, uint64_t id, uint32_t p, uint64_t t0, outcome *r)
 {
     shm_control *c = s->a->control;
     uint64_t timeout = (s->o.timeout_ms ? s->o.timeout_ms : DEFAULT_TIMEOUT_MS) * 1000000ull;
+    bool *done = calloc(p, sizeof *done);
+    if (!done) return failed(r, -ENOMEM, "out of memory");
+    int rc = 0;
     for (;;) {
-        uint32_t seen = atomic_load(&c->wake), missing = p;
-        for (uint32_t i = 0; i < p; i++) {
-            if (atomic_load(&c->workers[i].acked) == id) {
-                missing--;
+        uint32_t seen = atomic_load(&c->wake), missing = 0;
+        for (uint32_t i = 0; i < p && rc == 0; i++) {
+            if (done[i] || atomic_load(&c->workers[i].acked) == id) {
+                done[i] = true;
                 continue;
             }
             stash_worker_info info;
             shm_registry_describe(s->a, i, &info);
-            if (info.state != STASH_WORKER_LIVE)
-                return failed(r, 0, "worker %u (pid %d) died before its barrier", i, info.pid);
+            if (info.state == STASH_WORKER_FREE && cut_for_absent(s, i, p, r) == 0) {
+                done[i] = true;
+                continue;
+            }
+            if (info.state == STASH_WORKER_DEAD)
+                rc = failed(r, 0, "worker %u (pid %d) died before its barrier", i, info.pid);
+            missing++;
         }
-        if (missing == 0) return 0;
-        if (stopping(s)) return failed(r, 0, "the service is stopping");
+        if (rc || missing == 0) break;
+        if (stopping(s)) {
+            rc = failed(r, 0, "the service is stopping");
+            break;
+        }
         uint64_t now = shm_now_ns();
         if (now - t0 >= timeout) {
-            for (uint32_t i = 0; i < p; i++)
-                if (atomic_load(&c->workers[i].acked) != id)
-                    return failed(r, -ETIMEDOUT, "worker %u reached no barrier within %llu ms", i,
-                                  (unsigned long long)(timeout / 1000000ull));
+            for (uint32_t i = 0; i < p && rc == 0; i++)
+                if (!done[i])
+                    rc = failed(r, -ETIMEDOUT, "worker %u reached no barrier within %llu ms", i,
+                                (unsigned long long)(timeout / 1000000ull));
+            break;
         }
         uint64_t left = timeout - (now - t0);
         shm_futex_wait(&c->wake, seen, left < ACK_POLL_NS ? left : ACK_POLL_NS);
     }
+    free(done);
+    return rc;
 }
 
 /* Takes every key group's cut into s->cut; fails if one has none. */
@@ -153,20 +177,43 @@ static int collect_cuts(stash_service *s, outcome *r)
     return rc;
 }
 
-/* Writes the cut key groups with the operator state of p workers: their
- * blobs of this cut, or with p 0 (no worker) the committed set. */
+/* Copies the operator state of workers 0 .. p-1 (each its newest blob, the
+ * one recorded at this cut or when it left) out of the arena. */
+static int copy_opstate(stash_service *s, uint32_t p, ckpt_blob *blobs, uint8_t **mem)
+{
+    shm_control *c = s->a->control;
+    int rc = shm_lock_acquire(&c->lock, NULL, NULL);
+    if (rc < 0) return rc;
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < p; i++) {
+        shm_op_blob *b = atomic_load(&c->workers[i].pending.off) ? &c->workers[i].pending
+                                                                 : &c->workers[i].committed;
+        blobs[i].len = atomic_load(&b->off) ? atomic_load(&b->len) : 0;
+        total += blobs[i].len;
+    }
+    *mem = malloc(total ? total : 1);
+    uint8_t *at = *mem;
+    for (uint32_t i = 0; at && i < p; i++) {
+        shm_op_blob *b = atomic_load(&c->workers[i].pending.off) ? &c->workers[i].pending
+                                                                 : &c->workers[i].committed;
+        if (blobs[i].len) memcpy(at, s->a->base + atomic_load(&b->off), blobs[i].len);
+        blobs[i].data = at;
+        at += blobs[i].len;
+    }
+    shm_lock_release(&c->lock);
+    return *mem ? 0 : -ENOMEM;
+}
+
+/* Writes the cut key groups with the operator state of p workers. */
 static int write_cut(stash_service *s, uint64_t id, uint32_t p, outcome *r)
 {
     stash_arena *a = s->a;
-    shm_control *c = a->control;
-    uint32_t np = p ? p : atomic_load(&c->committed_p);
-    ckpt_blob *blobs = calloc(np ? np : 1, sizeof *blobs);
-    if (!blobs) return failed(r, -ENOMEM, "out of memory");
-    for (uint32_t i = 0; i < np; i++) {
-        shm_op_blob *b = p ? &c->workers[i].pending : &c->workers[i].committed;
-        shm_off off = atomic_load(&b->off);
-        blobs[i] = (ckpt_blob){off ? (const uint8_t *)a->base + off : NULL,
-                               off ? atomic_load(&b->len) : 0};
+    uint8_t *mem = NULL;
+    ckpt_blob *blobs = calloc(p ? p : 1, sizeof *blobs);
+    int rc = blobs ? copy_opstate(s, p, blobs, &mem) : -ENOMEM;
+    if (rc < 0) {
+        free(blobs);
+        return failed(r, rc, "operator state: %s", stash_strerror(rc));
     }
     uint32_t full_every = s->o.full_every ? s->o.full_every : DEFAULT_FULL_EVERY;
     bool delta = s->o.incremental && s->base_id && s->since_full < full_every;
@@ -182,10 +229,10 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, outcome *r)
                    .reader = true,
                    .reader_slot = s->reader,
                    .engine = s->e,
-                   .op_parallelism = np,
+                   .op_parallelism = p,
                    .op_blobs = blobs};
     ckpt_written w = {0};
-    int rc = ckpt_write(a, s->cut, &o, &w);
+    rc = ckpt_write(a, s->cut, &o, &w);
     if (rc == -E2BIG) {
         delta = false;
         o.base_id = 0;
@@ -193,6 +240,7 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, outcome *r)
         rc = ckpt_write(a, s->cut, &o, &w);
     }
     free(blobs);
+    free(mem);
     if (rc) return failed(r, rc, "%s", stash_errmsg());
     r->bytes = w.data_bytes;
     r->incremental = delta;
@@ -218,13 +266,16 @@ static void publish(stash_service *s, uint64_t id, uint32_t p, uint64_t t0, cons
 {
     shm_control *c = s->a->control;
     shm_lock_acquire(&c->lock, NULL, NULL);
-    if (r->status == 0 && p) {
+    if (r->status == 0) {
+        /* Each worker's newest blob becomes its committed one. */
         uint32_t old_p = atomic_load(&c->committed_p);
         for (uint32_t i = 0; i < (p > old_p ? p : old_p); i++) {
             shm_ctl_worker *w = &c->workers[i];
+            if (i < p && !atomic_load(&w->pending.off)) continue;
             shm_blob_free(s->a, atomic_exchange(&w->committed.off, 0));
             if (i >= p) continue;
             atomic_store(&w->committed.len, atomic_load(&w->pending.len));
+            atomic_store(&w->committed.parallelism, atomic_load(&w->pending.parallelism));
             atomic_store(&w->committed.off, atomic_exchange(&w->pending.off, 0));
         }
         atomic_store(&c->committed_p, p);
@@ -266,11 +317,11 @@ static void run_checkpoint(stash_service *s)
     s->served = atomic_load(&c->requests);
     outcome r = {0};
     uint32_t p = 0;
-    int rc = live_parallelism(s, &p, &r);
+    int rc = worker_parallelism(s, &p, &r);
     if (rc == 0 && p == 0) {
-        /* No worker: nobody writes, so the engine cuts every key group itself. */
+        /* No worker ever joined: the engine cuts every key group itself. */
         uint64_t t = shm_now_ns();
-        rc = shm_registry_cut_idle(a, s->holder);
+        rc = shm_registry_cut_free(a, (stash_kg_range){0, a->hdr->max_parallelism - 1}, s->holder);
         if (rc == -EBUSY)
             rc = failed(&r, 0, "a worker joined while the checkpoint started");
         else if (rc < 0)
@@ -336,6 +387,8 @@ static int install_opstate(stash_arena *a, const ckpt_restored *r)
         atomic_store(&c->workers[i].committed.off, off);
     }
     atomic_store(&c->committed_p, r->op_parallelism);
+    /* The workers of the checkpoint, not the one that restored it. */
+    atomic_store(&c->parallelism, r->op_parallelism);
     return 0;
 }
 

@@ -19,6 +19,10 @@
  * complete checkpoint of the service's directory. */
 int worker_rollback(stash_worker *w);
 
+/* Records the worker's operator state as its pending blob (at a cut, and
+ * when it leaves). */
+int worker_record_opstate(stash_worker *w);
+
 /* Releases the pin of every key group's cut (an abandoned checkpoint). */
 void service_release_cuts(stash_arena *a);
 

@@ -28,6 +28,7 @@ STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
     w->clock = o.clock;
     w->clock_ctx = o.clock_ctx;
     shm_control *c = w->arena->control;
+    atomic_store(&c->parallelism, o.parallelism);
     w->seen_done = atomic_load(&c->completed);
     w->seen_aborted = atomic_load(&c->aborted);
     if (o.rollback) rc = worker_rollback(w);
@@ -56,6 +57,10 @@ static void free_states(stash_state *s)
 STASH_API void stash_worker_close(stash_worker *worker)
 {
     if (!worker) return;
+    /* Leaving for good: the final operator state goes with the final keyed state. */
+    bool has_opstate = false;
+    for (stash_state *s = worker->states; s; s = s->next) has_opstate |= opstate_kind(s->kind);
+    if (has_opstate) worker_record_opstate(worker);
     shm_registry_leave(worker->arena, worker->slot);
     stash_arena_close(worker->arena);
     free_states(worker->states);

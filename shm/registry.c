@@ -121,15 +121,20 @@ STASH_API int stash_registry_list(stash_arena *arena, stash_worker_info *out, si
     return 0;
 }
 
-int shm_registry_cut_idle(stash_arena *a, uint32_t holder)
+int shm_registry_cut_free(stash_arena *a, stash_kg_range range, uint32_t holder)
 {
     int rc = shm_lock_acquire(&a->hdr->registry_lock, NULL, NULL);
     if (rc < 0) return shm_fail(rc, "%s: registry lock: %s", a->path, stash_strerror(rc));
     uint32_t hwm = atomic_load(&a->hdr->registry_hwm);
-    for (uint32_t i = 0; i < hwm && rc == 0; i++)
-        if (atomic_load(&a->slots[i].state) != SHM_SLOT_FREE) rc = -EBUSY;
+    for (uint32_t i = 0; i < hwm && rc == 0; i++) {
+        shm_slot *s = &a->slots[i];
+        if (atomic_load(&s->state) != SHM_SLOT_FREE && s->kg_first <= range.last &&
+            s->kg_last >= range.first)
+            rc = -EBUSY;
+    }
     /* No owner writes while the lock keeps workers out: the pins are the cut. */
-    for (uint32_t kg = 0; rc == 0 && kg < a->hdr->max_parallelism; kg++) {
+    for (uint32_t kg = range.first; rc == 0 && kg <= range.last; kg++) {
+        if (atomic_load(&a->tables[kg].cut)) continue;
         int64_t v = shm_table_pin_for(a, kg, holder);
         if (v > 0) atomic_store(&a->tables[kg].cut, (uint32_t)v);
     }

@@ -275,12 +275,14 @@ typedef struct shm_ctl_result {
 typedef struct shm_op_blob {
     _Atomic shm_off off;
     _Atomic uint64_t len;
+    _Atomic uint32_t parallelism; /* of the worker that recorded it */
+    uint32_t pad;
 } shm_op_blob;
 
 typedef struct shm_ctl_worker {
     _Atomic uint64_t acked;    /* the newest checkpoint this index cut */
     _Atomic uint64_t pause_ns; /* how long that cut took */
-    shm_op_blob pending;       /* its operator state as of that cut */
+    shm_op_blob pending;       /* its newest operator state: at its last cut or its close */
     shm_op_blob committed;     /* as of the newest completed checkpoint or restore */
 } shm_ctl_worker;
 
@@ -295,6 +297,7 @@ typedef struct shm_control {
     _Atomic uint32_t finished;    /* futex: bumped when a checkpoint ends */
     _Atomic uint32_t stop;        /* `stash stop`: the engine exits */
     _Atomic uint32_t committed_p; /* the parallelism of the committed operator state, 0 none */
+    _Atomic uint32_t parallelism; /* of the workers that joined last */
     _Atomic uint64_t requests;    /* checkpoint requests so far */
     _Atomic uint64_t last_id;     /* the newest id an engine handed out: ids never repeat */
     _Atomic uint64_t pending;     /* the checkpoint workers cut at their next barrier, 0 none */
@@ -414,10 +417,11 @@ void shm_heap_release(stash_arena *a, stash_kg_range range);
 int shm_registry_join(stash_arena *a, uint32_t index, uint32_t p, uint32_t *slot);
 /* Leaves slot (if this process still holds it) and releases its key groups. */
 void shm_registry_leave(stash_arena *a, uint32_t slot);
-/* With no worker in the registry (every slot free), pins every key group for
- * holder as its cut (tables[kg].cut), keeping workers from joining
- * meanwhile. Returns 0, or -EBUSY if a slot is held (live or dead). */
-int shm_registry_cut_idle(stash_arena *a, uint32_t holder);
+/* With no worker holding a key group of range (their slots free: they left
+ * cleanly), pins each for holder as its cut (tables[kg].cut, if not cut
+ * yet), keeping workers from joining meanwhile. Returns 0, or -EBUSY if a
+ * live or dead worker holds one of them. */
+int shm_registry_cut_free(stash_arena *a, stash_kg_range range, uint32_t holder);
 /* Fills *out from slot, with LIVE turned into DEAD if its process is gone. */
 void shm_registry_describe(stash_arena *a, uint32_t slot, stash_worker_info *out);
 

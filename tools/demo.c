@@ -1,29 +1,52 @@
 /*
- * demo.c: `stash demo`: keyed state at work across processes. Three worker
- * processes count words of a generated stream in ValueState, each the words
- * of its own key groups; one is killed with SIGKILL in the middle; its
- * replacement takes the slot over, learns from the recovered counts how far
- * the dead worker got (each event adds exactly one to one count, and a crash
- * leaves every count either before or after its event), resumes there, and
- * every count ends exactly right. Then the counts are checkpointed to
- * ./stash-data, the arena is removed as a reboot would, and a new arena
- * restores them.
+ * demo.c: `stash demo`: the service at work. `stash serve demo` checkpoints
+ * to ./stash-data every second while three worker processes count the words
+ * of a generated stream (a ValueState count and a MapState of counts per
+ * stretch of the stream, per word) and keep their input offset in operator
+ * ListState. Then: a worker is killed with SIGKILL and replaced by one that
+ * rolls its key groups and offset back to the last complete checkpoint; the
+ * service is killed and restarted, reattaching; finally everything dies and
+ * the arena is removed, as a power loss would, and a new service restores
+ * the newest checkpoint and new workers resume from their offsets. Every
+ * count ends exactly right (exactly once), and each recovery is timed.
  */
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "backends/ckpt.h"
+#include "include/stash.h"
 #include "tools/tools.h"
 
-#define DEMO_WORKERS 3u
-#define DEMO_EVENTS 3000000u
-#define DEMO_WORDS 50000u
-#define DEMO_DIR "stash-data"
+#define NAME "demo"
+#define DIR "stash-data"
+#define WORKERS 3u
+#define EVENTS 6000000u
+#define WORDS 20000u
+#define STRETCH 1000000u     /* events per stretch: the MapState's user key */
+#define RATE 500000u         /* events a worker scans per second */
+#define STEP_TIMEOUT_NS 60e9 /* the longest wait for one step of the story */
+
+__attribute__((format(printf, 1, 2))) static void say(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
 
 /* The word of event i: a deterministic stream every process can replay. */
 static uint64_t word_of(uint64_t i)
@@ -31,260 +54,317 @@ static uint64_t word_of(uint64_t i)
     uint64_t x = i * 0x9e3779b97f4a7c15ull;
     x ^= x >> 31;
     x *= 0xbf58476d1ce4e5b9ull;
-    return (x ^ (x >> 29)) % DEMO_WORDS;
+    return (x ^ (x >> 29)) % WORDS;
 }
 
-static bool mine(stash_worker *w, uint64_t word)
+typedef struct job_states {
+    stash_worker *w;
+    stash_state *count, *stretches, *offsets;
+    stash_kg_range range;
+} job_states;
+
+static bool mine(job_states *j, uint64_t word)
 {
-    stash_key_set(w, &word, sizeof word);
-    int kg = stash_key_group_current(w);
-    return kg >= (int)w->range.first && kg <= (int)w->range.last;
+    stash_key_set(j->w, &word, sizeof word);
+    int kg = stash_key_group_current(j->w);
+    return kg >= (int)j->range.first && kg <= (int)j->range.last;
 }
 
-/* Sums the counts in this worker's key groups: how many of its events are in. */
-static int counted_so_far(stash_state *count, uint64_t *total)
+/* Adds one to the word's count and to its count in the event's stretch. */
+static int count_event(job_states *j, uint64_t i)
 {
-    stash_iter it;
-    stash_bytes key, v;
-    int rc = stash_keys_iter(count, NULL, 0, &it);
-    *total = 0;
-    while (rc >= 0 && (rc = stash_iter_next(&it, &key, NULL)) == 1) {
-        uint64_t word, n;
-        memcpy(&word, key.data, sizeof word);
-        stash_key_set(count->w, &word, sizeof word);
-        if (stash_value_get(count, &v) == 0) {
-            memcpy(&n, v.data, sizeof n);
-            *total += n;
-        }
-    }
-    return rc < 0 ? rc : 0;
+    stash_bytes v;
+    uint64_t n = 0, s = 0;
+    uint32_t stretch = (uint32_t)(i / STRETCH);
+    if (stash_value_get(j->count, &v) == 0) memcpy(&n, v.data, sizeof n);
+    n++;
+    int rc = stash_value_put(j->count, &n, sizeof n);
+    if (rc == 0 && stash_map_get(j->stretches, &stretch, sizeof stretch, &v) == 0)
+        memcpy(&s, v.data, sizeof s);
+    s++;
+    return rc ? rc : stash_map_put(j->stretches, &stretch, sizeof stretch, &s, sizeof s);
 }
 
-/* Checks every count of this worker's words against a replay of the stream. */
-static int verify_counts(stash_worker *w, stash_state *count, uint64_t *wrong)
+/* Checks every count of the worker's words against a replay of the stream. */
+static int verify(job_states *j, uint64_t *wrong)
 {
-    uint32_t *want = calloc(DEMO_WORDS, sizeof *want);
+    uint32_t nstretch = (EVENTS + STRETCH - 1) / STRETCH;
+    uint32_t *want = calloc((size_t)WORDS * nstretch, sizeof *want);
     if (!want) return -ENOMEM;
-    for (uint64_t i = 0; i < DEMO_EVENTS; i++) want[word_of(i)]++;
+    for (uint64_t i = 0; i < EVENTS; i++) want[word_of(i) * nstretch + i / STRETCH]++;
     *wrong = 0;
-    for (uint64_t word = 0; word < DEMO_WORDS; word++) {
-        if (!mine(w, word)) continue;
+    for (uint64_t word = 0; word < WORDS; word++) {
+        if (!mine(j, word)) continue;
         stash_bytes v;
-        uint64_t n = 0;
-        if (stash_value_get(count, &v) == 0) memcpy(&n, v.data, sizeof n);
-        *wrong += n != want[word];
+        uint64_t n = 0, total = 0;
+        if (stash_value_get(j->count, &v) == 0) memcpy(&n, v.data, sizeof n);
+        for (uint32_t s = 0; s < nstretch; s++) {
+            uint64_t c = 0;
+            if (stash_map_get(j->stretches, &s, sizeof s, &v) == 0) memcpy(&c, v.data, sizeof c);
+            *wrong += c != want[word * nstretch + s];
+            total += want[word * nstretch + s];
+        }
+        *wrong += n != total;
     }
     free(want);
     return 0;
 }
 
-static int report(int fd, const char *fmt, uint32_t index, int rc)
+static int fail(int fd, uint32_t index, const char *what, int rc)
 {
-    dprintf(fd, fmt, index, stash_strerror(rc), stash_errmsg());
+    dprintf(fd, "  worker %u FAILED to %s: %s (%s)\n", index, what, stash_strerror(rc),
+            stash_errmsg());
     return 1;
 }
 
-/* A worker: joins, resumes after the events its key groups already count,
- * counts the rest, and reports one line. */
-static int worker_main(const char *name, uint32_t index, int report_fd)
+/* A worker: joins (rolling back if asked), resumes at the offset its
+ * operator state holds, counts its words at a steady pace with a barrier
+ * after each event, and once done waits for a checkpoint to hold its end. */
+static int worker_main(uint32_t index, bool rollback, int fd)
 {
-    stash_worker *w;
-    stash_state *count;
+    job_states j = {0};
+    uint64_t t0 = now_ns();
     int rc = stash_worker_open(
-        name, &(stash_worker_opts){.index = index, .parallelism = DEMO_WORKERS}, &w);
-    if (rc < 0) return report(report_fd, "  worker %u FAILED to join: %s (%s)\n", index, rc);
-    rc = stash_state_get(w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE}, &count);
-    uint64_t done = 0, seen = 0;
-    if (rc == 0) rc = counted_so_far(count, &done);
-    if (rc < 0) return report(report_fd, "  worker %u FAILED to read: %s (%s)\n", index, rc);
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (uint64_t i = 0; i < DEMO_EVENTS; i++) {
-        uint64_t word = word_of(i);
-        if (!mine(w, word) || seen++ < done) continue;
-        stash_bytes v;
-        uint64_t n = 0;
-        if (stash_value_get(count, &v) == 0) memcpy(&n, v.data, sizeof n);
-        n++;
-        if ((rc = stash_value_put(count, &n, sizeof n)) < 0)
-            return report(report_fd, "  worker %u FAILED to write: %s (%s)\n", index, rc);
-    }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    uint64_t wrong;
-    if ((rc = verify_counts(w, count, &wrong)) < 0)
-        return report(report_fd, "  worker %u FAILED to verify: %s (%s)\n", index, rc);
+        NAME, &(stash_worker_opts){.index = index, .parallelism = WORKERS, .rollback = rollback},
+        &j.w);
+    if (rc < 0) return fail(fd, index, "join", rc);
+    double join_ms = (double)(now_ns() - t0) / 1e6;
     stash_worker_info info;
-    stash_worker_info_get(w, &info);
-    double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
-    dprintf(report_fd,
-            "  worker %u (pid %d, key groups %u..%u)%s: resumed after %llu events, counted %llu "
-            "more in %.2f s; counts %s\n",
-            index, (int)getpid(), info.range.first, info.range.last,
-            info.previous_pid ? " took over a dead worker's slot" : "", (unsigned long long)done,
-            (unsigned long long)(seen - done), secs, wrong ? "WRONG" : "exactly right");
-    stash_worker_close(w);
+    stash_worker_info_get(j.w, &info);
+    j.range = info.range;
+    if ((rc = stash_state_get(j.w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE},
+                              &j.count)) < 0 ||
+        (rc = stash_state_get(j.w, &(stash_state_desc){.name = "stretches", .kind = STASH_MAP},
+                              &j.stretches)) < 0 ||
+        (rc = stash_state_get(j.w, &(stash_state_desc){.name = "offsets", .kind = STASH_OP_LIST},
+                              &j.offsets)) < 0)
+        return fail(fd, index, "register its states", rc);
+    const stash_bytes *el;
+    size_t n;
+    uint64_t start = 0;
+    stash_op_list_get(j.offsets, &el, &n);
+    if (n == 1 && el[0].len == sizeof start) memcpy(&start, el[0].data, sizeof start);
+    if (rollback)
+        dprintf(fd,
+                "  worker %u (pid %d) replaced the dead one: rolled back to the last complete "
+                "checkpoint in %.1f ms, resumes at event %llu\n",
+                index, (int)getpid(), join_ms, (unsigned long long)start);
+    uint64_t begun = now_ns(), completions = 0;
+    for (uint64_t i = start; i < EVENTS; i++) {
+        uint64_t word = word_of(i);
+        if (mine(&j, word) && (rc = count_event(&j, i)) < 0) return fail(fd, index, "write", rc);
+        uint64_t next = i + 1;
+        stash_bytes b = {&next, sizeof next};
+        if ((rc = stash_op_list_update(j.offsets, &b, 1)) < 0)
+            return fail(fd, index, "record its offset", rc);
+        stash_event ev;
+        if ((rc = stash_barrier(j.w, &ev)) < 0) return fail(fd, index, "pass a barrier", rc);
+        if ((i & 4095) == 0) {
+            uint64_t due = begun + (i - start) * (1000000000ull / RATE), t = now_ns();
+            if (due > t) usleep((useconds_t)((due - t) / 1000));
+        }
+    }
+    /* Checkpoints run one at a time: the second to complete from here was cut after the end. */
+    uint64_t waited = now_ns();
+    while (completions < 2) {
+        stash_event ev;
+        rc = stash_barrier(j.w, &ev);
+        if (rc < 0) return fail(fd, index, "pass a barrier", rc);
+        if (rc == 1 && ev.kind == STASH_CHECKPOINT_COMPLETE) completions++;
+        if (now_ns() - waited > STEP_TIMEOUT_NS)
+            return fail(fd, index, "see a checkpoint", -ETIMEDOUT);
+        usleep(2000);
+    }
+    uint64_t wrong;
+    if ((rc = verify(&j, &wrong)) < 0) return fail(fd, index, "verify", rc);
+    dprintf(fd,
+            "  worker %u (pid %d, key groups %u..%u): resumed at event %llu, finished the "
+            "stream; counts %s\n",
+            index, (int)getpid(), j.range.first, j.range.last, (unsigned long long)start,
+            wrong ? "WRONG" : "exactly right");
+    stash_worker_close(j.w);
     return wrong ? 1 : 0;
 }
 
-static pid_t start_worker(const char *name, uint32_t index, int report_fd)
+static pid_t start_worker(uint32_t index, bool rollback, int fd)
 {
     fflush(NULL);
     pid_t pid = fork();
-    if (pid == 0) _exit(worker_main(name, index, report_fd));
+    if (pid == 0) _exit(worker_main(index, rollback, fd));
     return pid;
 }
 
-/* Copies report lines from the pipe to stdout until count arrived; returns
- * how many said something went wrong. */
-static int relay_reports(int fd, unsigned count)
+/* `stash serve demo` as a child process of this binary. */
+static pid_t start_service(void)
 {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char *argv[] = {"stash",  "serve", NAME,    "--dir",         DIR, "--interval", "1s",
+                        "--size", "256M",  "--lz4", "--incremental", NULL};
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* The story's shared state: the report pipe and what it said. */
+typedef struct story {
+    int fd;
     char line[512];
-    size_t len = 0;
-    int bad = 0;
-    while (count > 0 && read(fd, &line[len], 1) == 1) {
-        if (line[len] != '\n' && len < sizeof line - 2) {
-            len++;
+    size_t len;
+    unsigned finished;  /* workers that reported their end */
+    unsigned bad;       /* reports of a failure or a wrong count */
+    double rollback_ms; /* what the replacement's rollback took */
+} story;
+
+/* Relays report lines that arrive within ms. */
+static void relay(story *s, int ms)
+{
+    struct pollfd p = {s->fd, POLLIN, 0};
+    while (poll(&p, 1, ms) > 0) {
+        char c;
+        if (read(s->fd, &c, 1) != 1) return;
+        if (c != '\n' && s->len < sizeof s->line - 2) {
+            s->line[s->len++] = c;
+            ms = 0;
             continue;
         }
-        line[len + 1] = '\0';
-        fputs(line, stdout);
-        bad += strstr(line, "FAILED") != NULL || strstr(line, "WRONG") != NULL;
-        len = 0;
-        count--;
+        s->line[s->len] = '\n';
+        s->line[s->len + 1] = '\0';
+        fputs(s->line, stdout);
+        fflush(stdout);
+        s->finished += strstr(s->line, "finished the stream") != NULL;
+        const char *at = strstr(s->line, "checkpoint in ");
+        if (at) s->rollback_ms = strtod(at + strlen("checkpoint in "), NULL);
+        s->bad += strstr(s->line, "FAILED") != NULL || strstr(s->line, "WRONG") != NULL;
+        s->len = 0;
+        ms = 0;
     }
-    fflush(stdout);
-    return bad;
 }
 
-static double seconds_since(const struct timespec *t0)
+/* The service's view through the arena (pid 0 if no service runs). */
+static stash_service_info service_info(void)
 {
-    struct timespec t1;
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) / 1e9;
-}
-
-/* Joins as the only worker, pins every key group and writes a checkpoint. */
-static int take_checkpoint(const char *name, ioe_engine *e)
-{
-    stash_worker *w;
-    int rc = stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w);
-    if (rc < 0) return tool_fail("demo: join", rc);
-    stash_arena *a = stash_worker_arena(w);
-    uint32_t maxp = a->hdr->max_parallelism, *pins = calloc(maxp, sizeof *pins);
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (uint32_t kg = 0; pins && kg < maxp; kg++) pins[kg] = (uint32_t)shm_table_pin(a, kg);
-    double pause_us = seconds_since(&t0) * 1e6;
-    ckpt_written out = {0};
-    rc = pins ? ckpt_write(a, pins,
-                           &(ckpt_opts){.dir = DEMO_DIR, .id = 1, .lz4 = true, .engine = e}, &out)
-              : -ENOMEM;
-    for (uint32_t kg = 0; pins && kg < maxp; kg++) shm_table_unpin(a, kg, pins[kg]);
-    free(pins);
-    stash_worker_close(w);
-    if (rc < 0) return tool_fail("demo: checkpoint", rc);
-    printf("  checkpoint 1: %llu records, %llu bytes (LZ4) in %.1f ms; pinning every key group "
-           "took %.1f us\n",
-           (unsigned long long)out.records, (unsigned long long)out.data_bytes,
-           seconds_since(&t0) * 1e3, pause_us);
-    return 0;
-}
-
-/* Checkpoints the counts to DEMO_DIR, removes the arena as a reboot would,
- * restores into a new one, and checks every count. */
-static int checkpoint_and_restore(const char *name)
-{
-    ioe_engine *e;
-    int rc = ioe_engine_open(&(ioe_opts){0}, &e);
-    if (rc < 0) return tool_fail("demo: I/O engine", rc);
-    char cmd[64];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", DEMO_DIR);
-    if (system(cmd) != 0) return tool_fail("demo: clean " DEMO_DIR, -EIO);
-    printf("== a checkpoint of every key group to %s\n", DEMO_DIR);
-    rc = take_checkpoint(name, e);
-    printf("== the arena is removed, as a reboot would\n");
-    stash_arena_destroy(name, NULL);
+    stash_service_info info = {0};
     stash_arena *a;
-    if (rc == 0)
-        rc = stash_arena_create(name, &(stash_arena_opts){.size = 256u << 20}, &a) < 0
-                 ? tool_fail("demo: create", -EIO)
-                 : 0;
-    stash_worker *w = NULL;
-    stash_state *count;
-    struct timespec t0;
-    ckpt_restored out;
-    uint64_t wrong = 0;
-    if (rc == 0) {
+    if (stash_arena_open(NAME, NULL, &a) == 0) {
+        stash_service_info_get(a, &info);
         stash_arena_close(a);
-        printf("== a new arena restores the newest complete checkpoint\n");
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        rc = stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w);
-        if (rc == 0)
-            rc = ckpt_restore(stash_worker_arena(w), DEMO_DIR, 0,
-                              (stash_kg_range){0, stash_worker_arena(w)->hdr->max_parallelism - 1},
-                              e, &out);
-        if (rc == 0)
-            rc = stash_state_get(w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE},
-                                 &count);
-        if (rc == 0) rc = verify_counts(w, count, &wrong);
-        if (rc < 0) tool_fail("demo: restore", rc);
     }
-    if (rc == 0)
-        printf("  restored checkpoint %llu: %llu records in %.1f ms; counts %s\n",
-               (unsigned long long)out.id, (unsigned long long)out.records,
-               seconds_since(&t0) * 1e3, wrong ? "WRONG" : "exactly right");
-    stash_worker_close(w);
-    stash_arena_destroy(name, NULL);
-    ioe_engine_close(e);
-    printf("== destroyed the arena '%s'; the checkpoint stays in %s (stash snapshot info %s)\n",
-           name, DEMO_DIR, DEMO_DIR);
-    return rc < 0 || wrong;
+    return info;
 }
 
-static void show_registry(const char *name)
+/* Waits, relaying reports, until a service with pid serves (pid 0: any). */
+static int await_service(story *s, pid_t pid)
 {
-    char *argv[] = {"status", (char *)name, NULL};
-    tool_status(2, argv);
+    for (uint64_t t0 = now_ns(); now_ns() - t0 < STEP_TIMEOUT_NS;) {
+        stash_service_info i = service_info();
+        if (i.pid && (pid == 0 || i.pid == pid)) return 0;
+        relay(s, 5);
+    }
+    say("demo: the service never came up\n");
+    return -1;
+}
+
+/* Waits, relaying reports, until checkpoint id or a later one is complete. */
+static int await_checkpoint(story *s, uint64_t id)
+{
+    for (uint64_t t0 = now_ns(); now_ns() - t0 < STEP_TIMEOUT_NS;) {
+        if (service_info().completed >= id) return 0;
+        relay(s, 20);
+    }
+    say("demo: checkpoint %llu never completed\n", (unsigned long long)id);
+    return -1;
+}
+
+static void kill_wait(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
 }
 
 int tool_demo(int argc, char **argv)
 {
     if (tool_wants_help(argc, argv)) {
-        printf("usage: stash demo\nRuns the demonstration: %u worker processes count words in "
-               "keyed state;\none is killed with SIGKILL and replaced; every count ends exact; the "
-               "counts are\ncheckpointed to ./%s, the arena removed, and a new one restored.\n",
-               DEMO_WORKERS, DEMO_DIR);
+        printf("usage: stash demo\n"
+               "Runs the demonstration in ./%s: `stash serve %s` checkpoints every second while\n"
+               "%u worker processes count words (ValueState, MapState) and keep their input\n"
+               "offsets in operator ListState; a worker is killed and replaced with a rollback,\n"
+               "the service is killed and restarted, then everything dies with the arena and a\n"
+               "new service restores it. Every count must end exactly right.\n",
+               DIR, NAME, WORKERS);
         return 0;
     }
-    const char *name = "demo";
+    if (system("rm -rf " DIR) != 0) return tool_fail("demo: clean " DIR, -EIO);
+    stash_arena_destroy(NAME, NULL);
+    story s = {0};
+    int pipefd[2];
+    if (pipe(pipefd) < 0) return tool_fail("demo", -errno);
+    s.fd = pipefd[0];
+    int rc = 0;
+
+    say("== stash serve %s: checkpoints to ./%s every second\n", NAME, DIR);
+    pid_t svc = start_service();
+    if (await_service(&s, svc) < 0) return 1;
+    say("== %u workers count %u events over %u words (ValueState, MapState), offsets in "
+        "operator ListState\n",
+        WORKERS, EVENTS, WORDS);
+    pid_t pids[WORKERS];
+    for (uint32_t i = 0; i < WORKERS; i++) pids[i] = start_worker(i, false, pipefd[1]);
+    if (await_checkpoint(&s, 2) < 0) return 1;
+
+    uint64_t done = service_info().completed;
+    say("== worker 1 (pid %d) killed with SIGKILL after checkpoint %llu\n", (int)pids[1],
+        (unsigned long long)done);
+    kill_wait(pids[1]);
+    pids[1] = start_worker(1, true, pipefd[1]);
+    if (await_checkpoint(&s, done + 2) < 0) return 1;
+
+    done = service_info().completed;
+    say("== the service (pid %d) killed with SIGKILL after checkpoint %llu; the workers go "
+        "on\n",
+        (int)svc, (unsigned long long)done);
+    kill_wait(svc);
+    uint64_t t0 = now_ns();
+    svc = start_service();
+    if (await_service(&s, svc) < 0) return 1;
+    double reattach_ms = (double)(now_ns() - t0) / 1e6;
+    say("== a new service reattached in %.1f ms\n", reattach_ms);
+    if (await_checkpoint(&s, done + 2) < 0) return 1;
+
+    done = service_info().completed;
+    say("== power loss after checkpoint %llu: the service and every worker killed, the arena "
+        "removed\n",
+        (unsigned long long)done);
+    kill_wait(svc);
+    for (uint32_t i = 0; i < WORKERS; i++) kill_wait(pids[i]);
+    stash_arena_destroy(NAME, NULL);
+    t0 = now_ns();
+    svc = start_service();
+    if (await_service(&s, svc) < 0) return 1;
+    double restore_ms = (double)(now_ns() - t0) / 1e6;
+    say("== a new service restored the arena in %.1f ms; %u new workers resume from their "
+        "offsets\n",
+        restore_ms, WORKERS);
+    for (uint32_t i = 0; i < WORKERS; i++) pids[i] = start_worker(i, false, pipefd[1]);
+    for (uint64_t t = now_ns(); s.finished + s.bad < WORKERS && now_ns() - t < 4 * STEP_TIMEOUT_NS;)
+        relay(&s, 100);
+    for (uint32_t i = 0; i < WORKERS; i++) waitpid(pids[i], NULL, 0);
+
+    char *status[] = {"status", NAME, NULL};
+    tool_status(2, status);
     stash_arena *a;
-    int rc = stash_arena_create(
-        name, &(stash_arena_opts){.size = 256u << 20, .flags = STASH_ARENA_REPLACE}, &a);
-    if (rc < 0) return tool_fail("demo: create", rc);
-    printf("== created the arena '%s' (/dev/shm/stash.%s)\n", name, name);
-    int reports[2];
-    if (pipe(reports) < 0) return tool_fail("demo", -errno);
-
-    printf("== %u workers count %u events over %u words in ValueState\n", DEMO_WORKERS, DEMO_EVENTS,
-           DEMO_WORDS);
-    pid_t pids[DEMO_WORKERS];
-    for (uint32_t i = 0; i < DEMO_WORKERS; i++) pids[i] = start_worker(name, i, reports[1]);
-    usleep(120000);
-    show_registry(name);
-    printf("== killing worker 1 (pid %d) with SIGKILL in the middle of its stream\n", (int)pids[1]);
-    kill(pids[1], SIGKILL);
-    waitpid(pids[1], NULL, 0);
-    show_registry(name);
-
-    printf("== a replacement joins as worker 1 and resumes from the recovered counts\n");
-    pids[1] = start_worker(name, 1, reports[1]);
-    int bad = relay_reports(reports[0], DEMO_WORKERS);
-    for (uint32_t i = 0; i < DEMO_WORKERS; i++) waitpid(pids[i], NULL, 0);
-    show_registry(name);
-    rc = shm_check(a);
-    printf("== consistency check of the arena: %s%s\n", rc ? "FAILED: " : "every invariant holds",
-           rc ? stash_errmsg() : "");
-    stash_arena_close(a);
-    if (rc || bad) return 1;
-    return checkpoint_and_restore(name) ? 1 : 0;
+    if (stash_arena_open(NAME, NULL, &a) == 0) {
+        rc = stash_service_request_stop(a, 30000);
+        stash_arena_close(a);
+    }
+    waitpid(svc, NULL, 0);
+    bool ok = rc == 0 && s.bad == 0 && s.finished == WORKERS;
+    say("== %s; recoveries took %.1f ms (worker rolled back), %.1f ms (service reattached) and "
+        "%.1f ms (arena restored); the checkpoints stay in ./%s (stash snapshot ls %s)\n",
+        ok ? "every count exactly right" : "FAILED", s.rollback_ms, reattach_ms, restore_ms, DIR,
+        DIR);
+    stash_arena_destroy(NAME, NULL);
+    return ok ? 0 : 1;
 }
