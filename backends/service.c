@@ -18,7 +18,7 @@
 #define DEFAULT_TIMEOUT_MS 60000u
 #define DEFAULT_RETAIN 3u
 #define DEFAULT_FULL_EVERY 10u
-#define IDLE_NS 1000000000ull /* the longest sleep between looks at the workers */
+#define IDLE_NS 250000000ull /* the longest sleep between looks at the workers */
 #define ACK_POLL_NS 100000000ull
 
 struct stash_service {
@@ -38,6 +38,7 @@ struct stash_service {
     uint32_t *base; /* incremental: the versions of base_id, still pinned */
     uint64_t base_id;
     uint32_t since_full; /* incremental checkpoints since the last full one */
+    stash_worker_info *seen; /* per worker index, as the last look found it */
 };
 
 __attribute__((format(printf, 2, 3))) static void say(stash_service *s, const char *fmt, ...)
@@ -349,11 +350,35 @@ static void run_checkpoint(stash_service *s)
     s->last_end_ns = shm_now_ns();
 }
 
+/* Logs what changed in the registry since the last look: workers that
+ * joined, left, died, or took a dead one's place. */
+static void watch_workers(stash_service *s)
+{
+    uint32_t hwm = atomic_load(&s->a->hdr->registry_hwm);
+    for (uint32_t i = 0; i < hwm && i < STASH_MAX_WORKERS; i++) {
+        stash_worker_info now, *was = &s->seen[i];
+        shm_registry_describe(s->a, i, &now);
+        if (now.state == was->state && now.generation == was->generation) continue;
+        if (now.state == STASH_WORKER_DEAD)
+            say(s, "worker %u (pid %d) died: key groups %u..%u wait for a replacement", i, now.pid,
+                now.range.first, now.range.last);
+        else if (now.state == STASH_WORKER_LIVE && now.previous_pid)
+            say(s, "worker %u (pid %d) took over from dead pid %d", i, now.pid, now.previous_pid);
+        else if (now.state == STASH_WORKER_LIVE)
+            say(s, "worker %u (pid %d) %s as %u of %u", i, now.pid,
+                was->generation ? "joined" : "is attached", i, now.parallelism);
+        else if (was->state == STASH_WORKER_LIVE)
+            say(s, "worker %u (pid %d) left", i, was->pid);
+        *was = now;
+    }
+}
+
 static void *engine_main(void *arg)
 {
     stash_service *s = arg;
     shm_control *c = s->a->control;
     while (!stopping(s)) {
+        watch_workers(s);
         uint32_t seen = atomic_load(&c->wake);
         uint64_t now = shm_now_ns();
         uint64_t earliest = s->last_end_ns + s->o.min_pause_ms * 1000000ull;
@@ -496,6 +521,7 @@ static void release(stash_service *s)
     ioe_engine_close(s->e);
     free(s->cut);
     free(s->base);
+    free(s->seen);
     free(s);
 }
 
@@ -529,7 +555,8 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         uint32_t maxp = s->a->hdr->max_parallelism;
         s->cut = calloc(maxp, sizeof *s->cut);
         s->base = calloc(maxp, sizeof *s->base);
-        if (!s->cut || !s->base) rc = shm_fail(-ENOMEM, "out of memory");
+        s->seen = calloc(STASH_MAX_WORKERS, sizeof *s->seen);
+        if (!s->cut || !s->base || !s->seen) rc = shm_fail(-ENOMEM, "out of memory");
     }
     if (rc == 0) {
         shm_control *c = s->a->control;

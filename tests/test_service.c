@@ -686,8 +686,32 @@ Test(service, the_commands_serve_checkpoint_status_stop)
     cr_assert_eq(test_wait(pid), 0);
     cr_assert(file_has(log, "checkpoint 1 complete"));
     cr_assert(file_has(log, "stopped"));
-    /* Restarted, it reattaches and numbers on; SIGTERM stops it cleanly. */
+    /* A worker killed with SIGKILL is noticed without a checkpoint asking. */
     pid = serve(name, dir, log);
+    int ready[2];
+    cr_assert_eq(pipe(ready), 0);
+    job j = {.index = 0, .p = 1, .never_barrier = true, .ready = ready[1]};
+    snprintf(j.name, sizeof j.name, "%s", name);
+    pid_t w = test_fork(worker_main, &j);
+    char byte;
+    cr_assert_eq(read(ready[0], &byte, 1), 1);
+    close(ready[0]);
+    close(ready[1]);
+    kill(w, SIGKILL);
+    test_wait(w);
+    char died[64];
+    snprintf(died, sizeof died, "worker 0 (pid %d) died", (int)w);
+    for (int i = 0; i < 2000 && !file_has(log, died); i++) usleep(5000);
+    cr_assert(file_has(log, died));
+    snprintf(args, sizeof args, "stop %s", name);
+    cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(test_wait(pid), 0);
+    /* Restarted, it reattaches and numbers on; SIGTERM stops it cleanly. A
+     * replacement for the dead worker makes the arena whole again first. */
+    pid = serve(name, dir, log);
+    stash_worker *wk;
+    cr_assert_eq(stash_worker_open(name, NULL, &wk), 0, "%s", stash_errmsg());
+    stash_worker_close(wk);
     snprintf(args, sizeof args, "checkpoint %s", name);
     cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "checkpoint 2 "), "%s", out);
@@ -712,5 +736,110 @@ Test(service, the_commands_serve_checkpoint_status_stop)
     }
     stash_arena_destroy(name, NULL);
     unlink(log);
+    drop_dir(dir);
+}
+
+Test(service, a_soak_of_random_kills_loses_no_committed_state)
+{
+    char dir[128];
+    make_dir(dir, "soak");
+    const char *name = test_arena_name("svcs");
+    svc_args sv = {.dir = dir, .interval_ms = 10, .incremental = true};
+    snprintf(sv.name, sizeof sv.name, "%s", name);
+    pid_t spid = start_engine(&sv);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    job j[2];
+    pid_t pids[2];
+    for (uint32_t i = 0; i < 2; i++) {
+        j[i] = (job){.index = i, .p = 2, .want_done = UINT64_MAX};
+        snprintf(j[i].name, sizeof j[i].name, "%s", name);
+        pids[i] = test_fork(endless_worker, &j[i]);
+    }
+    wait_live(name, 2);
+    srand(7);
+    uint64_t committed = 0;
+    for (int round = 0; round < 16; round++) {
+        usleep(20000 + (unsigned)(rand() % 40000));
+        stash_service_info si;
+        stash_service_info_get(a, &si);
+        cr_assert_geq(si.completed, committed, "a committed checkpoint went missing");
+        committed = si.completed;
+        int victim = rand() % 3;
+        if (victim < 2) {
+            /* Rolled back to the last complete checkpoint: exactly once. */
+            kill(pids[victim], SIGKILL);
+            test_wait(pids[victim]);
+            j[victim].rollback = true;
+            pids[victim] = test_fork(endless_worker, &j[victim]);
+            wait_live(name, 2);
+        } else {
+            kill(spid, SIGKILL);
+            test_wait(spid);
+            spid = start_engine(&sv);
+        }
+    }
+    stash_checkpoint_info info;
+    cr_assert_eq(stash_checkpoint(a, 20000, &info), 0, "%s", stash_errmsg());
+    cr_assert_gt(info.id, committed);
+    for (int i = 0; i < 2; i++) {
+        kill(pids[i], SIGKILL);
+        test_wait(pids[i]);
+    }
+    stash_arena_close(a);
+    kill(spid, SIGKILL);
+    test_wait(spid);
+    /* Lost with its arena, the job comes back from the newest checkpoint:
+     * counts and offsets from one cut, whatever was killed when. */
+    stash_arena_destroy(name, NULL);
+    pid_t s = start_service(name, dir, 0);
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_service_info si;
+    stash_service_info_get(a, &si);
+    cr_assert_geq(si.completed, info.id);
+    stash_arena_close(a);
+    uint64_t offs[2];
+    verify_counts(name, 2, offs);
+    stop_service(name, s);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
+
+Test(service, the_memory_storage_caps_each_checkpoint)
+{
+    const char *name = test_arena_name("svcm");
+    char dir[128];
+    snprintf(dir, sizeof dir, "/dev/shm/stash.%s.checkpoints", name);
+    drop_dir(dir);
+    stash_arena_opts ao = {.size = 32u << 20, .max_parallelism = MAXP};
+    stash_service_opts o = {.arena = &ao, .storage = STASH_STORAGE_MEMORY, .memory_cap = 64u << 10};
+    stash_service *s;
+    cr_assert_eq(stash_service_start(name, &o, &s), 0, "%s", stash_errmsg());
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0);
+    stash_state *v;
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    uint8_t value[1000];
+    for (uint64_t k = 0; k < 1000; k++) {
+        memset(value, (int)k, sizeof value);
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_put(v, value, sizeof value), 0);
+    }
+    stash_worker_close(w);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_checkpoint_info info;
+    /* A million bytes of values, which LZ4 shrinks, but not below 64 KiB. */
+    cr_assert_eq(stash_checkpoint(a, 0, &info), STASH_EABORTED);
+    cr_assert(strstr(info.detail, "65536"), "%s", info.detail);
+    stash_service_stop(s);
+    o.memory_cap = 0; /* 5 MiB */
+    cr_assert_eq(stash_service_start(name, &o, &s), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_checkpoint(a, 0, &info), 0, "%s", stash_errmsg());
+    cr_assert_eq(info.id, 2);
+    cr_assert(strncmp(info.detail, dir, strlen(dir)) == 0, "%s", info.detail);
+    stash_service_stop(s);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
     drop_dir(dir);
 }

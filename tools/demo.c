@@ -318,6 +318,8 @@ int tool_demo(int argc, char **argv)
     say("== worker 1 (pid %d) killed with SIGKILL after checkpoint %llu\n", (int)pids[1],
         (unsigned long long)done);
     kill_wait(pids[1]);
+    /* The service notices within a quarter of a second; then the replacement. */
+    for (uint64_t t = now_ns(); now_ns() - t < 400000000ull;) relay(&s, 50);
     pids[1] = start_worker(1, true, pipefd[1]);
     if (await_checkpoint(&s, done + 2) < 0) return 1;
 
