@@ -18,6 +18,7 @@
 
 #include "backends/ckpt.h"
 #include "tools/tools.h"
+#include "tools/bench_peers.h"
 #include "tools/ycsb.h"
 
 #define VALUE_BYTES 100u
@@ -300,6 +301,41 @@ static uint64_t ops_during(shared_run *run, uint64_t ns)
     return atomic_load(&run->ops) - before;
 }
 
+/* Redis BGSAVE on the same keys under the same YCSB A operations: what its
+ * fork copies on write, beside what the stash checkpoint kept (extra bytes
+ * of state_bytes). */
+static void redis_bgsave_case(ckb *b, const ycsb_op *ops, uint64_t nops, double extra,
+                              double state_bytes)
+{
+    char why[512];
+    peer_redis_server *srv = NULL;
+    kv_sys *kv = NULL;
+    int rc = peer_redis_start(b->dir, &srv, why, sizeof why);
+    if (rc == 0) rc = peer_redis_open(srv, 64, &kv, why, sizeof why);
+    uint8_t val[VALUE_BYTES] = {0};
+    bench_progress(&b->o, "checkpoint: loading redis-server");
+    for (uint64_t k = 0; rc == 0 && k < b->keys; k++) {
+        rc = kv->ops->value_put(kv, k, val, sizeof val);
+        if (rc == 0 && (k % 64 == 63 || k + 1 == b->keys)) rc = kv->ops->sync(kv);
+        if (rc) snprintf(why, sizeof why, "%s", kv->error);
+    }
+    uint64_t cow = 0, dataset = 0;
+    bench_progress(&b->o, "checkpoint: redis BGSAVE under load");
+    if (rc == 0)
+        rc = peer_redis_bgsave(srv, ops, nops, VALUE_BYTES, &cow, &dataset, why, sizeof why);
+    if (kv) kv->ops->close(kv);
+    peer_redis_stop(srv);
+    if (rc) {
+        report_skip(b, "extra-memory", "redis-bgsave", why);
+        return;
+    }
+    report(b, "extra-memory", "redis-bgsave", (double)cow, "bytes");
+    report(b, "extra-memory", "redis-cow/dataset", (double)cow / (double)dataset, "ratio");
+    if (cow)
+        report(b, "extra-memory", "stash/redis",
+               (extra / state_bytes) / ((double)cow / (double)dataset), "ratio");
+}
+
 static int under_load_case(ckb *b)
 {
     stash_worker *w;
@@ -357,9 +393,11 @@ static int under_load_case(ckb *b)
     }
     stash_arena_destroy(b->name, NULL);
     clean_dir(b);
-    free(ops);
     munmap(run, sizeof *run);
-    if (rc < 0) return rc;
+    if (rc < 0) {
+        free(ops);
+        return rc;
+    }
     double mw = bench_median(with, b->o.reps), mo = bench_median(without, b->o.reps);
     double me = bench_median(extra, b->o.reps);
     report(b, "ycsb-a/during-checkpoint", "stash", mw, "ops/s");
@@ -367,9 +405,8 @@ static int under_load_case(ckb *b)
     report(b, "ycsb-a/during-checkpoint", "during/without", mw / mo, "ratio");
     report(b, "extra-memory", "stash", me, "bytes");
     report(b, "extra-memory", "extra/state", me / (double)state_bytes, "ratio");
-    report_skip(b, "extra-memory", "redis-bgsave",
-                "not measured by this version of the bench: Redis BGSAVE's copy-on-write growth "
-                "needs the same load driven against redis-server");
+    redis_bgsave_case(b, ops, nops, me, (double)state_bytes);
+    free(ops);
     return 0;
 }
 
@@ -380,8 +417,9 @@ int bench_checkpoint(int argc, char **argv)
         "io_uring, depth 16) on the same bytes; the pause to pin every key group with 100K\n"
         "keys and with 10M (--quick: 1M); the bytes of an incremental checkpoint after 1% of\n"
         "the keys changed; a worker's YCSB A throughput and the arena's extra memory while\n"
-        "another process writes a checkpoint. 1M keys of 100 bytes (--quick: 100K). The\n"
-        "checkpoints go to $STASH_BENCH_DIR, or /var/tmp.\n";
+        "another process writes a checkpoint, beside what Redis BGSAVE's fork copies on write\n"
+        "under the same operations (redis-server, when installed). 1M keys of 100 bytes\n"
+        "(--quick: 100K). The checkpoints go to $STASH_BENCH_DIR, or /var/tmp.\n";
     ckb b = {0};
     int rc = bench_parse(argc, argv, usage, &b.o);
     if (rc) return rc < 0 ? 2 : 0;

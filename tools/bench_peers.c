@@ -903,7 +903,9 @@ void peer_redis_stop(peer_redis_server *srv)
     free(srv);
 }
 
-int peer_redis_open(peer_redis_server *srv, unsigned depth, kv_sys **out, char *why, size_t whylen)
+/* Connects to srv: emptied first with flush. */
+static int redis_connect(peer_redis_server *srv, unsigned depth, bool flush, kv_sys **out,
+                         char *why, size_t whylen)
 {
     redis_sys *r = calloc(1, sizeof *r);
     if (r) r->pending = calloc(depth, sizeof *r->pending);
@@ -916,7 +918,7 @@ int peer_redis_open(peer_redis_server *srv, unsigned depth, kv_sys **out, char *
                        .batch = depth,
                        .shares_data = depth == 1};
     r->c = redisConnect("127.0.0.1", srv->port);
-    redisReply *rep = r->c && !r->c->err ? redisCommand(r->c, "FLUSHALL") : NULL;
+    redisReply *rep = r->c && !r->c->err ? redisCommand(r->c, flush ? "FLUSHALL" : "PING") : NULL;
     int rc = rep && rep->type == REDIS_REPLY_STATUS ? 0 : -1;
     if (rep) freeReplyObject(rep);
     if (rc == 0) rc = redis_used_memory(r, &r->baseline);
@@ -930,7 +932,85 @@ int peer_redis_open(peer_redis_server *srv, unsigned depth, kv_sys **out, char *
     return 0;
 }
 
+int peer_redis_open(peer_redis_server *srv, unsigned depth, kv_sys **out, char *why, size_t whylen)
+{
+    return redis_connect(srv, depth, true, out, why, whylen);
+}
+
+/* A number from a section of INFO. */
+static int redis_info(redisContext *c, const char *section, const char *field, uint64_t *out)
+{
+    redisReply *rep = redisCommand(c, "INFO %s", section);
+    char key[64];
+    snprintf(key, sizeof key, "\n%s:", field);
+    const char *p = rep && rep->type == REDIS_REPLY_STRING ? strstr(rep->str, key) : NULL;
+    if (p) *out = strtoull(p + strlen(key), NULL, 10);
+    if (rep) freeReplyObject(rep);
+    return p ? 0 : -1;
+}
+
+/* Replays ops against srv until killed: the load during a BGSAVE. */
+static int bgsave_load(peer_redis_server *srv, const ycsb_op *ops, uint64_t nops,
+                       unsigned value_len)
+{
+    kv_sys *s;
+    char why[256];
+    if (redis_connect(srv, 64, false, &s, why, sizeof why) < 0) return 1;
+    uint8_t value[4096] = {0}, buf[4096];
+    for (uint64_t i = 0;; i++) {
+        const ycsb_op *op = &ops[i % nops];
+        size_t len;
+        value[0] = (uint8_t)i;
+        int rc = op->kind == YCSB_PUT ? s->ops->value_put(s, op->key, value, value_len)
+                                      : s->ops->value_get(s, op->key, buf, sizeof buf, &len);
+        if (rc == 0 && i % 64 == 63) rc = s->ops->sync(s);
+        if (rc) return 1;
+    }
+}
+
+int peer_redis_bgsave(peer_redis_server *srv, const ycsb_op *ops, uint64_t nops, unsigned value_len,
+                      uint64_t *cow, uint64_t *dataset, char *why, size_t whylen)
+{
+    redisContext *c = redisConnect("127.0.0.1", srv->port);
+    if (!c || c->err) {
+        redisFree(c);
+        return WHY("redis on port %d: cannot connect", srv->port);
+    }
+    int rc = redis_info(c, "memory", "used_memory_dataset", dataset);
+    fflush(NULL);
+    pid_t load = rc == 0 ? fork() : -1;
+    if (load == 0) _exit(bgsave_load(srv, ops, nops, value_len));
+    /* Let the load run a moment, as the stash case does before it checkpoints. */
+    if (load > 0) nanosleep(&(struct timespec){.tv_nsec = 100000000}, NULL);
+    redisReply *rep = load > 0 ? redisCommand(c, "BGSAVE") : NULL;
+    rc = rep && rep->type == REDIS_REPLY_STATUS ? 0 : -1;
+    if (rep) freeReplyObject(rep);
+    uint64_t busy = 1, ok = 0;
+    for (int i = 0; rc == 0 && busy && i < 60000; i++) {
+        nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
+        rc = redis_info(c, "persistence", "rdb_bgsave_in_progress", &busy);
+    }
+    if (load > 0) {
+        kill(load, SIGKILL);
+        waitpid(load, NULL, 0);
+    }
+    rep = rc == 0 && !busy ? redisCommand(c, "INFO persistence") : NULL;
+    if (rep && rep->type == REDIS_REPLY_STRING)
+        ok = strstr(rep->str, "rdb_last_bgsave_status:ok") != NULL;
+    if (rep) freeReplyObject(rep);
+    if (ok) rc = redis_info(c, "persistence", "rdb_last_cow_size", cow);
+    redisFree(c);
+    return rc == 0 && ok ? 0 : WHY("BGSAVE on port %d failed or never finished", srv->port);
+}
+
 #else
+
+int peer_redis_bgsave(peer_redis_server *srv, const ycsb_op *ops, uint64_t nops, unsigned value_len,
+                      uint64_t *cow, uint64_t *dataset, char *why, size_t whylen)
+{
+    (void)srv, (void)ops, (void)nops, (void)value_len, (void)cow, (void)dataset;
+    return WHY("built without hiredis (libhiredis-dev not found)");
+}
 
 void peer_redis_stop(peer_redis_server *srv)
 {

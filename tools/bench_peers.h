@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tools/ycsb.h"
+
 typedef struct kv_sys kv_sys;
 
 /* A system's operations. Keys are key indices (encoded as 8 bytes by each
@@ -65,5 +67,11 @@ void peer_redis_stop(peer_redis_server *srv);
 /* Empties the server and connects to it: pipelined (depth commands per
  * batch) or one command per round trip. */
 int peer_redis_open(peer_redis_server *srv, unsigned depth, kv_sys **out, char *why, size_t whylen);
+/* Runs BGSAVE on srv while a process of its own replays ops (value gets
+ * and puts of value_len bytes, pipelined) against it; *cow is what the
+ * snapshot's fork copied on write (rdb_last_cow_size), *dataset the data's
+ * bytes (used_memory_dataset). Returns 0, or -1 with why. */
+int peer_redis_bgsave(peer_redis_server *srv, const ycsb_op *ops, uint64_t nops, unsigned value_len,
+                      uint64_t *cow, uint64_t *dataset, char *why, size_t whylen);
 
 #endif /* STASH_TOOLS_BENCH_PEERS_H */
