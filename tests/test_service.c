@@ -69,6 +69,7 @@ typedef struct svc_args {
     const char *dir;
     uint64_t timeout_ms, interval_ms;
     bool incremental;
+    const char *faults; /* $STASH_IO_FAULT for the engine's I/O */
 } svc_args;
 
 static int service_main(void *arg)
@@ -81,6 +82,7 @@ static int service_main(void *arg)
                             .interval_ms = v->interval_ms,
                             .incremental = v->incremental};
     stash_service *s;
+    if (v->faults) setenv("STASH_IO_FAULT", v->faults, 1);
     if (stash_service_start(v->name, &o, &s) < 0) {
         fprintf(stderr, "service: %s\n", stash_errmsg());
         return 20;
@@ -840,6 +842,35 @@ Test(service, the_memory_storage_caps_each_checkpoint)
     cr_assert(strncmp(info.detail, dir, strlen(dir)) == 0, "%s", info.detail);
     stash_service_stop(s);
     stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
+
+Test(service, a_failed_fsync_fails_that_checkpoint_and_keeps_the_others)
+{
+    char dir[128], path[200];
+    make_dir(dir, "fsync");
+    const char *name = test_arena_name("svcf");
+    /* Checkpoint 1 syncs its data file and its metadata; 2 fails at its first. */
+    svc_args sv = {.dir = dir, .faults = "fsync:3:ENOSPC"};
+    snprintf(sv.name, sizeof sv.name, "%s", name);
+    pid_t spid = start_engine(&sv);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_checkpoint_info info;
+    cr_assert_eq(stash_checkpoint(a, 0, &info), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_checkpoint(a, 0, &info), STASH_EABORTED);
+    cr_assert_eq(info.id, 2);
+    cr_assert(strstr(info.detail, "No space left on device") && strstr(info.detail, dir), "%s",
+              info.detail);
+    snprintf(path, sizeof path, "%s/chk-2", dir);
+    cr_assert_neq(access(path, F_OK), 0, "the failed checkpoint left %s", path);
+    cr_assert_eq(stash_checkpoint(a, 0, &info), 0, "%s", stash_errmsg());
+    cr_assert_eq(info.id, 3);
+    snprintf(path, sizeof path, "%s/chk-1/_metadata", dir);
+    cr_assert_eq(access(path, F_OK), 0);
+    stash_arena_close(a);
+    stop_service(name, spid);
     stash_arena_destroy(name, NULL);
     drop_dir(dir);
 }
