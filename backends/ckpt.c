@@ -6,6 +6,7 @@
  * checksum, counts, names and ranges, and every block, are checked before
  * anything is restored, and a damaged checkpoint gives way to the previous one.
  */
+#define _GNU_SOURCE /* O_DIRECT */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -111,7 +112,8 @@ static int write_durable(ioe_engine *e, const char *path, const void *data, size
 
 /* A data file written while it is serialized: blocks are copied into the
  * engine's staging buffers, and each buffer is written as soon as it is full,
- * so the disk works while the next key groups are serialized. */
+ * with O_DIRECT where the filesystem has it, so the disk works while the next
+ * key groups are serialized (buffered writes would wait for the fsync). */
 typedef struct stream {
     ioe_engine *e;
     ioe_file *f;
@@ -120,7 +122,8 @@ typedef struct stream {
     uint8_t *buf; /* the staging buffer being filled, or NULL */
     size_t fill;
     size_t cap;
-    int rc; /* the first failure */
+    uint32_t align; /* O_DIRECT: the file's offset and length alignment; 1 buffered */
+    int rc;         /* the first failure */
 } stream;
 
 /* Reaps at least min completions, giving their staging buffers back. */
@@ -142,15 +145,30 @@ static int stream_open(stream *s, ioe_engine *e, const char *path)
 {
     ioe_info info;
     ioe_engine_info(e, &info);
-    *s = (stream){.e = e, .path = path, .cap = info.buf_size};
-    int rc = ioe_file_open(e, path, O_WRONLY | O_CREAT | O_TRUNC, 0644, &s->f);
+    *s = (stream){.e = e, .path = path, .cap = info.buf_size, .align = 1};
+    int rc = ioe_file_open(e, path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644, &s->f);
+    if (rc == 0) {
+        ioe_align al = ioe_file_align(s->f);
+        /* Staging buffers are page-aligned and a multiple of the page in size. */
+        if (al.mem <= 4096 && al.offset <= 4096 && s->cap % al.offset == 0) {
+            s->align = al.offset;
+            return 0;
+        }
+        ioe_file_close(s->f);
+    }
+    /* A filesystem without direct I/O (tmpfs): buffered writes. */
+    rc = ioe_file_open(e, path, O_WRONLY | O_CREAT | O_TRUNC, 0644, &s->f);
     return rc < 0 ? shm_fail(rc, "%s: cannot create: %s", path, stash_strerror(rc)) : 0;
 }
 
 static void stream_submit(stream *s)
 {
     while (s->fill && !s->rc) {
-        int q = ioe_write(s->f, s->buf, s->fill, s->off, s->buf);
+        /* The last, partial buffer of a direct file goes out padded; the
+         * file is cut to its length before the fsync. */
+        size_t len = (s->fill + s->align - 1) / s->align * s->align;
+        if (len > s->fill) memset(s->buf + s->fill, 0, len - s->fill);
+        int q = ioe_write(s->f, s->buf, len, s->off, s->buf);
         if (q == -EBUSY) {
             stream_reap(s, 1);
             continue;
@@ -192,8 +210,15 @@ static int stream_put(stream *s, const uint8_t *p, size_t n)
  * waits for what is in flight) and closes it. Returns the first failure. */
 static int stream_close(stream *s)
 {
+    uint64_t end = s->off + s->fill;
     stream_submit(s);
     if (s->buf) ioe_buf_put(s->e, s->buf);
+    if (s->align > 1 && end % s->align) {
+        while (ioe_outstanding(s->e)) stream_reap(s, 1);
+        if (!s->rc && ftruncate(ioe_file_fd(s->f), (off_t)end) < 0)
+            s->rc = shm_fail(-errno, "%s: cannot cut to %llu bytes: %s", s->path,
+                             (unsigned long long)end, strerror(errno));
+    }
     int rc = s->rc;
     while (!s->rc && (rc = ioe_fsync(s->f, NULL)) == -EBUSY) stream_reap(s, 1);
     if (rc < 0 && !s->rc) s->rc = shm_fail(rc, "fsync %s: %s", s->path, stash_strerror(rc));
@@ -202,12 +227,15 @@ static int stream_close(stream *s)
     return s->rc;
 }
 
-/* Reads the whole file at path into *out (malloc'd). */
+/* Reads the whole file at path into *out (malloc'd), with O_DIRECT where the
+ * filesystem has it (a restore reads each byte once: no page cache). */
 static int read_whole(ioe_engine *e, const char *path, size_t limit, uint8_t **out, size_t *len)
 {
     ioe_file *f;
-    int rc = ioe_file_open(e, path, O_RDONLY, 0, &f);
+    int rc = ioe_file_open(e, path, O_RDONLY | O_DIRECT, 0, &f);
+    if (rc < 0) rc = ioe_file_open(e, path, O_RDONLY, 0, &f);
     if (rc < 0) return shm_fail(rc, "%s: cannot open: %s", path, stash_strerror(rc));
+    ioe_align al = ioe_file_align(f);
     struct stat st;
     if (fstat(ioe_file_fd(f), &st) < 0 || (uint64_t)st.st_size > limit) {
         ioe_file_close(f);
@@ -215,13 +243,15 @@ static int read_whole(ioe_engine *e, const char *path, size_t limit, uint8_t **o
                         (long long)st.st_size, limit);
     }
     *len = (size_t)st.st_size;
-    *out = malloc(*len ? *len : 1);
-    if (!*out) {
+    /* Direct reads go whole aligned blocks at a time: the last one past the end. */
+    size_t want = (*len + al.offset - 1) / al.offset * al.offset;
+    *out = NULL;
+    if (ioe_aligned_alloc(want ? want : al.offset, al.mem > 64 ? al.mem : 64, (void **)out) < 0) {
         ioe_file_close(f);
         return -ENOMEM;
     }
-    for (size_t off = 0; off < *len && rc == 0;) {
-        size_t n = *len - off < CHUNK ? *len - off : CHUNK;
+    for (size_t off = 0; off < want && rc == 0;) {
+        size_t n = want - off < CHUNK ? want - off : CHUNK;
         int q = ioe_read(f, *out + off, n, off, NULL);
         if (q == -EBUSY) {
             rc = drain(e, ioe_outstanding(e) - 1, 0);
@@ -649,7 +679,7 @@ static int check_record(void *ctx, uint32_t kg, const snap_record *r)
 
 /* Checks one file's block of key group kg and walks its records. */
 static int64_t walk_block(const ckpt_view *v, const ckpt_file *f, uint32_t kg, snap_buf *scratch,
-                          snap_record_fn *fn, void *ctx)
+                          bool checked, snap_record_fn *fn, void *ctx)
 {
     md_extent e;
     memcpy(&e, f->extents + kg * sizeof e, sizeof e);
@@ -660,7 +690,8 @@ static int64_t walk_block(const ckpt_view *v, const ckpt_file *f, uint32_t kg, s
                         f->path, kg, (unsigned long long)e.offset, (unsigned long long)e.size,
                         f->len);
     snap_block b;
-    int rc = snap_read_block(f->data + e.offset, e.size, f->path, e.offset, scratch, &b);
+    int rc = (checked ? snap_reread_block : snap_read_block)(f->data + e.offset, e.size, f->path,
+                                                             e.offset, scratch, &b);
     if (rc) return rc;
     bool delta = f->flags & CKPT_FILE_DELTA;
     if (b.hdr.kg != kg || b.size != e.size || delta != !!(b.hdr.flags & SNAP_DELTA))
@@ -672,7 +703,10 @@ static int64_t walk_block(const ckpt_view *v, const ckpt_file *f, uint32_t kg, s
                               f->path, e.offset);
 }
 
-int64_t ckpt_view_walk(const ckpt_view *v, stash_kg_range range, snap_record_fn *fn, void *ctx)
+/* Walks the blocks of range in every file; checked: a second pass over
+ * bytes the first already checked. */
+static int64_t walk_range(const ckpt_view *v, stash_kg_range range, bool checked,
+                          snap_record_fn *fn, void *ctx)
 {
     if (range.first > range.last || range.last >= v->max_parallelism)
         return shm_fail(-EINVAL, "%s: key groups %u..%u of %u", v->meta_path, range.first,
@@ -681,11 +715,16 @@ int64_t ckpt_view_walk(const ckpt_view *v, stash_kg_range range, snap_record_fn 
     int64_t total = 0;
     for (uint32_t f = 0; f < v->nfiles && total >= 0; f++)
         for (uint32_t kg = range.first; kg <= range.last && total >= 0; kg++) {
-            int64_t n = walk_block(v, &v->files[f], kg, &scratch, fn, ctx);
+            int64_t n = walk_block(v, &v->files[f], kg, &scratch, checked, fn, ctx);
             total = n < 0 ? n : total + n;
         }
     snap_buf_free(&scratch);
     return total;
+}
+
+int64_t ckpt_view_walk(const ckpt_view *v, stash_kg_range range, snap_record_fn *fn, void *ctx)
+{
+    return walk_range(v, range, false, fn, ctx);
 }
 
 /* Registers the checkpoint's states in the arena and maps their ids. */
@@ -752,6 +791,7 @@ static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, bool
     if (n >= 0) n = copy_opstate(v, &map, out);
     snap_restorer to = {a, &map};
     /* Size each key group's table for what its blocks hold: no rehash then. */
+    uint64_t bytes = 0;
     for (uint32_t kg = range.first; n >= 0 && kg <= range.last; kg++) {
         uint64_t held = 0;
         for (uint32_t f = 0; f < v->nfiles; f++) {
@@ -760,14 +800,16 @@ static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, bool
             memcpy(&e, v->files[f].extents + kg * sizeof e, sizeof e);
             memcpy(&h, v->files[f].data + e.offset, sizeof h); /* checked by the walk above */
             held += h.records;
+            bytes += h.raw_len + (uint64_t)h.records * sizeof(shm_rec);
         }
         n = shm_table_reserve(a, kg, held);
     }
+    if (n >= 0) shm_pool_prefault(a, bytes);
     if (n >= 0) {
         /* From here a failure (the arena full) leaves part of the checkpoint
          * in the arena: no older checkpoint may be restored over it. */
         *applying = true;
-        n = ckpt_view_walk(v, range, snap_restore_record, &to);
+        n = walk_range(v, range, true, snap_restore_record, &to);
     }
     if (n >= 0) *records = (uint64_t)n;
     ckpt_view_close(v);

@@ -122,8 +122,8 @@ int64_t snap_write_kg_delta(stash_arena *a, uint32_t kg, uint32_t base, uint32_t
     return finish_block(out, start, kg, w.records, SNAP_DELTA, lz4);
 }
 
-int snap_read_block(const uint8_t *p, size_t avail, const char *file, uint64_t off,
-                    snap_buf *scratch, snap_block *out)
+static int read_block(const uint8_t *p, size_t avail, const char *file, uint64_t off,
+                      snap_buf *scratch, bool checked, snap_block *out)
 {
     snap_block_hdr h;
     if (avail < sizeof h)
@@ -147,7 +147,7 @@ int snap_read_block(const uint8_t *p, size_t avail, const char *file, uint64_t o
                         file, (unsigned long long)off, h.kg, h.stored_len, h.raw_len,
                         avail - sizeof h);
     const uint8_t *payload = p + sizeof h;
-    if (snap_crc32c(0, payload, h.stored_len) != h.payload_crc)
+    if (!checked && snap_crc32c(0, payload, h.stored_len) != h.payload_crc)
         return shm_fail(STASH_ECORRUPT, "%s: offset %llu: key group %u: payload checksum mismatch",
                         file, (unsigned long long)(off + sizeof h), h.kg);
     if (h.flags & SNAP_LZ4) {
@@ -164,6 +164,18 @@ int snap_read_block(const uint8_t *p, size_t avail, const char *file, uint64_t o
     }
     *out = (snap_block){h, payload, sizeof h + h.stored_len};
     return 0;
+}
+
+int snap_read_block(const uint8_t *p, size_t avail, const char *file, uint64_t off,
+                    snap_buf *scratch, snap_block *out)
+{
+    return read_block(p, avail, file, off, scratch, false, out);
+}
+
+int snap_reread_block(const uint8_t *p, size_t avail, const char *file, uint64_t off,
+                      snap_buf *scratch, snap_block *out)
+{
+    return read_block(p, avail, file, off, scratch, true, out);
 }
 
 int64_t snap_block_records(const snap_block *b, uint32_t max_parallelism, snap_record_fn *fn,

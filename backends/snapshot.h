@@ -74,6 +74,10 @@ typedef struct snap_block {
  * scratch. Returns 0, STASH_ECORRUPT or STASH_EFORMAT naming file and offset. */
 int snap_read_block(const uint8_t *p, size_t avail, const char *file, uint64_t off,
                     snap_buf *scratch, snap_block *out);
+/* As snap_read_block, for bytes in memory it already accepted in this
+ * process: every check but the payload's checksum, which the bytes passed. */
+int snap_reread_block(const uint8_t *p, size_t avail, const char *file, uint64_t off,
+                      snap_buf *scratch, snap_block *out);
 
 /* One record of a block's payload. */
 typedef struct snap_record {

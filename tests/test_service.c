@@ -133,15 +133,17 @@ static void wait_live(const char *name, uint32_t n)
 {
     stash_arena *a;
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
-    for (int tries = 0; tries < 5000; tries++) {
+    size_t live = 0;
+    for (int tries = 0; tries < 15000 && live < n; tries++) {
         stash_worker_info w[8];
-        size_t k = 0, live = 0;
+        size_t k = 0;
+        live = 0;
         stash_registry_list(a, w, 8, &k);
         for (size_t i = 0; i < k && i < 8; i++) live += w[i].state == STASH_WORKER_LIVE;
-        if (live >= n) break;
-        usleep(2000);
+        if (live < n) usleep(2000);
     }
     stash_arena_close(a);
+    cr_assert_geq(live, n, "%zu of %u workers joined", live, n);
 }
 
 /* A worker of the counting job: event e adds one to the count of key
@@ -236,7 +238,7 @@ static void verify_counts(const char *name, uint32_t old_p, uint64_t *offs)
     stash_worker_close(w);
 }
 
-Test(service, barrier_cut_complete_and_restore_at_another_parallelism)
+Test(service, barrier_cut_complete_and_restore_at_another_parallelism, .timeout = 240)
 {
     job j[2];
     char dir[128];
@@ -288,7 +290,7 @@ Test(service, barrier_cut_complete_and_restore_at_another_parallelism)
     drop_dir(dir);
 }
 
-Test(service, a_worker_that_never_reaches_a_barrier_fails_the_checkpoint)
+Test(service, a_worker_that_never_reaches_a_barrier_fails_the_checkpoint, .timeout = 240)
 {
     char dir[128];
     make_dir(dir, "timeout");
@@ -328,7 +330,7 @@ static int endless_worker(void *arg)
     return worker_main(j);
 }
 
-Test(service, a_killed_worker_is_replaced_live_or_rolled_back)
+Test(service, a_killed_worker_is_replaced_live_or_rolled_back, .timeout = 240)
 {
     char dir[128];
     make_dir(dir, "replace");
@@ -367,9 +369,9 @@ Test(service, a_killed_worker_is_replaced_live_or_rolled_back)
     j[1].ready = ready[1];
     pids[1] = test_fork(worker_main, &j[1]);
     char byte;
+    close(ready[1]); /* a child that fails closes the last write end: read returns 0 */
     cr_assert_eq(read(ready[0], &byte, 1), 1, "the replacement set itself up");
     close(ready[0]);
-    close(ready[1]);
     kill(pids[0], SIGKILL);
     kill(pids[1], SIGKILL);
     test_wait(pids[0]);
@@ -414,7 +416,7 @@ Test(service, a_killed_worker_is_replaced_live_or_rolled_back)
     drop_dir(dir);
 }
 
-Test(service, the_engine_killed_and_restarted_loses_nothing)
+Test(service, the_engine_killed_and_restarted_loses_nothing, .timeout = 240)
 {
     job wj[2];
     char dir[128];
@@ -566,17 +568,17 @@ static void redistribute(uint32_t from, uint32_t to)
     drop_dir(dir);
 }
 
-Test(service, operator_state_scales_down)
+Test(service, operator_state_scales_down, .timeout = 240)
 {
     redistribute(3, 2);
 }
 
-Test(service, operator_state_scales_up)
+Test(service, operator_state_scales_up, .timeout = 240)
 {
     redistribute(2, 3);
 }
 
-Test(service, operator_state_api_refuses_other_kinds)
+Test(service, operator_state_api_refuses_other_kinds, .timeout = 240)
 {
     char name[96];
     stash_arena *a = test_arena_create("svcapi", 0, MAXP, name);
@@ -669,7 +671,7 @@ static bool file_has(const char *path, const char *what)
     return strstr(buf, what) != NULL;
 }
 
-Test(service, the_commands_serve_checkpoint_status_stop)
+Test(service, the_commands_serve_checkpoint_status_stop, .timeout = 240)
 {
     char dir[128], log[160], out[16384], args[512];
     make_dir(dir, "cli");
@@ -696,9 +698,9 @@ Test(service, the_commands_serve_checkpoint_status_stop)
     snprintf(j.name, sizeof j.name, "%s", name);
     pid_t w = test_fork(worker_main, &j);
     char byte;
-    cr_assert_eq(read(ready[0], &byte, 1), 1);
-    close(ready[0]);
     close(ready[1]);
+    cr_assert_eq(read(ready[0], &byte, 1), 1, "the worker set itself up");
+    close(ready[0]);
     kill(w, SIGKILL);
     test_wait(w);
     char died[64];
@@ -741,7 +743,7 @@ Test(service, the_commands_serve_checkpoint_status_stop)
     drop_dir(dir);
 }
 
-Test(service, a_soak_of_random_kills_loses_no_committed_state)
+Test(service, a_soak_of_random_kills_loses_no_committed_state, .timeout = 240)
 {
     char dir[128];
     make_dir(dir, "soak");
@@ -807,7 +809,7 @@ Test(service, a_soak_of_random_kills_loses_no_committed_state)
     drop_dir(dir);
 }
 
-Test(service, the_memory_storage_caps_each_checkpoint)
+Test(service, the_memory_storage_caps_each_checkpoint, .timeout = 240)
 {
     const char *name = test_arena_name("svcm");
     char dir[128];
@@ -846,7 +848,7 @@ Test(service, the_memory_storage_caps_each_checkpoint)
     drop_dir(dir);
 }
 
-Test(service, a_failed_fsync_fails_that_checkpoint_and_keeps_the_others)
+Test(service, a_failed_fsync_fails_that_checkpoint_and_keeps_the_others, .timeout = 240)
 {
     char dir[128], path[200];
     make_dir(dir, "fsync");
