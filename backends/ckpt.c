@@ -10,6 +10,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 #define SHARED_DIR "shared"
 #define CHUNK (1u << 20)
 #define MAX_METADATA (64u << 20)
+#define SPLIT_MIN_BYTES (4u << 20) /* a walk over fewer bytes stays in one thread */
 
 typedef struct md_header {
     char magic[8];
@@ -354,33 +356,117 @@ static int build_metadata(stash_arena *a, const ckpt_opts *o, const file_list *f
 
 static int open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data);
 
+static int64_t serialize_kg(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, uint32_t kg,
+                            uint32_t slot, snap_buf *block)
+{
+    block->len = 0;
+    if (o->reader) shm_ebr_enter(a, slot);
+    int64_t n = o->base_id ? snap_write_kg_delta(a, kg, o->base_pins[kg], pins[kg], o->lz4, block)
+                           : snap_write_kg(a, kg, pins[kg], o->lz4, block);
+    if (o->reader) shm_ebr_exit(a, slot);
+    return n;
+}
+
+/* A second thread serializing the odd key groups, handing each block over
+ * through a one-block mailbox, while the caller serializes the even ones
+ * and streams them all in order. */
+typedef struct helper {
+    stash_arena *a;
+    const uint32_t *pins;
+    const ckpt_opts *o;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    snap_buf block;
+    int64_t n;
+    bool full; /* block holds the next odd key group's */
+    bool stop;
+    char why[512]; /* stash_errmsg() is per thread */
+} helper;
+
+static void *helper_main(void *arg)
+{
+    helper *h = arg;
+    for (uint32_t kg = 1; kg < h->a->hdr->max_parallelism; kg += 2) {
+        pthread_mutex_lock(&h->mu);
+        while (h->full && !h->stop) pthread_cond_wait(&h->cv, &h->mu);
+        bool stop = h->stop;
+        pthread_mutex_unlock(&h->mu);
+        if (stop) break;
+        int64_t n = serialize_kg(h->a, h->pins, h->o, kg, h->o->reader_slot2, &h->block);
+        if (n < 0) snprintf(h->why, sizeof h->why, "%s", stash_errmsg());
+        pthread_mutex_lock(&h->mu);
+        h->n = n;
+        h->full = true;
+        pthread_cond_broadcast(&h->cv);
+        pthread_mutex_unlock(&h->mu);
+        if (n < 0) break;
+    }
+    return NULL;
+}
+
+/* Streams key group kg's block (n records, or the error n), recording where it lies. */
+static int emit(const ckpt_opts *o, stream *out, uint32_t kg, const snap_buf *block, int64_t n,
+                md_extent *ext, uint64_t *records)
+{
+    ext[kg] = (md_extent){out->off + out->fill, block->len};
+    if (n < 0) return (int)n;
+    *records += (uint64_t)n;
+    if (o->cap_bytes && ext[kg].offset + block->len > o->cap_bytes)
+        return shm_fail(-EFBIG,
+                        "%s: checkpoint %llu holds more than the storage's cap of %llu bytes",
+                        out->path, (unsigned long long)o->id, (unsigned long long)o->cap_bytes);
+    return stream_put(out, block->data, block->len);
+}
+
 /* Serializes every key group (or its changes since the base) into the
  * stream, one block at a time, and records where each block lies. A writer
- * that owns none of the key groups announces itself for each walk. */
+ * that owns none of the key groups announces itself for each walk. With two
+ * processors (and, for such a writer, a second reader slot), a second thread
+ * serializes every other key group. */
 static int serialize(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, stream *out,
                      md_extent *ext, uint64_t *records)
 {
     snap_buf block = {0};
     int rc = 0;
+    uint32_t maxp = a->hdr->max_parallelism;
     *records = 0;
-    for (uint32_t kg = 0; kg < a->hdr->max_parallelism && rc == 0; kg++) {
-        block.len = 0;
-        if (o->reader) shm_ebr_enter(a, o->reader_slot);
-        int64_t n = o->base_id
-                        ? snap_write_kg_delta(a, kg, o->base_pins[kg], pins[kg], o->lz4, &block)
-                        : snap_write_kg(a, kg, pins[kg], o->lz4, &block);
-        if (o->reader) shm_ebr_exit(a, o->reader_slot);
-        ext[kg] = (md_extent){out->off + out->fill, block.len};
-        if (n < 0)
-            rc = (int)n;
-        else if (o->cap_bytes && ext[kg].offset + block.len > o->cap_bytes)
-            rc = shm_fail(-EFBIG,
-                          "%s: checkpoint %llu holds more than the storage's cap of %llu "
-                          "bytes",
-                          out->path, (unsigned long long)o->id, (unsigned long long)o->cap_bytes);
-        else
-            rc = stream_put(out, block.data, block.len);
-        *records += n > 0 ? (uint64_t)n : 0;
+    helper h = {.a = a, .pins = pins, .o = o};
+    pthread_t t;
+    bool two = maxp > 1 && (!o->reader || o->reader_slot2) && sysconf(_SC_NPROCESSORS_ONLN) > 1;
+    if (two) {
+        pthread_mutex_init(&h.mu, NULL);
+        pthread_cond_init(&h.cv, NULL);
+        two = pthread_create(&t, NULL, helper_main, &h) == 0;
+        if (!two) {
+            pthread_mutex_destroy(&h.mu);
+            pthread_cond_destroy(&h.cv);
+        }
+    }
+    for (uint32_t kg = 0; kg < maxp && rc == 0; kg++) {
+        if (!two || kg % 2 == 0) {
+            int64_t n = serialize_kg(a, pins, o, kg, o->reader_slot, &block);
+            rc = emit(o, out, kg, &block, n, ext, records);
+            continue;
+        }
+        pthread_mutex_lock(&h.mu);
+        while (!h.full) pthread_cond_wait(&h.cv, &h.mu);
+        pthread_mutex_unlock(&h.mu);
+        rc = h.n < 0 ? shm_fail((int)h.n, "%s", h.why)
+                     : emit(o, out, kg, &h.block, h.n, ext, records);
+        pthread_mutex_lock(&h.mu);
+        h.full = false;
+        pthread_cond_broadcast(&h.cv);
+        pthread_mutex_unlock(&h.mu);
+    }
+    if (two) {
+        pthread_mutex_lock(&h.mu);
+        h.stop = true;
+        pthread_cond_broadcast(&h.cv);
+        pthread_mutex_unlock(&h.mu);
+        pthread_join(t, NULL);
+        pthread_mutex_destroy(&h.mu);
+        pthread_cond_destroy(&h.cv);
+        snap_buf_free(&h.block);
     }
     snap_buf_free(&block);
     return rc;
@@ -722,9 +808,51 @@ static int64_t walk_range(const ckpt_view *v, stash_kg_range range, bool checked
     return total;
 }
 
+/* Half of a walk, in a thread of its own: key groups are independent. */
+typedef struct walk_half {
+    const ckpt_view *v;
+    stash_kg_range range;
+    bool checked;
+    snap_record_fn *fn;
+    void *ctx;
+    int64_t n;
+    char why[512]; /* stash_errmsg() is per thread */
+} walk_half;
+
+static void *walk_half_main(void *arg)
+{
+    walk_half *h = arg;
+    h->n = walk_range(h->v, h->range, h->checked, h->fn, h->ctx);
+    if (h->n < 0) snprintf(h->why, sizeof h->why, "%s", stash_errmsg());
+    return NULL;
+}
+
+/* walk_range with the upper half of the key groups in a second thread, when
+ * there are enough bytes to be worth one. fn must be safe to call for
+ * different key groups at once (checks are; a restore's inserts are, each
+ * key group having one writer). An error of the lower half wins. */
+static int64_t walk_range_split(const ckpt_view *v, stash_kg_range range, bool checked,
+                                snap_record_fn *fn, void *ctx)
+{
+    uint32_t n = range.last - range.first + 1;
+    pthread_t t;
+    walk_half hi = {v, {range.first + n / 2, range.last}, checked, fn, ctx, 0, ""};
+    if (n < 2 || v->files[0].len < SPLIT_MIN_BYTES || sysconf(_SC_NPROCESSORS_ONLN) < 2 ||
+        pthread_create(&t, NULL, walk_half_main, &hi) != 0)
+        return walk_range(v, range, checked, fn, ctx);
+    int64_t lo = walk_range(v, (stash_kg_range){range.first, hi.range.first - 1}, checked, fn, ctx);
+    char why[512];
+    if (lo < 0) snprintf(why, sizeof why, "%s", stash_errmsg());
+    pthread_join(t, NULL);
+    if (lo < 0) return shm_fail((int)lo, "%s", why);
+    if (hi.n < 0) return shm_fail((int)hi.n, "%s", hi.why);
+    return lo + hi.n;
+}
+
 int64_t ckpt_view_walk(const ckpt_view *v, stash_kg_range range, snap_record_fn *fn, void *ctx)
 {
-    return walk_range(v, range, false, fn, ctx);
+    return fn ? walk_range(v, range, false, fn, ctx)
+              : walk_range_split(v, range, false, NULL, NULL);
 }
 
 /* Registers the checkpoint's states in the arena and maps their ids. */
@@ -809,7 +937,7 @@ static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, bool
         /* From here a failure (the arena full) leaves part of the checkpoint
          * in the arena: no older checkpoint may be restored over it. */
         *applying = true;
-        n = walk_range(v, range, true, snap_restore_record, &to);
+        n = walk_range_split(v, range, true, snap_restore_record, &to);
     }
     if (n >= 0) *records = (uint64_t)n;
     ckpt_view_close(v);

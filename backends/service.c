@@ -26,8 +26,9 @@ struct stash_service {
     stash_arena *a;
     ioe_engine *e;
     char dir[SHM_CTL_DETAIL];
-    uint32_t reader; /* its reader slot (for shm_ebr_enter) */
-    uint32_t holder; /* 1 + the reader slot's index: the holder of its pins */
+    uint32_t reader;  /* its reader slot (for shm_ebr_enter) */
+    uint32_t reader2; /* a second one for a second serializing thread, 0 if none was free */
+    uint32_t holder;  /* 1 + the reader slot's index: the holder of its pins */
     pthread_t thread;
     _Atomic int quit;
     _Atomic int stopped;
@@ -37,7 +38,7 @@ struct stash_service {
     uint32_t *cut;  /* per key group: the version the checkpoint in flight reads */
     uint32_t *base; /* incremental: the versions of base_id, still pinned */
     uint64_t base_id;
-    uint32_t since_full; /* incremental checkpoints since the last full one */
+    uint32_t since_full;     /* incremental checkpoints since the last full one */
     stash_worker_info *seen; /* per worker index, as the last look found it */
 };
 
@@ -229,6 +230,7 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, outcome *r)
                                     : 0,
                    .reader = true,
                    .reader_slot = s->reader,
+                   .reader_slot2 = s->reader2,
                    .engine = s->e,
                    .op_parallelism = p,
                    .op_blobs = blobs};
@@ -487,6 +489,7 @@ static int claim(stash_service *s)
         return rc;
     }
     s->holder = s->reader - STASH_MAX_WORKERS + 1;
+    if (shm_reader_join(a, &s->reader2) < 0) s->reader2 = 0;
     /* What a dead engine left: its request (workers that cut it late release
      * their own pins once they see it aborted), then its pins. */
     atomic_store(&c->pending, 0);
@@ -514,6 +517,7 @@ static void release(stash_service *s)
         if (s->holder && atomic_load(&c->service_pid) == getpid()) {
             atomic_store(&c->service_pid, 0);
             shm_reader_leave(s->a, s->reader);
+            if (s->reader2) shm_reader_leave(s->a, s->reader2);
             shm_futex_wake(&c->finished);
         }
         stash_arena_close(s->a);

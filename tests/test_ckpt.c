@@ -96,6 +96,7 @@ static void restore_into_new(const char *dir, ioe_engine *e, uint64_t id, uint64
     open_job(&r);
     int rc = ckpt_restore(r.arena, dir, id, (stash_kg_range){0, KGS - 1}, e, out);
     cr_assert_eq(rc, 0, "restore: %s", stash_errmsg());
+    ckpt_restored_free(out);
     cr_assert_eq(out->records, 3000);
     expect_gen(&r, gen);
     cr_assert_eq(shm_check(r.arena), 0, "%s", stash_errmsg());
@@ -344,6 +345,7 @@ Test(ckpt, a_writer_killed_at_any_moment_leaves_complete_or_invisible, .timeout 
             cr_assert_eq(rc, 0, "round %d: %s", round, stash_errmsg());
             cr_assert_eq(out.skipped, 0, "round %d: a partial checkpoint was visible: %s", round,
                          out.why);
+            ckpt_restored_free(&out);
             expect_gen(&r, out.id);
             last = out.id;
         }
@@ -381,6 +383,7 @@ Test(ckpt, a_checkpoint_restores_at_another_parallelism, .timeout = 120)
         stash_worker_info_get(w[i], &info);
         ckpt_restored out;
         cr_assert_eq(ckpt_restore(a, dir, 0, info.range, e, &out), 0, "%s", stash_errmsg());
+        ckpt_restored_free(&out);
         records += out.records;
     }
     cr_assert_eq(records, 3000, "every key restored by exactly one worker");
@@ -432,6 +435,7 @@ Test(ckpt, a_savepoint_is_self_contained_and_relocatable, .timeout = 60)
     ckpt_restored out;
     cr_assert_eq(ckpt_restore_path(r.arena, to, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
                  stash_errmsg());
+    ckpt_restored_free(&out);
     cr_assert_eq(out.id, 9);
     expect_gen(&r, 4);
     ckpt_restored none;
@@ -547,6 +551,7 @@ Test(ckpt, incremental_checkpoints_write_only_the_changes, .timeout = 120)
         ckpt_restored out;
         cr_assert_eq(ckpt_restore(r.arena, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
                      stash_errmsg());
+        ckpt_restored_free(&out);
         cr_assert_eq(out.id, 3);
         expect_gens(&r, gens);
         close_job(&r);
@@ -560,6 +565,7 @@ Test(ckpt, incremental_checkpoints_write_only_the_changes, .timeout = 120)
         open_job(&r);
         cr_assert_eq(ckpt_restore(r.arena, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
                      stash_errmsg());
+        ckpt_restored_free(&out);
         expect_gens(&r, gens);
         close_job(&r);
 
@@ -597,6 +603,7 @@ Test(ckpt, a_damaged_delta_gives_way_to_the_previous_checkpoint, .timeout = 60)
     ckpt_restored out;
     cr_assert_eq(ckpt_restore(r.arena, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
                  stash_errmsg());
+    ckpt_restored_free(&out);
     cr_assert_eq(out.id, 2);
     cr_assert(strstr(out.why, "shared/3.dat"), "%s", out.why);
     expect_gen(&r, 2);
@@ -690,6 +697,7 @@ Test(ckpt, a_malformed_value_is_refused_before_restoring, .timeout = 60)
     open_job(&r);
     ckpt_restored out;
     cr_assert_eq(ckpt_restore(r.arena, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0);
+    ckpt_restored_free(&out);
     cr_assert_eq(out.id, 1, "fell back past the malformed checkpoint");
     cr_assert(strstr(out.why, "well-formed state 'm'"), "%s", out.why);
     cr_assert(strstr(out.why, "kg-data.dat: offset"), "%s", out.why);
