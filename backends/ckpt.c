@@ -919,7 +919,6 @@ static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, bool
     if (n >= 0) n = copy_opstate(v, &map, out);
     snap_restorer to = {a, &map};
     /* Size each key group's table for what its blocks hold: no rehash then. */
-    uint64_t bytes = 0;
     for (uint32_t kg = range.first; n >= 0 && kg <= range.last; kg++) {
         uint64_t held = 0;
         for (uint32_t f = 0; f < v->nfiles; f++) {
@@ -928,11 +927,9 @@ static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, bool
             memcpy(&e, v->files[f].extents + kg * sizeof e, sizeof e);
             memcpy(&h, v->files[f].data + e.offset, sizeof h); /* checked by the walk above */
             held += h.records;
-            bytes += h.raw_len + (uint64_t)h.records * sizeof(shm_rec);
         }
         n = shm_table_reserve(a, kg, held);
     }
-    if (n >= 0) shm_pool_prefault(a, bytes);
     if (n >= 0) {
         /* From here a failure (the arena full) leaves part of the checkpoint
          * in the arena: no older checkpoint may be restored over it. */

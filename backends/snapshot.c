@@ -196,9 +196,9 @@ int64_t snap_block_records(const snap_block *b, uint32_t max_parallelism, snap_r
                             "short",
                             file, (unsigned long long)at, kg);
         memcpy(&h, p, sizeof h);
-        uint64_t need = sizeof h + (uint64_t)h.klen + h.nslen + h.vlen;
-        if (need > (uint64_t)(end - p) ||
-            stash_key_group(p + sizeof h, h.klen, max_parallelism) != kg)
+        uint64_t need = sizeof h + (uint64_t)h.klen + h.nslen + h.vlen, hash = 0;
+        if (need <= (uint64_t)(end - p)) hash = stash_hash(p + sizeof h, h.klen);
+        if (need > (uint64_t)(end - p) || hash % max_parallelism != kg)
             return shm_fail(STASH_ECORRUPT,
                             "%s: offset %llu: key group %u: a record (state %u, "
                             "%u + %u + %u bytes) that does not fit or belong",
@@ -211,7 +211,8 @@ int64_t snap_block_records(const snap_block *b, uint32_t max_parallelism, snap_r
                             "%#x",
                             file, (unsigned long long)at, kg, h.flags);
         snap_record r = {h.state, h.klen, h.nslen,      h.flags,
-                         h.vlen,  key,    key + h.klen, key + h.klen + h.nslen};
+                         h.vlen,  key,    key + h.klen, key + h.klen + h.nslen,
+                         hash};
         int rc = fn(ctx, kg, &r);
         if (rc < 0) {
             if (rc == STASH_ECORRUPT) {
@@ -243,8 +244,7 @@ int snap_restore_record(void *restorer, uint32_t kg, const snap_record *r)
                         r->state);
     uint16_t state = x->map->ids[r->state];
     shm_lookup l = {.kg = kg,
-                    .hash = state_lookup_hash(stash_hash(r->key, r->klen), state,
-                                              state_ns_hash(r->ns, r->nslen)),
+                    .hash = state_lookup_hash(r->key_hash, state, state_ns_hash(r->ns, r->nslen)),
                     .state = state,
                     .klen = r->klen,
                     .nslen = r->nslen,

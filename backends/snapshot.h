@@ -89,6 +89,7 @@ typedef struct snap_record {
     const uint8_t *key;
     const uint8_t *ns;
     const uint8_t *value;
+    uint64_t key_hash; /* stash_hash() of the key, computed once by the walk */
 } snap_record;
 
 /* Receives a record; a negative return stops the walk (STASH_ECORRUPT gets

@@ -13,8 +13,6 @@
  */
 #include <errno.h>
 
-#include <sys/mman.h>
-
 #include "shm/shm.h"
 
 #define LONG_LIST (SHM_POOL_LISTS - 1)
@@ -138,14 +136,4 @@ void shm_pool_give(stash_arena *a, uint64_t first)
     push_free(a, first, len);
     atomic_fetch_add(&h->pool_free_spans, len);
     shm_lock_release(&h->pool_lock);
-}
-
-void shm_pool_prefault(stash_arena *a, uint64_t bytes)
-{
-    uint64_t bump = atomic_load(&a->hdr->pool_bump), left = a->hdr->nspans - bump;
-    uint64_t spans = (bytes + SHM_SPAN_SIZE - 1) >> SHM_SPAN_SHIFT;
-    if (spans > left) spans = left;
-    /* An old kernel refuses the advice: the pages then fault in one by one. */
-    if (spans)
-        madvise(a->base + shm_span_off(a, bump), spans << SHM_SPAN_SHIFT, MADV_POPULATE_WRITE);
 }

@@ -375,10 +375,6 @@ int shm_pool_take(stash_arena *a, uint64_t n, uint32_t kg, unsigned cls, uint64_
 void shm_pool_give(stash_arena *a, uint64_t first);
 /* Rebuilds the free lists from the descriptors (the lock's crash repair). */
 void shm_pool_rebuild(void *arena);
-/* Maps in, in one call, the pages of the next bytes the pool will cut from
- * its untouched spans (before a restore fills them): one fault per page
- * would cost more than the copy. */
-void shm_pool_prefault(stash_arena *a, uint64_t bytes);
 
 /* ------------------------------------------------------------------------ */
 /* Per-key-group heaps (heap.c). Only the owner of kg may call alloc and free. */
