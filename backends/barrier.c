@@ -179,6 +179,7 @@ static void info_of(const shm_ctl_result *r, stash_checkpoint_info *out)
     *out = (stash_checkpoint_info){.id = r->id,
                                    .status = r->status,
                                    .incremental = (int)r->incremental,
+                                   .savepoint = (int)r->savepoint,
                                    .started_ns = r->started_ns,
                                    .duration_ns = r->duration_ns,
                                    .bytes = r->bytes,
@@ -186,8 +187,9 @@ static void info_of(const shm_ctl_result *r, stash_checkpoint_info *out)
     memcpy(out->detail, r->detail, sizeof out->detail);
 }
 
-/* The oldest recorded result that answers request ticket, if any. */
-static bool find_result(shm_control *c, uint64_t ticket, stash_checkpoint_info *out)
+/* The oldest recorded result that answers request ticket (a savepoint's
+ * only by a savepoint), if any. */
+static bool find_result(shm_control *c, uint64_t ticket, bool savepoint, stash_checkpoint_info *out)
 {
     bool found = false;
     if (shm_lock_acquire(&c->lock, NULL, NULL) < 0) return false;
@@ -195,7 +197,7 @@ static bool find_result(shm_control *c, uint64_t ticket, stash_checkpoint_info *
     uint32_t k = n < SHM_CTL_HISTORY ? n : SHM_CTL_HISTORY;
     for (uint32_t i = n - k; i < n && !found; i++) {
         const shm_ctl_result *r = &c->history[i % SHM_CTL_HISTORY];
-        if (r->covers >= ticket) {
+        if (r->covers >= ticket && (r->savepoint || !savepoint)) {
             info_of(r, out);
             found = true;
         }
@@ -206,7 +208,9 @@ static bool find_result(shm_control *c, uint64_t ticket, stash_checkpoint_info *
 
 #define POLL_NS 200000000ull /* how often a waiter checks that the engine lives */
 
-STASH_API int stash_checkpoint(stash_arena *arena, uint64_t timeout_ms, stash_checkpoint_info *out)
+/* Requests a checkpoint (or savepoint) and waits for the one that answers it. */
+static int request(stash_arena *arena, bool savepoint, uint64_t timeout_ms,
+                   stash_checkpoint_info *out)
 {
     shm_clear_error();
     shm_control *c = arena->control;
@@ -214,11 +218,16 @@ STASH_API int stash_checkpoint(stash_arena *arena, uint64_t timeout_ms, stash_ch
         return shm_fail(STASH_ENOSERVICE, "%s: no service runs (start one with stash serve)",
                         arena->path);
     uint64_t ticket = atomic_fetch_add(&c->requests, 1) + 1;
+    /* After the request: an engine that sees the savepoint ticket sees the request. */
+    for (uint64_t t = atomic_load(&c->savepoint_ticket);
+         savepoint && t < ticket &&
+         !atomic_compare_exchange_weak(&c->savepoint_ticket, &t, ticket);)
+        ;
     shm_futex_wake(&c->wake);
     uint64_t deadline = timeout_ms ? shm_now_ns() + timeout_ms * 1000000ull : 0;
     for (;;) {
         uint32_t seen = atomic_load(&c->finished);
-        if (find_result(c, ticket, out))
+        if (find_result(c, ticket, savepoint, out))
             return out->status == 0 ? 0
                                     : shm_fail(STASH_EABORTED, "checkpoint %llu: %s",
                                                (unsigned long long)out->id, out->detail);
@@ -232,6 +241,16 @@ STASH_API int stash_checkpoint(stash_arena *arena, uint64_t timeout_ms, stash_ch
         uint64_t wait = deadline && deadline - now < POLL_NS ? deadline - now : POLL_NS;
         shm_futex_wait(&c->finished, seen, wait);
     }
+}
+
+STASH_API int stash_checkpoint(stash_arena *arena, uint64_t timeout_ms, stash_checkpoint_info *out)
+{
+    return request(arena, false, timeout_ms, out);
+}
+
+STASH_API int stash_savepoint(stash_arena *arena, uint64_t timeout_ms, stash_checkpoint_info *out)
+{
+    return request(arena, true, timeout_ms, out);
 }
 
 STASH_API int stash_service_request_stop(stash_arena *arena, uint64_t timeout_ms)

@@ -997,6 +997,18 @@ static bool has_metadata(const char *dir, uint64_t id)
            access(meta, F_OK) == 0;
 }
 
+int ckpt_path_info(const char *path, ioe_engine *e, uint64_t *id, uint32_t *max_parallelism)
+{
+    ckpt_view v;
+    int rc = open_view(path, e, &v, false);
+    if (rc == 0) {
+        *id = v.id;
+        *max_parallelism = v.max_parallelism;
+        ckpt_view_close(&v);
+    }
+    return rc;
+}
+
 int ckpt_newest(const char *dir, ioe_engine *e, uint64_t *id, uint32_t *max_parallelism)
 {
     uint64_t *ids;

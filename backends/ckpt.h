@@ -72,6 +72,10 @@ void ckpt_restored_free(ckpt_restored *r);
 int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range, ioe_engine *e,
                  ckpt_restored *out);
 
+/* The id and key groups of the checkpoint or savepoint directory at path,
+ * from its metadata (checked). Returns 0 or an error naming the file. */
+int ckpt_path_info(const char *path, ioe_engine *e, uint64_t *id, uint32_t *max_parallelism);
+
 /* The newest checkpoint of dir whose metadata reads whole: its id and key
  * groups. Returns 0, or -ENOENT if there is none. */
 int ckpt_newest(const char *dir, ioe_engine *e, uint64_t *id, uint32_t *max_parallelism);

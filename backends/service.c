@@ -33,7 +33,8 @@ struct stash_service {
     _Atomic int quit;
     _Atomic int stopped;
     uint64_t next_id;
-    uint64_t served; /* requests answered by checkpoints started so far */
+    uint64_t served;         /* requests answered by checkpoints started so far */
+    uint64_t savepoint_done; /* the savepoint ticket the last savepoint answered */
     uint64_t last_end_ns;
     uint32_t *cut;  /* per key group: the version the checkpoint in flight reads */
     uint32_t *base; /* incremental: the versions of base_id, still pinned */
@@ -73,6 +74,7 @@ typedef struct outcome {
     uint64_t bytes;
     uint64_t pause_ns;
     bool incremental;
+    bool savepoint;
     char detail[SHM_CTL_DETAIL];
 } outcome;
 
@@ -218,11 +220,14 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, outcome *r)
         return failed(r, rc, "operator state: %s", stash_strerror(rc));
     }
     uint32_t full_every = s->o.full_every ? s->o.full_every : DEFAULT_FULL_EVERY;
-    bool delta = s->o.incremental && s->base_id && s->since_full < full_every;
+    /* A savepoint stands alone: full, in its own directory, no one's base. */
+    bool chain = s->o.incremental && !r->savepoint;
+    bool delta = chain && s->base_id && s->since_full < full_every;
     ckpt_opts o = {.dir = s->dir,
                    .id = id,
                    .lz4 = s->o.lz4,
-                   .incremental = s->o.incremental,
+                   .savepoint = r->savepoint,
+                   .incremental = chain,
                    .base_id = delta ? s->base_id : 0,
                    .base_pins = delta ? s->base : NULL,
                    .cap_bytes = s->o.storage == STASH_STORAGE_MEMORY
@@ -247,10 +252,11 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, outcome *r)
     if (rc) return failed(r, rc, "%s", stash_errmsg());
     r->bytes = w.data_bytes;
     r->incremental = delta;
-    if (snprintf(r->detail, sizeof r->detail, "%s/chk-%llu", s->dir, (unsigned long long)id) >=
-        (int)sizeof r->detail)
+    if (snprintf(r->detail, sizeof r->detail, "%s/%s-%llu", s->dir,
+                 r->savepoint ? "savepoint" : "chk",
+                 (unsigned long long)id) >= (int)sizeof r->detail)
         r->detail[sizeof r->detail - 1] = 0;
-    if (s->o.incremental) {
+    if (chain) {
         /* This cut is the next one's base: its pins stay. */
         unpin_all(a, s->base);
         memcpy(s->base, s->cut, a->hdr->max_parallelism * sizeof *s->cut);
@@ -288,6 +294,7 @@ static void publish(stash_service *s, uint64_t id, uint32_t p, uint64_t t0, cons
     *h = (shm_ctl_result){.id = id,
                           .status = r->status,
                           .incremental = r->incremental,
+                          .savepoint = r->savepoint,
                           .covers = s->served,
                           .started_ns = t0,
                           .duration_ns = shm_now_ns() - t0,
@@ -302,10 +309,10 @@ static void publish(stash_service *s, uint64_t id, uint32_t p, uint64_t t0, cons
     shm_lock_release(&c->lock);
     shm_futex_wake(&c->finished);
     if (r->status == 0)
-        say(s, "checkpoint %llu complete: %llu bytes%s in %.1f ms, longest cut %.1f us, %s",
-            (unsigned long long)id, (unsigned long long)r->bytes,
-            r->incremental ? " (incremental)" : "", (double)h->duration_ns / 1e6,
-            (double)r->pause_ns / 1e3, r->detail);
+        say(s, "%s %llu complete: %llu bytes%s in %.1f ms, longest cut %.1f us, %s",
+            r->savepoint ? "savepoint" : "checkpoint", (unsigned long long)id,
+            (unsigned long long)r->bytes, r->incremental ? " (incremental)" : "",
+            (double)h->duration_ns / 1e6, (double)r->pause_ns / 1e3, r->detail);
     else
         say(s, "checkpoint %llu failed after %.1f ms: %s", (unsigned long long)id,
             (double)h->duration_ns / 1e6, r->detail);
@@ -317,8 +324,11 @@ static void run_checkpoint(stash_service *s)
     shm_control *c = a->control;
     uint64_t id = s->next_id++, t0 = shm_now_ns();
     atomic_store(&c->last_id, id);
+    uint64_t sp = atomic_load(&c->savepoint_ticket);
     s->served = atomic_load(&c->requests);
-    outcome r = {0};
+    bool savepoint = sp > s->savepoint_done;
+    if (savepoint) s->savepoint_done = sp;
+    outcome r = {.savepoint = savepoint};
     uint32_t p = 0;
     int rc = worker_parallelism(s, &p, &r);
     if (rc == 0 && p == 0) {
@@ -386,7 +396,8 @@ static void *engine_main(void *arg)
         uint64_t earliest = s->last_end_ns + s->o.min_pause_ms * 1000000ull;
         uint64_t due =
             s->o.interval_ms ? s->last_end_ns + s->o.interval_ms * 1000000ull : UINT64_MAX;
-        bool asked = atomic_load(&c->requests) > s->served;
+        bool asked = atomic_load(&c->requests) > s->served ||
+                     atomic_load(&c->savepoint_ticket) > s->savepoint_done;
         if ((asked || now >= due) && now >= earliest) {
             run_checkpoint(s);
             continue;
@@ -433,7 +444,9 @@ static int create_arena(stash_service *s, const char *name)
     ao.flags |= STASH_ARENA_REPLACE;
     uint64_t id = 0;
     uint32_t maxp = 0;
-    bool restore = ckpt_newest(s->dir, s->e, &id, &maxp) == 0;
+    const char *from = s->o.restore;
+    bool restore = from ? true : ckpt_newest(s->dir, s->e, &id, &maxp) == 0;
+    if (from && (rc = ckpt_path_info(from, s->e, &id, &maxp)) < 0) return rc;
     if (restore) ao.max_parallelism = maxp;
     stash_arena *a;
     rc = stash_arena_create(name, &ao, &a);
@@ -445,14 +458,16 @@ static int create_arena(stash_service *s, const char *name)
             name, &(stash_worker_opts){.index = 0, .parallelism = 1, .arena = &ao}, &w);
         ckpt_restored out = {0};
         uint64_t t0 = shm_now_ns();
-        if (rc == 0) rc = ckpt_restore(w->arena, s->dir, 0, w->range, s->e, &out);
+        if (rc == 0)
+            rc = from ? ckpt_restore_path(w->arena, from, w->range, s->e, &out)
+                      : ckpt_restore(w->arena, s->dir, 0, w->range, s->e, &out);
         if (rc == 0) rc = install_opstate(w->arena, &out);
         if (rc == 0) {
             shm_control *c = w->arena->control;
             atomic_store(&c->completed, out.id);
             atomic_store(&c->last_id, out.id);
-            say(s, "restored checkpoint %llu (%llu records) in %.1f ms%s%s",
-                (unsigned long long)out.id, (unsigned long long)out.records,
+            say(s, "restored %s%s%llu (%llu records) in %.1f ms%s%s", from ? from : "checkpoint ",
+                from ? ", id " : "", (unsigned long long)out.id, (unsigned long long)out.records,
                 (double)(shm_now_ns() - t0) / 1e6, out.skipped ? "; passed over: " : "",
                 out.skipped ? out.why : "");
         }
@@ -570,6 +585,7 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         uint64_t last = atomic_load(&c->last_id);
         s->next_id = (newest > last ? newest : last) + 1;
         s->served = atomic_load(&c->requests);
+        s->savepoint_done = atomic_load(&c->savepoint_ticket);
         s->last_end_ns = shm_now_ns();
         rc = -pthread_create(&s->thread, NULL, engine_main, s);
         if (rc) shm_fail(rc, "cannot start the engine thread");

@@ -433,6 +433,8 @@ typedef struct stash_service_opts {
     int incremental;       /* non-zero: write only the changes since the previous one */
     uint32_t full_every;   /* incremental: a full checkpoint after this many; 0: 10 */
     int lz4;               /* non-zero: compress each key group's block */
+    const char *restore;   /* a new arena: restore this checkpoint or savepoint directory
+                              instead of the newest complete checkpoint of dir */
     void (*log)(void *ctx, const char *line); /* one line per event; NULL: none */
     void *log_ctx;
 } stash_service_opts;
@@ -460,6 +462,7 @@ typedef struct stash_checkpoint_info {
     uint64_t id;
     int status;          /* 0, or the error that failed it */
     int incremental;     /* written as changes since an earlier checkpoint */
+    int savepoint;       /* a savepoint: self-contained, relocatable, never retired */
     uint64_t started_ns; /* when it was requested, ns since the epoch */
     uint64_t duration_ns;
     uint64_t bytes;    /* written into its own data file */
@@ -472,6 +475,11 @@ typedef struct stash_checkpoint_info {
  * Returns 0 with *out describing it, STASH_EABORTED with *out saying why it
  * failed, STASH_ENOSERVICE, or -ETIMEDOUT. */
 STASH_API int stash_checkpoint(stash_arena *arena, uint64_t timeout_ms, stash_checkpoint_info *out);
+
+/* As stash_checkpoint(), for a savepoint: DIR/savepoint-ID, full and
+ * self-contained (it restores wherever it is moved), never removed by
+ * retention, and not the base of incremental checkpoints. */
+STASH_API int stash_savepoint(stash_arena *arena, uint64_t timeout_ms, stash_checkpoint_info *out);
 
 /* Asks the engine serving arena to stop and waits for it (at most
  * timeout_ms; 0: no limit). Returns 0, STASH_ENOSERVICE or -ETIMEDOUT. */

@@ -261,7 +261,8 @@ typedef struct shm_catalog_entry {
 typedef struct shm_ctl_result {
     uint64_t id;
     int32_t status; /* 0, or the negative error that failed it */
-    uint32_t incremental;
+    uint16_t incremental;
+    uint16_t savepoint;
     uint64_t covers; /* the requests (shm_control.requests) it answers */
     uint64_t started_ns;
     uint64_t duration_ns;
@@ -292,18 +293,19 @@ typedef struct shm_control {
     _Atomic uint32_t service_reader; /* its reader slot (the holder of its pins) */
     _Atomic uint64_t service_start;
     uint64_t service_since_ns;
-    char dir[SHM_CTL_DETAIL];     /* where its checkpoints go (workers roll back from it) */
-    _Atomic uint32_t wake;        /* futex: the engine sleeps on it */
-    _Atomic uint32_t finished;    /* futex: bumped when a checkpoint ends */
-    _Atomic uint32_t stop;        /* `stash stop`: the engine exits */
-    _Atomic uint32_t committed_p; /* the parallelism of the committed operator state, 0 none */
-    _Atomic uint32_t parallelism; /* of the workers that joined last */
-    _Atomic uint64_t requests;    /* checkpoint requests so far */
-    _Atomic uint64_t last_id;     /* the newest id an engine handed out: ids never repeat */
-    _Atomic uint64_t pending;     /* the checkpoint workers cut at their next barrier, 0 none */
-    _Atomic uint64_t completed;   /* the newest committed checkpoint */
-    _Atomic uint64_t aborted;     /* the newest failed one */
-    _Atomic uint32_t history_n;   /* results recorded so far */
+    char dir[SHM_CTL_DETAIL];          /* where its checkpoints go (workers roll back from it) */
+    _Atomic uint32_t wake;             /* futex: the engine sleeps on it */
+    _Atomic uint32_t finished;         /* futex: bumped when a checkpoint ends */
+    _Atomic uint32_t stop;             /* `stash stop`: the engine exits */
+    _Atomic uint32_t committed_p;      /* the parallelism of the committed operator state, 0 none */
+    _Atomic uint32_t parallelism;      /* of the workers that joined last */
+    _Atomic uint64_t savepoint_ticket; /* the newest request that asks for a savepoint */
+    _Atomic uint64_t requests;         /* checkpoint requests so far */
+    _Atomic uint64_t last_id;          /* the newest id an engine handed out: ids never repeat */
+    _Atomic uint64_t pending;   /* the checkpoint workers cut at their next barrier, 0 none */
+    _Atomic uint64_t completed; /* the newest committed checkpoint */
+    _Atomic uint64_t aborted;   /* the newest failed one */
+    _Atomic uint32_t history_n; /* results recorded so far */
     uint32_t pad;
     shm_ctl_result history[SHM_CTL_HISTORY];
     shm_ctl_worker workers[STASH_MAX_WORKERS];

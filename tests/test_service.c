@@ -69,7 +69,8 @@ typedef struct svc_args {
     const char *dir;
     uint64_t timeout_ms, interval_ms;
     bool incremental;
-    const char *faults; /* $STASH_IO_FAULT for the engine's I/O */
+    const char *faults;  /* $STASH_IO_FAULT for the engine's I/O */
+    const char *restore; /* a new arena restores this directory */
 } svc_args;
 
 static int service_main(void *arg)
@@ -80,7 +81,8 @@ static int service_main(void *arg)
                             .dir = v->dir,
                             .timeout_ms = v->timeout_ms,
                             .interval_ms = v->interval_ms,
-                            .incremental = v->incremental};
+                            .incremental = v->incremental,
+                            .restore = v->restore};
     stash_service *s;
     if (v->faults) setenv("STASH_IO_FAULT", v->faults, 1);
     if (stash_service_start(v->name, &o, &s) < 0) {
@@ -681,10 +683,14 @@ Test(service, the_commands_serve_checkpoint_status_stop, .timeout = 240)
     snprintf(args, sizeof args, "checkpoint %s --json --timeout 20s", name);
     cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "\"id\": 1,") && strstr(out, "chk-1"), "%s", out);
+    snprintf(args, sizeof args, "checkpoint %s --savepoint", name);
+    cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "savepoint 2 ") && strstr(out, "savepoint-2"), "%s", out);
     snprintf(args, sizeof args, "status %s --json", name);
     cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
-    cr_assert(strstr(out, "\"service\": {\"pid\": ") && strstr(out, "\"completed\": 1,"), "%s",
-              out);
+    cr_assert(strstr(out, "\"service\": {\"pid\": ") && strstr(out, "\"completed\": 2,") &&
+                  strstr(out, "\"savepoint\": true"),
+              "%s", out);
     snprintf(args, sizeof args, "stop %s", name);
     cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
     cr_assert_eq(test_wait(pid), 0);
@@ -718,7 +724,7 @@ Test(service, the_commands_serve_checkpoint_status_stop, .timeout = 240)
     stash_worker_close(wk);
     snprintf(args, sizeof args, "checkpoint %s", name);
     cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
-    cr_assert(strstr(out, "checkpoint 2 "), "%s", out);
+    cr_assert(strstr(out, "checkpoint 3 "), "%s", out);
     kill(pid, SIGTERM);
     cr_assert_eq(test_wait(pid), 0);
     cr_assert(file_has(log, "SIGTERM: stopping"));
@@ -875,4 +881,55 @@ Test(service, a_failed_fsync_fails_that_checkpoint_and_keeps_the_others, .timeou
     stop_service(name, spid);
     stash_arena_destroy(name, NULL);
     drop_dir(dir);
+}
+
+Test(service, a_savepoint_moves_and_restores_elsewhere, .timeout = 240)
+{
+    char dir[128], dir2[128], moved[200], path[300];
+    make_dir(dir, "sp");
+    make_dir(dir2, "sp2");
+    snprintf(moved, sizeof moved, "%s-moved", dir);
+    drop_dir(moved);
+    const char *name = test_arena_name("svcsp");
+    svc_args sv = {.dir = dir, .incremental = true};
+    snprintf(sv.name, sizeof sv.name, "%s", name);
+    pid_t spid = start_engine(&sv);
+    job j[2];
+    pid_t pids[2];
+    for (uint32_t i = 0; i < 2; i++) {
+        j[i] = (job){.index = i, .p = 2, .events = 5000 + 11 * i, .want_done = 2};
+        snprintf(j[i].name, sizeof j[i].name, "%s", name);
+        pids[i] = test_fork(worker_main, &j[i]);
+    }
+    wait_live(name, 2);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_checkpoint_info info;
+    cr_assert_eq(stash_checkpoint(a, 60000, &info), 0, "%s", stash_errmsg());
+    cr_assert(!info.savepoint);
+    cr_assert_eq(stash_savepoint(a, 60000, &info), 0, "%s", stash_errmsg());
+    cr_assert_eq(info.id, 2);
+    cr_assert(info.savepoint && !info.incremental);
+    snprintf(path, sizeof path, "%s/savepoint-2", dir);
+    cr_assert_str_eq(info.detail, path);
+    for (int i = 0; i < 2; i++) cr_assert_eq(test_wait(pids[i]), 0, "worker %d", i);
+    stash_arena_close(a);
+    stop_service(name, spid);
+    /* Moved away from its directory, it restores a new arena on its own. */
+    cr_assert_eq(rename(path, moved), 0);
+    drop_dir(dir);
+    stash_arena_destroy(name, NULL);
+    svc_args sv2 = {.dir = dir2, .restore = moved};
+    snprintf(sv2.name, sizeof sv2.name, "%s", name);
+    spid = start_engine(&sv2);
+    uint64_t offs[2];
+    verify_counts(name, 2, offs);
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    cr_assert_eq(stash_checkpoint(a, 60000, &info), 0, "%s", stash_errmsg());
+    cr_assert_eq(info.id, 3, "ids go on from the savepoint's");
+    stash_arena_close(a);
+    stop_service(name, spid);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir2);
+    drop_dir(moved);
 }

@@ -132,9 +132,10 @@ static void print_status_json(stash_arena *a, const stash_arena_info *info,
            (unsigned long long)sv.pending, (unsigned long long)sv.completed);
     for (uint32_t i = 0; i < sv.nrecent; i++) {
         const stash_checkpoint_info *c = &sv.recent[i];
-        printf("%s{\"id\": %llu, \"status\": %d, \"incremental\": %s, \"started_ns\": %llu, "
+        printf("%s{\"id\": %llu, \"status\": %d, \"savepoint\": %s, \"incremental\": %s, "
+               "\"started_ns\": %llu, "
                "\"duration_ns\": %llu, \"bytes\": %llu, \"pause_ns\": %llu, \"detail\": ",
-               i ? ", " : "", (unsigned long long)c->id, c->status,
+               i ? ", " : "", (unsigned long long)c->id, c->status, c->savepoint ? "true" : "false",
                c->incremental ? "true" : "false", (unsigned long long)c->started_ns,
                (unsigned long long)c->duration_ns, (unsigned long long)c->bytes,
                (unsigned long long)c->pause_ns);
@@ -194,10 +195,11 @@ static void print_status_text(stash_arena *a, const stash_arena_info *info,
         printf("service: none running\n");
     for (uint32_t i = 0; i < sv.nrecent; i++) {
         const stash_checkpoint_info *c = &sv.recent[i];
-        printf("  checkpoint %llu %s: %.1f ms, %llu bytes%s, longest cut %.1f us: %s\n",
-               (unsigned long long)c->id, c->status ? "failed" : "complete",
-               (double)c->duration_ns / 1e6, (unsigned long long)c->bytes,
-               c->incremental ? " (incremental)" : "", (double)c->pause_ns / 1e3, c->detail);
+        printf("  %s %llu %s: %.1f ms, %llu bytes%s, longest cut %.1f us: %s\n",
+               c->savepoint ? "savepoint" : "checkpoint", (unsigned long long)c->id,
+               c->status ? "failed" : "complete", (double)c->duration_ns / 1e6,
+               (unsigned long long)c->bytes, c->incremental ? " (incremental)" : "",
+               (double)c->pause_ns / 1e3, c->detail);
     }
 }
 

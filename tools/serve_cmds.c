@@ -30,10 +30,11 @@ int tool_serve(int argc, char **argv)
         "                        [--min-pause DURATION] [--timeout DURATION] [--retain K]\n"
         "                        [--incremental] [--full-every M] [--lz4] [--memory-cap SIZE]\n"
         "                        [--backend heap] [--path FILE] [--size SIZE]\n"
-        "                        [--max-parallelism N]\n"
+        "                        [--max-parallelism N] [--restore CHECKPOINT]\n"
         "Runs the persistence engine of the arena NAME until SIGTERM, SIGINT or `stash stop`.\n"
         "An existing arena is reattached; a missing one is created (SIZE bytes, N key\n"
-        "groups) and restored from the newest complete checkpoint in DIR if there is one.\n"
+        "groups) and restored from the newest complete checkpoint in DIR if there is one\n"
+        "(or from the checkpoint or savepoint directory CHECKPOINT with --restore).\n"
         "Checkpoints go to DIR (fs, required) or /dev/shm/stash.NAME.checkpoints (memory,\n"
         "each at most SIZE of --memory-cap, 5M by default), every DURATION of --interval\n"
         "(none: only on `stash checkpoint`), one at a time, at least --min-pause apart; a\n"
@@ -73,6 +74,8 @@ int tool_serve(int argc, char **argv)
             }
         } else if (strcmp(a, "--dir") == 0) {
             o.dir = val;
+        } else if (strcmp(a, "--restore") == 0) {
+            o.restore = val;
         } else if (strcmp(a, "--path") == 0) {
             ao.path = val;
         } else if (strcmp(a, "--interval") == 0) {
@@ -137,6 +140,7 @@ typedef struct control_args {
     stash_arena_opts opts;
     uint64_t timeout_ms;
     bool json;
+    bool savepoint;
 } control_args;
 
 static int parse_control(int argc, char **argv, const char *usage, control_args *out)
@@ -154,6 +158,8 @@ static int parse_control(int argc, char **argv, const char *usage, control_args 
             i++;
         } else if (strcmp(a, "--json") == 0) {
             out->json = true;
+        } else if (strcmp(a, "--savepoint") == 0 && strcmp(argv[0], "checkpoint") == 0) {
+            out->savepoint = true;
         } else if (a[0] != '-' && !out->name) {
             out->name = a;
         } else {
@@ -171,10 +177,12 @@ static int parse_control(int argc, char **argv, const char *usage, control_args 
 int tool_checkpoint(int argc, char **argv)
 {
     static const char usage[] =
-        "usage: stash checkpoint NAME [--path FILE] [--timeout DURATION] [--json]\n"
+        "usage: stash checkpoint NAME [--savepoint] [--path FILE] [--timeout DURATION] [--json]\n"
         "Asks the service of the arena NAME for a checkpoint and waits until it is complete\n"
-        "(at most --timeout; none by default); prints its id and directory. Exit code 1 if\n"
-        "it failed (the reason is printed), no service runs, or the time ran out.\n";
+        "(at most --timeout; none by default); prints its id and directory. --savepoint\n"
+        "takes a savepoint: DIR/savepoint-ID, full and self-contained (restore it anywhere\n"
+        "with stash serve --restore), never removed by retention. Exit code 1 if it failed\n"
+        "(the reason is printed), no service runs, or the time ran out.\n";
     control_args args = {0};
     int rc = parse_control(argc, argv, usage, &args);
     if (rc) return rc < 0 ? 0 : rc;
@@ -182,19 +190,22 @@ int tool_checkpoint(int argc, char **argv)
     rc = stash_arena_open(args.name, &args.opts, &a);
     if (rc < 0) return tool_fail("checkpoint", rc);
     stash_checkpoint_info info;
-    rc = stash_checkpoint(a, args.timeout_ms, &info);
+    rc = (args.savepoint ? stash_savepoint : stash_checkpoint)(a, args.timeout_ms, &info);
     stash_arena_close(a);
     if (rc < 0 && rc != STASH_EABORTED) return tool_fail("checkpoint", rc);
     if (args.json) {
-        printf("{\"id\": %llu, \"status\": %d, \"incremental\": %s, \"bytes\": %llu, "
+        printf("{\"id\": %llu, \"status\": %d, \"savepoint\": %s, \"incremental\": %s, "
+               "\"bytes\": %llu, "
                "\"duration_ns\": %llu, \"pause_ns\": %llu, \"%s\": ",
-               (unsigned long long)info.id, info.status, info.incremental ? "true" : "false",
-               (unsigned long long)info.bytes, (unsigned long long)info.duration_ns,
-               (unsigned long long)info.pause_ns, rc ? "error" : "path");
+               (unsigned long long)info.id, info.status, info.savepoint ? "true" : "false",
+               info.incremental ? "true" : "false", (unsigned long long)info.bytes,
+               (unsigned long long)info.duration_ns, (unsigned long long)info.pause_ns,
+               rc ? "error" : "path");
         tool_json_string(info.detail);
         printf("}\n");
     } else if (rc == 0) {
-        printf("checkpoint %llu %s\n", (unsigned long long)info.id, info.detail);
+        printf("%s %llu %s\n", info.savepoint ? "savepoint" : "checkpoint",
+               (unsigned long long)info.id, info.detail);
     }
     if (rc) return tool_fail("checkpoint", rc);
     return 0;
