@@ -146,6 +146,16 @@ static int clear_kg(stash_arena *a, uint32_t kg)
     return rc;
 }
 
+/* Empties the worker's key groups: what a rollback restores into. */
+static int clear_kgs(void *ctx)
+{
+    stash_worker *w = ctx;
+    int rc = 0;
+    for (uint32_t kg = w->range.first; rc == 0 && kg <= w->range.last; kg++)
+        rc = clear_kg(w->arena, kg);
+    return rc;
+}
+
 int worker_rollback(stash_worker *w)
 {
     stash_arena *a = w->arena;
@@ -160,9 +170,8 @@ int worker_rollback(stash_worker *w)
     ioe_engine *e;
     int rc = ioe_engine_open(&(ioe_opts){0}, &e);
     if (rc < 0) return shm_fail(rc, "worker %u: no I/O engine for the rollback", w->slot);
-    for (uint32_t kg = w->range.first; rc == 0 && kg <= w->range.last; kg++) rc = clear_kg(a, kg);
     ckpt_restored out;
-    if (rc == 0) rc = ckpt_restore(a, dir, 0, w->range, e, &out);
+    rc = ckpt_restore_prepared(a, dir, 0, w->range, e, clear_kgs, w, &out);
     if (rc == 0) {
         w->op_p = out.op_parallelism;
         w->op_blobs = out.op_blobs;

@@ -904,7 +904,7 @@ void ckpt_restored_free(ckpt_restored *r)
 }
 
 static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, bool *applying,
-                        ckpt_restored *out)
+                        ckpt_prepare_fn *prepare, void *ctx, ckpt_restored *out)
 {
     uint64_t *records = &out->records;
     int64_t n = 0;
@@ -934,7 +934,8 @@ static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, bool
         /* From here a failure (the arena full) leaves part of the checkpoint
          * in the arena: no older checkpoint may be restored over it. */
         *applying = true;
-        n = walk_range_split(v, range, true, snap_restore_record, &to);
+        if (prepare) n = prepare(ctx);
+        if (n >= 0) n = walk_range_split(v, range, true, snap_restore_record, &to);
     }
     if (n >= 0) *records = (uint64_t)n;
     ckpt_view_close(v);
@@ -942,11 +943,12 @@ static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, bool
 }
 
 static int restore_one(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
-                       ioe_engine *e, bool *applying, ckpt_restored *out)
+                       ioe_engine *e, bool *applying, ckpt_prepare_fn *prepare, void *ctx,
+                       ckpt_restored *out)
 {
     ckpt_view v;
     int rc = ckpt_view_open(dir, id, e, &v);
-    return rc ? rc : restore_view(a, &v, range, applying, out);
+    return rc ? rc : restore_view(a, &v, range, applying, prepare, ctx, out);
 }
 
 int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, ioe_engine *e,
@@ -958,7 +960,7 @@ int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, io
     if (rc) return rc;
     out->id = v.id;
     bool applying = false;
-    rc = restore_view(a, &v, range, &applying, out);
+    rc = restore_view(a, &v, range, &applying, NULL, NULL, out);
     if (rc) ckpt_restored_free(out);
     return rc;
 }
@@ -1032,23 +1034,30 @@ int ckpt_newest(const char *dir, ioe_engine *e, uint64_t *id, uint32_t *max_para
 int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range, ioe_engine *e,
                  ckpt_restored *out)
 {
+    return ckpt_restore_prepared(a, dir, id, range, e, NULL, NULL, out);
+}
+
+int ckpt_restore_prepared(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
+                          ioe_engine *e, ckpt_prepare_fn *prepare, void *ctx, ckpt_restored *out)
+{
     memset(out, 0, sizeof *out);
     bool applying = false;
     int rc;
     if (id) {
         out->id = id;
-        rc = restore_one(a, dir, id, range, e, &applying, out);
+        rc = restore_one(a, dir, id, range, e, &applying, prepare, ctx, out);
         if (rc) ckpt_restored_free(out);
         return rc;
     }
     uint64_t *ids;
     int n = ckpt_list(dir, &ids);
+    if (n == -ENOENT) return shm_fail(n, "%s: no complete checkpoint: no such directory", dir);
     if (n < 0) return n;
     rc = shm_fail(-ENOENT, "%s: no complete checkpoint", dir);
     for (int i = 0; i < n; i++) {
         /* Without _metadata a checkpoint does not exist: not a fallback. */
         if (!has_metadata(dir, ids[i])) continue;
-        rc = restore_one(a, dir, ids[i], range, e, &applying, out);
+        rc = restore_one(a, dir, ids[i], range, e, &applying, prepare, ctx, out);
         if (rc == 0) {
             out->id = ids[i];
             break;

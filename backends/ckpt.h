@@ -72,6 +72,14 @@ void ckpt_restored_free(ckpt_restored *r);
 int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range, ioe_engine *e,
                  ckpt_restored *out);
 
+/* As ckpt_restore(), calling prepare(ctx) once the checkpoint to restore
+ * has passed every check and before its first record goes in (a rollback
+ * clears its key groups there, so a checkpoint that cannot restore leaves
+ * them as they were). A failure of prepare fails the restore. */
+typedef int ckpt_prepare_fn(void *ctx);
+int ckpt_restore_prepared(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
+                          ioe_engine *e, ckpt_prepare_fn *prepare, void *ctx, ckpt_restored *out);
+
 /* The id and key groups of the checkpoint or savepoint directory at path,
  * from its metadata (checked). Returns 0 or an error naming the file. */
 int ckpt_path_info(const char *path, ioe_engine *e, uint64_t *id, uint32_t *max_parallelism);

@@ -933,3 +933,47 @@ Test(service, a_savepoint_moves_and_restores_elsewhere, .timeout = 240)
     drop_dir(dir2);
     drop_dir(moved);
 }
+
+/* Writes key 7 = 42 and dies without leaving. */
+static int write_and_die(void *arg)
+{
+    job *j = arg;
+    stash_worker *w;
+    stash_state *v;
+    if (stash_worker_open(j->name, NULL, &w) < 0 ||
+        stash_state_get(w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE}, &v) < 0)
+        return 10;
+    uint64_t k = 7, x = 42;
+    stash_key_set(w, &k, sizeof k);
+    if (stash_value_put(v, &x, sizeof x) < 0) return 11;
+    raise(SIGKILL);
+    return 12;
+}
+
+Test(service, a_rollback_without_a_checkpoint_changes_nothing, .timeout = 240)
+{
+    char dir[128];
+    make_dir(dir, "rbnone");
+    const char *name = test_arena_name("svcrb");
+    pid_t s = start_service(name, dir, 0);
+    job j = {0};
+    snprintf(j.name, sizeof j.name, "%s", name);
+    cr_assert_eq(test_wait(test_fork(write_and_die, &j)), 128 + SIGKILL);
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.rollback = 1}, &w), -ENOENT);
+    cr_assert(strstr(stash_errmsg(), "no complete checkpoint"), "%s", stash_errmsg());
+    /* The live state the dead worker left is still there. */
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    stash_state *v;
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE}, &v),
+                 0);
+    uint64_t k = 7;
+    stash_bytes b;
+    stash_key_set(w, &k, sizeof k);
+    cr_assert_eq(stash_value_get(v, &b), 0);
+    cr_assert_eq(test_u64(b.data), 42);
+    stash_worker_close(w);
+    stop_service(name, s);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
