@@ -171,7 +171,10 @@ int worker_rollback(stash_worker *w)
     int rc = ioe_engine_open(&(ioe_opts){0}, &e);
     if (rc < 0) return shm_fail(rc, "worker %u: no I/O engine for the rollback", w->slot);
     ckpt_restored out;
+    /* Before choosing a checkpoint: retention leaves them all alone until the restore ends. */
+    atomic_store(&c->workers[w->slot].restoring, 1);
     rc = ckpt_restore_prepared(a, dir, 0, w->range, e, clear_kgs, w, &out);
+    atomic_store(&c->workers[w->slot].restoring, 0);
     if (rc == 0) {
         w->op_p = out.op_parallelism;
         w->op_blobs = out.op_blobs;

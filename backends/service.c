@@ -318,6 +318,20 @@ static void publish(stash_service *s, uint64_t id, uint32_t p, uint64_t t0, cons
             (double)h->duration_ns / 1e6, r->detail);
 }
 
+/* Whether a live worker is rolling back: it may be reading any checkpoint,
+ * so retention waits for the next one. */
+static bool rollback_reading(stash_service *s)
+{
+    uint32_t hwm = atomic_load(&s->a->hdr->registry_hwm);
+    for (uint32_t i = 0; i < hwm && i < STASH_MAX_WORKERS; i++) {
+        if (!atomic_load(&s->a->control->workers[i].restoring)) continue;
+        stash_worker_info info;
+        shm_registry_describe(s->a, i, &info);
+        if (info.state == STASH_WORKER_LIVE) return true;
+    }
+    return false;
+}
+
 static void run_checkpoint(stash_service *s)
 {
     stash_arena *a = s->a;
@@ -358,7 +372,8 @@ static void run_checkpoint(stash_service *s)
         unpin_all(a, s->cut);
     }
     publish(s, id, p, t0, &r);
-    if (rc == 0) ckpt_retain(s->dir, s->o.retain ? s->o.retain : DEFAULT_RETAIN, s->e);
+    if (rc == 0 && !rollback_reading(s))
+        ckpt_retain(s->dir, s->o.retain ? s->o.retain : DEFAULT_RETAIN, s->e);
     s->last_end_ns = shm_now_ns();
 }
 

@@ -281,10 +281,12 @@ typedef struct shm_op_blob {
 } shm_op_blob;
 
 typedef struct shm_ctl_worker {
-    _Atomic uint64_t acked;    /* the newest checkpoint this index cut */
-    _Atomic uint64_t pause_ns; /* how long that cut took */
-    shm_op_blob pending;       /* its newest operator state: at its last cut or its close */
-    shm_op_blob committed;     /* as of the newest completed checkpoint or restore */
+    _Atomic uint64_t acked;     /* the newest checkpoint this index cut */
+    _Atomic uint64_t pause_ns;  /* how long that cut took */
+    shm_op_blob pending;        /* its newest operator state: at its last cut or its close */
+    shm_op_blob committed;      /* as of the newest completed checkpoint or restore */
+    _Atomic uint32_t restoring; /* reading checkpoints (a rollback): retention waits */
+    uint32_t pad;
 } shm_ctl_worker;
 
 typedef struct shm_control {

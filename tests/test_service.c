@@ -156,7 +156,10 @@ static int worker_main(void *arg)
     job *j = arg;
     stash_worker *w;
     stash_worker_opts wo = {.index = j->index, .parallelism = j->p, .rollback = j->rollback};
-    if (stash_worker_open(j->name, &wo, &w) < 0) return 10;
+    if (stash_worker_open(j->name, &wo, &w) < 0) {
+        fprintf(stderr, "worker %u: %s\n", j->index, stash_errmsg());
+        return 10;
+    }
     stash_state *count, *offsets;
     if (stash_state_get(w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE}, &count) ||
         stash_state_get(w, &(stash_state_desc){.name = "offsets", .kind = STASH_OP_UNION},
