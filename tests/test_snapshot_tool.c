@@ -50,6 +50,20 @@ static void make_checkpoints(void)
         cr_assert_eq(ckpt_write(a, pins, &(ckpt_opts){.dir = dir, .id = id, .engine = e}, NULL), 0);
         for (uint32_t kg = 0; kg < 4; kg++) shm_table_unpin(a, kg, pins[kg]);
     }
+    /* A savepoint beside them, with the operator state of two workers. */
+    uint32_t pins[4];
+    for (uint32_t kg = 0; kg < 4; kg++) pins[kg] = (uint32_t)shm_table_pin(a, kg);
+    const ckpt_blob ops[2] = {{NULL, 0}, {NULL, 0}};
+    cr_assert_eq(ckpt_write(a, pins,
+                            &(ckpt_opts){.dir = dir,
+                                         .id = 3,
+                                         .savepoint = true,
+                                         .engine = e,
+                                         .op_parallelism = 2,
+                                         .op_blobs = ops},
+                            NULL),
+                 0, "%s", stash_errmsg());
+    for (uint32_t kg = 0; kg < 4; kg++) shm_table_unpin(a, kg, pins[kg]);
     ioe_engine_close(e);
     stash_worker_close(w);
     stash_arena_close(a);
@@ -73,6 +87,10 @@ Test(tool, ls_info_and_verify)
     snprintf(args, sizeof args, "snapshot ls %s", dir);
     cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "chk-1") && strstr(out, "chk-2") && strstr(out, "complete"), "%s", out);
+    cr_assert(strstr(out, "savepoint-3") && strstr(out, " savepoint "), "%s", out);
+    snprintf(args, sizeof args, "snapshot info %s/savepoint-3", dir);
+    cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "operator state: 2 workers, 0 bytes"), "%s", out);
     snprintf(args, sizeof args, "snapshot info %s --json", dir);
     cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "\"id\": 2") && strstr(out, "\"name\": \"clicks\""), "%s", out);

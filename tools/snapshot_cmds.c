@@ -3,6 +3,7 @@
  * without changing it: ls, info, verify (every checksum, exit code), dump
  * (states, keys and values as JSON lines) and diff of two checkpoints.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,14 +21,16 @@ static const char usage[] =
     "       stash snapshot dump CHECKPOINT [--base64]\n"
     "       stash snapshot diff CHECKPOINT CHECKPOINT\n"
     "CHECKPOINT is a checkpoint or savepoint directory (DIR/chk-ID, a savepoint\n"
-    "anywhere), or DIR for its newest complete checkpoint.\n"
+    "anywhere), or DIR for its newest complete checkpoint. ls lists DIR's checkpoints,\n"
+    "then its savepoints; info shows the states and each worker's operator state.\n"
     "Nothing in the directory is ever changed. verify and diff exit 1 when the\n"
     "checkpoint is damaged or the two differ; dump prints one JSON object per\n"
     "record with bytes in hex (or base64).\n";
 
 static const char *kind_name(unsigned kind)
 {
-    static const char *names[] = {"?", "value", "list", "map", "reducing", "aggregating"};
+    static const char *names[] = {"?",           "value",   "list",     "map",      "reducing",
+                                  "aggregating", "op-list", "op-union", "broadcast"};
     return kind < sizeof names / sizeof names[0] ? names[kind] : "?";
 }
 
@@ -91,6 +94,36 @@ static size_t data_bytes(const ckpt_view *v)
     return n;
 }
 
+/* Lists the savepoint-<id> directories of dir, after its checkpoints. */
+static void list_savepoints(const char *dir, bool json, ioe_engine *e)
+{
+    DIR *d = opendir(dir);
+    for (struct dirent *de; d && (de = readdir(d));) {
+        char *end;
+        if (strncmp(de->d_name, "savepoint-", 10) != 0) continue;
+        unsigned long long id = strtoull(de->d_name + 10, &end, 10);
+        if (*end || end == de->d_name + 10) continue;
+        char path[4096], when[32] = "-";
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        ckpt_view v;
+        int rc = ckpt_view_open_path(path, e, &v);
+        if (rc == 0) {
+            time_t t = (time_t)(v.created_ns / 1000000000ull);
+            strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&t));
+        }
+        const char *st = rc == 0 ? "savepoint" : rc == -ENOENT ? "partial" : "damaged";
+        if (json)
+            printf("{\"id\": %llu, \"state\": \"%s\", \"created_ns\": %llu, \"bytes\": %zu}\n", id,
+                   st, rc == 0 ? (unsigned long long)v.created_ns : 0ull,
+                   rc == 0 ? data_bytes(&v) : 0);
+        else
+            printf("%-10llu %-20s %-9s %10zu %s\n", id, when, st,
+                   rc == 0 ? data_bytes(&v) + v.md_len : 0, path);
+        if (rc == 0) ckpt_view_close(&v);
+    }
+    if (d) closedir(d);
+}
+
 static int cmd_ls(int argc, char **argv)
 {
     bool json = argc > 3 && strcmp(argv[3], "--json") == 0;
@@ -123,6 +156,7 @@ static int cmd_ls(int argc, char **argv)
         if (rc == 0) ckpt_view_close(&v);
     }
     free(ids);
+    list_savepoints(argv[2], json, e);
     ioe_engine_close(e);
     return 0;
 }
@@ -150,6 +184,9 @@ static int cmd_info(int argc, char **argv, ioe_engine *e)
             printf("%s{\"name\": \"%s\", \"kind\": \"%s\", \"ttl_ms\": %llu}", i ? ", " : "",
                    s.name, kind_name(s.kind), (unsigned long long)ttl);
         }
+        printf("], \"operator_state\": [");
+        for (uint32_t i = 0; i < v.op_parallelism; i++)
+            printf("%s%llu", i ? ", " : "", (unsigned long long)v.op_blobs[i].len);
         printf("]}\n");
     } else {
         printf("checkpoint %llu: %s\n%u key groups, %zu data bytes%s\nfiles:\n",
@@ -166,6 +203,10 @@ static int cmd_info(int argc, char **argv, ioe_engine *e)
             printf("  %-24s %-12s ttl %llu ms\n", s.name, kind_name(s.kind),
                    (unsigned long long)ttl);
         }
+        uint64_t op = 0;
+        for (uint32_t i = 0; i < v.op_parallelism; i++) op += v.op_blobs[i].len;
+        printf("operator state: %u workers, %llu bytes\n", v.op_parallelism,
+               (unsigned long long)op);
     }
     ckpt_view_close(&v);
     return 0;
