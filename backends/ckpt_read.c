@@ -1,0 +1,410 @@
+/*
+ * ckpt_read.c: reading checkpoints, trusting no byte: a view opens one (its
+ * metadata's checksum, counts, names and ranges checked, its data files
+ * read with O_DIRECT where the filesystem has it) and walks its blocks,
+ * checking every one, in two threads where that pays.
+ */
+#define _GNU_SOURCE /* O_DIRECT */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backends/ckpt_int.h"
+
+#define SPLIT_MIN_BYTES (4u << 20) /* a walk over fewer bytes stays in one thread */
+
+/* Reads the whole file at path into *out (malloc'd), with O_DIRECT where the
+ * filesystem has it (a restore reads each byte once: no page cache). */
+static int read_whole(ioe_engine *e, const char *path, size_t limit, uint8_t **out, size_t *len)
+{
+    ioe_file *f;
+    int rc = ioe_file_open(e, path, O_RDONLY | O_DIRECT, 0, &f);
+    if (rc < 0) rc = ioe_file_open(e, path, O_RDONLY, 0, &f);
+    if (rc < 0) return shm_fail(rc, "%s: cannot open: %s", path, stash_strerror(rc));
+    ioe_align al = ioe_file_align(f);
+    struct stat st;
+    if (fstat(ioe_file_fd(f), &st) < 0 || (uint64_t)st.st_size > limit) {
+        ioe_file_close(f);
+        return shm_fail(STASH_ECORRUPT, "%s: %lld bytes, more than %zu", path,
+                        (long long)st.st_size, limit);
+    }
+    *len = (size_t)st.st_size;
+    /* Direct reads go whole aligned blocks at a time: the last one past the end. */
+    size_t want = (*len + al.offset - 1) / al.offset * al.offset;
+    *out = NULL;
+    if (ioe_aligned_alloc(want ? want : al.offset, al.mem > 64 ? al.mem : 64, (void **)out) < 0) {
+        ioe_file_close(f);
+        return -ENOMEM;
+    }
+    for (size_t off = 0; off < want && rc == 0;) {
+        size_t n = want - off < CKPT_CHUNK ? want - off : CKPT_CHUNK;
+        int q = ioe_read(f, *out + off, n, off, NULL);
+        if (q == -EBUSY) {
+            rc = ckpt_drain(e, ioe_outstanding(e) - 1, 0);
+            continue;
+        }
+        if (q < 0) rc = shm_fail(q, "read %s at offset %zu: %s", path, off, stash_strerror(q));
+        off += n;
+    }
+    rc = ckpt_drain(e, 0, rc);
+    ioe_file_close(f);
+    if (rc) free(*out);
+    return rc;
+}
+
+/* Whether a data file's name stays inside the checkpoint: a plain name, or
+ * "shared/" and a plain name. */
+static bool safe_name(const char *name, size_t size)
+{
+    if (!memchr(name, 0, size)) return false;
+    if (strncmp(name, CKPT_SHARED_DIR "/", sizeof CKPT_SHARED_DIR) == 0)
+        name += sizeof CKPT_SHARED_DIR;
+    return name[0] && name[0] != '.' && !strchr(name, '/');
+}
+
+/* Checks _metadata's bytes: checksum, magic, version, counts against its
+ * size, state names, data file names (no path may leave the checkpoint) and
+ * key-group ranges. */
+/* The operator-state section from offset at to end (the checksum's offset). */
+static int parse_opstate(ckpt_view *v, uint64_t at, uint64_t end)
+{
+    const char *path = v->meta_path;
+    uint32_t head[2];
+    memcpy(head, v->md + at, sizeof head);
+    uint32_t p = head[0];
+    if (p > STASH_MAX_WORKERS || head[1] != 0 || (end - at - 8) / 8 < p)
+        return shm_fail(STASH_ECORRUPT, "%s: offset %llu: operator state of %u workers", path,
+                        (unsigned long long)at, p);
+    v->op_blobs = calloc(p ? p : 1, sizeof *v->op_blobs);
+    if (!v->op_blobs) return -ENOMEM;
+    uint64_t lens = at + 8, data = lens + 8ull * p;
+    for (uint32_t i = 0; i < p; i++) {
+        uint64_t len;
+        memcpy(&len, v->md + lens + 8ull * i, 8);
+        if (len > end - data || ckpt_pad8(len) > end - data)
+            return shm_fail(STASH_ECORRUPT,
+                            "%s: offset %llu: operator state of worker %u runs past the end", path,
+                            (unsigned long long)(lens + 8ull * i), i);
+        v->op_blobs[i] = (ckpt_blob){v->md + data, len};
+        data += ckpt_pad8(len);
+    }
+    if (data != end)
+        return shm_fail(STASH_ECORRUPT, "%s: offset %llu: %llu bytes after the operator state",
+                        path, (unsigned long long)data, (unsigned long long)(end - data));
+    v->op_parallelism = p;
+    return 0;
+}
+
+static int parse_metadata(ckpt_view *v)
+{
+    const uint8_t *p = v->md;
+    size_t len = v->md_len;
+    const char *path = v->meta_path;
+    md_header h;
+    uint32_t crc;
+    if (len < sizeof h + 4) return shm_fail(STASH_ECORRUPT, "%s: %zu bytes, too short", path, len);
+    memcpy(&crc, p + len - 4, 4);
+    if (snap_crc32c(0, p, len - 4) != crc)
+        return shm_fail(STASH_ECORRUPT, "%s: offset %zu: checksum mismatch", path, len - 4);
+    memcpy(&h, p, sizeof h);
+    if (memcmp(h.magic, CKPT_MAGIC, 8) != 0)
+        return shm_fail(STASH_ECORRUPT, "%s: offset 0: not checkpoint metadata", path);
+    if (h.format_version != CKPT_FORMAT_VERSION)
+        return shm_fail(STASH_EFORMAT, "%s: offset 8: format version %u, this build reads %u", path,
+                        h.format_version, CKPT_FORMAT_VERSION);
+    uint64_t fixed = sizeof h + (uint64_t)h.nstates * sizeof(ckpt_state) +
+                     (uint64_t)h.nfiles * (sizeof(md_file) + h.max_parallelism * sizeof(md_extent));
+    if (h.nfiles == 0 || h.nfiles > CKPT_MAX_FILES || h.max_parallelism == 0 ||
+        h.max_parallelism > STASH_MAX_MAX_PARALLELISM || h.nstates > SHM_CATALOG_SIZE ||
+        fixed + 12 > len)
+        return shm_fail(STASH_ECORRUPT,
+                        "%s: offset 40: counts (%u states, %u files, %u key "
+                        "groups) do not match its %zu bytes",
+                        path, h.nstates, h.nfiles, h.max_parallelism, len);
+    v->id = h.id;
+    v->created_ns = h.created_ns;
+    v->base_id = h.base_id;
+    v->max_parallelism = h.max_parallelism;
+    v->nstates = h.nstates;
+    for (uint32_t i = 0; i < h.nstates; i++) {
+        ckpt_state s = ckpt_view_state(v, i);
+        bool twice = false;
+        for (uint32_t j = 0; j < i && !twice; j++) {
+            ckpt_state o = ckpt_view_state(v, j);
+            twice = o.id == s.id || strncmp(o.name, s.name, sizeof s.name) == 0;
+        }
+        if (s.id == 0 || s.id > SHM_CATALOG_SIZE || !memchr(s.name, 0, sizeof s.name) ||
+            s.name[0] == 0 || twice)
+            return shm_fail(STASH_ECORRUPT, "%s: offset %zu: a bad or repeated state entry", path,
+                            sizeof h + i * sizeof(ckpt_state));
+    }
+    v->files = calloc(h.nfiles, sizeof *v->files);
+    if (!v->files) return -ENOMEM;
+    size_t at = sizeof h + h.nstates * sizeof(ckpt_state);
+    for (uint32_t f = 0; f < h.nfiles; f++) {
+        md_file m;
+        memcpy(&m, p + at, sizeof m);
+        if (!safe_name(m.name, sizeof m.name) || m.first_kg != 0 ||
+            m.last_kg != h.max_parallelism - 1 || (m.flags & ~CKPT_FILE_DELTA) ||
+            (f == 0) != !(m.flags & CKPT_FILE_DELTA))
+            return shm_fail(STASH_ECORRUPT,
+                            "%s: offset %zu: a data file entry that names a path "
+                            "outside the checkpoint, a bad range or kind",
+                            path, at);
+        memcpy(v->files[f].name, m.name, sizeof m.name);
+        v->files[f].flags = m.flags;
+        v->files[f].extents = p + at + sizeof m;
+        at += sizeof m + h.max_parallelism * sizeof(md_extent);
+    }
+    v->nfiles = h.nfiles;
+    return parse_opstate(v, fixed, len - 4);
+}
+
+ckpt_state ckpt_view_state(const ckpt_view *v, uint32_t i)
+{
+    ckpt_state s;
+    memcpy(&s, v->md + sizeof(md_header) + i * sizeof s, sizeof s);
+    return s;
+}
+
+int ckpt_open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data)
+{
+    memset(v, 0, sizeof *v);
+    char parent[4096];
+    int rc = ckpt_path_of(v->meta_path, "%s/_metadata", path);
+    if (rc == 0) rc = ckpt_path_of(parent, "%s/..", path);
+    if (rc == 0) rc = read_whole(e, v->meta_path, CKPT_MAX_METADATA, &v->md, &v->md_len);
+    if (rc == 0) rc = parse_metadata(v);
+    for (uint32_t f = 0; rc == 0 && f < v->nfiles; f++) {
+        ckpt_file *cf = &v->files[f];
+        bool shared = strncmp(cf->name, CKPT_SHARED_DIR "/", sizeof CKPT_SHARED_DIR) == 0;
+        rc = ckpt_path_of(cf->path, "%s/%s", shared ? parent : path, cf->name);
+        if (rc == 0 && with_data) rc = read_whole(e, cf->path, SIZE_MAX, &cf->data, &cf->len);
+    }
+    if (rc) ckpt_view_close(v);
+    return rc;
+}
+
+int ckpt_view_open_path(const char *path, ioe_engine *e, ckpt_view *v)
+{
+    return ckpt_open_view(path, e, v, true);
+}
+
+int ckpt_view_open(const char *dir, uint64_t id, ioe_engine *e, ckpt_view *v)
+{
+    char chk[4096];
+    int rc = ckpt_path_of(chk, "%s/chk-%llu", dir, (unsigned long long)id);
+    if (rc == 0) rc = ckpt_view_open_path(chk, e, v);
+    if (rc == 0 && v->id != id) {
+        rc = shm_fail(STASH_ECORRUPT, "%s: offset 16: names checkpoint %llu", v->meta_path,
+                      (unsigned long long)v->id);
+        ckpt_view_close(v);
+    }
+    return rc;
+}
+
+void ckpt_view_close(ckpt_view *v)
+{
+    for (uint32_t f = 0; v->files && f < v->nfiles; f++) free(v->files[f].data);
+    free(v->files);
+    free(v->md);
+    free(v->op_blobs);
+    v->op_blobs = NULL;
+    v->files = NULL;
+    v->md = NULL;
+    v->nfiles = 0;
+}
+
+/* The check pass: a record's state must be one the metadata names, and its
+ * value well formed for that state's kind, before anything is restored. */
+static int check_record(void *ctx, uint32_t kg, const snap_record *r)
+{
+    const ckpt_view *v = ctx;
+    (void)kg;
+    for (uint32_t i = 0; i < v->nstates; i++) {
+        ckpt_state s = ckpt_view_state(v, i);
+        if (s.id != r->state) continue;
+        uint64_t ttl_ms;
+        memcpy(&ttl_ms, s.options, sizeof ttl_ms);
+        bool ttl = ttl_ms > 0, ok = true;
+        if (!(r->flags & SNAP_REC_DELETED)) {
+            if (s.kind == STASH_LIST)
+                ok = list_bytes_valid(r->value, r->vlen, ttl);
+            else if (s.kind == STASH_MAP)
+                ok = map_bytes_valid(r->value, r->vlen, ttl);
+            else
+                ok = !ttl || r->vlen >= TTL_BYTES;
+        }
+        return ok ? 0
+                  : shm_fail(STASH_ECORRUPT,
+                             "a value that is not a well-formed state '%s' of "
+                             "kind %u",
+                             s.name, s.kind);
+    }
+    return shm_fail(STASH_ECORRUPT, "a record of state %u, which the metadata does not name",
+                    r->state);
+}
+
+/* Checks one file's block of key group kg and walks its records. */
+static int64_t walk_block(const ckpt_view *v, const ckpt_file *f, uint32_t kg, snap_buf *scratch,
+                          bool checked, snap_record_fn *fn, void *ctx)
+{
+    md_extent e;
+    memcpy(&e, f->extents + kg * sizeof e, sizeof e);
+    if (e.offset > f->len || e.size > f->len - e.offset)
+        return shm_fail(STASH_ECORRUPT,
+                        "%s: key group %u at offset %llu, %llu bytes, beyond the "
+                        "file's %zu",
+                        f->path, kg, (unsigned long long)e.offset, (unsigned long long)e.size,
+                        f->len);
+    snap_block b;
+    int rc = (checked ? snap_reread_block : snap_read_block)(f->data + e.offset, e.size, f->path,
+                                                             e.offset, scratch, &b);
+    if (rc) return rc;
+    bool delta = f->flags & CKPT_FILE_DELTA;
+    if (b.hdr.kg != kg || b.size != e.size || delta != !!(b.hdr.flags & SNAP_DELTA))
+        return shm_fail(STASH_ECORRUPT,
+                        "%s: offset %llu: the block of key group %u is not the "
+                        "one the metadata says",
+                        f->path, (unsigned long long)e.offset, kg);
+    return snap_block_records(&b, v->max_parallelism, fn ? fn : check_record, fn ? ctx : (void *)v,
+                              f->path, e.offset);
+}
+
+/* Walks the blocks of range in every file; checked: a second pass over
+ * bytes the first already checked. */
+static int64_t walk_range(const ckpt_view *v, stash_kg_range range, bool checked,
+                          snap_record_fn *fn, void *ctx)
+{
+    if (range.first > range.last || range.last >= v->max_parallelism)
+        return shm_fail(-EINVAL, "%s: key groups %u..%u of %u", v->meta_path, range.first,
+                        range.last, v->max_parallelism);
+    snap_buf scratch = {0};
+    int64_t total = 0;
+    for (uint32_t f = 0; f < v->nfiles && total >= 0; f++)
+        for (uint32_t kg = range.first; kg <= range.last && total >= 0; kg++) {
+            int64_t n = walk_block(v, &v->files[f], kg, &scratch, checked, fn, ctx);
+            total = n < 0 ? n : total + n;
+        }
+    snap_buf_free(&scratch);
+    return total;
+}
+
+/* Half of a walk, in a thread of its own: key groups are independent. */
+typedef struct walk_half {
+    const ckpt_view *v;
+    stash_kg_range range;
+    bool checked;
+    snap_record_fn *fn;
+    void *ctx;
+    int64_t n;
+    char why[512]; /* stash_errmsg() is per thread */
+} walk_half;
+
+static void *walk_half_main(void *arg)
+{
+    walk_half *h = arg;
+    h->n = walk_range(h->v, h->range, h->checked, h->fn, h->ctx);
+    if (h->n < 0) snprintf(h->why, sizeof h->why, "%s", stash_errmsg());
+    return NULL;
+}
+
+/* walk_range with the upper half of the key groups in a second thread, when
+ * there are enough bytes to be worth one. fn must be safe to call for
+ * different key groups at once (checks are; a restore's inserts are, each
+ * key group having one writer). An error of the lower half wins. */
+int64_t ckpt_walk_range_split(const ckpt_view *v, stash_kg_range range, bool checked,
+                              snap_record_fn *fn, void *ctx)
+{
+    uint32_t n = range.last - range.first + 1;
+    pthread_t t;
+    walk_half hi = {v, {range.first + n / 2, range.last}, checked, fn, ctx, 0, ""};
+    if (n < 2 || v->files[0].len < SPLIT_MIN_BYTES || sysconf(_SC_NPROCESSORS_ONLN) < 2 ||
+        pthread_create(&t, NULL, walk_half_main, &hi) != 0)
+        return walk_range(v, range, checked, fn, ctx);
+    int64_t lo = walk_range(v, (stash_kg_range){range.first, hi.range.first - 1}, checked, fn, ctx);
+    char why[512];
+    if (lo < 0) snprintf(why, sizeof why, "%s", stash_errmsg());
+    pthread_join(t, NULL);
+    if (lo < 0) return shm_fail((int)lo, "%s", why);
+    if (hi.n < 0) return shm_fail((int)hi.n, "%s", hi.why);
+    return lo + hi.n;
+}
+
+int64_t ckpt_view_walk(const ckpt_view *v, stash_kg_range range, snap_record_fn *fn, void *ctx)
+{
+    return fn ? walk_range(v, range, false, fn, ctx)
+              : ckpt_walk_range_split(v, range, false, NULL, NULL);
+}
+
+int ckpt_list(const char *dir, uint64_t **ids)
+{
+    DIR *d = opendir(dir);
+    if (!d) return shm_fail(-errno, "%s: cannot open: %s", dir, strerror(errno));
+    size_t n = 0, cap = 0;
+    *ids = NULL;
+    for (struct dirent *de; (de = readdir(d));) {
+        unsigned long long id;
+        char tail;
+        if (sscanf(de->d_name, "chk-%llu%c", &id, &tail) != 1 || id == 0) continue;
+        if (n == cap) {
+            uint64_t *grown = realloc(*ids, (cap = cap ? cap * 2 : 16) * sizeof **ids);
+            if (!grown) break;
+            *ids = grown;
+        }
+        (*ids)[n++] = id;
+    }
+    closedir(d);
+    for (size_t i = 1; i < n; i++)
+        for (size_t j = i; j > 0 && (*ids)[j - 1] < (*ids)[j]; j--) {
+            uint64_t t = (*ids)[j];
+            (*ids)[j] = (*ids)[j - 1];
+            (*ids)[j - 1] = t;
+        }
+    return (int)n;
+}
+
+bool ckpt_has_metadata(const char *dir, uint64_t id)
+{
+    char meta[4096];
+    return ckpt_path_of(meta, "%s/chk-%llu/_metadata", dir, (unsigned long long)id) == 0 &&
+           access(meta, F_OK) == 0;
+}
+
+int ckpt_path_info(const char *path, ioe_engine *e, uint64_t *id, uint32_t *max_parallelism)
+{
+    ckpt_view v;
+    int rc = ckpt_open_view(path, e, &v, false);
+    if (rc == 0) {
+        *id = v.id;
+        *max_parallelism = v.max_parallelism;
+        ckpt_view_close(&v);
+    }
+    return rc;
+}
+
+int ckpt_newest(const char *dir, ioe_engine *e, uint64_t *id, uint32_t *max_parallelism)
+{
+    uint64_t *ids;
+    int n = ckpt_list(dir, &ids), rc = -ENOENT;
+    for (int i = 0; i < n && rc; i++) {
+        char path[4096];
+        ckpt_view v;
+        if (!ckpt_has_metadata(dir, ids[i]) ||
+            ckpt_path_of(path, "%s/chk-%llu", dir, (unsigned long long)ids[i]) < 0 ||
+            ckpt_open_view(path, e, &v, false) < 0)
+            continue;
+        *id = ids[i];
+        *max_parallelism = v.max_parallelism;
+        ckpt_view_close(&v);
+        rc = 0;
+    }
+    if (n >= 0) free(ids);
+    return n < 0 ? n : rc;
+}

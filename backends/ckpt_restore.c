@@ -1,0 +1,171 @@
+/*
+ * ckpt_restore.c: restoring a checkpoint into an arena: every block of the
+ * key groups wanted is checked before the first record goes in, so a
+ * damaged checkpoint changes nothing and gives way to the one before it.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/ckpt_int.h"
+#include "backends/opstate.h"
+
+/* Registers the checkpoint's states in the arena and maps their ids. */
+static int map_states(stash_arena *a, const ckpt_view *v, uint16_t *ids, snap_id_map *map)
+{
+    memset(ids, 0, (SHM_CATALOG_SIZE + 1) * sizeof *ids);
+    for (uint32_t i = 0; i < v->nstates; i++) {
+        ckpt_state s = ckpt_view_state(v, i);
+        int id = shm_catalog_register(a, s.name, s.kind, s.options);
+        if (id < 0) return id;
+        ids[s.id] = (uint16_t)id;
+    }
+    *map = (snap_id_map){ids, SHM_CATALOG_SIZE + 1};
+    return 0;
+}
+
+/* Restores an opened checkpoint after checking all of it that the range
+ * needs, and closes it. */
+/* Copies the view's operator state into out, its state ids mapped. */
+static int copy_opstate(const ckpt_view *v, const snap_id_map *map, ckpt_restored *out)
+{
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < v->op_parallelism; i++) total += v->op_blobs[i].len;
+    out->op_blobs = calloc(v->op_parallelism ? v->op_parallelism : 1, sizeof *out->op_blobs);
+    out->op_mem = malloc(total ? total : 1);
+    if (!out->op_blobs || !out->op_mem) return shm_fail(-ENOMEM, "out of memory");
+    uint8_t *p = out->op_mem;
+    int rc = 0;
+    for (uint32_t i = 0; i < v->op_parallelism && rc == 0; i++) {
+        uint64_t len = v->op_blobs[i].len;
+        if (len) memcpy(p, v->op_blobs[i].data, len);
+        char what[4200];
+        snprintf(what, sizeof what, "%s: operator state of worker %u", v->meta_path, i);
+        rc = opstate_remap(p, len, map->ids, map->n, what);
+        out->op_blobs[i] = (ckpt_blob){p, len};
+        p += len;
+    }
+    out->op_parallelism = v->op_parallelism;
+    return rc;
+}
+
+void ckpt_restored_free(ckpt_restored *r)
+{
+    free(r->op_blobs);
+    free(r->op_mem);
+    r->op_blobs = NULL;
+    r->op_mem = NULL;
+    r->op_parallelism = 0;
+}
+
+static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, bool *applying,
+                        ckpt_prepare_fn *prepare, void *ctx, ckpt_restored *out)
+{
+    uint64_t *records = &out->records;
+    int64_t n = 0;
+    if (v->max_parallelism != a->hdr->max_parallelism)
+        n = shm_fail(STASH_ECORRUPT, "%s: a checkpoint of %u key groups for an arena of %u",
+                     v->meta_path, v->max_parallelism, a->hdr->max_parallelism);
+    if (n == 0) n = ckpt_view_walk(v, range, NULL, NULL);
+    uint16_t ids[SHM_CATALOG_SIZE + 1];
+    snap_id_map map;
+    if (n >= 0) n = map_states(a, v, ids, &map);
+    ckpt_restored_free(out);
+    if (n >= 0) n = copy_opstate(v, &map, out);
+    snap_restorer to = {a, &map};
+    /* Size each key group's table for what its blocks hold: no rehash then. */
+    for (uint32_t kg = range.first; n >= 0 && kg <= range.last; kg++) {
+        uint64_t held = 0;
+        for (uint32_t f = 0; f < v->nfiles; f++) {
+            md_extent e;
+            snap_block_hdr h;
+            memcpy(&e, v->files[f].extents + kg * sizeof e, sizeof e);
+            memcpy(&h, v->files[f].data + e.offset, sizeof h); /* checked by the walk above */
+            held += h.records;
+        }
+        n = shm_table_reserve(a, kg, held);
+    }
+    if (n >= 0) {
+        /* From here a failure (the arena full) leaves part of the checkpoint
+         * in the arena: no older checkpoint may be restored over it. */
+        *applying = true;
+        if (prepare) n = prepare(ctx);
+        if (n >= 0) n = ckpt_walk_range_split(v, range, true, snap_restore_record, &to);
+    }
+    if (n >= 0) *records = (uint64_t)n;
+    ckpt_view_close(v);
+    return n < 0 ? (int)n : 0;
+}
+
+static int restore_one(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
+                       ioe_engine *e, bool *applying, ckpt_prepare_fn *prepare, void *ctx,
+                       ckpt_restored *out)
+{
+    ckpt_view v;
+    int rc = ckpt_view_open(dir, id, e, &v);
+    return rc ? rc : restore_view(a, &v, range, applying, prepare, ctx, out);
+}
+
+int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, ioe_engine *e,
+                      ckpt_restored *out)
+{
+    ckpt_view v;
+    memset(out, 0, sizeof *out);
+    int rc = ckpt_view_open_path(path, e, &v);
+    if (rc) return rc;
+    out->id = v.id;
+    bool applying = false;
+    rc = restore_view(a, &v, range, &applying, NULL, NULL, out);
+    if (rc) ckpt_restored_free(out);
+    return rc;
+}
+
+int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range, ioe_engine *e,
+                 ckpt_restored *out)
+{
+    return ckpt_restore_prepared(a, dir, id, range, e, NULL, NULL, out);
+}
+
+int ckpt_restore_prepared(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
+                          ioe_engine *e, ckpt_prepare_fn *prepare, void *ctx, ckpt_restored *out)
+{
+    memset(out, 0, sizeof *out);
+    bool applying = false;
+    int rc;
+    if (id) {
+        out->id = id;
+        rc = restore_one(a, dir, id, range, e, &applying, prepare, ctx, out);
+        if (rc) ckpt_restored_free(out);
+        return rc;
+    }
+    uint64_t *ids;
+    int n = ckpt_list(dir, &ids);
+    if (n == -ENOENT) return shm_fail(n, "%s: no complete checkpoint: no such directory", dir);
+    if (n < 0) return n;
+    rc = shm_fail(-ENOENT, "%s: no complete checkpoint", dir);
+    for (int i = 0; i < n; i++) {
+        /* Without _metadata a checkpoint does not exist: not a fallback. */
+        if (!ckpt_has_metadata(dir, ids[i])) continue;
+        rc = restore_one(a, dir, ids[i], range, e, &applying, prepare, ctx, out);
+        if (rc == 0) {
+            out->id = ids[i];
+            break;
+        }
+        char why[sizeof out->why];
+        snprintf(why, sizeof why, "%s", stash_errmsg());
+        if (applying) {
+            rc = shm_fail(rc,
+                          "%s: restoring checkpoint %llu failed part-way (%s): the arena "
+                          "holds part of it",
+                          dir, (unsigned long long)ids[i], why);
+            break;
+        }
+        if (out->skipped++ == 0) memcpy(out->why, why, sizeof why);
+    }
+    if (rc && out->skipped)
+        rc = shm_fail(rc, "%s: no checkpoint restores; the newest failed: %s", dir, out->why);
+    if (rc) ckpt_restored_free(out);
+    free(ids);
+    return rc;
+}
