@@ -7,11 +7,33 @@
 #ifndef STASH_TOOLS_BENCH_PEERS_H
 #define STASH_TOOLS_BENCH_PEERS_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "tools/ycsb.h"
+
+/* Fills the caller's why (whylen bytes) and evaluates to -1. */
+#define WHY(...) (snprintf(why, whylen, __VA_ARGS__), -1)
+
+/* Keys as their users would write them: the key index in 8 bytes; a map
+ * entry is the key followed by the user key (Flink's RocksDB layout). */
+static inline void encode_key(uint64_t key, uint8_t out[8])
+{
+    memcpy(out, &key, 8);
+}
+
+/* Copies n bytes of a value into out (cap bytes); -EMSGSIZE if they do not fit. */
+static inline int copy_out(const void *v, size_t n, void *out, size_t cap, size_t *len)
+{
+    if (n > cap) return -EMSGSIZE;
+    memcpy(out, v, n);
+    *len = n;
+    return 0;
+}
 
 typedef struct kv_sys kv_sys;
 
