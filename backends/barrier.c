@@ -74,11 +74,13 @@ static int cut(stash_worker *w, uint64_t id)
     uint64_t t0 = shm_now_ns();
     int rc = cut_by_engine(w) ? 1 : worker_record_opstate(w);
     uint32_t holder = atomic_load(&c->service_reader);
+    int err = rc < 0 ? rc : 0; /* the engine names it when it finds a key group uncut */
     for (uint32_t kg = w->range.first; rc == 0 && kg <= w->range.last; kg++) {
         int64_t v = shm_table_pin_for(a, kg, holder);
         if (v > 0) atomic_store(&a->tables[kg].cut, (uint32_t)v);
-        /* No pin left: the engine finds no cut for kg and fails the checkpoint. */
+        if (v < 0 && !err) err = (int)v;
     }
+    atomic_store(&cw->cut_error, err);
     atomic_store(&cw->pause_ns, shm_now_ns() - t0);
     atomic_store(&cw->acked, id);
     if (atomic_load(&c->aborted) >= id) release_own_cuts(w);

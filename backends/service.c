@@ -168,15 +168,20 @@ static int await_cuts(stash_service *s, uint64_t id, uint32_t p, uint64_t t0, ou
     return rc;
 }
 
-/* Takes every key group's cut into s->cut; fails if one has none. */
-static int collect_cuts(stash_service *s, outcome *r)
+/* Takes every key group's cut into s->cut; fails if one has none, naming
+ * its worker and why it could not cut. */
+static int collect_cuts(stash_service *s, uint32_t p, outcome *r)
 {
     stash_arena *a = s->a;
+    uint32_t maxp = a->hdr->max_parallelism;
     int rc = 0;
-    for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++) {
+    for (uint32_t kg = 0; kg < maxp; kg++) {
         s->cut[kg] = atomic_exchange(&a->tables[kg].cut, 0);
-        if (!s->cut[kg] && rc == 0)
-            rc = failed(r, 0, "key group %u was not cut (its versions are all pinned)", kg);
+        if (s->cut[kg] || rc) continue;
+        int owner = p ? stash_kg_owner(kg, maxp, p) : 0;
+        int err = p ? atomic_load(&a->control->workers[owner].cut_error) : 0;
+        rc = failed(r, 0, "key group %u was not cut: worker %d: %s", kg, owner,
+                    err ? stash_strerror(err) : "it left no pin for it");
     }
     return rc;
 }
@@ -363,7 +368,7 @@ static void run_checkpoint(stash_service *s)
         uint64_t pause = atomic_load(&c->workers[i].pause_ns);
         if (pause > r.pause_ns) r.pause_ns = pause;
     }
-    if (rc == 0) rc = collect_cuts(s, &r);
+    if (rc == 0) rc = collect_cuts(s, p, &r);
     if (rc == 0) rc = write_cut(s, id, p, &r);
     if (rc) {
         /* Workers that cut late see the abort and release their own pins. */

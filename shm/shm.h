@@ -286,7 +286,7 @@ typedef struct shm_ctl_worker {
     shm_op_blob pending;        /* its newest operator state: at its last cut or its close */
     shm_op_blob committed;      /* as of the newest completed checkpoint or restore */
     _Atomic uint32_t restoring; /* reading checkpoints (a rollback): retention waits */
-    uint32_t pad;
+    _Atomic int32_t cut_error;  /* why its last cut failed (arena full, no pin free), or 0 */
 } shm_ctl_worker;
 
 typedef struct shm_control {

@@ -980,3 +980,55 @@ Test(service, a_rollback_without_a_checkpoint_changes_nothing, .timeout = 240)
     stash_arena_destroy(name, NULL);
     drop_dir(dir);
 }
+
+/* Fills the arena until it refuses, then reaches barriers, failing each cut. */
+static int fill_then_barrier(void *arg)
+{
+    job *j = arg;
+    stash_worker *w;
+    stash_state *v;
+    if (stash_worker_open(j->name, NULL, &w) < 0 ||
+        stash_state_get(w, &(stash_state_desc){.name = "fill", .kind = STASH_VALUE}, &v) < 0)
+        return 10;
+    static uint8_t value[16384];
+    int rc = 0;
+    for (uint64_t k = 0; rc == 0; k++) {
+        stash_key_set(w, &k, sizeof k);
+        rc = stash_value_put(v, value, sizeof value);
+    }
+    if (rc != STASH_EFULL) return 11;
+    if (j->ready && write(j->ready, "", 1) != 1) return 12;
+    for (;;) {
+        stash_event ev;
+        stash_barrier(w, &ev);
+        usleep(1000);
+    }
+}
+
+Test(service, a_worker_that_cannot_cut_names_why, .timeout = 240)
+{
+    char dir[128];
+    make_dir(dir, "full");
+    const char *name = test_arena_name("svcfull");
+    pid_t s = start_service(name, dir, 0);
+    int ready[2];
+    cr_assert_eq(pipe(ready), 0);
+    job j = {.ready = ready[1]};
+    snprintf(j.name, sizeof j.name, "%s", name);
+    pid_t w = test_fork(fill_then_barrier, &j);
+    close(ready[1]);
+    char byte;
+    cr_assert_eq(read(ready[0], &byte, 1), 1, "the worker filled the arena");
+    close(ready[0]);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_checkpoint_info info;
+    cr_assert_eq(stash_checkpoint(a, 60000, &info), STASH_EABORTED);
+    cr_assert(strstr(info.detail, "was not cut: worker 0: arena full"), "%s", info.detail);
+    stash_arena_close(a);
+    kill(w, SIGKILL);
+    test_wait(w);
+    stop_service(name, s);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
