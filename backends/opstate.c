@@ -33,6 +33,18 @@ static void entries_free(op_entries *e)
     *e = (op_entries){0};
 }
 
+/* Puts fresh in place of *dst, or after a failure rc frees it; returns rc. */
+static int entries_replace(op_entries *dst, op_entries *fresh, int rc)
+{
+    if (rc) {
+        entries_free(fresh);
+        return rc;
+    }
+    entries_free(dst);
+    *dst = *fresh;
+    return 0;
+}
+
 void opstate_free(stash_state *s)
 {
     entries_free(&s->op);
@@ -92,13 +104,7 @@ STASH_API int stash_op_list_update(stash_state *state, const stash_bytes *values
     op_entries fresh = {0};
     for (size_t i = 0; i < n && rc == 0; i++)
         rc = entries_add(&fresh, NULL, 0, values[i].data, values[i].len);
-    if (rc) {
-        entries_free(&fresh);
-        return rc;
-    }
-    entries_free(&state->op);
-    state->op = fresh;
-    return 0;
+    return entries_replace(&state->op, &fresh, rc);
 }
 
 static ssize_t broadcast_find(const stash_state *s, const void *k, size_t klen)
@@ -323,13 +329,7 @@ int opstate_load(stash_state *s, uint32_t p, const ckpt_blob *blobs)
         entries_free(&all);
         all = chunk;
     }
-    if (rc) {
-        entries_free(&all);
-        return rc;
-    }
-    entries_free(&s->op);
-    s->op = all;
-    return 0;
+    return entries_replace(&s->op, &all, rc);
 }
 
 int opstate_load_committed(stash_state *s)

@@ -40,5 +40,8 @@ stash_arena *test_arena_create(const char *tag, uint64_t size, uint32_t maxp, ch
 pid_t test_fork(int (*fn)(void *arg), void *arg);
 /* Waits for pid; returns its exit code, or 128 + signal if it was killed. */
 int test_wait(pid_t pid);
+/* Runs this build's stash binary with args (stderr joined to stdout); returns
+ * its exit code, or 128 if it did not exit, with its output in out. */
+int test_run_stash(const char *args, char *out, size_t cap);
 
 #endif

@@ -148,6 +148,23 @@ static void wait_live(const char *name, uint32_t n)
     cr_assert_geq(live, n, "%zu of %u workers joined", live, n);
 }
 
+/* Starts workers 0 .. p-1 of arena name running fn, each on a copy of proto
+ * with its index (and, when proto has events, 7 more per index, so that they
+ * end apart), and waits until all have joined. */
+static void start_workers(const char *name, job proto, uint32_t p, int (*fn)(void *), job *j,
+                          pid_t *pids)
+{
+    for (uint32_t i = 0; i < p; i++) {
+        j[i] = proto;
+        j[i].index = i;
+        j[i].p = p;
+        if (proto.events) j[i].events = proto.events + 7 * i;
+        snprintf(j[i].name, sizeof j[i].name, "%s", name);
+        pids[i] = test_fork(fn, &j[i]);
+    }
+    wait_live(name, p);
+}
+
 /* A worker of the counting job: event e adds one to the count of key
  * keys[e % KEYS]; its operator state (a union list) holds (index, events
  * done), so a checkpoint always pairs counts with the offset they reached. */
@@ -251,12 +268,7 @@ Test(service, barrier_cut_complete_and_restore_at_another_parallelism, .timeout 
     const char *name = test_arena_name("svc");
     pid_t s = start_service(name, dir, 0);
     pid_t pids[2];
-    for (uint32_t i = 0; i < 2; i++) {
-        j[i] = (job){.index = i, .p = 2, .events = 20000 + 7 * i, .want_done = 3};
-        snprintf(j[i].name, sizeof j[i].name, "%s", name);
-        pids[i] = test_fork(worker_main, &j[i]);
-    }
-    wait_live(name, 2);
+    start_workers(name, (job){.events = 20000, .want_done = 3}, 2, worker_main, j, pids);
     stash_arena *a;
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
     for (uint64_t id = 1; id <= 3; id++) {
@@ -343,12 +355,7 @@ Test(service, a_killed_worker_is_replaced_live_or_rolled_back, .timeout = 240)
     pid_t s = start_service(name, dir, 5000);
     job j[2];
     pid_t pids[2];
-    for (uint32_t i = 0; i < 2; i++) {
-        j[i] = (job){.index = i, .p = 2, .want_done = UINT64_MAX};
-        snprintf(j[i].name, sizeof j[i].name, "%s", name);
-        pids[i] = test_fork(endless_worker, &j[i]);
-    }
-    wait_live(name, 2);
+    start_workers(name, (job){.want_done = UINT64_MAX}, 2, endless_worker, j, pids);
     stash_arena *a;
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
     stash_checkpoint_info info;
@@ -433,12 +440,7 @@ Test(service, the_engine_killed_and_restarted_loses_nothing, .timeout = 240)
     stash_arena *a;
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
     pid_t pids[2];
-    for (uint32_t i = 0; i < 2; i++) {
-        wj[i] = (job){.index = i, .p = 2, .want_done = UINT64_MAX};
-        snprintf(wj[i].name, sizeof wj[i].name, "%s", name);
-        pids[i] = test_fork(endless_worker, &wj[i]);
-    }
-    wait_live(name, 2);
+    start_workers(name, (job){.want_done = UINT64_MAX}, 2, endless_worker, wj, pids);
     /* Kill the engine at moments spread over its checkpoints. */
     for (int round = 0; round < 8; round++) {
         usleep(30000 + (unsigned)round * 7000);
@@ -517,12 +519,7 @@ static void redistribute(uint32_t from, uint32_t to)
     pid_t s = start_service(name, dir, 0);
     job j[4];
     pid_t pids[4];
-    for (uint32_t i = 0; i < from; i++) {
-        j[i] = (job){.index = i, .p = from};
-        snprintf(j[i].name, sizeof j[i].name, "%s", name);
-        pids[i] = test_fork(opstate_worker, &j[i]);
-    }
-    wait_live(name, from);
+    start_workers(name, (job){0}, from, opstate_worker, j, pids);
     stash_arena *a;
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
     stash_checkpoint_info info;
@@ -629,18 +626,6 @@ Test(service, operator_state_api_refuses_other_kinds, .timeout = 240)
     stash_arena_destroy(name, NULL);
 }
 
-/* Runs the stash binary with args; returns its exit code and its output. */
-static int run(const char *args, char *out, size_t cap)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", STASH_BIN, args);
-    FILE *p = popen(cmd, "r");
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 /* `stash serve NAME --dir DIR --size 16M` with its output in log. */
 static pid_t serve(const char *name, const char *dir, const char *log)
 {
@@ -684,18 +669,18 @@ Test(service, the_commands_serve_checkpoint_status_stop, .timeout = 240)
     const char *name = test_arena_name("svccli");
     pid_t pid = serve(name, dir, log);
     snprintf(args, sizeof args, "checkpoint %s --json --timeout 20s", name);
-    cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "\"id\": 1,") && strstr(out, "chk-1"), "%s", out);
     snprintf(args, sizeof args, "checkpoint %s --savepoint", name);
-    cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "savepoint 2 ") && strstr(out, "savepoint-2"), "%s", out);
     snprintf(args, sizeof args, "status %s --json", name);
-    cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "\"service\": {\"pid\": ") && strstr(out, "\"completed\": 2,") &&
                   strstr(out, "\"savepoint\": true"),
               "%s", out);
     snprintf(args, sizeof args, "stop %s", name);
-    cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert_eq(test_wait(pid), 0);
     cr_assert(file_has(log, "checkpoint 1 complete"));
     cr_assert(file_has(log, "stopped"));
@@ -717,7 +702,7 @@ Test(service, the_commands_serve_checkpoint_status_stop, .timeout = 240)
     for (int i = 0; i < 2000 && !file_has(log, died); i++) usleep(5000);
     cr_assert(file_has(log, died));
     snprintf(args, sizeof args, "stop %s", name);
-    cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert_eq(test_wait(pid), 0);
     /* Restarted, it reattaches and numbers on; SIGTERM stops it cleanly. A
      * replacement for the dead worker makes the arena whole again first. */
@@ -726,25 +711,25 @@ Test(service, the_commands_serve_checkpoint_status_stop, .timeout = 240)
     cr_assert_eq(stash_worker_open(name, NULL, &wk), 0, "%s", stash_errmsg());
     stash_worker_close(wk);
     snprintf(args, sizeof args, "checkpoint %s", name);
-    cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "checkpoint 3 "), "%s", out);
     kill(pid, SIGTERM);
     cr_assert_eq(test_wait(pid), 0);
     cr_assert(file_has(log, "SIGTERM: stopping"));
-    cr_assert_eq(run(args, out, sizeof out), 1);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 1);
     cr_assert(strstr(out, "no service"), "%s", out);
     /* Wrong arguments: usage and exit code 2. */
-    cr_assert_eq(run("serve", out, sizeof out), 2);
+    cr_assert_eq(test_run_stash("serve", out, sizeof out), 2);
     cr_assert(strstr(out, "missing arena NAME"), "%s", out);
-    cr_assert_eq(run("serve x", out, sizeof out), 2);
+    cr_assert_eq(test_run_stash("serve x", out, sizeof out), 2);
     cr_assert(strstr(out, "needs --dir"), "%s", out);
-    cr_assert_eq(run("serve x --dir d --interval 5q", out, sizeof out), 2);
+    cr_assert_eq(test_run_stash("serve x --dir d --interval 5q", out, sizeof out), 2);
     cr_assert(strstr(out, "'--interval 5q'"), "%s", out);
-    cr_assert_eq(run("serve x --dir d --backend rocks", out, sizeof out), 2);
-    cr_assert_eq(run("checkpoint", out, sizeof out), 2);
+    cr_assert_eq(test_run_stash("serve x --dir d --backend rocks", out, sizeof out), 2);
+    cr_assert_eq(test_run_stash("checkpoint", out, sizeof out), 2);
     for (int i = 0; i < 3; i++) {
         const char *cmd[] = {"serve --help", "checkpoint --help", "stop --help"};
-        cr_assert_eq(run(cmd[i], out, sizeof out), 0);
+        cr_assert_eq(test_run_stash(cmd[i], out, sizeof out), 0);
         cr_assert(strstr(out, "usage: stash"), "%s", out);
     }
     stash_arena_destroy(name, NULL);
@@ -764,12 +749,7 @@ Test(service, a_soak_of_random_kills_loses_no_committed_state, .timeout = 240)
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
     job j[2];
     pid_t pids[2];
-    for (uint32_t i = 0; i < 2; i++) {
-        j[i] = (job){.index = i, .p = 2, .want_done = UINT64_MAX};
-        snprintf(j[i].name, sizeof j[i].name, "%s", name);
-        pids[i] = test_fork(endless_worker, &j[i]);
-    }
-    wait_live(name, 2);
+    start_workers(name, (job){.want_done = UINT64_MAX}, 2, endless_worker, j, pids);
     srand(7);
     uint64_t committed = 0;
     for (int round = 0; round < 16; round++) {
@@ -899,12 +879,7 @@ Test(service, a_savepoint_moves_and_restores_elsewhere, .timeout = 240)
     pid_t spid = start_engine(&sv);
     job j[2];
     pid_t pids[2];
-    for (uint32_t i = 0; i < 2; i++) {
-        j[i] = (job){.index = i, .p = 2, .events = 5000 + 11 * i, .want_done = 2};
-        snprintf(j[i].name, sizeof j[i].name, "%s", name);
-        pids[i] = test_fork(worker_main, &j[i]);
-    }
-    wait_live(name, 2);
+    start_workers(name, (job){.events = 5000, .want_done = 2}, 2, worker_main, j, pids);
     stash_arena *a;
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
     stash_checkpoint_info info;
@@ -1029,6 +1004,47 @@ Test(service, a_worker_that_cannot_cut_names_why, .timeout = 240)
     kill(w, SIGKILL);
     test_wait(w);
     stop_service(name, s);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
+
+Test(service, the_engine_keeps_its_options, .timeout = 240)
+{
+    char dir[128];
+    make_dir(dir, "opts");
+    const char *name = test_arena_name("svcopt");
+    stash_arena_opts ao = {.size = 32u << 20, .max_parallelism = MAXP};
+    stash_service_opts o = {.arena = &ao,
+                            .dir = dir,
+                            .incremental = 1,
+                            .full_every = 2,
+                            .retain = 2,
+                            .lz4 = 1,
+                            .min_pause_ms = 200};
+    stash_service *s;
+    cr_assert_eq(stash_service_start(name, &o, &s), 0, "%s", stash_errmsg());
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    /* Incremental with a full checkpoint after every 2 deltas; each one
+     * starts at least 200 ms after the one before ended. */
+    const int want_incremental[5] = {0, 1, 1, 0, 1};
+    stash_checkpoint_info info[5];
+    for (int i = 0; i < 5; i++) {
+        cr_assert_eq(stash_checkpoint(a, 60000, &info[i]), 0, "%s", stash_errmsg());
+        cr_assert_eq(info[i].id, (uint64_t)i + 1);
+        cr_assert_eq(info[i].incremental, want_incremental[i], "checkpoint %d", i + 1);
+        if (i)
+            cr_assert_geq(info[i].started_ns,
+                          info[i - 1].started_ns + info[i - 1].duration_ns + 200000000ull);
+    }
+    stash_service_stop(s);
+    stash_arena_close(a);
+    /* Retention kept the newest 2 complete checkpoints. */
+    uint64_t *ids;
+    int n = ckpt_list(dir, &ids);
+    cr_assert_eq(n, 2);
+    cr_assert(ids[0] == 5 && ids[1] == 4);
+    free(ids);
     stash_arena_destroy(name, NULL);
     drop_dir(dir);
 }

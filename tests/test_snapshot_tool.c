@@ -14,18 +14,6 @@
 
 static char dir[128];
 
-/* Runs the stash binary with args; returns its exit code and its output. */
-static int run(const char *args, char *out, size_t cap)
-{
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", STASH_BIN, args);
-    FILE *p = popen(cmd, "r");
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 static void make_checkpoints(void)
 {
     snprintf(dir, sizeof dir, "/tmp/stash-tool-test-XXXXXX");
@@ -85,17 +73,17 @@ Test(tool, ls_info_and_verify)
 {
     char args[512];
     snprintf(args, sizeof args, "snapshot ls %s", dir);
-    cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "chk-1") && strstr(out, "chk-2") && strstr(out, "complete"), "%s", out);
     cr_assert(strstr(out, "savepoint-3") && strstr(out, " savepoint "), "%s", out);
     snprintf(args, sizeof args, "snapshot info %s/savepoint-3", dir);
-    cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "operator state: 2 workers, 0 bytes"), "%s", out);
     snprintf(args, sizeof args, "snapshot info %s --json", dir);
-    cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "\"id\": 2") && strstr(out, "\"name\": \"clicks\""), "%s", out);
     snprintf(args, sizeof args, "snapshot verify %s/chk-1", dir);
-    cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "100 records"), "%s", out);
 }
 
@@ -108,7 +96,7 @@ Test(tool, verify_names_the_damage_and_fails)
     fputc(0xff, f);
     fclose(f);
     snprintf(args, sizeof args, "snapshot verify %s/chk-2", dir);
-    cr_assert_eq(run(args, out, sizeof out), 1, "%s", out);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 1, "%s", out);
     cr_assert(strstr(out, "kg-data.dat: offset"), "%s", out);
 }
 
@@ -116,7 +104,7 @@ Test(tool, dump_prints_every_record_as_json)
 {
     char args[512];
     snprintf(args, sizeof args, "snapshot dump %s/chk-1", dir);
-    cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     int lines = 0;
     for (char *p = out; (p = strchr(p, '\n')); p++) lines++;
     cr_assert_eq(lines, 100);
@@ -131,17 +119,17 @@ Test(tool, diff_tells_what_changed)
 {
     char args[512];
     snprintf(args, sizeof args, "snapshot diff %s/chk-1 %s/chk-1", dir, dir);
-    cr_assert_eq(run(args, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     snprintf(args, sizeof args, "snapshot diff %s/chk-1 %s/chk-2", dir, dir);
-    cr_assert_eq(run(args, out, sizeof out), 1, "%s", out);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 1, "%s", out);
     cr_assert(strstr(out, "99 entries differ"), "key 0 is 0 in both: %s", out);
 }
 
 Test(tool, usage_errors)
 {
-    cr_assert_eq(run("snapshot", out, sizeof out), 2);
-    cr_assert_eq(run("snapshot frobnicate x", out, sizeof out), 2);
+    cr_assert_eq(test_run_stash("snapshot", out, sizeof out), 2);
+    cr_assert_eq(test_run_stash("snapshot frobnicate x", out, sizeof out), 2);
     cr_assert(strstr(out, "unknown subcommand"));
-    cr_assert_eq(run("snapshot --help", out, sizeof out), 0);
-    cr_assert_eq(run("snapshot verify /nonexistent-dir", out, sizeof out), 1);
+    cr_assert_eq(test_run_stash("snapshot --help", out, sizeof out), 0);
+    cr_assert_eq(test_run_stash("snapshot verify /nonexistent-dir", out, sizeof out), 1);
 }
