@@ -538,6 +538,10 @@ static int claim(stash_service *s)
     snprintf(c->dir, sizeof c->dir, "%s", s->dir);
     c->service_since_ns = shm_now_ns();
     atomic_store(&c->service_reader, s->holder);
+    /* Every request counted after the engine shows alive is its to answer:
+     * what came before is read before it shows. */
+    s->served = atomic_load(&c->requests);
+    s->savepoint_done = atomic_load(&c->savepoint_ticket);
     atomic_store(&c->service_start, shm_proc_start_time(getpid()));
     atomic_store(&c->service_pid, getpid());
     shm_lock_release(&c->lock);
@@ -604,8 +608,6 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         ckpt_newest(s->dir, s->e, &newest, &maxp);
         uint64_t last = atomic_load(&c->last_id);
         s->next_id = (newest > last ? newest : last) + 1;
-        s->served = atomic_load(&c->requests);
-        s->savepoint_done = atomic_load(&c->savepoint_ticket);
         s->last_end_ns = shm_now_ns();
         rc = -pthread_create(&s->thread, NULL, engine_main, s);
         if (rc) shm_fail(rc, "cannot start the engine thread");
