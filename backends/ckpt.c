@@ -74,30 +74,67 @@ static int write_durable(ioe_engine *e, const char *path, const void *data, size
     return rc;
 }
 
-/* A data file written while it is serialized: blocks are copied into the
- * engine's staging buffers, and each buffer is written as soon as it is full,
- * with O_DIRECT where the filesystem has it, so the disk works while the next
- * key groups are serialized (buffered writes would wait for the fsync). */
+/* A data file written while it is serialized, with O_DIRECT where the
+ * filesystem has it, so the disk works while the next key groups are
+ * serialized (buffered writes would wait for the fsync). A big block is
+ * written from the buffer it was built in, at the next aligned offset; small
+ * ones are gathered into the engine's staging buffers. The zeros between
+ * blocks belong to no extent. Only the thread that opened the stream submits
+ * and reaps. */
+#define BLOCK_DIRECT_MIN (256u << 10) /* a block this big is written where it was built */
+#define FILE_GROWTH (16u << 20)       /* the least the file's length is set ahead by */
+
+/* A block built by a serializing thread, written from where it lies. */
+enum { BLOCK_FREE, BLOCK_READY, BLOCK_FLIGHT };
+typedef struct block_buf {
+    snap_buf b;
+    int64_t n;     /* its records, or the error that stopped it */
+    int state;     /* BLOCK_*, under the stream's lock when another thread waits */
+    char why[512]; /* the error, built in the thread that failed */
+} block_buf;
+
 typedef struct stream {
     ioe_engine *e;
     ioe_file *f;
     const char *path;
-    uint64_t off; /* where buf goes in the file */
-    uint8_t *buf; /* the staging buffer being filled, or NULL */
+    uint64_t off;   /* where buf goes in the file */
+    uint64_t end;   /* the end of the data: the file is cut there */
+    uint64_t sized; /* the file's length, set ahead of direct writes */
+    uint8_t *buf;   /* the staging buffer being filled, or NULL */
     size_t fill;
     size_t cap;
-    uint32_t align; /* O_DIRECT: the file's offset and length alignment; 1 buffered */
-    int rc;         /* the first failure */
+    uint32_t align;      /* O_DIRECT: the file's offset and length alignment; 1 buffered */
+    int rc;              /* the first failure */
+    pthread_mutex_t *mu; /* with cv: wakes a thread waiting for one of its blocks, or NULL */
+    pthread_cond_t *cv;
 } stream;
 
-/* Reaps at least min completions, giving their staging buffers back. */
+/* A block's write carries its buffer's address with the low bit set;
+ * staging buffers are page-aligned. */
+static void *block_tag(block_buf *bb)
+{
+    return (char *)bb + 1;
+}
+
+static void block_set(stream *s, block_buf *bb, int state)
+{
+    if (s->mu) pthread_mutex_lock(s->mu);
+    bb->state = state;
+    if (s->cv) pthread_cond_broadcast(s->cv);
+    if (s->mu) pthread_mutex_unlock(s->mu);
+}
+
+/* Reaps at least min completions, giving their buffers back. */
 static void stream_reap(stream *s, unsigned min)
 {
     ioe_cqe c[16];
     int n = ioe_reap(s->e, c, 16, min);
     if (n < 0 && !s->rc) s->rc = shm_fail(n, "waiting for I/O: %s", stash_strerror(n));
     for (int i = 0; i < n; i++) {
-        if (c[i].user) ioe_buf_put(s->e, c[i].user);
+        if ((uintptr_t)c[i].user & 1)
+            block_set(s, (block_buf *)((char *)c[i].user - 1), BLOCK_FREE);
+        else if (c[i].user)
+            ioe_buf_put(s->e, c[i].user);
         if (c[i].res >= 0 || s->rc) continue;
         char what[300];
         ioe_cqe_describe(&c[i], what, sizeof what);
@@ -113,9 +150,16 @@ static int stream_open(stream *s, ioe_engine *e, const char *path)
     int rc = ioe_file_open(e, path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644, &s->f);
     if (rc == 0) {
         ioe_align al = ioe_file_align(s->f);
-        /* Staging buffers are page-aligned and a multiple of the page in size. */
-        if (al.mem <= 4096 && al.offset <= 4096 && s->cap % al.offset == 0) {
-            s->align = al.offset;
+        /* Writes go whole filesystem blocks at a time, even where the device
+         * takes less: the filesystem sends a write of part of a block through
+         * a slow path that waits for every other write. Staging buffers are
+         * page-aligned and a multiple of the page in size. */
+        struct stat st;
+        uint32_t align = al.offset;
+        if (fstat(ioe_file_fd(s->f), &st) == 0 && st.st_blksize > align)
+            align = (uint32_t)st.st_blksize;
+        if (al.mem <= 4096 && align <= 4096 && s->cap % align == 0) {
+            s->align = align;
             return 0;
         }
         ioe_file_close(s->f);
@@ -125,30 +169,51 @@ static int stream_open(stream *s, ioe_engine *e, const char *path)
     return rc < 0 ? shm_fail(rc, "%s: cannot create: %s", path, stash_strerror(rc)) : 0;
 }
 
-static void stream_submit(stream *s)
+/* Submits a write of len bytes at off, retrying while the ring is full. A
+ * direct write past the file's end, or into blocks not yet allocated, would
+ * go to a kernel worker and wait for the writes before it, so the file's
+ * blocks are allocated ahead of the writes and cut back when the stream
+ * closes. */
+static int stream_write(stream *s, const void *data, size_t len, uint64_t off, void *user)
 {
-    while (s->fill && !s->rc) {
-        /* The last, partial buffer of a direct file goes out padded; the
-         * file is cut to its length before the fsync. */
-        size_t len = (s->fill + s->align - 1) / s->align * s->align;
-        if (len > s->fill) memset(s->buf + s->fill, 0, len - s->fill);
-        int q = ioe_write(s->f, s->buf, len, s->off, s->buf);
+    if (s->align > 1 && off + len > s->sized && !s->rc) {
+        uint64_t grow = s->sized / 2 > FILE_GROWTH ? s->sized / 2 : FILE_GROWTH;
+        uint64_t size = off + len > s->sized + grow ? off + len : s->sized + grow;
+        int fd = ioe_file_fd(s->f);
+        if (fallocate(fd, 0, 0, (off_t)size) < 0 &&
+            (errno != EOPNOTSUPP || ftruncate(fd, (off_t)size) < 0))
+            s->rc = shm_fail(-errno, "%s: cannot extend to %llu bytes: %s", s->path,
+                             (unsigned long long)size, strerror(errno));
+        s->sized = size;
+    }
+    while (!s->rc) {
+        int q = ioe_write(s->f, data, len, off, user);
+        if (q == 0) return 0;
         if (q == -EBUSY) {
             stream_reap(s, 1);
             continue;
         }
-        if (q < 0) {
-            s->rc = shm_fail(q, "write %s at offset %llu: %s", s->path, (unsigned long long)s->off,
-                             stash_strerror(q));
-            break;
-        }
-        s->off += s->fill;
-        s->buf = NULL;
-        s->fill = 0;
+        s->rc = shm_fail(q, "write %s at offset %llu: %s", s->path, (unsigned long long)off,
+                         stash_strerror(q));
     }
+    return s->rc;
 }
 
-/* Appends n bytes. Returns 0 or the stream's first failure. */
+/* Writes the staging buffer, padded with zeros to the alignment; the next
+ * bytes go after the padding. */
+static void stream_submit(stream *s)
+{
+    if (!s->fill || s->rc) return;
+    size_t len = (s->fill + s->align - 1) / s->align * s->align;
+    if (len > s->fill) memset(s->buf + s->fill, 0, len - s->fill);
+    if (stream_write(s, s->buf, len, s->off, s->buf) < 0) return;
+    s->off += len;
+    s->buf = NULL;
+    s->fill = 0;
+}
+
+/* Appends n bytes through the staging buffers. Returns 0 or the stream's
+ * first failure. */
 static int stream_put(stream *s, const uint8_t *p, size_t n)
 {
     while (n && !s->rc) {
@@ -165,23 +230,55 @@ static int stream_put(stream *s, const uint8_t *p, size_t n)
         size_t k = n < s->cap - s->fill ? n : s->cap - s->fill;
         memcpy(s->buf + s->fill, p, k);
         s->fill += k, p += k, n -= k;
+        s->end = s->off + s->fill;
         if (s->fill == s->cap) stream_submit(s);
     }
     return s->rc;
 }
 
-/* Writes what is left, makes the file durable (or, after a failure, only
- * waits for what is in flight) and closes it. Returns the first failure. */
+/* Appends a block: a big one from its own buffer (which is in flight until
+ * a reap frees it), a small one copied. Sets *at to where it lies. */
+static int stream_block(stream *s, block_buf *bb, uint64_t *at)
+{
+    size_t len = bb->b.len;
+    if (len < BLOCK_DIRECT_MIN || !bb->b.aligned) {
+        *at = s->off + s->fill;
+        int rc = stream_put(s, bb->b.data, len);
+        block_set(s, bb, BLOCK_FREE);
+        return rc;
+    }
+    stream_submit(s);
+    size_t padded = (len + s->align - 1) / s->align * s->align; /* within cap: 4096-multiple */
+    memset(bb->b.data + len, 0, padded - len);
+    *at = s->off;
+    block_set(s, bb, BLOCK_FLIGHT);
+    if (stream_write(s, bb->b.data, padded, s->off, block_tag(bb)) < 0) {
+        block_set(s, bb, BLOCK_FREE);
+        return s->rc;
+    }
+    s->off += padded;
+    s->end = *at + len;
+    return 0;
+}
+
+/* Waits until the thread's own block buffer is written. */
+static void stream_wait_free(stream *s, block_buf *bb)
+{
+    while (bb->state == BLOCK_FLIGHT && ioe_outstanding(s->e)) stream_reap(s, 1);
+}
+
+/* Writes what is left, cuts the file to its data, makes it durable (or,
+ * after a failure, only waits for what is in flight) and closes it. Returns
+ * the first failure. */
 static int stream_close(stream *s)
 {
-    uint64_t end = s->off + s->fill;
     stream_submit(s);
     if (s->buf) ioe_buf_put(s->e, s->buf);
-    if (s->align > 1 && end % s->align) {
+    if (s->align > 1 && s->sized != s->end) {
         while (ioe_outstanding(s->e)) stream_reap(s, 1);
-        if (!s->rc && ftruncate(ioe_file_fd(s->f), (off_t)end) < 0)
+        if (!s->rc && ftruncate(ioe_file_fd(s->f), (off_t)s->end) < 0)
             s->rc = shm_fail(-errno, "%s: cannot cut to %llu bytes: %s", s->path,
-                             (unsigned long long)end, strerror(errno));
+                             (unsigned long long)s->end, strerror(errno));
     }
     int rc = s->rc;
     while (!s->rc && (rc = ioe_fsync(s->f, NULL)) == -EBUSY) stream_reap(s, 1);
@@ -288,36 +385,36 @@ static int64_t serialize_kg(stash_arena *a, const uint32_t *pins, const ckpt_opt
     return n;
 }
 
-/* A second thread serializing the odd key groups, handing each block over
- * through a one-block mailbox, while the caller serializes the even ones
- * and streams them all in order. */
+#define BLOCK_BUFS 3 /* blocks a serializing thread may have built or in flight */
+
+/* A second thread serializing the odd key groups into a ring of block
+ * buffers, which the caller writes in order with its own even ones. */
 typedef struct helper {
     stash_arena *a;
     const uint32_t *pins;
     const ckpt_opts *o;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    snap_buf block;
-    int64_t n;
-    bool full; /* block holds the next odd key group's */
+    block_buf bufs[BLOCK_BUFS];
     bool stop;
-    char why[512]; /* stash_errmsg() is per thread */
 } helper;
 
 static void *helper_main(void *arg)
 {
     helper *h = arg;
-    for (uint32_t kg = 1; kg < h->a->hdr->max_parallelism; kg += 2) {
+    unsigned seq = 0;
+    for (uint32_t kg = 1; kg < h->a->hdr->max_parallelism; kg += 2, seq++) {
+        block_buf *bb = &h->bufs[seq % BLOCK_BUFS];
         pthread_mutex_lock(&h->mu);
-        while (h->full && !h->stop) pthread_cond_wait(&h->cv, &h->mu);
+        while (bb->state != BLOCK_FREE && !h->stop) pthread_cond_wait(&h->cv, &h->mu);
         bool stop = h->stop;
         pthread_mutex_unlock(&h->mu);
         if (stop) break;
-        int64_t n = serialize_kg(h->a, h->pins, h->o, kg, h->o->reader_slot2, &h->block);
-        if (n < 0) snprintf(h->why, sizeof h->why, "%s", stash_errmsg());
+        int64_t n = serialize_kg(h->a, h->pins, h->o, kg, h->o->reader_slot2, &bb->b);
+        if (n < 0) snprintf(bb->why, sizeof bb->why, "%s", stash_errmsg());
         pthread_mutex_lock(&h->mu);
-        h->n = n;
-        h->full = true;
+        bb->n = n;
+        bb->state = BLOCK_READY;
         pthread_cond_broadcast(&h->cv);
         pthread_mutex_unlock(&h->mu);
         if (n < 0) break;
@@ -325,18 +422,41 @@ static void *helper_main(void *arg)
     return NULL;
 }
 
-/* Streams key group kg's block (n records, or the error n), recording where it lies. */
-static int emit(const ckpt_opts *o, stream *out, uint32_t kg, const snap_buf *block, int64_t n,
-                md_extent *ext, uint64_t *records)
+/* Streams key group kg's block, recording where it lies. */
+static int emit(const ckpt_opts *o, stream *out, uint32_t kg, block_buf *bb, md_extent *ext,
+                uint64_t *records)
 {
-    ext[kg] = (md_extent){out->off + out->fill, block->len};
-    if (n < 0) return (int)n;
-    *records += (uint64_t)n;
-    if (o->cap_bytes && ext[kg].offset + block->len > o->cap_bytes)
+    if (bb->n < 0) {
+        block_set(out, bb, BLOCK_FREE);
+        return (int)bb->n;
+    }
+    *records += (uint64_t)bb->n;
+    uint64_t end = out->end + bb->b.len; /* at least where it ends */
+    if (o->cap_bytes && end > o->cap_bytes) {
+        block_set(out, bb, BLOCK_FREE);
         return shm_fail(-EFBIG,
                         "%s: checkpoint %llu holds more than the storage's cap of %llu bytes",
                         out->path, (unsigned long long)o->id, (unsigned long long)o->cap_bytes);
-    return stream_put(out, block->data, block->len);
+    }
+    ext[kg].size = bb->b.len;
+    return stream_block(out, bb, &ext[kg].offset);
+}
+
+/* Waits for the helper's next block, reaping writes meanwhile: a write's
+ * completion may be what frees the helper's next buffer. */
+static void await_block(helper *h, stream *out, block_buf *bb)
+{
+    pthread_mutex_lock(&h->mu);
+    while (bb->state != BLOCK_READY) {
+        if (ioe_outstanding(out->e)) {
+            pthread_mutex_unlock(&h->mu);
+            stream_reap(out, 1);
+            pthread_mutex_lock(&h->mu);
+        } else {
+            pthread_cond_wait(&h->cv, &h->mu);
+        }
+    }
+    pthread_mutex_unlock(&h->mu);
 }
 
 /* Serializes every key group (or its changes since the base) into the
@@ -347,37 +467,45 @@ static int emit(const ckpt_opts *o, stream *out, uint32_t kg, const snap_buf *bl
 static int serialize(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, stream *out,
                      md_extent *ext, uint64_t *records)
 {
-    snap_buf block = {0};
+    block_buf own[BLOCK_BUFS];
+    helper h = {.a = a, .pins = pins, .o = o};
+    for (int i = 0; i < BLOCK_BUFS; i++) {
+        own[i] = (block_buf){.b.aligned = true};
+        h.bufs[i] = (block_buf){.b.aligned = true};
+    }
     int rc = 0;
     uint32_t maxp = a->hdr->max_parallelism;
     *records = 0;
-    helper h = {.a = a, .pins = pins, .o = o};
     pthread_t t;
     bool two = maxp > 1 && (!o->reader || o->reader_slot2) && sysconf(_SC_NPROCESSORS_ONLN) > 1;
     if (two) {
         pthread_mutex_init(&h.mu, NULL);
         pthread_cond_init(&h.cv, NULL);
         two = pthread_create(&t, NULL, helper_main, &h) == 0;
-        if (!two) {
+        if (two) {
+            out->mu = &h.mu;
+            out->cv = &h.cv;
+        } else {
             pthread_mutex_destroy(&h.mu);
             pthread_cond_destroy(&h.cv);
         }
     }
+    unsigned mine = 0, theirs = 0;
     for (uint32_t kg = 0; kg < maxp && rc == 0; kg++) {
+        block_buf *bb;
         if (!two || kg % 2 == 0) {
-            int64_t n = serialize_kg(a, pins, o, kg, o->reader_slot, &block);
-            rc = emit(o, out, kg, &block, n, ext, records);
-            continue;
+            bb = &own[mine++ % BLOCK_BUFS];
+            /* Only this thread reaps: the helper's written buffers are
+             * free only once it has. */
+            if (ioe_outstanding(out->e)) stream_reap(out, 0);
+            stream_wait_free(out, bb);
+            bb->n = serialize_kg(a, pins, o, kg, o->reader_slot, &bb->b);
+        } else {
+            bb = &h.bufs[theirs++ % BLOCK_BUFS];
+            await_block(&h, out, bb);
+            if (bb->n < 0) shm_fail((int)bb->n, "%s", bb->why);
         }
-        pthread_mutex_lock(&h.mu);
-        while (!h.full) pthread_cond_wait(&h.cv, &h.mu);
-        pthread_mutex_unlock(&h.mu);
-        rc = h.n < 0 ? shm_fail((int)h.n, "%s", h.why)
-                     : emit(o, out, kg, &h.block, h.n, ext, records);
-        pthread_mutex_lock(&h.mu);
-        h.full = false;
-        pthread_cond_broadcast(&h.cv);
-        pthread_mutex_unlock(&h.mu);
+        rc = emit(o, out, kg, bb, ext, records);
     }
     if (two) {
         pthread_mutex_lock(&h.mu);
@@ -385,11 +513,19 @@ static int serialize(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, s
         pthread_cond_broadcast(&h.cv);
         pthread_mutex_unlock(&h.mu);
         pthread_join(t, NULL);
+    }
+    /* The blocks in flight are written before their buffers go. */
+    while (ioe_outstanding(out->e)) stream_reap(out, 1);
+    out->mu = NULL;
+    out->cv = NULL;
+    if (two) {
         pthread_mutex_destroy(&h.mu);
         pthread_cond_destroy(&h.cv);
-        snap_buf_free(&h.block);
     }
-    snap_buf_free(&block);
+    for (int i = 0; i < BLOCK_BUFS; i++) {
+        snap_buf_free(&own[i].b);
+        snap_buf_free(&h.bufs[i].b);
+    }
     return rc;
 }
 
@@ -464,7 +600,7 @@ int ckpt_write(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, ckpt_wr
     if (rc == 0) rc = stream_open(&data, o->engine, path);
     if (rc == 0) {
         rc = serialize(a, pins, o, &data, ext, &records);
-        data_bytes = data.off + data.fill;
+        data_bytes = data.end;
         int closed = stream_close(&data);
         if (rc == 0) rc = closed;
     }

@@ -21,7 +21,18 @@ void snap_buf_free(snap_buf *b)
 
 static int buf_reserve(snap_buf *b, size_t more)
 {
-    return state_reserve(&b->data, &b->cap, b->len + more) < 0 ? -ENOMEM : 0;
+    size_t need = b->len + more;
+    if (!b->aligned) return state_reserve(&b->data, &b->cap, need) < 0 ? -ENOMEM : 0;
+    if (need <= b->cap) return 0;
+    size_t n = b->cap ? b->cap : 64u << 10;
+    while (n < need) n *= 2;
+    void *grown;
+    if (posix_memalign(&grown, 4096, n) != 0) return -ENOMEM;
+    if (b->len) memcpy(grown, b->data, b->len);
+    free(b->data);
+    b->data = grown;
+    b->cap = n;
+    return 0;
 }
 
 typedef struct writer {

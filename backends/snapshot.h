@@ -45,6 +45,7 @@ typedef struct snap_buf {
     uint8_t *data;
     size_t len;
     size_t cap;
+    bool aligned; /* data is 4096-aligned and cap a multiple of 4096 (direct I/O) */
 } snap_buf;
 
 void snap_buf_free(snap_buf *b);
