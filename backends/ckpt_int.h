@@ -53,6 +53,8 @@ int ckpt_sync_dir(const char *path);
 /* Opens the checkpoint directory at path: its metadata checked, and with
  * with_data its data files read. */
 int ckpt_open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data);
+/* Reads the data files of a view opened without them. */
+int ckpt_view_load(ckpt_view *v, ioe_engine *e);
 /* Whether DIR/chk-ID has its _metadata (is complete, or damaged). */
 bool ckpt_has_metadata(const char *dir, uint64_t id);
 /* Walks the blocks of range in every file, the upper half of the key

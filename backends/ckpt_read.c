@@ -12,12 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "backends/ckpt_int.h"
 
 #define SPLIT_MIN_BYTES (4u << 20) /* a walk over fewer bytes stays in one thread */
+#define HUGE_PAGE (2u << 20)
 
 /* Reads the whole file at path into *out (malloc'd), with O_DIRECT where the
  * filesystem has it (a restore reads each byte once: no page cache). */
@@ -38,10 +40,14 @@ static int read_whole(ioe_engine *e, const char *path, size_t limit, uint8_t **o
     /* Direct reads go whole aligned blocks at a time: the last one past the end. */
     size_t want = (*len + al.offset - 1) / al.offset * al.offset;
     *out = NULL;
-    if (ioe_aligned_alloc(want ? want : al.offset, al.mem > 64 ? al.mem : 64, (void **)out) < 0) {
+    /* A big file goes into huge pages where the kernel has them: a few
+     * faults instead of one per page. */
+    size_t mem_align = want >= HUGE_PAGE ? HUGE_PAGE : al.mem > 64 ? al.mem : 64;
+    if (ioe_aligned_alloc(want ? want : al.offset, mem_align, (void **)out) < 0) {
         ioe_file_close(f);
         return -ENOMEM;
     }
+    if (want >= HUGE_PAGE) madvise(*out, want / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE);
     for (size_t off = 0; off < want && rc == 0;) {
         size_t n = want - off < CKPT_CHUNK ? want - off : CKPT_CHUNK;
         int q = ioe_read(f, *out + off, n, off, NULL);
@@ -185,9 +191,19 @@ int ckpt_open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data
         ckpt_file *cf = &v->files[f];
         bool shared = strncmp(cf->name, CKPT_SHARED_DIR "/", sizeof CKPT_SHARED_DIR) == 0;
         rc = ckpt_path_of(cf->path, "%s/%s", shared ? parent : path, cf->name);
-        if (rc == 0 && with_data) rc = read_whole(e, cf->path, SIZE_MAX, &cf->data, &cf->len);
     }
+    if (rc == 0 && with_data) rc = ckpt_view_load(v, e);
     if (rc) ckpt_view_close(v);
+    return rc;
+}
+
+int ckpt_view_load(ckpt_view *v, ioe_engine *e)
+{
+    int rc = 0;
+    for (uint32_t f = 0; rc == 0 && f < v->nfiles; f++) {
+        ckpt_file *cf = &v->files[f];
+        rc = read_whole(e, cf->path, SIZE_MAX, &cf->data, &cf->len);
+    }
     return rc;
 }
 

@@ -4,6 +4,7 @@
  * damaged checkpoint changes nothing and gives way to the one before it.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,12 +99,60 @@ static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, bool
     return n < 0 ? (int)n : 0;
 }
 
+#define PREFAULT_MIN (4u << 20) /* fewer bytes are not worth a thread */
+
+typedef struct prefault {
+    stash_arena *a;
+    uint64_t bytes;
+} prefault;
+
+static void *prefault_main(void *arg)
+{
+    prefault *p = arg;
+    shm_pool_prefault(p->a, p->bytes);
+    return NULL;
+}
+
+/* Opens the checkpoint at path (checkpoint id, or 0 for whichever it is) for
+ * a restore of range: while its data files are read, a second thread maps
+ * the arena memory the records will fill, which the reading leaves idle. */
+static int open_for_restore(stash_arena *a, const char *path, uint64_t id, stash_kg_range range,
+                            ioe_engine *e, ckpt_view *v)
+{
+    int rc = ckpt_open_view(path, e, v, false);
+    if (rc) return rc;
+    if (id && v->id != id) {
+        rc = shm_fail(STASH_ECORRUPT, "%s: offset 16: names checkpoint %llu", v->meta_path,
+                      (unsigned long long)v->id);
+        ckpt_view_close(v);
+        return rc;
+    }
+    prefault p = {a, 0};
+    for (uint32_t f = 0; f < v->nfiles; f++)
+        for (uint32_t kg = range.first; kg <= range.last && kg < v->max_parallelism; kg++) {
+            md_extent x;
+            memcpy(&x, v->files[f].extents + kg * sizeof x, sizeof x);
+            p.bytes = x.size < (UINT64_MAX >> 2) - p.bytes ? p.bytes + x.size : UINT64_MAX >> 2;
+        }
+    /* A record takes more room in the arena than in the file: its header
+     * and its index entry. */
+    p.bytes += p.bytes / 2;
+    pthread_t t;
+    bool two = p.bytes >= PREFAULT_MIN && pthread_create(&t, NULL, prefault_main, &p) == 0;
+    rc = ckpt_view_load(v, e);
+    if (two) pthread_join(t, NULL);
+    if (rc) ckpt_view_close(v);
+    return rc;
+}
+
 static int restore_one(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
                        ioe_engine *e, bool *applying, ckpt_prepare_fn *prepare, void *ctx,
                        ckpt_restored *out)
 {
     ckpt_view v;
-    int rc = ckpt_view_open(dir, id, e, &v);
+    char chk[4096];
+    int rc = ckpt_path_of(chk, "%s/chk-%llu", dir, (unsigned long long)id);
+    if (rc == 0) rc = open_for_restore(a, chk, id, range, e, &v);
     return rc ? rc : restore_view(a, &v, range, applying, prepare, ctx, out);
 }
 
@@ -112,7 +161,7 @@ int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, io
 {
     ckpt_view v;
     memset(out, 0, sizeof *out);
-    int rc = ckpt_view_open_path(path, e, &v);
+    int rc = open_for_restore(a, path, 0, range, e, &v);
     if (rc) return rc;
     out->id = v.id;
     bool applying = false;

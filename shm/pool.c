@@ -12,6 +12,7 @@
  * counted as used there (shm_heap_adopt).
  */
 #include <errno.h>
+#include <sys/mman.h>
 
 #include "shm/shm.h"
 
@@ -136,4 +137,12 @@ void shm_pool_give(stash_arena *a, uint64_t first)
     push_free(a, first, len);
     atomic_fetch_add(&h->pool_free_spans, len);
     shm_lock_release(&h->pool_lock);
+}
+
+void shm_pool_prefault(stash_arena *a, uint64_t bytes)
+{
+    uint64_t bump = atomic_load(&a->hdr->pool_bump), left = a->hdr->nspans - bump;
+    uint64_t n = (bytes + SHM_SPAN_SIZE - 1) >> SHM_SPAN_SHIFT;
+    if (n > left) n = left;
+    if (n) madvise(a->base + shm_span_off(a, bump), n << SHM_SPAN_SHIFT, MADV_POPULATE_WRITE);
 }
