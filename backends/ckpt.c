@@ -506,6 +506,7 @@ static int serialize(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, s
             if (bb->n < 0) shm_fail((int)bb->n, "%s", bb->why);
         }
         rc = emit(o, out, kg, bb, ext, records);
+        if (rc == 0 && o->serialized) o->serialized(o->serialized_ctx, kg);
     }
     if (two) {
         pthread_mutex_lock(&h.mu);

@@ -35,6 +35,11 @@ typedef struct ckpt_opts {
     ioe_engine *engine;      /* every write and sync goes through it */
     uint32_t op_parallelism; /* operator state: of this many workers (0: none) */
     const ckpt_blob *op_blobs; /* worker i's operator-state blob (opstate.h) */
+    /* If set, called in the writing thread once key group kg is serialized:
+     * the checkpoint needs pins[kg] no longer, and releasing it then stops
+     * kg's writers keeping old versions for it. */
+    void (*serialized)(void *ctx, uint32_t kg);
+    void *serialized_ctx;
 } ckpt_opts;
 
 /* Writes key groups 0 .. max parallelism - 1, each as of its pinned version

@@ -214,6 +214,14 @@ static int copy_opstate(stash_service *s, uint32_t p, ckpt_blob *blobs, uint8_t 
 }
 
 /* Writes the cut key groups with the operator state of p workers. */
+/* A full checkpoint releases each key group's pin once it is serialized. */
+static void release_cut(void *ctx, uint32_t kg)
+{
+    stash_service *s = ctx;
+    if (s->cut[kg]) shm_table_unpin(s->a, kg, s->cut[kg]);
+    s->cut[kg] = 0;
+}
+
 static int write_cut(stash_service *s, uint64_t id, uint32_t p, outcome *r)
 {
     stash_arena *a = s->a;
@@ -243,7 +251,9 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, outcome *r)
                    .reader_slot2 = s->reader2,
                    .engine = s->e,
                    .op_parallelism = p,
-                   .op_blobs = blobs};
+                   .op_blobs = blobs,
+                   .serialized = chain ? NULL : release_cut,
+                   .serialized_ctx = s};
     ckpt_written w = {0};
     rc = ckpt_write(a, s->cut, &o, &w);
     if (rc == -E2BIG) {

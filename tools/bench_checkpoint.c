@@ -337,6 +337,20 @@ static void redis_bgsave_case(ckb *b, const ycsb_op *ops, uint64_t nops, double 
                (extra / state_bytes) / ((double)cow / (double)dataset), "ratio");
 }
 
+/* As the engine does for a full checkpoint: each key group's pin goes once
+ * the key group is serialized. */
+typedef struct pin_set {
+    stash_arena *a;
+    uint32_t *pins;
+} pin_set;
+
+static void release_pin(void *ctx, uint32_t kg)
+{
+    pin_set *p = ctx;
+    shm_table_unpin(p->a, kg, p->pins[kg]);
+    p->pins[kg] = 0;
+}
+
 static int under_load_case(ckb *b)
 {
     stash_worker *w;
@@ -383,12 +397,14 @@ static int under_load_case(ckb *b)
                                      .engine = b->e,
                                      .reader = true,
                                      .reader_slot = slot,
-                                     .reader_slot2 = slot2},
+                                     .reader_slot2 = slot2,
+                                     .serialized = release_pin,
+                                     .serialized_ctx = &(pin_set){a, run->pins}},
                         NULL);
         uint64_t ns = bench_now_ns() - t0, done = atomic_load(&run->ops) - ops0;
         extra[r] = (double)(used_bytes(a) - before);
         for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
-            shm_table_unpin(a, kg, run->pins[kg]);
+            if (run->pins[kg]) shm_table_unpin(a, kg, run->pins[kg]);
         with[r] = (double)done / ((double)ns / 1e9);
     }
     atomic_store(&run->stop, 1);
