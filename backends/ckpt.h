@@ -37,7 +37,8 @@ typedef struct ckpt_opts {
     const ckpt_blob *op_blobs; /* worker i's operator-state blob (opstate.h) */
     /* If set, called in the writing thread once key group kg is serialized:
      * the checkpoint needs pins[kg] no longer, and releasing it then stops
-     * kg's writers keeping old versions for it. */
+     * kg's writers keeping old versions for it. Without reader, the caller's
+     * process owns the key groups and must not write them meanwhile. */
     void (*serialized)(void *ctx, uint32_t kg);
     void *serialized_ctx;
 } ckpt_opts;
