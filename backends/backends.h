@@ -8,6 +8,8 @@
 
 #include "shm/shm.h"
 
+typedef struct lmdb_store lmdb_store;
+
 /* Bytes in memory someone else owns: an operator-state blob. */
 typedef struct ckpt_blob {
     const uint8_t *data;
@@ -40,6 +42,7 @@ struct stash_worker {
     uint32_t op_p;
     ckpt_blob *op_blobs;
     uint8_t *op_mem;
+    struct lmdb_store *lmdb; /* the lmdb backend's environments (lmdb.c), NULL for heap */
 };
 
 /* Operator state held by a worker: copies of its elements (lists) or
@@ -117,13 +120,32 @@ int state_read(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *
  * 0 for a new record, or a negative error. */
 int state_write_begin(stash_state *s, const shm_lookup *l, shm_cursor *c, size_t len,
                       size_t preserve, size_t dirty, size_t cap, shm_rec **rec);
-/* Finishes it: sets the value's length and publishes. */
-void state_write_end(stash_state *s, const shm_lookup *l, shm_cursor *c, shm_rec *rec, size_t len,
-                     int in_place);
+/* Finishes it: sets the value's length and publishes. Returns 0 or an error
+ * of the lmdb backend's store. */
+int state_write_end(stash_state *s, const shm_lookup *l, shm_cursor *c, shm_rec *rec, size_t len,
+                    int in_place);
 /* Replaces c's value with bytes (one call of begin and end). */
 int state_write(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *bytes, size_t len);
 /* Deletes c's entry and counts the write. */
 int state_delete(stash_state *s, const shm_lookup *l, shm_cursor *c);
+
+/* The record operations of shm/shm.h, for either backend: with lmdb a
+ * record is a private copy that the end of a write puts into the store. */
+int state_find(stash_state *s, const shm_lookup *l, shm_cursor *c);
+bool state_rec_mutable(stash_state *s, uint32_t kg, const shm_rec *rec);
+uint64_t state_rec_capacity(stash_state *s, const shm_rec *rec);
+int state_rec_new(stash_state *s, const shm_lookup *l, size_t cap, shm_rec **rec);
+bool state_rec_write_begin(stash_state *s, uint32_t kg, shm_rec *rec, const shm_region *r,
+                           unsigned n);
+int state_rec_write_end(stash_state *s, uint32_t kg, shm_rec *rec);
+/* Entries (of every state) in key group kg, as worker w sees them: with
+ * lmdb, its own writes not yet committed included. Returns the count or an
+ * error. */
+int64_t worker_kg_entries(stash_worker *w, uint32_t kg);
+
+/* After a write to the owned entry l: out views its stored value again (with
+ * lmdb, in the store rather than in the private copy). */
+int state_view(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out);
 
 /* The TTL clock now, in milliseconds. */
 uint64_t state_now(const stash_state *s);

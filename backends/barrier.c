@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/lmdb.h"
 #include "backends/opstate.h"
 #include "backends/service.h"
 
@@ -72,7 +73,9 @@ static int cut(stash_worker *w, uint64_t id)
     /* An engine that died leaves its request behind: nobody would release the pins. */
     if (!shm_service_alive(a, NULL)) return 0;
     uint64_t t0 = shm_now_ns();
-    int rc = cut_by_engine(w) ? 1 : worker_record_opstate(w);
+    /* The lmdb backend's writes are in the cut once committed. */
+    int rc = w->lmdb ? lmdb_store_commit(w) : 0;
+    if (rc == 0) rc = cut_by_engine(w) ? 1 : worker_record_opstate(w);
     uint32_t holder = atomic_load(&c->service_reader);
     int err = rc < 0 ? rc : 0; /* the engine names it when it finds a key group uncut */
     for (uint32_t kg = w->range.first; rc == 0 && kg <= w->range.last; kg++) {
@@ -95,6 +98,10 @@ STASH_API int stash_barrier(stash_worker *worker, stash_event *event)
     if (pending && pending != worker->cut_id) {
         shm_clear_error();
         int rc = cut(worker, pending);
+        if (rc < 0) return rc;
+    } else if (worker->lmdb) {
+        /* Between checkpoints too, so that other processes see the writes. */
+        int rc = lmdb_store_commit_due(worker);
         if (rc < 0) return rc;
     }
     uint64_t done = atomic_load_explicit(&c->completed, memory_order_acquire);

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/backends.h"
+#include "backends/lmdb.h"
 
 STASH_API int stash_keys_iter(stash_state *state, const void *ns, size_t nslen, stash_iter *it)
 {
@@ -39,9 +39,39 @@ static bool key_matches(const iter_impl *it, const shm_rec *r)
     return true;
 }
 
+/* The lmdb backend's walk: key order within each key group, going on after
+ * the stored key returned last (it->blob, a view into the store). */
+static int keys_next_lmdb(iter_impl *it, stash_bytes *key)
+{
+    const stash_state *s = it->state;
+    stash_worker *w = s->w;
+    while (it->kg <= w->range.last) {
+        lmdb_entry e;
+        int rc = lmdb_next(w, it->kg, s->id, it->blob, it->blob_len, &e);
+        if (rc < 0) return rc;
+        if (rc == 0) {
+            it->kg++;
+            it->blob = NULL;
+            it->blob_len = 0;
+            continue;
+        }
+        it->blob = e.raw_key.data;
+        it->blob_len = (uint32_t)e.raw_key.len;
+        if (it->filter_ns && (e.ns.len != it->nslen || memcmp(e.ns.data, it->ns, it->nslen)))
+            continue;
+        if (it->now && s->kind != STASH_LIST && s->kind != STASH_MAP && e.value.len >= TTL_BYTES &&
+            state_expired(s, state_ts_get(e.value.data), it->now))
+            continue;
+        if (key) *key = e.key;
+        return 1;
+    }
+    return 0;
+}
+
 static int keys_next(iter_impl *it, stash_bytes *key)
 {
     stash_worker *w = it->state->w;
+    if (w->lmdb) return keys_next_lmdb(it, key);
     stash_arena *a = w->arena;
     while (it->kg <= w->range.last) {
         while (it->ref) {

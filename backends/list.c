@@ -56,9 +56,9 @@ STASH_API int stash_list_add_all(stash_state *state, const stash_bytes *values, 
     uint64_t now = state_has_ttl(state) ? state_now(state) : 0;
     uint8_t *p = shm_rec_value(rec) + old;
     for (size_t i = 0; i < n; i++) p = put_element(state, p, values[i].data, values[i].len, now);
-    state_write_end(state, &l, &c, rec, old + add, in_place);
-    if (state_has_ttl(state)) state_ttl_cleanup(state, l.kg);
-    return 0;
+    rc = state_write_end(state, &l, &c, rec, old + add, in_place);
+    if (rc == 0 && state_has_ttl(state)) state_ttl_cleanup(state, l.kg);
+    return rc;
 }
 
 STASH_API int stash_list_add(stash_state *state, const void *value, size_t len)
@@ -83,8 +83,7 @@ STASH_API int stash_list_update(stash_state *state, const stash_bytes *values, s
     uint64_t now = state_has_ttl(state) ? state_now(state) : 0;
     uint8_t *p = shm_rec_value(rec);
     for (size_t i = 0; i < n; i++) p = put_element(state, p, values[i].data, values[i].len, now);
-    state_write_end(state, &l, &c, rec, total, in_place);
-    return 0;
+    return state_write_end(state, &l, &c, rec, total, in_place);
 }
 
 /* Rewrites an owned list under TTL: drops expired elements and, when reads
@@ -127,8 +126,8 @@ static int64_t list_refresh(stash_state *s, const shm_lookup *l, shm_cursor *c,
         }
         off += e;
     }
-    state_write_end(s, l, c, rec, keep, in_place);
-    return (int64_t)keep;
+    int rc = state_write_end(s, l, c, rec, keep, in_place);
+    return rc < 0 ? rc : (int64_t)keep;
 }
 
 STASH_API int stash_list_get(stash_state *state, stash_iter *it)
@@ -158,7 +157,7 @@ STASH_API int stash_list_get(stash_state *state, stash_iter *it)
         } else {
             int64_t left = list_refresh(state, &l, &c, &raw, x->now);
             if (left <= 0) return left < 0 ? (int)left : STASH_ENOTFOUND;
-            raw = (stash_bytes){shm_rec_value(c.rec), (size_t)left};
+            if ((rc = state_view(state, &l, &c, &raw)) < 0) return rc;
         }
     } else if (state_has_ttl(state) && show_expired) {
         x->now = 0;
@@ -197,8 +196,7 @@ int list_merge_into(stash_state *s, const shm_lookup *target, const stash_bytes 
         state_write_begin(s, target, &c, old + raw->len, old, 0, 2 * (old + raw->len), &rec);
     if (in_place < 0) return in_place;
     memcpy(shm_rec_value(rec) + old, raw->data, raw->len);
-    state_write_end(s, target, &c, rec, old + raw->len, in_place);
-    return 0;
+    return state_write_end(s, target, &c, rec, old + raw->len, in_place);
 }
 
 bool list_bytes_valid(const uint8_t *v, size_t len, bool ttl)

@@ -133,14 +133,13 @@ static int check_map(const stash_state *s)
  * reader may still see it. */
 static int make_mutable(stash_state *s, const shm_lookup *l, shm_cursor *c)
 {
-    if (shm_rec_mutable(s->w->arena, l->kg, c->rec)) return 0;
+    if (state_rec_mutable(s, l->kg, c->rec)) return 0;
     size_t len = atomic_load(&c->rec->vlen);
     shm_rec *rec;
-    int rc = shm_rec_new(s->w->arena, l, shm_rec_capacity(s->w->arena, c->rec), &rec);
+    int rc = state_rec_new(s, l, state_rec_capacity(s, c->rec), &rec);
     if (rc < 0) return rc;
     memcpy(shm_rec_value(rec), shm_rec_value(c->rec), len);
-    state_write_end(s, l, c, rec, len, 0);
-    return 0;
+    return state_write_end(s, l, c, rec, len, 0);
 }
 
 /* Builds the map of m (may be NULL) plus (k, v) into a new record, compacted
@@ -163,7 +162,7 @@ static int rebuild(stash_state *s, const shm_lookup *l, shm_cursor *c, const uin
         old = s->scratch2;
     }
     shm_rec *rec;
-    int rc = shm_rec_new(s->w->arena, l, need + need / 2, &rec);
+    int rc = state_rec_new(s, l, need + need / 2, &rec);
     if (rc < 0) return rc;
     uint8_t *n = shm_rec_value(rec);
     map_hdr nh = {nslots, 0, 0, 0, 0};
@@ -189,8 +188,7 @@ static int rebuild(stash_state *s, const shm_lookup *l, shm_cursor *c, const uin
     nh.count++;
     nh.end = at - entries_start(nslots);
     hdr_put(n, &nh);
-    state_write_end(s, l, c, rec, at, 0);
-    return 0;
+    return state_write_end(s, l, c, rec, at, 0);
 }
 
 static int map_put_one(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *k,
@@ -200,30 +198,28 @@ static int map_put_one(stash_state *s, const shm_lookup *l, shm_cursor *c, const
         return shm_fail(STASH_ETOOBIG, "a map entry of %zu + %zu bytes", klen, vlen);
     if (!shm_rec_live(c->rec))
         return rebuild(s, l, c, NULL, k, (uint32_t)klen, v, (uint32_t)vlen, now);
-    stash_arena *a = s->w->arena;
     uint8_t *m = shm_rec_value(c->rec);
     map_hdr h = hdr_get(m);
     uint32_t insert, slot = find_slot(s, m, k, (uint32_t)klen, &insert);
-    bool mutable = shm_rec_mutable(a, l->kg, c->rec);
+    bool mutable = state_rec_mutable(s, l->kg, c->rec);
     size_t need = entry_bytes(s, klen, vlen);
     if (slot != UINT32_MAX) {
         entry e = entry_at(s, m, slot_get(m, slot));
         const uint8_t *from = e.ts ? e.ts : e.value;
         shm_region r = {(uint32_t)(from - m), (uint32_t)(e.value + e.vlen - from)};
-        if (e.vlen == vlen && mutable && shm_rec_write_begin(a, l->kg, c->rec, &r, 1)) {
+        if (e.vlen == vlen && mutable && state_rec_write_begin(s, l->kg, c->rec, &r, 1)) {
             if (e.ts) state_ts_put((uint8_t *)e.ts, now);
             if (vlen) memcpy((uint8_t *)e.value, v, vlen);
-            shm_rec_write_end(a, l->kg, c->rec);
             s->w->writes++;
-            return 0;
+            return state_rec_write_end(s, l->kg, c->rec);
         }
     }
     uint32_t used = entries_start(h.nslots) + h.end;
     uint32_t slots_after = h.count + h.gone + (slot == UINT32_MAX ? 1 : 0);
     uint32_t changed = slot != UINT32_MAX ? slot : insert;
     shm_region r[2] = {{0, HDR_BYTES}, {HDR_BYTES + 4 * changed, 4}};
-    if (!mutable || used + need > shm_rec_capacity(a, c->rec) || slots_after * 4 > h.nslots * 3 ||
-        !shm_rec_write_begin(a, l->kg, c->rec, r, 2))
+    if (!mutable || used + need > state_rec_capacity(s, c->rec) || slots_after * 4 > h.nslots * 3 ||
+        !state_rec_write_begin(s, l->kg, c->rec, r, 2))
         return rebuild(s, l, c, m, k, (uint32_t)klen, v, (uint32_t)vlen, now);
     write_entry(s, m, used, k, (uint32_t)klen, v, (uint32_t)vlen, now);
     if (slot != UINT32_MAX) {
@@ -237,9 +233,8 @@ static int map_put_one(stash_state *s, const shm_lookup *l, shm_cursor *c, const
     h.end += (uint32_t)need;
     hdr_put(m, &h);
     atomic_store_explicit(&c->rec->vlen, used + (uint32_t)need, memory_order_relaxed);
-    shm_rec_write_end(a, l->kg, c->rec);
     s->w->writes++;
-    return 0;
+    return state_rec_write_end(s, l->kg, c->rec);
 }
 
 /* Finds the owned map of the current key for a write. */
@@ -283,15 +278,14 @@ static int remove_slot(stash_state *s, const shm_lookup *l, shm_cursor *c, uint3
     map_hdr h = hdr_get(m);
     shm_region r[2] = {{0, HDR_BYTES}, {HDR_BYTES + 4 * slot, 4}};
     /* 24 bytes in two regions always fit the undo record. */
-    shm_rec_write_begin(s->w->arena, l->kg, c->rec, r, 2);
+    state_rec_write_begin(s, l->kg, c->rec, r, 2);
     h.dead += (uint32_t)entry_at(s, m, slot_get(m, slot)).bytes;
     h.count--;
     h.gone++;
     slot_put(m, slot, SLOT_GONE);
     hdr_put(m, &h);
-    shm_rec_write_end(s->w->arena, l->kg, c->rec);
     s->w->writes++;
-    return 0;
+    return state_rec_write_end(s, l->kg, c->rec);
 }
 
 STASH_API int stash_map_remove(stash_state *state, const void *k, size_t klen)
@@ -343,10 +337,11 @@ STASH_API int stash_map_get(stash_state *state, const void *k, size_t klen, stas
         entry f = entry_at(state, m, slot_get(m, slot));
         shm_region r = {(uint32_t)(f.ts - m), TTL_BYTES};
         /* Eight bytes always fit the undo record. */
-        shm_rec_write_begin(state->w->arena, l.kg, c.rec, &r, 1);
+        state_rec_write_begin(state, l.kg, c.rec, &r, 1);
         state_ts_put((uint8_t *)f.ts, now);
-        shm_rec_write_end(state->w->arena, l.kg, c.rec);
-        out->data = f.value;
+        if ((rc = state_rec_write_end(state, l.kg, c.rec)) < 0) return rc;
+        if ((rc = state_view(state, &l, &c, &raw)) < 0) return rc;
+        out->data = (const uint8_t *)raw.data + (f.value - m);
     }
     return 0;
 }
@@ -416,14 +411,18 @@ int map_iter_remove(iter_impl *it)
     int rc = state_lookup(s, &l);
     if (rc) return rc;
     shm_cursor c;
-    if ((rc = shm_table_find(s->w->arena, &l, &c)) < 0) return rc;
-    if (c.rec != it->rec) return shm_fail(STASH_ESTALE, "the map changed under its iterator");
+    if ((rc = state_find(s, &l, &c)) < 0) return rc;
+    /* A heap record moves when rewritten; with lmdb the write count said it all. */
+    if (!s->w->lmdb && c.rec != it->rec)
+        return shm_fail(STASH_ESTALE, "the map changed under its iterator");
     bool last_entry = hdr_get(it->blob).count == 1;
     rc = remove_slot(s, &l, &c, it->last);
     if (rc < 0) return rc;
     /* The layout is kept on removal, so iteration goes on over the same slots. */
+    stash_bytes view = {0};
+    if (!last_entry && (rc = state_view(s, &l, &c, &view)) < 0) return rc;
     it->rec = last_entry ? NULL : c.rec;
-    it->blob = last_entry ? NULL : shm_rec_value(c.rec);
+    it->blob = view.data;
     if (last_entry) it->pos = UINT32_MAX;
     it->last = UINT32_MAX;
     it->writes = s->w->writes;

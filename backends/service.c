@@ -603,6 +603,11 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
             if (rc == 0) rc = stash_arena_open(name, s->o.arena, &s->a);
         }
     }
+    if (rc == 0 && s->a->hdr->backend != STASH_BACKEND_HEAP)
+        rc = shm_fail(-EOPNOTSUPP,
+                      "%s: keeps keyed state in lmdb, which the engine cannot "
+                      "checkpoint: it serves heap arenas",
+                      s->a->path);
     if (rc == 0) rc = claim(s);
     if (rc == 0) {
         uint32_t maxp = s->a->hdr->max_parallelism;

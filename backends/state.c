@@ -10,6 +10,7 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "backends/lmdb.h"
 #include "backends/opstate.h"
 
 #define DEFAULT_CLEANUP_ENTRIES 5u
@@ -172,18 +173,24 @@ int state_reserve(uint8_t **buf, size_t *cap, size_t need)
     return 0;
 }
 
+int state_find(stash_state *s, const shm_lookup *l, shm_cursor *c)
+{
+    return s->w->lmdb ? lmdb_find(s->w, l, c) : shm_table_find(s->w->arena, l, c);
+}
+
 int state_find_write(stash_state *s, const shm_lookup *l, shm_cursor *c)
 {
     s->w->writes++;
-    shm_table_tend(s->w->arena, l->kg);
-    return shm_table_find(s->w->arena, l, c);
+    if (!s->w->lmdb) shm_table_tend(s->w->arena, l->kg);
+    return state_find(s, l, c);
 }
 
 int state_read(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out)
 {
-    stash_arena *a = s->w->arena;
+    stash_worker *w = s->w;
     if (state_owns(s, l->kg)) {
-        int rc = shm_table_find(a, l, c);
+        if (w->lmdb) return lmdb_read_owned(w, l, c, out);
+        int rc = shm_table_find(w->arena, l, c);
         if (rc < 0) return rc;
         if (!shm_rec_live(c->rec)) return STASH_ENOTFOUND;
         out->data = shm_rec_value(c->rec);
@@ -191,39 +198,78 @@ int state_read(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *
         return 0;
     }
     c->rec = NULL;
-    int64_t n = shm_table_read_copy(a, s->w->slot, l, &s->scratch, &s->scratch_cap);
+    int64_t n = w->lmdb ? lmdb_read_copy(w, l, &s->scratch, &s->scratch_cap)
+                        : shm_table_read_copy(w->arena, w->slot, l, &s->scratch, &s->scratch_cap);
     if (n < 0) return (int)n;
     out->data = s->scratch;
     out->len = (size_t)n;
     return 0;
 }
 
+int state_view(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out)
+{
+    if (s->w->lmdb) return lmdb_read_owned(s->w, l, c, out);
+    out->data = shm_rec_value(c->rec);
+    out->len = atomic_load_explicit(&c->rec->vlen, memory_order_relaxed);
+    return 0;
+}
+
+bool state_rec_mutable(stash_state *s, uint32_t kg, const shm_rec *rec)
+{
+    return s->w->lmdb || shm_rec_mutable(s->w->arena, kg, rec);
+}
+
+uint64_t state_rec_capacity(stash_state *s, const shm_rec *rec)
+{
+    return s->w->lmdb ? lmdb_rec_capacity(s->w, rec) : shm_rec_capacity(s->w->arena, rec);
+}
+
+int state_rec_new(stash_state *s, const shm_lookup *l, size_t cap, shm_rec **rec)
+{
+    return s->w->lmdb ? lmdb_rec_new(s->w, l, cap, rec) : shm_rec_new(s->w->arena, l, cap, rec);
+}
+
+bool state_rec_write_begin(stash_state *s, uint32_t kg, shm_rec *rec, const shm_region *r,
+                           unsigned n)
+{
+    /* A private copy needs no undo record. */
+    return s->w->lmdb || shm_rec_write_begin(s->w->arena, kg, rec, r, n);
+}
+
+int state_rec_write_end(stash_state *s, uint32_t kg, shm_rec *rec)
+{
+    if (s->w->lmdb) return lmdb_publish(s->w, NULL, NULL, rec);
+    shm_rec_write_end(s->w->arena, kg, rec);
+    return 0;
+}
+
 int state_write_begin(stash_state *s, const shm_lookup *l, shm_cursor *c, size_t len,
                       size_t preserve, size_t dirty, size_t cap, shm_rec **rec)
 {
-    stash_arena *a = s->w->arena;
     shm_rec *old = shm_rec_live(c->rec) ? c->rec : NULL;
     shm_region region = {0, (uint32_t)dirty};
-    if (old && shm_rec_mutable(a, l->kg, old) && shm_rec_capacity(a, old) >= len &&
-        shm_rec_write_begin(a, l->kg, old, &region, 1)) {
+    if (old && state_rec_mutable(s, l->kg, old) && state_rec_capacity(s, old) >= len &&
+        state_rec_write_begin(s, l->kg, old, &region, 1)) {
         *rec = old;
         return 1;
     }
-    int rc = shm_rec_new(a, l, cap > len ? cap : len, rec);
+    int rc = state_rec_new(s, l, cap > len ? cap : len, rec);
     if (rc < 0) return rc;
     if (old && preserve) memcpy(shm_rec_value(*rec), shm_rec_value(old), preserve);
     return 0;
 }
 
-void state_write_end(stash_state *s, const shm_lookup *l, shm_cursor *c, shm_rec *rec, size_t len,
-                     int in_place)
+int state_write_end(stash_state *s, const shm_lookup *l, shm_cursor *c, shm_rec *rec, size_t len,
+                    int in_place)
 {
     atomic_store_explicit(&rec->vlen, (uint32_t)len, memory_order_relaxed);
+    s->w->writes++;
+    if (s->w->lmdb) return lmdb_publish(s->w, l, c, rec);
     if (in_place)
         shm_rec_write_end(s->w->arena, l->kg, rec);
     else
         shm_table_publish(s->w->arena, l, c, rec);
-    s->w->writes++;
+    return 0;
 }
 
 int state_write(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *bytes, size_t len)
@@ -233,14 +279,13 @@ int state_write(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *
     int in_place = state_write_begin(s, l, c, len, 0, len, 0, &rec);
     if (in_place < 0) return in_place;
     memcpy(shm_rec_value(rec), bytes, len);
-    state_write_end(s, l, c, rec, len, in_place);
-    return 0;
+    return state_write_end(s, l, c, rec, len, in_place);
 }
 
 int state_delete(stash_state *s, const shm_lookup *l, shm_cursor *c)
 {
     s->w->writes++;
-    return shm_table_delete(s->w->arena, l, c);
+    return s->w->lmdb ? lmdb_delete(s->w, l, c) : shm_table_delete(s->w->arena, l, c);
 }
 
 STASH_API int stash_state_clear(stash_state *state)
@@ -295,6 +340,10 @@ static bool record_expired(const stash_state *s, const shm_rec *r, uint64_t now)
 
 void state_ttl_cleanup(stash_state *s, uint32_t kg)
 {
+    if (s->w->lmdb) {
+        lmdb_ttl_cleanup(s, kg);
+        return;
+    }
     stash_arena *a = s->w->arena;
     shm_table *t = &a->tables[kg];
     uint32_t end = shm_table_positions(a, kg);

@@ -42,8 +42,9 @@ static int read_value(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_
         int in_place = state_write_begin(s, l, c, raw.len, raw.len, TTL_BYTES, 0, &rec);
         if (in_place < 0) return in_place;
         state_ts_put(shm_rec_value(rec), now);
-        state_write_end(s, l, c, rec, raw.len, in_place);
-        out->data = shm_rec_value(rec) + TTL_BYTES;
+        if ((rc = state_write_end(s, l, c, rec, raw.len, in_place)) < 0) return rc;
+        if ((rc = state_view(s, l, c, &raw)) < 0) return rc;
+        out->data = (const uint8_t *)raw.data + TTL_BYTES;
     }
     return 0;
 }
@@ -59,9 +60,9 @@ static int write_value(stash_state *s, const shm_lookup *l, shm_cursor *c, const
     if (in_place < 0) return in_place;
     if (ts) state_ts_put(shm_rec_value(rec), state_now(s));
     if (len) memcpy(shm_rec_value(rec) + ts, value, len);
-    state_write_end(s, l, c, rec, len + ts, in_place);
-    if (ts) state_ttl_cleanup(s, l->kg);
-    return 0;
+    int rc = state_write_end(s, l, c, rec, len + ts, in_place);
+    if (rc == 0 && ts) state_ttl_cleanup(s, l->kg);
+    return rc;
 }
 
 static int check_value(const stash_state *s)

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "backends/lmdb.h"
 #include "backends/opstate.h"
 #include "backends/service.h"
 
@@ -17,6 +18,13 @@ STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
     int rc = stash_arena_open(name, o.arena, &w->arena);
     if (rc == 0) rc = shm_registry_join(w->arena, o.index, o.parallelism, &w->slot);
     if (rc < 0) {
+        stash_arena_close(w->arena);
+        free(w);
+        return rc;
+    }
+    if (w->arena->hdr->backend == STASH_BACKEND_LMDB) rc = lmdb_store_open(w);
+    if (rc < 0) {
+        shm_registry_leave(w->arena, w->slot);
         stash_arena_close(w->arena);
         free(w);
         return rc;
@@ -61,6 +69,7 @@ STASH_API void stash_worker_close(stash_worker *worker)
     bool has_opstate = false;
     for (stash_state *s = worker->states; s; s = s->next) has_opstate |= opstate_kind(s->kind);
     if (has_opstate) worker_record_opstate(worker);
+    lmdb_store_close(worker);
     shm_registry_leave(worker->arena, worker->slot);
     stash_arena_close(worker->arena);
     free_states(worker->states);
@@ -79,4 +88,12 @@ STASH_API int stash_worker_info_get(const stash_worker *worker, stash_worker_inf
 {
     shm_registry_describe(worker->arena, worker->slot, out);
     return 0;
+}
+
+int64_t worker_kg_entries(stash_worker *w, uint32_t kg)
+{
+    if (kg >= w->max_parallelism)
+        return shm_fail(-EINVAL, "key group %u of %u", kg, w->max_parallelism);
+    if (w->lmdb) return lmdb_kg_entries(w, kg);
+    return (int64_t)atomic_load(&w->arena->tables[kg].count);
 }

@@ -97,11 +97,22 @@ enum {
     STASH_ARENA_GROUP = 1u << 1,   /* create: mode 0660 instead of 0600 */
 };
 
+/* Where an arena keeps keyed state (Flink's state backends). Operator state,
+ * the registry and the control block are in the arena with either. */
+typedef enum stash_backend {
+    STASH_BACKEND_HEAP = 0, /* in the arena's own memory */
+    STASH_BACKEND_LMDB = 1, /* in LMDB environments on disk, one per key group: larger than RAM */
+} stash_backend;
+
 typedef struct stash_arena_opts {
     const char *path; /* the backing file; NULL: /dev/shm/stash.NAME (may be on hugetlbfs) */
     uint64_t size;    /* create: bytes, fixed for the arena's life; 0: 64 MiB */
     uint32_t max_parallelism; /* create: key groups; 0: 128; at most 32768 */
     uint32_t flags;           /* STASH_ARENA_* */
+    stash_backend backend;    /* create: where keyed state lives */
+    /* create, lmdb: the directory of the environments (created if missing,
+     * at most 255 bytes); NULL: /var/tmp/stash.NAME.lmdb */
+    const char *lmdb_dir;
 } stash_arena_opts;
 
 /* Creates the arena NAME and maps it. Fails with -EEXIST if it exists
@@ -132,6 +143,8 @@ typedef struct stash_arena_info {
     int32_t creator_pid;      /* the process that created the arena */
     uint64_t created_ns;      /* creation time, ns since the epoch */
     int huge_pages;           /* 1 on hugetlbfs, 2 with transparent huge pages advised, 0 none */
+    stash_backend backend;    /* where keyed state lives */
+    char lmdb_dir[256];       /* lmdb: the environments' directory */
 } stash_arena_info;
 
 /* Fills *out with the arena's header facts. Returns 0. */

@@ -7,6 +7,7 @@
  * died half-way. Opening validates the header through pread before mapping
  * anything and never writes to a file it refuses.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -143,6 +144,22 @@ static void write_header(stash_arena *a, uint64_t size, uint32_t maxp, uint32_t 
     shm_control_init(a);
 }
 
+/* Removes the environment files (kg-*.mdb and their locks) of an lmdb
+ * arena's directory. */
+static void clear_lmdb_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        bool env = strncmp(e->d_name, "kg-", 3) == 0 &&
+                   ((n > 4 && strcmp(e->d_name + n - 4, ".mdb") == 0) ||
+                    (n > 9 && strcmp(e->d_name + n - 9, ".mdb-lock") == 0));
+        if (env) unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+}
+
 STASH_API int stash_arena_create(const char *name, const stash_arena_opts *opts, stash_arena **out)
 {
     shm_clear_error();
@@ -159,9 +176,26 @@ STASH_API int stash_arena_create(const char *name, const stash_arena_opts *opts,
         return shm_fail(-EINVAL, "arena size %llu outside %llu .. %llu", (unsigned long long)size,
                         (unsigned long long)SHM_MIN_SIZE, (unsigned long long)SHM_MAX_ARENA_SIZE);
 
+    stash_backend backend = opts ? opts->backend : STASH_BACKEND_HEAP;
+    char lmdb_dir[SHM_LMDB_DIR] = "";
+    if (backend != STASH_BACKEND_HEAP && backend != STASH_BACKEND_LMDB)
+        return shm_fail(-EINVAL, "unknown backend %d", (int)backend);
+    if (backend == STASH_BACKEND_LMDB) {
+        int n = opts->lmdb_dir
+                    ? snprintf(lmdb_dir, sizeof lmdb_dir, "%s", opts->lmdb_dir)
+                    : snprintf(lmdb_dir, sizeof lmdb_dir, "/var/tmp/stash.%s.lmdb", name);
+        if (n < 0 || (size_t)n >= sizeof lmdb_dir)
+            return shm_fail(-ENAMETOOLONG, "an lmdb directory of at most %u bytes",
+                            SHM_LMDB_DIR - 1);
+        if (mkdir(lmdb_dir, 0700) < 0 && errno != EEXIST)
+            return shm_fail(-errno, "%s: cannot create: %s", lmdb_dir, strerror(errno));
+    }
+
     int fd =
         open_exclusive(path, flags & STASH_ARENA_GROUP ? 0660 : 0600, flags & STASH_ARENA_REPLACE);
     if (fd < 0) return fd;
+    /* A new arena starts empty: environments an earlier one left go. */
+    if (backend == STASH_BACKEND_LMDB) clear_lmdb_dir(lmdb_dir);
 
     struct statfs fs;
     bool hugetlbfs = fstatfs(fd, &fs) == 0 && fs.f_type == HUGETLBFS_MAGIC_NUMBER;
@@ -202,6 +236,8 @@ STASH_API int stash_arena_create(const char *name, const stash_arena_opts *opts,
     memcpy(base, &plan, sizeof plan);
     bind_handle(a, base, size, path);
     write_header(a, size, maxp, page, advise_huge_pages(base, size, hugetlbfs));
+    a->hdr->backend = (uint32_t)backend;
+    memcpy(a->hdr->lmdb_dir, lmdb_dir, sizeof lmdb_dir);
     atomic_store_explicit(&a->hdr->initialized, SHM_INIT_MARK, memory_order_release);
     *out = a;
     return 0;
@@ -297,6 +333,16 @@ STASH_API int stash_arena_destroy(const char *name, const stash_arena_opts *opts
     char path[256];
     int rc = shm_arena_path(name, opts, path, sizeof path);
     if (rc) return rc;
+    /* An lmdb arena's environments go with it. */
+    shm_header h;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h &&
+        memcmp(h.magic, SHM_MAGIC, sizeof h.magic) == 0 && h.backend == STASH_BACKEND_LMDB) {
+        h.lmdb_dir[sizeof h.lmdb_dir - 1] = 0;
+        clear_lmdb_dir(h.lmdb_dir);
+        rmdir(h.lmdb_dir);
+    }
+    if (fd >= 0) close(fd);
     if (unlink(path) < 0) return shm_fail(-errno, "%s: cannot remove: %s", path, strerror(errno));
     return 0;
 }
@@ -316,6 +362,8 @@ STASH_API int stash_arena_info_get(const stash_arena *arena, stash_arena_info *o
     out->creator_pid = h->creator_pid;
     out->created_ns = h->created_ns;
     out->huge_pages = (int)h->huge_pages;
+    out->backend = (stash_backend)h->backend;
+    snprintf(out->lmdb_dir, sizeof out->lmdb_dir, "%s", h->lmdb_dir);
     return 0;
 }
 

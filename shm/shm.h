@@ -130,6 +130,8 @@ typedef struct shm_reader {
     _Atomic uint64_t reader_epoch;
 } shm_reader;
 
+#define SHM_LMDB_DIR 256u
+
 typedef struct shm_header {
     char magic[8];
     uint32_t layout_version;
@@ -164,6 +166,8 @@ typedef struct shm_header {
     shm_lock catalog_lock;
     shm_off control_off;          /* the control block (control.c) */
     _Atomic uint32_t initialized; /* SHM_INIT_MARK once creation finished */
+    uint32_t backend;             /* stash_backend: where keyed state lives */
+    char lmdb_dir[SHM_LMDB_DIR];  /* lmdb: the environments' directory */
 } shm_header;
 
 _Static_assert(sizeof(shm_header) <= SHM_HEADER_SIZE, "header fits its page");

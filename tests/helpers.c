@@ -4,6 +4,8 @@
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,8 +24,11 @@ stash_arena *test_arena_create(const char *tag, uint64_t size, uint32_t maxp, ch
 {
     const char *name = test_arena_name(tag);
     stash_arena *a = NULL;
-    int rc =
-        stash_arena_create(name, &(stash_arena_opts){.size = size, .max_parallelism = maxp}, &a);
+    /* The suites of the state kinds run on either backend. */
+    const char *backend = getenv("STASH_TEST_BACKEND");
+    stash_backend b = backend && strcmp(backend, "lmdb") == 0 ? STASH_BACKEND_LMDB : 0;
+    int rc = stash_arena_create(
+        name, &(stash_arena_opts){.size = size, .max_parallelism = maxp, .backend = b}, &a);
     cr_assert_eq(rc, 0, "create %s: %s (%s)", name, stash_strerror(rc), stash_errmsg());
     if (name_out) snprintf(name_out, 96, "%s", name);
     return a;

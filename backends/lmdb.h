@@ -1,0 +1,61 @@
+/*
+ * lmdb.h: the lmdb keyed backend: every key group's records in an LMDB
+ * environment of its own on disk, under the arena's directory. The state
+ * kinds (value.c, list.c, map.c) work on records as they do in the heap
+ * backend; for lmdb a record is a private copy (a shadow) that a write puts
+ * back. The owner of a key group writes in one transaction, committed at
+ * each barrier, when it closes, and early when the transaction grows big;
+ * other processes read what was last committed.
+ */
+#ifndef STASH_BACKENDS_LMDB_H
+#define STASH_BACKENDS_LMDB_H
+
+#include "backends/backends.h"
+
+/* Opens the worker's store (environments open on first use). Returns 0 or
+ * an error. */
+int lmdb_store_open(stash_worker *w);
+/* Commits what the worker wrote and closes every environment. */
+void lmdb_store_close(stash_worker *w);
+/* Commits every open transaction of the worker (a barrier). Returns 0 or
+ * the first failure, naming the key group. */
+int lmdb_store_commit(stash_worker *w);
+
+/* Commits if the last commit is LMDB_COMMIT_MS old or more. */
+#define LMDB_COMMIT_MS 50u
+int lmdb_store_commit_due(stash_worker *w);
+
+/* The heap backend's record operations, for lmdb (see shm/shm.h). */
+int lmdb_find(stash_worker *w, const shm_lookup *l, shm_cursor *c);
+/* Owned key groups: a view of the stored bytes (valid until the worker's
+ * next write) in out, and a shadow of the record in c for a write. */
+int lmdb_read_owned(stash_worker *w, const shm_lookup *l, shm_cursor *c, stash_bytes *out);
+/* Any key group: a copy of the value last committed, into *buf. Returns its
+ * length or an error (STASH_ENOTFOUND). */
+int64_t lmdb_read_copy(stash_worker *w, const shm_lookup *l, uint8_t **buf, size_t *cap);
+int lmdb_rec_new(stash_worker *w, const shm_lookup *l, size_t cap, shm_rec **out);
+uint64_t lmdb_rec_capacity(const stash_worker *w, const shm_rec *rec);
+/* Puts rec (the shadow of l's entry) into the store and makes it c's. */
+int lmdb_publish(stash_worker *w, const shm_lookup *l, shm_cursor *c, shm_rec *rec);
+int lmdb_delete(stash_worker *w, const shm_lookup *l, shm_cursor *c);
+
+/* Keys of state in an owned key group, in key order: fills *r with a
+ * shadow header (key and namespace views, the value's bytes) of the first
+ * record after (after, after_len) (NULL: the first). Returns 1, 0 at the
+ * end of the key group, or an error. */
+typedef struct lmdb_entry {
+    uint16_t state;
+    stash_bytes key;
+    stash_bytes ns;
+    stash_bytes value;
+    stash_bytes raw_key; /* the whole stored key, to go on from */
+} lmdb_entry;
+int lmdb_next(stash_worker *w, uint32_t kg, uint16_t state, const void *after, size_t after_len,
+              lmdb_entry *out);
+/* Records in kg: through the worker's transaction where it has one. */
+int64_t lmdb_kg_entries(stash_worker *w, uint32_t kg);
+/* Removes expired records of s from kg: a few at a time, going on where the
+ * last call stopped (Flink's incremental cleanup). */
+void lmdb_ttl_cleanup(stash_state *s, uint32_t kg);
+
+#endif /* STASH_BACKENDS_LMDB_H */
