@@ -159,6 +159,7 @@ static int clear_kg(stash_arena *a, uint32_t kg)
 static int clear_kgs(void *ctx)
 {
     stash_worker *w = ctx;
+    if (w->lmdb) return lmdb_clear(w->lmdb, w->range);
     int rc = 0;
     for (uint32_t kg = w->range.first; rc == 0 && kg <= w->range.last; kg++)
         rc = clear_kg(w->arena, kg);
@@ -182,7 +183,7 @@ int worker_rollback(stash_worker *w)
     ckpt_restored out;
     /* Before choosing a checkpoint: retention leaves them all alone until the restore ends. */
     atomic_store(&c->workers[w->slot].restoring, 1);
-    rc = ckpt_restore_prepared(a, dir, 0, w->range, e, clear_kgs, w, &out);
+    rc = ckpt_restore_prepared(a, dir, 0, w->range, e, w->lmdb, clear_kgs, w, &out);
     atomic_store(&c->workers[w->slot].restoring, 0);
     if (rc == 0) {
         w->op_p = out.op_parallelism;

@@ -41,6 +41,11 @@ typedef struct ckpt_opts {
      * process owns the key groups and must not write them meanwhile. */
     void (*serialized)(void *ctx, uint32_t kg);
     void *serialized_ctx;
+    /* If set, builds key group kg's block into out in place of the heap
+     * tables' walk (the lmdb backend's snapshots; pins are then unused).
+     * Called from two threads at once for different key groups. */
+    int64_t (*serialize_kg)(void *ctx, uint32_t kg, bool lz4, snap_buf *out);
+    void *serialize_ctx;
 } ckpt_opts;
 
 /* Writes key groups 0 .. max parallelism - 1, each as of its pinned version
@@ -83,8 +88,11 @@ int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range ra
  * clears its key groups there, so a checkpoint that cannot restore leaves
  * them as they were). A failure of prepare fails the restore. */
 typedef int ckpt_prepare_fn(void *ctx);
+/* store: for an arena of the lmdb backend, the caller's handle on its
+ * environments if it has one (LMDB allows one per process), else NULL. */
 int ckpt_restore_prepared(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
-                          ioe_engine *e, ckpt_prepare_fn *prepare, void *ctx, ckpt_restored *out);
+                          ioe_engine *e, lmdb_store *store, ckpt_prepare_fn *prepare, void *ctx,
+                          ckpt_restored *out);
 
 /* The id and key groups of the checkpoint or savepoint directory at path,
  * from its metadata (checked). Returns 0 or an error naming the file. */
@@ -95,9 +103,10 @@ int ckpt_path_info(const char *path, ioe_engine *e, uint64_t *id, uint32_t *max_
 int ckpt_newest(const char *dir, ioe_engine *e, uint64_t *id, uint32_t *max_parallelism);
 
 /* Restores the key groups of range from the checkpoint or savepoint
- * directory at path, as ckpt_restore() does for one checkpoint. */
+ * directory at path, as ckpt_restore() does for one checkpoint (store: as
+ * for ckpt_restore_prepared()). */
 int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, ioe_engine *e,
-                      ckpt_restored *out);
+                      lmdb_store *store, ckpt_restored *out);
 
 /* A state as a checkpoint's metadata describes it. */
 typedef struct ckpt_state {

@@ -57,11 +57,15 @@ int ckpt_open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data
 int ckpt_view_load(ckpt_view *v, ioe_engine *e);
 /* Whether DIR/chk-ID has its _metadata (is complete, or damaged). */
 bool ckpt_has_metadata(const char *dir, uint64_t id);
-/* Walks the blocks of range in every file, the upper half of the key
- * groups in a second thread where it pays; checked: a second pass over
- * bytes a first one checked. fn must be safe to call for different key
- * groups at once. An error of the lower half wins. */
+/* Hears that the records of key group kg ended (rc: 0, or the error that
+ * stopped them); a negative return fails the walk. */
+typedef int ckpt_kg_done_fn(void *ctx, uint32_t kg, int rc);
+/* Walks the blocks of range, key group by key group (each in every file in
+ * order), the upper half of the key groups in a second thread where it
+ * pays; checked: a second pass over bytes a first one checked. fn and done
+ * (which may be NULL) must be safe to call for different key groups at
+ * once. An error of the lower half wins. */
 int64_t ckpt_walk_range_split(const ckpt_view *v, stash_kg_range range, bool checked,
-                              snap_record_fn *fn, void *ctx);
+                              snap_record_fn *fn, ckpt_kg_done_fn *done, void *ctx);
 
 #endif /* STASH_CKPT_INT_H */

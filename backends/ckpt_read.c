@@ -293,21 +293,29 @@ static int64_t walk_block(const ckpt_view *v, const ckpt_file *f, uint32_t kg, s
                               f->path, e.offset);
 }
 
-/* Walks the blocks of range in every file; checked: a second pass over
- * bytes the first already checked. */
+/* Walks the blocks of range, key group by key group, each in every file in
+ * order; checked: a second pass over bytes the first already checked. done,
+ * if set, hears of each key group's end (its records' count or error). */
 static int64_t walk_range(const ckpt_view *v, stash_kg_range range, bool checked,
-                          snap_record_fn *fn, void *ctx)
+                          snap_record_fn *fn, ckpt_kg_done_fn *done, void *ctx)
 {
     if (range.first > range.last || range.last >= v->max_parallelism)
         return shm_fail(-EINVAL, "%s: key groups %u..%u of %u", v->meta_path, range.first,
                         range.last, v->max_parallelism);
     snap_buf scratch = {0};
     int64_t total = 0;
-    for (uint32_t f = 0; f < v->nfiles && total >= 0; f++)
-        for (uint32_t kg = range.first; kg <= range.last && total >= 0; kg++) {
-            int64_t n = walk_block(v, &v->files[f], kg, &scratch, checked, fn, ctx);
-            total = n < 0 ? n : total + n;
+    for (uint32_t kg = range.first; kg <= range.last && total >= 0; kg++) {
+        int64_t n = 0;
+        for (uint32_t f = 0; f < v->nfiles && n >= 0; f++) {
+            int64_t k = walk_block(v, &v->files[f], kg, &scratch, checked, fn, ctx);
+            n = k < 0 ? k : n + k;
         }
+        if (done) {
+            int rc = done(ctx, kg, n < 0 ? (int)n : 0);
+            if (n >= 0 && rc < 0) n = rc;
+        }
+        total = n < 0 ? n : total + n;
+    }
     snap_buf_free(&scratch);
     return total;
 }
@@ -318,6 +326,7 @@ typedef struct walk_half {
     stash_kg_range range;
     bool checked;
     snap_record_fn *fn;
+    ckpt_kg_done_fn *done;
     void *ctx;
     int64_t n;
     char why[512]; /* stash_errmsg() is per thread */
@@ -326,25 +335,26 @@ typedef struct walk_half {
 static void *walk_half_main(void *arg)
 {
     walk_half *h = arg;
-    h->n = walk_range(h->v, h->range, h->checked, h->fn, h->ctx);
+    h->n = walk_range(h->v, h->range, h->checked, h->fn, h->done, h->ctx);
     if (h->n < 0) snprintf(h->why, sizeof h->why, "%s", stash_errmsg());
     return NULL;
 }
 
 /* walk_range with the upper half of the key groups in a second thread, when
- * there are enough bytes to be worth one. fn must be safe to call for
- * different key groups at once (checks are; a restore's inserts are, each
- * key group having one writer). An error of the lower half wins. */
+ * there are enough bytes to be worth one. fn and done must be safe to call
+ * for different key groups at once (checks are; a restore's inserts are,
+ * each key group having one writer). An error of the lower half wins. */
 int64_t ckpt_walk_range_split(const ckpt_view *v, stash_kg_range range, bool checked,
-                              snap_record_fn *fn, void *ctx)
+                              snap_record_fn *fn, ckpt_kg_done_fn *done, void *ctx)
 {
     uint32_t n = range.last - range.first + 1;
     pthread_t t;
-    walk_half hi = {v, {range.first + n / 2, range.last}, checked, fn, ctx, 0, ""};
+    walk_half hi = {v, {range.first + n / 2, range.last}, checked, fn, done, ctx, 0, ""};
     if (n < 2 || v->files[0].len < SPLIT_MIN_BYTES || sysconf(_SC_NPROCESSORS_ONLN) < 2 ||
         pthread_create(&t, NULL, walk_half_main, &hi) != 0)
-        return walk_range(v, range, checked, fn, ctx);
-    int64_t lo = walk_range(v, (stash_kg_range){range.first, hi.range.first - 1}, checked, fn, ctx);
+        return walk_range(v, range, checked, fn, done, ctx);
+    int64_t lo =
+        walk_range(v, (stash_kg_range){range.first, hi.range.first - 1}, checked, fn, done, ctx);
     char why[512];
     if (lo < 0) snprintf(why, sizeof why, "%s", stash_errmsg());
     pthread_join(t, NULL);
@@ -355,8 +365,8 @@ int64_t ckpt_walk_range_split(const ckpt_view *v, stash_kg_range range, bool che
 
 int64_t ckpt_view_walk(const ckpt_view *v, stash_kg_range range, snap_record_fn *fn, void *ctx)
 {
-    return fn ? walk_range(v, range, false, fn, ctx)
-              : ckpt_walk_range_split(v, range, false, NULL, NULL);
+    return fn ? walk_range(v, range, false, fn, NULL, ctx)
+              : ckpt_walk_range_split(v, range, false, NULL, NULL, NULL);
 }
 
 int ckpt_list(const char *dir, uint64_t **ids)

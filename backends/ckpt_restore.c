@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backends/ckpt_int.h"
+#include "backends/lmdb.h"
 #include "backends/opstate.h"
 
 /* Registers the checkpoint's states in the arena and maps their ids. */
@@ -60,8 +61,27 @@ void ckpt_restored_free(ckpt_restored *r)
     r->op_parallelism = 0;
 }
 
+/* Puts the checked records of range into the arena's heap tables, or into
+ * its lmdb environments through store. */
+static int64_t apply(stash_arena *a, ckpt_view *v, stash_kg_range range, const snap_id_map *map,
+                     lmdb_store *store)
+{
+    if (a->hdr->backend != STASH_BACKEND_LMDB) {
+        snap_restorer to = {a, map};
+        return ckpt_walk_range_split(v, range, true, snap_restore_record, NULL, &to);
+    }
+    lmdb_store *own = NULL;
+    int64_t n = store ? 0 : lmdb_store_new(a, &own);
+    lmdb_restorer to = {store ? store : own, map};
+    if (n == 0) n = lmdb_restore_begin(to.store, range);
+    if (n == 0)
+        n = ckpt_walk_range_split(v, range, true, lmdb_restore_record, lmdb_restore_kg_done, &to);
+    lmdb_store_free(own);
+    return n;
+}
+
 static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, bool *applying,
-                        ckpt_prepare_fn *prepare, void *ctx, ckpt_restored *out)
+                        lmdb_store *store, ckpt_prepare_fn *prepare, void *ctx, ckpt_restored *out)
 {
     uint64_t *records = &out->records;
     int64_t n = 0;
@@ -74,9 +94,9 @@ static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, bool
     if (n >= 0) n = map_states(a, v, ids, &map);
     ckpt_restored_free(out);
     if (n >= 0) n = copy_opstate(v, &map, out);
-    snap_restorer to = {a, &map};
-    /* Size each key group's table for what its blocks hold: no rehash then. */
-    for (uint32_t kg = range.first; n >= 0 && kg <= range.last; kg++) {
+    /* Size each heap table for what its blocks hold: no rehash then. */
+    bool heap = a->hdr->backend != STASH_BACKEND_LMDB;
+    for (uint32_t kg = range.first; heap && n >= 0 && kg <= range.last; kg++) {
         uint64_t held = 0;
         for (uint32_t f = 0; f < v->nfiles; f++) {
             md_extent e;
@@ -92,7 +112,7 @@ static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, bool
          * in the arena: no older checkpoint may be restored over it. */
         *applying = true;
         if (prepare) n = prepare(ctx);
-        if (n >= 0) n = ckpt_walk_range_split(v, range, true, snap_restore_record, &to);
+        if (n >= 0) n = apply(a, v, range, &map, store);
     }
     if (n >= 0) *records = (uint64_t)n;
     ckpt_view_close(v);
@@ -138,7 +158,8 @@ static int open_for_restore(stash_arena *a, const char *path, uint64_t id, stash
      * and its index entry. */
     p.bytes += p.bytes / 2;
     pthread_t t;
-    bool two = p.bytes >= PREFAULT_MIN && pthread_create(&t, NULL, prefault_main, &p) == 0;
+    bool two = a->hdr->backend == STASH_BACKEND_HEAP && p.bytes >= PREFAULT_MIN &&
+               pthread_create(&t, NULL, prefault_main, &p) == 0;
     rc = ckpt_view_load(v, e);
     if (two) pthread_join(t, NULL);
     if (rc) ckpt_view_close(v);
@@ -146,18 +167,18 @@ static int open_for_restore(stash_arena *a, const char *path, uint64_t id, stash
 }
 
 static int restore_one(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
-                       ioe_engine *e, bool *applying, ckpt_prepare_fn *prepare, void *ctx,
-                       ckpt_restored *out)
+                       ioe_engine *e, bool *applying, lmdb_store *store, ckpt_prepare_fn *prepare,
+                       void *ctx, ckpt_restored *out)
 {
     ckpt_view v;
     char chk[4096];
     int rc = ckpt_path_of(chk, "%s/chk-%llu", dir, (unsigned long long)id);
     if (rc == 0) rc = open_for_restore(a, chk, id, range, e, &v);
-    return rc ? rc : restore_view(a, &v, range, applying, prepare, ctx, out);
+    return rc ? rc : restore_view(a, &v, range, applying, store, prepare, ctx, out);
 }
 
 int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, ioe_engine *e,
-                      ckpt_restored *out)
+                      lmdb_store *store, ckpt_restored *out)
 {
     ckpt_view v;
     memset(out, 0, sizeof *out);
@@ -165,7 +186,7 @@ int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, io
     if (rc) return rc;
     out->id = v.id;
     bool applying = false;
-    rc = restore_view(a, &v, range, &applying, NULL, NULL, out);
+    rc = restore_view(a, &v, range, &applying, store, NULL, NULL, out);
     if (rc) ckpt_restored_free(out);
     return rc;
 }
@@ -173,18 +194,19 @@ int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, io
 int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range, ioe_engine *e,
                  ckpt_restored *out)
 {
-    return ckpt_restore_prepared(a, dir, id, range, e, NULL, NULL, out);
+    return ckpt_restore_prepared(a, dir, id, range, e, NULL, NULL, NULL, out);
 }
 
 int ckpt_restore_prepared(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
-                          ioe_engine *e, ckpt_prepare_fn *prepare, void *ctx, ckpt_restored *out)
+                          ioe_engine *e, lmdb_store *store, ckpt_prepare_fn *prepare, void *ctx,
+                          ckpt_restored *out)
 {
     memset(out, 0, sizeof *out);
     bool applying = false;
     int rc;
     if (id) {
         out->id = id;
-        rc = restore_one(a, dir, id, range, e, &applying, prepare, ctx, out);
+        rc = restore_one(a, dir, id, range, e, &applying, store, prepare, ctx, out);
         if (rc) ckpt_restored_free(out);
         return rc;
     }
@@ -196,7 +218,7 @@ int ckpt_restore_prepared(stash_arena *a, const char *dir, uint64_t id, stash_kg
     for (int i = 0; i < n; i++) {
         /* Without _metadata a checkpoint does not exist: not a fallback. */
         if (!ckpt_has_metadata(dir, ids[i])) continue;
-        rc = restore_one(a, dir, ids[i], range, e, &applying, prepare, ctx, out);
+        rc = restore_one(a, dir, ids[i], range, e, &applying, store, prepare, ctx, out);
         if (rc == 0) {
             out->id = ids[i];
             break;

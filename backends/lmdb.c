@@ -21,13 +21,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backends/lmdb.h"
 
-#define MAP_INITIAL (64ull << 20)    /* bytes of map an environment starts with */
-#define TXN_MAX_BYTES (256ull << 20) /* an estimate of a transaction's new pages stays under it */
-#define ENV_FLAGS                                                                                  \
-    (MDB_NOSUBDIR | MDB_WRITEMAP | MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS | MDB_NORDAHEAD)
+#define MAP_INITIAL (64ull << 20)      /* bytes of map an environment starts with */
+#define TXN_MAX_BYTES (64ull << 20)    /* an estimate of a transaction's new pages stays under it */
+#define STORE_MAX_BYTES (128ull << 20) /* and of all a process's transactions together */
+/* Dirty pages stay in the process until the commit writes them: a full disk
+ * fails the commit rather than a write into the map. */
+#define ENV_FLAGS (MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS | MDB_NORDAHEAD)
 #define KEY_PREFIX 6u
 
 typedef struct kg_env {
@@ -35,6 +38,8 @@ typedef struct kg_env {
     MDB_dbi dbi;
     MDB_txn *txn;       /* the owner's write transaction, or NULL */
     MDB_txn *rtxn;      /* a reset read transaction, or NULL */
+    MDB_txn *snap;      /* the engine's snapshot of the key group for a checkpoint, or NULL */
+    bool append;        /* a restore into it while empty: records in key order append */
     uint64_t txn_bytes; /* an estimate of the pages txn has made, in bytes */
     uint64_t room;      /* what txn_bytes may reach before the transaction commits */
     uint32_t psize;
@@ -44,6 +49,7 @@ typedef struct kg_env {
 } kg_env;
 
 struct lmdb_store {
+    stash_arena *arena;
     kg_env *envs;
     uint32_t maxp;
     int max_key;
@@ -54,6 +60,7 @@ struct lmdb_store {
     size_t shadow_cap[2];
     int cur;               /* the shadow that holds the record found or put last */
     uint64_t committed_ns; /* when every transaction last committed */
+    uint64_t dirty;        /* bytes written by the worker since then */
 };
 
 static int lmdb_fail(int rc, const char *what, const kg_env *e, uint32_t kg)
@@ -68,27 +75,34 @@ static int lmdb_fail(int rc, const char *what, const kg_env *e, uint32_t kg)
                     "key group %u (%s): %s: %s", kg, path, what, mdb_strerror(rc));
 }
 
-int lmdb_store_open(stash_worker *w)
+int lmdb_store_new(stash_arena *a, lmdb_store **out)
 {
     lmdb_store *st = calloc(1, sizeof *st);
     if (!st) return shm_fail(-ENOMEM, "out of memory");
-    st->maxp = w->arena->hdr->max_parallelism;
+    st->arena = a;
+    st->maxp = a->hdr->max_parallelism;
     st->envs = calloc(st->maxp, sizeof *st->envs);
     if (!st->envs) {
         free(st);
         return shm_fail(-ENOMEM, "out of memory");
     }
-    snprintf(st->dir, sizeof st->dir, "%s", w->arena->hdr->lmdb_dir);
-    st->max_key = 0;
-    w->lmdb = st;
+    snprintf(st->dir, sizeof st->dir, "%s", a->hdr->lmdb_dir);
+    st->committed_ns = shm_now_ns();
+    *out = st;
     return 0;
+}
+
+int lmdb_store_open(stash_worker *w)
+{
+    return lmdb_store_new(w->arena, &w->lmdb);
 }
 
 /* Sets up a freshly opened environment: its table, its tree's shape. */
 static int env_init(kg_env *e, uint32_t kg)
 {
     MDB_txn *t;
-    int rc = mdb_txn_begin(e->env, NULL, 0, &t);
+    /* A read: the owner may hold the writer's lock for as long as it likes. */
+    int rc = mdb_txn_begin(e->env, NULL, MDB_RDONLY, &t);
     if (rc) return lmdb_fail(rc, "cannot begin", e, kg);
     rc = mdb_dbi_open(t, NULL, 0, &e->dbi);
     if (rc) {
@@ -172,6 +186,9 @@ static int commit(kg_env *e, uint32_t kg)
     if (!e->txn) return 0;
     int rc = mdb_txn_commit(e->txn);
     e->txn = NULL;
+    /* Readers a dead process left would hold old pages back for good. */
+    int dead;
+    mdb_reader_check(e->env, &dead);
     return rc ? lmdb_fail(rc, "cannot commit", e, kg) : 0;
 }
 
@@ -192,11 +209,21 @@ static int make_room(kg_env *e, uint32_t kg, uint64_t bytes)
     return rc ? rc : begin_write(e, kg);
 }
 
-/* The owner's transaction of kg, begun if need be; with bytes > 0, one that
- * has room for a write of that many bytes. */
-static int txn_for(stash_worker *w, uint32_t kg, uint64_t bytes, kg_env **out)
+/* Waits while the engine has yet to open its snapshot of a key group this
+ * process cut for a checkpoint: a commit now would change what it reads. */
+static void await_snapshot(lmdb_store *st, uint32_t kg)
 {
-    int rc = env_for(w->lmdb, kg, out);
+    while (atomic_load(&st->arena->tables[kg].cut) && shm_service_alive(st->arena, NULL)) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
+}
+
+/* The transaction of kg, begun if need be; with bytes > 0, one that has
+ * room for a write of that many bytes. */
+static int store_txn(lmdb_store *st, uint32_t kg, uint64_t bytes, kg_env **out)
+{
+    int rc = env_for(st, kg, out);
     if (rc) return rc;
     kg_env *e = *out;
     if (!e->txn && (rc = begin_write(e, kg)) != 0) return rc;
@@ -204,37 +231,70 @@ static int txn_for(stash_worker *w, uint32_t kg, uint64_t bytes, kg_env **out)
     /* The pages a change may copy: its path down the tree, a split, and the
      * value's overflow pages. */
     uint64_t need = bytes + (uint64_t)(e->depth + 2) * e->psize;
-    if (e->txn_bytes + need > e->room && (rc = make_room(e, kg, need)) != 0) return rc;
+    if (e->txn_bytes + need > e->room) {
+        await_snapshot(st, kg);
+        if ((rc = make_room(e, kg, need)) != 0) return rc;
+    }
     e->txn_bytes += need;
     return 0;
 }
 
-int lmdb_store_commit(stash_worker *w)
+static int store_commit(lmdb_store *st, bool wait);
+
+/* A worker's transaction of kg: as store_txn, keeping what all its
+ * transactions hold in memory within a budget (it commits them first if a
+ * write would pass it). */
+static int txn_for(stash_worker *w, uint32_t kg, uint64_t bytes, kg_env **out)
 {
     lmdb_store *st = w->lmdb;
+    if (bytes && st->dirty + bytes > STORE_MAX_BYTES) {
+        w->writes++;
+        int rc = store_commit(st, true);
+        if (rc) return rc;
+    }
+    int rc = store_txn(st, kg, bytes, out);
+    if (rc == 0) st->dirty += bytes;
+    return rc;
+}
+
+/* Commits the open transactions; those of key groups the engine has yet to
+ * snapshot wait for it, or, unless wait, stay open. */
+static int store_commit(lmdb_store *st, bool wait)
+{
     int first = 0;
     for (uint32_t kg = 0; kg < st->maxp; kg++) {
         kg_env *e = &st->envs[kg];
         if (!e->txn) continue;
+        if (atomic_load(&st->arena->tables[kg].cut)) {
+            if (!wait) continue;
+            await_snapshot(st, kg);
+        }
         int rc = commit(e, kg);
         if (rc && !first) first = rc;
     }
     st->committed_ns = shm_now_ns();
-    w->writes++;
+    st->dirty = 0;
     return first;
+}
+
+int lmdb_store_commit(stash_worker *w)
+{
+    w->writes++;
+    return store_commit(w->lmdb, true);
 }
 
 int lmdb_store_commit_due(stash_worker *w)
 {
-    uint64_t now = shm_now_ns();
-    return now - w->lmdb->committed_ns >= LMDB_COMMIT_MS * 1000000ull ? lmdb_store_commit(w) : 0;
+    if (shm_now_ns() - w->lmdb->committed_ns < LMDB_COMMIT_MS * 1000000ull) return 0;
+    w->writes++;
+    return store_commit(w->lmdb, false);
 }
 
-void lmdb_store_close(stash_worker *w)
+void lmdb_store_free(lmdb_store *st)
 {
-    lmdb_store *st = w->lmdb;
     if (!st) return;
-    lmdb_store_commit(w);
+    store_commit(st, true);
+    lmdb_snap_close(st);
     for (uint32_t kg = 0; kg < st->maxp; kg++) {
         kg_env *e = &st->envs[kg];
         if (e->rtxn) mdb_txn_abort(e->rtxn);
@@ -246,6 +306,11 @@ void lmdb_store_close(stash_worker *w)
     free(st->shadow[0]);
     free(st->shadow[1]);
     free(st);
+}
+
+void lmdb_store_close(stash_worker *w)
+{
+    lmdb_store_free(w->lmdb);
     w->lmdb = NULL;
 }
 
@@ -552,4 +617,149 @@ void lmdb_ttl_cleanup(stash_state *s, uint32_t kg)
         at += 2 + n;
     }
     free(doomed);
+}
+
+/* ---- checkpoints ---------------------------------------------------------- */
+
+int lmdb_snap_open(lmdb_store *st, uint32_t kg)
+{
+    kg_env *e;
+    int rc = env_for(st, kg, &e);
+    if (rc || e->snap) return rc;
+    rc = mdb_txn_begin(e->env, NULL, MDB_RDONLY, &e->snap);
+    if (rc == MDB_MAP_RESIZED) {
+        mdb_env_set_mapsize(e->env, 0);
+        rc = mdb_txn_begin(e->env, NULL, MDB_RDONLY, &e->snap);
+    }
+    if (rc) {
+        e->snap = NULL;
+        return lmdb_fail(rc, "cannot begin its snapshot", e, kg);
+    }
+    return 0;
+}
+
+void lmdb_snap_close(lmdb_store *st)
+{
+    for (uint32_t kg = 0; kg < st->maxp; kg++) {
+        if (!st->envs[kg].snap) continue;
+        mdb_txn_abort(st->envs[kg].snap);
+        st->envs[kg].snap = NULL;
+    }
+}
+
+int64_t lmdb_snap_write_kg(void *store, uint32_t kg, bool lz4, snap_buf *out)
+{
+    lmdb_store *st = store;
+    kg_env *e = &st->envs[kg];
+    if (!e->snap) return shm_fail(-EINVAL, "key group %u: no snapshot open", kg);
+    size_t start;
+    if (snap_block_begin(out, &start) < 0) return shm_fail(-ENOMEM, "out of memory");
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(e->snap, e->dbi, &cur);
+    if (rc) return lmdb_fail(rc, "cannot walk its snapshot", e, kg);
+    uint64_t n = 0;
+    MDB_val k, v;
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+        lmdb_entry en;
+        if (!decode(&k, &v, &en) || en.ns.len > UINT16_MAX || v.mv_size > UINT32_MAX) {
+            mdb_cursor_close(cur);
+            return shm_fail(STASH_ECORRUPT, "key group %u: a stored key of %zu bytes", kg,
+                            k.mv_size);
+        }
+        if (snap_block_add(out, en.state, en.key.data, (uint16_t)en.key.len, en.ns.data,
+                           (uint16_t)en.ns.len, v.mv_data, (uint32_t)v.mv_size, 0) < 0) {
+            mdb_cursor_close(cur);
+            return shm_fail(-ENOMEM, "out of memory");
+        }
+        n++;
+    }
+    mdb_cursor_close(cur);
+    if (rc != MDB_NOTFOUND) return lmdb_fail(rc, "cannot walk its snapshot", e, kg);
+    return snap_block_end(out, start, kg, n, 0, lz4);
+}
+
+int lmdb_restore_begin(lmdb_store *st, stash_kg_range range)
+{
+    for (uint32_t kg = range.first; kg <= range.last; kg++) {
+        kg_env *e;
+        int rc = env_for(st, kg, &e);
+        if (rc) return rc;
+        MDB_txn *t;
+        MDB_stat s;
+        if ((rc = mdb_txn_begin(e->env, NULL, MDB_RDONLY, &t)) != 0)
+            return lmdb_fail(rc, "cannot begin a read", e, kg);
+        rc = mdb_stat(t, e->dbi, &s);
+        mdb_txn_abort(t);
+        if (rc) return lmdb_fail(rc, "cannot count", e, kg);
+        /* Into an empty environment, records in key order append. */
+        e->append = s.ms_entries == 0;
+    }
+    return 0;
+}
+
+int lmdb_restore_record(void *restorer, uint32_t kg, const snap_record *r)
+{
+    lmdb_restorer *x = restorer;
+    if (r->state >= x->map->n || x->map->ids[r->state] == 0)
+        return shm_fail(STASH_ECORRUPT, "a record of state %u, which the metadata does not name",
+                        r->state);
+    lmdb_store *st = x->store;
+    MDB_val k, v = {r->vlen, (void *)r->value};
+    kg_env *e;
+    /* Each key group is restored by one thread: its own key buffer. */
+    uint8_t key[KEY_PREFIX + 512];
+    size_t n = KEY_PREFIX + (size_t)r->klen + r->nslen;
+    int rc = store_txn(st, kg, n + r->vlen, &e);
+    if (rc) return rc;
+    if (n > (size_t)st->max_key || n > sizeof key)
+        return shm_fail(STASH_ETOOBIG,
+                        "key group %u: a key and namespace of %zu bytes; lmdb stores at most %d "
+                        "with its %u-byte prefix",
+                        kg, n - KEY_PREFIX, st->max_key, KEY_PREFIX);
+    uint16_t state = x->map->ids[r->state];
+    key[0] = (uint8_t)(kg >> 8), key[1] = (uint8_t)kg;
+    key[2] = (uint8_t)(state >> 8), key[3] = (uint8_t)state;
+    key[4] = (uint8_t)(r->klen >> 8), key[5] = (uint8_t)r->klen;
+    memcpy(key + KEY_PREFIX, r->key, r->klen);
+    memcpy(key + KEY_PREFIX + r->klen, r->ns, r->nslen);
+    k = (MDB_val){n, key};
+    if (r->flags & SNAP_REC_DELETED) {
+        e->append = false;
+        rc = mdb_del(e->txn, e->dbi, &k, NULL);
+        return rc == 0 || rc == MDB_NOTFOUND ? 0 : lmdb_fail(rc, "cannot delete", e, kg);
+    }
+    rc = mdb_put(e->txn, e->dbi, &k, &v, e->append ? MDB_APPEND : 0);
+    if (rc == MDB_KEYEXIST && e->append) {
+        /* Not in key order (a heap backend's checkpoint): plain puts from here. */
+        e->append = false;
+        rc = mdb_put(e->txn, e->dbi, &k, &v, 0);
+    }
+    return rc ? lmdb_fail(rc, "cannot write", e, kg) : 0;
+}
+
+int lmdb_restore_kg_done(void *restorer, uint32_t kg, int rc)
+{
+    lmdb_restorer *x = restorer;
+    kg_env *e = &x->store->envs[kg];
+    e->append = false;
+    if (!e->txn) return 0;
+    if (rc < 0) {
+        mdb_txn_abort(e->txn);
+        e->txn = NULL;
+        return rc;
+    }
+    return commit(e, kg);
+}
+
+int lmdb_clear(lmdb_store *st, stash_kg_range range)
+{
+    for (uint32_t kg = range.first; kg <= range.last; kg++) {
+        kg_env *e;
+        int rc = store_txn(st, kg, 0, &e);
+        if (rc) return rc;
+        if ((rc = mdb_drop(e->txn, e->dbi, 0)) != 0) return lmdb_fail(rc, "cannot empty", e, kg);
+        if ((rc = commit(e, kg)) != 0) return rc;
+    }
+    return 0;
 }

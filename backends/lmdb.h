@@ -10,10 +10,14 @@
 #ifndef STASH_BACKENDS_LMDB_H
 #define STASH_BACKENDS_LMDB_H
 
-#include "backends/backends.h"
+#include "backends/snapshot.h"
 
-/* Opens the worker's store (environments open on first use). Returns 0 or
- * an error. */
+/* A process's handle on an lmdb arena's environments (each opened on first
+ * use; LMDB allows one handle per environment and process). */
+int lmdb_store_new(stash_arena *a, lmdb_store **out);
+/* Commits what is open and closes every environment. Accepts NULL. */
+void lmdb_store_free(lmdb_store *st);
+/* Opens the worker's store. Returns 0 or an error. */
 int lmdb_store_open(stash_worker *w);
 /* Commits what the worker wrote and closes every environment. */
 void lmdb_store_close(stash_worker *w);
@@ -57,5 +61,27 @@ int64_t lmdb_kg_entries(stash_worker *w, uint32_t kg);
 /* Removes expired records of s from kg: a few at a time, going on where the
  * last call stopped (Flink's incremental cleanup). */
 void lmdb_ttl_cleanup(stash_state *s, uint32_t kg);
+
+/* Checkpoints. The engine opens a snapshot (a read transaction) of every
+ * key group while its cut holds the owner's commits back; serializes each
+ * into the canonical block (lmdb_snap_write_kg, a ckpt_opts.serialize_kg);
+ * then closes them all. */
+int lmdb_snap_open(lmdb_store *st, uint32_t kg);
+int64_t lmdb_snap_write_kg(void *store, uint32_t kg, bool lz4, snap_buf *out);
+void lmdb_snap_close(lmdb_store *st);
+
+/* Restoring into key groups nobody writes meanwhile: begin notes which are
+ * empty (records in key order then append), each record is put or deleted
+ * in its key group's transaction, which the end of the key group commits
+ * (or, after a failure, aborts). */
+typedef struct lmdb_restorer {
+    lmdb_store *store;
+    const snap_id_map *map;
+} lmdb_restorer;
+int lmdb_restore_begin(lmdb_store *st, stash_kg_range range);
+int lmdb_restore_record(void *restorer, uint32_t kg, const snap_record *r);
+int lmdb_restore_kg_done(void *restorer, uint32_t kg, int rc);
+/* Empties key groups range (a rollback's first step). */
+int lmdb_clear(lmdb_store *st, stash_kg_range range);
 
 #endif /* STASH_BACKENDS_LMDB_H */

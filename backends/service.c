@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/lmdb.h"
 #include "backends/service.h"
 
 #define DEFAULT_TIMEOUT_MS 60000u
@@ -41,6 +42,7 @@ struct stash_service {
     uint64_t base_id;
     uint32_t since_full;     /* incremental checkpoints since the last full one */
     stash_worker_info *seen; /* per worker index, as the last look found it */
+    lmdb_store *lmdb;        /* an lmdb arena's environments, for their snapshots */
 };
 
 __attribute__((format(printf, 2, 3))) static void say(stash_service *s, const char *fmt, ...)
@@ -122,6 +124,18 @@ static int cut_for_absent(stash_service *s, uint32_t index, uint32_t p, outcome 
     return rc;
 }
 
+/* Takes key group kg's cut into s->cut, if it has one and it was not taken
+ * yet. For an lmdb arena the snapshot opens first: the cut holds the
+ * owner's commits back until it is taken. */
+static int take_cut(stash_service *s, uint32_t kg, outcome *r)
+{
+    shm_table *t = &s->a->tables[kg];
+    if (s->cut[kg] || !atomic_load(&t->cut)) return 0;
+    if (s->lmdb && lmdb_snap_open(s->lmdb, kg) < 0) return failed(r, 0, "%s", stash_errmsg());
+    s->cut[kg] = atomic_exchange(&t->cut, 0);
+    return 0;
+}
+
 /* Waits until each of workers 0 .. p-1 has cut checkpoint id, or left
  * (the engine then cuts its key groups itself). */
 static int await_cuts(stash_service *s, uint64_t id, uint32_t p, uint64_t t0, outcome *r)
@@ -134,8 +148,14 @@ static int await_cuts(stash_service *s, uint64_t id, uint32_t p, uint64_t t0, ou
     for (;;) {
         uint32_t seen = atomic_load(&c->wake), missing = 0;
         for (uint32_t i = 0; i < p && rc == 0; i++) {
-            if (done[i] || atomic_load(&c->workers[i].acked) == id) {
+            if (done[i]) continue;
+            if (atomic_load(&c->workers[i].acked) == id) {
                 done[i] = true;
+                /* An lmdb owner may commit again once its key groups' snapshots are open. */
+                stash_kg_range range;
+                stash_kg_range_of(s->a->hdr->max_parallelism, p, i, &range);
+                for (uint32_t kg = range.first; s->lmdb && rc == 0 && kg <= range.last; kg++)
+                    rc = take_cut(s, kg, r);
                 continue;
             }
             stash_worker_info info;
@@ -175,8 +195,8 @@ static int collect_cuts(stash_service *s, uint32_t p, outcome *r)
     stash_arena *a = s->a;
     uint32_t maxp = a->hdr->max_parallelism;
     int rc = 0;
+    for (uint32_t kg = 0; kg < maxp && rc == 0; kg++) rc = take_cut(s, kg, r);
     for (uint32_t kg = 0; kg < maxp; kg++) {
-        s->cut[kg] = atomic_exchange(&a->tables[kg].cut, 0);
         if (s->cut[kg] || rc) continue;
         int owner = p ? stash_kg_owner(kg, maxp, p) : 0;
         int err = p ? atomic_load(&a->control->workers[owner].cut_error) : 0;
@@ -234,7 +254,7 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, outcome *r)
     }
     uint32_t full_every = s->o.full_every ? s->o.full_every : DEFAULT_FULL_EVERY;
     /* A savepoint stands alone: full, in its own directory, no one's base. */
-    bool chain = s->o.incremental && !r->savepoint;
+    bool chain = s->o.incremental && !r->savepoint && !s->lmdb;
     bool delta = chain && s->base_id && s->since_full < full_every;
     ckpt_opts o = {.dir = s->dir,
                    .id = id,
@@ -253,7 +273,9 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, outcome *r)
                    .op_parallelism = p,
                    .op_blobs = blobs,
                    .serialized = chain ? NULL : release_cut,
-                   .serialized_ctx = s};
+                   .serialized_ctx = s,
+                   .serialize_kg = s->lmdb ? lmdb_snap_write_kg : NULL,
+                   .serialize_ctx = s->lmdb};
     ckpt_written w = {0};
     rc = ckpt_write(a, s->cut, &o, &w);
     if (rc == -E2BIG) {
@@ -264,6 +286,7 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, outcome *r)
     }
     free(blobs);
     free(mem);
+    if (s->lmdb) lmdb_snap_close(s->lmdb);
     if (rc) return failed(r, rc, "%s", stash_errmsg());
     r->bytes = w.data_bytes;
     r->incremental = delta;
@@ -381,6 +404,7 @@ static void run_checkpoint(stash_service *s)
     if (rc == 0) rc = collect_cuts(s, p, &r);
     if (rc == 0) rc = write_cut(s, id, p, &r);
     if (rc) {
+        if (s->lmdb) lmdb_snap_close(s->lmdb);
         /* Workers that cut late see the abort and release their own pins. */
         atomic_store(&c->aborted, id);
         service_release_cuts(a);
@@ -489,8 +513,9 @@ static int create_arena(stash_service *s, const char *name)
         ckpt_restored out = {0};
         uint64_t t0 = shm_now_ns();
         if (rc == 0)
-            rc = from ? ckpt_restore_path(w->arena, from, w->range, s->e, &out)
-                      : ckpt_restore(w->arena, s->dir, 0, w->range, s->e, &out);
+            rc = from ? ckpt_restore_path(w->arena, from, w->range, s->e, w->lmdb, &out)
+                      : ckpt_restore_prepared(w->arena, s->dir, 0, w->range, s->e, w->lmdb, NULL,
+                                              NULL, &out);
         if (rc == 0) rc = install_opstate(w->arena, &out);
         if (rc == 0) {
             shm_control *c = w->arena->control;
@@ -569,6 +594,7 @@ static void release(stash_service *s)
             if (s->reader2) shm_reader_leave(s->a, s->reader2);
             shm_futex_wake(&c->finished);
         }
+        lmdb_store_free(s->lmdb);
         stash_arena_close(s->a);
     }
     ioe_engine_close(s->e);
@@ -603,11 +629,10 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
             if (rc == 0) rc = stash_arena_open(name, s->o.arena, &s->a);
         }
     }
-    if (rc == 0 && s->a->hdr->backend != STASH_BACKEND_HEAP)
-        rc = shm_fail(-EOPNOTSUPP,
-                      "%s: keeps keyed state in lmdb, which the engine cannot "
-                      "checkpoint: it serves heap arenas",
-                      s->a->path);
+    bool lmdb = rc == 0 && s->a->hdr->backend == STASH_BACKEND_LMDB;
+    if (lmdb && s->o.incremental)
+        rc = shm_fail(-EOPNOTSUPP, "%s: the lmdb backend takes full checkpoints only", s->a->path);
+    if (rc == 0 && lmdb) rc = lmdb_store_new(s->a, &s->lmdb);
     if (rc == 0) rc = claim(s);
     if (rc == 0) {
         uint32_t maxp = s->a->hdr->max_parallelism;

@@ -40,19 +40,28 @@ typedef struct writer {
     uint64_t records;
 } writer;
 
+int snap_block_add(snap_buf *out, uint16_t state, const void *key, uint16_t klen, const void *ns,
+                   uint16_t nslen, const void *value, uint32_t vlen, uint16_t flags)
+{
+    snap_rec_hdr h = {state, klen, nslen, flags, vlen};
+    size_t n = sizeof h + klen + nslen + vlen;
+    if (buf_reserve(out, n) < 0) return -ENOMEM;
+    uint8_t *p = out->data + out->len;
+    memcpy(p, &h, sizeof h);
+    if (klen) memcpy(p + sizeof h, key, klen);
+    if (nslen) memcpy(p + sizeof h + klen, ns, nslen);
+    if (vlen) memcpy(p + sizeof h + klen + nslen, value, vlen);
+    out->len += n;
+    return 0;
+}
+
 static int append_record(writer *w, const shm_rec *r, uint16_t flags)
 {
     uint32_t vlen = flags ? 0 : atomic_load_explicit(&r->vlen, memory_order_relaxed);
-    snap_rec_hdr h = {r->state, r->klen, r->nslen, flags, vlen};
-    size_t n = sizeof h + r->klen + r->nslen + vlen;
-    if (buf_reserve(w->out, n) < 0) return -ENOMEM;
-    uint8_t *p = w->out->data + w->out->len;
-    memcpy(p, &h, sizeof h);
-    /* Key, namespace and value lie one after another in the record. */
-    memcpy(p + sizeof h, shm_rec_key(r), n - sizeof h);
-    w->out->len += n;
-    w->records++;
-    return 0;
+    int rc = snap_block_add(w->out, r->state, shm_rec_key(r), r->klen, shm_rec_ns(r), r->nslen,
+                            shm_rec_value((shm_rec *)r), vlen, flags);
+    if (rc == 0) w->records++;
+    return rc;
 }
 
 static int write_record(const shm_rec *r, void *ctx)
@@ -102,6 +111,20 @@ static int64_t finish_block(snap_buf *out, size_t start, uint32_t kg, uint64_t r
     h.header_crc = snap_crc32c(0, &h, offsetof(snap_block_hdr, header_crc));
     memcpy(out->data + start, &h, sizeof h);
     return (int64_t)records;
+}
+
+int snap_block_begin(snap_buf *out, size_t *start)
+{
+    *start = out->len;
+    if (buf_reserve(out, sizeof(snap_block_hdr)) < 0) return -ENOMEM;
+    out->len += sizeof(snap_block_hdr);
+    return 0;
+}
+
+int64_t snap_block_end(snap_buf *out, size_t start, uint32_t kg, uint64_t records, uint16_t flags,
+                       bool lz4)
+{
+    return finish_block(out, start, kg, records, flags, lz4);
 }
 
 int64_t snap_write_kg(stash_arena *a, uint32_t kg, uint32_t version, bool lz4, snap_buf *out)

@@ -63,6 +63,17 @@ int64_t snap_write_kg(stash_arena *a, uint32_t kg, uint32_t version, bool lz4, s
 int64_t snap_write_kg_delta(stash_arena *a, uint32_t kg, uint32_t base, uint32_t version, bool lz4,
                             snap_buf *out);
 
+/* A block built from records given one at a time, by a backend that walks
+ * a store of its own: begin reserves the header (start is where the block
+ * starts), add appends a record (flags SNAP_REC_DELETED for a delta's
+ * deletion), end compresses if asked and writes the header. Each returns 0
+ * (end: the records) or -ENOMEM. */
+int snap_block_begin(snap_buf *out, size_t *start);
+int snap_block_add(snap_buf *out, uint16_t state, const void *key, uint16_t klen, const void *ns,
+                   uint16_t nslen, const void *value, uint32_t vlen, uint16_t flags);
+int64_t snap_block_end(snap_buf *out, size_t start, uint32_t kg, uint64_t records, uint16_t flags,
+                       bool lz4);
+
 /* A checked block: its header and its payload (decompressed). */
 typedef struct snap_block {
     snap_block_hdr hdr;

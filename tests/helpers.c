@@ -20,15 +20,19 @@ const char *test_arena_name(const char *tag)
     return name;
 }
 
+stash_backend test_backend(void)
+{
+    const char *b = getenv("STASH_TEST_BACKEND");
+    return b && strcmp(b, "lmdb") == 0 ? STASH_BACKEND_LMDB : STASH_BACKEND_HEAP;
+}
+
 stash_arena *test_arena_create(const char *tag, uint64_t size, uint32_t maxp, char *name_out)
 {
     const char *name = test_arena_name(tag);
     stash_arena *a = NULL;
-    /* The suites of the state kinds run on either backend. */
-    const char *backend = getenv("STASH_TEST_BACKEND");
-    stash_backend b = backend && strcmp(backend, "lmdb") == 0 ? STASH_BACKEND_LMDB : 0;
     int rc = stash_arena_create(
-        name, &(stash_arena_opts){.size = size, .max_parallelism = maxp, .backend = b}, &a);
+        name, &(stash_arena_opts){.size = size, .max_parallelism = maxp, .backend = test_backend()},
+        &a);
     cr_assert_eq(rc, 0, "create %s: %s (%s)", name, stash_strerror(rc), stash_errmsg());
     if (name_out) snprintf(name_out, 96, "%s", name);
     return a;

@@ -34,6 +34,8 @@ static inline double test_double(const void *p)
 /* A name unique to this process and call: "t-<tag>-<pid>-<n>". */
 const char *test_arena_name(const char *tag);
 /* Creates an arena of size bytes (0: default) under a unique name; asserts. */
+/* The backend the suites run on: lmdb if STASH_TEST_BACKEND=lmdb, else heap. */
+stash_backend test_backend(void);
 stash_arena *test_arena_create(const char *tag, uint64_t size, uint32_t maxp, char *name_out);
 /* Forks a child that runs fn(arg) and _exits with its return value; the
  * child is killed if the test process ends first. */

@@ -433,8 +433,8 @@ Test(ckpt, a_savepoint_is_self_contained_and_relocatable, .timeout = 60)
     job r;
     open_job(&r);
     ckpt_restored out;
-    cr_assert_eq(ckpt_restore_path(r.arena, to, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
-                 stash_errmsg());
+    cr_assert_eq(ckpt_restore_path(r.arena, to, (stash_kg_range){0, KGS - 1}, e, NULL, &out), 0,
+                 "%s", stash_errmsg());
     ckpt_restored_free(&out);
     cr_assert_eq(out.id, 9);
     expect_gen(&r, 4);

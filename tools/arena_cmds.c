@@ -42,6 +42,13 @@ static int parse_arena_args(int argc, char **argv, const char *usage, bool creat
                 goto bad_value;
             out->opts.max_parallelism = (uint32_t)n;
             i++;
+        } else if (creating && strcmp(a, "--backend") == 0 && val) {
+            if (strcmp(val, "heap") != 0 && strcmp(val, "lmdb") != 0) goto bad_value;
+            out->opts.backend = strcmp(val, "lmdb") == 0 ? STASH_BACKEND_LMDB : STASH_BACKEND_HEAP;
+            i++;
+        } else if (creating && strcmp(a, "--lmdb-dir") == 0 && val) {
+            out->opts.lmdb_dir = val;
+            i++;
         } else if (creating && strcmp(a, "--group") == 0) {
             out->opts.flags |= STASH_ARENA_GROUP;
         } else if (creating && strcmp(a, "--replace") == 0) {
@@ -70,9 +77,11 @@ int tool_create(int argc, char **argv)
 {
     static const char usage[] =
         "usage: stash create NAME [--size SIZE] [--max-parallelism N] [--path FILE] [--group]\n"
-        "                         [--replace]\n"
+        "                         [--backend heap|lmdb] [--lmdb-dir DIR] [--replace]\n"
         "Creates the arena NAME (/dev/shm/stash.NAME unless --path): SIZE bytes (64M),\n"
-        "N key groups (128, at most 32768), mode 0600 (0660 with --group).\n";
+        "N key groups (128, at most 32768), mode 0600 (0660 with --group). Keyed state\n"
+        "lives in the arena (heap) or in an LMDB environment per key group in DIR\n"
+        "(lmdb; /var/tmp/stash.NAME.lmdb by default), emptied if it held any.\n";
     arena_args args;
     int rc = parse_arena_args(argc, argv, usage, true, &args);
     if (rc) return rc < 0 ? 0 : rc;
@@ -81,9 +90,11 @@ int tool_create(int argc, char **argv)
     if (rc < 0) return tool_fail("create", rc);
     stash_arena_info info;
     stash_arena_info_get(a, &info);
-    printf("created %s: %llu bytes, %u key groups, page %u bytes%s\n", info.path,
-           (unsigned long long)info.size, info.max_parallelism, info.page_size,
-           info.huge_pages == 1 ? ", hugetlbfs" : "");
+    printf("created %s: %llu bytes, %u key groups, page %u bytes%s, keyed state in %s%s\n",
+           info.path, (unsigned long long)info.size, info.max_parallelism, info.page_size,
+           info.huge_pages == 1 ? ", hugetlbfs" : "",
+           info.backend == STASH_BACKEND_LMDB ? "lmdb at " : "the arena",
+           info.backend == STASH_BACKEND_LMDB ? info.lmdb_dir : "");
     stash_arena_close(a);
     return 0;
 }
@@ -111,11 +122,15 @@ static void print_status_json(stash_arena *a, const stash_arena_info *info,
 {
     printf("{\"path\": \"%s\", \"layout_version\": %u, \"size\": %llu, \"page_size\": %u, "
            "\"max_parallelism\": %u, \"data_bytes\": %llu, \"pool_free_bytes\": %llu, "
-           "\"huge_pages\": %d, \"creator_pid\": %d, \"created_ns\": %llu, \"workers\": [",
+           "\"huge_pages\": %d, \"creator_pid\": %d, \"created_ns\": %llu, \"backend\": \"%s\", "
+           "\"lmdb_dir\": ",
            info->path, info->layout_version, (unsigned long long)info->size, info->page_size,
            info->max_parallelism, (unsigned long long)info->data_bytes,
            (unsigned long long)info->pool_free_bytes, info->huge_pages, info->creator_pid,
-           (unsigned long long)info->created_ns);
+           (unsigned long long)info->created_ns,
+           info->backend == STASH_BACKEND_LMDB ? "lmdb" : "heap");
+    tool_json_string(info->lmdb_dir);
+    printf(", \"workers\": [");
     for (size_t i = 0; i < nw; i++)
         printf("%s{\"index\": %u, \"parallelism\": %u, \"pid\": %d, \"state\": \"%s\", "
                "\"key_groups\": [%u, %u], \"generation\": %u, \"previous_pid\": %d, "
@@ -167,6 +182,8 @@ static void print_status_text(stash_arena *a, const stash_arena_info *info,
            "group\n",
            when, info->creator_pid, info->max_parallelism,
            (unsigned long long)info->pool_free_bytes, (unsigned long long)info->data_bytes);
+    if (info->backend == STASH_BACKEND_LMDB)
+        printf("keyed state: lmdb, an environment per key group in %s\n", info->lmdb_dir);
     printf("workers: %zu\n", nw);
     if (nw)
         printf("  %5s %5s %8s %5s %12s %4s %8s\n", "index", "of", "pid", "state", "key groups",

@@ -29,12 +29,14 @@ int tool_serve(int argc, char **argv)
         "usage: stash serve NAME [--storage fs|memory] [--dir DIR] [--interval DURATION]\n"
         "                        [--min-pause DURATION] [--timeout DURATION] [--retain K]\n"
         "                        [--incremental] [--full-every M] [--lz4] [--memory-cap SIZE]\n"
-        "                        [--backend heap] [--path FILE] [--size SIZE]\n"
-        "                        [--max-parallelism N] [--restore CHECKPOINT]\n"
+        "                        [--backend heap|lmdb] [--lmdb-dir DIR] [--path FILE]\n"
+        "                        [--size SIZE] [--max-parallelism N] [--restore CHECKPOINT]\n"
         "Runs the persistence engine of the arena NAME until SIGTERM, SIGINT or `stash stop`.\n"
         "An existing arena is reattached; a missing one is created (SIZE bytes, N key\n"
-        "groups) and restored from the newest complete checkpoint in DIR if there is one\n"
-        "(or from the checkpoint or savepoint directory CHECKPOINT with --restore).\n"
+        "groups, keyed state in the arena (heap) or in LMDB environments in --lmdb-dir,\n"
+        "/var/tmp/stash.NAME.lmdb by default) and restored from the newest complete\n"
+        "checkpoint in DIR if there is one (or from the checkpoint or savepoint directory\n"
+        "CHECKPOINT with --restore). An lmdb arena takes full checkpoints only.\n"
         "Checkpoints go to DIR (fs, required) or /dev/shm/stash.NAME.checkpoints (memory,\n"
         "each at most SIZE of --memory-cap, 5M by default), every DURATION of --interval\n"
         "(none: only on `stash checkpoint`), one at a time, at least --min-pause apart; a\n"
@@ -68,10 +70,10 @@ int tool_serve(int argc, char **argv)
             ok = strcmp(val, "fs") == 0 || strcmp(val, "memory") == 0;
             o.storage = strcmp(val, "memory") == 0 ? STASH_STORAGE_MEMORY : STASH_STORAGE_FS;
         } else if (strcmp(a, "--backend") == 0) {
-            if (strcmp(val, "heap") != 0) {
-                fprintf(stderr, "stash serve: backend '%s' is not available (heap is)\n", val);
-                return 2;
-            }
+            ok = strcmp(val, "heap") == 0 || strcmp(val, "lmdb") == 0;
+            ao.backend = strcmp(val, "lmdb") == 0 ? STASH_BACKEND_LMDB : STASH_BACKEND_HEAP;
+        } else if (strcmp(a, "--lmdb-dir") == 0) {
+            ao.lmdb_dir = val;
         } else if (strcmp(a, "--dir") == 0) {
             o.dir = val;
         } else if (strcmp(a, "--restore") == 0) {
