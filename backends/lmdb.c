@@ -25,9 +25,9 @@
 
 #include "backends/lmdb.h"
 
-#define MAP_INITIAL (64ull << 20)      /* bytes of map an environment starts with */
-#define TXN_MAX_BYTES (64ull << 20)    /* an estimate of a transaction's new pages stays under it */
-#define STORE_MAX_BYTES (128ull << 20) /* and of all a process's transactions together */
+#define MAP_INITIAL (64ull << 20)     /* bytes of map an environment starts with */
+#define TXN_MAX_BYTES (32ull << 20)   /* an estimate of a transaction's new pages stays under it */
+#define STORE_MAX_BYTES (32ull << 20) /* and of all a process's transactions together */
 /* Dirty pages stay in the process until the commit writes them: a full disk
  * fails the commit rather than a write into the map. */
 #define ENV_FLAGS (MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS | MDB_NORDAHEAD)

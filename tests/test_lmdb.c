@@ -1,0 +1,376 @@
+/*
+ * test_lmdb.c: what the lmdb backend adds to the suites both backends run:
+ * savepoints that move between the backends, a worker killed in the middle
+ * of a transaction, a map that grows and keys it cannot hold, and state
+ * several times the memory its process may use.
+ */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backends/ckpt.h"
+#include "backends/lmdb.h"
+#include "tests/helpers.h"
+
+#define KGS 16u
+
+static stash_arena *create(const char *tag, stash_backend backend, char *name)
+{
+    const char *n = test_arena_name(tag);
+    snprintf(name, 96, "%s", n);
+    stash_arena *a;
+    int rc = stash_arena_create(
+        n, &(stash_arena_opts){.size = 16u << 20, .max_parallelism = KGS, .backend = backend}, &a);
+    cr_assert_eq(rc, 0, "create %s: %s", n, stash_errmsg());
+    return a;
+}
+
+static void destroy(stash_arena *a, const char *name)
+{
+    stash_arena_close(a);
+    cr_assert_eq(stash_arena_destroy(name, NULL), 0, "%s", stash_errmsg());
+}
+
+static stash_state *state(stash_worker *w, const char *name, stash_kind kind)
+{
+    stash_state *s;
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = name, .kind = kind}, &s), 0, "%s",
+                 stash_errmsg());
+    return s;
+}
+
+static void put_u64(stash_state *s, uint64_t v)
+{
+    cr_assert_eq(stash_value_put(s, &v, sizeof v), 0, "%s", stash_errmsg());
+}
+
+static uint64_t get_u64(stash_state *s)
+{
+    stash_bytes b;
+    int rc = stash_value_get(s, &b);
+    if (rc == STASH_ENOTFOUND) return UINT64_MAX;
+    cr_assert_eq(rc, 0, "%s", stash_errmsg());
+    cr_assert_eq(b.len, 8);
+    return test_u64(b.data);
+}
+
+/* ---- savepoints between backends ---------------------------------------- */
+
+#define KEYS 2000u
+
+/* Values in two namespaces, a list and a map for every key. */
+static void fill(const char *name)
+{
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    stash_state *v = state(w, "v", STASH_VALUE), *l = state(w, "l", STASH_LIST),
+                *m = state(w, "m", STASH_MAP);
+    for (uint64_t k = 0; k < KEYS; k++) {
+        stash_key_set(w, &k, sizeof k);
+        stash_state_namespace(v, "", 0);
+        put_u64(v, k * 3);
+        stash_state_namespace(v, "ns", 2);
+        put_u64(v, k * 5);
+        uint64_t e[2] = {k, k + 1};
+        cr_assert_eq(stash_list_add(l, &e[0], 8), 0);
+        cr_assert_eq(stash_list_add(l, &e[1], 8), 0);
+        cr_assert_eq(stash_map_put(m, "a", 1, &k, 8), 0);
+    }
+    stash_worker_close(w);
+}
+
+static void check(const char *name)
+{
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    stash_state *v = state(w, "v", STASH_VALUE), *l = state(w, "l", STASH_LIST),
+                *m = state(w, "m", STASH_MAP);
+    for (uint64_t k = 0; k < KEYS; k++) {
+        stash_key_set(w, &k, sizeof k);
+        stash_state_namespace(v, "", 0);
+        cr_assert_eq(get_u64(v), k * 3, "key %llu", (unsigned long long)k);
+        stash_state_namespace(v, "ns", 2);
+        cr_assert_eq(get_u64(v), k * 5, "key %llu", (unsigned long long)k);
+        stash_iter it;
+        stash_bytes e;
+        cr_assert_eq(stash_list_get(l, &it), 0);
+        for (uint64_t i = 0; i < 2; i++) {
+            cr_assert_eq(stash_iter_next(&it, NULL, &e), 1);
+            cr_assert_eq(test_u64(e.data), k + i);
+        }
+        cr_assert_eq(stash_iter_next(&it, NULL, &e), 0);
+        cr_assert_eq(stash_map_get(m, "a", 1, &e), 0);
+        cr_assert_eq(test_u64(e.data), k);
+    }
+    stash_worker_close(w);
+}
+
+/* A savepoint of the arena: the heap's tables as pinned, or lmdb's
+ * environments through their snapshots. */
+static void savepoint(stash_arena *a, const char *dir, uint64_t id, ioe_engine *e)
+{
+    uint32_t pins[KGS] = {0};
+    lmdb_store *st = NULL;
+    ckpt_opts o = {.dir = dir, .id = id, .savepoint = true, .engine = e};
+    if (a->hdr->backend == STASH_BACKEND_LMDB) {
+        cr_assert_eq(lmdb_store_new(a, &st), 0);
+        for (uint32_t kg = 0; kg < KGS; kg++) cr_assert_eq(lmdb_snap_open(st, kg), 0);
+        o.serialize_kg = lmdb_snap_write_kg;
+        o.serialize_ctx = st;
+    } else {
+        for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(a, kg);
+    }
+    ckpt_written out;
+    cr_assert_eq(ckpt_write(a, pins, &o, &out), 0, "%s", stash_errmsg());
+    cr_assert_eq(out.records, 4 * KEYS);
+    lmdb_store_free(st);
+    for (uint32_t kg = 0; kg < KGS && !st; kg++)
+        if (pins[kg]) shm_table_unpin(a, kg, pins[kg]);
+}
+
+static void restore(stash_arena *a, const char *path, ioe_engine *e)
+{
+    ckpt_restored out;
+    cr_assert_eq(ckpt_restore_path(a, path, (stash_kg_range){0, KGS - 1}, e, NULL, &out), 0, "%s",
+                 stash_errmsg());
+    cr_assert_eq(out.records, 4 * KEYS);
+    ckpt_restored_free(&out);
+}
+
+Test(lmdb, savepoints_move_between_the_backends, .timeout = 120)
+{
+    char dir[128], path[256], hn[96], ln[96], hn2[96];
+    snprintf(dir, sizeof dir, "/var/tmp/stash-lmdb-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    ioe_engine *e;
+    cr_assert_eq(ioe_engine_open(&(ioe_opts){0}, &e), 0);
+    stash_arena *heap = create("lmsp", STASH_BACKEND_HEAP, hn);
+    fill(hn);
+    savepoint(heap, dir, 1, e);
+    /* heap -> lmdb */
+    stash_arena *lm = create("lmsp", STASH_BACKEND_LMDB, ln);
+    snprintf(path, sizeof path, "%s/savepoint-1", dir);
+    restore(lm, path, e);
+    check(ln);
+    /* lmdb -> heap */
+    savepoint(lm, dir, 2, e);
+    stash_arena *heap2 = create("lmsp", STASH_BACKEND_HEAP, hn2);
+    snprintf(path, sizeof path, "%s/savepoint-2", dir);
+    restore(heap2, path, e);
+    check(hn2);
+    destroy(heap, hn);
+    destroy(lm, ln);
+    destroy(heap2, hn2);
+    ioe_engine_close(e);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+/* ---- a worker killed in the middle of a transaction --------------------- */
+
+typedef struct rounds {
+    const char *name;
+    int ready; /* a pipe: a byte after each committed round */
+} rounds;
+
+/* Writes round r into every key, then commits it at a barrier, for ever. */
+static int write_rounds(void *arg)
+{
+    rounds *x = arg;
+    stash_worker *w;
+    if (stash_worker_open(x->name, NULL, &w) < 0) return 10;
+    stash_state *v;
+    if (stash_state_get(w, &(stash_state_desc){.name = "r", .kind = STASH_VALUE}, &v) < 0)
+        return 11;
+    for (uint64_t r = 1;; r++) {
+        for (uint64_t k = 0; k < KEYS; k++) {
+            stash_key_set(w, &k, sizeof k);
+            if (stash_value_put(v, &r, sizeof r) < 0) return 12;
+        }
+        usleep(2 * LMDB_COMMIT_MS * 1000);
+        stash_event ev;
+        if (stash_barrier(w, &ev) < 0) return 13;
+        if (write(x->ready, "", 1) != 1) return 14;
+    }
+}
+
+Test(lmdb, a_worker_killed_mid_transaction_leaves_the_last_commit, .timeout = 120)
+{
+    char name[96];
+    stash_arena *a = create("lmkill", STASH_BACKEND_LMDB, name);
+    srand((unsigned)getpid());
+    for (int round = 0; round < 6; round++) {
+        int p[2];
+        cr_assert_eq(pipe(p), 0);
+        rounds x = {name, p[1]};
+        pid_t pid = test_fork(write_rounds, &x);
+        char c;
+        cr_assert_eq(read(p[0], &c, 1), 1, "a round committed");
+        /* Somewhere in the middle of the next round's writes. */
+        usleep((useconds_t)(rand() % 20000));
+        kill(pid, SIGKILL);
+        test_wait(pid);
+        close(p[0]);
+        close(p[1]);
+        /* The replacement takes the dead one's place: every key holds the
+         * same committed round, and the writer's lock is free. */
+        stash_worker *w;
+        cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+        stash_state *v = state(w, "r", STASH_VALUE);
+        uint64_t k0 = 0, seen;
+        stash_key_set(w, &k0, sizeof k0);
+        seen = get_u64(v);
+        cr_assert(seen != UINT64_MAX && seen >= 1, "round %d: key 0 holds round %llu", round,
+                  (unsigned long long)seen);
+        for (uint64_t k = 0; k < KEYS; k++) {
+            stash_key_set(w, &k, sizeof k);
+            cr_assert_eq(get_u64(v), seen, "round %d: key %llu", round, (unsigned long long)k);
+            put_u64(v, 1000 + k);
+        }
+        stash_worker_close(w);
+        cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+        v = state(w, "r", STASH_VALUE);
+        for (uint64_t k = 0; k < KEYS; k += 97) {
+            stash_key_set(w, &k, sizeof k);
+            cr_assert_eq(get_u64(v), 1000 + k, "the replacement's writes were committed");
+        }
+        stash_worker_close(w);
+    }
+    destroy(a, name);
+}
+
+/* ---- the map grows; keys it cannot hold ---------------------------------- */
+
+Test(lmdb, the_map_grows_and_a_key_too_long_is_refused, .timeout = 120)
+{
+    const char *n = test_arena_name("lmgrow");
+    char name[96];
+    snprintf(name, sizeof name, "%s", n);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_create(name,
+                                    &(stash_arena_opts){.size = 16u << 20,
+                                                        .max_parallelism = 1,
+                                                        .backend = STASH_BACKEND_LMDB},
+                                    &a),
+                 0);
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0);
+    stash_state *v = state(w, "big", STASH_VALUE);
+    /* Well past the 64 MiB an environment's map starts with, in one key group. */
+    static uint8_t value[1000];
+    const uint64_t n_keys = 100000;
+    for (uint64_t k = 0; k < n_keys; k++) {
+        memcpy(value, &k, sizeof k);
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_put(v, value, sizeof value), 0, "key %llu: %s",
+                     (unsigned long long)k, stash_errmsg());
+    }
+    cr_assert_eq(worker_kg_entries(w, 0), (int64_t)n_keys);
+    stash_worker_close(w);
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0);
+    v = state(w, "big", STASH_VALUE);
+    for (uint64_t k = 0; k < n_keys; k += 101) {
+        stash_key_set(w, &k, sizeof k);
+        stash_bytes b;
+        cr_assert_eq(stash_value_get(v, &b), 0);
+        cr_assert_eq(b.len, sizeof value);
+        cr_assert_eq(test_u64(b.data), k);
+    }
+    static char key[600];
+    memset(key, 'k', sizeof key);
+    stash_key_set(w, key, sizeof key);
+    cr_assert_eq(stash_value_put(v, "x", 1), STASH_ETOOBIG);
+    cr_assert(strstr(stash_errmsg(), "lmdb stores at most"), "%s", stash_errmsg());
+    stash_worker_close(w);
+    destroy(a, name);
+}
+
+/* ---- state several times the memory the process may use ----------------- */
+
+#define BUDGET (96u << 20)
+#define STATE_KEYS 400000u /* of 1000 bytes: about four times the budget */
+
+/* Puts the calling process in a memory cgroup of BUDGET bytes (v2, else
+ * v1). Returns 0, or -1 where the machine has no such cgroups. */
+static int limit_memory(char *group, size_t size)
+{
+    const char *roots[] = {"/sys/fs/cgroup", "/sys/fs/cgroup/memory"};
+    const char *limits[] = {"memory.max", "memory.limit_in_bytes"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(group, size, "%s/stash-test-%d", roots[i], (int)getpid());
+        if (mkdir(group, 0755) < 0) continue;
+        char path[512], v[32];
+        snprintf(path, sizeof path, "%s/%s", group, limits[i]);
+        int fd = open(path, O_WRONLY);
+        int n = snprintf(v, sizeof v, "%u", BUDGET);
+        bool ok = fd >= 0 && write(fd, v, (size_t)n) == n;
+        if (fd >= 0) close(fd);
+        snprintf(path, sizeof path, "%s/cgroup.procs", group);
+        fd = open(path, O_WRONLY);
+        n = snprintf(v, sizeof v, "%d", (int)getpid());
+        ok = ok && fd >= 0 && write(fd, v, (size_t)n) == n;
+        if (fd >= 0) close(fd);
+        if (ok) return 0;
+        rmdir(group);
+    }
+    return -1;
+}
+
+static int large_state(void *arg)
+{
+    const char *name = arg;
+    char group[256];
+    if (limit_memory(group, sizeof group) < 0) return 77;
+    stash_worker *w;
+    if (stash_worker_open(name, NULL, &w) < 0) return 10;
+    stash_state *v;
+    if (stash_state_get(w, &(stash_state_desc){.name = "large", .kind = STASH_VALUE}, &v) < 0)
+        return 11;
+    static uint8_t value[1000];
+    for (uint64_t k = 0; k < STATE_KEYS; k++) {
+        memset(value, (int)k, sizeof value);
+        memcpy(value, &k, sizeof k);
+        stash_key_set(w, &k, sizeof k);
+        if (stash_value_put(v, value, sizeof value) < 0) return 12;
+        stash_event ev;
+        if (k % 1000 == 0 && stash_barrier(w, &ev) < 0) return 13;
+    }
+    for (uint64_t k = 0; k < STATE_KEYS; k++) {
+        stash_key_set(w, &k, sizeof k);
+        stash_bytes b;
+        if (stash_value_get(v, &b) < 0 || b.len != sizeof value || test_u64(b.data) != k ||
+            ((const uint8_t *)b.data)[sizeof value - 1] != (uint8_t)k)
+            return 14;
+    }
+    stash_worker_close(w);
+    return 0;
+}
+
+Test(lmdb, state_four_times_the_memory_budget_works, .timeout = 300)
+{
+#ifdef __SANITIZE_ADDRESS__
+    cr_skip_test("the address sanitizer's own memory would not fit the budget");
+#endif
+    char name[96];
+    stash_arena *a = create("lmlarge", STASH_BACKEND_LMDB, name);
+    pid_t pid = test_fork(large_state, name);
+    int st = test_wait(pid);
+    char group[256];
+    snprintf(group, sizeof group, "/sys/fs/cgroup/stash-test-%d", (int)pid);
+    rmdir(group);
+    snprintf(group, sizeof group, "/sys/fs/cgroup/memory/stash-test-%d", (int)pid);
+    rmdir(group);
+    if (st == 77) {
+        destroy(a, name);
+        cr_skip_test("no memory cgroup can be made here");
+    }
+    cr_assert_eq(st, 0, "the worker in %u bytes of memory: status %d", BUDGET, st);
+    destroy(a, name);
+}
