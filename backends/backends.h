@@ -108,6 +108,10 @@ int state_refuse_write(const stash_state *s, uint32_t kg);
  * chains: iterators of this worker go stale) and returns a cursor for it. */
 int state_find_write(stash_state *s, const shm_lookup *l, shm_cursor *c);
 
+/* As state_find_write, for a write that replaces the whole value and reads
+ * nothing of the old one (the lmdb backend then skips the lookup). */
+int state_find_overwrite(stash_state *s, const shm_lookup *l, shm_cursor *c);
+
 /* Reads the value bytes of l's entry: a view into the arena for an owned key
  * group (with c filled, for a following write), a private copy otherwise.
  * Returns 0 or STASH_ENOTFOUND. */

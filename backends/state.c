@@ -185,6 +185,15 @@ int state_find_write(stash_state *s, const shm_lookup *l, shm_cursor *c)
     return state_find(s, l, c);
 }
 
+int state_find_overwrite(stash_state *s, const shm_lookup *l, shm_cursor *c)
+{
+    if (!s->w->lmdb) return state_find_write(s, l, c);
+    /* A put replaces whatever LMDB holds: no need to read it first. */
+    s->w->writes++;
+    *c = (shm_cursor){0};
+    return 0;
+}
+
 int state_read(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out)
 {
     stash_worker *w = s->w;

@@ -93,7 +93,7 @@ STASH_API int stash_value_put(stash_state *state, const void *value, size_t len)
     if (!rc) rc = state_lookup(state, &l);
     if (rc) return rc;
     if (!state_owns(state, l.kg)) return state_refuse_write(state, l.kg);
-    rc = state_find_write(state, &l, &c);
+    rc = state_find_overwrite(state, &l, &c);
     if (rc) return rc;
     if (len == 0) return state_delete(state, &l, &c);
     return write_value(state, &l, &c, value, len);

@@ -95,10 +95,12 @@ typedef struct sys_run {
 
 typedef struct keyed_bench {
     bench_opts o;
-    uint64_t keys;   /* key indices 0 .. keys-1 */
-    uint64_t ops;    /* operations in a case's sequence */
-    uint64_t cap_ns; /* a timed pass stops here even if its sequence is not done */
-    char dir[64];
+    stash_backend backend; /* lmdb: stash's lmdb backend beside LMDB and RocksDB, on disk */
+    uint64_t keys;         /* key indices 0 .. keys-1 */
+    uint64_t ops;          /* operations in a case's sequence */
+    uint64_t cap_ns;       /* a timed pass stops here even if its sequence is not done */
+    char dir[512];
+    char arena_dir[64]; /* lmdb: the arena, in memory, beside the environments on disk */
     peer_redis_server *redis;
     char redis_why[256];
     uint64_t keyspace; /* list/add passes each append to lists of a fresh key space */
@@ -119,6 +121,7 @@ typedef struct stash_sys {
     stash_state *value, *list, *map;
     stash_arena_opts aopts;
     char path[PATH_MAX];
+    char lmdb_dir[PATH_MAX];
 } stash_sys;
 
 static int stash_sys_fail(kv_sys *s, const char *what, int rc)
@@ -221,6 +224,8 @@ static void stash_sys_close(kv_sys *s)
 {
     stash_sys *t = (stash_sys *)s;
     stash_worker_close(t->w);
+    /* The environments are on disk: they go with the arena. */
+    if (t->lmdb_dir[0]) stash_arena_destroy(ARENA_NAME, &t->aopts);
     free(t);
 }
 
@@ -239,14 +244,18 @@ static const kv_ops stash_sys_ops = {
 /* Joins the arena at path as worker index of p and registers the states;
  * with size > 0, creates the arena first. Its file stays when the worker
  * closes: the group's directory goes with it. */
-static int stash_sys_open(const char *path, uint64_t size, uint32_t index, uint32_t p, kv_sys **out,
-                          char *why, size_t whylen)
+static int stash_sys_open(const char *path, uint64_t size, uint32_t index, uint32_t p,
+                          const char *lmdb_dir, kv_sys **out, char *why, size_t whylen)
 {
     stash_sys *t = calloc(1, sizeof *t);
     if (!t) return snprintf(why, whylen, "out of memory"), -ENOMEM;
     t->base = (kv_sys){.ops = &stash_sys_ops, .name = "stash", .batch = 1};
     snprintf(t->path, sizeof t->path, "%s", path);
-    t->aopts = (stash_arena_opts){.path = t->path, .size = size};
+    snprintf(t->lmdb_dir, sizeof t->lmdb_dir, "%s", lmdb_dir ? lmdb_dir : "");
+    t->aopts = (stash_arena_opts){.path = t->path,
+                                  .size = size,
+                                  .backend = lmdb_dir ? STASH_BACKEND_LMDB : STASH_BACKEND_HEAP,
+                                  .lmdb_dir = lmdb_dir ? t->lmdb_dir : NULL};
     const char *what = "stash_arena_create";
     int rc = 0;
     if (size) {
@@ -368,10 +377,22 @@ static void fail_sys(sys_run *r, const char *stage)
     r->sys = NULL;
 }
 
+/* With --backend lmdb: stash's lmdb backend beside LMDB and RocksDB, which
+ * keep their data on disk as it does. */
+static bool compared(const keyed_bench *b, int sys)
+{
+    return b->backend == STASH_BACKEND_HEAP || sys == SYS_STASH || sys == SYS_LMDB ||
+           sys == SYS_ROCKSDB;
+}
+
 static void open_group(keyed_bench *b, int group, sys_run runs[NSYS])
 {
     for (int i = 0; i < NSYS; i++) {
-        char dir[128];
+        if (!compared(b, i)) {
+            runs[i] = (sys_run){.sys = NULL, .why = "not in this comparison"};
+            continue;
+        }
+        char dir[1024];
         snprintf(dir, sizeof dir, "%s/%s-%s", b->dir, group_names[group], sys_names[i]);
         kv_plan plan = {.dir = dir,
                         .entries = group == GROUP_MAP ? b->keys * MAP_ENTRIES : b->keys,
@@ -381,13 +402,19 @@ static void open_group(keyed_bench *b, int group, sys_run runs[NSYS])
         size_t wl = sizeof runs[i].why;
         runs[i].sys = NULL;
         if (i != SYS_REDIS && i != SYS_REDIS_PIPE && mkdir(dir, 0700) < 0) {
-            snprintf(why, wl, "mkdir %s: %s", dir, strerror(errno));
+            snprintf(why, wl, "mkdir %.200s: %s", dir, strerror(errno));
             continue;
         }
-        if (i == SYS_STASH) {
-            char path[160];
+        if (i == SYS_STASH && b->backend == STASH_BACKEND_LMDB) {
+            char path[PATH_MAX], envs[PATH_MAX];
+            snprintf(path, sizeof path, "%s/arena", b->arena_dir);
+            snprintf(envs, sizeof envs, "%s/lmdb", dir);
+            stash_sys_open(path, 64u << 20, 0, 1, envs, &runs[i].sys, why, wl);
+        } else if (i == SYS_STASH) {
+            char path[PATH_MAX];
             snprintf(path, sizeof path, "%s/arena", dir);
-            stash_sys_open(path, plan.bytes * 2 + (256ull << 20), 0, 1, &runs[i].sys, why, wl);
+            stash_sys_open(path, plan.bytes * 2 + (256ull << 20), 0, 1, NULL, &runs[i].sys, why,
+                           wl);
         } else if (i == SYS_RAW && group == GROUP_LIST) {
             snprintf(why, wl, "its slots hold one %d-byte value: no lists", VALUE_LEN);
         } else if (i == SYS_RAW) {
@@ -475,7 +502,7 @@ static void close_group(keyed_bench *b, int group, sys_run runs[NSYS])
     for (int i = 0; i < NSYS; i++) {
         if (runs[i].sys) runs[i].sys->ops->close(runs[i].sys);
         runs[i].sys = NULL;
-        char dir[128];
+        char dir[1024];
         snprintf(dir, sizeof dir, "%s/%s-%s", b->dir, group_names[group], sys_names[i]);
         remove_tree(dir);
     }
@@ -546,6 +573,7 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
     }
     double median[NSYS] = {0};
     for (int i = 0; i < NSYS && ok && !stopping(); i++) {
+        if (!compared(b, i)) continue;
         bench_result res = {.bench = "keyed", .name = c->name, .system = sys_names[i]};
         res.skipped = case_skip(c, &runs[i]);
         if (!res.skipped) {
@@ -557,11 +585,11 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
         }
         bench_report(&b->o, &res);
     }
-    bool all = strcmp(c->name, "value/ycsb-a/uniform") == 0;
+    bool all = strcmp(c->name, "value/ycsb-a/uniform") == 0 || b->backend == STASH_BACKEND_LMDB;
     for (int i = 1; i < NSYS && ok && !stopping(); i++) {
         char system[64];
         snprintf(system, sizeof system, "stash/%s", sys_names[i]);
-        if (all || i == SYS_RAW || i == SYS_LMDB)
+        if (compared(b, i) && (all || i == SYS_RAW || i == SYS_LMDB))
             report_ratio(&b->o, c->name, system, median[SYS_STASH], median[i]);
     }
     if (!ok) fprintf(stderr, "stash bench keyed: %s: out of memory\n", c->name);
@@ -585,7 +613,7 @@ static void scale_child(keyed_bench *b, const char *path, uint32_t index, uint32
 {
     kv_sys *s = NULL;
     pass_out warm, timed = {0};
-    int rc = stash_sys_open(path, 0, index, p, &s, pg->error[index], sizeof pg->error[index]);
+    int rc = stash_sys_open(path, 0, index, p, NULL, &s, pg->error[index], sizeof pg->error[index]);
     if (rc == 0) rc = run_pass(b, s, ops, n, b->cap_ns / 2, NULL, &warm);
     atomic_fetch_add(&pg->ready, 1);
     while (!atomic_load(&pg->go)) {
@@ -652,7 +680,7 @@ static double run_scale(keyed_bench *b, const char *path, uint32_t p, ycsb_op *c
 
 static void run_scaling(keyed_bench *b, uint64_t seed)
 {
-    char dir[96], path[128], why[320] = "";
+    char dir[600], path[640], why[320] = "";
     snprintf(dir, sizeof dir, "%s/scaling", b->dir);
     snprintf(path, sizeof path, "%s/arena", dir);
     ycsb_op *ops = malloc(b->ops * sizeof *ops), *parts[2] = {NULL, NULL};
@@ -665,9 +693,9 @@ static void run_scaling(keyed_bench *b, uint64_t seed)
     if (!ok)
         snprintf(why, sizeof why, "out of memory");
     else if (mkdir(dir, 0700) < 0)
-        snprintf(why, sizeof why, "mkdir %s: %s", dir, strerror(errno)), ok = false;
-    else if (stash_sys_open(path, payload_bytes(b, GROUP_VALUE) * 2 + (256ull << 20), 0, 1, &s, why,
-                            sizeof why) < 0)
+        snprintf(why, sizeof why, "mkdir %.200s: %s", dir, strerror(errno)), ok = false;
+    else if (stash_sys_open(path, payload_bytes(b, GROUP_VALUE) * 2 + (256ull << 20), 0, 1, NULL,
+                            &s, why, sizeof why) < 0)
         ok = false;
     bench_progress(&b->o, "keyed: scaling: loading");
     if (ok && load_one(b, s, GROUP_VALUE) < 0)
@@ -708,6 +736,26 @@ static void run_scaling(keyed_bench *b, uint64_t seed)
 
 /* ------------------------------------------------------------------------ */
 
+/* Takes --backend heap|lmdb out of argv. Returns 0, or -1 after saying
+ * what was wrong. */
+static int take_backend(int *argc, char **argv, stash_backend *out)
+{
+    *out = STASH_BACKEND_HEAP;
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], "--backend") != 0) continue;
+        const char *v = i + 1 < *argc ? argv[i + 1] : "";
+        if (strcmp(v, "heap") != 0 && strcmp(v, "lmdb") != 0) {
+            fprintf(stderr, "stash bench keyed: --backend takes heap or lmdb, not '%s'\n", v);
+            return -1;
+        }
+        *out = strcmp(v, "lmdb") == 0 ? STASH_BACKEND_LMDB : STASH_BACKEND_HEAP;
+        memmove(&argv[i], &argv[i + 2], (size_t)(*argc - i - 2) * sizeof *argv);
+        *argc -= 2;
+        i--;
+    }
+    return 0;
+}
+
 int bench_keyed(int argc, char **argv)
 {
     static const char usage[] =
@@ -716,15 +764,20 @@ int bench_keyed(int argc, char **argv)
         "put and get, 1M 8-byte keys with 100-byte values (--quick: 100K). Beside, in the same\n"
         "run and on the same sequences: a raw open-addressing table in shared memory, LMDB,\n"
         "RocksDB and Redis (pipelined and not) where installed. Also one worker process\n"
-        "against two, and the bytes each entry costs beyond its key and value.\n";
+        "against two, and the bytes each entry costs beyond its key and value.\n"
+        "--backend lmdb: stash's lmdb backend beside LMDB and RocksDB, ValueState under\n"
+        "YCSB A, B and C, 10M keys (--quick: 200K), everything on disk in $STASH_BENCH_DIR\n"
+        "or /var/tmp.\n";
     keyed_bench *b = calloc(1, sizeof *b);
     if (!b) return tool_fail("bench keyed", -ENOMEM);
-    int rc = bench_parse(argc, argv, usage, &b->o);
+    int rc = take_backend(&argc, argv, &b->backend);
+    if (rc == 0) rc = bench_parse(argc, argv, usage, &b->o);
     if (rc) {
         free(b);
         return rc < 0 ? 2 : 0;
     }
-    b->keys = b->o.quick ? 100000 : 1000000;
+    bool lmdb = b->backend == STASH_BACKEND_LMDB;
+    b->keys = lmdb ? (b->o.quick ? 200000 : 10000000) : b->o.quick ? 100000 : 1000000;
     b->ops = b->o.quick ? 200000 : 1000000;
     b->cap_ns = b->o.quick ? 150000000 : 1000000000;
     uint64_t x = 0x243F6A8885A308D3ull; /* xorshift64: fixed, so every run writes the same */
@@ -732,10 +785,21 @@ int bench_keyed(int argc, char **argv)
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         b->values[i / VALUE_LEN][i % VALUE_LEN] = (uint8_t)(x >> 56);
     }
-    /* Everything the bench creates lives here, in memory, for every system. */
-    snprintf(b->dir, sizeof b->dir, "/dev/shm/stash-bench-keyed.XXXXXX");
-    if (!mkdtemp(b->dir)) {
+    /* Everything the bench creates lives here: in memory for every system,
+     * or with --backend lmdb on disk (the arena alone in memory). */
+    const char *disk = getenv("STASH_BENCH_DIR") ? getenv("STASH_BENCH_DIR") : "/var/tmp";
+    if ((size_t)snprintf(b->dir, sizeof b->dir, "%s/stash-bench-keyed.XXXXXX",
+                         lmdb ? disk : "/dev/shm") >= sizeof b->dir ||
+        !mkdtemp(b->dir)) {
         rc = -errno;
+        fprintf(stderr, "stash bench keyed: cannot create %s: %s\n", b->dir, strerror(errno));
+        free(b);
+        return 1;
+    }
+    snprintf(b->arena_dir, sizeof b->arena_dir, "/dev/shm/stash-bench-keyed.XXXXXX");
+    if (lmdb && !mkdtemp(b->arena_dir)) {
+        rc = -errno;
+        remove_tree(b->dir);
         free(b);
         return tool_fail("bench keyed: mkdtemp /dev/shm", rc);
     }
@@ -745,27 +809,31 @@ int bench_keyed(int argc, char **argv)
     sigaction(SIGTERM, &sa, &old_term);
     sigaction(SIGPIPE, &ign, &old_pipe);
 
-    char redis_dir[96];
+    char redis_dir[1024];
     snprintf(redis_dir, sizeof redis_dir, "%s/redis", b->dir);
-    if (mkdir(redis_dir, 0700) < 0)
-        snprintf(b->redis_why, sizeof b->redis_why, "mkdir %s: %s", redis_dir, strerror(errno));
+    if (lmdb)
+        snprintf(b->redis_why, sizeof b->redis_why, "not in this comparison");
+    else if (mkdir(redis_dir, 0700) < 0)
+        snprintf(b->redis_why, sizeof b->redis_why, "mkdir %.200s: %s", redis_dir, strerror(errno));
     else
         peer_redis_start(redis_dir, &b->redis, b->redis_why, sizeof b->redis_why);
 
-    for (int g = 0; g < NGROUPS && !stopping(); g++) {
+    for (int g = 0; g < (lmdb ? 1 : NGROUPS) && !stopping(); g++) {
         sys_run runs[NSYS];
         bench_progress(&b->o, "keyed: opening the %s group", group_names[g]);
         open_group(b, g, runs);
         load_group(b, g, runs);
-        if (g == GROUP_VALUE && !stopping()) report_footprints(b, runs);
+        if (g == GROUP_VALUE && !lmdb && !stopping()) report_footprints(b, runs);
         for (size_t c = 0; c < NCASES && !stopping(); c++)
-            if (cases[c].group == g) run_case(b, &cases[c], c + 1, runs);
+            if (cases[c].group == g && !(lmdb && cases[c].second == YCSB_RMW))
+                run_case(b, &cases[c], c + 1, runs);
         close_group(b, g, runs);
-        if (g == GROUP_VALUE && !stopping()) run_scaling(b, 1);
+        if (g == GROUP_VALUE && !lmdb && !stopping()) run_scaling(b, 1);
     }
 
     peer_redis_stop(b->redis);
     remove_tree(b->dir);
+    if (lmdb) remove_tree(b->arena_dir);
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGPIPE, &old_pipe, NULL);
