@@ -334,7 +334,8 @@ static int build_metadata(stash_arena *a, const ckpt_opts *o, const file_list *f
                    .id = o->id,
                    .created_ns = shm_now_ns(),
                    .base_id = o->base_id,
-                   .backend = CKPT_BACKEND_HEAP,
+                   .backend = a->hdr->backend == STASH_BACKEND_LMDB ? CKPT_BACKEND_LMDB
+                                                                    : CKPT_BACKEND_HEAP,
                    .max_parallelism = maxp,
                    .nstates = nstates,
                    .nfiles = fl->n};

@@ -13,6 +13,7 @@
 #define CKPT_MAGIC "STASHCKP"
 #define CKPT_FORMAT_VERSION 2u
 #define CKPT_BACKEND_HEAP 1u
+#define CKPT_BACKEND_LMDB 2u
 #define CKPT_MAX_FILES 64u /* a chain: one full data file, then deltas */
 #define CKPT_FILE_DELTA 1u /* a data file of delta blocks */
 /* The memory storage: checkpoints in shared memory, capped (Flink's

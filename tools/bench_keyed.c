@@ -198,10 +198,12 @@ static int stash_sys_map_get(kv_sys *s, uint64_t key, uint64_t ukey, void *out, 
     return rc ? stash_sys_fail(s, "stash_map_get", rc) : copy_view(&v, out, cap, len);
 }
 
+/* A barrier, as a worker reaches between records: with lmdb it commits. */
 static int stash_sys_sync(kv_sys *s)
 {
-    (void)s;
-    return 0;
+    stash_event ev;
+    int rc = stash_barrier(((stash_sys *)s)->w, &ev);
+    return rc < 0 ? stash_sys_fail(s, "stash_barrier", rc) : 0;
 }
 
 /* The key-group heaps' used bytes over every key group. */
