@@ -43,9 +43,11 @@ typedef struct ckpt_opts {
     void (*serialized)(void *ctx, uint32_t kg);
     void *serialized_ctx;
     /* If set, builds key group kg's block into out in place of the heap
-     * tables' walk (the lmdb backend's snapshots; pins are then unused).
-     * Called from two threads at once for different key groups. */
-    int64_t (*serialize_kg)(void *ctx, uint32_t kg, bool lz4, snap_buf *out);
+     * tables' walk (the lmdb backend's snapshots), given base_id and the
+     * key group's pin. Called from two threads at once for different key
+     * groups, each announced in its reader slot as the walks are. */
+    int64_t (*serialize_kg)(void *ctx, uint32_t kg, uint64_t base_id, uint32_t pin, bool lz4,
+                            snap_buf *out);
     void *serialize_ctx;
 } ckpt_opts;
 

@@ -61,6 +61,7 @@ struct lmdb_store {
     int cur;               /* the shadow that holds the record found or put last */
     uint64_t committed_ns; /* when every transaction last committed */
     uint64_t dirty;        /* bytes written by the worker since then */
+    uint64_t pruned_below; /* the change log's notes older than this are gone */
 };
 
 static int lmdb_fail(int rc, const char *what, const kg_env *e, uint32_t kg)
@@ -257,6 +258,74 @@ static int txn_for(stash_worker *w, uint32_t kg, uint64_t bytes, kg_env **out)
     return rc;
 }
 
+/* ---- the change log of incremental checkpoints ------------------------------- */
+
+/* Notes in kg's table that the stored key k changed, tagged with the newest
+ * checkpoint id: a delta based on checkpoint B takes the keys tagged B or
+ * later, as its cut left them. A key tagged already is not written again.
+ * Where the log cannot take the note (the arena full), the next checkpoint
+ * is full. */
+static void log_change(lmdb_store *st, uint32_t kg, const MDB_val *k)
+{
+    stash_arena *a = st->arena;
+    if (!atomic_load_explicit(&a->hdr->lmdb_track, memory_order_relaxed)) return;
+    uint64_t tag = atomic_load_explicit(&a->control->last_id, memory_order_acquire);
+    shm_lookup l = {.kg = kg,
+                    .hash = (uint32_t)stash_hash(k->mv_data, k->mv_size),
+                    .state = SHM_CHANGE_STATE,
+                    .klen = (uint16_t)k->mv_size,
+                    .key = k->mv_data,
+                    .ns = ""};
+    shm_cursor c;
+    shm_table_tend(a, kg);
+    int rc = shm_table_find(a, &l, &c);
+    if (rc == 0 && shm_rec_live(c.rec) && atomic_load(&c.rec->vlen) == sizeof tag &&
+        memcmp(shm_rec_value(c.rec), &tag, sizeof tag) == 0)
+        return;
+    shm_rec *r;
+    if (rc == 0) rc = shm_rec_new(a, &l, sizeof tag, &r);
+    if (rc) {
+        atomic_fetch_add(&a->hdr->lmdb_untracked, 1);
+        return;
+    }
+    memcpy(shm_rec_value(r), &tag, sizeof tag);
+    atomic_store_explicit(&r->vlen, sizeof tag, memory_order_relaxed);
+    shm_table_publish(a, &l, &c, r);
+}
+
+/* Drops the log's notes of kg older than the next delta's base. */
+static void prune_changes(lmdb_store *st, uint32_t kg, uint64_t below)
+{
+    stash_arena *a = st->arena;
+    shm_table_tend(a, kg);
+    uint8_t *key = NULL;
+    size_t cap = 0;
+    for (uint32_t pos = 0; pos < shm_table_positions(a, kg); pos++) {
+        for (shm_ref ref = shm_table_bucket(a, kg, pos); ref;) {
+            shm_rec *r = shm_rec_at(a, ref);
+            ref = atomic_load(&r->next);
+            uint64_t tag;
+            if (r->state != SHM_CHANGE_STATE || !shm_rec_live(r) ||
+                atomic_load(&r->vlen) != sizeof tag)
+                continue;
+            memcpy(&tag, shm_rec_value(r), sizeof tag);
+            if (tag >= below || state_reserve(&key, &cap, r->klen ? r->klen : 1) < 0) continue;
+            memcpy(key, shm_rec_key(r), r->klen);
+            shm_lookup l = {.kg = kg,
+                            .hash = r->hash,
+                            .state = SHM_CHANGE_STATE,
+                            .klen = r->klen,
+                            .key = key,
+                            .ns = ""};
+            shm_cursor c;
+            if (shm_table_find(a, &l, &c) == 0) shm_table_delete(a, &l, &c);
+            /* The chain changed: the bucket starts over. */
+            ref = shm_table_bucket(a, kg, pos);
+        }
+    }
+    free(key);
+}
+
 /* Commits the open transactions; those of key groups the engine has yet to
  * snapshot wait for it, or, unless wait, stay open. */
 static int store_commit(lmdb_store *st, bool wait)
@@ -285,9 +354,15 @@ int lmdb_store_commit(stash_worker *w)
 
 int lmdb_store_commit_due(stash_worker *w)
 {
-    if (shm_now_ns() - w->lmdb->committed_ns < LMDB_COMMIT_MS * 1000000ull) return 0;
+    lmdb_store *st = w->lmdb;
+    if (shm_now_ns() - st->committed_ns < LMDB_COMMIT_MS * 1000000ull) return 0;
     w->writes++;
-    return store_commit(w->lmdb, false);
+    uint64_t below = atomic_load(&st->arena->hdr->lmdb_prune_below);
+    if (below > st->pruned_below) {
+        for (uint32_t kg = w->range.first; kg <= w->range.last; kg++) prune_changes(st, kg, below);
+        st->pruned_below = below;
+    }
+    return store_commit(st, false);
 }
 
 void lmdb_store_free(lmdb_store *st)
@@ -477,6 +552,7 @@ int lmdb_publish(stash_worker *w, const shm_lookup *l, shm_cursor *c, shm_rec *r
     if (rc) return rc;
     rc = mdb_put(e->txn, e->dbi, &k, &v, 0);
     if (rc) return lmdb_fail(rc, "cannot write", e, kg);
+    log_change(st, kg, &k);
     st->cur = rec == st->shadow[0] ? 0 : 1;
     if (c) c->rec = rec;
     return 0;
@@ -491,6 +567,7 @@ int lmdb_delete(stash_worker *w, const shm_lookup *l, shm_cursor *c)
     if (rc) return rc;
     rc = mdb_del(e->txn, e->dbi, &k, NULL);
     c->rec = NULL;
+    if (rc == 0) log_change(w->lmdb, l->kg, &k);
     return rc == 0 || rc == MDB_NOTFOUND ? 0 : lmdb_fail(rc, "cannot delete", e, l->kg);
 }
 
@@ -613,7 +690,10 @@ void lmdb_ttl_cleanup(stash_state *s, uint32_t kg)
     for (size_t at = 0; at + 2 <= doomed_len;) {
         size_t n = (size_t)doomed[at] << 8 | doomed[at + 1];
         MDB_val dk = {n, doomed + at + 2};
-        if (mdb_del(e->txn, e->dbi, &dk, NULL) == 0) w->writes++;
+        if (mdb_del(e->txn, e->dbi, &dk, NULL) == 0) {
+            log_change(w->lmdb, kg, &dk);
+            w->writes++;
+        }
         at += 2 + n;
     }
     free(doomed);
@@ -647,11 +727,52 @@ void lmdb_snap_close(lmdb_store *st)
     }
 }
 
-int64_t lmdb_snap_write_kg(void *store, uint32_t kg, bool lz4, snap_buf *out)
+typedef struct delta_walk {
+    kg_env *e;
+    uint32_t kg;
+    uint64_t base;
+    snap_buf *out;
+    uint64_t n;
+} delta_walk;
+
+/* A note of the change log: the key as the snapshot holds it, or its
+ * deletion. */
+static int delta_visit(const shm_rec *r, void *ctx)
+{
+    delta_walk *d = ctx;
+    uint64_t tag;
+    if (r->state != SHM_CHANGE_STATE || atomic_load(&r->vlen) != sizeof tag) return 0;
+    memcpy(&tag, shm_rec_value((shm_rec *)r), sizeof tag);
+    if (tag < d->base) return 0;
+    MDB_val k = {r->klen, (void *)shm_rec_key(r)}, v = {0, NULL};
+    int rc = mdb_get(d->e->snap, d->e->dbi, &k, &v);
+    if (rc && rc != MDB_NOTFOUND) return lmdb_fail(rc, "cannot read its snapshot", d->e, d->kg);
+    lmdb_entry en;
+    if (!decode(&k, &v, &en) || en.ns.len > UINT16_MAX || v.mv_size > UINT32_MAX)
+        return shm_fail(STASH_ECORRUPT, "key group %u: a logged key of %zu bytes", d->kg,
+                        k.mv_size);
+    if (snap_block_add(d->out, en.state, en.key.data, (uint16_t)en.key.len, en.ns.data,
+                       (uint16_t)en.ns.len, v.mv_data, (uint32_t)v.mv_size,
+                       rc ? SNAP_REC_DELETED : 0) < 0)
+        return shm_fail(-ENOMEM, "out of memory");
+    d->n++;
+    return 0;
+}
+
+int64_t lmdb_snap_write_kg(void *store, uint32_t kg, uint64_t base_id, uint32_t pin, bool lz4,
+                           snap_buf *out)
 {
     lmdb_store *st = store;
     kg_env *e = &st->envs[kg];
     if (!e->snap) return shm_fail(-EINVAL, "key group %u: no snapshot open", kg);
+    if (base_id) {
+        /* The keys the log names as changed since the base, as the cut left it. */
+        size_t start;
+        if (snap_block_begin(out, &start) < 0) return shm_fail(-ENOMEM, "out of memory");
+        delta_walk d = {e, kg, base_id, out, 0};
+        int rc = shm_table_walk_at(st->arena, kg, pin, delta_visit, &d);
+        return rc < 0 ? rc : snap_block_end(out, start, kg, d.n, SNAP_DELTA, lz4);
+    }
     size_t start;
     if (snap_block_begin(out, &start) < 0) return shm_fail(-ENOMEM, "out of memory");
     MDB_cursor *cur;
@@ -761,5 +882,7 @@ int lmdb_clear(lmdb_store *st, stash_kg_range range)
         if ((rc = mdb_drop(e->txn, e->dbi, 0)) != 0) return lmdb_fail(rc, "cannot empty", e, kg);
         if ((rc = commit(e, kg)) != 0) return rc;
     }
+    /* What the rollback puts back is not in the change log: the next checkpoint is full. */
+    atomic_fetch_add(&st->arena->hdr->lmdb_untracked, 1);
     return 0;
 }

@@ -64,10 +64,12 @@ void lmdb_ttl_cleanup(stash_state *s, uint32_t kg);
 
 /* Checkpoints. The engine opens a snapshot (a read transaction) of every
  * key group while its cut holds the owner's commits back; serializes each
- * into the canonical block (lmdb_snap_write_kg, a ckpt_opts.serialize_kg);
- * then closes them all. */
+ * into the canonical block (lmdb_snap_write_kg, a ckpt_opts.serialize_kg):
+ * all of it, or with base_id the keys the change log (as pinned at pin)
+ * names since that checkpoint, deletions included; then closes them all. */
 int lmdb_snap_open(lmdb_store *st, uint32_t kg);
-int64_t lmdb_snap_write_kg(void *store, uint32_t kg, bool lz4, snap_buf *out);
+int64_t lmdb_snap_write_kg(void *store, uint32_t kg, uint64_t base_id, uint32_t pin, bool lz4,
+                           snap_buf *out);
 void lmdb_snap_close(lmdb_store *st);
 
 /* Restoring into key groups nobody writes meanwhile: begin notes which are

@@ -41,6 +41,7 @@ struct stash_service {
     uint32_t *base; /* incremental: the versions of base_id, still pinned */
     uint64_t base_id;
     uint32_t since_full;     /* incremental checkpoints since the last full one */
+    uint32_t untracked_seen; /* lmdb: the change log's misses the chain's base saw */
     stash_worker_info *seen; /* per worker index, as the last look found it */
     lmdb_store *lmdb;        /* an lmdb arena's environments, for their snapshots */
 };
@@ -233,7 +234,6 @@ static int copy_opstate(stash_service *s, uint32_t p, ckpt_blob *blobs, uint8_t 
     return *mem ? 0 : -ENOMEM;
 }
 
-/* Writes the cut key groups with the operator state of p workers. */
 /* A full checkpoint releases each key group's pin once it is serialized. */
 static void release_cut(void *ctx, uint32_t kg)
 {
@@ -242,6 +242,7 @@ static void release_cut(void *ctx, uint32_t kg)
     s->cut[kg] = 0;
 }
 
+/* Writes the cut key groups with the operator state of p workers. */
 static int write_cut(stash_service *s, uint64_t id, uint32_t p, outcome *r)
 {
     stash_arena *a = s->a;
@@ -254,8 +255,11 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, outcome *r)
     }
     uint32_t full_every = s->o.full_every ? s->o.full_every : DEFAULT_FULL_EVERY;
     /* A savepoint stands alone: full, in its own directory, no one's base. */
-    bool chain = s->o.incremental && !r->savepoint && !s->lmdb;
-    bool delta = chain && s->base_id && s->since_full < full_every;
+    bool chain = s->o.incremental && !r->savepoint;
+    /* lmdb: a delta needs the change log whole since the base. */
+    uint32_t untracked = atomic_load(&a->hdr->lmdb_untracked);
+    bool delta = chain && s->base_id && s->since_full < full_every &&
+                 (!s->lmdb || untracked == s->untracked_seen);
     ckpt_opts o = {.dir = s->dir,
                    .id = id,
                    .lz4 = s->o.lz4,
@@ -301,6 +305,9 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, outcome *r)
         memset(s->cut, 0, a->hdr->max_parallelism * sizeof *s->cut);
         s->base_id = id;
         s->since_full = delta ? s->since_full + 1 : 0;
+        s->untracked_seen = untracked;
+        /* The change log's older notes serve no delta any more. */
+        atomic_store(&a->hdr->lmdb_prune_below, id);
     } else {
         unpin_all(a, s->cut);
     }
@@ -630,9 +637,11 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         }
     }
     bool lmdb = rc == 0 && s->a->hdr->backend == STASH_BACKEND_LMDB;
-    if (lmdb && s->o.incremental)
-        rc = shm_fail(-EOPNOTSUPP, "%s: the lmdb backend takes full checkpoints only", s->a->path);
-    if (rc == 0 && lmdb) rc = lmdb_store_new(s->a, &s->lmdb);
+    if (lmdb) {
+        /* Owners log what they change only while deltas need it. */
+        atomic_store(&s->a->hdr->lmdb_track, s->o.incremental ? 1 : 0);
+        rc = lmdb_store_new(s->a, &s->lmdb);
+    }
     if (rc == 0) rc = claim(s);
     if (rc == 0) {
         uint32_t maxp = s->a->hdr->max_parallelism;

@@ -131,6 +131,7 @@ typedef struct shm_reader {
 } shm_reader;
 
 #define SHM_LMDB_DIR 256u
+#define SHM_CHANGE_STATE 0u /* the lmdb change log's records: no state has id 0 */
 
 typedef struct shm_header {
     char magic[8];
@@ -168,6 +169,12 @@ typedef struct shm_header {
     _Atomic uint32_t initialized; /* SHM_INIT_MARK once creation finished */
     uint32_t backend;             /* stash_backend: where keyed state lives */
     char lmdb_dir[SHM_LMDB_DIR];  /* lmdb: the environments' directory */
+    /* lmdb, incremental checkpoints: owners log each key they change in the
+     * key group's table (state SHM_CHANGE_STATE, value the newest
+     * checkpoint id then); the engine's deltas read the log as cut. */
+    _Atomic uint32_t lmdb_track;       /* the engine wants the log */
+    _Atomic uint32_t lmdb_untracked;   /* bumped by changes the log missed (a rollback) */
+    _Atomic uint64_t lmdb_prune_below; /* entries older than the next delta's base may go */
 } shm_header;
 
 _Static_assert(sizeof(shm_header) <= SHM_HEADER_SIZE, "header fits its page");

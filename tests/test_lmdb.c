@@ -374,3 +374,91 @@ Test(lmdb, state_four_times_the_memory_budget_works, .timeout = 300)
     cr_assert_eq(st, 0, "the worker in %u bytes of memory: status %d", BUDGET, st);
     destroy(a, name);
 }
+
+/* ---- incremental checkpoints --------------------------------------------- */
+
+typedef struct engine_args {
+    const char *name;
+    const char *dir;
+} engine_args;
+
+static int run_engine(void *arg)
+{
+    engine_args *x = arg;
+    stash_service *s;
+    if (stash_service_start(x->name, &(stash_service_opts){.dir = x->dir, .incremental = 1}, &s) <
+        0)
+        return 20;
+    while (!stash_service_stopped(s)) usleep(5000);
+    stash_service_stop(s);
+    return 0;
+}
+
+static void write_keys(const char *name, uint64_t first, uint64_t n, uint64_t gen, bool erase)
+{
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    stash_state *v = state(w, "v", STASH_VALUE);
+    for (uint64_t k = first; k < first + n; k++) {
+        stash_key_set(w, &k, sizeof k);
+        if (erase)
+            cr_assert_eq(stash_state_clear(v), 0);
+        else
+            put_u64(v, k * 1000 + gen);
+    }
+    stash_worker_close(w);
+}
+
+Test(lmdb, incremental_checkpoints_carry_changes_and_deletions, .timeout = 120)
+{
+    char name[96], dir[128];
+    snprintf(dir, sizeof dir, "/var/tmp/stash-lmdb-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    stash_arena *a = create("lminc", STASH_BACKEND_LMDB, name);
+    engine_args x = {name, dir};
+    pid_t engine = test_fork(run_engine, &x);
+    int32_t serving = 0;
+    for (int i = 0; i < 5000 && serving != engine; i++) {
+        shm_service_alive(a, &serving);
+        usleep(2000);
+    }
+    cr_assert_eq(serving, engine, "the engine serves");
+    write_keys(name, 0, KEYS, 1, false);
+    stash_checkpoint_info full, delta;
+    cr_assert_eq(stash_checkpoint(a, 60000, &full), 0, "%s", stash_errmsg());
+    cr_assert(!full.incremental);
+    /* One key in a hundred changes, and a few go. */
+    write_keys(name, 0, KEYS / 100, 2, false);
+    write_keys(name, KEYS - 10, 10, 0, true);
+    cr_assert_eq(stash_checkpoint(a, 60000, &delta), 0, "%s", stash_errmsg());
+    cr_assert(delta.incremental);
+    cr_assert_lt(delta.bytes * 20, full.bytes, "a delta of %llu bytes beside %llu",
+                 (unsigned long long)delta.bytes, (unsigned long long)full.bytes);
+    cr_assert_eq(stash_service_request_stop(a, 20000), 0);
+    cr_assert_eq(test_wait(engine), 0);
+    /* The chain restores into a new arena: changed, unchanged and gone keys. */
+    char name2[96];
+    stash_arena *b = create("lminc", STASH_BACKEND_LMDB, name2);
+    ioe_engine *e;
+    cr_assert_eq(ioe_engine_open(&(ioe_opts){0}, &e), 0);
+    ckpt_restored out;
+    cr_assert_eq(ckpt_restore(b, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
+                 stash_errmsg());
+    cr_assert_eq(out.id, delta.id);
+    ckpt_restored_free(&out);
+    ioe_engine_close(e);
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name2, NULL, &w), 0);
+    stash_state *v = state(w, "v", STASH_VALUE);
+    for (uint64_t k = 0; k < KEYS; k++) {
+        stash_key_set(w, &k, sizeof k);
+        uint64_t want = k >= KEYS - 10 ? UINT64_MAX : k * 1000 + (k < KEYS / 100 ? 2 : 1);
+        cr_assert_eq(get_u64(v), want, "key %llu", (unsigned long long)k);
+    }
+    stash_worker_close(w);
+    destroy(b, name2);
+    destroy(a, name);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}

@@ -82,8 +82,7 @@ static int service_main(void *arg)
                             .dir = v->dir,
                             .timeout_ms = v->timeout_ms,
                             .interval_ms = v->interval_ms,
-                            /* The lmdb backend takes full checkpoints only. */
-                            .incremental = v->incremental && test_backend() == STASH_BACKEND_HEAP,
+                            .incremental = v->incremental,
                             .restore = v->restore};
     stash_service *s;
     if (v->faults) setenv("STASH_IO_FAULT", v->faults, 1);
@@ -1032,7 +1031,6 @@ Test(service, a_worker_that_cannot_cut_names_why, .timeout = 240)
 
 Test(service, the_engine_keeps_its_options, .timeout = 240)
 {
-    if (test_backend() == STASH_BACKEND_LMDB) cr_skip_test("an lmdb arena's checkpoints are full");
     char dir[128];
     make_dir(dir, "opts");
     const char *name = test_arena_name("svcopt");

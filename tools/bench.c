@@ -18,6 +18,14 @@ int bench_parse(int argc, char **argv, const char *usage, bench_opts *out)
             out->json = true;
         } else if (strcmp(argv[i], "--quick") == 0) {
             out->quick = true;
+        } else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (strcmp(v, "heap") != 0 && strcmp(v, "lmdb") != 0) {
+                fprintf(stderr, "stash bench %s: --backend takes heap or lmdb, not '%s'\n", argv[0],
+                        v);
+                return -1;
+            }
+            out->backend = strcmp(v, "lmdb") == 0 ? STASH_BACKEND_LMDB : STASH_BACKEND_HEAP;
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
             out->reps = atoi(argv[++i]);
             if (out->reps < 1 || out->reps > 1000) {
@@ -25,12 +33,13 @@ int bench_parse(int argc, char **argv, const char *usage, bench_opts *out)
                 return -1;
             }
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("usage: stash bench %s [--json] [--quick] [--reps N]\n%s", argv[0], usage);
+            printf("usage: stash bench %s [--json] [--quick] [--reps N] [--backend heap|lmdb]\n%s",
+                   argv[0], usage);
             return 1;
         } else {
             fprintf(stderr,
                     "stash bench %s: unknown argument '%s'\nusage: stash bench %s "
-                    "[--json] [--quick] [--reps N]\n%s",
+                    "[--json] [--quick] [--reps N] [--backend heap|lmdb]\n%s",
                     argv[0], argv[i], argv[0], usage);
             return -1;
         }
@@ -38,6 +47,13 @@ int bench_parse(int argc, char **argv, const char *usage, bench_opts *out)
     if (out->quick && out->reps > 3) out->reps = 3;
     out->progress = !out->json && isatty(STDERR_FILENO);
     return 0;
+}
+
+int bench_heap_only(const bench_opts *o, const char *cmd)
+{
+    if (o->backend == STASH_BACKEND_HEAP) return 0;
+    fprintf(stderr, "stash bench %s: --backend lmdb is for keyed and checkpoint\n", cmd);
+    return -1;
 }
 
 static void print_number(double v, const char *unit)

@@ -147,6 +147,7 @@ int bench_arena(int argc, char **argv)
         "one process and two, beside glibc malloc on the same sequence.\n";
     bench_opts o;
     int rc = bench_parse(argc, argv, usage, &o);
+    if (rc == 0 && bench_heap_only(&o, "arena") < 0) rc = -1;
     if (rc) return rc < 0 ? 2 : 0;
     uint64_t n = o.quick ? 4000000 : 20000000;
     op_seq seqs[2] = {make_seq(n, 1), make_seq(n, 2)};

@@ -245,6 +245,7 @@ int bench_io(int argc, char **argv)
     io_bench *b = calloc(1, sizeof *b);
     if (!b) return tool_fail("bench io", -ENOMEM);
     int rc = bench_parse(argc, argv, usage, &b->o);
+    if (rc == 0 && bench_heap_only(&b->o, "io") < 0) rc = -1;
     if (rc) {
         free(b);
         return rc < 0 ? 2 : 0;

@@ -738,26 +738,6 @@ static void run_scaling(keyed_bench *b, uint64_t seed)
 
 /* ------------------------------------------------------------------------ */
 
-/* Takes --backend heap|lmdb out of argv. Returns 0, or -1 after saying
- * what was wrong. */
-static int take_backend(int *argc, char **argv, stash_backend *out)
-{
-    *out = STASH_BACKEND_HEAP;
-    for (int i = 1; i < *argc; i++) {
-        if (strcmp(argv[i], "--backend") != 0) continue;
-        const char *v = i + 1 < *argc ? argv[i + 1] : "";
-        if (strcmp(v, "heap") != 0 && strcmp(v, "lmdb") != 0) {
-            fprintf(stderr, "stash bench keyed: --backend takes heap or lmdb, not '%s'\n", v);
-            return -1;
-        }
-        *out = strcmp(v, "lmdb") == 0 ? STASH_BACKEND_LMDB : STASH_BACKEND_HEAP;
-        memmove(&argv[i], &argv[i + 2], (size_t)(*argc - i - 2) * sizeof *argv);
-        *argc -= 2;
-        i--;
-    }
-    return 0;
-}
-
 int bench_keyed(int argc, char **argv)
 {
     static const char usage[] =
@@ -772,8 +752,8 @@ int bench_keyed(int argc, char **argv)
         "or /var/tmp.\n";
     keyed_bench *b = calloc(1, sizeof *b);
     if (!b) return tool_fail("bench keyed", -ENOMEM);
-    int rc = take_backend(&argc, argv, &b->backend);
-    if (rc == 0) rc = bench_parse(argc, argv, usage, &b->o);
+    int rc = bench_parse(argc, argv, usage, &b->o);
+    b->backend = b->o.backend;
     if (rc) {
         free(b);
         return rc < 0 ? 2 : 0;
@@ -793,7 +773,6 @@ int bench_keyed(int argc, char **argv)
     if ((size_t)snprintf(b->dir, sizeof b->dir, "%s/stash-bench-keyed.XXXXXX",
                          lmdb ? disk : "/dev/shm") >= sizeof b->dir ||
         !mkdtemp(b->dir)) {
-        rc = -errno;
         fprintf(stderr, "stash bench keyed: cannot create %s: %s\n", b->dir, strerror(errno));
         free(b);
         return 1;

@@ -36,7 +36,7 @@ int tool_serve(int argc, char **argv)
         "groups, keyed state in the arena (heap) or in LMDB environments in --lmdb-dir,\n"
         "/var/tmp/stash.NAME.lmdb by default) and restored from the newest complete\n"
         "checkpoint in DIR if there is one (or from the checkpoint or savepoint directory\n"
-        "CHECKPOINT with --restore). An lmdb arena takes full checkpoints only.\n"
+        "CHECKPOINT with --restore).\n"
         "Checkpoints go to DIR (fs, required) or /dev/shm/stash.NAME.checkpoints (memory,\n"
         "each at most SIZE of --memory-cap, 5M by default), every DURATION of --interval\n"
         "(none: only on `stash checkpoint`), one at a time, at least --min-pause apart; a\n"

@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "include/stash.h"
+
 /* A subcommand: argv[0] is its own name. Returns the process exit code. */
 typedef int tool_main_fn(int argc, char **argv);
 
@@ -28,10 +30,11 @@ int tool_fail(const char *what, int err);
 /* The bench harness (bench.c).                                               */
 
 typedef struct bench_opts {
-    bool json;     /* one JSON object per line on stdout instead of a table */
-    bool quick;    /* reduced sizes: a smoke check under a minute */
-    int reps;      /* repetitions; each figure is their median */
-    bool progress; /* stderr is a terminal and output is a table */
+    bool json;             /* one JSON object per line on stdout instead of a table */
+    bool quick;            /* reduced sizes: a smoke check under a minute */
+    int reps;              /* repetitions; each figure is their median */
+    bool progress;         /* stderr is a terminal and output is a table */
+    stash_backend backend; /* --backend: keyed and checkpoint measure either */
 } bench_opts;
 
 typedef struct bench_result {
@@ -48,6 +51,9 @@ typedef struct bench_result {
 /* Parses --json, --quick and --reps N; prints usage and returns -1 on a bad
  * argument, 1 on --help, 0 otherwise. usage names the bench's own cases. */
 int bench_parse(int argc, char **argv, const char *usage, bench_opts *out);
+/* Refuses --backend lmdb for a bench that measures the heap only: -1
+ * after saying so, else 0. */
+int bench_heap_only(const bench_opts *o, const char *cmd);
 /* Prints one result as a table row or a JSON line. */
 void bench_report(const bench_opts *o, const bench_result *r);
 /* Prints a progress line on the terminal (overwritten by the next). */
