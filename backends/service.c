@@ -242,8 +242,9 @@ static void release_cut(void *ctx, uint32_t kg)
     s->cut[kg] = 0;
 }
 
-/* Writes the cut key groups with the operator state of p workers. */
-static int write_cut(stash_service *s, uint64_t id, uint32_t p, outcome *r)
+/* Writes the cut key groups with the operator state of p workers;
+ * untracked is the lmdb change log's count of misses before the cut. */
+static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untracked, outcome *r)
 {
     stash_arena *a = s->a;
     uint8_t *mem = NULL;
@@ -256,8 +257,7 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, outcome *r)
     uint32_t full_every = s->o.full_every ? s->o.full_every : DEFAULT_FULL_EVERY;
     /* A savepoint stands alone: full, in its own directory, no one's base. */
     bool chain = s->o.incremental && !r->savepoint;
-    /* lmdb: a delta needs the change log whole since the base. */
-    uint32_t untracked = atomic_load(&a->hdr->lmdb_untracked);
+    /* lmdb: a delta needs the change log whole since the base was cut. */
     bool delta = chain && s->base_id && s->since_full < full_every &&
                  (!s->lmdb || untracked == s->untracked_seen);
     ckpt_opts o = {.dir = s->dir,
@@ -388,6 +388,9 @@ static void run_checkpoint(stash_service *s)
     bool savepoint = sp > s->savepoint_done;
     if (savepoint) s->savepoint_done = sp;
     outcome r = {.savepoint = savepoint};
+    /* Read before anything is cut: a rollback from here on makes the next
+     * checkpoint after this one full. */
+    uint32_t untracked = atomic_load(&a->hdr->lmdb_untracked);
     uint32_t p = 0;
     int rc = worker_parallelism(s, &p, &r);
     if (rc == 0 && p == 0) {
@@ -409,7 +412,7 @@ static void run_checkpoint(stash_service *s)
         if (pause > r.pause_ns) r.pause_ns = pause;
     }
     if (rc == 0) rc = collect_cuts(s, p, &r);
-    if (rc == 0) rc = write_cut(s, id, p, &r);
+    if (rc == 0) rc = write_cut(s, id, p, untracked, &r);
     if (rc) {
         if (s->lmdb) lmdb_snap_close(s->lmdb);
         /* Workers that cut late see the abort and release their own pins. */
