@@ -72,6 +72,10 @@ static int cut(stash_worker *w, uint64_t id)
     w->cut_id = id;
     /* An engine that died leaves its request behind: nobody would release the pins. */
     if (!shm_service_alive(a, NULL)) return 0;
+    /* A replacement whose dead predecessor already cut this checkpoint: that
+     * cut stands, with the operator state recorded then (recording this
+     * worker's now would pair it with the predecessor's keyed state). */
+    if (atomic_load(&cw->acked) == id) return 0;
     uint64_t t0 = shm_now_ns();
     /* The lmdb backend's writes are in the cut once committed. */
     int rc = w->lmdb ? lmdb_store_commit(w) : 0;
@@ -159,6 +163,10 @@ static int clear_kg(stash_arena *a, uint32_t kg)
 static int clear_kgs(void *ctx)
 {
     stash_worker *w = ctx;
+    /* An lmdb key group's state is read when the engine takes its cut, not
+     * when it was cut: a cut the dead owner left is given up, failing its
+     * checkpoint, rather than read after the rollback rewrote the key group. */
+    if (w->lmdb) release_own_cuts(w);
     if (w->lmdb) return lmdb_clear(w->lmdb, w->range);
     int rc = 0;
     for (uint32_t kg = w->range.first; rc == 0 && kg <= w->range.last; kg++)
