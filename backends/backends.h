@@ -43,6 +43,9 @@ struct stash_worker {
     ckpt_blob *op_blobs;
     uint8_t *op_mem;
     struct lmdb_store *lmdb; /* the lmdb backend's environments (lmdb.c), NULL for heap */
+    bool has_ttl;            /* a state of this worker expires entries */
+    uint64_t ttl_swept_ns;   /* when barriers last cleaned expired entries */
+    uint32_t ttl_sweep_kg;   /* the key group they clean next, from the worker's range */
 };
 
 /* Operator state held by a worker: copies of its elements (lists) or

@@ -95,6 +95,22 @@ static int cut(stash_worker *w, uint64_t id)
     return rc < 0 ? rc : 0;
 }
 
+/* Flink's background cleanup: at most every TTL_SWEEP_MS of barriers, a
+ * few entries of each TTL state in one of the worker's key groups, in turn,
+ * so that entries nobody touches again still go. */
+#define TTL_SWEEP_MS 50u
+static void ttl_sweep(stash_worker *w)
+{
+    uint64_t now = shm_now_ns();
+    if (w->range.first > w->range.last || now - w->ttl_swept_ns < TTL_SWEEP_MS * 1000000ull) return;
+    w->ttl_swept_ns = now;
+    w->writes++; /* entries may go: iterators of this worker are stale */
+    uint32_t n = w->range.last - w->range.first + 1;
+    uint32_t kg = w->range.first + w->ttl_sweep_kg++ % n;
+    for (stash_state *s = w->states; s; s = s->next)
+        if (state_has_ttl(s)) state_ttl_cleanup(s, kg);
+}
+
 STASH_API int stash_barrier(stash_worker *worker, stash_event *event)
 {
     shm_control *c = worker->arena->control;
@@ -103,9 +119,10 @@ STASH_API int stash_barrier(stash_worker *worker, stash_event *event)
         shm_clear_error();
         int rc = cut(worker, pending);
         if (rc < 0) return rc;
-    } else if (worker->lmdb) {
+    } else {
+        if (worker->has_ttl) ttl_sweep(worker);
         /* Between checkpoints too, so that other processes see the writes. */
-        int rc = lmdb_store_commit_due(worker);
+        int rc = worker->lmdb ? lmdb_store_commit_due(worker) : 0;
         if (rc < 0) return rc;
     }
     uint64_t done = atomic_load_explicit(&c->completed, memory_order_acquire);

@@ -82,6 +82,7 @@ STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc
     }
     s->next = worker->states;
     worker->states = s;
+    worker->has_ttl |= state_has_ttl(s);
     *out = s;
     return 0;
 }

@@ -249,10 +249,12 @@ enum {
 };
 
 typedef struct stash_ttl {
-    uint64_t ttl_ms;          /* 0: entries never expire */
-    int update;               /* STASH_TTL_ON_* */
-    int visibility;           /* STASH_TTL_NEVER_RETURN_EXPIRED or _RETURN_EXPIRED_IF_NOT_CLEANED */
-    uint32_t cleanup_entries; /* entries examined for expiry per access; 0: 5 */
+    uint64_t ttl_ms; /* 0: entries never expire */
+    int update;      /* STASH_TTL_ON_* */
+    int visibility;  /* STASH_TTL_NEVER_RETURN_EXPIRED or _RETURN_EXPIRED_IF_NOT_CLEANED */
+    /* entries examined for expiry per write, and per key group at a barrier
+     * (at most every 50 ms) even where nothing is written; 0: 5 */
+    uint32_t cleanup_entries;
 } stash_ttl;
 
 /* A combining function: writes the result of combining acc (absent: len 0,
@@ -372,7 +374,8 @@ STASH_API int stash_keys_iter(stash_state *state, const void *ns, size_t nslen, 
 /* The next element (list: *value), entry (map: *key, *value) or key (keys:
  * *key). Returns 1 with the views set, 0 at the end, STASH_ESTALE if a write
  * by this worker since the iterator started invalidated it (map iterators
- * survive their own removals). key or value may be NULL. */
+ * survive their own removals; a barrier that cleaned expired entries or, with
+ * lmdb, committed counts as a write). key or value may be NULL. */
 STASH_API int stash_iter_next(stash_iter *it, stash_bytes *key, stash_bytes *value);
 
 /* MapState iterator: removes the entry last returned by stash_iter_next. */

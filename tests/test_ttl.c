@@ -2,10 +2,11 @@
  * test_ttl.c: Flink's TTL semantics with an injected clock: expiry at
  * ts + ttl inclusive and saturating, the two update types, the two
  * visibilities, per element for lists and per user key for maps, removal on
- * read, incremental cleanup, and keys iteration.
+ * read, incremental cleanup on writes and at barriers, and keys iteration.
  */
 #include <criterion/criterion.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tests/helpers.h"
 
@@ -180,4 +181,30 @@ Test(ttl, keys_iteration_skips_expired_entries)
     cr_assert_eq(stash_keys_iter(s, NULL, 0, &it), 0);
     while (stash_iter_next(&it, NULL, NULL) == 1) n++;
     cr_assert_eq(n, 4, "entries written at 1000..1100 expired by 1200");
+}
+
+Test(ttl, barriers_clean_expired_entries_nobody_touches)
+{
+    stash_state *s;
+    stash_state_desc d = {
+        .name = "bg", .kind = STASH_VALUE, .ttl = {.ttl_ms = 10, .cleanup_entries = 100}};
+    cr_assert_eq(stash_state_get(w, &d, &s), 0, "%s", stash_errmsg());
+    for (uint32_t i = 0; i < 200; i++) {
+        stash_key_set(w, &i, sizeof i);
+        stash_value_put(s, "x", 1);
+    }
+    uint64_t left = 0;
+    for (uint32_t kg = 0; kg < 4; kg++) left += (uint64_t)worker_kg_entries(w, kg);
+    cr_assert_eq(left, 200);
+    fake_now = 5000;
+    /* No reads, no writes: barriers alone, each sweeping one key group at
+     * most every 50 ms. */
+    for (int round = 0; round < 40 && left > 0; round++) {
+        usleep(60000);
+        stash_event ev;
+        cr_assert_geq(stash_barrier(w, &ev), 0, "%s", stash_errmsg());
+        left = 0;
+        for (uint32_t kg = 0; kg < 4; kg++) left += (uint64_t)worker_kg_entries(w, kg);
+    }
+    cr_assert_eq(left, 0, "%llu expired entries left", (unsigned long long)left);
 }
