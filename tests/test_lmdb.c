@@ -1,8 +1,9 @@
 /*
  * test_lmdb.c: what the lmdb backend adds to the suites both backends run:
  * savepoints that move between the backends, a worker killed in the middle
- * of a transaction, a map that grows and keys it cannot hold, and state
- * several times the memory its process may use.
+ * of a transaction, a map that grows and keys it cannot hold, state several
+ * times the memory its process may use, incremental checkpoints, and a full
+ * disk.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -461,4 +463,52 @@ Test(lmdb, incremental_checkpoints_carry_changes_and_deletions, .timeout = 120)
     char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
+}
+
+/* ---- a full disk ----------------------------------------------------------- */
+
+Test(lmdb, a_full_disk_fails_the_write_and_keeps_what_was_committed, .timeout = 120)
+{
+    char mnt[] = "/var/tmp/stash-lmdb-full-XXXXXX", envs[64], name[96];
+    cr_assert_not_null(mkdtemp(mnt));
+    if (mount("tmpfs", mnt, "tmpfs", 0, "size=64m") != 0) {
+        int err = errno;
+        rmdir(mnt);
+        cr_skip_test("cannot mount a small tmpfs here: %s", strerror(err));
+    }
+    snprintf(envs, sizeof envs, "%s/envs", mnt);
+    snprintf(name, sizeof name, "%s", test_arena_name("lmfull"));
+    stash_arena *a;
+    cr_assert_eq(stash_arena_create(name,
+                                    &(stash_arena_opts){.size = 16u << 20,
+                                                        .max_parallelism = 1,
+                                                        .backend = STASH_BACKEND_LMDB,
+                                                        .lmdb_dir = envs},
+                                    &a),
+                 0, "%s", stash_errmsg());
+    write_keys(name, 0, KEYS, 1, false);
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0);
+    stash_state *big = state(w, "big", STASH_VALUE);
+    static uint8_t value[1000];
+    int rc = 0;
+    for (uint64_t k = 0; k < 100000 && rc == 0; k++) {
+        stash_key_set(w, &k, sizeof k);
+        rc = stash_value_put(big, value, sizeof value);
+    }
+    cr_assert_eq(rc, -ENOSPC, "%s (%s)", stash_strerror(rc), stash_errmsg());
+    cr_assert(strstr(stash_errmsg(), "cannot allocate") && strstr(stash_errmsg(), envs), "%s",
+              stash_errmsg());
+    stash_worker_close(w);
+    /* What was committed before is all there. */
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0);
+    stash_state *v = state(w, "v", STASH_VALUE);
+    for (uint64_t k = 0; k < KEYS; k++) {
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(get_u64(v), k * 1000 + 1, "key %llu", (unsigned long long)k);
+    }
+    stash_worker_close(w);
+    destroy(a, name);
+    cr_assert_eq(umount(mnt), 0);
+    rmdir(mnt);
 }
