@@ -17,11 +17,11 @@
  * what was last committed through read transactions, renewed per read.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <lmdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 
 #include "backends/lmdb.h"
@@ -29,13 +29,9 @@
 #define MAP_INITIAL (64ull << 20)     /* bytes of map an environment starts with */
 #define TXN_MAX_BYTES (32ull << 20)   /* an estimate of a transaction's new pages stays under it */
 #define STORE_MAX_BYTES (32ull << 20) /* and of all a process's transactions together */
-/* Writes go straight into the map, not copied at commit. The file is sparse
- * as far as the map reaches; the blocks a transaction may write are
- * allocated before it writes (reserve_to), so that a full disk fails that
- * write with -ENOSPC instead of a store into the map (SIGBUS). */
-#define ENV_FLAGS                                                                                  \
-    (MDB_NOSUBDIR | MDB_WRITEMAP | MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS | MDB_NORDAHEAD)
-#define RESERVE_STEP (4ull << 20) /* the least the allocated part of a file grows by */
+/* Dirty pages stay in the process until the commit writes them: a full disk
+ * fails the commit rather than a write into the map. */
+#define ENV_FLAGS (MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS | MDB_NORDAHEAD)
 #define KEY_PREFIX 6u
 
 typedef struct kg_env {
@@ -49,9 +45,7 @@ typedef struct kg_env {
     uint64_t room;      /* what txn_bytes may reach before the transaction commits */
     uint32_t psize;
     uint32_t depth;
-    uint64_t used;     /* bytes of the file in use when txn began */
-    uint64_t reserved; /* bytes allocated on disk from the file's start */
-    uint8_t *clean;    /* the stored key the TTL cleanup goes on after */
+    uint8_t *clean; /* the stored key the TTL cleanup goes on after */
     size_t clean_len, clean_cap;
 } kg_env;
 
@@ -186,33 +180,6 @@ static int begin_write(kg_env *e, uint32_t kg)
     e->depth = s.ms_depth;
     e->txn_bytes = 0;
     e->room = room_of(e);
-    MDB_envinfo info;
-    mdb_env_info(e->env, &info);
-    e->used = ((uint64_t)info.me_last_pgno + 1) * e->psize;
-    return 0;
-}
-
-/* Allocates the file's blocks up to end (a step further, within the map):
- * a transaction's new pages lie past the pages in use, no further than its
- * charge. Returns 0, or -ENOSPC (or another error) naming the file. */
-static int reserve_to(kg_env *e, uint32_t kg, uint64_t end)
-{
-    if (end <= e->reserved) return 0;
-    MDB_envinfo info;
-    mdb_env_info(e->env, &info);
-    uint64_t step = e->reserved / 8 > RESERVE_STEP ? e->reserved / 8 : RESERVE_STEP;
-    uint64_t target = end > e->reserved + step ? end : e->reserved + step;
-    if (target > info.me_mapsize) target = info.me_mapsize;
-    if (target < end) target = end;
-    int fd;
-    const char *path = "";
-    mdb_env_get_fd(e->env, &fd);
-    mdb_env_get_path(e->env, &path);
-    int err = posix_fallocate(fd, (off_t)e->reserved, (off_t)(target - e->reserved));
-    if (err)
-        return shm_fail(-err, "key group %u: %s: cannot allocate %llu bytes on disk: %s", kg, path,
-                        (unsigned long long)target, strerror(err));
-    e->reserved = target;
     return 0;
 }
 
@@ -224,7 +191,20 @@ static int commit(kg_env *e, uint32_t kg)
     /* Readers a dead process left would hold old pages back for good. */
     int dead;
     mdb_reader_check(e->env, &dead);
-    return rc ? lmdb_fail(rc, "cannot commit", e, kg) : 0;
+    if (rc == 0) return 0;
+    /* LMDB reports a write cut short by a full disk as an I/O error. */
+    int fd;
+    struct statvfs fs;
+    if ((rc == EIO || rc == ENOSPC) && mdb_env_get_fd(e->env, &fd) == 0 && fstatvfs(fd, &fs) == 0 &&
+        (uint64_t)fs.f_bavail * fs.f_frsize < (1u << 20)) {
+        const char *path = "";
+        mdb_env_get_path(e->env, &path);
+        return shm_fail(-ENOSPC,
+                        "key group %u (%s): cannot commit: no space left on the disk; the writes "
+                        "since the last commit are lost",
+                        kg, path);
+    }
+    return lmdb_fail(rc, "cannot commit", e, kg);
 }
 
 /* Makes room for a write of about bytes: commits the transaction early and
@@ -270,7 +250,6 @@ static int store_txn(lmdb_store *st, uint32_t kg, uint64_t bytes, kg_env **out)
         await_snapshot(st, kg);
         if ((rc = make_room(e, kg, need)) != 0) return rc;
     }
-    if ((rc = reserve_to(e, kg, e->used + e->txn_bytes + need)) != 0) return rc;
     e->txn_bytes += need;
     return 0;
 }
