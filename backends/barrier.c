@@ -72,10 +72,6 @@ static int cut(stash_worker *w, uint64_t id)
     w->cut_id = id;
     /* An engine that died leaves its request behind: nobody would release the pins. */
     if (!shm_service_alive(a, NULL)) return 0;
-    /* A replacement whose dead predecessor already cut this checkpoint: that
-     * cut stands, with the operator state recorded then (recording this
-     * worker's now would pair it with the predecessor's keyed state). */
-    if (atomic_load(&cw->acked) == id) return 0;
     uint64_t t0 = shm_now_ns();
     /* The lmdb backend's writes are in the cut once committed. */
     int rc = w->lmdb ? lmdb_store_commit(w) : 0;
