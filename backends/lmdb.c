@@ -859,6 +859,8 @@ int lmdb_restore_record(void *restorer, uint32_t kg, const snap_record *r)
     memcpy(key + KEY_PREFIX, r->key, r->klen);
     memcpy(key + KEY_PREFIX + r->klen, r->ns, r->nslen);
     k = (MDB_val){n, key};
+    /* A rollback's changes go into the change log like any other. */
+    log_change(st, kg, &k);
     if (r->flags & SNAP_REC_DELETED) {
         e->append = false;
         rc = mdb_del(e->txn, e->dbi, &k, NULL);
@@ -893,10 +895,18 @@ int lmdb_clear(lmdb_store *st, stash_kg_range range)
         kg_env *e;
         int rc = store_txn(st, kg, 0, &e);
         if (rc) return rc;
+        /* Every key that goes is a change a delta must carry. */
+        MDB_cursor *cur;
+        if ((rc = mdb_cursor_open(e->txn, e->dbi, &cur)) != 0)
+            return lmdb_fail(rc, "cannot walk", e, kg);
+        MDB_val k, v;
+        for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+             rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+            log_change(st, kg, &k);
+        mdb_cursor_close(cur);
+        if (rc != MDB_NOTFOUND) return lmdb_fail(rc, "cannot walk", e, kg);
         if ((rc = mdb_drop(e->txn, e->dbi, 0)) != 0) return lmdb_fail(rc, "cannot empty", e, kg);
         if ((rc = commit(e, kg)) != 0) return rc;
     }
-    /* What the rollback puts back is not in the change log: the next checkpoint is full. */
-    atomic_fetch_add(&st->arena->hdr->lmdb_untracked, 1);
     return 0;
 }

@@ -173,7 +173,7 @@ typedef struct shm_header {
      * key group's table (state SHM_CHANGE_STATE, value the newest
      * checkpoint id then); the engine's deltas read the log as cut. */
     _Atomic uint32_t lmdb_track;       /* the engine wants the log */
-    _Atomic uint32_t lmdb_untracked;   /* bumped by changes the log missed (a rollback) */
+    _Atomic uint32_t lmdb_untracked;   /* bumped by changes the log missed (no room) */
     _Atomic uint64_t lmdb_prune_below; /* entries older than the next delta's base may go */
 } shm_header;
 
