@@ -115,9 +115,10 @@ int state_find_write(stash_state *s, const shm_lookup *l, shm_cursor *c);
  * nothing of the old one (the lmdb backend then skips the lookup). */
 int state_find_overwrite(stash_state *s, const shm_lookup *l, shm_cursor *c);
 
-/* Reads the value bytes of l's entry: a view into the arena for an owned key
- * group (with c filled, for a following write), a private copy otherwise.
- * Returns 0 or STASH_ENOTFOUND. */
+/* Reads the value bytes of l's entry: a view into the arena (or LMDB's map)
+ * for an owned key group, with c filled for a following write (with lmdb
+ * only for states with TTL and maps, the reads that may write next), a
+ * private copy otherwise. Returns 0 or STASH_ENOTFOUND. */
 int state_read(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out);
 
 /* Starts a write of len value bytes to c's entry that overwrites the first

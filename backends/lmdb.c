@@ -474,11 +474,12 @@ static int load_shadow(lmdb_store *st, const shm_lookup *l, const MDB_val *v, sh
 int lmdb_find(stash_worker *w, const shm_lookup *l, shm_cursor *c)
 {
     stash_bytes view;
-    int rc = lmdb_read_owned(w, l, c, &view);
+    int rc = lmdb_read_owned(w, l, c, &view, true);
     return rc == STASH_ENOTFOUND ? 0 : rc;
 }
 
-int lmdb_read_owned(stash_worker *w, const shm_lookup *l, shm_cursor *c, stash_bytes *out)
+int lmdb_read_owned(stash_worker *w, const shm_lookup *l, shm_cursor *c, stash_bytes *out,
+                    bool shadow)
 {
     lmdb_store *st = w->lmdb;
     c->link = NULL;
@@ -492,7 +493,7 @@ int lmdb_read_owned(stash_worker *w, const shm_lookup *l, shm_cursor *c, stash_b
     if (rc == MDB_NOTFOUND) return STASH_ENOTFOUND;
     if (rc) return lmdb_fail(rc, "cannot read", e, l->kg);
     *out = (stash_bytes){v.mv_data, v.mv_size};
-    return load_shadow(st, l, &v, &c->rec);
+    return shadow ? load_shadow(st, l, &v, &c->rec) : 0;
 }
 
 int64_t lmdb_read_copy(stash_worker *w, const shm_lookup *l, uint8_t **buf, size_t *cap)

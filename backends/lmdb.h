@@ -32,8 +32,10 @@ int lmdb_store_commit_due(stash_worker *w);
 /* The heap backend's record operations, for lmdb (see shm/shm.h). */
 int lmdb_find(stash_worker *w, const shm_lookup *l, shm_cursor *c);
 /* Owned key groups: a view of the stored bytes (valid until the worker's
- * next write) in out, and a shadow of the record in c for a write. */
-int lmdb_read_owned(stash_worker *w, const shm_lookup *l, shm_cursor *c, stash_bytes *out);
+ * next write) in out, and with shadow a private copy of the record in c for
+ * a write that follows (else c->rec is NULL). */
+int lmdb_read_owned(stash_worker *w, const shm_lookup *l, shm_cursor *c, stash_bytes *out,
+                    bool shadow);
 /* Any key group: a copy of the value last committed, into *buf. Returns its
  * length or an error (STASH_ENOTFOUND). */
 int64_t lmdb_read_copy(stash_worker *w, const shm_lookup *l, uint8_t **buf, size_t *cap);

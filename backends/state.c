@@ -199,7 +199,9 @@ int state_read(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *
 {
     stash_worker *w = s->w;
     if (state_owns(s, l->kg)) {
-        if (w->lmdb) return lmdb_read_owned(w, l, c, out);
+        /* With lmdb, only a read that may write through c next (a TTL
+         * refresh, a map's change in place) needs the record copied. */
+        if (w->lmdb) return lmdb_read_owned(w, l, c, out, state_has_ttl(s) || s->kind == STASH_MAP);
         int rc = shm_table_find(w->arena, l, c);
         if (rc < 0) return rc;
         if (!shm_rec_live(c->rec)) return STASH_ENOTFOUND;
@@ -218,7 +220,7 @@ int state_read(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *
 
 int state_view(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out)
 {
-    if (s->w->lmdb) return lmdb_read_owned(s->w, l, c, out);
+    if (s->w->lmdb) return lmdb_read_owned(s->w, l, c, out, true);
     out->data = shm_rec_value(c->rec);
     out->len = atomic_load_explicit(&c->rec->vlen, memory_order_relaxed);
     return 0;
