@@ -554,10 +554,9 @@ uint64_t lmdb_rec_capacity(const stash_worker *w, const shm_rec *rec)
     return st->shadow_cap[i] - sizeof(shm_rec) - rec->klen - rec->nslen;
 }
 
-int lmdb_publish(stash_worker *w, const shm_lookup *l, shm_cursor *c, shm_rec *rec)
+int lmdb_publish(stash_worker *w, shm_cursor *c, shm_rec *rec)
 {
     lmdb_store *st = w->lmdb;
-    (void)l;
     uint32_t kg = rec->version, vlen = atomic_load_explicit(&rec->vlen, memory_order_relaxed);
     kg_env *e;
     MDB_val k, v = {vlen, shm_rec_value(rec)};

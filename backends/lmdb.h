@@ -41,8 +41,9 @@ int lmdb_read_owned(stash_worker *w, const shm_lookup *l, shm_cursor *c, stash_b
 int64_t lmdb_read_copy(stash_worker *w, const shm_lookup *l, uint8_t **buf, size_t *cap);
 int lmdb_rec_new(stash_worker *w, const shm_lookup *l, size_t cap, shm_rec **out);
 uint64_t lmdb_rec_capacity(const stash_worker *w, const shm_rec *rec);
-/* Puts rec (the shadow of l's entry) into the store and makes it c's. */
-int lmdb_publish(stash_worker *w, const shm_lookup *l, shm_cursor *c, shm_rec *rec);
+/* Puts rec (a shadow, which names its own key) into the store and, if c,
+ * makes it c's. */
+int lmdb_publish(stash_worker *w, shm_cursor *c, shm_rec *rec);
 int lmdb_delete(stash_worker *w, const shm_lookup *l, shm_cursor *c);
 
 /* Keys of state in an owned key group, in key order: fills *r with a

@@ -250,7 +250,7 @@ bool state_rec_write_begin(stash_state *s, uint32_t kg, shm_rec *rec, const shm_
 
 int state_rec_write_end(stash_state *s, uint32_t kg, shm_rec *rec)
 {
-    if (s->w->lmdb) return lmdb_publish(s->w, NULL, NULL, rec);
+    if (s->w->lmdb) return lmdb_publish(s->w, NULL, rec);
     shm_rec_write_end(s->w->arena, kg, rec);
     return 0;
 }
@@ -276,7 +276,7 @@ int state_write_end(stash_state *s, const shm_lookup *l, shm_cursor *c, shm_rec 
 {
     atomic_store_explicit(&rec->vlen, (uint32_t)len, memory_order_relaxed);
     s->w->writes++;
-    if (s->w->lmdb) return lmdb_publish(s->w, l, c, rec);
+    if (s->w->lmdb) return lmdb_publish(s->w, c, rec);
     if (in_place)
         shm_rec_write_end(s->w->arena, l->kg, rec);
     else
