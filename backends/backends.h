@@ -6,6 +6,7 @@
 #ifndef STASH_BACKENDS_H
 #define STASH_BACKENDS_H
 
+#include "shm/hash.h"
 #include "shm/shm.h"
 
 typedef struct lmdb_store lmdb_store;
@@ -77,7 +78,7 @@ struct stash_state {
     uint8_t *ns;
     size_t ns_cap;
     uint16_t nslen;
-    uint64_t ns_hash;
+    uint64_t seed;    /* the id and the namespace's part of lookup hashes (shm/hash.h) */
     uint8_t *scratch; /* copies of other workers' values, function results */
     size_t scratch_cap;
     uint8_t *scratch2; /* a second buffer for combining functions */
@@ -98,28 +99,86 @@ static inline size_t state_ts_bytes(const stash_state *s)
 }
 
 /* Fills l with the current key and the namespace (ns, nslen); STASH_ENOKEY if none. */
-int state_lookup_ns(stash_state *s, const void *ns, uint16_t nslen, uint64_t ns_hash,
-                    shm_lookup *l);
-/* Fills l with the current key and the state's namespace. */
-int state_lookup(stash_state *s, shm_lookup *l);
+int state_lookup_ns(stash_state *s, const void *ns, uint16_t nslen, shm_lookup *l);
+/* Fills l with the current key and the state's namespace; STASH_ENOKEY if none. */
+static inline int state_lookup(const stash_state *s, shm_lookup *l)
+{
+    const stash_worker *w = s->w;
+    if (!w->has_key) return shm_fail(STASH_ENOKEY, "state access without a current key");
+    l->kg = w->kg;
+    l->hash = shm_lookup_hash(w->key_hash, s->seed);
+    l->state = s->id;
+    l->klen = w->klen;
+    l->nslen = s->nslen;
+    l->key = w->key;
+    l->ns = s->nslen ? s->ns : (const uint8_t *)""; /* never NULL: memcmp and memcpy take it */
+    return 0;
+}
 /* Whether the worker owns key group kg. */
-bool state_owns(const stash_state *s, uint32_t kg);
+static inline bool state_owns(const stash_state *s, uint32_t kg)
+{
+    return kg >= s->w->range.first && kg <= s->w->range.last;
+}
 /* STASH_EKEYGROUP with a message, for a write outside the worker's range. */
 int state_refuse_write(const stash_state *s, uint32_t kg);
 
-/* Finds l's entry for a write: tends the table first (which may relink its
- * chains: iterators of this worker go stale) and returns a cursor for it. */
-int state_find_write(stash_state *s, const shm_lookup *l, shm_cursor *c);
+/* The record operations of shm/shm.h, for either backend: with lmdb a
+ * record is a private copy that the end of a write puts into the store. */
+int state_find(stash_state *s, const shm_lookup *l, shm_cursor *c);
+/* The value bytes a shadow record (lmdb.c) has room for. */
+uint64_t lmdb_rec_capacity(const stash_worker *w, const shm_rec *rec);
+static inline bool state_rec_mutable(const stash_state *s, uint32_t kg, const shm_rec *rec)
+{
+    return s->w->lmdb || shm_rec_mutable(s->w->arena, kg, rec);
+}
+static inline uint64_t state_rec_capacity(const stash_state *s, const shm_rec *rec)
+{
+    return s->w->lmdb ? lmdb_rec_capacity(s->w, rec) : shm_rec_capacity(s->w->arena, rec);
+}
+int state_rec_new(stash_state *s, const shm_lookup *l, size_t cap, shm_rec **rec);
+bool state_rec_write_begin(stash_state *s, uint32_t kg, shm_rec *rec, const shm_region *r,
+                           unsigned n);
+int state_rec_write_end(stash_state *s, uint32_t kg, shm_rec *rec);
+
+/* Finds l's entry for a write: tends the table first (which may move
+ * entries in its index: iterators of this worker go stale) and returns a
+ * cursor for it. */
+static inline int state_find_write(stash_state *s, const shm_lookup *l, shm_cursor *c)
+{
+    s->w->writes++;
+    if (s->w->lmdb) return state_find(s, l, c);
+    shm_table_tend(s->w->arena, l->kg);
+    return shm_table_find(s->w->arena, l, c);
+}
 
 /* As state_find_write, for a write that replaces the whole value and reads
  * nothing of the old one (the lmdb backend then skips the lookup). */
-int state_find_overwrite(stash_state *s, const shm_lookup *l, shm_cursor *c);
+static inline int state_find_overwrite(stash_state *s, const shm_lookup *l, shm_cursor *c)
+{
+    if (!s->w->lmdb) return state_find_write(s, l, c);
+    /* A put replaces whatever LMDB holds: no need to read it first. */
+    s->w->writes++;
+    *c = (shm_cursor){0};
+    return 0;
+}
 
+/* state_read for an lmdb worker or a key group the worker does not own. */
+int state_read_slow(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out);
 /* Reads the value bytes of l's entry: a view into the arena (or LMDB's map)
  * for an owned key group, with c filled for a following write (with lmdb
  * only for states with TTL and maps, the reads that may write next), a
  * private copy otherwise. Returns 0 or STASH_ENOTFOUND. */
-int state_read(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out);
+static inline int state_read(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out)
+{
+    stash_worker *w = s->w;
+    if (w->lmdb || !state_owns(s, l->kg)) return state_read_slow(s, l, c, out);
+    int rc = shm_table_find(w->arena, l, c);
+    if (rc < 0) return rc;
+    if (!shm_rec_live(c->rec)) return STASH_ENOTFOUND;
+    out->data = shm_rec_value(c->rec);
+    out->len = atomic_load_explicit(&c->rec->vlen, memory_order_relaxed);
+    return 0;
+}
 
 /* Starts a write of len value bytes to c's entry that overwrites the first
  * dirty bytes of the old value: the record itself when it may change in
@@ -137,15 +196,6 @@ int state_write(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *
 /* Deletes c's entry and counts the write. */
 int state_delete(stash_state *s, const shm_lookup *l, shm_cursor *c);
 
-/* The record operations of shm/shm.h, for either backend: with lmdb a
- * record is a private copy that the end of a write puts into the store. */
-int state_find(stash_state *s, const shm_lookup *l, shm_cursor *c);
-bool state_rec_mutable(stash_state *s, uint32_t kg, const shm_rec *rec);
-uint64_t state_rec_capacity(stash_state *s, const shm_rec *rec);
-int state_rec_new(stash_state *s, const shm_lookup *l, size_t cap, shm_rec **rec);
-bool state_rec_write_begin(stash_state *s, uint32_t kg, shm_rec *rec, const shm_region *r,
-                           unsigned n);
-int state_rec_write_end(stash_state *s, uint32_t kg, shm_rec *rec);
 /* Entries (of every state) in key group kg, as worker w sees them: with
  * lmdb, its own writes not yet committed included. Returns the count or an
  * error. */
@@ -178,11 +228,6 @@ typedef int merge_into_fn(stash_state *s, const shm_lookup *target, const stash_
 merge_into_fn list_merge_into;
 merge_into_fn merging_merge_into;
 
-/* The table's hash of an entry: the key's hash mixed with the state id and
- * the namespace's hash. */
-uint32_t state_lookup_hash(uint64_t key_hash, uint16_t id, uint64_t ns_hash);
-/* The hash of a namespace's bytes (0 for the empty namespace). */
-uint64_t state_ns_hash(const void *ns, size_t len);
 /* Calls a producing function into *buf, growing it on -ENOSPC; *out views the result. */
 int state_produce(stash_state *s, stash_produce_fn *fn, const stash_bytes *acc, uint8_t **buf,
                   size_t *cap, stash_bytes *out);
@@ -198,7 +243,7 @@ typedef struct iter_impl {
     uint8_t type;
     uint8_t filter_ns;
     uint16_t nslen;
-    uint32_t pos; /* list: byte offset; map: slot; keys: bucket position */
+    uint32_t pos; /* list: byte offset; map: slot; keys: scan position in the key group */
     stash_state *state;
     const uint8_t *blob; /* list, map: the bytes iterated */
     uint32_t blob_len;
@@ -206,7 +251,6 @@ typedef struct iter_impl {
     uint64_t writes; /* the worker's write count when it started */
     shm_rec *rec;    /* map over an owned key group: the record, for removals */
     uint32_t kg;     /* keys: the key group walked */
-    shm_ref ref;     /* keys: the next record of the chain */
     const void *ns;  /* keys: the namespace filter */
     uint64_t now;    /* TTL clock when it started */
 } iter_impl;

@@ -142,31 +142,25 @@ static int clear_kg(stash_arena *a, uint32_t kg)
     uint8_t *buf = NULL;
     size_t cap = 0;
     int rc = 0;
-    uint32_t n = shm_table_positions(a, kg);
-    for (uint32_t pos = 0; pos < n && rc == 0; pos++) {
-        for (shm_ref r = shm_table_bucket(a, kg, pos); r && rc == 0;) {
-            shm_rec *rec = shm_rec_at(a, r);
-            r = atomic_load(&rec->next);
-            if (!shm_rec_live(rec)) continue;
-            /* The lookup's bytes outlive the record the delete retires. */
-            if (state_reserve(&buf, &cap, (size_t)rec->klen + rec->nslen + 1) < 0) {
-                rc = shm_fail(-ENOMEM, "out of memory");
-                break;
-            }
-            memcpy(buf, shm_rec_key(rec), (size_t)rec->klen + rec->nslen);
-            shm_lookup l = {.kg = kg,
-                            .hash = rec->hash,
-                            .state = rec->state,
-                            .klen = rec->klen,
-                            .nslen = rec->nslen,
-                            .key = buf,
-                            .ns = buf + rec->klen};
-            shm_cursor cur;
-            rc = shm_table_find(a, &l, &cur);
-            if (rc == 0) rc = shm_table_delete(a, &l, &cur);
-            /* The chain changed: start the bucket over. */
-            r = rc == 0 ? shm_table_bucket(a, kg, pos) : 0;
+    uint32_t pos = 0, hash;
+    for (shm_rec *rec; rc == 0 && (rec = shm_table_next(a, kg, &pos, &hash));) {
+        if (!shm_rec_live(rec)) continue;
+        /* The lookup's bytes outlive the record the delete retires. */
+        if (state_reserve(&buf, &cap, (size_t)rec->klen + rec->nslen + 1) < 0) {
+            rc = shm_fail(-ENOMEM, "out of memory");
+            break;
         }
+        memcpy(buf, shm_rec_key(rec), (size_t)rec->klen + rec->nslen);
+        shm_lookup l = {.kg = kg,
+                        .hash = hash,
+                        .state = rec->state,
+                        .klen = rec->klen,
+                        .nslen = rec->nslen,
+                        .key = buf,
+                        .ns = buf + rec->klen};
+        shm_cursor cur;
+        rc = shm_table_find(a, &l, &cur);
+        if (rc == 0) rc = shm_table_delete(a, &l, &cur);
     }
     free(buf);
     return rc;

@@ -73,19 +73,12 @@ static int keys_next(iter_impl *it, stash_bytes *key)
     stash_worker *w = it->state->w;
     if (w->lmdb) return keys_next_lmdb(it, key);
     stash_arena *a = w->arena;
-    while (it->kg <= w->range.last) {
-        while (it->ref) {
-            shm_rec *r = shm_rec_at(a, it->ref);
-            it->ref = atomic_load(&r->next);
+    for (; it->kg <= w->range.last; it->kg++, it->pos = 0) {
+        uint32_t hash;
+        for (shm_rec *r; (r = shm_table_next(a, it->kg, &it->pos, &hash));) {
             if (!key_matches(it, r)) continue;
             if (key) *key = (stash_bytes){shm_rec_key(r), r->klen};
             return 1;
-        }
-        if (it->pos < shm_table_positions(a, it->kg)) {
-            it->ref = shm_table_bucket(a, it->kg, it->pos++);
-        } else {
-            it->kg++;
-            it->pos = 0;
         }
     }
     return 0;
@@ -125,7 +118,7 @@ static int merge_sources(stash_state *s, const void *target, size_t tlen,
                          const stash_bytes *sources, size_t n, merge_into_fn *merge)
 {
     shm_lookup tl;
-    int rc = state_lookup_ns(s, target, (uint16_t)tlen, state_ns_hash(target, tlen), &tl);
+    int rc = state_lookup_ns(s, target, (uint16_t)tlen, &tl);
     uint8_t *copy = NULL;
     size_t cap = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
@@ -134,8 +127,7 @@ static int merge_sources(stash_state *s, const void *target, size_t tlen,
         stash_bytes raw;
         if (sources[i].len == tlen && (tlen == 0 || memcmp(sources[i].data, target, tlen) == 0))
             continue;
-        rc = state_lookup_ns(s, sources[i].data, (uint16_t)sources[i].len,
-                             state_ns_hash(sources[i].data, sources[i].len), &sl);
+        rc = state_lookup_ns(s, sources[i].data, (uint16_t)sources[i].len, &sl);
         if (!rc) rc = state_read(s, &sl, &c, &raw);
         if (rc == STASH_ENOTFOUND) {
             rc = 0;

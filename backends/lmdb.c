@@ -285,7 +285,8 @@ static void log_change(lmdb_store *st, uint32_t kg, const MDB_val *k)
     if (!atomic_load_explicit(&a->hdr->lmdb_track, memory_order_relaxed)) return;
     uint64_t tag = atomic_load_explicit(&a->control->last_id, memory_order_acquire);
     shm_lookup l = {.kg = kg,
-                    .hash = (uint32_t)stash_hash(k->mv_data, k->mv_size),
+                    .hash = shm_lookup_hash(shm_key_hash(k->mv_data, k->mv_size),
+                                            shm_lookup_seed(SHM_CHANGE_STATE, 0)),
                     .state = SHM_CHANGE_STATE,
                     .klen = (uint16_t)k->mv_size,
                     .key = k->mv_data,
@@ -304,7 +305,10 @@ static void log_change(lmdb_store *st, uint32_t kg, const MDB_val *k)
     }
     memcpy(shm_rec_value(r), &tag, sizeof tag);
     atomic_store_explicit(&r->vlen, sizeof tag, memory_order_relaxed);
-    shm_table_publish(a, &l, &c, r);
+    if (shm_table_publish(a, &l, &c, r) < 0) {
+        shm_free(a, shm_off_of(a, r));
+        atomic_fetch_add(&a->hdr->lmdb_untracked, 1);
+    }
 }
 
 /* Drops the log's notes of kg older than the next delta's base. */
@@ -314,28 +318,23 @@ static void prune_changes(lmdb_store *st, uint32_t kg, uint64_t below)
     shm_table_tend(a, kg);
     uint8_t *key = NULL;
     size_t cap = 0;
-    for (uint32_t pos = 0; pos < shm_table_positions(a, kg); pos++) {
-        for (shm_ref ref = shm_table_bucket(a, kg, pos); ref;) {
-            shm_rec *r = shm_rec_at(a, ref);
-            ref = atomic_load(&r->next);
-            uint64_t tag;
-            if (r->state != SHM_CHANGE_STATE || !shm_rec_live(r) ||
-                atomic_load(&r->vlen) != sizeof tag)
-                continue;
-            memcpy(&tag, shm_rec_value(r), sizeof tag);
-            if (tag >= below || state_reserve(&key, &cap, r->klen ? r->klen : 1) < 0) continue;
-            memcpy(key, shm_rec_key(r), r->klen);
-            shm_lookup l = {.kg = kg,
-                            .hash = r->hash,
-                            .state = SHM_CHANGE_STATE,
-                            .klen = r->klen,
-                            .key = key,
-                            .ns = ""};
-            shm_cursor c;
-            if (shm_table_find(a, &l, &c) == 0) shm_table_delete(a, &l, &c);
-            /* The chain changed: the bucket starts over. */
-            ref = shm_table_bucket(a, kg, pos);
-        }
+    uint32_t pos = 0, hash;
+    for (shm_rec *r; (r = shm_table_next(a, kg, &pos, &hash));) {
+        uint64_t tag;
+        if (r->state != SHM_CHANGE_STATE || !shm_rec_live(r) || atomic_load(&r->vlen) != sizeof tag)
+            continue;
+        memcpy(&tag, shm_rec_value(r), sizeof tag);
+        if (tag >= below || state_reserve(&key, &cap, r->klen ? r->klen : 1) < 0) continue;
+        /* The lookup's bytes outlive the record the delete retires. */
+        memcpy(key, shm_rec_key(r), r->klen);
+        shm_lookup l = {.kg = kg,
+                        .hash = hash,
+                        .state = SHM_CHANGE_STATE,
+                        .klen = r->klen,
+                        .key = key,
+                        .ns = ""};
+        shm_cursor c;
+        if (shm_table_find(a, &l, &c) == 0) shm_table_delete(a, &l, &c);
     }
     free(key);
 }
@@ -482,7 +481,7 @@ int lmdb_read_owned(stash_worker *w, const shm_lookup *l, shm_cursor *c, stash_b
                     bool shadow)
 {
     lmdb_store *st = w->lmdb;
-    c->link = NULL;
+    c->group = NULL;
     c->rec = NULL;
     kg_env *e;
     MDB_val k, v;

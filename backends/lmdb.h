@@ -40,7 +40,6 @@ int lmdb_read_owned(stash_worker *w, const shm_lookup *l, shm_cursor *c, stash_b
  * length or an error (STASH_ENOTFOUND). */
 int64_t lmdb_read_copy(stash_worker *w, const shm_lookup *l, uint8_t **buf, size_t *cap);
 int lmdb_rec_new(stash_worker *w, const shm_lookup *l, size_t cap, shm_rec **out);
-uint64_t lmdb_rec_capacity(const stash_worker *w, const shm_rec *rec);
 /* Puts rec (a shadow, which names its own key) into the store and, if c,
  * makes it c's. */
 int lmdb_publish(stash_worker *w, shm_cursor *c, shm_rec *rec);

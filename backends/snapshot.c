@@ -277,13 +277,14 @@ int snap_restore_record(void *restorer, uint32_t kg, const snap_record *r)
         return shm_fail(STASH_ECORRUPT, "a record of state %u, which the metadata does not name",
                         r->state);
     uint16_t state = x->map->ids[r->state];
-    shm_lookup l = {.kg = kg,
-                    .hash = state_lookup_hash(r->key_hash, state, state_ns_hash(r->ns, r->nslen)),
-                    .state = state,
-                    .klen = r->klen,
-                    .nslen = r->nslen,
-                    .key = r->key,
-                    .ns = r->nslen ? (const void *)r->ns : ""};
+    shm_lookup l = {
+        .kg = kg,
+        .hash = shm_lookup_hash(r->key_hash, shm_lookup_seed(state, shm_ns_hash(r->ns, r->nslen))),
+        .state = state,
+        .klen = r->klen,
+        .nslen = r->nslen,
+        .key = r->key,
+        .ns = r->nslen ? (const void *)r->ns : ""};
     shm_cursor c;
     shm_rec *rec;
     shm_table_tend(x->arena, kg);
@@ -293,6 +294,7 @@ int snap_restore_record(void *restorer, uint32_t kg, const snap_record *r)
     if (rc) return rc;
     if (r->vlen) memcpy(shm_rec_value(rec), r->value, r->vlen);
     atomic_store_explicit(&rec->vlen, r->vlen, memory_order_relaxed);
-    shm_table_publish(x->arena, &l, &c, rec);
-    return 0;
+    rc = shm_table_publish(x->arena, &l, &c, rec);
+    if (rc) shm_free(x->arena, shm_off_of(x->arena, rec));
+    return rc;
 }

@@ -8,7 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <xxhash.h>
+
+#include "shm/hash.h"
 
 #include "backends/lmdb.h"
 #include "backends/opstate.h"
@@ -80,6 +81,7 @@ STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc
             return rc;
         }
     }
+    s->seed = shm_lookup_seed(s->id, 0);
     s->next = worker->states;
     worker->states = s;
     worker->has_ttl |= state_has_ttl(s);
@@ -87,14 +89,18 @@ STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc
     return 0;
 }
 
-STASH_API int stash_key_set(stash_worker *worker, const void *key, size_t len)
+/* Flattened: the key's hash is computed inline, as are the short copies. */
+STASH_API __attribute__((flatten)) int stash_key_set(stash_worker *worker, const void *key,
+                                                     size_t len)
 {
-    if (len > UINT16_MAX) return shm_fail(-EINVAL, "a key of %zu bytes (at most 65535)", len);
-    if (state_reserve(&worker->key, &worker->key_cap, len ? len : 1) < 0)
-        return shm_fail(-ENOMEM, "out of memory");
+    if (len > worker->key_cap || !worker->key) {
+        if (len > UINT16_MAX) return shm_fail(-EINVAL, "a key of %zu bytes (at most 65535)", len);
+        if (state_reserve(&worker->key, &worker->key_cap, len ? len : 1) < 0)
+            return shm_fail(-ENOMEM, "out of memory");
+    }
     if (len) memcpy(worker->key, key, len);
     worker->klen = (uint16_t)len;
-    worker->key_hash = stash_hash(key, len);
+    worker->key_hash = shm_key_hash(key, len);
     uint32_t maxp = worker->max_parallelism;
     worker->kg = (uint32_t)((maxp & (maxp - 1)) == 0 ? worker->key_hash & (maxp - 1)
                                                      : worker->key_hash % maxp);
@@ -114,46 +120,22 @@ STASH_API int stash_state_namespace(stash_state *state, const void *ns, size_t l
         return shm_fail(-ENOMEM, "out of memory");
     if (len) memcpy(state->ns, ns, len);
     state->nslen = (uint16_t)len;
-    state->ns_hash = state_ns_hash(ns, len);
+    state->seed = shm_lookup_seed(state->id, shm_ns_hash(ns, len));
     return 0;
 }
 
-uint64_t state_ns_hash(const void *ns, size_t len)
-{
-    return len ? XXH3_64bits(ns, len) : 0;
-}
-
-uint32_t state_lookup_hash(uint64_t key_hash, uint16_t id, uint64_t ns_hash)
-{
-    uint64_t h = key_hash ^ (id * 0x9e3779b97f4a7c15ull) ^ (ns_hash * 0xc2b2ae3d27d4eb4full);
-    h ^= h >> 29;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 32;
-    return (uint32_t)h;
-}
-
-int state_lookup_ns(stash_state *s, const void *ns, uint16_t nslen, uint64_t ns_hash, shm_lookup *l)
+int state_lookup_ns(stash_state *s, const void *ns, uint16_t nslen, shm_lookup *l)
 {
     stash_worker *w = s->w;
     if (!w->has_key) return shm_fail(STASH_ENOKEY, "state access without a current key");
     l->kg = w->kg;
-    l->hash = state_lookup_hash(w->key_hash, s->id, ns_hash);
+    l->hash = shm_lookup_hash(w->key_hash, shm_lookup_seed(s->id, shm_ns_hash(ns, nslen)));
     l->state = s->id;
     l->klen = w->klen;
     l->nslen = nslen;
     l->key = w->key;
     l->ns = nslen ? ns : ""; /* never NULL: memcmp and memcpy take it */
     return 0;
-}
-
-int state_lookup(stash_state *s, shm_lookup *l)
-{
-    return state_lookup_ns(s, s->ns, s->nslen, s->ns_hash, l);
-}
-
-bool state_owns(const stash_state *s, uint32_t kg)
-{
-    return kg >= s->w->range.first && kg <= s->w->range.last;
 }
 
 int state_refuse_write(const stash_state *s, uint32_t kg)
@@ -179,36 +161,13 @@ int state_find(stash_state *s, const shm_lookup *l, shm_cursor *c)
     return s->w->lmdb ? lmdb_find(s->w, l, c) : shm_table_find(s->w->arena, l, c);
 }
 
-int state_find_write(stash_state *s, const shm_lookup *l, shm_cursor *c)
-{
-    s->w->writes++;
-    if (!s->w->lmdb) shm_table_tend(s->w->arena, l->kg);
-    return state_find(s, l, c);
-}
-
-int state_find_overwrite(stash_state *s, const shm_lookup *l, shm_cursor *c)
-{
-    if (!s->w->lmdb) return state_find_write(s, l, c);
-    /* A put replaces whatever LMDB holds: no need to read it first. */
-    s->w->writes++;
-    *c = (shm_cursor){0};
-    return 0;
-}
-
-int state_read(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out)
+int state_read_slow(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out)
 {
     stash_worker *w = s->w;
-    if (state_owns(s, l->kg)) {
-        /* With lmdb, only a read that may write through c next (a TTL
-         * refresh, a map's change in place) needs the record copied. */
-        if (w->lmdb) return lmdb_read_owned(w, l, c, out, state_has_ttl(s) || s->kind == STASH_MAP);
-        int rc = shm_table_find(w->arena, l, c);
-        if (rc < 0) return rc;
-        if (!shm_rec_live(c->rec)) return STASH_ENOTFOUND;
-        out->data = shm_rec_value(c->rec);
-        out->len = atomic_load_explicit(&c->rec->vlen, memory_order_relaxed);
-        return 0;
-    }
+    /* With lmdb, only a read that may write through c next (a TTL refresh, a
+     * map's change in place) needs the record copied. */
+    if (state_owns(s, l->kg))
+        return lmdb_read_owned(w, l, c, out, state_has_ttl(s) || s->kind == STASH_MAP);
     c->rec = NULL;
     int64_t n = w->lmdb ? lmdb_read_copy(w, l, &s->scratch, &s->scratch_cap)
                         : shm_table_read_copy(w->arena, w->slot, l, &s->scratch, &s->scratch_cap);
@@ -224,16 +183,6 @@ int state_view(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *
     out->data = shm_rec_value(c->rec);
     out->len = atomic_load_explicit(&c->rec->vlen, memory_order_relaxed);
     return 0;
-}
-
-bool state_rec_mutable(stash_state *s, uint32_t kg, const shm_rec *rec)
-{
-    return s->w->lmdb || shm_rec_mutable(s->w->arena, kg, rec);
-}
-
-uint64_t state_rec_capacity(stash_state *s, const shm_rec *rec)
-{
-    return s->w->lmdb ? lmdb_rec_capacity(s->w, rec) : shm_rec_capacity(s->w->arena, rec);
 }
 
 int state_rec_new(stash_state *s, const shm_lookup *l, size_t cap, shm_rec **rec)
@@ -277,11 +226,13 @@ int state_write_end(stash_state *s, const shm_lookup *l, shm_cursor *c, shm_rec 
     atomic_store_explicit(&rec->vlen, (uint32_t)len, memory_order_relaxed);
     s->w->writes++;
     if (s->w->lmdb) return lmdb_publish(s->w, c, rec);
-    if (in_place)
+    if (in_place) {
         shm_rec_write_end(s->w->arena, l->kg, rec);
-    else
-        shm_table_publish(s->w->arena, l, c, rec);
-    return 0;
+        return 0;
+    }
+    int rc = shm_table_publish(s->w->arena, l, c, rec);
+    if (rc) shm_free(s->w->arena, shm_off_of(s->w->arena, rec));
+    return rc;
 }
 
 int state_write(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *bytes, size_t len)
@@ -358,30 +309,29 @@ void state_ttl_cleanup(stash_state *s, uint32_t kg)
     }
     stash_arena *a = s->w->arena;
     shm_table *t = &a->tables[kg];
-    uint32_t end = shm_table_positions(a, kg);
-    if (!end) return;
     uint64_t now = state_now(s);
-    uint32_t budget = s->ttl.cleanup_entries;
-    while (budget > 0) {
-        if (t->cleanup_pos >= end) t->cleanup_pos = 0;
-        shm_ref r = shm_table_bucket(a, kg, t->cleanup_pos++);
-        while (r && budget > 0) {
-            shm_rec *rec = shm_rec_at(a, r);
-            r = atomic_load(&rec->next);
-            budget--;
-            if (rec->state != s->id || !shm_rec_live(rec) || !record_expired(s, rec, now)) continue;
-            shm_lookup l = {.kg = kg,
-                            .hash = rec->hash,
-                            .state = rec->state,
-                            .klen = rec->klen,
-                            .nslen = rec->nslen,
-                            .key = shm_rec_key(rec),
-                            .ns = shm_rec_ns(rec)};
-            shm_cursor c;
-            if (shm_table_find(a, &l, &c) == 0) shm_table_delete(a, &l, &c);
-            break; /* the chain changed under r: go on from the next bucket */
+    bool wrapped = false;
+    for (uint32_t budget = s->ttl.cleanup_entries; budget > 0; budget--) {
+        uint32_t hash;
+        shm_rec *rec = shm_table_next(a, kg, &t->cleanup_pos, &hash);
+        if (!rec) {
+            /* The end of the table: on from the start, once. */
+            if (wrapped) return;
+            wrapped = true;
+            t->cleanup_pos = 0;
+            budget++;
+            continue;
         }
-        if (t->cleanup_pos >= end) break;
+        if (rec->state != s->id || !shm_rec_live(rec) || !record_expired(s, rec, now)) continue;
+        shm_lookup l = {.kg = kg,
+                        .hash = hash,
+                        .state = rec->state,
+                        .klen = rec->klen,
+                        .nslen = rec->nslen,
+                        .key = shm_rec_key(rec),
+                        .ns = shm_rec_ns(rec)};
+        shm_cursor c;
+        if (shm_table_find(a, &l, &c) == 0) shm_table_delete(a, &l, &c);
     }
 }
 

@@ -55,7 +55,14 @@ static int write_value(stash_state *s, const shm_lookup *l, shm_cursor *c, const
 {
     size_t ts = state_ts_bytes(s);
     if (len > UINT32_MAX - ts) return shm_fail(STASH_ETOOBIG, "a value of %zu bytes", len);
-    shm_rec *rec;
+    /* The common case in one step: a heap record rewritten in place. */
+    shm_rec *rec = c->rec;
+    if (!ts && !s->w->lmdb && shm_rec_live(rec) && shm_rec_mutable(s->w->arena, l->kg, rec) &&
+        shm_rec_capacity(s->w->arena, rec) >= len &&
+        shm_rec_overwrite(s->w->arena, l->kg, rec, value, len)) {
+        s->w->writes++;
+        return 0;
+    }
     int in_place = state_write_begin(s, l, c, len + ts, 0, len + ts, 0, &rec);
     if (in_place < 0) return in_place;
     if (ts) state_ts_put(shm_rec_value(rec), state_now(s));
@@ -77,7 +84,7 @@ STASH_API int stash_value_get(stash_state *state, stash_bytes *out)
     int rc = check_value(state);
     if (!rc) rc = state_lookup(state, &l);
     if (rc) return rc;
-    rc = read_value(state, &l, &c, out);
+    rc = state_has_ttl(state) ? read_value(state, &l, &c, out) : state_read(state, &l, &c, out);
     if (rc == STASH_ENOTFOUND && state->defval) {
         *out = (stash_bytes){state->defval, state->deflen};
         return 0;

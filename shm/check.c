@@ -4,12 +4,14 @@
  * used spans, free lists hold exactly the free runs, every free block lies in
  * a span of its own key group and class, no block is listed twice, and the
  * counters equal what the structure holds; every keyed record lies in a
- * live block of its key group, in the right bucket, whole, and counted.
+ * live block of its key group, in the index under its own hash where lookups
+ * reach it, whole, and counted.
  * Tests run it after crashes.
  */
 #include <errno.h>
 #include <stdlib.h>
 
+#include "shm/hash.h"
 #include "shm/shm.h"
 
 typedef struct checker {
@@ -103,7 +105,7 @@ static int check_block(checker *c, uint32_t kg, unsigned cls, shm_off off)
         why = "outside the data region";
     } else {
         uint64_t i = shm_run_head(a, off), w = atomic_load(&a->spans[i].word);
-        uint64_t in = off - shm_span_off(a, i), cs = shm_class_size(cls);
+        uint64_t in = off - shm_span_off(a, i), cs = shm_class_bytes(cls);
         uint64_t carve = atomic_load(&a->heaps[kg].cls[cls].carve);
         uint64_t limit = (carve >> 32) == i + 1 ? (uint32_t)carve : shm_class_capacity(cls);
         if (shm_span_state(w) != SHM_SPAN_OWNED || shm_span_kg(w) != kg || shm_span_class(w) != cls)
@@ -115,7 +117,7 @@ static int check_block(checker *c, uint32_t kg, unsigned cls, shm_off off)
     }
     if (!why) return 0;
     return shm_fail(-EUCLEAN, "key group %u, class %u: free block at offset %llu %s", kg,
-                    shm_class_size(cls), (unsigned long long)off, why);
+                    shm_class_bytes(cls), (unsigned long long)off, why);
 }
 
 static int check_heap(checker *c, uint32_t kg)
@@ -130,7 +132,7 @@ static int check_heap(checker *c, uint32_t kg)
                 return shm_fail(-EUCLEAN,
                                 "key group %u, class %u: carving span %llu it does "
                                 "not own",
-                                kg, shm_class_size(cls), (unsigned long long)(span1 - 1));
+                                kg, shm_class_bytes(cls), (unsigned long long)(span1 - 1));
         }
         shm_off off = atomic_load(&a->heaps[kg].cls[cls].free_head);
         for (; off; off = *(shm_off *)(a->base + off)) {
@@ -169,46 +171,112 @@ static int check_record(checker *c, uint32_t kg, shm_rec *r, const char *what)
                     (unsigned long long)off, why);
 }
 
+/* The lookup hash of the entry r holds, as its key group's index keys it. */
+static uint32_t rec_hash(const shm_rec *r)
+{
+    uint64_t seed = shm_lookup_seed(r->state, shm_ns_hash(shm_rec_ns(r), r->nslen));
+    return shm_lookup_hash(shm_key_hash(shm_rec_key(r), r->klen), seed);
+}
+
+/* One array of an index as check_part walks it: its groups, their count,
+ * the first group not moved away yet, and which array it is. */
+typedef struct part {
+    shm_group *g;
+    uint32_t n, from;
+    const char *name;
+} part;
+
+/* Whether a probe for hash h reaches group at in p without passing a group
+ * with an EMPTY slot. */
+static bool reachable(const part *p, uint32_t h, uint32_t at)
+{
+    uint32_t g = h & (p->n - 1);
+    if (g < p->from) g = p->from;
+    for (uint32_t steps = p->from; steps < p->n; steps++) {
+        if (g == at) return true;
+        for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++)
+            if (atomic_load(&p->g[g].hash[i]) == SHM_SLOT_EMPTY) return false;
+        g = g + 1 == p->n ? p->from : g + 1;
+    }
+    return false;
+}
+
+static int check_versions(checker *c, uint32_t kg, shm_rec *r)
+{
+    stash_arena *a = c->a;
+    for (shm_rec *v = shm_rec_at(a, atomic_load(&r->older)), *newer = r; v;
+         newer = v, v = shm_rec_at(a, atomic_load(&v->older))) {
+        int rc = check_record(c, kg, v, "older version");
+        if (rc) return rc;
+        if (v->version >= newer->version)
+            return shm_fail(-EUCLEAN, "key group %u: version %u behind version %u", kg, v->version,
+                            newer->version);
+    }
+    return 0;
+}
+
+/* Every slot of p: an entry in a valid record, under its own hash, where
+ * probes find it; free slots hold no reference; moved groups hold nothing. */
+static int check_part(checker *c, uint32_t kg, const part *p, uint64_t *live, uint32_t *heads,
+                      uint32_t *used)
+{
+    for (uint32_t g = 0; g < p->n; g++) {
+        for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++) {
+            uint32_t h = atomic_load(&p->g[g].hash[i]);
+            shm_ref ref = atomic_load(&p->g[g].ref[i]);
+            *used += h != SHM_SLOT_EMPTY;
+            if (h < 2 || g < p->from) {
+                if (ref || h >= 2)
+                    return shm_fail(-EUCLEAN, "key group %u: %s index group %u slot %u: %s", kg,
+                                    p->name, g, i,
+                                    h >= 2 ? "an entry left in a moved group"
+                                           : "a free slot that references a record");
+                continue;
+            }
+            shm_rec *r = shm_rec_at(c->a, ref);
+            int rc = r ? check_record(c, kg, r, "record") : 0;
+            if (rc) return rc;
+            if (!r || rec_hash(r) != h)
+                return shm_fail(-EUCLEAN, "key group %u: %s index group %u slot %u: %s", kg,
+                                p->name, g, i,
+                                r ? "hash differs from its record's" : "an entry without a record");
+            if (!reachable(p, h, g))
+                return shm_fail(-EUCLEAN,
+                                "key group %u: %s index group %u slot %u: lookups do not reach it",
+                                kg, p->name, g, i);
+            if ((rc = check_versions(c, kg, r))) return rc;
+            *live += shm_rec_live(r);
+            ++*heads;
+        }
+    }
+    return 0;
+}
+
 static int check_table(checker *c, uint32_t kg)
 {
     stash_arena *a = c->a;
     shm_table *t = &a->tables[kg];
-    if (atomic_load(&t->moving) || atomic_load(&t->growing) || atomic_load(&t->undo.rec) ||
-        (atomic_load(&t->shape_seq) & 1))
+    if (atomic_load(&t->growing) || atomic_load(&t->undo.rec) || (atomic_load(&t->shape_seq) & 1))
         return shm_fail(-EUCLEAN, "key group %u: an owner's change was left unfinished", kg);
+    if (!atomic_load(&t->index)) return 0;
+    shm_off old = atomic_load(&t->old_index);
+    part cur = {SHM_AT(a, shm_group, atomic_load(&t->index)), 1u << atomic_load(&t->log2), 0,
+                "current"};
+    part po = {SHM_AT(a, shm_group, old), old ? 1u << atomic_load(&t->old_log2) : 0,
+               atomic_load(&t->migrate_pos), "old"};
     uint64_t live = 0;
-    uint32_t n = shm_table_positions(a, kg), cur = t->buckets ? 1u << t->log2 : 0;
-    for (uint32_t pos = 0; pos < n; pos++) {
-        for (shm_ref ref = shm_table_bucket(a, kg, pos); ref;) {
-            shm_rec *r = shm_rec_at(a, ref);
-            int rc = check_record(c, kg, r, "record");
-            if (rc) return rc;
-            uint32_t want = pos < cur ? r->hash & (cur - 1) : r->hash & (cur / 2 - 1);
-            if (want != (pos < cur ? pos : pos - cur))
-                return shm_fail(-EUCLEAN, "key group %u: record in bucket %u belongs in %u", kg,
-                                pos, want);
-            /* While rehashing, lookups of an old bucket not yet moved go to the
-             * old array: a record must be where they go. */
-            if (atomic_load(&t->old_buckets) &&
-                ((r->hash & (cur / 2 - 1)) >= atomic_load(&t->migrate_pos)) != (pos >= cur))
-                return shm_fail(-EUCLEAN,
-                                "key group %u: record in bucket %u unreachable by "
-                                "lookups (rehash at %u)",
-                                kg, pos, atomic_load(&t->migrate_pos));
-            live += shm_rec_live(r);
-            for (shm_rec *v = shm_rec_at(a, atomic_load(&r->older)), *newer = r; v;
-                 newer = v, v = shm_rec_at(a, atomic_load(&v->older))) {
-                if ((rc = check_record(c, kg, v, "older version"))) return rc;
-                if (v->version >= newer->version)
-                    return shm_fail(-EUCLEAN, "key group %u: version %u behind version %u", kg,
-                                    v->version, newer->version);
-            }
-            ref = atomic_load(&r->next);
-        }
-    }
-    if (live != atomic_load(&t->count))
-        return shm_fail(-EUCLEAN, "key group %u counts %llu records, holds %llu", kg,
-                        (unsigned long long)atomic_load(&t->count), (unsigned long long)live);
+    uint32_t heads = 0, old_used = 0, used = 0;
+    int rc = check_part(c, kg, &po, &live, &heads, &old_used);
+    uint32_t old_heads = heads;
+    if (!rc) rc = check_part(c, kg, &cur, &live, &heads, &used);
+    if (rc) return rc;
+    if (live != atomic_load(&t->count) || heads != t->heads || old_heads != t->old_left ||
+        used != atomic_load(&t->used))
+        return shm_fail(-EUCLEAN,
+                        "key group %u counts %llu live entries, %u in slots (%u old), %u slots "
+                        "used; holds %llu, %u (%u), %u",
+                        kg, (unsigned long long)atomic_load(&t->count), t->heads, t->old_left,
+                        atomic_load(&t->used), (unsigned long long)live, heads, old_heads, used);
     return 0;
 }
 

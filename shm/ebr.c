@@ -57,15 +57,6 @@ uint64_t shm_ebr_min(stash_arena *a, bool check_dead)
     return min;
 }
 
-bool shm_ebr_readers_active(stash_arena *a)
-{
-    atomic_thread_fence(memory_order_seq_cst);
-    for (uint32_t i = 0; i < SHM_READERS; i++)
-        if (atomic_load_explicit(&a->hdr->readers[i].reader_epoch, memory_order_relaxed))
-            return true;
-    return false;
-}
-
 int shm_reader_join(stash_arena *a, uint32_t *slot)
 {
     int32_t me = getpid();
@@ -78,6 +69,9 @@ int shm_reader_join(stash_arena *a, uint32_t *slot)
         if (!atomic_compare_exchange_strong(&r->pid, &pid, me)) continue;
         r->start_time = start;
         atomic_store(&r->reader_epoch, 0);
+        /* Walks a dead holder announced end with it. */
+        for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
+            atomic_fetch_and(&a->tables[kg].walkers, ~(1u << i));
         *slot = STASH_MAX_WORKERS + i;
         return 0;
     }

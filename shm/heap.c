@@ -16,13 +16,6 @@
 
 #include "shm/shm.h"
 
-static const uint32_t class_sizes[SHM_NCLASSES] = {
-    16,   32,   48,   64,    80,    96,    112,   128,   144,   160,   176,
-    192,  208,  224,  240,   256,   320,   384,   448,   512,   640,   768,
-    896,  1024, 1280, 1536,  1792,  2048,  2560,  3072,  3584,  4096,  5120,
-    6144, 7168, 8192, 10240, 12288, 14336, 16384, 20480, 24576, 28672, 32768,
-};
-
 unsigned shm_size_class(size_t size)
 {
     if (size <= 256) return size ? (unsigned)((size + 15) >> 4) - 1 : 0;
@@ -37,11 +30,6 @@ static const uint8_t class_runs[SHM_NCLASSES] = {
     2, 1, 1, 2, 4, 1, 2, 3, 7, 1, 4, 3, 7, 2, 5, 3, 7, 4, 5, 6, 7, 8,
 };
 
-uint32_t shm_class_size(unsigned cls)
-{
-    return class_sizes[cls];
-}
-
 uint32_t shm_class_run(unsigned cls)
 {
     return class_runs[cls];
@@ -50,7 +38,7 @@ uint32_t shm_class_run(unsigned cls)
 uint32_t shm_class_capacity(unsigned cls)
 {
     uint32_t bytes = (uint32_t)class_runs[cls] << SHM_SPAN_SHIFT;
-    return bytes / class_sizes[cls] * class_sizes[cls];
+    return bytes / shm_class_bytes(cls) * shm_class_bytes(cls);
 }
 
 static uint64_t carve_pack(uint64_t span_plus1, uint32_t carved)
@@ -91,10 +79,10 @@ static int refill(stash_arena *a, uint32_t kg, unsigned cls, shm_off *out)
     int rc = shm_pool_take(a, class_runs[cls], kg, cls, &span);
     if (rc == STASH_EFULL)
         return shm_fail(rc, "%s: no free span for key group %u (%u-byte class)", a->path, kg,
-                        class_sizes[cls]);
+                        shm_class_bytes(cls));
     if (rc < 0) return shm_fail(rc, "%s: page pool lock: %s", a->path, stash_strerror(rc));
     shm_kg_heap *h = &a->heaps[kg];
-    uint32_t cs = class_sizes[cls];
+    uint32_t cs = shm_class_bytes(cls);
     atomic_store_explicit(&h->cls[cls].carve, carve_pack(span + 1, cs), memory_order_release);
     account(h, cs, (int64_t)shm_class_capacity(cls) - cs);
     *out = shm_span_off(a, span);
@@ -105,7 +93,7 @@ int shm_alloc(stash_arena *a, uint32_t kg, size_t size, shm_off *out)
 {
     if (size > SHM_SMALL_MAX) return alloc_large(a, kg, size, out);
     unsigned cls = shm_size_class(size);
-    uint32_t cs = class_sizes[cls];
+    uint32_t cs = shm_class_bytes(cls);
     shm_kg_heap *h = &a->heaps[kg];
     shm_class_heap *ch = &h->cls[cls];
     shm_off off = atomic_load_explicit(&ch->free_head, memory_order_relaxed);
@@ -140,14 +128,14 @@ void shm_free(stash_arena *a, shm_off off)
     shm_class_heap *ch = &h->cls[cls];
     *(shm_off *)(a->base + off) = atomic_load_explicit(&ch->free_head, memory_order_relaxed);
     atomic_store_explicit(&ch->free_head, off, memory_order_release);
-    account(h, -(int64_t)class_sizes[cls], class_sizes[cls]);
+    account(h, -(int64_t)shm_class_bytes(cls), shm_class_bytes(cls));
 }
 
 uint64_t shm_block_size(const stash_arena *a, shm_off off)
 {
     uint64_t w = atomic_load_explicit(&a->spans[shm_run_head(a, off)].word, memory_order_relaxed);
     unsigned cls = shm_span_class(w);
-    return cls == SHM_CLASS_LARGE ? shm_span_len(w) << SHM_SPAN_SHIFT : class_sizes[cls];
+    return cls == SHM_CLASS_LARGE ? shm_span_len(w) << SHM_SPAN_SHIFT : shm_class_bytes(cls);
 }
 
 int shm_heap_measure(stash_arena *a, stash_kg_range range, uint64_t *used, uint64_t *free_b)
@@ -182,8 +170,8 @@ int shm_heap_measure(stash_arena *a, stash_kg_range range, uint64_t *used, uint6
             uint64_t limit = a->hdr->nspans << SHM_SPAN_SHIFT;
             shm_off off = atomic_load(&a->heaps[range.first + k].cls[c].free_head);
             for (; off && limit; off = *(shm_off *)(a->base + off), limit -= 16) {
-                used[k] -= class_sizes[c];
-                free_b[k] += class_sizes[c];
+                used[k] -= shm_class_bytes(c);
+                free_b[k] += shm_class_bytes(c);
             }
         }
     }

@@ -4,18 +4,18 @@
  * range, and every worker computes the same ranges without talking.
  */
 #include <errno.h>
-#include <xxhash.h>
 
+#include "shm/hash.h"
 #include "shm/shm.h"
 
 STASH_API uint64_t stash_hash(const void *key, size_t len)
 {
-    return XXH3_64bits(key, len);
+    return shm_key_hash(key, len);
 }
 
 STASH_API uint32_t stash_key_group(const void *key, size_t len, uint32_t max_parallelism)
 {
-    return (uint32_t)(XXH3_64bits(key, len) % max_parallelism);
+    return (uint32_t)(shm_key_hash(key, len) % max_parallelism);
 }
 
 static bool valid(uint32_t max_parallelism, uint32_t parallelism)

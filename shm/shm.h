@@ -20,7 +20,7 @@
 typedef uint64_t shm_off;
 
 #define SHM_MAGIC "STASHARN"
-#define SHM_LAYOUT_VERSION 2u
+#define SHM_LAYOUT_VERSION 3u
 #define SHM_INIT_MARK 0x54494e49u /* "INIT": written last by the creator */
 #define SHM_HEADER_SIZE 4096u
 #define SHM_SPAN_SHIFT 12u
@@ -181,28 +181,39 @@ _Static_assert(sizeof(shm_header) <= SHM_HEADER_SIZE, "header fits its page");
 _Static_assert(sizeof(shm_slot) == 64, "a slot is a cache line");
 
 /* A reference to a 16-byte aligned object: its offset / 16, 0 none. Records
- * and bucket chains use it to halve their links (arenas up to 64 GiB). */
+ * and the tables' index use it to halve their links (arenas up to 64 GiB). */
 typedef uint32_t shm_ref;
 #define SHM_MAX_ARENA_SIZE (64ull << 30)
 
 /* A keyed record: one version of the entry of (state, key, namespace) in a
- * key group's table. The owner writes it; readers in any process read it. */
+ * key group's table. The owner writes it; readers in any process read it.
+ * Its lookup hash lives in the table's index, not here. */
 enum { SHM_REC_TOMBSTONE = 1u };
 typedef struct shm_rec {
-    _Atomic shm_ref next;  /* the next record of the bucket's chain */
     _Atomic shm_ref older; /* the older version a pinned reader still needs */
     _Atomic uint32_t seq;  /* odd while the owner rewrites the value in place */
     uint32_t version;      /* the table epoch in which this version was written */
-    uint32_t hash;         /* the lookup hash */
-    uint16_t state;        /* catalog id of the state */
-    uint8_t flags;         /* SHM_REC_* */
-    uint8_t size_class;    /* of its block, SHM_CLASS_LARGE for a run of spans */
+    _Atomic uint32_t vlen;
+    uint16_t state; /* catalog id of the state */
     uint16_t klen;
     uint16_t nslen;
-    _Atomic uint32_t vlen;
+    uint8_t flags;      /* SHM_REC_* */
+    uint8_t size_class; /* of its block, SHM_CLASS_LARGE for a run of spans */
     /* then klen key bytes, nslen namespace bytes, the value */
 } shm_rec;
-_Static_assert(sizeof(shm_rec) == 32, "a record header is 32 bytes");
+_Static_assert(sizeof(shm_rec) == 24, "a record header is 24 bytes");
+
+/* The index of a key group's table is an array of groups, each one cache
+ * line: eight slots, each a lookup hash (or EMPTY, or DELETED: a slot that
+ * held an entry, which probes go past) and the reference of the entry's
+ * newest version. Lookup hashes are at least 2. */
+#define SHM_GROUP_SLOTS 8u
+enum { SHM_SLOT_EMPTY = 0u, SHM_SLOT_DELETED = 1u };
+typedef struct shm_group {
+    _Atomic uint32_t hash[SHM_GROUP_SLOTS];
+    _Atomic shm_ref ref[SHM_GROUP_SLOTS];
+} shm_group;
+_Static_assert(sizeof(shm_group) == 64, "a group is a cache line");
 
 #define SHM_MAX_PINS 4u
 #define SHM_UNDO_REGIONS 4u
@@ -224,31 +235,39 @@ typedef struct shm_undo {
     uint8_t bytes[SHM_UNDO_BYTES]; /* the regions' old bytes, one after another */
 } shm_undo;
 
-/* A key group's table: chained buckets of records, grown by incremental
- * rehash; written by the key group's owner only. */
+/* A key group's table: an open-addressing index of records, grown by moving
+ * a few groups into a larger index per write; written by the key group's
+ * owner only. The fields a lookup reads come first, in one cache line. */
 typedef struct shm_table {
-    _Atomic uint32_t epoch;      /* the version the owner writes now */
-    _Atomic uint32_t shape_seq;  /* odd while records move between buckets */
-    _Atomic shm_off buckets;     /* shm_ref[1 << log2] */
-    _Atomic shm_off old_buckets; /* while rehashing: the array being emptied */
-    _Atomic uint32_t log2;
-    _Atomic uint32_t migrate_pos;        /* old buckets below it have moved */
-    _Atomic uint64_t count;              /* live (non-tombstone) records */
+    _Atomic uint32_t epoch;       /* the version the owner writes now */
+    _Atomic uint32_t shape_seq;   /* odd while entries move between the index arrays */
+    _Atomic shm_off index;        /* shm_group[1 << log2] */
+    _Atomic shm_off old_index;    /* while growing: the array being emptied into index */
+    _Atomic uint32_t log2;        /* groups of index */
+    _Atomic uint32_t old_log2;    /* groups of old_index */
+    _Atomic uint32_t migrate_pos; /* groups of old_index below it have moved */
+    _Atomic uint32_t used;        /* slots of index not EMPTY */
+    uint32_t grow_at;             /* used beyond which the index grows */
+    _Atomic uint32_t walkers;     /* reader slots walking the table, a bit each: moves wait */
+    _Atomic uint64_t count;       /* live (non-tombstone) entries */
+    uint32_t heads;               /* slots of both arrays holding an entry (tombstones too) */
+    uint32_t old_left;            /* of those, the ones in old_index */
     _Atomic uint32_t pins[SHM_MAX_PINS]; /* versions pinned by readers, 0 free */
     _Atomic uint32_t pins_gen;           /* bumped by every unpin */
     uint32_t swept_gen;                  /* pins_gen the last prune sweep started from */
-    uint32_t sweep_pos;                  /* next bucket of the prune sweep, or UINT32_MAX: none */
-    uint32_t cleanup_pos;                /* next bucket of the TTL cleanup */
-    _Atomic shm_off retired;             /* the ring of memory waiting for readers (table.c) */
+    uint32_t sweep_pos;                  /* next slot of the prune sweep, or UINT32_MAX: none */
+    uint32_t sweep_resizes;   /* resizes when the sweep started: it starts over after one */
+    uint32_t cleanup_pos;     /* next slot of the TTL cleanup */
+    _Atomic uint32_t resizes; /* bumped whenever index or old_index changes */
+    _Atomic shm_off retired;  /* the ring of memory waiting for readers (table.c) */
     /* Who holds each pin, a byte per pin: 0 the owner itself (its pins die
      * with it), else 1 + the reader slot of the process that will release it. */
     _Atomic uint32_t pin_holders;
     _Atomic uint32_t cut; /* the version cut for the checkpoint being taken (control.c), 0 none */
-    uint32_t pad2;
-    _Atomic shm_ref moving;  /* a record between an old and a new bucket */
-    _Atomic shm_off growing; /* the bucket array a rehash is switching to */
-    uint32_t moves_held;     /* moves put off for reader processes */
-    _Atomic uint64_t writes; /* every publish and delete: invalidates iterators */
+    _Atomic shm_off growing;       /* the index a growth is switching to */
+    _Atomic uint32_t growing_log2; /* its groups */
+    uint32_t moves_held;           /* moves put off for walkers */
+    _Atomic uint64_t writes;       /* every publish and delete: invalidates iterators */
     shm_undo undo;
 } shm_table;
 
@@ -400,8 +419,14 @@ void shm_pool_prefault(stash_arena *a, uint64_t bytes);
 
 /* The size class for a request of size bytes (size <= SHM_SMALL_MAX). */
 unsigned shm_size_class(size_t size);
-/* The bytes a block of class cls spans. */
-uint32_t shm_class_size(unsigned cls);
+/* The bytes a block of class cls spans: 16-byte steps up to 256, then
+ * four classes per power of two. */
+static inline uint32_t shm_class_bytes(unsigned cls)
+{
+    if (cls < 16) return (cls + 1) * 16;
+    unsigned i = cls - 16;
+    return (5u + i % 4) << (6 + i / 4);
+}
 /* The spans in one run of class cls (chosen so that little of the run is waste). */
 uint32_t shm_class_run(unsigned cls);
 /* The bytes of a run of class cls that blocks can use. */
@@ -458,10 +483,12 @@ typedef struct shm_lookup {
     const void *ns;
 } shm_lookup;
 
-/* Where an entry lives: the link that points at its record (or where a new
- * record would go) and the record itself. Valid until the owner's next change. */
+/* Where an entry lives: its slot in the index (or the free slot a new entry
+ * of it takes) and its record. Valid until the owner's next change. */
 typedef struct shm_cursor {
-    _Atomic shm_ref *link;
+    shm_group *group; /* NULL: no slot (the entry is absent and the index full) */
+    uint32_t slot;
+    bool in_old;  /* the slot is in the index being emptied */
     shm_rec *rec; /* the newest version, tombstones included; NULL if none */
 } shm_cursor;
 
@@ -485,17 +512,29 @@ static inline bool shm_rec_live(const shm_rec *r)
 /* Owner: sizes an empty table for about n records, so that filling it (a
  * restore) moves nothing. Returns 0 or an allocation error. */
 int shm_table_reserve(stash_arena *a, uint32_t kg, uint64_t n);
-/* Owner: finds the entry of l (cursor->rec NULL if absent). Returns 0 or an allocation error. */
+/* Owner: finds the entry of l (cursor->rec NULL if absent). Returns 0 or an
+ * allocation error. */
 int shm_table_find(stash_arena *a, const shm_lookup *l, shm_cursor *c);
 /* Owner: whether rec may be changed in place (no pinned reader can see it). */
-bool shm_rec_mutable(const stash_arena *a, uint32_t kg, const shm_rec *rec);
+static inline bool shm_rec_mutable(const stash_arena *a, uint32_t kg, const shm_rec *rec)
+{
+    return rec->version == atomic_load_explicit(&a->tables[kg].epoch, memory_order_relaxed);
+}
 /* The bytes the value of rec may grow to in place. */
-uint64_t shm_rec_capacity(const stash_arena *a, const shm_rec *rec);
+static inline uint64_t shm_rec_capacity(const stash_arena *a, const shm_rec *rec)
+{
+    /* The class in the header spares a look at the span descriptors. */
+    uint64_t block = rec->size_class == SHM_CLASS_LARGE ? shm_block_size(a, shm_off_of(a, rec))
+                                                        : shm_class_bytes(rec->size_class);
+    return block - sizeof *rec - rec->klen - rec->nslen;
+}
 /* Owner: a new, unpublished record for l with room for cap value bytes. */
 int shm_rec_new(stash_arena *a, const shm_lookup *l, size_t cap, shm_rec **out);
 /* Owner: makes rec the entry of c (found for l), replacing the old version,
- * which is retired or, if a pinned reader needs it, kept behind rec. */
-void shm_table_publish(stash_arena *a, const shm_lookup *l, shm_cursor *c, shm_rec *rec);
+ * which is retired or, if a pinned reader needs it, kept behind rec. Returns
+ * 0, or STASH_EFULL for a new entry when the index is full and the arena has
+ * no room to grow it. */
+int shm_table_publish(stash_arena *a, const shm_lookup *l, shm_cursor *c, shm_rec *rec);
 /* Owner: deletes the entry of c (a tombstone if a pinned reader needs it). */
 int shm_table_delete(stash_arena *a, const shm_lookup *l, shm_cursor *c);
 /* Owner: brackets an in-place change of a mutable record's value that
@@ -505,17 +544,30 @@ int shm_table_delete(stash_arena *a, const shm_lookup *l, shm_cursor *c);
 bool shm_rec_write_begin(stash_arena *a, uint32_t kg, shm_rec *rec, const shm_region *r,
                          unsigned n);
 void shm_rec_write_end(stash_arena *a, uint32_t kg, shm_rec *rec);
-/* After the owner died: finishes a record move and undoes a half-done
- * in-place change, so the table is whole again, and releases every pin (a
- * checkpoint in flight when an owner of its key groups dies fails with it). */
+/* Owner: replaces the whole value of a mutable record with room for len
+ * bytes, in place between shm_rec_write_begin and end. Returns false,
+ * changing nothing, if the old value is too long to save for an undo. */
+bool shm_rec_overwrite(stash_arena *a, uint32_t kg, shm_rec *rec, const void *value, size_t len);
+/* After the owner died: finishes a move between index arrays and undoes a
+ * half-done in-place change, so the table is whole again, and releases every
+ * pin (a checkpoint in flight when an owner of its key groups dies fails with it). */
 void shm_table_recover(stash_arena *a, uint32_t kg);
-/* Owner: a step of background work (rehash, pruning, reclamation), bounded by budget. */
+/* Owner: a step of background work (growth, pruning, reclamation), bounded by budget. */
 void shm_table_maintain(stash_arena *a, uint32_t kg, uint32_t budget);
+#define SHM_TEND_BUDGET 2u /* groups a write moves or sweeps */
 /* Owner: a small step of pending background work, if any; call it before a
  * write's lookup (never between a lookup and the change that uses its cursor:
- * the step may relink chains). Every write calls it, so pruning and growth go
+ * the step may move entries). Every write calls it, so pruning and growth go
  * on under any write load. */
-void shm_table_tend(stash_arena *a, uint32_t kg);
+static inline void shm_table_tend(stash_arena *a, uint32_t kg)
+{
+    const shm_table *t = &a->tables[kg];
+    if (t->sweep_pos != UINT32_MAX ||
+        atomic_load_explicit(&t->pins_gen, memory_order_relaxed) != t->swept_gen ||
+        atomic_load_explicit(&t->old_index, memory_order_relaxed) ||
+        atomic_load_explicit(&t->used, memory_order_relaxed) > t->grow_at)
+        shm_table_maintain(a, kg, SHM_TEND_BUDGET);
+}
 
 /* Owner: pins the current version of key group kg for a reader and starts a
  * new one; returns the pinned version (> 0) or -EBUSY if all pins are taken. */
@@ -526,18 +578,25 @@ int64_t shm_table_pin_for(stash_arena *a, uint32_t kg, uint32_t holder);
 /* Any process: releases a pin; the owner prunes what only it kept. */
 void shm_table_unpin(stash_arena *a, uint32_t kg, uint32_t version);
 /* Any process: releases every pin held for holder in every key group (its
- * process died, or a new process took its reader slot over). */
+ * process died, or a new process took its reader slot over), and forgets
+ * any walk its process had announced. */
 void shm_table_release_holder(stash_arena *a, uint32_t holder);
 /* The record of l as of a pinned version (NULL if absent then). The caller
  * holds the pin, so the versions it sees do not change. */
 shm_rec *shm_table_get_at(stash_arena *a, const shm_lookup *l, uint32_t version);
 
+/* A process walking key group kg while its owner writes announces itself
+ * for reclamation (slot as for shm_ebr_enter) and, from a reader slot, as a
+ * walker of kg: the owner then moves no entry of kg, so the walk meets each
+ * once. Growth waits for the walk only when the index is nearly full. */
+void shm_table_walk_enter(stash_arena *a, uint32_t kg, uint32_t slot);
+void shm_table_walk_exit(stash_arena *a, uint32_t kg, uint32_t slot);
+
 /* Visits every live record of key group kg as of a pinned version (the
  * newest version at or below it, tombstones left out), calling fn(rec, ctx)
  * until it returns non-zero, which is returned. The caller holds the pin and,
- * in another process than the owner, reads from a reader slot inside
- * shm_ebr_enter/exit (the owner's rehash then waits, so the walk meets every
- * record once). -EAGAIN if the owner died in the middle of a move. */
+ * in another process than the owner, walks inside shm_table_walk_enter/exit.
+ * -EAGAIN if the owner died in the middle of a move. */
 typedef int shm_visit_fn(const shm_rec *rec, void *ctx);
 int shm_table_walk_at(stash_arena *a, uint32_t kg, uint32_t version, shm_visit_fn *fn, void *ctx);
 
@@ -556,11 +615,12 @@ int shm_table_walk_delta(stash_arena *a, uint32_t kg, uint32_t base, uint32_t ve
 int64_t shm_table_read_copy(stash_arena *a, uint32_t reader_slot, const shm_lookup *l,
                             uint8_t **buf, size_t *cap);
 
-/* Owner: the bucket positions of kg's table (both arrays while it rehashes),
- * and the head of the chain at position pos: together they visit every
- * record once while the owner changes nothing. */
-uint32_t shm_table_positions(const stash_arena *a, uint32_t kg);
-shm_ref shm_table_bucket(const stash_arena *a, uint32_t kg, uint32_t pos);
+/* Owner: the entries of kg one after another: the newest version of the
+ * entry at scan position *pos or after (tombstones included), with its
+ * lookup hash, advancing *pos past it; NULL at the end. Start at 0. The
+ * owner may delete or replace entries between calls (nothing moves), but
+ * not tend the table. */
+shm_rec *shm_table_next(const stash_arena *a, uint32_t kg, uint32_t *pos, uint32_t *hash);
 
 /* ------------------------------------------------------------------------ */
 /* Reclamation (ebr.c): memory unlinked by an owner is freed once no reader
@@ -573,9 +633,6 @@ void shm_ebr_exit(stash_arena *a, uint32_t slot);
 /* Takes a reader slot for this process (for shm_ebr_enter); returns 0 and
  * the slot's number, or STASH_EBUSY if all are held by live processes. */
 int shm_reader_join(stash_arena *a, uint32_t *slot);
-/* Whether a process in a reader slot is reading now (it may be walking a
- * table: owners then hold their records where they are). */
-bool shm_ebr_readers_active(stash_arena *a);
 void shm_reader_leave(stash_arena *a, uint32_t slot);
 /* Whether holder (1 + a reader slot's index) is held by a live process. */
 bool shm_reader_alive(const stash_arena *a, uint32_t holder);

@@ -1,37 +1,53 @@
 /*
- * table.c: a key group's keyed table: chained hash buckets of versioned
+ * table.c: a key group's keyed table: an open-addressing index of versioned
  * records, written by the key group's owner and read by anyone.
  *
  * Invariants the rest of stash relies on:
  * - One writer: only the key group's owner changes its table, so the owner's
  *   own reads need no synchronisation and its views stay valid until its
  *   next change.
+ * - The index: groups of eight slots (hash, reference), probed group by group
+ *   from the hash's home group until a group with an EMPTY slot. A slot only
+ *   goes from EMPTY to used, and from used to DELETED (never back to EMPTY),
+ *   so an entry is always reachable from its home without crossing an EMPTY
+ *   slot. A lookup compares the eight hashes of a group at once and reads
+ *   only the records whose hash matches: one miss for the group, one for the
+ *   record.
  * - Versions: every record carries the table epoch in which it was written.
  *   Pinning a version starts a new epoch; a record written before the pin is
  *   never changed in place again (shm_rec_mutable), and replacing or deleting
  *   it keeps it behind the new version (older) for as long as a pin may see
  *   it. So a reader pinned to version v sees the table exactly as of v.
- * - Readers in other processes follow links without locks: a record is
- *   replaced by storing one link, an unlinked record is freed only after
- *   every reader that could hold it has left (ebr.c), an in-place change is
- *   bracketed by the record's sequence lock, and moving records between
- *   buckets (rehash) is bracketed by the table's shape sequence, so a reader
- *   that missed a key because of a move retries.
- * - Growing never stops the world: the bucket array doubles when it holds
- *   half as many records as buckets, and the owner moves a few old buckets
- *   per write. Moves wait while a process in a reader slot reads (a
- *   checkpoint's walk), so a walk sees each record in one place.
+ * - Readers in other processes follow references without locks: a slot's
+ *   reference is written before its hash, an entry is replaced by storing one
+ *   reference, an unlinked record is freed only after every reader that could
+ *   hold it has left (ebr.c), an in-place change is bracketed by the record's
+ *   sequence lock, and moving entries between index arrays is bracketed by
+ *   the table's shape sequence, so a reader that missed a key because of a
+ *   move looks again.
+ * - Growing never stops the world: when the index is 7/8 used, a new one
+ *   (room for twice the live entries) takes every new entry and the owner
+ *   moves a few groups of the old one into it per write. Lookups probe the
+ *   old array first, skipping the groups already moved (an entry can only be
+ *   in a group not moved yet, at or after its home, with no EMPTY slot
+ *   between), then the new one. Moves wait while a walker walks the key group
+ *   (a checkpoint), so a walk sees each entry in one place.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__SSE2__) && !defined(__SANITIZE_THREAD__)
+#include <emmintrin.h>
+#define GROUP_SIMD 1
+#endif
 
+#include "shm/hash.h"
 #include "shm/shm.h"
 
-#define INITIAL_LOG2 4u
-#define WRITE_BUDGET 2u   /* buckets moved or swept per write */
+#define INITIAL_LOG2 1u   /* groups of a new index */
 #define RECLAIM_BATCH 64u /* retired objects that trigger a reclamation */
 #define RECLAIM_CHECK_DEAD 4096u
+#define WALK_AHEAD 16u /* slots whose record a walk fetches ahead */
 
 typedef struct retired_item {
     shm_off off;
@@ -61,9 +77,9 @@ static void ring_set(retire_ring *r, uint32_t head, uint32_t len)
     atomic_store(&r->head_len, (uint64_t)head << 32 | len);
 }
 
-static _Atomic shm_ref *bucket_array(const stash_arena *a, shm_off off)
+static shm_group *groups_at(const stash_arena *a, shm_off off)
 {
-    return (_Atomic shm_ref *)(a->base + off);
+    return (shm_group *)(a->base + off);
 }
 
 static uint32_t max_pin(const shm_table *t)
@@ -86,18 +102,31 @@ static bool pin_sees(const shm_table *t, uint32_t v, uint32_t newer)
     return false;
 }
 
-/* The bucket that holds hash h now: during a rehash, an old bucket not yet moved. */
-static _Atomic shm_ref *bucket_for(const stash_arena *a, const shm_table *t, uint32_t h)
+/* ---- groups -------------------------------------------------------------- */
+
+/* The slots of g whose hash is h: bit 2i for slot i. */
+static inline unsigned group_match(const shm_group *g, uint32_t h)
 {
-    uint32_t log2 = atomic_load_explicit(&t->log2, memory_order_relaxed);
-    shm_off old = atomic_load_explicit(&t->old_buckets, memory_order_relaxed);
-    if (old) {
-        uint32_t ob = h & ((1u << (log2 - 1)) - 1);
-        if (ob >= atomic_load_explicit(&t->migrate_pos, memory_order_relaxed))
-            return &bucket_array(a, old)[ob];
-    }
-    shm_off cur = atomic_load_explicit(&t->buckets, memory_order_relaxed);
-    return &bucket_array(a, cur)[h & ((1u << log2) - 1)];
+#ifdef GROUP_SIMD
+    /* Aligned 16-byte loads read each 4-byte hash whole. */
+    const __m128i *p = (const __m128i *)(const void *)g->hash;
+    __m128i want = _mm_set1_epi32((int)h);
+    __m128i eq = _mm_packs_epi32(_mm_cmpeq_epi32(_mm_load_si128(p), want),
+                                 _mm_cmpeq_epi32(_mm_load_si128(p + 1), want));
+    return (unsigned)_mm_movemask_epi8(eq) & 0x5555u;
+#else
+    unsigned m = 0;
+    for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++)
+        m |= (unsigned)(atomic_load_explicit(&g->hash[i], memory_order_relaxed) == h) << (2 * i);
+    return m;
+#endif
+}
+
+static inline unsigned next_slot(unsigned *mask)
+{
+    unsigned i = (unsigned)__builtin_ctz(*mask) >> 1;
+    *mask &= *mask - 1;
+    return i;
 }
 
 /* Byte equality without a call for the short keys and namespaces of most jobs. */
@@ -112,19 +141,95 @@ static inline bool bytes_equal(const uint8_t *x, const uint8_t *y, size_t n)
     return n == 0 || memcmp(x, y, n) == 0;
 }
 
-static bool rec_matches(const shm_rec *r, const shm_lookup *l)
+/* State, key length and namespace length lie side by side in both. */
+_Static_assert(offsetof(shm_rec, klen) == offsetof(shm_rec, state) + 2 &&
+                   offsetof(shm_rec, nslen) == offsetof(shm_rec, state) + 4 &&
+                   offsetof(shm_lookup, klen) == offsetof(shm_lookup, state) + 2 &&
+                   offsetof(shm_lookup, nslen) == offsetof(shm_lookup, state) + 4,
+               "state, klen and nslen are compared as one word");
+
+static inline bool rec_matches(const shm_rec *r, const shm_lookup *l)
 {
-    return r->hash == l->hash && r->state == l->state && r->klen == l->klen &&
-           r->nslen == l->nslen && bytes_equal(shm_rec_key(r), l->key, l->klen) &&
-           bytes_equal(shm_rec_ns(r), l->ns, l->nslen);
+    uint64_t x, y;
+    memcpy(&x, &r->state, 8);
+    memcpy(&y, &l->state, 8);
+    return ((x ^ y) & 0xffffffffffffull) == 0 && bytes_equal(shm_rec_key(r), l->key, l->klen) &&
+           (l->nslen == 0 || memcmp(shm_rec_ns(r), l->ns, l->nslen) == 0);
 }
 
-/* The newest version of the chain from rec at or below version, or NULL. */
-static shm_rec *version_at(stash_arena *a, shm_rec *rec, uint32_t version)
+/* The record of slot i of g whose hash matched, fetched whole: its value
+ * usually spans the next two cache lines, which then arrive with the first. */
+static inline shm_rec *slot_rec(const stash_arena *a, const shm_group *g, unsigned i)
 {
-    while (rec && rec->version > version)
-        rec = shm_rec_at(a, atomic_load_explicit(&rec->older, memory_order_acquire));
-    return rec;
+    shm_rec *r = shm_rec_at(a, atomic_load_explicit(&g->ref[i], memory_order_acquire));
+    if (r) {
+        __builtin_prefetch((const char *)r + 64);
+        __builtin_prefetch((const char *)r + 128);
+    }
+    return r;
+}
+
+/* One array of an index: its groups, their count, and the first group not
+ * moved yet (0 for the current array). */
+typedef struct index_part {
+    shm_group *g;
+    uint32_t n;
+    uint32_t from;
+} index_part;
+
+/* The part's group where a probe for hash h starts, and the next one. Groups
+ * below from have moved: probes skip them, wrapping to from. */
+static inline uint32_t probe_start(const index_part *p, uint32_t h)
+{
+    uint32_t g = h & (p->n - 1);
+    return g < p->from ? p->from : g;
+}
+static inline uint32_t probe_next(const index_part *p, uint32_t g)
+{
+    return g + 1 == p->n ? p->from : g + 1;
+}
+
+/* Finds l in p: its group and slot and record, or NULL. With free_g, the
+ * first free slot on the way (for an insert) goes there. */
+static shm_rec *probe(const stash_arena *a, const index_part *p, const shm_lookup *l,
+                      shm_group **at, unsigned *slot, shm_group **free_g, unsigned *free_slot)
+{
+    uint32_t g = probe_start(p, l->hash);
+    for (uint32_t steps = p->from; steps < p->n; steps++, g = probe_next(p, g)) {
+        shm_group *grp = &p->g[g];
+        unsigned m = group_match(grp, l->hash);
+        atomic_thread_fence(memory_order_acquire);
+        while (m) {
+            unsigned i = next_slot(&m);
+            shm_rec *r = slot_rec(a, grp, i);
+            if (r && rec_matches(r, l)) {
+                *at = grp;
+                *slot = i;
+                return r;
+            }
+        }
+        unsigned empty = group_match(grp, SHM_SLOT_EMPTY);
+        if (free_g && !*free_g) {
+            unsigned f = empty | group_match(grp, SHM_SLOT_DELETED);
+            if (f) {
+                *free_g = grp;
+                *free_slot = (unsigned)__builtin_ctz(f) >> 1;
+            }
+        }
+        if (empty) break;
+    }
+    return NULL;
+}
+
+/* The owner's parts: the array being emptied (n 0 if none) and the current one. */
+static void owner_parts(const stash_arena *a, const shm_table *t, index_part *old, index_part *cur)
+{
+    shm_off o = atomic_load_explicit(&t->old_index, memory_order_relaxed);
+    *old = (index_part){o ? groups_at(a, o) : NULL,
+                        o ? 1u << atomic_load_explicit(&t->old_log2, memory_order_relaxed) : 0,
+                        o ? atomic_load_explicit(&t->migrate_pos, memory_order_relaxed) : 0};
+    *cur = (index_part){groups_at(a, atomic_load_explicit(&t->index, memory_order_relaxed)),
+                        1u << atomic_load_explicit(&t->log2, memory_order_relaxed), 0};
 }
 
 #define SPINS_BEFORE_CHECK (1u << 20)
@@ -155,6 +260,43 @@ static int owner_died(const stash_arena *a, uint32_t kg)
                     "%s: key group %u: its owner died in the middle of a change; a new "
                     "owner recovers it",
                     a->path, kg);
+}
+
+/* A reader's view of the index: both parts as of one even shape. */
+typedef struct index_view {
+    index_part old, cur;
+    uint32_t shape;
+    bool any; /* the table has an index */
+} index_view;
+
+/* Takes a view of kg's index. Returns false if the owner died mid-move. */
+static bool view_take(const stash_arena *a, uint32_t kg, index_view *v)
+{
+    shm_table *t = &a->tables[kg];
+    for (;;) {
+        if (!wait_even(a, kg, &t->shape_seq, &v->shape)) return false;
+        shm_off cur = atomic_load_explicit(&t->index, memory_order_acquire);
+        shm_off old = atomic_load_explicit(&t->old_index, memory_order_acquire);
+        uint32_t log2 = atomic_load_explicit(&t->log2, memory_order_acquire);
+        uint32_t old_log2 = atomic_load_explicit(&t->old_log2, memory_order_acquire);
+        uint32_t from = atomic_load_explicit(&t->migrate_pos, memory_order_acquire);
+        if (atomic_load_explicit(&t->shape_seq, memory_order_acquire) != v->shape) continue;
+        v->any = cur != 0;
+        v->cur = (index_part){cur ? groups_at(a, cur) : NULL, cur ? 1u << log2 : 0, 0};
+        v->old =
+            (index_part){old ? groups_at(a, old) : NULL, old ? 1u << old_log2 : 0, old ? from : 0};
+        return true;
+    }
+}
+
+/* The head of l's entry in a view, or NULL. */
+static shm_rec *view_find(const stash_arena *a, const index_view *v, const shm_lookup *l)
+{
+    shm_group *g;
+    unsigned i;
+    shm_rec *r = v->old.n ? probe(a, &v->old, l, &g, &i, NULL, NULL) : NULL;
+    if (!r && v->cur.n) r = probe(a, &v->cur, l, &g, &i, NULL, NULL);
+    return r;
 }
 
 /* ---- reclamation -------------------------------------------------------- */
@@ -233,12 +375,26 @@ static void retire_rec(stash_arena *a, uint32_t kg, shm_rec *r)
 
 /* ---- growth ------------------------------------------------------------- */
 
-static int new_buckets(stash_arena *a, uint32_t kg, uint32_t log2, shm_off *out)
+static int new_index(stash_arena *a, uint32_t kg, uint32_t log2, shm_off *out)
 {
-    size_t bytes = sizeof(shm_ref) << log2;
+    size_t bytes = sizeof(shm_group) << log2;
     int rc = shm_alloc(a, kg, bytes, out);
     if (rc == 0) memset(a->base + *out, 0, bytes);
     return rc;
+}
+
+/* The groups for an index of at least slots slots. */
+static uint32_t log2_for_slots(uint64_t slots)
+{
+    uint32_t log2 = INITIAL_LOG2;
+    while (log2 < 28 && ((uint64_t)SHM_GROUP_SLOTS << log2) < slots) log2++;
+    return log2;
+}
+
+static void set_grow_at(shm_table *t)
+{
+    uint32_t slots = SHM_GROUP_SLOTS << t->log2;
+    t->grow_at = slots - slots / 8;
 }
 
 static void shape_begin(shm_table *t)
@@ -250,99 +406,170 @@ static void shape_end(shm_table *t)
     atomic_fetch_add(&t->shape_seq, 1);
 }
 
-/* Makes t->growing the bucket array, the current one the array being
- * emptied. Idempotent, so that recovery can repeat it after a crash. */
-static void switch_buckets(stash_arena *a, shm_table *t)
+/* Clears the walks announced from reader slots whose process died. */
+static void forget_dead_walkers(stash_arena *a, shm_table *t)
 {
-    shm_off fresh = atomic_load(&t->growing);
-    if (atomic_load(&t->buckets) != fresh) {
-        atomic_store(&t->old_buckets, atomic_load(&t->buckets));
-        atomic_store(&t->migrate_pos, 0);
-        atomic_store(&t->buckets, fresh);
-    }
-    if ((sizeof(shm_ref) << t->log2) != shm_block_size(a, fresh))
-        atomic_store(&t->log2, t->log2 + 1);
-    atomic_store(&t->growing, 0);
+    uint32_t w = atomic_load(&t->walkers);
+    for (uint32_t i = 0; i < SHM_READERS; i++)
+        if ((w >> i & 1u) && !shm_reader_alive(a, i + 1)) atomic_fetch_and(&t->walkers, ~(1u << i));
 }
 
-/* Opens a move of records between buckets: false (and nothing opened) while
- * a reader process may be walking the table. A walker announces itself, then
- * waits for an even shape; the owner makes the shape odd, then looks for
- * walkers: one of the two always sees the other. */
+/* Opens a move of entries between index arrays: false (and nothing opened)
+ * while a walker walks the table. A walker announces itself, then waits for
+ * an even shape; the owner makes the shape odd, then looks for walkers: one
+ * of the two always sees the other. */
 static bool moves_begin(stash_arena *a, shm_table *t)
 {
     shape_begin(t);
-    if (!shm_ebr_readers_active(a)) return true;
+    if (!atomic_load(&t->walkers)) return true;
     shape_end(t);
-    /* A reader that died announced would hold moves back for ever. */
-    if (++t->moves_held % 1024 == 0) shm_ebr_min(a, true);
+    if (++t->moves_held % 1024 == 0) forget_dead_walkers(a, t);
     return false;
 }
 
-static void rehash_start(stash_arena *a, uint32_t kg)
+/* Opens a move, waiting for the table's walkers to leave (a walk of one key
+ * group, or a walker that died). */
+static void moves_begin_waiting(stash_arena *a, shm_table *t)
+{
+    for (uint32_t spins = 1; !moves_begin(a, t); spins++) {
+        if (spins % 1024 == 0) forget_dead_walkers(a, t);
+        __builtin_ia32_pause();
+    }
+}
+
+/* Makes t->growing the index, the current one the array being emptied.
+ * Idempotent, so that recovery can repeat it after a crash. */
+static void switch_index(shm_table *t)
+{
+    shm_off fresh = atomic_load(&t->growing);
+    if (atomic_load(&t->index) != fresh) {
+        atomic_store(&t->old_log2, atomic_load(&t->log2));
+        atomic_store(&t->migrate_pos, 0);
+        atomic_store(&t->old_index, atomic_load(&t->index));
+        atomic_store(&t->index, fresh);
+    }
+    atomic_store(&t->log2, atomic_load(&t->growing_log2));
+    atomic_store(&t->used, 0);
+    t->old_left = t->heads;
+    set_grow_at(t);
+    atomic_fetch_add(&t->resizes, 1);
+    atomic_store(&t->growing, 0);
+}
+
+/* Starts a growth into an index for twice the live entries. A switch moves
+ * nothing, so it does not wait for walkers: they keep the arrays they took,
+ * and every entry new since then is newer than the version they walk. */
+static void grow_start(stash_arena *a, uint32_t kg)
 {
     shm_table *t = &a->tables[kg];
+    uint32_t log2 = log2_for_slots(2 * ((uint64_t)t->heads + 1));
     shm_off fresh;
-    if (new_buckets(a, kg, t->log2 + 1, &fresh) < 0) return; /* grow later; chains just lengthen */
-    if (!moves_begin(a, t)) {
-        shm_free(a, fresh);
+    if (new_index(a, kg, log2, &fresh) < 0) {
+        /* No room: try again when half the rest has filled, until inserts
+         * find the index full. */
+        t->grow_at += ((SHM_GROUP_SLOTS << t->log2) - t->grow_at) / 2;
         return;
     }
+    atomic_store(&t->growing_log2, log2);
     atomic_store(&t->growing, fresh);
-    switch_buckets(a, t);
+    shape_begin(t);
+    switch_index(t);
     shape_end(t);
 }
 
-/* Links the record in t->moving at the head of its new bucket. Idempotent,
- * so that recovery can repeat it after a crash at any point. */
-static void finish_move(stash_arena *a, shm_table *t)
+/* Puts (h, r) into a free slot of the current index. */
+static void insert_slot(stash_arena *a, shm_table *t, uint32_t h, shm_ref r)
 {
-    shm_ref r = atomic_load(&t->moving);
-    shm_rec *rec = shm_rec_at(a, r);
-    _Atomic shm_ref *dst = &bucket_array(a, t->buckets)[rec->hash & ((1u << t->log2) - 1)];
-    for (shm_ref x = atomic_load(dst); x; x = atomic_load(&shm_rec_at(a, x)->next))
-        if (x == r) goto done;
-    atomic_store(&rec->next, atomic_load(dst));
-    atomic_store(dst, r);
-done:
-    atomic_store(&t->moving, 0);
+    index_part cur = {groups_at(a, atomic_load(&t->index)), 1u << atomic_load(&t->log2), 0};
+    uint32_t g = probe_start(&cur, h);
+    for (uint32_t steps = 0; steps < cur.n; steps++, g = probe_next(&cur, g)) {
+        shm_group *grp = &cur.g[g];
+        unsigned empty = group_match(grp, SHM_SLOT_EMPTY);
+        unsigned f = empty | group_match(grp, SHM_SLOT_DELETED);
+        if (!f) continue;
+        unsigned i = (unsigned)__builtin_ctz(f) >> 1;
+        bool was_empty = atomic_load(&grp->hash[i]) == SHM_SLOT_EMPTY;
+        atomic_store_explicit(&grp->ref[i], r, memory_order_relaxed);
+        atomic_store_explicit(&grp->hash[i], h, memory_order_release);
+        if (was_empty) atomic_store(&t->used, atomic_load(&t->used) + 1);
+        return;
+    }
 }
 
-/* Empties old bucket migrate_pos into the new array, one record at a time,
- * each held in t->moving while it is in neither chain, then advances
- * migrate_pos: lookups of that bucket's hashes go to the new array only once
- * all of it is there. Recovery repeats it for a bucket a crash left half done. */
-static void move_bucket(stash_arena *a, shm_table *t)
+/* Whether the current index holds reference r under hash h. */
+static bool index_holds(const stash_arena *a, const shm_table *t, uint32_t h, shm_ref r)
+{
+    index_part cur = {groups_at(a, atomic_load(&t->index)), 1u << atomic_load(&t->log2), 0};
+    uint32_t g = probe_start(&cur, h);
+    for (uint32_t steps = 0; steps < cur.n; steps++, g = probe_next(&cur, g)) {
+        const shm_group *grp = &cur.g[g];
+        for (unsigned m = group_match(grp, h); m;)
+            if (atomic_load(&grp->ref[next_slot(&m)]) == r) return true;
+        if (group_match(grp, SHM_SLOT_EMPTY)) return false;
+    }
+    return false;
+}
+
+/* Moves the entries of old group migrate_pos into the index, marking each
+ * moved slot DELETED, then advances migrate_pos: lookups skip the group only
+ * once all of it is there. After a crash (recovering) an entry may already
+ * be in both: it is then only marked. */
+static void move_group(stash_arena *a, shm_table *t, bool recovering)
 {
     uint32_t pos = atomic_load(&t->migrate_pos);
-    _Atomic shm_ref *from = &bucket_array(a, atomic_load(&t->old_buckets))[pos];
-    for (shm_ref r = atomic_load(from); r; r = atomic_load(from)) {
-        atomic_store(&t->moving, r);
-        atomic_store(from, atomic_load(&shm_rec_at(a, r)->next));
-        finish_move(a, t);
+    shm_group *g = &groups_at(a, atomic_load(&t->old_index))[pos];
+    for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++) {
+        uint32_t h = atomic_load(&g->hash[i]);
+        shm_ref r = atomic_load(&g->ref[i]);
+        if (h >= 2 && r) {
+            if (!(recovering && index_holds(a, t, h, r))) insert_slot(a, t, h, r);
+            t->old_left--;
+        }
+        if (h != SHM_SLOT_EMPTY) atomic_store(&g->hash[i], SHM_SLOT_DELETED);
+        atomic_store(&g->ref[i], 0);
     }
     atomic_store(&t->migrate_pos, pos + 1);
 }
 
-/* Moves n old buckets into the new array; retires the old array when done. */
-static void rehash_step(stash_arena *a, uint32_t kg, uint32_t n)
+/* Moves up to n old groups (all if n is UINT32_MAX); retires the old array
+ * when it is empty. With wait, waits for walkers instead of putting it off. */
+static void migrate(stash_arena *a, uint32_t kg, uint32_t n, bool wait)
 {
     shm_table *t = &a->tables[kg];
-    shm_off old = atomic_load(&t->old_buckets);
-    uint32_t old_n = 1u << (t->log2 - 1);
-    if (!moves_begin(a, t)) return;
-    for (; n > 0 && atomic_load(&t->migrate_pos) < old_n; n--) move_bucket(a, t);
+    shm_off old = atomic_load(&t->old_index);
+    uint32_t old_n = 1u << atomic_load(&t->old_log2);
+    if (wait)
+        moves_begin_waiting(a, t);
+    else if (!moves_begin(a, t))
+        return;
+    for (; n > 0 && atomic_load(&t->migrate_pos) < old_n; n--) move_group(a, t, false);
     bool done = atomic_load(&t->migrate_pos) == old_n;
-    if (done) atomic_store(&t->old_buckets, 0);
+    if (done) {
+        atomic_store(&t->old_index, 0);
+        atomic_fetch_add(&t->resizes, 1);
+    }
     shape_end(t);
     if (done) retire(a, kg, old);
 }
 
+/* Keeps room for the next insert: grows at 7/8 used. While the old array
+ * is still being emptied, inserts go on into the index; should walkers hold
+ * the moves back until what is left to move would fill the index to 15/16,
+ * the move is finished first, waiting for them. */
+static void make_room(stash_arena *a, uint32_t kg)
+{
+    shm_table *t = &a->tables[kg];
+    if (atomic_load(&t->old_index)) {
+        uint32_t slots = SHM_GROUP_SLOTS << t->log2;
+        if ((uint64_t)atomic_load(&t->used) + t->old_left < slots - slots / 16) return;
+        migrate(a, kg, UINT32_MAX, true);
+    }
+    if (atomic_load(&t->used) > t->grow_at) grow_start(a, kg);
+}
+
 /* ---- pruning: dropping versions no pin sees any more ------------------- */
 
-/* Drops the versions behind head that no pin sees; a tombstone head that
- * hides nothing any more is unlinked. Returns the record the chain's link
- * should point at (head, or what followed it). */
+/* Drops the versions behind head that no pin sees. */
 static void prune_versions(stash_arena *a, uint32_t kg, shm_rec *head)
 {
     shm_table *t = &a->tables[kg];
@@ -361,117 +588,144 @@ static void prune_versions(stash_arena *a, uint32_t kg, shm_rec *head)
     }
 }
 
+/* The slot at scan position pos of the owner's parts: the old array's slots
+ * first, then the current one's. */
+static bool scan_slot(const index_part *old, const index_part *cur, uint32_t pos, shm_group **g,
+                      unsigned *i)
+{
+    uint32_t old_slots = old->n * SHM_GROUP_SLOTS;
+    const index_part *p = pos < old_slots ? old : cur;
+    uint32_t at = pos < old_slots ? pos : pos - old_slots;
+    if (p == cur && at >= cur->n * SHM_GROUP_SLOTS) return false;
+    *g = &p->g[at / SHM_GROUP_SLOTS];
+    *i = at % SHM_GROUP_SLOTS;
+    return true;
+}
+
+/* Marks slot i of g DELETED: the entry is gone from the index. */
+static void slot_clear(shm_table *t, shm_group *g, unsigned i, bool in_old)
+{
+    atomic_store_explicit(&g->hash[i], SHM_SLOT_DELETED, memory_order_release);
+    atomic_store_explicit(&g->ref[i], 0, memory_order_release);
+    t->heads--;
+    if (in_old) t->old_left--;
+}
+
 static void sweep_step(stash_arena *a, uint32_t kg, uint32_t budget)
 {
     shm_table *t = &a->tables[kg];
-    uint32_t end = shm_table_positions(a, kg);
-    for (; budget > 0 && t->sweep_pos < end; budget--, t->sweep_pos++) {
-        _Atomic shm_ref *link =
-            t->sweep_pos < (1u << t->log2)
-                ? &bucket_array(a, t->buckets)[t->sweep_pos]
-                : &bucket_array(a, t->old_buckets)[t->sweep_pos - (1u << t->log2)];
-        for (shm_ref r = atomic_load(link); r; r = atomic_load(link)) {
-            shm_rec *rec = shm_rec_at(a, r);
-            prune_versions(a, kg, rec);
-            if ((rec->flags & SHM_REC_TOMBSTONE) && !atomic_load(&rec->older)) {
-                atomic_store(link, atomic_load(&rec->next));
-                retire_rec(a, kg, rec);
-                continue;
-            }
-            link = &rec->next;
+    /* Positions shift when the arrays change: start over. */
+    if (atomic_load(&t->resizes) != t->sweep_resizes) {
+        t->sweep_resizes = atomic_load(&t->resizes);
+        t->sweep_pos = 0;
+    }
+    index_part old, cur;
+    owner_parts(a, t, &old, &cur);
+    if (t->sweep_pos < old.from * SHM_GROUP_SLOTS) t->sweep_pos = old.from * SHM_GROUP_SLOTS;
+    for (uint32_t n = budget * SHM_GROUP_SLOTS; n > 0; n--, t->sweep_pos++) {
+        shm_group *g;
+        unsigned i;
+        if (!scan_slot(&old, &cur, t->sweep_pos, &g, &i)) {
+            t->sweep_pos = UINT32_MAX;
+            return;
+        }
+        if (atomic_load(&g->hash[i]) < 2) continue;
+        shm_rec *rec = shm_rec_at(a, atomic_load(&g->ref[i]));
+        if (!rec) continue;
+        prune_versions(a, kg, rec);
+        if ((rec->flags & SHM_REC_TOMBSTONE) && !atomic_load(&rec->older)) {
+            slot_clear(t, g, i, t->sweep_pos < old.n * SHM_GROUP_SLOTS);
+            retire_rec(a, kg, rec);
         }
     }
-    if (t->sweep_pos >= end) t->sweep_pos = UINT32_MAX;
 }
 
 void shm_table_maintain(stash_arena *a, uint32_t kg, uint32_t budget)
 {
     shm_table *t = &a->tables[kg];
+    if (!atomic_load(&t->index)) return;
+    make_room(a, kg);
     /* A sweep runs to its end, then another starts if pins changed meanwhile:
      * restarting on every unpin could starve the end of the table. */
     uint32_t gen = atomic_load(&t->pins_gen);
-    if (gen != t->swept_gen && t->buckets && t->sweep_pos == UINT32_MAX) {
+    if (gen != t->swept_gen && t->sweep_pos == UINT32_MAX) {
         t->swept_gen = gen;
         t->sweep_pos = 0;
+        t->sweep_resizes = atomic_load(&t->resizes);
     }
-    if (t->sweep_pos != UINT32_MAX) {
+    if (t->sweep_pos != UINT32_MAX)
         sweep_step(a, kg, budget);
-        return;
-    }
-    if (atomic_load(&t->old_buckets))
-        rehash_step(a, kg, budget);
-    else if (t->buckets && atomic_load(&t->count) > (1ull << t->log2) / 2)
-        rehash_start(a, kg);
+    else if (atomic_load(&t->old_index))
+        migrate(a, kg, budget, false);
 }
 
 /* ---- the owner's operations --------------------------------------------- */
 
-/* Whether the table has background work: a sweep, a rehash, or growth. */
-static bool work_pending(const shm_table *t)
+static int index_create(stash_arena *a, uint32_t kg, uint32_t log2)
 {
-    return t->sweep_pos != UINT32_MAX ||
-           atomic_load_explicit(&t->pins_gen, memory_order_relaxed) != t->swept_gen ||
-           atomic_load_explicit(&t->old_buckets, memory_order_relaxed) ||
-           atomic_load_explicit(&t->count, memory_order_relaxed) > (1ull << t->log2) / 2;
+    shm_table *t = &a->tables[kg];
+    shm_off fresh;
+    int rc = new_index(a, kg, log2, &fresh);
+    if (rc < 0) return rc;
+    atomic_store(&t->log2, log2);
+    atomic_store(&t->used, 0);
+    t->heads = t->old_left = 0;
+    set_grow_at(t);
+    atomic_store_explicit(&t->index, fresh, memory_order_release);
+    return 0;
 }
 
 int shm_table_reserve(stash_arena *a, uint32_t kg, uint64_t n)
 {
-    shm_table *t = &a->tables[kg];
-    if (atomic_load(&t->buckets)) return 0;
-    uint32_t log2 = INITIAL_LOG2;
-    while (log2 < 31 && (1ull << log2) < 2 * n) log2++;
-    shm_off b;
-    int rc = new_buckets(a, kg, log2, &b);
-    if (rc < 0) return rc;
-    atomic_store(&t->log2, log2);
-    atomic_store_explicit(&t->buckets, b, memory_order_release);
-    return 0;
+    if (atomic_load(&a->tables[kg].index)) return 0;
+    /* Filled to n, it should not have to grow: n at most 7/8 of the slots. */
+    return index_create(a, kg, log2_for_slots(n + n / 7 + 1));
 }
 
-void shm_table_tend(stash_arena *a, uint32_t kg)
+/* shm_table_find past its first look: the whole probe, noting where a new
+ * entry would go; while the index grows, the old array first. */
+static __attribute__((noinline)) int find_probe(stash_arena *a, const shm_table *t,
+                                                const shm_lookup *l, shm_cursor *c)
 {
-    shm_table *t = &a->tables[kg];
-    if (t->buckets && work_pending(t)) shm_table_maintain(a, kg, WRITE_BUDGET);
+    index_part old, cur;
+    owner_parts(a, t, &old, &cur);
+    shm_group *free_g = NULL;
+    unsigned free_i = 0;
+    c->rec = old.n ? probe(a, &old, l, &c->group, &c->slot, NULL, NULL) : NULL;
+    c->in_old = c->rec != NULL;
+    if (c->rec) return 0;
+    c->rec = probe(a, &cur, l, &c->group, &c->slot, &free_g, &free_i);
+    if (!c->rec) {
+        c->group = free_g;
+        c->slot = free_i;
+    }
+    return 0;
 }
 
 int shm_table_find(stash_arena *a, const shm_lookup *l, shm_cursor *c)
 {
     shm_table *t = &a->tables[l->kg];
-    if (!atomic_load_explicit(&t->buckets, memory_order_relaxed)) {
-        shm_off b;
-        int rc = new_buckets(a, l->kg, INITIAL_LOG2, &b);
+    shm_off index = atomic_load_explicit(&t->index, memory_order_relaxed);
+    if (__builtin_expect(!index, 0)) {
+        int rc = index_create(a, l->kg, INITIAL_LOG2);
         if (rc < 0) return rc;
-        atomic_store(&t->log2, INITIAL_LOG2);
-        atomic_store_explicit(&t->buckets, b, memory_order_release);
+        index = atomic_load_explicit(&t->index, memory_order_relaxed);
     }
-    _Atomic shm_ref *link = bucket_for(a, t, l->hash);
-    c->link = link;
-    c->rec = NULL;
-    for (shm_ref r = atomic_load_explicit(link, memory_order_relaxed); r;) {
-        shm_rec *rec = shm_rec_at(a, r);
-        if (rec_matches(rec, l)) {
-            c->link = link;
-            c->rec = rec;
-            return 0;
+    /* The common case first: one array, the entry in its home group. */
+    if (__builtin_expect(atomic_load_explicit(&t->old_index, memory_order_relaxed) == 0, 1)) {
+        uint32_t mask = (1u << atomic_load_explicit(&t->log2, memory_order_relaxed)) - 1;
+        shm_group *grp = &groups_at(a, index)[l->hash & mask];
+        unsigned m = group_match(grp, l->hash);
+        if (__builtin_expect(m != 0, 1)) {
+            unsigned i = next_slot(&m);
+            shm_rec *r = slot_rec(a, grp, i);
+            if (__builtin_expect(r && rec_matches(r, l), 1)) {
+                *c = (shm_cursor){.group = grp, .slot = i, .in_old = false, .rec = r};
+                return 0;
+            }
         }
-        link = &rec->next;
-        r = atomic_load_explicit(link, memory_order_relaxed);
     }
-    return 0;
-}
-
-bool shm_rec_mutable(const stash_arena *a, uint32_t kg, const shm_rec *rec)
-{
-    return rec->version == atomic_load_explicit(&a->tables[kg].epoch, memory_order_relaxed);
-}
-
-uint64_t shm_rec_capacity(const stash_arena *a, const shm_rec *rec)
-{
-    /* The class in the header spares a look at the span descriptors. */
-    uint64_t block = rec->size_class == SHM_CLASS_LARGE ? shm_block_size(a, shm_off_of(a, rec))
-                                                        : shm_class_size(rec->size_class);
-    return block - sizeof *rec - rec->klen - rec->nslen;
+    return find_probe(a, t, l, c);
 }
 
 int shm_rec_new(stash_arena *a, const shm_lookup *l, size_t cap, shm_rec **out)
@@ -481,17 +735,15 @@ int shm_rec_new(stash_arena *a, const shm_lookup *l, size_t cap, shm_rec **out)
     int rc = shm_alloc(a, l->kg, size, &off);
     if (rc < 0) return rc;
     shm_rec *r = shm_ptr(a, off);
-    atomic_store_explicit(&r->next, 0, memory_order_relaxed);
     atomic_store_explicit(&r->older, 0, memory_order_relaxed);
     atomic_store_explicit(&r->seq, 0, memory_order_relaxed);
     r->version = atomic_load_explicit(&a->tables[l->kg].epoch, memory_order_relaxed);
-    r->hash = l->hash;
+    atomic_store_explicit(&r->vlen, 0, memory_order_relaxed);
     r->state = l->state;
-    r->flags = 0;
-    r->size_class = (uint8_t)(size > SHM_SMALL_MAX ? SHM_CLASS_LARGE : shm_size_class(size));
     r->klen = l->klen;
     r->nslen = l->nslen;
-    atomic_store_explicit(&r->vlen, 0, memory_order_relaxed);
+    r->flags = 0;
+    r->size_class = (uint8_t)(size > SHM_SMALL_MAX ? SHM_CLASS_LARGE : shm_size_class(size));
     memcpy((uint8_t *)(r + 1), l->key, l->klen);
     memcpy((uint8_t *)(r + 1) + l->klen, l->ns, l->nslen);
     *out = r;
@@ -506,34 +758,65 @@ static void count_add(shm_table *t, int64_t d)
 
 /* Counts a change. Maintenance waits for the owner's next lookup, so that
  * no cursor the caller holds is moved under it. */
-static void after_change(stash_arena *a, uint32_t kg)
+static void after_change(shm_table *t)
 {
-    shm_table *t = &a->tables[kg];
     uint64_t w = atomic_load_explicit(&t->writes, memory_order_relaxed);
     atomic_store_explicit(&t->writes, w + 1, memory_order_relaxed);
 }
 
-void shm_table_publish(stash_arena *a, const shm_lookup *l, shm_cursor *c, shm_rec *rec)
+/* A free slot of the current index for l's new entry into c; false if none. */
+static bool find_free(stash_arena *a, const shm_table *t, const shm_lookup *l, shm_cursor *c)
+{
+    index_part cur = {groups_at(a, atomic_load(&t->index)), 1u << atomic_load(&t->log2), 0};
+    uint32_t g = probe_start(&cur, l->hash);
+    for (uint32_t steps = 0; steps < cur.n; steps++, g = probe_next(&cur, g)) {
+        unsigned f =
+            group_match(&cur.g[g], SHM_SLOT_EMPTY) | group_match(&cur.g[g], SHM_SLOT_DELETED);
+        if (f) {
+            c->group = &cur.g[g];
+            c->slot = (unsigned)__builtin_ctz(f) >> 1;
+            c->in_old = false;
+            return true;
+        }
+    }
+    return false;
+}
+
+int shm_table_publish(stash_arena *a, const shm_lookup *l, shm_cursor *c, shm_rec *rec)
 {
     shm_table *t = &a->tables[l->kg];
     shm_rec *old = c->rec;
     rec->version = atomic_load_explicit(&t->epoch, memory_order_relaxed);
+    shm_ref ref = shm_ref_of(shm_off_of(a, rec));
     if (!old) {
-        atomic_store_explicit(&rec->next, atomic_load(c->link), memory_order_relaxed);
-        atomic_store_explicit(c->link, shm_ref_of(shm_off_of(a, rec)), memory_order_release);
+        if ((!c->group || c->in_old) && !find_free(a, t, l, c))
+            return shm_fail(STASH_EFULL,
+                            "%s: key group %u: its index is full and the arena has no room to "
+                            "grow it",
+                            a->path, l->kg);
+        shm_group *g = c->group;
+        bool was_empty =
+            atomic_load_explicit(&g->hash[c->slot], memory_order_relaxed) == SHM_SLOT_EMPTY;
+        atomic_store_explicit(&g->ref[c->slot], ref, memory_order_relaxed);
+        atomic_store_explicit(&g->hash[c->slot], l->hash, memory_order_release);
+        if (was_empty)
+            atomic_store_explicit(&t->used,
+                                  atomic_load_explicit(&t->used, memory_order_relaxed) + 1,
+                                  memory_order_relaxed);
+        t->heads++;
         count_add(t, 1);
     } else {
         bool keep = old->version <= max_pin(t);
-        atomic_store_explicit(&rec->next, atomic_load(&old->next), memory_order_relaxed);
         atomic_store_explicit(&rec->older,
                               keep ? shm_ref_of(shm_off_of(a, old)) : atomic_load(&old->older),
                               memory_order_relaxed);
-        atomic_store_explicit(c->link, shm_ref_of(shm_off_of(a, rec)), memory_order_release);
+        atomic_store_explicit(&c->group->ref[c->slot], ref, memory_order_release);
         if (old->flags & SHM_REC_TOMBSTONE) count_add(t, 1);
         if (!keep) retire_rec(a, l->kg, old);
     }
     c->rec = rec;
-    after_change(a, l->kg);
+    after_change(t);
+    return 0;
 }
 
 int shm_table_delete(stash_arena *a, const shm_lookup *l, shm_cursor *c)
@@ -551,16 +834,18 @@ int shm_table_delete(stash_arena *a, const shm_lookup *l, shm_cursor *c)
         count_add(t, -1);
         return 0;
     }
-    atomic_store_explicit(c->link, atomic_load(&old->next), memory_order_release);
+    slot_clear(t, c->group, c->slot, c->in_old);
     for (shm_ref r = atomic_load(&old->older); r;) {
         shm_rec *v = shm_rec_at(a, r);
         r = atomic_load(&v->older);
         retire_rec(a, l->kg, v);
     }
     retire_rec(a, l->kg, old);
+    /* The slot is free for a new entry of l, unless it lies in the old array. */
+    if (c->in_old) c->group = NULL;
     c->rec = NULL;
     count_add(t, -1);
-    after_change(a, l->kg);
+    after_change(t);
     return 0;
 }
 
@@ -588,6 +873,27 @@ bool shm_rec_write_begin(stash_arena *a, uint32_t kg, shm_rec *rec, const shm_re
     return true;
 }
 
+bool shm_rec_overwrite(stash_arena *a, uint32_t kg, shm_rec *rec, const void *value, size_t len)
+{
+    /* shm_rec_write_begin for the one region at the start, written out. */
+    shm_undo *u = &a->tables[kg].undo;
+    uint32_t vlen = atomic_load_explicit(&rec->vlen, memory_order_relaxed);
+    uint32_t save = vlen < len ? vlen : (uint32_t)len;
+    if (save > SHM_UNDO_BYTES) return false;
+    u->regions[0] = (shm_region){0, save};
+    memcpy(u->bytes, shm_rec_value(rec), save);
+    u->nregions = 1;
+    u->vlen = vlen;
+    atomic_store_explicit(&u->rec, shm_ref_of(shm_off_of(a, rec)), memory_order_release);
+    atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    memcpy(shm_rec_value(rec), value, len);
+    atomic_store_explicit(&rec->vlen, (uint32_t)len, memory_order_relaxed);
+    shm_rec_write_end(a, kg, rec);
+    return true;
+}
+
 void shm_rec_write_end(stash_arena *a, uint32_t kg, shm_rec *rec)
 {
     atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1,
@@ -595,10 +901,33 @@ void shm_rec_write_end(stash_arena *a, uint32_t kg, shm_rec *rec)
     atomic_store_explicit(&a->tables[kg].undo.rec, 0, memory_order_release);
 }
 
+/* Recounts the live entries and the used slots (each count follows a slot
+ * store: a crash between them leaves it one off). */
+static void recount(stash_arena *a, uint32_t kg)
+{
+    shm_table *t = &a->tables[kg];
+    uint64_t live = 0;
+    uint32_t used = 0, heads = 0, old_left = 0, pos = 0, h;
+    index_part old, cur;
+    owner_parts(a, t, &old, &cur);
+    for (shm_rec *r; (r = shm_table_next(a, kg, &pos, &h));) {
+        live += shm_rec_live(r);
+        heads++;
+        old_left += pos <= old.n * SHM_GROUP_SLOTS;
+    }
+    for (uint32_t g = 0; g < cur.n; g++)
+        for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++)
+            used += atomic_load(&cur.g[g].hash[i]) != SHM_SLOT_EMPTY;
+    atomic_store(&t->count, live);
+    atomic_store(&t->used, used);
+    t->heads = heads;
+    t->old_left = old_left;
+}
+
 void shm_table_recover(stash_arena *a, uint32_t kg)
 {
     shm_table *t = &a->tables[kg];
-    if (atomic_load(&t->growing)) switch_buckets(a, t);
+    if (atomic_load(&t->growing)) switch_index(t);
     /* The owner's own pins belong to checkpoints it took, which fail with it:
      * release them (a pin stored without its new epoch, never handed out,
      * included), or nobody ever would. Pins held for a live reader process
@@ -609,17 +938,19 @@ void shm_table_recover(stash_arena *a, uint32_t kg)
         if (holder && shm_reader_alive(a, holder)) continue;
         if (atomic_exchange(&t->pins[i], 0)) atomic_fetch_add(&t->pins_gen, 1);
     }
-    shm_ref moving = atomic_load(&t->moving);
-    shm_off old = atomic_load(&t->old_buckets);
-    if (moving) {
-        /* Moves take the head of the old bucket: if it still is, unlink it first. */
-        _Atomic shm_ref *head = &bucket_array(a, old)[atomic_load(&t->migrate_pos)];
-        if (atomic_load(head) == moving)
-            atomic_store(head, atomic_load(&shm_rec_at(a, moving)->next));
-        finish_move(a, t);
-    }
-    /* A bucket half moved hides what already moved: finish it. */
-    if (old && atomic_load(&t->migrate_pos) < (1u << (t->log2 - 1))) move_bucket(a, t);
+    /* A group half moved: finish it (what already moved is only marked). */
+    shm_off old = atomic_load(&t->old_index);
+    if (old && atomic_load(&t->migrate_pos) < (1u << atomic_load(&t->old_log2)))
+        move_group(a, t, true);
+    /* A delete stores DELETED before clearing the reference. */
+    index_part po, pc;
+    owner_parts(a, t, &po, &pc);
+    const index_part *parts[2] = {&po, &pc};
+    for (int p = 0; p < 2; p++)
+        for (uint32_t g = parts[p]->from; g < parts[p]->n; g++)
+            for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++)
+                if (atomic_load(&parts[p]->g[g].hash[i]) < 2)
+                    atomic_store(&parts[p]->g[g].ref[i], 0);
     shm_undo *u = &t->undo;
     shm_rec *rec = shm_rec_at(a, atomic_load(&u->rec));
     if (rec && (atomic_load(&rec->seq) & 1)) {
@@ -633,13 +964,10 @@ void shm_table_recover(stash_arena *a, uint32_t kg)
     }
     atomic_store(&u->rec, 0);
     if (atomic_load(&t->shape_seq) & 1) atomic_fetch_add(&t->shape_seq, 1);
-    /* The count follows a link store: a crash between them leaves it one off. */
-    uint64_t live = 0;
-    uint32_t n = shm_table_positions(a, kg);
-    for (uint32_t pos = 0; pos < n; pos++)
-        for (shm_ref r = shm_table_bucket(a, kg, pos); r; r = atomic_load(&shm_rec_at(a, r)->next))
-            live += shm_rec_live(shm_rec_at(a, r));
-    atomic_store(&t->count, live);
+    if (atomic_load(&t->index)) {
+        set_grow_at(t);
+        recount(a, kg);
+    }
 }
 
 /* ---- pins ---------------------------------------------------------------- */
@@ -677,6 +1005,8 @@ void shm_table_release_holder(stash_arena *a, uint32_t holder)
                 atomic_compare_exchange_strong(&t->pins[i], &v, 0))
                 atomic_fetch_add(&t->pins_gen, 1);
         }
+        if (holder >= 1 && holder <= SHM_READERS)
+            atomic_fetch_and(&t->walkers, ~(1u << (holder - 1)));
     }
 }
 
@@ -692,62 +1022,83 @@ void shm_table_unpin(stash_arena *a, uint32_t kg, uint32_t version)
     }
 }
 
+/* The newest version of the chain from rec at or below version, or NULL. */
+static shm_rec *version_at(stash_arena *a, shm_rec *rec, uint32_t version)
+{
+    while (rec && rec->version > version)
+        rec = shm_rec_at(a, atomic_load_explicit(&rec->older, memory_order_acquire));
+    return rec;
+}
+
 shm_rec *shm_table_get_at(stash_arena *a, const shm_lookup *l, uint32_t version)
 {
     shm_table *t = &a->tables[l->kg];
     for (;;) {
-        uint32_t shape;
-        if (!wait_even(a, l->kg, &t->shape_seq, &shape)) return NULL;
-        if (!atomic_load_explicit(&t->buckets, memory_order_acquire)) return NULL;
-        for (shm_ref r = atomic_load_explicit(bucket_for(a, t, l->hash), memory_order_acquire);
-             r;) {
-            shm_rec *rec = shm_rec_at(a, r);
-            if (rec_matches(rec, l)) {
-                rec = version_at(a, rec, version);
-                return shm_rec_live(rec) ? rec : NULL;
-            }
-            r = atomic_load_explicit(&rec->next, memory_order_acquire);
+        index_view v;
+        if (!view_take(a, l->kg, &v) || !v.any) return NULL;
+        shm_rec *head = view_find(a, &v, l);
+        if (head) {
+            shm_rec *rec = version_at(a, head, version);
+            return shm_rec_live(rec) ? rec : NULL;
         }
         /* Not found: a move may have carried it off; look again if one did. */
-        if (atomic_load_explicit(&t->shape_seq, memory_order_acquire) == shape) return NULL;
+        if (atomic_load_explicit(&t->shape_seq, memory_order_acquire) == v.shape) return NULL;
     }
 }
 
-/* A walk waits for a move under way to end (moves then wait for it). */
-static int walk_begin(const stash_arena *a, uint32_t kg)
+/* ---- walks --------------------------------------------------------------- */
+
+void shm_table_walk_enter(stash_arena *a, uint32_t kg, uint32_t slot)
 {
-    uint32_t shape;
-    return wait_even(a, kg, &a->tables[kg].shape_seq, &shape) ? 0 : owner_died(a, kg);
+    shm_ebr_enter(a, slot);
+    if (slot >= STASH_MAX_WORKERS)
+        atomic_fetch_or(&a->tables[kg].walkers, 1u << (slot - STASH_MAX_WORKERS));
 }
 
-/* Calls each(a, head, ctx) for the head of every chain of kg, after a move
- * under way ended; stops at the first non-zero result. */
+void shm_table_walk_exit(stash_arena *a, uint32_t kg, uint32_t slot)
+{
+    if (slot >= STASH_MAX_WORKERS)
+        atomic_fetch_and(&a->tables[kg].walkers, ~(1u << (slot - STASH_MAX_WORKERS)));
+    shm_ebr_exit(a, slot);
+}
+
+/* Calls each(a, head, ctx) for the head of every entry of kg, from a view
+ * taken after a move under way ended; stops at the first non-zero result. */
 typedef int head_fn(stash_arena *a, shm_rec *head, void *ctx);
-#define WALK_AHEAD 16u /* buckets whose first record a walk fetches ahead */
+
+static int walk_part(stash_arena *a, const index_part *p, head_fn *each, void *ctx)
+{
+    uint32_t end = p->n * SHM_GROUP_SLOTS;
+    int rc = 0;
+    for (uint32_t pos = p->from * SHM_GROUP_SLOTS; rc == 0 && pos < end; pos++) {
+        /* Records lie anywhere in the key group's heap: fetching ahead lets
+         * their cache misses overlap instead of following one another. */
+        if (pos + WALK_AHEAD < end) {
+            const shm_group *ahead = &p->g[(pos + WALK_AHEAD) / SHM_GROUP_SLOTS];
+            const char *r = (const char *)shm_rec_at(
+                a, atomic_load_explicit(&ahead->ref[(pos + WALK_AHEAD) % SHM_GROUP_SLOTS],
+                                        memory_order_relaxed));
+            if (r) {
+                __builtin_prefetch(r);
+                __builtin_prefetch(r + 64);
+                __builtin_prefetch(r + 128);
+            }
+        }
+        const shm_group *g = &p->g[pos / SHM_GROUP_SLOTS];
+        unsigned i = pos % SHM_GROUP_SLOTS;
+        if (atomic_load_explicit(&g->hash[i], memory_order_acquire) < 2) continue;
+        shm_rec *rec = shm_rec_at(a, atomic_load_explicit(&g->ref[i], memory_order_acquire));
+        if (rec) rc = each(a, rec, ctx);
+    }
+    return rc;
+}
 
 static int walk_heads(stash_arena *a, uint32_t kg, head_fn *each, void *ctx)
 {
-    int rc = walk_begin(a, kg);
-    uint32_t n = shm_table_positions(a, kg);
-    for (uint32_t pos = 0; rc == 0 && pos < n; pos++) {
-        /* Records lie anywhere in the key group's heap: fetching ahead lets
-         * their cache misses overlap instead of following one another. */
-        if (pos + WALK_AHEAD < n) {
-            const char *ahead =
-                (const char *)shm_rec_at(a, shm_table_bucket(a, kg, pos + WALK_AHEAD));
-            if (ahead) {
-                __builtin_prefetch(ahead);
-                __builtin_prefetch(ahead + 64);
-                __builtin_prefetch(ahead + 128);
-            }
-        }
-        for (shm_ref r = shm_table_bucket(a, kg, pos); rc == 0 && r;) {
-            shm_rec *rec = shm_rec_at(a, r);
-            r = atomic_load_explicit(&rec->next, memory_order_acquire);
-            rc = each(a, rec, ctx);
-        }
-    }
-    return rc;
+    index_view v;
+    if (!view_take(a, kg, &v)) return owner_died(a, kg);
+    int rc = v.old.n ? walk_part(a, &v.old, each, ctx) : 0;
+    return rc == 0 && v.cur.n ? walk_part(a, &v.cur, each, ctx) : rc;
 }
 
 typedef struct at_walk {
@@ -791,21 +1142,26 @@ int shm_table_walk_delta(stash_arena *a, uint32_t kg, uint32_t base, uint32_t ve
     return walk_heads(a, kg, visit_delta, &w);
 }
 
-uint32_t shm_table_positions(const stash_arena *a, uint32_t kg)
+shm_rec *shm_table_next(const stash_arena *a, uint32_t kg, uint32_t *pos, uint32_t *hash)
 {
     const shm_table *t = &a->tables[kg];
-    if (!t->buckets) return 0;
-    uint32_t n = 1u << t->log2;
-    return t->old_buckets ? n + n / 2 : n;
-}
-
-shm_ref shm_table_bucket(const stash_arena *a, uint32_t kg, uint32_t pos)
-{
-    const shm_table *t = &a->tables[kg];
-    uint32_t n = 1u << t->log2;
-    if (pos < n)
-        return atomic_load_explicit(&bucket_array(a, t->buckets)[pos], memory_order_acquire);
-    return atomic_load_explicit(&bucket_array(a, t->old_buckets)[pos - n], memory_order_acquire);
+    if (!atomic_load(&t->index)) return NULL;
+    index_part old, cur;
+    owner_parts(a, t, &old, &cur);
+    uint32_t p = *pos < old.from * SHM_GROUP_SLOTS ? old.from * SHM_GROUP_SLOTS : *pos;
+    shm_group *g;
+    unsigned i;
+    for (; scan_slot(&old, &cur, p, &g, &i); p++) {
+        uint32_t h = atomic_load(&g->hash[i]);
+        shm_rec *r = h < 2 ? NULL : shm_rec_at(a, atomic_load(&g->ref[i]));
+        if (r) {
+            *pos = p + 1;
+            *hash = h;
+            return r;
+        }
+    }
+    *pos = p;
+    return NULL;
 }
 
 /* ---- readers in other processes ----------------------------------------- */
@@ -838,37 +1194,18 @@ int64_t shm_table_read_copy(stash_arena *a, uint32_t reader_slot, const shm_look
     int64_t rc = STASH_ENOTFOUND;
     shm_ebr_enter(a, reader_slot);
     for (;;) {
-        uint32_t shape;
-        if (!wait_even(a, l->kg, &t->shape_seq, &shape)) {
+        index_view v;
+        if (!view_take(a, l->kg, &v)) {
             rc = owner_died(a, l->kg);
             break;
         }
-        if (!atomic_load_explicit(&t->buckets, memory_order_acquire)) break;
-        shm_rec *found = NULL;
-        bool confused = false;
-        /* Only a move under way can send a walk round in circles; after many
-         * steps, a changed shape says so (retry), an unchanged one that the
-         * chain is merely long (tombstones kept for pins): go on. */
-        uint64_t steps = 0;
-        for (shm_ref r = atomic_load_explicit(bucket_for(a, t, l->hash), memory_order_acquire);
-             r;) {
-            shm_rec *rec = shm_rec_at(a, r);
-            if (rec_matches(rec, l)) {
-                found = rec;
-                break;
-            }
-            r = atomic_load_explicit(&rec->next, memory_order_acquire);
-            if (++steps % 4096 == 0 &&
-                atomic_load_explicit(&t->shape_seq, memory_order_acquire) != shape) {
-                confused = true;
-                break;
-            }
-        }
+        if (!v.any) break;
+        shm_rec *found = view_find(a, &v, l);
         if (found) {
             rc = shm_rec_live(found) ? copy_stable(a, l->kg, found, buf, cap) : STASH_ENOTFOUND;
             break;
         }
-        if (!confused && atomic_load_explicit(&t->shape_seq, memory_order_acquire) == shape) break;
+        if (atomic_load_explicit(&t->shape_seq, memory_order_acquire) == v.shape) break;
     }
     shm_ebr_exit(a, reader_slot);
     return rc;

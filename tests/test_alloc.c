@@ -31,11 +31,11 @@ Test(alloc, size_classes_cover_every_size_and_fit)
     for (size_t s = 1; s <= SHM_SMALL_MAX; s++) {
         unsigned c = shm_size_class(s);
         cr_assert_lt(c, SHM_NCLASSES);
-        cr_assert_geq(shm_class_size(c), s, "size %zu fits its class", s);
-        if (c > 0) cr_assert_lt(shm_class_size(c - 1), s, "size %zu takes the smallest class", s);
+        cr_assert_geq(shm_class_bytes(c), s, "size %zu fits its class", s);
+        if (c > 0) cr_assert_lt(shm_class_bytes(c - 1), s, "size %zu takes the smallest class", s);
         cr_assert_geq(c, prev);
         prev = c;
-        cr_assert_eq(shm_class_size(c) % 16, 0, "blocks stay 16-byte aligned");
+        cr_assert_eq(shm_class_bytes(c) % 16, 0, "blocks stay 16-byte aligned");
         cr_assert_geq(shm_class_capacity(c) * 16ull,
                       (uint64_t)shm_class_run(c) * SHM_SPAN_SIZE * 15, "a run wastes at most 1/16");
     }

@@ -51,7 +51,7 @@ Test(arena, create_open_close_destroy_round_trip)
     stash_arena_info_get(a, &info);
     cr_assert_eq(info.size, 8u << 20);
     cr_assert_eq(info.max_parallelism, 256);
-    cr_assert_eq(info.layout_version, 2);
+    cr_assert_eq(info.layout_version, SHM_LAYOUT_VERSION);
     cr_assert_eq(info.creator_pid, getpid());
     cr_assert_gt(info.data_bytes, 4u << 20);
     cr_assert_eq(info.pool_free_bytes, info.data_bytes);

@@ -107,12 +107,9 @@ Test(versions, a_pinned_reader_sees_the_state_as_of_its_version)
     cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
     unpin_and_settle(pins);
     for (uint32_t kg = 0; kg < 8; kg++) {
-        uint32_t n = shm_table_positions(arena, kg);
-        for (uint32_t p = 0; p < n; p++)
-            for (shm_ref r = shm_table_bucket(arena, kg, p); r;
-                 r = atomic_load(&shm_rec_at(arena, r)->next))
-                cr_assert_eq(atomic_load(&shm_rec_at(arena, r)->older), 0,
-                             "no old version is kept once nobody pins it");
+        uint32_t pos = 0, hash;
+        for (shm_rec *r; (r = shm_table_next(arena, kg, &pos, &hash));)
+            cr_assert_eq(atomic_load(&r->older), 0, "no old version is kept once nobody pins it");
     }
 }
 
@@ -146,14 +143,14 @@ Test(versions, two_pins_each_see_their_own_version)
     unpin_and_settle(p2);
 }
 
-Test(versions, growth_moves_a_few_buckets_per_write)
+Test(versions, growth_moves_a_few_groups_per_write)
 {
     bool saw_rehash = false;
     uint32_t kg = 0, prev_pos = 0;
     for (uint32_t k = 0; k < 100000; k++) {
         put(k, k);
         shm_table *t = &arena->tables[kg];
-        if (atomic_load(&t->old_buckets)) {
+        if (atomic_load(&t->old_index)) {
             uint32_t pos = atomic_load(&t->migrate_pos);
             if (saw_rehash && pos >= prev_pos) cr_assert_leq(pos - prev_pos, 2);
             saw_rehash = true;
@@ -297,9 +294,9 @@ Test(versions, memory_held_back_by_a_dead_reader_is_freed, .timeout = 120)
     cr_assert_lt(u.used_bytes, 4200 * 1024, "the retired records were freed");
 }
 
-/* Brings key group kg into a rehash whose next old bucket holds two records
- * or more; returns that bucket's head. */
-static _Atomic shm_ref *rehash_with_a_full_bucket(uint32_t kg, uint32_t *next_key)
+/* Brings key group kg into a growth whose next old group holds two entries
+ * or more; returns that group. */
+static shm_group *growth_with_a_full_group(uint32_t kg, uint32_t *next_key)
 {
     shm_table *t = &arena->tables[kg];
     for (uint32_t k = *next_key;; k++) {
@@ -307,14 +304,32 @@ static _Atomic shm_ref *rehash_with_a_full_bucket(uint32_t kg, uint32_t *next_ke
         if ((uint32_t)stash_key_group_current(w) != kg) continue;
         uint64_t v = k;
         cr_assert_eq(stash_value_put(s, &v, sizeof v), 0);
-        shm_off old = atomic_load(&t->old_buckets);
+        shm_off old = atomic_load(&t->old_index);
         if (!old) continue;
-        _Atomic shm_ref *head =
-            &((_Atomic shm_ref *)(arena->base + old))[atomic_load(&t->migrate_pos)];
-        shm_ref r = atomic_load(head);
-        if (r && atomic_load(&shm_rec_at(arena, r)->next)) {
+        shm_group *g = (shm_group *)(arena->base + old) + atomic_load(&t->migrate_pos);
+        unsigned entries = 0;
+        for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++) entries += atomic_load(&g->hash[i]) >= 2;
+        if (entries >= 2) {
             *next_key = k + 1;
-            return head;
+            return g;
+        }
+    }
+}
+
+/* Puts (hash, ref) into the current index as a move does: the first free
+ * slot from the hash's home group on. */
+static void move_into_index(shm_table *t, uint32_t hash, shm_ref ref)
+{
+    shm_group *groups = (shm_group *)(arena->base + atomic_load(&t->index));
+    uint32_t n = 1u << atomic_load(&t->log2);
+    for (uint32_t g = hash & (n - 1);; g = (g + 1) & (n - 1)) {
+        for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++) {
+            uint32_t h = atomic_load(&groups[g].hash[i]);
+            if (h >= 2) continue;
+            atomic_store(&groups[g].ref[i], ref);
+            atomic_store(&groups[g].hash[i], hash);
+            if (h == SHM_SLOT_EMPTY) atomic_fetch_add(&t->used, 1);
+            return;
         }
     }
 }
@@ -330,28 +345,183 @@ static void expect_all_readable(uint32_t upto)
     }
 }
 
-Test(versions, a_rehash_cut_short_by_a_crash_is_finished_by_recovery)
+Test(versions, a_move_cut_short_by_a_crash_is_finished_by_recovery)
 {
     uint32_t next = 0;
     for (int variant = 0; variant < 2; variant++) {
         shm_table *t = &arena->tables[0];
-        _Atomic shm_ref *head = rehash_with_a_full_bucket(0, &next);
-        shm_ref r = atomic_load(head);
-        shm_rec *rec = shm_rec_at(arena, r);
-        /* As rehash_step leaves it when killed: the first record taken off
-         * the old bucket (variant 0: in neither chain; variant 1: already in
-         * its new bucket), the rest of the bucket not moved yet. */
-        atomic_store(&t->moving, r);
-        atomic_store(head, atomic_load(&rec->next));
+        shm_group *g = growth_with_a_full_group(0, &next);
+        unsigned i = 0;
+        while (atomic_load(&g->hash[i]) < 2) i++;
+        /* As a move leaves the group when killed: its first entry copied into
+         * the index (variant 0: still in the old group too; variant 1: marked
+         * moved there), the rest not moved yet. */
+        move_into_index(t, atomic_load(&g->hash[i]), atomic_load(&g->ref[i]));
         if (variant == 1) {
-            _Atomic shm_ref *to =
-                &((_Atomic shm_ref *)(arena->base + t->buckets))[rec->hash & ((1u << t->log2) - 1)];
-            atomic_store(&rec->next, atomic_load(to));
-            atomic_store(to, r);
-            atomic_store(&t->moving, 0);
+            atomic_store(&g->hash[i], SHM_SLOT_DELETED);
+            atomic_store(&g->ref[i], 0);
         }
         shm_table_recover(arena, 0);
         cr_assert_eq(shm_check(arena), 0, "variant %d: %s", variant, stash_errmsg());
         expect_all_readable(next);
+    }
+}
+
+/* ---- walkers and growth ------------------------------------------------- */
+
+/* Keys of key group kg from *next on, n of them, into keys. */
+static void keys_of(uint32_t kg, uint32_t *next, uint32_t *keys, uint32_t n)
+{
+    for (uint32_t k = *next, i = 0; i < n; k++) {
+        stash_key_set(w, &k, sizeof k);
+        if ((uint32_t)stash_key_group_current(w) == kg) keys[i++] = k;
+        *next = k + 1;
+    }
+}
+
+/* Whether the owner of key group 0 must wait for walkers before it can
+ * insert again: what is left to move would fill the index to 15/16. */
+static bool index_full_of_held_moves(const shm_table *t)
+{
+    uint32_t slots = SHM_GROUP_SLOTS << atomic_load(&t->log2);
+    return atomic_load(&t->old_index) && atomic_load(&t->used) + t->old_left >= slots - slots / 16;
+}
+
+/* Announces a walk of key group 0 from a reader slot, says so, then ends it
+ * when told (or is killed in the middle); with until_full, once the owner
+ * must wait for it instead. */
+typedef struct walker_args {
+    const char *name;
+    bool until_full;
+    int ready[2], go[2];
+} walker_args;
+
+static int walk_until_told(void *arg)
+{
+    walker_args *p = arg;
+    stash_arena *a;
+    uint32_t slot;
+    if (stash_arena_open(p->name, NULL, &a) || shm_reader_join(a, &slot)) return 1;
+    shm_table_walk_enter(a, 0, slot);
+    if (write(p->ready[1], "x", 1) != 1) return 2;
+    char b;
+    if (p->until_full)
+        while (!index_full_of_held_moves(&a->tables[0])) usleep(1000);
+    else if (read(p->go[0], &b, 1) != 1)
+        return 3;
+    shm_table_walk_exit(a, 0, slot);
+    shm_reader_leave(a, slot);
+    stash_arena_close(a);
+    return 0;
+}
+
+static pid_t start_walker(walker_args *p)
+{
+    p->name = arena_name;
+    cr_assert_eq(pipe(p->ready), 0);
+    cr_assert_eq(pipe(p->go), 0);
+    pid_t pid = test_fork(walk_until_told, p);
+    char b;
+    cr_assert_eq(read(p->ready[0], &b, 1), 1);
+    return pid;
+}
+
+Test(versions, a_walk_holds_moves_back_while_the_index_grows, .timeout = 120)
+{
+    static uint32_t keys[20000];
+    uint32_t next = 0;
+    keys_of(0, &next, keys, 20000);
+    for (uint32_t i = 0; i < 1000; i++) put(keys[i], i);
+    walker_args p = {0};
+    pid_t pid = start_walker(&p);
+    shm_table *t = &arena->tables[0];
+    /* The index grows into a new array while nothing moves out of the old. */
+    uint32_t i = 1000;
+    for (; i < 20000 && !atomic_load(&t->old_index); i++) put(keys[i], i);
+    cr_assert_neq(atomic_load(&t->old_index), 0, "the index grew");
+    uint32_t grown_at = i;
+    for (; i < grown_at + 200; i++) put(keys[i], i);
+    cr_assert_eq(atomic_load(&t->migrate_pos), 0, "no group moved during the walk");
+    cr_assert_neq(atomic_load(&t->old_index), 0);
+    for (uint32_t j = 0; j < i; j++) {
+        stash_key_set(w, &keys[j], sizeof keys[j]);
+        stash_bytes b;
+        cr_assert_eq(stash_value_get(s, &b), 0, "key %u found in either array", j);
+        cr_assert_eq(test_u64(b.data), j);
+    }
+    cr_assert_eq(write(p.go[1], "x", 1), 1);
+    cr_assert_eq(test_wait(pid), 0);
+    for (; i < 20000; i++) put(keys[i], i);
+    cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
+    for (uint32_t j = 0; j < 20000; j++) {
+        stash_key_set(w, &keys[j], sizeof keys[j]);
+        stash_bytes b;
+        cr_assert_eq(stash_value_get(s, &b), 0, "key %u", j);
+        cr_assert_eq(test_u64(b.data), j);
+    }
+}
+
+Test(versions, an_index_that_fills_during_a_walk_waits_for_it, .timeout = 120)
+{
+    static uint32_t keys[60000];
+    uint32_t next = 0;
+    keys_of(0, &next, keys, 60000);
+    /* The inserts outgrow the index the walk holds back: the owner waits for
+     * the walk (which ends only once the owner has to), then moves and grows. */
+    walker_args p = {.until_full = true};
+    pid_t pid = start_walker(&p);
+    for (uint32_t i = 0; i < 60000; i++) put(keys[i], i);
+    cr_assert_eq(test_wait(pid), 0);
+    cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
+    for (uint32_t j = 0; j < 60000; j++) {
+        stash_key_set(w, &keys[j], sizeof keys[j]);
+        stash_bytes b;
+        cr_assert_eq(stash_value_get(s, &b), 0, "key %u", j);
+        cr_assert_eq(test_u64(b.data), j);
+    }
+}
+
+Test(versions, a_walker_that_died_holds_no_move_back, .timeout = 120)
+{
+    static uint32_t keys[60000];
+    uint32_t next = 0;
+    keys_of(0, &next, keys, 60000);
+    walker_args p = {0};
+    pid_t pid = start_walker(&p);
+    kill(pid, SIGKILL);
+    test_wait(pid);
+    for (uint32_t i = 0; i < 60000; i++) put(keys[i], i);
+    shm_table *t = &arena->tables[0];
+    for (uint32_t i = 0; i < 60000 && atomic_load(&t->old_index); i++) put(keys[i], i);
+    cr_assert_eq(atomic_load(&t->old_index), 0, "the growth finished");
+    cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
+}
+
+Test(versions, deleted_slots_are_reused_and_the_index_stays_its_size)
+{
+    static uint32_t keys[4000];
+    uint32_t next = 0;
+    keys_of(0, &next, keys, 4000);
+    shm_table *t = &arena->tables[0];
+    uint32_t log2 = 0;
+    for (int round = 0; round < 20; round++) {
+        /* Half the keys live at a time: each round deletes them and puts the other half. */
+        uint32_t *live = keys + (round % 2) * 2000, *gone = keys + (1 - round % 2) * 2000;
+        for (uint32_t i = 0; i < 2000; i++) {
+            stash_key_set(w, &gone[i], sizeof gone[i]);
+            cr_assert_eq(stash_value_put(s, NULL, 0), 0);
+            put(live[i], (uint64_t)round * 10000 + i);
+        }
+        if (round == 3) log2 = atomic_load(&t->log2);
+    }
+    cr_assert_leq(atomic_load(&t->log2), log2 + 1, "churn does not grow the index");
+    cr_assert_eq(atomic_load(&t->count), 2000);
+    for (uint32_t i = 0; i < 2000; i++) {
+        stash_key_set(w, &keys[2000 + i], sizeof keys[i]);
+        stash_bytes b;
+        cr_assert_eq(stash_value_get(s, &b), 0);
+        cr_assert_eq(test_u64(b.data), 19u * 10000 + i);
+        stash_key_set(w, &keys[i], sizeof keys[i]);
+        cr_assert_eq(stash_value_get(s, &b), STASH_ENOTFOUND);
     }
 }

@@ -26,6 +26,8 @@ int bench_parse(int argc, char **argv, const char *usage, bench_opts *out)
                 return -1;
             }
             out->backend = strcmp(v, "lmdb") == 0 ? STASH_BACKEND_LMDB : STASH_BACKEND_HEAP;
+        } else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) {
+            out->only = argv[++i];
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
             out->reps = atoi(argv[++i]);
             if (out->reps < 1 || out->reps > 1000) {
@@ -33,13 +35,15 @@ int bench_parse(int argc, char **argv, const char *usage, bench_opts *out)
                 return -1;
             }
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("usage: stash bench %s [--json] [--quick] [--reps N] [--backend heap|lmdb]\n%s",
+            printf("usage: stash bench %s [--json] [--quick] [--reps N] [--backend heap|lmdb] "
+                   "[--case PREFIX]\n%s"
+                   "--case PREFIX: only the cases whose name starts with PREFIX.\n",
                    argv[0], usage);
             return 1;
         } else {
             fprintf(stderr,
                     "stash bench %s: unknown argument '%s'\nusage: stash bench %s "
-                    "[--json] [--quick] [--reps N] [--backend heap|lmdb]\n%s",
+                    "[--json] [--quick] [--reps N] [--backend heap|lmdb] [--case PREFIX]\n%s",
                     argv[0], argv[i], argv[0], usage);
             return -1;
         }
@@ -70,8 +74,14 @@ static void print_number(double v, const char *unit)
         printf("%12.3f  ", v);
 }
 
+bool bench_selected(const bench_opts *o, const char *name)
+{
+    return !o->only || strncmp(name, o->only, strlen(o->only)) == 0;
+}
+
 void bench_report(const bench_opts *o, const bench_result *r)
 {
+    if (!bench_selected(o, r->name)) return;
     if (o->progress) fputs("\r\033[K", stderr);
     if (o->json) {
         printf("{\"bench\": \"%s\", \"case\": \"%s\", \"system\": \"%s\"", r->bench, r->name,

@@ -736,6 +736,17 @@ static void run_scaling(keyed_bench *b, uint64_t seed)
     free(ops);
 }
 
+/* Whether --case selects anything the group measures. */
+static bool group_selected(const keyed_bench *b, int g)
+{
+    if (g == GROUP_VALUE && (bench_selected(&b->o, "value/bytes-per-entry") ||
+                             bench_selected(&b->o, "value/ycsb-a/uniform/1proc")))
+        return true;
+    for (size_t c = 0; c < NCASES; c++)
+        if (cases[c].group == g && bench_selected(&b->o, cases[c].name)) return true;
+    return false;
+}
+
 /* ------------------------------------------------------------------------ */
 
 int bench_keyed(int argc, char **argv)
@@ -800,16 +811,20 @@ int bench_keyed(int argc, char **argv)
         peer_redis_start(redis_dir, &b->redis, b->redis_why, sizeof b->redis_why);
 
     for (int g = 0; g < (lmdb ? 1 : NGROUPS) && !stopping(); g++) {
+        if (!group_selected(b, g)) continue;
         sys_run runs[NSYS];
         bench_progress(&b->o, "keyed: opening the %s group", group_names[g]);
         open_group(b, g, runs);
         load_group(b, g, runs);
         if (g == GROUP_VALUE && !lmdb && !stopping()) report_footprints(b, runs);
         for (size_t c = 0; c < NCASES && !stopping(); c++)
-            if (cases[c].group == g && !(lmdb && cases[c].second == YCSB_RMW))
+            if (cases[c].group == g && !(lmdb && cases[c].second == YCSB_RMW) &&
+                bench_selected(&b->o, cases[c].name))
                 run_case(b, &cases[c], c + 1, runs);
         close_group(b, g, runs);
-        if (g == GROUP_VALUE && !lmdb && !stopping()) run_scaling(b, 1);
+        if (g == GROUP_VALUE && !lmdb && !stopping() &&
+            bench_selected(&b->o, "value/ycsb-a/uniform/1proc"))
+            run_scaling(b, 1);
     }
 
     peer_redis_stop(b->redis);

@@ -35,6 +35,7 @@ typedef struct bench_opts {
     int reps;              /* repetitions; each figure is their median */
     bool progress;         /* stderr is a terminal and output is a table */
     stash_backend backend; /* --backend: keyed and checkpoint measure either */
+    const char *only;      /* --case: only the cases whose name starts with it */
 } bench_opts;
 
 typedef struct bench_result {
@@ -54,7 +55,9 @@ int bench_parse(int argc, char **argv, const char *usage, bench_opts *out);
 /* Refuses --backend lmdb for a bench that measures the heap only: -1
  * after saying so, else 0. */
 int bench_heap_only(const bench_opts *o, const char *cmd);
-/* Prints one result as a table row or a JSON line. */
+/* Whether --case selects the case name (every case without --case). */
+bool bench_selected(const bench_opts *o, const char *name);
+/* Prints one result as a table row or a JSON line, if --case selects it. */
 void bench_report(const bench_opts *o, const bench_result *r);
 /* Prints a progress line on the terminal (overwritten by the next). */
 void bench_progress(const bench_opts *o, const char *fmt, ...)

@@ -1,0 +1,46 @@
+/*
+ * hash.h: the hashes of keyed state. A key's hash is XXH3 of its bytes,
+ * inlined because every state access begins with it; an entry's lookup hash
+ * in its key group's index mixes the key's hash with a seed made of the
+ * state id and the namespace's hash, computed once per namespace.
+ */
+#ifndef STASH_SHM_HASH_H
+#define STASH_SHM_HASH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+/* The hash of a key's (or a namespace's) bytes. */
+static inline uint64_t shm_key_hash(const void *key, size_t len)
+{
+    return XXH3_64bits(key, len);
+}
+
+/* The hash of a namespace: 0 for the empty one. */
+static inline uint64_t shm_ns_hash(const void *ns, size_t len)
+{
+    return len ? XXH3_64bits(ns, len) : 0;
+}
+
+/* What the state and the namespace add to a key's hash. */
+static inline uint64_t shm_lookup_seed(uint16_t state, uint64_t ns_hash)
+{
+    return (state * 0x9e3779b97f4a7c15ull) ^ (ns_hash * 0xc2b2ae3d27d4eb4full);
+}
+
+/* The lookup hash of the entry of a key (by its hash) under seed: at least 2,
+ * since the index keeps 0 and 1 for its empty and deleted slots. */
+static inline uint32_t shm_lookup_hash(uint64_t key_hash, uint64_t seed)
+{
+    uint64_t h = key_hash ^ seed;
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    uint32_t x = (uint32_t)h;
+    return x < 2 ? x + 2 : x;
+}
+
+#endif /* STASH_SHM_HASH_H */
