@@ -158,7 +158,7 @@ typedef struct shm_header {
     _Atomic uint32_t pool_free[SHM_POOL_LISTS]; /* heads: span index + 1 */
     /* the worker registry; see registry.c */
     shm_lock registry_lock;
-    /* keyed tables (table.c), their reclamation epoch (ebr.c), the state catalog (catalog.c) */
+    /* keyed tables (table.c, index.c), their reclamation epoch (ebr.c), the state catalog (catalog.c) */
     shm_off tables_off;
     shm_off catalog_off;
     _Atomic uint64_t ebr_epoch;
@@ -470,7 +470,7 @@ int shm_registry_cut_free(stash_arena *a, stash_kg_range range, uint32_t holder)
 void shm_registry_describe(stash_arena *a, uint32_t slot, stash_worker_info *out);
 
 /* ------------------------------------------------------------------------ */
-/* Keyed tables (table.c): one per key group, one writer (the owner).         */
+/* Keyed tables (table.c, index.c): one per key group, one writer (the owner). */
 
 /* What identifies an entry: state, key and namespace, with their hash. */
 typedef struct shm_lookup {

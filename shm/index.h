@@ -1,0 +1,65 @@
+/*
+ * index.h: how a key group's table (table.c: versioned records) uses its
+ * index (index.c: where each entry's newest version is). Internal to shm/.
+ */
+#ifndef STASH_SHM_INDEX_H
+#define STASH_SHM_INDEX_H
+
+#include "shm/hash.h"
+#include "shm/shm.h"
+
+/* One array of an index: its groups, their count, and the first group not
+ * moved yet (0 for the current array). */
+typedef struct index_part {
+    shm_group *g;
+    uint32_t n;
+    uint32_t from;
+} index_part;
+
+/* A reader's view of the index: both arrays as of one even shape. */
+typedef struct index_view {
+    index_part old, cur;
+    uint32_t shape;
+    bool any; /* the table has an index */
+} index_view;
+
+/* Waits for an even value of seq (no change under way) into *out. Returns
+ * false if kg's owner died in the middle of its change. */
+bool shm_wait_even(const stash_arena *a, uint32_t kg, _Atomic uint32_t *seq, uint32_t *out);
+/* -EAGAIN with a message: kg's owner died in the middle of a change. */
+int shm_owner_died(const stash_arena *a, uint32_t kg);
+
+/* Any process: takes a view of kg's index. Returns false if the owner died
+ * in the middle of a move. */
+bool shm_index_view(const stash_arena *a, uint32_t kg, index_view *v);
+/* The newest version of l's entry in a view (a tombstone included), or NULL. */
+shm_rec *shm_index_view_find(const stash_arena *a, const index_view *v, const shm_lookup *l);
+
+/* Owner: puts a new entry of l, its record at ref, into c's free slot, or
+ * finds one. Returns 0, or STASH_EFULL if the index has no free slot. */
+int shm_index_insert(stash_arena *a, const shm_lookup *l, shm_cursor *c, shm_ref ref);
+/* Owner: marks c's slot DELETED: the entry is gone from the index. */
+void shm_index_clear(shm_table *t, const shm_cursor *c);
+/* Owner: the slot at scan position *pos of kg or after it (moved groups are
+ * skipped, moving *pos), in c, with its record if it holds an entry; false
+ * past the end. */
+bool shm_index_at(const stash_arena *a, uint32_t kg, uint32_t *pos, shm_cursor *c);
+
+/* Owner: keeps room for the next insert (grows the index, or finishes a move
+ * walkers held back). Returns an old array emptied on the way, for the
+ * caller to retire, or 0. */
+shm_off shm_index_make_room(stash_arena *a, uint32_t kg);
+/* Owner: moves up to groups groups of the old array, unless a walker walks
+ * kg. Returns the old array once it is empty, for the caller to retire, or 0. */
+shm_off shm_index_migrate(stash_arena *a, uint32_t kg, uint32_t groups);
+/* After the owner died: finishes a switch or a group move it left half
+ * done, and recounts the index. */
+void shm_index_recover(stash_arena *a, uint32_t kg);
+
+/* Calls each(a, head, ctx) for the newest version of every entry of kg, from
+ * a view taken after a move under way ended; stops at the first non-zero
+ * result, which it returns. */
+typedef int shm_head_fn(stash_arena *a, shm_rec *head, void *ctx);
+int shm_index_walk(stash_arena *a, uint32_t kg, shm_head_fn *each, void *ctx);
+
+#endif /* STASH_SHM_INDEX_H */
