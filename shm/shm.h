@@ -158,7 +158,8 @@ typedef struct shm_header {
     _Atomic uint32_t pool_free[SHM_POOL_LISTS]; /* heads: span index + 1 */
     /* the worker registry; see registry.c */
     shm_lock registry_lock;
-    /* keyed tables (table.c, index.c), their reclamation epoch (ebr.c), the state catalog (catalog.c) */
+    /* keyed tables (table.c, index.c), their reclamation epoch (ebr.c), the state catalog
+     * (catalog.c) */
     shm_off tables_off;
     shm_off catalog_off;
     _Atomic uint64_t ebr_epoch;

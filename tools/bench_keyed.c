@@ -35,8 +35,8 @@
 #define VALUE_POOL 4096          /* distinct random values that writes cycle through */
 #define ARENA_NAME "bench-keyed" /* only checked: the arena lives at the path given */
 
-enum { SYS_STASH, SYS_RAW, SYS_LMDB, SYS_ROCKSDB, SYS_REDIS, SYS_REDIS_PIPE, NSYS };
-static const char *const sys_names[NSYS] = {"stash",   "raw-table", "lmdb",
+enum { SYS_STASH, SYS_RAW, SYS_RAW_INDEX, SYS_LMDB, SYS_ROCKSDB, SYS_REDIS, SYS_REDIS_PIPE, NSYS };
+static const char *const sys_names[NSYS] = {"stash",   "raw-table", "raw-index",      "lmdb",
                                             "rocksdb", "redis",     "redis-pipelined"};
 
 enum { GROUP_VALUE, GROUP_LIST, GROUP_MAP, NGROUPS };
@@ -417,10 +417,10 @@ static void open_group(keyed_bench *b, int group, sys_run runs[NSYS])
             snprintf(path, sizeof path, "%s/arena", dir);
             stash_sys_open(path, plan.bytes * 2 + (256ull << 20), 0, 1, NULL, &runs[i].sys, why,
                            wl);
-        } else if (i == SYS_RAW && group == GROUP_LIST) {
+        } else if ((i == SYS_RAW || i == SYS_RAW_INDEX) && group == GROUP_LIST) {
             snprintf(why, wl, "its slots hold one %d-byte value: no lists", VALUE_LEN);
-        } else if (i == SYS_RAW) {
-            peer_raw_open(&plan, &runs[i].sys, why, wl);
+        } else if (i == SYS_RAW || i == SYS_RAW_INDEX) {
+            peer_raw_open(&plan, i == SYS_RAW_INDEX, &runs[i].sys, why, wl);
         } else if (i == SYS_LMDB) {
             peer_lmdb_open(&plan, &runs[i].sys, why, wl);
         } else if (i == SYS_ROCKSDB) {
@@ -591,7 +591,7 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
     for (int i = 1; i < NSYS && ok && !stopping(); i++) {
         char system[64];
         snprintf(system, sizeof system, "stash/%s", sys_names[i]);
-        if (compared(b, i) && (all || i == SYS_RAW || i == SYS_LMDB))
+        if (compared(b, i) && (all || i == SYS_RAW || i == SYS_RAW_INDEX || i == SYS_LMDB))
             report_ratio(&b->o, c->name, system, median[SYS_STASH], median[i]);
     }
     if (!ok) fprintf(stderr, "stash bench keyed: %s: out of memory\n", c->name);
@@ -755,8 +755,9 @@ int bench_keyed(int argc, char **argv)
         "Keyed-state operations per second and their latency (p50, p99, p99.9): ValueState\n"
         "under YCSB A, B, C and F (uniform and zipfian 0.99), ListState add and get, MapState\n"
         "put and get, 1M 8-byte keys with 100-byte values (--quick: 100K). Beside, in the same\n"
-        "run and on the same sequences: a raw open-addressing table in shared memory, LMDB,\n"
-        "RocksDB and Redis (pipelined and not) where installed. Also one worker process\n"
+        "run and on the same sequences: a raw open-addressing table in shared memory (and\n"
+        "the same behind an index: two dependent misses a lookup), LMDB, RocksDB and\n"
+        "Redis (pipelined and not) where installed. Also one worker process\n"
         "against two, and the bytes each entry costs beyond its key and value.\n"
         "--backend lmdb: stash's lmdb backend beside LMDB and RocksDB, ValueState under\n"
         "YCSB A, B and C, 10M keys (--quick: 200K), everything on disk in $STASH_BENCH_DIR\n"

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -32,36 +33,65 @@ static void encode_map_key(uint64_t key, uint64_t ukey, uint8_t out[16])
 /* ------------------------------------------------------------------------ */
 /* The raw table: fixed slots of an 8-byte key and an inline value, linear   */
 /* probing, at most 3/4 full. No versions, no locks, no reclamation: what    */
-/* a table in shared memory costs when it does nothing else.                 */
+/* a table in shared memory costs when it does nothing else. Its indexed     */
+/* form keeps the slots apart, in order of insertion, behind an index of     */
+/* (hash, slot number) pairs: a lookup's two dependent misses, the index's   */
+/* and the record's, with nothing else, as any table of records that are     */
+/* not in the index itself pays.                                             */
 
 typedef struct raw_sys {
     kv_sys base;
     uint8_t *slots;
     uint64_t nslots, used;
     size_t slot_size, value_len, map_len;
+    uint64_t *index; /* indexed: hash << 32 | slot number + 1, 0 empty */
+    uint64_t nindex;
 } raw_sys;
 
-/* The slot holding key, or the empty slot where it would go. Key 0 marks an
- * empty slot, so keys are stored plus one. */
-static uint8_t *raw_find(raw_sys *t, uint64_t key)
+static uint64_t raw_hash(uint64_t key)
 {
-    uint64_t stored = key + 1, h = stored * 0x9E3779B97F4A7C15ull;
-    uint64_t i = (uint64_t)(((unsigned __int128)h * t->nslots) >> 64);
-    for (;;) {
-        uint8_t *slot = t->slots + i * t->slot_size;
-        uint64_t k;
-        memcpy(&k, slot, 8);
-        if (k == stored || k == 0) return slot;
-        if (++i == t->nslots) i = 0;
+    return (key + 1) * 0x9E3779B97F4A7C15ull;
+}
+
+/* The slot holding key, or NULL; with add, a new slot for it if absent
+ * (NULL if the table is full). Key 0 marks an empty slot, so keys are
+ * stored plus one. */
+static uint8_t *raw_find(raw_sys *t, uint64_t key, bool add)
+{
+    uint64_t stored = key + 1, h = raw_hash(key);
+    if (!t->index) {
+        uint64_t i = (uint64_t)(((unsigned __int128)h * t->nslots) >> 64);
+        for (;;) {
+            uint8_t *slot = t->slots + i * t->slot_size;
+            uint64_t k;
+            memcpy(&k, slot, 8);
+            if (k == stored) return slot;
+            if (k == 0) return add && t->used < t->nslots * 3 / 4 ? slot : NULL;
+            if (++i == t->nslots) i = 0;
+        }
     }
+    uint32_t tag = (uint32_t)(h >> 32) | 1;
+    uint64_t i = (uint64_t)(((unsigned __int128)h * t->nindex) >> 64);
+    for (;;) {
+        uint64_t e = t->index[i];
+        if (e == 0) break;
+        if ((uint32_t)(e >> 32) == tag) {
+            uint8_t *slot = t->slots + ((uint32_t)e - 1) * t->slot_size;
+            uint64_t k;
+            memcpy(&k, slot, 8);
+            if (k == stored) return slot;
+        }
+        if (++i == t->nindex) i = 0;
+    }
+    if (!add || t->used == t->nslots) return NULL;
+    t->index[i] = (uint64_t)tag << 32 | (t->used + 1);
+    return t->slots + t->used * t->slot_size;
 }
 
 static int raw_get(raw_sys *t, uint64_t key, void *out, size_t cap, size_t *len)
 {
-    uint8_t *slot = raw_find(t, key);
-    uint64_t k;
-    memcpy(&k, slot, 8);
-    if (k == 0) return -ENOENT;
+    uint8_t *slot = raw_find(t, key, false);
+    if (!slot) return -ENOENT;
     return copy_out(slot + 8, t->value_len, out, cap, len);
 }
 
@@ -71,14 +101,15 @@ static int raw_put(raw_sys *t, uint64_t key, const void *v, size_t len)
         snprintf(t->base.error, sizeof t->base.error, "slots hold %zu-byte values", t->value_len);
         return -EINVAL;
     }
-    uint8_t *slot = raw_find(t, key);
+    uint8_t *slot = raw_find(t, key, true);
+    if (!slot) {
+        snprintf(t->base.error, sizeof t->base.error, "table full");
+        return -ENOSPC;
+    }
     uint64_t k;
     memcpy(&k, slot, 8);
     if (k == 0) {
-        if (++t->used * 4 > t->nslots * 3) {
-            snprintf(t->base.error, sizeof t->base.error, "table full");
-            return -ENOSPC;
-        }
+        t->used++;
         k = key + 1;
         memcpy(slot, &k, 8);
     }
@@ -136,17 +167,21 @@ static const kv_ops raw_ops = {
     .close = raw_close,
 };
 
-int peer_raw_open(const kv_plan *plan, kv_sys **out, char *why, size_t whylen)
+int peer_raw_open(const kv_plan *plan, bool indexed, kv_sys **out, char *why, size_t whylen)
 {
     raw_sys *t = calloc(1, sizeof *t);
     if (!t) return WHY("out of memory");
-    t->base = (kv_sys){.ops = &raw_ops, .name = "raw-table", .batch = 1};
+    t->base = (kv_sys){.ops = &raw_ops, .name = indexed ? "raw-index" : "raw-table", .batch = 1};
     t->value_len = plan->value_len;
     t->slot_size = (8 + plan->value_len + 7) & ~(size_t)7;
-    t->nslots = plan->entries * 4 / 3 + 1;
-    t->map_len = t->nslots * t->slot_size;
+    /* Slots for every entry (in order) behind an index 3/4 full at most, or
+     * slots that are the index. */
+    t->nslots = indexed ? plan->entries : plan->entries * 4 / 3 + 1;
+    t->nindex = indexed ? plan->entries * 4 / 3 + 1 : 0;
+    size_t slot_bytes = t->nslots * t->slot_size;
+    t->map_len = slot_bytes + t->nindex * sizeof *t->index;
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/raw-table", plan->dir);
+    snprintf(path, sizeof path, "%s/%s", plan->dir, t->base.name);
     int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     int rc = fd < 0 ? errno : posix_fallocate(fd, 0, (off_t)t->map_len);
     if (rc == 0) {
@@ -158,6 +193,7 @@ int peer_raw_open(const kv_plan *plan, kv_sys **out, char *why, size_t whylen)
         free(t);
         return WHY("%s: %s", path, strerror(rc));
     }
+    if (indexed) t->index = (uint64_t *)(t->slots + slot_bytes);
     *out = &t->base;
     return 0;
 }
@@ -505,9 +541,24 @@ static int rocks_map_get(kv_sys *s, uint64_t key, uint64_t ukey, void *out, size
     return rocks_read((rocks_sys *)s, k, sizeof k, out, cap, len);
 }
 
+/* The end of a pass waits for the flushes and compactions its writes set
+ * off: on two cores they would otherwise run during the next system's pass,
+ * slowing it and hiding their cost from RocksDB's own figure. */
 static int rocks_sync(kv_sys *s)
 {
-    (void)s;
+    rocks_sys *r = (rocks_sys *)s;
+    static const char *const busy[] = {"rocksdb.num-running-compactions",
+                                       "rocksdb.num-running-flushes", "rocksdb.compaction-pending",
+                                       "rocksdb.mem-table-flush-pending"};
+    for (int waited_ms = 0; waited_ms < 60000; waited_ms++) {
+        bool idle = true;
+        for (size_t i = 0; i < sizeof busy / sizeof busy[0] && idle; i++) {
+            uint64_t v = 0;
+            idle = rocksdb_property_int(r->db, busy[i], &v) != 0 || v == 0;
+        }
+        if (idle) return 0;
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    }
     return 0;
 }
 

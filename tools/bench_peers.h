@@ -76,8 +76,9 @@ typedef struct kv_plan {
 } kv_plan;
 
 /* Each opener returns 0 and *out, or a negative code with why[] saying what
- * is missing or failed (reported as "skipped"). */
-int peer_raw_open(const kv_plan *plan, kv_sys **out, char *why, size_t whylen);
+ * is missing or failed (reported as "skipped"). The raw table indexed keeps
+ * its slots behind an index: two dependent misses a lookup, nothing else. */
+int peer_raw_open(const kv_plan *plan, bool indexed, kv_sys **out, char *why, size_t whylen);
 int peer_lmdb_open(const kv_plan *plan, kv_sys **out, char *why, size_t whylen);
 int peer_rocksdb_open(const kv_plan *plan, kv_sys **out, char *why, size_t whylen);
 
