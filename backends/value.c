@@ -103,6 +103,14 @@ STASH_API int stash_value_put(stash_state *state, const void *value, size_t len)
     rc = state_find_overwrite(state, &l, &c);
     if (rc) return rc;
     if (len == 0) return state_delete(state, &l, &c);
+    /* The common case in one step: a heap record rewritten in place. */
+    stash_arena *a = state->w->arena;
+    if (!state_has_ttl(state) && !state->w->lmdb && shm_rec_live(c.rec) &&
+        shm_rec_mutable(a, l.kg, c.rec) && shm_rec_capacity(a, c.rec) >= len &&
+        shm_rec_overwrite(a, l.kg, c.rec, value, len)) {
+        state->w->writes++;
+        return 0;
+    }
     return write_value(state, &l, &c, value, len);
 }
 

@@ -227,13 +227,15 @@ typedef struct shm_region {
 } shm_region;
 
 /* What the owner is in the middle of, so that whoever takes the key group
- * over after a crash can finish or undo it (shm_table_recover). */
+ * over after a crash can finish or undo it (shm_table_recover): the old
+ * bytes of the regions a change overwrites, or, for a change that replaces
+ * the whole value (redo), the new value. */
 typedef struct shm_undo {
     _Atomic shm_ref rec; /* the record being changed in place, 0 none */
-    uint32_t vlen;       /* its value length before */
-    uint32_t nregions;
+    uint32_t vlen;       /* its value length before, or with redo after */
+    uint32_t nregions;   /* 0 with redo */
     shm_region regions[SHM_UNDO_REGIONS];
-    uint8_t bytes[SHM_UNDO_BYTES]; /* the regions' old bytes, one after another */
+    uint8_t bytes[SHM_UNDO_BYTES]; /* the regions' old bytes one after another, or the new value */
 } shm_undo;
 
 /* A key group's table: an open-addressing index of records, grown by moving
@@ -546,8 +548,9 @@ bool shm_rec_write_begin(stash_arena *a, uint32_t kg, shm_rec *rec, const shm_re
                          unsigned n);
 void shm_rec_write_end(stash_arena *a, uint32_t kg, shm_rec *rec);
 /* Owner: replaces the whole value of a mutable record with room for len
- * bytes, in place between shm_rec_write_begin and end. Returns false,
- * changing nothing, if the old value is too long to save for an undo. */
+ * bytes, in place, under its sequence lock. The new value is saved first for
+ * a crash's redo, so the old one need not be read. Returns false, changing
+ * nothing, if it is longer than SHM_UNDO_BYTES. */
 bool shm_rec_overwrite(stash_arena *a, uint32_t kg, shm_rec *rec, const void *value, size_t len);
 /* After the owner died: finishes a move between index arrays and undoes a
  * half-done in-place change, so the table is whole again, and releases every

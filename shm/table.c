@@ -329,15 +329,11 @@ bool shm_rec_write_begin(stash_arena *a, uint32_t kg, shm_rec *rec, const shm_re
 
 bool shm_rec_overwrite(stash_arena *a, uint32_t kg, shm_rec *rec, const void *value, size_t len)
 {
-    /* shm_rec_write_begin for the one region at the start, written out. */
+    if (len > SHM_UNDO_BYTES) return false;
     shm_undo *u = &a->tables[kg].undo;
-    uint32_t vlen = atomic_load_explicit(&rec->vlen, memory_order_relaxed);
-    uint32_t save = vlen < len ? vlen : (uint32_t)len;
-    if (save > SHM_UNDO_BYTES) return false;
-    u->regions[0] = (shm_region){0, save};
-    memcpy(u->bytes, shm_rec_value(rec), save);
-    u->nregions = 1;
-    u->vlen = vlen;
+    memcpy(u->bytes, value, len);
+    u->nregions = 0;
+    u->vlen = (uint32_t)len;
     atomic_store_explicit(&u->rec, shm_ref_of(shm_off_of(a, rec)), memory_order_release);
     atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1,
                           memory_order_relaxed);
@@ -371,7 +367,9 @@ void shm_table_recover(stash_arena *a, uint32_t kg)
     shm_undo *u = &t->undo;
     shm_rec *rec = shm_rec_at(a, atomic_load(&u->rec));
     if (rec && (atomic_load(&rec->seq) & 1)) {
+        /* Undo the regions' changes, or redo the whole new value. */
         uint32_t used = 0;
+        if (u->nregions == 0) memcpy(shm_rec_value(rec), u->bytes, u->vlen);
         for (unsigned i = 0; i < u->nregions; i++) {
             memcpy(shm_rec_value(rec) + u->regions[i].off, u->bytes + used, u->regions[i].len);
             used += u->regions[i].len;
