@@ -208,7 +208,12 @@ void shm_table_maintain(stash_arena *a, uint32_t kg, uint32_t budget)
         sweep_step(a, kg, budget);
     else if (!emptied)
         emptied = shm_index_migrate(a, kg, budget);
-    if (emptied) retire(a, kg, emptied);
+    if (emptied) {
+        /* An old index array is as big as the rest of the index: free it as
+         * soon as readers allow, not after the next 64 retirements. */
+        retire(a, kg, emptied);
+        reclaim(a, t, false);
+    }
 }
 
 /* ---- the owner's operations --------------------------------------------- */
