@@ -54,7 +54,7 @@ static const tool_cmd *find(const tool_cmd *cmds, size_t n, const char *name)
 static int bench_main(int argc, char **argv)
 {
     static const char title[] =
-        "usage: stash bench NAME [--json] [--quick] [--reps N]\n"
+        "usage: stash bench NAME [--json] [--quick] [--reps N] [--case PREFIX]\n"
         "Each figure is printed beside peers measured in the same run.\nbenches:";
     if (argc < 2 || tool_wants_help(2, argv)) {
         usage(argc < 2 ? stderr : stdout, title, benches, COUNT(benches));
