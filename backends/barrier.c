@@ -181,6 +181,21 @@ static int clear_kgs(void *ctx)
     return rc;
 }
 
+#define POLL_NS 200000000ull /* how often a waiter checks that the engine lives */
+
+void worker_await_cut_end(stash_worker *w)
+{
+    shm_control *c = w->arena->control;
+    uint64_t id = atomic_load(&c->workers[w->slot].acked);
+    for (;;) {
+        uint32_t seen = atomic_load(&c->finished);
+        if (atomic_load(&c->completed) >= id || atomic_load(&c->aborted) >= id ||
+            !shm_service_alive(w->arena, NULL))
+            return;
+        shm_futex_wait(&c->finished, seen, POLL_NS);
+    }
+}
+
 int worker_rollback(stash_worker *w)
 {
     stash_arena *a = w->arena;
@@ -189,6 +204,11 @@ int worker_rollback(stash_worker *w)
     if (!shm_service_alive(a, NULL))
         return shm_fail(STASH_ENOSERVICE, "%s: worker %u cannot roll back: no service runs",
                         a->path, w->slot);
+    /* A checkpoint the dead predecessor cut ends first, with its cut: then
+     * the newest complete checkpoint is the one to restore, and nothing
+     * restored here reaches a checkpoint that has the predecessor's offsets
+     * (an lmdb cut is read when the engine takes it). */
+    worker_await_cut_end(w);
     if (shm_lock_acquire(&c->lock, NULL, NULL) < 0) return -EIO;
     memcpy(dir, c->dir, sizeof dir);
     shm_lock_release(&c->lock);
@@ -242,8 +262,6 @@ static bool find_result(shm_control *c, uint64_t ticket, bool savepoint, stash_c
     shm_lock_release(&c->lock);
     return found;
 }
-
-#define POLL_NS 200000000ull /* how often a waiter checks that the engine lives */
 
 /* Requests a checkpoint (or savepoint) and waits for the one that answers it. */
 static int request(stash_arena *arena, bool savepoint, uint64_t timeout_ms,

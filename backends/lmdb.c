@@ -731,13 +731,16 @@ int lmdb_snap_open(lmdb_store *st, uint32_t kg)
     return 0;
 }
 
+void lmdb_snap_close_kg(lmdb_store *st, uint32_t kg)
+{
+    if (!st->envs[kg].snap) return;
+    mdb_txn_abort(st->envs[kg].snap);
+    st->envs[kg].snap = NULL;
+}
+
 void lmdb_snap_close(lmdb_store *st)
 {
-    for (uint32_t kg = 0; kg < st->maxp; kg++) {
-        if (!st->envs[kg].snap) continue;
-        mdb_txn_abort(st->envs[kg].snap);
-        st->envs[kg].snap = NULL;
-    }
+    for (uint32_t kg = 0; kg < st->maxp; kg++) lmdb_snap_close_kg(st, kg);
 }
 
 typedef struct delta_walk {

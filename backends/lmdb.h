@@ -72,6 +72,8 @@ void lmdb_ttl_cleanup(stash_state *s, uint32_t kg);
 int lmdb_snap_open(lmdb_store *st, uint32_t kg);
 int64_t lmdb_snap_write_kg(void *store, uint32_t kg, uint64_t base_id, uint32_t pin, bool lz4,
                            snap_buf *out);
+/* Closes kg's snapshot (a cut it was opened for went away), or every one. */
+void lmdb_snap_close_kg(lmdb_store *st, uint32_t kg);
 void lmdb_snap_close(lmdb_store *st);
 
 /* Restoring into key groups nobody writes meanwhile: begin notes which are

@@ -134,6 +134,9 @@ static int take_cut(stash_service *s, uint32_t kg, outcome *r)
     if (s->cut[kg] || !atomic_load(&t->cut)) return 0;
     if (s->lmdb && lmdb_snap_open(s->lmdb, kg) < 0) return failed(r, 0, "%s", stash_errmsg());
     s->cut[kg] = atomic_exchange(&t->cut, 0);
+    /* A replacement's rollback gave the cut up meanwhile: what the snapshot
+     * opened may already be rolled back, and no later cut may read it. */
+    if (!s->cut[kg] && s->lmdb) lmdb_snap_close_kg(s->lmdb, kg);
     return 0;
 }
 

@@ -16,8 +16,13 @@
 #include "backends/ckpt.h"
 
 /* Rolls the worker's key groups and operator state back to the newest
- * complete checkpoint of the service's directory. */
+ * complete checkpoint of the service's directory, once a checkpoint its
+ * index already cut has ended. */
 int worker_rollback(stash_worker *w);
+
+/* Waits until the checkpoint the worker's index cut last (acked) has
+ * completed or failed, or no engine runs. */
+void worker_await_cut_end(stash_worker *w);
 
 /* Records the worker's operator state as its pending blob (at a cut, and
  * when it leaves). */

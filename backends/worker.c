@@ -39,6 +39,11 @@ STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
     atomic_store(&c->parallelism, o.parallelism);
     w->seen_done = atomic_load(&c->completed);
     w->seen_aborted = atomic_load(&c->aborted);
+    /* A checkpoint the previous holder of this index already cut keeps that
+     * cut: its operator state and its keyed state (pinned versions, or
+     * snapshots the engine may have opened) go together; cutting it again
+     * would pair this worker's operator state with the other's key groups. */
+    w->cut_id = atomic_load(&c->workers[w->slot].acked);
     if (o.rollback) rc = worker_rollback(w);
     if (rc < 0) {
         stash_worker_close(w);
@@ -65,10 +70,15 @@ static void free_states(stash_state *s)
 STASH_API void stash_worker_close(stash_worker *worker)
 {
     if (!worker) return;
-    /* Leaving for good: the final operator state goes with the final keyed state. */
+    /* Leaving for good: the final operator state goes with the final keyed
+     * state, once a checkpoint this worker cut has ended with the operator
+     * state recorded at the cut. */
     bool has_opstate = false;
     for (stash_state *s = worker->states; s; s = s->next) has_opstate |= opstate_kind(s->kind);
-    if (has_opstate) worker_record_opstate(worker);
+    if (has_opstate) {
+        worker_await_cut_end(worker);
+        worker_record_opstate(worker);
+    }
     lmdb_store_close(worker);
     shm_registry_leave(worker->arena, worker->slot);
     stash_arena_close(worker->arena);

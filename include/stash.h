@@ -181,12 +181,14 @@ typedef struct stash_worker_opts {
  * holds that index and with STASH_EPARALLELISM if live workers run at another
  * parallelism; the slot of a dead worker is taken over and the worker goes
  * on from the live state it left, or, with rollback, from the newest
- * complete checkpoint (STASH_ENOSERVICE without a service, -ENOENT without
- * a checkpoint). The caller owns *out. */
+ * complete checkpoint once one the dead worker cut has ended
+ * (STASH_ENOSERVICE without a service, -ENOENT without a checkpoint). The
+ * caller owns *out. */
 STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
                                 stash_worker **out);
 
-/* Leaves the registry and detaches from the arena. Accepts NULL. */
+/* Records the worker's final operator state (after a checkpoint it cut has
+ * ended), leaves the registry and detaches from the arena. Accepts NULL. */
 STASH_API void stash_worker_close(stash_worker *worker);
 
 /* The arena a worker is attached to; owned by the worker. */
