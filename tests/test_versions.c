@@ -390,6 +390,17 @@ static bool index_full_of_held_moves(const shm_table *t)
 /* Announces a walk of key group 0 from a reader slot, says so, then ends it
  * when told (or is killed in the middle); with until_full, once the owner
  * must wait for it instead. */
+/* Key keys[j] holds j, for j below n. */
+static void expect_values(const uint32_t *keys, uint32_t n)
+{
+    for (uint32_t j = 0; j < n; j++) {
+        stash_key_set(w, &keys[j], sizeof keys[j]);
+        stash_bytes b;
+        cr_assert_eq(stash_value_get(s, &b), 0, "key %u", j);
+        cr_assert_eq(test_u64(b.data), j);
+    }
+}
+
 typedef struct walker_args {
     const char *name;
     bool until_full;
@@ -443,22 +454,12 @@ Test(versions, a_walk_holds_moves_back_while_the_index_grows, .timeout = 120)
     for (; i < grown_at + 200; i++) put(keys[i], i);
     cr_assert_eq(atomic_load(&t->migrate_pos), 0, "no group moved during the walk");
     cr_assert_neq(atomic_load(&t->old_index), 0);
-    for (uint32_t j = 0; j < i; j++) {
-        stash_key_set(w, &keys[j], sizeof keys[j]);
-        stash_bytes b;
-        cr_assert_eq(stash_value_get(s, &b), 0, "key %u found in either array", j);
-        cr_assert_eq(test_u64(b.data), j);
-    }
+    expect_values(keys, i);
     cr_assert_eq(write(p.go[1], "x", 1), 1);
     cr_assert_eq(test_wait(pid), 0);
     for (; i < 20000; i++) put(keys[i], i);
     cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
-    for (uint32_t j = 0; j < 20000; j++) {
-        stash_key_set(w, &keys[j], sizeof keys[j]);
-        stash_bytes b;
-        cr_assert_eq(stash_value_get(s, &b), 0, "key %u", j);
-        cr_assert_eq(test_u64(b.data), j);
-    }
+    expect_values(keys, 20000);
 }
 
 Test(versions, an_index_that_fills_during_a_walk_waits_for_it, .timeout = 120)
@@ -473,12 +474,7 @@ Test(versions, an_index_that_fills_during_a_walk_waits_for_it, .timeout = 120)
     for (uint32_t i = 0; i < 60000; i++) put(keys[i], i);
     cr_assert_eq(test_wait(pid), 0);
     cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
-    for (uint32_t j = 0; j < 60000; j++) {
-        stash_key_set(w, &keys[j], sizeof keys[j]);
-        stash_bytes b;
-        cr_assert_eq(stash_value_get(s, &b), 0, "key %u", j);
-        cr_assert_eq(test_u64(b.data), j);
-    }
+    expect_values(keys, 60000);
 }
 
 Test(versions, a_walker_that_died_holds_no_move_back, .timeout = 120)
