@@ -143,7 +143,8 @@ int state_rec_write_end(stash_state *s, uint32_t kg, shm_rec *rec);
 /* Finds l's entry for a write: tends the table first (which may move
  * entries in its index: iterators of this worker go stale) and returns a
  * cursor for it. */
-static inline int state_find_write(stash_state *s, const shm_lookup *l, shm_cursor *c)
+static inline __attribute__((always_inline)) int
+state_find_write(stash_state *s, const shm_lookup *l, shm_cursor *c)
 {
     s->w->writes++;
     if (s->w->lmdb) return state_find(s, l, c);
@@ -153,7 +154,8 @@ static inline int state_find_write(stash_state *s, const shm_lookup *l, shm_curs
 
 /* As state_find_write, for a write that replaces the whole value and reads
  * nothing of the old one (the lmdb backend then skips the lookup). */
-static inline int state_find_overwrite(stash_state *s, const shm_lookup *l, shm_cursor *c)
+static inline __attribute__((always_inline)) int
+state_find_overwrite(stash_state *s, const shm_lookup *l, shm_cursor *c)
 {
     if (!s->w->lmdb) return state_find_write(s, l, c);
     /* A put replaces whatever LMDB holds: no need to read it first. */
@@ -168,7 +170,8 @@ int state_read_slow(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_by
  * for an owned key group, with c filled for a following write (with lmdb
  * only for states with TTL and maps, the reads that may write next), a
  * private copy otherwise. Returns 0 or STASH_ENOTFOUND. */
-static inline int state_read(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out)
+static inline __attribute__((always_inline)) int state_read(stash_state *s, const shm_lookup *l,
+                                                            shm_cursor *c, stash_bytes *out)
 {
     stash_worker *w = s->w;
     if (w->lmdb || !state_owns(s, l->kg)) return state_read_slow(s, l, c, out);

@@ -25,10 +25,6 @@
  */
 #include <errno.h>
 #include <string.h>
-#if defined(__SSE2__) && !defined(__SANITIZE_THREAD__)
-#include <emmintrin.h>
-#define GROUP_SIMD 1
-#endif
 
 #include "shm/index.h"
 
@@ -41,71 +37,6 @@ static shm_group *groups_at(const stash_arena *a, shm_off off)
 }
 
 /* ---- groups -------------------------------------------------------------- */
-
-/* The slots of g whose hash is h: bit 2i for slot i. */
-static inline unsigned group_match(const shm_group *g, uint32_t h)
-{
-#ifdef GROUP_SIMD
-    /* Aligned 16-byte loads read each 4-byte hash whole. */
-    const __m128i *p = (const __m128i *)(const void *)g->hash;
-    __m128i want = _mm_set1_epi32((int)h);
-    __m128i eq = _mm_packs_epi32(_mm_cmpeq_epi32(_mm_load_si128(p), want),
-                                 _mm_cmpeq_epi32(_mm_load_si128(p + 1), want));
-    return (unsigned)_mm_movemask_epi8(eq) & 0x5555u;
-#else
-    unsigned m = 0;
-    for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++)
-        m |= (unsigned)(atomic_load_explicit(&g->hash[i], memory_order_relaxed) == h) << (2 * i);
-    return m;
-#endif
-}
-
-static inline unsigned next_slot(unsigned *mask)
-{
-    unsigned i = (unsigned)__builtin_ctz(*mask) >> 1;
-    *mask &= *mask - 1;
-    return i;
-}
-
-/* Byte equality without a call for the short keys and namespaces of most jobs. */
-static inline bool bytes_equal(const uint8_t *x, const uint8_t *y, size_t n)
-{
-    if (n == 8) {
-        uint64_t a, b;
-        memcpy(&a, x, 8);
-        memcpy(&b, y, 8);
-        return a == b;
-    }
-    return n == 0 || memcmp(x, y, n) == 0;
-}
-
-/* State, key length and namespace length lie side by side in both. */
-_Static_assert(offsetof(shm_rec, klen) == offsetof(shm_rec, state) + 2 &&
-                   offsetof(shm_rec, nslen) == offsetof(shm_rec, state) + 4 &&
-                   offsetof(shm_lookup, klen) == offsetof(shm_lookup, state) + 2 &&
-                   offsetof(shm_lookup, nslen) == offsetof(shm_lookup, state) + 4,
-               "state, klen and nslen are compared as one word");
-
-static inline bool rec_matches(const shm_rec *r, const shm_lookup *l)
-{
-    uint64_t x, y;
-    memcpy(&x, &r->state, 8);
-    memcpy(&y, &l->state, 8);
-    return ((x ^ y) & 0xffffffffffffull) == 0 && bytes_equal(shm_rec_key(r), l->key, l->klen) &&
-           (l->nslen == 0 || memcmp(shm_rec_ns(r), l->ns, l->nslen) == 0);
-}
-
-/* The record of slot i of g whose hash matched, fetched whole: its value
- * usually spans the next two cache lines, which then arrive with the first. */
-static inline shm_rec *slot_rec(const stash_arena *a, const shm_group *g, unsigned i)
-{
-    shm_rec *r = shm_rec_at(a, atomic_load_explicit(&g->ref[i], memory_order_acquire));
-    if (r) {
-        __builtin_prefetch((const char *)r + 64);
-        __builtin_prefetch((const char *)r + 128);
-    }
-    return r;
-}
 
 /* The part's group where a probe for hash h starts, and the next one. Groups
  * below from have moved: probes skip them, wrapping to from. */
@@ -127,20 +58,20 @@ static shm_rec *probe(const stash_arena *a, const index_part *p, const shm_looku
     uint32_t g = probe_start(p, l->hash);
     for (uint32_t steps = p->from; steps < p->n; steps++, g = probe_next(p, g)) {
         shm_group *grp = &p->g[g];
-        unsigned m = group_match(grp, l->hash);
+        unsigned m = shm_group_match(grp, l->hash);
         atomic_thread_fence(memory_order_acquire);
         while (m) {
-            unsigned i = next_slot(&m);
-            shm_rec *r = slot_rec(a, grp, i);
-            if (r && rec_matches(r, l)) {
+            unsigned i = shm_group_next(&m);
+            shm_rec *r = shm_group_rec(a, grp, i);
+            if (r && shm_rec_matches(r, l)) {
                 *at = grp;
                 *slot = i;
                 return r;
             }
         }
-        unsigned empty = group_match(grp, SHM_SLOT_EMPTY);
+        unsigned empty = shm_group_match(grp, SHM_SLOT_EMPTY);
         if (free_g && !*free_g) {
-            unsigned f = empty | group_match(grp, SHM_SLOT_DELETED);
+            unsigned f = empty | shm_group_match(grp, SHM_SLOT_DELETED);
             if (f) {
                 *free_g = grp;
                 *free_slot = (unsigned)__builtin_ctz(f) >> 1;
@@ -329,8 +260,8 @@ static void insert_slot(stash_arena *a, shm_table *t, uint32_t h, shm_ref r)
     uint32_t g = probe_start(&cur, h);
     for (uint32_t steps = 0; steps < cur.n; steps++, g = probe_next(&cur, g)) {
         shm_group *grp = &cur.g[g];
-        unsigned empty = group_match(grp, SHM_SLOT_EMPTY);
-        unsigned f = empty | group_match(grp, SHM_SLOT_DELETED);
+        unsigned empty = shm_group_match(grp, SHM_SLOT_EMPTY);
+        unsigned f = empty | shm_group_match(grp, SHM_SLOT_DELETED);
         if (!f) continue;
         unsigned i = (unsigned)__builtin_ctz(f) >> 1;
         bool was_empty = atomic_load(&grp->hash[i]) == SHM_SLOT_EMPTY;
@@ -348,9 +279,9 @@ static bool index_holds(const stash_arena *a, const shm_table *t, uint32_t h, sh
     uint32_t g = probe_start(&cur, h);
     for (uint32_t steps = 0; steps < cur.n; steps++, g = probe_next(&cur, g)) {
         const shm_group *grp = &cur.g[g];
-        for (unsigned m = group_match(grp, h); m;)
-            if (atomic_load(&grp->ref[next_slot(&m)]) == r) return true;
-        if (group_match(grp, SHM_SLOT_EMPTY)) return false;
+        for (unsigned m = shm_group_match(grp, h); m;)
+            if (atomic_load(&grp->ref[shm_group_next(&m)]) == r) return true;
+        if (shm_group_match(grp, SHM_SLOT_EMPTY)) return false;
     }
     return false;
 }
@@ -444,8 +375,7 @@ int shm_table_reserve(stash_arena *a, uint32_t kg, uint64_t n)
 
 /* shm_table_find past its first look: the whole probe, noting where a new
  * entry would go; while the index grows, the old array first. */
-static __attribute__((noinline)) int find_probe(stash_arena *a, const shm_table *t,
-                                                const shm_lookup *l, shm_cursor *c)
+static int find_probe(stash_arena *a, const shm_table *t, const shm_lookup *l, shm_cursor *c)
 {
     index_part old, cur;
     owner_parts(a, t, &old, &cur);
@@ -462,28 +392,12 @@ static __attribute__((noinline)) int find_probe(stash_arena *a, const shm_table 
     return 0;
 }
 
-int shm_table_find(stash_arena *a, const shm_lookup *l, shm_cursor *c)
+int shm_table_find_probe(stash_arena *a, const shm_lookup *l, shm_cursor *c)
 {
     shm_table *t = &a->tables[l->kg];
-    shm_off index = atomic_load_explicit(&t->index, memory_order_relaxed);
-    if (__builtin_expect(!index, 0)) {
+    if (!atomic_load_explicit(&t->index, memory_order_relaxed)) {
         int rc = index_create(a, l->kg, INITIAL_LOG2);
         if (rc < 0) return rc;
-        index = atomic_load_explicit(&t->index, memory_order_relaxed);
-    }
-    /* The common case first: one array, the entry in its home group. */
-    if (__builtin_expect(atomic_load_explicit(&t->old_index, memory_order_relaxed) == 0, 1)) {
-        uint32_t mask = (1u << atomic_load_explicit(&t->log2, memory_order_relaxed)) - 1;
-        shm_group *grp = &groups_at(a, index)[l->hash & mask];
-        unsigned m = group_match(grp, l->hash);
-        if (__builtin_expect(m != 0, 1)) {
-            unsigned i = next_slot(&m);
-            shm_rec *r = slot_rec(a, grp, i);
-            if (__builtin_expect(r && rec_matches(r, l), 1)) {
-                *c = (shm_cursor){.group = grp, .slot = i, .in_old = false, .rec = r};
-                return 0;
-            }
-        }
     }
     return find_probe(a, t, l, c);
 }
@@ -494,8 +408,8 @@ static bool find_free(const stash_arena *a, const shm_table *t, const shm_lookup
     index_part cur = {groups_at(a, atomic_load(&t->index)), 1u << atomic_load(&t->log2), 0};
     uint32_t g = probe_start(&cur, l->hash);
     for (uint32_t steps = 0; steps < cur.n; steps++, g = probe_next(&cur, g)) {
-        unsigned f =
-            group_match(&cur.g[g], SHM_SLOT_EMPTY) | group_match(&cur.g[g], SHM_SLOT_DELETED);
+        unsigned f = shm_group_match(&cur.g[g], SHM_SLOT_EMPTY) |
+                     shm_group_match(&cur.g[g], SHM_SLOT_DELETED);
         if (f) {
             c->group = &cur.g[g];
             c->slot = (unsigned)__builtin_ctz(f) >> 1;

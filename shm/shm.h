@@ -17,6 +17,11 @@
 
 #include "include/stash.h"
 
+#if defined(__SSE2__) && !defined(__SANITIZE_THREAD__)
+#include <emmintrin.h>
+#define SHM_GROUP_SIMD 1
+#endif
+
 typedef uint64_t shm_off;
 
 #define SHM_MAGIC "STASHARN"
@@ -512,12 +517,104 @@ static inline bool shm_rec_live(const shm_rec *r)
     return r && !(r->flags & SHM_REC_TOMBSTONE);
 }
 
+/* The slots of g whose hash is h: bit 2i for slot i. */
+static inline unsigned shm_group_match(const shm_group *g, uint32_t h)
+{
+#ifdef SHM_GROUP_SIMD
+    /* Aligned 16-byte loads read each 4-byte hash whole. */
+    const __m128i *p = (const __m128i *)(const void *)g->hash;
+    __m128i want = _mm_set1_epi32((int)h);
+    __m128i eq = _mm_packs_epi32(_mm_cmpeq_epi32(_mm_load_si128(p), want),
+                                 _mm_cmpeq_epi32(_mm_load_si128(p + 1), want));
+    return (unsigned)_mm_movemask_epi8(eq) & 0x5555u;
+#else
+    unsigned m = 0;
+    for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++)
+        m |= (unsigned)(atomic_load_explicit(&g->hash[i], memory_order_relaxed) == h) << (2 * i);
+    return m;
+#endif
+}
+
+/* The slot of the lowest bit of a match mask, taken off the mask. */
+static inline unsigned shm_group_next(unsigned *mask)
+{
+    unsigned i = (unsigned)__builtin_ctz(*mask) >> 1;
+    *mask &= *mask - 1;
+    return i;
+}
+
+/* Byte equality without a call for the short keys and namespaces of most jobs. */
+static inline bool shm_bytes_equal(const uint8_t *x, const uint8_t *y, size_t n)
+{
+    if (n == 8) {
+        uint64_t a, b;
+        __builtin_memcpy(&a, x, 8);
+        __builtin_memcpy(&b, y, 8);
+        return a == b;
+    }
+    return n == 0 || __builtin_memcmp(x, y, n) == 0;
+}
+
+/* State, key length and namespace length lie side by side in both. */
+_Static_assert(offsetof(shm_rec, klen) == offsetof(shm_rec, state) + 2 &&
+                   offsetof(shm_rec, nslen) == offsetof(shm_rec, state) + 4 &&
+                   offsetof(shm_lookup, klen) == offsetof(shm_lookup, state) + 2 &&
+                   offsetof(shm_lookup, nslen) == offsetof(shm_lookup, state) + 4,
+               "state, klen and nslen are compared as one word");
+
+/* Whether r is a version of l's entry. */
+static inline bool shm_rec_matches(const shm_rec *r, const shm_lookup *l)
+{
+    uint64_t x, y;
+    __builtin_memcpy(&x, &r->state, 8);
+    __builtin_memcpy(&y, &l->state, 8);
+    return ((x ^ y) & 0xffffffffffffull) == 0 && shm_bytes_equal(shm_rec_key(r), l->key, l->klen) &&
+           (l->nslen == 0 || __builtin_memcmp(shm_rec_ns(r), l->ns, l->nslen) == 0);
+}
+
+/* The record of slot i of g whose hash matched, fetched whole: its value
+ * usually spans the next two cache lines, which then arrive with the first. */
+static inline shm_rec *shm_group_rec(const stash_arena *a, const shm_group *g, unsigned i)
+{
+    shm_rec *r = shm_rec_at(a, atomic_load_explicit(&g->ref[i], memory_order_acquire));
+    if (r) {
+        __builtin_prefetch((const char *)r + 64);
+        __builtin_prefetch((const char *)r + 128);
+    }
+    return r;
+}
+
+/* Owner: shm_table_find past its first look (index.c). */
+int shm_table_find_probe(stash_arena *a, const shm_lookup *l, shm_cursor *c);
+
+/* Owner: finds the entry of l (cursor->rec NULL if absent). Returns 0 or an
+ * allocation error. Inline for its common case: one index array and the
+ * entry in its home group. */
+static inline __attribute__((always_inline)) int shm_table_find(stash_arena *a, const shm_lookup *l,
+                                                                shm_cursor *c)
+{
+    const shm_table *t = &a->tables[l->kg];
+    shm_off index = atomic_load_explicit(&t->index, memory_order_relaxed);
+    if (__builtin_expect(index && !atomic_load_explicit(&t->old_index, memory_order_relaxed), 1)) {
+        uint32_t mask = (1u << atomic_load_explicit(&t->log2, memory_order_relaxed)) - 1;
+        shm_group *grp = (shm_group *)(a->base + index) + (l->hash & mask);
+        unsigned m = shm_group_match(grp, l->hash);
+        if (__builtin_expect(m != 0, 1)) {
+            unsigned i = shm_group_next(&m);
+            shm_rec *r = shm_group_rec(a, grp, i);
+            if (__builtin_expect(r && shm_rec_matches(r, l), 1)) {
+                *c = (shm_cursor){.group = grp, .slot = i, .in_old = false, .rec = r};
+                return 0;
+            }
+        }
+    }
+    return shm_table_find_probe(a, l, c);
+}
+
 /* Owner: sizes an empty table for about n records, so that filling it (a
  * restore) moves nothing. Returns 0 or an allocation error. */
 int shm_table_reserve(stash_arena *a, uint32_t kg, uint64_t n);
-/* Owner: finds the entry of l (cursor->rec NULL if absent). Returns 0 or an
- * allocation error. */
-int shm_table_find(stash_arena *a, const shm_lookup *l, shm_cursor *c);
+
 /* Owner: whether rec may be changed in place (no pinned reader can see it). */
 static inline bool shm_rec_mutable(const stash_arena *a, uint32_t kg, const shm_rec *rec)
 {
