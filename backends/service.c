@@ -422,6 +422,10 @@ static void run_checkpoint(stash_service *s)
         atomic_store(&c->aborted, id);
         service_release_cuts(a);
         unpin_all(a, s->cut);
+        /* A worker killed between pinning a key group for this checkpoint
+         * and naming the pin as its cut left a pin nobody knows of: every
+         * pin held for the engine goes but its base's. */
+        shm_table_release_holder(a, s->holder, s->base);
     }
     publish(s, id, p, t0, &r);
     if (rc == 0 && !rollback_reading(s))
@@ -580,7 +584,7 @@ static int claim(stash_service *s)
     if (last > atomic_load(&c->completed) && last > atomic_load(&c->aborted))
         atomic_store(&c->aborted, last);
     for (uint32_t h = 1; h <= SHM_READERS; h++)
-        if (h == s->holder || !shm_reader_alive(a, h)) shm_table_release_holder(a, h);
+        if (h == s->holder || !shm_reader_alive(a, h)) shm_table_release_holder(a, h, NULL);
     service_release_cuts(a);
     atomic_store(&c->stop, 0);
     snprintf(c->dir, sizeof c->dir, "%s", s->dir);

@@ -201,6 +201,33 @@ static bool reachable(const part *p, uint32_t h, uint32_t at)
     return false;
 }
 
+/* How many slots of p a probe for r's entry (hash h) passes that hold it. */
+static unsigned copies_in(const stash_arena *a, const part *p, const shm_rec *r, uint32_t h)
+{
+    if (!p->n) return 0;
+    shm_lookup l = {.hash = h,
+                    .state = r->state,
+                    .klen = r->klen,
+                    .nslen = r->nslen,
+                    .key = shm_rec_key(r),
+                    .ns = shm_rec_ns(r)};
+    unsigned n = 0;
+    uint32_t g = h & (p->n - 1);
+    if (g < p->from) g = p->from;
+    for (uint32_t steps = p->from; steps < p->n; steps++) {
+        bool empty = false;
+        for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++) {
+            uint32_t sh = atomic_load(&p->g[g].hash[i]);
+            empty |= sh == SHM_SLOT_EMPTY;
+            shm_rec *o = sh == h ? shm_rec_at(a, atomic_load(&p->g[g].ref[i])) : NULL;
+            n += o && shm_rec_matches(o, &l);
+        }
+        if (empty) break;
+        g = g + 1 == p->n ? p->from : g + 1;
+    }
+    return n;
+}
+
 static int check_versions(checker *c, uint32_t kg, shm_rec *r)
 {
     stash_arena *a = c->a;
@@ -217,8 +244,8 @@ static int check_versions(checker *c, uint32_t kg, shm_rec *r)
 
 /* Every slot of p: an entry in a valid record, under its own hash, where
  * probes find it; free slots hold no reference; moved groups hold nothing. */
-static int check_part(checker *c, uint32_t kg, const part *p, uint64_t *live, uint32_t *heads,
-                      uint32_t *used)
+static int check_part(checker *c, uint32_t kg, const part *p, const part *other, uint64_t *live,
+                      uint32_t *heads, uint32_t *used)
 {
     for (uint32_t g = 0; g < p->n; g++) {
         for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++) {
@@ -244,6 +271,11 @@ static int check_part(checker *c, uint32_t kg, const part *p, uint64_t *live, ui
                 return shm_fail(-EUCLEAN,
                                 "key group %u: %s index group %u slot %u: lookups do not reach it",
                                 kg, p->name, g, i);
+            if (copies_in(c->a, p, r, h) + copies_in(c->a, other, r, h) != 1)
+                return shm_fail(-EUCLEAN,
+                                "key group %u: %s index group %u slot %u: its entry is in the "
+                                "index more than once",
+                                kg, p->name, g, i);
             if ((rc = check_versions(c, kg, r))) return rc;
             *live += shm_rec_live(r);
             ++*heads;
@@ -266,9 +298,9 @@ static int check_table(checker *c, uint32_t kg)
                atomic_load(&t->migrate_pos), "old"};
     uint64_t live = 0;
     uint32_t heads = 0, old_used = 0, used = 0;
-    int rc = check_part(c, kg, &po, &live, &heads, &old_used);
+    int rc = check_part(c, kg, &po, &cur, &live, &heads, &old_used);
     uint32_t old_heads = heads;
-    if (!rc) rc = check_part(c, kg, &cur, &live, &heads, &used);
+    if (!rc) rc = check_part(c, kg, &cur, &po, &live, &heads, &used);
     if (rc) return rc;
     if (live != atomic_load(&t->count) || heads != t->heads || old_heads != t->old_left ||
         used != atomic_load(&t->used))

@@ -246,9 +246,11 @@ static void grow_start(stash_arena *a, uint32_t kg)
         t->grow_at += ((SHM_GROUP_SLOTS << t->log2) - t->grow_at) / 2;
         return;
     }
+    /* Odd before growing is set: recovery's repeat of the switch then runs
+     * with readers kept out too. */
+    shape_begin(t);
     atomic_store(&t->growing_log2, log2);
     atomic_store(&t->growing, fresh);
-    shape_begin(t);
     switch_index(t);
     shape_end(t);
 }
@@ -318,19 +320,27 @@ static shm_off migrate(stash_arena *a, uint32_t kg, uint32_t n, bool wait)
         moves_begin_waiting(a, t);
     else if (!moves_begin(a, t))
         return 0;
+    /* Recovery finishes a group only when this says a move was under way:
+     * an odd shape alone may be a switch, which a walk goes on through. */
+    atomic_store(&t->moving, 1);
     for (; n > 0 && atomic_load(&t->migrate_pos) < old_n; n--) move_group(a, t, false);
     bool done = atomic_load(&t->migrate_pos) == old_n;
     if (done) {
         atomic_store(&t->old_index, 0);
         atomic_fetch_add(&t->resizes, 1);
     }
+    atomic_store(&t->moving, 0);
     shape_end(t);
     return done ? old : 0;
 }
 
-shm_off shm_index_migrate(stash_arena *a, uint32_t kg, uint32_t groups)
+shm_off shm_index_migrate(stash_arena *a, uint32_t kg, uint32_t groups, bool *moved)
 {
-    return atomic_load(&a->tables[kg].old_index) ? migrate(a, kg, groups, false) : 0;
+    shm_table *t = &a->tables[kg];
+    uint32_t before = atomic_load(&t->migrate_pos);
+    shm_off emptied = atomic_load(&t->old_index) ? migrate(a, kg, groups, false) : 0;
+    *moved = emptied || atomic_load(&t->migrate_pos) != before;
+    return emptied;
 }
 
 /* Keeps room for the next insert: grows at 7/8 used. While the old array
@@ -503,11 +513,15 @@ static void recount(stash_arena *a, uint32_t kg)
 void shm_index_recover(stash_arena *a, uint32_t kg)
 {
     shm_table *t = &a->tables[kg];
+    /* Both left the shape odd, so walkers and readers wait meanwhile. */
     if (atomic_load(&t->growing)) switch_index(t);
-    /* A group half moved: finish it (what already moved is only marked). */
+    /* A group half moved: finish it (what already moved is only marked).
+     * Only then: a walk may be going through groups no move had reached. */
     shm_off old = atomic_load(&t->old_index);
-    if (old && atomic_load(&t->migrate_pos) < (1u << atomic_load(&t->old_log2)))
+    if (atomic_load(&t->moving) && old &&
+        atomic_load(&t->migrate_pos) < (1u << atomic_load(&t->old_log2)))
         move_group(a, t, true);
+    atomic_store(&t->moving, 0);
     if (!atomic_load(&t->index)) return;
     /* A delete stores DELETED before clearing the reference, an insert its
      * reference before its hash. */

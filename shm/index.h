@@ -50,8 +50,9 @@ bool shm_index_at(const stash_arena *a, uint32_t kg, uint32_t *pos, shm_cursor *
  * caller to retire, or 0. */
 shm_off shm_index_make_room(stash_arena *a, uint32_t kg);
 /* Owner: moves up to groups groups of the old array, unless a walker walks
- * kg. Returns the old array once it is empty, for the caller to retire, or 0. */
-shm_off shm_index_migrate(stash_arena *a, uint32_t kg, uint32_t groups);
+ * kg; *moved says whether any moved. Returns the old array once it is
+ * empty, for the caller to retire, or 0. */
+shm_off shm_index_migrate(stash_arena *a, uint32_t kg, uint32_t groups, bool *moved);
 /* After the owner died: finishes a switch or a group move it left half
  * done, and recounts the index. */
 void shm_index_recover(stash_arena *a, uint32_t kg);

@@ -275,6 +275,7 @@ typedef struct shm_table {
     _Atomic shm_off growing;       /* the index a growth is switching to */
     _Atomic uint32_t growing_log2; /* its groups */
     uint32_t moves_held;           /* moves put off for walkers */
+    _Atomic uint32_t moving;       /* set while the owner moves groups (recovery finishes them) */
     _Atomic uint64_t writes;       /* every publish and delete: invalidates iterators */
     shm_undo undo;
 } shm_table;
@@ -680,10 +681,14 @@ int64_t shm_table_pin_for(stash_arena *a, uint32_t kg, uint32_t holder);
 void shm_table_unpin(stash_arena *a, uint32_t kg, uint32_t version);
 /* Any process: releases every pin held for holder in every key group (its
  * process died, or a new process took its reader slot over), and forgets
- * any walk its process had announced. */
-void shm_table_release_holder(stash_arena *a, uint32_t holder);
-/* The record of l as of a pinned version (NULL if absent then). The caller
- * holds the pin, so the versions it sees do not change. */
+ * any walk its process had announced. With keep, the pin of version
+ * keep[kg] (0: none) stays: pins a worker died taking for the holder before
+ * it could say so go, the holder's own stay. */
+void shm_table_release_holder(stash_arena *a, uint32_t holder, const uint32_t *keep);
+/* The record of l as of a pinned version (NULL if absent then, or if the
+ * owner died in the middle of a move). The caller holds the pin, so the
+ * versions it sees do not change, and is the owner or reads inside
+ * shm_ebr_enter/exit, so that the heads it passes stay allocated. */
 shm_rec *shm_table_get_at(stash_arena *a, const shm_lookup *l, uint32_t version);
 
 /* A process walking key group kg while its owner writes announces itself

@@ -204,10 +204,11 @@ void shm_table_maintain(stash_arena *a, uint32_t kg, uint32_t budget)
         t->sweep_pos = 0;
         t->sweep_resizes = atomic_load(&t->resizes);
     }
-    if (t->sweep_pos != UINT32_MAX)
-        sweep_step(a, kg, budget);
-    else if (!emptied)
-        emptied = shm_index_migrate(a, kg, budget);
+    /* Growth first (it ends within a bounded number of writes, and a sweep
+     * starts over when it does); the sweep whenever nothing moves. */
+    bool moved = false;
+    if (!emptied) emptied = shm_index_migrate(a, kg, budget, &moved);
+    if (!moved && t->sweep_pos != UINT32_MAX) sweep_step(a, kg, budget);
     if (emptied) {
         /* An old index array is as big as the rest of the index: free it as
          * soon as readers allow, not after the next 64 retirements. */
@@ -326,8 +327,9 @@ bool shm_rec_write_begin(stash_arena *a, uint32_t kg, shm_rec *rec, const shm_re
     u->nregions = n;
     u->vlen = vlen;
     atomic_store_explicit(&u->rec, shm_ref_of(shm_off_of(a, rec)), memory_order_release);
+    /* Odd only after the undo names the record (recovery looks there). */
     atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
+                          memory_order_release);
     atomic_thread_fence(memory_order_release);
     return true;
 }
@@ -340,8 +342,9 @@ bool shm_rec_overwrite(stash_arena *a, uint32_t kg, shm_rec *rec, const void *va
     u->nregions = 0;
     u->vlen = (uint32_t)len;
     atomic_store_explicit(&u->rec, shm_ref_of(shm_off_of(a, rec)), memory_order_release);
+    /* Odd only after the undo names the record (recovery looks there). */
     atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1,
-                          memory_order_relaxed);
+                          memory_order_release);
     atomic_thread_fence(memory_order_release);
     memcpy(shm_rec_value(rec), value, len);
     atomic_store_explicit(&rec->vlen, (uint32_t)len, memory_order_relaxed);
@@ -369,6 +372,10 @@ void shm_table_recover(stash_arena *a, uint32_t kg)
         if (holder && shm_reader_alive(a, holder)) continue;
         if (atomic_exchange(&t->pins[i], 0)) atomic_fetch_add(&t->pins_gen, 1);
     }
+    /* Killed between storing a pin and starting the next epoch: the epoch
+     * moves past it, so that nothing is written in place at a pinned version. */
+    uint32_t newest = max_pin(t);
+    if (atomic_load(&t->epoch) <= newest) atomic_store(&t->epoch, newest + 1);
     shm_undo *u = &t->undo;
     shm_rec *rec = shm_rec_at(a, atomic_load(&u->rec));
     if (rec && (atomic_load(&rec->seq) & 1)) {
@@ -410,14 +417,14 @@ int64_t shm_table_pin_for(stash_arena *a, uint32_t kg, uint32_t holder)
                     SHM_MAX_PINS);
 }
 
-void shm_table_release_holder(stash_arena *a, uint32_t holder)
+void shm_table_release_holder(stash_arena *a, uint32_t holder, const uint32_t *keep)
 {
     for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++) {
         shm_table *t = &a->tables[kg];
         uint32_t holders = atomic_load(&t->pin_holders);
         for (unsigned i = 0; i < SHM_MAX_PINS; i++) {
             uint32_t v = atomic_load(&t->pins[i]);
-            if (v && (holders >> (8 * i) & 0xffu) == holder &&
+            if (v && (holders >> (8 * i) & 0xffu) == holder && !(keep && keep[kg] == v) &&
                 atomic_compare_exchange_strong(&t->pins[i], &v, 0))
                 atomic_fetch_add(&t->pins_gen, 1);
         }

@@ -361,6 +361,34 @@ Test(service, a_worker_that_leaves_after_its_cut_keeps_its_cut_in_the_checkpoint
     drop_dir(dir);
 }
 
+Test(service, a_failed_checkpoint_releases_a_pin_nobody_named, .timeout = 240)
+{
+    /* As a worker killed between pinning a key group for the engine and
+     * naming the pin as its cut leaves it: the failed checkpoint releases it. */
+    char dir[128];
+    make_dir(dir, "stray");
+    const char *name = test_arena_name("svcp");
+    pid_t s = start_service(name, dir, 300);
+    job j = {.index = 0, .p = 1, .never_barrier = true};
+    snprintf(j.name, sizeof j.name, "%s", name);
+    pid_t pid = test_fork(worker_main, &j);
+    wait_live(name, 1);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    int64_t v = shm_table_pin_for(a, 3, atomic_load(&a->control->service_reader));
+    cr_assert_gt(v, 0);
+    stash_checkpoint_info info;
+    cr_assert_eq(stash_checkpoint(a, 0, &info), STASH_EABORTED);
+    for (unsigned p = 0; p < SHM_MAX_PINS; p++)
+        cr_assert_eq(atomic_load(&a->tables[3].pins[p]), 0, "pin %u", p);
+    kill(pid, SIGKILL);
+    test_wait(pid);
+    stash_arena_close(a);
+    stop_service(name, s);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
+
 Test(service, a_worker_that_never_reaches_a_barrier_fails_the_checkpoint, .timeout = 240)
 {
     char dir[128];

@@ -355,7 +355,9 @@ Test(versions, a_move_cut_short_by_a_crash_is_finished_by_recovery)
         while (atomic_load(&g->hash[i]) < 2) i++;
         /* As a move leaves the group when killed: its first entry copied into
          * the index (variant 0: still in the old group too; variant 1: marked
-         * moved there), the rest not moved yet. */
+         * moved there), the rest not moved yet, the shape odd. */
+        atomic_store(&t->moving, 1);
+        atomic_fetch_add(&t->shape_seq, 1);
         move_into_index(t, atomic_load(&g->hash[i]), atomic_load(&g->ref[i]));
         if (variant == 1) {
             atomic_store(&g->hash[i], SHM_SLOT_DELETED);
@@ -522,6 +524,22 @@ Test(versions, deleted_slots_are_reused_and_the_index_stays_its_size)
     }
 }
 
+Test(versions, recovery_moves_nothing_when_no_move_was_under_way)
+{
+    /* An owner killed while a growth waits to move groups (a walker holds the
+     * moves back, the shape even): a walk may still be reading the old
+     * array, so recovery leaves it as it is. */
+    uint32_t next = 0;
+    shm_table *t = &arena->tables[0];
+    growth_with_a_full_group(0, &next);
+    uint32_t pos = atomic_load(&t->migrate_pos);
+    shm_table_recover(arena, 0);
+    cr_assert_eq(atomic_load(&t->migrate_pos), pos, "no group moved");
+    cr_assert_eq(atomic_load(&t->shape_seq) & 1, 0);
+    cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
+    expect_all_readable(next);
+}
+
 Test(versions, a_whole_value_rewrite_cut_short_is_redone_by_recovery)
 {
     uint32_t k = 0;
@@ -548,4 +566,22 @@ Test(versions, a_whole_value_rewrite_cut_short_is_redone_by_recovery)
     cr_assert_eq(stash_value_get(s, &b), 0);
     cr_assert_eq(b.len, sizeof fresh);
     cr_assert_eq(memcmp(b.data, fresh, sizeof fresh), 0, "the rewrite is finished, not torn");
+}
+
+Test(versions, recovery_starts_an_epoch_past_a_pin_its_owner_died_storing)
+{
+    /* Killed between storing a pin for a live reader process and starting
+     * the next epoch: records written now would sit at the pinned version. */
+    put(1, 1);
+    uint32_t slot;
+    cr_assert_eq(shm_reader_join(arena, &slot), 0);
+    shm_table *t = &arena->tables[0];
+    uint32_t v = atomic_load(&t->epoch);
+    atomic_store(&t->pin_holders, slot - STASH_MAX_WORKERS + 1);
+    atomic_store(&t->pins[0], v);
+    shm_table_recover(arena, 0);
+    cr_assert_eq(atomic_load(&t->pins[0]), v, "the live reader's pin stays");
+    cr_assert_gt(atomic_load(&t->epoch), v, "writes go on at a version past the pin");
+    shm_table_unpin(arena, 0, v);
+    shm_reader_leave(arena, slot);
 }
