@@ -98,21 +98,32 @@ static inline size_t state_ts_bytes(const stash_state *s)
     return state_has_ttl(s) ? TTL_BYTES : 0;
 }
 
-/* Fills l with the current key and the namespace (ns, nslen); STASH_ENOKEY if none. */
-int state_lookup_ns(stash_state *s, const void *ns, uint16_t nslen, shm_lookup *l);
-/* Fills l with the current key and the state's namespace; STASH_ENOKEY if none. */
-static inline int state_lookup(const stash_state *s, shm_lookup *l)
+/* Fills l with the current key and the namespace (ns, nslen) whose part of
+ * the lookup hash is seed; STASH_ENOKEY without a current key. */
+static inline int state_lookup_seeded(const stash_state *s, const void *ns, uint16_t nslen,
+                                      uint64_t seed, shm_lookup *l)
 {
     const stash_worker *w = s->w;
     if (!w->has_key) return shm_fail(STASH_ENOKEY, "state access without a current key");
     l->kg = w->kg;
-    l->hash = shm_lookup_hash(w->key_hash, s->seed);
+    l->hash = shm_lookup_hash(w->key_hash, seed);
     l->state = s->id;
     l->klen = w->klen;
-    l->nslen = s->nslen;
+    l->nslen = nslen;
     l->key = w->key;
-    l->ns = s->nslen ? s->ns : (const uint8_t *)""; /* never NULL: memcmp and memcpy take it */
+    l->ns = nslen ? ns : ""; /* never NULL: memcmp and memcpy take it */
     return 0;
+}
+/* Fills l with the current key and the namespace (ns, nslen). */
+static inline int state_lookup_ns(const stash_state *s, const void *ns, uint16_t nslen,
+                                  shm_lookup *l)
+{
+    return state_lookup_seeded(s, ns, nslen, shm_lookup_seed(s->id, shm_ns_hash(ns, nslen)), l);
+}
+/* Fills l with the current key and the state's namespace. */
+static inline int state_lookup(const stash_state *s, shm_lookup *l)
+{
+    return state_lookup_seeded(s, s->ns, s->nslen, s->seed, l);
 }
 /* Whether the worker owns key group kg. */
 static inline bool state_owns(const stash_state *s, uint32_t kg)

@@ -133,20 +133,6 @@ STASH_API int stash_state_namespace(stash_state *state, const void *ns, size_t l
     return 0;
 }
 
-int state_lookup_ns(stash_state *s, const void *ns, uint16_t nslen, shm_lookup *l)
-{
-    stash_worker *w = s->w;
-    if (!w->has_key) return shm_fail(STASH_ENOKEY, "state access without a current key");
-    l->kg = w->kg;
-    l->hash = shm_lookup_hash(w->key_hash, shm_lookup_seed(s->id, shm_ns_hash(ns, nslen)));
-    l->state = s->id;
-    l->klen = w->klen;
-    l->nslen = nslen;
-    l->key = w->key;
-    l->ns = nslen ? ns : ""; /* never NULL: memcmp and memcpy take it */
-    return 0;
-}
-
 int state_refuse_write(const stash_state *s, uint32_t kg)
 {
     return shm_fail(STASH_EKEYGROUP, "worker %u owns key groups %u..%u, not %u", s->w->slot,

@@ -186,46 +186,36 @@ typedef struct part {
     const char *name;
 } part;
 
-/* Whether a probe for hash h reaches group at in p without passing a group
- * with an EMPTY slot. */
-static bool reachable(const part *p, uint32_t h, uint32_t at)
+/* Walks the probe for r's entry (hash h) in p as lookups do: whether it
+ * passes group at before a group with an EMPTY slot ends it (at: -1 for no
+ * group), and how many slots on the way hold the entry. */
+static unsigned probe_walk(const stash_arena *a, const part *p, const shm_rec *r, uint32_t h,
+                           int64_t at, bool *reached)
 {
-    uint32_t g = h & (p->n - 1);
-    if (g < p->from) g = p->from;
-    for (uint32_t steps = p->from; steps < p->n; steps++) {
-        if (g == at) return true;
-        for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++)
-            if (atomic_load(&p->g[g].hash[i]) == SHM_SLOT_EMPTY) return false;
-        g = g + 1 == p->n ? p->from : g + 1;
-    }
-    return false;
-}
-
-/* How many slots of p a probe for r's entry (hash h) passes that hold it. */
-static unsigned copies_in(const stash_arena *a, const part *p, const shm_rec *r, uint32_t h)
-{
-    if (!p->n) return 0;
     shm_lookup l = {.hash = h,
                     .state = r->state,
                     .klen = r->klen,
                     .nslen = r->nslen,
                     .key = shm_rec_key(r),
                     .ns = shm_rec_ns(r)};
-    unsigned n = 0;
+    unsigned copies = 0;
+    *reached = false;
+    if (!p->n) return 0;
     uint32_t g = h & (p->n - 1);
     if (g < p->from) g = p->from;
     for (uint32_t steps = p->from; steps < p->n; steps++) {
+        *reached |= g == at;
         bool empty = false;
         for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++) {
             uint32_t sh = atomic_load(&p->g[g].hash[i]);
             empty |= sh == SHM_SLOT_EMPTY;
             shm_rec *o = sh == h ? shm_rec_at(a, atomic_load(&p->g[g].ref[i])) : NULL;
-            n += o && shm_rec_matches(o, &l);
+            copies += o && shm_rec_matches(o, &l);
         }
         if (empty) break;
         g = g + 1 == p->n ? p->from : g + 1;
     }
-    return n;
+    return copies;
 }
 
 static int check_versions(checker *c, uint32_t kg, shm_rec *r)
@@ -267,11 +257,13 @@ static int check_part(checker *c, uint32_t kg, const part *p, const part *other,
                 return shm_fail(-EUCLEAN, "key group %u: %s index group %u slot %u: %s", kg,
                                 p->name, g, i,
                                 r ? "hash differs from its record's" : "an entry without a record");
-            if (!reachable(p, h, g))
+            bool reached, in_other;
+            unsigned copies = probe_walk(c->a, p, r, h, g, &reached);
+            if (!reached)
                 return shm_fail(-EUCLEAN,
                                 "key group %u: %s index group %u slot %u: lookups do not reach it",
                                 kg, p->name, g, i);
-            if (copies_in(c->a, p, r, h) + copies_in(c->a, other, r, h) != 1)
+            if (copies + probe_walk(c->a, other, r, h, -1, &in_other) != 1)
                 return shm_fail(-EUCLEAN,
                                 "key group %u: %s index group %u slot %u: its entry is in the "
                                 "index more than once",

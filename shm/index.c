@@ -255,23 +255,43 @@ static void grow_start(stash_arena *a, uint32_t kg)
     shape_end(t);
 }
 
-/* Puts (h, r) into a free slot of the current index. */
-static void insert_slot(stash_arena *a, shm_table *t, uint32_t h, shm_ref r)
+/* The first free (EMPTY or DELETED) slot of the current index on the probe
+ * for hash h; false if the index has none. */
+static bool free_slot(const stash_arena *a, const shm_table *t, uint32_t h, shm_group **g,
+                      unsigned *i)
 {
     index_part cur = {groups_at(a, atomic_load(&t->index)), 1u << atomic_load(&t->log2), 0};
-    uint32_t g = probe_start(&cur, h);
-    for (uint32_t steps = 0; steps < cur.n; steps++, g = probe_next(&cur, g)) {
-        shm_group *grp = &cur.g[g];
-        unsigned empty = shm_group_match(grp, SHM_SLOT_EMPTY);
-        unsigned f = empty | shm_group_match(grp, SHM_SLOT_DELETED);
-        if (!f) continue;
-        unsigned i = (unsigned)__builtin_ctz(f) >> 1;
-        bool was_empty = atomic_load(&grp->hash[i]) == SHM_SLOT_EMPTY;
-        atomic_store_explicit(&grp->ref[i], r, memory_order_relaxed);
-        atomic_store_explicit(&grp->hash[i], h, memory_order_release);
-        if (was_empty) atomic_store(&t->used, atomic_load(&t->used) + 1);
-        return;
+    uint32_t at = probe_start(&cur, h);
+    for (uint32_t steps = 0; steps < cur.n; steps++, at = probe_next(&cur, at)) {
+        unsigned f = shm_group_match(&cur.g[at], SHM_SLOT_EMPTY) |
+                     shm_group_match(&cur.g[at], SHM_SLOT_DELETED);
+        if (f) {
+            *g = &cur.g[at];
+            *i = (unsigned)__builtin_ctz(f) >> 1;
+            return true;
+        }
     }
+    return false;
+}
+
+/* Fills free slot i of g of the current index with (h, r): the reference
+ * before the hash, which readers match first. */
+static void slot_fill(shm_table *t, shm_group *g, unsigned i, uint32_t h, shm_ref r)
+{
+    bool was_empty = atomic_load_explicit(&g->hash[i], memory_order_relaxed) == SHM_SLOT_EMPTY;
+    atomic_store_explicit(&g->ref[i], r, memory_order_relaxed);
+    atomic_store_explicit(&g->hash[i], h, memory_order_release);
+    if (was_empty)
+        atomic_store_explicit(&t->used, atomic_load_explicit(&t->used, memory_order_relaxed) + 1,
+                              memory_order_relaxed);
+}
+
+/* Puts (h, r) into a free slot of the current index (growth sized it to have one). */
+static void insert_slot(stash_arena *a, shm_table *t, uint32_t h, shm_ref r)
+{
+    shm_group *g;
+    unsigned i;
+    if (free_slot(a, t, h, &g, &i)) slot_fill(t, g, i, h, r);
 }
 
 /* Whether the current index holds reference r under hash h. */
@@ -412,24 +432,6 @@ int shm_table_find_probe(stash_arena *a, const shm_lookup *l, shm_cursor *c)
     return find_probe(a, t, l, c);
 }
 
-/* A free slot of the current index for l's new entry into c; false if none. */
-static bool find_free(const stash_arena *a, const shm_table *t, const shm_lookup *l, shm_cursor *c)
-{
-    index_part cur = {groups_at(a, atomic_load(&t->index)), 1u << atomic_load(&t->log2), 0};
-    uint32_t g = probe_start(&cur, l->hash);
-    for (uint32_t steps = 0; steps < cur.n; steps++, g = probe_next(&cur, g)) {
-        unsigned f = shm_group_match(&cur.g[g], SHM_SLOT_EMPTY) |
-                     shm_group_match(&cur.g[g], SHM_SLOT_DELETED);
-        if (f) {
-            c->group = &cur.g[g];
-            c->slot = (unsigned)__builtin_ctz(f) >> 1;
-            c->in_old = false;
-            return true;
-        }
-    }
-    return false;
-}
-
 /* The slot at scan position pos of the owner's parts: the old array's slots
  * first, then the current one's. */
 static bool scan_slot(const index_part *old, const index_part *cur, uint32_t pos, shm_group **g,
@@ -447,18 +449,15 @@ static bool scan_slot(const index_part *old, const index_part *cur, uint32_t pos
 int shm_index_insert(stash_arena *a, const shm_lookup *l, shm_cursor *c, shm_ref ref)
 {
     shm_table *t = &a->tables[l->kg];
-    if ((!c->group || c->in_old) && !find_free(a, t, l, c))
-        return shm_fail(STASH_EFULL,
-                        "%s: key group %u: its index is full and the arena has no room to grow it",
-                        a->path, l->kg);
-    shm_group *g = c->group;
-    bool was_empty =
-        atomic_load_explicit(&g->hash[c->slot], memory_order_relaxed) == SHM_SLOT_EMPTY;
-    atomic_store_explicit(&g->ref[c->slot], ref, memory_order_relaxed);
-    atomic_store_explicit(&g->hash[c->slot], l->hash, memory_order_release);
-    if (was_empty)
-        atomic_store_explicit(&t->used, atomic_load_explicit(&t->used, memory_order_relaxed) + 1,
-                              memory_order_relaxed);
+    if (!c->group || c->in_old) {
+        if (!free_slot(a, t, l->hash, &c->group, &c->slot))
+            return shm_fail(STASH_EFULL,
+                            "%s: key group %u: its index is full and the arena has no room to "
+                            "grow it",
+                            a->path, l->kg);
+        c->in_old = false;
+    }
+    slot_fill(t, c->group, c->slot, l->hash, ref);
     t->heads++;
     return 0;
 }

@@ -274,6 +274,19 @@ static void verify_counts(const char *name, uint32_t old_p, uint64_t *offs)
     stash_worker_close(w);
 }
 
+/* The arena lost, as after a reboot: a new service restores the newest
+ * complete checkpoint of dir, whose counts must match its offsets (into offs
+ * for p workers); then everything goes. */
+static void restore_and_verify(const char *name, const char *dir, uint32_t p, uint64_t *offs)
+{
+    stash_arena_destroy(name, NULL);
+    pid_t s = start_service(name, dir, 0);
+    verify_counts(name, p, offs);
+    stop_service(name, s);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
+
 Test(service, barrier_cut_complete_and_restore_at_another_parallelism, .timeout = 240)
 {
     job j[2];
@@ -311,14 +324,9 @@ Test(service, barrier_cut_complete_and_restore_at_another_parallelism, .timeout 
     stash_arena_close(a);
     stop_service(name, s);
     /* The arena lost, as after a reboot: the service restores checkpoint 4. */
-    stash_arena_destroy(name, NULL);
-    s = start_service(name, dir, 0);
     uint64_t offs[2];
-    verify_counts(name, 2, offs);
+    restore_and_verify(name, dir, 2, offs);
     cr_assert_gt(offs[0], 0);
-    stop_service(name, s);
-    stash_arena_destroy(name, NULL);
-    drop_dir(dir);
 }
 
 Test(service, a_worker_that_leaves_after_its_cut_keeps_its_cut_in_the_checkpoint, .timeout = 240)
@@ -351,42 +359,9 @@ Test(service, a_worker_that_leaves_after_its_cut_keeps_its_cut_in_the_checkpoint
     stash_arena_close(a);
     kill(s, SIGKILL);
     test_wait(s);
-    stash_arena_destroy(name, NULL);
-    s = start_service(name, dir, 0);
     uint64_t offs[2];
-    verify_counts(name, 2, offs);
+    restore_and_verify(name, dir, 2, offs);
     cr_assert_gt(offs[0], 0);
-    stop_service(name, s);
-    stash_arena_destroy(name, NULL);
-    drop_dir(dir);
-}
-
-Test(service, a_failed_checkpoint_releases_a_pin_nobody_named, .timeout = 240)
-{
-    /* As a worker killed between pinning a key group for the engine and
-     * naming the pin as its cut leaves it: the failed checkpoint releases it. */
-    char dir[128];
-    make_dir(dir, "stray");
-    const char *name = test_arena_name("svcp");
-    pid_t s = start_service(name, dir, 300);
-    job j = {.index = 0, .p = 1, .never_barrier = true};
-    snprintf(j.name, sizeof j.name, "%s", name);
-    pid_t pid = test_fork(worker_main, &j);
-    wait_live(name, 1);
-    stash_arena *a;
-    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
-    int64_t v = shm_table_pin_for(a, 3, atomic_load(&a->control->service_reader));
-    cr_assert_gt(v, 0);
-    stash_checkpoint_info info;
-    cr_assert_eq(stash_checkpoint(a, 0, &info), STASH_EABORTED);
-    for (unsigned p = 0; p < SHM_MAX_PINS; p++)
-        cr_assert_eq(atomic_load(&a->tables[3].pins[p]), 0, "pin %u", p);
-    kill(pid, SIGKILL);
-    test_wait(pid);
-    stash_arena_close(a);
-    stop_service(name, s);
-    stash_arena_destroy(name, NULL);
-    drop_dir(dir);
 }
 
 Test(service, a_worker_that_never_reaches_a_barrier_fails_the_checkpoint, .timeout = 240)
@@ -401,10 +376,15 @@ Test(service, a_worker_that_never_reaches_a_barrier_fails_the_checkpoint, .timeo
     wait_live(name, 1);
     stash_arena *a;
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    /* As a worker killed between pinning a key group for the engine and
+     * naming the pin as its cut leaves it: the failed checkpoint releases it. */
+    cr_assert_gt(shm_table_pin_for(a, 3, atomic_load(&a->control->service_reader)), 0);
     stash_checkpoint_info info;
     int rc = stash_checkpoint(a, 0, &info);
     cr_assert_eq(rc, STASH_EABORTED);
     cr_assert(strstr(info.detail, "worker 0 reached no barrier within 300 ms"), "%s", info.detail);
+    for (unsigned p = 0; p < SHM_MAX_PINS; p++)
+        cr_assert_eq(atomic_load(&a->tables[3].pins[p]), 0, "a pin nobody named: %u", p);
     kill(pid, SIGKILL);
     test_wait(pid);
     /* The dead worker is named at once, without waiting for the timeout. */
@@ -549,13 +529,8 @@ Test(service, the_engine_killed_and_restarted_loses_nothing, .timeout = 240)
     stash_arena_close(a);
     stop_service(name, s);
     /* The newest complete checkpoint restores, counts matching offsets. */
-    stash_arena_destroy(name, NULL);
-    s = start_service(name, dir, 0);
     uint64_t offs[2];
-    verify_counts(name, 2, offs);
-    stop_service(name, s);
-    stash_arena_destroy(name, NULL);
-    drop_dir(dir);
+    restore_and_verify(name, dir, 2, offs);
 }
 
 /* Operator state of each kind at parallelism p: worker i's list holds
