@@ -532,6 +532,14 @@ static void report_ratio(const bench_opts *o, const char *name, const char *syst
             .bench = "keyed", .name = name, .system = system, .value = num / den, .unit = "ratio"});
 }
 
+/* Writes every file's dirty pages out before a pass, so that no system's
+ * pass pays for the writeback of another's writes (the data each loaded,
+ * or its last pass). */
+static void settle(void)
+{
+    sync();
+}
+
 /* Runs one case on every system of the group and reports it, with the
  * ratios of stash to the peers. */
 static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run runs[NSYS])
@@ -558,6 +566,7 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
         if (case_skip(c, &runs[i])) continue;
         pass_out p;
         bench_progress(&b->o, "keyed: %s: %s: warm-up", c->name, sys_names[i]);
+        settle();
         if (run_pass(b, runs[i].sys, ops, b->ops, b->cap_ns / 2, NULL, &p) < 0)
             fail_sys(&runs[i], c->name);
     }
@@ -567,6 +576,7 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
             pass_out p;
             bench_progress(&b->o, "keyed: %s: %s: repetition %d of %d", c->name, sys_names[i],
                            r + 1, b->o.reps);
+            settle();
             if (run_pass(b, runs[i].sys, ops, b->ops, b->cap_ns, &lat[i], &p) < 0)
                 fail_sys(&runs[i], c->name);
             else
