@@ -49,20 +49,27 @@ static int read_value(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_
     return 0;
 }
 
-/* Stores value (with a fresh timestamp under TTL) as the current entry. */
-static int write_value(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *value,
-                       size_t len)
+/* The common put in one step: a heap record without TTL rewritten in
+ * place. Returns whether it was. */
+static inline __attribute__((always_inline)) bool
+put_in_place(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *value, size_t len)
+{
+    stash_arena *a = s->w->arena;
+    shm_rec *rec = c->rec;
+    if (state_has_ttl(s) || s->w->lmdb || !shm_rec_live(rec) || !shm_rec_mutable(a, l->kg, rec) ||
+        shm_rec_capacity(a, rec) < len || !shm_rec_overwrite(a, l->kg, rec, value, len))
+        return false;
+    s->w->writes++;
+    return true;
+}
+
+/* write_value past put_in_place: a record built or changed for the value. */
+static int write_record(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *value,
+                        size_t len)
 {
     size_t ts = state_ts_bytes(s);
     if (len > UINT32_MAX - ts) return shm_fail(STASH_ETOOBIG, "a value of %zu bytes", len);
-    /* The common case in one step: a heap record rewritten in place. */
-    shm_rec *rec = c->rec;
-    if (!ts && !s->w->lmdb && shm_rec_live(rec) && shm_rec_mutable(s->w->arena, l->kg, rec) &&
-        shm_rec_capacity(s->w->arena, rec) >= len &&
-        shm_rec_overwrite(s->w->arena, l->kg, rec, value, len)) {
-        s->w->writes++;
-        return 0;
-    }
+    shm_rec *rec;
     int in_place = state_write_begin(s, l, c, len + ts, 0, len + ts, 0, &rec);
     if (in_place < 0) return in_place;
     if (ts) state_ts_put(shm_rec_value(rec), state_now(s));
@@ -70,6 +77,13 @@ static int write_value(stash_state *s, const shm_lookup *l, shm_cursor *c, const
     int rc = state_write_end(s, l, c, rec, len + ts, in_place);
     if (rc == 0 && ts) state_ttl_cleanup(s, l->kg);
     return rc;
+}
+
+/* Stores value (with a fresh timestamp under TTL) as the current entry. */
+static inline int write_value(stash_state *s, const shm_lookup *l, shm_cursor *c,
+                              const void *value, size_t len)
+{
+    return put_in_place(s, l, c, value, len) ? 0 : write_record(s, l, c, value, len);
 }
 
 static int check_value(const stash_state *s)
@@ -103,14 +117,6 @@ STASH_API int stash_value_put(stash_state *state, const void *value, size_t len)
     rc = state_find_overwrite(state, &l, &c);
     if (rc) return rc;
     if (len == 0) return state_delete(state, &l, &c);
-    /* The common case in one step: a heap record rewritten in place. */
-    stash_arena *a = state->w->arena;
-    if (!state_has_ttl(state) && !state->w->lmdb && shm_rec_live(c.rec) &&
-        shm_rec_mutable(a, l.kg, c.rec) && shm_rec_capacity(a, c.rec) >= len &&
-        shm_rec_overwrite(a, l.kg, c.rec, value, len)) {
-        state->w->writes++;
-        return 0;
-    }
     return write_value(state, &l, &c, value, len);
 }
 

@@ -162,8 +162,8 @@ static void wait_live(const char *name, uint32_t n)
 /* Starts workers 0 .. p-1 of arena name running fn, each on a copy of proto
  * with its index (and, when proto has events, 7 more per index, so that they
  * end apart), and waits until all have joined. */
-static void start_workers(const char *name, job proto, uint32_t p, int (*fn)(void *), job *j,
-                          pid_t *pids)
+/* Fills j[0 .. p-1] from proto as the workers of arena name at parallelism p. */
+static void jobs_of(const char *name, job proto, uint32_t p, job *j)
 {
     for (uint32_t i = 0; i < p; i++) {
         j[i] = proto;
@@ -171,9 +171,21 @@ static void start_workers(const char *name, job proto, uint32_t p, int (*fn)(voi
         j[i].p = p;
         if (proto.events) j[i].events = proto.events + 7 * i;
         snprintf(j[i].name, sizeof j[i].name, "%s", name);
-        pids[i] = test_fork(fn, &j[i]);
     }
+}
+
+/* Starts the p workers of j and waits until they are all live. */
+static void fork_jobs(const char *name, job *j, uint32_t p, int (*fn)(void *), pid_t *pids)
+{
+    for (uint32_t i = 0; i < p; i++) pids[i] = test_fork(fn, &j[i]);
     wait_live(name, p);
+}
+
+static void start_workers(const char *name, job proto, uint32_t p, int (*fn)(void *), job *j,
+                          pid_t *pids)
+{
+    jobs_of(name, proto, p, j);
+    fork_jobs(name, j, p, fn, pids);
 }
 
 /* A worker of the counting job: event e adds one to the count of key
@@ -341,14 +353,10 @@ Test(service, a_worker_that_leaves_after_its_cut_keeps_its_cut_in_the_checkpoint
     pid_t s = start_service(name, dir, 20000);
     job j[2];
     pid_t pids[2];
-    for (uint32_t i = 0; i < 2; i++) {
-        j[i] = (job){.index = i, .p = 2, .events = UINT64_MAX, .want_done = UINT64_MAX};
-        snprintf(j[i].name, sizeof j[i].name, "%s", name);
-    }
+    jobs_of(name, (job){.events = UINT64_MAX / 2, .want_done = UINT64_MAX}, 2, j);
     j[0].leave_after_cut = true;
     j[1].slow_ms = 300;
-    for (int i = 0; i < 2; i++) pids[i] = test_fork(worker_main, &j[i]);
-    wait_live(name, 2);
+    fork_jobs(name, j, 2, worker_main, pids);
     stash_arena *a;
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
     stash_checkpoint_info info;

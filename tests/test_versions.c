@@ -389,9 +389,6 @@ static bool index_full_of_held_moves(const shm_table *t)
     return atomic_load(&t->old_index) && atomic_load(&t->used) + t->old_left >= slots - slots / 16;
 }
 
-/* Announces a walk of key group 0 from a reader slot, says so, then ends it
- * when told (or is killed in the middle); with until_full, once the owner
- * must wait for it instead. */
 /* Key keys[j] holds j, for j below n. */
 static void expect_values(const uint32_t *keys, uint32_t n)
 {
@@ -403,6 +400,9 @@ static void expect_values(const uint32_t *keys, uint32_t n)
     }
 }
 
+/* Announces a walk of key group 0 from a reader slot, says so, then ends it
+ * when told (or is killed in the middle); with until_full, once the owner
+ * must wait for it instead. */
 typedef struct walker_args {
     const char *name;
     bool until_full;
