@@ -26,9 +26,8 @@
 
 #include "backends/lmdb.h"
 
-#define MAP_INITIAL (64ull << 20)     /* bytes of map an environment starts with */
-#define TXN_MAX_BYTES (32ull << 20)   /* an estimate of a transaction's new pages stays under it */
-#define STORE_MAX_BYTES (32ull << 20) /* and of all a process's transactions together */
+#define MAP_INITIAL (64ull << 20)   /* bytes of map an environment starts with */
+#define TXN_MAX_BYTES (32ull << 20) /* an estimate of a transaction's new pages stays under it */
 /* Dirty pages stay in the process until the commit writes them: a full disk
  * fails the commit rather than a write into the map. */
 #define ENV_FLAGS (MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS | MDB_NORDAHEAD)
@@ -61,7 +60,7 @@ struct lmdb_store {
     size_t shadow_cap[2];
     int cur;               /* the shadow that holds the record found or put last */
     uint64_t committed_ns; /* when every transaction last committed */
-    uint64_t dirty;        /* bytes written by the worker since then */
+    uint64_t dirty;        /* the charge of the open transactions */
     uint64_t pruned_below; /* the change log's notes older than this are gone */
 };
 
@@ -183,11 +182,19 @@ static int begin_write(kg_env *e, uint32_t kg)
     return 0;
 }
 
-static int commit(kg_env *e, uint32_t kg)
+/* Takes an ended transaction's charge off the store's. */
+static void discharge(lmdb_store *st, kg_env *e)
+{
+    e->txn = NULL;
+    st->dirty -= e->txn_bytes < st->dirty ? e->txn_bytes : st->dirty;
+    e->txn_bytes = 0;
+}
+
+static int commit(lmdb_store *st, kg_env *e, uint32_t kg)
 {
     if (!e->txn) return 0;
     int rc = mdb_txn_commit(e->txn);
-    e->txn = NULL;
+    discharge(st, e);
     /* Readers a dead process left would hold old pages back for good. */
     int dead;
     mdb_reader_check(e->env, &dead);
@@ -209,9 +216,9 @@ static int commit(kg_env *e, uint32_t kg)
 
 /* Makes room for a write of about bytes: commits the transaction early and
  * doubles the map until a transaction of that size fits. */
-static int make_room(kg_env *e, uint32_t kg, uint64_t bytes)
+static int make_room(lmdb_store *st, kg_env *e, uint32_t kg, uint64_t bytes)
 {
-    int rc = commit(e, kg);
+    int rc = commit(st, e, kg);
     for (int i = 0; rc == 0 && room_of(e) < bytes && i < 40; i++) {
         MDB_envinfo info;
         mdb_env_info(e->env, &info);
@@ -234,6 +241,13 @@ static void await_snapshot(lmdb_store *st, uint32_t kg)
     }
 }
 
+/* What a write of bytes is charged: the bytes and the pages it may copy
+ * (its path down the tree, a split) or fill (a value's overflow pages). */
+static uint64_t charge_of(const kg_env *e, uint64_t bytes)
+{
+    return bytes ? bytes + (uint64_t)(e->depth + 2) * e->psize : 0;
+}
+
 /* The transaction of kg, begun if need be; with bytes > 0, one that has
  * room for a write of that many bytes. */
 static int store_txn(lmdb_store *st, uint32_t kg, uint64_t bytes, kg_env **out)
@@ -242,15 +256,14 @@ static int store_txn(lmdb_store *st, uint32_t kg, uint64_t bytes, kg_env **out)
     if (rc) return rc;
     kg_env *e = *out;
     if (!e->txn && (rc = begin_write(e, kg)) != 0) return rc;
-    if (bytes == 0) return 0;
-    /* The pages a change may copy: its path down the tree, a split, and the
-     * value's overflow pages. */
-    uint64_t need = bytes + (uint64_t)(e->depth + 2) * e->psize;
+    uint64_t need = charge_of(e, bytes);
+    if (need == 0) return 0;
     if (e->txn_bytes + need > e->room) {
         await_snapshot(st, kg);
-        if ((rc = make_room(e, kg, need)) != 0) return rc;
+        if ((rc = make_room(st, e, kg, need)) != 0) return rc;
     }
     e->txn_bytes += need;
+    st->dirty += need;
     return 0;
 }
 
@@ -262,14 +275,13 @@ static int store_commit(lmdb_store *st, bool wait);
 static int txn_for(stash_worker *w, uint32_t kg, uint64_t bytes, kg_env **out)
 {
     lmdb_store *st = w->lmdb;
-    if (bytes && st->dirty + bytes > STORE_MAX_BYTES) {
+    uint64_t need = charge_of(&st->envs[kg], bytes);
+    if (need && st->dirty + need > LMDB_STORE_MAX_BYTES) {
         w->writes++;
         int rc = store_commit(st, true);
         if (rc) return rc;
     }
-    int rc = store_txn(st, kg, bytes, out);
-    if (rc == 0) st->dirty += bytes;
-    return rc;
+    return store_txn(st, kg, bytes, out);
 }
 
 /* ---- the change log of incremental checkpoints ------------------------------- */
@@ -351,11 +363,10 @@ static int store_commit(lmdb_store *st, bool wait)
             if (!wait) continue;
             await_snapshot(st, kg);
         }
-        int rc = commit(e, kg);
+        int rc = commit(st, e, kg);
         if (rc && !first) first = rc;
     }
     st->committed_ns = shm_now_ns();
-    st->dirty = 0;
     return first;
 }
 
@@ -885,10 +896,10 @@ int lmdb_restore_kg_done(void *restorer, uint32_t kg, int rc)
     if (!e->txn) return 0;
     if (rc < 0) {
         mdb_txn_abort(e->txn);
-        e->txn = NULL;
+        discharge(x->store, e);
         return rc;
     }
-    return commit(e, kg);
+    return commit(x->store, e, kg);
 }
 
 int lmdb_clear(lmdb_store *st, stash_kg_range range)
@@ -908,7 +919,7 @@ int lmdb_clear(lmdb_store *st, stash_kg_range range)
         mdb_cursor_close(cur);
         if (rc != MDB_NOTFOUND) return lmdb_fail(rc, "cannot walk", e, kg);
         if ((rc = mdb_drop(e->txn, e->dbi, 0)) != 0) return lmdb_fail(rc, "cannot empty", e, kg);
-        if ((rc = commit(e, kg)) != 0) return rc;
+        if ((rc = commit(st, e, kg)) != 0) return rc;
     }
     return 0;
 }

@@ -25,6 +25,11 @@ void lmdb_store_close(stash_worker *w);
  * the first failure, naming the key group. */
 int lmdb_store_commit(stash_worker *w);
 
+/* A worker's open transactions, charged their values and the pages each
+ * change may copy, commit before their charges together pass this: a
+ * bound on the dirty pages they hold in memory. */
+#define LMDB_STORE_MAX_BYTES (256ull << 20)
+
 /* Commits if the last commit is LMDB_COMMIT_MS old or more. */
 #define LMDB_COMMIT_MS 50u
 int lmdb_store_commit_due(stash_worker *w);

@@ -1,9 +1,9 @@
 /*
  * test_lmdb.c: what the lmdb backend adds to the suites both backends run:
  * savepoints that move between the backends, a worker killed in the middle
- * of a transaction, a map that grows and keys it cannot hold, state several
- * times the memory its process may use, incremental checkpoints, and a full
- * disk.
+ * of a transaction, the bound on a worker's dirty pages, a map that grows
+ * and keys it cannot hold, state several times the memory its process may
+ * use, incremental checkpoints, and a full disk.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -22,15 +22,21 @@
 
 #define KGS 16u
 
-static stash_arena *create(const char *tag, stash_backend backend, char *name)
+/* An arena of maxp key groups, named after tag into name. */
+static stash_arena *create_kgs(const char *tag, stash_backend backend, uint32_t maxp, char *name)
 {
     const char *n = test_arena_name(tag);
     snprintf(name, 96, "%s", n);
     stash_arena *a;
     int rc = stash_arena_create(
-        n, &(stash_arena_opts){.size = 16u << 20, .max_parallelism = KGS, .backend = backend}, &a);
+        n, &(stash_arena_opts){.size = 16u << 20, .max_parallelism = maxp, .backend = backend}, &a);
     cr_assert_eq(rc, 0, "create %s: %s", n, stash_errmsg());
     return a;
+}
+
+static stash_arena *create(const char *tag, stash_backend backend, char *name)
+{
+    return create_kgs(tag, backend, KGS, name);
 }
 
 static void destroy(stash_arena *a, const char *name)
@@ -177,22 +183,48 @@ Test(lmdb, savepoints_move_between_the_backends, .timeout = 120)
 
 /* ---- a worker killed in the middle of a transaction --------------------- */
 
-typedef struct rounds {
+/* A writer in a child process, which writes a byte into ready when it has
+ * done what it is to be killed after. */
+typedef struct writer {
     const char *name;
-    int ready; /* a pipe: a byte after each committed round */
-} rounds;
+    uint64_t puts;
+    int ready;
+} writer;
 
-/* Writes round r into every key, then commits it at a barrier, for ever. */
+/* In a child: a worker of name and its value state called state. */
+static int child_value(const char *name, const char *state, stash_worker **w, stash_state **v)
+{
+    if (stash_worker_open(name, NULL, w) < 0) return -1;
+    return stash_state_get(*w, &(stash_state_desc){.name = state, .kind = STASH_VALUE}, v);
+}
+
+/* Forks fn with x, waits for its byte, and kills it with -9 up to
+ * most_us later (at random). */
+static void kill_after_byte(int (*fn)(void *), writer *x, int most_us, const char *what)
+{
+    int p[2];
+    cr_assert_eq(pipe(p), 0);
+    x->ready = p[1];
+    pid_t pid = test_fork(fn, x);
+    char c;
+    cr_assert_eq(read(p[0], &c, 1), 1, "%s", what);
+    if (most_us) usleep((useconds_t)(rand() % most_us));
+    kill(pid, SIGKILL);
+    test_wait(pid);
+    close(p[0]);
+    close(p[1]);
+}
+
+/* Writes round r into every key, then commits it at a barrier, for ever:
+ * a byte after each committed round. */
 static int write_rounds(void *arg)
 {
-    rounds *x = arg;
+    writer *x = arg;
     stash_worker *w;
-    if (stash_worker_open(x->name, NULL, &w) < 0) return 10;
     stash_state *v;
-    if (stash_state_get(w, &(stash_state_desc){.name = "r", .kind = STASH_VALUE}, &v) < 0)
-        return 11;
+    if (child_value(x->name, "r", &w, &v) < 0) return 10;
     for (uint64_t r = 1;; r++) {
-        for (uint64_t k = 0; k < KEYS; k++) {
+        for (uint64_t k = 0; k < x->puts; k++) {
             stash_key_set(w, &k, sizeof k);
             if (stash_value_put(v, &r, sizeof r) < 0) return 12;
         }
@@ -209,18 +241,9 @@ Test(lmdb, a_worker_killed_mid_transaction_leaves_the_last_commit, .timeout = 12
     stash_arena *a = create("lmkill", STASH_BACKEND_LMDB, name);
     srand((unsigned)getpid());
     for (int round = 0; round < 6; round++) {
-        int p[2];
-        cr_assert_eq(pipe(p), 0);
-        rounds x = {name, p[1]};
-        pid_t pid = test_fork(write_rounds, &x);
-        char c;
-        cr_assert_eq(read(p[0], &c, 1), 1, "a round committed");
         /* Somewhere in the middle of the next round's writes. */
-        usleep((useconds_t)(rand() % 20000));
-        kill(pid, SIGKILL);
-        test_wait(pid);
-        close(p[0]);
-        close(p[1]);
+        writer x = {name, KEYS, -1};
+        kill_after_byte(write_rounds, &x, 20000, "a round committed");
         /* The replacement takes the dead one's place: every key holds the
          * same committed round, and the writer's lock is free. */
         stash_worker *w;
@@ -248,20 +271,58 @@ Test(lmdb, a_worker_killed_mid_transaction_leaves_the_last_commit, .timeout = 12
     destroy(a, name);
 }
 
+/* ---- the dirty pages a worker holds --------------------------------------- */
+
+/* Puts keys 0 .. puts-1 without a barrier, says so, and waits to be killed. */
+static int write_unbarred(void *arg)
+{
+    writer *x = arg;
+    stash_worker *w;
+    stash_state *v;
+    if (child_value(x->name, "u", &w, &v) < 0) return 10;
+    for (uint64_t k = 0; k < x->puts; k++) {
+        stash_key_set(w, &k, sizeof k);
+        if (stash_value_put(v, &k, sizeof k) < 0) return 12;
+    }
+    if (write(x->ready, "", 1) != 1) return 13;
+    for (;;) pause();
+}
+
+Test(lmdb, a_workers_transactions_commit_before_their_charges_pass_the_bound, .timeout = 120)
+{
+    char name[96];
+    stash_arena *a = create_kgs("lmcharge", STASH_BACKEND_LMDB, 128, name);
+    /* Each put is charged two pages at least: this many pass the bound,
+     * spread so thinly over 128 key groups that none passes its own. */
+    writer x = {name, LMDB_STORE_MAX_BYTES / 8192 + 1000, -1};
+    kill_after_byte(write_unbarred, &x, 0, "the writer made its puts");
+    /* Killed before any barrier: what it left is what the bound committed. */
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    stash_state *v = state(w, "u", STASH_VALUE);
+    uint64_t found = 0;
+    for (uint64_t k = 0; k < x.puts; k++) {
+        stash_key_set(w, &k, sizeof k);
+        stash_bytes b;
+        int rc = stash_value_get(v, &b);
+        cr_assert(rc == 0 || rc == STASH_ENOTFOUND, "key %llu: %s", (unsigned long long)k,
+                  stash_errmsg());
+        if (rc == 0) {
+            cr_assert_eq(test_u64(b.data), k);
+            found++;
+        }
+    }
+    cr_assert_gt(found, 0, "%llu puts and none committed", (unsigned long long)x.puts);
+    stash_worker_close(w);
+    destroy(a, name);
+}
+
 /* ---- the map grows; keys it cannot hold ---------------------------------- */
 
 Test(lmdb, the_map_grows_and_a_key_too_long_is_refused, .timeout = 120)
 {
-    const char *n = test_arena_name("lmgrow");
     char name[96];
-    snprintf(name, sizeof name, "%s", n);
-    stash_arena *a;
-    cr_assert_eq(stash_arena_create(name,
-                                    &(stash_arena_opts){.size = 16u << 20,
-                                                        .max_parallelism = 1,
-                                                        .backend = STASH_BACKEND_LMDB},
-                                    &a),
-                 0);
+    stash_arena *a = create_kgs("lmgrow", STASH_BACKEND_LMDB, 1, name);
     stash_worker *w;
     cr_assert_eq(stash_worker_open(name, NULL, &w), 0);
     stash_state *v = state(w, "big", STASH_VALUE);
