@@ -177,7 +177,6 @@ static int begin_write(kg_env *e, uint32_t kg)
     MDB_stat s;
     mdb_stat(e->txn, e->dbi, &s);
     e->depth = s.ms_depth;
-    e->txn_bytes = 0;
     e->room = room_of(e);
     return 0;
 }

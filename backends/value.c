@@ -80,8 +80,8 @@ static int write_record(stash_state *s, const shm_lookup *l, shm_cursor *c, cons
 }
 
 /* Stores value (with a fresh timestamp under TTL) as the current entry. */
-static inline int write_value(stash_state *s, const shm_lookup *l, shm_cursor *c,
-                              const void *value, size_t len)
+static inline int write_value(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *value,
+                              size_t len)
 {
     return put_in_place(s, l, c, value, len) ? 0 : write_record(s, l, c, value, len);
 }
