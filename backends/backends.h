@@ -32,7 +32,12 @@ struct stash_worker {
     bool has_key;
     uint32_t kg;       /* of the current key */
     uint64_t key_hash; /* of the current key */
-    uint64_t writes;   /* every write by this worker: invalidates its iterators */
+    /* The seed of the worker's last lookup, and the current key's lookup
+     * hash under it: stash_key_set computes it and prefetches its entry,
+     * which the next access most likely looks up again. */
+    uint64_t last_seed;
+    uint32_t last_hash;
+    uint64_t writes; /* every write by this worker: invalidates its iterators */
     struct stash_state *states;
     uint32_t parallelism;
     uint64_t cut_id;       /* the newest checkpoint this worker cut */
@@ -103,10 +108,14 @@ static inline size_t state_ts_bytes(const stash_state *s)
 static inline int state_lookup_seeded(const stash_state *s, const void *ns, uint16_t nslen,
                                       uint64_t seed, shm_lookup *l)
 {
-    const stash_worker *w = s->w;
+    stash_worker *w = s->w;
     if (!w->has_key) return shm_fail(STASH_ENOKEY, "state access without a current key");
+    if (seed != w->last_seed) {
+        w->last_seed = seed;
+        w->last_hash = shm_lookup_hash(w->key_hash, seed);
+    }
     l->kg = w->kg;
-    l->hash = shm_lookup_hash(w->key_hash, seed);
+    l->hash = w->last_hash;
     l->state = s->id;
     l->klen = w->klen;
     l->nslen = nslen;

@@ -114,6 +114,8 @@ STASH_API __attribute__((flatten)) int stash_key_set(stash_worker *worker, const
     worker->kg = (uint32_t)((maxp & (maxp - 1)) == 0 ? worker->key_hash & (maxp - 1)
                                                      : worker->key_hash % maxp);
     worker->has_key = true;
+    worker->last_hash = shm_lookup_hash(worker->key_hash, worker->last_seed);
+    if (!worker->lmdb) shm_table_prefetch(worker->arena, worker->kg, worker->last_hash);
     return 0;
 }
 

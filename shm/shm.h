@@ -588,6 +588,16 @@ static inline shm_rec *shm_group_rec(const stash_arena *a, const shm_group *g, u
 /* Owner: shm_table_find past its first look (index.c). */
 int shm_table_find_probe(stash_arena *a, const shm_lookup *l, shm_cursor *c);
 
+/* Any process: starts loading the home group of lookup hash h in key group
+ * kg's index, so that a lookup soon after finds it in cache. */
+static inline void shm_table_prefetch(const stash_arena *a, uint32_t kg, uint32_t h)
+{
+    const shm_table *t = &a->tables[kg];
+    shm_off index = atomic_load_explicit(&t->index, memory_order_relaxed);
+    uint32_t mask = (1u << atomic_load_explicit(&t->log2, memory_order_relaxed)) - 1;
+    if (index) __builtin_prefetch((const shm_group *)(a->base + index) + (h & mask));
+}
+
 /* Owner: finds the entry of l (cursor->rec NULL if absent). Returns 0 or an
  * allocation error. Inline for its common case: one index array and the
  * entry in its home group. */

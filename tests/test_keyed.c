@@ -101,6 +101,30 @@ Test(keyed, value_default_is_a_copy)
     expect_value(s, "set");
 }
 
+/* A worker keeps the lookup hash of its last state and namespace for the
+ * current key: every change of key, state or namespace must renew it. */
+Test(keyed, values_of_states_and_namespaces_interleaved_stay_apart)
+{
+    stash_state *s[2] = {state("x", STASH_VALUE), state("y", STASH_VALUE)};
+    const char *ns[2] = {"", "window"};
+    char want[64];
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < 8 * 2 * 2; i++) {
+            /* The writes walk keys outermost, the reads states. */
+            int k = pass ? i % 8 : i / 4, st = pass ? i / 16 : i % 2,
+                n = pass ? i / 8 % 2 : i / 2 % 2;
+            char kbuf[16];
+            snprintf(kbuf, sizeof kbuf, "key-%d", k);
+            key(kbuf);
+            cr_assert_eq(stash_state_namespace(s[st], ns[n], strlen(ns[n])), 0);
+            snprintf(want, sizeof want, "%d/%d/%d", k, st, n);
+            if (pass == 0)
+                cr_assert_eq(stash_value_put(s[st], want, strlen(want)), 0);
+            else
+                expect_value(s[st], want);
+        }
+    }
+}
 Test(keyed, many_keys_survive_growth)
 {
     stash_state *s = state("grow", STASH_VALUE);
