@@ -56,11 +56,9 @@ put_in_place(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *val
 {
     stash_arena *a = s->w->arena;
     shm_rec *rec = c->rec;
-    if (state_has_ttl(s) || s->w->lmdb || !shm_rec_live(rec) || !shm_rec_mutable(a, l->kg, rec) ||
-        shm_rec_capacity(a, rec) < len || !shm_rec_overwrite(a, l->kg, rec, value, len))
-        return false;
-    s->w->writes++;
-    return true;
+    return !state_has_ttl(s) && !s->w->lmdb && shm_rec_live(rec) &&
+           shm_rec_mutable(a, l->kg, rec) && shm_rec_capacity(a, rec) >= len &&
+           shm_rec_overwrite(a, l->kg, rec, value, len);
 }
 
 /* write_value past put_in_place: a record built or changed for the value. */
@@ -80,8 +78,8 @@ static int write_record(stash_state *s, const shm_lookup *l, shm_cursor *c, cons
 }
 
 /* Stores value (with a fresh timestamp under TTL) as the current entry. */
-static inline int write_value(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *value,
-                              size_t len)
+static inline __attribute__((always_inline)) int
+write_value(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *value, size_t len)
 {
     return put_in_place(s, l, c, value, len) ? 0 : write_record(s, l, c, value, len);
 }

@@ -654,12 +654,34 @@ int shm_table_delete(stash_arena *a, const shm_lookup *l, shm_cursor *c);
  * exceed SHM_UNDO_BYTES (the caller then writes a new record instead). */
 bool shm_rec_write_begin(stash_arena *a, uint32_t kg, shm_rec *rec, const shm_region *r,
                          unsigned n);
-void shm_rec_write_end(stash_arena *a, uint32_t kg, shm_rec *rec);
+static inline void shm_rec_write_end(stash_arena *a, uint32_t kg, shm_rec *rec)
+{
+    atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1,
+                          memory_order_release);
+    atomic_store_explicit(&a->tables[kg].undo.rec, 0, memory_order_release);
+}
 /* Owner: replaces the whole value of a mutable record with room for len
  * bytes, in place, under its sequence lock. The new value is saved first for
  * a crash's redo, so the old one need not be read. Returns false, changing
  * nothing, if it is longer than SHM_UNDO_BYTES. */
-bool shm_rec_overwrite(stash_arena *a, uint32_t kg, shm_rec *rec, const void *value, size_t len);
+static inline bool shm_rec_overwrite(stash_arena *a, uint32_t kg, shm_rec *rec, const void *value,
+                                     size_t len)
+{
+    if (len > SHM_UNDO_BYTES) return false;
+    shm_undo *u = &a->tables[kg].undo;
+    __builtin_memcpy(u->bytes, value, len);
+    u->nregions = 0;
+    u->vlen = (uint32_t)len;
+    atomic_store_explicit(&u->rec, shm_ref_of(shm_off_of(a, rec)), memory_order_release);
+    /* Odd only after the undo names the record (recovery looks there). */
+    atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1,
+                          memory_order_release);
+    atomic_thread_fence(memory_order_release);
+    __builtin_memcpy(shm_rec_value(rec), value, len);
+    atomic_store_explicit(&rec->vlen, (uint32_t)len, memory_order_relaxed);
+    shm_rec_write_end(a, kg, rec);
+    return true;
+}
 /* After the owner died: finishes a move between index arrays and undoes a
  * half-done in-place change, so the table is whole again, and releases every
  * pin (a checkpoint in flight when an owner of its key groups dies fails with it). */

@@ -334,31 +334,6 @@ bool shm_rec_write_begin(stash_arena *a, uint32_t kg, shm_rec *rec, const shm_re
     return true;
 }
 
-bool shm_rec_overwrite(stash_arena *a, uint32_t kg, shm_rec *rec, const void *value, size_t len)
-{
-    if (len > SHM_UNDO_BYTES) return false;
-    shm_undo *u = &a->tables[kg].undo;
-    memcpy(u->bytes, value, len);
-    u->nregions = 0;
-    u->vlen = (uint32_t)len;
-    atomic_store_explicit(&u->rec, shm_ref_of(shm_off_of(a, rec)), memory_order_release);
-    /* Odd only after the undo names the record (recovery looks there). */
-    atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1,
-                          memory_order_release);
-    atomic_thread_fence(memory_order_release);
-    memcpy(shm_rec_value(rec), value, len);
-    atomic_store_explicit(&rec->vlen, (uint32_t)len, memory_order_relaxed);
-    shm_rec_write_end(a, kg, rec);
-    return true;
-}
-
-void shm_rec_write_end(stash_arena *a, uint32_t kg, shm_rec *rec)
-{
-    atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1,
-                          memory_order_release);
-    atomic_store_explicit(&a->tables[kg].undo.rec, 0, memory_order_release);
-}
-
 void shm_table_recover(stash_arena *a, uint32_t kg)
 {
     shm_table *t = &a->tables[kg];
