@@ -139,6 +139,15 @@ static inline bool state_owns(const stash_state *s, uint32_t kg)
 {
     return kg >= s->w->range.first && kg <= s->w->range.last;
 }
+/* Whether an access to s may take the heap's path in one step: no TTL, not
+ * lmdb, a current key in an owned key group and the state's seed that of the
+ * worker's last lookup (whose hash stash_key_set computed). */
+static inline bool state_fast(const stash_state *s)
+{
+    const stash_worker *w = s->w;
+    return !state_has_ttl(s) && !w->lmdb && w->has_key && s->seed == w->last_seed &&
+           state_owns(s, w->kg);
+}
 /* STASH_EKEYGROUP with a message, for a write outside the worker's range. */
 int state_refuse_write(const stash_state *s, uint32_t kg);
 

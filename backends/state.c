@@ -89,25 +89,12 @@ STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc
     return 0;
 }
 
-/* Flattened: the key's hash is computed inline. */
-STASH_API __attribute__((flatten)) int stash_key_set(stash_worker *worker, const void *key,
-                                                     size_t len)
+/* The rest of stash_key_set, with the key's bytes in the worker's buffer:
+ * its hash, its key group, and the lookup hash under the seed of the
+ * worker's last lookup, whose home group it prefetches. */
+static inline __attribute__((always_inline)) int key_set_hashed(stash_worker *worker,
+                                                                const void *key, size_t len)
 {
-    if (len > worker->key_cap || !worker->key) {
-        if (len > UINT16_MAX) return shm_fail(-EINVAL, "a key of %zu bytes (at most 65535)", len);
-        if (state_reserve(&worker->key, &worker->key_cap, len ? len : 1) < 0)
-            return shm_fail(-ENOMEM, "out of memory");
-    }
-    /* Keys of 8 to 16 bytes, the usual, in two stores instead of a call. */
-    if (len >= 8 && len <= 16) {
-        uint64_t head, tail;
-        memcpy(&head, key, 8);
-        memcpy(&tail, (const uint8_t *)key + len - 8, 8);
-        memcpy(worker->key, &head, 8);
-        memcpy(worker->key + len - 8, &tail, 8);
-    } else if (len) {
-        memcpy(worker->key, key, len);
-    }
     worker->klen = (uint16_t)len;
     worker->key_hash = shm_key_hash(key, len);
     uint32_t maxp = worker->max_parallelism;
@@ -117,6 +104,34 @@ STASH_API __attribute__((flatten)) int stash_key_set(stash_worker *worker, const
     worker->last_hash = shm_lookup_hash(worker->key_hash, worker->last_seed);
     if (!worker->lmdb) shm_table_prefetch(worker->arena, worker->kg, worker->last_hash);
     return 0;
+}
+
+/* stash_key_set for a key outside 8 to 16 bytes or longer than the buffer:
+ * apart, so that the common case saves no registers. */
+static __attribute__((noinline)) int key_set_other(stash_worker *worker, const void *key,
+                                                   size_t len)
+{
+    if (len > worker->key_cap || !worker->key) {
+        if (len > UINT16_MAX) return shm_fail(-EINVAL, "a key of %zu bytes (at most 65535)", len);
+        if (state_reserve(&worker->key, &worker->key_cap, len ? len : 1) < 0)
+            return shm_fail(-ENOMEM, "out of memory");
+    }
+    if (len) memcpy(worker->key, key, len);
+    return key_set_hashed(worker, key, len);
+}
+
+/* Flattened: the key's hash is computed inline. Keys of 8 to 16 bytes, the
+ * usual, are copied in two stores. */
+STASH_API __attribute__((flatten)) int stash_key_set(stash_worker *worker, const void *key,
+                                                     size_t len)
+{
+    if (len < 8 || len > 16 || len > worker->key_cap) return key_set_other(worker, key, len);
+    uint64_t head, tail;
+    memcpy(&head, key, 8);
+    memcpy(&tail, (const uint8_t *)key + len - 8, 8);
+    memcpy(worker->key, &head, 8);
+    memcpy(worker->key + len - 8, &tail, 8);
+    return key_set_hashed(worker, key, len);
 }
 
 STASH_API int stash_key_group_current(const stash_worker *worker)

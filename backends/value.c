@@ -49,16 +49,16 @@ static int read_value(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_
     return 0;
 }
 
-/* The common put in one step: a heap record without TTL rewritten in
- * place. Returns whether it was. */
+/* The common put in one step: a heap record without TTL, in a block of a
+ * size class, rewritten in place. Returns whether it was. */
 static inline __attribute__((always_inline)) bool
 put_in_place(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *value, size_t len)
 {
     stash_arena *a = s->w->arena;
     shm_rec *rec = c->rec;
     return !state_has_ttl(s) && !s->w->lmdb && shm_rec_live(rec) &&
-           shm_rec_mutable(a, l->kg, rec) && shm_rec_capacity(a, rec) >= len &&
-           shm_rec_overwrite(a, l->kg, rec, value, len);
+           shm_rec_mutable(a, l->kg, rec) && rec->size_class != SHM_CLASS_LARGE &&
+           shm_rec_capacity(a, rec) >= len && shm_rec_overwrite(a, l->kg, rec, value, len);
 }
 
 /* write_value past put_in_place: a record built or changed for the value. */
@@ -89,7 +89,8 @@ static int check_value(const stash_state *s)
     return s->kind == STASH_VALUE ? 0 : shm_fail(STASH_EKIND, "not a value state");
 }
 
-STASH_API int stash_value_get(stash_state *state, stash_bytes *out)
+/* stash_value_get past get_fast. */
+static __attribute__((noinline)) int value_get(stash_state *state, stash_bytes *out)
 {
     shm_lookup l;
     shm_cursor c;
@@ -104,7 +105,8 @@ STASH_API int stash_value_get(stash_state *state, stash_bytes *out)
     return rc;
 }
 
-STASH_API int stash_value_put(stash_state *state, const void *value, size_t len)
+/* stash_value_put past put_fast. */
+static __attribute__((noinline)) int value_put(stash_state *state, const void *value, size_t len)
 {
     shm_lookup l;
     shm_cursor c;
@@ -116,6 +118,51 @@ STASH_API int stash_value_put(stash_state *state, const void *value, size_t len)
     if (rc) return rc;
     if (len == 0) return state_delete(state, &l, &c);
     return write_value(state, &l, &c, value, len);
+}
+
+/* A key and a namespace that compare without a call (shm_bytes_equal). */
+static inline bool short_lookup(const shm_lookup *l)
+{
+    return l->klen <= 16 && l->nslen <= 16;
+}
+
+/* The common read and put, each in one step that saves no registers: a
+ * value found in its home group, read or rewritten in place (state_fast).
+ * Each returns whether it was done; if not, nothing changed. */
+static inline __attribute__((always_inline)) bool get_fast(stash_state *s, stash_bytes *out)
+{
+    shm_lookup l;
+    shm_cursor c;
+    if (s->kind != STASH_VALUE || !state_fast(s) || state_lookup(s, &l) != 0 || !short_lookup(&l) ||
+        !shm_table_find_home(s->w->arena, &l, &c) || !shm_rec_live(c.rec))
+        return false;
+    out->data = shm_rec_value(c.rec);
+    out->len = atomic_load_explicit(&c.rec->vlen, memory_order_relaxed);
+    return true;
+}
+
+static inline __attribute__((always_inline)) bool put_fast(stash_state *s, const void *value,
+                                                           size_t len)
+{
+    shm_lookup l;
+    shm_cursor c;
+    stash_arena *a = s->w->arena;
+    if (s->kind != STASH_VALUE || !state_fast(s) || len == 0 || state_lookup(s, &l) != 0 ||
+        !short_lookup(&l) || shm_table_untended(a, l.kg) || !shm_table_find_home(a, &l, &c) ||
+        !put_in_place(s, &l, &c, value, len))
+        return false;
+    s->w->writes++;
+    return true;
+}
+
+STASH_API int stash_value_get(stash_state *state, stash_bytes *out)
+{
+    return get_fast(state, out) ? 0 : value_get(state, out);
+}
+
+STASH_API int stash_value_put(stash_state *state, const void *value, size_t len)
+{
+    return put_fast(state, value, len) ? 0 : value_put(state, value, len);
 }
 
 /* Folds in into the accumulator of l's entry and stores the result. For an

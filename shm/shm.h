@@ -430,7 +430,7 @@ void shm_pool_prefault(stash_arena *a, uint64_t bytes);
 unsigned shm_size_class(size_t size);
 /* The bytes a block of class cls spans: 16-byte steps up to 256, then
  * four classes per power of two. */
-static inline uint32_t shm_class_bytes(unsigned cls)
+static inline __attribute__((always_inline)) uint32_t shm_class_bytes(unsigned cls)
 {
     if (cls < 16) return (cls + 1) * 16;
     unsigned i = cls - 16;
@@ -544,16 +544,60 @@ static inline unsigned shm_group_next(unsigned *mask)
     return i;
 }
 
-/* Byte equality without a call for the short keys and namespaces of most jobs. */
-static inline bool shm_bytes_equal(const uint8_t *x, const uint8_t *y, size_t n)
+/* Byte equality without a call for keys and namespaces of at most 16
+ * bytes, the usual: two overlapping loads from each. */
+static inline __attribute__((always_inline)) bool shm_bytes_equal(const uint8_t *x,
+                                                                  const uint8_t *y, size_t n)
 {
-    if (n == 8) {
-        uint64_t a, b;
-        __builtin_memcpy(&a, x, 8);
-        __builtin_memcpy(&b, y, 8);
-        return a == b;
+    if (n > 16) return __builtin_memcmp(x, y, n) == 0;
+    uint64_t a0, a1, b0, b1;
+    if (n >= 8) {
+        __builtin_memcpy(&a0, x, 8), __builtin_memcpy(&a1, x + n - 8, 8);
+        __builtin_memcpy(&b0, y, 8), __builtin_memcpy(&b1, y + n - 8, 8);
+        return ((a0 ^ b0) | (a1 ^ b1)) == 0;
     }
-    return n == 0 || __builtin_memcmp(x, y, n) == 0;
+    if (n >= 4) {
+        uint32_t c0, c1, d0, d1;
+        __builtin_memcpy(&c0, x, 4), __builtin_memcpy(&c1, x + n - 4, 4);
+        __builtin_memcpy(&d0, y, 4), __builtin_memcpy(&d1, y + n - 4, 4);
+        return ((c0 ^ d0) | (c1 ^ d1)) == 0;
+    }
+    return n == 0 || (x[0] == y[0] && x[n / 2] == y[n / 2] && x[n - 1] == y[n - 1]);
+}
+
+/* 16 bytes at any alignment, moved as one vector where the target has them. */
+typedef uint8_t shm_bytes16 __attribute__((vector_size(16), aligned(1), may_alias));
+
+static inline void shm_move16(uint8_t *d, const uint8_t *s)
+{
+    *(shm_bytes16 *)(void *)d = *(const shm_bytes16 *)(const void *)s;
+}
+
+static inline void shm_move64(uint8_t *d, const uint8_t *s)
+{
+    shm_move16(d, s), shm_move16(d + 16, s + 16);
+    shm_move16(d + 32, s + 32), shm_move16(d + 48, s + 48);
+}
+
+/* Copies n <= SHM_UNDO_BYTES bytes between buffers that do not overlap,
+ * without a call: moves of 64, 16, 8, 4 or 1 bytes, the last one
+ * overlapping the one before it. */
+static inline __attribute__((always_inline)) void shm_copy_small(uint8_t *d, const uint8_t *s,
+                                                                 size_t n)
+{
+    if (n >= 64) {
+        for (size_t i = 0; i + 64 < n; i += 64) shm_move64(d + i, s + i);
+        shm_move64(d + n - 64, s + n - 64);
+    } else if (n >= 16) {
+        for (size_t i = 0; i + 16 < n; i += 16) shm_move16(d + i, s + i);
+        shm_move16(d + n - 16, s + n - 16);
+    } else if (n >= 8) {
+        __builtin_memcpy(d, s, 8), __builtin_memcpy(d + n - 8, s + n - 8, 8);
+    } else if (n >= 4) {
+        __builtin_memcpy(d, s, 4), __builtin_memcpy(d + n - 4, s + n - 4, 4);
+    } else if (n) {
+        d[0] = s[0], d[n / 2] = s[n / 2], d[n - 1] = s[n - 1];
+    }
 }
 
 /* State, key length and namespace length lie side by side in both. */
@@ -564,13 +608,14 @@ _Static_assert(offsetof(shm_rec, klen) == offsetof(shm_rec, state) + 2 &&
                "state, klen and nslen are compared as one word");
 
 /* Whether r is a version of l's entry. */
-static inline bool shm_rec_matches(const shm_rec *r, const shm_lookup *l)
+static inline __attribute__((always_inline)) bool shm_rec_matches(const shm_rec *r,
+                                                                  const shm_lookup *l)
 {
     uint64_t x, y;
     __builtin_memcpy(&x, &r->state, 8);
     __builtin_memcpy(&y, &l->state, 8);
     return ((x ^ y) & 0xffffffffffffull) == 0 && shm_bytes_equal(shm_rec_key(r), l->key, l->klen) &&
-           (l->nslen == 0 || __builtin_memcmp(shm_rec_ns(r), l->ns, l->nslen) == 0);
+           shm_bytes_equal(shm_rec_ns(r), l->ns, l->nslen);
 }
 
 /* The record of slot i of g whose hash matched, fetched whole: its value
@@ -598,28 +643,32 @@ static inline void shm_table_prefetch(const stash_arena *a, uint32_t kg, uint32_
     if (index) __builtin_prefetch((const shm_group *)(a->base + index) + (h & mask));
 }
 
-/* Owner: finds the entry of l (cursor->rec NULL if absent). Returns 0 or an
- * allocation error. Inline for its common case: one index array and the
- * entry in its home group. */
-static inline __attribute__((always_inline)) int shm_table_find(stash_arena *a, const shm_lookup *l,
-                                                                shm_cursor *c)
+/* Owner: shm_table_find's first look, inline: one index array and the entry
+ * in its home group. Returns whether it found the entry there, and c. */
+static inline __attribute__((always_inline)) bool
+shm_table_find_home(stash_arena *a, const shm_lookup *l, shm_cursor *c)
 {
     const shm_table *t = &a->tables[l->kg];
     shm_off index = atomic_load_explicit(&t->index, memory_order_relaxed);
-    if (__builtin_expect(index && !atomic_load_explicit(&t->old_index, memory_order_relaxed), 1)) {
-        uint32_t mask = (1u << atomic_load_explicit(&t->log2, memory_order_relaxed)) - 1;
-        shm_group *grp = (shm_group *)(a->base + index) + (l->hash & mask);
-        unsigned m = shm_group_match(grp, l->hash);
-        if (__builtin_expect(m != 0, 1)) {
-            unsigned i = shm_group_next(&m);
-            shm_rec *r = shm_group_rec(a, grp, i);
-            if (__builtin_expect(r && shm_rec_matches(r, l), 1)) {
-                *c = (shm_cursor){.group = grp, .slot = i, .in_old = false, .rec = r};
-                return 0;
-            }
-        }
-    }
-    return shm_table_find_probe(a, l, c);
+    if (__builtin_expect(!index || atomic_load_explicit(&t->old_index, memory_order_relaxed), 0))
+        return false;
+    uint32_t mask = (1u << atomic_load_explicit(&t->log2, memory_order_relaxed)) - 1;
+    shm_group *grp = (shm_group *)(a->base + index) + (l->hash & mask);
+    unsigned m = shm_group_match(grp, l->hash);
+    if (__builtin_expect(m == 0, 0)) return false;
+    unsigned i = shm_group_next(&m);
+    shm_rec *r = shm_group_rec(a, grp, i);
+    if (__builtin_expect(!r || !shm_rec_matches(r, l), 0)) return false;
+    *c = (shm_cursor){.group = grp, .slot = i, .in_old = false, .rec = r};
+    return true;
+}
+
+/* Owner: finds the entry of l (cursor->rec NULL if absent). Returns 0 or an
+ * allocation error. */
+static inline __attribute__((always_inline)) int shm_table_find(stash_arena *a, const shm_lookup *l,
+                                                                shm_cursor *c)
+{
+    return shm_table_find_home(a, l, c) ? 0 : shm_table_find_probe(a, l, c);
 }
 
 /* Owner: sizes an empty table for about n records, so that filling it (a
@@ -632,7 +681,8 @@ static inline bool shm_rec_mutable(const stash_arena *a, uint32_t kg, const shm_
     return rec->version == atomic_load_explicit(&a->tables[kg].epoch, memory_order_relaxed);
 }
 /* The bytes the value of rec may grow to in place. */
-static inline uint64_t shm_rec_capacity(const stash_arena *a, const shm_rec *rec)
+static inline __attribute__((always_inline)) uint64_t shm_rec_capacity(const stash_arena *a,
+                                                                       const shm_rec *rec)
 {
     /* The class in the header spares a look at the span descriptors. */
     uint64_t block = rec->size_class == SHM_CLASS_LARGE ? shm_block_size(a, shm_off_of(a, rec))
@@ -654,7 +704,8 @@ int shm_table_delete(stash_arena *a, const shm_lookup *l, shm_cursor *c);
  * exceed SHM_UNDO_BYTES (the caller then writes a new record instead). */
 bool shm_rec_write_begin(stash_arena *a, uint32_t kg, shm_rec *rec, const shm_region *r,
                          unsigned n);
-static inline void shm_rec_write_end(stash_arena *a, uint32_t kg, shm_rec *rec)
+static inline __attribute__((always_inline)) void shm_rec_write_end(stash_arena *a, uint32_t kg,
+                                                                    shm_rec *rec)
 {
     atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1,
                           memory_order_release);
@@ -664,12 +715,12 @@ static inline void shm_rec_write_end(stash_arena *a, uint32_t kg, shm_rec *rec)
  * bytes, in place, under its sequence lock. The new value is saved first for
  * a crash's redo, so the old one need not be read. Returns false, changing
  * nothing, if it is longer than SHM_UNDO_BYTES. */
-static inline bool shm_rec_overwrite(stash_arena *a, uint32_t kg, shm_rec *rec, const void *value,
-                                     size_t len)
+static inline __attribute__((always_inline)) bool
+shm_rec_overwrite(stash_arena *a, uint32_t kg, shm_rec *rec, const void *value, size_t len)
 {
     if (len > SHM_UNDO_BYTES) return false;
     shm_undo *u = &a->tables[kg].undo;
-    __builtin_memcpy(u->bytes, value, len);
+    shm_copy_small(u->bytes, value, len);
     u->nregions = 0;
     u->vlen = (uint32_t)len;
     atomic_store_explicit(&u->rec, shm_ref_of(shm_off_of(a, rec)), memory_order_release);
@@ -677,7 +728,7 @@ static inline bool shm_rec_overwrite(stash_arena *a, uint32_t kg, shm_rec *rec, 
     atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1,
                           memory_order_release);
     atomic_thread_fence(memory_order_release);
-    __builtin_memcpy(shm_rec_value(rec), value, len);
+    shm_copy_small(shm_rec_value(rec), value, len);
     atomic_store_explicit(&rec->vlen, (uint32_t)len, memory_order_relaxed);
     shm_rec_write_end(a, kg, rec);
     return true;
@@ -689,18 +740,23 @@ void shm_table_recover(stash_arena *a, uint32_t kg);
 /* Owner: a step of background work (growth, pruning, reclamation), bounded by budget. */
 void shm_table_maintain(stash_arena *a, uint32_t kg, uint32_t budget);
 #define SHM_TEND_BUDGET 2u /* groups a write moves or sweeps */
+/* Whether key group kg's table has background work pending (a sweep, a
+ * growth, a prune after an unpin). */
+static inline bool shm_table_untended(const stash_arena *a, uint32_t kg)
+{
+    const shm_table *t = &a->tables[kg];
+    return t->sweep_pos != UINT32_MAX ||
+           atomic_load_explicit(&t->pins_gen, memory_order_relaxed) != t->swept_gen ||
+           atomic_load_explicit(&t->old_index, memory_order_relaxed) ||
+           atomic_load_explicit(&t->used, memory_order_relaxed) > t->grow_at;
+}
 /* Owner: a small step of pending background work, if any; call it before a
  * write's lookup (never between a lookup and the change that uses its cursor:
  * the step may move entries). Every write calls it, so pruning and growth go
  * on under any write load. */
 static inline void shm_table_tend(stash_arena *a, uint32_t kg)
 {
-    const shm_table *t = &a->tables[kg];
-    if (t->sweep_pos != UINT32_MAX ||
-        atomic_load_explicit(&t->pins_gen, memory_order_relaxed) != t->swept_gen ||
-        atomic_load_explicit(&t->old_index, memory_order_relaxed) ||
-        atomic_load_explicit(&t->used, memory_order_relaxed) > t->grow_at)
-        shm_table_maintain(a, kg, SHM_TEND_BUDGET);
+    if (shm_table_untended(a, kg)) shm_table_maintain(a, kg, SHM_TEND_BUDGET);
 }
 
 /* Owner: pins the current version of key group kg for a reader and starts a

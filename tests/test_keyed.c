@@ -101,6 +101,76 @@ Test(keyed, value_default_is_a_copy)
     expect_value(s, "set");
 }
 
+/* The comparisons and copies a lookup and an in-place put make without a
+ * call agree with memcmp and memcpy at every length they treat apart, and a
+ * copy writes no byte past its end. */
+Test(keyed, short_comparisons_and_copies_agree_with_memcmp_and_memcpy)
+{
+    uint8_t x[48], y[48], d[SHM_UNDO_BYTES + 8], src[SHM_UNDO_BYTES];
+    for (size_t i = 0; i < sizeof x; i++) x[i] = (uint8_t)(i * 37 + 1);
+    for (size_t n = 0; n <= sizeof x; n++) {
+        memcpy(y, x, n);
+        cr_assert(shm_bytes_equal(x, y, n), "%zu equal bytes", n);
+        for (size_t at = 0; at < n; at++) {
+            y[at] ^= 0x40;
+            cr_assert(!shm_bytes_equal(x, y, n), "%zu bytes, byte %zu differs", n, at);
+            y[at] ^= 0x40;
+        }
+    }
+    for (size_t i = 0; i < sizeof src; i++) src[i] = (uint8_t)(i * 13 + 7);
+    for (size_t n = 0; n <= SHM_UNDO_BYTES; n++) {
+        memset(d, 0xee, sizeof d);
+        shm_copy_small(d, src, n);
+        cr_assert_eq(memcmp(d, src, n), 0, "a copy of %zu bytes", n);
+        for (size_t i = n; i < sizeof d; i++)
+            cr_assert_eq(d[i], 0xee, "a copy of %zu bytes wrote byte %zu", n, i);
+    }
+}
+
+/* Keys, namespaces and values of the lengths that short comparisons and
+ * copies treat apart: keys that differ in one byte only stay apart, and a
+ * value rewritten in place reads back whole. */
+Test(keyed, keys_namespaces_and_values_of_every_short_length)
+{
+    stash_state *s = state("short", STASH_VALUE);
+    uint8_t k[40], v[80], got[80];
+    for (size_t len = 1; len <= sizeof k; len++) {
+        for (size_t at = 0; at < len; at++) {
+            memset(k, 'k', len);
+            k[at] = (uint8_t)('A' + at % 26);
+            for (int ns = 0; ns < 2; ns++) {
+                cr_assert_eq(stash_key_set(w, ns ? "key" : (const char *)k, ns ? 3 : len), 0);
+                cr_assert_eq(stash_state_namespace(s, ns ? k : NULL, ns ? len : 0), 0);
+                size_t vlen = (len * 7 + at) % sizeof v + 1;
+                /* A longer value first, then the one kept, in its place. */
+                for (int round = 0; round < 2; round++) {
+                    size_t n = round ? vlen : vlen + 13 < sizeof v ? vlen + 13 : sizeof v;
+                    for (size_t i = 0; i < n; i++) v[i] = (uint8_t)(len + at * 3 + i + round);
+                    cr_assert_eq(stash_value_put(s, v, n), 0);
+                }
+            }
+        }
+    }
+    for (size_t len = 1; len <= sizeof k; len++) {
+        for (size_t at = 0; at < len; at++) {
+            memset(k, 'k', len);
+            k[at] = (uint8_t)('A' + at % 26);
+            for (int ns = 0; ns < 2; ns++) {
+                cr_assert_eq(stash_key_set(w, ns ? "key" : (const char *)k, ns ? 3 : len), 0);
+                cr_assert_eq(stash_state_namespace(s, ns ? k : NULL, ns ? len : 0), 0);
+                size_t vlen = (len * 7 + at) % sizeof v + 1;
+                for (size_t i = 0; i < vlen; i++) v[i] = (uint8_t)(len + at * 3 + i + 1);
+                stash_bytes out;
+                cr_assert_eq(stash_value_get(s, &out), 0, "key of %zu bytes, %zu differs", len, at);
+                cr_assert_eq(out.len, vlen, "key of %zu bytes, byte %zu differs", len, at);
+                memcpy(got, out.data, out.len);
+                cr_assert_eq(memcmp(got, v, vlen), 0, "key of %zu bytes, byte %zu differs", len,
+                             at);
+            }
+        }
+    }
+}
+
 /* A worker keeps the lookup hash of its last state and namespace for the
  * current key: every change of key, state or namespace must renew it. */
 Test(keyed, values_of_states_and_namespaces_interleaved_stay_apart)
