@@ -140,13 +140,11 @@ static inline bool state_owns(const stash_state *s, uint32_t kg)
     return kg >= s->w->range.first && kg <= s->w->range.last;
 }
 /* Whether an access to s may take the heap's path in one step: no TTL, not
- * lmdb, a current key in an owned key group and the state's seed that of the
- * worker's last lookup (whose hash stash_key_set computed). */
+ * lmdb, a current key in an owned key group. */
 static inline bool state_fast(const stash_state *s)
 {
     const stash_worker *w = s->w;
-    return !state_has_ttl(s) && !w->lmdb && w->has_key && s->seed == w->last_seed &&
-           state_owns(s, w->kg);
+    return !state_has_ttl(s) && !w->lmdb && w->has_key && state_owns(s, w->kg);
 }
 /* STASH_EKEYGROUP with a message, for a write outside the worker's range. */
 int state_refuse_write(const stash_state *s, uint32_t kg);
@@ -193,6 +191,12 @@ state_find_overwrite(stash_state *s, const shm_lookup *l, shm_cursor *c)
     return 0;
 }
 
+/* The value bytes of an owned record, in place. */
+static inline stash_bytes state_rec_view(shm_rec *rec)
+{
+    return (stash_bytes){shm_rec_value(rec),
+                         atomic_load_explicit(&rec->vlen, memory_order_relaxed)};
+}
 /* state_read for an lmdb worker or a key group the worker does not own. */
 int state_read_slow(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out);
 /* Reads the value bytes of l's entry: a view into the arena (or LMDB's map)
@@ -207,8 +211,7 @@ static inline __attribute__((always_inline)) int state_read(stash_state *s, cons
     int rc = shm_table_find(w->arena, l, c);
     if (rc < 0) return rc;
     if (!shm_rec_live(c->rec)) return STASH_ENOTFOUND;
-    out->data = shm_rec_value(c->rec);
-    out->len = atomic_load_explicit(&c->rec->vlen, memory_order_relaxed);
+    *out = state_rec_view(c->rec);
     return 0;
 }
 

@@ -192,8 +192,7 @@ int state_read_slow(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_by
 int state_view(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out)
 {
     if (s->w->lmdb) return lmdb_read_owned(s->w, l, c, out, true);
-    out->data = shm_rec_value(c->rec);
-    out->len = atomic_load_explicit(&c->rec->vlen, memory_order_relaxed);
+    *out = state_rec_view(c->rec);
     return 0;
 }
 

@@ -136,8 +136,7 @@ static inline __attribute__((always_inline)) bool get_fast(stash_state *s, stash
     if (s->kind != STASH_VALUE || !state_fast(s) || state_lookup(s, &l) != 0 || !short_lookup(&l) ||
         !shm_table_find_home(s->w->arena, &l, &c) || !shm_rec_live(c.rec))
         return false;
-    out->data = shm_rec_value(c.rec);
-    out->len = atomic_load_explicit(&c.rec->vlen, memory_order_relaxed);
+    *out = state_rec_view(c.rec);
     return true;
 }
 

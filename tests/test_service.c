@@ -159,10 +159,9 @@ static void wait_live(const char *name, uint32_t n)
     cr_assert_geq(live, n, "%zu of %u workers joined", live, n);
 }
 
-/* Starts workers 0 .. p-1 of arena name running fn, each on a copy of proto
- * with its index (and, when proto has events, 7 more per index, so that they
- * end apart), and waits until all have joined. */
-/* Fills j[0 .. p-1] from proto as the workers of arena name at parallelism p. */
+/* Fills j[0 .. p-1] from proto as the workers of arena name at parallelism
+ * p, each with its index (and, when proto has events, 7 more per index, so
+ * that they end apart). */
 static void jobs_of(const char *name, job proto, uint32_t p, job *j)
 {
     for (uint32_t i = 0; i < p; i++) {
@@ -181,6 +180,8 @@ static void fork_jobs(const char *name, job *j, uint32_t p, int (*fn)(void *), p
     wait_live(name, p);
 }
 
+/* Starts workers 0 .. p-1 of arena name running fn, each on a copy of proto,
+ * and waits until all have joined. */
 static void start_workers(const char *name, job proto, uint32_t p, int (*fn)(void *), job *j,
                           pid_t *pids)
 {
