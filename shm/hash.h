@@ -32,14 +32,13 @@ static inline uint64_t shm_lookup_seed(uint16_t state, uint64_t ns_hash)
 }
 
 /* The lookup hash of the entry of a key (by its hash) under seed: at least 2,
- * since the index keeps 0 and 1 for its empty and deleted slots. */
+ * since the index keeps 0 and 1 for its empty and deleted slots. The key's
+ * hash is XXH3's, already mixed, so its high half serves as it is: the key
+ * group comes from the low bits, which every entry of a key group shares.
+ * No multiply lies between the key's hash and the first load of a lookup. */
 static inline uint32_t shm_lookup_hash(uint64_t key_hash, uint64_t seed)
 {
-    uint64_t h = key_hash ^ seed;
-    h ^= h >> 29;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 32;
-    uint32_t x = (uint32_t)h;
+    uint32_t x = (uint32_t)((key_hash ^ seed) >> 32);
     return x < 2 ? x + 2 : x;
 }
 

@@ -86,3 +86,32 @@ Test(keygroup, keys_spread_over_the_groups)
     for (uint32_t i = 0; i < 128000; i++) count[stash_key_group(&i, sizeof i, 128)]++;
     for (int kg = 0; kg < 128; kg++) cr_assert(count[kg] > 800 && count[kg] < 1200, "kg %d", kg);
 }
+
+/* The keys of one key group share the low bits of their hash; their lookup
+ * hashes must still spread over the key group's index groups, under every
+ * state and namespace, and one key's entries of two states must not share
+ * a home group more often than chance says. */
+Test(keygroup, lookup_hashes_of_one_key_group_spread_over_its_index)
+{
+    enum { MAXP = 128, GROUPS = 1024, KEYS = 8 * GROUPS };
+    static uint32_t count[GROUPS];
+    const uint64_t seeds[] = {shm_lookup_seed(1, 0), shm_lookup_seed(2, 0),
+                              shm_lookup_seed(1, shm_ns_hash("window-7", 8))};
+    for (size_t s = 0; s < sizeof seeds / sizeof seeds[0]; s++) {
+        memset(count, 0, sizeof count);
+        uint32_t same_home = 0, n = 0;
+        for (uint64_t i = 0; n < KEYS; i++) {
+            uint64_t h = shm_key_hash(&i, sizeof i);
+            if (h % MAXP != 5) continue;
+            n++;
+            uint32_t home = shm_lookup_hash(h, seeds[s]) % GROUPS;
+            count[home]++;
+            same_home += home == shm_lookup_hash(h, seeds[(s + 1) % 3]) % GROUPS;
+        }
+        uint32_t most = 0;
+        for (uint32_t g = 0; g < GROUPS; g++) most = count[g] > most ? count[g] : most;
+        cr_assert_leq(most, 32u, "seed %zu: %u of %u keys in one group", s, most, KEYS);
+        cr_assert_leq(same_home, 64u, "seed %zu: %u keys share their home under two seeds", s,
+                      same_home);
+    }
+}
