@@ -245,25 +245,26 @@ typedef struct shm_undo {
 
 /* A key group's table: an open-addressing index of records, grown by moving
  * a few groups into a larger index per write; written by the key group's
- * owner only. The fields a lookup reads come first, in one cache line. */
+ * owner only. Tables start on a cache line, and the fields a lookup and an
+ * in-place write read come first, in that one line. */
 typedef struct shm_table {
-    _Atomic uint32_t epoch;       /* the version the owner writes now */
-    _Atomic uint32_t shape_seq;   /* odd while entries move between the index arrays */
-    _Atomic shm_off index;        /* shm_group[1 << log2] */
-    _Atomic shm_off old_index;    /* while growing: the array being emptied into index */
-    _Atomic uint32_t log2;        /* groups of index */
-    _Atomic uint32_t old_log2;    /* groups of old_index */
-    _Atomic uint32_t migrate_pos; /* groups of old_index below it have moved */
-    _Atomic uint32_t used;        /* slots of index not EMPTY */
-    uint32_t grow_at;             /* used beyond which the index grows */
-    _Atomic uint32_t walkers;     /* reader slots walking the table, a bit each: moves wait */
-    _Atomic uint64_t count;       /* live (non-tombstone) entries */
-    uint32_t heads;               /* slots of both arrays holding an entry (tombstones too) */
-    uint32_t old_left;            /* of those, the ones in old_index */
+    _Alignas(64) _Atomic uint32_t epoch; /* the version the owner writes now */
+    _Atomic uint32_t shape_seq;          /* odd while entries move between the index arrays */
+    _Atomic shm_off index;               /* shm_group[1 << log2] */
+    _Atomic shm_off old_index;           /* while growing: the array being emptied into index */
+    _Atomic uint32_t log2;               /* groups of index */
+    _Atomic uint32_t old_log2;           /* groups of old_index */
+    _Atomic uint32_t migrate_pos;        /* groups of old_index below it have moved */
+    _Atomic uint32_t used;               /* slots of index not EMPTY */
+    uint32_t grow_at;                    /* used beyond which the index grows */
+    _Atomic uint32_t walkers;  /* reader slots walking the table, a bit each: moves wait */
+    _Atomic uint32_t pins_gen; /* bumped by every unpin */
+    uint32_t swept_gen;        /* pins_gen the last prune sweep started from */
+    uint32_t sweep_pos;        /* next slot of the prune sweep, or UINT32_MAX: none */
+    _Atomic uint64_t count;    /* live (non-tombstone) entries */
+    uint32_t heads;            /* slots of both arrays holding an entry (tombstones too) */
+    uint32_t old_left;         /* of those, the ones in old_index */
     _Atomic uint32_t pins[SHM_MAX_PINS]; /* versions pinned by readers, 0 free */
-    _Atomic uint32_t pins_gen;           /* bumped by every unpin */
-    uint32_t swept_gen;                  /* pins_gen the last prune sweep started from */
-    uint32_t sweep_pos;                  /* next slot of the prune sweep, or UINT32_MAX: none */
     uint32_t sweep_resizes;   /* resizes when the sweep started: it starts over after one */
     uint32_t cleanup_pos;     /* next slot of the TTL cleanup */
     _Atomic uint32_t resizes; /* bumped whenever index or old_index changes */
@@ -279,6 +280,7 @@ typedef struct shm_table {
     _Atomic uint64_t writes;       /* every publish and delete: invalidates iterators */
     shm_undo undo;
 } shm_table;
+_Static_assert(offsetof(shm_table, sweep_pos) < 64, "what a lookup and a write read is one line");
 
 /* A state's entry in the arena's catalog. */
 #define SHM_CATALOG_SIZE 256u

@@ -1033,7 +1033,8 @@ Test(service, a_rollback_without_a_checkpoint_changes_nothing, .timeout = 240)
     drop_dir(dir);
 }
 
-/* Fills the arena until it refuses, then reaches barriers, failing each cut. */
+/* Fills the arena until it refuses even the smallest value (so that what
+ * is left depends on no layout), then reaches barriers, failing each cut. */
 static int fill_then_barrier(void *arg)
 {
     job *j = arg;
@@ -1043,12 +1044,16 @@ static int fill_then_barrier(void *arg)
         stash_state_get(w, &(stash_state_desc){.name = "fill", .kind = STASH_VALUE}, &v) < 0)
         return 10;
     static uint8_t value[16384];
-    int rc = 0;
-    for (uint64_t k = 0; rc == 0; k++) {
-        stash_key_set(w, &k, sizeof k);
-        rc = stash_value_put(v, value, sizeof value);
+    uint64_t k = 0;
+    for (size_t len = sizeof value; len >= 1; len /= 2) {
+        int rc = 0;
+        while (rc == 0) {
+            stash_key_set(w, &k, sizeof k);
+            k++;
+            rc = stash_value_put(v, value, len);
+        }
+        if (rc != STASH_EFULL) return 11;
     }
-    if (rc != STASH_EFULL) return 11;
     if (j->ready && write(j->ready, "", 1) != 1) return 12;
     for (;;) {
         stash_event ev;
