@@ -280,7 +280,8 @@ typedef struct shm_table {
     _Atomic uint64_t writes;       /* every publish and delete: invalidates iterators */
     shm_undo undo;
 } shm_table;
-_Static_assert(offsetof(shm_table, sweep_pos) < 64, "what a lookup and a write read is one line");
+_Static_assert(offsetof(shm_table, sweep_pos) < 64,
+               "a lookup and a write read one line of the table");
 
 /* A state's entry in the arena's catalog. */
 #define SHM_CATALOG_SIZE 256u
