@@ -127,6 +127,35 @@ Test(versions, writes_after_a_pin_copy_and_unpinning_frees_the_copies)
     cr_assert_leq(used_bytes(), before + before / 10, "kept versions are given back");
 }
 
+/* Under a pin, the first write copies the record; values rewritten in
+ * place after it, longer and longer up to the room its block has, must
+ * never reach the version the pin sees. */
+Test(versions, values_rewritten_in_place_to_their_room_keep_the_pinned_version)
+{
+    uint32_t k = 7;
+    put(k, 42);
+    uint32_t pins[8];
+    pin_all(pins);
+    shm_lookup l = lookup_of(&k);
+    uint8_t value[256];
+    for (size_t len = 1; len <= sizeof value; len++) {
+        memset(value, (int)len, len);
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_put(s, value, len), 0);
+        shm_rec *r = shm_table_get_at(arena, &l, pins[l.kg]);
+        cr_assert_not_null(r, "length %zu: the pinned version is still there", len);
+        cr_assert_eq(atomic_load(&r->vlen), 32u, "length %zu", len);
+        cr_assert_eq(test_u64(shm_rec_value(r)), 42, "length %zu: the pinned value as it was", len);
+        stash_bytes now;
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_get(s, &now), 0);
+        cr_assert_eq(now.len, len);
+        cr_assert_eq(memcmp(now.data, value, len), 0, "length %zu", len);
+        cr_assert_eq(shm_check(arena), 0, "length %zu: %s", len, stash_errmsg());
+    }
+    unpin_and_settle(pins);
+}
+
 Test(versions, two_pins_each_see_their_own_version)
 {
     put(7, 1);
