@@ -161,7 +161,9 @@ static int check_record(checker *c, uint32_t kg, shm_rec *r, const char *what)
             why = "on a free block or reached twice";
         else if (atomic_load(&r->seq) & 1)
             why = "left half-written";
-        else if (sizeof *r + r->klen + r->nslen + atomic_load(&r->vlen) > shm_block_size(a, off))
+        else if (sizeof *r + r->klen + r->nslen + atomic_load(&r->vlen) +
+                     (r->flags & SHM_REC_LINKED ? sizeof(shm_ref) : 0) >
+                 shm_block_size(a, off))
             why = "longer than its block";
         else if (stash_key_group(shm_rec_key(r), r->klen, a->hdr->max_parallelism) != kg)
             why = "holding a key of another key group";
@@ -221,8 +223,8 @@ static unsigned probe_walk(const stash_arena *a, const part *p, const shm_rec *r
 static int check_versions(checker *c, uint32_t kg, shm_rec *r)
 {
     stash_arena *a = c->a;
-    for (shm_rec *v = shm_rec_at(a, atomic_load(&r->older)), *newer = r; v;
-         newer = v, v = shm_rec_at(a, atomic_load(&v->older))) {
+    for (shm_rec *v = shm_rec_at(a, shm_rec_older(a, r)), *newer = r; v;
+         newer = v, v = shm_rec_at(a, shm_rec_older(a, v))) {
         int rc = check_record(c, kg, v, "older version");
         if (rc) return rc;
         if (v->version >= newer->version)

@@ -193,21 +193,24 @@ typedef uint32_t shm_ref;
 
 /* A keyed record: one version of the entry of (state, key, namespace) in a
  * key group's table. The owner writes it; readers in any process read it.
- * Its lookup hash lives in the table's index, not here. */
-enum { SHM_REC_TOMBSTONE = 1u };
+ * Its lookup hash lives in the table's index, not here. A record made while
+ * a version of its table is pinned may come to keep an older version for
+ * that pin: it is LINKED, and the last 4 bytes of its block hold that link
+ * (shm_rec_older), beyond what its value may grow to. Other records spend
+ * no byte on one. */
+enum { SHM_REC_TOMBSTONE = 1u, SHM_REC_LINKED = 2u };
 typedef struct shm_rec {
-    _Atomic shm_ref older; /* the older version a pinned reader still needs */
-    _Atomic uint32_t seq;  /* odd while the owner rewrites the value in place */
-    uint32_t version;      /* the table epoch in which this version was written */
+    _Atomic uint32_t seq; /* odd while the owner rewrites the value in place */
+    uint32_t version;     /* the table epoch in which this version was written */
     _Atomic uint32_t vlen;
     uint16_t state; /* catalog id of the state */
     uint16_t klen;
     uint16_t nslen;
-    uint8_t flags;      /* SHM_REC_* */
+    uint8_t flags;      /* SHM_REC_*, fixed once published but for TOMBSTONE at creation */
     uint8_t size_class; /* of its block, SHM_CLASS_LARGE for a run of spans */
     /* then klen key bytes, nslen namespace bytes, the value */
 } shm_rec;
-_Static_assert(sizeof(shm_rec) == 24, "a record header is 24 bytes");
+_Static_assert(sizeof(shm_rec) == 20, "a record header is 20 bytes");
 
 /* The index of a key group's table is an array of groups, each one cache
  * line: eight slots, each a lookup hash (or EMPTY, or DELETED: a slot that
@@ -520,6 +523,25 @@ static inline bool shm_rec_live(const shm_rec *r)
 {
     return r && !(r->flags & SHM_REC_TOMBSTONE);
 }
+/* The bytes of rec's block. */
+static inline uint64_t shm_rec_block_bytes(const stash_arena *a, const shm_rec *rec)
+{
+    /* The class in the header spares a look at the span descriptors. */
+    return rec->size_class == SHM_CLASS_LARGE ? shm_block_size(a, shm_off_of(a, rec))
+                                              : shm_class_bytes(rec->size_class);
+}
+/* The older version's link of a LINKED record. */
+static inline _Atomic shm_ref *shm_rec_link(const stash_arena *a, shm_rec *r)
+{
+    return (_Atomic shm_ref *)(void *)((uint8_t *)r + shm_rec_block_bytes(a, r) - sizeof(shm_ref));
+}
+/* The older version r keeps for a pinned reader, 0 if none. */
+static inline shm_ref shm_rec_older(const stash_arena *a, const shm_rec *r)
+{
+    return (r->flags & SHM_REC_LINKED)
+               ? atomic_load_explicit(shm_rec_link(a, (shm_rec *)r), memory_order_acquire)
+               : 0;
+}
 
 /* The slots of g whose hash is h: bit 2i for slot i. */
 static inline unsigned shm_group_match(const shm_group *g, uint32_t h)
@@ -687,10 +709,8 @@ static inline bool shm_rec_mutable(const stash_arena *a, uint32_t kg, const shm_
 static inline __attribute__((always_inline)) uint64_t shm_rec_capacity(const stash_arena *a,
                                                                        const shm_rec *rec)
 {
-    /* The class in the header spares a look at the span descriptors. */
-    uint64_t block = rec->size_class == SHM_CLASS_LARGE ? shm_block_size(a, shm_off_of(a, rec))
-                                                        : shm_class_bytes(rec->size_class);
-    return block - sizeof *rec - rec->klen - rec->nslen;
+    uint64_t link = rec->flags & SHM_REC_LINKED ? sizeof(shm_ref) : 0;
+    return shm_rec_block_bytes(a, rec) - link - sizeof *rec - rec->klen - rec->nslen;
 }
 /* Owner: a new, unpublished record for l with room for cap value bytes. */
 int shm_rec_new(stash_arena *a, const shm_lookup *l, size_t cap, shm_rec **out);

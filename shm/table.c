@@ -154,14 +154,15 @@ static void prune_versions(stash_arena *a, uint32_t kg, shm_rec *head)
 {
     shm_table *t = &a->tables[kg];
     shm_rec *newer = head;
-    shm_ref r = atomic_load(&head->older);
+    shm_ref r = shm_rec_older(a, head);
+    /* A record with an older version is LINKED, so newer always has a link. */
     while (r) {
         shm_rec *v = shm_rec_at(a, r);
-        shm_ref next = atomic_load(&v->older);
+        shm_ref next = shm_rec_older(a, v);
         if (pin_sees(t, v->version, newer->version)) {
             newer = v;
         } else {
-            atomic_store(&newer->older, next);
+            atomic_store(shm_rec_link(a, newer), next);
             retire_rec(a, kg, v);
         }
         r = next;
@@ -184,7 +185,7 @@ static void sweep_step(stash_arena *a, uint32_t kg, uint32_t budget)
         }
         if (!c.rec) continue;
         prune_versions(a, kg, c.rec);
-        if ((c.rec->flags & SHM_REC_TOMBSTONE) && !atomic_load(&c.rec->older)) {
+        if ((c.rec->flags & SHM_REC_TOMBSTONE) && !shm_rec_older(a, c.rec)) {
             shm_index_clear(t, &c);
             retire_rec(a, kg, c.rec);
         }
@@ -222,19 +223,22 @@ void shm_table_maintain(stash_arena *a, uint32_t kg, uint32_t budget)
 int shm_rec_new(stash_arena *a, const shm_lookup *l, size_t cap, shm_rec **out)
 {
     shm_off off;
-    size_t size = sizeof(shm_rec) + l->klen + l->nslen + cap;
+    /* Only the owner pins its table, between its writes: a record made with
+     * no version pinned is published with none pinned, and keeps nothing. */
+    size_t link = max_pin(&a->tables[l->kg]) ? sizeof(shm_ref) : 0;
+    size_t size = sizeof(shm_rec) + l->klen + l->nslen + cap + link;
     int rc = shm_alloc(a, l->kg, size, &off);
     if (rc < 0) return rc;
     shm_rec *r = shm_ptr(a, off);
-    atomic_store_explicit(&r->older, 0, memory_order_relaxed);
     atomic_store_explicit(&r->seq, 0, memory_order_relaxed);
     r->version = atomic_load_explicit(&a->tables[l->kg].epoch, memory_order_relaxed);
     atomic_store_explicit(&r->vlen, 0, memory_order_relaxed);
     r->state = l->state;
     r->klen = l->klen;
     r->nslen = l->nslen;
-    r->flags = 0;
+    r->flags = link ? SHM_REC_LINKED : 0;
     r->size_class = (uint8_t)(size > SHM_SMALL_MAX ? SHM_CLASS_LARGE : shm_size_class(size));
+    if (link) atomic_store_explicit(shm_rec_link(a, r), 0, memory_order_relaxed);
     memcpy((uint8_t *)(r + 1), l->key, l->klen);
     memcpy((uint8_t *)(r + 1) + l->klen, l->ns, l->nslen);
     *out = r;
@@ -266,12 +270,26 @@ int shm_table_publish(stash_arena *a, const shm_lookup *l, shm_cursor *c, shm_re
         if (rc) return rc;
         count_add(t, 1);
     } else {
-        bool keep = old->version <= max_pin(t);
-        atomic_store_explicit(&rec->older,
-                              keep ? shm_ref_of(shm_off_of(a, old)) : atomic_load(&old->older),
-                              memory_order_relaxed);
+        uint32_t pin = max_pin(t);
+        bool keep = old->version <= pin;
+        shm_ref older = shm_rec_older(a, old);
+        if (!(rec->flags & SHM_REC_LINKED) && pin)
+            return shm_fail(-EINVAL,
+                            "%s: key group %u: a version was pinned between the making of a "
+                            "record and its publication",
+                            a->path, l->kg);
+        if (rec->flags & SHM_REC_LINKED)
+            atomic_store_explicit(shm_rec_link(a, rec),
+                                  keep ? shm_ref_of(shm_off_of(a, old)) : older,
+                                  memory_order_relaxed);
         atomic_store_explicit(&c->group->ref[c->slot], ref, memory_order_release);
         if (old->flags & SHM_REC_TOMBSTONE) count_add(t, 1);
+        /* Unlinked, rec keeps nothing: no pin sees what old kept either. */
+        for (shm_ref r = rec->flags & SHM_REC_LINKED ? 0 : older; r;) {
+            shm_rec *v = shm_rec_at(a, r);
+            r = shm_rec_older(a, v);
+            retire_rec(a, l->kg, v);
+        }
         if (!keep) retire_rec(a, l->kg, old);
     }
     c->rec = rec;
@@ -289,15 +307,15 @@ int shm_table_delete(stash_arena *a, const shm_lookup *l, shm_cursor *c)
         shm_rec *tomb;
         int rc = shm_rec_new(a, l, 0, &tomb);
         if (rc < 0) return rc;
-        tomb->flags = SHM_REC_TOMBSTONE;
+        tomb->flags |= SHM_REC_TOMBSTONE;
         shm_table_publish(a, l, c, tomb);
         count_add(t, -1);
         return 0;
     }
     shm_index_clear(t, c);
-    for (shm_ref r = atomic_load(&old->older); r;) {
+    for (shm_ref r = shm_rec_older(a, old); r;) {
         shm_rec *v = shm_rec_at(a, r);
-        r = atomic_load(&v->older);
+        r = shm_rec_older(a, v);
         retire_rec(a, l->kg, v);
     }
     retire_rec(a, l->kg, old);
@@ -423,8 +441,7 @@ void shm_table_unpin(stash_arena *a, uint32_t kg, uint32_t version)
 /* The newest version of the chain from rec at or below version, or NULL. */
 static shm_rec *version_at(stash_arena *a, shm_rec *rec, uint32_t version)
 {
-    while (rec && rec->version > version)
-        rec = shm_rec_at(a, atomic_load_explicit(&rec->older, memory_order_acquire));
+    while (rec && rec->version > version) rec = shm_rec_at(a, shm_rec_older(a, rec));
     return rec;
 }
 

@@ -109,7 +109,7 @@ Test(versions, a_pinned_reader_sees_the_state_as_of_its_version)
     for (uint32_t kg = 0; kg < 8; kg++) {
         uint32_t pos = 0, hash;
         for (shm_rec *r; (r = shm_table_next(arena, kg, &pos, &hash));)
-            cr_assert_eq(atomic_load(&r->older), 0, "no old version is kept once nobody pins it");
+            cr_assert_eq(shm_rec_older(arena, r), 0, "no old version is kept once nobody pins it");
     }
 }
 
@@ -127,9 +127,10 @@ Test(versions, writes_after_a_pin_copy_and_unpinning_frees_the_copies)
     cr_assert_leq(used_bytes(), before + before / 10, "kept versions are given back");
 }
 
-/* Under a pin, the first write copies the record; values rewritten in
- * place after it, longer and longer up to the room its block has, must
- * never reach the version the pin sees. */
+/* Under a pin, the first write copies the record, which keeps its link to
+ * the pinned version in the last bytes of its block: values rewritten in
+ * place after it, longer and longer up to the room the block has, must
+ * never reach that link or the version the pin sees. */
 Test(versions, values_rewritten_in_place_to_their_room_keep_the_pinned_version)
 {
     uint32_t k = 7;
