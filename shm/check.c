@@ -161,8 +161,7 @@ static int check_record(checker *c, uint32_t kg, shm_rec *r, const char *what)
             why = "on a free block or reached twice";
         else if (atomic_load(&r->seq) & 1)
             why = "left half-written";
-        else if (sizeof *r + r->klen + r->nslen + atomic_load(&r->vlen) +
-                     (r->flags & SHM_REC_LINKED ? sizeof(shm_ref) : 0) >
+        else if (sizeof *r + r->klen + r->nslen + atomic_load(&r->vlen) + shm_rec_link_bytes(r) >
                  shm_block_size(a, off))
             why = "longer than its block";
         else if (stash_key_group(shm_rec_key(r), r->klen, a->hdr->max_parallelism) != kg)

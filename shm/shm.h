@@ -530,6 +530,11 @@ static inline uint64_t shm_rec_block_bytes(const stash_arena *a, const shm_rec *
     return rec->size_class == SHM_CLASS_LARGE ? shm_block_size(a, shm_off_of(a, rec))
                                               : shm_class_bytes(rec->size_class);
 }
+/* The bytes at the end of rec's block that hold its link, 0 if unlinked. */
+static inline uint64_t shm_rec_link_bytes(const shm_rec *rec)
+{
+    return rec->flags & SHM_REC_LINKED ? sizeof(shm_ref) : 0;
+}
 /* The older version's link of a LINKED record. */
 static inline _Atomic shm_ref *shm_rec_link(const stash_arena *a, shm_rec *r)
 {
@@ -709,8 +714,8 @@ static inline bool shm_rec_mutable(const stash_arena *a, uint32_t kg, const shm_
 static inline __attribute__((always_inline)) uint64_t shm_rec_capacity(const stash_arena *a,
                                                                        const shm_rec *rec)
 {
-    uint64_t link = rec->flags & SHM_REC_LINKED ? sizeof(shm_ref) : 0;
-    return shm_rec_block_bytes(a, rec) - link - sizeof *rec - rec->klen - rec->nslen;
+    return shm_rec_block_bytes(a, rec) - shm_rec_link_bytes(rec) - sizeof *rec - rec->klen -
+           rec->nslen;
 }
 /* Owner: a new, unpublished record for l with room for cap value bytes. */
 int shm_rec_new(stash_arena *a, const shm_lookup *l, size_t cap, shm_rec **out);

@@ -147,6 +147,16 @@ static void retire_rec(stash_arena *a, uint32_t kg, shm_rec *r)
     retire(a, kg, shm_off_of(a, r));
 }
 
+/* Retires r and every older version it keeps. */
+static void retire_chain(stash_arena *a, uint32_t kg, shm_rec *r)
+{
+    while (r) {
+        shm_rec *older = shm_rec_at(a, shm_rec_older(a, r));
+        retire_rec(a, kg, r);
+        r = older;
+    }
+}
+
 /* ---- pruning: dropping versions no pin sees any more ------------------- */
 
 /* Drops the versions behind head that no pin sees. */
@@ -271,26 +281,25 @@ int shm_table_publish(stash_arena *a, const shm_lookup *l, shm_cursor *c, shm_re
         count_add(t, 1);
     } else {
         uint32_t pin = max_pin(t);
-        bool keep = old->version <= pin;
-        shm_ref older = shm_rec_older(a, old);
-        if (!(rec->flags & SHM_REC_LINKED) && pin)
+        bool linked = rec->flags & SHM_REC_LINKED;
+        if (!linked && pin)
             return shm_fail(-EINVAL,
                             "%s: key group %u: a version was pinned between the making of a "
                             "record and its publication",
                             a->path, l->kg);
-        if (rec->flags & SHM_REC_LINKED)
+        bool keep = old->version <= pin;
+        if (linked)
             atomic_store_explicit(shm_rec_link(a, rec),
-                                  keep ? shm_ref_of(shm_off_of(a, old)) : older,
+                                  keep ? shm_ref_of(shm_off_of(a, old)) : shm_rec_older(a, old),
                                   memory_order_relaxed);
         atomic_store_explicit(&c->group->ref[c->slot], ref, memory_order_release);
         if (old->flags & SHM_REC_TOMBSTONE) count_add(t, 1);
-        /* Unlinked, rec keeps nothing: no pin sees what old kept either. */
-        for (shm_ref r = rec->flags & SHM_REC_LINKED ? 0 : older; r;) {
-            shm_rec *v = shm_rec_at(a, r);
-            r = shm_rec_older(a, v);
-            retire_rec(a, l->kg, v);
-        }
-        if (!keep) retire_rec(a, l->kg, old);
+        /* Unlinked, rec keeps nothing: nothing is pinned, so old and what it
+         * kept go. */
+        if (!linked)
+            retire_chain(a, l->kg, old);
+        else if (!keep)
+            retire_rec(a, l->kg, old);
     }
     c->rec = rec;
     after_change(t);
@@ -313,12 +322,7 @@ int shm_table_delete(stash_arena *a, const shm_lookup *l, shm_cursor *c)
         return 0;
     }
     shm_index_clear(t, c);
-    for (shm_ref r = shm_rec_older(a, old); r;) {
-        shm_rec *v = shm_rec_at(a, r);
-        r = shm_rec_older(a, v);
-        retire_rec(a, l->kg, v);
-    }
-    retire_rec(a, l->kg, old);
+    retire_chain(a, l->kg, old);
     /* The slot is free for a new entry of l, unless it lies in the old array. */
     if (c->in_old) c->group = NULL;
     c->rec = NULL;
