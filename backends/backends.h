@@ -37,6 +37,9 @@ struct stash_worker {
      * which the next access most likely looks up again. */
     uint64_t last_seed;
     uint32_t last_hash;
+    /* The current key may take the one-step accesses of value.c: 8 to 16
+     * bytes long, in a key group the worker owns, with the heap backend. */
+    bool one_step_key;
     uint64_t writes; /* every write by this worker: invalidates its iterators */
     struct stash_state *states;
     uint32_t parallelism;
@@ -83,7 +86,12 @@ struct stash_state {
     uint8_t *ns;
     size_t ns_cap;
     uint16_t nslen;
-    uint64_t seed;    /* the id and the namespace's part of lookup hashes (shm/hash.h) */
+    uint64_t seed; /* the id and the namespace's part of lookup hashes (shm/hash.h) */
+    /* A heap ValueState without TTL in an empty namespace or one of 8 to 16
+     * bytes: its gets and puts may take the one-step paths of value.c, which
+     * find records by name, its records' shm_name_word but for the key length. */
+    bool one_step;
+    uint64_t name;
     uint8_t *scratch; /* copies of other workers' values, function results */
     size_t scratch_cap;
     uint8_t *scratch2; /* a second buffer for combining functions */
@@ -103,6 +111,17 @@ static inline size_t state_ts_bytes(const stash_state *s)
     return state_has_ttl(s) ? TTL_BYTES : 0;
 }
 
+/* The current key's lookup hash under seed, kept for the next access. */
+static inline __attribute__((always_inline)) uint32_t worker_lookup_hash(stash_worker *w,
+                                                                         uint64_t seed)
+{
+    if (__builtin_expect(seed != w->last_seed, 0)) {
+        w->last_seed = seed;
+        w->last_hash = shm_lookup_hash(w->key_hash, seed);
+    }
+    return w->last_hash;
+}
+
 /* Fills l with the current key and the namespace (ns, nslen) whose part of
  * the lookup hash is seed; STASH_ENOKEY without a current key. */
 static inline int state_lookup_seeded(const stash_state *s, const void *ns, uint16_t nslen,
@@ -110,12 +129,8 @@ static inline int state_lookup_seeded(const stash_state *s, const void *ns, uint
 {
     stash_worker *w = s->w;
     if (!w->has_key) return shm_fail(STASH_ENOKEY, "state access without a current key");
-    if (seed != w->last_seed) {
-        w->last_seed = seed;
-        w->last_hash = shm_lookup_hash(w->key_hash, seed);
-    }
     l->kg = w->kg;
-    l->hash = w->last_hash;
+    l->hash = worker_lookup_hash(w, seed);
     l->state = s->id;
     l->klen = w->klen;
     l->nslen = nslen;
@@ -139,13 +154,6 @@ static inline bool state_owns(const stash_state *s, uint32_t kg)
 {
     return kg >= s->w->range.first && kg <= s->w->range.last;
 }
-/* Whether an access to s may take the heap's path in one step: no TTL, not
- * lmdb, a current key in an owned key group. */
-static inline bool state_fast(const stash_state *s)
-{
-    const stash_worker *w = s->w;
-    return !state_has_ttl(s) && !w->lmdb && w->has_key && state_owns(s, w->kg);
-}
 /* STASH_EKEYGROUP with a message, for a write outside the worker's range. */
 int state_refuse_write(const stash_state *s, uint32_t kg);
 
@@ -156,7 +164,7 @@ int state_find(stash_state *s, const shm_lookup *l, shm_cursor *c);
 uint64_t lmdb_rec_capacity(const stash_worker *w, const shm_rec *rec);
 static inline bool state_rec_mutable(const stash_state *s, uint32_t kg, const shm_rec *rec)
 {
-    return s->w->lmdb || shm_rec_mutable(s->w->arena, kg, rec);
+    return s->w->lmdb || shm_rec_mutable(&s->w->arena->tables[kg], rec);
 }
 static inline uint64_t state_rec_capacity(const stash_state *s, const shm_rec *rec)
 {

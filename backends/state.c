@@ -44,6 +44,16 @@ static int check_desc(const stash_state_desc *d)
     return 0;
 }
 
+/* What follows from s's namespace (of hash ns_hash): its part of lookup
+ * hashes, and whether its values may take the one-step paths. */
+static void namespace_set(stash_state *s, uint64_t ns_hash)
+{
+    s->seed = shm_lookup_seed(s->id, ns_hash);
+    s->one_step = s->kind == STASH_VALUE && !state_has_ttl(s) && !s->w->lmdb &&
+                  (s->nslen == 0 || (s->nslen >= 8 && s->nslen <= 16));
+    s->name = shm_name_word(s->id, 0, s->nslen);
+}
+
 STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc, stash_state **out)
 {
     shm_clear_error();
@@ -81,7 +91,7 @@ STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc
             return rc;
         }
     }
-    s->seed = shm_lookup_seed(s->id, 0);
+    namespace_set(s, 0);
     s->next = worker->states;
     worker->states = s;
     worker->has_ttl |= state_has_ttl(s);
@@ -92,17 +102,20 @@ STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc
 /* The rest of stash_key_set, with the key's bytes in the worker's buffer:
  * its hash, its key group, and the lookup hash under the seed of the
  * worker's last lookup, whose home group it prefetches. */
-static inline __attribute__((always_inline)) int key_set_hashed(stash_worker *worker,
-                                                                const void *key, size_t len)
+static inline __attribute__((always_inline)) int
+key_set_hashed(stash_worker *worker, const void *key, size_t len, bool short_key)
 {
     worker->klen = (uint16_t)len;
     worker->key_hash = shm_key_hash(key, len);
-    uint32_t maxp = worker->max_parallelism;
-    worker->kg = (uint32_t)((maxp & (maxp - 1)) == 0 ? worker->key_hash & (maxp - 1)
-                                                     : worker->key_hash % maxp);
+    uint32_t maxp = worker->max_parallelism, kg;
+    kg = (uint32_t)((maxp & (maxp - 1)) == 0 ? worker->key_hash & (maxp - 1)
+                                             : worker->key_hash % maxp);
+    worker->kg = kg;
     worker->has_key = true;
     worker->last_hash = shm_lookup_hash(worker->key_hash, worker->last_seed);
-    if (!worker->lmdb) shm_table_prefetch(worker->arena, worker->kg, worker->last_hash);
+    worker->one_step_key =
+        short_key && !worker->lmdb && kg >= worker->range.first && kg <= worker->range.last;
+    if (!worker->lmdb) shm_table_prefetch(worker->arena, kg, worker->last_hash);
     return 0;
 }
 
@@ -117,7 +130,7 @@ static __attribute__((noinline)) int key_set_other(stash_worker *worker, const v
             return shm_fail(-ENOMEM, "out of memory");
     }
     if (len) memcpy(worker->key, key, len);
-    return key_set_hashed(worker, key, len);
+    return key_set_hashed(worker, key, len, false);
 }
 
 /* Flattened: the key's hash is computed inline. Keys of 8 to 16 bytes, the
@@ -131,7 +144,7 @@ STASH_API __attribute__((flatten)) int stash_key_set(stash_worker *worker, const
     memcpy(&tail, (const uint8_t *)key + len - 8, 8);
     memcpy(worker->key, &head, 8);
     memcpy(worker->key + len - 8, &tail, 8);
-    return key_set_hashed(worker, key, len);
+    return key_set_hashed(worker, key, len, true);
 }
 
 STASH_API int stash_key_group_current(const stash_worker *worker)
@@ -146,7 +159,7 @@ STASH_API int stash_state_namespace(stash_state *state, const void *ns, size_t l
         return shm_fail(-ENOMEM, "out of memory");
     if (len) memcpy(state->ns, ns, len);
     state->nslen = (uint16_t)len;
-    state->seed = shm_lookup_seed(state->id, shm_ns_hash(ns, len));
+    namespace_set(state, shm_ns_hash(ns, len));
     return 0;
 }
 
@@ -211,7 +224,7 @@ bool state_rec_write_begin(stash_state *s, uint32_t kg, shm_rec *rec, const shm_
 int state_rec_write_end(stash_state *s, uint32_t kg, shm_rec *rec)
 {
     if (s->w->lmdb) return lmdb_publish(s->w, NULL, rec);
-    shm_rec_write_end(s->w->arena, kg, rec);
+    shm_rec_write_end(&s->w->arena->tables[kg], rec);
     return 0;
 }
 
@@ -238,7 +251,7 @@ int state_write_end(stash_state *s, const shm_lookup *l, shm_cursor *c, shm_rec 
     s->w->writes++;
     if (s->w->lmdb) return lmdb_publish(s->w, c, rec);
     if (in_place) {
-        shm_rec_write_end(s->w->arena, l->kg, rec);
+        shm_rec_write_end(&s->w->arena->tables[l->kg], rec);
         return 0;
     }
     int rc = shm_table_publish(s->w->arena, l, c, rec);

@@ -49,16 +49,26 @@ static int read_value(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_
     return 0;
 }
 
-/* The common put in one step: a heap record without TTL, in a block of a
- * size class, rewritten in place. Returns whether it was. */
+/* Rewrites the live heap record r of an entry whose key and namespace take
+ * keys bytes, in table t, with value in place if it may: no pinned reader
+ * sees it and its block, of a size class, has room. Returns whether it did. */
+static inline __attribute__((always_inline)) bool rewrite_in_place(stash_arena *a, shm_table *t,
+                                                                   shm_rec *r, size_t keys,
+                                                                   const void *value, size_t len)
+{
+    return shm_rec_mutable(t, r) && r->size_class != SHM_CLASS_LARGE &&
+           shm_rec_room(a, r, keys) >= len &&
+           shm_rec_overwrite(a, t, r, (uint8_t *)(r + 1) + keys, value, len);
+}
+
+/* The common put in one step: a heap record without TTL rewritten in
+ * place. Returns whether it was. */
 static inline __attribute__((always_inline)) bool
 put_in_place(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *value, size_t len)
 {
     stash_arena *a = s->w->arena;
-    shm_rec *rec = c->rec;
-    return !state_has_ttl(s) && !s->w->lmdb && shm_rec_live(rec) &&
-           shm_rec_mutable(a, l->kg, rec) && rec->size_class != SHM_CLASS_LARGE &&
-           shm_rec_capacity(a, rec) >= len && shm_rec_overwrite(a, l->kg, rec, value, len);
+    return !state_has_ttl(s) && !s->w->lmdb && shm_rec_live(c->rec) &&
+           rewrite_in_place(a, &a->tables[l->kg], c->rec, (size_t)l->klen + l->nslen, value, len);
 }
 
 /* write_value past put_in_place: a record built or changed for the value. */
@@ -120,37 +130,45 @@ static __attribute__((noinline)) int value_put(stash_state *state, const void *v
     return write_value(state, &l, &c, value, len);
 }
 
-/* A key and a namespace that compare without a call (shm_bytes_equal). */
-static inline bool short_lookup(const shm_lookup *l)
+/* The live record, in table t, of the current key in s's namespace for a
+ * one-step get or put: s a one-step state, the current key a one-step key,
+ * the entry in its home group (shm_table_find_short). NULL sends the access
+ * the general way, which finds the same record or decides otherwise. */
+static inline __attribute__((always_inline)) shm_rec *one_step_find(stash_state *s,
+                                                                    const shm_table *t)
 {
-    return l->klen <= 16 && l->nslen <= 16;
+    stash_worker *w = s->w;
+    return shm_table_find_short(w->arena, t, worker_lookup_hash(w, s->seed),
+                                s->name | (uint64_t)w->klen << 16, w->key, w->klen, s->ns,
+                                s->nslen);
 }
 
-/* The common read and put, each in one step that saves no registers: a
- * value found in its home group, read or rewritten in place (state_fast).
- * Each returns whether it was done; if not, nothing changed. */
+/* The common read and put, each in one step that calls nothing and saves
+ * few registers: a value found by one_step_find, viewed, or rewritten in
+ * place. Each returns whether it was done; if not, nothing changed. */
 static inline __attribute__((always_inline)) bool get_fast(stash_state *s, stash_bytes *out)
 {
-    shm_lookup l;
-    shm_cursor c;
-    if (s->kind != STASH_VALUE || !state_fast(s) || state_lookup(s, &l) != 0 || !short_lookup(&l) ||
-        !shm_table_find_home(s->w->arena, &l, &c) || !shm_rec_live(c.rec))
-        return false;
-    *out = state_rec_view(c.rec);
+    stash_worker *w = s->w;
+    if (!s->one_step || !w->one_step_key) return false;
+    shm_rec *r = one_step_find(s, &w->arena->tables[w->kg]);
+    if (!r) return false;
+    *out = (stash_bytes){(uint8_t *)(r + 1) + w->klen + s->nslen,
+                         atomic_load_explicit(&r->vlen, memory_order_relaxed)};
     return true;
 }
 
 static inline __attribute__((always_inline)) bool put_fast(stash_state *s, const void *value,
                                                            size_t len)
 {
-    shm_lookup l;
-    shm_cursor c;
-    stash_arena *a = s->w->arena;
-    if (s->kind != STASH_VALUE || !state_fast(s) || len == 0 || state_lookup(s, &l) != 0 ||
-        !short_lookup(&l) || shm_table_untended(a, l.kg) || !shm_table_find_home(a, &l, &c) ||
-        !put_in_place(s, &l, &c, value, len))
+    stash_worker *w = s->w;
+    if (!s->one_step || !w->one_step_key || len == 0) return false;
+    stash_arena *a = w->arena;
+    shm_table *t = &a->tables[w->kg];
+    shm_rec *r;
+    if (!(r = one_step_find(s, t)) || shm_table_untended(t) ||
+        !rewrite_in_place(a, t, r, (size_t)w->klen + s->nslen, value, len))
         return false;
-    s->w->writes++;
+    w->writes++;
     return true;
 }
 

@@ -524,7 +524,8 @@ static inline bool shm_rec_live(const shm_rec *r)
     return r && !(r->flags & SHM_REC_TOMBSTONE);
 }
 /* The bytes of rec's block. */
-static inline uint64_t shm_rec_block_bytes(const stash_arena *a, const shm_rec *rec)
+static inline __attribute__((always_inline)) uint64_t shm_rec_block_bytes(const stash_arena *a,
+                                                                          const shm_rec *rec)
 {
     /* The class in the header spares a look at the span descriptors. */
     return rec->size_class == SHM_CLASS_LARGE ? shm_block_size(a, shm_off_of(a, rec))
@@ -574,18 +575,24 @@ static inline unsigned shm_group_next(unsigned *mask)
     return i;
 }
 
+/* Non-zero unless the n bytes at x and y, 8 <= n <= 16, are equal: their
+ * first and last 8 bytes compared, with no branch. */
+static inline __attribute__((always_inline)) uint64_t shm_words_differ(const uint8_t *x,
+                                                                       const uint8_t *y, size_t n)
+{
+    uint64_t a0, a1, b0, b1;
+    __builtin_memcpy(&a0, x, 8), __builtin_memcpy(&a1, x + n - 8, 8);
+    __builtin_memcpy(&b0, y, 8), __builtin_memcpy(&b1, y + n - 8, 8);
+    return (a0 ^ b0) | (a1 ^ b1);
+}
+
 /* Byte equality without a call for keys and namespaces of at most 16
  * bytes, the usual: two overlapping loads from each. */
 static inline __attribute__((always_inline)) bool shm_bytes_equal(const uint8_t *x,
                                                                   const uint8_t *y, size_t n)
 {
     if (n > 16) return __builtin_memcmp(x, y, n) == 0;
-    uint64_t a0, a1, b0, b1;
-    if (n >= 8) {
-        __builtin_memcpy(&a0, x, 8), __builtin_memcpy(&a1, x + n - 8, 8);
-        __builtin_memcpy(&b0, y, 8), __builtin_memcpy(&b1, y + n - 8, 8);
-        return ((a0 ^ b0) | (a1 ^ b1)) == 0;
-    }
+    if (n >= 8) return shm_words_differ(x, y, n) == 0;
     if (n >= 4) {
         uint32_t c0, c1, d0, d1;
         __builtin_memcpy(&c0, x, 4), __builtin_memcpy(&c1, x + n - 4, 4);
@@ -598,9 +605,17 @@ static inline __attribute__((always_inline)) bool shm_bytes_equal(const uint8_t 
 /* 16 bytes at any alignment, moved as one vector where the target has them. */
 typedef uint8_t shm_bytes16 __attribute__((vector_size(16), aligned(1), may_alias));
 
+static inline __attribute__((always_inline)) shm_bytes16 shm_load16(const uint8_t *s)
+{
+    return *(const shm_bytes16 *)(const void *)s;
+}
+static inline __attribute__((always_inline)) void shm_store16(uint8_t *d, shm_bytes16 v)
+{
+    *(shm_bytes16 *)(void *)d = v;
+}
 static inline void shm_move16(uint8_t *d, const uint8_t *s)
 {
-    *(shm_bytes16 *)(void *)d = *(const shm_bytes16 *)(const void *)s;
+    shm_store16(d, shm_load16(s));
 }
 
 static inline void shm_move64(uint8_t *d, const uint8_t *s)
@@ -630,6 +645,48 @@ static inline __attribute__((always_inline)) void shm_copy_small(uint8_t *d, con
     }
 }
 
+/* 16 to 128 bytes held in vector registers, to be stored more than once
+ * after one load: the first and last 16, 32 or 64 bytes, which overlap. */
+#define SHM_HELD_MAX 128u
+typedef struct shm_held {
+    shm_bytes16 head[4], tail[4];
+} shm_held;
+
+static inline __attribute__((always_inline)) shm_held shm_hold(const uint8_t *s, size_t n)
+{
+    shm_held h;
+    const uint8_t *e = s + n;
+    if (n >= 64) {
+        h.head[0] = shm_load16(s), h.head[1] = shm_load16(s + 16);
+        h.head[2] = shm_load16(s + 32), h.head[3] = shm_load16(s + 48);
+        h.tail[0] = shm_load16(e - 64), h.tail[1] = shm_load16(e - 48);
+    } else if (n >= 32) {
+        h.head[0] = shm_load16(s), h.head[1] = shm_load16(s + 16);
+    } else {
+        h.head[0] = shm_load16(s);
+    }
+    if (n >= 32) h.tail[2] = shm_load16(e - 32);
+    h.tail[3] = shm_load16(e - 16);
+    return h;
+}
+
+static inline __attribute__((always_inline)) void shm_unhold(uint8_t *d, const shm_held *h,
+                                                             size_t n)
+{
+    uint8_t *e = d + n;
+    if (n >= 64) {
+        shm_store16(d, h->head[0]), shm_store16(d + 16, h->head[1]);
+        shm_store16(d + 32, h->head[2]), shm_store16(d + 48, h->head[3]);
+        shm_store16(e - 64, h->tail[0]), shm_store16(e - 48, h->tail[1]);
+    } else if (n >= 32) {
+        shm_store16(d, h->head[0]), shm_store16(d + 16, h->head[1]);
+    } else {
+        shm_store16(d, h->head[0]);
+    }
+    if (n >= 32) shm_store16(e - 32, h->tail[2]);
+    shm_store16(e - 16, h->tail[3]);
+}
+
 /* State, key length and namespace length lie side by side in both. */
 _Static_assert(offsetof(shm_rec, klen) == offsetof(shm_rec, state) + 2 &&
                    offsetof(shm_rec, nslen) == offsetof(shm_rec, state) + 4 &&
@@ -637,26 +694,49 @@ _Static_assert(offsetof(shm_rec, klen) == offsetof(shm_rec, state) + 2 &&
                    offsetof(shm_lookup, nslen) == offsetof(shm_lookup, state) + 4,
                "state, klen and nslen are compared as one word");
 
+/* A record's state, key length, namespace length and flags as one
+ * (little-endian) word; the bits of it that name an entry, and those and
+ * TOMBSTONE, which a live version of the entry has clear. */
+_Static_assert(offsetof(shm_rec, flags) == offsetof(shm_rec, state) + 6,
+               "the flags follow the lengths in the name word");
+#define SHM_NAME_BITS 0xffffffffffffull
+#define SHM_LIVE_NAME_BITS (SHM_NAME_BITS | (uint64_t)SHM_REC_TOMBSTONE << 48)
+static inline uint64_t shm_rec_name(const shm_rec *r)
+{
+    uint64_t x;
+    __builtin_memcpy(&x, &r->state, 8);
+    return x;
+}
+/* The name word of the entries of state with keys of klen bytes in
+ * namespaces of nslen bytes. */
+static inline uint64_t shm_name_word(uint16_t state, uint16_t klen, uint16_t nslen)
+{
+    return state | (uint64_t)klen << 16 | (uint64_t)nslen << 32;
+}
+
 /* Whether r is a version of l's entry. */
 static inline __attribute__((always_inline)) bool shm_rec_matches(const shm_rec *r,
                                                                   const shm_lookup *l)
 {
-    uint64_t x, y;
-    __builtin_memcpy(&x, &r->state, 8);
+    uint64_t y;
     __builtin_memcpy(&y, &l->state, 8);
-    return ((x ^ y) & 0xffffffffffffull) == 0 && shm_bytes_equal(shm_rec_key(r), l->key, l->klen) &&
+    return ((shm_rec_name(r) ^ y) & SHM_NAME_BITS) == 0 &&
+           shm_bytes_equal(shm_rec_key(r), l->key, l->klen) &&
            shm_bytes_equal(shm_rec_ns(r), l->ns, l->nslen);
 }
 
-/* The record of slot i of g whose hash matched, fetched whole: its value
- * usually spans the next two cache lines, which then arrive with the first. */
+/* Starts loading the rest of record r: its value usually spans the next two
+ * cache lines, which then arrive with the first. */
+static inline void shm_rec_fetch(const shm_rec *r)
+{
+    __builtin_prefetch((const char *)r + 64);
+    __builtin_prefetch((const char *)r + 128);
+}
+/* The record of slot i of g whose hash matched, fetched whole. */
 static inline shm_rec *shm_group_rec(const stash_arena *a, const shm_group *g, unsigned i)
 {
     shm_rec *r = shm_rec_at(a, atomic_load_explicit(&g->ref[i], memory_order_acquire));
-    if (r) {
-        __builtin_prefetch((const char *)r + 64);
-        __builtin_prefetch((const char *)r + 128);
-    }
+    if (r) shm_rec_fetch(r);
     return r;
 }
 
@@ -673,24 +753,61 @@ static inline void shm_table_prefetch(const stash_arena *a, uint32_t kg, uint32_
     if (index) __builtin_prefetch((const shm_group *)(a->base + index) + (h & mask));
 }
 
-/* Owner: shm_table_find's first look, inline: one index array and the entry
- * in its home group. Returns whether it found the entry there, and c. */
+/* Owner: the record of the first slot of lookup hash h in its home group
+ * of the index of table t, and that group and slot; NULL if the group has
+ * no such slot or the index is growing (an entry may then be in either
+ * array). The first look of every owner's lookup, inline. */
+static inline __attribute__((always_inline)) shm_rec *shm_table_home(const stash_arena *a,
+                                                                     const shm_table *t, uint32_t h,
+                                                                     shm_group **grp,
+                                                                     unsigned *slot)
+{
+    shm_off index = atomic_load_explicit(&t->index, memory_order_relaxed);
+    if (__builtin_expect(!index || atomic_load_explicit(&t->old_index, memory_order_relaxed), 0))
+        return NULL;
+    uint32_t mask = (1u << atomic_load_explicit(&t->log2, memory_order_relaxed)) - 1;
+    *grp = (shm_group *)(a->base + index) + (h & mask);
+    unsigned m = shm_group_match(*grp, h);
+    if (__builtin_expect(m == 0, 0)) return NULL;
+    *slot = shm_group_next(&m);
+    /* A slot takes its reference before its hash and keeps it: the owner's
+     * matched slot has one. */
+    shm_rec *r = (shm_rec *)(a->base + shm_ref_off(atomic_load_explicit(&(*grp)->ref[*slot],
+                                                                        memory_order_relaxed)));
+    shm_rec_fetch(r);
+    return r;
+}
+
+/* Owner: shm_table_find's first look: the entry in its home group. Returns
+ * whether it found the entry there, and c. */
 static inline __attribute__((always_inline)) bool
 shm_table_find_home(stash_arena *a, const shm_lookup *l, shm_cursor *c)
 {
-    const shm_table *t = &a->tables[l->kg];
-    shm_off index = atomic_load_explicit(&t->index, memory_order_relaxed);
-    if (__builtin_expect(!index || atomic_load_explicit(&t->old_index, memory_order_relaxed), 0))
-        return false;
-    uint32_t mask = (1u << atomic_load_explicit(&t->log2, memory_order_relaxed)) - 1;
-    shm_group *grp = (shm_group *)(a->base + index) + (l->hash & mask);
-    unsigned m = shm_group_match(grp, l->hash);
-    if (__builtin_expect(m == 0, 0)) return false;
-    unsigned i = shm_group_next(&m);
-    shm_rec *r = shm_group_rec(a, grp, i);
+    shm_group *grp;
+    unsigned i;
+    shm_rec *r = shm_table_home(a, &a->tables[l->kg], l->hash, &grp, &i);
     if (__builtin_expect(!r || !shm_rec_matches(r, l), 0)) return false;
     *c = (shm_cursor){.group = grp, .slot = i, .in_old = false, .rec = r};
     return true;
+}
+
+/* Owner: the live record in table t of the entry named by name
+ * (shm_name_word) with a key of 8 to 16 bytes and an empty namespace or one of 8 to 16 bytes, if
+ * it is in its home group; NULL otherwise, and shm_table_find decides. The
+ * common lookup, compared with few instructions and no branch on lengths. */
+static inline __attribute__((always_inline)) shm_rec *
+shm_table_find_short(const stash_arena *a, const shm_table *t, uint32_t h, uint64_t name,
+                     const uint8_t *key, size_t klen, const uint8_t *ns, size_t nslen)
+{
+    shm_group *grp;
+    unsigned i;
+    shm_rec *r = shm_table_home(a, t, h, &grp, &i);
+    if (__builtin_expect(!r, 0)) return NULL;
+    const uint8_t *k = shm_rec_key(r);
+    uint64_t differ =
+        ((shm_rec_name(r) ^ name) & SHM_LIVE_NAME_BITS) | shm_words_differ(k, key, klen);
+    if (nslen) differ |= shm_words_differ(k + klen, ns, nslen);
+    return __builtin_expect(differ == 0, 1) ? r : NULL;
 }
 
 /* Owner: finds the entry of l (cursor->rec NULL if absent). Returns 0 or an
@@ -705,17 +822,24 @@ static inline __attribute__((always_inline)) int shm_table_find(stash_arena *a, 
  * restore) moves nothing. Returns 0 or an allocation error. */
 int shm_table_reserve(stash_arena *a, uint32_t kg, uint64_t n);
 
-/* Owner: whether rec may be changed in place (no pinned reader can see it). */
-static inline bool shm_rec_mutable(const stash_arena *a, uint32_t kg, const shm_rec *rec)
+/* Owner: whether rec, in table t, may be changed in place (no pinned
+ * reader can see it). */
+static inline bool shm_rec_mutable(const shm_table *t, const shm_rec *rec)
 {
-    return rec->version == atomic_load_explicit(&a->tables[kg].epoch, memory_order_relaxed);
+    return rec->version == atomic_load_explicit(&t->epoch, memory_order_relaxed);
+}
+/* The bytes the value of rec, whose key and namespace take keys bytes, may
+ * grow to in place. */
+static inline __attribute__((always_inline)) uint64_t shm_rec_room(const stash_arena *a,
+                                                                   const shm_rec *rec, size_t keys)
+{
+    return shm_rec_block_bytes(a, rec) - shm_rec_link_bytes(rec) - sizeof *rec - keys;
 }
 /* The bytes the value of rec may grow to in place. */
 static inline __attribute__((always_inline)) uint64_t shm_rec_capacity(const stash_arena *a,
                                                                        const shm_rec *rec)
 {
-    return shm_rec_block_bytes(a, rec) - shm_rec_link_bytes(rec) - sizeof *rec - rec->klen -
-           rec->nslen;
+    return shm_rec_room(a, rec, (size_t)rec->klen + rec->nslen);
 }
 /* Owner: a new, unpublished record for l with room for cap value bytes. */
 int shm_rec_new(stash_arena *a, const shm_lookup *l, size_t cap, shm_rec **out);
@@ -732,23 +856,20 @@ int shm_table_delete(stash_arena *a, const shm_lookup *l, shm_cursor *c);
  * exceed SHM_UNDO_BYTES (the caller then writes a new record instead). */
 bool shm_rec_write_begin(stash_arena *a, uint32_t kg, shm_rec *rec, const shm_region *r,
                          unsigned n);
-static inline __attribute__((always_inline)) void shm_rec_write_end(stash_arena *a, uint32_t kg,
-                                                                    shm_rec *rec)
+static inline __attribute__((always_inline)) void shm_rec_write_end(shm_table *t, shm_rec *rec)
 {
     atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1,
                           memory_order_release);
-    atomic_store_explicit(&a->tables[kg].undo.rec, 0, memory_order_release);
+    atomic_store_explicit(&t->undo.rec, 0, memory_order_release);
 }
-/* Owner: replaces the whole value of a mutable record with room for len
- * bytes, in place, under its sequence lock. The new value is saved first for
- * a crash's redo, so the old one need not be read. Returns false, changing
- * nothing, if it is longer than SHM_UNDO_BYTES. */
-static inline __attribute__((always_inline)) bool
-shm_rec_overwrite(stash_arena *a, uint32_t kg, shm_rec *rec, const void *value, size_t len)
+/* Owner: replaces the whole value of a mutable record in table t, which
+ * starts at dst and has room for len bytes, in place, under its sequence
+ * lock. The new value is saved first for a crash's redo, so the old one
+ * need not be read. Returns false, changing nothing, if it is longer than
+ * SHM_UNDO_BYTES. */
+static inline __attribute__((always_inline)) void
+shm_rec_overwrite_open(const stash_arena *a, shm_undo *u, shm_rec *rec, size_t len)
 {
-    if (len > SHM_UNDO_BYTES) return false;
-    shm_undo *u = &a->tables[kg].undo;
-    shm_copy_small(u->bytes, value, len);
     u->nregions = 0;
     u->vlen = (uint32_t)len;
     atomic_store_explicit(&u->rec, shm_ref_of(shm_off_of(a, rec)), memory_order_release);
@@ -756,9 +877,27 @@ shm_rec_overwrite(stash_arena *a, uint32_t kg, shm_rec *rec, const void *value, 
     atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1,
                           memory_order_release);
     atomic_thread_fence(memory_order_release);
-    shm_copy_small(shm_rec_value(rec), value, len);
+}
+static inline __attribute__((always_inline)) bool shm_rec_overwrite(const stash_arena *a,
+                                                                    shm_table *t, shm_rec *rec,
+                                                                    uint8_t *dst, const void *value,
+                                                                    size_t len)
+{
+    if (len > SHM_UNDO_BYTES) return false;
+    shm_undo *u = &t->undo;
+    if (len >= 16 && len <= SHM_HELD_MAX) {
+        /* Loaded once for both copies. */
+        shm_held h = shm_hold(value, len);
+        shm_unhold(u->bytes, &h, len);
+        shm_rec_overwrite_open(a, u, rec, len);
+        shm_unhold(dst, &h, len);
+    } else {
+        shm_copy_small(u->bytes, value, len);
+        shm_rec_overwrite_open(a, u, rec, len);
+        shm_copy_small(dst, value, len);
+    }
     atomic_store_explicit(&rec->vlen, (uint32_t)len, memory_order_relaxed);
-    shm_rec_write_end(a, kg, rec);
+    shm_rec_write_end(t, rec);
     return true;
 }
 /* After the owner died: finishes a move between index arrays and undoes a
@@ -768,11 +907,10 @@ void shm_table_recover(stash_arena *a, uint32_t kg);
 /* Owner: a step of background work (growth, pruning, reclamation), bounded by budget. */
 void shm_table_maintain(stash_arena *a, uint32_t kg, uint32_t budget);
 #define SHM_TEND_BUDGET 2u /* groups a write moves or sweeps */
-/* Whether key group kg's table has background work pending (a sweep, a
- * growth, a prune after an unpin). */
-static inline bool shm_table_untended(const stash_arena *a, uint32_t kg)
+/* Whether table t has background work pending (a sweep, a growth, a
+ * prune after an unpin). */
+static inline bool shm_table_untended(const shm_table *t)
 {
-    const shm_table *t = &a->tables[kg];
     return t->sweep_pos != UINT32_MAX ||
            atomic_load_explicit(&t->pins_gen, memory_order_relaxed) != t->swept_gen ||
            atomic_load_explicit(&t->old_index, memory_order_relaxed) ||
@@ -784,7 +922,7 @@ static inline bool shm_table_untended(const stash_arena *a, uint32_t kg)
  * on under any write load. */
 static inline void shm_table_tend(stash_arena *a, uint32_t kg)
 {
-    if (shm_table_untended(a, kg)) shm_table_maintain(a, kg, SHM_TEND_BUDGET);
+    if (shm_table_untended(&a->tables[kg])) shm_table_maintain(a, kg, SHM_TEND_BUDGET);
 }
 
 /* Owner: pins the current version of key group kg for a reader and starts a

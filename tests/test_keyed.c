@@ -119,11 +119,31 @@ Test(keyed, short_comparisons_and_copies_agree_with_memcmp_and_memcpy)
     }
     for (size_t i = 0; i < sizeof src; i++) src[i] = (uint8_t)(i * 13 + 7);
     for (size_t n = 0; n <= SHM_UNDO_BYTES; n++) {
-        memset(d, 0xee, sizeof d);
-        shm_copy_small(d, src, n);
-        cr_assert_eq(memcmp(d, src, n), 0, "a copy of %zu bytes", n);
-        for (size_t i = n; i < sizeof d; i++)
-            cr_assert_eq(d[i], 0xee, "a copy of %zu bytes wrote byte %zu", n, i);
+        for (int held = 0; held < 2; held++) {
+            if (held && (n < 16 || n > SHM_HELD_MAX)) continue;
+            memset(d, 0xee, sizeof d);
+            if (held) {
+                shm_held h = shm_hold(src, n);
+                shm_unhold(d, &h, n);
+            } else {
+                shm_copy_small(d, src, n);
+            }
+            cr_assert_eq(memcmp(d, src, n), 0, "a copy of %zu bytes (held: %d)", n, held);
+            for (size_t i = n; i < sizeof d; i++)
+                cr_assert_eq(d[i], 0xee, "a copy of %zu bytes wrote byte %zu (held: %d)", n, i,
+                             held);
+        }
+    }
+    /* Keys and namespaces of 8 to 16 bytes compared by their first and last
+     * 8 bytes, as the one-step lookup does. */
+    for (size_t n = 8; n <= 16; n++) {
+        memcpy(y, x, n);
+        cr_assert_eq(shm_words_differ(x, y, n), 0, "%zu equal bytes", n);
+        for (size_t at = 0; at < n; at++) {
+            y[at] ^= 0x01;
+            cr_assert_neq(shm_words_differ(x, y, n), 0, "%zu bytes, byte %zu differs", n, at);
+            y[at] ^= 0x01;
+        }
     }
 }
 
@@ -133,7 +153,7 @@ Test(keyed, short_comparisons_and_copies_agree_with_memcmp_and_memcpy)
 Test(keyed, keys_namespaces_and_values_of_every_short_length)
 {
     stash_state *s = state("short", STASH_VALUE);
-    uint8_t k[40], v[80];
+    uint8_t k[40], v[140];
     /* Everything is written first, then read: a key taken for another
      * overwrites its value. */
     for (int pass = 0; pass < 2; pass++) {
@@ -142,7 +162,9 @@ Test(keyed, keys_namespaces_and_values_of_every_short_length)
                 memset(k, 'k', len);
                 k[at] = (uint8_t)('A' + at % 26);
                 for (int ns = 0; ns < 2; ns++) {
-                    cr_assert_eq(stash_key_set(w, ns ? "key" : (const char *)k, ns ? 3 : len), 0);
+                    /* With a namespace, the key takes the one-step lookup. */
+                    cr_assert_eq(stash_key_set(w, ns ? "one-step" : (const char *)k, ns ? 8 : len),
+                                 0);
                     cr_assert_eq(stash_state_namespace(s, ns ? k : NULL, ns ? len : 0), 0);
                     size_t vlen = (len * 7 + at) % sizeof v + 1;
                     /* A longer value first, then the one kept, in its place. */
@@ -160,6 +182,80 @@ Test(keyed, keys_namespaces_and_values_of_every_short_length)
                                  len, at);
                 }
             }
+        }
+    }
+}
+
+/* A pair (hash, index) of a collision search. */
+typedef struct hashed {
+    uint64_t hash;
+    uint64_t i;
+} hashed;
+
+static int by_hash(const void *x, const void *y)
+{
+    const hashed *a = x, *b = y;
+    return a->hash < b->hash ? -1 : a->hash > b->hash;
+}
+
+/* Two of 0 .. n-1 whose hash (by fn) is the same: the first such pair in
+ * hash order. */
+static void find_collision(uint64_t n, uint64_t (*fn)(uint64_t i, void *ctx), void *ctx,
+                           uint64_t pair[2])
+{
+    hashed *h = malloc(n * sizeof *h);
+    cr_assert_not_null(h);
+    for (uint64_t i = 0; i < n; i++) h[i] = (hashed){fn(i, ctx), i};
+    qsort(h, n, sizeof *h, by_hash);
+    for (uint64_t i = 1; i < n; i++) {
+        if (h[i].hash == h[i - 1].hash) {
+            pair[0] = h[i - 1].i, pair[1] = h[i].i;
+            free(h);
+            return;
+        }
+    }
+    cr_assert_fail("no collision among %llu", (unsigned long long)n);
+}
+
+/* The lookup hash of the namespace of 8 bytes i under key "one-step" and
+ * state s: what places an entry in its key group's index. */
+static uint64_t ns_lookup_hash(uint64_t i, void *ctx)
+{
+    stash_state *s = ctx;
+    uint64_t seed = shm_lookup_seed(s->id, shm_ns_hash(&i, sizeof i));
+    return shm_lookup_hash(stash_hash("one-step", 8), seed);
+}
+
+/* The key group and lookup hash of the key of 8 bytes i in state s's empty
+ * namespace. */
+static uint64_t key_place(uint64_t i, void *ctx)
+{
+    stash_state *s = ctx;
+    uint64_t h = stash_hash(&i, sizeof i);
+    return (uint64_t)shm_lookup_hash(h, s->seed) << 8 | (h & 127);
+}
+
+/* Entries whose lookup hashes collide in one key group share their home
+ * group: a lookup tells them apart by the namespace's or the key's bytes,
+ * whichever of them it finds first. */
+Test(keyed, entries_whose_lookup_hashes_collide_stay_apart)
+{
+    stash_state *s = state("collide", STASH_VALUE);
+    uint64_t ns[2], keys[2];
+    find_collision(1u << 19, ns_lookup_hash, s, ns);
+    find_collision(3u << 20, key_place, s, keys);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < 4; i++) {
+            bool by_ns = i < 2;
+            uint64_t k = by_ns ? 0 : keys[i % 2];
+            cr_assert_eq(stash_key_set(w, by_ns ? "one-step" : (const void *)&k, 8), 0);
+            cr_assert_eq(stash_state_namespace(s, by_ns ? &ns[i] : NULL, by_ns ? 8 : 0), 0);
+            char want[32];
+            snprintf(want, sizeof want, "entry %d", i);
+            if (pass == 0)
+                cr_assert_eq(stash_value_put(s, want, strlen(want)), 0);
+            else
+                expect_value(s, want);
         }
     }
 }

@@ -35,16 +35,22 @@ static void teardown(void)
 
 TestSuite(versions, .init = setup, .fini = teardown);
 
+/* Keys are 8 bytes, as the one-step accesses of value.c take them. */
+static void key_in(stash_worker *wk, uint64_t k)
+{
+    stash_key_set(wk, &k, sizeof k);
+}
+
 static void put(uint32_t k, uint64_t v)
 {
-    stash_key_set(w, &k, sizeof k);
+    key_in(w, k);
     uint64_t buf[4] = {v, v, v, v};
     cr_assert_eq(stash_value_put(s, buf, sizeof buf), 0);
 }
 
 static shm_lookup lookup_of(uint32_t *k)
 {
-    stash_key_set(w, k, sizeof *k);
+    key_in(w, *k);
     shm_lookup l;
     state_lookup(s, &l);
     return l;
@@ -84,7 +90,7 @@ Test(versions, a_pinned_reader_sees_the_state_as_of_its_version)
     pin_all(pins);
     for (uint32_t k = 0; k < 2000; k += 2) put(k, k + 1000000); /* replaced */
     for (uint32_t k = 1; k < 2000; k += 4) {                    /* deleted */
-        stash_key_set(w, &k, sizeof k);
+        key_in(w, k);
         stash_value_put(s, NULL, 0);
     }
     for (uint32_t k = 2000; k < 3000; k++) put(k, k); /* new */
@@ -141,14 +147,14 @@ Test(versions, values_rewritten_in_place_to_their_room_keep_the_pinned_version)
     uint8_t value[256];
     for (size_t len = 1; len <= sizeof value; len++) {
         memset(value, (int)len, len);
-        stash_key_set(w, &k, sizeof k);
+        key_in(w, k);
         cr_assert_eq(stash_value_put(s, value, len), 0);
         shm_rec *r = shm_table_get_at(arena, &l, pins[l.kg]);
         cr_assert_not_null(r, "length %zu: the pinned version is still there", len);
         cr_assert_eq(atomic_load(&r->vlen), 32u, "length %zu", len);
         cr_assert_eq(test_u64(shm_rec_value(r)), 42, "length %zu: the pinned value as it was", len);
         stash_bytes now;
-        stash_key_set(w, &k, sizeof k);
+        key_in(w, k);
         cr_assert_eq(stash_value_get(s, &now), 0);
         cr_assert_eq(now.len, len);
         cr_assert_eq(memcmp(now.data, value, len), 0, "length %zu", len);
@@ -191,7 +197,7 @@ Test(versions, growth_moves_a_few_groups_per_write)
     }
     cr_assert(saw_rehash, "the table grew incrementally");
     for (uint32_t k = 0; k < 100000; k += 7) {
-        stash_key_set(w, &k, sizeof k);
+        key_in(w, k);
         stash_bytes v;
         cr_assert_eq(stash_value_get(s, &v), 0);
         cr_assert_eq(test_u64(v.data), k);
@@ -216,13 +222,13 @@ static int read_pinned(void *arg)
     stash_arena *a = stash_worker_arena(rw);
     static uint32_t keys[3000];
     for (uint32_t k = 0, n = 0; n < 3000; k++) {
-        stash_key_set(rw, &k, sizeof k);
+        key_in(rw, k);
         if (stash_key_group_current(rw) < 4) keys[n++] = k;
     }
     if (write(p->ready[1], "x", 1) != 1) return 3;
     for (int round = 0; round < 50; round++) {
         for (uint32_t i = 0; i < 3000; i++) {
-            stash_key_set(rw, &keys[i], sizeof keys[i]);
+            key_in(rw, keys[i]);
             shm_lookup l;
             state_lookup(rs, &l);
             shm_ebr_enter(a, 1);
@@ -247,7 +253,7 @@ Test(versions, a_pinned_reader_in_another_process_sees_its_version, .timeout = 1
     cr_assert_eq(pipe(p.ready), 0);
     uint32_t keys[3000], n = 0;
     for (uint32_t k = 0; n < 3000; k++) {
-        stash_key_set(w, &k, sizeof k);
+        key_in(w, k);
         if (stash_key_group_current(w) < 4) keys[n++] = k;
     }
     for (uint32_t i = 0; i < 3000; i++) put(keys[i], i);
@@ -296,9 +302,9 @@ Test(versions, memory_held_back_by_a_dead_reader_is_freed, .timeout = 120)
         stash_worker_open(arena_name, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w), 0);
     cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s), 0);
     uint32_t key = 0;
-    for (stash_key_set(w, &key, sizeof key); stash_key_group_current(w) >= 4;) {
+    for (key_in(w, key); stash_key_group_current(w) >= 4;) {
         key++;
-        stash_key_set(w, &key, sizeof key);
+        key_in(w, key);
     }
     char big[600] = {0};
     stuck_args p = {.name = arena_name};
@@ -330,7 +336,7 @@ static shm_group *growth_with_a_full_group(uint32_t kg, uint32_t *next_key)
 {
     shm_table *t = &arena->tables[kg];
     for (uint32_t k = *next_key;; k++) {
-        stash_key_set(w, &k, sizeof k);
+        key_in(w, k);
         if ((uint32_t)stash_key_group_current(w) != kg) continue;
         uint64_t v = k;
         cr_assert_eq(stash_value_put(s, &v, sizeof v), 0);
@@ -367,7 +373,7 @@ static void move_into_index(shm_table *t, uint32_t hash, shm_ref ref)
 static void expect_all_readable(uint32_t upto)
 {
     for (uint32_t k = 0; k < upto; k++) {
-        stash_key_set(w, &k, sizeof k);
+        key_in(w, k);
         if (stash_key_group_current(w) != 0) continue;
         stash_bytes b;
         cr_assert_eq(stash_value_get(s, &b), 0, "key %u", k);
@@ -405,7 +411,7 @@ Test(versions, a_move_cut_short_by_a_crash_is_finished_by_recovery)
 static void keys_of(uint32_t kg, uint32_t *next, uint32_t *keys, uint32_t n)
 {
     for (uint32_t k = *next, i = 0; i < n; k++) {
-        stash_key_set(w, &k, sizeof k);
+        key_in(w, k);
         if ((uint32_t)stash_key_group_current(w) == kg) keys[i++] = k;
         *next = k + 1;
     }
@@ -423,7 +429,7 @@ static bool index_full_of_held_moves(const shm_table *t)
 static void expect_values(const uint32_t *keys, uint32_t n)
 {
     for (uint32_t j = 0; j < n; j++) {
-        stash_key_set(w, &keys[j], sizeof keys[j]);
+        key_in(w, keys[j]);
         stash_bytes b;
         cr_assert_eq(stash_value_get(s, &b), 0, "key %u", j);
         cr_assert_eq(test_u64(b.data), j);
@@ -536,7 +542,7 @@ Test(versions, deleted_slots_are_reused_and_the_index_stays_its_size)
         /* Half the keys live at a time: each round deletes them and puts the other half. */
         uint32_t *live = keys + (round % 2) * 2000, *gone = keys + (1 - round % 2) * 2000;
         for (uint32_t i = 0; i < 2000; i++) {
-            stash_key_set(w, &gone[i], sizeof gone[i]);
+            key_in(w, gone[i]);
             cr_assert_eq(stash_value_put(s, NULL, 0), 0);
             put(live[i], (uint64_t)round * 10000 + i);
         }
@@ -545,11 +551,11 @@ Test(versions, deleted_slots_are_reused_and_the_index_stays_its_size)
     cr_assert_leq(atomic_load(&t->log2), log2 + 1, "churn does not grow the index");
     cr_assert_eq(atomic_load(&t->count), 2000);
     for (uint32_t i = 0; i < 2000; i++) {
-        stash_key_set(w, &keys[2000 + i], sizeof keys[i]);
+        key_in(w, keys[2000 + i]);
         stash_bytes b;
         cr_assert_eq(stash_value_get(s, &b), 0);
         cr_assert_eq(test_u64(b.data), 19u * 10000 + i);
-        stash_key_set(w, &keys[i], sizeof keys[i]);
+        key_in(w, keys[i]);
         cr_assert_eq(stash_value_get(s, &b), STASH_ENOTFOUND);
     }
 }
@@ -573,7 +579,7 @@ Test(versions, recovery_moves_nothing_when_no_move_was_under_way)
 Test(versions, a_whole_value_rewrite_cut_short_is_redone_by_recovery)
 {
     uint32_t k = 0;
-    stash_key_set(w, &k, sizeof k);
+    key_in(w, k);
     uint32_t kg = (uint32_t)stash_key_group_current(w);
     char old[100], fresh[100];
     memset(old, 'o', sizeof old);
