@@ -92,6 +92,10 @@ struct stash_state {
      * find records by name, its records' shm_name_word but for the key length. */
     bool one_step;
     uint64_t name;
+    /* The size class of the record its last one-step access found, and the
+     * bytes of that class: what the next one fetches with a record's header. */
+    uint8_t fetch_class;
+    uint32_t fetch_bytes;
     uint8_t *scratch; /* copies of other workers' values, function results */
     size_t scratch_cap;
     uint8_t *scratch2; /* a second buffer for combining functions */

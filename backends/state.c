@@ -92,6 +92,8 @@ STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc
         }
     }
     namespace_set(s, 0);
+    s->fetch_class = SHM_CLASS_LARGE;
+    s->fetch_bytes = SHM_FETCH_ANY;
     s->next = worker->states;
     worker->states = s;
     worker->has_ttl |= state_has_ttl(s);

@@ -138,9 +138,17 @@ static inline __attribute__((always_inline)) shm_rec *one_step_find(stash_state 
                                                                     const shm_table *t)
 {
     stash_worker *w = s->w;
-    return shm_table_find_short(w->arena, t, worker_lookup_hash(w, s->seed),
-                                s->name | (uint64_t)w->klen << 16, w->key, w->klen, s->ns,
-                                s->nslen);
+    shm_rec *r =
+        shm_table_find_short(w->arena, t, worker_lookup_hash(w, s->seed), s->fetch_bytes,
+                             s->name | (uint64_t)w->klen << 16, w->key, w->klen, s->ns, s->nslen);
+    /* A state's values are mostly of one size: the next record most likely
+     * spans as many lines as this one. */
+    if (__builtin_expect(r && r->size_class != s->fetch_class, 0)) {
+        s->fetch_class = r->size_class;
+        uint64_t bytes = shm_rec_block_bytes(w->arena, r);
+        s->fetch_bytes = bytes < SHM_FETCH_ANY ? (uint32_t)bytes : SHM_FETCH_ANY;
+    }
+    return r;
 }
 
 /* The common read and put, each in one step that calls nothing and saves

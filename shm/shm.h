@@ -725,18 +725,21 @@ static inline __attribute__((always_inline)) bool shm_rec_matches(const shm_rec 
            shm_bytes_equal(shm_rec_ns(r), l->ns, l->nslen);
 }
 
-/* Starts loading the rest of record r: its value usually spans the next two
- * cache lines, which then arrive with the first. */
-static inline void shm_rec_fetch(const shm_rec *r)
+/* Starts loading the lines past its first that record r covers if its
+ * block spans span bytes, up to two, so that a value arrives with its
+ * header. A lookup that cannot guess the block's size fetches two. */
+#define SHM_FETCH_ANY 192u
+static inline void shm_rec_fetch(const shm_rec *r, uint32_t span)
 {
-    __builtin_prefetch((const char *)r + 64);
-    __builtin_prefetch((const char *)r + 128);
+    uint64_t end = ((uintptr_t)r & 63) + span;
+    if (end > 64) __builtin_prefetch((const char *)r + 64);
+    if (end > 128) __builtin_prefetch((const char *)r + 128);
 }
 /* The record of slot i of g whose hash matched, fetched whole. */
 static inline shm_rec *shm_group_rec(const stash_arena *a, const shm_group *g, unsigned i)
 {
     shm_rec *r = shm_rec_at(a, atomic_load_explicit(&g->ref[i], memory_order_acquire));
-    if (r) shm_rec_fetch(r);
+    if (r) shm_rec_fetch(r, SHM_FETCH_ANY);
     return r;
 }
 
@@ -754,12 +757,13 @@ static inline void shm_table_prefetch(const stash_arena *a, uint32_t kg, uint32_
 }
 
 /* Owner: the record of the first slot of lookup hash h in its home group
- * of the index of table t, and that group and slot; NULL if the group has
- * no such slot or the index is growing (an entry may then be in either
- * array). The first look of every owner's lookup, inline. */
+ * of the index of table t, fetched as a block of span bytes, and that group
+ * and slot; NULL if the group has no such slot or the index is growing (an
+ * entry may then be in either array). The first look of every owner's
+ * lookup, inline. */
 static inline __attribute__((always_inline)) shm_rec *shm_table_home(const stash_arena *a,
                                                                      const shm_table *t, uint32_t h,
-                                                                     shm_group **grp,
+                                                                     uint32_t span, shm_group **grp,
                                                                      unsigned *slot)
 {
     shm_off index = atomic_load_explicit(&t->index, memory_order_relaxed);
@@ -774,7 +778,7 @@ static inline __attribute__((always_inline)) shm_rec *shm_table_home(const stash
      * matched slot has one. */
     shm_rec *r = (shm_rec *)(a->base + shm_ref_off(atomic_load_explicit(&(*grp)->ref[*slot],
                                                                         memory_order_relaxed)));
-    shm_rec_fetch(r);
+    shm_rec_fetch(r, span);
     return r;
 }
 
@@ -785,23 +789,25 @@ shm_table_find_home(stash_arena *a, const shm_lookup *l, shm_cursor *c)
 {
     shm_group *grp;
     unsigned i;
-    shm_rec *r = shm_table_home(a, &a->tables[l->kg], l->hash, &grp, &i);
+    shm_rec *r = shm_table_home(a, &a->tables[l->kg], l->hash, SHM_FETCH_ANY, &grp, &i);
     if (__builtin_expect(!r || !shm_rec_matches(r, l), 0)) return false;
     *c = (shm_cursor){.group = grp, .slot = i, .in_old = false, .rec = r};
     return true;
 }
 
 /* Owner: the live record in table t of the entry named by name
- * (shm_name_word) with a key of 8 to 16 bytes and an empty namespace or one of 8 to 16 bytes, if
- * it is in its home group; NULL otherwise, and shm_table_find decides. The
- * common lookup, compared with few instructions and no branch on lengths. */
+ * (shm_name_word) with a key of 8 to 16 bytes and an empty namespace or one
+ * of 8 to 16 bytes, if it is in its home group (fetched as a block of span
+ * bytes); NULL otherwise, and shm_table_find decides. The common lookup,
+ * compared with few instructions and no branch on lengths. */
 static inline __attribute__((always_inline)) shm_rec *
-shm_table_find_short(const stash_arena *a, const shm_table *t, uint32_t h, uint64_t name,
-                     const uint8_t *key, size_t klen, const uint8_t *ns, size_t nslen)
+shm_table_find_short(const stash_arena *a, const shm_table *t, uint32_t h, uint32_t span,
+                     uint64_t name, const uint8_t *key, size_t klen, const uint8_t *ns,
+                     size_t nslen)
 {
     shm_group *grp;
     unsigned i;
-    shm_rec *r = shm_table_home(a, t, h, &grp, &i);
+    shm_rec *r = shm_table_home(a, t, h, span, &grp, &i);
     if (__builtin_expect(!r, 0)) return NULL;
     const uint8_t *k = shm_rec_key(r);
     uint64_t differ =
