@@ -868,22 +868,26 @@ static inline __attribute__((always_inline)) void shm_rec_write_end(shm_table *t
                           memory_order_release);
     atomic_store_explicit(&t->undo.rec, 0, memory_order_release);
 }
-/* Owner: replaces the whole value of a mutable record in table t, which
- * starts at dst and has room for len bytes, in place, under its sequence
- * lock. The new value is saved first for a crash's redo, so the old one
- * need not be read. Returns false, changing nothing, if it is longer than
- * SHM_UNDO_BYTES. */
+/* Owner: names rec in the undo record u as changed in place, with the n
+ * regions u holds (0: a redo, u holding the whole new value) and a value of
+ * vlen bytes (before the change, or with a redo after it), then makes rec's
+ * sequence odd: from here a crash's recovery finishes or undoes it. */
 static inline __attribute__((always_inline)) void
-shm_rec_overwrite_open(const stash_arena *a, shm_undo *u, shm_rec *rec, size_t len)
+shm_undo_open(const stash_arena *a, shm_undo *u, shm_rec *rec, unsigned n, uint32_t vlen)
 {
-    u->nregions = 0;
-    u->vlen = (uint32_t)len;
+    u->nregions = n;
+    u->vlen = vlen;
     atomic_store_explicit(&u->rec, shm_ref_of(shm_off_of(a, rec)), memory_order_release);
     /* Odd only after the undo names the record (recovery looks there). */
     atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1,
                           memory_order_release);
     atomic_thread_fence(memory_order_release);
 }
+/* Owner: replaces the whole value of a mutable record in table t, which
+ * starts at dst and has room for len bytes, in place, under its sequence
+ * lock. The new value is saved first for a crash's redo, so the old one
+ * need not be read. Returns false, changing nothing, if it is longer than
+ * SHM_UNDO_BYTES. */
 static inline __attribute__((always_inline)) bool shm_rec_overwrite(const stash_arena *a,
                                                                     shm_table *t, shm_rec *rec,
                                                                     uint8_t *dst, const void *value,
@@ -895,11 +899,11 @@ static inline __attribute__((always_inline)) bool shm_rec_overwrite(const stash_
         /* Loaded once for both copies. */
         shm_held h = shm_hold(value, len);
         shm_unhold(u->bytes, &h, len);
-        shm_rec_overwrite_open(a, u, rec, len);
+        shm_undo_open(a, u, rec, 0, (uint32_t)len);
         shm_unhold(dst, &h, len);
     } else {
         shm_copy_small(u->bytes, value, len);
-        shm_rec_overwrite_open(a, u, rec, len);
+        shm_undo_open(a, u, rec, 0, (uint32_t)len);
         shm_copy_small(dst, value, len);
     }
     atomic_store_explicit(&rec->vlen, (uint32_t)len, memory_order_relaxed);

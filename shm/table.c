@@ -346,13 +346,7 @@ bool shm_rec_write_begin(stash_arena *a, uint32_t kg, shm_rec *rec, const shm_re
         memcpy(u->bytes + used, shm_rec_value(rec) + r[i].off, len);
         used += len;
     }
-    u->nregions = n;
-    u->vlen = vlen;
-    atomic_store_explicit(&u->rec, shm_ref_of(shm_off_of(a, rec)), memory_order_release);
-    /* Odd only after the undo names the record (recovery looks there). */
-    atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1,
-                          memory_order_release);
-    atomic_thread_fence(memory_order_release);
+    shm_undo_open(a, u, rec, n, vlen);
     return true;
 }
 
