@@ -232,7 +232,8 @@ static uint64_t key_place(uint64_t i, void *ctx)
 {
     stash_state *s = ctx;
     uint64_t h = stash_hash(&i, sizeof i);
-    return (uint64_t)shm_lookup_hash(h, s->seed) << 8 | (h & 127);
+    return (uint64_t)shm_lookup_hash(h, s->seed) << 16 |
+           stash_key_group(&i, sizeof i, arena->hdr->max_parallelism);
 }
 
 /* Entries whose lookup hashes collide in one key group share their home
