@@ -47,7 +47,8 @@ struct stash_worker {
     uint64_t seen_done;    /* the newest completion reported by stash_barrier */
     uint64_t seen_aborted; /* the newest abort reported */
     /* After a rollback: the operator state of the restored checkpoint, which
-     * the worker's operator states load from when registered. */
+     * the worker's operator states load from when registered (op_blobs set;
+     * op_p 0 when the checkpoint was taken before any worker joined). */
     uint32_t op_p;
     ckpt_blob *op_blobs;
     uint8_t *op_mem;

@@ -311,6 +311,7 @@ int opstate_load(stash_state *s, uint32_t p, const ckpt_blob *blobs)
     char what[64];
     op_entries all = {0};
     int rc = 0;
+    if (p == 0) return entries_replace(&s->op, &all, 0);
     if (s->kind == STASH_OP_BROADCAST || (s->kind == STASH_OP_LIST && p == np)) {
         snprintf(what, sizeof what, "operator state of worker %u", me % p);
         rc = gather(s, &blobs[me % p], &all, what);

@@ -13,7 +13,7 @@ int opstate_encode(stash_worker *w, snap_buf *out);
  * metadata's id -> the arena's; 0: unknown); what names the blob in errors. */
 int opstate_remap(uint8_t *blob, size_t len, const uint16_t *ids, uint32_t nids, const char *what);
 /* Sets s to its share of the blobs of p workers (redistributed if p is not
- * the worker's parallelism). */
+ * the worker's parallelism); with p 0, to nothing. */
 int opstate_load(stash_state *s, uint32_t p, const ckpt_blob *blobs);
 /* Sets s from the control block's committed operator state, if any. */
 int opstate_load_committed(stash_state *s);

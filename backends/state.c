@@ -83,8 +83,8 @@ STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc
         s->deflen = desc->default_value.len;
     }
     if (opstate_kind(s->kind)) {
-        rc = worker->op_p ? opstate_load(s, worker->op_p, worker->op_blobs)
-                          : opstate_load_committed(s);
+        rc = worker->op_blobs ? opstate_load(s, worker->op_p, worker->op_blobs)
+                              : opstate_load_committed(s);
         if (rc < 0) {
             free(s->defval);
             free(s);

@@ -1033,6 +1033,53 @@ Test(service, a_rollback_without_a_checkpoint_changes_nothing, .timeout = 240)
     drop_dir(dir);
 }
 
+/* The checkpoint a rollback restores may come from before any worker joined:
+ * it holds no operator state, and the replacement starts with none, not
+ * with the newest its predecessor recorded at a cut that later failed
+ * (that would pair its offsets with key groups of another moment). */
+Test(service, a_rollback_to_a_checkpoint_without_workers_starts_with_no_operator_state,
+     .timeout = 240)
+{
+    char dir[128];
+    make_dir(dir, "rbfirst");
+    const char *name = test_arena_name("svcrf");
+    pid_t s = start_service(name, dir, 300);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_checkpoint_info info;
+    cr_assert_eq(stash_checkpoint(a, 20000, &info), 0, "%s", stash_errmsg());
+    uint64_t first = info.id;
+    /* Worker 0 counts and cuts the next checkpoint, recording its offset;
+     * worker 1 never reaches a barrier, so that checkpoint fails. */
+    job j[2];
+    pid_t pids[2];
+    jobs_of(name, (job){.want_done = UINT64_MAX}, 2, j);
+    j[1].never_barrier = true;
+    pids[0] = test_fork(endless_worker, &j[0]);
+    pids[1] = test_fork(worker_main, &j[1]);
+    wait_live(name, 2);
+    usleep(50000);
+    cr_assert_eq(stash_checkpoint(a, 20000, &info), STASH_EABORTED, "%s", info.detail);
+    for (int i = 0; i < 2; i++) {
+        kill(pids[i], SIGKILL);
+        test_wait(pids[i]);
+    }
+    /* Both roll back to the checkpoint from before they joined. */
+    jobs_of(name, (job){.want_done = UINT64_MAX, .rollback = true}, 2, j);
+    fork_jobs(name, j, 2, endless_worker, pids);
+    usleep(50000);
+    cr_assert_eq(stash_checkpoint(a, 20000, &info), 0, "%s", stash_errmsg());
+    cr_assert_gt(info.id, first);
+    for (int i = 0; i < 2; i++) {
+        kill(pids[i], SIGKILL);
+        test_wait(pids[i]);
+    }
+    stash_arena_close(a);
+    stop_service(name, s);
+    uint64_t offs[2];
+    restore_and_verify(name, dir, 2, offs);
+}
+
 /* Fills the arena until it refuses even the smallest value (so that what
  * is left depends on no layout), then reaches barriers, failing each cut. */
 static int fill_then_barrier(void *arg)
