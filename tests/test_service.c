@@ -180,6 +180,15 @@ static void fork_jobs(const char *name, job *j, uint32_t p, int (*fn)(void *), p
     wait_live(name, p);
 }
 
+/* Kills the p workers of pids (kill -9) and reaps them. */
+static void kill_jobs(const pid_t *pids, uint32_t p)
+{
+    for (uint32_t i = 0; i < p; i++) {
+        kill(pids[i], SIGKILL);
+        test_wait(pids[i]);
+    }
+}
+
 /* Starts workers 0 .. p-1 of arena name running fn, each on a copy of proto,
  * and waits until all have joined. */
 static void start_workers(const char *name, job proto, uint32_t p, int (*fn)(void *), job *j,
@@ -455,10 +464,7 @@ Test(service, a_killed_worker_is_replaced_live_or_rolled_back, .timeout = 240)
     close(ready[1]); /* a child that fails closes the last write end: read returns 0 */
     cr_assert_eq(read(ready[0], &byte, 1), 1, "the replacement set itself up");
     close(ready[0]);
-    kill(pids[0], SIGKILL);
-    kill(pids[1], SIGKILL);
-    test_wait(pids[0]);
-    test_wait(pids[1]);
+    kill_jobs(pids, 2);
     stash_arena_close(a);
     stop_service(name, s);
     /* Worker 1's key groups now hold exactly checkpoint good's counts:
@@ -531,10 +537,7 @@ Test(service, the_engine_killed_and_restarted_loses_nothing, .timeout = 240)
             held += atomic_load(&a->tables[kg].pins[p]) != 0;
         cr_assert_eq(held, 0, "key group %u keeps %u pins", kg, held);
     }
-    for (int i = 0; i < 2; i++) {
-        kill(pids[i], SIGKILL);
-        test_wait(pids[i]);
-    }
+    kill_jobs(pids, 2);
     stash_arena_close(a);
     stop_service(name, s);
     /* The newest complete checkpoint restores, counts matching offsets. */
@@ -847,10 +850,7 @@ Test(service, a_soak_of_random_kills_loses_no_committed_state, .timeout = 240)
     stash_checkpoint_info info;
     cr_assert_eq(stash_checkpoint(a, 20000, &info), 0, "%s", stash_errmsg());
     cr_assert_gt(info.id, committed);
-    for (int i = 0; i < 2; i++) {
-        kill(pids[i], SIGKILL);
-        test_wait(pids[i]);
-    }
+    kill_jobs(pids, 2);
     stash_arena_close(a);
     kill(spid, SIGKILL);
     test_wait(spid);
@@ -1060,20 +1060,14 @@ Test(service, a_rollback_to_a_checkpoint_without_workers_starts_with_no_operator
     wait_live(name, 2);
     usleep(50000);
     cr_assert_eq(stash_checkpoint(a, 20000, &info), STASH_EABORTED, "%s", info.detail);
-    for (int i = 0; i < 2; i++) {
-        kill(pids[i], SIGKILL);
-        test_wait(pids[i]);
-    }
+    kill_jobs(pids, 2);
     /* Both roll back to the checkpoint from before they joined. */
     jobs_of(name, (job){.want_done = UINT64_MAX, .rollback = true}, 2, j);
     fork_jobs(name, j, 2, endless_worker, pids);
     usleep(50000);
     cr_assert_eq(stash_checkpoint(a, 20000, &info), 0, "%s", stash_errmsg());
     cr_assert_gt(info.id, first);
-    for (int i = 0; i < 2; i++) {
-        kill(pids[i], SIGKILL);
-        test_wait(pids[i]);
-    }
+    kill_jobs(pids, 2);
     stash_arena_close(a);
     stop_service(name, s);
     uint64_t offs[2];
