@@ -37,8 +37,9 @@ struct stash_worker {
      * which the next access most likely looks up again. */
     uint64_t last_seed;
     uint32_t last_hash;
-    /* The current key may take the one-step accesses of value.c: 8 to 16
-     * bytes long, in a key group the worker owns, with the heap backend. */
+    /* The current key may take the one-step accesses of value.c (of a
+     * one-step state, which only the heap backend has): 8 to 16 bytes long,
+     * in a key group the worker owns. */
     bool one_step_key;
     uint64_t writes; /* every write by this worker: invalidates its iterators */
     struct stash_state *states;

@@ -109,14 +109,13 @@ key_set_hashed(stash_worker *worker, const void *key, size_t len, bool short_key
 {
     worker->klen = (uint16_t)len;
     worker->key_hash = shm_key_hash(key, len);
-    uint32_t maxp = worker->max_parallelism, kg;
-    kg = (uint32_t)((maxp & (maxp - 1)) == 0 ? worker->key_hash & (maxp - 1)
-                                             : worker->key_hash % maxp);
+    uint32_t maxp = worker->max_parallelism;
+    uint32_t kg = (uint32_t)((maxp & (maxp - 1)) == 0 ? worker->key_hash & (maxp - 1)
+                                                      : worker->key_hash % maxp);
     worker->kg = kg;
     worker->has_key = true;
     worker->last_hash = shm_lookup_hash(worker->key_hash, worker->last_seed);
-    worker->one_step_key =
-        short_key && !worker->lmdb && kg >= worker->range.first && kg <= worker->range.last;
+    worker->one_step_key = short_key && kg >= worker->range.first && kg <= worker->range.last;
     if (!worker->lmdb) shm_table_prefetch(worker->arena, kg, worker->last_hash);
     return 0;
 }
