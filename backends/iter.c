@@ -74,8 +74,7 @@ static int keys_next(iter_impl *it, stash_bytes *key)
     if (w->lmdb) return keys_next_lmdb(it, key);
     stash_arena *a = w->arena;
     for (; it->kg <= w->range.last; it->kg++, it->pos = 0) {
-        uint32_t hash;
-        for (shm_rec *r; (r = shm_table_next(a, it->kg, &it->pos, &hash));) {
+        for (shm_rec *r; (r = shm_table_next(a, it->kg, &it->pos, NULL));) {
             if (!key_matches(it, r)) continue;
             if (key) *key = (stash_bytes){shm_rec_key(r), r->klen};
             return 1;

@@ -11,8 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "shm/hash.h"
-#include "shm/shm.h"
+#include "shm/index.h"
 
 typedef struct checker {
     stash_arena *a;
@@ -172,13 +171,6 @@ static int check_record(checker *c, uint32_t kg, shm_rec *r, const char *what)
                     (unsigned long long)off, why);
 }
 
-/* The lookup hash of the entry r holds, as its key group's index keys it. */
-static uint32_t rec_hash(const shm_rec *r)
-{
-    uint64_t seed = shm_lookup_seed(r->state, shm_ns_hash(shm_rec_ns(r), r->nslen));
-    return shm_lookup_hash(shm_key_hash(shm_rec_key(r), r->klen), seed);
-}
-
 /* One array of an index as check_part walks it: its groups, their count,
  * the first group not moved away yet, and which array it is. */
 typedef struct part {
@@ -208,9 +200,10 @@ static unsigned probe_walk(const stash_arena *a, const part *p, const shm_rec *r
         *reached |= g == at;
         bool empty = false;
         for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++) {
-            uint32_t sh = atomic_load(&p->g[g].hash[i]);
-            empty |= sh == SHM_SLOT_EMPTY;
-            shm_rec *o = sh == h ? shm_rec_at(a, atomic_load(&p->g[g].ref[i])) : NULL;
+            uint16_t tag = atomic_load(&p->g[g].tag[i]);
+            empty |= tag == SHM_SLOT_EMPTY;
+            shm_rec *o =
+                tag == shm_slot_tag(h) ? shm_rec_at(a, atomic_load(&p->g[g].ref[i])) : NULL;
             copies += o && shm_rec_matches(o, &l);
         }
         if (empty) break;
@@ -240,24 +233,25 @@ static int check_part(checker *c, uint32_t kg, const part *p, const part *other,
 {
     for (uint32_t g = 0; g < p->n; g++) {
         for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++) {
-            uint32_t h = atomic_load(&p->g[g].hash[i]);
+            uint16_t tag = atomic_load(&p->g[g].tag[i]);
             shm_ref ref = atomic_load(&p->g[g].ref[i]);
-            *used += h != SHM_SLOT_EMPTY;
-            if (h < 2 || g < p->from) {
-                if (ref || h >= 2)
+            *used += tag != SHM_SLOT_EMPTY;
+            if (tag < 2 || g < p->from) {
+                if (ref || tag >= 2)
                     return shm_fail(-EUCLEAN, "key group %u: %s index group %u slot %u: %s", kg,
                                     p->name, g, i,
-                                    h >= 2 ? "an entry left in a moved group"
-                                           : "a free slot that references a record");
+                                    tag >= 2 ? "an entry left in a moved group"
+                                             : "a free slot that references a record");
                 continue;
             }
             shm_rec *r = shm_rec_at(c->a, ref);
             int rc = r ? check_record(c, kg, r, "record") : 0;
             if (rc) return rc;
-            if (!r || rec_hash(r) != h)
-                return shm_fail(-EUCLEAN, "key group %u: %s index group %u slot %u: %s", kg,
-                                p->name, g, i,
-                                r ? "hash differs from its record's" : "an entry without a record");
+            uint32_t h = r ? shm_rec_hash(r) : 0;
+            if (!r || shm_slot_tag(h) != tag)
+                return shm_fail(
+                    -EUCLEAN, "key group %u: %s index group %u slot %u: %s", kg, p->name, g, i,
+                    r ? "tag differs from its record's hash" : "an entry without a record");
             bool reached, in_other;
             unsigned copies = probe_walk(c->a, p, r, h, g, &reached);
             if (!reached)

@@ -31,15 +31,16 @@ static inline uint64_t shm_lookup_seed(uint16_t state, uint64_t ns_hash)
     return (state * 0x9e3779b97f4a7c15ull) ^ (ns_hash * 0xc2b2ae3d27d4eb4full);
 }
 
-/* The lookup hash of the entry of a key (by its hash) under seed: at least 2,
- * since the index keeps 0 and 1 for its empty and deleted slots. The key's
- * hash is XXH3's, already mixed, so its high half serves as it is: the key
- * group comes from the low bits, which every entry of a key group shares.
- * No multiply lies between the key's hash and the first load of a lookup. */
+/* The lookup hash of the entry of a key (by its hash) under seed. Its high
+ * half, the entry's tag in the index, is at least 2, since the index keeps
+ * tags 0 and 1 for its empty and deleted slots. The key's hash is XXH3's,
+ * already mixed, so its high half serves as it is: the key group comes from
+ * the low bits, which every entry of a key group shares. No multiply lies
+ * between the key's hash and the first load of a lookup. */
 static inline uint32_t shm_lookup_hash(uint64_t key_hash, uint64_t seed)
 {
     uint32_t x = (uint32_t)((key_hash ^ seed) >> 32);
-    return x < 2 ? x + 2 : x;
+    return x < 0x20000u ? x + 0x20000u : x;
 }
 
 #endif /* STASH_SHM_HASH_H */

@@ -1,16 +1,16 @@
 /*
  * index.c: a key group's index: where the newest version of each entry is,
- * found by its lookup hash. Groups of eight slots (hash, reference), one
+ * found by its lookup hash. Groups of ten slots (tag, reference), one
  * cache line each, probed group by group from the hash's home group until a
  * group with an EMPTY slot; only the key group's owner changes them.
  *
  * Invariants the rest of stash relies on:
  * - A slot only goes from EMPTY to used, and from used to DELETED (never back
  *   to EMPTY), so an entry is always reachable from its home without
- *   crossing an EMPTY slot. A lookup compares the eight hashes of a group at
- *   once and reads only the records whose hash matches.
+ *   crossing an EMPTY slot. A lookup compares the ten tags of a group at
+ *   once and reads only the records whose tag matches.
  * - Readers in other processes probe without locks: a slot's reference is
- *   written before its hash, and moving entries between index arrays is
+ *   written before its tag, and moving entries between index arrays is
  *   bracketed by the table's shape sequence, so a reader that missed a key
  *   because of a move looks again.
  * - Growing never stops the world: when the index is 7/8 used, a new array
@@ -18,7 +18,9 @@
  *   few groups of the old one into it per write. Lookups probe the old array
  *   first, skipping the groups already moved (an entry can only be in a group
  *   not moved yet, at or after its home, with no EMPTY slot between), then
- *   the new one. Moves wait while a walker walks the key group (a
+ *   the new one. A slot keeps only the high half of its entry's hash, so a
+ *   move reads each record to find its home in the new array. Moves wait
+ *   while a walker walks the key group (a
  *   checkpoint), so a walk sees each entry in one place; an entry being moved
  *   goes into the new array before its old slot is marked, so a crash leaves
  *   it in one array or both, never in neither.
@@ -56,9 +58,10 @@ static shm_rec *probe(const stash_arena *a, const index_part *p, const shm_looku
                       shm_group **at, unsigned *slot, shm_group **free_g, unsigned *free_slot)
 {
     uint32_t g = probe_start(p, l->hash);
+    uint16_t tag = shm_slot_tag(l->hash);
     for (uint32_t steps = p->from; steps < p->n; steps++, g = probe_next(p, g)) {
         shm_group *grp = &p->g[g];
-        unsigned m = shm_group_match(grp, l->hash);
+        unsigned m = shm_group_match(grp, tag);
         atomic_thread_fence(memory_order_acquire);
         while (m) {
             unsigned i = shm_group_next(&m);
@@ -274,13 +277,13 @@ static bool free_slot(const stash_arena *a, const shm_table *t, uint32_t h, shm_
     return false;
 }
 
-/* Fills free slot i of g of the current index with (h, r): the reference
- * before the hash, which readers match first. */
+/* Fills free slot i of g of the current index with the entry of hash h at
+ * r: the reference before the tag, which readers match first. */
 static void slot_fill(shm_table *t, shm_group *g, unsigned i, uint32_t h, shm_ref r)
 {
-    bool was_empty = atomic_load_explicit(&g->hash[i], memory_order_relaxed) == SHM_SLOT_EMPTY;
+    bool was_empty = atomic_load_explicit(&g->tag[i], memory_order_relaxed) == SHM_SLOT_EMPTY;
     atomic_store_explicit(&g->ref[i], r, memory_order_relaxed);
-    atomic_store_explicit(&g->hash[i], h, memory_order_release);
+    atomic_store_explicit(&g->tag[i], shm_slot_tag(h), memory_order_release);
     if (was_empty)
         atomic_store_explicit(&t->used, atomic_load_explicit(&t->used, memory_order_relaxed) + 1,
                               memory_order_relaxed);
@@ -301,7 +304,7 @@ static bool index_holds(const stash_arena *a, const shm_table *t, uint32_t h, sh
     uint32_t g = probe_start(&cur, h);
     for (uint32_t steps = 0; steps < cur.n; steps++, g = probe_next(&cur, g)) {
         const shm_group *grp = &cur.g[g];
-        for (unsigned m = shm_group_match(grp, h); m;)
+        for (unsigned m = shm_group_match(grp, shm_slot_tag(h)); m;)
             if (atomic_load(&grp->ref[shm_group_next(&m)]) == r) return true;
         if (shm_group_match(grp, SHM_SLOT_EMPTY)) return false;
     }
@@ -316,14 +319,20 @@ static void move_group(stash_arena *a, shm_table *t, bool recovering)
 {
     uint32_t pos = atomic_load(&t->migrate_pos);
     shm_group *g = &groups_at(a, atomic_load(&t->old_index))[pos];
+    shm_rec *recs[SHM_GROUP_SLOTS];
+    /* Each entry's home comes from its record: fetch them all first. */
     for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++) {
-        uint32_t h = atomic_load(&g->hash[i]);
-        shm_ref r = atomic_load(&g->ref[i]);
-        if (h >= 2 && r) {
+        recs[i] = atomic_load(&g->tag[i]) >= 2 ? shm_rec_at(a, atomic_load(&g->ref[i])) : NULL;
+        if (recs[i]) __builtin_prefetch(recs[i]);
+    }
+    for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++) {
+        if (recs[i]) {
+            uint32_t h = shm_rec_hash(recs[i]);
+            shm_ref r = atomic_load(&g->ref[i]);
             if (!(recovering && index_holds(a, t, h, r))) insert_slot(a, t, h, r);
             t->old_left--;
         }
-        if (h != SHM_SLOT_EMPTY) atomic_store(&g->hash[i], SHM_SLOT_DELETED);
+        if (atomic_load(&g->tag[i]) != SHM_SLOT_EMPTY) atomic_store(&g->tag[i], SHM_SLOT_DELETED);
         atomic_store(&g->ref[i], 0);
     }
     atomic_store(&t->migrate_pos, pos + 1);
@@ -464,7 +473,7 @@ int shm_index_insert(stash_arena *a, const shm_lookup *l, shm_cursor *c, shm_ref
 
 void shm_index_clear(shm_table *t, const shm_cursor *c)
 {
-    atomic_store_explicit(&c->group->hash[c->slot], SHM_SLOT_DELETED, memory_order_release);
+    atomic_store_explicit(&c->group->tag[c->slot], SHM_SLOT_DELETED, memory_order_release);
     atomic_store_explicit(&c->group->ref[c->slot], 0, memory_order_release);
     t->heads--;
     if (c->in_old) t->old_left--;
@@ -482,7 +491,7 @@ bool shm_index_at(const stash_arena *a, uint32_t kg, uint32_t *pos, shm_cursor *
     c->slot = i;
     c->in_old = *pos < old.n * SHM_GROUP_SLOTS;
     c->rec =
-        atomic_load(&c->group->hash[i]) < 2 ? NULL : shm_rec_at(a, atomic_load(&c->group->ref[i]));
+        atomic_load(&c->group->tag[i]) < 2 ? NULL : shm_rec_at(a, atomic_load(&c->group->ref[i]));
     return true;
 }
 
@@ -502,7 +511,7 @@ static void recount(stash_arena *a, uint32_t kg)
     }
     for (uint32_t g = 0; g < cur.n; g++)
         for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++)
-            used += atomic_load(&cur.g[g].hash[i]) != SHM_SLOT_EMPTY;
+            used += atomic_load(&cur.g[g].tag[i]) != SHM_SLOT_EMPTY;
     atomic_store(&t->count, live);
     atomic_store(&t->used, used);
     t->heads = heads;
@@ -523,14 +532,14 @@ void shm_index_recover(stash_arena *a, uint32_t kg)
     atomic_store(&t->moving, 0);
     if (!atomic_load(&t->index)) return;
     /* A delete stores DELETED before clearing the reference, an insert its
-     * reference before its hash. */
+     * reference before its tag. */
     index_part po, pc;
     owner_parts(a, t, &po, &pc);
     const index_part *parts[2] = {&po, &pc};
     for (int p = 0; p < 2; p++)
         for (uint32_t g = parts[p]->from; g < parts[p]->n; g++)
             for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++)
-                if (atomic_load(&parts[p]->g[g].hash[i]) < 2)
+                if (atomic_load(&parts[p]->g[g].tag[i]) < 2)
                     atomic_store(&parts[p]->g[g].ref[i], 0);
     if (atomic_load(&t->shape_seq) & 1) atomic_fetch_add(&t->shape_seq, 1);
     set_grow_at(t);
@@ -542,7 +551,7 @@ shm_rec *shm_table_next(const stash_arena *a, uint32_t kg, uint32_t *pos, uint32
     shm_cursor c;
     for (; shm_index_at(a, kg, pos, &c); ++*pos) {
         if (!c.rec) continue;
-        *hash = atomic_load(&c.group->hash[c.slot]);
+        if (hash) *hash = shm_rec_hash(c.rec);
         ++*pos;
         return c.rec;
     }
@@ -585,7 +594,7 @@ static int walk_part(stash_arena *a, const index_part *p, shm_head_fn *each, voi
         }
         const shm_group *g = &p->g[pos / SHM_GROUP_SLOTS];
         unsigned i = pos % SHM_GROUP_SLOTS;
-        if (atomic_load_explicit(&g->hash[i], memory_order_acquire) < 2) continue;
+        if (atomic_load_explicit(&g->tag[i], memory_order_acquire) < 2) continue;
         shm_rec *rec = shm_rec_at(a, atomic_load_explicit(&g->ref[i], memory_order_acquire));
         if (rec) rc = each(a, rec, ctx);
     }

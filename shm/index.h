@@ -23,6 +23,14 @@ typedef struct index_view {
     bool any; /* the table has an index */
 } index_view;
 
+/* The lookup hash of the entry r holds, as its key group's index keys it: a
+ * slot keeps only its tag, so moving an entry reads its record. */
+static inline uint32_t shm_rec_hash(const shm_rec *r)
+{
+    uint64_t seed = shm_lookup_seed(r->state, shm_ns_hash(shm_rec_ns(r), r->nslen));
+    return shm_lookup_hash(shm_key_hash(shm_rec_key(r), r->klen), seed);
+}
+
 /* Waits for an even value of seq (no change under way) into *out. Returns
  * false if kg's owner died in the middle of its change. */
 bool shm_wait_even(const stash_arena *a, uint32_t kg, _Atomic uint32_t *seq, uint32_t *out);

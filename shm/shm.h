@@ -25,7 +25,7 @@
 typedef uint64_t shm_off;
 
 #define SHM_MAGIC "STASHARN"
-#define SHM_LAYOUT_VERSION 4u
+#define SHM_LAYOUT_VERSION 5u
 #define SHM_INIT_MARK 0x54494e49u /* "INIT": written last by the creator */
 #define SHM_HEADER_SIZE 4096u
 #define SHM_SPAN_SHIFT 12u
@@ -213,14 +213,16 @@ typedef struct shm_rec {
 _Static_assert(sizeof(shm_rec) == 20, "a record header is 20 bytes");
 
 /* The index of a key group's table is an array of groups, each one cache
- * line: eight slots, each a lookup hash (or EMPTY, or DELETED: a slot that
- * held an entry, which probes go past) and the reference of the entry's
- * newest version. Lookup hashes are at least 2. */
-#define SHM_GROUP_SLOTS 8u
+ * line: ten slots, each a 16-bit tag (the high half of an entry's lookup
+ * hash; or EMPTY, or DELETED: a slot that held an entry, which probes go
+ * past) and the reference of the entry's newest version. Tags are at least
+ * 2. The tags come first, so that two 16-byte loads compare them all. */
+#define SHM_GROUP_SLOTS 10u
 enum { SHM_SLOT_EMPTY = 0u, SHM_SLOT_DELETED = 1u };
 typedef struct shm_group {
-    _Atomic uint32_t hash[SHM_GROUP_SLOTS];
+    _Atomic uint16_t tag[SHM_GROUP_SLOTS];
     _Atomic shm_ref ref[SHM_GROUP_SLOTS];
+    uint32_t pad; /* to a whole line */
 } shm_group;
 _Static_assert(sizeof(shm_group) == 64, "a group is a cache line");
 
@@ -549,20 +551,28 @@ static inline shm_ref shm_rec_older(const stash_arena *a, const shm_rec *r)
                : 0;
 }
 
-/* The slots of g whose hash is h: bit 2i for slot i. */
-static inline unsigned shm_group_match(const shm_group *g, uint32_t h)
+/* The tag a slot keeps for an entry of lookup hash h. */
+static inline uint16_t shm_slot_tag(uint32_t h)
+{
+    return (uint16_t)(h >> 16);
+}
+
+/* The slots of g whose tag is tag: bit 2i for slot i. */
+static inline unsigned shm_group_match(const shm_group *g, uint16_t tag)
 {
 #ifdef SHM_GROUP_SIMD
-    /* Aligned 16-byte loads read each 4-byte hash whole. */
-    const __m128i *p = (const __m128i *)(const void *)g->hash;
-    __m128i want = _mm_set1_epi32((int)h);
-    __m128i eq = _mm_packs_epi32(_mm_cmpeq_epi32(_mm_load_si128(p), want),
-                                 _mm_cmpeq_epi32(_mm_load_si128(p + 1), want));
-    return (unsigned)_mm_movemask_epi8(eq) & 0x5555u;
+    /* Tags 0 to 7, then 2 to 9: each 2-byte tag read whole, within the line. */
+    const uint8_t *p = (const uint8_t *)(const void *)g->tag;
+    __m128i want = _mm_set1_epi16((short)tag);
+    unsigned lo = (unsigned)_mm_movemask_epi8(
+        _mm_cmpeq_epi16(_mm_load_si128((const __m128i *)(const void *)p), want));
+    unsigned hi = (unsigned)_mm_movemask_epi8(
+        _mm_cmpeq_epi16(_mm_loadu_si128((const __m128i *)(const void *)(p + 4)), want));
+    return (lo | hi << 4) & 0x55555u;
 #else
     unsigned m = 0;
     for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++)
-        m |= (unsigned)(atomic_load_explicit(&g->hash[i], memory_order_relaxed) == h) << (2 * i);
+        m |= (unsigned)(atomic_load_explicit(&g->tag[i], memory_order_relaxed) == tag) << (2 * i);
     return m;
 #endif
 }
@@ -735,7 +745,7 @@ static inline void shm_rec_fetch(const shm_rec *r, uint32_t span)
     if (end > 64) __builtin_prefetch((const char *)r + 64);
     if (end > 128) __builtin_prefetch((const char *)r + 128);
 }
-/* The record of slot i of g whose hash matched, fetched whole. */
+/* The record of slot i of g whose tag matched, fetched whole. */
 static inline shm_rec *shm_group_rec(const stash_arena *a, const shm_group *g, unsigned i)
 {
     shm_rec *r = shm_rec_at(a, atomic_load_explicit(&g->ref[i], memory_order_acquire));
@@ -756,7 +766,7 @@ static inline void shm_table_prefetch(const stash_arena *a, uint32_t kg, uint32_
     if (index) __builtin_prefetch((const shm_group *)(a->base + index) + (h & mask));
 }
 
-/* Owner: the record of the first slot of lookup hash h in its home group
+/* Owner: the record of the first slot of the tag of lookup hash h in its home group
  * of the index of table t, fetched as a block of span bytes, and that group
  * and slot; NULL if the group has no such slot or the index is growing (an
  * entry may then be in either array). The first look of every owner's
@@ -771,7 +781,7 @@ static inline __attribute__((always_inline)) shm_rec *shm_table_home(const stash
         return NULL;
     uint32_t mask = (1u << atomic_load_explicit(&t->log2, memory_order_relaxed)) - 1;
     *grp = (shm_group *)(a->base + index) + (h & mask);
-    unsigned m = shm_group_match(*grp, h);
+    unsigned m = shm_group_match(*grp, shm_slot_tag(h));
     if (__builtin_expect(m == 0, 0)) return NULL;
     *slot = shm_group_next(&m);
     /* A slot takes its reference before its hash and keeps it: the owner's
@@ -986,8 +996,9 @@ int64_t shm_table_read_copy(stash_arena *a, uint32_t reader_slot, const shm_look
                             uint8_t **buf, size_t *cap);
 
 /* Owner: the entries of kg one after another: the newest version of the
- * entry at scan position *pos or after (tombstones included), with its
- * lookup hash, advancing *pos past it; NULL at the end. Start at 0. The
+ * entry at scan position *pos or after (tombstones included), and, unless
+ * hash is NULL, its lookup hash (computed from the record), advancing *pos
+ * past it; NULL at the end. Start at 0. The
  * owner may delete or replace entries between calls (nothing moves), but
  * not tend the table. */
 shm_rec *shm_table_next(const stash_arena *a, uint32_t kg, uint32_t *pos, uint32_t *hash);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "shm/index.h"
 #include "tests/helpers.h"
 
 static char arena_name[96];
@@ -113,8 +114,8 @@ Test(versions, a_pinned_reader_sees_the_state_as_of_its_version)
     cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
     unpin_and_settle(pins);
     for (uint32_t kg = 0; kg < 8; kg++) {
-        uint32_t pos = 0, hash;
-        for (shm_rec *r; (r = shm_table_next(arena, kg, &pos, &hash));)
+        uint32_t pos = 0;
+        for (shm_rec *r; (r = shm_table_next(arena, kg, &pos, NULL));)
             cr_assert_eq(shm_rec_older(arena, r), 0, "no old version is kept once nobody pins it");
     }
 }
@@ -201,6 +202,61 @@ Test(versions, growth_moves_a_few_groups_per_write)
         stash_bytes v;
         cr_assert_eq(stash_value_get(s, &v), 0);
         cr_assert_eq(test_u64(v.data), k);
+    }
+}
+
+/* Entry i of the growth test below: its key (4, 8 or 30 bytes), state and
+ * namespace (none, 8 bytes or 24), and its value. */
+static const char *const growth_ns[3] = {"", "window-7", "a namespace of 24 bytes!"};
+static void growth_entry(stash_state *const st[2], uint32_t i, stash_state **at, uint64_t *value)
+{
+    char k[30];
+    memset(k, 'k', sizeof k);
+    memcpy(k, &i, sizeof i);
+    size_t klen = i % 3 == 0 ? 4 : i % 3 == 1 ? 8 : 30;
+    *at = st[i / 3 % 2];
+    cr_assert_eq(stash_key_set(w, k, klen), 0);
+    const char *ns = growth_ns[i / 6 % 3];
+    cr_assert_eq(stash_state_namespace(*at, ns, strlen(ns)), 0);
+    *value = (uint64_t)i * 7 + 1;
+}
+
+/* A slot keeps only its entry's tag, so growth finds where each entry goes
+ * in the larger index from its record: from its state, key and namespace.
+ * With a pin held, some of the records are older versions' successors and
+ * tombstones. */
+Test(versions, growth_places_every_entry_by_its_state_key_and_namespace)
+{
+    stash_state *st[2] = {s, NULL};
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "g", .kind = STASH_VALUE}, &st[1]),
+                 0);
+    enum { N = 30000 };
+    uint32_t pins[8];
+    for (uint32_t i = 0; i < N; i++) {
+        if (i == N / 2) pin_all(pins);
+        stash_state *at;
+        uint64_t v;
+        growth_entry(st, i, &at, &v);
+        cr_assert_eq(stash_value_put(at, &v, sizeof v), 0);
+        if (i % 5 == 4) {
+            growth_entry(st, i - 2, &at, &v);
+            cr_assert_eq(stash_value_put(at, NULL, 0), 0);
+        }
+    }
+    cr_assert_gt(atomic_load(&arena->tables[0].resizes), 8u, "the index grew several times");
+    cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
+    unpin_and_settle(pins);
+    for (uint32_t i = 0; i < N; i++) {
+        stash_state *at;
+        uint64_t v;
+        growth_entry(st, i, &at, &v);
+        stash_bytes b;
+        if (i % 5 == 2 && i + 2 < N) {
+            cr_assert_eq(stash_value_get(at, &b), STASH_ENOTFOUND, "entry %u was deleted", i);
+            continue;
+        }
+        cr_assert_eq(stash_value_get(at, &b), 0, "entry %u", i);
+        cr_assert_eq(test_u64(b.data), v, "entry %u", i);
     }
 }
 
@@ -344,7 +400,7 @@ static shm_group *growth_with_a_full_group(uint32_t kg, uint32_t *next_key)
         if (!old) continue;
         shm_group *g = (shm_group *)(arena->base + old) + atomic_load(&t->migrate_pos);
         unsigned entries = 0;
-        for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++) entries += atomic_load(&g->hash[i]) >= 2;
+        for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++) entries += atomic_load(&g->tag[i]) >= 2;
         if (entries >= 2) {
             *next_key = k + 1;
             return g;
@@ -352,19 +408,20 @@ static shm_group *growth_with_a_full_group(uint32_t kg, uint32_t *next_key)
     }
 }
 
-/* Puts (hash, ref) into the current index as a move does: the first free
- * slot from the hash's home group on. */
-static void move_into_index(shm_table *t, uint32_t hash, shm_ref ref)
+/* Puts the entry at ref into the current index as a move does: the first
+ * free slot from its hash's home group on. */
+static void move_into_index(shm_table *t, shm_ref ref)
 {
+    uint32_t hash = shm_rec_hash(shm_rec_at(arena, ref));
     shm_group *groups = (shm_group *)(arena->base + atomic_load(&t->index));
     uint32_t n = 1u << atomic_load(&t->log2);
     for (uint32_t g = hash & (n - 1);; g = (g + 1) & (n - 1)) {
         for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++) {
-            uint32_t h = atomic_load(&groups[g].hash[i]);
-            if (h >= 2) continue;
+            uint16_t tag = atomic_load(&groups[g].tag[i]);
+            if (tag >= 2) continue;
             atomic_store(&groups[g].ref[i], ref);
-            atomic_store(&groups[g].hash[i], hash);
-            if (h == SHM_SLOT_EMPTY) atomic_fetch_add(&t->used, 1);
+            atomic_store(&groups[g].tag[i], shm_slot_tag(hash));
+            if (tag == SHM_SLOT_EMPTY) atomic_fetch_add(&t->used, 1);
             return;
         }
     }
@@ -388,15 +445,15 @@ Test(versions, a_move_cut_short_by_a_crash_is_finished_by_recovery)
         shm_table *t = &arena->tables[0];
         shm_group *g = growth_with_a_full_group(0, &next);
         unsigned i = 0;
-        while (atomic_load(&g->hash[i]) < 2) i++;
+        while (atomic_load(&g->tag[i]) < 2) i++;
         /* As a move leaves the group when killed: its first entry copied into
          * the index (variant 0: still in the old group too; variant 1: marked
          * moved there), the rest not moved yet, the shape odd. */
         atomic_store(&t->moving, 1);
         atomic_fetch_add(&t->shape_seq, 1);
-        move_into_index(t, atomic_load(&g->hash[i]), atomic_load(&g->ref[i]));
+        move_into_index(t, atomic_load(&g->ref[i]));
         if (variant == 1) {
-            atomic_store(&g->hash[i], SHM_SLOT_DELETED);
+            atomic_store(&g->tag[i], SHM_SLOT_DELETED);
             atomic_store(&g->ref[i], 0);
         }
         shm_table_recover(arena, 0);
