@@ -2,7 +2,8 @@
  * test_keyed_procs.c: keyed state across real processes. An owner writes
  * values that carry their own checksum while another process reads them: a
  * read is never torn. An owner killed with SIGKILL in the middle of writes
- * leaves a table that a new owner finds consistent, every value whole.
+ * leaves a table that a new owner finds consistent, every value whole. A
+ * reader finds every key its owner has put while the index grows.
  */
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -132,6 +133,109 @@ Test(procs, another_process_never_reads_a_torn_value, .timeout = 300)
     cr_assert_gt(atomic_load(&run->reads), 1000);
     stash_worker_close(w);
     cr_assert_eq(shm_check(a), 0, "%s", stash_errmsg());
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
+
+/* ---- a reader in another process finds every key while the index grows ---- */
+
+#define GROWN_KEYS 60000u
+
+typedef struct growth_run {
+    _Atomic uint32_t published; /* keys[0 .. published-1] are in the state */
+    _Atomic int done;
+    _Atomic uint64_t reads;
+    _Atomic int failed; /* the reader's exit code once it failed */
+    uint32_t missed;    /* the key a failed read looked for */
+} growth_run;
+
+typedef struct finder_args {
+    const char *name;
+    growth_run *run;
+    const uint32_t *keys;
+} finder_args;
+
+/* Reads keys the owner has published, in its key groups, until told to stop:
+ * each must be found, with the value the owner put (its index in keys). */
+static int find_keys(finder_args *f)
+{
+    stash_worker *w;
+    if (stash_worker_open(f->name, &(stash_worker_opts){.index = 1, .parallelism = 2}, &w))
+        return 1;
+    stash_state *v = get_state(w, "v", STASH_VALUE);
+    if (!v) return 2;
+    uint64_t x = 4242;
+    while (!atomic_load(&f->run->done)) {
+        uint32_t n = atomic_load_explicit(&f->run->published, memory_order_acquire);
+        if (n == 0) continue;
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        /* Half the reads go to the newest keys, which growth moves last. */
+        uint32_t j =
+            x & 1 ? (uint32_t)(x >> 8) % n : n - 1 - (uint32_t)(x >> 8) % (n < 64 ? n : 64);
+        uint32_t k = f->keys[j];
+        stash_key_set(w, &k, sizeof k);
+        stash_bytes b;
+        uint64_t got = UINT64_MAX;
+        if (stash_value_get(v, &b) == 0 && b.len == sizeof got) memcpy(&got, b.data, sizeof got);
+        if (got != j) {
+            f->run->missed = k;
+            return 10;
+        }
+        atomic_fetch_add(&f->run->reads, 1);
+    }
+    stash_worker_close(w);
+    return 0;
+}
+
+static int find_published(void *arg)
+{
+    finder_args *f = arg;
+    int rc = find_keys(f);
+    if (rc) atomic_store(&f->run->failed, rc);
+    return rc;
+}
+
+/* Lookups from other processes take no lock: while entries move into a
+ * larger index, a reader probes the array being emptied, then the new one,
+ * and a reader that missed a key while a move went on looks again. Every
+ * key the owner has put must be found, through every growth of its key
+ * groups. */
+Test(procs, another_process_finds_every_key_while_the_index_grows, .timeout = 300)
+{
+    char name[96];
+    stash_arena *a = test_arena_create("grown", 128u << 20, 128, name);
+    stash_worker *w = join(name, 0, 2);
+    stash_state *v = get_state(w, "v", STASH_VALUE);
+    growth_run *run =
+        mmap(NULL, sizeof *run, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(run, MAP_FAILED);
+    static uint32_t keys[GROWN_KEYS];
+    for (uint32_t k = 0, n = 0; n < GROWN_KEYS; k++) {
+        stash_key_set(w, &k, sizeof k);
+        if (stash_key_group_current(w) < 64) keys[n++] = k;
+    }
+    finder_args args = {name, run, keys};
+    pid_t pid = test_fork(find_published, &args);
+    uint32_t resizes = 0;
+    for (uint32_t j = 0; j < GROWN_KEYS; j++) {
+        stash_key_set(w, &keys[j], sizeof keys[j]);
+        uint64_t val = j;
+        cr_assert_eq(stash_value_put(v, &val, sizeof val), 0, "%s", stash_errmsg());
+        atomic_store_explicit(&run->published, j + 1, memory_order_release);
+        /* Let the reader keep up with the writes now and then. */
+        for (uint64_t until = atomic_load(&run->reads) + 4; j % 16 == 0 && j > 0;) {
+            if (atomic_load(&run->reads) >= until || atomic_load(&run->failed)) break;
+        }
+    }
+    for (uint32_t kg = 0; kg < 64; kg++) resizes += atomic_load(&a->tables[kg].resizes);
+    atomic_store(&run->done, 1);
+    int rc = test_wait(pid);
+    cr_assert_eq(rc, 0, "the reader missed key %u (exit %d)", run->missed, rc);
+    cr_assert_gt(resizes, 64u * 8, "every key group's index grew several times");
+    cr_assert_gt(atomic_load(&run->reads), GROWN_KEYS / 16);
+    stash_worker_close(w);
+    cr_assert_eq(shm_check(a), 0, "%s", stash_errmsg());
+    munmap(run, sizeof *run);
     stash_arena_close(a);
     stash_arena_destroy(name, NULL);
 }
