@@ -79,6 +79,17 @@ bool bench_selected(const bench_opts *o, const char *name)
     return !o->only || strncmp(name, o->only, strlen(o->only)) == 0;
 }
 
+int bench_check_case(const bench_opts *o, const char *cmd, const char *const *names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (bench_selected(o, names[i])) return 0;
+    fprintf(stderr, "stash bench %s: --case '%s' starts no case's name; its cases%s:", cmd, o->only,
+            o->backend == STASH_BACKEND_LMDB ? " with --backend lmdb" : "");
+    for (size_t i = 0; i < n; i++) fprintf(stderr, "%s %s", i ? "," : "", names[i]);
+    fputc('\n', stderr);
+    return -1;
+}
+
 void bench_report(const bench_opts *o, const bench_result *r)
 {
     if (!bench_selected(o, r->name)) return;

@@ -147,7 +147,11 @@ int bench_arena(int argc, char **argv)
         "one process and two, beside glibc malloc on the same sequence.\n";
     bench_opts o;
     int rc = bench_parse(argc, argv, usage, &o);
+    static const char *const names[] = {"alloc-free/1proc", "alloc-free/2proc",
+                                        "alloc-free/scaling"};
     if (rc == 0 && bench_heap_only(&o, "arena") < 0) rc = -1;
+    if (rc == 0 && bench_check_case(&o, "arena", names, sizeof names / sizeof names[0]) < 0)
+        rc = -1;
     if (rc) return rc < 0 ? 2 : 0;
     uint64_t n = o.quick ? 4000000 : 20000000;
     op_seq seqs[2] = {make_seq(n, 1), make_seq(n, 2)};

@@ -505,6 +505,12 @@ int bench_checkpoint(int argc, char **argv)
         "checkpoints; no figures under load.\n";
     ckb b = {0};
     int rc = bench_parse(argc, argv, usage, &b.o);
+    const char *const names[] = {"full/write",       "restore/read",
+                                 "pause/100k-keys",  b.o.quick ? "pause/1m-keys" : "pause/10m-keys",
+                                 "incremental-1pct", "ycsb-a/during-checkpoint",
+                                 "ycsb-a/without",   "extra-memory"};
+    if (rc == 0 && bench_check_case(&b.o, "checkpoint", names, sizeof names / sizeof names[0]) < 0)
+        rc = -1;
     if (rc) return rc < 0 ? 2 : 0;
     if (b.o.reps > MAX_REPS) b.o.reps = MAX_REPS;
     const char *base = getenv("STASH_BENCH_DIR") ? getenv("STASH_BENCH_DIR") : "/var/tmp";

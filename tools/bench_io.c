@@ -246,6 +246,7 @@ int bench_io(int argc, char **argv)
     if (!b) return tool_fail("bench io", -ENOMEM);
     int rc = bench_parse(argc, argv, usage, &b->o);
     if (rc == 0 && bench_heap_only(&b->o, "io") < 0) rc = -1;
+    if (rc == 0 && bench_check_case(&b->o, "io", case_names, NCASES) < 0) rc = -1;
     if (rc) {
         free(b);
         return rc < 0 ? 2 : 0;

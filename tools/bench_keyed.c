@@ -610,6 +610,23 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
     free(ops);
 }
 
+/* Refuses a --case that selects none of the cases this backend runs. */
+static int check_case(const keyed_bench *b)
+{
+    static const char *const heap_only[] = {"value/bytes-per-entry", "value/ycsb-a/uniform/1proc",
+                                            "value/ycsb-a/uniform/2proc",
+                                            "value/ycsb-a/uniform/scaling"};
+    const char *names[NCASES + sizeof heap_only / sizeof heap_only[0]];
+    size_t n = 0;
+    bool lmdb = b->backend == STASH_BACKEND_LMDB;
+    for (size_t c = 0; c < NCASES; c++)
+        if (!lmdb || (cases[c].group == GROUP_VALUE && cases[c].second != YCSB_RMW))
+            names[n++] = cases[c].name;
+    for (size_t i = 0; !lmdb && i < sizeof heap_only / sizeof heap_only[0]; i++)
+        names[n++] = heap_only[i];
+    return bench_check_case(&b->o, "keyed", names, n);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Scaling: YCSB A on one worker process, then on two that each own half    */
 /* the key groups and replay their share of the same sequence.               */
@@ -776,6 +793,7 @@ int bench_keyed(int argc, char **argv)
     if (!b) return tool_fail("bench keyed", -ENOMEM);
     int rc = bench_parse(argc, argv, usage, &b->o);
     b->backend = b->o.backend;
+    if (rc == 0 && check_case(b) < 0) rc = -1;
     if (rc) {
         free(b);
         return rc < 0 ? 2 : 0;

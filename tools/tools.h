@@ -55,6 +55,9 @@ int bench_parse(int argc, char **argv, const char *usage, bench_opts *out);
 /* Refuses --backend lmdb for a bench that measures the heap only: -1
  * after saying so, else 0. */
 int bench_heap_only(const bench_opts *o, const char *cmd);
+/* Refuses a --case that selects none of the n case names the bench reports
+ * (on its backend): -1 after saying so and naming them, else 0. */
+int bench_check_case(const bench_opts *o, const char *cmd, const char *const *names, size_t n);
 /* Whether --case selects the case name (every case without --case). */
 bool bench_selected(const bench_opts *o, const char *name);
 /* Prints one result as a table row or a JSON line, if --case selects it. */
