@@ -50,6 +50,16 @@ static stash_state *get_state(stash_worker *w, const char *name, stash_kind kind
     return s;
 }
 
+/* The first n keys (4-byte counters) in key groups 0 to 63: those of worker
+ * 0 of 2 in an arena of 128. */
+static void first_half_keys(stash_worker *w, uint32_t *keys, uint32_t n)
+{
+    for (uint32_t k = 0, i = 0; i < n; k++) {
+        stash_key_set(w, &k, sizeof k);
+        if (stash_key_group_current(w) < 64) keys[i++] = k;
+    }
+}
+
 /* ---- a reader in another process never sees a torn value ----------------- */
 
 #define KEYS 4000u
@@ -101,10 +111,7 @@ Test(procs, another_process_never_reads_a_torn_value, .timeout = 300)
     shared_run *run =
         mmap(NULL, sizeof *run, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     static uint32_t keys[KEYS];
-    for (uint32_t k = 0, n = 0; n < KEYS; k++) {
-        stash_key_set(w, &k, sizeof k);
-        if (stash_key_group_current(w) < 64) keys[n++] = k;
-    }
+    first_half_keys(w, keys, KEYS);
     reader_args args = {name, run, keys};
     pid_t pid = test_fork(read_foreign, &args);
     static uint8_t buf[70000];
@@ -210,10 +217,7 @@ Test(procs, another_process_finds_every_key_while_the_index_grows, .timeout = 30
         mmap(NULL, sizeof *run, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     cr_assert_neq(run, MAP_FAILED);
     static uint32_t keys[GROWN_KEYS];
-    for (uint32_t k = 0, n = 0; n < GROWN_KEYS; k++) {
-        stash_key_set(w, &k, sizeof k);
-        if (stash_key_group_current(w) < 64) keys[n++] = k;
-    }
+    first_half_keys(w, keys, GROWN_KEYS);
     finder_args args = {name, run, keys};
     pid_t pid = test_fork(find_published, &args);
     uint32_t resizes = 0;
