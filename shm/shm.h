@@ -766,11 +766,11 @@ static inline void shm_table_prefetch(const stash_arena *a, uint32_t kg, uint32_
     if (index) __builtin_prefetch((const shm_group *)(a->base + index) + (h & mask));
 }
 
-/* Owner: the record of the first slot of the tag of lookup hash h in its home group
- * of the index of table t, fetched as a block of span bytes, and that group
- * and slot; NULL if the group has no such slot or the index is growing (an
- * entry may then be in either array). The first look of every owner's
- * lookup, inline. */
+/* Owner: the record of the first slot with the tag of lookup hash h in its
+ * home group of the index of table t, fetched as a block of span bytes, and
+ * that group and slot; NULL if the group has no such slot or the index is
+ * growing (an entry may then be in either array). The first look of every
+ * owner's lookup, inline. */
 static inline __attribute__((always_inline)) shm_rec *shm_table_home(const stash_arena *a,
                                                                      const shm_table *t, uint32_t h,
                                                                      uint32_t span, shm_group **grp,
@@ -784,7 +784,7 @@ static inline __attribute__((always_inline)) shm_rec *shm_table_home(const stash
     unsigned m = shm_group_match(*grp, shm_slot_tag(h));
     if (__builtin_expect(m == 0, 0)) return NULL;
     *slot = shm_group_next(&m);
-    /* A slot takes its reference before its hash and keeps it: the owner's
+    /* A slot takes its reference before its tag and keeps it: the owner's
      * matched slot has one. */
     shm_rec *r = (shm_rec *)(a->base + shm_ref_off(atomic_load_explicit(&(*grp)->ref[*slot],
                                                                         memory_order_relaxed)));
@@ -998,9 +998,8 @@ int64_t shm_table_read_copy(stash_arena *a, uint32_t reader_slot, const shm_look
 /* Owner: the entries of kg one after another: the newest version of the
  * entry at scan position *pos or after (tombstones included), and, unless
  * hash is NULL, its lookup hash (computed from the record), advancing *pos
- * past it; NULL at the end. Start at 0. The
- * owner may delete or replace entries between calls (nothing moves), but
- * not tend the table. */
+ * past it; NULL at the end. Start at 0. The owner may delete or replace
+ * entries between calls (nothing moves), but not tend the table. */
 shm_rec *shm_table_next(const stash_arena *a, uint32_t kg, uint32_t *pos, uint32_t *hash);
 
 /* ------------------------------------------------------------------------ */

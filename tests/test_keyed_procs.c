@@ -203,10 +203,9 @@ static int find_published(void *arg)
 }
 
 /* Lookups from other processes take no lock: while entries move into a
- * larger index, a reader probes the array being emptied, then the new one,
- * and a reader that missed a key while a move went on looks again. Every
- * key the owner has put must be found, through every growth of its key
- * groups. */
+ * larger index, a reader probes the array being emptied, then the new one.
+ * Every key the owner has put must be found, through every growth of its
+ * key groups. */
 Test(procs, another_process_finds_every_key_while_the_index_grows, .timeout = 300)
 {
     char name[96];
@@ -220,22 +219,28 @@ Test(procs, another_process_finds_every_key_while_the_index_grows, .timeout = 30
     first_half_keys(w, keys, GROWN_KEYS);
     finder_args args = {name, run, keys};
     pid_t pid = test_fork(find_published, &args);
-    uint32_t resizes = 0;
     for (uint32_t j = 0; j < GROWN_KEYS; j++) {
         stash_key_set(w, &keys[j], sizeof keys[j]);
         uint64_t val = j;
         cr_assert_eq(stash_value_put(v, &val, sizeof val), 0, "%s", stash_errmsg());
         atomic_store_explicit(&run->published, j + 1, memory_order_release);
         /* Let the reader keep up with the writes now and then. */
-        for (uint64_t until = atomic_load(&run->reads) + 4; j % 16 == 0 && j > 0;) {
-            if (atomic_load(&run->reads) >= until || atomic_load(&run->failed)) break;
+        if (j % 16 == 0) {
+            uint64_t until = atomic_load(&run->reads) + 4;
+            while (atomic_load(&run->reads) < until && !atomic_load(&run->failed)) {
+            }
         }
     }
-    for (uint32_t kg = 0; kg < 64; kg++) resizes += atomic_load(&a->tables[kg].resizes);
+    /* Each growth counts twice: its switch to a new array and its end. */
+    uint32_t least = UINT32_MAX;
+    for (uint32_t kg = 0; kg < 64; kg++) {
+        uint32_t r = atomic_load(&a->tables[kg].resizes);
+        least = r < least ? r : least;
+    }
     atomic_store(&run->done, 1);
     int rc = test_wait(pid);
     cr_assert_eq(rc, 0, "the reader missed key %u (exit %d)", run->missed, rc);
-    cr_assert_gt(resizes, 64u * 8, "every key group's index grew several times");
+    cr_assert_geq(least, 8u, "every key group's index grew four times or more");
     cr_assert_gt(atomic_load(&run->reads), GROWN_KEYS / 16);
     stash_worker_close(w);
     cr_assert_eq(shm_check(a), 0, "%s", stash_errmsg());

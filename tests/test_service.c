@@ -1060,10 +1060,8 @@ Test(service, a_rollback_to_a_checkpoint_without_workers_starts_with_no_operator
     pid_t pids[2];
     jobs_of(name, (job){.want_done = UINT64_MAX}, 2, j);
     j[1].never_barrier = true;
-    pids[0] = test_fork(endless_worker, &j[0]);
-    pids[1] = test_fork(worker_main, &j[1]);
-    wait_live(name, 2);
-    usleep(50000);
+    pids[0] = fork_set_up(endless_worker, &j[0], "worker 0");
+    pids[1] = fork_set_up(worker_main, &j[1], "worker 1");
     cr_assert_eq(stash_checkpoint(a, 20000, &info), STASH_EABORTED, "%s", info.detail);
     kill_jobs(pids, 2);
     /* Both roll back to the checkpoint from before they joined. */
