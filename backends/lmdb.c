@@ -25,24 +25,19 @@
 #include <time.h>
 
 #include "backends/lmdb.h"
+#include "backends/lmdb_env.h"
 
-#define MAP_INITIAL (64ull << 20)   /* bytes of map an environment starts with */
 #define TXN_MAX_BYTES (32ull << 20) /* an estimate of a transaction's new pages stays under it */
-/* Dirty pages stay in the process until the commit writes them: a full disk
- * fails the commit rather than a write into the map. */
-#define ENV_FLAGS (MDB_NOSUBDIR | MDB_NOSYNC | MDB_NOMETASYNC | MDB_NOTLS | MDB_NORDAHEAD)
 #define KEY_PREFIX 6u
 
 typedef struct kg_env {
-    MDB_env *env;
-    MDB_dbi dbi;
+    lmdb_env *x;        /* the process's handle on the environment, NULL until first use */
     MDB_txn *txn;       /* the owner's write transaction, or NULL */
     MDB_txn *rtxn;      /* a reset read transaction, or NULL */
     MDB_txn *snap;      /* the engine's snapshot of the key group for a checkpoint, or NULL */
     bool append;        /* a restore into it while empty: records in key order append */
     uint64_t txn_bytes; /* an estimate of the pages txn has made, in bytes */
     uint64_t room;      /* what txn_bytes may reach before the transaction commits */
-    uint32_t psize;
     uint32_t depth;
     uint8_t *clean; /* the stored key the TTL cleanup goes on after */
     size_t clean_len, clean_cap;
@@ -52,7 +47,7 @@ struct lmdb_store {
     stash_arena *arena;
     kg_env *envs;
     uint32_t maxp;
-    int max_key;
+    int max_key; /* LMDB's longest key, known once an environment is open */
     char dir[SHM_LMDB_DIR];
     uint8_t *kbuf; /* an encoded key */
     size_t kcap;
@@ -66,8 +61,7 @@ struct lmdb_store {
 
 static int lmdb_fail(int rc, const char *what, const kg_env *e, uint32_t kg)
 {
-    const char *path = "";
-    if (e && e->env) mdb_env_get_path(e->env, &path);
+    const char *path = e && e->x ? e->x->path : "";
     if (rc == MDB_MAP_FULL || rc == MDB_TXN_FULL)
         return shm_fail(STASH_EFULL, "key group %u (%s): %s: %s", kg, path, what, mdb_strerror(rc));
     return shm_fail(rc > 0        ? -rc
@@ -98,51 +92,15 @@ int lmdb_store_open(stash_worker *w)
     return lmdb_store_new(w->arena, &w->lmdb);
 }
 
-/* Sets up a freshly opened environment: its table, its tree's shape. */
-static int env_init(kg_env *e, uint32_t kg)
-{
-    MDB_txn *t;
-    /* A read: the owner may hold the writer's lock for as long as it likes. */
-    int rc = mdb_txn_begin(e->env, NULL, MDB_RDONLY, &t);
-    if (rc) return lmdb_fail(rc, "cannot begin", e, kg);
-    rc = mdb_dbi_open(t, NULL, 0, &e->dbi);
-    if (rc) {
-        mdb_txn_abort(t);
-        return lmdb_fail(rc, "cannot open its table", e, kg);
-    }
-    rc = mdb_txn_commit(t);
-    return rc ? lmdb_fail(rc, "cannot commit", e, kg) : 0;
-}
-
 static int env_for(lmdb_store *st, uint32_t kg, kg_env **out)
 {
     kg_env *e = &st->envs[kg];
     *out = e;
-    if (e->env) return 0;
+    if (e->x) return 0;
     char path[SHM_LMDB_DIR + 32];
     snprintf(path, sizeof path, "%s/kg-%05u.mdb", st->dir, kg);
-    int rc = mdb_env_create(&e->env);
-    if (rc) return shm_fail(-ENOMEM, "%s: %s", path, mdb_strerror(rc));
-    if ((rc = mdb_env_set_mapsize(e->env, MAP_INITIAL)) == 0)
-        rc = mdb_env_open(e->env, path, ENV_FLAGS, 0600);
-    if (rc) {
-        mdb_env_close(e->env);
-        e->env = NULL;
-        return shm_fail(rc > 0 ? -rc : -EIO, "key group %u: cannot open %s: %s", kg, path,
-                        mdb_strerror(rc));
-    }
-    /* Readers a dead process left hold pages back: clear them. */
-    int dead;
-    mdb_reader_check(e->env, &dead);
-    MDB_stat s;
-    mdb_env_stat(e->env, &s);
-    e->psize = s.ms_psize;
-    if (!st->max_key) st->max_key = mdb_env_get_maxkeysize(e->env);
-    rc = env_init(e, kg);
-    if (rc) {
-        mdb_env_close(e->env);
-        e->env = NULL;
-    }
+    int rc = lmdb_env_get(path, kg, &e->x);
+    if (rc == 0) st->max_key = e->x->max_key;
     return rc;
 }
 
@@ -152,8 +110,8 @@ static int env_for(lmdb_store *st, uint32_t kg, kg_env **out)
 static uint64_t room_of(const kg_env *e)
 {
     MDB_envinfo info;
-    mdb_env_info(e->env, &info);
-    uint64_t used = ((uint64_t)info.me_last_pgno + 1) * e->psize;
+    mdb_env_info(e->x->env, &info);
+    uint64_t used = ((uint64_t)info.me_last_pgno + 1) * e->x->psize;
     uint64_t room = info.me_mapsize > used ? (info.me_mapsize - used) / 2 : 0;
     return room < TXN_MAX_BYTES ? room : TXN_MAX_BYTES;
 }
@@ -161,21 +119,13 @@ static uint64_t room_of(const kg_env *e)
 static int begin_write(kg_env *e, uint32_t kg)
 {
     if (e->rtxn) {
-        mdb_txn_abort(e->rtxn);
+        lmdb_env_free_reset(e->rtxn);
         e->rtxn = NULL;
     }
-    int rc = mdb_txn_begin(e->env, NULL, 0, &e->txn);
-    if (rc == MDB_MAP_RESIZED) {
-        /* Another process grew the map: take its size. */
-        mdb_env_set_mapsize(e->env, 0);
-        rc = mdb_txn_begin(e->env, NULL, 0, &e->txn);
-    }
-    if (rc) {
-        e->txn = NULL;
-        return lmdb_fail(rc, "cannot begin a write", e, kg);
-    }
+    int rc = lmdb_env_begin(e->x, 0, &e->txn);
+    if (rc) return lmdb_fail(rc, "cannot begin a write", e, kg);
     MDB_stat s;
-    mdb_stat(e->txn, e->dbi, &s);
+    mdb_stat(e->txn, e->x->dbi, &s);
     e->depth = s.ms_depth;
     e->room = room_of(e);
     return 0;
@@ -192,19 +142,19 @@ static void discharge(lmdb_store *st, kg_env *e)
 static int commit(lmdb_store *st, kg_env *e, uint32_t kg)
 {
     if (!e->txn) return 0;
-    int rc = mdb_txn_commit(e->txn);
+    int rc = lmdb_env_commit(e->x, e->txn);
     discharge(st, e);
     /* Readers a dead process left would hold old pages back for good. */
     int dead;
-    mdb_reader_check(e->env, &dead);
+    mdb_reader_check(e->x->env, &dead);
     if (rc == 0) return 0;
     /* LMDB reports a write cut short by a full disk as an I/O error. */
     int fd;
     struct statvfs fs;
-    if ((rc == EIO || rc == ENOSPC) && mdb_env_get_fd(e->env, &fd) == 0 && fstatvfs(fd, &fs) == 0 &&
-        (uint64_t)fs.f_bavail * fs.f_frsize < (1u << 20)) {
+    if ((rc == EIO || rc == ENOSPC) && mdb_env_get_fd(e->x->env, &fd) == 0 &&
+        fstatvfs(fd, &fs) == 0 && (uint64_t)fs.f_bavail * fs.f_frsize < (1u << 20)) {
         const char *path = "";
-        mdb_env_get_path(e->env, &path);
+        mdb_env_get_path(e->x->env, &path);
         return shm_fail(-ENOSPC,
                         "key group %u (%s): cannot commit: no space left on the disk; the writes "
                         "since the last commit are lost",
@@ -220,8 +170,8 @@ static int make_room(lmdb_store *st, kg_env *e, uint32_t kg, uint64_t bytes)
     int rc = commit(st, e, kg);
     for (int i = 0; rc == 0 && room_of(e) < bytes && i < 40; i++) {
         MDB_envinfo info;
-        mdb_env_info(e->env, &info);
-        rc = mdb_env_set_mapsize(e->env, info.me_mapsize * 2);
+        mdb_env_info(e->x->env, &info);
+        rc = lmdb_env_resize(e->x, info.me_mapsize * 2);
         if (rc) rc = lmdb_fail(rc, "cannot grow the map", e, kg);
     }
     if (rc == 0 && room_of(e) < bytes)
@@ -244,7 +194,8 @@ static void await_snapshot(lmdb_store *st, uint32_t kg)
  * (its path down the tree, a split) or fill (a value's overflow pages). */
 static uint64_t charge_of(const kg_env *e, uint64_t bytes)
 {
-    return bytes ? bytes + (uint64_t)(e->depth + 2) * e->psize : 0;
+    uint32_t psize = e->x ? e->x->psize : 0; /* not yet opened: the bytes alone */
+    return bytes ? bytes + (uint64_t)(e->depth + 2) * psize : 0;
 }
 
 /* The transaction of kg, begun if need be; with bytes > 0, one that has
@@ -395,8 +346,8 @@ void lmdb_store_free(lmdb_store *st)
     lmdb_snap_close(st);
     for (uint32_t kg = 0; kg < st->maxp; kg++) {
         kg_env *e = &st->envs[kg];
-        if (e->rtxn) mdb_txn_abort(e->rtxn);
-        if (e->env) mdb_env_close(e->env);
+        if (e->rtxn) lmdb_env_free_reset(e->rtxn);
+        lmdb_env_put(e->x);
         free(e->clean);
     }
     free(st->envs);
@@ -498,7 +449,7 @@ int lmdb_read_owned(stash_worker *w, const shm_lookup *l, shm_cursor *c, stash_b
     int rc = txn_for(w, l->kg, 0, &e);
     if (!rc) rc = encode_lookup(st, l, &k);
     if (rc) return rc;
-    rc = mdb_get(e->txn, e->dbi, &k, &v);
+    rc = mdb_get(e->txn, e->x->dbi, &k, &v);
     if (rc == MDB_NOTFOUND) return STASH_ENOTFOUND;
     if (rc) return lmdb_fail(rc, "cannot read", e, l->kg);
     *out = (stash_bytes){v.mv_data, v.mv_size};
@@ -515,20 +466,11 @@ int64_t lmdb_read_copy(stash_worker *w, const shm_lookup *l, uint8_t **buf, size
     if (rc) return rc;
     /* The owner in this process reads through its own transaction. */
     if (e->txn) {
-        rc = mdb_get(e->txn, e->dbi, &k, &v);
+        rc = mdb_get(e->txn, e->x->dbi, &k, &v);
     } else {
-        rc = e->rtxn ? mdb_txn_renew(e->rtxn) : mdb_txn_begin(e->env, NULL, MDB_RDONLY, &e->rtxn);
-        if (rc == MDB_MAP_RESIZED) {
-            if (e->rtxn) mdb_txn_abort(e->rtxn);
-            e->rtxn = NULL;
-            mdb_env_set_mapsize(e->env, 0);
-            rc = mdb_txn_begin(e->env, NULL, MDB_RDONLY, &e->rtxn);
-        }
-        if (rc) {
-            e->rtxn = NULL;
-            return lmdb_fail(rc, "cannot begin a read", e, l->kg);
-        }
-        rc = mdb_get(e->rtxn, e->dbi, &k, &v);
+        rc = lmdb_env_renew(e->x, &e->rtxn);
+        if (rc) return lmdb_fail(rc, "cannot begin a read", e, l->kg);
+        rc = mdb_get(e->rtxn, e->x->dbi, &k, &v);
     }
     if (rc == 0) {
         if (state_reserve(buf, cap, v.mv_size ? v.mv_size : 1) < 0)
@@ -536,7 +478,7 @@ int64_t lmdb_read_copy(stash_worker *w, const shm_lookup *l, uint8_t **buf, size
         else if (v.mv_size)
             memcpy(*buf, v.mv_data, v.mv_size);
     }
-    if (!e->txn) mdb_txn_reset(e->rtxn);
+    if (!e->txn) lmdb_env_reset(e->x, e->rtxn);
     if (rc == MDB_NOTFOUND) return STASH_ENOTFOUND;
     if (rc == -ENOMEM) return shm_fail(-ENOMEM, "out of memory");
     if (rc) return lmdb_fail(rc, "cannot read", e, l->kg);
@@ -573,7 +515,7 @@ int lmdb_publish(stash_worker *w, shm_cursor *c, shm_rec *rec)
         encode(st, kg, rec->state, shm_rec_key(rec), rec->klen, shm_rec_ns(rec), rec->nslen, &k);
     if (!rc) rc = txn_for(w, kg, k.mv_size + vlen, &e);
     if (rc) return rc;
-    rc = mdb_put(e->txn, e->dbi, &k, &v, 0);
+    rc = mdb_put(e->txn, e->x->dbi, &k, &v, 0);
     if (rc) return lmdb_fail(rc, "cannot write", e, kg);
     log_change(st, kg, &k);
     st->cur = rec == st->shadow[0] ? 0 : 1;
@@ -588,7 +530,7 @@ int lmdb_delete(stash_worker *w, const shm_lookup *l, shm_cursor *c)
     int rc = encode_lookup(w->lmdb, l, &k);
     if (!rc) rc = txn_for(w, l->kg, 1, &e);
     if (rc) return rc;
-    rc = mdb_del(e->txn, e->dbi, &k, NULL);
+    rc = mdb_del(e->txn, e->x->dbi, &k, NULL);
     c->rec = NULL;
     if (rc == 0) log_change(w->lmdb, l->kg, &k);
     return rc == 0 || rc == MDB_NOTFOUND ? 0 : lmdb_fail(rc, "cannot delete", e, l->kg);
@@ -600,11 +542,11 @@ int64_t lmdb_kg_entries(stash_worker *w, uint32_t kg)
     int rc = env_for(w->lmdb, kg, &e);
     if (rc) return rc;
     MDB_txn *t = e->txn;
-    if (!t && (rc = mdb_txn_begin(e->env, NULL, MDB_RDONLY, &t)) != 0)
+    if (!t && (rc = lmdb_env_begin(e->x, MDB_RDONLY, &t)) != 0)
         return lmdb_fail(rc, "cannot begin a read", e, kg);
     MDB_stat s;
-    rc = mdb_stat(t, e->dbi, &s);
-    if (t != e->txn) mdb_txn_abort(t);
+    rc = mdb_stat(t, e->x->dbi, &s);
+    if (t != e->txn) lmdb_env_abort(e->x, t);
     return rc ? lmdb_fail(rc, "cannot count", e, kg) : (int64_t)s.ms_entries;
 }
 
@@ -647,7 +589,7 @@ int lmdb_next(stash_worker *w, uint32_t kg, uint16_t state, const void *after, s
     int rc = txn_for(w, kg, 0, &e);
     if (rc) return rc;
     MDB_cursor *cur;
-    if ((rc = mdb_cursor_open(e->txn, e->dbi, &cur)) != 0)
+    if ((rc = mdb_cursor_open(e->txn, e->x->dbi, &cur)) != 0)
         return lmdb_fail(rc, "cannot walk", e, kg);
     MDB_val k, v;
     rc = seek(cur, kg, state, after, after_len, &k, &v);
@@ -682,7 +624,7 @@ void lmdb_ttl_cleanup(stash_state *s, uint32_t kg)
      * the walk's cursor. */
     if (txn_for(w, kg, (uint64_t)budget * 4096u, &e)) return;
     MDB_cursor *cur;
-    if (mdb_cursor_open(e->txn, e->dbi, &cur)) return;
+    if (mdb_cursor_open(e->txn, e->x->dbi, &cur)) return;
     uint64_t now = state_now(s);
     bool going_on = e->clean_len && of_state(&(MDB_val){e->clean_len, e->clean}, kg, s->id);
     MDB_val k, v;
@@ -713,7 +655,7 @@ void lmdb_ttl_cleanup(stash_state *s, uint32_t kg)
     for (size_t at = 0; at + 2 <= doomed_len;) {
         size_t n = (size_t)doomed[at] << 8 | doomed[at + 1];
         MDB_val dk = {n, doomed + at + 2};
-        if (mdb_del(e->txn, e->dbi, &dk, NULL) == 0) {
+        if (mdb_del(e->txn, e->x->dbi, &dk, NULL) == 0) {
             log_change(w->lmdb, kg, &dk);
             w->writes++;
         }
@@ -729,22 +671,14 @@ int lmdb_snap_open(lmdb_store *st, uint32_t kg)
     kg_env *e;
     int rc = env_for(st, kg, &e);
     if (rc || e->snap) return rc;
-    rc = mdb_txn_begin(e->env, NULL, MDB_RDONLY, &e->snap);
-    if (rc == MDB_MAP_RESIZED) {
-        mdb_env_set_mapsize(e->env, 0);
-        rc = mdb_txn_begin(e->env, NULL, MDB_RDONLY, &e->snap);
-    }
-    if (rc) {
-        e->snap = NULL;
-        return lmdb_fail(rc, "cannot begin its snapshot", e, kg);
-    }
-    return 0;
+    rc = lmdb_env_begin(e->x, MDB_RDONLY, &e->snap);
+    return rc ? lmdb_fail(rc, "cannot begin its snapshot", e, kg) : 0;
 }
 
 void lmdb_snap_close_kg(lmdb_store *st, uint32_t kg)
 {
     if (!st->envs[kg].snap) return;
-    mdb_txn_abort(st->envs[kg].snap);
+    lmdb_env_abort(st->envs[kg].x, st->envs[kg].snap);
     st->envs[kg].snap = NULL;
 }
 
@@ -771,7 +705,7 @@ static int delta_visit(const shm_rec *r, void *ctx)
     memcpy(&tag, shm_rec_value((shm_rec *)r), sizeof tag);
     if (tag < d->base) return 0;
     MDB_val k = {r->klen, (void *)shm_rec_key(r)}, v = {0, NULL};
-    int rc = mdb_get(d->e->snap, d->e->dbi, &k, &v);
+    int rc = mdb_get(d->e->snap, d->e->x->dbi, &k, &v);
     if (rc && rc != MDB_NOTFOUND) return lmdb_fail(rc, "cannot read its snapshot", d->e, d->kg);
     lmdb_entry en;
     if (!decode(&k, &v, &en) || en.ns.len > UINT16_MAX || v.mv_size > UINT32_MAX)
@@ -802,7 +736,7 @@ int64_t lmdb_snap_write_kg(void *store, uint32_t kg, uint64_t base_id, uint32_t 
     size_t start;
     if (snap_block_begin(out, &start) < 0) return shm_fail(-ENOMEM, "out of memory");
     MDB_cursor *cur;
-    int rc = mdb_cursor_open(e->snap, e->dbi, &cur);
+    int rc = mdb_cursor_open(e->snap, e->x->dbi, &cur);
     if (rc) return lmdb_fail(rc, "cannot walk its snapshot", e, kg);
     uint64_t n = 0;
     MDB_val k, v;
@@ -834,10 +768,10 @@ int lmdb_restore_begin(lmdb_store *st, stash_kg_range range)
         if (rc) return rc;
         MDB_txn *t;
         MDB_stat s;
-        if ((rc = mdb_txn_begin(e->env, NULL, MDB_RDONLY, &t)) != 0)
+        if ((rc = lmdb_env_begin(e->x, MDB_RDONLY, &t)) != 0)
             return lmdb_fail(rc, "cannot begin a read", e, kg);
-        rc = mdb_stat(t, e->dbi, &s);
-        mdb_txn_abort(t);
+        rc = mdb_stat(t, e->x->dbi, &s);
+        lmdb_env_abort(e->x, t);
         if (rc) return lmdb_fail(rc, "cannot count", e, kg);
         /* Into an empty environment, records in key order append. */
         e->append = s.ms_entries == 0;
@@ -875,14 +809,14 @@ int lmdb_restore_record(void *restorer, uint32_t kg, const snap_record *r)
     log_change(st, kg, &k);
     if (r->flags & SNAP_REC_DELETED) {
         e->append = false;
-        rc = mdb_del(e->txn, e->dbi, &k, NULL);
+        rc = mdb_del(e->txn, e->x->dbi, &k, NULL);
         return rc == 0 || rc == MDB_NOTFOUND ? 0 : lmdb_fail(rc, "cannot delete", e, kg);
     }
-    rc = mdb_put(e->txn, e->dbi, &k, &v, e->append ? MDB_APPEND : 0);
+    rc = mdb_put(e->txn, e->x->dbi, &k, &v, e->append ? MDB_APPEND : 0);
     if (rc == MDB_KEYEXIST && e->append) {
         /* Not in key order (a heap backend's checkpoint): plain puts from here. */
         e->append = false;
-        rc = mdb_put(e->txn, e->dbi, &k, &v, 0);
+        rc = mdb_put(e->txn, e->x->dbi, &k, &v, 0);
     }
     return rc ? lmdb_fail(rc, "cannot write", e, kg) : 0;
 }
@@ -894,7 +828,7 @@ int lmdb_restore_kg_done(void *restorer, uint32_t kg, int rc)
     e->append = false;
     if (!e->txn) return 0;
     if (rc < 0) {
-        mdb_txn_abort(e->txn);
+        lmdb_env_abort(e->x, e->txn);
         discharge(x->store, e);
         return rc;
     }
@@ -909,7 +843,7 @@ int lmdb_clear(lmdb_store *st, stash_kg_range range)
         if (rc) return rc;
         /* Every key that goes is a change a delta must carry. */
         MDB_cursor *cur;
-        if ((rc = mdb_cursor_open(e->txn, e->dbi, &cur)) != 0)
+        if ((rc = mdb_cursor_open(e->txn, e->x->dbi, &cur)) != 0)
             return lmdb_fail(rc, "cannot walk", e, kg);
         MDB_val k, v;
         for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
@@ -917,7 +851,7 @@ int lmdb_clear(lmdb_store *st, stash_kg_range range)
             log_change(st, kg, &k);
         mdb_cursor_close(cur);
         if (rc != MDB_NOTFOUND) return lmdb_fail(rc, "cannot walk", e, kg);
-        if ((rc = mdb_drop(e->txn, e->dbi, 0)) != 0) return lmdb_fail(rc, "cannot empty", e, kg);
+        if ((rc = mdb_drop(e->txn, e->x->dbi, 0)) != 0) return lmdb_fail(rc, "cannot empty", e, kg);
         if ((rc = commit(st, e, kg)) != 0) return rc;
     }
     return 0;

@@ -12,8 +12,8 @@
 
 #include "backends/snapshot.h"
 
-/* A process's handle on an lmdb arena's environments (each opened on first
- * use; LMDB allows one handle per environment and process). */
+/* A store: one user's transactions on an lmdb arena's environments (each
+ * taken on first use from the process's one handle per file, lmdb_env.h). */
 int lmdb_store_new(stash_arena *a, lmdb_store **out);
 /* Commits what is open and closes every environment. Accepts NULL. */
 void lmdb_store_free(lmdb_store *st);

@@ -3,11 +3,14 @@
  * savepoints that move between the backends, a worker killed in the middle
  * of a transaction, the bound on a worker's dirty pages, a map that grows
  * and keys it cannot hold, state several times the memory its process may
- * use, incremental checkpoints, and a full disk.
+ * use, incremental checkpoints, a full disk, and several stores (workers,
+ * the engine) in one process.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -573,4 +576,156 @@ Test(lmdb, a_full_disk_fails_the_write_and_keeps_what_was_committed, .timeout = 
     destroy(a, name);
     cr_assert_eq(umount(mnt), 0);
     rmdir(mnt);
+}
+
+/* ---- several lmdb stores in one process ------------------------------------ */
+
+typedef struct in_process {
+    stash_arena *a;
+    stash_worker *w[2];
+    stash_state *v[2];
+    stash_checkpoint_info info;
+    int rc;
+    atomic_bool done;
+} in_process;
+
+/* Puts key k through whichever of the two workers owns its key group. */
+static void put_owned(in_process *x, uint64_t k, uint64_t value)
+{
+    int owner = stash_kg_owner(stash_key_group(&k, sizeof k, KGS), KGS, 2);
+    stash_key_set(x->w[owner], &k, sizeof k);
+    put_u64(x->v[owner], value);
+}
+
+static void *checkpoint_thread(void *arg)
+{
+    in_process *x = arg;
+    x->rc = stash_checkpoint(x->a, 60000, &x->info);
+    atomic_store(&x->done, true);
+    return NULL;
+}
+
+/* Both workers reach barriers until the checkpoint asked for in another
+ * thread has finished. */
+static void checkpoint_between_barriers(in_process *x)
+{
+    pthread_t t;
+    atomic_store(&x->done, false);
+    cr_assert_eq(pthread_create(&t, NULL, checkpoint_thread, x), 0);
+    stash_event ev;
+    while (!atomic_load(&x->done))
+        for (int i = 0; i < 2; i++) cr_assert_geq(stash_barrier(x->w[i], &ev), 0);
+    pthread_join(t, NULL);
+    cr_assert_eq(x->rc, 0, "%s", x->info.detail);
+}
+
+Test(lmdb, two_workers_and_the_engine_in_one_process_share_each_environment, .timeout = 120)
+{
+    char name[96], dir[128];
+    snprintf(dir, sizeof dir, "/var/tmp/stash-lmdb-test-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    in_process x = {.a = create("lmproc", STASH_BACKEND_LMDB, name)};
+    stash_service *s;
+    cr_assert_eq(stash_service_start(name, &(stash_service_opts){.dir = dir}, &s), 0, "%s",
+                 stash_errmsg());
+    for (uint32_t i = 0; i < 2; i++) {
+        cr_assert_eq(
+            stash_worker_open(name, &(stash_worker_opts){.index = i, .parallelism = 2}, &x.w[i]), 0,
+            "%s", stash_errmsg());
+        x.v[i] = state(x.w[i], "v", STASH_VALUE);
+    }
+    for (uint64_t k = 0; k < KEYS; k++) put_owned(&x, k, k * 7);
+    checkpoint_between_barriers(&x);
+    /* Each worker reads every key: its own key groups and the other's. */
+    for (int i = 0; i < 2; i++)
+        for (uint64_t k = 0; k < KEYS; k++) {
+            stash_key_set(x.w[i], &k, sizeof k);
+            cr_assert_eq(get_u64(x.v[i]), k * 7, "worker %d, key %llu", i, (unsigned long long)k);
+        }
+    for (uint64_t k = 0; k < KEYS; k += 2) put_owned(&x, k, k * 9);
+    checkpoint_between_barriers(&x);
+    for (int i = 0; i < 2; i++) stash_worker_close(x.w[i]);
+    stash_service_stop(s);
+    /* The second checkpoint restores into a new arena with every value. */
+    char name2[96];
+    stash_arena *b = create("lmproc", STASH_BACKEND_LMDB, name2);
+    ioe_engine *e;
+    cr_assert_eq(ioe_engine_open(&(ioe_opts){0}, &e), 0);
+    ckpt_restored out;
+    cr_assert_eq(ckpt_restore(b, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
+                 stash_errmsg());
+    cr_assert_eq(out.id, x.info.id);
+    ckpt_restored_free(&out);
+    ioe_engine_close(e);
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name2, NULL, &w), 0);
+    stash_state *v = state(w, "v", STASH_VALUE);
+    for (uint64_t k = 0; k < KEYS; k++) {
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(get_u64(v), k % 2 ? k * 7 : k * 9, "key %llu", (unsigned long long)k);
+    }
+    stash_worker_close(w);
+    destroy(b, name2);
+    destroy(x.a, name);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+typedef struct reader_args {
+    const char *name;
+    atomic_bool stop;
+    uint64_t reads;
+    int rc;
+} reader_args;
+
+/* Another worker of the arena in its own thread reads key group 0, which
+ * its owner in the main thread grows meanwhile. */
+static void *read_key_group_0(void *arg)
+{
+    reader_args *r = arg;
+    stash_worker *w;
+    r->rc = stash_worker_open(r->name, &(stash_worker_opts){.index = 1, .parallelism = 2}, &w);
+    if (r->rc) return NULL;
+    stash_state *v;
+    r->rc = stash_state_get(w, &(stash_state_desc){.name = "big", .kind = STASH_VALUE}, &v);
+    for (uint64_t k = 0; r->rc == 0 && !atomic_load(&r->stop); k = (k + 1) % 64, r->reads++) {
+        stash_bytes b;
+        stash_key_set(w, &k, sizeof k);
+        int rc = stash_value_get(v, &b);
+        if (rc == 0 && (b.len != 100000 || test_u64(b.data) != k)) r->rc = STASH_ECORRUPT;
+        if (rc < 0 && rc != STASH_ENOTFOUND) r->rc = rc;
+    }
+    stash_worker_close(w);
+    return NULL;
+}
+
+Test(lmdb, a_map_grows_while_another_thread_of_the_process_reads_it, .timeout = 120)
+{
+    char name[96];
+    stash_arena *a = create_kgs("lmremap", STASH_BACKEND_LMDB, 2, name);
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w),
+                 0);
+    stash_state *v = state(w, "big", STASH_VALUE);
+    reader_args r = {.name = name};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, read_key_group_0, &r), 0);
+    /* Keys of key group 0 only, rewritten until the map has doubled a few
+     * times past the 64 MiB it starts with; each barrier commits. */
+    static uint8_t value[100000];
+    stash_event ev;
+    for (uint64_t k = 0, n = 0; n < 3000; k++) {
+        if (stash_key_group(&k, sizeof k, 2) != 0) continue;
+        memcpy(value, &k, sizeof k);
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_put(v, value, sizeof value), 0, "%s", stash_errmsg());
+        if (++n % 16 == 0) cr_assert_geq(stash_barrier(w, &ev), 0);
+    }
+    atomic_store(&r.stop, true);
+    pthread_join(t, NULL);
+    cr_assert_eq(r.rc, 0, "the reader: %s", stash_strerror(r.rc));
+    cr_assert_gt(r.reads, 0);
+    stash_worker_close(w);
+    destroy(a, name);
 }
