@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backends/lmdb.h"
 #include "backends/opstate.h"
@@ -107,9 +108,23 @@ static void ttl_sweep(stash_worker *w)
         if (state_has_ttl(s)) state_ttl_cleanup(s, kg);
 }
 
+/* A sign of life for `stash status` (a worker that stops reaching
+ * barriers shows): the coarse clock, read without a syscall, stored only
+ * when it has ticked (every few ms). */
+static void heartbeat(stash_worker *w)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    _Atomic uint64_t *beat = &w->arena->slots[w->slot].heartbeat_ns;
+    if (atomic_load_explicit(beat, memory_order_relaxed) < now)
+        atomic_store_explicit(beat, now, memory_order_relaxed);
+}
+
 STASH_API int stash_barrier(stash_worker *worker, stash_event *event)
 {
     shm_control *c = worker->arena->control;
+    heartbeat(worker);
     uint64_t pending = atomic_load_explicit(&c->pending, memory_order_acquire);
     if (pending && pending != worker->cut_id) {
         shm_clear_error();
@@ -339,6 +354,8 @@ STASH_API int stash_service_info_get(stash_arena *arena, stash_service_info *out
     memcpy(out->dir, c->dir, sizeof out->dir);
     out->pending = atomic_load(&c->pending);
     out->completed = atomic_load(&c->completed);
+    out->failing = atomic_load(&c->failing);
+    out->next_ns = atomic_load(&c->next_due_ns);
     uint32_t n = atomic_load(&c->history_n);
     for (uint32_t i = 0; i < SHM_CTL_HISTORY && i < n; i++)
         info_of(&c->history[(n - 1 - i) % SHM_CTL_HISTORY], &out->recent[out->nrecent++]);

@@ -568,6 +568,28 @@ static int list_files(stash_arena *a, const ckpt_opts *o, const char *own, const
     return 0;
 }
 
+int ckpt_dir_check(const char *dir)
+{
+    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+        return shm_fail(-errno, "%s: cannot create the checkpoint directory: %s", dir,
+                        strerror(errno));
+    struct stat st;
+    if (stat(dir, &st) < 0)
+        return shm_fail(-errno, "%s: checkpoint directory: %s", dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return shm_fail(-ENOTDIR, "%s: the checkpoint directory is not a directory", dir);
+    /* Permissions alone say nothing to root or of a read-only mount: try. */
+    char probe[4096];
+    if (ckpt_path_of(probe, "%s/.stash-probe-XXXXXX", dir) < 0) return -ENAMETOOLONG;
+    int fd = mkstemp(probe);
+    if (fd < 0)
+        return shm_fail(-errno, "%s: cannot write into the checkpoint directory: %s", dir,
+                        strerror(errno));
+    close(fd);
+    unlink(probe);
+    return 0;
+}
+
 int ckpt_write(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, ckpt_written *out)
 {
     char chk[4096], path[4096], final[4096], own[64], shared[4096];

@@ -163,6 +163,15 @@ int64_t ckpt_view_walk(const ckpt_view *v, stash_kg_range range, snap_record_fn 
 /* The ids of dir's checkpoints (complete or not), newest first, in *ids
  * (free it). Returns how many or an error. */
 int ckpt_list(const char *dir, uint64_t **ids);
+/* The highest id any entry of dir names (chk-ID or savepoint-ID, complete,
+ * partial or damaged: an id is never used twice), 0 if none or no dir.
+ * Returns 0 or an error naming dir. */
+int ckpt_highest_id(const char *dir, uint64_t *id);
+
+/* Makes sure dir is a directory (created if missing; its parent must
+ * exist) that this process can create files in. Returns 0 or an error
+ * naming dir and why. */
+int ckpt_dir_check(const char *dir);
 
 /* Deletes all but the newest keep complete checkpoints of dir, partial ones
  * older than the newest complete one, and the shared files no remaining

@@ -396,6 +396,34 @@ int ckpt_list(const char *dir, uint64_t **ids)
     return (int)n;
 }
 
+/* The id in a directory entry named prefix followed by digits only, or 0. */
+static uint64_t entry_id(const char *name, const char *prefix)
+{
+    size_t n = strlen(prefix);
+    if (strncmp(name, prefix, n) != 0 || name[n] < '0' || name[n] > '9') return 0;
+    uint64_t id = 0;
+    for (const char *c = name + n; *c; c++) {
+        if (*c < '0' || *c > '9' || id > (UINT64_MAX - 9) / 10) return 0;
+        id = id * 10 + (uint64_t)(*c - '0');
+    }
+    return id;
+}
+
+int ckpt_highest_id(const char *dir, uint64_t *id)
+{
+    *id = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT ? 0 : shm_fail(-errno, "%s: cannot open: %s", dir, strerror(errno));
+    for (struct dirent *de; (de = readdir(d));) {
+        uint64_t chk = entry_id(de->d_name, "chk-"), sp = entry_id(de->d_name, "savepoint-");
+        if (chk > *id) *id = chk;
+        if (sp > *id) *id = sp;
+    }
+    closedir(d);
+    return 0;
+}
+
 bool ckpt_has_metadata(const char *dir, uint64_t id)
 {
     char meta[4096];

@@ -21,6 +21,8 @@
 #define DEFAULT_FULL_EVERY 10u
 #define IDLE_NS 250000000ull /* the longest sleep between looks at the workers */
 #define ACK_POLL_NS 100000000ull
+#define BACKOFF_AFTER 3u     /* failures in a row before the interval backs off */
+#define BACKOFF_MAX_SHIFT 6u /* at most 2^6 intervals between two attempts */
 
 struct stash_service {
     stash_service_opts o;
@@ -42,6 +44,7 @@ struct stash_service {
     uint64_t base_id;
     uint32_t since_full;     /* incremental checkpoints since the last full one */
     uint32_t untracked_seen; /* lmdb: the change log's misses the chain's base saw */
+    uint32_t failing;        /* checkpoints failed in a row */
     stash_worker_info *seen; /* per worker index, as the last look found it */
     lmdb_store *lmdb;        /* an lmdb arena's environments, for their snapshots */
 };
@@ -380,6 +383,37 @@ static bool rollback_reading(stash_service *s)
     return false;
 }
 
+/* The wait between the end of one checkpoint and the next of the interval:
+ * the interval, doubled for each failure in a row from the third on (a
+ * directory that went read-only, a full disk), so that a failing engine
+ * neither floods the log nor keeps the workers cutting for nothing. */
+static uint64_t interval_ns(const stash_service *s)
+{
+    uint64_t ns = s->o.interval_ms * 1000000ull;
+    if (s->failing < BACKOFF_AFTER) return ns;
+    uint32_t shift = s->failing - BACKOFF_AFTER + 1;
+    if (shift > BACKOFF_MAX_SHIFT) shift = BACKOFF_MAX_SHIFT;
+    return ns << shift;
+}
+
+/* Counts a checkpoint's outcome into the failures in a row, saying when the
+ * interval starts or stops backing off. */
+static void count_outcome(stash_service *s, uint64_t id, int rc)
+{
+    if (rc == 0) {
+        if (s->failing >= BACKOFF_AFTER)
+            say(s, "checkpoint %llu complete after %u failed in a row: every %llu ms again",
+                (unsigned long long)id, s->failing, (unsigned long long)s->o.interval_ms);
+        s->failing = 0;
+    } else if (++s->failing >= BACKOFF_AFTER && s->o.interval_ms) {
+        say(s, "%u checkpoints failed in a row: backing off, the next in %.1f s", s->failing,
+            (double)interval_ns(s) / 1e9);
+    }
+    /* Before the result is published: whoever waits on it sees both. */
+    atomic_store(&s->a->control->failing, s->failing);
+    atomic_store(&s->a->control->next_due_ns, s->o.interval_ms ? shm_now_ns() + interval_ns(s) : 0);
+}
+
 static void run_checkpoint(stash_service *s)
 {
     stash_arena *a = s->a;
@@ -410,9 +444,11 @@ static void run_checkpoint(stash_service *s)
         rc = await_cuts(s, id, p, t0, &r);
         atomic_store(&c->pending, 0);
     }
+    /* The longest cut of this checkpoint: a worker that left was cut by
+     * the engine, and its figure is an older checkpoint's. */
     for (uint32_t i = 0; rc == 0 && i < p; i++) {
         uint64_t pause = atomic_load(&c->workers[i].pause_ns);
-        if (pause > r.pause_ns) r.pause_ns = pause;
+        if (atomic_load(&c->workers[i].acked) == id && pause > r.pause_ns) r.pause_ns = pause;
     }
     if (rc == 0) rc = collect_cuts(s, p, &r);
     if (rc == 0) rc = write_cut(s, id, p, untracked, &r);
@@ -427,6 +463,7 @@ static void run_checkpoint(stash_service *s)
          * pin held for the engine goes but its base's. */
         shm_table_release_holder(a, s->holder, s->base);
     }
+    count_outcome(s, id, rc);
     publish(s, id, p, t0, &r);
     if (rc == 0 && !rollback_reading(s))
         ckpt_retain(s->dir, s->o.retain ? s->o.retain : DEFAULT_RETAIN, s->e);
@@ -465,8 +502,8 @@ static void *engine_main(void *arg)
         uint32_t seen = atomic_load(&c->wake);
         uint64_t now = shm_now_ns();
         uint64_t earliest = s->last_end_ns + s->o.min_pause_ms * 1000000ull;
-        uint64_t due =
-            s->o.interval_ms ? s->last_end_ns + s->o.interval_ms * 1000000ull : UINT64_MAX;
+        uint64_t due = s->o.interval_ms ? s->last_end_ns + interval_ns(s) : UINT64_MAX;
+        atomic_store(&c->next_due_ns, s->o.interval_ms ? due : 0);
         bool asked = atomic_load(&c->requests) > s->served ||
                      atomic_load(&c->savepoint_ticket) > s->savepoint_done;
         if ((asked || now >= due) && now >= earliest) {
@@ -638,6 +675,8 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
                       SHM_CTL_DETAIL - 1);
     if (rc == 0 && s->o.storage != STASH_STORAGE_FS && s->o.storage != STASH_STORAGE_MEMORY)
         rc = shm_fail(-EINVAL, "unknown storage %d", (int)s->o.storage);
+    /* A directory the engine cannot write would fail every checkpoint. */
+    if (rc == 0) rc = ckpt_dir_check(s->dir);
     if (rc == 0) rc = ioe_engine_open(&(ioe_opts){0}, &s->e);
     if (rc == 0) {
         rc = stash_arena_open(name, s->o.arena, &s->a);
@@ -662,12 +701,15 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
     }
     if (rc == 0) {
         shm_control *c = s->a->control;
-        uint64_t newest = 0;
-        uint32_t maxp;
-        ckpt_newest(s->dir, s->e, &newest, &maxp);
+        /* Ids go on after every one the directory names: one a restore
+         * passed over, a savepoint, a partial one a killed engine left. */
+        uint64_t highest = 0;
+        rc = ckpt_highest_id(s->dir, &highest);
         uint64_t last = atomic_load(&c->last_id);
-        s->next_id = (newest > last ? newest : last) + 1;
+        s->next_id = (highest > last ? highest : last) + 1;
         s->last_end_ns = shm_now_ns();
+    }
+    if (rc == 0) {
         rc = -pthread_create(&s->thread, NULL, engine_main, s);
         if (rc) shm_fail(rc, "cannot start the engine thread");
     }

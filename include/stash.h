@@ -444,7 +444,9 @@ typedef struct stash_service_opts {
     const char *dir;       /* fs: the checkpoint directory (required); memory: NULL is
                               /dev/shm/stash.NAME.checkpoints */
     uint64_t memory_cap;   /* memory: bytes a checkpoint may take; 0: 5 MiB */
-    uint64_t interval_ms;  /* a checkpoint this often; 0: only when requested */
+    uint64_t interval_ms;  /* a checkpoint this often; 0: only when requested. From the
+                              third failure in a row the wait doubles with each failure
+                              (at most 64 intervals) until one completes */
     uint64_t min_pause_ms; /* at least this long between one's end and the next start */
     uint64_t timeout_ms;   /* a checkpoint not cut by every worker in time fails; 0: 60 s */
     uint32_t retain;       /* complete checkpoints kept; 0: 3 */
@@ -509,6 +511,10 @@ typedef struct stash_service_info {
     char dir[256];                   /* where it writes checkpoints */
     uint64_t pending;                /* the checkpoint being cut, 0 none */
     uint64_t completed;              /* the newest complete checkpoint, 0 none */
+    uint32_t failing;                /* checkpoints failed in a row (the interval backs off
+                                        from the third: see stash_service_opts) */
+    uint64_t next_ns;                /* when the next checkpoint of the interval is due, ns
+                                        since the epoch; 0 if the engine has no interval */
     uint32_t nrecent;                /* entries in recent */
     stash_checkpoint_info recent[8]; /* the last finished checkpoints, newest first */
 } stash_service_info;

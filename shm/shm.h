@@ -25,7 +25,7 @@
 typedef uint64_t shm_off;
 
 #define SHM_MAGIC "STASHARN"
-#define SHM_LAYOUT_VERSION 5u
+#define SHM_LAYOUT_VERSION 6u
 #define SHM_INIT_MARK 0x54494e49u /* "INIT": written last by the creator */
 #define SHM_HEADER_SIZE 4096u
 #define SHM_SPAN_SHIFT 12u
@@ -355,7 +355,8 @@ typedef struct shm_control {
     _Atomic uint64_t completed; /* the newest committed checkpoint */
     _Atomic uint64_t aborted;   /* the newest failed one */
     _Atomic uint32_t history_n; /* results recorded so far */
-    uint32_t pad;
+    _Atomic uint32_t failing;   /* checkpoints failed in a row */
+    _Atomic uint64_t next_due_ns; /* when the next checkpoint of the interval is due, 0 none */
     shm_ctl_result history[SHM_CTL_HISTORY];
     shm_ctl_worker workers[STASH_MAX_WORKERS];
 } shm_control;

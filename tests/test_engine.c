@@ -1,0 +1,279 @@
+/*
+ * test_engine.c: the persistence engine's bookkeeping: checkpoint ids that
+ * never repeat, a checkpoint directory it cannot write, failures in a row
+ * and the back-off of the interval, the workers' heartbeats, and the longest
+ * cut a checkpoint reports.
+ */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/helpers.h"
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *f)
+{
+    (void)st, (void)type, (void)f;
+    return remove(path);
+}
+
+static void drop_dir(const char *dir)
+{
+    nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static void temp_dir(char *dir, size_t cap, const char *tag)
+{
+    snprintf(dir, cap, "/var/tmp/stash-engine-%s-XXXXXX", tag);
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static stash_service *start(const char *name, const stash_service_opts *o)
+{
+    stash_service *s;
+    cr_assert_eq(stash_service_start(name, o, &s), 0, "%s", stash_errmsg());
+    return s;
+}
+
+static const stash_arena_opts arena_opts = {.size = 16u << 20, .max_parallelism = 8};
+
+Test(engine, ids_go_on_after_every_checkpoint_and_savepoint_in_the_directory, .timeout = 120)
+{
+    char dir[128], path[256];
+    temp_dir(dir, sizeof dir, "ids");
+    const char *name = test_arena_name("ids");
+    stash_arena_opts ao = arena_opts;
+    ao.backend = test_backend();
+    stash_service_opts o = {.arena = &ao, .dir = dir};
+    stash_service *s = start(name, &o);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_checkpoint_info info;
+    cr_assert_eq(stash_checkpoint(a, 60000, &info), 0, "%s", info.detail);
+    cr_assert_eq(info.id, 1);
+    cr_assert_eq(stash_savepoint(a, 60000, &info), 0, "%s", info.detail);
+    cr_assert_eq(info.id, 2);
+    stash_service_stop(s);
+    stash_arena_close(a);
+    /* The arena is lost, and a killed engine left a partial checkpoint 7. */
+    cr_assert_eq(stash_arena_destroy(name, NULL), 0);
+    snprintf(path, sizeof path, "%s/chk-7", dir);
+    cr_assert_eq(mkdir(path, 0700), 0);
+    s = start(name, &o); /* restores checkpoint 1 */
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    cr_assert_eq(stash_savepoint(a, 60000, &info), 0, "%s", info.detail);
+    cr_assert_eq(info.id, 8);
+    cr_assert_eq(stash_checkpoint(a, 60000, &info), 0, "%s", info.detail);
+    cr_assert_eq(info.id, 9);
+    stash_service_stop(s);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
+
+Test(engine, a_checkpoint_directory_that_is_a_file_is_refused_at_start, .timeout = 60)
+{
+    char dir[128], file[160], out[4096], args[512];
+    temp_dir(dir, sizeof dir, "file");
+    snprintf(file, sizeof file, "%s/plain", dir);
+    FILE *f = fopen(file, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    const char *name = test_arena_name("file");
+    stash_service *s = NULL;
+    cr_assert_eq(stash_service_start(name, &(stash_service_opts){.dir = file}, &s), -ENOTDIR);
+    cr_assert(strstr(stash_errmsg(), file), "%s", stash_errmsg());
+    cr_assert_eq(stash_arena_destroy(name, NULL), -ENOENT, "no arena was created");
+    snprintf(args, sizeof args, "serve %s --dir %s", name, file);
+    int rc = test_run_stash(args, out, sizeof out);
+    cr_assert_neq(rc, 0, "%s", out);
+    cr_assert(strstr(out, file) && strstr(out, "not a directory"), "%s", out);
+    drop_dir(dir);
+}
+
+/* Mounts a small tmpfs on a new directory in dir, or skips the test. */
+static void mount_tmpfs(char *dir, size_t cap, const char *tag)
+{
+    temp_dir(dir, cap, tag);
+    if (mount("tmpfs", dir, "tmpfs", 0, "size=64m") != 0) {
+        int err = errno;
+        rmdir(dir);
+        cr_skip_test("cannot mount a tmpfs here: %s", strerror(err));
+    }
+}
+
+static void remount(const char *dir, bool read_only)
+{
+    cr_assert_eq(mount(NULL, dir, NULL, MS_REMOUNT | (read_only ? MS_RDONLY : 0), NULL), 0,
+                 "remount %s: %s", dir, strerror(errno));
+}
+
+Test(engine, a_read_only_checkpoint_directory_is_refused_at_start, .timeout = 60)
+{
+    char dir[128];
+    mount_tmpfs(dir, sizeof dir, "ro");
+    remount(dir, true);
+    stash_service *s = NULL;
+    int rc = stash_service_start(test_arena_name("ro"), &(stash_service_opts){.dir = dir}, &s);
+    cr_assert_eq(rc, -EROFS, "%s", stash_strerror(rc));
+    cr_assert(strstr(stash_errmsg(), dir) && strstr(stash_errmsg(), "cannot write"), "%s",
+              stash_errmsg());
+    cr_assert_eq(umount(dir), 0);
+    rmdir(dir);
+}
+
+typedef struct log_lines {
+    pthread_mutex_t mu;
+    char text[16384];
+} log_lines;
+
+static void keep_line(void *ctx, const char *line)
+{
+    log_lines *l = ctx;
+    pthread_mutex_lock(&l->mu);
+    size_t n = strlen(l->text);
+    snprintf(l->text + n, sizeof l->text - n, "%s\n", line);
+    pthread_mutex_unlock(&l->mu);
+}
+
+static bool logged(log_lines *l, const char *what)
+{
+    pthread_mutex_lock(&l->mu);
+    bool found = strstr(l->text, what) != NULL;
+    pthread_mutex_unlock(&l->mu);
+    return found;
+}
+
+Test(engine, checkpoints_failing_in_a_row_back_off_and_say_so, .timeout = 120)
+{
+    char dir[128];
+    mount_tmpfs(dir, sizeof dir, "back");
+    const char *name = test_arena_name("back");
+    log_lines lines = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    stash_arena_opts ao = arena_opts;
+    ao.backend = test_backend();
+    const uint64_t interval_ms = 60000;
+    stash_service *s = start(name, &(stash_service_opts){.arena = &ao,
+                                                         .dir = dir,
+                                                         .interval_ms = interval_ms,
+                                                         .log = keep_line,
+                                                         .log_ctx = &lines});
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_checkpoint_info info;
+    stash_service_info sv;
+    cr_assert_eq(stash_checkpoint(a, 60000, &info), 0, "%s", info.detail);
+    /* The disk goes read-only: every checkpoint fails. */
+    remount(dir, true);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(stash_checkpoint(a, 60000, &info), STASH_EABORTED);
+        cr_assert(strstr(info.detail, dir), "%s", info.detail);
+    }
+    cr_assert_eq(stash_service_info_get(a, &sv), 0);
+    cr_assert_geq(sv.failing, 3);
+    cr_assert_neq(sv.recent[0].status, 0);
+    cr_assert(logged(&lines, "failed in a row: backing off"), "%s", lines.text);
+    /* From the third failure the next checkpoint of the interval waits at
+     * least two intervals after the last one ended. */
+    cr_assert_geq(sv.next_ns, sv.recent[0].started_ns + 2 * interval_ms * 1000000ull, "%llu",
+                  (unsigned long long)sv.next_ns);
+    remount(dir, false);
+    cr_assert_eq(stash_checkpoint(a, 60000, &info), 0, "%s", info.detail);
+    cr_assert_eq(stash_service_info_get(a, &sv), 0);
+    cr_assert_eq(sv.failing, 0);
+    cr_assert(logged(&lines, "failed in a row: every 60000 ms again"), "%s", lines.text);
+    /* Back to one interval after a success. */
+    cr_assert_lt(sv.next_ns, sv.recent[0].started_ns + 2 * interval_ms * 1000000ull);
+    stash_service_stop(s);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+    cr_assert_eq(umount(dir), 0);
+    rmdir(dir);
+}
+
+static uint64_t coarse_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+Test(engine, a_workers_heartbeat_moves_at_its_barriers, .timeout = 60)
+{
+    char name[96];
+    stash_arena *a = test_arena_create("beat", 0, 8, name);
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    stash_worker_info before, after;
+    stash_worker_info_get(w, &before);
+    /* Once the clock has moved past the last sign of life, a barrier shows. */
+    while (coarse_now_ns() <= before.heartbeat_ns) continue;
+    stash_event ev;
+    cr_assert_geq(stash_barrier(w, &ev), 0);
+    stash_worker_info_get(w, &after);
+    cr_assert_gt(after.heartbeat_ns, before.heartbeat_ns);
+    stash_worker_close(w);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
+
+typedef struct cut_run {
+    stash_arena *a;
+    stash_checkpoint_info info;
+    int rc;
+    atomic_bool done;
+} cut_run;
+
+static void *checkpoint_thread(void *arg)
+{
+    cut_run *x = arg;
+    x->rc = stash_checkpoint(x->a, 60000, &x->info);
+    atomic_store(&x->done, true);
+    return NULL;
+}
+
+Test(engine, the_longest_cut_is_of_that_checkpoint_only, .timeout = 120)
+{
+    char dir[128];
+    temp_dir(dir, sizeof dir, "cut");
+    const char *name = test_arena_name("cut");
+    stash_arena_opts ao = arena_opts;
+    ao.backend = test_backend();
+    stash_service *s = start(name, &(stash_service_opts){.arena = &ao, .dir = dir});
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    stash_state *offsets;
+    cr_assert_eq(
+        stash_state_get(w, &(stash_state_desc){.name = "o", .kind = STASH_OP_LIST}, &offsets), 0);
+    /* Operator state to record makes the worker's cut take a while. */
+    static uint8_t element[4096];
+    for (int i = 0; i < 2000; i++)
+        cr_assert_eq(stash_op_list_add(offsets, element, sizeof element), 0);
+    cut_run x = {0};
+    cr_assert_eq(stash_arena_open(name, NULL, &x.a), 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, checkpoint_thread, &x), 0);
+    stash_event ev;
+    while (!atomic_load(&x.done)) cr_assert_geq(stash_barrier(w, &ev), 0);
+    pthread_join(t, NULL);
+    cr_assert_eq(x.rc, 0, "%s", x.info.detail);
+    cr_assert_gt(x.info.pause_ns, 0);
+    /* The worker leaves; the engine cuts its key groups itself. */
+    stash_worker_close(w);
+    stash_checkpoint_info second;
+    cr_assert_eq(stash_checkpoint(x.a, 60000, &second), 0, "%s", second.detail);
+    cr_assert_lt(second.pause_ns, x.info.pause_ns, "%llu after %llu",
+                 (unsigned long long)second.pause_ns, (unsigned long long)x.info.pause_ns);
+    stash_service_stop(s);
+    stash_arena_close(x.a);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
