@@ -52,6 +52,9 @@ void snap_buf_free(snap_buf *b);
 
 /* CRC32C of len bytes, continuing from crc (0 to start). */
 uint32_t snap_crc32c(uint32_t crc, const void *data, size_t len);
+/* The same through the table alone, as on a processor without CRC32C
+ * instructions. */
+uint32_t snap_crc32c_portable(uint32_t crc, const void *data, size_t len);
 
 /* Appends key group kg as of the pinned version to out as one block,
  * compressed with LZ4 if lz4. Returns the records written or a negative error. */

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tests/helpers.h"
@@ -70,4 +71,14 @@ int test_run_stash(const char *args, char *out, size_t cap)
     out[n] = '\0';
     int st = pclose(p);
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+unsigned test_seed(const char *test)
+{
+    const char *env = getenv("STASH_TEST_SEED");
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)(ts.tv_sec ^ ts.tv_nsec);
+    fprintf(stderr, "%s: seed %u (replay with STASH_TEST_SEED=%u)\n", test, seed, seed);
+    return seed;
 }

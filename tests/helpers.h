@@ -42,6 +42,9 @@ stash_arena *test_arena_create(const char *tag, uint64_t size, uint32_t maxp, ch
 pid_t test_fork(int (*fn)(void *arg), void *arg);
 /* Waits for pid; returns its exit code, or 128 + signal if it was killed. */
 int test_wait(pid_t pid);
+/* The seed of a random test: $STASH_TEST_SEED to replay one, else the
+ * clock's; printed with the test's name so that a failure can be replayed. */
+unsigned test_seed(const char *test);
 /* Runs this build's stash binary with args (stderr joined to stdout); returns
  * its exit code, or 128 if it did not exit, with its output in out. */
 int test_run_stash(const char *args, char *out, size_t cap);

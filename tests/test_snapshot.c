@@ -5,6 +5,9 @@
  * or foreign block with the file and offset.
  */
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/snapshot.h"
@@ -20,6 +23,51 @@ Test(snapshot, crc32c_matches_the_standard_check_value)
     for (int i = 0; i < 1000; i++) buf[i] = (uint8_t)(i * 7);
     uint32_t whole = snap_crc32c(0, buf, 1000);
     cr_assert_eq(snap_crc32c(snap_crc32c(0, buf, 333), buf + 333, 667), whole, "it continues");
+}
+
+Test(snapshot, crc32c_by_table_equals_crc32c_by_instruction)
+{
+    cr_assert_eq(snap_crc32c_portable(0, "123456789", 9), 0xe3069283u);
+    unsigned seed = test_seed("crc32c_by_table_equals_crc32c_by_instruction");
+    srand(seed);
+    static uint8_t buf[65536];
+    for (size_t i = 0; i < sizeof buf; i++) buf[i] = (uint8_t)rand();
+    for (int round = 0; round < 200; round++) {
+        size_t at = (size_t)rand() % 1024, len = (size_t)rand() % (sizeof buf - at);
+        uint32_t start = (uint32_t)rand();
+        cr_assert_eq(snap_crc32c_portable(start, buf + at, len), snap_crc32c(start, buf + at, len),
+                     "seed %u round %d: %zu bytes at %zu", seed, round, len, at);
+    }
+}
+
+typedef struct first_use {
+    pthread_barrier_t *go;
+    uint32_t crc;
+} first_use;
+
+static void *crc_at_once(void *arg)
+{
+    first_use *f = arg;
+    pthread_barrier_wait(f->go);
+    f->crc = snap_crc32c_portable(0, "123456789", 9);
+    return NULL;
+}
+
+Test(snapshot, crc32c_by_table_is_right_from_the_first_use_in_every_thread)
+{
+    /* A table built at first use could be read half-built by a second
+     * thread: every thread's first checksum must be the right one. */
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, 8);
+    first_use f[8];
+    pthread_t t[8];
+    for (int i = 0; i < 8; i++) {
+        f[i] = (first_use){&go, 0};
+        cr_assert_eq(pthread_create(&t[i], NULL, crc_at_once, &f[i]), 0);
+    }
+    for (int i = 0; i < 8; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 8; i++) cr_assert_eq(f[i].crc, 0xe3069283u, "thread %d", i);
+    pthread_barrier_destroy(&go);
 }
 
 typedef struct side {
