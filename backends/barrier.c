@@ -123,6 +123,7 @@ static void heartbeat(stash_worker *w)
 
 STASH_API int stash_barrier(stash_worker *worker, stash_event *event)
 {
+    if (__builtin_expect(!worker || !event, 0)) return shm_refuse_null(__func__, "worker or event");
     shm_control *c = worker->arena->control;
     heartbeat(worker);
     uint64_t pending = atomic_load_explicit(&c->pending, memory_order_acquire);
@@ -283,6 +284,8 @@ static int request(stash_arena *arena, bool savepoint, uint64_t timeout_ms,
                    stash_checkpoint_info *out)
 {
     shm_clear_error();
+    if (!arena || !out)
+        return shm_refuse_null(savepoint ? "stash_savepoint" : "stash_checkpoint", "arena or out");
     shm_control *c = arena->control;
     if (!shm_service_alive(arena, NULL))
         return shm_fail(STASH_ENOSERVICE, "%s: no service runs (start one with stash serve)",
@@ -326,6 +329,7 @@ STASH_API int stash_savepoint(stash_arena *arena, uint64_t timeout_ms, stash_che
 STASH_API int stash_service_request_stop(stash_arena *arena, uint64_t timeout_ms)
 {
     shm_clear_error();
+    if (!arena) return shm_refuse_null(__func__, "arena");
     shm_control *c = arena->control;
     int32_t pid;
     if (!shm_service_alive(arena, &pid))
@@ -345,6 +349,7 @@ STASH_API int stash_service_request_stop(stash_arena *arena, uint64_t timeout_ms
 
 STASH_API int stash_service_info_get(stash_arena *arena, stash_service_info *out)
 {
+    if (!arena || !out) return shm_refuse_null(__func__, "arena or out");
     shm_control *c = arena->control;
     memset(out, 0, sizeof *out);
     int32_t pid = 0;

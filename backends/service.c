@@ -662,6 +662,7 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
                                   stash_service **out)
 {
     shm_clear_error();
+    if (!name || !out) return shm_refuse_null(__func__, "name or out");
     stash_service *s = calloc(1, sizeof *s);
     if (!s) return shm_fail(-ENOMEM, "out of memory");
     s->o = opts ? *opts : (stash_service_opts){0};
@@ -734,5 +735,6 @@ STASH_API void stash_service_stop(stash_service *service)
 
 STASH_API int stash_service_stopped(const stash_service *service)
 {
+    if (!service) return shm_refuse_null(__func__, "service");
     return atomic_load(&service->stopped);
 }

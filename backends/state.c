@@ -57,6 +57,7 @@ static void namespace_set(stash_state *s, uint64_t ns_hash)
 STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc, stash_state **out)
 {
     shm_clear_error();
+    if (!worker || !desc || !out) return shm_refuse_null(__func__, "worker, desc or out");
     int rc = check_desc(desc);
     if (rc) return rc;
     uint8_t options[32];
@@ -125,6 +126,11 @@ key_set_hashed(stash_worker *worker, const void *key, size_t len, bool short_key
 static __attribute__((noinline)) int key_set_other(stash_worker *worker, const void *key,
                                                    size_t len)
 {
+    if (!worker) return shm_refuse_null("stash_key_set", "worker");
+    /* A refused key leaves none current: a write that follows must not go
+     * to the key before it. */
+    worker->has_key = false;
+    if (shm_null_bytes(key, len)) return shm_refuse_null("stash_key_set", "key");
     if (len > worker->key_cap || !worker->key) {
         if (len > UINT16_MAX) return shm_fail(-EINVAL, "a key of %zu bytes (at most 65535)", len);
         if (state_reserve(&worker->key, &worker->key_cap, len ? len : 1) < 0)
@@ -139,7 +145,8 @@ static __attribute__((noinline)) int key_set_other(stash_worker *worker, const v
 STASH_API __attribute__((flatten)) int stash_key_set(stash_worker *worker, const void *key,
                                                      size_t len)
 {
-    if (len < 8 || len > 16 || len > worker->key_cap) return key_set_other(worker, key, len);
+    if (len < 8 || len > 16 || !worker || len > worker->key_cap || !key)
+        return key_set_other(worker, key, len);
     uint64_t head, tail;
     memcpy(&head, key, 8);
     memcpy(&tail, (const uint8_t *)key + len - 8, 8);
@@ -150,11 +157,14 @@ STASH_API __attribute__((flatten)) int stash_key_set(stash_worker *worker, const
 
 STASH_API int stash_key_group_current(const stash_worker *worker)
 {
+    if (!worker) return shm_refuse_null(__func__, "worker");
     return worker->has_key ? (int)worker->kg : STASH_ENOKEY;
 }
 
 STASH_API int stash_state_namespace(stash_state *state, const void *ns, size_t len)
 {
+    if (!state) return shm_refuse_null(__func__, "state");
+    if (shm_null_bytes(ns, len)) return shm_refuse_null(__func__, "ns");
     if (len > UINT16_MAX) return shm_fail(-EINVAL, "a namespace of %zu bytes (at most 65535)", len);
     if (state_reserve(&state->ns, &state->ns_cap, len ? len : 1) < 0)
         return shm_fail(-ENOMEM, "out of memory");
@@ -278,6 +288,7 @@ int state_delete(stash_state *s, const shm_lookup *l, shm_cursor *c)
 
 STASH_API int stash_state_clear(stash_state *state)
 {
+    if (!state) return shm_refuse_null(__func__, "state");
     shm_lookup l;
     shm_cursor c;
     int rc = state_lookup(state, &l);

@@ -11,6 +11,8 @@
 
 STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts, stash_worker **out)
 {
+    shm_clear_error();
+    if (!name || !out) return shm_refuse_null(__func__, "name or out");
     stash_worker_opts o = opts ? *opts : (stash_worker_opts){0};
     if (o.parallelism == 0) o.parallelism = 1;
     stash_worker *w = calloc(1, sizeof *w);
@@ -91,11 +93,12 @@ STASH_API void stash_worker_close(stash_worker *worker)
 
 STASH_API stash_arena *stash_worker_arena(const stash_worker *worker)
 {
-    return worker->arena;
+    return worker ? worker->arena : NULL;
 }
 
 STASH_API int stash_worker_info_get(const stash_worker *worker, stash_worker_info *out)
 {
+    if (!worker || !out) return shm_refuse_null(__func__, "worker or out");
     shm_registry_describe(worker->arena, worker->slot, out);
     return 0;
 }

@@ -2,6 +2,7 @@
  * error.c: error codes in words, and the per-thread detail of the last
  * failure (which file, offset, key group or worker) behind stash_errmsg().
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -71,6 +72,11 @@ int shm_fail(int err, const char *fmt, ...)
     va_end(ap);
     memcpy(last_detail, detail, sizeof detail);
     return err;
+}
+
+int shm_refuse_null(const char *fn, const char *what)
+{
+    return shm_fail(-EINVAL, "%s: %s is NULL", fn, what);
 }
 
 void shm_clear_error(void)

@@ -111,6 +111,7 @@ void shm_registry_describe(stash_arena *a, uint32_t slot, stash_worker_info *out
 
 STASH_API int stash_registry_list(stash_arena *arena, stash_worker_info *out, size_t cap, size_t *n)
 {
+    if (!arena || !n || (!out && cap)) return shm_refuse_null(__func__, "arena, out or n");
     size_t count = 0;
     for (uint32_t i = 0; i < STASH_MAX_WORKERS; i++) {
         if (atomic_load(&arena->slots[i].state) == SHM_SLOT_FREE) continue;

@@ -163,6 +163,7 @@ static void clear_lmdb_dir(const char *dir)
 STASH_API int stash_arena_create(const char *name, const stash_arena_opts *opts, stash_arena **out)
 {
     shm_clear_error();
+    if (!out) return shm_refuse_null(__func__, "out");
     char path[256];
     int rc = shm_arena_path(name, opts, path, sizeof path);
     if (rc) return rc;
@@ -276,6 +277,7 @@ static int validate_header(const shm_header *h, ssize_t got, uint64_t file_size,
 STASH_API int stash_arena_open(const char *name, const stash_arena_opts *opts, stash_arena **out)
 {
     shm_clear_error();
+    if (!out) return shm_refuse_null(__func__, "out");
     char path[256];
     int rc = shm_arena_path(name, opts, path, sizeof path);
     if (rc) return rc;
@@ -349,6 +351,7 @@ STASH_API int stash_arena_destroy(const char *name, const stash_arena_opts *opts
 
 STASH_API int stash_arena_info_get(const stash_arena *arena, stash_arena_info *out)
 {
+    if (!arena || !out) return shm_refuse_null(__func__, "arena or out");
     const shm_header *h = arena->hdr;
     memset(out, 0, sizeof *out);
     snprintf(out->path, sizeof out->path, "%s", arena->path);
@@ -369,6 +372,7 @@ STASH_API int stash_arena_info_get(const stash_arena *arena, stash_arena_info *o
 
 STASH_API int stash_kg_usage_get(const stash_arena *arena, uint32_t kg, stash_kg_usage *out)
 {
+    if (!arena || !out) return shm_refuse_null(__func__, "arena or out");
     if (kg >= arena->hdr->max_parallelism)
         return shm_fail(-EINVAL, "key group %u out of range 0..%u", kg,
                         arena->hdr->max_parallelism - 1);

@@ -351,11 +351,11 @@ typedef struct shm_control {
     _Atomic uint64_t savepoint_ticket; /* the newest request that asks for a savepoint */
     _Atomic uint64_t requests;         /* checkpoint requests so far */
     _Atomic uint64_t last_id;          /* the newest id an engine handed out: ids never repeat */
-    _Atomic uint64_t pending;   /* the checkpoint workers cut at their next barrier, 0 none */
-    _Atomic uint64_t completed; /* the newest committed checkpoint */
-    _Atomic uint64_t aborted;   /* the newest failed one */
-    _Atomic uint32_t history_n; /* results recorded so far */
-    _Atomic uint32_t failing;   /* checkpoints failed in a row */
+    _Atomic uint64_t pending;     /* the checkpoint workers cut at their next barrier, 0 none */
+    _Atomic uint64_t completed;   /* the newest committed checkpoint */
+    _Atomic uint64_t aborted;     /* the newest failed one */
+    _Atomic uint32_t history_n;   /* results recorded so far */
+    _Atomic uint32_t failing;     /* checkpoints failed in a row */
     _Atomic uint64_t next_due_ns; /* when the next checkpoint of the interval is due, 0 none */
     shm_ctl_result history[SHM_CTL_HISTORY];
     shm_ctl_worker workers[STASH_MAX_WORKERS];
@@ -1077,5 +1077,12 @@ uint64_t shm_now_ns(void);
 int shm_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Clears the detail at the start of a public call. */
 void shm_clear_error(void);
+/* -EINVAL for a NULL argument of a public function: "fn: what is NULL". */
+int shm_refuse_null(const char *fn, const char *what);
+/* Whether bytes (p, len) are NULL with a length: never a valid argument. */
+static inline bool shm_null_bytes(const void *p, size_t len)
+{
+    return __builtin_expect(!p && len, 0);
+}
 
 #endif /* STASH_SHM_H */
