@@ -60,7 +60,12 @@ static int read_whole(ioe_engine *e, const char *path, size_t limit, uint8_t **o
     }
     rc = ckpt_drain(e, 0, rc);
     ioe_file_close(f);
-    if (rc) free(*out);
+    if (rc) {
+        /* The caller's view frees what it holds: hold nothing. */
+        free(*out);
+        *out = NULL;
+        *len = 0;
+    }
     return rc;
 }
 

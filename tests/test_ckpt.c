@@ -238,6 +238,48 @@ Test(ckpt, a_damaged_newest_checkpoint_gives_way_to_the_previous, .timeout = 120
     }
 }
 
+Test(ckpt, a_read_error_costs_one_checkpoint_never_the_restore, .timeout = 120)
+{
+    for (int b = 0; b < 2; b++) {
+        char dir[128];
+        make_dir(dir);
+        ioe_engine *e = engine(backends[b], NULL);
+        job j;
+        open_job(&j);
+        put_all(&j, 1);
+        cr_assert_eq(checkpoint(&j, e, dir, 1), 0);
+        put_all(&j, 2);
+        cr_assert_eq(checkpoint(&j, e, dir, 2), 0);
+        close_job(&j);
+        ioe_engine_close(e);
+        /* One read request fails, each in turn: the metadata's or the
+         * data's, of the newest checkpoint or the one before. */
+        for (int n = 1; n <= 6; n++) {
+            char faults[32];
+            snprintf(faults, sizeof faults, "read:%d:EIO", n);
+            e = engine(backends[b], faults);
+            ckpt_view v;
+            char chk[200];
+            snprintf(chk, sizeof chk, "%s/chk-2", dir);
+            int rc = ckpt_view_open_path(chk, e, &v);
+            if (rc == 0) ckpt_view_close(&v);
+            ioe_engine_close(e);
+            e = engine(backends[b], faults);
+            job r;
+            open_job(&r);
+            ckpt_restored out;
+            rc = ckpt_restore(r.arena, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out);
+            cr_assert_eq(rc, 0, "%s, engine %d: %s", faults, b, stash_errmsg());
+            ckpt_restored_free(&out);
+            expect_gen(&r, out.id);
+            if (out.skipped) cr_assert(strstr(out.why, "read"), "%s: %s", faults, out.why);
+            close_job(&r);
+            ioe_engine_close(e);
+        }
+        remove_dir(dir);
+    }
+}
+
 Test(ckpt, a_checkpoint_without_metadata_does_not_exist, .timeout = 60)
 {
     char dir[128], path[256];
