@@ -102,7 +102,9 @@ int ckpt_restore_prepared(stash_arena *a, const char *dir, uint64_t id, stash_kg
 int ckpt_path_info(const char *path, ioe_engine *e, uint64_t *id, uint32_t *max_parallelism);
 
 /* The newest checkpoint of dir whose metadata reads whole: its id and key
- * groups. Returns 0, or -ENOENT if there is none. */
+ * groups. Returns 0, -ENOENT if dir holds no checkpoint (directories without
+ * _metadata are none), or STASH_ECORRUPT naming each checkpoint whose
+ * metadata could not be used and why when none could. */
 int ckpt_newest(const char *dir, ioe_engine *e, uint64_t *id, uint32_t *max_parallelism);
 
 /* Restores the key groups of range from the checkpoint or savepoint

@@ -452,18 +452,30 @@ int ckpt_newest(const char *dir, ioe_engine *e, uint64_t *id, uint32_t *max_para
 {
     uint64_t *ids;
     int n = ckpt_list(dir, &ids), rc = -ENOENT;
+    char why[1024] = "";
+    size_t used = 0;
     for (int i = 0; i < n && rc; i++) {
         char path[4096];
         ckpt_view v;
-        if (!ckpt_has_metadata(dir, ids[i]) ||
-            ckpt_path_of(path, "%s/chk-%llu", dir, (unsigned long long)ids[i]) < 0 ||
-            ckpt_open_view(path, e, &v, false) < 0)
+        if (!ckpt_has_metadata(dir, ids[i])) continue;
+        int err = ckpt_path_of(path, "%s/chk-%llu", dir, (unsigned long long)ids[i]);
+        if (err == 0) err = ckpt_open_view(path, e, &v, false);
+        if (err < 0) {
+            /* Each checkpoint that could not be used, and why. */
+            int k = snprintf(why + used, sizeof why - used, "%schk-%llu: %s", used ? "; " : "",
+                             (unsigned long long)ids[i], stash_errmsg());
+            used = k > 0 && (size_t)k < sizeof why - used ? used + (size_t)k : sizeof why - 1;
+            rc = STASH_ECORRUPT;
             continue;
+        }
         *id = ids[i];
         *max_parallelism = v.max_parallelism;
         ckpt_view_close(&v);
         rc = 0;
     }
     if (n >= 0) free(ids);
-    return n < 0 ? n : rc;
+    if (n < 0) return n;
+    if (rc == STASH_ECORRUPT)
+        return shm_fail(rc, "%s: no checkpoint's metadata can be used: %s", dir, why);
+    return rc;
 }

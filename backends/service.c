@@ -553,7 +553,19 @@ static int create_arena(stash_service *s, const char *name)
     uint64_t id = 0;
     uint32_t maxp = 0;
     const char *from = s->o.restore;
-    bool restore = from ? true : ckpt_newest(s->dir, s->e, &id, &maxp) == 0;
+    bool restore = true;
+    if (!from) {
+        rc = ckpt_newest(s->dir, s->e, &id, &maxp);
+        /* Checkpoints that all fail to open are not an empty directory:
+         * starting empty would lose them, unless asked to. */
+        if (rc == STASH_ECORRUPT && s->o.start_empty) {
+            say(s, "starting empty as asked: %s", stash_errmsg());
+            rc = -ENOENT;
+        }
+        if (rc < 0 && rc != -ENOENT) return rc;
+        restore = rc == 0;
+        rc = 0;
+    }
     if (from && (rc = ckpt_path_info(from, s->e, &id, &maxp)) < 0) return rc;
     if (restore) ao.max_parallelism = maxp;
     stash_arena *a;

@@ -455,6 +455,8 @@ typedef struct stash_service_opts {
     int lz4;               /* non-zero: compress each key group's block */
     const char *restore;   /* a new arena: restore this checkpoint or savepoint directory
                               instead of the newest complete checkpoint of dir */
+    int start_empty;       /* a new arena starts empty even when dir holds checkpoints none of
+                              which restores (without it the start fails, naming each one) */
     void (*log)(void *ctx, const char *line); /* one line per event; NULL: none */
     void *log_ctx;
 } stash_service_opts;
@@ -465,7 +467,10 @@ typedef struct stash_service stash_service;
  * An existing arena is reattached (its engine may have died: pins and
  * requests it left are released); a missing one is created, restored from
  * the newest complete checkpoint in the directory if there is one (falling
- * back past damaged ones). STASH_EBUSY if a live engine serves the arena.
+ * back past damaged ones; STASH_ECORRUPT naming each one if none restores,
+ * unless opts->start_empty). The checkpoint directory must be writable
+ * (-ENOTDIR, -EROFS, -EACCES naming it). STASH_EBUSY if a live engine
+ * serves the arena.
  * The caller owns *out and ends it with stash_service_stop(). */
 STASH_API int stash_service_start(const char *name, const stash_service_opts *opts,
                                   stash_service **out);

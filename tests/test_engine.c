@@ -79,6 +79,45 @@ Test(engine, ids_go_on_after_every_checkpoint_and_savepoint_in_the_directory, .t
     drop_dir(dir);
 }
 
+Test(engine, checkpoints_whose_metadata_is_all_damaged_refuse_a_start, .timeout = 120)
+{
+    char dir[128], path[256];
+    temp_dir(dir, sizeof dir, "dmg");
+    const char *name = test_arena_name("dmg");
+    stash_arena_opts ao = arena_opts;
+    ao.backend = test_backend();
+    stash_service_opts o = {.arena = &ao, .dir = dir};
+    stash_service *s = start(name, &o);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_checkpoint_info info;
+    for (int i = 0; i < 2; i++) cr_assert_eq(stash_checkpoint(a, 60000, &info), 0);
+    stash_service_stop(s);
+    stash_arena_close(a);
+    cr_assert_eq(stash_arena_destroy(name, NULL), 0);
+    for (int id = 1; id <= 2; id++) {
+        snprintf(path, sizeof path, "%s/chk-%d/_metadata", dir, id);
+        FILE *f = fopen(path, "r+");
+        cr_assert_not_null(f);
+        fseek(f, 20, SEEK_SET);
+        fputs("damage", f);
+        fclose(f);
+    }
+    cr_assert_eq(stash_service_start(name, &o, &s), STASH_ECORRUPT);
+    cr_assert(strstr(stash_errmsg(), "chk-2: ") && strstr(stash_errmsg(), "chk-1: "), "%s",
+              stash_errmsg());
+    cr_assert_eq(stash_arena_destroy(name, NULL), -ENOENT, "no arena was created");
+    o.start_empty = 1;
+    s = start(name, &o);
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    cr_assert_eq(stash_checkpoint(a, 60000, &info), 0);
+    cr_assert_eq(info.id, 3);
+    stash_service_stop(s);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
+
 Test(engine, a_checkpoint_directory_that_is_a_file_is_refused_at_start, .timeout = 60)
 {
     char dir[128], file[160], out[4096], args[512];
