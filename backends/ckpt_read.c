@@ -184,6 +184,26 @@ ckpt_state ckpt_view_state(const ckpt_view *v, uint32_t i)
     return s;
 }
 
+static uint64_t entry_id(const char *name, const char *prefix);
+
+/* A checkpoint's directory named chk-ID or savepoint-ID must hold ID's
+ * metadata: a copy of another's would restore the other's state under this
+ * id. (A savepoint moved under another name names no id.) */
+static int check_dir_names_id(const char *path, const ckpt_view *v)
+{
+    char name[256];
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    const char *base = path + n;
+    while (base > path && base[-1] != '/') base--;
+    snprintf(name, sizeof name, "%.*s", (int)(path + n - base), base);
+    uint64_t named = entry_id(name, "chk-");
+    if (!named) named = entry_id(base, "savepoint-");
+    if (!named || named == v->id) return 0;
+    return shm_fail(STASH_ECORRUPT, "%s: offset 16: names checkpoint %llu, not %llu", v->meta_path,
+                    (unsigned long long)v->id, (unsigned long long)named);
+}
+
 int ckpt_open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data)
 {
     memset(v, 0, sizeof *v);
@@ -192,6 +212,7 @@ int ckpt_open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data
     if (rc == 0) rc = ckpt_path_of(parent, "%s/..", path);
     if (rc == 0) rc = read_whole(e, v->meta_path, CKPT_MAX_METADATA, &v->md, &v->md_len);
     if (rc == 0) rc = parse_metadata(v);
+    if (rc == 0) rc = check_dir_names_id(path, v);
     for (uint32_t f = 0; rc == 0 && f < v->nfiles; f++) {
         ckpt_file *cf = &v->files[f];
         bool shared = strncmp(cf->name, CKPT_SHARED_DIR "/", sizeof CKPT_SHARED_DIR) == 0;
@@ -221,13 +242,8 @@ int ckpt_view_open(const char *dir, uint64_t id, ioe_engine *e, ckpt_view *v)
 {
     char chk[4096];
     int rc = ckpt_path_of(chk, "%s/chk-%llu", dir, (unsigned long long)id);
-    if (rc == 0) rc = ckpt_view_open_path(chk, e, v);
-    if (rc == 0 && v->id != id) {
-        rc = shm_fail(STASH_ECORRUPT, "%s: offset 16: names checkpoint %llu", v->meta_path,
-                      (unsigned long long)v->id);
-        ckpt_view_close(v);
-    }
-    return rc;
+    /* Opening chk-ID checks that its metadata names ID. */
+    return rc ? rc : ckpt_view_open_path(chk, e, v);
 }
 
 void ckpt_view_close(ckpt_view *v)

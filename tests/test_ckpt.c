@@ -280,6 +280,33 @@ Test(ckpt, a_read_error_costs_one_checkpoint_never_the_restore, .timeout = 120)
     }
 }
 
+Test(ckpt, a_checkpoint_holding_another_checkpoints_metadata_is_refused, .timeout = 60)
+{
+    char dir[128], cmd[512], chk[200];
+    make_dir(dir);
+    ioe_engine *e = engine(IOE_THREADS, NULL);
+    job j;
+    open_job(&j);
+    put_all(&j, 1);
+    cr_assert_eq(checkpoint(&j, e, dir, 1), 0);
+    put_all(&j, 2);
+    cr_assert_eq(checkpoint(&j, e, dir, 2), 0);
+    snprintf(cmd, sizeof cmd, "cp %s/chk-1/_metadata %s/chk-2/_metadata", dir, dir);
+    cr_assert_eq(system(cmd), 0);
+    snprintf(chk, sizeof chk, "%s/chk-2/", dir);
+    ckpt_view v;
+    cr_assert_eq(ckpt_view_open_path(chk, e, &v), STASH_ECORRUPT);
+    cr_assert(strstr(stash_errmsg(), "chk-2/") && strstr(stash_errmsg(), "names checkpoint 1, not 2"), "%s",
+              stash_errmsg());
+    ckpt_restored out;
+    restore_into_new(dir, e, 0, 1, &out);
+    cr_assert_eq(out.id, 1);
+    cr_assert_eq(out.skipped, 1);
+    close_job(&j);
+    ioe_engine_close(e);
+    remove_dir(dir);
+}
+
 Test(ckpt, a_checkpoint_without_metadata_does_not_exist, .timeout = 60)
 {
     char dir[128], path[256];
