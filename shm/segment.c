@@ -329,24 +329,47 @@ STASH_API void stash_arena_close(stash_arena *arena)
     free(arena);
 }
 
-STASH_API int stash_arena_destroy(const char *name, const stash_arena_opts *opts)
+/* Removes the arena file at path with its lmdb environments. Only an arena
+ * is removed, or what a creation that stopped before the header left (an
+ * empty file, zeros where the magic goes): any other file is refused. */
+static int remove_arena_file(const char *path)
 {
-    shm_clear_error();
-    char path[256];
-    int rc = shm_arena_path(name, opts, path, sizeof path);
-    if (rc) return rc;
-    /* An lmdb arena's environments go with it. */
     shm_header h;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0 && pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h &&
-        memcmp(h.magic, SHM_MAGIC, sizeof h.magic) == 0 && h.backend == STASH_BACKEND_LMDB) {
+    memset(&h, 0, sizeof h);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) return shm_fail(-errno, "%s: cannot remove: %s", path, strerror(errno));
+    struct stat st;
+    ssize_t got = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? pread(fd, &h, sizeof h, 0) : -1;
+    close(fd);
+    static const char zeros[sizeof h.magic];
+    bool arena = got >= (ssize_t)sizeof h.magic && memcmp(h.magic, SHM_MAGIC, sizeof h.magic) == 0;
+    bool unfinished =
+        got == 0 || (got >= (ssize_t)sizeof h.magic && memcmp(h.magic, zeros, sizeof h.magic) == 0);
+    if (!arena && !unfinished)
+        return shm_fail(STASH_ENOTARENA,
+                        "%s: not a stash arena (no magic at offset 0): not removed", path);
+    if (arena && got == (ssize_t)sizeof h && h.backend == STASH_BACKEND_LMDB) {
         h.lmdb_dir[sizeof h.lmdb_dir - 1] = 0;
         clear_lmdb_dir(h.lmdb_dir);
         rmdir(h.lmdb_dir);
     }
-    if (fd >= 0) close(fd);
     if (unlink(path) < 0) return shm_fail(-errno, "%s: cannot remove: %s", path, strerror(errno));
     return 0;
+}
+
+STASH_API int stash_arena_destroy(const char *name, const stash_arena_opts *opts)
+{
+    shm_clear_error();
+    char path[256], restoring[300];
+    int rc = shm_arena_path(name, opts, path, sizeof path);
+    if (rc) return rc;
+    /* A service killed while it restored left the arena it was filling. */
+    snprintf(restoring, sizeof restoring, "%s.restoring", path);
+    bool left = access(restoring, F_OK) == 0;
+    int rrc = left ? remove_arena_file(restoring) : 0;
+    rc = remove_arena_file(path);
+    if (rc == -ENOENT && left) rc = 0; /* what was left of it is gone */
+    return rc ? rc : rrc;
 }
 
 STASH_API int stash_arena_info_get(const stash_arena *arena, stash_arena_info *out)

@@ -140,7 +140,36 @@ Test(arena, a_file_that_is_not_an_arena_is_refused)
     for (int i = 0; i < 10000; i++) fputc(i * 7, f);
     fclose(f);
     expect_refused(name, path, STASH_ENOTARENA);
+    uint64_t before = file_digest(path);
+    cr_assert_eq(stash_arena_destroy(name, NULL), STASH_ENOTARENA);
+    cr_assert(strstr(stash_errmsg(), path), "%s", stash_errmsg());
+    cr_assert_eq(file_digest(path), before, "destroy removed or changed no byte of it");
     unlink(path);
+}
+
+Test(arena, destroy_removes_what_a_restore_killed_midway_left)
+{
+    const char *name = test_arena_name("left");
+    char path[128], restoring[160];
+    path_of(name, path);
+    snprintf(restoring, sizeof restoring, "%s.restoring", path);
+    stash_arena *a;
+    cr_assert_eq(
+        stash_arena_create(name, &(stash_arena_opts){.path = restoring, .size = 2u << 20}, &a), 0,
+        "%s", stash_errmsg());
+    stash_arena_close(a);
+    cr_assert_eq(stash_arena_destroy(name, NULL), 0, "%s", stash_errmsg());
+    cr_assert_neq(access(restoring, F_OK), 0, "%s is gone", restoring);
+    cr_assert_eq(stash_arena_destroy(name, NULL), -ENOENT);
+    /* With the arena itself beside it, both go. */
+    cr_assert_eq(
+        stash_arena_create(name, &(stash_arena_opts){.path = restoring, .size = 2u << 20}, &a), 0);
+    stash_arena_close(a);
+    cr_assert_eq(stash_arena_create(name, &(stash_arena_opts){.size = 2u << 20}, &a), 0);
+    stash_arena_close(a);
+    cr_assert_eq(stash_arena_destroy(name, NULL), 0, "%s", stash_errmsg());
+    cr_assert_neq(access(restoring, F_OK), 0);
+    cr_assert_neq(access(path, F_OK), 0);
 }
 
 static void patch_file(const char *path, off_t off, const void *bytes, size_t n)
