@@ -297,6 +297,14 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
     free(blobs);
     free(mem);
     if (s->lmdb) lmdb_snap_close(s->lmdb);
+    if (rc && delta) {
+        /* Whatever failed it (the base's metadata damaged or replaced, a
+         * file of the chain unreadable), the next one depends on nothing. */
+        s->since_full = full_every;
+        char why[512];
+        snprintf(why, sizeof why, "%s", stash_errmsg());
+        return failed(r, rc, "%s; the next checkpoint is full", why);
+    }
     if (rc) return failed(r, rc, "%s", stash_errmsg());
     r->bytes = w.data_bytes;
     r->incremental = delta;

@@ -118,6 +118,40 @@ Test(engine, checkpoints_whose_metadata_is_all_damaged_refuse_a_start, .timeout 
     drop_dir(dir);
 }
 
+Test(engine, a_delta_that_fails_on_its_base_is_followed_by_a_full_checkpoint, .timeout = 120)
+{
+    char dir[128], path[256];
+    temp_dir(dir, sizeof dir, "base");
+    const char *name = test_arena_name("base");
+    stash_arena_opts ao = arena_opts;
+    ao.backend = test_backend();
+    stash_service *s =
+        start(name, &(stash_service_opts){.arena = &ao, .dir = dir, .incremental = 1});
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_checkpoint_info info;
+    cr_assert_eq(stash_checkpoint(a, 60000, &info), 0, "%s", info.detail);
+    cr_assert_eq(stash_checkpoint(a, 60000, &info), 0, "%s", info.detail);
+    cr_assert(info.incremental);
+    /* The base of the next delta loses its metadata's bytes. */
+    snprintf(path, sizeof path, "%s/chk-%llu/_metadata", dir, (unsigned long long)info.id);
+    FILE *f = fopen(path, "r+");
+    cr_assert_not_null(f);
+    fseek(f, 20, SEEK_SET);
+    fputs("damage", f);
+    fclose(f);
+    cr_assert_eq(stash_checkpoint(a, 60000, &info), STASH_EABORTED);
+    cr_assert(strstr(info.detail, "the next checkpoint is full"), "%s", info.detail);
+    cr_assert_eq(stash_checkpoint(a, 60000, &info), 0, "%s", info.detail);
+    cr_assert(!info.incremental);
+    cr_assert_eq(stash_checkpoint(a, 60000, &info), 0, "%s", info.detail);
+    cr_assert(info.incremental, "the chain goes on from the full one");
+    stash_service_stop(s);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
+
 Test(engine, a_checkpoint_directory_that_is_a_file_is_refused_at_start, .timeout = 60)
 {
     char dir[128], file[160], out[4096], args[512];
