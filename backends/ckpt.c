@@ -682,11 +682,34 @@ static void remove_unreferenced(const char *dir, const uint64_t *ids, int n, ioe
     ckpt_sync_dir(shared);
 }
 
+/* Every checkpoint of ids[0 .. n-1] with a _metadata opens: else what one
+ * refers to is unknown, and nothing may go. */
+static int every_metadata_opens(const char *dir, const uint64_t *ids, int n, ioe_engine *e)
+{
+    char path[4096];
+    for (int i = 0; i < n; i++) {
+        ckpt_view v;
+        if (!ckpt_has_metadata(dir, ids[i])) continue;
+        int rc = ckpt_path_of(path, "%s/chk-%llu", dir, (unsigned long long)ids[i]);
+        if (rc == 0) rc = ckpt_open_view(path, e, &v, false);
+        if (rc) return rc;
+        ckpt_view_close(&v);
+    }
+    return 0;
+}
+
 int ckpt_retain(const char *dir, unsigned keep, ioe_engine *e)
 {
     uint64_t *ids;
     int n = ckpt_list(dir, &ids);
     if (n < 0) return n;
+    int rc = every_metadata_opens(dir, ids, n, e);
+    if (rc) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", stash_errmsg());
+        free(ids);
+        return shm_fail(rc, "%s: retention removed nothing: %s", dir, why);
+    }
     unsigned complete = 0;
     int kept = 0;
     char path[4096];

@@ -177,7 +177,9 @@ int ckpt_dir_check(const char *dir);
 
 /* Deletes all but the newest keep complete checkpoints of dir, partial ones
  * older than the newest complete one, and the shared files no remaining
- * checkpoint references. */
+ * checkpoint references. If any checkpoint's metadata cannot be read it
+ * deletes nothing (what that one refers to is unknown) and returns the
+ * error, naming the file. */
 int ckpt_retain(const char *dir, unsigned keep, ioe_engine *e);
 
 #endif /* STASH_CKPT_H */

@@ -473,8 +473,9 @@ static void run_checkpoint(stash_service *s)
     }
     count_outcome(s, id, rc);
     publish(s, id, p, t0, &r);
-    if (rc == 0 && !rollback_reading(s))
-        ckpt_retain(s->dir, s->o.retain ? s->o.retain : DEFAULT_RETAIN, s->e);
+    if (rc == 0 && !rollback_reading(s) &&
+        ckpt_retain(s->dir, s->o.retain ? s->o.retain : DEFAULT_RETAIN, s->e) < 0)
+        say(s, "%s", stash_errmsg());
     s->last_end_ns = shm_now_ns();
 }
 

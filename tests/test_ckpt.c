@@ -625,6 +625,18 @@ Test(ckpt, incremental_checkpoints_write_only_the_changes, .timeout = 120)
         expect_gens(&r, gens);
         close_job(&r);
 
+        /* A read error on a kept checkpoint's metadata: what it refers to
+         * is unknown, and retention removes nothing. */
+        ioe_engine *faulty = engine(backends[b], "read:1:EIO");
+        cr_assert_lt(ckpt_retain(dir, 1, faulty), 0);
+        cr_assert(strstr(stash_errmsg(), "removed nothing") && strstr(stash_errmsg(), "_metadata"),
+                  "%s", stash_errmsg());
+        ioe_engine_close(faulty);
+        for (int id = 1; id <= 3; id++) {
+            snprintf(path, sizeof path, "%s/shared/%d.dat", dir, id);
+            cr_assert_eq(access(path, F_OK), 0, "%s stays", path);
+        }
+
         /* Retention keeps the files the kept checkpoint still needs. */
         cr_assert_eq(ckpt_retain(dir, 1, e), 0);
         snprintf(path, sizeof path, "%s/chk-1", dir);
