@@ -47,6 +47,10 @@ struct stash_worker {
     uint64_t cut_id;       /* the newest checkpoint this worker cut */
     uint64_t seen_done;    /* the newest completion reported by stash_barrier */
     uint64_t seen_aborted; /* the newest abort reported */
+    /* A rollback's outcome, reported once by the next barrier: the
+     * checkpoint restored, and why newer ones were passed over ("" none). */
+    uint64_t rolled_back_to;
+    char rollback_why[640];
     /* After a rollback: the operator state of the restored checkpoint, which
      * the worker's operator states load from when registered (op_blobs set;
      * op_p 0 when the checkpoint was taken before any worker joined). */

@@ -4,6 +4,7 @@
  * the engine through the control block (service.h has the protocol).
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -137,16 +138,21 @@ STASH_API int stash_barrier(stash_worker *worker, stash_event *event)
         int rc = worker->lmdb ? lmdb_store_commit_due(worker) : 0;
         if (rc < 0) return rc;
     }
+    if (worker->rolled_back_to) {
+        *event = (stash_event){STASH_ROLLED_BACK, worker->rolled_back_to, worker->rollback_why};
+        worker->rolled_back_to = 0;
+        return 1;
+    }
     uint64_t done = atomic_load_explicit(&c->completed, memory_order_acquire);
     if (done > worker->seen_done) {
         worker->seen_done = done;
-        *event = (stash_event){STASH_CHECKPOINT_COMPLETE, done};
+        *event = (stash_event){STASH_CHECKPOINT_COMPLETE, done, ""};
         return 1;
     }
     uint64_t aborted = atomic_load_explicit(&c->aborted, memory_order_acquire);
     if (aborted > worker->seen_aborted) {
         worker->seen_aborted = aborted;
-        *event = (stash_event){STASH_CHECKPOINT_ABORTED, aborted};
+        *event = (stash_event){STASH_CHECKPOINT_ABORTED, aborted, ""};
         return 1;
     }
     return 0;
@@ -240,6 +246,11 @@ int worker_rollback(stash_worker *w)
         w->op_p = out.op_parallelism;
         w->op_blobs = out.op_blobs;
         w->op_mem = out.op_mem;
+        w->rolled_back_to = out.id;
+        if (out.skipped)
+            snprintf(w->rollback_why, sizeof w->rollback_why,
+                     "%u newer checkpoint%s passed over: %s", out.skipped,
+                     out.skipped > 1 ? "s" : "", out.why);
     }
     ioe_engine_close(e);
     return rc;

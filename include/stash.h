@@ -416,11 +416,14 @@ STASH_API int stash_broadcast_entries(stash_state *state, const stash_bytes **ke
 typedef enum stash_event_kind {
     STASH_CHECKPOINT_COMPLETE = 1, /* every file of checkpoint_id is durable and committed */
     STASH_CHECKPOINT_ABORTED = 2,  /* checkpoint_id failed: it will never complete */
+    STASH_ROLLED_BACK = 3,         /* this worker's rollback restored checkpoint_id; detail says
+                                      why newer complete ones were passed over ("" if none was) */
 } stash_event_kind;
 
 typedef struct stash_event {
     stash_event_kind kind;
     uint64_t checkpoint_id;
+    const char *detail; /* never NULL; owned by the worker, valid until its next barrier */
 } stash_event;
 
 /* Call between records. If the engine requested a checkpoint this worker has
@@ -428,8 +431,11 @@ typedef struct stash_event {
  * now (O(1) in state size) and its operator state recorded; the engine
  * writes them while the worker goes on. Returns 1 with *event set when a
  * checkpoint completed or was aborted since the last event (Flink's
- * notifyCheckpointComplete: commit side effects up to it), 0 if nothing
- * happened, or a negative error. No syscall unless a checkpoint is pending. */
+ * notifyCheckpointComplete: commit side effects up to it), or, at the first
+ * barrier after a rollback, which checkpoint it restored (STASH_ROLLED_BACK:
+ * a sink that committed up to a newer id learns that it went back); 0 if
+ * nothing happened, or a negative error. No syscall unless a checkpoint is
+ * pending. */
 STASH_API int stash_barrier(stash_worker *worker, stash_event *event);
 
 typedef enum stash_storage {

@@ -152,6 +152,74 @@ Test(engine, a_delta_that_fails_on_its_base_is_followed_by_a_full_checkpoint, .t
     drop_dir(dir);
 }
 
+/* Opens worker 0 of 1 (with rollback) and registers the value state v. */
+static stash_worker *open_worker(const char *name, bool rollback, stash_state **v)
+{
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.rollback = rollback}, &w), 0, "%s",
+                 stash_errmsg());
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, v), 0);
+    return w;
+}
+
+static void put_checkpoint(const char *name, stash_arena *a, uint64_t value)
+{
+    stash_state *v;
+    stash_worker *w = open_worker(name, false, &v);
+    uint64_t k = 1;
+    stash_key_set(w, &k, sizeof k);
+    cr_assert_eq(stash_value_put(v, &value, sizeof value), 0);
+    stash_worker_close(w);
+    stash_checkpoint_info info;
+    cr_assert_eq(stash_checkpoint(a, 60000, &info), 0, "%s", info.detail);
+}
+
+Test(engine, a_rollback_says_which_checkpoint_it_restored_and_why_not_a_newer, .timeout = 120)
+{
+    char dir[128], path[256];
+    temp_dir(dir, sizeof dir, "back");
+    const char *name = test_arena_name("rb");
+    stash_arena_opts ao = arena_opts;
+    ao.backend = test_backend();
+    stash_service *s = start(name, &(stash_service_opts){.arena = &ao, .dir = dir});
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    put_checkpoint(name, a, 1);
+    put_checkpoint(name, a, 2);
+    stash_state *v;
+    stash_event ev;
+    stash_worker *w = open_worker(name, true, &v);
+    cr_assert_eq(stash_barrier(w, &ev), 1);
+    cr_assert_eq(ev.kind, STASH_ROLLED_BACK);
+    cr_assert_eq(ev.checkpoint_id, 2);
+    cr_assert_str_eq(ev.detail, "");
+    cr_assert_eq(stash_barrier(w, &ev), 0, "reported once");
+    stash_worker_close(w);
+    /* The newest checkpoint's data is damaged: the rollback goes further back, and says so. */
+    snprintf(path, sizeof path, "%s/chk-2/kg-data.dat", dir);
+    FILE *f = fopen(path, "r+");
+    cr_assert_not_null(f);
+    fseek(f, 100, SEEK_SET);
+    fputs("damage", f);
+    fclose(f);
+    w = open_worker(name, true, &v);
+    cr_assert_eq(stash_barrier(w, &ev), 1);
+    cr_assert_eq(ev.kind, STASH_ROLLED_BACK);
+    cr_assert_eq(ev.checkpoint_id, 1);
+    cr_assert(strstr(ev.detail, "1 newer checkpoint passed over") && strstr(ev.detail, path), "%s",
+              ev.detail);
+    uint64_t k = 1;
+    stash_key_set(w, &k, sizeof k);
+    stash_bytes b;
+    cr_assert_eq(stash_value_get(v, &b), 0);
+    cr_assert_eq(test_u64(b.data), 1);
+    stash_worker_close(w);
+    stash_service_stop(s);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
+
 Test(engine, a_checkpoint_directory_that_is_a_file_is_refused_at_start, .timeout = 60)
 {
     char dir[128], file[160], out[4096], args[512];
