@@ -180,10 +180,16 @@ static int stream_write(stream *s, const void *data, size_t len, uint64_t off, v
         uint64_t grow = s->sized / 2 > FILE_GROWTH ? s->sized / 2 : FILE_GROWTH;
         uint64_t size = off + len > s->sized + grow ? off + len : s->sized + grow;
         int fd = ioe_file_fd(s->f);
-        if (fallocate(fd, 0, 0, (off_t)size) < 0 &&
-            (errno != EOPNOTSUPP || ftruncate(fd, (off_t)size) < 0))
-            s->rc = shm_fail(-errno, "%s: cannot extend to %llu bytes: %s", s->path,
-                             (unsigned long long)size, strerror(errno));
+        int rc = fallocate(fd, 0, 0, (off_t)size) < 0 ? errno : 0;
+        /* A disk short of the step ahead may still hold what this write needs. */
+        if (rc == ENOSPC && size > off + len) {
+            size = off + len;
+            rc = fallocate(fd, 0, 0, (off_t)size) < 0 ? errno : 0;
+        }
+        if (rc == EOPNOTSUPP) rc = ftruncate(fd, (off_t)size) < 0 ? errno : 0;
+        if (rc)
+            s->rc = shm_fail(-rc, "%s: cannot extend to %llu bytes: %s", s->path,
+                             (unsigned long long)size, strerror(rc));
         s->sized = size;
     }
     while (!s->rc) {

@@ -296,8 +296,9 @@ Test(ckpt, a_checkpoint_holding_another_checkpoints_metadata_is_refused, .timeou
     snprintf(chk, sizeof chk, "%s/chk-2/", dir);
     ckpt_view v;
     cr_assert_eq(ckpt_view_open_path(chk, e, &v), STASH_ECORRUPT);
-    cr_assert(strstr(stash_errmsg(), "chk-2/") && strstr(stash_errmsg(), "names checkpoint 1, not 2"), "%s",
-              stash_errmsg());
+    cr_assert(strstr(stash_errmsg(), "chk-2/") &&
+                  strstr(stash_errmsg(), "names checkpoint 1, not 2"),
+              "%s", stash_errmsg());
     ckpt_restored out;
     restore_into_new(dir, e, 0, 1, &out);
     cr_assert_eq(out.id, 1);
@@ -305,6 +306,42 @@ Test(ckpt, a_checkpoint_holding_another_checkpoints_metadata_is_refused, .timeou
     close_job(&j);
     ioe_engine_close(e);
     remove_dir(dir);
+}
+
+Test(ckpt, a_small_checkpoint_fits_a_disk_with_little_room, .timeout = 120)
+{
+    /* A real filesystem (direct I/O, block allocation) with less free room
+     * than the step the data file grows by. */
+    char img[] = "/var/tmp/stash-small-XXXXXX", mnt[] = "/var/tmp/stash-smallmnt-XXXXXX", cmd[512];
+    int fd = mkstemp(img);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert_not_null(mkdtemp(mnt));
+    snprintf(cmd, sizeof cmd,
+             "truncate -s 12M %s && mkfs.ext4 -q -F %s && mount -o loop %s %s 2>/dev/null", img,
+             img, img, mnt);
+    if (system(cmd) != 0) {
+        unlink(img);
+        rmdir(mnt);
+        cr_skip_test("cannot make and mount a small ext4 image here");
+    }
+    for (int b = 0; b < 2; b++) {
+        char dir[200];
+        snprintf(dir, sizeof dir, "%s/ckpt-%d", mnt, b);
+        ioe_engine *e = engine(backends[b], NULL);
+        job j;
+        open_job(&j);
+        put_all(&j, 1);
+        cr_assert_eq(checkpoint(&j, e, dir, 1), 0, "%s", stash_errmsg());
+        ckpt_restored out;
+        restore_into_new(dir, e, 0, 1, &out);
+        close_job(&j);
+        ioe_engine_close(e);
+    }
+    snprintf(cmd, sizeof cmd, "umount %s", mnt);
+    cr_assert_eq(system(cmd), 0);
+    rmdir(mnt);
+    unlink(img);
 }
 
 Test(ckpt, a_checkpoint_without_metadata_does_not_exist, .timeout = 60)
