@@ -26,12 +26,19 @@
 static int read_whole(ioe_engine *e, const char *path, size_t limit, uint8_t **out, size_t *len)
 {
     ioe_file *f;
-    int rc = ioe_file_open(e, path, O_RDONLY | O_DIRECT, 0, &f);
-    if (rc < 0) rc = ioe_file_open(e, path, O_RDONLY, 0, &f);
+    /* Non-blocking: a FIFO in a file's place must not hang the open. */
+    int rc = ioe_file_open(e, path, O_RDONLY | O_DIRECT | O_NONBLOCK, 0, &f);
+    if (rc < 0) rc = ioe_file_open(e, path, O_RDONLY | O_NONBLOCK, 0, &f);
     if (rc < 0) return shm_fail(rc, "%s: cannot open: %s", path, stash_strerror(rc));
     ioe_align al = ioe_file_align(f);
     struct stat st;
-    if (fstat(ioe_file_fd(f), &st) < 0 || (uint64_t)st.st_size > limit) {
+    int fd = ioe_file_fd(f);
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        ioe_file_close(f);
+        return shm_fail(STASH_ECORRUPT, "%s: not a regular file", path);
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    if ((uint64_t)st.st_size > limit) {
         ioe_file_close(f);
         return shm_fail(STASH_ECORRUPT, "%s: %lld bytes, more than %zu", path,
                         (long long)st.st_size, limit);

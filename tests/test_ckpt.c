@@ -344,6 +344,36 @@ Test(ckpt, a_small_checkpoint_fits_a_disk_with_little_room, .timeout = 120)
     unlink(img);
 }
 
+Test(ckpt, a_fifo_in_place_of_a_file_is_refused_without_blocking, .timeout = 60)
+{
+    char dir[128], path[256];
+    make_dir(dir);
+    ioe_engine *e = engine(IOE_THREADS, NULL);
+    job j;
+    open_job(&j);
+    put_all(&j, 1);
+    cr_assert_eq(checkpoint(&j, e, dir, 1), 0);
+    put_all(&j, 2);
+    cr_assert_eq(checkpoint(&j, e, dir, 2), 0);
+    const char *files[] = {"_metadata", "kg-data.dat"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s/chk-2/%s", dir, files[i]);
+        char saved[300];
+        snprintf(saved, sizeof saved, "%s.saved", path);
+        cr_assert_eq(rename(path, saved), 0);
+        cr_assert_eq(mkfifo(path, 0600), 0);
+        ckpt_restored out;
+        restore_into_new(dir, e, 0, 1, &out);
+        cr_assert_eq(out.id, 1);
+        cr_assert(strstr(out.why, path) && strstr(out.why, "not a regular file"), "%s", out.why);
+        cr_assert_eq(unlink(path), 0);
+        cr_assert_eq(rename(saved, path), 0);
+    }
+    close_job(&j);
+    ioe_engine_close(e);
+    remove_dir(dir);
+}
+
 Test(ckpt, a_checkpoint_without_metadata_does_not_exist, .timeout = 60)
 {
     char dir[128], path[256];
