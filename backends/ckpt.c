@@ -49,11 +49,15 @@ int ckpt_drain(ioe_engine *e, unsigned keep, int rc)
     return rc;
 }
 
-/* Writes len bytes to a new file at path and makes them durable. */
-static int write_durable(ioe_engine *e, const char *path, const void *data, size_t len)
+/* A checkpoint's files are new: never one that is there already, nor one a
+ * symbolic link in its place points to. */
+#define NEW_FILE (O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW)
+
+/* Writes len bytes to a new file at path (mode) and makes them durable. */
+static int write_durable(ioe_engine *e, const char *path, mode_t mode, const void *data, size_t len)
 {
     ioe_file *f;
-    int rc = ioe_file_open(e, path, O_WRONLY | O_CREAT | O_TRUNC, 0644, &f);
+    int rc = ioe_file_open(e, path, NEW_FILE, mode, &f);
     if (rc < 0) return shm_fail(rc, "%s: cannot create: %s", path, stash_strerror(rc));
     for (size_t off = 0; off < len && rc == 0;) {
         size_t n = len - off < CKPT_CHUNK ? len - off : CKPT_CHUNK;
@@ -142,12 +146,12 @@ static void stream_reap(stream *s, unsigned min)
     }
 }
 
-static int stream_open(stream *s, ioe_engine *e, const char *path)
+static int stream_open(stream *s, ioe_engine *e, const char *path, mode_t mode)
 {
     ioe_info info;
     ioe_engine_info(e, &info);
     *s = (stream){.e = e, .path = path, .cap = info.buf_size, .align = 1};
-    int rc = ioe_file_open(e, path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644, &s->f);
+    int rc = ioe_file_open(e, path, NEW_FILE | O_DIRECT, mode, &s->f);
     if (rc == 0) {
         ioe_align al = ioe_file_align(s->f);
         /* Writes go whole filesystem blocks at a time, even where the device
@@ -163,9 +167,13 @@ static int stream_open(stream *s, ioe_engine *e, const char *path)
             return 0;
         }
         ioe_file_close(s->f);
+    } else if (rc != -EINVAL) {
+        return shm_fail(rc, "%s: cannot create: %s", path, stash_strerror(rc));
     }
-    /* A filesystem without direct I/O (tmpfs): buffered writes. */
-    rc = ioe_file_open(e, path, O_WRONLY | O_CREAT | O_TRUNC, 0644, &s->f);
+    /* A filesystem without direct I/O (tmpfs), which may have created the
+     * file before refusing the flag: buffered writes to it made anew. */
+    unlink(path);
+    rc = ioe_file_open(e, path, NEW_FILE, mode, &s->f);
     return rc < 0 ? shm_fail(rc, "%s: cannot create: %s", path, stash_strerror(rc)) : 0;
 }
 
@@ -574,16 +582,43 @@ static int list_files(stash_arena *a, const ckpt_opts *o, const char *own, const
     return 0;
 }
 
-int ckpt_dir_check(const char *dir)
+/* The modes of a checkpoint's directories and files: the owner's alone,
+ * or also its group's (read) where the arena is its group's too. */
+static mode_t dir_mode(bool group)
 {
-    if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-        return shm_fail(-errno, "%s: cannot create the checkpoint directory: %s", dir,
-                        strerror(errno));
+    return group ? 0750 : 0700;
+}
+static mode_t file_mode(bool group)
+{
+    return group ? 0640 : 0600;
+}
+
+/* Makes dir (mode) or takes the one there: a directory, not a symbolic
+ * link, this user's own and not writable by others. Another user who made
+ * it first could otherwise steer what stash writes and removes there. */
+static int own_dir(const char *dir, mode_t mode)
+{
+    if (mkdir(dir, mode) == 0) return 0;
+    if (errno != EEXIST) return shm_fail(-errno, "%s: cannot create: %s", dir, strerror(errno));
     struct stat st;
-    if (stat(dir, &st) < 0)
-        return shm_fail(-errno, "%s: checkpoint directory: %s", dir, strerror(errno));
-    if (!S_ISDIR(st.st_mode))
-        return shm_fail(-ENOTDIR, "%s: the checkpoint directory is not a directory", dir);
+    if (lstat(dir, &st) < 0) return shm_fail(-errno, "%s: %s", dir, strerror(errno));
+    if (S_ISLNK(st.st_mode) && stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid())
+        return 0; /* a link the user made to a directory of theirs */
+    if (!S_ISDIR(st.st_mode)) return shm_fail(-ENOTDIR, "%s: not a directory", dir);
+    if (st.st_uid != geteuid())
+        return shm_fail(-EPERM, "%s: owned by user %u, not by this user (%u): refused", dir,
+                        (unsigned)st.st_uid, (unsigned)geteuid());
+    if (st.st_mode & S_IWOTH)
+        return shm_fail(-EPERM, "%s: writable by any user (mode %03o): refused", dir,
+                        (unsigned)(st.st_mode & 0777));
+    return 0;
+}
+
+int ckpt_dir_check(const char *dir, bool group)
+{
+    int rc = own_dir(dir, dir_mode(group));
+    if (rc == -ENOTDIR) return shm_fail(rc, "%s: the checkpoint directory is not a directory", dir);
+    if (rc) return rc;
     /* Permissions alone say nothing to root or of a read-only mount: try. */
     char probe[4096];
     if (ckpt_path_of(probe, "%s/.stash-probe-XXXXXX", dir) < 0) return -ENAMETOOLONG;
@@ -606,15 +641,14 @@ int ckpt_write(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, ckpt_wr
                         "checkpoint %llu: a delta needs incremental mode and the base's "
                         "pins",
                         (unsigned long long)o->id);
-    if (mkdir(o->dir, 0755) < 0 && errno != EEXIST)
-        return shm_fail(-errno, "%s: cannot create: %s", o->dir, strerror(errno));
+    int rc = own_dir(o->dir, dir_mode(o->group));
+    if (rc) return rc;
     if (ckpt_path_of(chk, "%s/%s-%llu", o->dir, o->savepoint ? "savepoint" : "chk",
                      (unsigned long long)o->id) < 0 ||
         ckpt_path_of(shared, "%s/%s", o->dir, CKPT_SHARED_DIR) < 0)
         return -ENAMETOOLONG;
-    if (in_shared && mkdir(shared, 0755) < 0 && errno != EEXIST)
-        return shm_fail(-errno, "%s: cannot create: %s", shared, strerror(errno));
-    if (mkdir(chk, 0755) < 0)
+    if (in_shared && (rc = own_dir(shared, dir_mode(o->group))) != 0) return rc;
+    if (mkdir(chk, dir_mode(o->group)) < 0)
         return shm_fail(-errno, "%s: cannot create: %s", chk, strerror(errno));
     if (in_shared)
         snprintf(own, sizeof own, "%s/%llu.dat", CKPT_SHARED_DIR, (unsigned long long)o->id);
@@ -628,8 +662,8 @@ int ckpt_write(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, ckpt_wr
     uint64_t records = 0, data_bytes = 0;
     stream data;
     md_extent *ext = calloc(maxp, sizeof *ext);
-    int rc = ext ? ckpt_path_of(path, "%s/%s", in_shared ? o->dir : chk, own) : -ENOMEM;
-    if (rc == 0) rc = stream_open(&data, o->engine, path);
+    rc = ext ? ckpt_path_of(path, "%s/%s", in_shared ? o->dir : chk, own) : -ENOMEM;
+    if (rc == 0) rc = stream_open(&data, o->engine, path, file_mode(o->group));
     if (rc == 0) {
         rc = serialize(a, pins, o, &data, ext, &records);
         data_bytes = data.end;
@@ -640,7 +674,7 @@ int ckpt_write(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, ckpt_wr
     if (rc == 0 && in_shared) rc = ckpt_sync_dir(shared);
     if (rc == 0) rc = build_metadata(a, o, &fl, &md);
     if (rc == 0) rc = ckpt_path_of(path, "%s/_metadata.tmp", chk);
-    if (rc == 0) rc = write_durable(o->engine, path, md.data, md.len);
+    if (rc == 0) rc = write_durable(o->engine, path, file_mode(o->group), md.data, md.len);
     if (rc == 0) rc = ckpt_path_of(final, "%s/_metadata", chk);
     if (rc == 0 && rename(path, final) < 0)
         rc = shm_fail(-errno, "rename %s: %s", path, strerror(errno));
@@ -661,6 +695,13 @@ int ckpt_write(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, ckpt_wr
 /* ---- retention ---------------------------------------------------------------- */
 
 /* Removes the files of DIR/shared/ that no remaining checkpoint names. */
+/* Whether name is one stash writes in DIR/shared: digits, then ".dat". */
+static bool shared_file_name(const char *name)
+{
+    size_t digits = strspn(name, "0123456789");
+    return digits > 0 && strcmp(name + digits, ".dat") == 0;
+}
+
 static void remove_unreferenced(const char *dir, const uint64_t *ids, int n, ioe_engine *e)
 {
     char shared[4096], path[4096];
@@ -673,7 +714,8 @@ static void remove_unreferenced(const char *dir, const uint64_t *ids, int n, ioe
         open[i] = ckpt_path_of(path, "%s/chk-%llu", dir, (unsigned long long)ids[i]) == 0 &&
                   ckpt_open_view(path, e, &views[i], false) == 0;
     for (struct dirent *de; views && open && (de = readdir(d));) {
-        if (de->d_name[0] == '.') continue;
+        /* Never a name stash did not write. */
+        if (!shared_file_name(de->d_name)) continue;
         bool used = false;
         for (int i = 0; i < n && !used; i++)
             for (uint32_t f = 0; open[i] && f < views[i].nfiles && !used; f++)

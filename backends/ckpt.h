@@ -36,6 +36,7 @@ typedef struct ckpt_opts {
     ioe_engine *engine;      /* every write and sync goes through it */
     uint32_t op_parallelism; /* operator state: of this many workers (0: none) */
     const ckpt_blob *op_blobs; /* worker i's operator-state blob (opstate.h) */
+    bool group;                /* directories 0750 and files 0640, not 0700 and 0600 */
     /* If set, called in the writing thread once key group kg is serialized:
      * the checkpoint needs pins[kg] no longer, and releasing it then stops
      * kg's writers keeping old versions for it. Without reader, the caller's
@@ -170,10 +171,11 @@ int ckpt_list(const char *dir, uint64_t **ids);
  * Returns 0 or an error naming dir. */
 int ckpt_highest_id(const char *dir, uint64_t *id);
 
-/* Makes sure dir is a directory (created if missing; its parent must
- * exist) that this process can create files in. Returns 0 or an error
- * naming dir and why. */
-int ckpt_dir_check(const char *dir);
+/* Makes sure dir is a directory (created if missing, 0700 or with group
+ * 0750; its parent must exist), this user's own and not writable by others,
+ * that this process can create files in. Returns 0 or an error naming dir
+ * and why. */
+int ckpt_dir_check(const char *dir, bool group);
 
 /* Deletes all but the newest keep complete checkpoints of dir, partial ones
  * older than the newest complete one, and the shared files no remaining

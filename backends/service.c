@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backends/lmdb.h"
@@ -45,6 +46,7 @@ struct stash_service {
     uint32_t since_full;     /* incremental checkpoints since the last full one */
     uint32_t untracked_seen; /* lmdb: the change log's misses the chain's base saw */
     uint32_t failing;        /* checkpoints failed in a row */
+    bool group;              /* checkpoints readable by the arena's group */
     stash_worker_info *seen; /* per worker index, as the last look found it */
     lmdb_store *lmdb;        /* an lmdb arena's environments, for their snapshots */
 };
@@ -276,6 +278,7 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
                    .cap_bytes = s->o.storage == STASH_STORAGE_MEMORY
                                     ? (s->o.memory_cap ? s->o.memory_cap : CKPT_MEMORY_DEFAULT_CAP)
                                     : 0,
+                   .group = s->group,
                    .reader = true,
                    .reader_slot = s->reader,
                    .reader_slot2 = s->reader2,
@@ -679,6 +682,17 @@ static void release(stash_service *s)
     free(s);
 }
 
+/* Whether checkpoints are readable by the arena's group: as the arena is
+ * (created with STASH_ARENA_GROUP), so that who may map it may read them. */
+static bool group_readable(const char *name, const stash_arena_opts *ao)
+{
+    char path[256];
+    struct stat st;
+    if (shm_arena_path(name, ao, path, sizeof path) == 0 && stat(path, &st) == 0)
+        return (st.st_mode & S_IRGRP) != 0;
+    return ao && (ao->flags & STASH_ARENA_GROUP);
+}
+
 STASH_API int stash_service_start(const char *name, const stash_service_opts *opts,
                                   stash_service **out)
 {
@@ -698,7 +712,10 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
     if (rc == 0 && s->o.storage != STASH_STORAGE_FS && s->o.storage != STASH_STORAGE_MEMORY)
         rc = shm_fail(-EINVAL, "unknown storage %d", (int)s->o.storage);
     /* A directory the engine cannot write would fail every checkpoint. */
-    if (rc == 0) rc = ckpt_dir_check(s->dir);
+    if (rc == 0) {
+        s->group = group_readable(name, s->o.arena);
+        rc = ckpt_dir_check(s->dir, s->group);
+    }
     if (rc == 0) rc = ioe_engine_open(&(ioe_opts){0}, &s->e);
     if (rc == 0) {
         rc = stash_arena_open(name, s->o.arena, &s->a);

@@ -244,7 +244,7 @@ Test(engine, a_checkpoint_directory_that_is_a_file_is_refused_at_start, .timeout
 static void mount_tmpfs(char *dir, size_t cap, const char *tag)
 {
     temp_dir(dir, cap, tag);
-    if (mount("tmpfs", dir, "tmpfs", 0, "size=64m") != 0) {
+    if (mount("tmpfs", dir, "tmpfs", 0, "size=64m,mode=0700") != 0) {
         int err = errno;
         rmdir(dir);
         cr_skip_test("cannot mount a tmpfs here: %s", strerror(err));
