@@ -593,30 +593,9 @@ static mode_t file_mode(bool group)
     return group ? 0640 : 0600;
 }
 
-/* Makes dir (mode) or takes the one there: a directory, not a symbolic
- * link, this user's own and not writable by others. Another user who made
- * it first could otherwise steer what stash writes and removes there. */
-static int own_dir(const char *dir, mode_t mode)
-{
-    if (mkdir(dir, mode) == 0) return 0;
-    if (errno != EEXIST) return shm_fail(-errno, "%s: cannot create: %s", dir, strerror(errno));
-    struct stat st;
-    if (lstat(dir, &st) < 0) return shm_fail(-errno, "%s: %s", dir, strerror(errno));
-    if (S_ISLNK(st.st_mode) && stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid())
-        return 0; /* a link the user made to a directory of theirs */
-    if (!S_ISDIR(st.st_mode)) return shm_fail(-ENOTDIR, "%s: not a directory", dir);
-    if (st.st_uid != geteuid())
-        return shm_fail(-EPERM, "%s: owned by user %u, not by this user (%u): refused", dir,
-                        (unsigned)st.st_uid, (unsigned)geteuid());
-    if (st.st_mode & S_IWOTH)
-        return shm_fail(-EPERM, "%s: writable by any user (mode %03o): refused", dir,
-                        (unsigned)(st.st_mode & 0777));
-    return 0;
-}
-
 int ckpt_dir_check(const char *dir, bool group)
 {
-    int rc = own_dir(dir, dir_mode(group));
+    int rc = shm_own_dir(dir, dir_mode(group));
     if (rc == -ENOTDIR) return shm_fail(rc, "%s: the checkpoint directory is not a directory", dir);
     if (rc) return rc;
     /* Permissions alone say nothing to root or of a read-only mount: try. */
@@ -641,13 +620,13 @@ int ckpt_write(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, ckpt_wr
                         "checkpoint %llu: a delta needs incremental mode and the base's "
                         "pins",
                         (unsigned long long)o->id);
-    int rc = own_dir(o->dir, dir_mode(o->group));
+    int rc = shm_own_dir(o->dir, dir_mode(o->group));
     if (rc) return rc;
     if (ckpt_path_of(chk, "%s/%s-%llu", o->dir, o->savepoint ? "savepoint" : "chk",
                      (unsigned long long)o->id) < 0 ||
         ckpt_path_of(shared, "%s/%s", o->dir, CKPT_SHARED_DIR) < 0)
         return -ENAMETOOLONG;
-    if (in_shared && (rc = own_dir(shared, dir_mode(o->group))) != 0) return rc;
+    if (in_shared && (rc = shm_own_dir(shared, dir_mode(o->group))) != 0) return rc;
     if (mkdir(chk, dir_mode(o->group)) < 0)
         return shm_fail(-errno, "%s: cannot create: %s", chk, strerror(errno));
     if (in_shared)

@@ -144,6 +144,26 @@ static void write_header(stash_arena *a, uint64_t size, uint32_t maxp, uint32_t 
     shm_control_init(a);
 }
 
+/* Another user who made a directory stash writes into first could steer
+ * what stash writes and removes there. */
+int shm_own_dir(const char *dir, mode_t mode)
+{
+    if (mkdir(dir, mode) == 0) return 0;
+    if (errno != EEXIST) return shm_fail(-errno, "%s: cannot create: %s", dir, strerror(errno));
+    struct stat st;
+    if (lstat(dir, &st) < 0) return shm_fail(-errno, "%s: %s", dir, strerror(errno));
+    if (S_ISLNK(st.st_mode) && stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid())
+        return 0; /* a link the user made to a directory of theirs */
+    if (!S_ISDIR(st.st_mode)) return shm_fail(-ENOTDIR, "%s: not a directory", dir);
+    if (st.st_uid != geteuid())
+        return shm_fail(-EPERM, "%s: owned by user %u, not by this user (%u): refused", dir,
+                        (unsigned)st.st_uid, (unsigned)geteuid());
+    if (st.st_mode & S_IWOTH)
+        return shm_fail(-EPERM, "%s: writable by any user (mode %03o): refused", dir,
+                        (unsigned)(st.st_mode & 0777));
+    return 0;
+}
+
 /* Removes the environment files (kg-*.mdb and their locks) of an lmdb
  * arena's directory. */
 static void clear_lmdb_dir(const char *dir)
@@ -188,8 +208,8 @@ STASH_API int stash_arena_create(const char *name, const stash_arena_opts *opts,
         if (n < 0 || (size_t)n >= sizeof lmdb_dir)
             return shm_fail(-ENAMETOOLONG, "an lmdb directory of at most %u bytes",
                             SHM_LMDB_DIR - 1);
-        if (mkdir(lmdb_dir, 0700) < 0 && errno != EEXIST)
-            return shm_fail(-errno, "%s: cannot create: %s", lmdb_dir, strerror(errno));
+        int err = shm_own_dir(lmdb_dir, 0700);
+        if (err) return err;
     }
 
     int fd =
@@ -274,6 +294,31 @@ static int validate_header(const shm_header *h, ssize_t got, uint64_t file_size,
     return 0;
 }
 
+/* Whether gid is one of this process's groups. */
+static bool in_my_groups(gid_t gid)
+{
+    if (gid == getegid()) return true;
+    gid_t groups[256];
+    int n = getgroups(256, groups);
+    for (int i = 0; i < n; i++)
+        if (groups[i] == gid) return true;
+    return false;
+}
+
+/* An arena may be mapped by its owner, and by the members of its group
+ * where its mode shares it with them (created with STASH_ARENA_GROUP):
+ * a file another user made under an arena's name is refused, since mapping
+ * it would hand that user every process that attaches. */
+static int check_owner(const struct stat *st, const char *path)
+{
+    if (st->st_uid == geteuid()) return 0;
+    if ((st->st_mode & (S_IRGRP | S_IWGRP)) == (S_IRGRP | S_IWGRP) && in_my_groups(st->st_gid))
+        return 0;
+    return shm_fail(-EPERM,
+                    "%s: owned by user %u and not shared with a group of this user (%u): refused",
+                    path, (unsigned)st->st_uid, (unsigned)geteuid());
+}
+
 STASH_API int stash_arena_open(const char *name, const stash_arena_opts *opts, stash_arena **out)
 {
     shm_clear_error();
@@ -281,13 +326,20 @@ STASH_API int stash_arena_open(const char *name, const stash_arena_opts *opts, s
     char path[256];
     int rc = shm_arena_path(name, opts, path, sizeof path);
     if (rc) return rc;
-    int fd = open(path, O_RDWR | O_CLOEXEC);
+    /* Non-blocking: a FIFO in the arena's place must not hang the open. */
+    int fd = open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return shm_fail(-errno, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) < 0) {
         rc = shm_fail(-errno, "%s: cannot stat: %s", path, strerror(errno));
         goto out_close;
     }
+    if (!S_ISREG(st.st_mode)) {
+        rc = shm_fail(STASH_ENOTARENA, "%s: not a regular file", path);
+        goto out_close;
+    }
+    rc = check_owner(&st, path);
+    if (rc) goto out_close;
     if (st.st_size == 0) {
         rc = shm_fail(STASH_EINCOMPLETE, "%s: empty file: creation never finished", path);
         goto out_close;

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "include/stash.h"
 
@@ -1069,6 +1070,11 @@ uint64_t shm_proc_start_time(int32_t pid);
 bool shm_proc_alive(int32_t pid, uint64_t start);
 /* Nanoseconds since the epoch. */
 uint64_t shm_now_ns(void);
+
+/* Makes dir (mode) or takes the one there: a directory (or a link to one of
+ * this user's), this user's own and not writable by others. Returns 0, or
+ * -ENOTDIR or -EPERM (or -errno) naming dir and why (segment.c). */
+int shm_own_dir(const char *dir, mode_t mode);
 
 /* ------------------------------------------------------------------------ */
 /* Errors (error.c).                                                          */

@@ -147,6 +147,39 @@ Test(arena, a_file_that_is_not_an_arena_is_refused)
     unlink(path);
 }
 
+Test(arena, an_arena_of_another_user_is_refused_unless_shared_with_a_group_of_ours)
+{
+    char name[96], path[128];
+    stash_arena_close(test_arena_create("owner", 2u << 20, 0, name));
+    path_of(name, path);
+    cr_assert_eq(chown(path, 65534, 65534), 0);
+    stash_arena *a = NULL;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), -EPERM);
+    cr_assert(strstr(stash_errmsg(), path) && strstr(stash_errmsg(), "owned by user 65534"), "%s",
+              stash_errmsg());
+    /* Shared with a group of this process: accepted. */
+    cr_assert_eq(chown(path, 65534, getegid()), 0);
+    cr_assert_eq(chmod(path, 0660), 0);
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0, "%s", stash_errmsg());
+    stash_arena_close(a);
+    cr_assert_eq(chmod(path, 0600), 0);
+    cr_assert_eq(stash_arena_open(name, NULL, &a), -EPERM);
+    stash_arena_destroy(name, NULL);
+}
+
+Test(arena, a_device_or_fifo_in_place_of_the_arena_is_refused, .timeout = 30)
+{
+    stash_arena *a = NULL;
+    cr_assert_eq(stash_arena_open("zero", &(stash_arena_opts){.path = "/dev/zero"}, &a),
+                 STASH_ENOTARENA);
+    cr_assert(strstr(stash_errmsg(), "not a regular file"), "%s", stash_errmsg());
+    char fifo[128];
+    snprintf(fifo, sizeof fifo, "/dev/shm/stash.%s", test_arena_name("fifo"));
+    cr_assert_eq(mkfifo(fifo, 0600), 0);
+    cr_assert_eq(stash_arena_open("fifo", &(stash_arena_opts){.path = fifo}, &a), STASH_ENOTARENA);
+    unlink(fifo);
+}
+
 Test(arena, destroy_removes_what_a_restore_killed_midway_left)
 {
     const char *name = test_arena_name("left");

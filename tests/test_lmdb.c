@@ -729,3 +729,27 @@ Test(lmdb, a_map_grows_while_another_thread_of_the_process_reads_it, .timeout = 
     stash_worker_close(w);
     destroy(a, name);
 }
+
+Test(lmdb, an_environment_directory_another_user_made_is_refused, .timeout = 60)
+{
+    const char *name = test_arena_name("lmown");
+    char envs[128], planted[200];
+    snprintf(envs, sizeof envs, "/var/tmp/stash.%s.lmdb", name);
+    cr_assert_eq(mkdir(envs, 0777), 0);
+    cr_assert_eq(chown(envs, 65534, 65534), 0);
+    /* What a worker would otherwise create as root through the link. */
+    snprintf(planted, sizeof planted, "%s/kg-00000.mdb", envs);
+    cr_assert_eq(symlink("/var/tmp/stash-lmown-target", planted), 0);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_create(name,
+                                    &(stash_arena_opts){.size = 16u << 20,
+                                                        .max_parallelism = 1,
+                                                        .backend = STASH_BACKEND_LMDB},
+                                    &a),
+                 -EPERM);
+    cr_assert(strstr(stash_errmsg(), envs) && strstr(stash_errmsg(), "owned by user 65534"), "%s",
+              stash_errmsg());
+    cr_assert_neq(access("/var/tmp/stash-lmown-target", F_OK), 0, "nothing was created");
+    unlink(planted);
+    rmdir(envs);
+}
