@@ -185,6 +185,12 @@ static int read_block(const uint8_t *p, size_t avail, const char *file, uint64_t
         return shm_fail(STASH_ECORRUPT, "%s: offset %llu: key group %u: payload checksum mismatch",
                         file, (unsigned long long)(off + sizeof h), h.kg);
     if (h.flags & SNAP_LZ4) {
+        /* LZ4 expands a byte to at most 255: a larger claim is no block of
+         * ours, and must not make the reader reserve what it claims. */
+        if (h.raw_len > UINT32_MAX / 2 || (uint64_t)h.raw_len > (uint64_t)h.stored_len * 255 + 64)
+            return shm_fail(STASH_ECORRUPT,
+                            "%s: offset %llu: key group %u: %u bytes of LZ4 claim %u raw bytes",
+                            file, (unsigned long long)off, h.kg, h.stored_len, h.raw_len);
         scratch->len = 0;
         if (buf_reserve(scratch, h.raw_len ? h.raw_len : 1) < 0) return -ENOMEM;
         int n = LZ4_decompress_safe((const char *)payload, (char *)scratch->data, (int)h.stored_len,

@@ -233,6 +233,29 @@ Test(snapshot, the_reader_refuses_every_damaged_block, .timeout = 120)
     close_side(&a);
 }
 
+Test(snapshot, an_lz4_block_claiming_more_than_lz4_can_expand_is_refused_before_reserving)
+{
+    side a;
+    open_side(&a, "snaplz");
+    fill(&a, 0);
+    snap_buf out = {0}, scratch = {0};
+    cr_assert_gt(snap_write_kg(a.arena, 2, (uint32_t)shm_table_pin(a.arena, 2), true, &out), 0);
+    snap_block_hdr h;
+    memcpy(&h, out.data, sizeof h);
+    cr_assert(h.flags & SNAP_LZ4, "the block is compressed");
+    /* 4 GiB claimed, with both checksums right. */
+    h.raw_len = UINT32_MAX;
+    h.header_crc = snap_crc32c(0, &h, offsetof(snap_block_hdr, header_crc));
+    memcpy(out.data, &h, sizeof h);
+    snap_block blk;
+    cr_assert_eq(snap_read_block(out.data, out.len, "f", 0, &scratch, &blk), STASH_ECORRUPT);
+    cr_assert(strstr(stash_errmsg(), "claim 4294967295 raw bytes"), "%s", stash_errmsg());
+    cr_assert_lt(scratch.cap, 1u << 20, "nothing near the claim was reserved");
+    snap_buf_free(&out);
+    snap_buf_free(&scratch);
+    close_side(&a);
+}
+
 Test(snapshot, a_record_of_another_key_group_is_refused)
 {
     side a;
