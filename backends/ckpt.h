@@ -163,6 +163,10 @@ ckpt_state ckpt_view_state(const ckpt_view *v, uint32_t i);
  * metadata, its value well formed for the state's kind. Returns the records,
  * or the first error with file and offset. */
 int64_t ckpt_view_walk(const ckpt_view *v, stash_kg_range range, snap_record_fn *fn, void *ctx);
+/* The largest checkpoint id: ids stay exact as JSON numbers, and a stray
+ * directory with a larger one is not a checkpoint. */
+#define CKPT_MAX_ID (1ull << 53)
+
 /* The ids of dir's checkpoints (complete or not), newest first, in *ids
  * (free it). Returns how many or an error. */
 int ckpt_list(const char *dir, uint64_t **ids);

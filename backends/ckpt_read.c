@@ -404,9 +404,8 @@ int ckpt_list(const char *dir, uint64_t **ids)
     size_t n = 0, cap = 0;
     *ids = NULL;
     for (struct dirent *de; (de = readdir(d));) {
-        unsigned long long id;
-        char tail;
-        if (sscanf(de->d_name, "chk-%llu%c", &id, &tail) != 1 || id == 0) continue;
+        uint64_t id = entry_id(de->d_name, "chk-");
+        if (id == 0) continue;
         if (n == cap) {
             uint64_t *grown = realloc(*ids, (cap = cap ? cap * 2 : 16) * sizeof **ids);
             if (!grown) break;
@@ -424,17 +423,19 @@ int ckpt_list(const char *dir, uint64_t **ids)
     return (int)n;
 }
 
-/* The id in a directory entry named prefix followed by digits only, or 0. */
+/* The id in a directory entry named prefix followed by digits only, or 0:
+ * also for ids past CKPT_MAX_ID, which no engine hands out (a stray name
+ * must not wrap the next id around). */
 static uint64_t entry_id(const char *name, const char *prefix)
 {
     size_t n = strlen(prefix);
     if (strncmp(name, prefix, n) != 0 || name[n] < '0' || name[n] > '9') return 0;
     uint64_t id = 0;
     for (const char *c = name + n; *c; c++) {
-        if (*c < '0' || *c > '9' || id > (UINT64_MAX - 9) / 10) return 0;
+        if (*c < '0' || *c > '9' || id > CKPT_MAX_ID / 10) return 0;
         id = id * 10 + (uint64_t)(*c - '0');
     }
-    return id;
+    return id <= CKPT_MAX_ID ? id : 0;
 }
 
 int ckpt_highest_id(const char *dir, uint64_t *id)

@@ -67,6 +67,11 @@ Test(engine, ids_go_on_after_every_checkpoint_and_savepoint_in_the_directory, .t
     cr_assert_eq(stash_arena_destroy(name, NULL), 0);
     snprintf(path, sizeof path, "%s/chk-7", dir);
     cr_assert_eq(mkdir(path, 0700), 0);
+    /* Names that are no checkpoint's: an id past the largest, a sign. */
+    snprintf(path, sizeof path, "%s/chk-18446744073709551615", dir);
+    cr_assert_eq(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/chk--5", dir);
+    cr_assert_eq(mkdir(path, 0700), 0);
     s = start(name, &o); /* restores checkpoint 1 */
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
     cr_assert_eq(stash_savepoint(a, 60000, &info), 0, "%s", info.detail);
