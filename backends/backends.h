@@ -58,9 +58,13 @@ struct stash_worker {
     ckpt_blob *op_blobs;
     uint8_t *op_mem;
     struct lmdb_store *lmdb; /* the lmdb backend's environments (lmdb.c), NULL for heap */
-    bool has_ttl;            /* a state of this worker expires entries */
-    uint64_t ttl_swept_ns;   /* when barriers last cleaned expired entries */
-    uint32_t ttl_sweep_kg;   /* the key group they clean next, from the worker's range */
+    /* The handle was inherited through a fork: it is its opener's, and this
+     * process may only close it (worker.c). */
+    bool forked;
+    struct stash_worker *next_open; /* the process's open workers */
+    bool has_ttl;                   /* a state of this worker expires entries */
+    uint64_t ttl_swept_ns;          /* when barriers last cleaned expired entries */
+    uint32_t ttl_sweep_kg;          /* the key group they clean next, from the worker's range */
 };
 
 /* Operator state held by a worker: copies of its elements (lists) or
@@ -164,6 +168,9 @@ static inline bool state_owns(const stash_state *s, uint32_t kg)
 {
     return kg >= s->w->range.first && kg <= s->w->range.last;
 }
+/* STASH_EFORK with a message, for a handle inherited through a fork. */
+int worker_refuse_forked(const stash_worker *w, const char *fn);
+
 /* STASH_EKEYGROUP with a message, for a write outside the worker's range. */
 int state_refuse_write(const stash_state *s, uint32_t kg);
 

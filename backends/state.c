@@ -58,6 +58,7 @@ STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc
 {
     shm_clear_error();
     if (!worker || !desc || !out) return shm_refuse_null(__func__, "worker, desc or out");
+    if (worker->forked) return worker_refuse_forked(worker, __func__);
     int rc = check_desc(desc);
     if (rc) return rc;
     uint8_t options[32];
@@ -127,6 +128,7 @@ static __attribute__((noinline)) int key_set_other(stash_worker *worker, const v
                                                    size_t len)
 {
     if (!worker) return shm_refuse_null("stash_key_set", "worker");
+    if (worker->forked) return worker_refuse_forked(worker, "stash_key_set");
     /* A refused key leaves none current: a write that follows must not go
      * to the key before it. */
     worker->has_key = false;

@@ -3,11 +3,62 @@
  * its registry as index i of p, owning that index's key-group range.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "backends/lmdb.h"
 #include "backends/opstate.h"
 #include "backends/service.h"
+
+/* The process's open workers: a forked child marks its copies as its
+ * parent's, so that they refuse to work (their registry slots, pins and
+ * LMDB handles are the parent's). The child has one thread when it runs. */
+static pthread_mutex_t open_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static stash_worker *open_workers;
+
+static void mark_forked(void)
+{
+    for (stash_worker *w = open_workers; w; w = w->next_open) {
+        w->forked = true;
+        /* Every access needs a current key, and stash_key_set refuses. */
+        w->has_key = false;
+        w->one_step_key = false;
+        w->key_cap = 0;
+    }
+    open_workers = NULL;
+    pthread_mutex_init(&open_mu, NULL);
+}
+
+static void watch_forks(void)
+{
+    pthread_atfork(NULL, NULL, mark_forked);
+}
+
+static void add_open(stash_worker *w)
+{
+    pthread_once(&fork_once, watch_forks);
+    pthread_mutex_lock(&open_mu);
+    w->next_open = open_workers;
+    open_workers = w;
+    pthread_mutex_unlock(&open_mu);
+}
+
+static void remove_open(stash_worker *w)
+{
+    pthread_mutex_lock(&open_mu);
+    stash_worker **p = &open_workers;
+    while (*p && *p != w) p = &(*p)->next_open;
+    if (*p) *p = w->next_open;
+    pthread_mutex_unlock(&open_mu);
+}
+
+int worker_refuse_forked(const stash_worker *w, const char *fn)
+{
+    return shm_fail(STASH_EFORK,
+                    "%s: worker %u was opened by another process (pid %d), before a fork", fn,
+                    w->slot, w->arena->slots[w->slot].pid);
+}
 
 STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts, stash_worker **out)
 {
@@ -46,6 +97,7 @@ STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
      * snapshots the engine may have opened) go together; cutting it again
      * would pair this worker's operator state with the other's key groups. */
     w->cut_id = atomic_load(&c->workers[w->slot].acked);
+    add_open(w);
     if (o.rollback) rc = worker_rollback(w);
     if (rc < 0) {
         stash_worker_close(w);
@@ -72,6 +124,17 @@ static void free_states(stash_state *s)
 STASH_API void stash_worker_close(stash_worker *worker)
 {
     if (!worker) return;
+    if (worker->forked) {
+        /* The slot, the pins and the LMDB handles stay the opener's. */
+        stash_arena_close(worker->arena);
+        free_states(worker->states);
+        free(worker->op_blobs);
+        free(worker->op_mem);
+        free(worker->key);
+        free(worker);
+        return;
+    }
+    remove_open(worker);
     /* Leaving for good: the final operator state goes with the final keyed
      * state, once a checkpoint this worker cut has ended with the operator
      * state recorded at the cut. */
@@ -99,6 +162,7 @@ STASH_API stash_arena *stash_worker_arena(const stash_worker *worker)
 STASH_API int stash_worker_info_get(const stash_worker *worker, stash_worker_info *out)
 {
     if (!worker || !out) return shm_refuse_null(__func__, "worker or out");
+    if (worker->forked) return worker_refuse_forked(worker, __func__);
     shm_registry_describe(worker->arena, worker->slot, out);
     return 0;
 }

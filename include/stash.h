@@ -51,6 +51,7 @@ enum {
     STASH_EFORMAT = -1014,      /* a snapshot of another format version */
     STASH_ENOSERVICE = -1015,   /* no live service serves the arena */
     STASH_EABORTED = -1016,     /* the checkpoint failed; stash_errmsg() says why */
+    STASH_EFORK = -1017,        /* a worker handle used in a process forked from its opener */
 };
 
 /* Words for an error code; never NULL, never to be freed. */
@@ -188,7 +189,10 @@ STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
                                 stash_worker **out);
 
 /* Records the worker's final operator state (after a checkpoint it cut has
- * ended), leaves the registry and detaches from the arena. Accepts NULL. */
+ * ended), leaves the registry and detaches from the arena. Accepts NULL.
+ * A handle belongs to the process that opened it: in a process forked after
+ * the open, every call with it fails with STASH_EFORK (accesses with
+ * STASH_ENOKEY) and close only frees the child's copy. */
 STASH_API void stash_worker_close(stash_worker *worker);
 
 /* The arena a worker is attached to; owned by the worker. */

@@ -48,6 +48,8 @@ STASH_API const char *stash_strerror(int err)
         return "snapshot of another format version";
     case STASH_ENOSERVICE:
         return "no service runs for the arena";
+    case STASH_EFORK:
+        return "worker handle of another process (opened before a fork)";
     case STASH_EABORTED:
         return "checkpoint aborted";
     default:

@@ -5,6 +5,7 @@
  * shared/ that stash did not write.
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,8 +44,8 @@ static void teardown(void)
     ioe_engine_close(engine);
     stash_arena_close(arena);
     stash_arena_destroy(name, NULL);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s /var/tmp/stash-hostile-target-*", dir);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s-target %s-target.d", dir, dir, dir);
     system(cmd);
 }
 
@@ -108,8 +109,8 @@ Test(hostile, a_directory_another_user_owns_or_anyone_may_write_is_refused)
 /* A file elsewhere that a planted link points to, and its bytes. */
 static void make_target(char *target)
 {
-    snprintf(target, 128, "/var/tmp/stash-hostile-target-XXXXXX");
-    int fd = mkstemp(target);
+    snprintf(target, 160, "%s-target", dir);
+    int fd = open(target, O_WRONLY | O_CREAT | O_EXCL, 0600);
     cr_assert_geq(fd, 0);
     cr_assert_eq(write(fd, "precious", 8), 8);
     close(fd);
@@ -128,7 +129,7 @@ static void expect_untouched(const char *target)
 
 Test(hostile, a_link_planted_for_a_shared_file_is_never_written_through)
 {
-    char target[128], link[256];
+    char target[160], link[256];
     make_target(target);
     cr_assert_eq(write_checkpoint(dir, 1, true, false), 0, "%s", stash_errmsg());
     snprintf(link, sizeof link, "%s/shared/2.dat", dir);
@@ -140,7 +141,7 @@ Test(hostile, a_link_planted_for_a_shared_file_is_never_written_through)
 
 Test(hostile, a_link_planted_for_the_shared_directory_is_refused)
 {
-    char target[128], link[256], cmd[300];
+    char target[160], link[256], cmd[300];
     make_target(target);
     snprintf(link, sizeof link, "%s/shared", dir);
     /* Another user's directory behind the link. */

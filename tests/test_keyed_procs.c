@@ -382,3 +382,55 @@ Test(procs, a_read_of_a_change_its_dead_owner_left_half_done_fails_clearly, .tim
     stash_arena_close(a);
     stash_arena_destroy(name, NULL);
 }
+
+typedef struct forked_use {
+    stash_worker *w;
+    stash_state *v;
+} forked_use;
+
+/* In a child: the parent's handle refuses every use and closes without
+ * touching the parent's registration. Exit code: 0, or which check failed. */
+static int use_parents_handle(void *arg)
+{
+    forked_use *f = arg;
+    uint64_t k = 1, v = 99;
+    stash_event ev;
+    if (stash_value_put(f->v, &v, sizeof v) != STASH_ENOKEY) return 1;
+    if (stash_key_set(f->w, &k, sizeof k) != STASH_EFORK) return 2;
+    if (!strstr(stash_errmsg(), "another process")) return 3;
+    if (stash_value_put(f->v, &v, sizeof v) != STASH_ENOKEY) return 4;
+    if (stash_barrier(f->w, &ev) != STASH_EFORK) return 5;
+    stash_state *s;
+    if (stash_state_get(f->w, &(stash_state_desc){.name = "x", .kind = STASH_VALUE}, &s) !=
+        STASH_EFORK)
+        return 6;
+    stash_worker_close(f->w);
+    return 0;
+}
+
+Test(procs, a_handle_used_in_a_forked_child_is_refused_and_the_parent_goes_on, .timeout = 60)
+{
+    char name[96];
+    stash_arena *a = test_arena_create("forked", 0, 8, name);
+    forked_use f;
+    cr_assert_eq(stash_worker_open(name, NULL, &f.w), 0);
+    cr_assert_eq(stash_state_get(f.w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &f.v),
+                 0);
+    uint64_t k = 1, v = 7;
+    stash_key_set(f.w, &k, sizeof k);
+    cr_assert_eq(stash_value_put(f.v, &v, sizeof v), 0);
+    cr_assert_eq(test_wait(test_fork(use_parents_handle, &f)), 0);
+    /* The parent's handle, slot and value are as they were. */
+    stash_worker_info info;
+    cr_assert_eq(stash_worker_info_get(f.w, &info), 0);
+    cr_assert_eq(info.state, STASH_WORKER_LIVE);
+    cr_assert_eq(info.pid, getpid());
+    stash_bytes b;
+    cr_assert_eq(stash_value_get(f.v, &b), 0);
+    cr_assert_eq(test_u64(b.data), 7);
+    v = 8;
+    cr_assert_eq(stash_value_put(f.v, &v, sizeof v), 0);
+    stash_worker_close(f.w);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
