@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -308,26 +309,41 @@ Test(ckpt, a_checkpoint_holding_another_checkpoints_metadata_is_refused, .timeou
     remove_dir(dir);
 }
 
-Test(ckpt, a_small_checkpoint_fits_a_disk_with_little_room, .timeout = 120)
+/* The ext4 image a test mounted and where: removed after the test, failed or not. */
+static char small_img[64], small_mnt[64];
+
+static void unmount_small(void)
+{
+    if (small_mnt[0]) {
+        umount2(small_mnt, MNT_DETACH);
+        rmdir(small_mnt);
+    }
+    if (small_img[0]) unlink(small_img);
+    small_mnt[0] = small_img[0] = 0;
+}
+
+Test(ckpt, a_small_checkpoint_fits_a_disk_with_little_room, .timeout = 120, .fini = unmount_small)
 {
     /* A real filesystem (direct I/O, block allocation) with less free room
      * than the step the data file grows by. */
-    char img[] = "/var/tmp/stash-small-XXXXXX", mnt[] = "/var/tmp/stash-smallmnt-XXXXXX", cmd[512];
-    int fd = mkstemp(img);
+    char cmd[512];
+    snprintf(small_img, sizeof small_img, "/var/tmp/stash-small-XXXXXX");
+    int fd = mkstemp(small_img);
     cr_assert_geq(fd, 0);
     close(fd);
-    cr_assert_not_null(mkdtemp(mnt));
+    snprintf(small_mnt, sizeof small_mnt, "/var/tmp/stash-smallmnt-XXXXXX");
+    cr_assert_not_null(mkdtemp(small_mnt));
     snprintf(cmd, sizeof cmd,
-             "truncate -s 12M %s && mkfs.ext4 -q -F %s && mount -o loop %s %s 2>/dev/null", img,
-             img, img, mnt);
+             "truncate -s 12M %s && mkfs.ext4 -q -F %s && mount -o loop %s %s 2>/dev/null",
+             small_img, small_img, small_img, small_mnt);
     if (system(cmd) != 0) {
-        unlink(img);
-        rmdir(mnt);
+        rmdir(small_mnt);
+        small_mnt[0] = 0;
         cr_skip_test("cannot make and mount a small ext4 image here");
     }
     for (int b = 0; b < 2; b++) {
         char dir[200];
-        snprintf(dir, sizeof dir, "%s/ckpt-%d", mnt, b);
+        snprintf(dir, sizeof dir, "%s/ckpt-%d", small_mnt, b);
         ioe_engine *e = engine(backends[b], NULL);
         job j;
         open_job(&j);
@@ -338,10 +354,6 @@ Test(ckpt, a_small_checkpoint_fits_a_disk_with_little_room, .timeout = 120)
         close_job(&j);
         ioe_engine_close(e);
     }
-    snprintf(cmd, sizeof cmd, "umount %s", mnt);
-    cr_assert_eq(system(cmd), 0);
-    rmdir(mnt);
-    unlink(img);
 }
 
 Test(ckpt, a_fifo_in_place_of_a_file_is_refused_without_blocking, .timeout = 60)

@@ -245,6 +245,17 @@ Test(engine, a_checkpoint_directory_that_is_a_file_is_refused_at_start, .timeout
     drop_dir(dir);
 }
 
+/* The tmpfs a test mounted: unmounted after the test, failed or not. */
+static char mounted[128];
+
+static void unmount_tmpfs(void)
+{
+    if (!mounted[0]) return;
+    umount2(mounted, MNT_DETACH);
+    rmdir(mounted);
+    mounted[0] = 0;
+}
+
 /* Mounts a small tmpfs on a new directory in dir, or skips the test. */
 static void mount_tmpfs(char *dir, size_t cap, const char *tag)
 {
@@ -254,6 +265,7 @@ static void mount_tmpfs(char *dir, size_t cap, const char *tag)
         rmdir(dir);
         cr_skip_test("cannot mount a tmpfs here: %s", strerror(err));
     }
+    snprintf(mounted, sizeof mounted, "%s", dir);
 }
 
 static void remount(const char *dir, bool read_only)
@@ -262,7 +274,8 @@ static void remount(const char *dir, bool read_only)
                  "remount %s: %s", dir, strerror(errno));
 }
 
-Test(engine, a_read_only_checkpoint_directory_is_refused_at_start, .timeout = 60)
+Test(engine, a_read_only_checkpoint_directory_is_refused_at_start, .timeout = 60,
+     .fini = unmount_tmpfs)
 {
     char dir[128];
     mount_tmpfs(dir, sizeof dir, "ro");
@@ -272,8 +285,6 @@ Test(engine, a_read_only_checkpoint_directory_is_refused_at_start, .timeout = 60
     cr_assert_eq(rc, -EROFS, "%s", stash_strerror(rc));
     cr_assert(strstr(stash_errmsg(), dir) && strstr(stash_errmsg(), "cannot write"), "%s",
               stash_errmsg());
-    cr_assert_eq(umount(dir), 0);
-    rmdir(dir);
 }
 
 typedef struct log_lines {
@@ -298,7 +309,8 @@ static bool logged(log_lines *l, const char *what)
     return found;
 }
 
-Test(engine, checkpoints_failing_in_a_row_back_off_and_say_so, .timeout = 120)
+Test(engine, checkpoints_failing_in_a_row_back_off_and_say_so, .timeout = 120,
+     .fini = unmount_tmpfs)
 {
     char dir[128];
     mount_tmpfs(dir, sizeof dir, "back");
@@ -341,8 +353,6 @@ Test(engine, checkpoints_failing_in_a_row_back_off_and_say_so, .timeout = 120)
     stash_service_stop(s);
     stash_arena_close(a);
     stash_arena_destroy(name, NULL);
-    cr_assert_eq(umount(dir), 0);
-    rmdir(dir);
 }
 
 static uint64_t coarse_now_ns(void)
