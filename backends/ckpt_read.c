@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "backends/ckpt_int.h"
+#include "backends/opstate.h"
 
 #define SPLIT_MIN_BYTES (4u << 20) /* a walk over fewer bytes stays in one thread */
 #define HUGE_PAGE (2u << 20)
@@ -161,6 +162,9 @@ static int parse_metadata(ckpt_view *v)
             s.name[0] == 0 || twice)
             return shm_fail(STASH_ECORRUPT, "%s: offset %zu: a bad or repeated state entry", path,
                             sizeof h + i * sizeof(ckpt_state));
+        if (s.kind < STASH_VALUE || s.kind > STASH_OP_BROADCAST)
+            return shm_fail(STASH_ECORRUPT, "%s: offset %zu: state '%s' of kind %u, which is none",
+                            path, sizeof h + i * sizeof(ckpt_state), s.name, s.kind);
     }
     v->files = calloc(h.nfiles, sizeof *v->files);
     if (!v->files) return -ENOMEM;
@@ -182,6 +186,30 @@ static int parse_metadata(ckpt_view *v)
     }
     v->nfiles = h.nfiles;
     return parse_opstate(v, fixed, len - 4);
+}
+
+/* Every operator-state blob is well formed and names only operator states
+ * of the metadata: what verify checks is what restore needs (restore
+ * remaps the same blobs to the arena's ids). */
+static int check_opstate(const ckpt_view *v)
+{
+    uint16_t ids[SHM_CATALOG_SIZE + 1] = {0};
+    for (uint32_t i = 0; i < v->nstates; i++) {
+        ckpt_state s = ckpt_view_state(v, i);
+        if (opstate_kind((stash_kind)s.kind)) ids[s.id] = s.id;
+    }
+    int rc = 0;
+    for (uint32_t i = 0; i < v->op_parallelism && rc == 0; i++) {
+        uint64_t len = v->op_blobs[i].len;
+        uint8_t *copy = malloc(len ? len : 1);
+        if (!copy) return shm_fail(-ENOMEM, "out of memory");
+        if (len) memcpy(copy, v->op_blobs[i].data, len);
+        char what[4200];
+        snprintf(what, sizeof what, "%s: operator state of worker %u", v->meta_path, i);
+        rc = opstate_remap(copy, len, ids, SHM_CATALOG_SIZE + 1, what);
+        free(copy);
+    }
+    return rc;
 }
 
 ckpt_state ckpt_view_state(const ckpt_view *v, uint32_t i)
@@ -219,6 +247,7 @@ int ckpt_open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data
     if (rc == 0) rc = ckpt_path_of(parent, "%s/..", path);
     if (rc == 0) rc = read_whole(e, v->meta_path, CKPT_MAX_METADATA, &v->md, &v->md_len);
     if (rc == 0) rc = parse_metadata(v);
+    if (rc == 0) rc = check_opstate(v);
     if (rc == 0) rc = check_dir_names_id(path, v);
     for (uint32_t f = 0; rc == 0 && f < v->nfiles; f++) {
         ckpt_file *cf = &v->files[f];
@@ -274,6 +303,8 @@ static int check_record(void *ctx, uint32_t kg, const snap_record *r)
     for (uint32_t i = 0; i < v->nstates; i++) {
         ckpt_state s = ckpt_view_state(v, i);
         if (s.id != r->state) continue;
+        if (opstate_kind((stash_kind)s.kind))
+            return shm_fail(STASH_ECORRUPT, "a keyed record of operator state '%s'", s.name);
         uint64_t ttl_ms;
         memcpy(&ttl_ms, s.options, sizeof ttl_ms);
         bool ttl = ttl_ms > 0, ok = true;

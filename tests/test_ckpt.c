@@ -386,6 +386,83 @@ Test(ckpt, a_fifo_in_place_of_a_file_is_refused_without_blocking, .timeout = 60)
     remove_dir(dir);
 }
 
+/* Sets the kind of the metadata's first state and seals the metadata with
+ * a checksum that matches again, as a crafted checkpoint would. */
+static void craft_kind(const char *meta, uint16_t kind)
+{
+    FILE *f = fopen(meta, "r+b");
+    cr_assert_not_null(f);
+    static uint8_t md[1 << 20];
+    size_t n = fread(md, 1, sizeof md, f);
+    cr_assert_gt(n, sizeof(md_header) + sizeof(ckpt_state));
+    memcpy(md + sizeof(md_header) + offsetof(ckpt_state, kind), &kind, 2);
+    uint32_t crc = snap_crc32c(0, md, n - 4);
+    memcpy(md + n - 4, &crc, 4);
+    rewind(f);
+    cr_assert_eq(fwrite(md, 1, n, f), n);
+    fclose(f);
+}
+
+/* Verify (open, then check every record) and restore refuse alike. */
+static void refused_alike(const char *dir, const char *chk, ioe_engine *e, const char *says)
+{
+    ckpt_view v;
+    int rc = ckpt_view_open_path(chk, e, &v);
+    if (rc == 0) {
+        rc = (int)ckpt_view_walk(&v, (stash_kg_range){0, v.max_parallelism - 1}, NULL, NULL);
+        ckpt_view_close(&v);
+    }
+    cr_assert_eq(rc, STASH_ECORRUPT, "verify: %s", stash_errmsg());
+    cr_assert(strstr(stash_errmsg(), says), "verify says: %s", stash_errmsg());
+    job r;
+    open_job(&r);
+    ckpt_restored out;
+    cr_assert_eq(ckpt_restore(r.arena, dir, 1, (stash_kg_range){0, KGS - 1}, e, &out),
+                 STASH_ECORRUPT);
+    cr_assert(strstr(stash_errmsg(), says), "restore says: %s", stash_errmsg());
+    close_job(&r);
+}
+
+Test(ckpt, crafted_state_kinds_and_operator_state_are_refused_by_verify_and_restore, .timeout = 60)
+{
+    char dir[128], chk[200], meta[256];
+    make_dir(dir);
+    ioe_engine *e = engine(IOE_THREADS, NULL);
+    job j;
+    open_job(&j);
+    put_all(&j, 1);
+    cr_assert_eq(checkpoint(&j, e, dir, 1), 0);
+    snprintf(chk, sizeof chk, "%s/chk-1", dir);
+    snprintf(meta, sizeof meta, "%s/_metadata", chk);
+    craft_kind(meta, 9);
+    refused_alike(dir, chk, e, "kind 9, which is none");
+    /* The keyed state called an operator list. */
+    craft_kind(meta, STASH_OP_LIST);
+    refused_alike(dir, chk, e, "keyed record of operator state 'v'");
+    /* Operator state that names the keyed state. */
+    uint8_t blob[16] = {0};
+    uint32_t count = 1, entries = 0;
+    uint16_t head[2] = {1, STASH_OP_LIST}; /* the first state registered: v */
+    memcpy(blob, &count, 4);
+    memcpy(blob + 4, head, 4);
+    memcpy(blob + 8, &entries, 4);
+    ckpt_blob b = {blob, 12};
+    uint32_t pins[KGS];
+    for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(j.arena, kg);
+    ckpt_opts o = {.dir = dir, .id = 2, .engine = e, .op_parallelism = 1, .op_blobs = &b};
+    cr_assert_eq(ckpt_write(j.arena, pins, &o, NULL), 0, "%s", stash_errmsg());
+    for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j.arena, kg, pins[kg]);
+    snprintf(chk, sizeof chk, "%s/chk-2", dir);
+    ckpt_view v;
+    cr_assert_eq(ckpt_view_open_path(chk, e, &v), STASH_ECORRUPT);
+    cr_assert(strstr(stash_errmsg(), "operator state of worker 0") &&
+                  strstr(stash_errmsg(), "not in the metadata"),
+              "%s", stash_errmsg());
+    close_job(&j);
+    ioe_engine_close(e);
+    remove_dir(dir);
+}
+
 Test(ckpt, a_checkpoint_without_metadata_does_not_exist, .timeout = 60)
 {
     char dir[128], path[256];
