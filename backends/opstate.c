@@ -5,8 +5,10 @@
  * engine writes the blobs of a checkpoint into its metadata. A worker that
  * starts takes its operator state from the blobs of the newest complete
  * checkpoint (or restore), redistributed when the parallelism changed:
- * split lists are dealt out in contiguous chunks, union lists go whole to
- * everyone, and broadcast state of worker i comes from old worker i mod p.
+ * split lists are dealt out in contiguous chunks (the first workers one
+ * element more, as Flink's round-robin repartitioner), union lists go whole
+ * to everyone, and broadcast state of worker i comes from old worker
+ * i mod p, or the first old worker that has it where that one has none.
  *
  * A blob: u32 count of states, then per state u16 state id, u16 kind, u32
  * entries, then the entries: u32 length and bytes for lists; u32 key
@@ -287,21 +289,52 @@ int opstate_remap(uint8_t *blob, size_t len, const uint16_t *ids, uint32_t nids,
 typedef struct gather_ctx {
     const stash_state *s;
     op_entries *into;
+    bool found;
 } gather_ctx;
 
 static int gather_one(reader *r, uint16_t id, uint16_t kind, uint32_t n, void *ctx)
 {
     gather_ctx *g = ctx;
     bool mine = id == g->s->id && kind == (uint16_t)g->s->kind;
+    g->found |= mine;
     return skip_entries(r, kind, n, mine ? g->into : NULL);
 }
 
-/* Appends the entries of state s in blob to into. */
-static int gather(const stash_state *s, const ckpt_blob *blob, op_entries *into, const char *what)
+/* Appends the entries of state s in blob to into; *found says whether the
+ * blob holds s at all (else NULL). */
+static int gather(const stash_state *s, const ckpt_blob *blob, op_entries *into, const char *what,
+                  bool *found)
 {
     reader r = {blob->data, blob->len, 0, what};
-    gather_ctx g = {s, into};
-    return blob->len ? each_state(&r, gather_one, &g) : 0;
+    gather_ctx g = {s, into, false};
+    int rc = blob->len ? each_state(&r, gather_one, &g) : 0;
+    if (found) *found = g.found;
+    return rc;
+}
+
+/* Broadcast state from old worker me mod p, or, where that one never had it,
+ * the first old worker that has it: every worker holds the same copy. */
+static int gather_broadcast(const stash_state *s, uint32_t p, const ckpt_blob *blobs, uint32_t me,
+                            op_entries *into)
+{
+    char what[64];
+    bool found = false;
+    for (uint32_t k = 0; k < p && !found; k++) {
+        uint32_t i = (me + k) % p;
+        snprintf(what, sizeof what, "operator state of worker %u", i);
+        int rc = gather(s, &blobs[i], into, what, &found);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* Worker me of np's share of n split-list elements: contiguous, the first
+ * n mod np workers one more (Flink's RoundRobinOperatorStateRepartitioner). */
+static void split_share(size_t n, uint32_t me, uint32_t np, size_t *lo, size_t *hi)
+{
+    size_t base = n / np, extra = n % np;
+    *lo = base * me + (me < extra ? me : extra);
+    *hi = *lo + base + (me < extra ? 1 : 0);
 }
 
 int opstate_load(stash_state *s, uint32_t p, const ckpt_blob *blobs)
@@ -312,18 +345,20 @@ int opstate_load(stash_state *s, uint32_t p, const ckpt_blob *blobs)
     op_entries all = {0};
     int rc = 0;
     if (p == 0) return entries_replace(&s->op, &all, 0);
-    if (s->kind == STASH_OP_BROADCAST || (s->kind == STASH_OP_LIST && p == np)) {
-        snprintf(what, sizeof what, "operator state of worker %u", me % p);
-        rc = gather(s, &blobs[me % p], &all, what);
+    if (s->kind == STASH_OP_BROADCAST) {
+        rc = gather_broadcast(s, p, blobs, me, &all);
+    } else if (s->kind == STASH_OP_LIST && p == np) {
+        snprintf(what, sizeof what, "operator state of worker %u", me);
+        rc = gather(s, &blobs[me], &all, what, NULL);
     } else {
         for (uint32_t i = 0; i < p && rc == 0; i++) {
             snprintf(what, sizeof what, "operator state of worker %u", i);
-            rc = gather(s, &blobs[i], &all, what);
+            rc = gather(s, &blobs[i], &all, what, NULL);
         }
     }
     if (rc == 0 && s->kind == STASH_OP_LIST && p != np) {
-        /* Contiguous chunks: worker i gets elements [i*n/np, (i+1)*n/np). */
-        size_t lo = all.n * me / np, hi = all.n * (me + 1) / np;
+        size_t lo, hi;
+        split_share(all.n, me, np, &lo, &hi);
         op_entries chunk = {0};
         for (size_t i = lo; i < hi && rc == 0; i++)
             rc = entries_add(&chunk, NULL, 0, all.values[i].data, all.values[i].len);

@@ -65,6 +65,14 @@ STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc
     options_bytes(desc, options);
     int id = shm_catalog_register(worker->arena, desc->name, (uint32_t)desc->kind, options);
     if (id < 0) return id;
+    /* Registered already by this worker: the same state, as Flink hands out
+     * one state object per name (a second copy of operator state would
+     * diverge from the first and be merged with it at the next cut). */
+    for (stash_state *s = worker->states; s; s = s->next)
+        if (s->id == id) {
+            *out = s;
+            return 0;
+        }
     stash_state *s = calloc(1, sizeof *s);
     if (!s) return shm_fail(-ENOMEM, "out of memory");
     s->w = worker;

@@ -295,7 +295,10 @@ typedef struct stash_state stash_state;
 /* Registers the state desc->name in the arena, or finds it if another process
  * did: every process gets the same state. Registering a name with another
  * kind or TTL is refused with STASH_EKIND. Functions and the default value are
- * per process. The worker owns *out until stash_worker_close(). */
+ * per process. A worker that registers a name again gets the handle it got
+ * the first time (its functions, default value and namespace; those of the
+ * second desc are not used), as Flink gives one state object per name. The
+ * worker owns *out until stash_worker_close(). */
 STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc,
                               stash_state **out);
 
@@ -393,8 +396,9 @@ STASH_API int stash_iter_remove(stash_iter *it);
  * lives in the worker's memory, is recorded at every checkpoint's barrier,
  * and a worker that starts (or rolls back) gets it as of the newest complete
  * checkpoint, redistributed if the parallelism changed (split lists in
- * contiguous chunks, union lists whole, broadcast state from old worker
- * index mod old parallelism). Views stay valid until the state's next change. */
+ * contiguous chunks, the first workers one element more; union lists whole;
+ * broadcast state from old worker index mod old parallelism, or any old
+ * worker that has it). Views stay valid until the state's next change. */
 
 /* Operator list or union list state: its elements, in order. */
 STASH_API int stash_op_list_get(stash_state *state, const stash_bytes **elements, size_t *n);
