@@ -71,16 +71,29 @@ typedef struct stash_kg_range {
     uint32_t last;
 } stash_kg_range;
 
-/* The 64-bit XXH3 hash of a key's bytes. */
+/* The 64-bit XXH3 hash of a key's bytes (key NULL with a length: 0). */
 STASH_API uint64_t stash_hash(const void *key, size_t len);
 
-/* The key group of a key: stash_hash(key) mod max_parallelism (which must be
- * 1 .. STASH_MAX_MAX_PARALLELISM). */
+/* The key group of a key: stash_hash(key) mod max_parallelism; UINT32_MAX
+ * if max_parallelism is outside 1 .. STASH_MAX_MAX_PARALLELISM or key is
+ * NULL with a length. */
 STASH_API uint32_t stash_key_group(const void *key, size_t len, uint32_t max_parallelism);
 
 /* The index of the worker that owns key group kg: kg * parallelism / max_parallelism.
  * Returns it, or -EINVAL if the arguments are out of range. */
 STASH_API int stash_kg_owner(uint32_t kg, uint32_t max_parallelism, uint32_t parallelism);
+
+/* The empty range, which holds no key group (Flink's EMPTY_KEY_GROUP_RANGE). */
+#define STASH_KG_RANGE_EMPTY ((stash_kg_range){1, 0})
+
+/* 1 if range holds no key group, else 0. */
+STASH_API int stash_kg_range_is_empty(stash_kg_range range);
+/* How many key groups range holds (0 for an empty one). */
+STASH_API uint32_t stash_kg_range_size(stash_kg_range range);
+/* 1 if range holds key group kg, else 0. */
+STASH_API int stash_kg_range_contains(stash_kg_range range, uint32_t kg);
+/* The key groups a and b both hold: STASH_KG_RANGE_EMPTY if none. */
+STASH_API stash_kg_range stash_kg_range_intersect(stash_kg_range a, stash_kg_range b);
 
 /* The key-group range of worker index of parallelism:
  * [ceil(index * maxP / p), floor(((index + 1) * maxP - 1) / p)].

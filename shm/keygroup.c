@@ -10,12 +10,36 @@
 
 STASH_API uint64_t stash_hash(const void *key, size_t len)
 {
-    return shm_key_hash(key, len);
+    return shm_null_bytes(key, len) ? 0 : shm_key_hash(key, len);
 }
 
 STASH_API uint32_t stash_key_group(const void *key, size_t len, uint32_t max_parallelism)
 {
+    if (max_parallelism == 0 || max_parallelism > STASH_MAX_MAX_PARALLELISM ||
+        shm_null_bytes(key, len))
+        return UINT32_MAX;
     return (uint32_t)(shm_key_hash(key, len) % max_parallelism);
+}
+
+STASH_API int stash_kg_range_is_empty(stash_kg_range range)
+{
+    return range.first > range.last;
+}
+
+STASH_API uint32_t stash_kg_range_size(stash_kg_range range)
+{
+    return range.first > range.last ? 0 : range.last - range.first + 1;
+}
+
+STASH_API int stash_kg_range_contains(stash_kg_range range, uint32_t kg)
+{
+    return kg >= range.first && kg <= range.last;
+}
+
+STASH_API stash_kg_range stash_kg_range_intersect(stash_kg_range a, stash_kg_range b)
+{
+    stash_kg_range r = {a.first > b.first ? a.first : b.first, a.last < b.last ? a.last : b.last};
+    return r.first <= r.last ? r : STASH_KG_RANGE_EMPTY;
 }
 
 static bool valid(uint32_t max_parallelism, uint32_t parallelism)
@@ -33,6 +57,7 @@ STASH_API int stash_kg_owner(uint32_t kg, uint32_t max_parallelism, uint32_t par
 STASH_API int stash_kg_range_of(uint32_t max_parallelism, uint32_t parallelism, uint32_t index,
                                 stash_kg_range *out)
 {
+    if (!out) return shm_refuse_null(__func__, "out");
     if (!valid(max_parallelism, parallelism) || index >= parallelism) return -EINVAL;
     uint64_t maxp = max_parallelism, p = parallelism, i = index;
     out->first = (uint32_t)((i * maxp + p - 1) / p);

@@ -66,6 +66,45 @@ Test(keygroup, bad_arguments_are_refused)
     cr_assert_eq(stash_kg_range_of(32769, 1, 0, &r), -EINVAL);
     cr_assert_eq(stash_kg_range_of(0, 1, 0, &r), -EINVAL);
     cr_assert_eq(stash_kg_owner(128, 128, 2), -EINVAL);
+    /* A key group of max parallelism 0 would divide by zero. */
+    cr_assert_eq(stash_key_group("k", 1, 0), UINT32_MAX);
+    cr_assert_eq(stash_key_group("k", 1, 32769), UINT32_MAX);
+    cr_assert_eq(stash_key_group(NULL, 4, 128), UINT32_MAX);
+    cr_assert_eq(stash_key_group(NULL, 0, 128), stash_key_group("", 0, 128));
+}
+
+/* As Flink's KeyGroupRangeTest. */
+Test(keygroup, ranges_tell_their_size_what_they_contain_and_their_intersection)
+{
+    stash_kg_range empty = STASH_KG_RANGE_EMPTY;
+    cr_assert(stash_kg_range_is_empty(empty));
+    cr_assert_eq(stash_kg_range_size(empty), 0);
+    for (uint32_t kg = 0; kg < 4; kg++) cr_assert(!stash_kg_range_contains(empty, kg));
+    stash_kg_range one = {0, 0}, top = {32767, 32767}, low = {0, 10}, mid = {5, 20},
+                   high = {11, 32767};
+    cr_assert(!stash_kg_range_is_empty(one));
+    cr_assert_eq(stash_kg_range_size(one), 1);
+    cr_assert_eq(stash_kg_range_size(top), 1);
+    cr_assert_eq(stash_kg_range_size(low), 11);
+    cr_assert_eq(stash_kg_range_size(high), 32757);
+    cr_assert_eq(stash_kg_range_size((stash_kg_range){0, 32767}), 32768);
+    cr_assert(stash_kg_range_contains(one, 0));
+    cr_assert(!stash_kg_range_contains(one, 1));
+    cr_assert(stash_kg_range_contains(top, 32767));
+    cr_assert(stash_kg_range_contains(low, 10) && !stash_kg_range_contains(low, 11));
+    stash_kg_range r = stash_kg_range_intersect(low, mid); /* overlapping */
+    cr_assert(r.first == 5 && r.last == 10);
+    r = stash_kg_range_intersect(mid, low); /* either order */
+    cr_assert(r.first == 5 && r.last == 10);
+    r = stash_kg_range_intersect(low, high); /* disjoint, adjacent */
+    cr_assert(stash_kg_range_is_empty(r));
+    cr_assert_eq(stash_kg_range_size(r), 0);
+    r = stash_kg_range_intersect((stash_kg_range){0, 32767}, mid); /* nested */
+    cr_assert(r.first == 5 && r.last == 20);
+    r = stash_kg_range_intersect(top, high); /* at the top end */
+    cr_assert(r.first == 32767 && r.last == 32767);
+    cr_assert(stash_kg_range_is_empty(stash_kg_range_intersect(empty, low)));
+    cr_assert(stash_kg_range_is_empty(stash_kg_range_intersect(one, (stash_kg_range){1, 1})));
 }
 
 Test(keygroup, keys_hash_with_xxh3_into_their_group)
