@@ -168,6 +168,10 @@ static inline bool state_owns(const stash_state *s, uint32_t kg)
 {
     return kg >= s->w->range.first && kg <= s->w->range.last;
 }
+/* -EINVAL naming fn if values[0 .. n-1] is NULL (with n > 0) or holds NULL
+ * bytes with a length, STASH_ETOOBIG if one is longer than a record holds. */
+int state_check_array(const stash_bytes *values, size_t n, const char *fn, const char *what);
+
 /* STASH_EFORK with a message, for a handle inherited through a fork. */
 int worker_refuse_forked(const stash_worker *w, const char *fn);
 

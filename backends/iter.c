@@ -13,6 +13,11 @@
 
 STASH_API int stash_keys_iter(stash_state *state, const void *ns, size_t nslen, stash_iter *it)
 {
+    if (!state || !it) return shm_refuse_null(__func__, "state or it");
+    if (shm_null_bytes(ns, nslen)) return shm_refuse_null(__func__, "ns");
+    if (opstate_kind(state->kind))
+        return shm_fail(STASH_EKIND, "operator state has no keys: use stash_op_list_get or "
+                                     "stash_broadcast_entries");
     iter_impl *x = (iter_impl *)it;
     memset(x, 0, sizeof *x);
     x->type = ITER_KEYS;
@@ -83,9 +88,20 @@ static int keys_next(iter_impl *it, stash_bytes *key)
     return 0;
 }
 
+/* An iterator a start call set up: a zeroed or foreign one holds no state. */
+static int check_started(const iter_impl *x)
+{
+    if (x->type < ITER_LIST || x->type > ITER_KEYS || !x->state)
+        return shm_fail(-EINVAL, "not a started iterator");
+    return 0;
+}
+
 STASH_API int stash_iter_next(stash_iter *it, stash_bytes *key, stash_bytes *value)
 {
+    if (!it) return shm_refuse_null(__func__, "it");
     iter_impl *x = (iter_impl *)it;
+    int rc = check_started(x);
+    if (rc) return rc;
     if (x->writes != x->state->w->writes)
         return shm_fail(STASH_ESTALE, "the worker wrote since the iterator started");
     switch (x->type) {
@@ -104,7 +120,10 @@ STASH_API int stash_iter_next(stash_iter *it, stash_bytes *key, stash_bytes *val
 
 STASH_API int stash_iter_remove(stash_iter *it)
 {
+    if (!it) return shm_refuse_null(__func__, "it");
     iter_impl *x = (iter_impl *)it;
+    int rc = check_started(x);
+    if (rc) return rc;
     if (x->type != ITER_MAP) return shm_fail(-EINVAL, "only map iterators remove entries");
     if (x->writes != x->state->w->writes)
         return shm_fail(STASH_ESTALE, "the worker wrote since the iterator started");
@@ -145,6 +164,10 @@ static int merge_sources(stash_state *s, const void *target, size_t tlen,
 STASH_API int stash_merge_namespaces(stash_state *state, const void *target, size_t tlen,
                                      const stash_bytes *sources, size_t n)
 {
+    if (!state) return shm_refuse_null(__func__, "state");
+    if (shm_null_bytes(target, tlen)) return shm_refuse_null(__func__, "target");
+    int err = state_check_array(sources, n, __func__, "sources");
+    if (err) return err;
     if (!state->w->has_key) return shm_fail(STASH_ENOKEY, "state access without a current key");
     if (!state_owns(state, state->w->kg)) return state_refuse_write(state, state->w->kg);
     if (tlen > UINT16_MAX) return shm_fail(-EINVAL, "a namespace of %zu bytes", tlen);

@@ -43,9 +43,11 @@ static int list_for_write(stash_state *s, shm_lookup *l, shm_cursor *c)
 
 STASH_API int stash_list_add_all(stash_state *state, const stash_bytes *values, size_t n)
 {
+    if (!state) return shm_refuse_null(__func__, "state");
     shm_lookup l;
     shm_cursor c;
-    int rc = list_for_write(state, &l, &c);
+    int rc = state_check_array(values, n, __func__, "values");
+    if (!rc) rc = list_for_write(state, &l, &c);
     if (rc || n == 0) return rc;
     size_t old = shm_rec_live(c.rec) ? atomic_load(&c.rec->vlen) : 0, add = 0;
     for (size_t i = 0; i < n; i++) add += element_bytes(state, values[i].len);
@@ -69,9 +71,11 @@ STASH_API int stash_list_add(stash_state *state, const void *value, size_t len)
 
 STASH_API int stash_list_update(stash_state *state, const stash_bytes *values, size_t n)
 {
+    if (!state) return shm_refuse_null(__func__, "state");
     shm_lookup l;
     shm_cursor c;
-    int rc = list_for_write(state, &l, &c);
+    int rc = state_check_array(values, n, __func__, "values");
+    if (!rc) rc = list_for_write(state, &l, &c);
     if (rc) return rc;
     if (n == 0) return state_delete(state, &l, &c);
     size_t total = 0;
@@ -132,6 +136,7 @@ static int64_t list_refresh(stash_state *s, const shm_lookup *l, shm_cursor *c,
 
 STASH_API int stash_list_get(stash_state *state, stash_iter *it)
 {
+    if (!state || !it) return shm_refuse_null(__func__, "state or it");
     shm_lookup l;
     shm_cursor c;
     stash_bytes raw;

@@ -107,6 +107,7 @@ static uint32_t entries_start(uint32_t nslots)
 static uint32_t find_slot(const stash_state *s, const uint8_t *m, const void *k, uint32_t klen,
                           uint32_t *insert)
 {
+    if (!k) k = ""; /* an empty user key given as NULL: memcmp takes no NULL */
     map_hdr h = hdr_get(m);
     uint32_t mask = h.nslots - 1, i = (uint32_t)XXH3_64bits(k, klen) & mask;
     uint32_t first_gone = UINT32_MAX;
@@ -250,9 +251,12 @@ static int map_for_write(stash_state *s, shm_lookup *l, shm_cursor *c)
 STASH_API int stash_map_put_all(stash_state *state, const stash_bytes *keys,
                                 const stash_bytes *values, size_t n)
 {
+    if (!state) return shm_refuse_null(__func__, "state");
     shm_lookup l;
     shm_cursor c;
-    int rc = map_for_write(state, &l, &c);
+    int rc = state_check_array(keys, n, __func__, "keys");
+    if (!rc) rc = state_check_array(values, n, __func__, "values");
+    if (!rc) rc = map_for_write(state, &l, &c);
     uint64_t now = state_has_ttl(state) ? state_now(state) : 0;
     for (size_t i = 0; i < n && rc == 0; i++)
         rc = map_put_one(state, &l, &c, keys[i].data, keys[i].len, values[i].data, values[i].len,
@@ -290,6 +294,8 @@ static int remove_slot(stash_state *s, const shm_lookup *l, shm_cursor *c, uint3
 
 STASH_API int stash_map_remove(stash_state *state, const void *k, size_t klen)
 {
+    if (!state) return shm_refuse_null(__func__, "state");
+    if (shm_null_bytes(k, klen)) return shm_refuse_null(__func__, "k");
     shm_lookup l;
     shm_cursor c;
     int rc = map_for_write(state, &l, &c);
@@ -308,6 +314,8 @@ static int map_read(stash_state *s, shm_lookup *l, shm_cursor *c, stash_bytes *r
 
 STASH_API int stash_map_get(stash_state *state, const void *k, size_t klen, stash_bytes *out)
 {
+    if (!state || !out) return shm_refuse_null(__func__, "state or out");
+    if (shm_null_bytes(k, klen)) return shm_refuse_null(__func__, "k");
     shm_lookup l;
     shm_cursor c;
     stash_bytes raw;
@@ -324,7 +332,8 @@ STASH_API int stash_map_get(stash_state *state, const void *k, size_t klen, stas
         bool show = state->ttl.visibility == STASH_TTL_RETURN_EXPIRED_IF_NOT_CLEANED;
         if (!owned) return show ? 0 : STASH_ENOTFOUND;
         if (show) {
-            if (state_reserve(&state->scratch, &state->scratch_cap, e.vlen) < 0) return -ENOMEM;
+            if (state_reserve(&state->scratch, &state->scratch_cap, e.vlen ? e.vlen : 1) < 0)
+                return -ENOMEM;
             memcpy(state->scratch, e.value, e.vlen);
             out->data = state->scratch;
         }
@@ -355,6 +364,7 @@ STASH_API int stash_map_contains(stash_state *state, const void *k, size_t klen)
 
 STASH_API int stash_map_iter(stash_state *state, stash_iter *it)
 {
+    if (!state || !it) return shm_refuse_null(__func__, "state or it");
     shm_lookup l;
     shm_cursor c;
     stash_bytes raw;
@@ -376,6 +386,7 @@ STASH_API int stash_map_iter(stash_state *state, stash_iter *it)
 
 STASH_API int stash_map_is_empty(stash_state *state)
 {
+    if (!state) return shm_refuse_null(__func__, "state");
     stash_iter it;
     int rc = stash_map_iter(state, &it);
     if (rc == STASH_ENOTFOUND) return 1;

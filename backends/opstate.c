@@ -79,6 +79,7 @@ static int entries_add(op_entries *e, const void *k, size_t klen, const void *v,
 
 static int check_kind(const stash_state *s, bool list)
 {
+    if (!s) return shm_refuse_null(list ? "operator list state" : "broadcast state", "state");
     if (list ? is_list_kind(s->kind) : s->kind == STASH_OP_BROADCAST) return 0;
     return shm_fail(STASH_EKIND, "state %u is not %s operator state", s->id,
                     list ? "list" : "broadcast");
@@ -86,6 +87,7 @@ static int check_kind(const stash_state *s, bool list)
 
 STASH_API int stash_op_list_get(stash_state *state, const stash_bytes **elements, size_t *n)
 {
+    if (!elements || !n) return shm_refuse_null(__func__, "elements or n");
     int rc = check_kind(state, true);
     if (rc) return rc;
     *elements = state->op.values;
@@ -93,15 +95,25 @@ STASH_API int stash_op_list_get(stash_state *state, const stash_bytes **elements
     return 0;
 }
 
+/* Bytes a blob can carry: NULL only without a length, a u32 length. */
+static int check_bytes(const void *p, size_t len, const char *fn, const char *what)
+{
+    if (shm_null_bytes(p, len)) return shm_refuse_null(fn, what);
+    if (len > UINT32_MAX / 4) return shm_fail(STASH_ETOOBIG, "%s: %s of %zu bytes", fn, what, len);
+    return 0;
+}
+
 STASH_API int stash_op_list_add(stash_state *state, const void *value, size_t len)
 {
     int rc = check_kind(state, true);
+    if (!rc) rc = check_bytes(value, len, __func__, "value");
     return rc ? rc : entries_add(&state->op, NULL, 0, value, len);
 }
 
 STASH_API int stash_op_list_update(stash_state *state, const stash_bytes *values, size_t n)
 {
     int rc = check_kind(state, true);
+    if (!rc) rc = state_check_array(values, n, __func__, "values");
     if (rc) return rc;
     op_entries fresh = {0};
     for (size_t i = 0; i < n && rc == 0; i++)
@@ -111,6 +123,7 @@ STASH_API int stash_op_list_update(stash_state *state, const stash_bytes *values
 
 static ssize_t broadcast_find(const stash_state *s, const void *k, size_t klen)
 {
+    if (!k) k = ""; /* an empty key given as NULL: memcmp takes no NULL */
     for (size_t i = 0; i < s->op.n; i++)
         if (s->op.keys[i].len == klen && memcmp(s->op.keys[i].data, k, klen) == 0)
             return (ssize_t)i;
@@ -119,7 +132,9 @@ static ssize_t broadcast_find(const stash_state *s, const void *k, size_t klen)
 
 STASH_API int stash_broadcast_get(stash_state *state, const void *k, size_t klen, stash_bytes *out)
 {
+    if (!out) return shm_refuse_null(__func__, "out");
     int rc = check_kind(state, false);
+    if (!rc) rc = check_bytes(k, klen, __func__, "k");
     if (rc) return rc;
     ssize_t i = broadcast_find(state, k, klen);
     if (i < 0) return STASH_ENOTFOUND;
@@ -140,6 +155,8 @@ STASH_API int stash_broadcast_put(stash_state *state, const void *k, size_t klen
                                   size_t len)
 {
     int rc = check_kind(state, false);
+    if (!rc) rc = check_bytes(k, klen, __func__, "k");
+    if (!rc) rc = check_bytes(value, len, __func__, "value");
     if (rc) return rc;
     ssize_t old = broadcast_find(state, k, klen);
     rc = entries_add(&state->op, k, klen, value, len);
@@ -150,6 +167,7 @@ STASH_API int stash_broadcast_put(stash_state *state, const void *k, size_t klen
 STASH_API int stash_broadcast_remove(stash_state *state, const void *k, size_t klen)
 {
     int rc = check_kind(state, false);
+    if (!rc) rc = check_bytes(k, klen, __func__, "k");
     if (rc) return rc;
     ssize_t i = broadcast_find(state, k, klen);
     if (i >= 0) broadcast_drop(&state->op, (size_t)i);
@@ -159,6 +177,7 @@ STASH_API int stash_broadcast_remove(stash_state *state, const void *k, size_t k
 STASH_API int stash_broadcast_entries(stash_state *state, const stash_bytes **keys,
                                       const stash_bytes **values, size_t *n)
 {
+    if (!keys || !values || !n) return shm_refuse_null(__func__, "keys, values or n");
     int rc = check_kind(state, false);
     if (rc) return rc;
     *keys = state->op.keys;

@@ -184,6 +184,18 @@ STASH_API int stash_state_namespace(stash_state *state, const void *ns, size_t l
     return 0;
 }
 
+int state_check_array(const stash_bytes *values, size_t n, const char *fn, const char *what)
+{
+    if (n && !values) return shm_refuse_null(fn, what);
+    for (size_t i = 0; i < n; i++) {
+        if (shm_null_bytes(values[i].data, values[i].len))
+            return shm_fail(-EINVAL, "%s: %s[%zu] is NULL with a length", fn, what, i);
+        if (values[i].len > UINT32_MAX / 4)
+            return shm_fail(STASH_ETOOBIG, "%s: %s[%zu] of %zu bytes", fn, what, i, values[i].len);
+    }
+    return 0;
+}
+
 int state_refuse_write(const stash_state *s, uint32_t kg)
 {
     return shm_fail(STASH_EKEYGROUP, "worker %u owns key groups %u..%u, not %u", s->w->slot,
@@ -299,6 +311,9 @@ int state_delete(stash_state *s, const shm_lookup *l, shm_cursor *c)
 STASH_API int stash_state_clear(stash_state *state)
 {
     if (!state) return shm_refuse_null(__func__, "state");
+    if (opstate_kind(state->kind))
+        return shm_fail(STASH_EKIND, "operator state has no current key's entry: empty it with "
+                                     "stash_op_list_update or stash_broadcast_remove");
     shm_lookup l;
     shm_cursor c;
     int rc = state_lookup(state, &l);

@@ -30,7 +30,8 @@ static int read_value(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_
         if (!owned) return show ? 0 : STASH_ENOTFOUND;
         if (show) {
             /* Copy out before the record goes. */
-            if (state_reserve(&s->scratch, &s->scratch_cap, out->len) < 0) return -ENOMEM;
+            if (state_reserve(&s->scratch, &s->scratch_cap, out->len ? out->len : 1) < 0)
+                return -ENOMEM;
             memcpy(s->scratch, out->data, out->len);
             out->data = s->scratch;
         }
@@ -182,11 +183,14 @@ static inline __attribute__((always_inline)) bool put_fast(stash_state *s, const
 
 STASH_API int stash_value_get(stash_state *state, stash_bytes *out)
 {
+    if (__builtin_expect(!state || !out, 0)) return shm_refuse_null(__func__, "state or out");
     return get_fast(state, out) ? 0 : value_get(state, out);
 }
 
 STASH_API int stash_value_put(stash_state *state, const void *value, size_t len)
 {
+    if (__builtin_expect(!state, 0)) return shm_refuse_null(__func__, "state");
+    if (shm_null_bytes(value, len)) return shm_refuse_null(__func__, "value");
     return put_fast(state, value, len) ? 0 : value_put(state, value, len);
 }
 
@@ -226,6 +230,8 @@ static int check_merging(const stash_state *s)
 
 STASH_API int stash_merging_add(stash_state *state, const void *value, size_t len)
 {
+    if (!state) return shm_refuse_null(__func__, "state");
+    if (shm_null_bytes(value, len)) return shm_refuse_null(__func__, "value");
     shm_lookup l;
     int rc = check_merging(state);
     if (!rc) rc = state_lookup(state, &l);
@@ -237,6 +243,7 @@ STASH_API int stash_merging_add(stash_state *state, const void *value, size_t le
 
 STASH_API int stash_merging_get(stash_state *state, stash_bytes *out)
 {
+    if (!state || !out) return shm_refuse_null(__func__, "state or out");
     shm_lookup l;
     shm_cursor c;
     int rc = check_merging(state);

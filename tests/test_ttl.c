@@ -5,6 +5,7 @@
  * read, incremental cleanup on writes and at barriers, and keys iteration.
  */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -207,4 +208,56 @@ Test(ttl, barriers_clean_expired_entries_nobody_touches)
         for (uint32_t kg = 0; kg < 4; kg++) left += (uint64_t)worker_kg_entries(w, kg);
     }
     cr_assert_eq(left, 0, "%llu expired entries left", (unsigned long long)left);
+}
+
+/* Every update type and visibility, with values, elements and map values
+ * of length 0: read before and after expiry (the sanitizers watch). */
+static int sum_empty(const stash_bytes *acc, const stash_bytes *in, void *out, size_t cap,
+                     size_t *len, void *ctx)
+{
+    (void)acc, (void)in, (void)out, (void)cap, (void)ctx;
+    *len = 0;
+    return 0;
+}
+
+Test(ttl, empty_values_in_every_mode_read_before_and_after_expiry)
+{
+    for (int update = 0; update < 2; update++)
+        for (int vis = 0; vis < 2; vis++) {
+            char name[4][16];
+            const stash_kind kinds[] = {STASH_VALUE, STASH_LIST, STASH_MAP, STASH_REDUCING};
+            stash_state *s[4];
+            for (int k = 0; k < 4; k++) {
+                snprintf(name[k], sizeof name[k], "e%d%d%d", update, vis, k);
+                stash_state_desc d = {.name = name[k],
+                                      .kind = kinds[k],
+                                      .reduce = sum_empty,
+                                      .ttl = {.ttl_ms = 100, .update = update, .visibility = vis}};
+                cr_assert_eq(stash_state_get(w, &d, &s[k]), 0, "%s", stash_errmsg());
+            }
+            fake_now = 1000;
+            stash_key_set(w, "k", 1);
+            cr_assert_eq(stash_value_put(s[0], "", 0), 0);
+            cr_assert_eq(stash_list_add(s[1], "", 0), 0);
+            cr_assert_eq(stash_map_put(s[2], "u", 1, "", 0), 0);
+            cr_assert_eq(stash_merging_add(s[3], "", 0), 0);
+            stash_bytes b;
+            stash_iter it;
+            cr_assert_eq(stash_map_get(s[2], "u", 1, &b), 0);
+            cr_assert_eq(b.len, 0);
+            cr_assert_eq(stash_list_get(s[1], &it), 0);
+            cr_assert_eq(stash_iter_next(&it, NULL, &b), 1);
+            cr_assert_eq(b.len, 0);
+            fake_now = 1000 + 100;
+            int want = vis == STASH_TTL_RETURN_EXPIRED_IF_NOT_CLEANED ? 0 : STASH_ENOTFOUND;
+            int rc = stash_map_get(s[2], "u", 1, &b);
+            cr_assert_eq(rc, want, "map, update %d, visibility %d", update, vis);
+            if (rc == 0) cr_assert_eq(b.len, 0);
+            cr_assert_eq(stash_map_get(s[2], "u", 1, &b), STASH_ENOTFOUND, "the read removed it");
+            rc = stash_merging_get(s[3], &b);
+            cr_assert(rc == 0 || rc == STASH_ENOTFOUND, "%d", rc);
+            rc = stash_list_get(s[1], &it);
+            cr_assert(rc == 0 || rc == STASH_ENOTFOUND, "%d", rc);
+            stash_value_get(s[0], &b);
+        }
 }
