@@ -8,7 +8,11 @@
  * of the last failure in the calling thread (which file, which worker).
  * Options are structs whose zero value means "default". Out-parameters come
  * last. Every object has an open/close or create/destroy pair, and the close
- * functions accept NULL. docs/architecture.md explains the model.
+ * functions accept NULL. A NULL handle or out-parameter, and bytes given as
+ * NULL with a non-zero length, are refused with -EINVAL (stash_errmsg()
+ * names the argument) and change nothing; NULL with length 0 is the empty
+ * byte string. Options and the arguments documented as optional may be NULL.
+ * docs/architecture.md explains the model.
  */
 #ifndef STASH_H
 #define STASH_H
@@ -316,17 +320,21 @@ STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc
                               stash_state **out);
 
 /* Sets the worker's current key: hashes it once; every access until the next
- * call uses it. The key is copied (at most 65535 bytes). Returns 0. */
+ * call uses it. The key is copied (at most 65535 bytes). Returns 0, or
+ * -EINVAL (a longer key, NULL with a length), after which no key is current
+ * and accesses fail with STASH_ENOKEY until a key is set. */
 STASH_API int stash_key_set(stash_worker *worker, const void *key, size_t len);
 
 /* The key group of the current key (STASH_ENOKEY if none is set). */
 STASH_API int stash_key_group_current(const stash_worker *worker);
 
 /* Sets the namespace of a state's accesses (copied, at most 65535 bytes);
- * len 0 is the default, empty namespace. Returns 0. */
+ * len 0 is the default, empty namespace. Returns 0, or -EINVAL (a longer
+ * namespace, NULL with a length), which leaves the namespace as it was. */
 STASH_API int stash_state_namespace(stash_state *state, const void *ns, size_t len);
 
-/* Removes the current key's entry of any state kind in the current namespace. */
+/* Removes the current key's entry of any keyed state kind in the current
+ * namespace (STASH_EKIND for operator state). */
 STASH_API int stash_state_clear(stash_state *state);
 
 /* Reads and writes below act on the worker's current key and the state's
