@@ -61,18 +61,22 @@ STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc
     if (worker->forked) return worker_refuse_forked(worker, __func__);
     int rc = check_desc(desc);
     if (rc) return rc;
+    /* Registered already by this worker: the same state, as Flink hands out
+     * one state object per name (a second copy of operator state would
+     * diverge from the first and be merged with it at the next cut). */
+    for (stash_state *s = worker->states; s; s = s->next) {
+        const shm_catalog_entry *e = &worker->arena->catalog[s->id - 1];
+        if (strcmp(e->name, desc->name) != 0) continue;
+        if (s->kind != desc->kind || state_has_ttl(s) != (desc->ttl.ttl_ms > 0))
+            return shm_fail(STASH_EKIND, "state '%s' is registered as kind %u %s TTL",
+                            desc->name, s->kind, state_has_ttl(s) ? "with" : "without");
+        *out = s;
+        return 0;
+    }
     uint8_t options[32];
     options_bytes(desc, options);
     int id = shm_catalog_register(worker->arena, desc->name, (uint32_t)desc->kind, options);
     if (id < 0) return id;
-    /* Registered already by this worker: the same state, as Flink hands out
-     * one state object per name (a second copy of operator state would
-     * diverge from the first and be merged with it at the next cut). */
-    for (stash_state *s = worker->states; s; s = s->next)
-        if (s->id == id) {
-            *out = s;
-            return 0;
-        }
     stash_state *s = calloc(1, sizeof *s);
     if (!s) return shm_fail(-ENOMEM, "out of memory");
     s->w = worker;

@@ -1,14 +1,25 @@
 /*
- * catalog.c: the arena's catalog of states. A name maps to one id, one kind
- * and one set of options for the arena's life, whichever process registers
- * it first; a later registration must agree. Registration is rare and takes
- * the catalog's robust lock; the entry's "used" mark is written last, so a
- * registrar that dies half-way leaves a free entry.
+ * catalog.c: the arena's catalog of states. A name maps to one id and one
+ * kind for the arena's life, whichever process registers it first; a later
+ * registration must agree on the kind and on whether the state has TTL (its
+ * stored values then carry timestamps: the options' first 8 bytes, the TTL
+ * in ms, are non-zero), and its options replace the entry's (Flink lets a
+ * job restore a state with another TTL duration). Registration is rare and
+ * takes the catalog's robust lock; the entry's "used" mark is written last,
+ * so a registrar that dies half-way leaves a free entry.
  */
 #include <errno.h>
 #include <string.h>
 
 #include "shm/shm.h"
+
+/* Whether options say the state's stored values carry TTL timestamps. */
+static bool has_ttl(const uint8_t options[32])
+{
+    uint64_t ttl_ms;
+    memcpy(&ttl_ms, options, sizeof ttl_ms);
+    return ttl_ms != 0;
+}
 
 int shm_catalog_register(stash_arena *a, const char *name, uint32_t kind, const uint8_t options[32])
 {
@@ -24,11 +35,14 @@ int shm_catalog_register(stash_arena *a, const char *name, uint32_t kind, const 
             if (!free_id) free_id = (int)i + 1;
         } else if (strcmp(e->name, name) == 0) {
             id = (int)i + 1;
-            if (e->kind != kind || memcmp(e->options, options, sizeof e->options) != 0)
+            if (e->kind != kind || has_ttl(e->options) != has_ttl(options))
                 id = shm_fail(STASH_EKIND,
-                              "%s: state '%s' is registered as kind %u with other "
-                              "options",
-                              a->path, name, e->kind);
+                              "%s: state '%s' is registered as kind %u %s TTL: it cannot be "
+                              "kind %u %s",
+                              a->path, name, e->kind, has_ttl(e->options) ? "with" : "without",
+                              kind, has_ttl(options) ? "with TTL" : "without TTL");
+            else
+                memcpy(e->options, options, sizeof e->options);
         }
     }
     if (!id && free_id) {

@@ -1025,8 +1025,9 @@ uint64_t shm_ebr_min(stash_arena *a, bool check_dead);
 /* ------------------------------------------------------------------------ */
 /* The state catalog (catalog.c).                                             */
 
-/* Registers name with kind and options, or finds it; returns its id (>= 1)
- * or STASH_EKIND if it exists with another kind or options. */
+/* Registers name with kind and options, or finds it and takes options as
+ * its own; returns its id (>= 1), or STASH_EKIND if it exists with another
+ * kind or TTL switched the other way (catalog.c). */
 int shm_catalog_register(stash_arena *a, const char *name, uint32_t kind,
                          const uint8_t options[32]);
 

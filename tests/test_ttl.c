@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/ckpt.h"
+#include "backends/lmdb.h"
 #include "tests/helpers.h"
 
 static uint64_t fake_now;
@@ -260,4 +262,92 @@ Test(ttl, empty_values_in_every_mode_read_before_and_after_expiry)
             cr_assert(rc == 0 || rc == STASH_ENOTFOUND, "%d", rc);
             stash_value_get(s[0], &b);
         }
+}
+
+/* Reopens the suite's worker: a new registration of the arena's states. */
+static void reopen_worker(void)
+{
+    stash_worker_close(w);
+    cr_assert_eq(stash_worker_open(arena_name,
+                                   &(stash_worker_opts){.parallelism = 1, .clock = fake_clock}, &w),
+                 0);
+}
+
+Test(ttl, a_state_registered_again_with_another_duration_keeps_its_timestamps)
+{
+    stash_state *s = ttl_state("d", STASH_VALUE, 100, 0, 0);
+    stash_key_set(w, "k", 1);
+    cr_assert_eq(stash_value_put(s, "x", 1), 0);
+    reopen_worker();
+    /* From 100 ms to 1000 ms: the stored timestamp (1000) stays. */
+    s = ttl_state("d", STASH_VALUE, 1000, 0, 0);
+    stash_key_set(w, "k", 1);
+    stash_bytes v;
+    fake_now = 1500;
+    cr_assert_eq(stash_value_get(s, &v), 0, "alive under the new duration");
+    fake_now = 2000;
+    cr_assert_eq(stash_value_get(s, &v), STASH_ENOTFOUND, "expired at 1000 + 1000");
+    /* Switching TTL off (or on) is another state. */
+    reopen_worker();
+    stash_state *off;
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "d", .kind = STASH_VALUE}, &off),
+                 STASH_EKIND);
+    cr_assert(strstr(stash_errmsg(), "with TTL"), "%s", stash_errmsg());
+    stash_state_desc on = {.name = "plain", .kind = STASH_VALUE};
+    cr_assert_eq(stash_state_get(w, &on, &off), 0);
+    reopen_worker();
+    on.ttl.ttl_ms = 10;
+    cr_assert_eq(stash_state_get(w, &on, &off), STASH_EKIND);
+}
+
+Test(ttl, a_checkpoint_restores_under_another_duration, .timeout = 60)
+{
+    stash_state *s = ttl_state("r", STASH_MAP, 100, 0, 0);
+    stash_key_set(w, "k", 1);
+    cr_assert_eq(stash_map_put(s, "u", 1, "x", 1), 0);
+    char dir[] = "/var/tmp/stash-ttl-XXXXXX", cmd[128];
+    cr_assert_not_null(mkdtemp(dir));
+    ioe_engine *e;
+    cr_assert_eq(ioe_engine_open(&(ioe_opts){0}, &e), 0);
+    uint32_t pins[4] = {0};
+    stash_worker_close(w);
+    ckpt_opts o = {.dir = dir, .id = 1, .engine = e};
+    lmdb_store *st = NULL;
+    if (test_backend() == STASH_BACKEND_LMDB) {
+        /* The lmdb store's snapshots stand for the heap's pins. */
+        cr_assert_eq(lmdb_store_new(arena, &st), 0);
+        for (uint32_t kg = 0; kg < 4; kg++) cr_assert_eq(lmdb_snap_open(st, kg), 0);
+        o.serialize_kg = lmdb_snap_write_kg;
+        o.serialize_ctx = st;
+    } else {
+        for (uint32_t kg = 0; kg < 4; kg++) pins[kg] = (uint32_t)shm_table_pin(arena, kg);
+    }
+    cr_assert_eq(ckpt_write(arena, pins, &o, NULL), 0, "%s", stash_errmsg());
+    for (uint32_t kg = 0; kg < 4 && !st; kg++) shm_table_unpin(arena, kg, pins[kg]);
+    lmdb_store_free(st);
+    /* A new arena restores it; its job asks for 1000 ms. */
+    char name2[96];
+    stash_arena *b = test_arena_create("ttl2", 32u << 20, 4, name2);
+    ckpt_restored out;
+    cr_assert_eq(ckpt_restore(b, dir, 0, (stash_kg_range){0, 3}, e, &out), 0, "%s", stash_errmsg());
+    ckpt_restored_free(&out);
+    cr_assert_eq(
+        stash_worker_open(name2, &(stash_worker_opts){.parallelism = 1, .clock = fake_clock}, &w),
+        0);
+    s = ttl_state("r", STASH_MAP, 1000, 0, 0);
+    stash_key_set(w, "k", 1);
+    stash_bytes v;
+    fake_now = 1500;
+    cr_assert_eq(stash_map_get(s, "u", 1, &v), 0, "%s", stash_errmsg());
+    fake_now = 2000;
+    cr_assert_eq(stash_map_get(s, "u", 1, &v), STASH_ENOTFOUND);
+    stash_worker_close(w);
+    stash_arena_close(b);
+    stash_arena_destroy(name2, NULL);
+    ioe_engine_close(e);
+    cr_assert_eq(stash_worker_open(arena_name,
+                                   &(stash_worker_opts){.parallelism = 1, .clock = fake_clock}, &w),
+                 0);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
 }
