@@ -63,6 +63,7 @@ struct stash_worker {
     bool forked;
     struct stash_worker *next_open; /* the process's open workers */
     bool has_ttl;                   /* a state of this worker expires entries */
+    bool ttl_every_record;          /* a state of it cleans at every stash_key_set */
     uint64_t ttl_swept_ns;          /* when barriers last cleaned expired entries */
     uint32_t ttl_sweep_kg;          /* the key group they clean next, from the worker's range */
 };

@@ -68,8 +68,8 @@ STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc
         const shm_catalog_entry *e = &worker->arena->catalog[s->id - 1];
         if (strcmp(e->name, desc->name) != 0) continue;
         if (s->kind != desc->kind || state_has_ttl(s) != (desc->ttl.ttl_ms > 0))
-            return shm_fail(STASH_EKIND, "state '%s' is registered as kind %u %s TTL",
-                            desc->name, s->kind, state_has_ttl(s) ? "with" : "without");
+            return shm_fail(STASH_EKIND, "state '%s' is registered as kind %u %s TTL", desc->name,
+                            s->kind, state_has_ttl(s) ? "with" : "without");
         *out = s;
         return 0;
     }
@@ -111,8 +111,19 @@ STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc
     s->next = worker->states;
     worker->states = s;
     worker->has_ttl |= state_has_ttl(s);
+    worker->ttl_every_record |= state_has_ttl(s) && desc->ttl.cleanup_every_record;
     *out = s;
     return 0;
+}
+
+/* Flink's cleanup for every record: a few entries of the new current key's
+ * key group, for each state that asks for it. */
+static __attribute__((noinline)) void clean_on_record(stash_worker *w)
+{
+    if (w->kg < w->range.first || w->kg > w->range.last) return;
+    w->writes++;
+    for (stash_state *s = w->states; s; s = s->next)
+        if (state_has_ttl(s) && s->ttl.cleanup_every_record) state_ttl_cleanup(s, w->kg);
 }
 
 /* The rest of stash_key_set, with the key's bytes in the worker's buffer:
@@ -131,6 +142,7 @@ key_set_hashed(stash_worker *worker, const void *key, size_t len, bool short_key
     worker->last_hash = shm_lookup_hash(worker->key_hash, worker->last_seed);
     worker->one_step_key = short_key && kg >= worker->range.first && kg <= worker->range.last;
     if (!worker->lmdb) shm_table_prefetch(worker->arena, kg, worker->last_hash);
+    if (__builtin_expect(worker->ttl_every_record, 0)) clean_on_record(worker);
     return 0;
 }
 

@@ -278,6 +278,12 @@ typedef struct stash_ttl {
     /* entries examined for expiry per write, and per key group at a barrier
      * (at most every 50 ms) even where nothing is written; 0: 5 */
     uint32_t cleanup_entries;
+    /* non-zero: each stash_key_set also examines cleanup_entries entries of
+     * the key's key group, when the worker owns it (Flink's
+     * cleanupIncrementally with runCleanupForEveryRecord): entries of keys
+     * that are never written again still go; stash_key_set then counts as a
+     * write for the worker's views and iterators */
+    int cleanup_every_record;
 } stash_ttl;
 
 /* A combining function: writes the result of combining acc (absent: len 0,

@@ -351,3 +351,25 @@ Test(ttl, a_checkpoint_restores_under_another_duration, .timeout = 60)
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+Test(ttl, cleanup_for_every_record_empties_a_state_whose_keys_are_each_set_once)
+{
+    stash_state_desc d = {
+        .name = "every", .kind = STASH_VALUE, .ttl = {.ttl_ms = 100, .cleanup_every_record = 1}};
+    stash_state *s;
+    cr_assert_eq(stash_state_get(w, &d, &s), 0, "%s", stash_errmsg());
+    for (uint32_t k = 0; k < 970; k++) {
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_put(s, &k, sizeof k), 0);
+    }
+    fake_now = 5000;
+    /* Each key is the current key once, as a record of it passes; nothing
+     * reads or writes the state. */
+    for (uint32_t k = 0; k < 970; k++) cr_assert_eq(stash_key_set(w, &k, sizeof k), 0);
+    int64_t left = 0;
+    for (uint32_t kg = 0; kg < 4; kg++) left += worker_kg_entries(w, kg);
+    cr_assert_eq(left, 0, "%lld entries left", (long long)left);
+    stash_iter it;
+    cr_assert_eq(stash_keys_iter(s, NULL, 0, &it), 0);
+    cr_assert_eq(stash_iter_next(&it, NULL, NULL), 0);
+}
