@@ -379,8 +379,7 @@ STASH_API int stash_map_iter(stash_state *state, stash_iter *it)
     x->rec = c.rec;
     x->last = UINT32_MAX;
     x->writes = state->w->writes;
-    if (state_has_ttl(state) && state->ttl.visibility == STASH_TTL_NEVER_RETURN_EXPIRED)
-        x->now = state_now(state);
+    if (state_has_ttl(state)) x->now = state_now(state);
     return 0;
 }
 
@@ -395,16 +394,79 @@ STASH_API int stash_map_is_empty(stash_state *state)
     return rc < 0 ? rc : rc == 0;
 }
 
+/* Stamps the entry in slot of the iterated (owned) map with now, as a read
+ * under STASH_TTL_ON_READ_AND_WRITE does, and views the map again. */
+static int iter_touch(iter_impl *it, uint32_t slot, uint64_t now)
+{
+    stash_state *s = it->state;
+    shm_lookup l;
+    shm_cursor c;
+    int rc = state_lookup(s, &l);
+    if (!rc) rc = state_find(s, &l, &c);
+    if (rc < 0) return rc;
+    if (!s->w->lmdb && c.rec != it->rec)
+        return shm_fail(STASH_ESTALE, "the map changed under its iterator");
+    if ((rc = make_mutable(s, &l, &c)) < 0) return rc;
+    uint8_t *m = shm_rec_value(c.rec);
+    entry f = entry_at(s, m, slot_get(m, slot));
+    shm_region r = {(uint32_t)(f.ts - m), TTL_BYTES};
+    /* Eight bytes always fit the undo record. */
+    state_rec_write_begin(s, l.kg, c.rec, &r, 1);
+    state_ts_put((uint8_t *)f.ts, now);
+    if ((rc = state_rec_write_end(s, l.kg, c.rec)) < 0) return rc;
+    stash_bytes view;
+    if ((rc = state_view(s, &l, &c, &view)) < 0) return rc;
+    it->blob = view.data;
+    it->rec = c.rec;
+    it->writes = s->w->writes;
+    return 0;
+}
+
+/* An expired entry of the iterated map, met by the iteration: what a read
+ * of it does (removed if owned; shown, from a copy, only if asked). Returns
+ * 1 with the views set, 0 to go on to the next entry, or an error. */
+static int iter_expired(iter_impl *it, uint32_t slot, entry e, stash_bytes *key, stash_bytes *value)
+{
+    stash_state *s = it->state;
+    bool show = s->ttl.visibility == STASH_TTL_RETURN_EXPIRED_IF_NOT_CLEANED;
+    if (show) {
+        if (state_reserve(&s->scratch, &s->scratch_cap, (size_t)e.klen + e.vlen + 1) < 0)
+            return shm_fail(-ENOMEM, "out of memory");
+        memcpy(s->scratch, e.key, e.klen);
+        memcpy(s->scratch + e.klen, e.value, e.vlen);
+        e.key = s->scratch;
+        e.value = s->scratch + e.klen;
+    }
+    if (it->rec) {
+        it->last = slot;
+        int rc = map_iter_remove(it);
+        if (rc < 0) return rc;
+    }
+    if (!show) return 0;
+    if (key) *key = (stash_bytes){e.key, e.klen};
+    if (value) *value = (stash_bytes){e.value, e.vlen};
+    return 1;
+}
+
 int map_iter_next(iter_impl *it, stash_bytes *key, stash_bytes *value)
 {
-    const stash_state *s = it->state;
-    if (!it->blob) return 0;
-    uint32_t nslots = hdr_get(it->blob).nslots;
-    while (it->pos < nslots) {
+    stash_state *s = it->state;
+    while (it->blob && it->pos < hdr_get(it->blob).nslots) {
         uint32_t slot = it->pos++, off = slot_get(it->blob, slot);
         if (off <= SLOT_GONE) continue;
         entry e = entry_at(s, it->blob, off);
-        if (e.ts && it->now && state_expired(s, state_ts_get(e.ts), it->now)) continue;
+        /* Entry by entry as stash_map_get: expired ones go (shown once if
+         * asked), and reads refresh where the state says so. */
+        if (e.ts && state_expired(s, state_ts_get(e.ts), it->now)) {
+            int rc = iter_expired(it, slot, e, key, value);
+            if (rc) return rc;
+            continue;
+        }
+        if (e.ts && it->rec && s->ttl.update == STASH_TTL_ON_READ_AND_WRITE) {
+            int rc = iter_touch(it, slot, it->now);
+            if (rc < 0) return rc;
+            e = entry_at(s, it->blob, slot_get(it->blob, slot));
+        }
         it->last = slot;
         if (key) *key = (stash_bytes){e.key, e.klen};
         if (value) *value = (stash_bytes){e.value, e.vlen};

@@ -373,3 +373,100 @@ Test(ttl, cleanup_for_every_record_empties_a_state_whose_keys_are_each_set_once)
     cr_assert_eq(stash_keys_iter(s, NULL, 0, &it), 0);
     cr_assert_eq(stash_iter_next(&it, NULL, NULL), 0);
 }
+
+/* The user keys an iteration of map s returns, as a string of their bytes. */
+static void iterate_map(stash_state *s, char *out, size_t cap)
+{
+    stash_iter it;
+    size_t n = 0;
+    out[0] = 0;
+    int rc = stash_map_iter(s, &it);
+    if (rc == STASH_ENOTFOUND) return;
+    cr_assert_eq(rc, 0, "%s", stash_errmsg());
+    stash_bytes k, v;
+    while ((rc = stash_iter_next(&it, &k, &v)) == 1) {
+        cr_assert_eq(k.len, 1);
+        cr_assert_lt(n + 1, cap);
+        out[n++] = *(const char *)k.data;
+        out[n] = 0;
+    }
+    cr_assert_eq(rc, 0, "%s", stash_errmsg());
+}
+
+static stash_state *three_entries(const char *name, int update, int visibility)
+{
+    stash_state *s = ttl_state(name, STASH_MAP, 100, update, visibility);
+    stash_key_set(w, "k", 1);
+    const char *keys = "abc";
+    const uint64_t at[] = {1000, 1050, 1090};
+    for (int i = 0; i < 3; i++) {
+        fake_now = at[i];
+        cr_assert_eq(stash_map_put(s, &keys[i], 1, "v", 1), 0);
+    }
+    return s;
+}
+
+/* Sorted, since a map's iteration order is unspecified. */
+static void sort_chars(char *s)
+{
+    for (size_t i = 1; s[i]; i++)
+        for (size_t j = i; j > 0 && s[j - 1] > s[j]; j--) {
+            char t = s[j];
+            s[j] = s[j - 1];
+            s[j - 1] = t;
+        }
+}
+
+Test(ttl, map_iteration_never_returns_expired_entries_and_removes_them)
+{
+    stash_state *s =
+        three_entries("mi1", STASH_TTL_ON_CREATE_AND_WRITE, STASH_TTL_NEVER_RETURN_EXPIRED);
+    char got[8];
+    fake_now = 1120;
+    iterate_map(s, got, sizeof got);
+    sort_chars(got);
+    cr_assert_str_eq(got, "bc");
+    /* Gone for good: with the clock set back it stays gone. */
+    fake_now = 1000;
+    iterate_map(s, got, sizeof got);
+    sort_chars(got);
+    cr_assert_str_eq(got, "bc");
+    /* Once every entry expired, the key has no map left (getKeys). */
+    fake_now = 5000;
+    iterate_map(s, got, sizeof got);
+    cr_assert_str_eq(got, "");
+    fake_now = 1000;
+    stash_iter it;
+    cr_assert_eq(stash_keys_iter(s, NULL, 0, &it), 0);
+    cr_assert_eq(stash_iter_next(&it, NULL, NULL), 0, "no key is left behind");
+}
+
+Test(ttl, map_iteration_returns_an_expired_entry_once_if_asked)
+{
+    stash_state *s = three_entries("mi2", STASH_TTL_ON_CREATE_AND_WRITE,
+                                   STASH_TTL_RETURN_EXPIRED_IF_NOT_CLEANED);
+    char got[8];
+    fake_now = 1120;
+    iterate_map(s, got, sizeof got);
+    sort_chars(got);
+    cr_assert_str_eq(got, "abc", "the expired entry, this once");
+    iterate_map(s, got, sizeof got);
+    sort_chars(got);
+    cr_assert_str_eq(got, "bc", "then cleaned up");
+}
+
+Test(ttl, map_iteration_refreshes_entries_when_reads_do)
+{
+    stash_state *s =
+        three_entries("mi3", STASH_TTL_ON_READ_AND_WRITE, STASH_TTL_NEVER_RETURN_EXPIRED);
+    char got[8];
+    fake_now = 1095;
+    iterate_map(s, got, sizeof got);
+    sort_chars(got);
+    cr_assert_str_eq(got, "abc");
+    /* Read at 1095, each lives to 1195. */
+    fake_now = 1180;
+    stash_bytes v;
+    cr_assert_eq(stash_map_get(s, "a", 1, &v), 0, "the iteration refreshed it");
+    cr_assert_eq(stash_map_get(s, "b", 1, &v), 0);
+}
