@@ -5,7 +5,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
 DEPS = liburing-dev liblmdb-dev libcriterion-dev libxxhash-dev liblz4-dev \
-       pkg-config cmake build-essential
+       pkg-config cmake build-essential python3
 BENCH_DEPS = fio redis-server librocksdb-dev libhiredis-dev
 
 .PHONY: all deps bench-deps build asan test test-asan demo bench install clean format

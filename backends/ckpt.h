@@ -170,6 +170,9 @@ int64_t ckpt_view_walk(const ckpt_view *v, stash_kg_range range, snap_record_fn 
 /* The ids of dir's checkpoints (complete or not), newest first, in *ids
  * (free it). Returns how many or an error. */
 int ckpt_list(const char *dir, uint64_t **ids);
+/* Whether DIR/chk-ID has its _metadata (is complete, or damaged). */
+bool ckpt_has_metadata(const char *dir, uint64_t id);
+
 /* The highest id any entry of dir names (chk-ID or savepoint-ID, complete,
  * partial or damaged: an id is never used twice), 0 if none or no dir.
  * Returns 0 or an error naming dir. */

@@ -55,8 +55,6 @@ int ckpt_sync_dir(const char *path);
 int ckpt_open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data);
 /* Reads the data files of a view opened without them. */
 int ckpt_view_load(ckpt_view *v, ioe_engine *e);
-/* Whether DIR/chk-ID has its _metadata (is complete, or damaged). */
-bool ckpt_has_metadata(const char *dir, uint64_t id);
 /* Hears that the records of key group kg ended (rc: 0, or the error that
  * stopped them); a negative return fails the walk. */
 typedef int ckpt_kg_done_fn(void *ctx, uint32_t kg, int rc);

@@ -131,5 +131,63 @@ Test(tool, usage_errors)
     cr_assert_eq(test_run_stash("snapshot frobnicate x", out, sizeof out), 2);
     cr_assert(strstr(out, "unknown subcommand"));
     cr_assert_eq(test_run_stash("snapshot --help", out, sizeof out), 0);
-    cr_assert_eq(test_run_stash("snapshot verify /nonexistent-dir", out, sizeof out), 1);
+    /* Trouble, not damage: diff(1)'s 2. */
+    cr_assert_eq(test_run_stash("snapshot verify /nonexistent-dir", out, sizeof out), 2);
+    cr_assert_eq(test_run_stash("snapshot diff /nonexistent-dir /nonexistent-dir", out, sizeof out),
+                 2);
+    /* A sign does not wrap around into a small number. */
+    cr_assert_eq(
+        test_run_stash("create neg --max-parallelism -18446744073709551608", out, sizeof out), 2,
+        "%s", out);
+    cr_assert(strstr(out, "-18446744073709551608"), "%s", out);
+    cr_assert_eq(test_run_stash("serve neg --dir /tmp --retain -1", out, sizeof out), 2, "%s", out);
+    cr_assert_eq(test_run_stash("serve neg --dir /tmp --interval -5s", out, sizeof out), 2, "%s",
+                 out);
+}
+
+Test(tool, every_subcommand_refuses_an_unknown_option_and_takes_options_anywhere)
+{
+    const char *cmds[] = {"ls", "info", "verify", "dump"};
+    char args[512];
+    for (int i = 0; i < 4; i++) {
+        snprintf(args, sizeof args, "snapshot %s %s --jsn", cmds[i], dir);
+        cr_assert_eq(test_run_stash(args, out, sizeof out), 2, "%s: %s", cmds[i], out);
+        cr_assert(strstr(out, "unknown option '--jsn'"), "%s: %s", cmds[i], out);
+        cr_assert(!strchr(strchr(out, '\n') + 1, '\n'), "one line: %s", out);
+    }
+    snprintf(args, sizeof args, "snapshot diff %s/chk-1 %s/chk-1 --brief", dir, dir);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 2, "%s", out);
+    snprintf(args, sizeof args, "snapshot ls %s extra", dir);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 2, "%s", out);
+    snprintf(args, sizeof args, "snapshot info --json %s", dir);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "\"id\": 2"), "%s", out);
+    snprintf(args, sizeof args, "snapshot info --json=x %s", dir);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 2, "a flag takes no value: %s", out);
+}
+
+Test(tool, ls_says_unverified_unless_asked_to_verify)
+{
+    char path[256], args[512];
+    snprintf(path, sizeof path, "%s/chk-2/kg-data.dat", dir);
+    FILE *f = fopen(path, "r+b");
+    fseek(f, 100, SEEK_SET);
+    fputc(0xff, f);
+    fclose(f);
+    snprintf(args, sizeof args, "snapshot ls %s", dir);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "complete (unverified)"), "%s", out);
+    cr_assert(!strstr(out, "complete (verified)"), "%s", out);
+    snprintf(args, sizeof args, "snapshot ls --verify %s", dir);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    char *two = strstr(out, "chk-2");
+    cr_assert_not_null(two);
+    char *line = two;
+    while (line > out && line[-1] != '\n') line--;
+    cr_assert(strstr(line, "damaged") && strstr(line, "damaged") < two, "%s", out);
+    cr_assert(strstr(out, "complete (verified)"), "chk-1 and the savepoint: %s", out);
+    /* verify of the directory takes its newest checkpoint, damaged or not. */
+    snprintf(args, sizeof args, "snapshot verify %s", dir);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "chk-2/kg-data.dat: offset"), "%s", out);
 }

@@ -120,11 +120,13 @@ static const char *state_name(int state)
 static void print_status_json(stash_arena *a, const stash_arena_info *info,
                               const stash_worker_info *w, size_t nw)
 {
-    printf("{\"path\": \"%s\", \"layout_version\": %u, \"size\": %llu, \"page_size\": %u, "
+    printf("{\"path\": ");
+    tool_json_string(info->path);
+    printf(", \"layout_version\": %u, \"size\": %llu, \"page_size\": %u, "
            "\"max_parallelism\": %u, \"data_bytes\": %llu, \"pool_free_bytes\": %llu, "
            "\"huge_pages\": %d, \"creator_pid\": %d, \"created_ns\": %llu, \"backend\": \"%s\", "
            "\"lmdb_dir\": ",
-           info->path, info->layout_version, (unsigned long long)info->size, info->page_size,
+           info->layout_version, (unsigned long long)info->size, info->page_size,
            info->max_parallelism, (unsigned long long)info->data_bytes,
            (unsigned long long)info->pool_free_bytes, info->huge_pages, info->creator_pid,
            (unsigned long long)info->created_ns,

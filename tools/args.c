@@ -18,6 +18,8 @@ bool tool_wants_help(int argc, char **argv)
 int tool_parse_size(const char *s, uint64_t *out)
 {
     char *end;
+    /* strtoull takes a sign and wraps it around: digits only. */
+    if (s[0] < '0' || s[0] > '9') return -EINVAL;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
     if (errno || end == s) return -EINVAL;
@@ -62,7 +64,7 @@ int tool_parse_duration(const char *s, uint64_t *ms)
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || s[0] == '-') return -EINVAL;
+    if (errno || end == s || s[0] < '0' || s[0] > '9') return -EINVAL;
     uint64_t unit = strcmp(end, "ms") == 0                         ? 1
                     : strcmp(end, "s") == 0 || *end == 0           ? 1000
                     : strcmp(end, "m") == 0 || !strcmp(end, "min") ? 60000
@@ -73,17 +75,42 @@ int tool_parse_duration(const char *s, uint64_t *ms)
     return 0;
 }
 
+/* The length of the well-formed UTF-8 sequence at s (1 to 4), or 0. */
+static size_t utf8_sequence(const unsigned char *s)
+{
+    unsigned char c = s[0];
+    size_t n = c < 0x80             ? 1
+               : (c & 0xe0) == 0xc0 ? 2
+               : (c & 0xf0) == 0xe0 ? 3
+               : (c & 0xf8) == 0xf0 ? 4
+                                    : 0;
+    if (n == 0 || (n == 2 && c < 0xc2) || (n == 4 && c > 0xf4)) return 0;
+    for (size_t i = 1; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80) return 0;
+    /* No overlong forms, no surrogates, nothing past U+10FFFF. */
+    if ((n == 3 && c == 0xe0 && s[1] < 0xa0) || (n == 3 && c == 0xed && s[1] >= 0xa0) ||
+        (n == 4 && c == 0xf0 && s[1] < 0x90) || (n == 4 && c == 0xf4 && s[1] >= 0x90))
+        return 0;
+    return n;
+}
+
 void tool_json_string(const char *s)
 {
+    const unsigned char *p = (const unsigned char *)s;
     putchar('"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            printf("\\%c", c);
-        else if (c < 0x20)
-            printf("\\u%04x", c);
-        else
-            putchar(c);
+    while (*p) {
+        size_t n = utf8_sequence(p);
+        if (*p == '"' || *p == '\\') {
+            printf("\\%c", *p);
+        } else if (*p < 0x20 || n == 0) {
+            /* A control character, or a byte that is no UTF-8: as the code
+             * point of its value, so the line stays valid JSON. */
+            printf("\\u%04x", *p);
+            n = 1;
+        } else {
+            fwrite(p, 1, n, stdout);
+        }
+        p += n ? n : 1;
     }
     putchar('"');
 }

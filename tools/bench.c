@@ -95,12 +95,19 @@ void bench_report(const bench_opts *o, const bench_result *r)
     if (!bench_selected(o, r->name)) return;
     if (o->progress) fputs("\r\033[K", stderr);
     if (o->json) {
-        printf("{\"bench\": \"%s\", \"case\": \"%s\", \"system\": \"%s\"", r->bench, r->name,
-               r->system);
+        printf("{\"bench\": ");
+        tool_json_string(r->bench);
+        printf(", \"case\": ");
+        tool_json_string(r->name);
+        printf(", \"system\": ");
+        tool_json_string(r->system);
         if (r->skipped) {
-            printf(", \"skipped\": \"%s\"}\n", r->skipped);
+            printf(", \"skipped\": ");
+            tool_json_string(r->skipped);
+            printf("}\n");
         } else {
-            printf(", \"value\": %.6g, \"unit\": \"%s\"", r->value, r->unit);
+            printf(", \"value\": %.6g, \"unit\": ", r->value);
+            tool_json_string(r->unit);
             if (r->latency)
                 printf(", \"p50_us\": %.3f, \"p99_us\": %.3f, \"p999_us\": %.3f", r->p50_us,
                        r->p99_us, r->p999_us);

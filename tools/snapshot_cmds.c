@@ -5,6 +5,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -15,16 +16,20 @@
 #include "tools/tools.h"
 
 static const char usage[] =
-    "usage: stash snapshot ls DIR [--json]\n"
+    "usage: stash snapshot ls DIR [--json] [--verify]\n"
     "       stash snapshot info CHECKPOINT [--json]\n"
     "       stash snapshot verify CHECKPOINT\n"
     "       stash snapshot dump CHECKPOINT [--base64]\n"
     "       stash snapshot diff CHECKPOINT CHECKPOINT\n"
     "CHECKPOINT is a checkpoint or savepoint directory (DIR/chk-ID, a savepoint\n"
-    "anywhere), or DIR for its newest complete checkpoint. ls lists DIR's checkpoints,\n"
-    "then its savepoints; info shows the states and each worker's operator state.\n"
-    "Nothing in the directory is ever changed. verify and diff exit 1 when the\n"
-    "checkpoint is damaged or the two differ; dump prints one JSON object per\n"
+    "anywhere), or DIR for its newest checkpoint (info and dump pass over damaged\n"
+    "ones, saying so; verify takes the newest, damaged or not). ls lists DIR's\n"
+    "checkpoints, then its savepoints, as complete (unverified: its metadata\n"
+    "holds), partial or damaged; --verify checks every byte of each, as verify\n"
+    "does. info shows the states and each worker's operator state. Nothing in\n"
+    "the directory is ever changed. verify exits 0 if intact, 1 if damaged; diff\n"
+    "0 if the two hold the same state, 1 if not; both 2 on trouble (a bad\n"
+    "argument, a directory that cannot be read). dump prints one JSON object per\n"
     "record with bytes in hex (or base64).\n";
 
 static const char *kind_name(unsigned kind)
@@ -34,9 +39,11 @@ static const char *kind_name(unsigned kind)
     return kind < sizeof names / sizeof names[0] ? names[kind] : "?";
 }
 
-/* Opens a checkpoint or savepoint directory (one holding _metadata), or the
- * newest complete checkpoint of a checkpoint directory. */
-static int resolve(const char *arg, ioe_engine *e, ckpt_view *v)
+/* Opens a checkpoint or savepoint directory (one holding _metadata), or a
+ * checkpoint of a checkpoint directory: the newest with metadata, damaged or
+ * not, if strict; else the newest that opens, saying on stderr which newer
+ * ones it passed over and why. */
+static int resolve(const char *arg, ioe_engine *e, bool strict, ckpt_view *v)
 {
     char meta[4096];
     if (snprintf(meta, sizeof meta, "%s/_metadata", arg) < (int)sizeof meta &&
@@ -45,10 +52,24 @@ static int resolve(const char *arg, ioe_engine *e, ckpt_view *v)
     uint64_t *ids;
     int n = ckpt_list(arg, &ids);
     int rc = n < 0 ? n : -ENOENT;
-    for (int i = 0; i < n && rc; i++) rc = ckpt_view_open(arg, ids[i], e, v);
+    for (int i = 0; i < n && rc; i++) {
+        if (!ckpt_has_metadata(arg, ids[i])) continue;
+        rc = ckpt_view_open(arg, ids[i], e, v);
+        if (rc == 0 || strict) break;
+        fprintf(stderr, "stash snapshot: passed over checkpoint %llu: %s\n",
+                (unsigned long long)ids[i], stash_errmsg());
+    }
     if (n >= 0) free(ids);
-    if (rc == -ENOENT && n >= 0) fprintf(stderr, "stash snapshot: %s: no checkpoint\n", arg);
+    if (rc == -ENOENT && n >= 0) shm_fail(rc, "%s: no checkpoint", arg);
     return rc;
+}
+
+/* The exit code of verify and diff for an error: 1 for a damaged
+ * checkpoint, 2 for trouble (diff(1)'s convention). */
+static int damage_or_trouble(const char *what, int err)
+{
+    tool_fail(what, err);
+    return err == STASH_ECORRUPT || err == STASH_EFORMAT ? 1 : 2;
 }
 
 static void print_bytes(const uint8_t *p, size_t n, bool base64)
@@ -94,8 +115,59 @@ static size_t data_bytes(const ckpt_view *v)
     return n;
 }
 
+typedef struct snap_args {
+    bool json;
+    bool verify;
+    bool base64;
+    const char *path[2];
+} snap_args;
+
+/* Opens path (a checkpoint or savepoint directory) for ls: its state, and
+ * with --verify every byte checked. */
+static const char *ls_open(const char *path, const snap_args *a, ioe_engine *e, ckpt_view *v,
+                           int *rc, bool *verified)
+{
+    *verified = false;
+    *rc = ckpt_view_open_path(path, e, v);
+    if (*rc == 0 && a->verify) {
+        int64_t n = ckpt_view_walk(v, (stash_kg_range){0, v->max_parallelism - 1}, NULL, NULL);
+        if (n < 0) {
+            ckpt_view_close(v);
+            *rc = (int)n;
+        } else {
+            *verified = true;
+        }
+    }
+    return *rc == 0 ? "complete" : *rc == -ENOENT ? "partial" : "damaged";
+}
+
+/* One line of ls: id, time, state, bytes, path. */
+static void ls_line(uint64_t id, const char *path, const char *st, int rc, bool verified,
+                    const ckpt_view *v, bool json, bool savepoint)
+{
+    char when[32] = "-", state[40];
+    if (rc == 0) {
+        time_t t = (time_t)(v->created_ns / 1000000000ull);
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&t));
+    }
+    if (json) {
+        printf("{\"id\": %llu, \"state\": \"%s\", \"savepoint\": %s, \"verified\": %s, "
+               "\"created_ns\": %llu, \"bytes\": %zu, \"path\": ",
+               (unsigned long long)id, st, savepoint ? "true" : "false",
+               verified ? "true" : "false", rc == 0 ? (unsigned long long)v->created_ns : 0ull,
+               rc == 0 ? data_bytes(v) : 0);
+        tool_json_string(path);
+        printf("}\n");
+        return;
+    }
+    snprintf(state, sizeof state, "%s%s%s", savepoint && rc == 0 ? "savepoint" : st,
+             rc == 0 ? (verified ? " (verified)" : " (unverified)") : "", "");
+    printf("%-10llu %-20s %-24s %10zu %s\n", (unsigned long long)id, when, state,
+           rc == 0 ? data_bytes(v) + v->md_len : 0, path);
+}
+
 /* Lists the savepoint-<id> directories of dir, after its checkpoints. */
-static void list_savepoints(const char *dir, bool json, ioe_engine *e)
+static void list_savepoints(const char *dir, const snap_args *a, ioe_engine *e)
 {
     DIR *d = opendir(dir);
     for (struct dirent *de; d && (de = readdir(d));) {
@@ -103,86 +175,65 @@ static void list_savepoints(const char *dir, bool json, ioe_engine *e)
         if (strncmp(de->d_name, "savepoint-", 10) != 0) continue;
         unsigned long long id = strtoull(de->d_name + 10, &end, 10);
         if (*end || end == de->d_name + 10) continue;
-        char path[4096], when[32] = "-";
+        char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
         ckpt_view v;
-        int rc = ckpt_view_open_path(path, e, &v);
-        if (rc == 0) {
-            time_t t = (time_t)(v.created_ns / 1000000000ull);
-            strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&t));
-        }
-        const char *st = rc == 0 ? "savepoint" : rc == -ENOENT ? "partial" : "damaged";
-        if (json)
-            printf("{\"id\": %llu, \"state\": \"%s\", \"created_ns\": %llu, \"bytes\": %zu}\n", id,
-                   st, rc == 0 ? (unsigned long long)v.created_ns : 0ull,
-                   rc == 0 ? data_bytes(&v) : 0);
-        else
-            printf("%-10llu %-20s %-9s %10zu %s\n", id, when, st,
-                   rc == 0 ? data_bytes(&v) + v.md_len : 0, path);
+        int rc;
+        bool verified;
+        const char *st = ls_open(path, a, e, &v, &rc, &verified);
+        ls_line(id, path, st, rc, verified, &v, a->json, true);
         if (rc == 0) ckpt_view_close(&v);
     }
     if (d) closedir(d);
 }
 
-static int cmd_ls(int argc, char **argv)
+static int cmd_ls(const snap_args *a, ioe_engine *e)
 {
-    bool json = argc > 3 && strcmp(argv[3], "--json") == 0;
-    ioe_engine *e;
-    int rc = ioe_engine_open(&(ioe_opts){0}, &e);
-    if (rc < 0) return tool_fail("snapshot ls", rc);
     uint64_t *ids;
-    int n = ckpt_list(argv[2], &ids);
-    if (n < 0) {
-        ioe_engine_close(e);
-        return tool_fail("snapshot ls", n);
-    }
-    if (!json) printf("%-10s %-20s %-9s %10s %s\n", "id", "created", "state", "bytes", "path");
+    int n = ckpt_list(a->path[0], &ids);
+    if (n < 0) return tool_fail("snapshot ls", n);
+    if (!a->json) printf("%-10s %-20s %-24s %10s %s\n", "id", "created", "state", "bytes", "path");
     for (int i = 0; i < n; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/chk-%llu", a->path[0], (unsigned long long)ids[i]);
         ckpt_view v;
-        rc = ckpt_view_open(argv[2], ids[i], e, &v);
-        char when[32] = "-";
-        if (rc == 0) {
-            time_t t = (time_t)(v.created_ns / 1000000000ull);
-            strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&t));
-        }
-        const char *st = rc == 0 ? "complete" : rc == -ENOENT ? "partial" : "damaged";
-        if (json)
-            printf("{\"id\": %llu, \"state\": \"%s\", \"created_ns\": %llu, \"bytes\": %zu}\n",
-                   (unsigned long long)ids[i], st,
-                   rc == 0 ? (unsigned long long)v.created_ns : 0ull, rc == 0 ? data_bytes(&v) : 0);
-        else
-            printf("%-10llu %-20s %-9s %10zu %s/chk-%llu\n", (unsigned long long)ids[i], when, st,
-                   rc == 0 ? data_bytes(&v) + v.md_len : 0, argv[2], (unsigned long long)ids[i]);
+        int rc;
+        bool verified;
+        const char *st = ls_open(path, a, e, &v, &rc, &verified);
+        ls_line(ids[i], path, st, rc, verified, &v, a->json, false);
         if (rc == 0) ckpt_view_close(&v);
     }
     free(ids);
-    list_savepoints(argv[2], json, e);
-    ioe_engine_close(e);
+    list_savepoints(a->path[0], a, e);
     return 0;
 }
 
-static int cmd_info(int argc, char **argv, ioe_engine *e)
+static int cmd_info(const snap_args *a, ioe_engine *e)
 {
-    bool json = argc > 3 && strcmp(argv[3], "--json") == 0;
+    bool json = a->json;
     ckpt_view v;
-    int rc = resolve(argv[2], e, &v);
+    int rc = resolve(a->path[0], e, false, &v);
     if (rc) return tool_fail("snapshot info", rc);
     if (json) {
         printf("{\"id\": %llu, \"created_ns\": %llu, \"base_id\": %llu, \"max_parallelism\": "
                "%u, \"data_bytes\": %zu, \"files\": [",
                (unsigned long long)v.id, (unsigned long long)v.created_ns,
                (unsigned long long)v.base_id, v.max_parallelism, data_bytes(&v));
-        for (uint32_t f = 0; f < v.nfiles; f++)
-            printf("%s{\"name\": \"%s\", \"bytes\": %zu, \"delta\": %s}", f ? ", " : "",
-                   v.files[f].name, v.files[f].len,
+        for (uint32_t f = 0; f < v.nfiles; f++) {
+            printf("%s{\"name\": ", f ? ", " : "");
+            tool_json_string(v.files[f].name);
+            printf(", \"bytes\": %zu, \"delta\": %s}", v.files[f].len,
                    v.files[f].flags & CKPT_FILE_DELTA ? "true" : "false");
+        }
         printf("], \"states\": [");
         for (uint32_t i = 0; i < v.nstates; i++) {
             ckpt_state s = ckpt_view_state(&v, i);
             uint64_t ttl;
             memcpy(&ttl, s.options, sizeof ttl);
-            printf("%s{\"name\": \"%s\", \"kind\": \"%s\", \"ttl_ms\": %llu}", i ? ", " : "",
-                   s.name, kind_name(s.kind), (unsigned long long)ttl);
+            printf("%s{\"name\": ", i ? ", " : "");
+            tool_json_string(s.name);
+            printf(", \"kind\": \"%s\", \"ttl_ms\": %llu}", kind_name(s.kind),
+                   (unsigned long long)ttl);
         }
         printf("], \"operator_state\": [");
         for (uint32_t i = 0; i < v.op_parallelism; i++)
@@ -212,15 +263,15 @@ static int cmd_info(int argc, char **argv, ioe_engine *e)
     return 0;
 }
 
-static int cmd_verify(char **argv, ioe_engine *e)
+static int cmd_verify(const snap_args *a, ioe_engine *e)
 {
     ckpt_view v;
-    int rc = resolve(argv[2], e, &v);
-    if (rc) return tool_fail("snapshot verify", rc);
+    int rc = resolve(a->path[0], e, true, &v);
+    if (rc) return damage_or_trouble("snapshot verify", rc);
     int64_t n = ckpt_view_walk(&v, (stash_kg_range){0, v.max_parallelism - 1}, NULL, NULL);
     if (n < 0) {
         ckpt_view_close(&v);
-        return tool_fail("snapshot verify", (int)n);
+        return damage_or_trouble("snapshot verify", (int)n);
     }
     printf("checkpoint %llu: %u key groups, %lld records: every checksum holds\n",
            (unsigned long long)v.id, v.max_parallelism, (long long)n);
@@ -238,8 +289,9 @@ static int dump_record(void *ctx, uint32_t kg, const snap_record *r)
     dumper *d = ctx;
     unsigned kind;
     const char *name = state_name_of(d->v, r->state, &kind);
-    printf("{\"kg\": %u, \"state\": \"%s\", \"kind\": \"%s\", \"key\": ", kg, name,
-           kind_name(kind));
+    printf("{\"kg\": %u, \"state\": ", kg);
+    tool_json_string(name);
+    printf(", \"kind\": \"%s\", \"key\": ", kind_name(kind));
     print_bytes(r->key, r->klen, d->base64);
     printf(", \"namespace\": ");
     print_bytes(r->ns, r->nslen, d->base64);
@@ -249,12 +301,12 @@ static int dump_record(void *ctx, uint32_t kg, const snap_record *r)
     return 0;
 }
 
-static int cmd_dump(int argc, char **argv, ioe_engine *e)
+static int cmd_dump(const snap_args *a, ioe_engine *e)
 {
     ckpt_view v;
-    int rc = resolve(argv[2], e, &v);
+    int rc = resolve(a->path[0], e, false, &v);
     if (rc) return tool_fail("snapshot dump", rc);
-    dumper d = {&v, argc > 3 && strcmp(argv[3], "--base64") == 0};
+    dumper d = {&v, a->base64};
     bool progress = isatty(STDERR_FILENO) && !isatty(STDOUT_FILENO);
     int64_t n = 0;
     for (uint32_t kg = 0; kg < v.max_parallelism && n >= 0; kg++) {
@@ -315,7 +367,7 @@ static int by_id(const void *x, const void *y)
 static int load_entries(const char *arg, ioe_engine *e, collector *c)
 {
     ckpt_view v;
-    int rc = resolve(arg, e, &v);
+    int rc = resolve(arg, e, false, &v);
     if (rc) return rc;
     *c = (collector){.v = &v};
     int64_t n = ckpt_view_walk(&v, (stash_kg_range){0, v.max_parallelism - 1}, collect, c);
@@ -331,14 +383,14 @@ static void free_entries(collector *c)
     free(c->e);
 }
 
-static int cmd_diff(char **argv, ioe_engine *e)
+static int cmd_diff(const snap_args *args, ioe_engine *e)
 {
     collector a, b;
-    int rc = load_entries(argv[2], e, &a);
-    if (rc) return tool_fail("snapshot diff", rc);
-    if ((rc = load_entries(argv[3], e, &b))) {
+    int rc = load_entries(args->path[0], e, &a);
+    if (rc) return damage_or_trouble("snapshot diff", rc);
+    if ((rc = load_entries(args->path[1], e, &b))) {
         free_entries(&a);
-        return tool_fail("snapshot diff", rc);
+        return damage_or_trouble("snapshot diff", rc);
     }
     size_t i = 0, j = 0, differ = 0;
     while (i < a.n || j < b.n) {
@@ -359,12 +411,53 @@ static int cmd_diff(char **argv, ioe_engine *e)
     return differ ? 1 : 0;
 }
 
+/* Parses a subcommand's options (getopt_long: --opt or --opt=value, in any
+ * place) and its npaths paths. Returns 0, or the exit code (2) after saying
+ * what was wrong. */
+static int parse_args(int argc, char **argv, const char *cmd, const struct option *opts, int npaths,
+                      snap_args *out)
+{
+    *out = (snap_args){0};
+    opterr = 0;
+    optind = 1;
+    for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+        if (c == 'j')
+            out->json = true;
+        else if (c == 'v')
+            out->verify = true;
+        else if (c == 'b')
+            out->base64 = true;
+        else {
+            fprintf(stderr, "stash snapshot %s: %s '%s'\n", cmd,
+                    c == ':' ? "missing value for" : "unknown option", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (argc - optind != npaths) {
+        fprintf(stderr, "stash snapshot %s: %s (see stash snapshot --help)\n", cmd,
+                argc - optind < npaths ? "missing a directory" : "one directory too many");
+        return 2;
+    }
+    for (int i = 0; i < npaths; i++) out->path[i] = argv[optind + i];
+    return 0;
+}
+
 int tool_snapshot(int argc, char **argv)
 {
+    static const struct option ls_opts[] = {
+        {"json", no_argument, NULL, 'j'}, {"verify", no_argument, NULL, 'v'}, {0}};
+    static const struct option info_opts[] = {{"json", no_argument, NULL, 'j'}, {0}};
+    static const struct option dump_opts[] = {{"base64", no_argument, NULL, 'b'}, {0}};
+    static const struct option no_opts[] = {{0}};
     static const struct {
         const char *name;
-        int args;
-    } cmds[] = {{"ls", 1}, {"info", 1}, {"verify", 1}, {"dump", 1}, {"diff", 2}};
+        int paths;
+        const struct option *opts;
+    } cmds[] = {{"ls", 1, ls_opts},
+                {"info", 1, info_opts},
+                {"verify", 1, no_opts},
+                {"dump", 1, dump_opts},
+                {"diff", 2, no_opts}};
     if (argc < 2 || tool_wants_help(argc, argv)) {
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
@@ -372,27 +465,35 @@ int tool_snapshot(int argc, char **argv)
     int which = -1;
     for (int i = 0; i < 5; i++)
         if (strcmp(argv[1], cmds[i].name) == 0) which = i;
-    if (which < 0 || argc < 2 + cmds[which].args) {
-        fprintf(stderr, "stash snapshot: %s '%s'\n%s",
-                which < 0 ? "unknown subcommand" : "missing arguments for", argv[1], usage);
+    if (which < 0) {
+        fprintf(stderr, "stash snapshot: unknown subcommand '%s'\n%s", argv[1], usage);
         return 2;
     }
-    if (which == 0) return cmd_ls(argc, argv);
+    snap_args a;
+    int rc =
+        parse_args(argc - 1, argv + 1, cmds[which].name, cmds[which].opts, cmds[which].paths, &a);
+    if (rc) return rc;
     ioe_engine *e;
-    int rc = ioe_engine_open(&(ioe_opts){0}, &e);
-    if (rc < 0) return tool_fail("snapshot: I/O engine", rc);
+    rc = ioe_engine_open(&(ioe_opts){0}, &e);
+    if (rc < 0) {
+        tool_fail("snapshot: I/O engine", rc);
+        return 2;
+    }
     switch (which) {
+    case 0:
+        rc = cmd_ls(&a, e);
+        break;
     case 1:
-        rc = cmd_info(argc, argv, e);
+        rc = cmd_info(&a, e);
         break;
     case 2:
-        rc = cmd_verify(argv, e);
+        rc = cmd_verify(&a, e);
         break;
     case 3:
-        rc = cmd_dump(argc, argv, e);
+        rc = cmd_dump(&a, e);
         break;
     default:
-        rc = cmd_diff(argv, e);
+        rc = cmd_diff(&a, e);
         break;
     }
     ioe_engine_close(e);

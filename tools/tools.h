@@ -21,7 +21,10 @@ int tool_parse_size(const char *s, uint64_t *out);
 /* Parses a duration such as 500ms, 2s, 1m or 1h (a plain number is seconds)
  * into milliseconds. Returns 0 or -EINVAL. */
 int tool_parse_duration(const char *s, uint64_t *ms);
-/* Prints s on stdout as a JSON string, quoted and escaped. */
+/* Prints s on stdout as a JSON string, quoted and escaped (RFC 8259):
+ * quotes, backslashes and control characters escaped, valid UTF-8 as it
+ * is, any other byte as \u00XX. Every JSON line the tools print goes
+ * through it. */
 void tool_json_string(const char *s);
 /* Prints "stash: <what>: <error words> (<detail>)" to stderr; returns 1. */
 int tool_fail(const char *what, int err);
