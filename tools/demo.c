@@ -1,6 +1,7 @@
 /*
- * demo.c: `stash demo`: the service at work. `stash serve demo` checkpoints
- * to ./stash-data every second while three worker processes count the words
+ * demo.c: `stash demo`: the service at work. `stash serve demo-PID`
+ * checkpoints to a new temporary directory every second (it creates both and
+ * touches nothing else) while three worker processes count the words
  * of a generated stream (a ValueState count and a MapState of counts per
  * stretch of the stream, per word) and keep their input offset in operator
  * ListState. Then: a worker is killed with SIGKILL and replaced by one that
@@ -23,8 +24,9 @@
 #include "include/stash.h"
 #include "tools/tools.h"
 
-#define NAME "demo"
-#define DIR "stash-data"
+/* The arena and the checkpoint directory: the demo's own, made new. */
+static char demo_name[32];
+static char demo_dir[256];
 #define WORKERS 3u
 #define EVENTS 6000000u
 #define WORDS 20000u
@@ -125,8 +127,8 @@ static int worker_main(uint32_t index, bool rollback, int fd)
     job_states j = {0};
     uint64_t t0 = now_ns();
     int rc = stash_worker_open(
-        NAME, &(stash_worker_opts){.index = index, .parallelism = WORKERS, .rollback = rollback},
-        &j.w);
+        demo_name,
+        &(stash_worker_opts){.index = index, .parallelism = WORKERS, .rollback = rollback}, &j.w);
     if (rc < 0) return fail(fd, index, "join", rc);
     double join_ms = (double)(now_ns() - t0) / 1e6;
     stash_worker_info info;
@@ -200,8 +202,8 @@ static pid_t start_service(void)
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
-        char *argv[] = {"stash",  "serve", NAME,    "--dir",         DIR, "--interval", "1s",
-                        "--size", "256M",  "--lz4", "--incremental", NULL};
+        char *argv[] = {"stash", "serve",  demo_name, "--dir", demo_dir,        "--interval",
+                        "1s",    "--size", "256M",    "--lz4", "--incremental", NULL};
         execv("/proc/self/exe", argv);
         _exit(127);
     }
@@ -248,7 +250,7 @@ static stash_service_info service_info(void)
 {
     stash_service_info info = {0};
     stash_arena *a;
-    if (stash_arena_open(NAME, NULL, &a) == 0) {
+    if (stash_arena_open(demo_name, NULL, &a) == 0) {
         stash_service_info_get(a, &info);
         stash_arena_close(a);
     }
@@ -288,23 +290,28 @@ int tool_demo(int argc, char **argv)
 {
     if (tool_wants_help(argc, argv)) {
         printf("usage: stash demo\n"
-               "Runs the demonstration in ./%s: `stash serve %s` checkpoints every second while\n"
-               "%u worker processes count words (ValueState, MapState) and keep their input\n"
-               "offsets in operator ListState; a worker is killed and replaced with a rollback,\n"
-               "the service is killed and restarted, then everything dies with the arena and a\n"
-               "new service restores it. Every count must end exactly right.\n",
-               DIR, NAME, WORKERS);
+               "Runs the demonstration in a new directory under $TMPDIR (or /tmp) with a new\n"
+               "arena demo-PID, touching nothing else: `stash serve` checkpoints every second\n"
+               "while %u worker processes count words (ValueState, MapState) and keep their\n"
+               "input offsets in operator ListState; a worker is killed and replaced with a\n"
+               "rollback, the service is killed and restarted, then everything dies with the\n"
+               "arena and a new service restores it. Every count must end exactly right. The\n"
+               "arena is removed at the end; the checkpoints stay, and the last line says where.\n",
+               WORKERS);
         return 0;
     }
-    if (system("rm -rf " DIR) != 0) return tool_fail("demo: clean " DIR, -EIO);
-    stash_arena_destroy(NAME, NULL);
+    const char *tmp = getenv("TMPDIR");
+    snprintf(demo_dir, sizeof demo_dir, "%s/stash-demo-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (!mkdtemp(demo_dir)) return tool_fail("demo: a directory for the checkpoints", -errno);
+    snprintf(demo_name, sizeof demo_name, "demo-%d", (int)getpid());
+    say("== the demo's checkpoints go to %s, its arena is %s\n", demo_dir, demo_name);
     story s = {0};
     int pipefd[2];
     if (pipe(pipefd) < 0) return tool_fail("demo", -errno);
     s.fd = pipefd[0];
     int rc = 0;
 
-    say("== stash serve %s: checkpoints to ./%s every second\n", NAME, DIR);
+    say("== stash serve %s: checkpoints to %s every second\n", demo_name, demo_dir);
     pid_t svc = start_service();
     if (await_service(&s, svc) < 0) return 1;
     say("== %u workers count %u events over %u words (ValueState, MapState), offsets in "
@@ -341,7 +348,7 @@ int tool_demo(int argc, char **argv)
         (unsigned long long)done);
     kill_wait(svc);
     for (uint32_t i = 0; i < WORKERS; i++) kill_wait(pids[i]);
-    stash_arena_destroy(NAME, NULL);
+    stash_arena_destroy(demo_name, NULL);
     t0 = now_ns();
     svc = start_service();
     if (await_service(&s, svc) < 0) return 1;
@@ -354,19 +361,20 @@ int tool_demo(int argc, char **argv)
         relay(&s, 100);
     for (uint32_t i = 0; i < WORKERS; i++) waitpid(pids[i], NULL, 0);
 
-    char *status[] = {"status", NAME, NULL};
+    char *status[] = {"status", demo_name, NULL};
     tool_status(2, status);
     stash_arena *a;
-    if (stash_arena_open(NAME, NULL, &a) == 0) {
+    if (stash_arena_open(demo_name, NULL, &a) == 0) {
         rc = stash_service_request_stop(a, 30000);
         stash_arena_close(a);
     }
     waitpid(svc, NULL, 0);
     bool ok = rc == 0 && s.bad == 0 && s.finished == WORKERS;
+    stash_arena_destroy(demo_name, NULL);
     say("== %s; recoveries took %.1f ms (worker rolled back), %.1f ms (service reattached) and "
-        "%.1f ms (arena restored); the checkpoints stay in ./%s (stash snapshot ls %s)\n",
-        ok ? "every count exactly right" : "FAILED", s.rollback_ms, reattach_ms, restore_ms, DIR,
-        DIR);
-    stash_arena_destroy(NAME, NULL);
+        "%.1f ms (arena restored); arena %s removed, the checkpoints stay in %s (stash snapshot "
+        "ls %s)\n",
+        ok ? "every count exactly right" : "FAILED", s.rollback_ms, reattach_ms, restore_ms,
+        demo_name, demo_dir, demo_dir);
     return ok ? 0 : 1;
 }
