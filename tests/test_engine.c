@@ -112,6 +112,12 @@ Test(engine, checkpoints_whose_metadata_is_all_damaged_refuse_a_start, .timeout 
     cr_assert(strstr(stash_errmsg(), "chk-2: ") && strstr(stash_errmsg(), "chk-1: "), "%s",
               stash_errmsg());
     cr_assert_eq(stash_arena_destroy(name, NULL), -ENOENT, "no arena was created");
+    /* So does the command, also with --dir=DIR. */
+    char args[512], out[4096];
+    snprintf(args, sizeof args, "serve %s --dir=%s", name, dir);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "chk-2: ") && strstr(out, "no checkpoint's metadata can be used"), "%s",
+              out);
     o.start_empty = 1;
     s = start(name, &o);
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
@@ -339,6 +345,10 @@ Test(engine, checkpoints_failing_in_a_row_back_off_and_say_so, .timeout = 120,
     cr_assert_geq(sv.failing, 3);
     cr_assert_neq(sv.recent[0].status, 0);
     cr_assert(logged(&lines, "failed in a row: backing off"), "%s", lines.text);
+    char args[256], out[8192];
+    snprintf(args, sizeof args, "status %s", name);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "checkpoints failed in a row: backing off"), "%s", out);
     /* From the third failure the next checkpoint of the interval waits at
      * least two intervals after the last one ended. */
     cr_assert_geq(sv.next_ns, sv.recent[0].started_ns + 2 * interval_ms * 1000000ull, "%llu",

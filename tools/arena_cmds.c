@@ -145,8 +145,10 @@ static void print_status_json(stash_arena *a, const stash_arena_info *info,
     printf("], \"service\": {\"pid\": %d, \"since_ns\": %llu, \"dir\": ", sv.pid,
            (unsigned long long)sv.since_ns);
     tool_json_string(sv.dir);
-    printf(", \"pending\": %llu, \"completed\": %llu, \"recent\": [",
-           (unsigned long long)sv.pending, (unsigned long long)sv.completed);
+    printf(", \"pending\": %llu, \"completed\": %llu, \"failing\": %u, \"next_ns\": %llu, "
+           "\"recent\": [",
+           (unsigned long long)sv.pending, (unsigned long long)sv.completed, sv.failing,
+           (unsigned long long)sv.next_ns);
     for (uint32_t i = 0; i < sv.nrecent; i++) {
         const stash_checkpoint_info *c = &sv.recent[i];
         printf("%s{\"id\": %llu, \"status\": %d, \"savepoint\": %s, \"incremental\": %s, "
@@ -188,12 +190,18 @@ static void print_status_text(stash_arena *a, const stash_arena_info *info,
         printf("keyed state: lmdb, an environment per key group in %s\n", info->lmdb_dir);
     printf("workers: %zu\n", nw);
     if (nw)
-        printf("  %5s %5s %8s %5s %12s %4s %8s\n", "index", "of", "pid", "state", "key groups",
-               "gen", "took from");
-    for (size_t i = 0; i < nw; i++)
-        printf("  %5u %5u %8d %5s %5u..%-6u %4u %8d\n", w[i].index, w[i].parallelism, w[i].pid,
-               state_name(w[i].state), w[i].range.first, w[i].range.last, w[i].generation,
-               w[i].previous_pid);
+        printf("  %5s %5s %8s %5s %12s %4s %8s %12s\n", "index", "of", "pid", "state", "key groups",
+               "gen", "took from", "last seen");
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    for (size_t i = 0; i < nw; i++) {
+        /* A barrier is a sign of life: a worker stuck between barriers ages. */
+        double ago = now > w[i].heartbeat_ns ? (double)(now - w[i].heartbeat_ns) / 1e9 : 0;
+        printf("  %5u %5u %8d %5s %5u..%-6u %4u %8d %9.1fs ago\n", w[i].index, w[i].parallelism,
+               w[i].pid, state_name(w[i].state), w[i].range.first, w[i].range.last, w[i].generation,
+               w[i].previous_pid, ago);
+    }
     uint64_t used = 0, fr = 0;
     uint32_t busy = 0;
     for (uint32_t kg = 0; kg < info->max_parallelism; kg++) {
@@ -212,6 +220,10 @@ static void print_status_text(stash_arena *a, const stash_arena_info *info,
                (unsigned long long)sv.completed, sv.pending ? " (one being cut)" : "");
     else
         printf("service: none running\n");
+    if (sv.pid && sv.failing)
+        printf("  %u checkpoints failed in a row%s; the next of the interval in %.1f s\n",
+               sv.failing, sv.failing >= 3 ? ": backing off" : "",
+               sv.next_ns > now ? (double)(sv.next_ns - now) / 1e9 : 0.0);
     for (uint32_t i = 0; i < sv.nrecent; i++) {
         const stash_checkpoint_info *c = &sv.recent[i];
         printf("  %s %llu %s: %.1f ms, %llu bytes%s, longest cut %.1f us: %s\n",

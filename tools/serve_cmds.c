@@ -31,19 +31,24 @@ int tool_serve(int argc, char **argv)
         "                        [--incremental] [--full-every M] [--lz4] [--memory-cap SIZE]\n"
         "                        [--backend heap|lmdb] [--lmdb-dir DIR] [--path FILE]\n"
         "                        [--size SIZE] [--max-parallelism N] [--restore CHECKPOINT]\n"
+        "                        [--start-empty]\n"
         "Runs the persistence engine of the arena NAME until SIGTERM, SIGINT or `stash stop`.\n"
         "An existing arena is reattached; a missing one is created (SIZE bytes, N key\n"
         "groups, keyed state in the arena (heap) or in LMDB environments in --lmdb-dir,\n"
         "/var/tmp/stash.NAME.lmdb by default) and restored from the newest complete\n"
         "checkpoint in DIR if there is one (or from the checkpoint or savepoint directory\n"
-        "CHECKPOINT with --restore).\n"
+        "CHECKPOINT with --restore); if DIR holds checkpoints none of which can be used, it\n"
+        "refuses to start, naming each, unless --start-empty. DIR must be writable: a\n"
+        "directory of this user that no other user may write.\n"
         "Checkpoints go to DIR (fs, required) or /dev/shm/stash.NAME.checkpoints (memory,\n"
         "each at most SIZE of --memory-cap, 5M by default), every DURATION of --interval\n"
         "(none: only on `stash checkpoint`), one at a time, at least --min-pause apart; a\n"
         "checkpoint that a worker does not cut within --timeout (60s) fails. The newest K\n"
         "complete ones are kept (3). --incremental writes only what changed, with a full\n"
-        "checkpoint every M (10). One line is logged per checkpoint. DURATION: 500ms,\n"
-        "2s, 1m (a plain number is seconds).\n";
+        "checkpoint every M (10). From the third failure in a row the interval doubles\n"
+        "with each failure (at most 64 intervals) until one completes. One line is logged\n"
+        "per checkpoint. DURATION: 500ms, 2s, 1m (a plain number is seconds). Options take\n"
+        "their value as --opt VALUE or --opt=VALUE.\n";
     if (tool_wants_help(argc, argv)) {
         fputs(usage, stdout);
         return 0;
@@ -60,6 +65,9 @@ int tool_serve(int argc, char **argv)
             takes = false;
         } else if (strcmp(a, "--lz4") == 0) {
             o.lz4 = 1;
+            takes = false;
+        } else if (strcmp(a, "--start-empty") == 0) {
+            o.start_empty = 1;
             takes = false;
         } else if (a[0] != '-' && !name) {
             name = a;

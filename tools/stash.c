@@ -78,6 +78,47 @@ static int bench_main(int argc, char **argv)
     return b->run(argc - 1, argv + 1);
 }
 
+/* argv with each "--opt=value" split into "--opt" and "value", as
+ * getopt_long reads it, for every command (most parse by hand). The copy
+ * and its strings live in one allocation the caller frees. */
+static char **split_equals(int argc, char **argv, int *out_argc)
+{
+    size_t bytes = 0;
+    int n = 0;
+    for (int i = 0; i < argc; i++, n++) {
+        bytes += strlen(argv[i]) + 1;
+        if (strncmp(argv[i], "--", 2) == 0 && strchr(argv[i], '=')) n++;
+    }
+    char **out = malloc((size_t)(n + 1) * sizeof *out + bytes);
+    if (!out) return NULL;
+    char *text = (char *)(out + n + 1);
+    int k = 0;
+    for (int i = 0; i < argc; i++) {
+        size_t len = strlen(argv[i]);
+        memcpy(text, argv[i], len + 1);
+        out[k++] = text;
+        char *eq = strncmp(text, "--", 2) == 0 ? strchr(text, '=') : NULL;
+        if (eq) {
+            *eq = '\0';
+            out[k++] = eq + 1;
+        }
+        text += len + 1;
+    }
+    out[k] = NULL;
+    *out_argc = k;
+    return out;
+}
+
+static int run(const tool_cmd *c, int argc, char **argv)
+{
+    int n;
+    char **split = split_equals(argc, argv, &n);
+    if (!split) return tool_fail("arguments", -ENOMEM);
+    int rc = c->run(n, split);
+    free(split);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     static const char title[] = "usage: stash COMMAND [ARGS] (stash COMMAND --help for more)\n"
@@ -96,5 +137,5 @@ int main(int argc, char **argv)
         usage(stderr, title, commands, COUNT(commands));
         return 2;
     }
-    return c->run(argc - 1, argv + 1);
+    return run(c, argc - 1, argv + 1);
 }
