@@ -111,6 +111,10 @@ struct stash_state {
     size_t scratch_cap;
     uint8_t *scratch2; /* a second buffer for combining functions */
     size_t scratch2_cap;
+    uint32_t map_layouts; /* rebuilds of this state's maps (map.c): map iterators go stale */
+    uint32_t keys_iters;  /* lmdb: keys iterations started; the newest owns keys_after */
+    uint8_t *keys_after;  /* lmdb: the stored key the newest keys iteration returned last */
+    size_t keys_after_cap;
     op_entries op; /* operator state kinds */
 };
 
@@ -318,11 +322,23 @@ typedef struct iter_impl {
     uint32_t kg;     /* keys: the key group walked */
     const void *ns;  /* keys: the namespace filter */
     uint64_t now;    /* TTL clock when it started */
+    /* map: the key and namespace iterated and the state's map rebuilds when
+     * the iterator last looked at its map (and the worker's writes then, in
+     * writes): a write since then that rebuilt no map leaves its slots where
+     * they were, and the iterator views the map again; keys: the table's
+     * resizes (heap) or the state's keys iterations (lmdb) at its start */
+    uint64_t key_hash;
+    uint64_t seed;
+    uint32_t layout;
 } iter_impl;
 _Static_assert(sizeof(iter_impl) <= sizeof(stash_iter), "the iterator fits its public shell");
 
 int list_iter_next(iter_impl *it, stash_bytes *value);
 int map_iter_next(iter_impl *it, stash_bytes *key, stash_bytes *value);
 int map_iter_remove(iter_impl *it);
+/* After writes of the worker since the map iterator last looked: views the
+ * map again if no rebuild of the state's maps moved its slots and the
+ * current key and namespace are the iterator's, else STASH_ESTALE. */
+int map_iter_sync(iter_impl *it);
 
 #endif /* STASH_BACKENDS_H */

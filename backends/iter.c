@@ -26,7 +26,9 @@ STASH_API int stash_keys_iter(stash_state *state, const void *ns, size_t nslen, 
     x->ns = ns;
     x->nslen = (uint16_t)nslen;
     x->kg = state->w->range.first;
+    x->last = UINT32_MAX; /* no key group entered yet */
     x->writes = state->w->writes;
+    if (state->w->lmdb) x->layout = ++state->keys_iters;
     if (state_has_ttl(state) && state->ttl.visibility == STASH_TTL_NEVER_RETURN_EXPIRED)
         x->now = state_now(state);
     return 0;
@@ -45,11 +47,14 @@ static bool key_matches(const iter_impl *it, const shm_rec *r)
 }
 
 /* The lmdb backend's walk: key order within each key group, going on after
- * the stored key returned last (it->blob, a view into the store). */
+ * the stored key returned last (a copy in the state, which the worker's
+ * writes to the keys already returned leave where it was). */
 static int keys_next_lmdb(iter_impl *it, stash_bytes *key)
 {
-    const stash_state *s = it->state;
+    stash_state *s = it->state;
     stash_worker *w = s->w;
+    if (it->layout != s->keys_iters)
+        return shm_fail(STASH_ESTALE, "a newer keys iteration of this state handle started");
     while (it->kg <= w->range.last) {
         lmdb_entry e;
         int rc = lmdb_next(w, it->kg, s->id, it->blob, it->blob_len, &e);
@@ -60,7 +65,10 @@ static int keys_next_lmdb(iter_impl *it, stash_bytes *key)
             it->blob_len = 0;
             continue;
         }
-        it->blob = e.raw_key.data;
+        if (state_reserve(&s->keys_after, &s->keys_after_cap, e.raw_key.len) < 0)
+            return shm_fail(-ENOMEM, "out of memory");
+        memcpy(s->keys_after, e.raw_key.data, e.raw_key.len);
+        it->blob = s->keys_after;
         it->blob_len = (uint32_t)e.raw_key.len;
         if (it->filter_ns && (e.ns.len != it->nslen || memcmp(e.ns.data, it->ns, it->nslen)))
             continue;
@@ -73,12 +81,30 @@ static int keys_next_lmdb(iter_impl *it, stash_bytes *key)
     return 0;
 }
 
+/* Starts the walk of key group kg: the table's pending work (a growth due
+ * or under way, a sweep) is done first, so that the worker's clears and
+ * updates of the keys walked move no entry (only a growth moves them, and
+ * only new entries start one). */
+static void enter_kg(iter_impl *it, stash_arena *a)
+{
+    shm_table *t = &a->tables[it->kg];
+    for (int i = 0; i < 1 << 16 && shm_table_untended(t); i++) shm_table_maintain(a, it->kg, 64);
+    it->last = it->kg;
+    it->layout = atomic_load(&t->resizes);
+}
+
 static int keys_next(iter_impl *it, stash_bytes *key)
 {
     stash_worker *w = it->state->w;
     if (w->lmdb) return keys_next_lmdb(it, key);
     stash_arena *a = w->arena;
     for (; it->kg <= w->range.last; it->kg++, it->pos = 0) {
+        shm_table *t = &a->tables[it->kg];
+        if (it->last != it->kg)
+            enter_kg(it, a);
+        else if (atomic_load(&t->resizes) != it->layout || atomic_load(&t->old_index))
+            return shm_fail(STASH_ESTALE, "key group %u's index grew under its keys iterator",
+                            it->kg);
         for (shm_rec *r; (r = shm_table_next(a, it->kg, &it->pos, NULL));) {
             if (!key_matches(it, r)) continue;
             if (key) *key = (stash_bytes){shm_rec_key(r), r->klen};
@@ -102,13 +128,14 @@ STASH_API int stash_iter_next(stash_iter *it, stash_bytes *key, stash_bytes *val
     iter_impl *x = (iter_impl *)it;
     int rc = check_started(x);
     if (rc) return rc;
-    if (x->writes != x->state->w->writes)
-        return shm_fail(STASH_ESTALE, "the worker wrote since the iterator started");
     switch (x->type) {
     case ITER_LIST:
+        if (x->writes != x->state->w->writes)
+            return shm_fail(STASH_ESTALE, "the worker wrote since the iterator started");
         if (key) *key = (stash_bytes){NULL, 0};
         return list_iter_next(x, value);
     case ITER_MAP:
+        if ((rc = map_iter_sync(x)) != 0) return rc;
         return map_iter_next(x, key, value);
     case ITER_KEYS:
         if (value) *value = (stash_bytes){NULL, 0};
@@ -125,8 +152,8 @@ STASH_API int stash_iter_remove(stash_iter *it)
     int rc = check_started(x);
     if (rc) return rc;
     if (x->type != ITER_MAP) return shm_fail(-EINVAL, "only map iterators remove entries");
-    if (x->writes != x->state->w->writes)
-        return shm_fail(STASH_ESTALE, "the worker wrote since the iterator started");
+    if ((rc = map_iter_sync(x)) != 0) return rc;
+    if (!x->blob) return shm_fail(-EINVAL, "no entry returned to remove");
     return map_iter_remove(x);
 }
 

@@ -148,6 +148,8 @@ static int make_mutable(stash_state *s, const shm_lookup *l, shm_cursor *c)
 static int rebuild(stash_state *s, const shm_lookup *l, shm_cursor *c, const uint8_t *m,
                    const void *k, uint32_t klen, const void *v, uint32_t vlen, uint64_t now)
 {
+    /* Slots move: the state's map iterators go stale. */
+    s->map_layouts++;
     map_hdr h = m ? hdr_get(m) : (map_hdr){0};
     uint32_t want = (h.count + 1) * 2, nslots = MIN_SLOTS;
     while (nslots < want) nslots *= 2;
@@ -192,6 +194,20 @@ static int rebuild(stash_state *s, const shm_lookup *l, shm_cursor *c, const uin
     return state_write_end(s, l, c, rec, at, 0);
 }
 
+/* Copies c's map into a new record with room for extra more bytes, every
+ * slot where it was (an iterator over the map goes on), and publishes it. */
+static int grow_keeping_slots(stash_state *s, const shm_lookup *l, shm_cursor *c, size_t extra)
+{
+    size_t len = atomic_load(&c->rec->vlen);
+    if (2 * (len + extra) > UINT32_MAX / 2)
+        return shm_fail(STASH_ETOOBIG, "a map of %zu bytes", len + extra);
+    shm_rec *rec;
+    int rc = state_rec_new(s, l, 2 * (len + extra), &rec);
+    if (rc < 0) return rc;
+    memcpy(shm_rec_value(rec), shm_rec_value(c->rec), len);
+    return state_write_end(s, l, c, rec, len, 0);
+}
+
 static int map_put_one(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *k,
                        size_t klen, const void *v, size_t vlen, uint64_t now)
 {
@@ -214,6 +230,16 @@ static int map_put_one(stash_state *s, const shm_lookup *l, shm_cursor *c, const
             s->w->writes++;
             return state_rec_write_end(s, l->kg, c->rec);
         }
+    }
+    if (slot != UINT32_MAX &&
+        (!mutable || entries_start(h.nslots) + h.end + need > state_rec_capacity(s, c->rec))) {
+        /* A new value for a key the map has: appended in a larger copy that
+         * keeps every slot, so that iterators over the map go on. */
+        int rc = grow_keeping_slots(s, l, c, need);
+        if (rc < 0) return rc;
+        m = shm_rec_value(c->rec);
+        h = hdr_get(m);
+        mutable = true;
     }
     uint32_t used = entries_start(h.nslots) + h.end;
     uint32_t slots_after = h.count + h.gone + (slot == UINT32_MAX ? 1 : 0);
@@ -379,6 +405,9 @@ STASH_API int stash_map_iter(stash_state *state, stash_iter *it)
     x->rec = c.rec;
     x->last = UINT32_MAX;
     x->writes = state->w->writes;
+    x->key_hash = state->w->key_hash;
+    x->seed = state->seed;
+    x->layout = state->map_layouts;
     if (state_has_ttl(state)) x->now = state_now(state);
     return 0;
 }
@@ -473,6 +502,58 @@ int map_iter_next(iter_impl *it, stash_bytes *key, stash_bytes *value)
         return 1;
     }
     return 0;
+}
+
+int map_iter_sync(iter_impl *it)
+{
+    stash_state *s = it->state;
+    if (it->writes == s->w->writes) return 0;
+    if (s->map_layouts != it->layout || !s->w->has_key || s->w->key_hash != it->key_hash ||
+        s->seed != it->seed)
+        return shm_fail(STASH_ESTALE, "the worker wrote since the iterator started");
+    /* Only entries changed in place or appended, or removed: the slots hold. */
+    shm_lookup l;
+    shm_cursor c;
+    stash_bytes raw;
+    int rc = map_read(s, &l, &c, &raw);
+    if (rc == STASH_ENOTFOUND) {
+        it->blob = NULL; /* the map went: nothing more */
+        it->rec = NULL;
+    } else if (rc) {
+        return rc;
+    } else {
+        it->blob = raw.data;
+        it->blob_len = (uint32_t)raw.len;
+        it->rec = c.rec;
+    }
+    it->writes = s->w->writes;
+    return 0;
+}
+
+STASH_API int stash_iter_set_value(stash_iter *it, const void *value, size_t len)
+{
+    if (!it) return shm_refuse_null(__func__, "it");
+    if (shm_null_bytes(value, len)) return shm_refuse_null(__func__, "value");
+    iter_impl *x = (iter_impl *)it;
+    if (x->type != ITER_MAP || !x->state)
+        return shm_fail(-EINVAL, "only a started map iterator sets values");
+    int rc = map_iter_sync(x);
+    if (rc) return rc;
+    stash_state *s = x->state;
+    if (x->last == UINT32_MAX || !x->blob) return shm_fail(-EINVAL, "no entry returned to set");
+    if (!x->rec) return state_refuse_write(s, s->w->kg);
+    entry e = entry_at(s, x->blob, slot_get(x->blob, x->last));
+    /* The key's bytes may go with the record the put replaces. */
+    if (state_reserve(&s->scratch2, &s->scratch2_cap, e.klen + 1u) < 0)
+        return shm_fail(-ENOMEM, "out of memory");
+    memcpy(s->scratch2, e.key, e.klen);
+    shm_lookup l;
+    shm_cursor c;
+    if ((rc = map_for_write(s, &l, &c)) < 0) return rc;
+    rc = map_put_one(s, &l, &c, s->scratch2, e.klen, value, len,
+                     state_has_ttl(s) ? state_now(s) : 0);
+    if (rc < 0) return rc;
+    return map_iter_sync(x);
 }
 
 int map_iter_remove(iter_impl *it)

@@ -115,6 +115,7 @@ static void free_states(stash_state *s)
         free(s->ns);
         free(s->scratch);
         free(s->scratch2);
+        free(s->keys_after);
         opstate_free(s);
         free(s);
         s = next;

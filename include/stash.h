@@ -409,13 +409,24 @@ STASH_API int stash_keys_iter(stash_state *state, const void *ns, size_t nslen, 
 
 /* The next element (list: *value), entry (map: *key, *value) or key (keys:
  * *key). Returns 1 with the views set, 0 at the end, STASH_ESTALE if a write
- * by this worker since the iterator started invalidated it (map iterators
- * survive their own removals; a barrier that cleaned expired entries or, with
- * lmdb, committed counts as a write). key or value may be NULL. */
+ * by this worker since the iterator started invalidated it. A list iterator
+ * is invalidated by any write of the worker (a barrier that cleaned expired
+ * entries or, with lmdb, committed counts as one). A map iterator survives
+ * its own removals and set values, and the worker's writes that change no
+ * map of the state but in place (puts to keys the map has, removals, other
+ * states); a put of a new user key to a map of the state, or another current
+ * key, invalidates it. A keys iterator survives the worker's clears and
+ * updates of existing entries (Flink's applyToAllKeys); an entry of a new
+ * key or namespace that grows the index invalidates it, and with lmdb a
+ * newer keys iteration of the same state handle does. Views stay valid
+ * until the worker's next write. key or value may be NULL. */
 STASH_API int stash_iter_next(stash_iter *it, stash_bytes *key, stash_bytes *value);
 
 /* MapState iterator: removes the entry last returned by stash_iter_next. */
 STASH_API int stash_iter_remove(stash_iter *it);
+/* MapState iterator: sets the value of the entry last returned by
+ * stash_iter_next (Flink's entry.setValue); the iteration goes on. */
+STASH_API int stash_iter_set_value(stash_iter *it, const void *value, size_t len);
 
 /* ------------------------------------------------------------------------ */
 /* Operator state: per worker, not per key (Flink's operator state). A worker

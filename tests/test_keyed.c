@@ -610,3 +610,118 @@ Test(keyed, writes_to_foreign_key_groups_are_refused)
     stash_bytes v;
     cr_assert_eq(stash_value_get(s, &v), STASH_ENOTFOUND, "reads of any key group work");
 }
+
+/* Flink's StateBackendTestBase#testApplyToAllKeysLambdaFunction: a function
+ * applied to every key through getKeys clears (or updates) each one. */
+Test(keyed, a_keys_iteration_survives_clearing_and_updating_the_keys_it_returned)
+{
+    stash_state *v = state("all", STASH_VALUE), *other = state("other", STASH_LIST);
+    enum { N = 2000 };
+    static uint8_t seen[N];
+    for (int round = 0; round < 2; round++) {
+        for (uint32_t k = 0; k < N; k++) {
+            stash_key_set(w, &k, sizeof k);
+            uint32_t x = k;
+            cr_assert_eq(stash_value_put(v, &x, sizeof x), 0);
+            cr_assert_eq(stash_list_add(other, &x, sizeof x), 0);
+        }
+        memset(seen, 0, sizeof seen);
+        stash_iter it;
+        stash_bytes kb;
+        cr_assert_eq(stash_keys_iter(v, NULL, 0, &it), 0);
+        int rc, n = 0;
+        while ((rc = stash_iter_next(&it, &kb, NULL)) == 1) {
+            uint32_t k = (uint32_t)test_int(kb.data);
+            cr_assert_lt(k, N);
+            cr_assert_eq(seen[k]++, 0, "key %u met twice", k);
+            n++;
+            cr_assert_eq(stash_key_set(w, &k, sizeof k), 0);
+            if (round == 0) {
+                cr_assert_eq(stash_state_clear(v), 0);
+                cr_assert_eq(stash_state_clear(other), 0);
+            } else {
+                uint32_t x = k + 1000000;
+                cr_assert_eq(stash_value_put(v, &x, sizeof x), 0);
+                cr_assert_eq(stash_list_add(other, &x, sizeof x), 0);
+            }
+        }
+        cr_assert_eq(rc, 0, "round %d: %s", round, stash_errmsg());
+        cr_assert_eq(n, N, "round %d: every key once", round);
+        for (uint32_t k = 0; k < N; k += 97) {
+            stash_key_set(w, &k, sizeof k);
+            stash_bytes b;
+            if (round == 0) {
+                cr_assert_eq(stash_value_get(v, &b), STASH_ENOTFOUND);
+            } else {
+                cr_assert_eq(stash_value_get(v, &b), 0);
+                cr_assert_eq((uint32_t)test_int(b.data), k + 1000000);
+            }
+        }
+    }
+    /* An entry of a new key grows the heap's index at some point: then it is
+     * stale. LMDB's walk goes on after the key returned last, whatever the
+     * worker writes. */
+    stash_iter it;
+    stash_bytes kb;
+    cr_assert_eq(stash_keys_iter(v, NULL, 0, &it), 0);
+    int rc = stash_iter_next(&it, &kb, NULL);
+    cr_assert_eq(rc, 1);
+    for (uint32_t k = N; k < 50 * N; k++) {
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_put(v, &k, sizeof k), 0);
+    }
+    rc = stash_iter_next(&it, &kb, NULL);
+    if (test_backend() == STASH_BACKEND_HEAP)
+        cr_assert_eq(rc, STASH_ESTALE, "%d", rc);
+    else
+        cr_assert_geq(rc, 0, "%s", stash_errmsg());
+}
+
+Test(keyed, a_map_iteration_sets_values_and_survives_puts_to_keys_the_map_has)
+{
+    stash_state *m = state("mi", STASH_MAP);
+    key("k");
+    enum { N = 200 };
+    for (uint32_t u = 0; u < N; u++) cr_assert_eq(stash_map_put(m, &u, sizeof u, "v", 1), 0);
+    static uint8_t seen[N];
+    stash_iter it;
+    stash_bytes kb, vb;
+    cr_assert_eq(stash_map_iter(m, &it), 0);
+    int rc, n = 0;
+    char big[64];
+    memset(big, 'x', sizeof big);
+    while ((rc = stash_iter_next(&it, &kb, &vb)) == 1) {
+        uint32_t u = (uint32_t)test_int(kb.data);
+        cr_assert_lt(u, N);
+        cr_assert_eq(seen[u]++, 0, "user key %u met twice", u);
+        n++;
+        /* Longer values: appended, the map grown, its slots kept. */
+        if (u % 2)
+            cr_assert_eq(stash_iter_set_value(&it, big, 10 + u % 50), 0, "%s", stash_errmsg());
+        else
+            cr_assert_eq(stash_map_put(m, &u, sizeof u, big, 10 + u % 50), 0);
+        /* A put to another key the map has, and a write to another state. */
+        uint32_t other = (u + 7) % N;
+        cr_assert_eq(stash_map_put(m, &other, sizeof other, "w", 1), 0);
+    }
+    cr_assert_eq(rc, 0, "%s", stash_errmsg());
+    cr_assert_eq(n, N, "every entry once");
+    for (uint32_t u = 0; u < N; u++) {
+        cr_assert_eq(stash_map_get(m, &u, sizeof u, &vb), 0);
+        /* The last write to u: its own (10 + u % 50 bytes), unless the put to
+         * another key the iteration met later was u's. */
+        cr_assert(vb.len == 10 + u % 50 || vb.len == 1, "user key %u: %zu bytes", u, vb.len);
+    }
+    /* A new user key moves slots: stale. */
+    cr_assert_eq(stash_map_iter(m, &it), 0);
+    cr_assert_eq(stash_iter_next(&it, &kb, &vb), 1);
+    uint32_t fresh = N + 1;
+    cr_assert_eq(stash_map_put(m, &fresh, sizeof fresh, "n", 1), 0);
+    int stale = 0;
+    for (int i = 0; i < 4 * N && (rc = stash_iter_next(&it, &kb, &vb)) == 1; i++) {
+        uint32_t more = N + 2 + (uint32_t)i;
+        cr_assert_eq(stash_map_put(m, &more, sizeof more, "n", 1), 0);
+    }
+    stale = rc == STASH_ESTALE;
+    cr_assert(stale, "%d", rc);
+}
