@@ -274,7 +274,8 @@ int64_t worker_kg_entries(stash_worker *w, uint32_t kg);
  * lmdb, in the store rather than in the private copy). */
 int state_view(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out);
 
-/* The TTL clock now, in milliseconds. */
+/* The TTL clock now, in milliseconds: the worker's, the state's. */
+uint64_t worker_clock_ms(const stash_worker *w);
 uint64_t state_now(const stash_state *s);
 /* Whether a value written at ts has expired now: ts + ttl <= now, saturating. */
 bool state_expired(const stash_state *s, uint64_t ts, uint64_t now);
@@ -300,6 +301,24 @@ merge_into_fn merging_merge_into;
 /* Calls a producing function into *buf, growing it on -ENOSPC; *out views the result. */
 int state_produce(stash_state *s, stash_produce_fn *fn, const stash_bytes *acc, uint8_t **buf,
                   size_t *cap, stash_bytes *out);
+
+/* Whether a value written at ts with a TTL of ttl_ms has expired at now:
+ * ts + ttl <= now, saturating. */
+static inline bool ttl_expired(uint64_t ts, uint64_t ttl_ms, uint64_t now)
+{
+    uint64_t expires = ts + ttl_ms;
+    if (expires < ts) expires = UINT64_MAX; /* saturate: never wrap into the past */
+    return expires <= now;
+}
+
+/* Full snapshots under cleanupFullSnapshot: copies the elements of a stored
+ * list (with timestamps) that have not expired at now into out (len bytes
+ * of room); returns the bytes kept (list.c). Marks the expired entries of
+ * a stored map (a copy) gone; returns whether any is left (map.c). */
+size_t list_keep_unexpired(const uint8_t *v, size_t len, uint64_t ttl_ms, uint64_t now,
+                           uint8_t *out);
+bool map_drop_expired(uint8_t *m, size_t len, uint64_t ttl_ms, uint64_t now);
+
 
 /* Whether bytes are a well-formed stored list or map (with TTL timestamps
  * if ttl): what a restore checks before it trusts a checkpoint's values. */

@@ -86,6 +86,8 @@ static int cut(stash_worker *w, uint64_t id)
         if (v < 0 && !err) err = (int)v;
     }
     atomic_store(&cw->cut_error, err);
+    /* The time full snapshots of TTL states leave expired entries out by. */
+    atomic_store(&cw->cut_clock_ms, worker_clock_ms(w));
     atomic_store(&cw->pause_ns, shm_now_ns() - t0);
     atomic_store(&cw->acked, id);
     if (atomic_load(&c->aborted) >= id) release_own_cuts(w);

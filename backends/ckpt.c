@@ -394,10 +394,10 @@ static int64_t serialize_kg(stash_arena *a, const uint32_t *pins, const ckpt_opt
 {
     block->len = 0;
     if (o->reader) shm_table_walk_enter(a, kg, slot);
-    int64_t n = o->serialize_kg
-                    ? o->serialize_kg(o->serialize_ctx, kg, o->base_id, pins[kg], o->lz4, block)
+    int64_t n = o->serialize_kg ? o->serialize_kg(o->serialize_ctx, kg, o->base_id, pins[kg],
+                                                  o->lz4, o->base_id ? NULL : o->filter, block)
                 : o->base_id ? snap_write_kg_delta(a, kg, o->base_pins[kg], pins[kg], o->lz4, block)
-                             : snap_write_kg(a, kg, pins[kg], o->lz4, block);
+                             : snap_write_kg(a, kg, pins[kg], o->lz4, o->filter, block);
     if (o->reader) shm_table_walk_exit(a, kg, slot);
     return n;
 }

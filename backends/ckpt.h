@@ -37,6 +37,9 @@ typedef struct ckpt_opts {
     uint32_t op_parallelism; /* operator state: of this many workers (0: none) */
     const ckpt_blob *op_blobs; /* worker i's operator-state blob (opstate.h) */
     bool group;                /* directories 0750 and files 0640, not 0700 and 0600 */
+    /* A full checkpoint's records go through it (TTL states that leave out
+     * what expired at the cut); NULL: all of them. Deltas take no filter. */
+    const snap_filter *filter;
     /* If set, called in the writing thread once key group kg is serialized:
      * the checkpoint needs pins[kg] no longer, and releasing it then stops
      * kg's writers keeping old versions for it. Without reader, the caller's
@@ -48,7 +51,7 @@ typedef struct ckpt_opts {
      * key group's pin. Called from two threads at once for different key
      * groups, each announced in its reader slot as the walks are. */
     int64_t (*serialize_kg)(void *ctx, uint32_t kg, uint64_t base_id, uint32_t pin, bool lz4,
-                            snap_buf *out);
+                            const snap_filter *filter, snap_buf *out);
     void *serialize_ctx;
 } ckpt_opts;
 

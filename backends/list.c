@@ -216,3 +216,21 @@ bool list_bytes_valid(const uint8_t *v, size_t len, bool ttl)
     }
     return len > 0;
 }
+
+size_t list_keep_unexpired(const uint8_t *v, size_t len, uint64_t ttl_ms, uint64_t now,
+                           uint8_t *out)
+{
+    size_t kept = 0;
+    for (size_t off = 0; off + 4 + TTL_BYTES <= len;) {
+        uint32_t n;
+        memcpy(&n, v + off, 4);
+        size_t e = 4 + TTL_BYTES + (size_t)n;
+        if (e > len - off) break;
+        if (!ttl_expired(state_ts_get(v + off + 4), ttl_ms, now)) {
+            memcpy(out + kept, v + off, e);
+            kept += e;
+        }
+        off += e;
+    }
+    return kept;
+}

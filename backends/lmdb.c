@@ -720,7 +720,7 @@ static int delta_visit(const shm_rec *r, void *ctx)
 }
 
 int64_t lmdb_snap_write_kg(void *store, uint32_t kg, uint64_t base_id, uint32_t pin, bool lz4,
-                           snap_buf *out)
+                           const snap_filter *filter, snap_buf *out)
 {
     lmdb_store *st = store;
     kg_env *e = &st->envs[kg];
@@ -740,22 +740,30 @@ int64_t lmdb_snap_write_kg(void *store, uint32_t kg, uint64_t base_id, uint32_t 
     if (rc) return lmdb_fail(rc, "cannot walk its snapshot", e, kg);
     uint64_t n = 0;
     MDB_val k, v;
-    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0;
+    snap_buf scratch = {0};
+    int err = 0; /* stash's error, apart from LMDB's codes in rc */
+    for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0 && err == 0;
          rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
         lmdb_entry en;
         if (!decode(&k, &v, &en) || en.ns.len > UINT16_MAX || v.mv_size > UINT32_MAX) {
-            mdb_cursor_close(cur);
-            return shm_fail(STASH_ECORRUPT, "key group %u: a stored key of %zu bytes", kg,
-                            k.mv_size);
+            err =
+                shm_fail(STASH_ECORRUPT, "key group %u: a stored key of %zu bytes", kg, k.mv_size);
+            break;
         }
+        const uint8_t *value = v.mv_data;
+        uint32_t vlen = (uint32_t)v.mv_size;
+        int keep = filter ? filter->fn(filter->ctx, en.state, &value, &vlen, &scratch) : 1;
+        if (keep < 0) err = keep;
+        if (keep <= 0) continue;
         if (snap_block_add(out, en.state, en.key.data, (uint16_t)en.key.len, en.ns.data,
-                           (uint16_t)en.ns.len, v.mv_data, (uint32_t)v.mv_size, 0) < 0) {
-            mdb_cursor_close(cur);
-            return shm_fail(-ENOMEM, "out of memory");
-        }
-        n++;
+                           (uint16_t)en.ns.len, value, vlen, 0) < 0)
+            err = shm_fail(-ENOMEM, "out of memory");
+        else
+            n++;
     }
     mdb_cursor_close(cur);
+    snap_buf_free(&scratch);
+    if (err) return err;
     if (rc != MDB_NOTFOUND) return lmdb_fail(rc, "cannot walk its snapshot", e, kg);
     return snap_block_end(out, start, kg, n, 0, lz4);
 }

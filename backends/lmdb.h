@@ -76,7 +76,7 @@ void lmdb_ttl_cleanup(stash_state *s, uint32_t kg);
  * names since that checkpoint, deletions included; then closes them all. */
 int lmdb_snap_open(lmdb_store *st, uint32_t kg);
 int64_t lmdb_snap_write_kg(void *store, uint32_t kg, uint64_t base_id, uint32_t pin, bool lz4,
-                           snap_buf *out);
+                           const snap_filter *filter, snap_buf *out);
 /* Closes kg's snapshot (a cut it was opened for went away), or every one. */
 void lmdb_snap_close_kg(lmdb_store *st, uint32_t kg);
 void lmdb_snap_close(lmdb_store *st);

@@ -606,3 +606,19 @@ bool map_bytes_valid(const uint8_t *v, size_t len, bool ttl)
     }
     return live == h.count && gone == h.gone;
 }
+
+bool map_drop_expired(uint8_t *m, size_t len, uint64_t ttl_ms, uint64_t now)
+{
+    map_hdr h = hdr_get(m);
+    for (uint32_t i = 0; i < h.nslots; i++) {
+        uint32_t off = slot_get(m, i);
+        if (off <= SLOT_GONE || (size_t)off + 8 + TTL_BYTES > len) continue;
+        if (!ttl_expired(state_ts_get(m + off + 8), ttl_ms, now)) continue;
+        h.dead += 8 + TTL_BYTES + u32_at(m + off) + u32_at(m + off + 4);
+        h.count--;
+        h.gone++;
+        slot_put(m, i, SLOT_GONE);
+    }
+    hdr_put(m, &h);
+    return h.count > 0;
+}

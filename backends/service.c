@@ -252,6 +252,19 @@ static void release_cut(void *ctx, uint32_t kg)
 
 /* Writes the cut key groups with the operator state of p workers;
  * untracked is the lmdb change log's count of misses before the cut. */
+/* The TTL time of checkpoint id's cut: the earliest TTL clock of the
+ * workers that cut it (what is expired by it expired for all), else now. */
+static uint64_t cut_clock_ms(stash_service *s, uint64_t id, uint32_t p)
+{
+    uint64_t at = 0;
+    for (uint32_t i = 0; i < p; i++) {
+        shm_ctl_worker *w = &s->a->control->workers[i];
+        uint64_t ms = atomic_load(&w->cut_clock_ms);
+        if (atomic_load(&w->acked) == id && (at == 0 || ms < at)) at = ms;
+    }
+    return at ? at : shm_now_ns() / 1000000ull;
+}
+
 static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untracked, outcome *r)
 {
     stash_arena *a = s->a;
@@ -268,7 +281,12 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
     /* lmdb: a delta needs the change log whole since the base was cut. */
     bool delta = chain && s->base_id && s->since_full < full_every &&
                  (!s->lmdb || untracked == s->untracked_seen);
+    /* Full checkpoints leave out what expired at the cut, where states ask. */
+    ttl_cut *cut = malloc(sizeof *cut);
+    snap_filter filter = {ttl_cut_filter, cut};
+    bool filtered = cut && ttl_cut_init(a, cut_clock_ms(s, id, p), cut) > 0;
     ckpt_opts o = {.dir = s->dir,
+                   .filter = filtered ? &filter : NULL,
                    .id = id,
                    .lz4 = s->o.lz4,
                    .savepoint = r->savepoint,
@@ -299,6 +317,7 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
     }
     free(blobs);
     free(mem);
+    free(cut);
     if (s->lmdb) lmdb_snap_close(s->lmdb);
     if (rc && delta) {
         /* Whatever failed it (the base's metadata damaged or replaced, a

@@ -38,6 +38,8 @@ static int buf_reserve(snap_buf *b, size_t more)
 typedef struct writer {
     snap_buf *out;
     uint64_t records;
+    const snap_filter *filter;
+    snap_buf scratch;
 } writer;
 
 int snap_block_add(snap_buf *out, uint16_t state, const void *key, uint16_t klen, const void *ns,
@@ -58,8 +60,13 @@ int snap_block_add(snap_buf *out, uint16_t state, const void *key, uint16_t klen
 static int append_record(writer *w, const shm_rec *r, uint16_t flags)
 {
     uint32_t vlen = flags ? 0 : atomic_load_explicit(&r->vlen, memory_order_relaxed);
+    const uint8_t *value = shm_rec_value((shm_rec *)r);
+    if (w->filter && !flags) {
+        int keep = w->filter->fn(w->filter->ctx, r->state, &value, &vlen, &w->scratch);
+        if (keep <= 0) return keep;
+    }
     int rc = snap_block_add(w->out, r->state, shm_rec_key(r), r->klen, shm_rec_ns(r), r->nslen,
-                            shm_rec_value((shm_rec *)r), vlen, flags);
+                            value, vlen, flags);
     if (rc == 0) w->records++;
     return rc;
 }
@@ -127,13 +134,15 @@ int64_t snap_block_end(snap_buf *out, size_t start, uint32_t kg, uint64_t record
     return finish_block(out, start, kg, records, flags, lz4);
 }
 
-int64_t snap_write_kg(stash_arena *a, uint32_t kg, uint32_t version, bool lz4, snap_buf *out)
+int64_t snap_write_kg(stash_arena *a, uint32_t kg, uint32_t version, bool lz4,
+                      const snap_filter *filter, snap_buf *out)
 {
     size_t start = out->len;
     if (buf_reserve(out, sizeof(snap_block_hdr)) < 0) return -ENOMEM;
     out->len += sizeof(snap_block_hdr);
-    writer w = {out, 0};
+    writer w = {out, 0, filter, {0}};
     int rc = shm_table_walk_at(a, kg, version, write_record, &w);
+    snap_buf_free(&w.scratch);
     if (rc < 0) {
         out->len = start;
         return rc;
@@ -147,7 +156,7 @@ int64_t snap_write_kg_delta(stash_arena *a, uint32_t kg, uint32_t base, uint32_t
     size_t start = out->len;
     if (buf_reserve(out, sizeof(snap_block_hdr)) < 0) return -ENOMEM;
     out->len += sizeof(snap_block_hdr);
-    writer w = {out, 0};
+    writer w = {out, 0, NULL, {0}};
     int rc = shm_table_walk_delta(a, kg, base, version, write_change, &w);
     if (rc < 0) {
         out->len = start;

@@ -56,9 +56,33 @@ uint32_t snap_crc32c(uint32_t crc, const void *data, size_t len);
  * instructions. */
 uint32_t snap_crc32c_portable(uint32_t crc, const void *data, size_t len);
 
+/* What a full snapshot keeps of a record (Flink's cleanupFullSnapshot):
+ * returns 1 to keep it, with *value and *vlen rewritten (into scratch, the
+ * caller's) if part of it goes, 0 to leave it out, or an error. */
+typedef int snap_filter_fn(void *ctx, uint16_t state, const uint8_t **value, uint32_t *vlen,
+                           snap_buf *scratch);
+typedef struct snap_filter {
+    snap_filter_fn *fn;
+    void *ctx;
+} snap_filter;
+
+/* What full snapshots leave out of the states that ask for it (a
+ * snap_filter's context, state.c): entries expired at the cut's TTL time. */
+typedef struct ttl_cut {
+    uint64_t now_ms;
+    uint64_t ttl_ms[SHM_CATALOG_SIZE + 1]; /* per state id; 0: keep everything */
+    uint8_t kind[SHM_CATALOG_SIZE + 1];
+} ttl_cut;
+/* Fills cut from the arena's catalog for TTL time now_ms; returns how many
+ * states ask for the cleanup (0: no filter needed). */
+int ttl_cut_init(stash_arena *a, uint64_t now_ms, ttl_cut *cut);
+snap_filter_fn ttl_cut_filter;
+
 /* Appends key group kg as of the pinned version to out as one block,
- * compressed with LZ4 if lz4. Returns the records written or a negative error. */
-int64_t snap_write_kg(stash_arena *a, uint32_t kg, uint32_t version, bool lz4, snap_buf *out);
+ * compressed with LZ4 if lz4, each record through filter (NULL: all of
+ * them). Returns the records written or a negative error. */
+int64_t snap_write_kg(stash_arena *a, uint32_t kg, uint32_t version, bool lz4,
+                      const snap_filter *filter, snap_buf *out);
 
 /* Appends what changed in key group kg between the pinned versions base and
  * version: live entries as records, deleted ones as records flagged

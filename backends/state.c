@@ -15,6 +15,8 @@
 #include "backends/opstate.h"
 
 #define DEFAULT_CLEANUP_ENTRIES 5u
+/* The options byte that asks full snapshots to leave out what expired. */
+#define OPT_CLEANUP_FULL_SNAPSHOT 10
 
 static void options_bytes(const stash_state_desc *d, uint8_t out[32])
 {
@@ -22,6 +24,7 @@ static void options_bytes(const stash_state_desc *d, uint8_t out[32])
     memcpy(out, &d->ttl.ttl_ms, sizeof d->ttl.ttl_ms);
     out[8] = (uint8_t)d->ttl.update;
     out[9] = (uint8_t)d->ttl.visibility;
+    out[OPT_CLEANUP_FULL_SNAPSHOT] = d->ttl.cleanup_full_snapshot != 0;
 }
 
 static int check_desc(const stash_state_desc *d)
@@ -341,19 +344,61 @@ STASH_API int stash_state_clear(stash_state *state)
 
 /* ---- TTL ---------------------------------------------------------------- */
 
-uint64_t state_now(const stash_state *s)
+uint64_t worker_clock_ms(const stash_worker *w)
 {
-    if (s->w->clock) return s->w->clock(s->w->clock_ctx);
+    if (w->clock) return w->clock(w->clock_ctx);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+uint64_t state_now(const stash_state *s)
+{
+    return worker_clock_ms(s->w);
+}
+
 bool state_expired(const stash_state *s, uint64_t ts, uint64_t now)
 {
-    uint64_t expires = ts + s->ttl.ttl_ms;
-    if (expires < ts) expires = UINT64_MAX; /* saturate: never wrap into the past */
-    return expires <= now;
+    return ttl_expired(ts, s->ttl.ttl_ms, now);
+}
+
+int ttl_cut_init(stash_arena *a, uint64_t now_ms, ttl_cut *cut)
+{
+    memset(cut, 0, sizeof *cut);
+    cut->now_ms = now_ms;
+    int n = 0;
+    for (uint32_t i = 0; i < SHM_CATALOG_SIZE; i++) {
+        const shm_catalog_entry *e = &a->catalog[i];
+        if (!atomic_load(&e->used) || !e->options[OPT_CLEANUP_FULL_SNAPSHOT]) continue;
+        memcpy(&cut->ttl_ms[i + 1], e->options, sizeof cut->ttl_ms[i + 1]);
+        cut->kind[i + 1] = (uint8_t)e->kind;
+        n += cut->ttl_ms[i + 1] > 0;
+    }
+    return n;
+}
+
+int ttl_cut_filter(void *ctx, uint16_t state, const uint8_t **value, uint32_t *vlen,
+                   snap_buf *scratch)
+{
+    const ttl_cut *cut = ctx;
+    uint64_t ttl = state <= SHM_CATALOG_SIZE ? cut->ttl_ms[state] : 0;
+    if (!ttl) return 1;
+    if (cut->kind[state] != STASH_LIST && cut->kind[state] != STASH_MAP)
+        return *vlen < TTL_BYTES || !ttl_expired(state_ts_get(*value), ttl, cut->now_ms);
+    /* Lists per element, maps per user key: a filtered copy. */
+    if (state_reserve(&scratch->data, &scratch->cap, *vlen ? *vlen : 1) < 0)
+        return shm_fail(-ENOMEM, "out of memory");
+    size_t kept = *vlen;
+    if (cut->kind[state] == STASH_LIST) {
+        kept = list_keep_unexpired(*value, *vlen, ttl, cut->now_ms, scratch->data);
+    } else {
+        memcpy(scratch->data, *value, *vlen);
+        if (!map_drop_expired(scratch->data, *vlen, ttl, cut->now_ms)) kept = 0;
+    }
+    if (kept == 0) return 0;
+    *value = scratch->data;
+    *vlen = (uint32_t)kept;
+    return 1;
 }
 
 uint64_t state_ts_get(const uint8_t *p)

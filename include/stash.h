@@ -284,6 +284,11 @@ typedef struct stash_ttl {
      * that are never written again still go; stash_key_set then counts as a
      * write for the worker's views and iterators */
     int cleanup_every_record;
+    /* non-zero: full checkpoints and savepoints leave out the entries (list
+     * elements, map entries) expired at the cut, by the TTL clock of the
+     * worker that cut them (Flink's cleanupFullSnapshot); incremental ones
+     * keep them, as Flink's incremental RocksDB checkpoints do */
+    int cleanup_full_snapshot;
 } stash_ttl;
 
 /* A combining function: writes the result of combining acc (absent: len 0,

@@ -622,8 +622,10 @@ static void redistribute(uint32_t from, uint32_t to)
         const stash_bytes *el;
         size_t n;
         cr_assert_eq(stash_op_list_get(list, &el, &n), 0);
-        /* Contiguous chunks of the lists in worker order. */
-        size_t lo = (size_t)total * i / to, hi = (size_t)total * (i + 1) / to;
+        /* Contiguous chunks of the lists in worker order, the first workers
+         * one element more (Flink's round-robin repartitioner). */
+        size_t base = total / to, extra = total % to;
+        size_t lo = base * i + (i < extra ? i : extra), hi = lo + base + (i < extra ? 1 : 0);
         cr_assert_eq(n, hi - lo, "worker %u of %u: %zu list elements, want %zu", i, to, n, hi - lo);
         for (size_t e = 0; e < n; e++) {
             uint32_t got[2], at = (uint32_t)(lo + e), owner = 0;

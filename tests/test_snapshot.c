@@ -162,7 +162,7 @@ static void round_trip(bool lz4)
     fill(&a, 1); /* the owner writes on after the pin */
     snap_buf out = {0};
     for (uint32_t kg = 0; kg < KGS; kg++)
-        cr_assert_geq(snap_write_kg(a.arena, kg, pins[kg], lz4, &out), 0);
+        cr_assert_geq(snap_write_kg(a.arena, kg, pins[kg], lz4, NULL, &out), 0);
     for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(a.arena, kg, pins[kg]);
 
     open_side(&b, "snapb");
@@ -207,7 +207,7 @@ Test(snapshot, the_reader_refuses_every_damaged_block, .timeout = 120)
     fill(&a, 0);
     snap_buf out = {0}, scratch = {0};
     uint32_t v = (uint32_t)shm_table_pin(a.arena, 3);
-    cr_assert_gt(snap_write_kg(a.arena, 3, v, false, &out), 0);
+    cr_assert_gt(snap_write_kg(a.arena, 3, v, false, NULL, &out), 0);
     snap_block blk;
     /* Every single flipped bit, in the header or the payload, is caught. */
     for (size_t i = 0; i < out.len; i += 1 + i / 64) {
@@ -239,7 +239,7 @@ Test(snapshot, an_lz4_block_claiming_more_than_lz4_can_expand_is_refused_before_
     open_side(&a, "snaplz");
     fill(&a, 0);
     snap_buf out = {0}, scratch = {0};
-    cr_assert_gt(snap_write_kg(a.arena, 2, (uint32_t)shm_table_pin(a.arena, 2), true, &out), 0);
+    cr_assert_gt(snap_write_kg(a.arena, 2, (uint32_t)shm_table_pin(a.arena, 2), true, NULL, &out), 0);
     snap_block_hdr h;
     memcpy(&h, out.data, sizeof h);
     cr_assert(h.flags & SNAP_LZ4, "the block is compressed");
@@ -262,7 +262,7 @@ Test(snapshot, a_record_of_another_key_group_is_refused)
     open_side(&a, "snapkg");
     fill(&a, 0);
     snap_buf out = {0}, scratch = {0};
-    cr_assert_gt(snap_write_kg(a.arena, 5, 1, false, &out), 0);
+    cr_assert_gt(snap_write_kg(a.arena, 5, 1, false, NULL, &out), 0);
     /* Claim the records belong to key group 6, with valid checksums. */
     snap_block_hdr h;
     memcpy(&h, out.data, sizeof h);
@@ -298,7 +298,7 @@ Test(snapshot, a_delta_on_its_base_gives_the_later_state, .timeout = 120)
     for (uint32_t kg = 0; kg < KGS; kg++) base[kg] = (uint32_t)shm_table_pin(a.arena, kg);
     snap_buf full = {0}, delta = {0}, scratch = {0};
     for (uint32_t kg = 0; kg < KGS; kg++)
-        cr_assert_geq(snap_write_kg(a.arena, kg, base[kg], false, &full), 0);
+        cr_assert_geq(snap_write_kg(a.arena, kg, base[kg], false, NULL, &full), 0);
     for (uint32_t k = 0; k < 20000; k += 100) { /* 1% changed */
         stash_key_set(a.w, &k, sizeof k);
         memset(val, 0xee, sizeof val);

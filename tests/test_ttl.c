@@ -5,7 +5,10 @@
  * read, incremental cleanup on writes and at barriers, and keys iteration.
  */
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -469,4 +472,98 @@ Test(ttl, map_iteration_refreshes_entries_when_reads_do)
     stash_bytes v;
     cr_assert_eq(stash_map_get(s, "a", 1, &v), 0, "the iteration refreshed it");
     cr_assert_eq(stash_map_get(s, "b", 1, &v), 0);
+}
+
+typedef struct pending {
+    stash_arena *a;
+    stash_checkpoint_info info;
+    int rc;
+    atomic_bool done;
+} pending;
+
+static void *checkpoint_thread(void *arg)
+{
+    pending *x = arg;
+    x->rc = stash_checkpoint(x->a, 60000, &x->info);
+    atomic_store(&x->done, true);
+    return NULL;
+}
+
+/* Flink's cleanupFullSnapshot: a checkpoint leaves out what expired at its
+ * cut; restored with the clock set back, it stays gone. */
+Test(ttl, a_full_checkpoint_leaves_out_what_expired_at_the_cut, .timeout = 120)
+{
+    char dir[] = "/var/tmp/stash-ttl-full-XXXXXX", cmd[128];
+    cr_assert_not_null(mkdtemp(dir));
+    stash_service *svc;
+    cr_assert_eq(stash_service_start(arena_name, &(stash_service_opts){.dir = dir}, &svc), 0, "%s",
+                 stash_errmsg());
+    stash_state_desc d = {.name = "full", .kind = STASH_VALUE};
+    d.ttl = (stash_ttl){.ttl_ms = 100, .cleanup_full_snapshot = 1};
+    stash_state *v, *l, *m;
+    cr_assert_eq(stash_state_get(w, &d, &v), 0, "%s", stash_errmsg());
+    d.name = "fulllist", d.kind = STASH_LIST;
+    cr_assert_eq(stash_state_get(w, &d, &l), 0);
+    d.name = "fullmap", d.kind = STASH_MAP;
+    cr_assert_eq(stash_state_get(w, &d, &m), 0);
+    fake_now = 1000; /* old: expired at the cut */
+    stash_key_set(w, "old", 3);
+    cr_assert_eq(stash_value_put(v, "o", 1), 0);
+    stash_key_set(w, "mix", 3);
+    cr_assert_eq(stash_list_add(l, "a", 1), 0);
+    cr_assert_eq(stash_map_put(m, "a", 1, "1", 1), 0);
+    fake_now = 1150; /* new: alive at the cut */
+    cr_assert_eq(stash_list_add(l, "b", 1), 0);
+    cr_assert_eq(stash_map_put(m, "b", 1, "2", 1), 0);
+    stash_key_set(w, "new", 3);
+    cr_assert_eq(stash_value_put(v, "n", 1), 0);
+    fake_now = 1200; /* the cut */
+    pending x = {0};
+    cr_assert_eq(stash_arena_open(arena_name, NULL, &x.a), 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, checkpoint_thread, &x), 0);
+    stash_event ev;
+    while (!atomic_load(&x.done)) cr_assert_geq(stash_barrier(w, &ev), 0);
+    pthread_join(t, NULL);
+    cr_assert_eq(x.rc, 0, "%s", x.info.detail);
+    stash_arena_close(x.a);
+    stash_service_stop(svc);
+    /* Restored into a new arena, read with the clock set back to 1000. */
+    char name2[96];
+    stash_arena *b = test_arena_create("ttlfull", 32u << 20, 4, name2);
+    ioe_engine *e;
+    cr_assert_eq(ioe_engine_open(&(ioe_opts){0}, &e), 0);
+    ckpt_restored out;
+    cr_assert_eq(ckpt_restore(b, dir, 0, (stash_kg_range){0, 3}, e, &out), 0, "%s", stash_errmsg());
+    ckpt_restored_free(&out);
+    ioe_engine_close(e);
+    stash_worker *r;
+    cr_assert_eq(
+        stash_worker_open(name2, &(stash_worker_opts){.parallelism = 1, .clock = fake_clock}, &r),
+        0);
+    d.name = "full", d.kind = STASH_VALUE;
+    cr_assert_eq(stash_state_get(r, &d, &v), 0);
+    d.name = "fulllist", d.kind = STASH_LIST;
+    cr_assert_eq(stash_state_get(r, &d, &l), 0);
+    d.name = "fullmap", d.kind = STASH_MAP;
+    cr_assert_eq(stash_state_get(r, &d, &m), 0);
+    fake_now = 1000;
+    stash_bytes b1;
+    stash_key_set(r, "old", 3);
+    cr_assert_eq(stash_value_get(v, &b1), STASH_ENOTFOUND, "left out of the checkpoint");
+    stash_key_set(r, "new", 3);
+    cr_assert_eq(stash_value_get(v, &b1), 0);
+    stash_key_set(r, "mix", 3);
+    stash_iter it;
+    cr_assert_eq(stash_list_get(l, &it), 0);
+    cr_assert_eq(stash_iter_next(&it, NULL, &b1), 1);
+    cr_assert(b1.len == 1 && *(const char *)b1.data == 'b', "only the element alive at the cut");
+    cr_assert_eq(stash_iter_next(&it, NULL, &b1), 0);
+    cr_assert_eq(stash_map_get(m, "a", 1, &b1), STASH_ENOTFOUND);
+    cr_assert_eq(stash_map_get(m, "b", 1, &b1), 0);
+    stash_worker_close(r);
+    stash_arena_close(b);
+    stash_arena_destroy(name2, NULL);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
 }
