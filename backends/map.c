@@ -330,6 +330,25 @@ STASH_API int stash_map_remove(stash_state *state, const void *k, size_t klen)
     return slot == UINT32_MAX ? 0 : remove_slot(state, &l, &c, slot);
 }
 
+/* Stamps the entry in slot of c's owned map with now (a read under
+ * STASH_TTL_ON_READ_AND_WRITE) and views the map again: *view, with the
+ * entry's value at offset *at. */
+static int touch_entry(stash_state *s, const shm_lookup *l, shm_cursor *c, uint32_t slot,
+                       uint64_t now, stash_bytes *view, size_t *at)
+{
+    int rc = make_mutable(s, l, c);
+    if (rc < 0) return rc;
+    uint8_t *m = shm_rec_value(c->rec);
+    entry f = entry_at(s, m, slot_get(m, slot));
+    shm_region r = {(uint32_t)(f.ts - m), TTL_BYTES};
+    /* Eight bytes always fit the undo record. */
+    state_rec_write_begin(s, l->kg, c->rec, &r, 1);
+    state_ts_put((uint8_t *)f.ts, now);
+    if ((rc = state_rec_write_end(s, l->kg, c->rec)) < 0) return rc;
+    *at = (size_t)(f.value - m);
+    return state_view(s, l, c, view);
+}
+
 /* Reads the current key's map: its bytes, and where it lives if owned. */
 static int map_read(stash_state *s, shm_lookup *l, shm_cursor *c, stash_bytes *raw)
 {
@@ -367,16 +386,9 @@ STASH_API int stash_map_get(stash_state *state, const void *k, size_t klen, stas
         return rc < 0 ? rc : show ? 0 : STASH_ENOTFOUND;
     }
     if (owned && state->ttl.update == STASH_TTL_ON_READ_AND_WRITE) {
-        if ((rc = make_mutable(state, &l, &c)) < 0) return rc;
-        uint8_t *m = shm_rec_value(c.rec);
-        entry f = entry_at(state, m, slot_get(m, slot));
-        shm_region r = {(uint32_t)(f.ts - m), TTL_BYTES};
-        /* Eight bytes always fit the undo record. */
-        state_rec_write_begin(state, l.kg, c.rec, &r, 1);
-        state_ts_put((uint8_t *)f.ts, now);
-        if ((rc = state_rec_write_end(state, l.kg, c.rec)) < 0) return rc;
-        if ((rc = state_view(state, &l, &c, &raw)) < 0) return rc;
-        out->data = (const uint8_t *)raw.data + (f.value - m);
+        size_t at;
+        if ((rc = touch_entry(state, &l, &c, slot, now, &raw, &at)) < 0) return rc;
+        out->data = (const uint8_t *)raw.data + at;
     }
     return 0;
 }
@@ -435,16 +447,9 @@ static int iter_touch(iter_impl *it, uint32_t slot, uint64_t now)
     if (rc < 0) return rc;
     if (!s->w->lmdb && c.rec != it->rec)
         return shm_fail(STASH_ESTALE, "the map changed under its iterator");
-    if ((rc = make_mutable(s, &l, &c)) < 0) return rc;
-    uint8_t *m = shm_rec_value(c.rec);
-    entry f = entry_at(s, m, slot_get(m, slot));
-    shm_region r = {(uint32_t)(f.ts - m), TTL_BYTES};
-    /* Eight bytes always fit the undo record. */
-    state_rec_write_begin(s, l.kg, c.rec, &r, 1);
-    state_ts_put((uint8_t *)f.ts, now);
-    if ((rc = state_rec_write_end(s, l.kg, c.rec)) < 0) return rc;
     stash_bytes view;
-    if ((rc = state_view(s, &l, &c, &view)) < 0) return rc;
+    size_t at;
+    if ((rc = touch_entry(s, &l, &c, slot, now, &view, &at)) < 0) return rc;
     it->blob = view.data;
     it->rec = c.rec;
     it->writes = s->w->writes;

@@ -122,17 +122,23 @@ static void free_states(stash_state *s)
     }
 }
 
+/* Frees what the handle holds in this process's memory. */
+static void free_worker(stash_worker *w)
+{
+    stash_arena_close(w->arena);
+    free_states(w->states);
+    free(w->op_blobs);
+    free(w->op_mem);
+    free(w->key);
+    free(w);
+}
+
 STASH_API void stash_worker_close(stash_worker *worker)
 {
     if (!worker) return;
     if (worker->forked) {
         /* The slot, the pins and the LMDB handles stay the opener's. */
-        stash_arena_close(worker->arena);
-        free_states(worker->states);
-        free(worker->op_blobs);
-        free(worker->op_mem);
-        free(worker->key);
-        free(worker);
+        free_worker(worker);
         return;
     }
     remove_open(worker);
@@ -147,12 +153,7 @@ STASH_API void stash_worker_close(stash_worker *worker)
     }
     lmdb_store_close(worker);
     shm_registry_leave(worker->arena, worker->slot);
-    stash_arena_close(worker->arena);
-    free_states(worker->states);
-    free(worker->op_blobs);
-    free(worker->op_mem);
-    free(worker->key);
-    free(worker);
+    free_worker(worker);
 }
 
 STASH_API stash_arena *stash_worker_arena(const stash_worker *worker)

@@ -2,6 +2,8 @@
  * helpers.c: shared test helpers (see helpers.h).
  */
 #include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,4 +83,32 @@ unsigned test_seed(const char *test)
     unsigned seed = env ? (unsigned)strtoul(env, NULL, 10) : (unsigned)(ts.tv_sec ^ ts.tv_nsec);
     fprintf(stderr, "%s: seed %u (replay with STASH_TEST_SEED=%u)\n", test, seed, seed);
     return seed;
+}
+
+typedef struct pending_checkpoint {
+    stash_arena *a;
+    stash_checkpoint_info *out;
+    int rc;
+    atomic_bool done;
+} pending_checkpoint;
+
+static void *request_checkpoint(void *arg)
+{
+    pending_checkpoint *p = arg;
+    p->rc = stash_checkpoint(p->a, 60000, p->out);
+    atomic_store(&p->done, true);
+    return NULL;
+}
+
+int test_checkpoint_at_barriers(stash_arena *a, stash_worker *const *w, size_t n,
+                                stash_checkpoint_info *out)
+{
+    pending_checkpoint p = {.a = a, .out = out};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, request_checkpoint, &p), 0);
+    stash_event ev;
+    while (!atomic_load(&p.done))
+        for (size_t i = 0; i < n; i++) cr_assert_geq(stash_barrier(w[i], &ev), 0);
+    pthread_join(t, NULL);
+    return p.rc;
 }

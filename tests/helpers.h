@@ -42,6 +42,11 @@ stash_arena *test_arena_create(const char *tag, uint64_t size, uint32_t maxp, ch
 pid_t test_fork(int (*fn)(void *arg), void *arg);
 /* Waits for pid; returns its exit code, or 128 + signal if it was killed. */
 int test_wait(pid_t pid);
+/* Asks for a checkpoint of arena a from another thread while the n workers
+ * w (of this thread) reach barriers, until it has finished; returns what
+ * stash_checkpoint() returned, with *out set. */
+int test_checkpoint_at_barriers(stash_arena *a, stash_worker *const *w, size_t n,
+                                stash_checkpoint_info *out);
 /* The seed of a random test: $STASH_TEST_SEED to replay one, else the
  * clock's; printed with the test's name so that a failure can be replayed. */
 unsigned test_seed(const char *test);

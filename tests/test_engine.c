@@ -8,7 +8,6 @@
 #include <criterion/criterion.h>
 #include <ftw.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -391,21 +390,6 @@ Test(engine, a_workers_heartbeat_moves_at_its_barriers, .timeout = 60)
     stash_arena_destroy(name, NULL);
 }
 
-typedef struct cut_run {
-    stash_arena *a;
-    stash_checkpoint_info info;
-    int rc;
-    atomic_bool done;
-} cut_run;
-
-static void *checkpoint_thread(void *arg)
-{
-    cut_run *x = arg;
-    x->rc = stash_checkpoint(x->a, 60000, &x->info);
-    atomic_store(&x->done, true);
-    return NULL;
-}
-
 Test(engine, the_longest_cut_is_of_that_checkpoint_only, .timeout = 120)
 {
     char dir[128];
@@ -423,23 +407,19 @@ Test(engine, the_longest_cut_is_of_that_checkpoint_only, .timeout = 120)
     static uint8_t element[4096];
     for (int i = 0; i < 2000; i++)
         cr_assert_eq(stash_op_list_add(offsets, element, sizeof element), 0);
-    cut_run x = {0};
-    cr_assert_eq(stash_arena_open(name, NULL, &x.a), 0);
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, checkpoint_thread, &x), 0);
-    stash_event ev;
-    while (!atomic_load(&x.done)) cr_assert_geq(stash_barrier(w, &ev), 0);
-    pthread_join(t, NULL);
-    cr_assert_eq(x.rc, 0, "%s", x.info.detail);
-    cr_assert_gt(x.info.pause_ns, 0);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_checkpoint_info first;
+    cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &first), 0, "%s", first.detail);
+    cr_assert_gt(first.pause_ns, 0);
     /* The worker leaves; the engine cuts its key groups itself. */
     stash_worker_close(w);
     stash_checkpoint_info second;
-    cr_assert_eq(stash_checkpoint(x.a, 60000, &second), 0, "%s", second.detail);
-    cr_assert_lt(second.pause_ns, x.info.pause_ns, "%llu after %llu",
-                 (unsigned long long)second.pause_ns, (unsigned long long)x.info.pause_ns);
+    cr_assert_eq(stash_checkpoint(a, 60000, &second), 0, "%s", second.detail);
+    cr_assert_lt(second.pause_ns, first.pause_ns, "%llu after %llu",
+                 (unsigned long long)second.pause_ns, (unsigned long long)first.pause_ns);
     stash_service_stop(s);
-    stash_arena_close(x.a);
+    stash_arena_close(a);
     stash_arena_destroy(name, NULL);
     drop_dir(dir);
 }

@@ -585,8 +585,6 @@ typedef struct in_process {
     stash_worker *w[2];
     stash_state *v[2];
     stash_checkpoint_info info;
-    int rc;
-    atomic_bool done;
 } in_process;
 
 /* Puts key k through whichever of the two workers owns its key group. */
@@ -597,26 +595,10 @@ static void put_owned(in_process *x, uint64_t k, uint64_t value)
     put_u64(x->v[owner], value);
 }
 
-static void *checkpoint_thread(void *arg)
-{
-    in_process *x = arg;
-    x->rc = stash_checkpoint(x->a, 60000, &x->info);
-    atomic_store(&x->done, true);
-    return NULL;
-}
-
-/* Both workers reach barriers until the checkpoint asked for in another
- * thread has finished. */
+/* Both workers reach barriers until a checkpoint has finished. */
 static void checkpoint_between_barriers(in_process *x)
 {
-    pthread_t t;
-    atomic_store(&x->done, false);
-    cr_assert_eq(pthread_create(&t, NULL, checkpoint_thread, x), 0);
-    stash_event ev;
-    while (!atomic_load(&x->done))
-        for (int i = 0; i < 2; i++) cr_assert_geq(stash_barrier(x->w[i], &ev), 0);
-    pthread_join(t, NULL);
-    cr_assert_eq(x->rc, 0, "%s", x->info.detail);
+    cr_assert_eq(test_checkpoint_at_barriers(x->a, x->w, 2, &x->info), 0, "%s", x->info.detail);
 }
 
 Test(lmdb, two_workers_and_the_engine_in_one_process_share_each_environment, .timeout = 120)

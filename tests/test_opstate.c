@@ -6,8 +6,6 @@
  * from any old worker that had it.
  */
 #include <criterion/criterion.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,32 +69,11 @@ static stash_state *state(stash_worker *w, const char *name, stash_kind kind)
     return s;
 }
 
-typedef struct pending {
-    job *j;
-    stash_checkpoint_info info;
-    int rc;
-    atomic_bool done;
-} pending;
-
-static void *checkpoint_thread(void *arg)
-{
-    pending *x = arg;
-    x->rc = stash_checkpoint(x->j->arena, 60000, &x->info);
-    atomic_store(&x->done, true);
-    return NULL;
-}
-
 /* A checkpoint, which every worker of the job cuts at its barriers. */
 static void checkpoint(job *j)
 {
-    pending x = {.j = j};
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, checkpoint_thread, &x), 0);
-    stash_event ev;
-    while (!atomic_load(&x.done))
-        for (uint32_t i = 0; i < j->p; i++) cr_assert_geq(stash_barrier(j->w[i], &ev), 0);
-    pthread_join(t, NULL);
-    cr_assert_eq(x.rc, 0, "%s", x.info.detail);
+    stash_checkpoint_info info;
+    cr_assert_eq(test_checkpoint_at_barriers(j->arena, j->w, j->p, &info), 0, "%s", info.detail);
 }
 
 static void add_u32s(stash_state *s, const uint32_t *v, size_t n)

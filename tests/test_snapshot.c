@@ -239,7 +239,8 @@ Test(snapshot, an_lz4_block_claiming_more_than_lz4_can_expand_is_refused_before_
     open_side(&a, "snaplz");
     fill(&a, 0);
     snap_buf out = {0}, scratch = {0};
-    cr_assert_gt(snap_write_kg(a.arena, 2, (uint32_t)shm_table_pin(a.arena, 2), true, NULL, &out), 0);
+    cr_assert_gt(snap_write_kg(a.arena, 2, (uint32_t)shm_table_pin(a.arena, 2), true, NULL, &out),
+                 0);
     snap_block_hdr h;
     memcpy(&h, out.data, sizeof h);
     cr_assert(h.flags & SNAP_LZ4, "the block is compressed");

@@ -5,8 +5,6 @@
  * read, incremental cleanup on writes and at barriers, and keys iteration.
  */
 #include <criterion/criterion.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -474,21 +472,6 @@ Test(ttl, map_iteration_refreshes_entries_when_reads_do)
     cr_assert_eq(stash_map_get(s, "b", 1, &v), 0);
 }
 
-typedef struct pending {
-    stash_arena *a;
-    stash_checkpoint_info info;
-    int rc;
-    atomic_bool done;
-} pending;
-
-static void *checkpoint_thread(void *arg)
-{
-    pending *x = arg;
-    x->rc = stash_checkpoint(x->a, 60000, &x->info);
-    atomic_store(&x->done, true);
-    return NULL;
-}
-
 /* Flink's cleanupFullSnapshot: a checkpoint leaves out what expired at its
  * cut; restored with the clock set back, it stays gone. */
 Test(ttl, a_full_checkpoint_leaves_out_what_expired_at_the_cut, .timeout = 120)
@@ -518,15 +501,11 @@ Test(ttl, a_full_checkpoint_leaves_out_what_expired_at_the_cut, .timeout = 120)
     stash_key_set(w, "new", 3);
     cr_assert_eq(stash_value_put(v, "n", 1), 0);
     fake_now = 1200; /* the cut */
-    pending x = {0};
-    cr_assert_eq(stash_arena_open(arena_name, NULL, &x.a), 0);
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, checkpoint_thread, &x), 0);
-    stash_event ev;
-    while (!atomic_load(&x.done)) cr_assert_geq(stash_barrier(w, &ev), 0);
-    pthread_join(t, NULL);
-    cr_assert_eq(x.rc, 0, "%s", x.info.detail);
-    stash_arena_close(x.a);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(arena_name, NULL, &a), 0);
+    stash_checkpoint_info info;
+    cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", info.detail);
+    stash_arena_close(a);
     stash_service_stop(svc);
     /* Restored into a new arena, read with the clock set back to 1000. */
     char name2[96];
