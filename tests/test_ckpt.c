@@ -104,6 +104,17 @@ static void restore_into_new(const char *dir, ioe_engine *e, uint64_t id, uint64
     close_job(&r);
 }
 
+/* Opens a job and takes checkpoints 1 and 2 of it into dir, every key at
+ * generation 1, then 2. */
+static void two_checkpoints(job *j, ioe_engine *e, const char *dir)
+{
+    open_job(j);
+    put_all(j, 1);
+    cr_assert_eq(checkpoint(j, e, dir, 1), 0, "%s", stash_errmsg());
+    put_all(j, 2);
+    cr_assert_eq(checkpoint(j, e, dir, 2), 0, "%s", stash_errmsg());
+}
+
 static void make_dir(char *dir)
 {
     snprintf(dir, 128, "/tmp/stash-ckpt-test-XXXXXX");
@@ -218,11 +229,7 @@ Test(ckpt, a_damaged_newest_checkpoint_gives_way_to_the_previous, .timeout = 120
             make_dir(dir);
             ioe_engine *e = engine(backends[b], NULL);
             job j;
-            open_job(&j);
-            put_all(&j, 1);
-            cr_assert_eq(checkpoint(&j, e, dir, 1), 0);
-            put_all(&j, 2);
-            cr_assert_eq(checkpoint(&j, e, dir, 2), 0);
+            two_checkpoints(&j, e, dir);
             snprintf(path, sizeof path, "%s/chk-2/%s", dir, cases[c].file);
             damage(path, cases[c].off, cases[c].truncate_to);
             uint64_t before = dir_digest(dir);
@@ -246,11 +253,7 @@ Test(ckpt, a_read_error_costs_one_checkpoint_never_the_restore, .timeout = 120)
         make_dir(dir);
         ioe_engine *e = engine(backends[b], NULL);
         job j;
-        open_job(&j);
-        put_all(&j, 1);
-        cr_assert_eq(checkpoint(&j, e, dir, 1), 0);
-        put_all(&j, 2);
-        cr_assert_eq(checkpoint(&j, e, dir, 2), 0);
+        two_checkpoints(&j, e, dir);
         close_job(&j);
         ioe_engine_close(e);
         /* One read request fails, each in turn: the metadata's or the
@@ -287,11 +290,7 @@ Test(ckpt, a_checkpoint_holding_another_checkpoints_metadata_is_refused, .timeou
     make_dir(dir);
     ioe_engine *e = engine(IOE_THREADS, NULL);
     job j;
-    open_job(&j);
-    put_all(&j, 1);
-    cr_assert_eq(checkpoint(&j, e, dir, 1), 0);
-    put_all(&j, 2);
-    cr_assert_eq(checkpoint(&j, e, dir, 2), 0);
+    two_checkpoints(&j, e, dir);
     snprintf(cmd, sizeof cmd, "cp %s/chk-1/_metadata %s/chk-2/_metadata", dir, dir);
     cr_assert_eq(system(cmd), 0);
     snprintf(chk, sizeof chk, "%s/chk-2/", dir);
@@ -362,11 +361,7 @@ Test(ckpt, a_fifo_in_place_of_a_file_is_refused_without_blocking, .timeout = 60)
     make_dir(dir);
     ioe_engine *e = engine(IOE_THREADS, NULL);
     job j;
-    open_job(&j);
-    put_all(&j, 1);
-    cr_assert_eq(checkpoint(&j, e, dir, 1), 0);
-    put_all(&j, 2);
-    cr_assert_eq(checkpoint(&j, e, dir, 2), 0);
+    two_checkpoints(&j, e, dir);
     const char *files[] = {"_metadata", "kg-data.dat"};
     for (int i = 0; i < 2; i++) {
         snprintf(path, sizeof path, "%s/chk-2/%s", dir, files[i]);
@@ -469,11 +464,7 @@ Test(ckpt, a_checkpoint_without_metadata_does_not_exist, .timeout = 60)
     make_dir(dir);
     ioe_engine *e = engine(IOE_THREADS, NULL);
     job j;
-    open_job(&j);
-    put_all(&j, 1);
-    cr_assert_eq(checkpoint(&j, e, dir, 1), 0);
-    put_all(&j, 2);
-    cr_assert_eq(checkpoint(&j, e, dir, 2), 0);
+    two_checkpoints(&j, e, dir);
     snprintf(path, sizeof path, "%s/chk-2/_metadata", dir);
     cr_assert_eq(unlink(path), 0);
     ckpt_restored out;
