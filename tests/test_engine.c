@@ -273,10 +273,10 @@ static void mount_tmpfs(char *dir, size_t cap, const char *tag)
     snprintf(mounted, sizeof mounted, "%s", dir);
 }
 
-static void remount(const char *dir, bool read_only)
+static void remount_read_only(const char *dir)
 {
-    cr_assert_eq(mount(NULL, dir, NULL, MS_REMOUNT | (read_only ? MS_RDONLY : 0), NULL), 0,
-                 "remount %s: %s", dir, strerror(errno));
+    cr_assert_eq(mount(NULL, dir, NULL, MS_REMOUNT | MS_RDONLY, NULL), 0, "remount %s: %s", dir,
+                 strerror(errno));
 }
 
 Test(engine, a_read_only_checkpoint_directory_is_refused_at_start, .timeout = 60,
@@ -284,7 +284,7 @@ Test(engine, a_read_only_checkpoint_directory_is_refused_at_start, .timeout = 60
 {
     char dir[128];
     mount_tmpfs(dir, sizeof dir, "ro");
-    remount(dir, true);
+    remount_read_only(dir);
     stash_service *s = NULL;
     int rc = stash_service_start(test_arena_name("ro"), &(stash_service_opts){.dir = dir}, &s);
     cr_assert_eq(rc, -EROFS, "%s", stash_strerror(rc));
@@ -314,11 +314,11 @@ static bool logged(log_lines *l, const char *what)
     return found;
 }
 
-Test(engine, checkpoints_failing_in_a_row_back_off_and_say_so, .timeout = 120,
-     .fini = unmount_tmpfs)
+Test(engine, checkpoints_failing_in_a_row_back_off_and_say_so, .timeout = 120)
 {
-    char dir[128];
-    mount_tmpfs(dir, sizeof dir, "back");
+    char dir[128], away[160];
+    temp_dir(dir, sizeof dir, "back");
+    snprintf(away, sizeof away, "%s.away", dir);
     const char *name = test_arena_name("back");
     log_lines lines = {.mu = PTHREAD_MUTEX_INITIALIZER};
     stash_arena_opts ao = arena_opts;
@@ -334,8 +334,11 @@ Test(engine, checkpoints_failing_in_a_row_back_off_and_say_so, .timeout = 120,
     stash_checkpoint_info info;
     stash_service_info sv;
     cr_assert_eq(stash_checkpoint(a, 60000, &info), 0, "%s", info.detail);
-    /* The disk goes read-only: every checkpoint fails. */
-    remount(dir, true);
+    /* The directory goes (a file stands in its place): every checkpoint fails. */
+    cr_assert_eq(rename(dir, away), 0);
+    FILE *f = fopen(dir, "w");
+    cr_assert_not_null(f);
+    fclose(f);
     for (int i = 0; i < 3; i++) {
         cr_assert_eq(stash_checkpoint(a, 60000, &info), STASH_EABORTED);
         cr_assert(strstr(info.detail, dir), "%s", info.detail);
@@ -352,7 +355,8 @@ Test(engine, checkpoints_failing_in_a_row_back_off_and_say_so, .timeout = 120,
      * least two intervals after the last one ended. */
     cr_assert_geq(sv.next_ns, sv.recent[0].started_ns + 2 * interval_ms * 1000000ull, "%llu",
                   (unsigned long long)sv.next_ns);
-    remount(dir, false);
+    cr_assert_eq(unlink(dir), 0);
+    cr_assert_eq(rename(away, dir), 0);
     cr_assert_eq(stash_checkpoint(a, 60000, &info), 0, "%s", info.detail);
     cr_assert_eq(stash_service_info_get(a, &sv), 0);
     cr_assert_eq(sv.failing, 0);
@@ -362,6 +366,7 @@ Test(engine, checkpoints_failing_in_a_row_back_off_and_say_so, .timeout = 120,
     stash_service_stop(s);
     stash_arena_close(a);
     stash_arena_destroy(name, NULL);
+    drop_dir(dir);
 }
 
 static uint64_t coarse_now_ns(void)
