@@ -41,8 +41,8 @@ static int read_whole(ioe_engine *e, const char *path, size_t limit, uint8_t **o
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     if ((uint64_t)st.st_size > limit) {
         ioe_file_close(f);
-        return shm_fail(STASH_ECORRUPT, "%s: %lld bytes, more than %zu", path,
-                        (long long)st.st_size, limit);
+        return shm_fail(STASH_ECORRUPT, "%s: %lld bytes, more than the %zu its metadata names",
+                        path, (long long)st.st_size, limit);
     }
     *len = (size_t)st.st_size;
     /* Direct reads go whole aligned blocks at a time: the last one past the end. */
@@ -259,12 +259,29 @@ int ckpt_open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data
     return rc;
 }
 
+/* The bytes of a data file its metadata names: up to the end of its last
+ * key group's block. */
+static uint64_t named_bytes(const ckpt_view *v, const ckpt_file *f)
+{
+    uint64_t end = 0;
+    for (uint32_t kg = 0; kg < v->max_parallelism; kg++) {
+        md_extent x;
+        memcpy(&x, f->extents + kg * sizeof x, sizeof x);
+        if (x.offset > UINT64_MAX - x.size) return UINT64_MAX;
+        if (x.offset + x.size > end) end = x.offset + x.size;
+    }
+    return end;
+}
+
 int ckpt_view_load(ckpt_view *v, ioe_engine *e)
 {
     int rc = 0;
     for (uint32_t f = 0; rc == 0 && f < v->nfiles; f++) {
         ckpt_file *cf = &v->files[f];
-        rc = read_whole(e, cf->path, SIZE_MAX, &cf->data, &cf->len);
+        /* A file longer than its metadata says is not read whole. */
+        uint64_t named = named_bytes(v, cf);
+        rc = read_whole(e, cf->path, named < SIZE_MAX ? (size_t)named : SIZE_MAX, &cf->data,
+                        &cf->len);
     }
     return rc;
 }

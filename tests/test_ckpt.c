@@ -458,6 +458,26 @@ Test(ckpt, crafted_state_kinds_and_operator_state_are_refused_by_verify_and_rest
     remove_dir(dir);
 }
 
+Test(ckpt, a_data_file_longer_than_its_metadata_says_is_not_read_whole, .timeout = 60)
+{
+    char dir[128], path[256];
+    make_dir(dir);
+    ioe_engine *e = engine(IOE_THREADS, NULL);
+    job j;
+    two_checkpoints(&j, e, dir);
+    /* A sparse gigabyte after the blocks. */
+    snprintf(path, sizeof path, "%s/chk-2/kg-data.dat", dir);
+    cr_assert_eq(truncate(path, 1ll << 30), 0);
+    ckpt_restored out;
+    restore_into_new(dir, e, 0, 1, &out);
+    cr_assert_eq(out.id, 1);
+    cr_assert(strstr(out.why, "more than the") && strstr(out.why, "its metadata names"), "%s",
+              out.why);
+    close_job(&j);
+    ioe_engine_close(e);
+    remove_dir(dir);
+}
+
 Test(ckpt, a_checkpoint_without_metadata_does_not_exist, .timeout = 60)
 {
     char dir[128], path[256];
