@@ -551,3 +551,83 @@ int ckpt_newest(const char *dir, ioe_engine *e, uint64_t *id, uint32_t *max_para
         return shm_fail(rc, "%s: no checkpoint's metadata can be used: %s", dir, why);
     return rc;
 }
+
+/* The records of one key group, copied (a block's bytes may be a scratch
+ * buffer the next block reuses), in the order the files gave them. */
+typedef struct kg_records {
+    snap_record *r;
+    size_t n, cap;
+} kg_records;
+
+static int keep_copy(void *ctx, uint32_t kg, const snap_record *r)
+{
+    kg_records *k = ctx;
+    (void)kg;
+    if (k->n == k->cap) {
+        size_t cap = k->cap ? 2 * k->cap : 256;
+        snap_record *grown = realloc(k->r, cap * sizeof *grown);
+        if (!grown) return shm_fail(-ENOMEM, "out of memory");
+        k->r = grown;
+        k->cap = cap;
+    }
+    uint8_t *mem = malloc((size_t)r->klen + r->nslen + r->vlen + 1);
+    if (!mem) return shm_fail(-ENOMEM, "out of memory");
+    snap_record c = *r;
+    memcpy(mem, r->key, r->klen);
+    memcpy(mem + r->klen, r->ns, r->nslen);
+    if (r->vlen) memcpy(mem + r->klen + r->nslen, r->value, r->vlen);
+    c.key = mem;
+    c.ns = mem + r->klen;
+    c.value = mem + r->klen + r->nslen;
+    k->r[k->n++] = c;
+    return 0;
+}
+
+/* Whether two records are of one entry. */
+static bool by_entry_same(const snap_record *a, const snap_record *b)
+{
+    return a->state == b->state && a->klen == b->klen && a->nslen == b->nslen &&
+           memcmp(a->key, b->key, a->klen) == 0 && memcmp(a->ns, b->ns, a->nslen) == 0;
+}
+
+/* Orders records by entry (state, key, namespace), then as the files gave
+ * them: the last of each entry is its state as of the checkpoint. */
+static int by_entry(const void *x, const void *y)
+{
+    const snap_record *a = x, *b = y;
+    if (a->state != b->state) return a->state < b->state ? -1 : 1;
+    if (a->klen != b->klen) return a->klen < b->klen ? -1 : 1;
+    if (a->nslen != b->nslen) return a->nslen < b->nslen ? -1 : 1;
+    int c = memcmp(a->key, b->key, a->klen);
+    if (c == 0) c = memcmp(a->ns, b->ns, a->nslen);
+    if (c) return c;
+    /* The walk's order, kept in the unused hash field by the caller. */
+    return a->key_hash < b->key_hash ? -1 : a->key_hash > b->key_hash;
+}
+
+int64_t ckpt_view_walk_latest(const ckpt_view *v, stash_kg_range range, snap_record_fn *fn,
+                              void *ctx)
+{
+    int64_t total = 0;
+    for (uint32_t kg = range.first; kg <= range.last && total >= 0; kg++) {
+        kg_records k = {0};
+        int64_t n = ckpt_view_walk(v, (stash_kg_range){kg, kg}, keep_copy, &k);
+        if (n >= 0) {
+            for (size_t i = 0; i < k.n; i++) k.r[i].key_hash = i;
+            qsort(k.r, k.n, sizeof *k.r, by_entry);
+            n = 0;
+            for (size_t i = 0; i < k.n && n >= 0; i++) {
+                bool last = i + 1 == k.n || !by_entry_same(&k.r[i], &k.r[i + 1]);
+                if (!last || (k.r[i].flags & SNAP_REC_DELETED)) continue;
+                snap_record r = k.r[i];
+                r.key_hash = stash_hash(r.key, r.klen);
+                int rc = fn(ctx, kg, &r);
+                n = rc < 0 ? rc : n + 1;
+            }
+        }
+        for (size_t i = 0; i < k.n; i++) free((void *)k.r[i].key);
+        free(k.r);
+        total = n < 0 ? n : total + n;
+    }
+    return total;
+}

@@ -312,7 +312,7 @@ static int cmd_dump(const snap_args *a, ioe_engine *e)
     for (uint32_t kg = 0; kg < v.max_parallelism && n >= 0; kg++) {
         if (progress)
             fprintf(stderr, "\r\033[Kdump: key group %u of %u", kg + 1, v.max_parallelism);
-        int64_t k = ckpt_view_walk(&v, (stash_kg_range){kg, kg}, dump_record, &d);
+        int64_t k = ckpt_view_walk_latest(&v, (stash_kg_range){kg, kg}, dump_record, &d);
         n = k < 0 ? k : n + k;
     }
     if (progress) fputs("\r\033[K", stderr);
@@ -370,7 +370,7 @@ static int load_entries(const char *arg, ioe_engine *e, collector *c)
     int rc = resolve(arg, e, false, &v);
     if (rc) return rc;
     *c = (collector){.v = &v};
-    int64_t n = ckpt_view_walk(&v, (stash_kg_range){0, v.max_parallelism - 1}, collect, c);
+    int64_t n = ckpt_view_walk_latest(&v, (stash_kg_range){0, v.max_parallelism - 1}, collect, c);
     ckpt_view_close(&v);
     if (n < 0) return (int)n;
     qsort(c->e, c->n, sizeof *c->e, by_id);
