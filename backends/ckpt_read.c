@@ -120,6 +120,19 @@ static int parse_opstate(ckpt_view *v, uint64_t at, uint64_t end)
     return 0;
 }
 
+/* Whether a state's options are ones a registration makes (docs/format.md):
+ * an update type and a visibility of 0 or 1, a flag of 0 or 1, zeros after
+ * them, and no TTL on operator state. */
+static bool options_valid(const ckpt_state *s)
+{
+    uint64_t ttl_ms;
+    memcpy(&ttl_ms, s->options, sizeof ttl_ms);
+    if (s->options[8] > 1 || s->options[9] > 1 || s->options[10] > 1) return false;
+    for (size_t i = 11; i < sizeof s->options; i++)
+        if (s->options[i]) return false;
+    return !(opstate_kind((stash_kind)s->kind) && ttl_ms);
+}
+
 static int parse_metadata(ckpt_view *v)
 {
     const uint8_t *p = v->md;
@@ -165,6 +178,10 @@ static int parse_metadata(ckpt_view *v)
         if (s.kind < STASH_VALUE || s.kind > STASH_OP_BROADCAST)
             return shm_fail(STASH_ECORRUPT, "%s: offset %zu: state '%s' of kind %u, which is none",
                             path, sizeof h + i * sizeof(ckpt_state), s.name, s.kind);
+        if (!options_valid(&s))
+            return shm_fail(STASH_ECORRUPT,
+                            "%s: offset %zu: state '%s' with TTL options no state has", path,
+                            sizeof h + i * sizeof(ckpt_state), s.name);
     }
     v->files = calloc(h.nfiles, sizeof *v->files);
     if (!v->files) return -ENOMEM;

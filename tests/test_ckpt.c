@@ -381,16 +381,16 @@ Test(ckpt, a_fifo_in_place_of_a_file_is_refused_without_blocking, .timeout = 60)
     remove_dir(dir);
 }
 
-/* Sets the kind of the metadata's first state and seals the metadata with
- * a checksum that matches again, as a crafted checkpoint would. */
-static void craft_kind(const char *meta, uint16_t kind)
+/* Sets the bytes at offset at of the metadata's first state and seals the
+ * metadata with a checksum that matches again, as a crafted checkpoint would. */
+static void craft_state(const char *meta, size_t at, const void *bytes, size_t len)
 {
     FILE *f = fopen(meta, "r+b");
     cr_assert_not_null(f);
     static uint8_t md[1 << 20];
     size_t n = fread(md, 1, sizeof md, f);
     cr_assert_gt(n, sizeof(md_header) + sizeof(ckpt_state));
-    memcpy(md + sizeof(md_header) + offsetof(ckpt_state, kind), &kind, 2);
+    memcpy(md + sizeof(md_header) + at, bytes, len);
     uint32_t crc = snap_crc32c(0, md, n - 4);
     memcpy(md + n - 4, &crc, 4);
     rewind(f);
@@ -429,11 +429,22 @@ Test(ckpt, crafted_state_kinds_and_operator_state_are_refused_by_verify_and_rest
     cr_assert_eq(checkpoint(&j, e, dir, 1), 0);
     snprintf(chk, sizeof chk, "%s/chk-1", dir);
     snprintf(meta, sizeof meta, "%s/_metadata", chk);
-    craft_kind(meta, 9);
+    uint16_t kind = 9;
+    craft_state(meta, offsetof(ckpt_state, kind), &kind, 2);
     refused_alike(dir, chk, e, "kind 9, which is none");
     /* The keyed state called an operator list. */
-    craft_kind(meta, STASH_OP_LIST);
+    kind = STASH_OP_LIST;
+    craft_state(meta, offsetof(ckpt_state, kind), &kind, 2);
     refused_alike(dir, chk, e, "keyed record of operator state 'v'");
+    kind = STASH_VALUE;
+    craft_state(meta, offsetof(ckpt_state, kind), &kind, 2);
+    /* An update type out of range, then a reserved byte set. */
+    uint8_t seven = 7, zero = 0;
+    craft_state(meta, offsetof(ckpt_state, options) + 8, &seven, 1);
+    refused_alike(dir, chk, e, "TTL options no state has");
+    craft_state(meta, offsetof(ckpt_state, options) + 8, &zero, 1);
+    craft_state(meta, offsetof(ckpt_state, options) + 20, &seven, 1);
+    refused_alike(dir, chk, e, "TTL options no state has");
     /* Operator state that names the keyed state. */
     uint8_t blob[16] = {0};
     uint32_t count = 1, entries = 0;
