@@ -441,7 +441,7 @@ static void *helper_main(void *arg)
 
 /* Streams key group kg's block, recording where it lies. */
 static int emit(const ckpt_opts *o, stream *out, uint32_t kg, block_buf *bb, md_extent *ext,
-                uint64_t *records)
+                uint64_t *records, uint32_t *crc)
 {
     if (bb->n < 0) {
         block_set(out, bb, BLOCK_FREE);
@@ -456,6 +456,8 @@ static int emit(const ckpt_opts *o, stream *out, uint32_t kg, block_buf *bb, md_
                         out->path, (unsigned long long)o->id, (unsigned long long)o->cap_bytes);
     }
     ext[kg].size = bb->b.len;
+    /* Blocks go in key-group order: the file's checksum in the metadata. */
+    *crc = snap_crc32c(*crc, bb->b.data, bb->b.len);
     return stream_block(out, bb, &ext[kg].offset);
 }
 
@@ -482,7 +484,7 @@ static void await_block(helper *h, stream *out, block_buf *bb)
  * processors (and, for such a writer, a second reader slot), a second thread
  * serializes every other key group. */
 static int serialize(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, stream *out,
-                     md_extent *ext, uint64_t *records)
+                     md_extent *ext, uint64_t *records, uint32_t *crc)
 {
     block_buf own[BLOCK_BUFS];
     helper h = {.a = a, .pins = pins, .o = o};
@@ -522,7 +524,7 @@ static int serialize(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, s
             await_block(&h, out, bb);
             if (bb->n < 0) shm_fail((int)bb->n, "%s", bb->why);
         }
-        rc = emit(o, out, kg, bb, ext, records);
+        rc = emit(o, out, kg, bb, ext, records, crc);
         if (rc == 0 && o->serialized) o->serialized(o->serialized_ctx, kg);
     }
     if (two) {
@@ -550,7 +552,7 @@ static int serialize(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, s
 /* Lists the base checkpoint's files, then the new one. The base view stays
  * open for its extents. */
 static int list_files(stash_arena *a, const ckpt_opts *o, const char *own, const md_extent *ext,
-                      ckpt_view *base, file_list *fl)
+                      uint32_t crc, ckpt_view *base, file_list *fl)
 {
     fl->n = 0;
     if (o->base_id) {
@@ -567,7 +569,8 @@ static int list_files(stash_arena *a, const ckpt_opts *o, const char *own, const
         for (uint32_t f = 0; f < base->nfiles; f++) {
             md_file m = {.first_kg = 0,
                          .last_kg = a->hdr->max_parallelism - 1,
-                         .flags = base->files[f].flags};
+                         .flags = base->files[f].flags,
+                         .reserved = base->files[f].crc};
             memcpy(m.name, base->files[f].name, sizeof m.name);
             fl->files[fl->n] = m;
             fl->extents[fl->n++] = base->files[f].extents;
@@ -575,7 +578,8 @@ static int list_files(stash_arena *a, const ckpt_opts *o, const char *own, const
     }
     md_file m = {.first_kg = 0,
                  .last_kg = a->hdr->max_parallelism - 1,
-                 .flags = o->base_id ? CKPT_FILE_DELTA : 0};
+                 .flags = (o->base_id ? CKPT_FILE_DELTA : 0) | CKPT_FILE_CRC,
+                 .reserved = crc};
     snprintf(m.name, sizeof m.name, "%s", own);
     fl->files[fl->n] = m;
     fl->extents[fl->n++] = (const uint8_t *)ext;
@@ -639,17 +643,18 @@ int ckpt_write(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, ckpt_wr
     ckpt_view base = {0};
     file_list fl;
     uint64_t records = 0, data_bytes = 0;
+    uint32_t crc = 0;
     stream data;
     md_extent *ext = calloc(maxp, sizeof *ext);
     rc = ext ? ckpt_path_of(path, "%s/%s", in_shared ? o->dir : chk, own) : -ENOMEM;
     if (rc == 0) rc = stream_open(&data, o->engine, path, file_mode(o->group));
     if (rc == 0) {
-        rc = serialize(a, pins, o, &data, ext, &records);
+        rc = serialize(a, pins, o, &data, ext, &records, &crc);
         data_bytes = data.end;
         int closed = stream_close(&data);
         if (rc == 0) rc = closed;
     }
-    if (rc == 0) rc = list_files(a, o, own, ext, &base, &fl);
+    if (rc == 0) rc = list_files(a, o, own, ext, crc, &base, &fl);
     if (rc == 0 && in_shared) rc = ckpt_sync_dir(shared);
     if (rc == 0) rc = build_metadata(a, o, &fl, &md);
     if (rc == 0) rc = ckpt_path_of(path, "%s/_metadata.tmp", chk);

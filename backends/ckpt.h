@@ -16,6 +16,7 @@
 #define CKPT_BACKEND_LMDB 2u
 #define CKPT_MAX_FILES 64u /* a chain: one full data file, then deltas */
 #define CKPT_FILE_DELTA 1u /* a data file of delta blocks */
+#define CKPT_FILE_CRC 2u   /* the metadata holds the CRC32C of the file's blocks in order */
 /* The memory storage: checkpoints in shared memory, capped (Flink's
  * MemoryStateBackend keeps 5 MiB by default). */
 #define CKPT_MEMORY_DEFAULT_CAP (5ull << 20)
@@ -128,7 +129,8 @@ typedef struct ckpt_state {
 /* One data file of a checkpoint, as its metadata names it. */
 typedef struct ckpt_file {
     char name[64];          /* "kg-data.dat" in the checkpoint, or "shared/NAME" beside it */
-    uint32_t flags;         /* CKPT_FILE_DELTA */
+    uint32_t flags;         /* CKPT_FILE_DELTA, CKPT_FILE_CRC */
+    uint32_t crc;           /* with CKPT_FILE_CRC: of its key groups' blocks, in order */
     const uint8_t *extents; /* per key group: offset and size of its block (in the metadata) */
     char path[4096];
     uint8_t *data; /* the file's bytes */

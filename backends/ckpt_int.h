@@ -31,7 +31,7 @@ typedef struct md_file {
     uint32_t first_kg;
     uint32_t last_kg;
     uint32_t flags;
-    uint32_t reserved;
+    uint32_t reserved; /* with CKPT_FILE_CRC: the CRC32C of the file's blocks in order */
 } md_file;
 
 typedef struct md_extent {

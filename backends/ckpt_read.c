@@ -190,14 +190,15 @@ static int parse_metadata(ckpt_view *v)
         md_file m;
         memcpy(&m, p + at, sizeof m);
         if (!safe_name(m.name, sizeof m.name) || m.first_kg != 0 ||
-            m.last_kg != h.max_parallelism - 1 || (m.flags & ~CKPT_FILE_DELTA) ||
-            (f == 0) != !(m.flags & CKPT_FILE_DELTA))
+            m.last_kg != h.max_parallelism - 1 || (m.flags & ~(CKPT_FILE_DELTA | CKPT_FILE_CRC)) ||
+            (!(m.flags & CKPT_FILE_CRC) && m.reserved) || (f == 0) != !(m.flags & CKPT_FILE_DELTA))
             return shm_fail(STASH_ECORRUPT,
                             "%s: offset %zu: a data file entry that names a path "
                             "outside the checkpoint, a bad range or kind",
                             path, at);
         memcpy(v->files[f].name, m.name, sizeof m.name);
         v->files[f].flags = m.flags;
+        v->files[f].crc = m.reserved;
         v->files[f].extents = p + at + sizeof m;
         at += sizeof m + h.max_parallelism * sizeof(md_extent);
     }
@@ -290,6 +291,38 @@ static uint64_t named_bytes(const ckpt_view *v, const ckpt_file *f)
     return end;
 }
 
+/* A data file is the one its metadata names, not another checkpoint's with
+ * blocks of the same sizes: the CRC32C of its blocks in key-group order. */
+static int check_file_crc(const ckpt_view *v, const ckpt_file *f)
+{
+    if (!(f->flags & CKPT_FILE_CRC)) return 0;
+    uint32_t crc = 0;
+    for (uint32_t kg = 0; kg < v->max_parallelism; kg++) {
+        md_extent x;
+        memcpy(&x, f->extents + kg * sizeof x, sizeof x);
+        if (x.offset > f->len || x.size > f->len - x.offset)
+            return shm_fail(STASH_ECORRUPT, "%s: key group %u at offset %llu beyond the file's %zu",
+                            f->path, kg, (unsigned long long)x.offset, f->len);
+        crc = snap_crc32c(crc, f->data + x.offset, x.size);
+    }
+    if (crc == f->crc) return 0;
+    /* A damaged block is named by its own checks, with its offset. */
+    snap_buf scratch = {0};
+    int rc = 0;
+    for (uint32_t kg = 0; kg < v->max_parallelism && rc == 0; kg++) {
+        md_extent x;
+        memcpy(&x, f->extents + kg * sizeof x, sizeof x);
+        snap_block b;
+        rc = snap_read_block(f->data + x.offset, x.size, f->path, x.offset, &scratch, &b);
+    }
+    snap_buf_free(&scratch);
+    if (rc) return rc;
+    return shm_fail(STASH_ECORRUPT,
+                    "%s: its blocks' checksum %08x is not the %08x its metadata names: the file "
+                    "of another checkpoint, or damaged",
+                    f->path, crc, f->crc);
+}
+
 int ckpt_view_load(ckpt_view *v, ioe_engine *e)
 {
     int rc = 0;
@@ -299,6 +332,7 @@ int ckpt_view_load(ckpt_view *v, ioe_engine *e)
         uint64_t named = named_bytes(v, cf);
         rc = read_whole(e, cf->path, named < SIZE_MAX ? (size_t)named : SIZE_MAX, &cf->data,
                         &cf->len);
+        if (rc == 0) rc = check_file_crc(v, cf);
     }
     return rc;
 }

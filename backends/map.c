@@ -194,18 +194,35 @@ static int rebuild(stash_state *s, const shm_lookup *l, shm_cursor *c, const uin
     return state_write_end(s, l, c, rec, at, 0);
 }
 
-/* Copies c's map into a new record with room for extra more bytes, every
- * slot where it was (an iterator over the map goes on), and publishes it. */
-static int grow_keeping_slots(stash_state *s, const shm_lookup *l, shm_cursor *c, size_t extra)
+/* Copies c's map compacted (its live entries only) into a new record with
+ * room for extra more bytes, every slot where it was, so that an iterator
+ * over the map goes on, and publishes it. */
+static int compact_keeping_slots(stash_state *s, const shm_lookup *l, shm_cursor *c, size_t extra)
 {
-    size_t len = atomic_load(&c->rec->vlen);
-    if (2 * (len + extra) > UINT32_MAX / 2)
-        return shm_fail(STASH_ETOOBIG, "a map of %zu bytes", len + extra);
+    const uint8_t *m = shm_rec_value(c->rec);
+    map_hdr h = hdr_get(m);
+    uint32_t start = entries_start(h.nslots);
+    size_t live = h.end - h.dead, need = start + live + extra;
+    if (need + need / 2 > UINT32_MAX / 2)
+        return shm_fail(STASH_ETOOBIG, "a map of %zu bytes", need);
     shm_rec *rec;
-    int rc = state_rec_new(s, l, 2 * (len + extra), &rec);
+    int rc = state_rec_new(s, l, need + need / 2, &rec);
     if (rc < 0) return rc;
-    memcpy(shm_rec_value(rec), shm_rec_value(c->rec), len);
-    return state_write_end(s, l, c, rec, len, 0);
+    uint8_t *n = shm_rec_value(rec);
+    memcpy(n, m, start); /* the header and the slots, gone ones included */
+    uint32_t at = start;
+    for (uint32_t i = 0; i < h.nslots; i++) {
+        uint32_t off = slot_get(m, i);
+        if (off <= SLOT_GONE) continue;
+        entry e = entry_at(s, m, off);
+        memcpy(n + at, m + off, e.bytes);
+        slot_put(n, i, at);
+        at += (uint32_t)e.bytes;
+    }
+    h.end = at - start;
+    h.dead = 0;
+    hdr_put(n, &h);
+    return state_write_end(s, l, c, rec, at, 0);
 }
 
 static int map_put_one(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *k,
@@ -233,9 +250,9 @@ static int map_put_one(stash_state *s, const shm_lookup *l, shm_cursor *c, const
     }
     if (slot != UINT32_MAX &&
         (!mutable || entries_start(h.nslots) + h.end + need > state_rec_capacity(s, c->rec))) {
-        /* A new value for a key the map has: appended in a larger copy that
-         * keeps every slot, so that iterators over the map go on. */
-        int rc = grow_keeping_slots(s, l, c, need);
+        /* A new value for a key the map has: appended in a compacted copy
+         * that keeps every slot, so that iterators over the map go on. */
+        int rc = compact_keeping_slots(s, l, c, need);
         if (rc < 0) return rc;
         m = shm_rec_value(c->rec);
         h = hdr_get(m);

@@ -489,6 +489,31 @@ Test(ckpt, a_data_file_longer_than_its_metadata_says_is_not_read_whole, .timeout
     remove_dir(dir);
 }
 
+Test(ckpt, a_data_file_of_another_checkpoint_with_blocks_of_the_same_sizes_is_refused,
+     .timeout = 60)
+{
+    char dir[128], cmd[512];
+    make_dir(dir);
+    ioe_engine *e = engine(IOE_THREADS, NULL);
+    job j;
+    open_job(&j);
+    /* Even ids: neither compressed, every block of the same size. */
+    put_all(&j, 2);
+    cr_assert_eq(checkpoint(&j, e, dir, 2), 0);
+    put_all(&j, 4);
+    cr_assert_eq(checkpoint(&j, e, dir, 4), 0);
+    snprintf(cmd, sizeof cmd, "cp %s/chk-2/kg-data.dat %s/chk-4/kg-data.dat", dir, dir);
+    cr_assert_eq(system(cmd), 0);
+    ckpt_restored out;
+    restore_into_new(dir, e, 0, 2, &out);
+    cr_assert_eq(out.id, 2, "checkpoint 4 holds checkpoint 2's values: refused");
+    cr_assert(strstr(out.why, "chk-4/kg-data.dat") && strstr(out.why, "another checkpoint"), "%s",
+              out.why);
+    close_job(&j);
+    ioe_engine_close(e);
+    remove_dir(dir);
+}
+
 Test(ckpt, a_checkpoint_without_metadata_does_not_exist, .timeout = 60)
 {
     char dir[128], path[256];

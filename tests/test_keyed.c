@@ -725,3 +725,35 @@ Test(keyed, a_map_iteration_sets_values_and_survives_puts_to_keys_the_map_has)
     stale = rc == STASH_ESTALE;
     cr_assert(stale, "%d", rc);
 }
+
+/* The bytes the current key's map of m takes, dead ones included. */
+static uint32_t map_bytes(stash_state *m)
+{
+    stash_iter it;
+    cr_assert_eq(stash_map_iter(m, &it), 0);
+    iter_impl x;
+    memcpy(&x, &it, sizeof x);
+    return x.blob_len;
+}
+
+Test(keyed, a_map_rewritten_under_pins_stays_compact)
+{
+    stash_state *m = state("compact", STASH_MAP);
+    key("k");
+    static char big[200];
+    memset(big, 'x', sizeof big);
+    for (uint32_t u = 0; u < 50; u++) cr_assert_eq(stash_map_put(m, &u, sizeof u, big, 10), 0);
+    uint32_t kg = (uint32_t)stash_key_group_current(w), most = 0;
+    /* Each rewrite changes a value's length while a version is pinned: the
+     * map is copied, and the copy must drop what is dead. */
+    for (uint32_t i = 0; i < 2000; i++) {
+        int64_t pin = test_backend() == STASH_BACKEND_HEAP ? shm_table_pin(arena, kg) : 0;
+        uint32_t u = i % 50;
+        cr_assert_eq(stash_map_put(m, &u, sizeof u, big, 10 + i % 100), 0);
+        if (pin > 0) shm_table_unpin(arena, kg, (uint32_t)pin);
+        uint32_t n = map_bytes(m);
+        if (n > most) most = n;
+    }
+    /* 50 entries of at most 110 bytes of value, and their slots: a few KiB. */
+    cr_assert_lt(most, 24 * 1024, "the map grew to %u bytes", most);
+}
