@@ -624,8 +624,8 @@ static int keep_copy(void *ctx, uint32_t kg, const snap_record *r)
     uint8_t *mem = malloc((size_t)r->klen + r->nslen + r->vlen + 1);
     if (!mem) return shm_fail(-ENOMEM, "out of memory");
     snap_record c = *r;
-    memcpy(mem, r->key, r->klen);
-    memcpy(mem + r->klen, r->ns, r->nslen);
+    if (r->klen) memcpy(mem, r->key, r->klen);
+    if (r->nslen) memcpy(mem + r->klen, r->ns, r->nslen);
     if (r->vlen) memcpy(mem + r->klen + r->nslen, r->value, r->vlen);
     c.key = mem;
     c.ns = mem + r->klen;
@@ -665,7 +665,7 @@ int64_t ckpt_view_walk_latest(const ckpt_view *v, stash_kg_range range, snap_rec
         int64_t n = ckpt_view_walk(v, (stash_kg_range){kg, kg}, keep_copy, &k);
         if (n >= 0) {
             for (size_t i = 0; i < k.n; i++) k.r[i].key_hash = i;
-            qsort(k.r, k.n, sizeof *k.r, by_entry);
+            if (k.n) qsort(k.r, k.n, sizeof *k.r, by_entry);
             n = 0;
             for (size_t i = 0; i < k.n && n >= 0; i++) {
                 bool last = i + 1 == k.n || !by_entry_same(&k.r[i], &k.r[i + 1]);
