@@ -549,8 +549,9 @@ static int serialize(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, s
     return rc;
 }
 
-/* Lists the base checkpoint's files, then the new one. The base view stays
- * open for its extents. */
+/* Lists the base checkpoint's files, after checking each still holds what
+ * its metadata says, then the new one. The base view stays open for its
+ * extents. */
 static int list_files(stash_arena *a, const ckpt_opts *o, const char *own, const md_extent *ext,
                       uint32_t crc, ckpt_view *base, file_list *fl)
 {
@@ -566,6 +567,14 @@ static int list_files(stash_arena *a, const ckpt_opts *o, const char *own, const
         if (base->nfiles >= CKPT_MAX_FILES)
             return shm_fail(-E2BIG, "%s: a chain of %u files: take a full checkpoint",
                             base->meta_path, base->nfiles);
+        /* The files it will depend on are still what was written: a delta
+         * over a damaged file would never restore. */
+        if ((rc = ckpt_view_check_files(base, o->engine)) != 0) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", stash_errmsg());
+            return shm_fail(rc, "checkpoint %llu would depend on a damaged file: %s",
+                            (unsigned long long)o->id, why);
+        }
         for (uint32_t f = 0; f < base->nfiles; f++) {
             md_file m = {.first_kg = 0,
                          .last_kg = a->hdr->max_parallelism - 1,

@@ -55,6 +55,10 @@ int ckpt_sync_dir(const char *path);
 int ckpt_open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data);
 /* Reads the data files of a view opened without them. */
 int ckpt_view_load(ckpt_view *v, ioe_engine *e);
+/* Reads each data file of a view opened without them, checks it against the
+ * metadata (its length and blocks' CRC32C) and lets it go: one file in
+ * memory at a time. */
+int ckpt_view_check_files(ckpt_view *v, ioe_engine *e);
 /* Hears that the records of key group kg ended (rc: 0, or the error that
  * stopped them); a negative return fails the walk. */
 typedef int ckpt_kg_done_fn(void *ctx, uint32_t kg, int rc);

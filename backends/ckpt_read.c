@@ -337,6 +337,22 @@ int ckpt_view_load(ckpt_view *v, ioe_engine *e)
     return rc;
 }
 
+int ckpt_view_check_files(ckpt_view *v, ioe_engine *e)
+{
+    int rc = 0;
+    for (uint32_t f = 0; rc == 0 && f < v->nfiles; f++) {
+        ckpt_file *cf = &v->files[f];
+        uint64_t named = named_bytes(v, cf);
+        rc = read_whole(e, cf->path, named < SIZE_MAX ? (size_t)named : SIZE_MAX, &cf->data,
+                        &cf->len);
+        if (rc == 0) rc = check_file_crc(v, cf);
+        free(cf->data);
+        cf->data = NULL;
+        cf->len = 0;
+    }
+    return rc;
+}
+
 int ckpt_view_open_path(const char *path, ioe_engine *e, ckpt_view *v)
 {
     return ckpt_open_view(path, e, v, true);

@@ -162,6 +162,75 @@ Test(engine, a_delta_that_fails_on_its_base_is_followed_by_a_full_checkpoint, .t
     drop_dir(dir);
 }
 
+/* Flips the byte at offset of the file at path. */
+static void flip_byte(const char *path, long offset)
+{
+    FILE *f = fopen(path, "r+");
+    cr_assert_not_null(f, "%s", path);
+    fseek(f, offset, SEEK_SET);
+    int c = fgetc(f);
+    cr_assert_neq(c, EOF, "%s is shorter than %ld bytes", path, offset);
+    fseek(f, offset, SEEK_SET);
+    fputc(c ^ 0x20, f);
+    fclose(f);
+}
+
+Test(engine, a_delta_never_depends_on_a_shared_file_damaged_after_it_was_written, .timeout = 120)
+{
+    char dir[128], path[256];
+    temp_dir(dir, sizeof dir, "shd");
+    const char *name = test_arena_name("shd");
+    stash_arena_opts ao = arena_opts;
+    ao.backend = test_backend();
+    stash_service *s = start(name, &(stash_service_opts){.arena = &ao, .dir = dir,
+                                                         .incremental = 1, .retain = 1});
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_worker *w;
+    stash_state *v;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    for (uint64_t k = 0; k < 64; k++) {
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_put(v, &k, sizeof k), 0);
+    }
+    stash_checkpoint_info info;
+    stash_event ev;
+    cr_assert_eq(stash_barrier(w, &ev), 0);
+    /* The worker's barriers cut each checkpoint; a thread of the test asks. */
+    cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", info.detail);
+    uint64_t first = info.id;
+    cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", info.detail);
+    cr_assert(info.incremental);
+    /* The full checkpoint's data file, which the delta and every next one
+     * would depend on, is damaged on the disk. */
+    snprintf(path, sizeof path, "%s/shared/%llu.dat", dir, (unsigned long long)first);
+    flip_byte(path, 40);
+    cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), STASH_EABORTED);
+    snprintf(path, sizeof path, "shared/%llu.dat: offset 40", (unsigned long long)first);
+    cr_assert(strstr(info.detail, "damaged file") && strstr(info.detail, path), "%s", info.detail);
+    cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", info.detail);
+    cr_assert(!info.incremental, "the next one depends on nothing");
+    stash_worker_close(w);
+    stash_service_stop(s);
+    stash_arena_close(a);
+    /* A power loss: the newest checkpoint, the only one retained, restores. */
+    stash_arena_destroy(name, NULL);
+    s = start(name, &(stash_service_opts){.arena = &ao, .dir = dir, .incremental = 1});
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    for (uint64_t k = 0; k < 64; k++) {
+        stash_bytes b;
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_get(v, &b), 0, "key %llu", (unsigned long long)k);
+        cr_assert_eq(test_u64(b.data), k);
+    }
+    stash_worker_close(w);
+    stash_service_stop(s);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
+
 /* Opens worker 0 of 1 (with rollback) and registers the value state v. */
 static stash_worker *open_worker(const char *name, bool rollback, stash_state **v)
 {
