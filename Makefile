@@ -1,14 +1,16 @@
 # The front door: every target is a thin wrapper over CMake.
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
 DEPS = liburing-dev liblmdb-dev libcriterion-dev libxxhash-dev liblz4-dev \
        pkg-config cmake build-essential python3
 BENCH_DEPS = fio redis-server librocksdb-dev libhiredis-dev
+FUZZ_DEPS = clang libclang-rt-14-dev
 
-.PHONY: all deps bench-deps build asan test test-asan demo bench install clean format
+.PHONY: all deps bench-deps fuzz-deps build asan fuzz-build test demo bench soak fuzz fuzz-corpus install clean format
 
 all: build
 
@@ -17,6 +19,9 @@ deps:
 
 bench-deps:
 	@sh tools/deps.sh $(BENCH_DEPS)
+
+fuzz-deps:
+	@sh tools/deps.sh $(FUZZ_DEPS)
 
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTASH_WERROR=ON $(CMAKE_ARGS)
@@ -30,15 +35,38 @@ $(ASAN_BUILD)/CMakeCache.txt:
 asan: $(ASAN_BUILD)/CMakeCache.txt
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 
-test: deps build asan
+# The fuzz targets: clang with libFuzzer, ASan and UBSan; nothing else built.
+$(FUZZ_BUILD)/CMakeCache.txt:
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	      -DSTASH_FUZZ=ON -DSTASH_TESTS=OFF -DSTASH_WERROR=ON $(CMAKE_ARGS)
+
+fuzz-build: fuzz-deps $(FUZZ_BUILD)/CMakeCache.txt
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+
+test: deps build asan fuzz-build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -LE nosan
+	cd $(FUZZ_BUILD) && ctest --output-on-failure -j $(JOBS)
 
 demo: deps build
 	$(BUILD)/tools/stash demo
 
 bench: deps build
 	$(BUILD)/tools/stash bench all
+
+# The crash campaign for MINUTES minutes (SEED=N replays a sequence of events).
+MINUTES ?= 60
+soak: deps build
+	$(BUILD)/tests/crash/stash-crash --minutes $(MINUTES) $(if $(SEED),--seed $(SEED))
+
+# The fuzz targets' seed corpus, written again from real checkpoints.
+fuzz-corpus: fuzz-build
+	$(FUZZ_BUILD)/tests/fuzz/stash-fuzz-seed tests/fuzz/corpus
+
+# Each fuzz target for MINUTES minutes, the two at once.
+fuzz: fuzz-build
+	cd $(FUZZ_BUILD) && STASH_FUZZ_SECONDS=$$(($(MINUTES) * 60)) \
+	    ctest --output-on-failure -j $(JOBS) --timeout $$(($(MINUTES) * 60 + 600))
 
 install: build
 	cmake --install $(BUILD)
@@ -47,4 +75,4 @@ format:
 	clang-format -i include/*.h shm/*.[ch] ioengine/*.[ch] backends/*.[ch] tools/*.[ch] tests/*.[ch]
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
