@@ -234,11 +234,12 @@ int worker_rollback(stash_worker *w)
      * restored here reaches a checkpoint that has the predecessor's offsets
      * (an lmdb cut is read when the engine takes it). */
     worker_await_cut_end(w);
-    if (shm_lock_acquire(&c->lock, NULL, NULL) < 0) return -EIO;
+    int rc = shm_lock_acquire(&c->lock, NULL, NULL);
+    if (rc < 0) return rc;
     memcpy(dir, c->dir, sizeof dir);
     shm_lock_release(&c->lock);
     ioe_engine *e;
-    int rc = ioe_engine_open(&(ioe_opts){0}, &e);
+    rc = ioe_engine_open(&(ioe_opts){0}, &e);
     if (rc < 0) return shm_fail(rc, "worker %u: no I/O engine for the rollback", w->slot);
     ckpt_restored out;
     /* Before choosing a checkpoint: retention leaves them all alone until the restore ends. */
@@ -368,7 +369,8 @@ STASH_API int stash_service_info_get(stash_arena *arena, stash_service_info *out
     memset(out, 0, sizeof *out);
     int32_t pid = 0;
     if (shm_service_alive(arena, &pid)) out->pid = pid;
-    if (shm_lock_acquire(&c->lock, NULL, NULL) < 0) return -EIO;
+    int rc = shm_lock_acquire(&c->lock, NULL, NULL);
+    if (rc < 0) return rc;
     out->since_ns = c->service_since_ns;
     memcpy(out->dir, c->dir, sizeof out->dir);
     out->pending = atomic_load(&c->pending);

@@ -355,7 +355,10 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
 static void publish(stash_service *s, uint64_t id, uint32_t p, uint64_t t0, const outcome *r)
 {
     shm_control *c = s->a->control;
-    shm_lock_acquire(&c->lock, NULL, NULL);
+    if (shm_lock_acquire(&c->lock, NULL, NULL) < 0) {
+        say(s, "checkpoint %llu: %s", (unsigned long long)id, stash_errmsg());
+        return;
+    }
     if (r->status == 0) {
         /* Each worker's newest blob becomes its committed one. */
         uint32_t old_p = atomic_load(&c->committed_p);

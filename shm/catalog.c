@@ -27,7 +27,7 @@ int shm_catalog_register(stash_arena *a, const char *name, uint32_t kind, const 
     if (n == 0 || n >= SHM_STATE_NAME)
         return shm_fail(-EINVAL, "state name '%s': 1 to %u bytes", name, SHM_STATE_NAME - 1);
     int rc = shm_lock_acquire(&a->hdr->catalog_lock, NULL, NULL);
-    if (rc < 0) return shm_fail(rc, "%s: catalog lock: %s", a->path, stash_strerror(rc));
+    if (rc < 0) return shm_fail(rc, "%s: catalog lock: %s", a->path, stash_errmsg());
     int id = 0, free_id = 0;
     for (uint32_t i = 0; i < SHM_CATALOG_SIZE && !id; i++) {
         shm_catalog_entry *e = &a->catalog[i];

@@ -66,7 +66,7 @@ static int alloc_large(stash_arena *a, uint32_t kg, size_t size, shm_off *out)
     if (rc == STASH_EFULL)
         return shm_fail(rc, "%s: no run of %llu free spans for a %zu-byte record in key group %u",
                         a->path, (unsigned long long)n, size, kg);
-    if (rc < 0) return shm_fail(rc, "%s: page pool lock: %s", a->path, stash_strerror(rc));
+    if (rc < 0) return shm_fail(rc, "%s: page pool lock: %s", a->path, stash_errmsg());
     account(&a->heaps[kg], (int64_t)(n << SHM_SPAN_SHIFT), 0);
     *out = shm_span_off(a, first);
     return 0;
@@ -80,7 +80,7 @@ static int refill(stash_arena *a, uint32_t kg, unsigned cls, shm_off *out)
     if (rc == STASH_EFULL)
         return shm_fail(rc, "%s: no free span for key group %u (%u-byte class)", a->path, kg,
                         shm_class_bytes(cls));
-    if (rc < 0) return shm_fail(rc, "%s: page pool lock: %s", a->path, stash_strerror(rc));
+    if (rc < 0) return shm_fail(rc, "%s: page pool lock: %s", a->path, stash_errmsg());
     shm_kg_heap *h = &a->heaps[kg];
     uint32_t cs = shm_class_bytes(cls);
     atomic_store_explicit(&h->cls[cls].carve, carve_pack(span + 1, cs), memory_order_release);

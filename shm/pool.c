@@ -130,8 +130,9 @@ int shm_pool_take(stash_arena *a, uint64_t n, uint32_t kg, unsigned cls, uint64_
 void shm_pool_give(stash_arena *a, uint64_t first)
 {
     shm_header *h = a->hdr;
-    /* The lock cannot fail: a repair always ends with the mutex made consistent. */
-    shm_lock_acquire(&h->pool_lock, shm_pool_rebuild, a);
+    /* A repair always ends with the mutex made consistent; a holder stuck
+     * alive inside it leaves the run with its key group, used by nothing. */
+    if (shm_lock_acquire(&h->pool_lock, shm_pool_rebuild, a) < 0) return;
     uint64_t len = shm_span_len(head_word(a, first));
     set_head(a, first, shm_span_pack(SHM_SPAN_FREE, 0, 0, len));
     push_free(a, first, len);

@@ -52,7 +52,7 @@ int shm_registry_join(stash_arena *a, uint32_t index, uint32_t p, uint32_t *slot
                         "at most %u workers)",
                         a->path, index, p, maxp, STASH_MAX_WORKERS);
     int rc = shm_lock_acquire(&a->hdr->registry_lock, NULL, NULL);
-    if (rc < 0) return shm_fail(rc, "%s: registry lock: %s", a->path, stash_strerror(rc));
+    if (rc < 0) return shm_fail(rc, "%s: registry lock: %s", a->path, stash_errmsg());
     rc = check_peers(a, index, p);
     if (rc) {
         shm_lock_release(&a->hdr->registry_lock);
@@ -125,7 +125,7 @@ STASH_API int stash_registry_list(stash_arena *arena, stash_worker_info *out, si
 int shm_registry_cut_free(stash_arena *a, stash_kg_range range, uint32_t holder)
 {
     int rc = shm_lock_acquire(&a->hdr->registry_lock, NULL, NULL);
-    if (rc < 0) return shm_fail(rc, "%s: registry lock: %s", a->path, stash_strerror(rc));
+    if (rc < 0) return shm_fail(rc, "%s: registry lock: %s", a->path, stash_errmsg());
     uint32_t hwm = atomic_load(&a->hdr->registry_hwm);
     for (uint32_t i = 0; i < hwm && rc == 0; i++) {
         shm_slot *s = &a->slots[i];

@@ -49,9 +49,13 @@ typedef struct shm_lock {
  * structure the lock protects back into a consistent state. */
 typedef void shm_repair_fn(void *arg);
 
+/* How long a taker waits for a holder that lives but does not let go. */
+#define SHM_LOCK_TIMEOUT_S 10u
+
 int shm_lock_init(shm_lock *lock);
 /* Takes the lock; if the previous holder died, runs repair first. Returns 0,
- * 1 if a repair ran, or a negative error. */
+ * 1 if a repair ran, -ETIMEDOUT naming the holder's process if a live one
+ * held it for SHM_LOCK_TIMEOUT_S, or another negative error. */
 int shm_lock_acquire(shm_lock *lock, shm_repair_fn *repair, void *arg);
 void shm_lock_release(shm_lock *lock);
 

@@ -5,7 +5,9 @@
  */
 #include <criterion/criterion.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -77,6 +79,33 @@ Test(crash, a_holder_of_the_registry_lock_killed)
     cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w), 0,
                  "%s", stash_errmsg());
     stash_worker_close(w);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
+
+Test(crash, a_live_holder_of_a_lock_that_never_lets_go_is_named, .timeout = 120)
+{
+    char name[96], pid_text[32];
+    stash_arena *a = test_arena_create("stucklock", 4u << 20, 8, name);
+    crash_args c = {.name = name};
+    cr_assert_eq(pipe(c.ready), 0);
+    pid_t pid = test_fork(hold_registry_lock, &c);
+    char b;
+    cr_assert_eq(read(c.ready[0], &b, 1), 1, "the child took the lock");
+    /* Alive, holding the lock, and never letting go. */
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w),
+                 -ETIMEDOUT);
+    snprintf(pid_text, sizeof pid_text, "process %d", (int)pid);
+    cr_assert(strstr(stash_errmsg(), pid_text), "%s", stash_errmsg());
+    /* Once it is gone, the lock is taken over. */
+    kill(pid, SIGKILL);
+    cr_assert_eq(test_wait(pid), 128 + SIGKILL);
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w), 0,
+                 "%s", stash_errmsg());
+    stash_worker_close(w);
+    close(c.ready[0]);
+    close(c.ready[1]);
     stash_arena_close(a);
     stash_arena_destroy(name, NULL);
 }
