@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "shm/index.h"
 
@@ -332,4 +333,108 @@ int shm_check(stash_arena *a)
     for (uint32_t kg = 0; !rc && kg < a->hdr->max_parallelism; kg++) rc = check_table(&c, kg);
     free(c.bits);
     return rc ? rc : check_counters(a);
+}
+
+/* ---- at attach ----------------------------------------------------------- */
+
+/* Whether [off, off + len) lies in the data region (off 0: none, allowed if
+ * may_be_none). */
+static bool in_data(const stash_arena *a, uint64_t off, uint64_t len, bool may_be_none)
+{
+    if (off == 0) return may_be_none;
+    uint64_t lo = a->hdr->data_off, hi = lo + (a->hdr->nspans << SHM_SPAN_SHIFT);
+    return off >= lo && off < hi && len <= hi - off;
+}
+
+/* An index array of 2^log2 groups at off. */
+static bool index_fits(const stash_arena *a, uint64_t off, uint32_t log2, bool may_be_none)
+{
+    if (off == 0) return may_be_none;
+    return log2 < 32 && off % 64 == 0 && in_data(a, off, (uint64_t)sizeof(shm_group) << log2, false);
+}
+
+/* A change in place that recovery would finish or undo stays inside its
+ * record, and the record inside the data. */
+static bool undo_fits(const stash_arena *a, const shm_undo *u)
+{
+    shm_off off = shm_ref_off(atomic_load(&u->rec));
+    if (off == 0) return true;
+    if (!in_data(a, off, sizeof(shm_rec), false)) return false;
+    const shm_rec *r = shm_ptr(a, off);
+    uint64_t vlen = atomic_load(&r->vlen) > u->vlen ? atomic_load(&r->vlen) : u->vlen;
+    if (u->nregions > SHM_UNDO_REGIONS || (u->nregions == 0 && u->vlen > SHM_UNDO_BYTES) ||
+        !in_data(a, off, sizeof(shm_rec) + (uint64_t)r->klen + r->nslen + vlen, false))
+        return false;
+    uint64_t used = 0;
+    for (uint32_t i = 0; i < u->nregions; i++) {
+        used += u->regions[i].len;
+        if ((uint64_t)u->regions[i].off + u->regions[i].len > vlen || used > SHM_UNDO_BYTES)
+            return false;
+    }
+    return true;
+}
+
+int shm_check_attach(const stash_arena *a)
+{
+    const shm_header *h = a->hdr;
+    uint64_t nspans = h->nspans;
+    if (atomic_load(&h->pool_bump) > nspans)
+        return shm_fail(STASH_ECORRUPT, "%s: the page pool claims %llu of %llu spans", a->path,
+                        (unsigned long long)atomic_load(&h->pool_bump),
+                        (unsigned long long)nspans);
+    for (uint32_t l = 0; l < SHM_POOL_LISTS; l++)
+        if (atomic_load(&h->pool_free[l]) > nspans)
+            return shm_fail(STASH_ECORRUPT, "%s: page pool list %u starts past span %llu", a->path,
+                            l, (unsigned long long)nspans);
+    for (uint32_t kg = 0; kg < h->max_parallelism; kg++) {
+        const shm_table *t = &a->tables[kg];
+        const char *bad = NULL;
+        if (!index_fits(a, atomic_load(&t->index), atomic_load(&t->log2), true))
+            bad = "index";
+        else if (!index_fits(a, atomic_load(&t->old_index), atomic_load(&t->old_log2), true))
+            bad = "old index";
+        else if (!index_fits(a, atomic_load(&t->growing), atomic_load(&t->growing_log2), true))
+            bad = "growing index";
+        else if (!in_data(a, atomic_load(&t->retired), 8, true))
+            bad = "reclamation ring";
+        else if (!undo_fits(a, &t->undo))
+            bad = "record being changed in place";
+        for (uint32_t c = 0; !bad && c < SHM_NCLASSES; c++) {
+            const shm_class_heap *ch = &a->heaps[kg].cls[c];
+            if (!in_data(a, atomic_load(&ch->free_head), 16, true)) bad = "free list";
+            else if ((atomic_load(&ch->carve) >> 32) > nspans) bad = "span being carved";
+        }
+        if (bad)
+            return shm_fail(STASH_ECORRUPT, "%s: key group %u: its %s lies outside the arena's data",
+                            a->path, kg, bad);
+    }
+    for (uint32_t i = 0; i < STASH_MAX_WORKERS; i++) {
+        const shm_slot *s = &a->slots[i];
+        uint32_t state = atomic_load(&s->state);
+        if (state > SHM_SLOT_DEAD ||
+            (state != SHM_SLOT_FREE &&
+             (s->kg_first > s->kg_last || s->kg_last >= h->max_parallelism ||
+              s->parallelism == 0 || s->parallelism > STASH_MAX_WORKERS)))
+            return shm_fail(STASH_ECORRUPT, "%s: worker slot %u names key groups %u..%u of %u",
+                            a->path, i, s->kg_first, s->kg_last, h->max_parallelism);
+        const shm_ctl_worker *w = &a->control->workers[i];
+        const shm_op_blob *blobs[2] = {&w->pending, &w->committed};
+        for (int b = 0; b < 2; b++) {
+            /* A blob is a run of spans: it starts at one. */
+            uint64_t off = atomic_load(&blobs[b]->off);
+            if (!in_data(a, off, atomic_load(&blobs[b]->len), true) ||
+                (off && (off - h->data_off) % SHM_SPAN_SIZE != 0))
+                return shm_fail(STASH_ECORRUPT,
+                                "%s: worker %u: its operator state lies outside the arena's data",
+                                a->path, i);
+        }
+    }
+    for (uint32_t i = 0; i < SHM_CATALOG_SIZE; i++) {
+        const shm_catalog_entry *e = &a->catalog[i];
+        if (atomic_load(&e->used) > 1 ||
+            (atomic_load(&e->used) && (!memchr(e->name, 0, sizeof e->name) || e->kind == 0 ||
+                                       e->kind > STASH_OP_BROADCAST)))
+            return shm_fail(STASH_ECORRUPT, "%s: state catalog entry %u is not one", a->path, i);
+    }
+    return 0;
 }

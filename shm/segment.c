@@ -78,18 +78,20 @@ static int plan_layout(shm_header *h, uint64_t size, uint32_t maxp, uint32_t pag
     return n > 0 ? 0 : -EINVAL;
 }
 
-static void bind_handle(stash_arena *a, void *base, uint64_t size, const char *path)
+/* Points the handle's parts where the layout h (checked, or just planned)
+ * puts them. */
+static void bind_handle(stash_arena *a, void *base, const shm_header *h, const char *path)
 {
     a->base = base;
-    a->size = size;
+    a->size = h->arena_size;
     a->hdr = base;
-    a->slots = shm_ptr(a, a->hdr->registry_off);
-    a->heaps = shm_ptr(a, a->hdr->heaps_off);
-    a->tables = shm_ptr(a, a->hdr->tables_off);
-    a->catalog = shm_ptr(a, a->hdr->catalog_off);
-    a->control = shm_ptr(a, a->hdr->control_off);
-    a->spans = shm_ptr(a, a->hdr->spans_desc_off);
-    a->data = shm_ptr(a, a->hdr->data_off);
+    a->slots = shm_ptr(a, h->registry_off);
+    a->heaps = shm_ptr(a, h->heaps_off);
+    a->tables = shm_ptr(a, h->tables_off);
+    a->catalog = shm_ptr(a, h->catalog_off);
+    a->control = shm_ptr(a, h->control_off);
+    a->spans = shm_ptr(a, h->spans_desc_off);
+    a->data = shm_ptr(a, h->data_off);
     snprintf(a->path, sizeof a->path, "%s", path);
 }
 
@@ -255,7 +257,8 @@ STASH_API int stash_arena_create(const char *name, const stash_arena_opts *opts,
         return shm_fail(-ENOMEM, "out of memory");
     }
     memcpy(base, &plan, sizeof plan);
-    bind_handle(a, base, size, path);
+    plan.arena_size = size;
+    bind_handle(a, base, &plan, path);
     write_header(a, size, maxp, page, advise_huge_pages(base, size, hugetlbfs));
     a->hdr->backend = (uint32_t)backend;
     memcpy(a->hdr->lmdb_dir, lmdb_dir, sizeof lmdb_dir);
@@ -290,7 +293,23 @@ static int validate_header(const shm_header *h, ssize_t got, uint64_t file_size,
         h->max_parallelism == 0 || h->max_parallelism > STASH_MAX_MAX_PARALLELISM ||
         h->data_off + (h->nspans << SHM_SPAN_SHIFT) > h->arena_size ||
         h->spans_desc_off + h->nspans * sizeof(shm_span) > h->data_off)
-        return shm_fail(STASH_ENOTARENA, "%s: header fields out of range", path);
+        return shm_fail(STASH_ENOTARENA,
+                        "%s: header fields out of range (header %u bytes, spans of %u bytes, %u "
+                        "key groups, %llu spans from offset %llu)",
+                        path, h->header_size, h->span_size, h->max_parallelism,
+                        (unsigned long long)h->nspans, (unsigned long long)h->data_off);
+    /* Every part where its size, key groups and page size put it. */
+    shm_header plan = {0};
+    if (h->page_size == 0 || (h->page_size & (h->page_size - 1)) ||
+        plan_layout(&plan, h->arena_size, h->max_parallelism, h->page_size) < 0 ||
+        plan.registry_off != h->registry_off || plan.catalog_off != h->catalog_off ||
+        plan.heaps_off != h->heaps_off || plan.tables_off != h->tables_off ||
+        plan.control_off != h->control_off || plan.spans_desc_off != h->spans_desc_off ||
+        plan.data_off != h->data_off || plan.nspans != h->nspans)
+        return shm_fail(STASH_ENOTARENA,
+                        "%s: the header places the arena's parts where %llu bytes, %u key groups "
+                        "and %u-byte pages do not",
+                        path, (unsigned long long)h->arena_size, h->max_parallelism, h->page_size);
     return 0;
 }
 
@@ -364,7 +383,12 @@ STASH_API int stash_arena_open(const char *name, const stash_arena_opts *opts, s
         munmap(base, h.arena_size);
         return shm_fail(-ENOMEM, "out of memory");
     }
-    bind_handle(a, base, h.arena_size, path);
+    /* From the header as checked: a writer changing it meanwhile moves nothing. */
+    bind_handle(a, base, &h, path);
+    if ((rc = shm_check_attach(a)) != 0) {
+        stash_arena_close(a);
+        return rc;
+    }
     if (h.huge_pages == 2) madvise(base, h.arena_size, MADV_HUGEPAGE);
     *out = a;
     return 0;

@@ -1,8 +1,8 @@
 /*
  * test_arena.c: creating, attaching, detaching and destroying arenas, and
  * every refusal: a file that is not an arena, another layout version, a
- * truncated file, an unfinished creation, an existing name. A refused file is
- * never written to.
+ * truncated file, an unfinished creation, an existing name, a corrupted
+ * arena. A refused file is never written to.
  */
 #include <criterion/criterion.h>
 #include <fcntl.h>
@@ -222,6 +222,71 @@ Test(arena, another_layout_version_is_refused)
     patch_file(path, offsetof(shm_header, layout_version), &v, sizeof v);
     expect_refused(name, path, STASH_EVERSION);
     cr_assert(strstr(stash_errmsg(), "99"), "%s", stash_errmsg());
+    stash_arena_destroy(name, NULL);
+}
+
+/* One part of a live arena corrupted in its memory: attach refuses it,
+ * naming the part, and takes it again once the bytes are back. */
+typedef struct corruption {
+    const char *what; /* in the message */
+    size_t offset;    /* from the arena's start */
+    uint64_t value;
+    size_t len;
+} corruption;
+
+Test(arena, a_corrupted_arena_is_refused_at_attach_naming_the_part)
+{
+    char name[96], path[128];
+    stash_arena *a = test_arena_create("corrupt", 8u << 20, 8, name);
+    path_of(name, path);
+    stash_worker *w;
+    stash_state *v;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    for (uint64_t k = 0; k < 100; k++) {
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_put(v, &k, sizeof k), 0);
+    }
+    const shm_header *h = a->hdr;
+    size_t table = h->tables_off + 2 * sizeof(shm_table), heap = h->heaps_off + 3 * sizeof(shm_kg_heap);
+    const corruption cases[] = {
+        {"places the arena's parts", offsetof(shm_header, tables_off), 4096, 8},
+        {"out of range", offsetof(shm_header, nspans), 1u << 30, 8},
+        {"places the arena's parts", offsetof(shm_header, nspans), 1, 8},
+        {"places the arena's parts", offsetof(shm_header, page_size), 3, 4},
+        {"key group 2: its index", table + offsetof(shm_table, index), h->arena_size + 4096, 8},
+        {"key group 2: its index", table + offsetof(shm_table, log2), 40, 4},
+        {"key group 2: its growing index", table + offsetof(shm_table, growing), 64, 8},
+        {"key group 2: its reclamation ring", table + offsetof(shm_table, retired), UINT64_MAX - 4, 8},
+        {"key group 2: its record being changed", table + offsetof(shm_table, undo.rec), 1, 4},
+        {"key group 3: its free list", heap + offsetof(shm_kg_heap, cls[5].free_head), 16, 8},
+        {"key group 3: its span being carved", heap + offsetof(shm_kg_heap, cls[5].carve),
+         (uint64_t)1 << 60, 8},
+        {"worker slot 0", h->registry_off + offsetof(shm_slot, kg_last), 8, 4},
+        {"worker 5: its operator state",
+         h->control_off + offsetof(shm_control, workers[5].committed.off), h->arena_size + 64, 8},
+        {"worker 5: its operator state",
+         h->control_off + offsetof(shm_control, workers[5].pending.off), h->data_off + 8, 8},
+        {"page pool", offsetof(shm_header, pool_bump), h->nspans + 1, 8},
+        {"state catalog entry 0", h->catalog_off + offsetof(shm_catalog_entry, kind), 77, 4},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const corruption *c = &cases[i];
+        uint8_t saved[8];
+        memcpy(saved, a->base + c->offset, c->len);
+        memcpy(a->base + c->offset, &c->value, c->len);
+        stash_arena *b = NULL;
+        int rc = stash_arena_open(name, NULL, &b);
+        cr_assert_lt(rc, 0, "%s: attached", c->what);
+        cr_assert_null(b);
+        cr_assert(strstr(stash_errmsg(), c->what) && strstr(stash_errmsg(), path),
+                  "case %zu: the message names %s and the file: %s", i, c->what, stash_errmsg());
+        memcpy(a->base + c->offset, saved, c->len);
+        cr_assert_eq(stash_arena_open(name, NULL, &b), 0, "%s", stash_errmsg());
+        stash_arena_close(b);
+    }
+    stash_worker_close(w);
+    stash_arena_close(a);
     stash_arena_destroy(name, NULL);
 }
 
