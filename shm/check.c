@@ -401,7 +401,8 @@ int shm_check_attach(const stash_arena *a)
             bad = "record being changed in place";
         for (uint32_t c = 0; !bad && c < SHM_NCLASSES; c++) {
             const shm_class_heap *ch = &a->heaps[kg].cls[c];
-            if (!in_data(a, atomic_load(&ch->free_head), 16, true)) bad = "free list";
+            shm_off head = atomic_load(&ch->free_head);
+            if (head && !shm_block_in_data(a, head)) bad = "free list";
             else if ((atomic_load(&ch->carve) >> 32) > nspans) bad = "span being carved";
         }
         if (bad)

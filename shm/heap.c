@@ -99,6 +99,7 @@ int shm_alloc(stash_arena *a, uint32_t kg, size_t size, shm_off *out)
     shm_off off = atomic_load_explicit(&ch->free_head, memory_order_relaxed);
     if (off) {
         shm_off next = *(shm_off *)(a->base + off);
+        if (!shm_block_in_data(a, next)) next = 0;
         atomic_store_explicit(&ch->free_head, next, memory_order_relaxed);
         account(h, cs, -(int64_t)cs);
         *out = off;
@@ -169,7 +170,7 @@ int shm_heap_measure(stash_arena *a, stash_kg_range range, uint64_t *used, uint6
         for (unsigned c = 0; c < SHM_NCLASSES; c++) {
             uint64_t limit = a->hdr->nspans << SHM_SPAN_SHIFT;
             shm_off off = atomic_load(&a->heaps[range.first + k].cls[c].free_head);
-            for (; off && limit; off = *(shm_off *)(a->base + off), limit -= 16) {
+            for (; shm_block_in_data(a, off) && limit; off = *(shm_off *)(a->base + off), limit -= 16) {
                 used[k] -= shm_class_bytes(c);
                 free_b[k] += shm_class_bytes(c);
             }

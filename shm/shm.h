@@ -390,6 +390,14 @@ static inline shm_off shm_off_of(const stash_arena *a, const void *p)
 {
     return p ? (shm_off)((const char *)p - a->base) : 0;
 }
+/* Whether off can be a small block: in the data region, on a 16-byte unit.
+ * A free list's link is checked before it is followed: another process
+ * that damaged it makes the allocator drop the rest of the list (a leak),
+ * never read or write outside the mapping. */
+static inline bool shm_block_in_data(const stash_arena *a, shm_off off)
+{
+    return off >= (shm_off)(a->data - a->base) && off <= a->size - 16 && (off & 15) == 0;
+}
 /* A typed view of the object at an offset: SHM_AT(a, struct x, off). */
 #define SHM_AT(a, type, off) ((type *)shm_ptr((a), (off)))
 
