@@ -839,9 +839,9 @@ static void usage(FILE *f)
             "The crash campaign: %u worker processes and a service checkpointing every %u ms,\n"
             "killed and damaged at seeded random moments; every worker that starts checks\n"
             "every key against a model. --events is per configuration (default 60); with\n"
-            "--minutes the configurations take turns until the time is up. The seed is\n"
-            "printed; --seed replays the sequence of events. Exits 0 if nothing was lost,\n"
-            "counted twice or reused, 1 otherwise, 2 on a wrong argument.\n",
+            "--minutes the configurations take turns, --events each, until the time is up.\n"
+            "The seed is printed; --seed replays the sequence of events. Exits 0 if nothing\n"
+            "was lost, counted twice or reused, 1 otherwise, 2 on a wrong argument.\n",
             WORKERS, INTERVAL_MS);
 }
 
@@ -910,7 +910,6 @@ int main(int argc, char **argv)
     if (pipe(pfd) < 0) return perror("pipe"), 1;
     report_fd = pfd[1];
     uint64_t until = minutes ? now_ns() + minutes * 60000000000ull : UINT64_MAX;
-    if (minutes) events = UINT64_MAX;
     uint8_t *ledger = calloc(LEDGER_IDS, 1);
     if (!ledger) return perror("calloc"), 1;
     counts total = {0};

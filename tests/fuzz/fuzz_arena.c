@@ -27,6 +27,11 @@ static char name[64], path[128];
 /* The locks of the fixed parts, as [offset, end) ranges. */
 static size_t locks[4][2];
 
+static void destroy_image(void)
+{
+    stash_arena_destroy(name, NULL);
+}
+
 static void make_image(void)
 {
     snprintf(name, sizeof name, "fuzz-arena-%d", (int)getpid());
@@ -36,6 +41,7 @@ static void make_image(void)
                                                      .flags = STASH_ARENA_REPLACE},
                            &a) != 0)
         abort();
+    atexit(destroy_image);
     pid_t pid = fork();
     if (pid == 0) {
         /* A worker that writes its keys and dies without leaving. */

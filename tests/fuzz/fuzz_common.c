@@ -29,11 +29,28 @@ static void write_file(const char *path, const uint8_t *p, size_t n)
     close(fd);
 }
 
+/* The files of the last input and the directories, when the fuzzer exits. */
+static void remove_root(void)
+{
+    char path[256];
+    static const char *const names[] = {"ck/_metadata", "ck/kg-data.dat", "ck", "shared"};
+    for (unsigned i = 1; i <= FUZZ_MAX_SECTIONS; i++) {
+        snprintf(path, sizeof path, "%s/shared/%u.dat", root, i);
+        unlink(path);
+    }
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", root, names[i]);
+        if (unlink(path) < 0) rmdir(path);
+    }
+    rmdir(root);
+}
+
 const char *fuzz_unpack(const uint8_t *data, size_t size)
 {
     static char ck[160];
     char path[256];
     if (!root[0]) {
+        atexit(remove_root);
         snprintf(root, sizeof root, "/dev/shm/stash-fuzz-%d", (int)getpid());
         mkdir(root, 0700);
         snprintf(path, sizeof path, "%s/ck", root);
