@@ -374,6 +374,39 @@ static bool undo_fits(const stash_arena *a, const shm_undo *u)
     return true;
 }
 
+/* The span descriptors below the pool's bump mark: each run's head says a
+ * state, a length that stays below the mark, and for an owned run a key group
+ * (or the control block's) and a size class that exist, with its other spans
+ * pointing back to it; free-list links name spans. O(spans handed out). */
+static int check_span_descriptors(const stash_arena *a, uint64_t bump)
+{
+    const shm_header *h = a->hdr;
+    for (uint64_t i = 0; i < h->nspans; i++) {
+        if (atomic_load(&a->spans[i].next) > h->nspans)
+            return shm_fail(STASH_ECORRUPT, "%s: span %llu links past the last span", a->path,
+                            (unsigned long long)i);
+    }
+    for (uint64_t i = 0; i < bump;) {
+        uint64_t w = atomic_load(&a->spans[i].word), len = shm_span_len(w);
+        unsigned state = shm_span_state(w), cls = shm_span_class(w);
+        uint32_t kg = shm_span_kg(w);
+        bool ok = (state == SHM_SPAN_FREE || state == SHM_SPAN_OWNED) && len >= 1 &&
+                  len <= bump - i;
+        if (ok && state == SHM_SPAN_OWNED)
+            ok = (kg < h->max_parallelism || kg == SHM_OP_CONTROL_KG) &&
+                 (cls < SHM_NCLASSES || cls == SHM_CLASS_LARGE);
+        for (uint64_t j = 1; ok && state == SHM_SPAN_OWNED && j < len; j++) {
+            uint64_t in = atomic_load(&a->spans[i + j].word);
+            ok = shm_span_state(in) == SHM_SPAN_INTERIOR && shm_span_len(in) == j;
+        }
+        if (!ok)
+            return shm_fail(STASH_ECORRUPT, "%s: span %llu is not the head of a run it can be",
+                            a->path, (unsigned long long)i);
+        i += len;
+    }
+    return 0;
+}
+
 int shm_check_attach(const stash_arena *a)
 {
     const shm_header *h = a->hdr;
@@ -382,6 +415,8 @@ int shm_check_attach(const stash_arena *a)
         return shm_fail(STASH_ECORRUPT, "%s: the page pool claims %llu of %llu spans", a->path,
                         (unsigned long long)atomic_load(&h->pool_bump),
                         (unsigned long long)nspans);
+    int rc = check_span_descriptors(a, atomic_load(&h->pool_bump));
+    if (rc) return rc;
     for (uint32_t l = 0; l < SHM_POOL_LISTS; l++)
         if (atomic_load(&h->pool_free[l]) > nspans)
             return shm_fail(STASH_ECORRUPT, "%s: page pool list %u starts past span %llu", a->path,
@@ -391,7 +426,9 @@ int shm_check_attach(const stash_arena *a)
         const char *bad = NULL;
         if (!index_fits(a, atomic_load(&t->index), atomic_load(&t->log2), true))
             bad = "index";
-        else if (!index_fits(a, atomic_load(&t->old_index), atomic_load(&t->old_log2), true))
+        else if (!index_fits(a, atomic_load(&t->old_index), atomic_load(&t->old_log2), true) ||
+                 (atomic_load(&t->old_index) &&
+                  atomic_load(&t->migrate_pos) > (1u << atomic_load(&t->old_log2))))
             bad = "old index";
         else if (!index_fits(a, atomic_load(&t->growing), atomic_load(&t->growing_log2), true))
             bad = "growing index";

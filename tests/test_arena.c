@@ -268,6 +268,10 @@ Test(arena, a_corrupted_arena_is_refused_at_attach_naming_the_part)
         {"worker 5: its operator state",
          h->control_off + offsetof(shm_control, workers[5].pending.off), h->data_off + 8, 8},
         {"page pool", offsetof(shm_header, pool_bump), h->nspans + 1, 8},
+        {"span 0 is not the head", h->spans_desc_off + offsetof(shm_span, word),
+         shm_span_pack(SHM_SPAN_OWNED, 62, 0, 1), 8},
+        {"span 3 links past", h->spans_desc_off + 3 * sizeof(shm_span) + offsetof(shm_span, next),
+         (uint32_t)h->nspans + 2, 4},
         {"state catalog entry 0", h->catalog_off + offsetof(shm_catalog_entry, kind), 77, 4},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
