@@ -15,6 +15,11 @@
 #define SNAP_DELTA 2u       /* block flags: the changes since a base version */
 #define SNAP_REC_DELETED 1u /* record flags (deltas only): the entry is gone */
 
+/* Snapshots and checkpoints store integers as this processor does, which
+ * docs/format.md says is little-endian: a build for another byte order stops here. */
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "checkpoints are little-endian, as the processors stash builds for");
+
 /* A block's header, little-endian on disk; docs/format.md has the layout. */
 typedef struct snap_block_hdr {
     char magic[4];

@@ -30,6 +30,10 @@ extern "C" {
 #define STASH_VERSION_MINOR 1
 #define STASH_VERSION_PATCH 0
 
+/* The version of the library linked, "MAJOR.MINOR.PATCH" (the macros above
+ * are the header's): a program can compare the two at start. */
+STASH_API const char *stash_version(void);
+
 /* Flink's bounds: a key group is the unit of ownership, snapshot and rescale. */
 #define STASH_DEFAULT_MAX_PARALLELISM 128u
 #define STASH_MAX_MAX_PARALLELISM 32768u

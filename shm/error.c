@@ -1,6 +1,7 @@
 /*
- * error.c: error codes in words, and the per-thread detail of the last
- * failure (which file, offset, key group or worker) behind stash_errmsg().
+ * error.c: error codes in words, the per-thread detail of the last failure
+ * (which file, offset, key group or worker) behind stash_errmsg(), and the
+ * library's version.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -10,6 +11,15 @@
 #include "shm/shm.h"
 
 static _Thread_local char last_detail[512];
+
+#define VERSION_TEXT(x) #x
+#define VERSION_OF(major, minor, patch)                                                        \
+    VERSION_TEXT(major) "." VERSION_TEXT(minor) "." VERSION_TEXT(patch)
+
+STASH_API const char *stash_version(void)
+{
+    return VERSION_OF(STASH_VERSION_MAJOR, STASH_VERSION_MINOR, STASH_VERSION_PATCH);
+}
 
 STASH_API const char *stash_strerror(int err)
 {

@@ -367,6 +367,11 @@ typedef struct shm_control {
     shm_ctl_worker workers[STASH_MAX_WORKERS];
 } shm_control;
 
+/* The sizes docs/architecture.md's table of the arena's layout gives. */
+_Static_assert(sizeof(shm_kg_heap) == 736 && sizeof(shm_table) == 768 &&
+                   sizeof(shm_catalog_entry) == 104 && sizeof(shm_control) == 84824,
+               "the arena's layout as docs/architecture.md gives it");
+
 /* A process's handle on a mapped arena. */
 struct stash_arena {
     char *base;

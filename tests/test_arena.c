@@ -43,6 +43,14 @@ static void expect_refused(const char *name, const char *path, int want)
     cr_assert_eq(file_digest(path), before, "a refused arena file is left as it was");
 }
 
+Test(arena, the_library_is_the_version_its_header_says)
+{
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", STASH_VERSION_MAJOR, STASH_VERSION_MINOR,
+             STASH_VERSION_PATCH);
+    cr_assert_str_eq(stash_version(), want);
+}
+
 Test(arena, create_open_close_destroy_round_trip)
 {
     char name[96];

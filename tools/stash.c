@@ -128,7 +128,7 @@ int main(int argc, char **argv)
         return argc < 2 ? 2 : 0;
     }
     if (strcmp(argv[1], "--version") == 0) {
-        printf("stash %d.%d.%d\n", STASH_VERSION_MAJOR, STASH_VERSION_MINOR, STASH_VERSION_PATCH);
+        printf("stash %s\n", stash_version());
         return 0;
     }
     const tool_cmd *c = find(commands, COUNT(commands), argv[1]);
