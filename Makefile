@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # The front door: every target is a thin wrapper over CMake.
 BUILD      ?= build
 ASAN_BUILD ?= build-asan

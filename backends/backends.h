@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * backends.h: the internal interface of the keyed-state backend: workers,
  * state handles, and the helpers every state kind shares (lookups, reads,

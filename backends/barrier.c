@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * barrier.c: the worker's side of checkpoints (the barrier between records,
  * the rollback of a replacement) and the requests control commands make to

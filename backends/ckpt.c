@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ckpt.c: writing checkpoints into a directory. The writer serializes every
  * key group into one data file through the I/O engine, makes it durable,

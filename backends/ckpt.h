@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ckpt.h: checkpoints in a directory: full and incremental checkpoints of an
  * arena's key groups written through the I/O engine and committed by the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ckpt_int.h: what the checkpoint files (ckpt.c, ckpt_read.c,
  * ckpt_restore.c) share: the metadata's layout (docs/format.md) and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ckpt_read.c: reading checkpoints, trusting no byte: a view opens one (its
  * metadata's checksum, counts, names and ranges checked, its data files

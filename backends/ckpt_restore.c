@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ckpt_restore.c: restoring a checkpoint into an arena: every block of the
  * key groups wanted is checked before the first record goes in, so a

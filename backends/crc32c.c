@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * crc32c.c: CRC32C (Castagnoli), the checksum of every snapshot block: with
  * the processor's CRC32C instructions where it has them (SSE4.2 on x86-64,

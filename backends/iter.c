@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * iter.c: iteration (list elements, map entries, a state's keys) behind the
  * one public iterator, and the namespace merge that dispatches on the kind.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * list.c: ListState. A list is one record whose value is its elements in
  * insertion order, each as a 4-byte length, an 8-byte timestamp under TTL,

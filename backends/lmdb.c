@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * lmdb.c: the lmdb keyed backend. Key group kg lives in the environment
  * DIR/kg-NNNNN.mdb, so that its owner is the one writer of that environment

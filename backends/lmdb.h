@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * lmdb.h: the lmdb keyed backend: every key group's records in an LMDB
  * environment of its own on disk, under the arena's directory. The state

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * lmdb_env.c: one LMDB handle per environment file and process, shared by
  * every lmdb store of the process and counted; transactions counted so

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * lmdb_env.h: the process's LMDB environments. LMDB allows one handle per
  * environment file and process: two handles in one process lose each

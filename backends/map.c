@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * map.c: MapState. A map is one record holding a small open-addressing
  * table of its user keys: a header, a slot array of entry offsets, and the

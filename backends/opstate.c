@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * opstate.c: operator state (Flink's DefaultOperatorStateBackend): per
  * worker, not per key. A worker keeps its operator states in its own memory

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * opstate.h: operator state's blobs (opstate.c): how a worker records its
  * operator states at a barrier and gets them back when it starts.

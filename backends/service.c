@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * service.c: the persistence engine: a thread that serves one arena. It
  * creates the arena (restoring the newest complete checkpoint) or reattaches

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * service.h: what the worker side (barrier.c) and the persistence engine
  * (service.c) share: the protocol over the arena's control block.

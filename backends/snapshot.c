@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * snapshot.c: key-group blocks of the canonical snapshot format. A writer
  * walks a key group as of a pinned version and serializes each live record;

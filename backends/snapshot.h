@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * snapshot.h: the canonical snapshot format's key-group blocks (format.md):
  * writing a key group as of a pinned version, checking and reading a block

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * state.c: state handles and what every state kind shares: registering a
  * state in the arena's catalog, the current key and namespace, reads that

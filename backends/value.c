@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * value.c: the single-value state kinds: ValueState, and ReducingState and
  * AggregatingState, which keep one accumulator per key and namespace. With

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * worker.c: the worker handle: a process attached to an arena and joined to
  * its registry as index i of p, owning that index's key-group range.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stash.h: the public API of stash, a keyed-state service for co-located
  * worker processes that share one memory arena.

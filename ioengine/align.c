@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * align.c: memory that direct I/O accepts: the alignment a file asks for
  * (statx STATX_DIOALIGN, 4096 where unknown), aligned allocations, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * engine.c: the backend-independent core of the I/O engine: choosing a
  * backend, files, the bounded set of request slots, and the life of a request

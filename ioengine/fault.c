@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fault.c: the fault specification that tests (through ioe_fault_set() or
  * ioe_opts.faults) and operators (through $STASH_IO_FAULT) give the engine,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ioengine.h: asynchronous file I/O for the persistence engine: writes and
  * reads at offsets, fsync ordered after the writes before it, a bounded number

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * threads.c: the fallback backend for machines where io_uring is refused: a
  * small pool of threads that perform each attempt with pwrite, pread, fsync

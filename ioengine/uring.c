@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * uring.c: the io_uring backend. Attempts become SQEs that are submitted in
  * batches; the engine's staging pool is registered so that transfers inside it

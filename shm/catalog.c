@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * catalog.c: the arena's catalog of states. A name maps to one id and one
  * kind for the arena's life, whichever process registers it first; a later

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * check.c: the arena's consistency check. It walks the page pool and every
  * key group's heap and verifies what the allocator relies on: runs tile the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * control.c: the control block, where the persistence engine, the workers
  * and the control commands meet without sockets. Words they wait on are

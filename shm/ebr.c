@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ebr.c: epoch-based reclamation across processes. A process that reads key
  * groups it does not own announces the arena's current epoch in its registry

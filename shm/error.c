@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * error.c: error codes in words, the per-thread detail of the last failure
  * (which file, offset, key group or worker) behind stash_errmsg(), and the

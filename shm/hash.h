@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * hash.h: the hashes of keyed state. A key's hash is XXH3 of its bytes,
  * inlined because every state access begins with it; an entry's lookup hash

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * heap.c: per-key-group heaps. Each key group allocates from its own size-
  * class free lists and carves fresh spans it takes from the pool; records

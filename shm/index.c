@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * index.c: a key group's index: where the newest version of each entry is,
  * found by its lookup hash. Groups of ten slots (tag, reference), one

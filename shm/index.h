@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * index.h: how a key group's table (table.c: versioned records) uses its
  * index (index.c: where each entry's newest version is). Internal to shm/.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * keygroup.c: Flink's key-group arithmetic, with keys hashed by XXH3.
  * A key's group is hash mod max parallelism; worker i of p owns a contiguous

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * lock.c: process-shared robust mutexes. A holder killed inside the lock
  * hands the next taker EOWNERDEAD; the taker repairs the structure the lock

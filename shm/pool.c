@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * pool.c: the page pool: the arena's data region cut into 4 KiB spans and
  * handed to key-group heaps in runs of whole spans.

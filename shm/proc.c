@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * proc.c: telling a live process from a dead one. A pid alone is not enough
  * (pids are reused), so a process is named by its pid and its start time

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * registry.c: the worker registry, a fixed table of slots, one per worker
  * index. A worker joins as index i of p and owns Flink's key-group range for

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * segment.c: the arena's file and mapping: create, open (attach), close
  * (detach), destroy, and the header that tells an arena from anything else.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * shm.h: the arena's internal interface, for shm/ and the backends above it.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * table.c: a key group's keyed table: the versioned records its index
  * (index.c) finds, written by the key group's owner and read by anyone.

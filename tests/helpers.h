@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * helpers.h: what the test suites share: unique arena names, child processes
  * that report through their exit status, and waiting for them.

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Installs the build into a temporary prefix, then builds and runs an example
 # program with nothing but `pkg-config --cflags --libs stash`.
 set -eu

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 """Reads JSON lines on stdin: every line must parse (as UTF-8), and every
 string named by an environment variable STASH_JSON_EXPECT_<n> must appear
 within a string value of them. Bytes that are no UTF-8 are expected

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_alloc.c: allocation in the key-group heaps: size classes, exact
  * accounting, records up to and past 1 MiB, a full arena, and several

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_api_args.c: every public function refuses a NULL handle, a NULL
  * out-parameter and NULL bytes with a non-zero length with -EINVAL (and a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_arena.c: creating, attaching, detaching and destroying arenas, and
  * every refusal: a file that is not an arena, another layout version, a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_bench_tool.c: `stash bench` on the command line: a --case that
  * selects nothing is refused before anything runs, naming the cases the

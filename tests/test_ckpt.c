@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_ckpt.c: full checkpoints in a directory, on both I/O engines: a
  * checkpoint restores the state as of its pins; a failed fsync or write fails

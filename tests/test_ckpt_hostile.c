@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_ckpt_hostile.c: checkpoints beside another user of the machine: the
  * modes checkpoints are written with, directories another user owns or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_crash.c: processes killed with SIGKILL inside the arena's locks and
  * in the middle of allocations. The others go on, the structure stays

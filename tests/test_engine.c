@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_engine.c: the persistence engine's bookkeeping: checkpoint ids that
  * never repeat, a checkpoint directory it cannot write, failures in a row

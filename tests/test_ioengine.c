@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_ioengine.c: the I/O engine on both backends: every operation, fsync
  * ordering, short transfers resumed, injected faults surfacing with their

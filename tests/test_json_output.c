@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_json_output.c: every --json output of the command line (status,
  * checkpoint, snapshot ls, info and dump, the bench's lines) parses as JSON

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_keyed.c: every operation of every keyed state kind, with namespaces:
  * value, list, map, reducing, aggregating; getKeys; namespace merges;

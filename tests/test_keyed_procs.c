@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_keyed_procs.c: keyed state across real processes. An owner writes
  * values that carry their own checksum while another process reads them: a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_keygroup.c: the key-group formulas against Flink's values, including
  * range bounds and max parallelism 32768, and key hashing through XXH3.

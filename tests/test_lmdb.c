@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_lmdb.c: what the lmdb backend adds to the suites both backends run:
  * savepoints that move between the backends, a worker killed in the middle

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_opstate.c: operator state as Flink's operator-state tests have it:
  * one state per name and worker, split lists dealt out in contiguous chunks

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_registry.c: workers joining as index i of p: their key-group ranges,
  * the refusals (a live holder of the index, another parallelism), dead

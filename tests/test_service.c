@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_service.c: the persistence engine and the barrier protocol with real
  * worker processes: checkpoints cut at barriers and completed, notification,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_snapshot.c: key-group blocks of the snapshot format: CRC32C, a round
  * trip of every state kind as of a pinned version while the owner writes on,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_snapshot_tool.c: `stash snapshot` on real checkpoint directories: ls,
  * info, verify (exit codes, the damaged file and offset named), dump (one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_ttl.c: Flink's TTL semantics with an injected clock: expiry at
  * ts + ttl inclusive and saturating, the two update types, the two

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_versions.c: records carry the version they were written in. A reader
  * pinned to version N sees the state as of N while the owner writes N+1, in

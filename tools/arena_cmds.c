@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arena_cmds.c: `stash create`, `stash status` and `stash destroy`: an
  * arena's life from the command line.

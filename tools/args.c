@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * args.c: small argument helpers shared by the subcommands.
  */

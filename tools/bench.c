@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench.c: the harness every `stash bench` shares: options, the table or
  * JSON-lines report, medians and percentiles, progress on a terminal.

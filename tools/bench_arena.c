@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_arena.c: `stash bench arena`: allocate+free pairs per second in the
  * arena's key-group heaps, in one process and in two, beside glibc malloc

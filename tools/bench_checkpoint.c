@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_checkpoint.c: `stash bench checkpoint`: what checkpoints cost. A
  * full checkpoint's bandwidth and a restore's, each beside fio on the same

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_io.c: `stash bench io`: the I/O engine's bandwidth writing a file in
  * 1 MiB blocks at depth 16, fsyncing it, and reading it back with the page

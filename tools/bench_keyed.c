@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_keyed.c: `stash bench keyed`: keyed-state operations per second and
  * their latency, stash beside its peers (bench_peers.c) replaying the same

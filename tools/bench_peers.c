@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_peers.c: the keyed bench's peers, each used the way its own users
  * would hold keyed state: a raw open-addressing table in a shared mapping of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_peers.h: the systems the keyed bench measures stash against, behind
  * one small interface: a raw open-addressing table in shared memory (the

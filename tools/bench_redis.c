@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * bench_redis.c: the keyed and checkpoint benches' Redis peer: a private
  * redis-server on a loopback port, reached through hiredis, and what its

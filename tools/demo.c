@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * demo.c: `stash demo`: the service at work. `stash serve demo-PID`
  * checkpoints to a new temporary directory every second (it creates both and

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Installs the Debian packages named on the command line that are missing:
 # with apt-get when run as root, otherwise prints the apt-get line to run.
 missing=""

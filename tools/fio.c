@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fio.c: fio, the disk's own figure, run as a child process for the benches
  * that compare against it (io, checkpoint).

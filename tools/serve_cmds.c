@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * serve_cmds.c: `stash serve`, `stash checkpoint` and `stash stop`: the
  * persistence engine as a process, and the control commands that reach it

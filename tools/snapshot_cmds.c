@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * snapshot_cmds.c: `stash snapshot`: looking into a checkpoint directory
  * without changing it: ls, info, verify (every checksum, exit code), dump

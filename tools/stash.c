@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * stash.c: the `stash` command's entry point: finds the subcommand and runs it.
  */

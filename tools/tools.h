@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * tools.h: what the `stash` command's subcommands share: the command table,
  * argument helpers, and the bench harness that reports figures beside peers.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ycsb.c: the operation sequences of the keyed bench, generated before any
  * clock starts: YCSB's zipfian (Gray et al., "Quickly generating

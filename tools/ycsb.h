@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * ycsb.h: YCSB-style operation sequences for the keyed bench: key indices
  * drawn uniformly or from YCSB's scrambled zipfian, and a mix of two

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * hello.c: the smallest program against an installed libstash: creates an
  * arena, joins it as worker 0 of 2, prints its key-group range, and cleans up.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * crash.c: stash-crash, the crash campaign. Worker processes apply a
  * deterministic workload to keyed state (a ValueState of a count and a

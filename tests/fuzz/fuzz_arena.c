@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_arena.c: an arena whose fixed parts (header, registry, catalog, key
  * groups' heaps and tables, control block, span descriptors) another

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_block.c: one key group's block as the reader meets it in a data file
  * (header, checksums, LZ4 payload, records): refused with its offset, or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_checkpoint.c: a mutated checkpoint (metadata, blocks, LZ4, operator
  * state, incremental chains) is refused by verify and restore alike, with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_common.c: packed checkpoints unpacked into files, and record digests.
  */

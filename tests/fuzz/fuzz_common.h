@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_common.h: what the fuzz targets share: a checkpoint directory built
  * from one input (a packed checkpoint) and a content digest of records.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_seed.c: stash-fuzz-seed DIR writes the fuzz targets' seed corpus into
  * DIR/checkpoint and DIR/block: real checkpoints, packed as fuzz_common.h

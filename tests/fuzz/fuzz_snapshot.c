@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_snapshot.c: the snapshot tool (`stash snapshot verify|info|dump|diff`)
  * over a mutated checkpoint, packed as fuzz_common.h says. Whatever the
