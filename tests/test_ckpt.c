@@ -599,7 +599,7 @@ Test(ckpt, a_writer_killed_at_any_moment_leaves_complete_or_invisible, .timeout 
     looper lp = {.name = j.name, .dir = dir};
     cr_assert_eq(pipe(lp.ready), 0);
     stash_worker_close(j.w);
-    srand((unsigned)getpid());
+    srand(test_seed("a_writer_killed_at_any_moment_leaves_complete_or_invisible"));
     uint64_t last = 0;
     for (int round = 0; round < 30; round++) {
         pid_t pid = test_fork(checkpoint_forever, &lp);

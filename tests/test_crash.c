@@ -140,7 +140,7 @@ Test(crash, owners_killed_at_random_moments_leave_a_consistent_arena, .timeout =
 {
     char name[96];
     stash_arena *a = test_arena_create("randkill", 256u << 20, 16, name);
-    srand((unsigned)getpid());
+    srand(test_seed("owners_killed_at_random_moments_leave_a_consistent_arena"));
     crash_args c = {.name = name};
     cr_assert_eq(pipe(c.ready), 0);
     for (int round = 0; round < 40; round++) {

@@ -323,7 +323,7 @@ Test(procs, an_owner_killed_mid_write_leaves_a_consistent_table, .timeout = 600)
     stash_arena *a = test_arena_create("killw", 512u << 20, 16, name);
     writer_args wa = {.name = name};
     cr_assert_eq(pipe(wa.ready), 0);
-    srand((unsigned)getpid());
+    srand(test_seed("an_owner_killed_mid_write_leaves_a_consistent_table"));
     for (int round = 0; round < 25; round++) {
         pid_t pid = test_fork(write_forever, &wa);
         char b;

@@ -243,7 +243,7 @@ Test(lmdb, a_worker_killed_mid_transaction_leaves_the_last_commit, .timeout = 12
 {
     char name[96];
     stash_arena *a = create("lmkill", STASH_BACKEND_LMDB, name);
-    srand((unsigned)getpid());
+    srand(test_seed("a_worker_killed_mid_transaction_leaves_the_last_commit"));
     for (int round = 0; round < 6; round++) {
         /* Somewhere in the middle of the next round's writes. */
         writer x = {name, KEYS, -1};

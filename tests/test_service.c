@@ -826,7 +826,7 @@ Test(service, a_soak_of_random_kills_loses_no_committed_state, .timeout = 240)
     job j[2];
     pid_t pids[2];
     start_workers(name, (job){.want_done = UINT64_MAX}, 2, endless_worker, j, pids);
-    srand(7);
+    srand(test_seed("a_soak_of_random_kills_loses_no_committed_state"));
     uint64_t committed = 0;
     for (int round = 0; round < 16; round++) {
         usleep(20000 + (unsigned)(rand() % 40000));
