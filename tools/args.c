@@ -115,3 +115,31 @@ void tool_json_string(const char *s)
     }
     putchar('"');
 }
+
+char **tool_split_equals(int argc, char **argv, int *out_argc)
+{
+    size_t bytes = 0;
+    int n = 0;
+    for (int i = 0; i < argc; i++, n++) {
+        bytes += strlen(argv[i]) + 1;
+        if (strncmp(argv[i], "--", 2) == 0 && strchr(argv[i], '=')) n++;
+    }
+    char **out = malloc((size_t)(n + 1) * sizeof *out + bytes);
+    if (!out) return NULL;
+    char *text = (char *)(out + n + 1);
+    int k = 0;
+    for (int i = 0; i < argc; i++) {
+        size_t len = strlen(argv[i]);
+        memcpy(text, argv[i], len + 1);
+        out[k++] = text;
+        char *eq = strncmp(text, "--", 2) == 0 ? strchr(text, '=') : NULL;
+        if (eq) {
+            *eq = '\0';
+            out[k++] = eq + 1;
+        }
+        text += len + 1;
+    }
+    out[k] = NULL;
+    *out_argc = k;
+    return out;
+}

@@ -3,8 +3,10 @@
  * stash.c: the `stash` command's entry point: finds the subcommand and runs it.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tools/tools.h"
 #include "include/stash.h"
@@ -29,14 +31,6 @@ static const tool_cmd commands[] = {
     {"demo", tool_demo, "run the demonstration job"},
 };
 
-static const tool_cmd benches[] = {
-    {"arena", bench_arena, "allocate+free pairs per second, 1 and 2 processes, beside malloc"},
-    {"io", bench_io, "write, fsync and read a 2 GiB file, io_uring and threads, beside fio"},
-    {"keyed", bench_keyed, "keyed state ops/s and latency, YCSB A-F, beside LMDB, RocksDB, Redis"},
-    {"checkpoint", bench_checkpoint,
-     "full and incremental checkpoints, restore, pause, load, memory, beside fio"},
-};
-
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
 static void usage(FILE *f, const char *title, const tool_cmd *cmds, size_t n)
@@ -52,68 +46,29 @@ static const tool_cmd *find(const tool_cmd *cmds, size_t n, const char *name)
     return NULL;
 }
 
+/* `stash bench`: the benchmark program beside this binary, stash-bench,
+ * which alone links the peers it measures stash against. */
 static int bench_main(int argc, char **argv)
 {
-    static const char title[] =
-        "usage: stash bench NAME [--json] [--quick] [--reps N] [--case PREFIX]\n"
-        "Each figure is printed beside peers measured in the same run.\nbenches:";
-    if (argc < 2 || tool_wants_help(2, argv)) {
-        usage(argc < 2 ? stderr : stdout, title, benches, COUNT(benches));
-        fprintf(argc < 2 ? stderr : stdout, "  %-10s %s\n", "all", "every bench above");
-        return argc < 2 ? 2 : 0;
-    }
-    if (strcmp(argv[1], "all") == 0) {
-        int rc = 0;
-        for (size_t i = 0; i < COUNT(benches); i++) {
-            argv[1] = (char *)benches[i].name;
-            rc |= benches[i].run(argc - 1, argv + 1);
-        }
-        return rc;
-    }
-    const tool_cmd *b = find(benches, COUNT(benches), argv[1]);
-    if (!b) {
-        fprintf(stderr, "stash bench: unknown bench '%s'\n", argv[1]);
-        usage(stderr, title, benches, COUNT(benches));
-        return 2;
-    }
-    return b->run(argc - 1, argv + 1);
-}
-
-/* argv with each "--opt=value" split into "--opt" and "value", as
- * getopt_long reads it, for every command (most parse by hand). The copy
- * and its strings live in one allocation the caller frees. */
-static char **split_equals(int argc, char **argv, int *out_argc)
-{
-    size_t bytes = 0;
-    int n = 0;
-    for (int i = 0; i < argc; i++, n++) {
-        bytes += strlen(argv[i]) + 1;
-        if (strncmp(argv[i], "--", 2) == 0 && strchr(argv[i], '=')) n++;
-    }
-    char **out = malloc((size_t)(n + 1) * sizeof *out + bytes);
-    if (!out) return NULL;
-    char *text = (char *)(out + n + 1);
-    int k = 0;
-    for (int i = 0; i < argc; i++) {
-        size_t len = strlen(argv[i]);
-        memcpy(text, argv[i], len + 1);
-        out[k++] = text;
-        char *eq = strncmp(text, "--", 2) == 0 ? strchr(text, '=') : NULL;
-        if (eq) {
-            *eq = '\0';
-            out[k++] = eq + 1;
-        }
-        text += len + 1;
-    }
-    out[k] = NULL;
-    *out_argc = k;
-    return out;
+    (void)argc; /* argv ends with NULL, as execv wants */
+    char self[4096], path[4200];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n < 0) return tool_fail("bench: where this binary is", -errno);
+    self[n] = 0;
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = 0;
+    snprintf(path, sizeof path, "%s/stash-bench", self);
+    argv[0] = path;
+    execv(path, argv);
+    fprintf(stderr, "stash bench: cannot run %s: %s (it is built and installed with stash)\n",
+            path, strerror(errno));
+    return 2;
 }
 
 static int run(const tool_cmd *c, int argc, char **argv)
 {
     int n;
-    char **split = split_equals(argc, argv, &n);
+    char **split = tool_split_equals(argc, argv, &n);
     if (!split) return tool_fail("arguments", -ENOMEM);
     int rc = c->run(n, split);
     free(split);

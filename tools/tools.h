@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools.h: what the `stash` command's subcommands share: the command table,
- * argument helpers, and the bench harness that reports figures beside peers.
+ * tools.h: what the `stash` command's subcommands share: argument helpers,
+ * JSON output, and the subcommands themselves. The benchmarks are a program
+ * of their own (tools/bench/).
  */
 #ifndef STASH_TOOLS_H
 #define STASH_TOOLS_H
@@ -29,66 +30,12 @@ int tool_parse_duration(const char *s, uint64_t *ms);
 void tool_json_string(const char *s);
 /* Prints "stash: <what>: <error words> (<detail>)" to stderr; returns 1. */
 int tool_fail(const char *what, int err);
+/* argv with each "--opt=value" split into "--opt" and "value", as the
+ * commands read their options; *out_argc its count. The copy and its
+ * strings live in one allocation the caller frees; NULL if out of memory. */
+char **tool_split_equals(int argc, char **argv, int *out_argc);
 
-/* ------------------------------------------------------------------------ */
-/* The bench harness (bench.c).                                               */
-
-typedef struct bench_opts {
-    bool json;             /* one JSON object per line on stdout instead of a table */
-    bool quick;            /* reduced sizes: a smoke check under a minute */
-    int reps;              /* repetitions; each figure is their median */
-    bool progress;         /* stderr is a terminal and output is a table */
-    stash_backend backend; /* --backend: keyed and checkpoint measure either */
-    const char *only;      /* --case: only the cases whose name starts with it */
-} bench_opts;
-
-typedef struct bench_result {
-    const char *bench;  /* "arena", "io", "keyed", ... */
-    const char *name;   /* the case, e.g. "alloc-free/1proc" */
-    const char *system; /* "stash", "malloc", "fio", ... */
-    double value;
-    const char *unit; /* "ops/s", "bytes/s", "us", "bytes", "ratio" */
-    bool latency;     /* whether the p50/p99/p999 fields apply */
-    double p50_us, p99_us, p999_us;
-    const char *skipped; /* non-NULL: the peer could not run, and why */
-} bench_result;
-
-/* Parses --json, --quick and --reps N; prints usage and returns -1 on a bad
- * argument, 1 on --help, 0 otherwise. usage names the bench's own cases. */
-int bench_parse(int argc, char **argv, const char *usage, bench_opts *out);
-/* Refuses --backend lmdb for a bench that measures the heap only: -1
- * after saying so, else 0. */
-int bench_heap_only(const bench_opts *o, const char *cmd);
-/* Refuses a --case that selects none of the n case names the bench reports
- * (on its backend): -1 after saying so and naming them, else 0. */
-int bench_check_case(const bench_opts *o, const char *cmd, const char *const *names, size_t n);
-/* Whether --case selects the case name (every case without --case). */
-bool bench_selected(const bench_opts *o, const char *name);
-/* Prints one result as a table row or a JSON line, if --case selects it. */
-void bench_report(const bench_opts *o, const bench_result *r);
-/* Prints a progress line on the terminal (overwritten by the next). */
-void bench_progress(const bench_opts *o, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-/* The median of v[0 .. n-1] (reorders v). */
-double bench_median(double *v, int n);
-/* Monotonic nanoseconds. */
-uint64_t bench_now_ns(void);
-/* Latency percentile (0..1) in microseconds from n samples in ns (reorders them). */
-double bench_percentile_us(uint64_t *ns, uint64_t n, double p);
-
-/* Runs fio on path: size bytes in 1 MiB blocks, io_uring, depth 16, fsync at
- * the end of a write; *bps its bandwidth. Returns 0 or -EIO. */
-int bench_fio(const char *path, uint64_t size, bool writing, bool direct, double *bps);
-/* Whether fio runs here. */
-bool bench_fio_installed(void);
-
-/* Benches, each `stash bench NAME`. */
-int bench_arena(int argc, char **argv);
-int bench_checkpoint(int argc, char **argv);
-int bench_io(int argc, char **argv);
-int bench_keyed(int argc, char **argv);
-
-/* Other subcommands. */
+/* The subcommands. */
 int tool_create(int argc, char **argv);
 int tool_destroy(int argc, char **argv);
 int tool_status(int argc, char **argv);

@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <math.h>
 
-#include "tools/ycsb.h"
+#include "tools/bench/ycsb.h"
 
 /* splitmix64: a fast, well-mixed stream from a seed; quality is ample for
  * picking keys, and the sequence is the same on every run. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench.c: the harness every `stash bench` shares: options, the table or
+ * harness.c: the harness every bench shares: options, the table or
  * JSON-lines report, medians and percentiles, progress on a terminal.
  */
 #include <stdarg.h>
@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tools/tools.h"
+#include "tools/bench/bench.h"
 
 int bench_parse(int argc, char **argv, const char *usage, bench_opts *out)
 {

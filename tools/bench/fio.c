@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "tools/tools.h"
+#include "tools/bench/bench.h"
 
 /* Runs argv with stdout into out (NUL-terminated) and stderr discarded.
  * Returns the exit status, 127 if it could not run, or -errno. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_checkpoint.c: `stash bench checkpoint`: what checkpoints cost. A
+ * checkpoint.c: `stash bench checkpoint`: what checkpoints cost. A
  * full checkpoint's bandwidth and a restore's, each beside fio on the same
  * number of bytes in the same directory; the synchronous pause (pinning every
  * key group) with few keys and with many; the bytes of an incremental
@@ -19,9 +19,9 @@
 
 #include "backends/ckpt.h"
 #include "backends/lmdb.h"
-#include "tools/tools.h"
-#include "tools/bench_peers.h"
-#include "tools/ycsb.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/peers.h"
+#include "tools/bench/ycsb.h"
 
 #define VALUE_BYTES 100u
 #define MAX_REPS 100

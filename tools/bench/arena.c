@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_arena.c: `stash bench arena`: allocate+free pairs per second in the
+ * arena.c: `stash bench arena`: allocate+free pairs per second in the
  * arena's key-group heaps, in one process and in two, beside glibc malloc
  * running the same pre-generated sequence in the same invocation.
  */
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "backends/backends.h"
-#include "tools/tools.h"
+#include "tools/bench/bench.h"
 
 #define WINDOW 4096u /* live blocks: each pair frees the oldest and allocates anew */
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_peers.h: the systems the keyed bench measures stash against, behind
+ * peers.h: the systems the keyed bench measures stash against, behind
  * one small interface: a raw open-addressing table in shared memory (the
  * speed limit), LMDB, RocksDB and Redis. Each holds values, lists and maps
  * under 8-byte keys the way its users would store Flink-style keyed state.
@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tools/ycsb.h"
+#include "tools/bench/ycsb.h"
 
 /* Fills the caller's why (whylen bytes) and evaluates to -1. */
 #define WHY(...) (snprintf(why, whylen, __VA_ARGS__), -1)

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_peers.c: the keyed bench's peers, each used the way its own users
+ * peers.c: the keyed bench's peers, each used the way its own users
  * would hold keyed state: a raw open-addressing table in a shared mapping of
  * a /dev/shm file (the speed limit), LMDB with batched write transactions,
- * RocksDB with the WAL off (as Flink runs it); Redis is in bench_redis.c.
+ * RocksDB with the WAL off (as Flink runs it); Redis is in redis.c.
  * Reads copy the value out, as a caller that deserializes it would.
  */
 #define _GNU_SOURCE
@@ -23,7 +23,7 @@
 #include <rocksdb/c.h>
 #endif
 
-#include "tools/bench_peers.h"
+#include "tools/bench/peers.h"
 
 static void encode_map_key(uint64_t key, uint64_t ukey, uint8_t out[16])
 {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_redis.c: the keyed and checkpoint benches' Redis peer: a private
+ * redis.c: the keyed and checkpoint benches' Redis peer: a private
  * redis-server on a loopback port, reached through hiredis, and what its
  * BGSAVE copies on write under load.
  */
@@ -23,7 +23,7 @@
 #include <hiredis.h>
 #endif
 
-#include "tools/bench_peers.h"
+#include "tools/bench/peers.h"
 
 /* ------------------------------------------------------------------------ */
 /* Redis: a private redis-server (no RDB, no AOF) on a free loopback port,    */

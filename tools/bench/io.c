@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_io.c: `stash bench io`: the I/O engine's bandwidth writing a file in
+ * io.c: `stash bench io`: the I/O engine's bandwidth writing a file in
  * 1 MiB blocks at depth 16, fsyncing it, and reading it back with the page
  * cache dropped, on io_uring and on the thread-pool fallback, buffered and
  * O_DIRECT, beside fio (io_uring engine, same block size, depth and fsync)
@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "ioengine/ioengine.h"
-#include "tools/tools.h"
+#include "tools/bench/bench.h"
 
 #define BLOCK (1u << 20)
 #define DEPTH 16u

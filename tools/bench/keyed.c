@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * bench_keyed.c: `stash bench keyed`: keyed-state operations per second and
- * their latency, stash beside its peers (bench_peers.c) replaying the same
+ * keyed.c: `stash bench keyed`: keyed-state operations per second and
+ * their latency, stash beside its peers (peers.c) replaying the same
  * pre-generated sequences in the same run: ValueState under YCSB A, B, C and
  * F, uniform and zipfian; ListState add and get; MapState put and get. Also
  * one worker process against two, and the bytes an entry costs beyond its
@@ -22,9 +22,9 @@
 #include <unistd.h>
 
 #include "include/stash.h"
-#include "tools/bench_peers.h"
-#include "tools/tools.h"
-#include "tools/ycsb.h"
+#include "tools/bench/peers.h"
+#include "tools/bench/bench.h"
+#include "tools/bench/ycsb.h"
 
 #define KEY_LEN 8
 #define VALUE_LEN 100
