@@ -9,6 +9,7 @@
 
 #include "shm/hash.h"
 #include "shm/shm.h"
+#include "shm/table.h"
 
 typedef struct lmdb_store lmdb_store;
 

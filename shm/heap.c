@@ -205,7 +205,7 @@ static uint64_t my_start_time(void)
     return start;
 }
 
-void shm_heap_adopt(stash_arena *a, stash_kg_range range)
+void shm_heap_adopt(stash_arena *a, stash_kg_range range, shm_kg_recover_fn *recover_kg)
 {
     int32_t me = getpid();
     uint64_t start = my_start_time();
@@ -215,7 +215,7 @@ void shm_heap_adopt(stash_arena *a, stash_kg_range range)
         int32_t owner = atomic_load(&h->owner_pid);
         /* An owner that left without a clean release may have died mid-operation. */
         if (owner != 0 && !(owner == me && atomic_load(&h->owner_start) == start)) {
-            shm_table_recover(a, kg);
+            recover_kg(a, kg);
             dirty = true;
         }
         atomic_store(&h->owner_start, start);

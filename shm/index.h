@@ -7,7 +7,7 @@
 #define STASH_SHM_INDEX_H
 
 #include "shm/hash.h"
-#include "shm/shm.h"
+#include "shm/table.h"
 
 /* One array of an index: its groups, their count, and the first group not
  * moved yet (0 for the current array). */

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "shm/shm.h"
+#include "shm/table.h"
 
 /* A LIVE slot whose process is gone is DEAD; returns the state that holds. */
 static uint32_t settle_state(shm_slot *s)
@@ -75,7 +75,8 @@ int shm_registry_join(stash_arena *a, uint32_t index, uint32_t p, uint32_t *slot
     atomic_store_explicit(&s->state, SHM_SLOT_LIVE, memory_order_release);
     if (atomic_load(&a->hdr->registry_hwm) <= index) atomic_store(&a->hdr->registry_hwm, index + 1);
     shm_lock_release(&a->hdr->registry_lock);
-    shm_heap_adopt(a, range);
+    /* The keyed tables are what lives in the heaps: made whole first. */
+    shm_heap_adopt(a, range, shm_table_recover);
     *slot = index;
     return 0;
 }
