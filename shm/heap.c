@@ -100,7 +100,6 @@ int shm_alloc(stash_arena *a, uint32_t kg, size_t size, shm_off *out)
     shm_off off = atomic_load_explicit(&ch->free_head, memory_order_relaxed);
     if (off) {
         shm_off next = *(shm_off *)(a->base + off);
-        if (!shm_block_in_data(a, next)) next = 0;
         atomic_store_explicit(&ch->free_head, next, memory_order_relaxed);
         account(h, cs, -(int64_t)cs);
         *out = off;
