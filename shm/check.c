@@ -440,7 +440,18 @@ int shm_check_attach(const stash_arena *a)
         for (uint32_t c = 0; !bad && c < SHM_NCLASSES; c++) {
             const shm_class_heap *ch = &a->heaps[kg].cls[c];
             shm_off head = atomic_load(&ch->free_head);
-            if (head && !shm_block_in_data(a, head)) bad = "free list";
+            if (head && !shm_block_in_data(a, head)) {
+                bad = "free list";
+            } else if (head && shm_span_index(a, head) >= atomic_load(&h->pool_bump)) {
+                bad = "free list";
+            } else if (head) {
+                /* A block of this key group and class: its span (checked
+                 * above, as every span below the bump mark) says so. */
+                uint64_t w = atomic_load(&a->spans[shm_run_head(a, head)].word);
+                if (shm_span_state(w) != SHM_SPAN_OWNED || shm_span_kg(w) != kg ||
+                    shm_span_class(w) != c)
+                    bad = "free list";
+            }
             else if ((atomic_load(&ch->carve) >> 32) > nspans) bad = "span being carved";
         }
         if (bad)

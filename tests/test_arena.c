@@ -258,6 +258,8 @@ Test(arena, a_corrupted_arena_is_refused_at_attach_naming_the_part)
     }
     const shm_header *h = a->hdr;
     size_t table = h->tables_off + 2 * sizeof(shm_table), heap = h->heaps_off + 3 * sizeof(shm_kg_heap);
+    /* A block of span 0, given as a free block of a class its span does not have. */
+    unsigned other = (shm_span_class(atomic_load(&a->spans[0].word)) + 1) % SHM_NCLASSES;
     const corruption cases[] = {
         {"places the arena's parts", offsetof(shm_header, tables_off), 4096, 8},
         {"out of range", offsetof(shm_header, nspans), 1u << 30, 8},
@@ -269,6 +271,10 @@ Test(arena, a_corrupted_arena_is_refused_at_attach_naming_the_part)
         {"key group 2: its reclamation ring", table + offsetof(shm_table, retired), UINT64_MAX - 4, 8},
         {"key group 2: its record being changed", table + offsetof(shm_table, undo.rec), 1, 4},
         {"key group 3: its free list", heap + offsetof(shm_kg_heap, cls[5].free_head), 16, 8},
+        {"key group 3: its free list",
+         heap + offsetof(shm_kg_heap, cls) + other * sizeof(shm_class_heap) +
+             offsetof(shm_class_heap, free_head),
+         h->data_off, 8},
         {"key group 3: its span being carved", heap + offsetof(shm_kg_heap, cls[5].carve),
          (uint64_t)1 << 60, 8},
         {"worker slot 0", h->registry_off + offsetof(shm_slot, kg_last), 8, 4},
