@@ -321,7 +321,6 @@ size_t list_keep_unexpired(const uint8_t *v, size_t len, uint64_t ttl_ms, uint64
                            uint8_t *out);
 bool map_drop_expired(uint8_t *m, size_t len, uint64_t ttl_ms, uint64_t now);
 
-
 /* Whether bytes are a well-formed stored list or map (with TTL timestamps
  * if ttl): what a restore checks before it trusts a checkpoint's values. */
 bool list_bytes_valid(const uint8_t *v, size_t len, bool ttl);

@@ -351,7 +351,8 @@ static bool in_data(const stash_arena *a, uint64_t off, uint64_t len, bool may_b
 static bool index_fits(const stash_arena *a, uint64_t off, uint32_t log2, bool may_be_none)
 {
     if (off == 0) return may_be_none;
-    return log2 < 32 && off % 64 == 0 && in_data(a, off, (uint64_t)sizeof(shm_group) << log2, false);
+    return log2 < 32 && off % 64 == 0 &&
+           in_data(a, off, (uint64_t)sizeof(shm_group) << log2, false);
 }
 
 /* A change in place that recovery would finish or undo stays inside its
@@ -391,8 +392,8 @@ static int check_span_descriptors(const stash_arena *a, uint64_t bump)
         uint64_t w = atomic_load(&a->spans[i].word), len = shm_span_len(w);
         unsigned state = shm_span_state(w), cls = shm_span_class(w);
         uint32_t kg = shm_span_kg(w);
-        bool ok = (state == SHM_SPAN_FREE || state == SHM_SPAN_OWNED) && len >= 1 &&
-                  len <= bump - i;
+        bool ok =
+            (state == SHM_SPAN_FREE || state == SHM_SPAN_OWNED) && len >= 1 && len <= bump - i;
         if (ok && state == SHM_SPAN_OWNED)
             ok = (kg < h->max_parallelism || kg == SHM_OP_CONTROL_KG) &&
                  (cls < SHM_NCLASSES || cls == SHM_CLASS_LARGE);
@@ -414,8 +415,7 @@ int shm_check_attach(const stash_arena *a)
     uint64_t nspans = h->nspans;
     if (atomic_load(&h->pool_bump) > nspans)
         return shm_fail(STASH_ECORRUPT, "%s: the page pool claims %llu of %llu spans", a->path,
-                        (unsigned long long)atomic_load(&h->pool_bump),
-                        (unsigned long long)nspans);
+                        (unsigned long long)atomic_load(&h->pool_bump), (unsigned long long)nspans);
     int rc = check_span_descriptors(a, atomic_load(&h->pool_bump));
     if (rc) return rc;
     for (uint32_t l = 0; l < SHM_POOL_LISTS; l++)
@@ -451,20 +451,21 @@ int shm_check_attach(const stash_arena *a)
                 if (shm_span_state(w) != SHM_SPAN_OWNED || shm_span_kg(w) != kg ||
                     shm_span_class(w) != c)
                     bad = "free list";
-            }
-            else if ((atomic_load(&ch->carve) >> 32) > nspans) bad = "span being carved";
+            } else if ((atomic_load(&ch->carve) >> 32) > nspans)
+                bad = "span being carved";
         }
         if (bad)
-            return shm_fail(STASH_ECORRUPT, "%s: key group %u: its %s lies outside the arena's data",
-                            a->path, kg, bad);
+            return shm_fail(STASH_ECORRUPT,
+                            "%s: key group %u: its %s lies outside the arena's data", a->path, kg,
+                            bad);
     }
     for (uint32_t i = 0; i < STASH_MAX_WORKERS; i++) {
         const shm_slot *s = &a->slots[i];
         uint32_t state = atomic_load(&s->state);
         if (state > SHM_SLOT_DEAD ||
             (state != SHM_SLOT_FREE &&
-             (s->kg_first > s->kg_last || s->kg_last >= h->max_parallelism ||
-              s->parallelism == 0 || s->parallelism > STASH_MAX_WORKERS)))
+             (s->kg_first > s->kg_last || s->kg_last >= h->max_parallelism || s->parallelism == 0 ||
+              s->parallelism > STASH_MAX_WORKERS)))
             return shm_fail(STASH_ECORRUPT, "%s: worker slot %u names key groups %u..%u of %u",
                             a->path, i, s->kg_first, s->kg_last, h->max_parallelism);
         const shm_ctl_worker *w = &a->control->workers[i];
@@ -482,8 +483,8 @@ int shm_check_attach(const stash_arena *a)
     for (uint32_t i = 0; i < SHM_CATALOG_SIZE; i++) {
         const shm_catalog_entry *e = &a->catalog[i];
         if (atomic_load(&e->used) > 1 ||
-            (atomic_load(&e->used) && (!memchr(e->name, 0, sizeof e->name) || e->kind == 0 ||
-                                       e->kind > STASH_OP_BROADCAST)))
+            (atomic_load(&e->used) &&
+             (!memchr(e->name, 0, sizeof e->name) || e->kind == 0 || e->kind > STASH_OP_BROADCAST)))
             return shm_fail(STASH_ECORRUPT, "%s: state catalog entry %u is not one", a->path, i);
     }
     return 0;

@@ -14,7 +14,7 @@
 static _Thread_local char last_detail[512];
 
 #define VERSION_TEXT(x) #x
-#define VERSION_OF(major, minor, patch)                                                        \
+#define VERSION_OF(major, minor, patch)                                                            \
     VERSION_TEXT(major) "." VERSION_TEXT(minor) "." VERSION_TEXT(patch)
 
 STASH_API const char *stash_version(void)

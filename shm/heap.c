@@ -170,7 +170,8 @@ int shm_heap_measure(stash_arena *a, stash_kg_range range, uint64_t *used, uint6
         for (unsigned c = 0; c < SHM_NCLASSES; c++) {
             uint64_t limit = a->hdr->nspans << SHM_SPAN_SHIFT;
             shm_off off = atomic_load(&a->heaps[range.first + k].cls[c].free_head);
-            for (; shm_block_in_data(a, off) && limit; off = *(shm_off *)(a->base + off), limit -= 16) {
+            for (; shm_block_in_data(a, off) && limit;
+                 off = *(shm_off *)(a->base + off), limit -= 16) {
                 used[k] -= shm_class_bytes(c);
                 free_b[k] += shm_class_bytes(c);
             }

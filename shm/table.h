@@ -10,7 +10,6 @@
 
 #include "shm/shm.h"
 
-
 /* What identifies an entry: state, key and namespace, with their hash. */
 typedef struct shm_lookup {
     uint32_t kg;

@@ -257,7 +257,8 @@ Test(arena, a_corrupted_arena_is_refused_at_attach_naming_the_part)
         cr_assert_eq(stash_value_put(v, &k, sizeof k), 0);
     }
     const shm_header *h = a->hdr;
-    size_t table = h->tables_off + 2 * sizeof(shm_table), heap = h->heaps_off + 3 * sizeof(shm_kg_heap);
+    size_t table = h->tables_off + 2 * sizeof(shm_table),
+           heap = h->heaps_off + 3 * sizeof(shm_kg_heap);
     /* A block of span 0, given as a free block of a class its span does not have. */
     unsigned other = (shm_span_class(atomic_load(&a->spans[0].word)) + 1) % SHM_NCLASSES;
     const corruption cases[] = {
@@ -268,7 +269,8 @@ Test(arena, a_corrupted_arena_is_refused_at_attach_naming_the_part)
         {"key group 2: its index", table + offsetof(shm_table, index), h->arena_size + 4096, 8},
         {"key group 2: its index", table + offsetof(shm_table, log2), 40, 4},
         {"key group 2: its growing index", table + offsetof(shm_table, growing), 64, 8},
-        {"key group 2: its reclamation ring", table + offsetof(shm_table, retired), UINT64_MAX - 4, 8},
+        {"key group 2: its reclamation ring", table + offsetof(shm_table, retired), UINT64_MAX - 4,
+         8},
         {"key group 2: its record being changed", table + offsetof(shm_table, undo.rec), 1, 4},
         {"key group 3: its free list", heap + offsetof(shm_kg_heap, cls[5].free_head), 16, 8},
         {"key group 3: its free list",

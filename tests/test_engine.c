@@ -183,8 +183,8 @@ Test(engine, a_delta_never_depends_on_a_shared_file_damaged_after_it_was_written
     const char *name = test_arena_name("shd");
     stash_arena_opts ao = arena_opts;
     ao.backend = test_backend();
-    stash_service *s = start(name, &(stash_service_opts){.arena = &ao, .dir = dir,
-                                                         .incremental = 1, .retain = 1});
+    stash_service *s =
+        start(name, &(stash_service_opts){.arena = &ao, .dir = dir, .incremental = 1, .retain = 1});
     stash_arena *a;
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
     stash_worker *w;

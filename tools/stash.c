@@ -60,8 +60,8 @@ static int bench_main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/stash-bench", self);
     argv[0] = path;
     execv(path, argv);
-    fprintf(stderr, "stash bench: cannot run %s: %s (it is built and installed with stash)\n",
-            path, strerror(errno));
+    fprintf(stderr, "stash bench: cannot run %s: %s (it is built and installed with stash)\n", path,
+            strerror(errno));
     return 2;
 }
 

@@ -41,8 +41,8 @@
 #define MAXP 32u
 #define KEYS 4096u
 #define CLASSES 4u
-#define MARK_EVERY 64u     /* every 64th event appends its offset to the key's list */
-#define RATE 20000u        /* events a worker scans per second */
+#define MARK_EVERY 64u         /* every 64th event appends its offset to the key's list */
+#define RATE 20000u            /* events a worker scans per second */
 #define WAIT_NS 60000000000ull /* the longest wait for one step: longer is a failure */
 #define INTERVAL_MS 50u
 
@@ -57,8 +57,14 @@ static uint64_t mix64(uint64_t x)
     return x ^ (x >> 31);
 }
 
-static uint64_t key_of(uint64_t i) { return mix64(i) % KEYS; }
-static uint64_t weight_of(uint64_t i) { return mix64(i ^ 0x5bd1e995ull); }
+static uint64_t key_of(uint64_t i)
+{
+    return mix64(i) % KEYS;
+}
+static uint64_t weight_of(uint64_t i)
+{
+    return mix64(i ^ 0x5bd1e995ull);
+}
 
 /* A key's ValueState: how many events it saw and the sum of their weights. */
 typedef struct sum {
@@ -68,8 +74,8 @@ typedef struct sum {
 typedef struct model {
     sum sums[KEYS];
     uint64_t classes[KEYS][CLASSES];
-    uint64_t *marks;           /* every key's marks, key after key */
-    uint64_t first[KEYS + 1];  /* key k's marks are marks[first[k] .. first[k+1]) */
+    uint64_t *marks;          /* every key's marks, key after key */
+    uint64_t first[KEYS + 1]; /* key k's marks are marks[first[k] .. first[k+1]) */
 } model;
 
 /* The state every key has after events [0, offset). */
@@ -124,8 +130,8 @@ typedef struct report {
 
 static int report_fd = -1;
 
-__attribute__((format(printf, 3, 4))) static void send_report(report *r, int kind,
-                                                             const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static void send_report(report *r, int kind, const char *fmt,
+                                                              ...)
 {
     r->kind = kind;
     r->pid = getpid();
@@ -192,15 +198,20 @@ static int check_keys(job *j, uint64_t offset, uint64_t *keys, uint64_t *bad)
         stash_bytes v;
         sum s = {0};
         rc = stash_value_get(j->sums, &v);
-        if (rc == 0 && v.len == sizeof s) memcpy(&s, v.data, sizeof s);
-        else if (rc == 0) s.count = UINT64_MAX;
-        else if (rc != STASH_ENOTFOUND) break;
+        if (rc == 0 && v.len == sizeof s)
+            memcpy(&s, v.data, sizeof s);
+        else if (rc == 0)
+            s.count = UINT64_MAX;
+        else if (rc != STASH_ENOTFOUND)
+            break;
         *bad += s.count != m->sums[k].count || s.total != m->sums[k].total;
         for (uint8_t c = 0; c < CLASSES; c++) {
             uint64_t n = 0;
             rc = stash_map_get(j->classes, &c, 1, &v);
-            if (rc == 0) memcpy(&n, v.data, v.len == sizeof n ? sizeof n : 0);
-            else if (rc != STASH_ENOTFOUND) break;
+            if (rc == 0)
+                memcpy(&n, v.data, v.len == sizeof n ? sizeof n : 0);
+            else if (rc != STASH_ENOTFOUND)
+                break;
             *bad += n != m->classes[k][c] || (rc == 0 && v.len != sizeof n);
         }
         if (rc < 0 && rc != STASH_ENOTFOUND) break;
@@ -235,16 +246,20 @@ static int apply(job *j, uint64_t i)
     stash_bytes v;
     sum s = {0};
     rc = stash_value_get(j->sums, &v);
-    if (rc == 0) memcpy(&s, v.data, v.len == sizeof s ? sizeof s : 0);
-    else if (rc != STASH_ENOTFOUND) return rc;
+    if (rc == 0)
+        memcpy(&s, v.data, v.len == sizeof s ? sizeof s : 0);
+    else if (rc != STASH_ENOTFOUND)
+        return rc;
     s.count++;
     s.total += weight_of(i);
     if ((rc = stash_value_put(j->sums, &s, sizeof s)) < 0) return rc;
     uint8_t c = (uint8_t)(i % CLASSES);
     uint64_t n = 0;
     rc = stash_map_get(j->classes, &c, 1, &v);
-    if (rc == 0) memcpy(&n, v.data, v.len == sizeof n ? sizeof n : 0);
-    else if (rc != STASH_ENOTFOUND) return rc;
+    if (rc == 0)
+        memcpy(&n, v.data, v.len == sizeof n ? sizeof n : 0);
+    else if (rc != STASH_ENOTFOUND)
+        return rc;
     n++;
     if ((rc = stash_map_put(j->classes, &c, 1, &n, sizeof n)) < 0) return rc;
     if (i % MARK_EVERY == 0) rc = stash_list_add(j->marks, &i, sizeof i);
@@ -254,16 +269,17 @@ static int apply(job *j, uint64_t i)
 static int worker_main(const config *c, uint32_t index, bool rollback, const char *fault)
 {
     report r = {.index = index};
-    if (fault) setenv("STASH_IO_FAULT", fault, 1);
-    else unsetenv("STASH_IO_FAULT");
+    if (fault)
+        setenv("STASH_IO_FAULT", fault, 1);
+    else
+        unsetenv("STASH_IO_FAULT");
     stash_arena_opts ao = arena_opts(c);
     job j = {0};
-    int rc = stash_worker_open(c->name,
-                               &(stash_worker_opts){.index = index,
-                                                    .parallelism = WORKERS,
-                                                    .arena = &ao,
-                                                    .rollback = rollback},
-                               &j.w);
+    int rc = stash_worker_open(
+        c->name,
+        &(stash_worker_opts){
+            .index = index, .parallelism = WORKERS, .arena = &ao, .rollback = rollback},
+        &j.w);
     if (rc < 0) {
         r.rc = rc;
         send_report(&r, R_FAILED, "worker %u: open: %s", index, stash_errmsg());
@@ -281,7 +297,8 @@ static int worker_main(const config *c, uint32_t index, bool rollback, const cha
                   {"marks", STASH_LIST, &j.marks},
                   {"offset", STASH_OP_LIST, &j.offset}};
     for (size_t s = 0; s < sizeof states / sizeof states[0]; s++) {
-        rc = stash_state_get(j.w, &(stash_state_desc){.name = states[s].name, .kind = states[s].kind},
+        rc = stash_state_get(j.w,
+                             &(stash_state_desc){.name = states[s].name, .kind = states[s].kind},
                              states[s].out);
         if (rc < 0) {
             r.rc = rc;
@@ -345,8 +362,10 @@ static int worker_main(const config *c, uint32_t index, bool rollback, const cha
 static int service_main(const config *c, const char *fault)
 {
     report r = {.index = WORKERS};
-    if (fault) setenv("STASH_IO_FAULT", fault, 1);
-    else unsetenv("STASH_IO_FAULT");
+    if (fault)
+        setenv("STASH_IO_FAULT", fault, 1);
+    else
+        unsetenv("STASH_IO_FAULT");
     sigset_t term;
     sigemptyset(&term);
     sigaddset(&term, SIGTERM);
@@ -391,9 +410,15 @@ enum {
 };
 
 static const char *event_names[E_KINDS] = {
-    "worker killed", "replacement killed in its rollback", "service killed",
-    "power loss", "service killed while restoring", "storage fault",
-    "newest checkpoint damaged", "checkpoint damaged while in use", "read error in a restore",
+    "worker killed",
+    "replacement killed in its rollback",
+    "service killed",
+    "power loss",
+    "service killed while restoring",
+    "storage fault",
+    "newest checkpoint damaged",
+    "checkpoint damaged while in use",
+    "read error in a restore",
 };
 
 typedef struct counts {
@@ -483,17 +508,19 @@ static void note_checkpoints(campaign *k, const stash_service_info *info)
         uint8_t status = ci->status == 0 ? 1 : 2;
         if (k->ledger[ci->id] == status) continue;
         if (k->ledger[ci->id] != 0 || ci->id <= k->max_id) {
-            problem(k, "checkpoint id %llu used again (%s after %s)",
-                    (unsigned long long)ci->id, status == 1 ? "complete" : "failed",
-                    k->ledger[ci->id] == 1 ? "complete"
+            problem(k, "checkpoint id %llu used again (%s after %s)", (unsigned long long)ci->id,
+                    status == 1 ? "complete" : "failed",
+                    k->ledger[ci->id] == 1   ? "complete"
                     : k->ledger[ci->id] == 2 ? "failed"
                                              : "a newer id");
             k->n.reused_ids++;
         }
         k->ledger[ci->id] = status;
         if (ci->id > k->max_id) k->max_id = ci->id;
-        if (status == 1) k->n.ckpt_complete++;
-        else k->n.ckpt_failed++;
+        if (status == 1)
+            k->n.ckpt_complete++;
+        else
+            k->n.ckpt_failed++;
         if (k->verbose)
             fprintf(stderr, "  checkpoint %llu %s%s%s\n", (unsigned long long)ci->id,
                     status == 1 ? "complete" : "failed: ", status == 1 ? "" : ci->detail,
@@ -519,8 +546,9 @@ static bool pump(campaign *k, int ms, uint32_t index, pid_t pid)
             k->n.keys += r.keys;
             k->n.bad += r.bad;
             if (r.bad)
-                problem(k, "worker %u (pid %d) at offset %llu: %llu of the values of its %llu "
-                           "keys are lost or counted twice",
+                problem(k,
+                        "worker %u (pid %d) at offset %llu: %llu of the values of its %llu "
+                        "keys are lost or counted twice",
                         r.index, r.pid, (unsigned long long)r.offset, (unsigned long long)r.bad,
                         (unsigned long long)r.keys);
             else if (k->verbose)
@@ -529,8 +557,10 @@ static bool pump(campaign *k, int ms, uint32_t index, pid_t pid)
                         r.rolled ? " after its rollback" : "");
         }
         bool current = r.index < WORKERS ? k->w[r.index] == r.pid : k->svc == r.pid;
-        if (r.index <= WORKERS && current) k->got[r.index] = r;
-        else if (r.kind == R_FAILED && k->verbose) fprintf(stderr, "  (killed) %s\n", r.what);
+        if (r.index <= WORKERS && current)
+            k->got[r.index] = r;
+        else if (r.kind == R_FAILED && k->verbose)
+            fprintf(stderr, "  (killed) %s\n", r.what);
         if (r.kind == R_FAILED && current) problem(k, "%s", r.what);
     }
 }
@@ -676,8 +706,7 @@ static void damage_newest(campaign *k, uint64_t id)
     snprintf(files[1], sizeof files[1], "%s/chk-%llu/kg-data.dat", k->c.dir,
              (unsigned long long)id);
     if (access(files[1], F_OK) != 0)
-        snprintf(files[1], sizeof files[1], "%s/shared/%llu.dat", k->c.dir,
-                 (unsigned long long)id);
+        snprintf(files[1], sizeof files[1], "%s/shared/%llu.dat", k->c.dir, (unsigned long long)id);
     const char *f = files[rnd(k, 2)];
     int fd = open(f, O_RDWR);
     struct stat st;
@@ -788,12 +817,12 @@ static bool event(campaign *k, int e)
 static bool run_config(campaign *k, uint64_t events, uint64_t until_ns)
 {
     k->svc = spawn_service(k, NULL);
-    if (!await_service(k) || !start_workers(k, false) || !await_checkpoint(k, 0))
-        return false;
+    if (!await_service(k) || !start_workers(k, false) || !await_checkpoint(k, 0)) return false;
     for (uint64_t e = 0; e < events && now_ns() < until_ns; e++) {
         pump(k, (int)rnd(k, 250), UINT32_MAX, 0);
         int kind = (int)rnd(k, E_KINDS);
-        if (k->verbose) fprintf(stderr, "event %llu: %s\n", (unsigned long long)e, event_names[kind]);
+        if (k->verbose)
+            fprintf(stderr, "event %llu: %s\n", (unsigned long long)e, event_names[kind]);
         if (!event(k, kind)) return false;
         stash_service_info info = service_info(k);
         note_checkpoints(k, &info);
@@ -863,7 +892,7 @@ int main(int argc, char **argv)
     bool have_seed = false, verbose = false;
     int backends = 3, modes = 3;
     static const struct option longopts[] = {
-        {"seed", required_argument, NULL, 's'},   {"events", required_argument, NULL, 'e'},
+        {"seed", required_argument, NULL, 's'},    {"events", required_argument, NULL, 'e'},
         {"minutes", required_argument, NULL, 'm'}, {"backend", required_argument, NULL, 'b'},
         {"mode", required_argument, NULL, 'M'},    {"verbose", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
@@ -872,25 +901,44 @@ int main(int argc, char **argv)
         const char *a = optarg;
         bool ok = true;
         switch (o) {
-        case 's': ok = have_seed = parse_u64(a, &seed); break;
-        case 'e': ok = parse_u64(a, &events) && events > 0; break;
-        case 'm': ok = parse_u64(a, &minutes) && minutes > 0; break;
+        case 's':
+            ok = have_seed = parse_u64(a, &seed);
+            break;
+        case 'e':
+            ok = parse_u64(a, &events) && events > 0;
+            break;
+        case 'm':
+            ok = parse_u64(a, &minutes) && minutes > 0;
+            break;
         case 'b':
             backends = !strcmp(a, "heap") ? 1 : !strcmp(a, "lmdb") ? 2 : !strcmp(a, "both") ? 3 : 0;
             ok = backends != 0;
             break;
         case 'M':
-            modes = !strcmp(a, "full") ? 1 : !strcmp(a, "incremental") ? 2 : !strcmp(a, "both") ? 3 : 0;
+            modes = !strcmp(a, "full")          ? 1
+                    : !strcmp(a, "incremental") ? 2
+                    : !strcmp(a, "both")        ? 3
+                                                : 0;
             ok = modes != 0;
             break;
-        case 'v': verbose = true; break;
-        case 'h': usage(stdout); return 0;
-        default: usage(stderr); return 2;
+        case 'v':
+            verbose = true;
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
         }
         if (!ok) {
             fprintf(stderr, "stash-crash: --%s: not a valid value: '%s'\n",
-                    o == 's' ? "seed" : o == 'e' ? "events" : o == 'm' ? "minutes"
-                                       : o == 'b' ? "backend" : "mode", a);
+                    o == 's'   ? "seed"
+                    : o == 'e' ? "events"
+                    : o == 'm' ? "minutes"
+                    : o == 'b' ? "backend"
+                               : "mode",
+                    a);
             return 2;
         }
     }
@@ -929,7 +977,8 @@ int main(int argc, char **argv)
             k.c.backend = b;
             k.c.incremental = inc;
             snprintf(k.c.name, sizeof k.c.name, "crash-%d-%d", (int)getpid(), cfg);
-            snprintf(k.c.dir, sizeof k.c.dir, "%s/stash-crash-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+            snprintf(k.c.dir, sizeof k.c.dir, "%s/stash-crash-XXXXXX",
+                     tmp && tmp[0] ? tmp : "/tmp");
             if (!mkdtemp(k.c.dir)) return perror("mkdtemp"), 1;
             snprintf(k.c.lmdb_dir, sizeof k.c.lmdb_dir, "%s.lmdb", k.c.dir);
             uint64_t t0 = now_ns();

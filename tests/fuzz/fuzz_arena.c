@@ -38,8 +38,10 @@ static void make_image(void)
     snprintf(name, sizeof name, "fuzz-arena-%d", (int)getpid());
     snprintf(path, sizeof path, "/dev/shm/stash.%s", name);
     stash_arena *a;
-    if (stash_arena_create(name, &(stash_arena_opts){.size = 4u << 20, .max_parallelism = 8,
-                                                     .flags = STASH_ARENA_REPLACE},
+    if (stash_arena_create(name,
+                           &(stash_arena_opts){.size = 4u << 20,
+                                               .max_parallelism = 8,
+                                               .flags = STASH_ARENA_REPLACE},
                            &a) != 0)
         abort();
     atexit(destroy_image);

@@ -72,8 +72,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (verified == 0) {
         int64_t n = ckpt_view_walk(&v, (stash_kg_range){0, v.max_parallelism - 1}, NULL, NULL);
         if (n >= 0)
-            n = ckpt_view_walk_latest(&v, (stash_kg_range){0, v.max_parallelism - 1},
-                                      digest_record, &w);
+            n = ckpt_view_walk_latest(&v, (stash_kg_range){0, v.max_parallelism - 1}, digest_record,
+                                      &w);
         verified = n < 0 ? (int)n : 0;
     }
     uint32_t maxp = verified == 0 ? v.max_parallelism : 0;

@@ -92,9 +92,12 @@ const char *fuzz_unpack(const uint8_t *data, size_t size)
             n++;
             continue;
         }
-        if (n == 0) snprintf(path, sizeof path, "%s/_metadata", ck);
-        else if (n == 1) snprintf(path, sizeof path, "%s/kg-data.dat", ck);
-        else snprintf(path, sizeof path, "%s/shared/%u.dat", root, n - 1);
+        if (n == 0)
+            snprintf(path, sizeof path, "%s/_metadata", ck);
+        else if (n == 1)
+            snprintf(path, sizeof path, "%s/kg-data.dat", ck);
+        else
+            snprintf(path, sizeof path, "%s/shared/%u.dat", root, n - 1);
         write_file(path, data, len);
         data += len;
         size -= len;
@@ -117,8 +120,8 @@ static uint64_t mix(uint64_t h, const void *p, size_t n)
     return stash_hash(p, n) ^ (h * 0x9e3779b97f4a7c15ull + n);
 }
 
-void fuzz_digest_add(fuzz_digest *d, uint32_t kg, const char *state, const void *key,
-                     size_t klen, const void *ns, size_t nslen, const void *value, size_t vlen)
+void fuzz_digest_add(fuzz_digest *d, uint32_t kg, const char *state, const void *key, size_t klen,
+                     const void *ns, size_t nslen, const void *value, size_t vlen)
 {
     uint64_t h = mix(kg, state, strlen(state));
     h = mix(h, key, klen);

@@ -35,7 +35,7 @@ typedef struct fuzz_digest {
     uint64_t sum;
 } fuzz_digest;
 
-void fuzz_digest_add(fuzz_digest *d, uint32_t kg, const char *state, const void *key,
-                     size_t klen, const void *ns, size_t nslen, const void *value, size_t vlen);
+void fuzz_digest_add(fuzz_digest *d, uint32_t kg, const char *state, const void *key, size_t klen,
+                     const void *ns, size_t nslen, const void *value, size_t vlen);
 
 #endif

@@ -71,10 +71,12 @@ static void pack(const char *out, const char *dir, uint64_t id, unsigned nshared
     uint8_t *first = NULL;
     uint32_t first_n = 0;
     for (unsigned s = 0; s < 2 + nshared; s++) {
-        if (s == 0) snprintf(path, sizeof path, "%s/chk-%llu/_metadata", dir, (unsigned long long)id);
+        if (s == 0)
+            snprintf(path, sizeof path, "%s/chk-%llu/_metadata", dir, (unsigned long long)id);
         else if (s == 1)
             snprintf(path, sizeof path, "%s/chk-%llu/kg-data.dat", dir, (unsigned long long)id);
-        else snprintf(path, sizeof path, "%s/shared/%u.dat", dir, s - 1);
+        else
+            snprintf(path, sizeof path, "%s/shared/%u.dat", dir, s - 1);
         uint32_t n;
         uint8_t *p = slurp(path, &n);
         if (fuzz_pack_section(buf, CAP, &len, p, n) < 0) die(path, -E2BIG);
@@ -172,7 +174,8 @@ static void run(const char *out, const char *tag, int incremental, int lz4)
     stash_service *s;
     stash_arena_opts ao = {.size = 16u << 20, .max_parallelism = 8};
     int rc = stash_service_start(
-        name, &(stash_service_opts){.arena = &ao, .dir = dir, .incremental = incremental, .lz4 = lz4},
+        name,
+        &(stash_service_opts){.arena = &ao, .dir = dir, .incremental = incremental, .lz4 = lz4},
         &s);
     if (rc) die("service", rc);
     job j;
