@@ -324,33 +324,34 @@ static int check_file_crc(const ckpt_view *v, const ckpt_file *f)
                     f->path, crc, f->crc);
 }
 
+/* Reads data file f of v and checks it against the metadata: at most the
+ * bytes the metadata names (a longer file is not read whole), then the
+ * CRC32C of its blocks. With keep false it lets the bytes go again. */
+static int load_file(ckpt_view *v, ckpt_file *cf, ioe_engine *e, bool keep)
+{
+    uint64_t named = named_bytes(v, cf);
+    int rc =
+        read_whole(e, cf->path, named < SIZE_MAX ? (size_t)named : SIZE_MAX, &cf->data, &cf->len);
+    if (rc == 0) rc = check_file_crc(v, cf);
+    if (!keep) {
+        free(cf->data);
+        cf->data = NULL;
+        cf->len = 0;
+    }
+    return rc;
+}
+
 int ckpt_view_load(ckpt_view *v, ioe_engine *e)
 {
     int rc = 0;
-    for (uint32_t f = 0; rc == 0 && f < v->nfiles; f++) {
-        ckpt_file *cf = &v->files[f];
-        /* A file longer than its metadata says is not read whole. */
-        uint64_t named = named_bytes(v, cf);
-        rc = read_whole(e, cf->path, named < SIZE_MAX ? (size_t)named : SIZE_MAX, &cf->data,
-                        &cf->len);
-        if (rc == 0) rc = check_file_crc(v, cf);
-    }
+    for (uint32_t f = 0; rc == 0 && f < v->nfiles; f++) rc = load_file(v, &v->files[f], e, true);
     return rc;
 }
 
 int ckpt_view_check_files(ckpt_view *v, ioe_engine *e)
 {
     int rc = 0;
-    for (uint32_t f = 0; rc == 0 && f < v->nfiles; f++) {
-        ckpt_file *cf = &v->files[f];
-        uint64_t named = named_bytes(v, cf);
-        rc = read_whole(e, cf->path, named < SIZE_MAX ? (size_t)named : SIZE_MAX, &cf->data,
-                        &cf->len);
-        if (rc == 0) rc = check_file_crc(v, cf);
-        free(cf->data);
-        cf->data = NULL;
-        cf->len = 0;
-    }
+    for (uint32_t f = 0; rc == 0 && f < v->nfiles; f++) rc = load_file(v, &v->files[f], e, false);
     return rc;
 }
 
