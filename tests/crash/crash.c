@@ -123,7 +123,6 @@ typedef struct report {
     int32_t kind;
     int32_t pid;
     uint32_t index; /* the worker's index; WORKERS for the service */
-    int32_t rc;
     uint64_t offset, keys, bad, rolled;
     char what[200];
 } report;
@@ -281,7 +280,6 @@ static int worker_main(const config *c, uint32_t index, bool rollback, const cha
             .index = index, .parallelism = WORKERS, .arena = &ao, .rollback = rollback},
         &j.w);
     if (rc < 0) {
-        r.rc = rc;
         send_report(&r, R_FAILED, "worker %u: open: %s", index, stash_errmsg());
         return 1;
     }
@@ -301,7 +299,6 @@ static int worker_main(const config *c, uint32_t index, bool rollback, const cha
                              &(stash_state_desc){.name = states[s].name, .kind = states[s].kind},
                              states[s].out);
         if (rc < 0) {
-            r.rc = rc;
             send_report(&r, R_FAILED, "worker %u: register %s: %s", index, states[s].name,
                         stash_errmsg());
             return 1;
@@ -317,13 +314,11 @@ static int worker_main(const config *c, uint32_t index, bool rollback, const cha
     while ((rc = stash_barrier(j.w, &ev)) == 1)
         if (ev.kind == STASH_ROLLED_BACK) r.rolled = ev.checkpoint_id;
     if (rc < 0) {
-        r.rc = rc;
         send_report(&r, R_FAILED, "worker %u: first barrier: %s", index, stash_errmsg());
         return 1;
     }
     r.offset = start;
     if ((rc = check_keys(&j, start, &r.keys, &r.bad)) < 0) {
-        r.rc = rc;
         send_report(&r, R_FAILED, "worker %u: read its keys: %s", index, stash_errmsg());
         return 1;
     }
@@ -343,7 +338,6 @@ static int worker_main(const config *c, uint32_t index, bool rollback, const cha
             rc = stash_barrier(j.w, &ev);
         }
         if (rc < 0) {
-            r.rc = rc;
             r.offset = i;
             send_report(&r, R_FAILED, "worker %u: %s at %llu: %s", index, what,
                         (unsigned long long)i, stash_errmsg());
@@ -382,7 +376,6 @@ static int service_main(const config *c, const char *fault)
                                                        .lz4 = c->incremental},
                                  &s);
     if (rc < 0) {
-        r.rc = rc;
         send_report(&r, R_FAILED, "service: start%s%s: %s", fault ? " with " : "",
                     fault ? fault : "", stash_errmsg());
         return 1;
@@ -697,10 +690,11 @@ static unsigned committed_dirs(campaign *k)
 }
 
 /* Flips a byte of, or truncates, one file of the newest complete checkpoint
- * (its metadata, or the data file only it uses), if an older one is left. */
-static void damage_newest(campaign *k, uint64_t id)
+ * (its metadata, or the data file only it uses), if an older one is left;
+ * whether it did. */
+static bool damage_newest(campaign *k, uint64_t id)
 {
-    if (id == 0 || committed_dirs(k) < 2) return;
+    if (id == 0 || committed_dirs(k) < 2) return false;
     char files[2][400];
     snprintf(files[0], sizeof files[0], "%s/chk-%llu/_metadata", k->c.dir, (unsigned long long)id);
     snprintf(files[1], sizeof files[1], "%s/chk-%llu/kg-data.dat", k->c.dir,
@@ -712,7 +706,7 @@ static void damage_newest(campaign *k, uint64_t id)
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0 || st.st_size == 0) {
         if (fd >= 0) close(fd);
-        return;
+        return false;
     }
     off_t at = (off_t)rnd(k, (uint64_t)st.st_size);
     if (rnd(k, 3) == 0) {
@@ -726,6 +720,7 @@ static void damage_newest(campaign *k, uint64_t id)
     }
     if (k->verbose) fprintf(stderr, "  damaged %s at %lld\n", f, (long long)at);
     close(fd);
+    return true;
 }
 
 static const char *storage_faults[] = {
@@ -735,14 +730,15 @@ static const char *storage_faults[] = {
 /* One event of kind e; false if the campaign cannot go on. */
 static bool event(campaign *k, int e)
 {
-    k->n.events[e]++;
     uint64_t committed = service_info(k).completed;
     uint32_t index = (uint32_t)rnd(k, WORKERS);
     switch (e) {
     case E_KILL_WORKER:
+        k->n.events[e]++;
         kill_wait(&k->w[index]);
         return replace(k, index, committed, NULL);
     case E_KILL_REPLACEMENT: {
+        k->n.events[e]++;
         kill_wait(&k->w[index]);
         k->w[index] = spawn_worker(k, index, true, NULL);
         usleep((useconds_t)rnd(k, 30000));
@@ -750,13 +746,16 @@ static bool event(campaign *k, int e)
         return replace(k, index, committed, NULL);
     }
     case E_KILL_SERVICE:
+        k->n.events[e]++;
         kill_wait(&k->svc);
         k->svc = spawn_service(k, NULL);
         return await_service(k) && await_checkpoint(k, committed);
     case E_POWER_LOSS:
+        k->n.events[e]++;
         lose_power(k);
         return restore(k, committed, false, NULL);
     case E_KILL_RESTORING:
+        k->n.events[e]++;
         lose_power(k);
         k->svc = spawn_service(k, NULL);
         usleep((useconds_t)rnd(k, 20000));
@@ -764,6 +763,7 @@ static bool event(campaign *k, int e)
         return restore(k, committed, false, NULL);
     case E_STORAGE_FAULT: {
         const char *fault = storage_faults[rnd(k, sizeof storage_faults / sizeof *storage_faults)];
+        k->n.events[e]++;
         if (k->verbose) fprintf(stderr, "  service on a storage with %s\n", fault);
         kill_wait(&k->svc);
         k->svc = spawn_service(k, fault);
@@ -784,13 +784,14 @@ static bool event(campaign *k, int e)
         return await_service(k) && await_checkpoint(k, committed);
     }
     case E_DAMAGE:
+        /* With no older checkpoint to fall back to, a plain power loss. */
         lose_power(k);
-        damage_newest(k, committed);
+        k->n.events[damage_newest(k, committed) ? E_DAMAGE : E_POWER_LOSS]++;
         return restore(k, committed, true, NULL);
     case E_LIVE_DAMAGE:
         /* The next checkpoints must not depend on what was damaged: after
          * two more, a power loss restores the newest. */
-        damage_newest(k, committed);
+        k->n.events[damage_newest(k, committed) ? E_LIVE_DAMAGE : E_POWER_LOSS]++;
         if (!await_checkpoint(k, committed)) return false;
         if (!await_checkpoint(k, service_info(k).completed)) return false;
         committed = service_info(k).completed;
@@ -800,6 +801,7 @@ static bool event(campaign *k, int e)
         /* The first read fails: the restore or the rollback costs one
          * checkpoint (the older one restores), never the job. */
         if (committed_dirs(k) < 2) return true;
+        k->n.events[e]++;
         if (rnd(k, 2)) {
             kill_wait(&k->w[index]);
             return replace(k, index, committed, "read:1:EIO");
