@@ -73,7 +73,7 @@ install: build
 	cmake --install $(BUILD)
 
 format:
-	clang-format -i include/*.h shm/*.[ch] ioengine/*.[ch] backends/*.[ch] tools/*.[ch] tests/*.[ch]
+	clang-format -i include/*.h shm/*.[ch] ioengine/*.[ch] backends/*/*.[ch] tools/*.[ch] tests/*.[ch]
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <sys/types.h>
 
-#include "backends/backends.h"
+#include "backends/state/state.h"
 
 /* Views into the arena carry no alignment: read typed values through memcpy. */
 static inline int test_int(const void *p)

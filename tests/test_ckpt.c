@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backends/ckpt_int.h"
+#include "backends/checkpoint/ckpt_int.h"
 #include "tests/helpers.h"
 
 #define KGS 8u

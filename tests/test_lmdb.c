@@ -20,8 +20,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backends/ckpt.h"
-#include "backends/lmdb.h"
+#include "backends/checkpoint/ckpt.h"
+#include "backends/lmdb/lmdb.h"
 #include "tests/helpers.h"
 
 #define KGS 16u

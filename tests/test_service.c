@@ -17,8 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/lmdb.h"
-#include "backends/service.h"
+#include "backends/lmdb/lmdb.h"
+#include "backends/service/service.h"
 #include "tests/helpers.h"
 
 #define MAXP 16u

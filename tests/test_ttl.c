@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/ckpt.h"
-#include "backends/lmdb.h"
+#include "backends/checkpoint/ckpt.h"
+#include "backends/lmdb/lmdb.h"
 #include "tests/helpers.h"
 
 static uint64_t fake_now;

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/ckpt.h"
+#include "backends/checkpoint/ckpt.h"
 #include "shm/shm.h"
 #include "tests/fuzz/fuzz_common.h"
 

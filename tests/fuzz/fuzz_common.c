@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backends/snapshot.h"
+#include "backends/checkpoint/snapshot.h"
 #include "include/stash.h"
 
 static char root[128];

@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backends/backends.h"
+#include "backends/state/state.h"
 #include "tools/bench/bench.h"
 
 #define WINDOW 4096u /* live blocks: each pair frees the oldest and allocates anew */

@@ -17,8 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backends/ckpt.h"
-#include "backends/lmdb.h"
+#include "backends/checkpoint/ckpt.h"
+#include "backends/lmdb/lmdb.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/peers.h"
 #include "tools/bench/ycsb.h"

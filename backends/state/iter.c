@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/lmdb.h"
+#include "backends/lmdb/lmdb.h"
 
 STASH_API int stash_keys_iter(stash_state *state, const void *ns, size_t nslen, stash_iter *it)
 {

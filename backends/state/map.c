@@ -13,7 +13,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "backends/backends.h"
+#include "backends/state/state.h"
 
 #define SLOT_EMPTY 0u
 #define SLOT_GONE 1u

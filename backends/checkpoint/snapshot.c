@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/snapshot.h"
+#include "backends/checkpoint/snapshot.h"
 
 void snap_buf_free(snap_buf *b)
 {

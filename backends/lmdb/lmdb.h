@@ -11,7 +11,7 @@
 #ifndef STASH_BACKENDS_LMDB_H
 #define STASH_BACKENDS_LMDB_H
 
-#include "backends/snapshot.h"
+#include "backends/checkpoint/snapshot.h"
 
 /* A store: one user's transactions on an lmdb arena's environments (each
  * taken on first use from the process's one handle per file, lmdb_env.h). */

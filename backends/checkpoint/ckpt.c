@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backends/ckpt_int.h"
+#include "backends/checkpoint/ckpt_int.h"
 
 /* Formats a path into out (4096 bytes); -ENAMETOOLONG if it does not fit. */
 __attribute__((format(printf, 2, 3))) int ckpt_path_of(char *out, const char *fmt, ...)

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/backends.h"
+#include "backends/state/state.h"
 
 static size_t element_bytes(const stash_state *s, size_t len)
 {

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/ckpt_int.h"
-#include "backends/lmdb.h"
-#include "backends/opstate.h"
+#include "backends/checkpoint/ckpt_int.h"
+#include "backends/lmdb/lmdb.h"
+#include "backends/state/opstate.h"
 
 /* Registers the checkpoint's states in the arena and maps their ids. */
 static int map_states(stash_arena *a, const ckpt_view *v, uint16_t *ids, snap_id_map *map)

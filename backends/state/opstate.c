@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/opstate.h"
+#include "backends/state/opstate.h"
 
 static bool is_list_kind(stash_kind k)
 {

@@ -8,7 +8,7 @@
 #ifndef STASH_CKPT_H
 #define STASH_CKPT_H
 
-#include "backends/snapshot.h"
+#include "backends/checkpoint/snapshot.h"
 #include "ioengine/ioengine.h"
 
 #define CKPT_MAGIC "STASHCKP"

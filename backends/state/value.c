@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/backends.h"
+#include "backends/state/state.h"
 
 /* Reads the current entry's value without its timestamp, applying TTL: an
  * expired value is removed by its owner and returned only if the state says

@@ -6,7 +6,7 @@
  * computed by the compiler: nothing is built at run time, so threads that
  * use it first at once cannot see it half-made.
  */
-#include "backends/snapshot.h"
+#include "backends/checkpoint/snapshot.h"
 
 #if defined(__aarch64__)
 #include <arm_acle.h>

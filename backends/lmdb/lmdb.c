@@ -25,8 +25,8 @@
 #include <sys/statvfs.h>
 #include <time.h>
 
-#include "backends/lmdb.h"
-#include "backends/lmdb_env.h"
+#include "backends/lmdb/lmdb.h"
+#include "backends/lmdb/lmdb_env.h"
 
 #define TXN_MAX_BYTES (32ull << 20) /* an estimate of a transaction's new pages stays under it */
 #define KEY_PREFIX 6u

@@ -17,8 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backends/ckpt_int.h"
-#include "backends/opstate.h"
+#include "backends/checkpoint/ckpt_int.h"
+#include "backends/state/opstate.h"
 
 #define SPLIT_MIN_BYTES (4u << 20) /* a walk over fewer bytes stays in one thread */
 #define HUGE_PAGE (2u << 20)

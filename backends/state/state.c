@@ -12,8 +12,8 @@
 
 #include "shm/hash.h"
 
-#include "backends/lmdb.h"
-#include "backends/opstate.h"
+#include "backends/lmdb/lmdb.h"
+#include "backends/state/opstate.h"
 
 #define DEFAULT_CLEANUP_ENTRIES 5u
 /* The options byte that asks full snapshots to leave out what expired. */

@@ -15,8 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backends/lmdb.h"
-#include "backends/service.h"
+#include "backends/lmdb/lmdb.h"
+#include "backends/service/service.h"
 
 #define DEFAULT_TIMEOUT_MS 60000u
 #define DEFAULT_RETAIN 3u

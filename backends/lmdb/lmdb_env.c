@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/lmdb_env.h"
+#include "backends/lmdb/lmdb_env.h"
 #include "shm/shm.h"
 
 #define MAP_INITIAL (64ull << 20) /* bytes of map an environment starts with */

@@ -8,7 +8,7 @@
 #ifndef STASH_SNAPSHOT_H
 #define STASH_SNAPSHOT_H
 
-#include "backends/backends.h"
+#include "backends/state/state.h"
 
 #define SNAP_BLOCK_MAGIC "SKGB"
 #define SNAP_FORMAT_VERSION 1u

@@ -7,9 +7,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "backends/lmdb.h"
-#include "backends/opstate.h"
-#include "backends/service.h"
+#include "backends/lmdb/lmdb.h"
+#include "backends/state/opstate.h"
+#include "backends/service/service.h"
 
 /* The process's open workers: a forked child marks its copies as its
  * parent's, so that they refuse to work (their registry slots, pins and

@@ -7,7 +7,7 @@
 #ifndef STASH_CKPT_INT_H
 #define STASH_CKPT_INT_H
 
-#include "backends/ckpt.h"
+#include "backends/checkpoint/ckpt.h"
 
 #define CKPT_DATA_FILE "kg-data.dat"
 #define CKPT_SHARED_DIR "shared"

@@ -10,9 +10,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "backends/lmdb.h"
-#include "backends/opstate.h"
-#include "backends/service.h"
+#include "backends/lmdb/lmdb.h"
+#include "backends/state/opstate.h"
+#include "backends/service/service.h"
 
 void service_release_cuts(stash_arena *a)
 {

@@ -6,7 +6,7 @@
 #ifndef STASH_OPSTATE_H
 #define STASH_OPSTATE_H
 
-#include "backends/snapshot.h"
+#include "backends/checkpoint/snapshot.h"
 
 /* Encodes every operator state of w into out (replacing its contents). */
 int opstate_encode(stash_worker *w, snap_buf *out);
