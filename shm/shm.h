@@ -11,11 +11,13 @@
 #ifndef STASH_SHM_H
 #define STASH_SHM_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/types.h>
 
 #include "include/stash.h"
@@ -185,9 +187,9 @@ typedef struct shm_header {
     /* lmdb, incremental checkpoints: owners log each key they change in the
      * key group's table (state SHM_CHANGE_STATE, value the newest
      * checkpoint id then); the engine's deltas read the log as cut. */
-    _Atomic uint32_t lmdb_track;       /* the engine wants the log */
-    _Atomic uint32_t lmdb_untracked;   /* bumped by changes the log missed (no room) */
-    _Atomic uint64_t lmdb_prune_below; /* entries older than the next delta's base may go */
+    _Atomic uint32_t change_track;       /* the engine wants the log */
+    _Atomic uint32_t change_untracked;   /* bumped by changes the log missed (no room) */
+    _Atomic uint64_t change_prune_below; /* entries older than the next delta's base may go */
 } shm_header;
 
 _Static_assert(sizeof(shm_header) <= SHM_HEADER_SIZE, "header fits its page");
@@ -604,6 +606,20 @@ int shm_refuse_null(const char *fn, const char *what);
 static inline bool shm_null_bytes(const void *p, size_t len)
 {
     return __builtin_expect(!p && len, 0);
+}
+
+/* Ensures the private buffer *buf (realloc'd) holds at least need bytes.
+ * Returns 0 or -ENOMEM. */
+static inline int shm_reserve(uint8_t **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap) return 0;
+    size_t n = *cap ? *cap : 64;
+    while (n < need) n *= 2;
+    uint8_t *grown = realloc(*buf, n);
+    if (!grown) return -ENOMEM;
+    *buf = grown;
+    *cap = n;
+    return 0;
 }
 
 #endif /* STASH_SHM_H */

@@ -163,7 +163,8 @@ static void round_trip(bool lz4)
     fill(&a, 1); /* the owner writes on after the pin */
     snap_buf out = {0};
     for (uint32_t kg = 0; kg < KGS; kg++)
-        cr_assert_geq(snap_write_kg(a.arena, kg, pins[kg], lz4, NULL, &out), 0);
+        cr_assert_geq(snap_write_kg(a.w->store, kg, &(store_cut){.pin = pins[kg]}, lz4, NULL, &out),
+                      0);
     for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(a.arena, kg, pins[kg]);
 
     open_side(&b, "snapb");
@@ -176,7 +177,7 @@ static void round_trip(bool lz4)
         cr_assert_eq(snap_read_block(out.data + off, out.len - off, "mem", off, &scratch, &blk), 0,
                      "%s", stash_errmsg());
         cr_assert_eq(blk.hdr.flags & SNAP_LZ4, lz4 ? SNAP_LZ4 : 0u);
-        snap_restorer to = {b.arena, &map};
+        snap_restorer to = {b.w->store, &map};
         int64_t n = snap_block_records(&blk, KGS, snap_restore_record, &to, "mem", off);
         cr_assert_geq(n, 0, "%s", stash_errmsg());
         records += (uint64_t)n;
@@ -208,7 +209,7 @@ Test(snapshot, the_reader_refuses_every_damaged_block, .timeout = 120)
     fill(&a, 0);
     snap_buf out = {0}, scratch = {0};
     uint32_t v = (uint32_t)shm_table_pin(a.arena, 3);
-    cr_assert_gt(snap_write_kg(a.arena, 3, v, false, NULL, &out), 0);
+    cr_assert_gt(snap_write_kg(a.w->store, 3, &(store_cut){.pin = v}, false, NULL, &out), 0);
     snap_block blk;
     /* Every single flipped bit, in the header or the payload, is caught. */
     for (size_t i = 0; i < out.len; i += 1 + i / 64) {
@@ -240,7 +241,9 @@ Test(snapshot, an_lz4_block_claiming_more_than_lz4_can_expand_is_refused_before_
     open_side(&a, "snaplz");
     fill(&a, 0);
     snap_buf out = {0}, scratch = {0};
-    cr_assert_gt(snap_write_kg(a.arena, 2, (uint32_t)shm_table_pin(a.arena, 2), true, NULL, &out),
+    cr_assert_gt(snap_write_kg(a.w->store, 2,
+                               &(store_cut){.pin = (uint32_t)shm_table_pin(a.arena, 2)}, true, NULL,
+                               &out),
                  0);
     snap_block_hdr h;
     memcpy(&h, out.data, sizeof h);
@@ -264,7 +267,7 @@ Test(snapshot, a_record_of_another_key_group_is_refused)
     open_side(&a, "snapkg");
     fill(&a, 0);
     snap_buf out = {0}, scratch = {0};
-    cr_assert_gt(snap_write_kg(a.arena, 5, 1, false, NULL, &out), 0);
+    cr_assert_gt(snap_write_kg(a.w->store, 5, &(store_cut){.pin = 1}, false, NULL, &out), 0);
     /* Claim the records belong to key group 6, with valid checksums. */
     snap_block_hdr h;
     memcpy(&h, out.data, sizeof h);
@@ -275,7 +278,7 @@ Test(snapshot, a_record_of_another_key_group_is_refused)
     cr_assert_eq(snap_read_block(out.data, out.len, "f", 0, &scratch, &blk), 0);
     uint16_t ids[SHM_CATALOG_SIZE + 1];
     snap_id_map map = id_map(&a, &a, ids);
-    snap_restorer to = {a.arena, &map};
+    snap_restorer to = {a.w->store, &map};
     cr_assert_eq(snap_block_records(&blk, KGS, snap_restore_record, &to, "f", 0), STASH_ECORRUPT);
     cr_assert(strstr(stash_errmsg(), "key group 6"), "%s", stash_errmsg());
     snap_buf_free(&out);
@@ -300,7 +303,8 @@ Test(snapshot, a_delta_on_its_base_gives_the_later_state, .timeout = 120)
     for (uint32_t kg = 0; kg < KGS; kg++) base[kg] = (uint32_t)shm_table_pin(a.arena, kg);
     snap_buf full = {0}, delta = {0}, scratch = {0};
     for (uint32_t kg = 0; kg < KGS; kg++)
-        cr_assert_geq(snap_write_kg(a.arena, kg, base[kg], false, NULL, &full), 0);
+        cr_assert_geq(
+            snap_write_kg(a.w->store, kg, &(store_cut){.pin = base[kg]}, false, NULL, &full), 0);
     for (uint32_t k = 0; k < 20000; k += 100) { /* 1% changed */
         stash_key_set(a.w, &k, sizeof k);
         memset(val, 0xee, sizeof val);
@@ -320,7 +324,8 @@ Test(snapshot, a_delta_on_its_base_gives_the_later_state, .timeout = 120)
     for (uint32_t kg = 0; kg < KGS; kg++) cut[kg] = (uint32_t)shm_table_pin(a.arena, kg);
     uint64_t changes = 0;
     for (uint32_t kg = 0; kg < KGS; kg++) {
-        int64_t n = snap_write_kg_delta(a.arena, kg, base[kg], cut[kg], false, &delta);
+        int64_t n =
+            snap_write_kg(a.w->store, kg, &(store_cut){cut[kg], base[kg], 1}, false, NULL, &delta);
         cr_assert_geq(n, 0);
         changes += (uint64_t)n;
     }
@@ -331,7 +336,7 @@ Test(snapshot, a_delta_on_its_base_gives_the_later_state, .timeout = 120)
     open_side(&b, "deltab");
     uint16_t ids[SHM_CATALOG_SIZE + 1];
     snap_id_map map = id_map(&a, &b, ids);
-    snap_restorer to = {b.arena, &map};
+    snap_restorer to = {b.w->store, &map};
     snap_buf *bufs[2] = {&full, &delta};
     for (int i = 0; i < 2; i++) {
         for (uint64_t off = 0; off < bufs[i]->len;) {

@@ -314,19 +314,9 @@ Test(ttl, a_checkpoint_restores_under_another_duration, .timeout = 60)
     uint32_t pins[4] = {0};
     stash_worker_close(w);
     ckpt_opts o = {.dir = dir, .id = 1, .engine = e};
-    lmdb_store *st = NULL;
-    if (test_backend() == STASH_BACKEND_LMDB) {
-        /* The lmdb store's snapshots stand for the heap's pins. */
-        cr_assert_eq(lmdb_store_new(arena, &st), 0);
-        for (uint32_t kg = 0; kg < 4; kg++) cr_assert_eq(lmdb_snap_open(st, kg), 0);
-        o.serialize_kg = lmdb_snap_write_kg;
-        o.serialize_ctx = st;
-    } else {
-        for (uint32_t kg = 0; kg < 4; kg++) pins[kg] = (uint32_t)shm_table_pin(arena, kg);
-    }
+    for (uint32_t kg = 0; kg < 4; kg++) pins[kg] = (uint32_t)shm_table_pin(arena, kg);
     cr_assert_eq(ckpt_write(arena, pins, &o, NULL), 0, "%s", stash_errmsg());
-    for (uint32_t kg = 0; kg < 4 && !st; kg++) shm_table_unpin(arena, kg, pins[kg]);
-    lmdb_store_free(st);
+    for (uint32_t kg = 0; kg < 4; kg++) shm_table_unpin(arena, kg, pins[kg]);
     /* A new arena restores it; its job asks for 1000 ms. */
     char name2[96];
     stash_arena *b = test_arena_create("ttl2", 32u << 20, 4, name2);

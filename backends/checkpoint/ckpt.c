@@ -344,13 +344,12 @@ static int build_metadata(stash_arena *a, const ckpt_opts *o, const file_list *f
                    fl->n * (sizeof(md_file) + maxp * sizeof(md_extent)) + 8 +
                    (size_t)o->op_parallelism * 8 + 4;
     for (uint32_t i = 0; i < o->op_parallelism; i++) bytes += ckpt_pad8(o->op_blobs[i].len);
-    if (state_reserve(&md->data, &md->cap, bytes) < 0) return -ENOMEM;
+    if (shm_reserve(&md->data, &md->cap, bytes) < 0) return -ENOMEM;
     md_header h = {.format_version = CKPT_FORMAT_VERSION,
                    .id = o->id,
                    .created_ns = shm_now_ns(),
                    .base_id = o->base_id,
-                   .backend = a->hdr->backend == STASH_BACKEND_LMDB ? CKPT_BACKEND_LMDB
-                                                                    : CKPT_BACKEND_HEAP,
+                   .backend = a->hdr->backend + 1, /* CKPT_BACKEND_* */
                    .max_parallelism = maxp,
                    .nstates = nstates,
                    .nfiles = fl->n};
@@ -395,10 +394,8 @@ static int64_t serialize_kg(stash_arena *a, const uint32_t *pins, const ckpt_opt
 {
     block->len = 0;
     if (o->reader) shm_table_walk_enter(a, kg, slot);
-    int64_t n = o->serialize_kg ? o->serialize_kg(o->serialize_ctx, kg, o->base_id, pins[kg],
-                                                  o->lz4, o->base_id ? NULL : o->filter, block)
-                : o->base_id ? snap_write_kg_delta(a, kg, o->base_pins[kg], pins[kg], o->lz4, block)
-                             : snap_write_kg(a, kg, pins[kg], o->lz4, o->filter, block);
+    store_cut cut = {pins[kg], o->base_id ? o->base_pins[kg] : 0, o->base_id};
+    int64_t n = snap_write_kg(o->store, kg, &cut, o->lz4, o->filter, block);
     if (o->reader) shm_table_walk_exit(a, kg, slot);
     return n;
 }
@@ -624,7 +621,8 @@ int ckpt_dir_check(const char *dir, bool group)
     return 0;
 }
 
-int ckpt_write(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, ckpt_written *out)
+static int write_checkpoint(stash_arena *a, const uint32_t *pins, const ckpt_opts *o,
+                            ckpt_written *out)
 {
     char chk[4096], path[4096], final[4096], own[64], shared[4096];
     if (o->id == 0) return shm_fail(-EINVAL, "a checkpoint id is > 0");
@@ -768,4 +766,18 @@ int ckpt_retain(const char *dir, unsigned keep, ioe_engine *e)
     remove_unreferenced(dir, ids, kept, e);
     free(ids);
     return ckpt_sync_dir(dir);
+}
+
+int ckpt_write(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, ckpt_written *out)
+{
+    if (o->store) return write_checkpoint(a, pins, o, out);
+    /* A store of its own, each key group's cut opened now. */
+    ckpt_opts with = *o;
+    uint32_t maxp = a->hdr->max_parallelism;
+    int rc = store_open(a, 0, (stash_kg_range){0, maxp - 1}, &with.store);
+    for (uint32_t kg = 0; rc == 0 && with.store->ops->cut_open && kg < maxp; kg++)
+        rc = with.store->ops->cut_open(with.store, kg);
+    if (rc == 0) rc = write_checkpoint(a, pins, &with, out);
+    store_close(with.store);
+    return rc;
 }

@@ -13,8 +13,11 @@
 
 #define CKPT_MAGIC "STASHCKP"
 #define CKPT_FORMAT_VERSION 2u
-#define CKPT_BACKEND_HEAP 1u
+#define CKPT_BACKEND_HEAP 1u /* the metadata's backend: the arena's STASH_BACKEND_* + 1 */
 #define CKPT_BACKEND_LMDB 2u
+_Static_assert(CKPT_BACKEND_HEAP == STASH_BACKEND_HEAP + 1 &&
+                   CKPT_BACKEND_LMDB == STASH_BACKEND_LMDB + 1,
+               "the metadata numbers backends as the arena does, from 1");
 #define CKPT_MAX_FILES 64u /* a chain: one full data file, then deltas */
 #define CKPT_FILE_DELTA 1u /* a data file of delta blocks */
 #define CKPT_FILE_CRC 2u   /* the metadata holds the CRC32C of the file's blocks in order */
@@ -48,13 +51,11 @@ typedef struct ckpt_opts {
      * process owns the key groups and must not write them meanwhile. */
     void (*serialized)(void *ctx, uint32_t kg);
     void *serialized_ctx;
-    /* If set, builds key group kg's block into out in place of the heap
-     * tables' walk (the lmdb backend's snapshots), given base_id and the
-     * key group's pin. Called from two threads at once for different key
-     * groups, each announced in its reader slot as the walks are. */
-    int64_t (*serialize_kg)(void *ctx, uint32_t kg, uint64_t base_id, uint32_t pin, bool lz4,
-                            const snap_filter *filter, snap_buf *out);
-    void *serialize_ctx;
+    /* The store key groups are read from, each cut opened (NULL: the
+     * writer opens one of the arena's backend and cuts every key group as
+     * it stands). Read from two threads at once for different key groups,
+     * each announced in its reader slot. */
+    store *store;
 } ckpt_opts;
 
 /* Writes key groups 0 .. max parallelism - 1, each as of its pinned version
@@ -97,10 +98,10 @@ int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range ra
  * clears its key groups there, so a checkpoint that cannot restore leaves
  * them as they were). A failure of prepare fails the restore. */
 typedef int ckpt_prepare_fn(void *ctx);
-/* store: for an arena of the lmdb backend, the caller's handle on its
- * environments if it has one (LMDB allows one per process), else NULL. */
+/* st: the caller's store handle on the arena if it has one (the lmdb store
+ * allows one per process), else NULL: the restore opens its own. */
 int ckpt_restore_prepared(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
-                          ioe_engine *e, lmdb_store *store, ckpt_prepare_fn *prepare, void *ctx,
+                          ioe_engine *e, store *st, ckpt_prepare_fn *prepare, void *ctx,
                           ckpt_restored *out);
 
 /* The id and key groups of the checkpoint or savepoint directory at path,
@@ -117,7 +118,7 @@ int ckpt_newest(const char *dir, ioe_engine *e, uint64_t *id, uint32_t *max_para
  * directory at path, as ckpt_restore() does for one checkpoint (store: as
  * for ckpt_restore_prepared()). */
 int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, ioe_engine *e,
-                      lmdb_store *store, ckpt_restored *out);
+                      store *st, ckpt_restored *out);
 
 /* A state as a checkpoint's metadata describes it. */
 typedef struct ckpt_state {

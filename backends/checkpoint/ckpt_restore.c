@@ -11,7 +11,6 @@
 #include <string.h>
 
 #include "backends/checkpoint/ckpt_int.h"
-#include "backends/lmdb/lmdb.h"
 #include "backends/state/opstate.h"
 
 /* Registers the checkpoint's states in the arena and maps their ids. */
@@ -62,27 +61,30 @@ void ckpt_restored_free(ckpt_restored *r)
     r->op_parallelism = 0;
 }
 
-/* Puts the checked records of range into the arena's heap tables, or into
- * its lmdb environments through store. */
-static int64_t apply(stash_arena *a, ckpt_view *v, stash_kg_range range, const snap_id_map *map,
-                     lmdb_store *store)
+/* Puts the checked records of range into the store, each key group told
+ * first how many records its blocks hold. */
+static int64_t apply(ckpt_view *v, stash_kg_range range, const snap_id_map *map, store *st)
 {
-    if (a->hdr->backend != STASH_BACKEND_LMDB) {
-        snap_restorer to = {a, map};
-        return ckpt_walk_range_split(v, range, true, snap_restore_record, NULL, &to);
+    int64_t n = 0;
+    for (uint32_t kg = range.first; n >= 0 && kg <= range.last; kg++) {
+        uint64_t held = 0;
+        for (uint32_t f = 0; f < v->nfiles; f++) {
+            md_extent e;
+            snap_block_hdr h;
+            memcpy(&e, v->files[f].extents + kg * sizeof e, sizeof e);
+            memcpy(&h, v->files[f].data + e.offset, sizeof h); /* checked by the first walk */
+            held += h.records;
+        }
+        n = st->ops->restore_begin(st, kg, held);
     }
-    lmdb_store *own = NULL;
-    int64_t n = store ? 0 : lmdb_store_new(a, &own);
-    lmdb_restorer to = {store ? store : own, map};
-    if (n == 0) n = lmdb_restore_begin(to.store, range);
-    if (n == 0)
-        n = ckpt_walk_range_split(v, range, true, lmdb_restore_record, lmdb_restore_kg_done, &to);
-    lmdb_store_free(own);
+    snap_restorer to = {st, map};
+    if (n >= 0)
+        n = ckpt_walk_range_split(v, range, true, snap_restore_record, snap_restore_kg_done, &to);
     return n;
 }
 
 static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, bool *applying,
-                        lmdb_store *store, ckpt_prepare_fn *prepare, void *ctx, ckpt_restored *out)
+                        store *st, ckpt_prepare_fn *prepare, void *ctx, ckpt_restored *out)
 {
     uint64_t *records = &out->records;
     int64_t n = 0;
@@ -95,25 +97,12 @@ static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, bool
     if (n >= 0) n = map_states(a, v, ids, &map);
     ckpt_restored_free(out);
     if (n >= 0) n = copy_opstate(v, &map, out);
-    /* Size each heap table for what its blocks hold: no rehash then. */
-    bool heap = a->hdr->backend != STASH_BACKEND_LMDB;
-    for (uint32_t kg = range.first; heap && n >= 0 && kg <= range.last; kg++) {
-        uint64_t held = 0;
-        for (uint32_t f = 0; f < v->nfiles; f++) {
-            md_extent e;
-            snap_block_hdr h;
-            memcpy(&e, v->files[f].extents + kg * sizeof e, sizeof e);
-            memcpy(&h, v->files[f].data + e.offset, sizeof h); /* checked by the walk above */
-            held += h.records;
-        }
-        n = shm_table_reserve(a, kg, held);
-    }
     if (n >= 0) {
         /* From here a failure (the arena full) leaves part of the checkpoint
          * in the arena: no older checkpoint may be restored over it. */
         *applying = true;
         if (prepare) n = prepare(ctx);
-        if (n >= 0) n = apply(a, v, range, &map, store);
+        if (n >= 0) n = apply(v, range, &map, st);
     }
     if (n >= 0) *records = (uint64_t)n;
     ckpt_view_close(v);
@@ -137,8 +126,8 @@ static void *prefault_main(void *arg)
 /* Opens the checkpoint at path (checkpoint id, or 0 for whichever it is) for
  * a restore of range: while its data files are read, a second thread maps
  * the arena memory the records will fill, which the reading leaves idle. */
-static int open_for_restore(stash_arena *a, const char *path, uint64_t id, stash_kg_range range,
-                            ioe_engine *e, ckpt_view *v)
+static int open_for_restore(stash_arena *a, const store *st, const char *path, uint64_t id,
+                            stash_kg_range range, ioe_engine *e, ckpt_view *v)
 {
     int rc = ckpt_open_view(path, e, v, false);
     if (rc) return rc;
@@ -159,7 +148,7 @@ static int open_for_restore(stash_arena *a, const char *path, uint64_t id, stash
      * and its index entry. */
     p.bytes += p.bytes / 2;
     pthread_t t;
-    bool two = a->hdr->backend == STASH_BACKEND_HEAP && p.bytes >= PREFAULT_MIN &&
+    bool two = st->ops->in_arena && p.bytes >= PREFAULT_MIN &&
                pthread_create(&t, NULL, prefault_main, &p) == 0;
     rc = ckpt_view_load(v, e);
     if (two) pthread_join(t, NULL);
@@ -168,27 +157,38 @@ static int open_for_restore(stash_arena *a, const char *path, uint64_t id, stash
 }
 
 static int restore_one(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
-                       ioe_engine *e, bool *applying, lmdb_store *store, ckpt_prepare_fn *prepare,
+                       ioe_engine *e, bool *applying, store *st, ckpt_prepare_fn *prepare,
                        void *ctx, ckpt_restored *out)
 {
     ckpt_view v;
     char chk[4096];
     int rc = ckpt_path_of(chk, "%s/chk-%llu", dir, (unsigned long long)id);
-    if (rc == 0) rc = open_for_restore(a, chk, id, range, e, &v);
-    return rc ? rc : restore_view(a, &v, range, applying, store, prepare, ctx, out);
+    if (rc == 0) rc = open_for_restore(a, st, chk, id, range, e, &v);
+    return rc ? rc : restore_view(a, &v, range, applying, st, prepare, ctx, out);
+}
+
+/* The caller's store handle, or else one of the restore's own in *own. */
+static int store_for(stash_arena *a, stash_kg_range range, store *given, store **own)
+{
+    *own = NULL;
+    return given ? 0 : store_open(a, 0, range, own);
 }
 
 int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, ioe_engine *e,
-                      lmdb_store *store, ckpt_restored *out)
+                      store *st, ckpt_restored *out)
 {
     ckpt_view v;
+    store *own;
     memset(out, 0, sizeof *out);
-    int rc = open_for_restore(a, path, 0, range, e, &v);
-    if (rc) return rc;
-    out->id = v.id;
-    bool applying = false;
-    rc = restore_view(a, &v, range, &applying, store, NULL, NULL, out);
-    if (rc) ckpt_restored_free(out);
+    int rc = store_for(a, range, st, &own);
+    if (rc == 0) rc = open_for_restore(a, st ? st : own, path, 0, range, e, &v);
+    if (rc == 0) {
+        out->id = v.id;
+        bool applying = false;
+        rc = restore_view(a, &v, range, &applying, st ? st : own, NULL, NULL, out);
+        if (rc) ckpt_restored_free(out);
+    }
+    store_close(own);
     return rc;
 }
 
@@ -198,8 +198,8 @@ int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range ra
     return ckpt_restore_prepared(a, dir, id, range, e, NULL, NULL, NULL, out);
 }
 
-int ckpt_restore_prepared(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
-                          ioe_engine *e, lmdb_store *store, ckpt_prepare_fn *prepare, void *ctx,
+static int restore_newest(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
+                          ioe_engine *e, store *st, ckpt_prepare_fn *prepare, void *ctx,
                           ckpt_restored *out)
 {
     memset(out, 0, sizeof *out);
@@ -207,7 +207,7 @@ int ckpt_restore_prepared(stash_arena *a, const char *dir, uint64_t id, stash_kg
     int rc;
     if (id) {
         out->id = id;
-        rc = restore_one(a, dir, id, range, e, &applying, store, prepare, ctx, out);
+        rc = restore_one(a, dir, id, range, e, &applying, st, prepare, ctx, out);
         if (rc) ckpt_restored_free(out);
         return rc;
     }
@@ -219,7 +219,7 @@ int ckpt_restore_prepared(stash_arena *a, const char *dir, uint64_t id, stash_kg
     for (int i = 0; i < n; i++) {
         /* Without _metadata a checkpoint does not exist: not a fallback. */
         if (!ckpt_has_metadata(dir, ids[i])) continue;
-        rc = restore_one(a, dir, ids[i], range, e, &applying, store, prepare, ctx, out);
+        rc = restore_one(a, dir, ids[i], range, e, &applying, st, prepare, ctx, out);
         if (rc == 0) {
             out->id = ids[i];
             break;
@@ -239,5 +239,17 @@ int ckpt_restore_prepared(stash_arena *a, const char *dir, uint64_t id, stash_kg
         rc = shm_fail(rc, "%s: no checkpoint restores; the newest failed: %s", dir, out->why);
     if (rc) ckpt_restored_free(out);
     free(ids);
+    return rc;
+}
+
+int ckpt_restore_prepared(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
+                          ioe_engine *e, store *st, ckpt_prepare_fn *prepare, void *ctx,
+                          ckpt_restored *out)
+{
+    store *own;
+    memset(out, 0, sizeof *out);
+    int rc = store_for(a, range, st, &own);
+    if (rc == 0) rc = restore_newest(a, dir, id, range, e, st ? st : own, prepare, ctx, out);
+    store_close(own);
     return rc;
 }

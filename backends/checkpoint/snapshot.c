@@ -23,7 +23,7 @@ void snap_buf_free(snap_buf *b)
 static int buf_reserve(snap_buf *b, size_t more)
 {
     size_t need = b->len + more;
-    if (!b->aligned) return state_reserve(&b->data, &b->cap, need) < 0 ? -ENOMEM : 0;
+    if (!b->aligned) return shm_reserve(&b->data, &b->cap, need) < 0 ? -ENOMEM : 0;
     if (need <= b->cap) return 0;
     size_t n = b->cap ? b->cap : 64u << 10;
     while (n < need) n *= 2;
@@ -36,6 +36,21 @@ static int buf_reserve(snap_buf *b, size_t more)
     return 0;
 }
 
+/* Adds a record to the block being built in out. */
+static int block_add(snap_buf *out, const store_record *r)
+{
+    snap_rec_hdr h = {r->state, r->klen, r->nslen, r->flags, r->vlen};
+    size_t n = sizeof h + r->klen + r->nslen + r->vlen;
+    if (buf_reserve(out, n) < 0) return shm_fail(-ENOMEM, "out of memory");
+    uint8_t *p = out->data + out->len;
+    memcpy(p, &h, sizeof h);
+    if (r->klen) memcpy(p + sizeof h, r->key, r->klen);
+    if (r->nslen) memcpy(p + sizeof h + r->klen, r->ns, r->nslen);
+    if (r->vlen) memcpy(p + sizeof h + r->klen + r->nslen, r->value, r->vlen);
+    out->len += n;
+    return 0;
+}
+
 typedef struct writer {
     snap_buf *out;
     uint64_t records;
@@ -43,47 +58,19 @@ typedef struct writer {
     snap_buf scratch;
 } writer;
 
-int snap_block_add(snap_buf *out, uint16_t state, const void *key, uint16_t klen, const void *ns,
-                   uint16_t nslen, const void *value, uint32_t vlen, uint16_t flags)
+static int write_record(void *ctx, const store_record *r)
 {
-    snap_rec_hdr h = {state, klen, nslen, flags, vlen};
-    size_t n = sizeof h + klen + nslen + vlen;
-    if (buf_reserve(out, n) < 0) return -ENOMEM;
-    uint8_t *p = out->data + out->len;
-    memcpy(p, &h, sizeof h);
-    if (klen) memcpy(p + sizeof h, key, klen);
-    if (nslen) memcpy(p + sizeof h + klen, ns, nslen);
-    if (vlen) memcpy(p + sizeof h + klen + nslen, value, vlen);
-    out->len += n;
-    return 0;
-}
-
-static int append_record(writer *w, const shm_rec *r, uint16_t flags)
-{
-    uint32_t vlen = flags ? 0 : atomic_load_explicit(&r->vlen, memory_order_relaxed);
-    const uint8_t *value = shm_rec_value((shm_rec *)r);
-    if (w->filter && !flags) {
-        int keep = w->filter->fn(w->filter->ctx, r->state, &value, &vlen, &w->scratch);
+    writer *w = ctx;
+    store_record kept = *r;
+    if (w->filter) {
+        int keep = w->filter->fn(w->filter->ctx, r->state, &kept.value, &kept.vlen, &w->scratch);
         if (keep <= 0) return keep;
     }
-    int rc = snap_block_add(w->out, r->state, shm_rec_key(r), r->klen, shm_rec_ns(r), r->nslen,
-                            value, vlen, flags);
+    int rc = block_add(w->out, &kept);
     if (rc == 0) w->records++;
     return rc;
 }
 
-static int write_record(const shm_rec *r, void *ctx)
-{
-    return append_record(ctx, r, 0);
-}
-
-static int write_change(const shm_rec *r, bool deleted, void *ctx)
-{
-    return append_record(ctx, r, deleted ? SNAP_REC_DELETED : 0);
-}
-
-/* Finishes the block that starts at start: compresses its payload if asked
- * and that helps, then writes its header. */
 static int64_t finish_block(snap_buf *out, size_t start, uint32_t kg, uint64_t records,
                             uint16_t flags, bool lz4)
 {
@@ -121,49 +108,20 @@ static int64_t finish_block(snap_buf *out, size_t start, uint32_t kg, uint64_t r
     return (int64_t)records;
 }
 
-int snap_block_begin(snap_buf *out, size_t *start)
-{
-    *start = out->len;
-    if (buf_reserve(out, sizeof(snap_block_hdr)) < 0) return -ENOMEM;
-    out->len += sizeof(snap_block_hdr);
-    return 0;
-}
-
-int64_t snap_block_end(snap_buf *out, size_t start, uint32_t kg, uint64_t records, uint16_t flags,
-                       bool lz4)
-{
-    return finish_block(out, start, kg, records, flags, lz4);
-}
-
-int64_t snap_write_kg(stash_arena *a, uint32_t kg, uint32_t version, bool lz4,
+int64_t snap_write_kg(store *st, uint32_t kg, const store_cut *cut, bool lz4,
                       const snap_filter *filter, snap_buf *out)
 {
     size_t start = out->len;
-    if (buf_reserve(out, sizeof(snap_block_hdr)) < 0) return -ENOMEM;
+    if (buf_reserve(out, sizeof(snap_block_hdr)) < 0) return shm_fail(-ENOMEM, "out of memory");
     out->len += sizeof(snap_block_hdr);
-    writer w = {out, 0, filter, {0}};
-    int rc = shm_table_walk_at(a, kg, version, write_record, &w);
+    writer w = {out, 0, cut->base_id ? NULL : filter, {0}};
+    int rc = st->ops->snapshot(st, kg, cut, write_record, &w);
     snap_buf_free(&w.scratch);
     if (rc < 0) {
         out->len = start;
         return rc;
     }
-    return finish_block(out, start, kg, w.records, 0, lz4);
-}
-
-int64_t snap_write_kg_delta(stash_arena *a, uint32_t kg, uint32_t base, uint32_t version, bool lz4,
-                            snap_buf *out)
-{
-    size_t start = out->len;
-    if (buf_reserve(out, sizeof(snap_block_hdr)) < 0) return -ENOMEM;
-    out->len += sizeof(snap_block_hdr);
-    writer w = {out, 0, NULL, {0}};
-    int rc = shm_table_walk_delta(a, kg, base, version, write_change, &w);
-    if (rc < 0) {
-        out->len = start;
-        return rc;
-    }
-    return finish_block(out, start, kg, w.records, SNAP_DELTA, lz4);
+    return finish_block(out, start, kg, w.records, cut->base_id ? SNAP_DELTA : 0, lz4);
 }
 
 static int read_block(const uint8_t *p, size_t avail, const char *file, uint64_t off,
@@ -286,6 +244,7 @@ int64_t snap_block_records(const snap_block *b, uint32_t max_parallelism, snap_r
 }
 
 /* Inserts one record, replacing what the key group holds for it. */
+
 int snap_restore_record(void *restorer, uint32_t kg, const snap_record *r)
 {
     snap_restorer *x = restorer;
@@ -301,16 +260,11 @@ int snap_restore_record(void *restorer, uint32_t kg, const snap_record *r)
         .nslen = r->nslen,
         .key = r->key,
         .ns = r->nslen ? (const void *)r->ns : ""};
-    shm_cursor c;
-    shm_rec *rec;
-    shm_table_tend(x->arena, kg);
-    int rc = shm_table_find(x->arena, &l, &c);
-    if (!rc && (r->flags & SNAP_REC_DELETED)) return shm_table_delete(x->arena, &l, &c);
-    if (!rc) rc = shm_rec_new(x->arena, &l, r->vlen, &rec);
-    if (rc) return rc;
-    if (r->vlen) memcpy(shm_rec_value(rec), r->value, r->vlen);
-    atomic_store_explicit(&rec->vlen, r->vlen, memory_order_relaxed);
-    rc = shm_table_publish(x->arena, &l, &c, rec);
-    if (rc) shm_free(x->arena, shm_off_of(x->arena, rec));
-    return rc;
+    return x->store->ops->restore(x->store, &l, r);
+}
+
+int snap_restore_kg_done(void *restorer, uint32_t kg, int rc)
+{
+    snap_restorer *x = restorer;
+    return x->store->ops->restore_end ? x->store->ops->restore_end(x->store, kg, rc) : rc;
 }

@@ -9,12 +9,13 @@
 #define STASH_SNAPSHOT_H
 
 #include "backends/state/state.h"
+#include "backends/store/store.h"
 
 #define SNAP_BLOCK_MAGIC "SKGB"
 #define SNAP_FORMAT_VERSION 1u
-#define SNAP_LZ4 1u         /* block flags: the payload is one LZ4 block */
-#define SNAP_DELTA 2u       /* block flags: the changes since a base version */
-#define SNAP_REC_DELETED 1u /* record flags (deltas only): the entry is gone */
+#define SNAP_LZ4 1u                        /* block flags: the payload is one LZ4 block */
+#define SNAP_DELTA 2u                      /* block flags: the changes since a base version */
+#define SNAP_REC_DELETED STORE_REC_DELETED /* record flags (deltas only): the entry is gone */
 
 /* Snapshots and checkpoints store integers as this processor does, which
  * docs/format.md says is little-endian: a build for another byte order stops here. */
@@ -84,28 +85,13 @@ typedef struct ttl_cut {
 int ttl_cut_init(stash_arena *a, uint64_t now_ms, ttl_cut *cut);
 snap_filter_fn ttl_cut_filter;
 
-/* Appends key group kg as of the pinned version to out as one block,
- * compressed with LZ4 if lz4, each record through filter (NULL: all of
- * them). Returns the records written or a negative error. */
-int64_t snap_write_kg(stash_arena *a, uint32_t kg, uint32_t version, bool lz4,
+/* Appends key group kg of store st as its cut left it to out as one block,
+ * compressed with LZ4 if lz4: every live record, each through filter (NULL:
+ * all of them), or with a base in cut the changes since it (a delta block,
+ * deletions flagged SNAP_REC_DELETED; no filter). Returns the records
+ * written or a negative error. */
+int64_t snap_write_kg(store *st, uint32_t kg, const store_cut *cut, bool lz4,
                       const snap_filter *filter, snap_buf *out);
-
-/* Appends what changed in key group kg between the pinned versions base and
- * version: live entries as records, deleted ones as records flagged
- * SNAP_REC_DELETED. Returns the records written or a negative error. */
-int64_t snap_write_kg_delta(stash_arena *a, uint32_t kg, uint32_t base, uint32_t version, bool lz4,
-                            snap_buf *out);
-
-/* A block built from records given one at a time, by a backend that walks
- * a store of its own: begin reserves the header (start is where the block
- * starts), add appends a record (flags SNAP_REC_DELETED for a delta's
- * deletion), end compresses if asked and writes the header. Each returns 0
- * (end: the records) or -ENOMEM. */
-int snap_block_begin(snap_buf *out, size_t *start);
-int snap_block_add(snap_buf *out, uint16_t state, const void *key, uint16_t klen, const void *ns,
-                   uint16_t nslen, const void *value, uint32_t vlen, uint16_t flags);
-int64_t snap_block_end(snap_buf *out, size_t start, uint32_t kg, uint64_t records, uint16_t flags,
-                       bool lz4);
 
 /* A checked block: its header and its payload (decompressed). */
 typedef struct snap_block {
@@ -124,18 +110,9 @@ int snap_read_block(const uint8_t *p, size_t avail, const char *file, uint64_t o
 int snap_reread_block(const uint8_t *p, size_t avail, const char *file, uint64_t off,
                       snap_buf *scratch, snap_block *out);
 
-/* One record of a block's payload. */
-typedef struct snap_record {
-    uint16_t state; /* the snapshot's state id */
-    uint16_t klen;
-    uint16_t nslen;
-    uint16_t flags; /* SNAP_REC_DELETED */
-    uint32_t vlen;
-    const uint8_t *key;
-    const uint8_t *ns;
-    const uint8_t *value;
-    uint64_t key_hash; /* stash_hash() of the key, computed once by the walk */
-} snap_record;
+/* One record of a block's payload, its state id the snapshot's and its
+ * key_hash computed once by the walk. */
+typedef store_record snap_record;
 
 /* Receives a record; a negative return stops the walk (STASH_ECORRUPT gets
  * the file and offset added to its message). */
@@ -152,16 +129,19 @@ typedef struct snap_id_map {
     uint32_t n;
 } snap_id_map;
 
-/* Where restored records go: an arena whose key groups no worker writes
+/* Where restored records go: a store whose key groups nobody writes
  * meanwhile, and the snapshot's state ids mapped to its own. */
 typedef struct snap_restorer {
-    stash_arena *arena;
+    store *store;
     const snap_id_map *map;
 } snap_restorer;
 
-/* A snap_record_fn: puts the record into the restorer's arena, replacing
+/* A snap_record_fn: puts the record into the restorer's store, replacing
  * what its key group holds for the same state, key and namespace (or, for a
  * deleted record of a delta, removing it). */
 int snap_restore_record(void *restorer, uint32_t kg, const snap_record *r);
+/* Ends the records of key group kg (rc: 0, or the error that stopped them,
+ * which it returns): the store commits them or lets them go. */
+int snap_restore_kg_done(void *restorer, uint32_t kg, int rc);
 
 #endif /* STASH_SNAPSHOT_H */

@@ -3,7 +3,7 @@
  * lmdb.c: the lmdb keyed backend. Key group kg lives in the environment
  * DIR/kg-NNNNN.mdb, so that its owner is the one writer of that environment
  * and a key group changes hands without moving a byte. A record's key is
- * DESIGN.md's layout: key group (2 bytes, big-endian), state id (2),
+ * the layout of docs/architecture.md: key group (2 bytes, big-endian), state id (2),
  * the key's length (2), the key, the namespace; its value is the stored
  * bytes of the heap backend (a TTL timestamp first where the state has one,
  * the list or map layout for those kinds).
@@ -27,6 +27,7 @@
 
 #include "backends/lmdb/lmdb.h"
 #include "backends/lmdb/lmdb_env.h"
+#include "shm/hash.h"
 
 #define TXN_MAX_BYTES (32ull << 20) /* an estimate of a transaction's new pages stays under it */
 #define KEY_PREFIX 6u
@@ -44,8 +45,8 @@ typedef struct kg_env {
     size_t clean_len, clean_cap;
 } kg_env;
 
-struct lmdb_store {
-    stash_arena *arena;
+typedef struct lmdb_store {
+    store base; /* first: a store handle is an lmdb_store */
     kg_env *envs;
     uint32_t maxp;
     int max_key; /* LMDB's longest key, known once an environment is open */
@@ -58,7 +59,12 @@ struct lmdb_store {
     uint64_t committed_ns; /* when every transaction last committed */
     uint64_t dirty;        /* the charge of the open transactions */
     uint64_t pruned_below; /* the change log's notes older than this are gone */
-};
+} lmdb_store;
+
+static lmdb_store *of(store *st)
+{
+    return (lmdb_store *)st;
+}
 
 static int lmdb_fail(int rc, const char *what, const kg_env *e, uint32_t kg)
 {
@@ -71,11 +77,11 @@ static int lmdb_fail(int rc, const char *what, const kg_env *e, uint32_t kg)
                     "key group %u (%s): %s: %s", kg, path, what, mdb_strerror(rc));
 }
 
-int lmdb_store_new(stash_arena *a, lmdb_store **out)
+static int lmdb_open(stash_arena *a, store **out)
 {
     lmdb_store *st = calloc(1, sizeof *st);
     if (!st) return shm_fail(-ENOMEM, "out of memory");
-    st->arena = a;
+    store_init(&st->base, &lmdb_store_ops, a);
     st->maxp = a->hdr->max_parallelism;
     st->envs = calloc(st->maxp, sizeof *st->envs);
     if (!st->envs) {
@@ -84,13 +90,8 @@ int lmdb_store_new(stash_arena *a, lmdb_store **out)
     }
     snprintf(st->dir, sizeof st->dir, "%s", a->hdr->lmdb_dir);
     st->committed_ns = shm_now_ns();
-    *out = st;
+    *out = &st->base;
     return 0;
-}
-
-int lmdb_store_open(stash_worker *w)
-{
-    return lmdb_store_new(w->arena, &w->lmdb);
 }
 
 static int env_for(lmdb_store *st, uint32_t kg, kg_env **out)
@@ -185,7 +186,8 @@ static int make_room(lmdb_store *st, kg_env *e, uint32_t kg, uint64_t bytes)
  * process cut for a checkpoint: a commit now would change what it reads. */
 static void await_snapshot(lmdb_store *st, uint32_t kg)
 {
-    while (atomic_load(&st->arena->tables[kg].cut) && shm_service_alive(st->arena, NULL)) {
+    while (atomic_load(&st->base.arena->tables[kg].cut) &&
+           shm_service_alive(st->base.arena, NULL)) {
         struct timespec ms = {0, 1000000};
         nanosleep(&ms, NULL);
     }
@@ -223,12 +225,11 @@ static int store_commit(lmdb_store *st, bool wait);
 /* A worker's transaction of kg: as store_txn, keeping what all its
  * transactions hold in memory within a budget (it commits them first if a
  * write would pass it). */
-static int txn_for(stash_worker *w, uint32_t kg, uint64_t bytes, kg_env **out)
+static int txn_for(lmdb_store *st, uint32_t kg, uint64_t bytes, kg_env **out)
 {
-    lmdb_store *st = w->lmdb;
     uint64_t need = charge_of(&st->envs[kg], bytes);
     if (need && st->dirty + need > LMDB_STORE_MAX_BYTES) {
-        w->writes++;
+        (*st->base.moves)++;
         int rc = store_commit(st, true);
         if (rc) return rc;
     }
@@ -244,8 +245,8 @@ static int txn_for(stash_worker *w, uint32_t kg, uint64_t bytes, kg_env **out)
  * is full. */
 static void log_change(lmdb_store *st, uint32_t kg, const MDB_val *k)
 {
-    stash_arena *a = st->arena;
-    if (!atomic_load_explicit(&a->hdr->lmdb_track, memory_order_relaxed)) return;
+    stash_arena *a = st->base.arena;
+    if (!atomic_load_explicit(&a->hdr->change_track, memory_order_relaxed)) return;
     uint64_t tag = atomic_load_explicit(&a->control->last_id, memory_order_acquire);
     shm_lookup l = {.kg = kg,
                     .hash = shm_lookup_hash(shm_key_hash(k->mv_data, k->mv_size),
@@ -263,21 +264,21 @@ static void log_change(lmdb_store *st, uint32_t kg, const MDB_val *k)
     shm_rec *r;
     if (rc == 0) rc = shm_rec_new(a, &l, sizeof tag, &r);
     if (rc) {
-        atomic_fetch_add(&a->hdr->lmdb_untracked, 1);
+        atomic_fetch_add(&a->hdr->change_untracked, 1);
         return;
     }
     memcpy(shm_rec_value(r), &tag, sizeof tag);
     atomic_store_explicit(&r->vlen, sizeof tag, memory_order_relaxed);
     if (shm_table_publish(a, &l, &c, r) < 0) {
         shm_free(a, shm_off_of(a, r));
-        atomic_fetch_add(&a->hdr->lmdb_untracked, 1);
+        atomic_fetch_add(&a->hdr->change_untracked, 1);
     }
 }
 
 /* Drops the log's notes of kg older than the next delta's base. */
 static void prune_changes(lmdb_store *st, uint32_t kg, uint64_t below)
 {
-    stash_arena *a = st->arena;
+    stash_arena *a = st->base.arena;
     shm_table_tend(a, kg);
     uint8_t *key = NULL;
     size_t cap = 0;
@@ -287,7 +288,7 @@ static void prune_changes(lmdb_store *st, uint32_t kg, uint64_t below)
         if (r->state != SHM_CHANGE_STATE || !shm_rec_live(r) || atomic_load(&r->vlen) != sizeof tag)
             continue;
         memcpy(&tag, shm_rec_value(r), sizeof tag);
-        if (tag >= below || state_reserve(&key, &cap, r->klen ? r->klen : 1) < 0) continue;
+        if (tag >= below || shm_reserve(&key, &cap, r->klen ? r->klen : 1) < 0) continue;
         /* The lookup's bytes outlive the record the delete retires. */
         memcpy(key, shm_rec_key(r), r->klen);
         shm_lookup l = {.kg = kg,
@@ -310,7 +311,7 @@ static int store_commit(lmdb_store *st, bool wait)
     for (uint32_t kg = 0; kg < st->maxp; kg++) {
         kg_env *e = &st->envs[kg];
         if (!e->txn) continue;
-        if (atomic_load(&st->arena->tables[kg].cut)) {
+        if (atomic_load(&st->base.arena->tables[kg].cut)) {
             if (!wait) continue;
             await_snapshot(st, kg);
         }
@@ -321,36 +322,32 @@ static int store_commit(lmdb_store *st, bool wait)
     return first;
 }
 
-int lmdb_store_commit(stash_worker *w)
+static int lmdb_commit(store *base)
 {
-    w->writes++;
-    return store_commit(w->lmdb, true);
+    (*base->moves)++;
+    return store_commit(of(base), true);
 }
 
-int lmdb_store_commit_due(stash_worker *w)
+static int lmdb_commit_due(store *base)
 {
-    lmdb_store *st = w->lmdb;
+    lmdb_store *st = of(base);
     if (shm_now_ns() - st->committed_ns < LMDB_COMMIT_MS * 1000000ull) return 0;
-    w->writes++;
-    uint64_t below = atomic_load(&st->arena->hdr->lmdb_prune_below);
+    (*base->moves)++;
+    uint64_t below = atomic_load(&st->base.arena->hdr->change_prune_below);
     if (below > st->pruned_below) {
-        for (uint32_t kg = w->range.first; kg <= w->range.last; kg++) prune_changes(st, kg, below);
+        for (uint32_t kg = base->range.first; kg <= base->range.last; kg++)
+            prune_changes(st, kg, below);
         st->pruned_below = below;
     }
     return store_commit(st, false);
 }
 
-void lmdb_store_free(lmdb_store *st)
+static void lmdb_cut_close(store *base, uint32_t kg);
+
+static void lmdb_forget(store *base)
 {
-    if (!st) return;
-    store_commit(st, true);
-    lmdb_snap_close(st);
-    for (uint32_t kg = 0; kg < st->maxp; kg++) {
-        kg_env *e = &st->envs[kg];
-        if (e->rtxn) lmdb_env_free_reset(e->rtxn);
-        lmdb_env_put(e->x);
-        free(e->clean);
-    }
+    lmdb_store *st = of(base);
+    for (uint32_t kg = 0; kg < st->maxp; kg++) free(st->envs[kg].clean);
     free(st->envs);
     free(st->kbuf);
     free(st->shadow[0]);
@@ -358,10 +355,18 @@ void lmdb_store_free(lmdb_store *st)
     free(st);
 }
 
-void lmdb_store_close(stash_worker *w)
+static void lmdb_close(store *base)
 {
-    lmdb_store_free(w->lmdb);
-    w->lmdb = NULL;
+    if (!base) return;
+    lmdb_store *st = of(base);
+    store_commit(st, true);
+    for (uint32_t kg = 0; kg < st->maxp; kg++) lmdb_cut_close(base, kg);
+    for (uint32_t kg = 0; kg < st->maxp; kg++) {
+        kg_env *e = &st->envs[kg];
+        if (e->rtxn) lmdb_env_free_reset(e->rtxn);
+        lmdb_env_put(e->x);
+    }
+    lmdb_forget(base);
 }
 
 /* ---- keys and shadows --------------------------------------------------- */
@@ -375,7 +380,7 @@ static int encode(lmdb_store *st, uint32_t kg, uint16_t state, const void *key, 
                         "key group %u: a key and namespace of %u bytes; lmdb stores at most %d "
                         "with its %u-byte prefix",
                         kg, klen + nslen, st->max_key, KEY_PREFIX);
-    if (state_reserve(&st->kbuf, &st->kcap, n) < 0) return shm_fail(-ENOMEM, "out of memory");
+    if (shm_reserve(&st->kbuf, &st->kcap, n) < 0) return shm_fail(-ENOMEM, "out of memory");
     uint8_t *p = st->kbuf;
     p[0] = (uint8_t)(kg >> 8), p[1] = (uint8_t)kg;
     p[2] = (uint8_t)(state >> 8), p[3] = (uint8_t)state;
@@ -432,34 +437,43 @@ static int load_shadow(lmdb_store *st, const shm_lookup *l, const MDB_val *v, sh
     return 0;
 }
 
-int lmdb_find(stash_worker *w, const shm_lookup *l, shm_cursor *c)
+/* A read of an owned key group views LMDB's map through the owner's
+ * transaction; only a read that may write through c next (for_write: a TTL
+ * refresh, a map's change in place) needs the record copied. */
+static int lmdb_read_owned(store *base, const shm_lookup *l, shm_cursor *c, stash_bytes *out,
+                           bool for_write)
 {
-    stash_bytes view;
-    int rc = lmdb_read_owned(w, l, c, &view, true);
-    return rc == STASH_ENOTFOUND ? 0 : rc;
-}
-
-int lmdb_read_owned(stash_worker *w, const shm_lookup *l, shm_cursor *c, stash_bytes *out,
-                    bool shadow)
-{
-    lmdb_store *st = w->lmdb;
+    lmdb_store *st = of(base);
     c->group = NULL;
     c->rec = NULL;
     kg_env *e;
     MDB_val k, v;
-    int rc = txn_for(w, l->kg, 0, &e);
+    int rc = txn_for(st, l->kg, 0, &e);
     if (!rc) rc = encode_lookup(st, l, &k);
     if (rc) return rc;
     rc = mdb_get(e->txn, e->x->dbi, &k, &v);
     if (rc == MDB_NOTFOUND) return STASH_ENOTFOUND;
     if (rc) return lmdb_fail(rc, "cannot read", e, l->kg);
     *out = (stash_bytes){v.mv_data, v.mv_size};
-    return shadow ? load_shadow(st, l, &v, &c->rec) : 0;
+    return for_write ? load_shadow(st, l, &v, &c->rec) : 0;
 }
 
-int64_t lmdb_read_copy(stash_worker *w, const shm_lookup *l, uint8_t **buf, size_t *cap)
+static int lmdb_find(store *st, const shm_lookup *l, shm_cursor *c, bool for_write)
 {
-    lmdb_store *st = w->lmdb;
+    (void)for_write; /* a write goes through the copy of the record found */
+    stash_bytes view;
+    int rc = lmdb_read_owned(st, l, c, &view, true);
+    return rc == STASH_ENOTFOUND ? 0 : rc;
+}
+
+static int lmdb_view(store *st, const shm_lookup *l, shm_cursor *c, stash_bytes *out)
+{
+    return lmdb_read_owned(st, l, c, out, true);
+}
+
+static int64_t lmdb_read_copy(store *base, const shm_lookup *l, uint8_t **buf, size_t *cap)
+{
+    lmdb_store *st = of(base);
     kg_env *e;
     MDB_val k, v;
     int rc = env_for(st, l->kg, &e);
@@ -474,7 +488,7 @@ int64_t lmdb_read_copy(stash_worker *w, const shm_lookup *l, uint8_t **buf, size
         rc = mdb_get(e->rtxn, e->x->dbi, &k, &v);
     }
     if (rc == 0) {
-        if (state_reserve(buf, cap, v.mv_size ? v.mv_size : 1) < 0)
+        if (shm_reserve(buf, cap, v.mv_size ? v.mv_size : 1) < 0)
             rc = -ENOMEM;
         else if (v.mv_size)
             memcpy(*buf, v.mv_data, v.mv_size);
@@ -486,9 +500,9 @@ int64_t lmdb_read_copy(stash_worker *w, const shm_lookup *l, uint8_t **buf, size
     return (int64_t)v.mv_size;
 }
 
-int lmdb_rec_new(stash_worker *w, const shm_lookup *l, size_t cap, shm_rec **out)
+static int lmdb_rec_new(store *base, const shm_lookup *l, size_t cap, shm_rec **out)
 {
-    lmdb_store *st = w->lmdb;
+    lmdb_store *st = of(base);
     shm_rec *r = shadow(st, 1 - st->cur, l->klen, l->nslen, cap);
     if (!r) return shm_fail(-ENOMEM, "out of memory");
     shadow_head(r, l->kg, l->state, l->klen, l->nslen, 0);
@@ -499,22 +513,36 @@ int lmdb_rec_new(stash_worker *w, const shm_lookup *l, size_t cap, shm_rec **out
     return 0;
 }
 
-uint64_t lmdb_rec_capacity(const stash_worker *w, const shm_rec *rec)
+/* A private copy changes in place, with no undo record. */
+static bool lmdb_rec_mutable(store *st, uint32_t kg, const shm_rec *rec)
 {
-    const lmdb_store *st = w->lmdb;
+    (void)st, (void)kg, (void)rec;
+    return true;
+}
+
+static bool lmdb_write_begin(store *st, uint32_t kg, shm_rec *rec, const shm_region *r, unsigned n)
+{
+    (void)st, (void)kg, (void)rec, (void)r, (void)n;
+    return true;
+}
+
+static uint64_t lmdb_rec_capacity(const store *base, const shm_rec *rec)
+{
+    const lmdb_store *st = (const lmdb_store *)base;
     int i = rec == st->shadow[0] ? 0 : 1;
     return st->shadow_cap[i] - sizeof(shm_rec) - rec->klen - rec->nslen;
 }
 
-int lmdb_publish(stash_worker *w, shm_cursor *c, shm_rec *rec)
+/* Puts rec (a shadow, which names its own key) into the store and, if c,
+ * makes it c's. */
+static int put_shadow(lmdb_store *st, shm_cursor *c, shm_rec *rec)
 {
-    lmdb_store *st = w->lmdb;
     uint32_t kg = rec->version, vlen = atomic_load_explicit(&rec->vlen, memory_order_relaxed);
     kg_env *e;
     MDB_val k, v = {vlen, shm_rec_value(rec)};
     int rc =
         encode(st, kg, rec->state, shm_rec_key(rec), rec->klen, shm_rec_ns(rec), rec->nslen, &k);
-    if (!rc) rc = txn_for(w, kg, k.mv_size + vlen, &e);
+    if (!rc) rc = txn_for(st, kg, k.mv_size + vlen, &e);
     if (rc) return rc;
     rc = mdb_put(e->txn, e->x->dbi, &k, &v, 0);
     if (rc) return lmdb_fail(rc, "cannot write", e, kg);
@@ -524,23 +552,36 @@ int lmdb_publish(stash_worker *w, shm_cursor *c, shm_rec *rec)
     return 0;
 }
 
-int lmdb_delete(stash_worker *w, const shm_lookup *l, shm_cursor *c)
+static int lmdb_publish(store *st, const shm_lookup *l, shm_cursor *c, shm_rec *rec)
 {
+    (void)l;
+    return put_shadow(of(st), c, rec);
+}
+
+static int lmdb_write_end(store *st, uint32_t kg, shm_rec *rec)
+{
+    (void)kg;
+    return put_shadow(of(st), NULL, rec);
+}
+
+static int lmdb_delete(store *base, const shm_lookup *l, shm_cursor *c)
+{
+    lmdb_store *st = of(base);
     kg_env *e;
     MDB_val k;
-    int rc = encode_lookup(w->lmdb, l, &k);
-    if (!rc) rc = txn_for(w, l->kg, 1, &e);
+    int rc = encode_lookup(st, l, &k);
+    if (!rc) rc = txn_for(st, l->kg, 1, &e);
     if (rc) return rc;
     rc = mdb_del(e->txn, e->x->dbi, &k, NULL);
     c->rec = NULL;
-    if (rc == 0) log_change(w->lmdb, l->kg, &k);
+    if (rc == 0) log_change(st, l->kg, &k);
     return rc == 0 || rc == MDB_NOTFOUND ? 0 : lmdb_fail(rc, "cannot delete", e, l->kg);
 }
 
-int64_t lmdb_kg_entries(stash_worker *w, uint32_t kg)
+static int64_t lmdb_kg_entries(store *st, uint32_t kg)
 {
     kg_env *e;
-    int rc = env_for(w->lmdb, kg, &e);
+    int rc = env_for(of(st), kg, &e);
     if (rc) return rc;
     MDB_txn *t = e->txn;
     if (!t && (rc = lmdb_env_begin(e->x, MDB_RDONLY, &t)) != 0)
@@ -553,6 +594,14 @@ int64_t lmdb_kg_entries(stash_worker *w, uint32_t kg)
 
 /* ---- walks -------------------------------------------------------------- */
 
+/* A stored record taken apart: its state, key and namespace views, value. */
+typedef struct lmdb_entry {
+    uint16_t state;
+    stash_bytes key;
+    stash_bytes ns;
+    stash_bytes value;
+} lmdb_entry;
+
 static bool decode(const MDB_val *k, const MDB_val *v, lmdb_entry *out)
 {
     const uint8_t *p = k->mv_data;
@@ -563,7 +612,6 @@ static bool decode(const MDB_val *k, const MDB_val *v, lmdb_entry *out)
     out->key = (stash_bytes){p + KEY_PREFIX, klen};
     out->ns = (stash_bytes){p + KEY_PREFIX + klen, k->mv_size - KEY_PREFIX - klen};
     out->value = (stash_bytes){v->mv_data, v->mv_size};
-    out->raw_key = (stash_bytes){k->mv_data, k->mv_size};
     return true;
 }
 
@@ -583,30 +631,26 @@ static int seek(MDB_cursor *cur, uint32_t kg, uint16_t state, const void *after,
     return k->mv_size >= sizeof prefix && memcmp(k->mv_data, prefix, sizeof prefix) == 0;
 }
 
-int lmdb_next(stash_worker *w, uint32_t kg, uint16_t state, const void *after, size_t after_len,
-              lmdb_entry *out)
+/* Keys in key order, going on after the stored key returned last (which
+ * the owner's writes to keys already returned leave where it was). */
+static int lmdb_next(store *st, uint32_t kg, uint16_t state, store_walk *w, store_entry *out)
 {
     kg_env *e;
-    int rc = txn_for(w, kg, 0, &e);
+    int rc = txn_for(of(st), kg, 0, &e);
     if (rc) return rc;
     MDB_cursor *cur;
     if ((rc = mdb_cursor_open(e->txn, e->x->dbi, &cur)) != 0)
         return lmdb_fail(rc, "cannot walk", e, kg);
     MDB_val k, v;
-    rc = seek(cur, kg, state, after, after_len, &k, &v);
+    rc = seek(cur, kg, state, w->after, w->after_len, &k, &v);
     mdb_cursor_close(cur);
+    w->entered = true;
     if (rc < 0 || rc > 1) return lmdb_fail(rc, "cannot walk", e, kg);
-    if (rc == 1 && !decode(&k, &v, out))
+    lmdb_entry en;
+    if (rc == 1 && !decode(&k, &v, &en))
         return shm_fail(STASH_ECORRUPT, "key group %u: a stored key of %zu bytes", kg, k.mv_size);
+    if (rc == 1) *out = (store_entry){en.key, en.ns, en.value, {k.mv_data, k.mv_size}};
     return rc;
-}
-
-/* Whether a record of s expired whole: values and merging states by their
- * timestamp; lists and maps expire element by element on access instead. */
-static bool value_expired(const stash_state *s, const MDB_val *v, uint64_t now)
-{
-    if (s->kind == STASH_LIST || s->kind == STASH_MAP) return false;
-    return v->mv_size >= TTL_BYTES && state_expired(s, state_ts_get(v->mv_data), now);
 }
 
 static bool of_state(const MDB_val *k, uint32_t kg, uint16_t state)
@@ -616,29 +660,28 @@ static bool of_state(const MDB_val *k, uint32_t kg, uint16_t state)
            p[2] == (uint8_t)(state >> 8) && p[3] == (uint8_t)state;
 }
 
-void lmdb_ttl_cleanup(stash_state *s, uint32_t kg)
+static void lmdb_ttl_cleanup(store *base, uint32_t kg, uint16_t state, uint32_t budget,
+                             store_expired_fn *expired, void *ctx)
 {
-    stash_worker *w = s->w;
-    uint32_t budget = s->ttl.cleanup_entries;
+    lmdb_store *st = of(base);
     kg_env *e;
     /* Room for the deletions first: making room commits, which would end
      * the walk's cursor. */
-    if (txn_for(w, kg, (uint64_t)budget * 4096u, &e)) return;
+    if (txn_for(st, kg, (uint64_t)budget * 4096u, &e)) return;
     MDB_cursor *cur;
     if (mdb_cursor_open(e->txn, e->x->dbi, &cur)) return;
-    uint64_t now = state_now(s);
-    bool going_on = e->clean_len && of_state(&(MDB_val){e->clean_len, e->clean}, kg, s->id);
+    bool going_on = e->clean_len && of_state(&(MDB_val){e->clean_len, e->clean}, kg, state);
     MDB_val k, v;
-    int rc = seek(cur, kg, s->id, going_on ? e->clean : NULL, going_on ? e->clean_len : 0, &k, &v);
+    int rc = seek(cur, kg, state, going_on ? e->clean : NULL, going_on ? e->clean_len : 0, &k, &v);
     uint8_t *doomed = NULL;
     size_t doomed_len = 0, doomed_cap = 0;
     for (; rc == 1 && budget > 0; budget--) {
         /* The expired ones are deleted after the walk, which goes on after
          * the last one kept. */
-        uint8_t **into = value_expired(s, &v, now) ? &doomed : &e->clean;
+        uint8_t **into = expired(ctx, v.mv_data, v.mv_size) ? &doomed : &e->clean;
         size_t *cap = into == &doomed ? &doomed_cap : &e->clean_cap;
         size_t at = into == &doomed ? doomed_len : 0;
-        if (state_reserve(into, cap, at + 2 + k.mv_size) == 0) {
+        if (shm_reserve(into, cap, at + 2 + k.mv_size) == 0) {
             if (into == &doomed) {
                 doomed[at] = (uint8_t)(k.mv_size >> 8), doomed[at + 1] = (uint8_t)k.mv_size;
                 memcpy(doomed + at + 2, k.mv_data, k.mv_size);
@@ -648,7 +691,7 @@ void lmdb_ttl_cleanup(stash_state *s, uint32_t kg)
                 e->clean_len = k.mv_size;
             }
         }
-        rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT) == 0 && of_state(&k, kg, s->id);
+        rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT) == 0 && of_state(&k, kg, state);
     }
     /* At the end of the state's records: start over next time. */
     if (rc != 1) e->clean_len = 0;
@@ -657,8 +700,8 @@ void lmdb_ttl_cleanup(stash_state *s, uint32_t kg)
         size_t n = (size_t)doomed[at] << 8 | doomed[at + 1];
         MDB_val dk = {n, doomed + at + 2};
         if (mdb_del(e->txn, e->x->dbi, &dk, NULL) == 0) {
-            log_change(w->lmdb, kg, &dk);
-            w->writes++;
+            log_change(st, kg, &dk);
+            (*base->moves)++;
         }
         at += 2 + n;
     }
@@ -667,33 +710,51 @@ void lmdb_ttl_cleanup(stash_state *s, uint32_t kg)
 
 /* ---- checkpoints ---------------------------------------------------------- */
 
-int lmdb_snap_open(lmdb_store *st, uint32_t kg)
+/* The engine's snapshot of kg: a read transaction begun while the cut
+ * holds the owner's commits back. */
+static int lmdb_cut_open(store *base, uint32_t kg)
 {
     kg_env *e;
-    int rc = env_for(st, kg, &e);
+    int rc = env_for(of(base), kg, &e);
     if (rc || e->snap) return rc;
     rc = lmdb_env_begin(e->x, MDB_RDONLY, &e->snap);
     return rc ? lmdb_fail(rc, "cannot begin its snapshot", e, kg) : 0;
 }
 
-void lmdb_snap_close_kg(lmdb_store *st, uint32_t kg)
+static void lmdb_cut_close(store *base, uint32_t kg)
 {
-    if (!st->envs[kg].snap) return;
-    lmdb_env_abort(st->envs[kg].x, st->envs[kg].snap);
-    st->envs[kg].snap = NULL;
+    kg_env *e = &of(base)->envs[kg];
+    if (!e->snap) return;
+    lmdb_env_abort(e->x, e->snap);
+    e->snap = NULL;
 }
 
-void lmdb_snap_close(lmdb_store *st)
+/* Emits the stored record k as the snapshot holds it (v), or, if the
+ * snapshot has none (rc MDB_NOTFOUND), as deleted. */
+static int emit_stored(kg_env *e, uint32_t kg, const MDB_val *k, const MDB_val *v, bool deleted,
+                       store_emit_fn *emit, void *ctx)
 {
-    for (uint32_t kg = 0; kg < st->maxp; kg++) lmdb_snap_close_kg(st, kg);
+    lmdb_entry en;
+    if (!decode(k, v, &en) || en.ns.len > UINT16_MAX || v->mv_size > UINT32_MAX)
+        return shm_fail(STASH_ECORRUPT, "key group %u (%s): a stored key of %zu bytes", kg,
+                        e->x->path, k->mv_size);
+    store_record r = {.state = en.state,
+                      .klen = (uint16_t)en.key.len,
+                      .nslen = (uint16_t)en.ns.len,
+                      .flags = deleted ? STORE_REC_DELETED : 0,
+                      .vlen = (uint32_t)v->mv_size,
+                      .key = en.key.data,
+                      .ns = en.ns.data,
+                      .value = v->mv_data};
+    return emit(ctx, &r);
 }
 
 typedef struct delta_walk {
     kg_env *e;
     uint32_t kg;
     uint64_t base;
-    snap_buf *out;
-    uint64_t n;
+    store_emit_fn *emit;
+    void *ctx;
 } delta_walk;
 
 /* A note of the change log: the key as the snapshot holds it, or its
@@ -708,98 +769,61 @@ static int delta_visit(const shm_rec *r, void *ctx)
     MDB_val k = {r->klen, (void *)shm_rec_key(r)}, v = {0, NULL};
     int rc = mdb_get(d->e->snap, d->e->x->dbi, &k, &v);
     if (rc && rc != MDB_NOTFOUND) return lmdb_fail(rc, "cannot read its snapshot", d->e, d->kg);
-    lmdb_entry en;
-    if (!decode(&k, &v, &en) || en.ns.len > UINT16_MAX || v.mv_size > UINT32_MAX)
-        return shm_fail(STASH_ECORRUPT, "key group %u: a logged key of %zu bytes", d->kg,
-                        k.mv_size);
-    if (snap_block_add(d->out, en.state, en.key.data, (uint16_t)en.key.len, en.ns.data,
-                       (uint16_t)en.ns.len, v.mv_data, (uint32_t)v.mv_size,
-                       rc ? SNAP_REC_DELETED : 0) < 0)
-        return shm_fail(-ENOMEM, "out of memory");
-    d->n++;
-    return 0;
+    return emit_stored(d->e, d->kg, &k, &v, rc != 0, d->emit, d->ctx);
 }
 
-int64_t lmdb_snap_write_kg(void *store, uint32_t kg, uint64_t base_id, uint32_t pin, bool lz4,
-                           const snap_filter *filter, snap_buf *out)
+/* All of kg, or with a base the keys the change log (as pinned at the
+ * cut) names as changed since that checkpoint, deletions included. */
+static int lmdb_snapshot(store *base, uint32_t kg, const store_cut *cut, store_emit_fn *emit,
+                         void *ctx)
 {
-    lmdb_store *st = store;
+    lmdb_store *st = of(base);
     kg_env *e = &st->envs[kg];
     if (!e->snap) return shm_fail(-EINVAL, "key group %u: no snapshot open", kg);
-    if (base_id) {
-        /* The keys the log names as changed since the base, as the cut left it. */
-        size_t start;
-        if (snap_block_begin(out, &start) < 0) return shm_fail(-ENOMEM, "out of memory");
-        delta_walk d = {e, kg, base_id, out, 0};
-        int rc = shm_table_walk_at(st->arena, kg, pin, delta_visit, &d);
-        return rc < 0 ? rc : snap_block_end(out, start, kg, d.n, SNAP_DELTA, lz4);
+    if (cut->base_id) {
+        delta_walk d = {e, kg, cut->base_id, emit, ctx};
+        return shm_table_walk_at(st->base.arena, kg, cut->pin, delta_visit, &d);
     }
-    size_t start;
-    if (snap_block_begin(out, &start) < 0) return shm_fail(-ENOMEM, "out of memory");
     MDB_cursor *cur;
     int rc = mdb_cursor_open(e->snap, e->x->dbi, &cur);
     if (rc) return lmdb_fail(rc, "cannot walk its snapshot", e, kg);
-    uint64_t n = 0;
     MDB_val k, v;
-    snap_buf scratch = {0};
     int err = 0; /* stash's error, apart from LMDB's codes in rc */
     for (rc = mdb_cursor_get(cur, &k, &v, MDB_FIRST); rc == 0 && err == 0;
-         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
-        lmdb_entry en;
-        if (!decode(&k, &v, &en) || en.ns.len > UINT16_MAX || v.mv_size > UINT32_MAX) {
-            err =
-                shm_fail(STASH_ECORRUPT, "key group %u: a stored key of %zu bytes", kg, k.mv_size);
-            break;
-        }
-        const uint8_t *value = v.mv_data;
-        uint32_t vlen = (uint32_t)v.mv_size;
-        int keep = filter ? filter->fn(filter->ctx, en.state, &value, &vlen, &scratch) : 1;
-        if (keep < 0) err = keep;
-        if (keep <= 0) continue;
-        if (snap_block_add(out, en.state, en.key.data, (uint16_t)en.key.len, en.ns.data,
-                           (uint16_t)en.ns.len, value, vlen, 0) < 0)
-            err = shm_fail(-ENOMEM, "out of memory");
-        else
-            n++;
-    }
+         rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT))
+        err = emit_stored(e, kg, &k, &v, false, emit, ctx);
     mdb_cursor_close(cur);
-    snap_buf_free(&scratch);
     if (err) return err;
-    if (rc != MDB_NOTFOUND) return lmdb_fail(rc, "cannot walk its snapshot", e, kg);
-    return snap_block_end(out, start, kg, n, 0, lz4);
+    return rc == MDB_NOTFOUND ? 0 : lmdb_fail(rc, "cannot walk its snapshot", e, kg);
 }
 
-int lmdb_restore_begin(lmdb_store *st, stash_kg_range range)
+/* Into an empty environment, records in key order append. */
+static int lmdb_restore_begin(store *base, uint32_t kg, uint64_t records)
 {
-    for (uint32_t kg = range.first; kg <= range.last; kg++) {
-        kg_env *e;
-        int rc = env_for(st, kg, &e);
-        if (rc) return rc;
-        MDB_txn *t;
-        MDB_stat s;
-        if ((rc = lmdb_env_begin(e->x, MDB_RDONLY, &t)) != 0)
-            return lmdb_fail(rc, "cannot begin a read", e, kg);
-        rc = mdb_stat(t, e->x->dbi, &s);
-        lmdb_env_abort(e->x, t);
-        if (rc) return lmdb_fail(rc, "cannot count", e, kg);
-        /* Into an empty environment, records in key order append. */
-        e->append = s.ms_entries == 0;
-    }
+    (void)records;
+    kg_env *e;
+    int rc = env_for(of(base), kg, &e);
+    if (rc) return rc;
+    MDB_txn *t;
+    MDB_stat s;
+    if ((rc = lmdb_env_begin(e->x, MDB_RDONLY, &t)) != 0)
+        return lmdb_fail(rc, "cannot begin a read", e, kg);
+    rc = mdb_stat(t, e->x->dbi, &s);
+    lmdb_env_abort(e->x, t);
+    if (rc) return lmdb_fail(rc, "cannot count", e, kg);
+    e->append = s.ms_entries == 0;
     return 0;
 }
 
-int lmdb_restore_record(void *restorer, uint32_t kg, const snap_record *r)
+static int lmdb_restore(store *base, const shm_lookup *l, const store_record *r)
 {
-    lmdb_restorer *x = restorer;
-    if (r->state >= x->map->n || x->map->ids[r->state] == 0)
-        return shm_fail(STASH_ECORRUPT, "a record of state %u, which the metadata does not name",
-                        r->state);
-    lmdb_store *st = x->store;
+    lmdb_store *st = of(base);
+    uint32_t kg = l->kg;
     MDB_val k, v = {r->vlen, (void *)r->value};
     kg_env *e;
     /* Each key group is restored by one thread: its own key buffer. */
     uint8_t key[KEY_PREFIX + 512];
-    size_t n = KEY_PREFIX + (size_t)r->klen + r->nslen;
+    size_t n = KEY_PREFIX + (size_t)l->klen + l->nslen;
     int rc = store_txn(st, kg, n + r->vlen, &e);
     if (rc) return rc;
     if (n > (size_t)st->max_key || n > sizeof key)
@@ -807,16 +831,15 @@ int lmdb_restore_record(void *restorer, uint32_t kg, const snap_record *r)
                         "key group %u: a key and namespace of %zu bytes; lmdb stores at most %d "
                         "with its %u-byte prefix",
                         kg, n - KEY_PREFIX, st->max_key, KEY_PREFIX);
-    uint16_t state = x->map->ids[r->state];
     key[0] = (uint8_t)(kg >> 8), key[1] = (uint8_t)kg;
-    key[2] = (uint8_t)(state >> 8), key[3] = (uint8_t)state;
-    key[4] = (uint8_t)(r->klen >> 8), key[5] = (uint8_t)r->klen;
-    memcpy(key + KEY_PREFIX, r->key, r->klen);
-    memcpy(key + KEY_PREFIX + r->klen, r->ns, r->nslen);
+    key[2] = (uint8_t)(l->state >> 8), key[3] = (uint8_t)l->state;
+    key[4] = (uint8_t)(l->klen >> 8), key[5] = (uint8_t)l->klen;
+    memcpy(key + KEY_PREFIX, l->key, l->klen);
+    memcpy(key + KEY_PREFIX + l->klen, l->ns, l->nslen);
     k = (MDB_val){n, key};
     /* A rollback's changes go into the change log like any other. */
     log_change(st, kg, &k);
-    if (r->flags & SNAP_REC_DELETED) {
+    if (r->flags & STORE_REC_DELETED) {
         e->append = false;
         rc = mdb_del(e->txn, e->x->dbi, &k, NULL);
         return rc == 0 || rc == MDB_NOTFOUND ? 0 : lmdb_fail(rc, "cannot delete", e, kg);
@@ -830,22 +853,23 @@ int lmdb_restore_record(void *restorer, uint32_t kg, const snap_record *r)
     return rc ? lmdb_fail(rc, "cannot write", e, kg) : 0;
 }
 
-int lmdb_restore_kg_done(void *restorer, uint32_t kg, int rc)
+static int lmdb_restore_end(store *base, uint32_t kg, int rc)
 {
-    lmdb_restorer *x = restorer;
-    kg_env *e = &x->store->envs[kg];
+    lmdb_store *st = of(base);
+    kg_env *e = &st->envs[kg];
     e->append = false;
-    if (!e->txn) return 0;
+    if (!e->txn) return rc;
     if (rc < 0) {
         lmdb_env_abort(e->x, e->txn);
-        discharge(x->store, e);
+        discharge(st, e);
         return rc;
     }
-    return commit(x->store, e, kg);
+    return commit(st, e, kg);
 }
 
-int lmdb_clear(lmdb_store *st, stash_kg_range range)
+static int lmdb_clear(store *base, stash_kg_range range)
 {
+    lmdb_store *st = of(base);
     for (uint32_t kg = range.first; kg <= range.last; kg++) {
         kg_env *e;
         int rc = store_txn(st, kg, 0, &e);
@@ -865,3 +889,34 @@ int lmdb_clear(lmdb_store *st, stash_kg_range range)
     }
     return 0;
 }
+
+const store_ops lmdb_store_ops = {
+    .name = "lmdb",
+    .blind_put = true,
+    .open = lmdb_open,
+    .close = lmdb_close,
+    .forget = lmdb_forget,
+    .commit = lmdb_commit,
+    .commit_due = lmdb_commit_due,
+    .clear = lmdb_clear,
+    .kg_entries = lmdb_kg_entries,
+    .find = lmdb_find,
+    .read_owned = lmdb_read_owned,
+    .read_copy = lmdb_read_copy,
+    .rec_new = lmdb_rec_new,
+    .rec_mutable = lmdb_rec_mutable,
+    .rec_capacity = lmdb_rec_capacity,
+    .write_begin = lmdb_write_begin,
+    .write_end = lmdb_write_end,
+    .publish = lmdb_publish,
+    .delete = lmdb_delete,
+    .view = lmdb_view,
+    .next = lmdb_next,
+    .ttl_cleanup = lmdb_ttl_cleanup,
+    .cut_open = lmdb_cut_open,
+    .cut_close = lmdb_cut_close,
+    .snapshot = lmdb_snapshot,
+    .restore_begin = lmdb_restore_begin,
+    .restore = lmdb_restore,
+    .restore_end = lmdb_restore_end,
+};

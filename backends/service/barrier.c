@@ -10,7 +10,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "backends/lmdb/lmdb.h"
 #include "backends/state/opstate.h"
 #include "backends/service/service.h"
 
@@ -76,8 +75,8 @@ static int cut(stash_worker *w, uint64_t id)
     /* An engine that died leaves its request behind: nobody would release the pins. */
     if (!shm_service_alive(a, NULL)) return 0;
     uint64_t t0 = shm_now_ns();
-    /* The lmdb backend's writes are in the cut once committed. */
-    int rc = w->lmdb ? lmdb_store_commit(w) : 0;
+    /* Writes are in the cut once committed. */
+    int rc = worker_commit(w, false);
     if (rc == 0) rc = cut_by_engine(w) ? 1 : worker_record_opstate(w);
     uint32_t holder = atomic_load(&c->service_reader);
     int err = rc < 0 ? rc : 0; /* the engine names it when it finds a key group uncut */
@@ -139,7 +138,7 @@ STASH_API int stash_barrier(stash_worker *worker, stash_event *event)
     } else {
         if (worker->has_ttl) ttl_sweep(worker);
         /* Between checkpoints too, so that other processes see the writes. */
-        int rc = worker->lmdb ? lmdb_store_commit_due(worker) : 0;
+        int rc = worker_commit(worker, true);
         if (rc < 0) return rc;
     }
     if (worker->rolled_back_to) {
@@ -162,49 +161,16 @@ STASH_API int stash_barrier(stash_worker *worker, stash_event *event)
     return 0;
 }
 
-/* Deletes every entry of key group kg (the owner's, before a rollback). */
-static int clear_kg(stash_arena *a, uint32_t kg)
-{
-    uint8_t *buf = NULL;
-    size_t cap = 0;
-    int rc = 0;
-    uint32_t pos = 0, hash;
-    for (shm_rec *rec; rc == 0 && (rec = shm_table_next(a, kg, &pos, &hash));) {
-        if (!shm_rec_live(rec)) continue;
-        /* The lookup's bytes outlive the record the delete retires. */
-        if (state_reserve(&buf, &cap, (size_t)rec->klen + rec->nslen + 1) < 0) {
-            rc = shm_fail(-ENOMEM, "out of memory");
-            break;
-        }
-        memcpy(buf, shm_rec_key(rec), (size_t)rec->klen + rec->nslen);
-        shm_lookup l = {.kg = kg,
-                        .hash = hash,
-                        .state = rec->state,
-                        .klen = rec->klen,
-                        .nslen = rec->nslen,
-                        .key = buf,
-                        .ns = buf + rec->klen};
-        shm_cursor cur;
-        rc = shm_table_find(a, &l, &cur);
-        if (rc == 0) rc = shm_table_delete(a, &l, &cur);
-    }
-    free(buf);
-    return rc;
-}
-
 /* Empties the worker's key groups: what a rollback restores into. */
 static int clear_kgs(void *ctx)
 {
     stash_worker *w = ctx;
-    /* An lmdb key group's state is read when the engine takes its cut, not
-     * when it was cut: a cut the dead owner left is given up, failing its
-     * checkpoint, rather than read after the rollback rewrote the key group. */
-    if (w->lmdb) release_own_cuts(w);
-    if (w->lmdb) return lmdb_clear(w->lmdb, w->range);
-    int rc = 0;
-    for (uint32_t kg = w->range.first; rc == 0 && kg <= w->range.last; kg++)
-        rc = clear_kg(w->arena, kg);
-    return rc;
+    /* A store whose cut the engine opens reads the key group when it takes
+     * the cut, not when it was cut: a cut the dead owner left is given up,
+     * failing its checkpoint, rather than read after the rollback rewrote
+     * the key group. */
+    if (w->store->ops->cut_open) release_own_cuts(w);
+    return w->store->ops->clear(w->store, w->range);
 }
 
 #define POLL_NS 200000000ull /* how often a waiter checks that the engine lives */
@@ -233,7 +199,7 @@ int worker_rollback(stash_worker *w)
     /* A checkpoint the dead predecessor cut ends first, with its cut: then
      * the newest complete checkpoint is the one to restore, and nothing
      * restored here reaches a checkpoint that has the predecessor's offsets
-     * (an lmdb cut is read when the engine takes it). */
+     * (a cut the engine opens is read when the engine takes it). */
     worker_await_cut_end(w);
     int rc = shm_lock_acquire(&c->lock, NULL, NULL);
     if (rc < 0) return rc;
@@ -245,7 +211,7 @@ int worker_rollback(stash_worker *w)
     ckpt_restored out;
     /* Before choosing a checkpoint: retention leaves them all alone until the restore ends. */
     atomic_store(&c->workers[w->slot].restoring, 1);
-    rc = ckpt_restore_prepared(a, dir, 0, w->range, e, w->lmdb, clear_kgs, w, &out);
+    rc = ckpt_restore_prepared(a, dir, 0, w->range, e, w->store, clear_kgs, w, &out);
     atomic_store(&c->workers[w->slot].restoring, 0);
     if (rc == 0) {
         w->op_p = out.op_parallelism;

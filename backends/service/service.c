@@ -15,7 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backends/lmdb/lmdb.h"
 #include "backends/service/service.h"
 
 #define DEFAULT_TIMEOUT_MS 60000u
@@ -45,11 +44,11 @@ struct stash_service {
     uint32_t *base; /* incremental: the versions of base_id, still pinned */
     uint64_t base_id;
     uint32_t since_full;     /* incremental checkpoints since the last full one */
-    uint32_t untracked_seen; /* lmdb: the change log's misses the chain's base saw */
+    uint32_t untracked_seen; /* the change log's misses the chain's base saw */
     uint32_t failing;        /* checkpoints failed in a row */
     bool group;              /* checkpoints readable by the arena's group */
     stash_worker_info *seen; /* per worker index, as the last look found it */
-    lmdb_store *lmdb;        /* an lmdb arena's environments, for their snapshots */
+    store *store;            /* the engine's handle on the arena's store, for its cuts */
 };
 
 __attribute__((format(printf, 2, 3))) static void say(stash_service *s, const char *fmt, ...)
@@ -132,18 +131,26 @@ static int cut_for_absent(stash_service *s, uint32_t index, uint32_t p, outcome 
 }
 
 /* Takes key group kg's cut into s->cut, if it has one and it was not taken
- * yet. For an lmdb arena the snapshot opens first: the cut holds the
- * owner's commits back until it is taken. */
+ * yet. A store that opens cuts opens kg's first: the cut holds the owner's
+ * commits back until it is taken. */
 static int take_cut(stash_service *s, uint32_t kg, outcome *r)
 {
     shm_table *t = &s->a->tables[kg];
+    const store_ops *ops = s->store->ops;
     if (s->cut[kg] || !atomic_load(&t->cut)) return 0;
-    if (s->lmdb && lmdb_snap_open(s->lmdb, kg) < 0) return failed(r, 0, "%s", stash_errmsg());
+    if (ops->cut_open && ops->cut_open(s->store, kg) < 0) return failed(r, 0, "%s", stash_errmsg());
     s->cut[kg] = atomic_exchange(&t->cut, 0);
-    /* A replacement's rollback gave the cut up meanwhile: what the snapshot
-     * opened may already be rolled back, and no later cut may read it. */
-    if (!s->cut[kg] && s->lmdb) lmdb_snap_close_kg(s->lmdb, kg);
+    /* A replacement's rollback gave the cut up meanwhile: what the cut
+     * opened may already be rolled back, and no later checkpoint may read it. */
+    if (!s->cut[kg] && ops->cut_close) ops->cut_close(s->store, kg);
     return 0;
+}
+
+/* Lets every cut the store opened go. */
+static void close_cuts(stash_service *s)
+{
+    for (uint32_t kg = 0; s->store->ops->cut_close && kg < s->a->hdr->max_parallelism; kg++)
+        s->store->ops->cut_close(s->store, kg);
 }
 
 /* Waits until each of workers 0 .. p-1 has cut checkpoint id, or left
@@ -161,10 +168,11 @@ static int await_cuts(stash_service *s, uint64_t id, uint32_t p, uint64_t t0, ou
             if (done[i]) continue;
             if (atomic_load(&c->workers[i].acked) == id) {
                 done[i] = true;
-                /* An lmdb owner may commit again once its key groups' snapshots are open. */
+                /* An owner may commit again once the cuts of its key groups are open. */
                 stash_kg_range range;
                 stash_kg_range_of(s->a->hdr->max_parallelism, p, i, &range);
-                for (uint32_t kg = range.first; s->lmdb && rc == 0 && kg <= range.last; kg++)
+                bool opens = s->store->ops->cut_open != NULL;
+                for (uint32_t kg = range.first; opens && rc == 0 && kg <= range.last; kg++)
                     rc = take_cut(s, kg, r);
                 continue;
             }
@@ -252,7 +260,7 @@ static void release_cut(void *ctx, uint32_t kg)
 }
 
 /* Writes the cut key groups with the operator state of p workers;
- * untracked is the lmdb change log's count of misses before the cut. */
+ * untracked is the change log's count of misses before the cut. */
 /* The TTL time of checkpoint id's cut: the earliest TTL clock of the
  * workers that cut it (what is expired by it expired for all), else now. */
 static uint64_t cut_clock_ms(stash_service *s, uint64_t id, uint32_t p)
@@ -279,9 +287,10 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
     uint32_t full_every = s->o.full_every ? s->o.full_every : DEFAULT_FULL_EVERY;
     /* A savepoint stands alone: full, in its own directory, no one's base. */
     bool chain = s->o.incremental && !r->savepoint;
-    /* lmdb: a delta needs the change log whole since the base was cut. */
-    bool delta = chain && s->base_id && s->since_full < full_every &&
-                 (!s->lmdb || untracked == s->untracked_seen);
+    /* A delta needs the change log (where the store keeps one) whole since
+     * the base was cut. */
+    bool delta =
+        chain && s->base_id && s->since_full < full_every && untracked == s->untracked_seen;
     /* Full checkpoints leave out what expired at the cut, where states ask. */
     ttl_cut *cut = malloc(sizeof *cut);
     snap_filter filter = {ttl_cut_filter, cut};
@@ -306,8 +315,7 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
                    .op_blobs = blobs,
                    .serialized = chain ? NULL : release_cut,
                    .serialized_ctx = s,
-                   .serialize_kg = s->lmdb ? lmdb_snap_write_kg : NULL,
-                   .serialize_ctx = s->lmdb};
+                   .store = s->store};
     ckpt_written w = {0};
     rc = ckpt_write(a, s->cut, &o, &w);
     if (rc == -E2BIG) {
@@ -319,7 +327,7 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
     free(blobs);
     free(mem);
     free(cut);
-    if (s->lmdb) lmdb_snap_close(s->lmdb);
+    close_cuts(s);
     if (rc && delta) {
         /* Whatever failed it (the base's metadata damaged or replaced, a
          * file of the chain unreadable), the next one depends on nothing. */
@@ -344,7 +352,7 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
         s->since_full = delta ? s->since_full + 1 : 0;
         s->untracked_seen = untracked;
         /* The change log's older notes serve no delta any more. */
-        atomic_store(&a->hdr->lmdb_prune_below, id);
+        atomic_store(&a->hdr->change_prune_below, id);
     } else {
         unpin_all(a, s->cut);
     }
@@ -461,7 +469,7 @@ static void run_checkpoint(stash_service *s)
     outcome r = {.savepoint = savepoint};
     /* Read before anything is cut: a rollback from here on makes the next
      * checkpoint after this one full. */
-    uint32_t untracked = atomic_load(&a->hdr->lmdb_untracked);
+    uint32_t untracked = atomic_load(&a->hdr->change_untracked);
     uint32_t p = 0;
     int rc = worker_parallelism(s, &p, &r);
     if (rc == 0 && p == 0) {
@@ -487,7 +495,7 @@ static void run_checkpoint(stash_service *s)
     if (rc == 0) rc = collect_cuts(s, p, &r);
     if (rc == 0) rc = write_cut(s, id, p, untracked, &r);
     if (rc) {
-        if (s->lmdb) lmdb_snap_close(s->lmdb);
+        close_cuts(s);
         /* Workers that cut late see the abort and release their own pins. */
         atomic_store(&c->aborted, id);
         service_release_cuts(a);
@@ -614,8 +622,8 @@ static int create_arena(stash_service *s, const char *name)
         ckpt_restored out = {0};
         uint64_t t0 = shm_now_ns();
         if (rc == 0)
-            rc = from ? ckpt_restore_path(w->arena, from, w->range, s->e, w->lmdb, &out)
-                      : ckpt_restore_prepared(w->arena, s->dir, 0, w->range, s->e, w->lmdb, NULL,
+            rc = from ? ckpt_restore_path(w->arena, from, w->range, s->e, w->store, &out)
+                      : ckpt_restore_prepared(w->arena, s->dir, 0, w->range, s->e, w->store, NULL,
                                               NULL, &out);
         if (rc == 0) rc = install_opstate(w->arena, &out);
         if (rc == 0) {
@@ -695,7 +703,7 @@ static void release(stash_service *s)
             if (s->reader2) shm_reader_leave(s->a, s->reader2);
             shm_futex_wake(&c->finished);
         }
-        lmdb_store_free(s->lmdb);
+        store_close(s->store);
         stash_arena_close(s->a);
     }
     ioe_engine_close(s->e);
@@ -747,11 +755,11 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
             if (rc == 0) rc = stash_arena_open(name, s->o.arena, &s->a);
         }
     }
-    bool lmdb = rc == 0 && s->a->hdr->backend == STASH_BACKEND_LMDB;
-    if (lmdb) {
-        /* Owners log what they change only while deltas need it. */
-        atomic_store(&s->a->hdr->lmdb_track, s->o.incremental ? 1 : 0);
-        rc = lmdb_store_new(s->a, &s->lmdb);
+    if (rc == 0) {
+        /* Owners log what they change (where their store keeps a change
+         * log) only while deltas need it. */
+        atomic_store(&s->a->hdr->change_track, s->o.incremental ? 1 : 0);
+        rc = store_open(s->a, 0, (stash_kg_range){0, s->a->hdr->max_parallelism - 1}, &s->store);
     }
     if (rc == 0) rc = claim(s);
     if (rc == 0) {

@@ -7,7 +7,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "backends/lmdb/lmdb.h"
 #include "backends/state/opstate.h"
 #include "backends/service/service.h"
 
@@ -76,15 +75,17 @@ STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
         free(w);
         return rc;
     }
-    if (w->arena->hdr->backend == STASH_BACKEND_LMDB) rc = lmdb_store_open(w);
+    shm_slot *s = &w->arena->slots[w->slot];
+    w->range = (stash_kg_range){s->kg_first, s->kg_last};
+    rc = store_open(w->arena, w->slot, w->range, &w->store);
     if (rc < 0) {
         shm_registry_leave(w->arena, w->slot);
         stash_arena_close(w->arena);
         free(w);
         return rc;
     }
-    shm_slot *s = &w->arena->slots[w->slot];
-    w->range = (stash_kg_range){s->kg_first, s->kg_last};
+    w->store->moves = &w->writes;
+    w->records_in_arena = w->store->ops->in_arena;
     w->max_parallelism = w->arena->hdr->max_parallelism;
     w->parallelism = o.parallelism;
     w->clock = o.clock;
@@ -138,7 +139,8 @@ STASH_API void stash_worker_close(stash_worker *worker)
 {
     if (!worker) return;
     if (worker->forked) {
-        /* The slot, the pins and the LMDB handles stay the opener's. */
+        /* The slot, the pins and the store's handles stay the opener's. */
+        worker->store->ops->forget(worker->store);
         free_worker(worker);
         return;
     }
@@ -152,7 +154,7 @@ STASH_API void stash_worker_close(stash_worker *worker)
         worker_await_cut_end(worker);
         worker_record_opstate(worker);
     }
-    lmdb_store_close(worker);
+    store_close(worker->store);
     shm_registry_leave(worker->arena, worker->slot);
     free_worker(worker);
 }
@@ -174,6 +176,5 @@ int64_t worker_kg_entries(stash_worker *w, uint32_t kg)
 {
     if (kg >= w->max_parallelism)
         return shm_fail(-EINVAL, "key group %u of %u", kg, w->max_parallelism);
-    if (w->lmdb) return lmdb_kg_entries(w, kg);
-    return (int64_t)atomic_load(&w->arena->tables[kg].count);
+    return w->store->ops->kg_entries(w->store, kg);
 }

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/lmdb/lmdb.h"
+#include "backends/state/state.h"
 
 STASH_API int stash_keys_iter(stash_state *state, const void *ns, size_t nslen, stash_iter *it)
 {
@@ -29,86 +29,69 @@ STASH_API int stash_keys_iter(stash_state *state, const void *ns, size_t nslen, 
     x->kg = state->w->range.first;
     x->last = UINT32_MAX; /* no key group entered yet */
     x->writes = state->w->writes;
-    if (state->w->lmdb) x->layout = ++state->keys_iters;
+    x->seed = ++state->keys_iters;
     if (state_has_ttl(state) && state->ttl.visibility == STASH_TTL_NEVER_RETURN_EXPIRED)
         x->now = state_now(state);
     return 0;
 }
 
-static bool key_matches(const iter_impl *it, const shm_rec *r)
+/* Whether the walk's entry e passes the iterator's namespace filter and,
+ * for states that never return what expired, has not expired whole. */
+static bool key_matches(const iter_impl *it, const store_entry *e)
 {
     const stash_state *s = it->state;
-    if (r->state != s->id || !shm_rec_live(r)) return false;
-    if (it->filter_ns && (r->nslen != it->nslen || memcmp(shm_rec_ns(r), it->ns, it->nslen)))
+    if (it->filter_ns && (e->ns.len != it->nslen || memcmp(e->ns.data, it->ns, it->nslen)))
         return false;
-    if (it->now && (s->kind != STASH_LIST && s->kind != STASH_MAP) &&
-        state_expired(s, state_ts_get(shm_rec_value((shm_rec *)r)), it->now))
+    if (it->now && s->kind != STASH_LIST && s->kind != STASH_MAP && e->value.len >= TTL_BYTES &&
+        state_expired(s, state_ts_get(e->value.data), it->now))
         return false;
     return true;
 }
 
-/* The lmdb backend's walk: key order within each key group, going on after
- * the stored key returned last (a copy in the state, which the worker's
- * writes to the keys already returned leave where it was). */
-static int keys_next_lmdb(iter_impl *it, stash_bytes *key)
+/* A walk over the worker's key groups in turn, through its store. Stores
+ * that go on after the entry returned last keep its bytes in the state,
+ * which the newest keys iteration of the state owns. */
+static int keys_next(iter_impl *it, stash_bytes *key)
 {
     stash_state *s = it->state;
     stash_worker *w = s->w;
-    if (it->layout != s->keys_iters)
-        return shm_fail(STASH_ESTALE, "a newer keys iteration of this state handle started");
-    while (it->kg <= w->range.last) {
-        lmdb_entry e;
-        int rc = lmdb_next(w, it->kg, s->id, it->blob, it->blob_len, &e);
-        if (rc < 0) return rc;
-        if (rc == 0) {
-            it->kg++;
+    store *st = w->store;
+    for (; it->kg <= w->range.last; it->kg++) {
+        if (it->last != it->kg) {
+            it->last = it->kg;
+            it->pos = 0;
+            it->layout = 0;
+            it->entered = false;
             it->blob = NULL;
             it->blob_len = 0;
-            continue;
         }
-        if (state_reserve(&s->keys_after, &s->keys_after_cap, e.raw_key.len) < 0)
-            return shm_fail(-ENOMEM, "out of memory");
-        memcpy(s->keys_after, e.raw_key.data, e.raw_key.len);
-        it->blob = s->keys_after;
-        it->blob_len = (uint32_t)e.raw_key.len;
-        if (it->filter_ns && (e.ns.len != it->nslen || memcmp(e.ns.data, it->ns, it->nslen)))
-            continue;
-        if (it->now && s->kind != STASH_LIST && s->kind != STASH_MAP && e.value.len >= TTL_BYTES &&
-            state_expired(s, state_ts_get(e.value.data), it->now))
-            continue;
-        if (key) *key = e.key;
-        return 1;
-    }
-    return 0;
-}
-
-/* Starts the walk of key group kg: the table's pending work (a growth due
- * or under way, a sweep) is done first, so that the worker's clears and
- * updates of the keys walked move no entry (only a growth moves them, and
- * only new entries start one). */
-static void enter_kg(iter_impl *it, stash_arena *a)
-{
-    shm_table *t = &a->tables[it->kg];
-    for (int i = 0; i < 1 << 16 && shm_table_untended(t); i++) shm_table_maintain(a, it->kg, 64);
-    it->last = it->kg;
-    it->layout = atomic_load(&t->resizes);
-}
-
-static int keys_next(iter_impl *it, stash_bytes *key)
-{
-    stash_worker *w = it->state->w;
-    if (w->lmdb) return keys_next_lmdb(it, key);
-    stash_arena *a = w->arena;
-    for (; it->kg <= w->range.last; it->kg++, it->pos = 0) {
-        shm_table *t = &a->tables[it->kg];
-        if (it->last != it->kg)
-            enter_kg(it, a);
-        else if (atomic_load(&t->resizes) != it->layout || atomic_load(&t->old_index))
-            return shm_fail(STASH_ESTALE, "key group %u's index grew under its keys iterator",
-                            it->kg);
-        for (shm_rec *r; (r = shm_table_next(a, it->kg, &it->pos, NULL));) {
-            if (!key_matches(it, r)) continue;
-            if (key) *key = (stash_bytes){shm_rec_key(r), r->klen};
+        for (;;) {
+            if (it->blob && it->seed != s->keys_iters)
+                return shm_fail(STASH_ESTALE,
+                                "a newer keys iteration of this state handle started");
+            store_walk walk = {.pos = it->pos,
+                               .layout = it->layout,
+                               .entered = it->entered,
+                               .after = it->blob,
+                               .after_len = it->blob_len};
+            store_entry e;
+            int rc = st->ops->next(st, it->kg, s->id, &walk, &e);
+            it->pos = walk.pos;
+            it->layout = walk.layout;
+            it->entered = walk.entered;
+            if (rc <= 0) {
+                if (rc < 0) return rc;
+                break;
+            }
+            if (e.resume.len) {
+                if (shm_reserve(&s->keys_after, &s->keys_after_cap, e.resume.len) < 0)
+                    return shm_fail(-ENOMEM, "out of memory");
+                memcpy(s->keys_after, e.resume.data, e.resume.len);
+                it->blob = s->keys_after;
+                it->blob_len = (uint32_t)e.resume.len;
+            }
+            if (!key_matches(it, &e)) continue;
+            if (key) *key = e.key;
             return 1;
         }
     }
@@ -180,7 +163,7 @@ static int merge_sources(stash_state *s, const void *target, size_t tlen,
             continue;
         }
         /* The source's record goes with the delete: merge from a copy. */
-        if (rc || (rc = state_reserve(&copy, &cap, raw.len ? raw.len : 1)) < 0) break;
+        if (rc || (rc = shm_reserve(&copy, &cap, raw.len ? raw.len : 1)) < 0) break;
         memcpy(copy, raw.data, raw.len);
         raw.data = copy;
         if ((rc = state_delete(s, &sl, &c)) == 0) rc = merge(s, &tl, &raw);

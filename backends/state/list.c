@@ -114,7 +114,7 @@ static int64_t list_refresh(stash_state *s, const shm_lookup *l, shm_cursor *c,
         return rc < 0 ? rc : 0;
     }
     /* Filter through a private copy: the new record may be the old one. */
-    if (state_reserve(&s->scratch2, &s->scratch2_cap, raw->len) < 0) return -ENOMEM;
+    if (shm_reserve(&s->scratch2, &s->scratch2_cap, raw->len) < 0) return -ENOMEM;
     memcpy(s->scratch2, raw->data, raw->len);
     shm_rec *rec;
     int in_place = state_write_begin(s, l, c, keep, 0, keep, 0, &rec);
@@ -154,7 +154,7 @@ STASH_API int stash_list_get(stash_state *state, stash_iter *it)
     if (state_has_ttl(state) && c.rec) {
         if (show_expired) {
             /* Hand out every element as it was, then clean the stored list. */
-            if (state_reserve(&state->scratch, &state->scratch_cap, raw.len) < 0) return -ENOMEM;
+            if (shm_reserve(&state->scratch, &state->scratch_cap, raw.len) < 0) return -ENOMEM;
             memcpy(state->scratch, raw.data, raw.len);
             raw.data = state->scratch;
             x->now = 0;

@@ -161,7 +161,7 @@ static int rebuild(stash_state *s, const shm_lookup *l, shm_cursor *c, const uin
     uint8_t *old = NULL;
     if (m) {
         size_t bytes = entries_start(h.nslots) + h.end;
-        if (state_reserve(&s->scratch2, &s->scratch2_cap, bytes) < 0) return -ENOMEM;
+        if (shm_reserve(&s->scratch2, &s->scratch2_cap, bytes) < 0) return -ENOMEM;
         memcpy(s->scratch2, m, bytes);
         old = s->scratch2;
     }
@@ -395,7 +395,7 @@ STASH_API int stash_map_get(stash_state *state, const void *k, size_t klen, stas
         bool show = state->ttl.visibility == STASH_TTL_RETURN_EXPIRED_IF_NOT_CLEANED;
         if (!owned) return show ? 0 : STASH_ENOTFOUND;
         if (show) {
-            if (state_reserve(&state->scratch, &state->scratch_cap, e.vlen ? e.vlen : 1) < 0)
+            if (shm_reserve(&state->scratch, &state->scratch_cap, e.vlen ? e.vlen : 1) < 0)
                 return -ENOMEM;
             memcpy(state->scratch, e.value, e.vlen);
             out->data = state->scratch;
@@ -463,7 +463,7 @@ static int iter_touch(iter_impl *it, uint32_t slot, uint64_t now)
     int rc = state_lookup(s, &l);
     if (!rc) rc = state_find(s, &l, &c);
     if (rc < 0) return rc;
-    if (!s->w->lmdb && c.rec != it->rec)
+    if (s->w->records_in_arena && c.rec != it->rec)
         return shm_fail(STASH_ESTALE, "the map changed under its iterator");
     stash_bytes view;
     size_t at;
@@ -482,7 +482,7 @@ static int iter_expired(iter_impl *it, uint32_t slot, entry e, stash_bytes *key,
     stash_state *s = it->state;
     bool show = s->ttl.visibility == STASH_TTL_RETURN_EXPIRED_IF_NOT_CLEANED;
     if (show) {
-        if (state_reserve(&s->scratch, &s->scratch_cap, (size_t)e.klen + e.vlen + 1) < 0)
+        if (shm_reserve(&s->scratch, &s->scratch_cap, (size_t)e.klen + e.vlen + 1) < 0)
             return shm_fail(-ENOMEM, "out of memory");
         memcpy(s->scratch, e.key, e.klen);
         memcpy(s->scratch + e.klen, e.value, e.vlen);
@@ -567,7 +567,7 @@ STASH_API int stash_iter_set_value(stash_iter *it, const void *value, size_t len
     if (!x->rec) return state_refuse_write(s, s->w->kg);
     entry e = entry_at(s, x->blob, slot_get(x->blob, x->last));
     /* The key's bytes may go with the record the put replaces. */
-    if (state_reserve(&s->scratch2, &s->scratch2_cap, e.klen + 1u) < 0)
+    if (shm_reserve(&s->scratch2, &s->scratch2_cap, e.klen + 1u) < 0)
         return shm_fail(-ENOMEM, "out of memory");
     memcpy(s->scratch2, e.key, e.klen);
     shm_lookup l;
@@ -589,8 +589,9 @@ int map_iter_remove(iter_impl *it)
     if (rc) return rc;
     shm_cursor c;
     if ((rc = state_find(s, &l, &c)) < 0) return rc;
-    /* A heap record moves when rewritten; with lmdb the write count said it all. */
-    if (!s->w->lmdb && c.rec != it->rec)
+    /* A record of the arena moves when rewritten; a private copy says
+     * nothing, and the write count said it all. */
+    if (s->w->records_in_arena && c.rec != it->rec)
         return shm_fail(STASH_ESTALE, "the map changed under its iterator");
     bool last_entry = hdr_get(it->blob).count == 1;
     rc = remove_slot(s, &l, &c, it->last);

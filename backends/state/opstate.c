@@ -191,7 +191,7 @@ STASH_API int stash_broadcast_entries(stash_state *state, const stash_bytes **ke
 
 static int put(snap_buf *b, const void *p, size_t n)
 {
-    if (state_reserve(&b->data, &b->cap, b->len + n) < 0) return -ENOMEM;
+    if (shm_reserve(&b->data, &b->cap, b->len + n) < 0) return -ENOMEM;
     memcpy(b->data + b->len, p, n);
     b->len += n;
     return 0;

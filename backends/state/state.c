@@ -12,7 +12,6 @@
 
 #include "shm/hash.h"
 
-#include "backends/lmdb/lmdb.h"
 #include "backends/state/opstate.h"
 
 #define DEFAULT_CLEANUP_ENTRIES 5u
@@ -53,7 +52,7 @@ static int check_desc(const stash_state_desc *d)
 static void namespace_set(stash_state *s, uint64_t ns_hash)
 {
     s->seed = shm_lookup_seed(s->id, ns_hash);
-    s->one_step = s->kind == STASH_VALUE && !state_has_ttl(s) && !s->w->lmdb &&
+    s->one_step = s->kind == STASH_VALUE && !state_has_ttl(s) && s->w->records_in_arena &&
                   (s->nslen == 0 || (s->nslen >= 8 && s->nslen <= 16));
     s->name = shm_name_word(s->id, 0, s->nslen);
 }
@@ -145,7 +144,7 @@ key_set_hashed(stash_worker *worker, const void *key, size_t len, bool short_key
     worker->has_key = true;
     worker->last_hash = shm_lookup_hash(worker->key_hash, worker->last_seed);
     worker->one_step_key = short_key && kg >= worker->range.first && kg <= worker->range.last;
-    if (!worker->lmdb) shm_table_prefetch(worker->arena, kg, worker->last_hash);
+    if (worker->records_in_arena) shm_table_prefetch(worker->arena, kg, worker->last_hash);
     if (__builtin_expect(worker->ttl_every_record, 0)) clean_on_record(worker);
     return 0;
 }
@@ -163,7 +162,7 @@ static __attribute__((noinline)) int key_set_other(stash_worker *worker, const v
     if (shm_null_bytes(key, len)) return shm_refuse_null("stash_key_set", "key");
     if (len > worker->key_cap || !worker->key) {
         if (len > UINT16_MAX) return shm_fail(-EINVAL, "a key of %zu bytes (at most 65535)", len);
-        if (state_reserve(&worker->key, &worker->key_cap, len ? len : 1) < 0)
+        if (shm_reserve(&worker->key, &worker->key_cap, len ? len : 1) < 0)
             return shm_fail(-ENOMEM, "out of memory");
     }
     if (len) memcpy(worker->key, key, len);
@@ -196,7 +195,7 @@ STASH_API int stash_state_namespace(stash_state *state, const void *ns, size_t l
     if (!state) return shm_refuse_null(__func__, "state");
     if (shm_null_bytes(ns, len)) return shm_refuse_null(__func__, "ns");
     if (len > UINT16_MAX) return shm_fail(-EINVAL, "a namespace of %zu bytes (at most 65535)", len);
-    if (state_reserve(&state->ns, &state->ns_cap, len ? len : 1) < 0)
+    if (shm_reserve(&state->ns, &state->ns_cap, len ? len : 1) < 0)
         return shm_fail(-ENOMEM, "out of memory");
     if (len) memcpy(state->ns, ns, len);
     state->nslen = (uint16_t)len;
@@ -222,62 +221,14 @@ int state_refuse_write(const stash_state *s, uint32_t kg)
                     s->w->range.first, s->w->range.last, kg);
 }
 
-int state_reserve(uint8_t **buf, size_t *cap, size_t need)
+int state_read_copy(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out)
 {
-    if (need <= *cap) return 0;
-    size_t n = *cap ? *cap : 64;
-    while (n < need) n *= 2;
-    uint8_t *grown = realloc(*buf, n);
-    if (!grown) return -ENOMEM;
-    *buf = grown;
-    *cap = n;
-    return 0;
-}
-
-int state_find(stash_state *s, const shm_lookup *l, shm_cursor *c)
-{
-    return s->w->lmdb ? lmdb_find(s->w, l, c) : shm_table_find(s->w->arena, l, c);
-}
-
-int state_read_slow(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out)
-{
-    stash_worker *w = s->w;
-    /* With lmdb, only a read that may write through c next (a TTL refresh, a
-     * map's change in place) needs the record copied. */
-    if (state_owns(s, l->kg))
-        return lmdb_read_owned(w, l, c, out, state_has_ttl(s) || s->kind == STASH_MAP);
+    store *st = s->w->store;
     c->rec = NULL;
-    int64_t n = w->lmdb ? lmdb_read_copy(w, l, &s->scratch, &s->scratch_cap)
-                        : shm_table_read_copy(w->arena, w->slot, l, &s->scratch, &s->scratch_cap);
+    int64_t n = st->ops->read_copy(st, l, &s->scratch, &s->scratch_cap);
     if (n < 0) return (int)n;
     out->data = s->scratch;
     out->len = (size_t)n;
-    return 0;
-}
-
-int state_view(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out)
-{
-    if (s->w->lmdb) return lmdb_read_owned(s->w, l, c, out, true);
-    *out = state_rec_view(c->rec);
-    return 0;
-}
-
-int state_rec_new(stash_state *s, const shm_lookup *l, size_t cap, shm_rec **rec)
-{
-    return s->w->lmdb ? lmdb_rec_new(s->w, l, cap, rec) : shm_rec_new(s->w->arena, l, cap, rec);
-}
-
-bool state_rec_write_begin(stash_state *s, uint32_t kg, shm_rec *rec, const shm_region *r,
-                           unsigned n)
-{
-    /* A private copy needs no undo record. */
-    return s->w->lmdb || shm_rec_write_begin(s->w->arena, kg, rec, r, n);
-}
-
-int state_rec_write_end(stash_state *s, uint32_t kg, shm_rec *rec)
-{
-    if (s->w->lmdb) return lmdb_publish(s->w, NULL, rec);
-    shm_rec_write_end(&s->w->arena->tables[kg], rec);
     return 0;
 }
 
@@ -302,14 +253,8 @@ int state_write_end(stash_state *s, const shm_lookup *l, shm_cursor *c, shm_rec 
 {
     atomic_store_explicit(&rec->vlen, (uint32_t)len, memory_order_relaxed);
     s->w->writes++;
-    if (s->w->lmdb) return lmdb_publish(s->w, c, rec);
-    if (in_place) {
-        shm_rec_write_end(&s->w->arena->tables[l->kg], rec);
-        return 0;
-    }
-    int rc = shm_table_publish(s->w->arena, l, c, rec);
-    if (rc) shm_free(s->w->arena, shm_off_of(s->w->arena, rec));
-    return rc;
+    store *st = s->w->store;
+    return in_place ? st->ops->write_end(st, l->kg, rec) : st->ops->publish(st, l, c, rec);
 }
 
 int state_write(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *bytes, size_t len)
@@ -325,7 +270,8 @@ int state_write(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *
 int state_delete(stash_state *s, const shm_lookup *l, shm_cursor *c)
 {
     s->w->writes++;
-    return s->w->lmdb ? lmdb_delete(s->w, l, c) : shm_table_delete(s->w->arena, l, c);
+    store *st = s->w->store;
+    return st->ops->delete (st, l, c);
 }
 
 STASH_API int stash_state_clear(stash_state *state)
@@ -387,7 +333,7 @@ int ttl_cut_filter(void *ctx, uint16_t state, const uint8_t **value, uint32_t *v
     if (cut->kind[state] != STASH_LIST && cut->kind[state] != STASH_MAP)
         return *vlen < TTL_BYTES || !ttl_expired(state_ts_get(*value), ttl, cut->now_ms);
     /* Lists per element, maps per user key: a filtered copy. */
-    if (state_reserve(&scratch->data, &scratch->cap, *vlen ? *vlen : 1) < 0)
+    if (shm_reserve(&scratch->data, &scratch->cap, *vlen ? *vlen : 1) < 0)
         return shm_fail(-ENOMEM, "out of memory");
     size_t kept = *vlen;
     if (cut->kind[state] == STASH_LIST) {
@@ -414,58 +360,36 @@ void state_ts_put(uint8_t *p, uint64_t ts)
     memcpy(p, &ts, sizeof ts);
 }
 
-/* Whether a whole record of this state has expired: values and merging
- * states by their timestamp; lists and maps expire element by element on
- * access instead. */
-static bool record_expired(const stash_state *s, const shm_rec *r, uint64_t now)
+typedef struct cleanup {
+    const stash_state *s;
+    uint64_t now;
+} cleanup;
+
+/* Whether a whole record of a state has expired: values and merging states
+ * by their timestamp; lists and maps expire element by element on access
+ * instead. A store_expired_fn. */
+static bool record_expired(void *ctx, const uint8_t *value, size_t len)
 {
-    if (s->kind == STASH_LIST || s->kind == STASH_MAP) return false;
-    return atomic_load(&r->vlen) >= TTL_BYTES &&
-           state_expired(s, state_ts_get(shm_rec_value((shm_rec *)r)), now);
+    const cleanup *c = ctx;
+    if (c->s->kind == STASH_LIST || c->s->kind == STASH_MAP) return false;
+    return len >= TTL_BYTES && state_expired(c->s, state_ts_get(value), c->now);
 }
 
 void state_ttl_cleanup(stash_state *s, uint32_t kg)
 {
-    if (s->w->lmdb) {
-        lmdb_ttl_cleanup(s, kg);
-        return;
-    }
-    stash_arena *a = s->w->arena;
-    shm_table *t = &a->tables[kg];
-    uint64_t now = state_now(s);
-    bool wrapped = false;
-    for (uint32_t budget = s->ttl.cleanup_entries; budget > 0; budget--) {
-        uint32_t hash;
-        shm_rec *rec = shm_table_next(a, kg, &t->cleanup_pos, &hash);
-        if (!rec) {
-            /* The end of the table: on from the start, once. */
-            if (wrapped) return;
-            wrapped = true;
-            t->cleanup_pos = 0;
-            budget++;
-            continue;
-        }
-        if (rec->state != s->id || !shm_rec_live(rec) || !record_expired(s, rec, now)) continue;
-        shm_lookup l = {.kg = kg,
-                        .hash = hash,
-                        .state = rec->state,
-                        .klen = rec->klen,
-                        .nslen = rec->nslen,
-                        .key = shm_rec_key(rec),
-                        .ns = shm_rec_ns(rec)};
-        shm_cursor c;
-        if (shm_table_find(a, &l, &c) == 0) shm_table_delete(a, &l, &c);
-    }
+    store *st = s->w->store;
+    cleanup c = {s, state_now(s)};
+    st->ops->ttl_cleanup(st, kg, s->id, s->ttl.cleanup_entries, record_expired, &c);
 }
 
 int state_combine(stash_state *s, stash_combine_fn *fn, const stash_bytes *acc,
                   const stash_bytes *in, stash_bytes *out)
 {
     size_t len = 0;
-    if (state_reserve(&s->scratch2, &s->scratch2_cap, 64) < 0) return -ENOMEM;
+    if (shm_reserve(&s->scratch2, &s->scratch2_cap, 64) < 0) return -ENOMEM;
     int rc = fn(acc, in, s->scratch2, s->scratch2_cap, &len, s->ctx);
     if (rc == -ENOSPC) {
-        if (state_reserve(&s->scratch2, &s->scratch2_cap, len) < 0) return -ENOMEM;
+        if (shm_reserve(&s->scratch2, &s->scratch2_cap, len) < 0) return -ENOMEM;
         rc = fn(acc, in, s->scratch2, s->scratch2_cap, &len, s->ctx);
     }
     if (rc < 0) return rc;
@@ -477,10 +401,10 @@ int state_produce(stash_state *s, stash_produce_fn *fn, const stash_bytes *acc, 
                   size_t *cap, stash_bytes *out)
 {
     size_t len = 0;
-    if (state_reserve(buf, cap, 64) < 0) return -ENOMEM;
+    if (shm_reserve(buf, cap, 64) < 0) return -ENOMEM;
     int rc = fn(acc, *buf, *cap, &len, s->ctx);
     if (rc == -ENOSPC) {
-        if (state_reserve(buf, cap, len) < 0) return -ENOMEM;
+        if (shm_reserve(buf, cap, len) < 0) return -ENOMEM;
         rc = fn(acc, *buf, *cap, &len, s->ctx);
     }
     if (rc < 0) return rc;

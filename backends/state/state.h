@@ -2,16 +2,14 @@
 /*
  * backends.h: the internal interface of the keyed-state backend: workers,
  * state handles, and the helpers every state kind shares (lookups, reads,
- * copy-on-write writes, TTL) on top of the arena's keyed tables (shm/).
+ * copy-on-write writes, TTL) over the keyed store of the arena's backend
+ * (backends/store/store.h).
  */
 #ifndef STASH_BACKENDS_H
 #define STASH_BACKENDS_H
 
+#include "backends/store/store.h"
 #include "shm/hash.h"
-#include "shm/shm.h"
-#include "shm/table.h"
-
-typedef struct lmdb_store lmdb_store;
 
 /* Bytes in memory someone else owns: an operator-state blob. */
 typedef struct ckpt_blob {
@@ -40,8 +38,8 @@ struct stash_worker {
     uint64_t last_seed;
     uint32_t last_hash;
     /* The current key may take the one-step accesses of value.c (of a
-     * one-step state, which only the heap backend has): 8 to 16 bytes long,
-     * in a key group the worker owns. */
+     * one-step state, which only a store with records in the arena has): 8
+     * to 16 bytes long, in a key group the worker owns. */
     bool one_step_key;
     uint64_t writes; /* every write by this worker: invalidates its iterators */
     struct stash_state *states;
@@ -59,7 +57,10 @@ struct stash_worker {
     uint32_t op_p;
     ckpt_blob *op_blobs;
     uint8_t *op_mem;
-    struct lmdb_store *lmdb; /* the lmdb backend's environments (lmdb.c), NULL for heap */
+    store *store; /* the keyed store of the arena's backend */
+    /* store->ops->in_arena, at hand for the hot paths: lookups prefetch,
+     * values may take the one-step paths. */
+    bool records_in_arena;
     /* The handle was inherited through a fork: it is its opener's, and this
      * process may only close it (worker.c). */
     bool forked;
@@ -100,9 +101,10 @@ struct stash_state {
     size_t ns_cap;
     uint16_t nslen;
     uint64_t seed; /* the id and the namespace's part of lookup hashes (shm/hash.h) */
-    /* A heap ValueState without TTL in an empty namespace or one of 8 to 16
-     * bytes: its gets and puts may take the one-step paths of value.c, which
-     * find records by name, its records' shm_name_word but for the key length. */
+    /* A ValueState without TTL in an empty namespace or one of 8 to 16
+     * bytes, its records in the arena: its gets and puts may take the
+     * one-step paths of value.c, which find records by name, its records'
+     * shm_name_word but for the key length. */
     bool one_step;
     uint64_t name;
     /* The size class of the record its last one-step access found, and the
@@ -114,8 +116,9 @@ struct stash_state {
     uint8_t *scratch2; /* a second buffer for combining functions */
     size_t scratch2_cap;
     uint32_t map_layouts; /* rebuilds of this state's maps (map.c): map iterators go stale */
-    uint32_t keys_iters;  /* lmdb: keys iterations started; the newest owns keys_after */
-    uint8_t *keys_after;  /* lmdb: the stored key the newest keys iteration returned last */
+    uint32_t keys_iters;  /* keys iterations started; the newest owns keys_after */
+    uint8_t
+        *keys_after; /* the resume bytes of the entry it returned last, for stores that need them */
     size_t keys_after_cap;
     op_entries op; /* operator state kinds */
 };
@@ -185,43 +188,53 @@ int worker_refuse_forked(const stash_worker *w, const char *fn);
 /* STASH_EKEYGROUP with a message, for a write outside the worker's range. */
 int state_refuse_write(const stash_state *s, uint32_t kg);
 
-/* The record operations of shm/shm.h, for either backend: with lmdb a
- * record is a private copy that the end of a write puts into the store. */
-int state_find(stash_state *s, const shm_lookup *l, shm_cursor *c);
-/* The value bytes a shadow record (lmdb.c) has room for. */
-uint64_t lmdb_rec_capacity(const stash_worker *w, const shm_rec *rec);
+/* The record operations of the worker's store (backends/store/store.h). */
+static inline int state_find(stash_state *s, const shm_lookup *l, shm_cursor *c)
+{
+    store *st = s->w->store;
+    return st->ops->find(st, l, c, false);
+}
 static inline bool state_rec_mutable(const stash_state *s, uint32_t kg, const shm_rec *rec)
 {
-    return s->w->lmdb || shm_rec_mutable(&s->w->arena->tables[kg], rec);
+    store *st = s->w->store;
+    return st->ops->rec_mutable(st, kg, rec);
 }
 static inline uint64_t state_rec_capacity(const stash_state *s, const shm_rec *rec)
 {
-    return s->w->lmdb ? lmdb_rec_capacity(s->w, rec) : shm_rec_capacity(s->w->arena, rec);
+    const store *st = s->w->store;
+    return st->ops->rec_capacity(st, rec);
 }
-int state_rec_new(stash_state *s, const shm_lookup *l, size_t cap, shm_rec **rec);
-bool state_rec_write_begin(stash_state *s, uint32_t kg, shm_rec *rec, const shm_region *r,
-                           unsigned n);
-int state_rec_write_end(stash_state *s, uint32_t kg, shm_rec *rec);
-
-/* Finds l's entry for a write: tends the table first (which may move
- * entries in its index: iterators of this worker go stale) and returns a
- * cursor for it. */
-static inline __attribute__((always_inline)) int
-state_find_write(stash_state *s, const shm_lookup *l, shm_cursor *c)
+static inline int state_rec_new(stash_state *s, const shm_lookup *l, size_t cap, shm_rec **rec)
 {
+    store *st = s->w->store;
+    return st->ops->rec_new(st, l, cap, rec);
+}
+static inline bool state_rec_write_begin(stash_state *s, uint32_t kg, shm_rec *rec,
+                                         const shm_region *r, unsigned n)
+{
+    store *st = s->w->store;
+    return st->ops->write_begin(st, kg, rec, r, n);
+}
+static inline int state_rec_write_end(stash_state *s, uint32_t kg, shm_rec *rec)
+{
+    store *st = s->w->store;
+    return st->ops->write_end(st, kg, rec);
+}
+
+/* Finds l's entry for a write, counting it (iterators of this worker go
+ * stale), and returns a cursor for it. */
+static inline int state_find_write(stash_state *s, const shm_lookup *l, shm_cursor *c)
+{
+    store *st = s->w->store;
     s->w->writes++;
-    if (s->w->lmdb) return state_find(s, l, c);
-    shm_table_tend(s->w->arena, l->kg);
-    return shm_table_find(s->w->arena, l, c);
+    return st->ops->find(st, l, c, true);
 }
 
 /* As state_find_write, for a write that replaces the whole value and reads
- * nothing of the old one (the lmdb backend then skips the lookup). */
-static inline __attribute__((always_inline)) int
-state_find_overwrite(stash_state *s, const shm_lookup *l, shm_cursor *c)
+ * nothing of the old one: a store whose publish needs no find skips it. */
+static inline int state_find_overwrite(stash_state *s, const shm_lookup *l, shm_cursor *c)
 {
-    if (!s->w->lmdb) return state_find_write(s, l, c);
-    /* A put replaces whatever LMDB holds: no need to read it first. */
+    if (!s->w->store->ops->blind_put) return state_find_write(s, l, c);
     s->w->writes++;
     *c = (shm_cursor){0};
     return 0;
@@ -233,22 +246,17 @@ static inline stash_bytes state_rec_view(shm_rec *rec)
     return (stash_bytes){shm_rec_value(rec),
                          atomic_load_explicit(&rec->vlen, memory_order_relaxed)};
 }
-/* state_read for an lmdb worker or a key group the worker does not own. */
-int state_read_slow(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out);
-/* Reads the value bytes of l's entry: a view into the arena (or LMDB's map)
- * for an owned key group, with c filled for a following write (with lmdb
- * only for states with TTL and maps, the reads that may write next), a
- * private copy otherwise. Returns 0 or STASH_ENOTFOUND. */
-static inline __attribute__((always_inline)) int state_read(stash_state *s, const shm_lookup *l,
-                                                            shm_cursor *c, stash_bytes *out)
+/* state_read for a key group the worker does not own: a private copy. */
+int state_read_copy(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out);
+/* Reads the value bytes of l's entry: a view for an owned key group, with c
+ * filled for a following write (for a store of private copies only for
+ * states with TTL and maps, the reads that may write next), a private copy
+ * otherwise. Returns 0 or STASH_ENOTFOUND. */
+static inline int state_read(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out)
 {
-    stash_worker *w = s->w;
-    if (w->lmdb || !state_owns(s, l->kg)) return state_read_slow(s, l, c, out);
-    int rc = shm_table_find(w->arena, l, c);
-    if (rc < 0) return rc;
-    if (!shm_rec_live(c->rec)) return STASH_ENOTFOUND;
-    *out = state_rec_view(c->rec);
-    return 0;
+    if (!state_owns(s, l->kg)) return state_read_copy(s, l, c, out);
+    store *st = s->w->store;
+    return st->ops->read_owned(st, l, c, out, state_has_ttl(s) || s->kind == STASH_MAP);
 }
 
 /* Starts a write of len value bytes to c's entry that overwrites the first
@@ -258,8 +266,8 @@ static inline __attribute__((always_inline)) int state_read(stash_state *s, cons
  * 0 for a new record, or a negative error. */
 int state_write_begin(stash_state *s, const shm_lookup *l, shm_cursor *c, size_t len,
                       size_t preserve, size_t dirty, size_t cap, shm_rec **rec);
-/* Finishes it: sets the value's length and publishes. Returns 0 or an error
- * of the lmdb backend's store. */
+/* Finishes it: sets the value's length and publishes. Returns 0 or the
+ * store's error. */
 int state_write_end(stash_state *s, const shm_lookup *l, shm_cursor *c, shm_rec *rec, size_t len,
                     int in_place);
 /* Replaces c's value with bytes (one call of begin and end). */
@@ -267,14 +275,27 @@ int state_write(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *
 /* Deletes c's entry and counts the write. */
 int state_delete(stash_state *s, const shm_lookup *l, shm_cursor *c);
 
-/* Entries (of every state) in key group kg, as worker w sees them: with
- * lmdb, its own writes not yet committed included. Returns the count or an
- * error. */
+/* Makes the worker's writes visible to other processes and to the cuts of
+ * checkpoints (a barrier); with due, only where the store asks for it
+ * between barriers. Returns 0 or the store's error. */
+static inline int worker_commit(stash_worker *w, bool due)
+{
+    store *st = w->store;
+    int (*commit)(store *) = due ? st->ops->commit_due : st->ops->commit;
+    return commit ? commit(st) : 0;
+}
+
+/* Entries (of every state) in key group kg, as worker w sees them: its own
+ * writes not yet committed included. Returns the count or an error. */
 int64_t worker_kg_entries(stash_worker *w, uint32_t kg);
 
-/* After a write to the owned entry l: out views its stored value again (with
- * lmdb, in the store rather than in the private copy). */
-int state_view(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out);
+/* After a write to the owned entry l: out views its stored value again (in
+ * the store rather than in a private copy). */
+static inline int state_view(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_bytes *out)
+{
+    store *st = s->w->store;
+    return st->ops->view(st, l, c, out);
+}
 
 /* The TTL clock now, in milliseconds: the worker's, the state's. */
 uint64_t worker_clock_ms(const stash_worker *w);
@@ -288,8 +309,6 @@ void state_ts_put(uint8_t *p, uint64_t ts);
  * (Flink's incremental cleanup). */
 void state_ttl_cleanup(stash_state *s, uint32_t kg);
 
-/* Ensures *buf holds at least need bytes. Returns 0 or -ENOMEM. */
-int state_reserve(uint8_t **buf, size_t *cap, size_t need);
 /* Calls a combining function into s->scratch, growing it on -ENOSPC; *out views the result. */
 int state_combine(stash_state *s, stash_combine_fn *fn, const stash_bytes *acc,
                   const stash_bytes *in, stash_bytes *out);
@@ -340,13 +359,15 @@ typedef struct iter_impl {
     uint64_t writes; /* the worker's write count when it started */
     shm_rec *rec;    /* map over an owned key group: the record, for removals */
     uint32_t kg;     /* keys: the key group walked */
+    bool entered;    /* keys: the store's walk of kg has begun */
     const void *ns;  /* keys: the namespace filter */
     uint64_t now;    /* TTL clock when it started */
     /* map: the key and namespace iterated and the state's map rebuilds when
      * the iterator last looked at its map (and the worker's writes then, in
      * writes): a write since then that rebuilt no map leaves its slots where
-     * they were, and the iterator views the map again; keys: the table's
-     * resizes (heap) or the state's keys iterations (lmdb) at its start */
+     * they were, and the iterator views the map again; keys: seed is the
+     * number of the state's keys iteration it is, layout the key group's
+     * layout when the walk entered it (store_walk) */
     uint64_t key_hash;
     uint64_t seed;
     uint32_t layout;

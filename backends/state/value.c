@@ -31,7 +31,7 @@ static int read_value(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_
         if (!owned) return show ? 0 : STASH_ENOTFOUND;
         if (show) {
             /* Copy out before the record goes. */
-            if (state_reserve(&s->scratch, &s->scratch_cap, out->len ? out->len : 1) < 0)
+            if (shm_reserve(&s->scratch, &s->scratch_cap, out->len ? out->len : 1) < 0)
                 return -ENOMEM;
             memcpy(s->scratch, out->data, out->len);
             out->data = s->scratch;
@@ -69,7 +69,7 @@ static inline __attribute__((always_inline)) bool
 put_in_place(stash_state *s, const shm_lookup *l, shm_cursor *c, const void *value, size_t len)
 {
     stash_arena *a = s->w->arena;
-    return !state_has_ttl(s) && !s->w->lmdb && shm_rec_live(c->rec) &&
+    return !state_has_ttl(s) && s->w->records_in_arena && shm_rec_live(c->rec) &&
            rewrite_in_place(a, &a->tables[l->kg], c->rec, (size_t)l->klen + l->nslen, value, len);
 }
 

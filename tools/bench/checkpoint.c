@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "backends/checkpoint/ckpt.h"
-#include "backends/lmdb/lmdb.h"
+#include "backends/state/state.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/peers.h"
 #include "tools/bench/ycsb.h"
@@ -92,25 +92,17 @@ static int open_loaded(ckb *b, uint64_t keys, stash_worker **w, stash_state **s)
             bench_progress(&b->o, "checkpoint: loading %llu of %llu keys", (unsigned long long)k,
                            (unsigned long long)keys);
     }
-    if (rc == 0 && (*w)->lmdb) rc = lmdb_store_commit(*w);
+    if (rc == 0) rc = worker_commit(*w, false);
     return rc;
 }
 
-/* Writes a checkpoint of w's arena as of pins: the heap's versions, or
- * with lmdb the snapshots the worker's transactions committed (pins then
- * hold the change log for a delta). */
+/* Writes a checkpoint of w's arena as of pins, once the worker's writes
+ * are committed: the heap's pinned versions, or with lmdb what the
+ * environments hold then (pins then hold the change log for a delta). */
 static int write_checkpoint(stash_worker *w, const uint32_t *pins, ckpt_opts *o, ckpt_written *out)
 {
-    stash_arena *a = stash_worker_arena(w);
-    if (!w->lmdb) return ckpt_write(a, pins, o, out);
-    int rc = lmdb_store_commit(w);
-    for (uint32_t kg = 0; rc == 0 && kg < a->hdr->max_parallelism; kg++)
-        rc = lmdb_snap_open(w->lmdb, kg);
-    o->serialize_kg = lmdb_snap_write_kg;
-    o->serialize_ctx = w->lmdb;
-    if (rc == 0) rc = ckpt_write(a, pins, o, out);
-    lmdb_snap_close(w->lmdb);
-    return rc;
+    int rc = worker_commit(w, false);
+    return rc ? rc : ckpt_write(stash_worker_arena(w), pins, o, out);
 }
 
 static void close_loaded(ckb *b, stash_worker *w)
@@ -232,15 +224,18 @@ static int pause_case(ckb *b, uint64_t keys, const char *name)
     enum { PINS = 101 };
     uint64_t ns[PINS];
     for (int i = 0; i < PINS; i++) {
-        /* With lmdb the cut commits the worker's transactions (here the
-         * one write since the last) and the engine opens its snapshots. */
+        /* The cut commits the worker's writes (here the one since the
+         * last) and opens the store's cut of every key group (with lmdb,
+         * its snapshots). */
         uint64_t t0 = bench_now_ns();
         uint32_t *pins = pin_all(a);
-        if (w->lmdb) lmdb_store_commit(w);
-        for (uint32_t kg = 0; w->lmdb && kg < a->hdr->max_parallelism; kg++)
-            lmdb_snap_open(w->lmdb, kg);
+        const store_ops *ops = w->store->ops;
+        worker_commit(w, false);
+        for (uint32_t kg = 0; ops->cut_open && kg < a->hdr->max_parallelism; kg++)
+            ops->cut_open(w->store, kg);
         ns[i] = bench_now_ns() - t0;
-        if (w->lmdb) lmdb_snap_close(w->lmdb);
+        for (uint32_t kg = 0; ops->cut_close && kg < a->hdr->max_parallelism; kg++)
+            ops->cut_close(w->store, kg);
         unpin_all(a, pins);
         /* A write between pins, as a worker's records between barriers. */
         uint64_t k = (uint64_t)i;
@@ -276,14 +271,14 @@ static int incremental_case(ckb *b)
         w, base, &(ckpt_opts){.dir = b->dir, .id = 1, .engine = b->e, .incremental = true}, &full);
     /* lmdb: the owner logs what it changes from here, as under an engine in
      * incremental mode that started checkpoint 1. */
-    atomic_store(&a->hdr->lmdb_track, 1);
+    atomic_store(&a->hdr->change_track, 1);
     atomic_store(&a->control->last_id, 1);
     uint8_t val[VALUE_BYTES] = {1};
     for (uint64_t k = 0; rc == 0 && k < b->keys; k += 100) {
         stash_key_set(w, &k, sizeof k);
         rc = stash_value_put(s, val, sizeof val);
     }
-    if (rc == 0 && w->lmdb) rc = lmdb_store_commit(w);
+    if (rc == 0) rc = worker_commit(w, false);
     uint32_t *pins = pin_all(a);
     if (rc == 0)
         rc = write_checkpoint(w, pins,
