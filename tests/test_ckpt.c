@@ -18,7 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backends/checkpoint/ckpt_int.h"
+#include "backends/checkpoint/ckpt.h"
+#include "backends/checkpoint/ckpt_restore.h"
 #include "tests/helpers.h"
 
 #define KGS 8u

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "backends/checkpoint/ckpt.h"
+#include "backends/checkpoint/ckpt_restore.h"
 #include "backends/lmdb/lmdb.h"
 #include "tests/helpers.h"
 

@@ -19,36 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backends/checkpoint/ckpt_int.h"
-
-/* Formats a path into out (4096 bytes); -ENAMETOOLONG if it does not fit. */
-__attribute__((format(printf, 2, 3))) int ckpt_path_of(char *out, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(out, 4096, fmt, ap);
-    va_end(ap);
-    return n < 0 || n >= 4096 ? shm_fail(-ENAMETOOLONG, "a path longer than 4095 bytes") : 0;
-}
-
-/* ---- files through the engine -------------------------------------------- */
-
-/* Reaps until at most keep requests are outstanding; the first failure wins. */
-int ckpt_drain(ioe_engine *e, unsigned keep, int rc)
-{
-    ioe_cqe c[16];
-    while (ioe_outstanding(e) > keep) {
-        int n = ioe_reap(e, c, 16, 1);
-        if (n < 0) return rc ? rc : shm_fail(n, "waiting for I/O: %s", stash_strerror(n));
-        for (int i = 0; i < n; i++) {
-            if (c[i].res >= 0 || rc) continue;
-            char what[300];
-            ioe_cqe_describe(&c[i], what, sizeof what);
-            rc = shm_fail(c[i].res, "%s", what);
-        }
-    }
-    return rc;
-}
+#include "backends/checkpoint/ckpt.h"
 
 /* A checkpoint's files are new: never one that is there already, nor one a
  * symbolic link in its place points to. */
@@ -303,7 +274,7 @@ static int stream_close(stream *s)
     return s->rc;
 }
 
-int ckpt_sync_dir(const char *path)
+static int ckpt_sync_dir(const char *path)
 {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return shm_fail(-errno, "%s: cannot open: %s", path, strerror(errno));

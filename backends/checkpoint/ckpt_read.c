@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backends/checkpoint/ckpt_int.h"
+#include "backends/checkpoint/ckpt_read.h"
 #include "backends/state/opstate.h"
 
 #define SPLIT_MIN_BYTES (4u << 20) /* a walk over fewer bytes stays in one thread */
@@ -25,6 +26,34 @@
 
 /* Reads the whole file at path into *out (malloc'd), with O_DIRECT where the
  * filesystem has it (a restore reads each byte once: no page cache). */
+__attribute__((format(printf, 2, 3))) int ckpt_path_of(char *out, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out, 4096, fmt, ap);
+    va_end(ap);
+    return n < 0 || n >= 4096 ? shm_fail(-ENAMETOOLONG, "a path longer than 4095 bytes") : 0;
+}
+
+/* ---- files through the engine -------------------------------------------- */
+
+/* Reaps until at most keep requests are outstanding; the first failure wins. */
+int ckpt_drain(ioe_engine *e, unsigned keep, int rc)
+{
+    ioe_cqe c[16];
+    while (ioe_outstanding(e) > keep) {
+        int n = ioe_reap(e, c, 16, 1);
+        if (n < 0) return rc ? rc : shm_fail(n, "waiting for I/O: %s", stash_strerror(n));
+        for (int i = 0; i < n; i++) {
+            if (c[i].res >= 0 || rc) continue;
+            char what[300];
+            ioe_cqe_describe(&c[i], what, sizeof what);
+            rc = shm_fail(c[i].res, "%s", what);
+        }
+    }
+    return rc;
+}
+
 static int read_whole(ioe_engine *e, const char *path, size_t limit, uint8_t **out, size_t *len)
 {
     ioe_file *f;

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/checkpoint/ckpt_int.h"
+#include "backends/checkpoint/ckpt_restore.h"
 #include "backends/state/opstate.h"
 
 /* Registers the checkpoint's states in the arena and maps their ids. */

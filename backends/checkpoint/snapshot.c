@@ -268,3 +268,42 @@ int snap_restore_kg_done(void *restorer, uint32_t kg, int rc)
     snap_restorer *x = restorer;
     return x->store->ops->restore_end ? x->store->ops->restore_end(x->store, kg, rc) : rc;
 }
+
+int ttl_cut_init(stash_arena *a, uint64_t now_ms, ttl_cut *cut)
+{
+    memset(cut, 0, sizeof *cut);
+    cut->now_ms = now_ms;
+    int n = 0;
+    for (uint32_t i = 0; i < SHM_CATALOG_SIZE; i++) {
+        const shm_catalog_entry *e = &a->catalog[i];
+        if (!atomic_load(&e->used) || !e->options[STATE_OPT_CLEANUP_FULL_SNAPSHOT]) continue;
+        memcpy(&cut->ttl_ms[i + 1], e->options, sizeof cut->ttl_ms[i + 1]);
+        cut->kind[i + 1] = (uint8_t)e->kind;
+        n += cut->ttl_ms[i + 1] > 0;
+    }
+    return n;
+}
+
+int ttl_cut_filter(void *ctx, uint16_t state, const uint8_t **value, uint32_t *vlen,
+                   snap_buf *scratch)
+{
+    const ttl_cut *cut = ctx;
+    uint64_t ttl = state <= SHM_CATALOG_SIZE ? cut->ttl_ms[state] : 0;
+    if (!ttl) return 1;
+    if (cut->kind[state] != STASH_LIST && cut->kind[state] != STASH_MAP)
+        return *vlen < TTL_BYTES || !ttl_expired(state_ts_get(*value), ttl, cut->now_ms);
+    /* Lists per element, maps per user key: a filtered copy. */
+    if (shm_reserve(&scratch->data, &scratch->cap, *vlen ? *vlen : 1) < 0)
+        return shm_fail(-ENOMEM, "out of memory");
+    size_t kept = *vlen;
+    if (cut->kind[state] == STASH_LIST) {
+        kept = list_keep_unexpired(*value, *vlen, ttl, cut->now_ms, scratch->data);
+    } else {
+        memcpy(scratch->data, *value, *vlen);
+        if (!map_drop_expired(scratch->data, *vlen, ttl, cut->now_ms)) kept = 0;
+    }
+    if (kept == 0) return 0;
+    *value = scratch->data;
+    *vlen = (uint32_t)kept;
+    return 1;
+}

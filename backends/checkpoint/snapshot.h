@@ -74,7 +74,7 @@ typedef struct snap_filter {
 } snap_filter;
 
 /* What full snapshots leave out of the states that ask for it (a
- * snap_filter's context, state.c): entries expired at the cut's TTL time. */
+ * snap_filter's context): entries expired at the cut's TTL time. */
 typedef struct ttl_cut {
     uint64_t now_ms;
     uint64_t ttl_ms[SHM_CATALOG_SIZE + 1]; /* per state id; 0: keep everything */

@@ -34,12 +34,12 @@ int worker_record_opstate(stash_worker *w)
 {
     shm_control *c = w->arena->control;
     shm_ctl_worker *cw = &c->workers[w->slot];
-    snap_buf b = {0};
+    op_buf b = {0};
     shm_off off = 0;
     int rc = opstate_encode(w, &b);
     uint64_t len = b.len;
     if (rc == 0) rc = shm_blob_put(w->arena, b.data, len, &off);
-    snap_buf_free(&b);
+    free(b.data);
     if (rc < 0) return rc;
     /* The engine moves pending blobs to committed under the lock. */
     rc = shm_lock_acquire(&c->lock, NULL, NULL);

@@ -15,6 +15,7 @@
 #define STASH_SERVICE_H
 
 #include "backends/checkpoint/ckpt.h"
+#include "backends/checkpoint/ckpt_restore.h"
 
 /* Rolls the worker's key groups and operator state back to the newest
  * complete checkpoint of the service's directory, once a checkpoint its

@@ -53,13 +53,6 @@ static void remove_open(stash_worker *w)
     pthread_mutex_unlock(&open_mu);
 }
 
-int worker_refuse_forked(const stash_worker *w, const char *fn)
-{
-    return shm_fail(STASH_EFORK,
-                    "%s: worker %u was opened by another process (pid %d), before a fork", fn,
-                    w->slot, w->arena->slots[w->slot].pid);
-}
-
 STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts, stash_worker **out)
 {
     shm_clear_error();
@@ -170,11 +163,4 @@ STASH_API int stash_worker_info_get(const stash_worker *worker, stash_worker_inf
     if (worker->forked) return worker_refuse_forked(worker, __func__);
     shm_registry_describe(worker->arena, worker->slot, out);
     return 0;
-}
-
-int64_t worker_kg_entries(stash_worker *w, uint32_t kg)
-{
-    if (kg >= w->max_parallelism)
-        return shm_fail(-EINVAL, "key group %u of %u", kg, w->max_parallelism);
-    return w->store->ops->kg_entries(w->store, kg);
 }

@@ -189,7 +189,7 @@ STASH_API int stash_broadcast_entries(stash_state *state, const stash_bytes **ke
 
 /* ---- blobs ---------------------------------------------------------------- */
 
-static int put(snap_buf *b, const void *p, size_t n)
+static int put(op_buf *b, const void *p, size_t n)
 {
     if (shm_reserve(&b->data, &b->cap, b->len + n) < 0) return -ENOMEM;
     memcpy(b->data + b->len, p, n);
@@ -197,12 +197,12 @@ static int put(snap_buf *b, const void *p, size_t n)
     return 0;
 }
 
-static int put_u32(snap_buf *b, uint32_t x)
+static int put_u32(op_buf *b, uint32_t x)
 {
     return put(b, &x, 4);
 }
 
-int opstate_encode(stash_worker *w, snap_buf *out)
+int opstate_encode(stash_worker *w, op_buf *out)
 {
     uint32_t count = 0;
     out->len = 0;

@@ -6,10 +6,17 @@
 #ifndef STASH_OPSTATE_H
 #define STASH_OPSTATE_H
 
-#include "backends/checkpoint/snapshot.h"
+#include "backends/state/state.h"
+
+/* Bytes being built: data (realloc'd; the caller frees it), len of them
+ * used, cap held. */
+typedef struct op_buf {
+    uint8_t *data;
+    size_t len, cap;
+} op_buf;
 
 /* Encodes every operator state of w into out (replacing its contents). */
-int opstate_encode(stash_worker *w, snap_buf *out);
+int opstate_encode(stash_worker *w, op_buf *out);
 /* Checks every byte of a blob and rewrites its state ids through ids (the
  * metadata's id -> the arena's; 0: unknown); what names the blob in errors. */
 int opstate_remap(uint8_t *blob, size_t len, const uint16_t *ids, uint32_t nids, const char *what);

@@ -1,122 +1,39 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * state.c: state handles and what every state kind shares: registering a
- * state in the arena's catalog, the current key and namespace, reads that
- * are views for the owner and copies for everyone else, copy-on-write
- * writes, and TTL (timestamps, expiry, incremental cleanup).
+ * state.c: what every state kind shares: the current key and namespace,
+ * reads that are views for the owner and copies for everyone else,
+ * copy-on-write writes through the worker's store, and TTL (timestamps,
+ * expiry, incremental cleanup).
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "shm/hash.h"
+#include "backends/state/state.h"
 
-#include "backends/state/opstate.h"
-
-#define DEFAULT_CLEANUP_ENTRIES 5u
-/* The options byte that asks full snapshots to leave out what expired. */
-#define OPT_CLEANUP_FULL_SNAPSHOT 10
-
-static void options_bytes(const stash_state_desc *d, uint8_t out[32])
+int worker_refuse_forked(const stash_worker *w, const char *fn)
 {
-    memset(out, 0, 32);
-    memcpy(out, &d->ttl.ttl_ms, sizeof d->ttl.ttl_ms);
-    out[8] = (uint8_t)d->ttl.update;
-    out[9] = (uint8_t)d->ttl.visibility;
-    out[OPT_CLEANUP_FULL_SNAPSHOT] = d->ttl.cleanup_full_snapshot != 0;
+    return shm_fail(STASH_EFORK,
+                    "%s: worker %u was opened by another process (pid %d), before a fork", fn,
+                    w->slot, w->arena->slots[w->slot].pid);
 }
 
-static int check_desc(const stash_state_desc *d)
+int64_t worker_kg_entries(stash_worker *w, uint32_t kg)
 {
-    if (!d || !d->name) return shm_fail(-EINVAL, "a state needs a name");
-    if (d->kind < STASH_VALUE || d->kind > STASH_OP_BROADCAST)
-        return shm_fail(-EINVAL, "state '%s': unknown kind %d", d->name, (int)d->kind);
-    if (d->kind == STASH_REDUCING && !d->reduce)
-        return shm_fail(-EINVAL, "reducing state '%s' needs a reduce function", d->name);
-    if (d->kind == STASH_AGGREGATING &&
-        (!d->aggregate || !d->aggregate->create || !d->aggregate->add || !d->aggregate->result))
-        return shm_fail(-EINVAL, "aggregating state '%s' needs create, add and result functions",
-                        d->name);
-    if (d->ttl.update > STASH_TTL_ON_READ_AND_WRITE ||
-        d->ttl.visibility > STASH_TTL_RETURN_EXPIRED_IF_NOT_CLEANED || d->ttl.update < 0 ||
-        d->ttl.visibility < 0)
-        return shm_fail(-EINVAL, "state '%s': bad TTL options", d->name);
-    if (opstate_kind(d->kind) && d->ttl.ttl_ms)
-        return shm_fail(-EINVAL, "operator state '%s' takes no TTL", d->name);
-    return 0;
+    if (kg >= w->max_parallelism)
+        return shm_fail(-EINVAL, "key group %u of %u", kg, w->max_parallelism);
+    return w->store->ops->kg_entries(w->store, kg);
 }
 
 /* What follows from s's namespace (of hash ns_hash): its part of lookup
  * hashes, and whether its values may take the one-step paths. */
-static void namespace_set(stash_state *s, uint64_t ns_hash)
+void state_namespace_set(stash_state *s, uint64_t ns_hash)
 {
     s->seed = shm_lookup_seed(s->id, ns_hash);
     s->one_step = s->kind == STASH_VALUE && !state_has_ttl(s) && s->w->records_in_arena &&
                   (s->nslen == 0 || (s->nslen >= 8 && s->nslen <= 16));
     s->name = shm_name_word(s->id, 0, s->nslen);
-}
-
-STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc, stash_state **out)
-{
-    shm_clear_error();
-    if (!worker || !desc || !out) return shm_refuse_null(__func__, "worker, desc or out");
-    if (worker->forked) return worker_refuse_forked(worker, __func__);
-    int rc = check_desc(desc);
-    if (rc) return rc;
-    /* Registered already by this worker: the same state, as Flink hands out
-     * one state object per name (a second copy of operator state would
-     * diverge from the first and be merged with it at the next cut). */
-    for (stash_state *s = worker->states; s; s = s->next) {
-        const shm_catalog_entry *e = &worker->arena->catalog[s->id - 1];
-        if (strcmp(e->name, desc->name) != 0) continue;
-        if (s->kind != desc->kind || state_has_ttl(s) != (desc->ttl.ttl_ms > 0))
-            return shm_fail(STASH_EKIND, "state '%s' is registered as kind %u %s TTL", desc->name,
-                            s->kind, state_has_ttl(s) ? "with" : "without");
-        *out = s;
-        return 0;
-    }
-    uint8_t options[32];
-    options_bytes(desc, options);
-    int id = shm_catalog_register(worker->arena, desc->name, (uint32_t)desc->kind, options);
-    if (id < 0) return id;
-    stash_state *s = calloc(1, sizeof *s);
-    if (!s) return shm_fail(-ENOMEM, "out of memory");
-    s->w = worker;
-    s->id = (uint16_t)id;
-    s->kind = desc->kind;
-    s->ttl = desc->ttl;
-    if (!s->ttl.cleanup_entries) s->ttl.cleanup_entries = DEFAULT_CLEANUP_ENTRIES;
-    s->reduce = desc->reduce;
-    if (desc->aggregate) s->agg = *desc->aggregate;
-    s->ctx = desc->ctx;
-    if (desc->default_value.len) {
-        s->defval = malloc(desc->default_value.len);
-        if (!s->defval) {
-            free(s);
-            return shm_fail(-ENOMEM, "out of memory");
-        }
-        memcpy(s->defval, desc->default_value.data, desc->default_value.len);
-        s->deflen = desc->default_value.len;
-    }
-    if (opstate_kind(s->kind)) {
-        rc = worker->op_blobs ? opstate_load(s, worker->op_p, worker->op_blobs)
-                              : opstate_load_committed(s);
-        if (rc < 0) {
-            free(s->defval);
-            free(s);
-            return rc;
-        }
-    }
-    namespace_set(s, 0);
-    s->fetch_class = SHM_CLASS_LARGE;
-    s->fetch_bytes = SHM_FETCH_ANY;
-    s->next = worker->states;
-    worker->states = s;
-    worker->has_ttl |= state_has_ttl(s);
-    worker->ttl_every_record |= state_has_ttl(s) && desc->ttl.cleanup_every_record;
-    *out = s;
-    return 0;
 }
 
 /* Flink's cleanup for every record: a few entries of the new current key's
@@ -199,7 +116,7 @@ STASH_API int stash_state_namespace(stash_state *state, const void *ns, size_t l
         return shm_fail(-ENOMEM, "out of memory");
     if (len) memcpy(state->ns, ns, len);
     state->nslen = (uint16_t)len;
-    namespace_set(state, shm_ns_hash(ns, len));
+    state_namespace_set(state, shm_ns_hash(ns, len));
     return 0;
 }
 
@@ -307,45 +224,6 @@ uint64_t state_now(const stash_state *s)
 bool state_expired(const stash_state *s, uint64_t ts, uint64_t now)
 {
     return ttl_expired(ts, s->ttl.ttl_ms, now);
-}
-
-int ttl_cut_init(stash_arena *a, uint64_t now_ms, ttl_cut *cut)
-{
-    memset(cut, 0, sizeof *cut);
-    cut->now_ms = now_ms;
-    int n = 0;
-    for (uint32_t i = 0; i < SHM_CATALOG_SIZE; i++) {
-        const shm_catalog_entry *e = &a->catalog[i];
-        if (!atomic_load(&e->used) || !e->options[OPT_CLEANUP_FULL_SNAPSHOT]) continue;
-        memcpy(&cut->ttl_ms[i + 1], e->options, sizeof cut->ttl_ms[i + 1]);
-        cut->kind[i + 1] = (uint8_t)e->kind;
-        n += cut->ttl_ms[i + 1] > 0;
-    }
-    return n;
-}
-
-int ttl_cut_filter(void *ctx, uint16_t state, const uint8_t **value, uint32_t *vlen,
-                   snap_buf *scratch)
-{
-    const ttl_cut *cut = ctx;
-    uint64_t ttl = state <= SHM_CATALOG_SIZE ? cut->ttl_ms[state] : 0;
-    if (!ttl) return 1;
-    if (cut->kind[state] != STASH_LIST && cut->kind[state] != STASH_MAP)
-        return *vlen < TTL_BYTES || !ttl_expired(state_ts_get(*value), ttl, cut->now_ms);
-    /* Lists per element, maps per user key: a filtered copy. */
-    if (shm_reserve(&scratch->data, &scratch->cap, *vlen ? *vlen : 1) < 0)
-        return shm_fail(-ENOMEM, "out of memory");
-    size_t kept = *vlen;
-    if (cut->kind[state] == STASH_LIST) {
-        kept = list_keep_unexpired(*value, *vlen, ttl, cut->now_ms, scratch->data);
-    } else {
-        memcpy(scratch->data, *value, *vlen);
-        if (!map_drop_expired(scratch->data, *vlen, ttl, cut->now_ms)) kept = 0;
-    }
-    if (kept == 0) return 0;
-    *value = scratch->data;
-    *vlen = (uint32_t)kept;
-    return 1;
 }
 
 uint64_t state_ts_get(const uint8_t *p)

@@ -125,6 +125,10 @@ struct stash_state {
 
 /* TTL timestamps are stored as 8 bytes before a value or element. */
 #define TTL_BYTES 8u
+/* A state's options in the catalog: the TTL (8 bytes), its update and
+ * visibility, and the byte that asks full snapshots to leave out what
+ * expired. */
+#define STATE_OPT_CLEANUP_FULL_SNAPSHOT 10
 
 static inline bool state_has_ttl(const stash_state *s)
 {
@@ -173,6 +177,9 @@ static inline int state_lookup(const stash_state *s, shm_lookup *l)
 {
     return state_lookup_seeded(s, s->ns, s->nslen, s->seed, l);
 }
+/* Sets what follows from s's namespace (of hash ns_hash): its part of
+ * lookup hashes, and whether its values may take the one-step paths. */
+void state_namespace_set(stash_state *s, uint64_t ns_hash);
 /* Whether the worker owns key group kg. */
 static inline bool state_owns(const stash_state *s, uint32_t kg)
 {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "backends/checkpoint/ckpt.h"
+#include "backends/checkpoint/ckpt_restore.h"
 #include "shm/shm.h"
 #include "tests/fuzz/fuzz_common.h"
 

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "backends/checkpoint/ckpt.h"
+#include "backends/checkpoint/ckpt_restore.h"
 #include "backends/state/state.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/peers.h"

@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ckpt_restore.h: restoring a checkpoint of a directory into an arena's
+ * store (ckpt_restore.c): the newest complete one first, falling back to
+ * older ones past any that fail a check.
+ */
+#ifndef STASH_CKPT_RESTORE_H
+#define STASH_CKPT_RESTORE_H
+
+#include "backends/checkpoint/ckpt_read.h"
+
+typedef struct ckpt_restored {
+    uint64_t id;             /* the checkpoint restored */
+    uint64_t records;        /* records put into the arena (deltas count each change) */
+    unsigned skipped;        /* newer checkpoints passed over as damaged */
+    char why[512];           /* the first reason one was passed over, naming file and offset */
+    uint32_t op_parallelism; /* its operator state: of this many workers */
+    ckpt_blob *op_blobs;     /* their blobs, state ids those of the arena */
+    uint8_t *op_mem;         /* what the blobs point into */
+} ckpt_restored;
+
+/* Frees the operator state a restore handed out. */
+void ckpt_restored_free(ckpt_restored *r);
+
+/* Restores the key groups of range from checkpoint id in dir (0: the newest
+ * complete one, falling back to older ones past any that fail a check, and
+ * saying so in *out). Every block of every file the checkpoint needs is
+ * checked before any record is written into the arena, whose key groups no
+ * worker may write meanwhile. Never modifies the directory. */
+int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range, ioe_engine *e,
+                 ckpt_restored *out);
+
+/* As ckpt_restore(), calling prepare(ctx) once the checkpoint to restore
+ * has passed every check and before its first record goes in (a rollback
+ * clears its key groups there, so a checkpoint that cannot restore leaves
+ * them as they were). A failure of prepare fails the restore. */
+typedef int ckpt_prepare_fn(void *ctx);
+/* st: the caller's store handle on the arena if it has one (the lmdb store
+ * allows one per process), else NULL: the restore opens its own. */
+int ckpt_restore_prepared(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
+                          ioe_engine *e, store *st, ckpt_prepare_fn *prepare, void *ctx,
+                          ckpt_restored *out);
+
+/* Restores the key groups of range from the checkpoint or savepoint
+ * directory at path, as ckpt_restore() does for one checkpoint (store: as
+ * for ckpt_restore_prepared()). */
+int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, ioe_engine *e,
+                      store *st, ckpt_restored *out);
+
+#endif /* STASH_CKPT_RESTORE_H */

@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * register.c: a worker's state handles: a state registered in the arena's
+ * catalog by name, kind and options, its handle set up (operator state
+ * loaded from the restored or committed blobs).
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/state/opstate.h"
+
+#define DEFAULT_CLEANUP_ENTRIES 5u
+
+static void options_bytes(const stash_state_desc *d, uint8_t out[32])
+{
+    memset(out, 0, 32);
+    memcpy(out, &d->ttl.ttl_ms, sizeof d->ttl.ttl_ms);
+    out[8] = (uint8_t)d->ttl.update;
+    out[9] = (uint8_t)d->ttl.visibility;
+    out[STATE_OPT_CLEANUP_FULL_SNAPSHOT] = d->ttl.cleanup_full_snapshot != 0;
+}
+
+static int check_desc(const stash_state_desc *d)
+{
+    if (!d || !d->name) return shm_fail(-EINVAL, "a state needs a name");
+    if (d->kind < STASH_VALUE || d->kind > STASH_OP_BROADCAST)
+        return shm_fail(-EINVAL, "state '%s': unknown kind %d", d->name, (int)d->kind);
+    if (d->kind == STASH_REDUCING && !d->reduce)
+        return shm_fail(-EINVAL, "reducing state '%s' needs a reduce function", d->name);
+    if (d->kind == STASH_AGGREGATING &&
+        (!d->aggregate || !d->aggregate->create || !d->aggregate->add || !d->aggregate->result))
+        return shm_fail(-EINVAL, "aggregating state '%s' needs create, add and result functions",
+                        d->name);
+    if (d->ttl.update > STASH_TTL_ON_READ_AND_WRITE ||
+        d->ttl.visibility > STASH_TTL_RETURN_EXPIRED_IF_NOT_CLEANED || d->ttl.update < 0 ||
+        d->ttl.visibility < 0)
+        return shm_fail(-EINVAL, "state '%s': bad TTL options", d->name);
+    if (opstate_kind(d->kind) && d->ttl.ttl_ms)
+        return shm_fail(-EINVAL, "operator state '%s' takes no TTL", d->name);
+    return 0;
+}
+
+STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc, stash_state **out)
+{
+    shm_clear_error();
+    if (!worker || !desc || !out) return shm_refuse_null(__func__, "worker, desc or out");
+    if (worker->forked) return worker_refuse_forked(worker, __func__);
+    int rc = check_desc(desc);
+    if (rc) return rc;
+    /* Registered already by this worker: the same state, as Flink hands out
+     * one state object per name (a second copy of operator state would
+     * diverge from the first and be merged with it at the next cut). */
+    for (stash_state *s = worker->states; s; s = s->next) {
+        const shm_catalog_entry *e = &worker->arena->catalog[s->id - 1];
+        if (strcmp(e->name, desc->name) != 0) continue;
+        if (s->kind != desc->kind || state_has_ttl(s) != (desc->ttl.ttl_ms > 0))
+            return shm_fail(STASH_EKIND, "state '%s' is registered as kind %u %s TTL", desc->name,
+                            s->kind, state_has_ttl(s) ? "with" : "without");
+        *out = s;
+        return 0;
+    }
+    uint8_t options[32];
+    options_bytes(desc, options);
+    int id = shm_catalog_register(worker->arena, desc->name, (uint32_t)desc->kind, options);
+    if (id < 0) return id;
+    stash_state *s = calloc(1, sizeof *s);
+    if (!s) return shm_fail(-ENOMEM, "out of memory");
+    s->w = worker;
+    s->id = (uint16_t)id;
+    s->kind = desc->kind;
+    s->ttl = desc->ttl;
+    if (!s->ttl.cleanup_entries) s->ttl.cleanup_entries = DEFAULT_CLEANUP_ENTRIES;
+    s->reduce = desc->reduce;
+    if (desc->aggregate) s->agg = *desc->aggregate;
+    s->ctx = desc->ctx;
+    if (desc->default_value.len) {
+        s->defval = malloc(desc->default_value.len);
+        if (!s->defval) {
+            free(s);
+            return shm_fail(-ENOMEM, "out of memory");
+        }
+        memcpy(s->defval, desc->default_value.data, desc->default_value.len);
+        s->deflen = desc->default_value.len;
+    }
+    if (opstate_kind(s->kind)) {
+        rc = worker->op_blobs ? opstate_load(s, worker->op_p, worker->op_blobs)
+                              : opstate_load_committed(s);
+        if (rc < 0) {
+            free(s->defval);
+            free(s);
+            return rc;
+        }
+    }
+    state_namespace_set(s, 0);
+    s->fetch_class = SHM_CLASS_LARGE;
+    s->fetch_bytes = SHM_FETCH_ANY;
+    s->next = worker->states;
+    worker->states = s;
+    worker->has_ttl |= state_has_ttl(s);
+    worker->ttl_every_record |= state_has_ttl(s) && desc->ttl.cleanup_every_record;
+    *out = s;
+    return 0;
+}
