@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * index.h: how a key group's table (table.c: versioned records) uses its
- * index (index.c: where each entry's newest version is). Internal to shm/.
+ * index.h: a key group's index (index.c): where each entry's newest
+ * version is, probed by lookup hash, grown without stopping the owner, and
+ * walked in place.
  */
 #ifndef STASH_SHM_INDEX_H
 #define STASH_SHM_INDEX_H
 
 #include "shm/hash.h"
-#include "shm/table.h"
+#include "shm/record.h"
 
 /* One array of an index: its groups, their count, and the first group not
  * moved yet (0 for the current array). */
@@ -71,5 +72,26 @@ void shm_index_recover(stash_arena *a, uint32_t kg);
  * result, which it returns. */
 typedef int shm_head_fn(stash_arena *a, shm_rec *head, void *ctx);
 int shm_index_walk(stash_arena *a, uint32_t kg, shm_head_fn *each, void *ctx);
+
+/* Owner: shm_table_find past its first look (index.c). */
+int shm_table_find_probe(stash_arena *a, const shm_lookup *l, shm_cursor *c);
+
+/* Owner: sizes an empty table for about n records, so that filling it (a
+ * restore) moves nothing. Returns 0 or an allocation error. */
+int shm_table_reserve(stash_arena *a, uint32_t kg, uint64_t n);
+
+/* A process walking key group kg while its owner writes announces itself
+ * for reclamation (slot as for shm_ebr_enter) and, from a reader slot, as a
+ * walker of kg: the owner then moves no entry of kg, so the walk meets each
+ * once. Growth waits for the walk only when the index is nearly full. */
+void shm_table_walk_enter(stash_arena *a, uint32_t kg, uint32_t slot);
+void shm_table_walk_exit(stash_arena *a, uint32_t kg, uint32_t slot);
+
+/* Owner: the entries of kg one after another: the newest version of the
+ * entry at scan position *pos or after (tombstones included), and, unless
+ * hash is NULL, its lookup hash (computed from the record), advancing *pos
+ * past it; NULL at the end. Start at 0. The owner may delete or replace
+ * entries between calls (nothing moves), but not tend the table. */
+shm_rec *shm_table_next(const stash_arena *a, uint32_t kg, uint32_t *pos, uint32_t *hash);
 
 #endif /* STASH_SHM_INDEX_H */

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "shm/index.h"
+#include "shm/table.h"
 
 #define RECLAIM_BATCH 64u /* retired objects that trigger a reclamation */
 #define RECLAIM_CHECK_DEAD 4096u

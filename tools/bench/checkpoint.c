@@ -50,7 +50,7 @@ static void report_skip(const ckb *b, const char *name, const char *system, cons
                             .bench = "checkpoint", .name = name, .system = system, .skipped = why});
 }
 
-static bool lmdb(const ckb *b)
+static bool on_lmdb(const ckb *b)
 {
     return b->o.backend == STASH_BACKEND_LMDB;
 }
@@ -65,7 +65,7 @@ static int create_arena(ckb *b, const char *name, uint64_t keys)
     stash_arena *a;
     int rc = stash_arena_create(
         name,
-        &(stash_arena_opts){.size = lmdb(b) ? 256ull << 20 : keys * 256 + (64ull << 20),
+        &(stash_arena_opts){.size = on_lmdb(b) ? 256ull << 20 : keys * 256 + (64ull << 20),
                             .flags = STASH_ARENA_REPLACE,
                             .backend = b->o.backend,
                             .lmdb_dir = envs},
@@ -125,7 +125,7 @@ static void unpin_all(stash_arena *a, uint32_t *pins)
     free(pins);
 }
 
-static uint64_t used_bytes(const stash_arena *a)
+static uint64_t arena_used_bytes(const stash_arena *a)
 {
     uint64_t n = 0;
     for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++) {
@@ -195,7 +195,7 @@ static int bandwidth_cases(ckb *b)
     double mw = bench_median(wr, b->o.reps), mr = bench_median(rd, b->o.reps);
     report(b, "full/write", "stash-uring", mw, "bytes/s");
     report(b, "restore/read", "stash-uring", mr, "bytes/s");
-    if (lmdb(b)) {
+    if (on_lmdb(b)) {
         /* Beside the same records put key by key through the API (the load). */
         double put = (double)bytes / ((double)load_ns / 1e9);
         report(b, "restore/read", "stash-put-by-key", put, "bytes/s");
@@ -431,14 +431,14 @@ static int under_load_case(ckb *b)
     if (rc == 0 && shm_reader_join(a, &slot2) < 0) slot2 = 0;
     while (rc == 0 && atomic_load(&run->ops) < nops / 4) usleep(1000);
     double with[MAX_REPS], without[MAX_REPS], extra[MAX_REPS];
-    uint64_t state_bytes = a ? used_bytes(a) : 0;
+    uint64_t state_bytes = a ? arena_used_bytes(a) : 0;
     for (int r = 0; r < b->o.reps && rc == 0; r++) {
         bench_progress(&b->o, "checkpoint: under load, repetition %d of %d", r + 1, b->o.reps);
         clean_dir(b);
         /* The same worker without a checkpoint, just before one. */
         uint64_t window = b->o.quick ? 100000000ull : 300000000ull;
         without[r] = (double)ops_during(run, window) / ((double)window / 1e9);
-        uint64_t before = used_bytes(a);
+        uint64_t before = arena_used_bytes(a);
         atomic_store(&run->pinned, 0);
         atomic_store(&run->want, 1);
         while (!atomic_load(&run->pinned)) usleep(100);
@@ -455,7 +455,7 @@ static int under_load_case(ckb *b)
                                      .serialized_ctx = &(pin_set){a, run->pins}},
                         NULL);
         uint64_t ns = bench_now_ns() - t0, done = atomic_load(&run->ops) - ops0;
-        extra[r] = (double)(used_bytes(a) - before);
+        extra[r] = (double)(arena_used_bytes(a) - before);
         for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
             if (run->pins[kg]) shm_table_unpin(a, kg, run->pins[kg]);
         with[r] = (double)done / ((double)ns / 1e9);
@@ -513,7 +513,7 @@ int bench_checkpoint(int argc, char **argv)
     const char *base = getenv("STASH_BENCH_DIR") ? getenv("STASH_BENCH_DIR") : "/var/tmp";
     snprintf(b.dir, sizeof b.dir, "%s/stash-bench-checkpoint.%d", base, (int)getpid());
     snprintf(b.name, sizeof b.name, "bench-ckpt-%d", (int)getpid());
-    b.keys = lmdb(&b) ? (b.o.quick ? 200000 : 10000000) : b.o.quick ? 100000 : 1000000;
+    b.keys = on_lmdb(&b) ? (b.o.quick ? 200000 : 10000000) : b.o.quick ? 100000 : 1000000;
     rc = ioe_engine_open(&(ioe_opts){.backend = IOE_AUTO}, &b.e);
     if (rc < 0) return tool_fail("bench checkpoint: I/O engine", rc);
     if (mkdir(b.dir, 0755) < 0 && errno != EEXIST) return tool_fail(b.dir, -errno);
@@ -523,7 +523,7 @@ int bench_checkpoint(int argc, char **argv)
         rc = pause_case(&b, b.o.quick ? 1000000 : 10000000,
                         b.o.quick ? "pause/1m-keys" : "pause/10m-keys");
     if (rc == 0) rc = incremental_case(&b);
-    if (rc == 0 && lmdb(&b))
+    if (rc == 0 && on_lmdb(&b))
         report_skip(&b, "ycsb-a/during-checkpoint", "stash",
                     "measured for the heap backend: its writers and the checkpoint share the "
                     "arena's memory");

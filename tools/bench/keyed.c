@@ -77,7 +77,7 @@ static void on_interrupt(int sig)
 
 /* Interrupted, or nobody reads the report any more (SIGPIPE is ignored so
  * that the bench still cleans up after itself). */
-static bool stopping(void)
+static bool must_stop(void)
 {
     return interrupted || ferror(stdout);
 }
@@ -345,8 +345,8 @@ static int run_pass(keyed_bench *b, kv_sys *s, const ycsb_op *ops, uint64_t n, u
     uint64_t space = ++b->keyspace << 32, t0 = bench_now_ns(), deadline = t0 + cap_ns, i = 0;
     int rc = 0;
     while (i < n && rc == 0) {
-        if (i % 1024 == 0 && (stopping() || bench_now_ns() > deadline)) {
-            if (stopping()) rc = -EINTR;
+        if (i % 1024 == 0 && (must_stop() || bench_now_ns() > deadline)) {
+            if (must_stop()) rc = -EINTR;
             break;
         }
         uint64_t end = i + s->batch < n ? i + s->batch : n;
@@ -382,7 +382,7 @@ static void fail_sys(sys_run *r, const char *stage)
 
 /* With --backend lmdb: stash's lmdb backend beside LMDB and RocksDB, which
  * keep their data on disk as it does. */
-static bool compared(const keyed_bench *b, int sys)
+static bool peer_compared(const keyed_bench *b, int sys)
 {
     return b->backend == STASH_BACKEND_HEAP || sys == SYS_STASH || sys == SYS_LMDB ||
            sys == SYS_ROCKSDB;
@@ -391,7 +391,7 @@ static bool compared(const keyed_bench *b, int sys)
 static void open_group(keyed_bench *b, int group, sys_run runs[NSYS])
 {
     for (int i = 0; i < NSYS; i++) {
-        if (!compared(b, i)) {
+        if (!peer_compared(b, i)) {
             runs[i] = (sys_run){.sys = NULL, .why = "not in this comparison"};
             continue;
         }
@@ -445,7 +445,7 @@ static int load_one(keyed_bench *b, kv_sys *s, int group)
     unsigned pending = 0;
     int rc = 0;
     for (uint64_t key = 0; key < b->keys && rc == 0; key++) {
-        if (key % 1024 == 0 && stopping()) return -EINTR;
+        if (key % 1024 == 0 && must_stop()) return -EINTR;
         uint8_t *value = b->values[key % VALUE_POOL];
         memcpy(value, &key, sizeof key);
         unsigned writes = group == GROUP_VALUE ? 1 : group == GROUP_LIST ? LIST_LEN : MAP_ENTRIES;
@@ -461,7 +461,7 @@ static int load_one(keyed_bench *b, kv_sys *s, int group)
 
 static void load_group(keyed_bench *b, int group, sys_run runs[NSYS])
 {
-    for (int i = 0; i < NSYS && !stopping(); i++) {
+    for (int i = 0; i < NSYS && !must_stop(); i++) {
         if (!runs[i].sys || runs[i].sys->shares_data) continue;
         bench_progress(&b->o, "keyed: loading %s into %s", group_names[group], sys_names[i]);
         if (load_one(b, runs[i].sys, group) < 0) fail_sys(&runs[i], "load");
@@ -563,7 +563,7 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
                       .seed = seed};
     bench_progress(&b->o, "keyed: %s: generating", c->name);
     if (ok) ok = ycsb_generate(&spec, ops, b->ops) == 0;
-    for (int i = 0; i < NSYS && ok && !stopping(); i++) {
+    for (int i = 0; i < NSYS && ok && !must_stop(); i++) {
         if (case_skip(c, &runs[i])) continue;
         pass_out p;
         bench_progress(&b->o, "keyed: %s: %s: warm-up", c->name, sys_names[i]);
@@ -571,8 +571,8 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
         if (run_pass(b, runs[i].sys, ops, b->ops, b->cap_ns / 2, NULL, &p) < 0)
             fail_sys(&runs[i], c->name);
     }
-    for (int r = 0; r < b->o.reps && ok && !stopping(); r++) {
-        for (int i = 0; i < NSYS && !stopping(); i++) {
+    for (int r = 0; r < b->o.reps && ok && !must_stop(); r++) {
+        for (int i = 0; i < NSYS && !must_stop(); i++) {
             if (case_skip(c, &runs[i])) continue;
             pass_out p;
             bench_progress(&b->o, "keyed: %s: %s: repetition %d of %d", c->name, sys_names[i],
@@ -585,8 +585,8 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
         }
     }
     double median[NSYS] = {0};
-    for (int i = 0; i < NSYS && ok && !stopping(); i++) {
-        if (!compared(b, i)) continue;
+    for (int i = 0; i < NSYS && ok && !must_stop(); i++) {
+        if (!peer_compared(b, i)) continue;
         bench_result res = {.bench = "keyed", .name = c->name, .system = sys_names[i]};
         res.skipped = case_skip(c, &runs[i]);
         if (!res.skipped) {
@@ -599,10 +599,10 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
         bench_report(&b->o, &res);
     }
     bool all = strcmp(c->name, "value/ycsb-a/uniform") == 0 || b->backend == STASH_BACKEND_LMDB;
-    for (int i = 1; i < NSYS && ok && !stopping(); i++) {
+    for (int i = 1; i < NSYS && ok && !must_stop(); i++) {
         char system[64];
         snprintf(system, sizeof system, "stash/%s", sys_names[i]);
-        if (compared(b, i) && (all || i == SYS_RAW || i == SYS_RAW_INDEX || i == SYS_LMDB))
+        if (peer_compared(b, i) && (all || i == SYS_RAW || i == SYS_RAW_INDEX || i == SYS_LMDB))
             report_ratio(&b->o, c->name, system, median[SYS_STASH], median[i]);
     }
     if (!ok) fprintf(stderr, "stash bench keyed: %s: out of memory\n", c->name);
@@ -740,13 +740,13 @@ static void run_scaling(keyed_bench *b, uint64_t seed)
     }
     ycsb_op *whole[2] = {ops, NULL};
     uint64_t n1[2] = {b->ops, 0};
-    for (int r = 0; r < b->o.reps && ok && !stopping(); r++) {
+    for (int r = 0; r < b->o.reps && ok && !must_stop(); r++) {
         bench_progress(&b->o, "keyed: scaling: repetition %d of %d", r + 1, b->o.reps);
         v[r] = run_scale(b, path, 1, whole, n1, why, sizeof why);
         v[b->o.reps + r] = run_scale(b, path, 2, parts, n2, why, sizeof why);
         ok = v[r] > 0 && v[b->o.reps + r] > 0;
     }
-    if (!stopping()) {
+    if (!must_stop()) {
         bench_result res = {.bench = "keyed", .system = "stash", .unit = "ops/s"};
         double m[2] = {0, 0};
         for (int p = 0; p < 2; p++) {
@@ -840,19 +840,19 @@ int bench_keyed(int argc, char **argv)
     else
         peer_redis_start(redis_dir, &b->redis, b->redis_why, sizeof b->redis_why);
 
-    for (int g = 0; g < (lmdb ? 1 : NGROUPS) && !stopping(); g++) {
+    for (int g = 0; g < (lmdb ? 1 : NGROUPS) && !must_stop(); g++) {
         if (!group_selected(b, g)) continue;
         sys_run runs[NSYS];
         bench_progress(&b->o, "keyed: opening the %s group", group_names[g]);
         open_group(b, g, runs);
         load_group(b, g, runs);
-        if (g == GROUP_VALUE && !lmdb && !stopping()) report_footprints(b, runs);
-        for (size_t c = 0; c < NCASES && !stopping(); c++)
+        if (g == GROUP_VALUE && !lmdb && !must_stop()) report_footprints(b, runs);
+        for (size_t c = 0; c < NCASES && !must_stop(); c++)
             if (cases[c].group == g && !(lmdb && cases[c].second == YCSB_RMW) &&
                 bench_selected(&b->o, cases[c].name))
                 run_case(b, &cases[c], c + 1, runs);
         close_group(b, g, runs);
-        if (g == GROUP_VALUE && !lmdb && !stopping() &&
+        if (g == GROUP_VALUE && !lmdb && !must_stop() &&
             bench_selected(&b->o, "value/ycsb-a/uniform/1proc"))
             run_scaling(b, 1);
     }

@@ -38,7 +38,7 @@ static void usage(FILE *f)
     fprintf(f, "  %-10s %s\n", "all", "every bench above");
 }
 
-static int run(int argc, char **argv)
+static int run_bench(int argc, char **argv)
 {
     if (argc < 2 || tool_wants_help(2, argv)) {
         usage(argc < 2 ? stderr : stdout);
@@ -64,7 +64,7 @@ int main(int argc, char **argv)
     int n;
     char **split = tool_split_equals(argc, argv, &n);
     if (!split) return tool_fail("arguments", -ENOMEM);
-    int rc = run(n, split);
+    int rc = run_bench(n, split);
     free(split);
     return rc;
 }

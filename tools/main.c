@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * stash.c: the `stash` command's entry point: finds the subcommand and runs it.
+ * main.c: the `stash` command's entry point: finds the subcommand and runs it.
  */
 #include <errno.h>
 #include <stdio.h>
