@@ -18,8 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backends/checkpoint/ckpt.h"
-#include "backends/checkpoint/ckpt_restore.h"
+#include "backends/checkpoint/checkpoints.h"
 #include "tests/helpers.h"
 
 #define KGS 8u

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backends/checkpoint/ckpt.h"
+#include "backends/checkpoint/checkpoints.h"
 #include "tests/helpers.h"
 
 #define KGS 4u

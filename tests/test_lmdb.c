@@ -20,8 +20,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backends/checkpoint/ckpt.h"
-#include "backends/checkpoint/ckpt_restore.h"
+#include "backends/checkpoint/checkpoints.h"
 #include "backends/lmdb/lmdb.h"
 #include "tests/helpers.h"
 

@@ -143,6 +143,24 @@ static void stop_service(const char *name, pid_t pid)
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the engine ended with status %#x", st);
 }
 
+/* Waits until worker index has passed a barrier after now: it ran on. */
+static void wait_barrier_after_now(stash_arena *a, uint32_t index)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    stash_worker_info w[8];
+    size_t k = 0;
+    for (int tries = 0; tries < 15000; tries++) {
+        stash_registry_list(a, w, 8, &k);
+        for (size_t i = 0; i < k && i < 8; i++)
+            if (w[i].index == index && w[i].state == STASH_WORKER_LIVE && w[i].heartbeat_ns > now)
+                return;
+        usleep(1000);
+    }
+    cr_assert_fail("worker %u passed no barrier in 15 s", index);
+}
+
 static void wait_live(const char *name, uint32_t n)
 {
     stash_arena *a;
@@ -458,7 +476,7 @@ Test(service, a_killed_worker_is_replaced_live_or_rolled_back, .timeout = 240)
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
     stash_checkpoint_info info;
     cr_assert_eq(stash_checkpoint(a, 0, &info), 0, "%s", stash_errmsg());
-    usleep(20000);
+    wait_barrier_after_now(a, 1);
     kill(pids[1], SIGKILL);
     cr_assert_eq(test_wait(pids[1]), 128 + SIGKILL);
     /* A replacement goes on from the live state (its operator state from the
@@ -467,7 +485,7 @@ Test(service, a_killed_worker_is_replaced_live_or_rolled_back, .timeout = 240)
     wait_live(name, 2);
     cr_assert_eq(stash_checkpoint(a, 0, &info), 0, "%s", stash_errmsg());
     uint64_t good = info.id;
-    usleep(20000);
+    wait_barrier_after_now(a, 1);
     kill(pids[1], SIGKILL);
     test_wait(pids[1]);
     /* A replacement that rolls back: its key groups and offset as of the

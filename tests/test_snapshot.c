@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/checkpoint/snapshot.h"
+#include "backends/checkpoint/checkpoints.h"
 #include "tests/helpers.h"
 
 #define KGS 16u

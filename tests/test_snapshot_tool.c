@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/checkpoint/ckpt.h"
+#include "backends/checkpoint/checkpoints.h"
 #include "tests/helpers.h"
 
 static char dir[128];

@@ -11,8 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/checkpoint/ckpt.h"
-#include "backends/checkpoint/ckpt_restore.h"
+#include "backends/checkpoint/checkpoints.h"
 #include "backends/lmdb/lmdb.h"
 #include "tests/helpers.h"
 

@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "backends/checkpoint/ckpt.h"
+#include "backends/checkpoint/checkpoints.h"
 #include "tools/tools.h"
 
 static const char usage[] =

@@ -14,8 +14,7 @@
 #ifndef STASH_SERVICE_H
 #define STASH_SERVICE_H
 
-#include "backends/checkpoint/ckpt.h"
-#include "backends/checkpoint/ckpt_restore.h"
+#include "backends/checkpoint/checkpoints.h"
 
 /* Rolls the worker's key groups and operator state back to the newest
  * complete checkpoint of the service's directory, once a checkpoint its

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/checkpoint/snapshot.h"
+#include "backends/checkpoint/checkpoints.h"
 #include "include/stash.h"
 
 #define MAXP 128u

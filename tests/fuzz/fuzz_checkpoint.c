@@ -13,8 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/checkpoint/ckpt.h"
-#include "backends/checkpoint/ckpt_restore.h"
+#include "backends/checkpoint/checkpoints.h"
 #include "shm/shm.h"
 #include "tests/fuzz/fuzz_common.h"
 

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backends/checkpoint/snapshot.h"
+#include "backends/checkpoint/checkpoints.h"
 #include "include/stash.h"
 
 static char root[128];

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "backends/checkpoint/snapshot.h"
+#include "backends/checkpoint/checkpoints.h"
 #include "include/stash.h"
 #include "tests/fuzz/fuzz_common.h"
 

@@ -17,8 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backends/checkpoint/ckpt.h"
-#include "backends/checkpoint/ckpt_restore.h"
+#include "backends/checkpoint/checkpoints.h"
 #include "backends/state/state.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/peers.h"

@@ -1,0 +1,14 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * checkpoints.h: the checkpoint layer's one header for the layers above it
+ * (the engine, the tools, the tests): snapshot blocks (snapshot.h),
+ * reading a checkpoint directory (ckpt_read.h), writing and retaining
+ * checkpoints (ckpt.h) and restoring them (ckpt_restore.h).
+ */
+#ifndef STASH_CHECKPOINTS_H
+#define STASH_CHECKPOINTS_H
+
+#include "backends/checkpoint/ckpt.h"
+#include "backends/checkpoint/ckpt_restore.h"
+
+#endif /* STASH_CHECKPOINTS_H */
