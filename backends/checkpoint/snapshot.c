@@ -61,12 +61,14 @@ typedef struct writer {
 static int write_record(void *ctx, const store_record *r)
 {
     writer *w = ctx;
-    store_record kept = *r;
+    store_record kept;
     if (w->filter) {
+        kept = *r;
         int keep = w->filter->fn(w->filter->ctx, r->state, &kept.value, &kept.vlen, &w->scratch);
         if (keep <= 0) return keep;
+        r = &kept;
     }
-    int rc = block_add(w->out, &kept);
+    int rc = block_add(w->out, r);
     if (rc == 0) w->records++;
     return rc;
 }
