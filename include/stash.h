@@ -264,6 +264,7 @@ typedef enum stash_kind {
     STASH_OP_LIST = 6,      /* operator ListState: split evenly on restore at another parallelism */
     STASH_OP_UNION = 7,     /* operator UnionListState: every worker gets the whole list */
     STASH_OP_BROADCAST = 8, /* BroadcastState: a map, the same on every worker */
+    STASH_TIMERS = 9,       /* a timer service's timers (stash_timers_get), keyed state */
 } stash_kind;
 
 /* TTL, as Flink's StateTtlConfig. */
@@ -437,6 +438,67 @@ STASH_API int stash_iter_remove(stash_iter *it);
 /* MapState iterator: sets the value of the entry last returned by
  * stash_iter_next (Flink's entry.setValue); the iteration goes on. */
 STASH_API int stash_iter_set_value(stash_iter *it, const void *value, size_t len);
+
+/* ------------------------------------------------------------------------ */
+/* Timers (Flink's InternalTimerService): per key and namespace, in event
+ * time (fired as a watermark passes them) or processing time (fired as the
+ * worker's clock does). A timer is keyed state of its key's key group: the
+ * key group's owner registers and fires it, checkpoints and restores carry
+ * it as they carry state. */
+
+typedef struct stash_timers stash_timers;
+
+typedef enum stash_time_domain {
+    STASH_EVENT_TIME = 0,
+    STASH_PROCESSING_TIME = 1,
+} stash_time_domain;
+
+/* A timer: its domain, time, key and namespace. */
+typedef struct stash_timer {
+    stash_time_domain domain;
+    uint64_t timestamp;
+    stash_bytes key;
+    stash_bytes ns;
+} stash_timer;
+
+/* Called for each timer that fires, with its key the worker's current key
+ * (the handler reads and clears state through it, and may register
+ * timers); the views last until it returns. A negative return stops the
+ * firing and is returned. */
+typedef int stash_timer_fn(const stash_timer *timer, void *ctx);
+
+/* The worker's timer service called name, registered in the arena's
+ * catalog on first use (a state of kind STASH_TIMERS: no state may take its
+ * name); the same handle for the same name. Its timers are those of the
+ * worker's key groups. */
+STASH_API int stash_timers_get(stash_worker *worker, const char *name, stash_timers **out);
+
+/* Registers a timer for the current key in namespace ns at timestamp. The
+ * same (domain, key, namespace, timestamp) registered twice is one timer. */
+STASH_API int stash_timer_register(stash_timers *timers, stash_time_domain domain, const void *ns,
+                                   size_t nslen, uint64_t timestamp);
+
+/* Deletes the current key's timer in namespace ns at timestamp; an absent
+ * one is no error. */
+STASH_API int stash_timer_delete(stash_timers *timers, stash_time_domain domain, const void *ns,
+                                 size_t nslen, uint64_t timestamp);
+
+/* Event time: raises the service's watermark to watermark (it never goes
+ * back) and fires, in timestamp order, every event-time timer at or before
+ * it, those the handler registers meanwhile included. Timers of one
+ * timestamp fire in the order of their key group, key and namespace.
+ * Returns the timers fired or the first error. */
+STASH_API int64_t stash_timers_advance(stash_timers *timers, uint64_t watermark, stash_timer_fn *fn,
+                                       void *ctx);
+
+/* Processing time: fires, as stash_timers_advance() does, every
+ * processing-time timer at or before the worker's clock now
+ * (stash_worker_opts.clock, milliseconds). */
+STASH_API int64_t stash_timers_poll(stash_timers *timers, stash_timer_fn *fn, void *ctx);
+
+/* The service's watermark: the highest stash_timers_advance() was given,
+ * 0 before the first. */
+STASH_API uint64_t stash_timers_watermark(const stash_timers *timers);
 
 /* ------------------------------------------------------------------------ */
 /* Operator state: per worker, not per key (Flink's operator state). A worker

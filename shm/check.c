@@ -484,7 +484,7 @@ int shm_check_attach(const stash_arena *a)
         const shm_catalog_entry *e = &a->catalog[i];
         if (atomic_load(&e->used) > 1 ||
             (atomic_load(&e->used) &&
-             (!memchr(e->name, 0, sizeof e->name) || e->kind == 0 || e->kind > STASH_OP_BROADCAST)))
+             (!memchr(e->name, 0, sizeof e->name) || e->kind == 0 || e->kind > STASH_TIMERS)))
             return shm_fail(STASH_ECORRUPT, "%s: state catalog entry %u is not one", a->path, i);
     }
     return 0;

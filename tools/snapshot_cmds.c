@@ -35,8 +35,8 @@ static const char usage[] =
 
 static const char *kind_name(unsigned kind)
 {
-    static const char *names[] = {"?",           "value",   "list",     "map",      "reducing",
-                                  "aggregating", "op-list", "op-union", "broadcast"};
+    static const char *names[] = {"?",           "value",   "list",     "map",       "reducing",
+                                  "aggregating", "op-list", "op-union", "broadcast", "timers"};
     return kind < sizeof names / sizeof names[0] ? names[kind] : "?";
 }
 

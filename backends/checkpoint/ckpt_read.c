@@ -152,7 +152,7 @@ static int parse_opstate(ckpt_view *v, uint64_t at, uint64_t end)
 
 /* Whether a state's options are ones a registration makes (docs/format.md):
  * an update type and a visibility of 0 or 1, a flag of 0 or 1, zeros after
- * them, and no TTL on operator state. */
+ * them, and no TTL on operator state or timers. */
 static bool options_valid(const ckpt_state *s)
 {
     uint64_t ttl_ms;
@@ -160,7 +160,7 @@ static bool options_valid(const ckpt_state *s)
     if (s->options[8] > 1 || s->options[9] > 1 || s->options[10] > 1) return false;
     for (size_t i = 11; i < sizeof s->options; i++)
         if (s->options[i]) return false;
-    return !(opstate_kind((stash_kind)s->kind) && ttl_ms);
+    return !((opstate_kind((stash_kind)s->kind) || s->kind == STASH_TIMERS) && ttl_ms);
 }
 
 static int parse_metadata(ckpt_view *v)
@@ -205,7 +205,7 @@ static int parse_metadata(ckpt_view *v)
             s.name[0] == 0 || twice)
             return shm_fail(STASH_ECORRUPT, "%s: offset %zu: a bad or repeated state entry", path,
                             sizeof h + i * sizeof(ckpt_state));
-        if (s.kind < STASH_VALUE || s.kind > STASH_OP_BROADCAST)
+        if (s.kind < STASH_VALUE || s.kind > STASH_TIMERS)
             return shm_fail(STASH_ECORRUPT, "%s: offset %zu: state '%s' of kind %u, which is none",
                             path, sizeof h + i * sizeof(ckpt_state), s.name, s.kind);
         if (!options_valid(&s))
@@ -428,6 +428,8 @@ static int check_record(void *ctx, uint32_t kg, const snap_record *r)
                 ok = list_bytes_valid(r->value, r->vlen, ttl);
             else if (s.kind == STASH_MAP)
                 ok = map_bytes_valid(r->value, r->vlen, ttl);
+            else if (s.kind == STASH_TIMERS)
+                ok = timer_record_valid(r->ns, r->nslen, r->vlen);
             else
                 ok = !ttl || r->vlen >= TTL_BYTES;
         }

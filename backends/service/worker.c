@@ -121,6 +121,7 @@ static void free_states(stash_state *s)
 static void free_worker(stash_worker *w)
 {
     stash_arena_close(w->arena);
+    timers_free_all(w);
     free_states(w->states);
     free(w->op_blobs);
     free(w->op_mem);

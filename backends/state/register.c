@@ -24,6 +24,9 @@ static void options_bytes(const stash_state_desc *d, uint8_t out[32])
 static int check_desc(const stash_state_desc *d)
 {
     if (!d || !d->name) return shm_fail(-EINVAL, "a state needs a name");
+    if (d->kind == STASH_TIMERS)
+        return shm_fail(-EINVAL, "state '%s': a timer service comes from stash_timers_get",
+                        d->name);
     if (d->kind < STASH_VALUE || d->kind > STASH_OP_BROADCAST)
         return shm_fail(-EINVAL, "state '%s': unknown kind %d", d->name, (int)d->kind);
     if (d->kind == STASH_REDUCING && !d->reduce)
@@ -41,13 +44,10 @@ static int check_desc(const stash_state_desc *d)
     return 0;
 }
 
-STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc, stash_state **out)
+/* The worker's handle on the state desc names, registered if need be. */
+static int get_state(stash_worker *worker, const stash_state_desc *desc, stash_state **out)
 {
-    shm_clear_error();
-    if (!worker || !desc || !out) return shm_refuse_null(__func__, "worker, desc or out");
-    if (worker->forked) return worker_refuse_forked(worker, __func__);
-    int rc = check_desc(desc);
-    if (rc) return rc;
+    int rc = 0;
     /* Registered already by this worker: the same state, as Flink hands out
      * one state object per name (a second copy of operator state would
      * diverge from the first and be merged with it at the next cut). */
@@ -101,4 +101,18 @@ STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc
     worker->ttl_every_record |= state_has_ttl(s) && desc->ttl.cleanup_every_record;
     *out = s;
     return 0;
+}
+
+STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc, stash_state **out)
+{
+    shm_clear_error();
+    if (!worker || !desc || !out) return shm_refuse_null(__func__, "worker, desc or out");
+    if (worker->forked) return worker_refuse_forked(worker, __func__);
+    int rc = check_desc(desc);
+    return rc ? rc : get_state(worker, desc, out);
+}
+
+int state_get_timers(stash_worker *worker, const char *name, stash_state **out)
+{
+    return get_state(worker, &(stash_state_desc){.name = name, .kind = STASH_TIMERS}, out);
 }

@@ -43,6 +43,7 @@ struct stash_worker {
     bool one_step_key;
     uint64_t writes; /* every write by this worker: invalidates its iterators */
     struct stash_state *states;
+    struct stash_timers *timers; /* the worker's timer services (timers.c) */
     uint32_t parallelism;
     uint64_t cut_id;       /* the newest checkpoint this worker cut */
     uint64_t seen_done;    /* the newest completion reported by stash_barrier */
@@ -351,6 +352,17 @@ bool map_drop_expired(uint8_t *m, size_t len, uint64_t ttl_ms, uint64_t now);
  * if ttl): what a restore checks before it trusts a checkpoint's values. */
 bool list_bytes_valid(const uint8_t *v, size_t len, bool ttl);
 bool map_bytes_valid(const uint8_t *v, size_t len, bool ttl);
+
+/* Timers (timers.c): a timer is a record of its service's state (kind
+ * STASH_TIMERS) under the timer's key, its namespace the domain (1 byte)
+ * and the timestamp (8, big-endian) before the user's, its value empty. */
+#define TIMER_NS_PREFIX 9u
+/* Whether a record's namespace and value length are a timer's. */
+bool timer_record_valid(const uint8_t *ns, size_t nslen, uint32_t vlen);
+/* The worker's handle on the timer service name's state (register.c). */
+int state_get_timers(stash_worker *worker, const char *name, stash_state **out);
+/* Frees the worker's timer services. */
+void timers_free_all(stash_worker *w);
 
 /* Iterators (iter.c): the layout behind stash_iter. */
 enum { ITER_LIST = 1, ITER_MAP = 2, ITER_KEYS = 3 };

@@ -1,0 +1,340 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * timers.c: timer services (Flink's InternalTimerService). A timer is a
+ * record of its key's key group in the worker's store (state.h says how it
+ * is named), so registering twice is one timer, and checkpoints, restores,
+ * rescales and rollbacks carry timers as they carry state. Which timer is
+ * due next is the worker's own knowledge: a min-heap per time domain in
+ * its private memory, built from the records of its key groups when the
+ * service is first used. A deleted timer stays in the heap until it comes
+ * up (it then finds no record and is dropped) or the heap is rebuilt.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/state/state.h"
+
+/* A timer in a heap: its time, key group, key and the user's namespace. */
+typedef struct timer_entry {
+    uint64_t ts;
+    uint32_t kg;
+    uint16_t klen;
+    uint16_t nslen;
+    uint8_t bytes[]; /* the key, then the namespace */
+} timer_entry;
+
+typedef struct timer_heap {
+    timer_entry **e;
+    size_t n, cap;
+} timer_heap;
+
+struct stash_timers {
+    stash_state *state;
+    struct stash_timers *next;
+    uint64_t watermark;
+    timer_heap heap[2]; /* per stash_time_domain */
+    size_t stale[2];    /* deleted timers still in the heap */
+    uint8_t *ns;        /* an encoded namespace */
+    size_t ns_cap;
+};
+
+/* More deleted timers than this beyond the live ones rebuild the heaps. */
+#define STALE_SLACK 1024u
+
+bool timer_record_valid(const uint8_t *ns, size_t nslen, uint32_t vlen)
+{
+    return vlen == 0 && nslen >= TIMER_NS_PREFIX && ns[0] <= STASH_PROCESSING_TIME;
+}
+
+static uint64_t get_be64(const uint8_t *p)
+{
+    uint64_t x = 0;
+    for (int i = 0; i < 8; i++) x = x << 8 | p[i];
+    return x;
+}
+
+static void put_be64(uint8_t *p, uint64_t x)
+{
+    for (int i = 7; i >= 0; i--, x >>= 8) p[i] = (uint8_t)x;
+}
+
+/* ---- the heaps ------------------------------------------------------------ */
+
+/* Timestamp order; ties in key group, key and namespace order. */
+static int entry_cmp(const timer_entry *a, const timer_entry *b)
+{
+    if (a->ts != b->ts) return a->ts < b->ts ? -1 : 1;
+    if (a->kg != b->kg) return a->kg < b->kg ? -1 : 1;
+    size_t an = (size_t)a->klen + a->nslen, bn = (size_t)b->klen + b->nslen;
+    if (a->klen != b->klen) return a->klen < b->klen ? -1 : 1;
+    int c = memcmp(a->bytes, b->bytes, an < bn ? an : bn);
+    return c ? c : (an > bn) - (an < bn);
+}
+
+static void swap(timer_heap *h, size_t i, size_t j)
+{
+    timer_entry *t = h->e[i];
+    h->e[i] = h->e[j];
+    h->e[j] = t;
+}
+
+static int heap_push(timer_heap *h, timer_entry *x)
+{
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 64;
+        timer_entry **grown = realloc(h->e, cap * sizeof *grown);
+        if (!grown) return -ENOMEM;
+        h->e = grown;
+        h->cap = cap;
+    }
+    size_t i = h->n++;
+    h->e[i] = x;
+    while (i > 0 && entry_cmp(h->e[i], h->e[(i - 1) / 2]) < 0) {
+        swap(h, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+    return 0;
+}
+
+static timer_entry *heap_pop(timer_heap *h)
+{
+    timer_entry *top = h->e[0];
+    h->e[0] = h->e[--h->n];
+    for (size_t i = 0;;) {
+        size_t l = 2 * i + 1, m = i;
+        if (l < h->n && entry_cmp(h->e[l], h->e[m]) < 0) m = l;
+        if (l + 1 < h->n && entry_cmp(h->e[l + 1], h->e[m]) < 0) m = l + 1;
+        if (m == i) break;
+        swap(h, i, m);
+        i = m;
+    }
+    return top;
+}
+
+static void heap_clear(timer_heap *h)
+{
+    for (size_t i = 0; i < h->n; i++) free(h->e[i]);
+    h->n = 0;
+}
+
+/* Adds a timer of key group kg to its domain's heap. */
+static int push_timer(stash_timers *t, stash_time_domain d, uint64_t ts, uint32_t kg,
+                      const void *key, size_t klen, const void *ns, size_t nslen)
+{
+    timer_entry *x = malloc(sizeof *x + klen + nslen);
+    if (!x) return shm_fail(-ENOMEM, "out of memory");
+    *x = (timer_entry){ts, kg, (uint16_t)klen, (uint16_t)nslen};
+    if (klen) memcpy(x->bytes, key, klen);
+    if (nslen) memcpy(x->bytes + klen, ns, nslen);
+    if (heap_push(&t->heap[d], x) < 0) {
+        free(x);
+        return shm_fail(-ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+/* Rebuilds both heaps from the timer records of the worker's key groups. */
+static int rebuild(stash_timers *t)
+{
+    stash_state *s = t->state;
+    store *st = s->w->store;
+    heap_clear(&t->heap[0]);
+    heap_clear(&t->heap[1]);
+    t->stale[0] = t->stale[1] = 0;
+    uint8_t *after = NULL;
+    size_t after_cap = 0;
+    int rc = 0;
+    for (uint32_t kg = s->w->range.first; rc == 0 && kg <= s->w->range.last; kg++) {
+        store_walk walk = {0};
+        store_entry e;
+        while (rc == 0 && (rc = st->ops->next(st, kg, s->id, &walk, &e)) == 1) {
+            rc = 0;
+            if (e.resume.len) {
+                if (shm_reserve(&after, &after_cap, e.resume.len) < 0) {
+                    rc = shm_fail(-ENOMEM, "out of memory");
+                    break;
+                }
+                memcpy(after, e.resume.data, e.resume.len);
+                walk.after = after;
+                walk.after_len = e.resume.len;
+            }
+            const uint8_t *ns = e.ns.data;
+            if (!timer_record_valid(ns, e.ns.len, (uint32_t)e.value.len))
+                continue; /* a restore checked every record: none is here */
+            rc = push_timer(t, (stash_time_domain)ns[0], get_be64(ns + 1), kg, e.key.data,
+                            e.key.len, ns + TIMER_NS_PREFIX, e.ns.len - TIMER_NS_PREFIX);
+        }
+    }
+    free(after);
+    return rc < 0 ? rc : 0;
+}
+
+/* ---- the service ---------------------------------------------------------- */
+
+STASH_API int stash_timers_get(stash_worker *worker, const char *name, stash_timers **out)
+{
+    shm_clear_error();
+    if (!worker || !name || !out) return shm_refuse_null(__func__, "worker, name or out");
+    if (worker->forked) return worker_refuse_forked(worker, __func__);
+    stash_state *s;
+    int rc = state_get_timers(worker, name, &s);
+    if (rc) return rc;
+    for (stash_timers *t = worker->timers; t; t = t->next)
+        if (t->state == s) {
+            *out = t;
+            return 0;
+        }
+    stash_timers *t = calloc(1, sizeof *t);
+    if (!t) return shm_fail(-ENOMEM, "out of memory");
+    t->state = s;
+    if ((rc = rebuild(t)) < 0) {
+        heap_clear(&t->heap[0]);
+        heap_clear(&t->heap[1]);
+        free(t->heap[0].e);
+        free(t->heap[1].e);
+        free(t);
+        return rc;
+    }
+    t->next = worker->timers;
+    worker->timers = t;
+    *out = t;
+    return 0;
+}
+
+void timers_free_all(stash_worker *w)
+{
+    while (w->timers) {
+        stash_timers *t = w->timers;
+        w->timers = t->next;
+        for (int d = 0; d < 2; d++) {
+            heap_clear(&t->heap[d]);
+            free(t->heap[d].e);
+        }
+        free(t->ns);
+        free(t);
+    }
+}
+
+/* The lookup of the current key's timer (d, ns, ts), its namespace encoded
+ * into t->ns. */
+static int timer_lookup(stash_timers *t, stash_time_domain d, const void *ns, size_t nslen,
+                        uint64_t ts, shm_lookup *l)
+{
+    if (nslen > UINT16_MAX - TIMER_NS_PREFIX)
+        return shm_fail(-EINVAL, "a timer namespace of %zu bytes", nslen);
+    if (shm_reserve(&t->ns, &t->ns_cap, TIMER_NS_PREFIX + nslen) < 0)
+        return shm_fail(-ENOMEM, "out of memory");
+    t->ns[0] = (uint8_t)d;
+    put_be64(t->ns + 1, ts);
+    if (nslen) memcpy(t->ns + TIMER_NS_PREFIX, ns, nslen);
+    return state_lookup_ns(t->state, t->ns, (uint16_t)(TIMER_NS_PREFIX + nslen), l);
+}
+
+static int check_call(const stash_timers *t, stash_time_domain d, const void *ns, size_t nslen,
+                      const char *fn)
+{
+    if (!t) return shm_refuse_null(fn, "timers");
+    if (shm_null_bytes(ns, nslen)) return shm_refuse_null(fn, "ns");
+    if (d != STASH_EVENT_TIME && d != STASH_PROCESSING_TIME)
+        return shm_fail(-EINVAL, "%s: unknown time domain %d", fn, (int)d);
+    if (t->state->w->forked) return worker_refuse_forked(t->state->w, fn);
+    return 0;
+}
+
+STASH_API int stash_timer_register(stash_timers *timers, stash_time_domain domain, const void *ns,
+                                   size_t nslen, uint64_t timestamp)
+{
+    int rc = check_call(timers, domain, ns, nslen, __func__);
+    shm_lookup l;
+    shm_cursor c;
+    if (!rc) rc = timer_lookup(timers, domain, ns, nslen, timestamp, &l);
+    if (rc) return rc;
+    stash_state *s = timers->state;
+    if (!state_owns(s, l.kg)) return state_refuse_write(s, l.kg);
+    if ((rc = state_find_write(s, &l, &c)) < 0) return rc;
+    if (shm_rec_live(c.rec)) return 0; /* registered already */
+    if ((rc = state_write(s, &l, &c, "", 0)) < 0) return rc;
+    return push_timer(timers, domain, timestamp, l.kg, l.key, l.klen, ns, nslen);
+}
+
+STASH_API int stash_timer_delete(stash_timers *timers, stash_time_domain domain, const void *ns,
+                                 size_t nslen, uint64_t timestamp)
+{
+    int rc = check_call(timers, domain, ns, nslen, __func__);
+    shm_lookup l;
+    shm_cursor c;
+    if (!rc) rc = timer_lookup(timers, domain, ns, nslen, timestamp, &l);
+    if (rc) return rc;
+    stash_state *s = timers->state;
+    if (!state_owns(s, l.kg)) return state_refuse_write(s, l.kg);
+    if ((rc = state_find_write(s, &l, &c)) < 0) return rc;
+    if (!shm_rec_live(c.rec)) return 0;
+    if ((rc = state_delete(s, &l, &c)) < 0) return rc;
+    timer_heap *h = &timers->heap[domain];
+    if (++timers->stale[domain] > h->n / 2 + STALE_SLACK) return rebuild(timers);
+    return 0;
+}
+
+/* Takes timer x of domain d off the store if it is still registered: sets
+ * its key as the worker's current key and deletes its record. Returns 1
+ * if it was, 0 if it had been deleted, or an error. */
+static int take(stash_timers *t, stash_time_domain d, const timer_entry *x)
+{
+    stash_worker *w = t->state->w;
+    int rc = stash_key_set(w, x->bytes, x->klen);
+    shm_lookup l;
+    shm_cursor c;
+    if (!rc) rc = timer_lookup(t, d, x->bytes + x->klen, x->nslen, x->ts, &l);
+    if (!rc) rc = state_find_write(t->state, &l, &c);
+    if (rc < 0) return rc;
+    if (!shm_rec_live(c.rec)) {
+        if (t->stale[d]) t->stale[d]--;
+        return 0;
+    }
+    rc = state_delete(t->state, &l, &c);
+    return rc < 0 ? rc : 1;
+}
+
+/* Fires every timer of domain d at or before limit, in order. */
+static int64_t fire(stash_timers *t, stash_time_domain d, uint64_t limit, stash_timer_fn *fn,
+                    void *ctx)
+{
+    timer_heap *h = &t->heap[d];
+    int64_t fired = 0;
+    while (h->n > 0 && h->e[0]->ts <= limit) {
+        timer_entry *x = heap_pop(h);
+        int rc = take(t, d, x);
+        if (rc == 1) {
+            stash_timer timer = {d, x->ts, {x->bytes, x->klen}, {x->bytes + x->klen, x->nslen}};
+            fired++;
+            rc = fn(&timer, ctx);
+        }
+        free(x);
+        if (rc < 0) return rc;
+    }
+    return fired;
+}
+
+STASH_API int64_t stash_timers_advance(stash_timers *timers, uint64_t watermark, stash_timer_fn *fn,
+                                       void *ctx)
+{
+    shm_clear_error();
+    if (!timers || !fn) return shm_refuse_null(__func__, "timers or fn");
+    if (timers->state->w->forked) return worker_refuse_forked(timers->state->w, __func__);
+    if (watermark > timers->watermark) timers->watermark = watermark;
+    return fire(timers, STASH_EVENT_TIME, timers->watermark, fn, ctx);
+}
+
+STASH_API int64_t stash_timers_poll(stash_timers *timers, stash_timer_fn *fn, void *ctx)
+{
+    shm_clear_error();
+    if (!timers || !fn) return shm_refuse_null(__func__, "timers or fn");
+    if (timers->state->w->forked) return worker_refuse_forked(timers->state->w, __func__);
+    return fire(timers, STASH_PROCESSING_TIME, worker_clock_ms(timers->state->w), fn, ctx);
+}
+
+STASH_API uint64_t stash_timers_watermark(const stash_timers *timers)
+{
+    return timers ? timers->watermark : 0;
+}

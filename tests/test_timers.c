@@ -1,0 +1,316 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_timers.c: timer services as Flink's InternalTimerService behaves:
+ * dedup, deletion, firing in timestamp order (ties by key group, key and
+ * namespace), timers registered while firing, the handler's current key,
+ * processing time by the worker's clock, the watermark, and timers carried
+ * by a checkpoint into another arena. Runs on both backends.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/checkpoint/checkpoints.h"
+#include "tests/helpers.h"
+
+#define KGS 8u
+
+static uint64_t fake_now;
+static uint64_t fake_clock(void *ctx)
+{
+    (void)ctx;
+    return fake_now;
+}
+
+static char arena_name[96];
+static stash_arena *arena;
+static stash_worker *w;
+static stash_timers *tm;
+
+static void setup(void)
+{
+    fake_now = 1000;
+    arena = test_arena_create("timers", 32u << 20, KGS, arena_name);
+    cr_assert_eq(stash_worker_open(arena_name,
+                                   &(stash_worker_opts){.parallelism = 1, .clock = fake_clock}, &w),
+                 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_timers_get(w, "windows", &tm), 0, "%s", stash_errmsg());
+}
+
+static void teardown(void)
+{
+    cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
+    stash_worker_close(w);
+    stash_arena_close(arena);
+    stash_arena_destroy(arena_name, NULL);
+}
+
+TestSuite(timers, .init = setup, .fini = teardown);
+
+/* What fired, in order. */
+typedef struct fired {
+    size_t n;
+    uint64_t ts[64];
+    uint64_t key[64];
+    char ns[64][16];
+    stash_time_domain domain[64];
+} fired;
+
+static int record(const stash_timer *t, void *ctx)
+{
+    fired *f = ctx;
+    cr_assert_lt(f->n, 64u);
+    cr_assert_eq(t->key.len, 8u);
+    cr_assert_lt(t->ns.len, 16u);
+    f->ts[f->n] = t->timestamp;
+    f->key[f->n] = test_u64(t->key.data);
+    memcpy(f->ns[f->n], t->ns.data, t->ns.len);
+    f->ns[f->n][t->ns.len] = 0;
+    f->domain[f->n] = t->domain;
+    f->n++;
+    return 0;
+}
+
+static void set_key(uint64_t k)
+{
+    cr_assert_eq(stash_key_set(w, &k, sizeof k), 0, "%s", stash_errmsg());
+}
+
+static void reg(uint64_t k, const char *ns, uint64_t ts)
+{
+    set_key(k);
+    cr_assert_eq(stash_timer_register(tm, STASH_EVENT_TIME, ns, strlen(ns), ts), 0, "%s",
+                 stash_errmsg());
+}
+
+Test(timers, a_timer_registered_twice_fires_once)
+{
+    reg(1, "w", 100);
+    reg(1, "w", 100);
+    fired f = {0};
+    cr_assert_eq(stash_timers_advance(tm, 100, record, &f), 1);
+    cr_assert_eq(f.n, 1u);
+    cr_assert_eq(f.ts[0], 100u);
+    cr_assert_eq(f.key[0], 1u);
+    cr_assert_str_eq(f.ns[0], "w");
+    cr_assert_eq(f.domain[0], STASH_EVENT_TIME);
+    cr_assert_eq(stash_timers_advance(tm, 1000, record, &f), 0, "a fired timer is gone");
+}
+
+Test(timers, a_deleted_timer_does_not_fire_and_deleting_an_absent_one_is_no_error)
+{
+    reg(1, "w", 100);
+    reg(2, "w", 100);
+    set_key(1);
+    cr_assert_eq(stash_timer_delete(tm, STASH_EVENT_TIME, "w", 1, 100), 0);
+    cr_assert_eq(stash_timer_delete(tm, STASH_EVENT_TIME, "w", 1, 100), 0);
+    cr_assert_eq(stash_timer_delete(tm, STASH_EVENT_TIME, "v", 1, 7), 0);
+    cr_assert_eq(stash_timer_delete(tm, STASH_PROCESSING_TIME, "w", 1, 100), 0);
+    fired f = {0};
+    cr_assert_eq(stash_timers_advance(tm, 500, record, &f), 1);
+    cr_assert_eq(f.key[0], 2u);
+    /* Registered again after its deletion: one timer again. */
+    reg(1, "w", 600);
+    set_key(1);
+    cr_assert_eq(stash_timer_delete(tm, STASH_EVENT_TIME, "w", 1, 600), 0);
+    reg(1, "w", 600);
+    f.n = 0;
+    cr_assert_eq(stash_timers_advance(tm, 600, record, &f), 1);
+}
+
+Test(timers, timers_fire_in_timestamp_order_and_ties_by_key_group_key_and_namespace)
+{
+    /* Keys of several key groups, registered out of order, ties included. */
+    uint64_t ts[] = {30, 10, 20, 10, 30, 10};
+    for (uint64_t k = 0; k < 6; k++) reg(k, "a", ts[k]);
+    reg(3, "b", 10);
+    fired f = {0};
+    cr_assert_eq(stash_timers_advance(tm, 25, record, &f), 5);
+    for (size_t i = 1; i < f.n; i++) {
+        cr_assert_leq(f.ts[i - 1], f.ts[i]);
+        if (f.ts[i - 1] != f.ts[i]) continue;
+        uint64_t k0 = f.key[i - 1], k1 = f.key[i];
+        uint32_t kg0 = (uint32_t)(stash_hash(&k0, 8) % KGS),
+                 kg1 = (uint32_t)(stash_hash(&k1, 8) % KGS);
+        cr_assert(kg0 < kg1 || (kg0 == kg1 && memcmp(&k0, &k1, 8) < 0) ||
+                      (k0 == k1 && strcmp(f.ns[i - 1], f.ns[i]) < 0),
+                  "ties out of order at %zu", i);
+    }
+    cr_assert_eq(f.ts[4], 20u);
+    f.n = 0;
+    cr_assert_eq(stash_timers_advance(tm, 30, record, &f), 2);
+}
+
+/* Registers a timer at the watermark and one past it when the first timer
+ * fires (a handler that registered its own timer again at the watermark
+ * would fire forever, in Flink as here). */
+static int register_more(const stash_timer *t, void *ctx)
+{
+    record(t, ctx);
+    if (t->ns.len == 1) {
+        stash_timer_register(tm, STASH_EVENT_TIME, "again", 5, 100);
+        stash_timer_register(tm, STASH_EVENT_TIME, "later", 5, 101);
+    }
+    return 0;
+}
+
+Test(timers, a_timer_registered_while_firing_at_or_before_the_watermark_fires_in_the_same_advance)
+{
+    reg(7, "w", 100);
+    fired f = {0};
+    cr_assert_eq(stash_timers_advance(tm, 100, register_more, &f), 2);
+    cr_assert_str_eq(f.ns[1], "again");
+    cr_assert_eq(f.key[1], 7u, "registered under the firing timer's key");
+    f.n = 0;
+    cr_assert_eq(stash_timers_advance(tm, 101, record, &f), 1);
+    cr_assert_str_eq(f.ns[0], "later");
+}
+
+static stash_state *count;
+
+/* Reads and clears the firing key's count, as a window's end does. */
+static int emit_count(const stash_timer *t, void *ctx)
+{
+    uint64_t *sum = ctx;
+    stash_bytes v;
+    int rc = stash_value_get(count, &v);
+    if (rc) return rc;
+    *sum += test_u64(v.data) * 1000 + test_u64(t->key.data);
+    return stash_state_clear(count);
+}
+
+Test(timers, the_handler_has_the_timers_key_current_and_reads_and_clears_its_state)
+{
+    cr_assert_eq(
+        stash_state_get(w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE}, &count), 0);
+    for (uint64_t k = 1; k <= 3; k++) {
+        set_key(k);
+        uint64_t n = k * 10;
+        cr_assert_eq(stash_value_put(count, &n, sizeof n), 0);
+        cr_assert_eq(stash_timer_register(tm, STASH_EVENT_TIME, NULL, 0, 50 + k), 0);
+    }
+    set_key(99);
+    uint64_t sum = 0;
+    cr_assert_eq(stash_timers_advance(tm, 60, emit_count, &sum), 3);
+    cr_assert_eq(sum, 10 * 1000 + 1 + 20 * 1000 + 2 + 30 * 1000 + 3);
+    for (uint64_t k = 1; k <= 3; k++) {
+        set_key(k);
+        stash_bytes v;
+        cr_assert_eq(stash_value_get(count, &v), STASH_ENOTFOUND);
+    }
+}
+
+Test(timers, processing_time_timers_fire_by_the_workers_clock_and_event_time_apart)
+{
+    set_key(5);
+    cr_assert_eq(stash_timer_register(tm, STASH_PROCESSING_TIME, "p", 1, 1500), 0);
+    cr_assert_eq(stash_timer_register(tm, STASH_EVENT_TIME, "p", 1, 1500), 0);
+    fired f = {0};
+    cr_assert_eq(stash_timers_poll(tm, record, &f), 0, "the clock is at 1000");
+    fake_now = 1500;
+    cr_assert_eq(stash_timers_poll(tm, record, &f), 1);
+    cr_assert_eq(f.domain[0], STASH_PROCESSING_TIME);
+    cr_assert_eq(stash_timers_advance(tm, 1499, record, &f), 0);
+    cr_assert_eq(stash_timers_advance(tm, 1500, record, &f), 1);
+    cr_assert_eq(f.domain[1], STASH_EVENT_TIME);
+}
+
+Test(timers, the_watermark_never_goes_back)
+{
+    fired f = {0};
+    cr_assert_eq(stash_timers_watermark(tm), 0u);
+    cr_assert_eq(stash_timers_advance(tm, 200, record, &f), 0);
+    cr_assert_eq(stash_timers_advance(tm, 100, record, &f), 0);
+    cr_assert_eq(stash_timers_watermark(tm), 200u);
+    /* A timer at or before the watermark fires at the next advance. */
+    reg(3, "late", 150);
+    cr_assert_eq(stash_timers_advance(tm, 100, record, &f), 1);
+}
+
+Test(timers, a_timer_of_a_key_group_the_worker_does_not_own_is_refused)
+{
+    stash_worker *w2;
+    char name[96];
+    stash_arena *a = test_arena_create("timers2", 32u << 20, KGS, name);
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w2),
+                 0);
+    stash_timers *t2;
+    cr_assert_eq(stash_timers_get(w2, "windows", &t2), 0);
+    stash_worker_info info;
+    stash_worker_info_get(w2, &info);
+    uint64_t k = 0;
+    while (stash_hash(&k, 8) % KGS <= info.range.last) k++;
+    cr_assert_eq(stash_key_set(w2, &k, 8), 0);
+    cr_assert_eq(stash_timer_register(t2, STASH_EVENT_TIME, NULL, 0, 1), STASH_EKEYGROUP);
+    cr_assert_eq(stash_timer_delete(t2, STASH_EVENT_TIME, NULL, 0, 1), STASH_EKEYGROUP);
+    stash_worker_close(w2);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
+
+Test(timers, bad_arguments_and_names_are_refused)
+{
+    stash_timers *t;
+    cr_assert_eq(stash_timers_get(NULL, "x", &t), -EINVAL);
+    cr_assert_eq(stash_timers_get(w, NULL, &t), -EINVAL);
+    cr_assert_eq(stash_timers_get(w, "x", NULL), -EINVAL);
+    cr_assert_eq(stash_timer_register(NULL, STASH_EVENT_TIME, NULL, 0, 1), -EINVAL);
+    set_key(1);
+    cr_assert_eq(stash_timer_register(tm, (stash_time_domain)2, NULL, 0, 1), -EINVAL);
+    cr_assert(strstr(stash_errmsg(), "time domain"), "%s", stash_errmsg());
+    cr_assert_eq(stash_timer_register(tm, STASH_EVENT_TIME, NULL, 3, 1), -EINVAL);
+    cr_assert_eq(stash_timers_advance(tm, 1, NULL, NULL), -EINVAL);
+    cr_assert_eq(stash_timers_poll(NULL, record, NULL), -EINVAL);
+    stash_state *s;
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "y", .kind = STASH_TIMERS}, &s),
+                 -EINVAL);
+    cr_assert_eq(
+        stash_state_get(w, &(stash_state_desc){.name = "windows", .kind = STASH_VALUE}, &s),
+        STASH_EKIND, "a state cannot take a timer service's name");
+    stash_timers *again;
+    cr_assert_eq(stash_timers_get(w, "windows", &again), 0);
+    cr_assert_eq(again, tm);
+}
+
+Test(timers, timers_come_back_from_a_checkpoint_in_another_arena, .timeout = 60)
+{
+    for (uint64_t k = 0; k < 40; k++) reg(k, k % 2 ? "odd" : "even", 100 + k % 5);
+    set_key(3);
+    cr_assert_eq(stash_timer_delete(tm, STASH_EVENT_TIME, "odd", 3, 103), 0);
+    char dir[] = "/var/tmp/stash-timers-XXXXXX", cmd[128];
+    cr_assert_not_null(mkdtemp(dir));
+    ioe_engine *e;
+    cr_assert_eq(ioe_engine_open(&(ioe_opts){0}, &e), 0);
+    uint32_t pins[KGS];
+    for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(arena, kg);
+    stash_worker_close(w);
+    w = NULL;
+    ckpt_opts o = {.dir = dir, .id = 1, .engine = e};
+    cr_assert_eq(ckpt_write(arena, pins, &o, NULL), 0, "%s", stash_errmsg());
+    for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(arena, kg, pins[kg]);
+    char name2[96];
+    stash_arena *b = test_arena_create("timers3", 32u << 20, KGS, name2);
+    ckpt_restored out;
+    cr_assert_eq(ckpt_restore(b, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
+                 stash_errmsg());
+    ckpt_restored_free(&out);
+    stash_worker *w2;
+    stash_timers *t2;
+    cr_assert_eq(stash_worker_open(name2, NULL, &w2), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_timers_get(w2, "windows", &t2), 0);
+    fired f = {0};
+    cr_assert_eq(stash_timers_advance(t2, 1000, record, &f), 39);
+    for (size_t i = 0; i < f.n; i++) {
+        cr_assert_eq(f.ts[i], 100 + f.key[i] % 5);
+        cr_assert_str_eq(f.ns[i], f.key[i] % 2 ? "odd" : "even");
+        cr_assert_neq(f.key[i], 3u, "the deleted timer stays deleted");
+    }
+    stash_worker_close(w2);
+    stash_arena_close(b);
+    stash_arena_destroy(name2, NULL);
+    ioe_engine_close(e);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(stash_worker_open(arena_name, NULL, &w), 0);
+}
