@@ -314,3 +314,95 @@ Test(timers, timers_come_back_from_a_checkpoint_in_another_arena, .timeout = 60)
     cr_assert_eq(system(cmd), 0);
     cr_assert_eq(stash_worker_open(arena_name, NULL, &w), 0);
 }
+
+/* Stops the firing after 64 timers: the recorder holds no more. */
+static int record_some(const stash_timer *t, void *ctx)
+{
+    fired *f = ctx;
+    record(t, ctx);
+    return f->n == 64 ? -ECANCELED : 0;
+}
+
+/* Restores checkpoint dir into a new arena, opens workers 0 .. p-1 of p
+ * in it and fires every timer: each must fire once, in its owner. */
+static void fire_at_parallelism(const char *dir, ioe_engine *e, uint32_t p, uint64_t timers)
+{
+    char name[96];
+    stash_arena *b = test_arena_create("timersp", 32u << 20, KGS, name);
+    ckpt_restored out;
+    cr_assert_eq(ckpt_restore(b, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
+                 stash_errmsg());
+    ckpt_restored_free(&out);
+    uint8_t seen[200] = {0};
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < p; i++) {
+        stash_worker *wi;
+        stash_timers *ti;
+        cr_assert_eq(
+            stash_worker_open(name, &(stash_worker_opts){.index = i, .parallelism = p}, &wi), 0,
+            "%s", stash_errmsg());
+        cr_assert_eq(stash_timers_get(wi, "windows", &ti), 0);
+        stash_worker_info info;
+        stash_worker_info_get(wi, &info);
+        for (int64_t n = -ECANCELED; n == -ECANCELED;) {
+            fired f = {0};
+            n = stash_timers_advance(ti, 100000, record_some, &f);
+            cr_assert(n >= 0 || n == -ECANCELED, "%s", stash_errmsg());
+            for (size_t j = 0; j < f.n; j++) {
+                uint64_t k = f.key[j];
+                uint32_t kg = (uint32_t)(stash_hash(&k, 8) % KGS);
+                cr_assert(kg >= info.range.first && kg <= info.range.last,
+                          "key %llu of key group %u fired in worker %u", (unsigned long long)k, kg,
+                          i);
+                cr_assert_lt(k, 200u);
+                cr_assert_eq(seen[k]++, 0, "key %llu fired twice", (unsigned long long)k);
+                cr_assert_eq(f.ts[j], 1000 + k % 7);
+            }
+            total += f.n;
+        }
+        stash_worker_close(wi);
+    }
+    cr_assert_eq(total, timers, "%u workers fired %llu of %llu timers", p,
+                 (unsigned long long)total, (unsigned long long)timers);
+    stash_arena_close(b);
+    stash_arena_destroy(name, NULL);
+}
+
+Test(timers, timers_restore_at_another_parallelism_each_in_its_new_owner_once, .timeout = 120)
+{
+    /* Two workers write the timers, one key each, over every key group. */
+    stash_worker_close(w);
+    w = NULL;
+    stash_worker *ws[2];
+    for (uint32_t i = 0; i < 2; i++) {
+        cr_assert_eq(stash_worker_open(arena_name,
+                                       &(stash_worker_opts){.index = i, .parallelism = 2}, &ws[i]),
+                     0);
+        stash_timers *ti;
+        cr_assert_eq(stash_timers_get(ws[i], "windows", &ti), 0);
+        stash_worker_info info;
+        stash_worker_info_get(ws[i], &info);
+        for (uint64_t k = 0; k < 150; k++) {
+            uint32_t kg = (uint32_t)(stash_hash(&k, 8) % KGS);
+            if (kg < info.range.first || kg > info.range.last) continue;
+            cr_assert_eq(stash_key_set(ws[i], &k, 8), 0);
+            cr_assert_eq(stash_timer_register(ti, STASH_EVENT_TIME, "w", 1, 1000 + k % 7), 0);
+        }
+    }
+    char dir[] = "/var/tmp/stash-timers-XXXXXX", cmd[128];
+    cr_assert_not_null(mkdtemp(dir));
+    ioe_engine *e;
+    cr_assert_eq(ioe_engine_open(&(ioe_opts){0}, &e), 0);
+    uint32_t pins[KGS];
+    for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(arena, kg);
+    for (uint32_t i = 0; i < 2; i++) stash_worker_close(ws[i]);
+    cr_assert_eq(ckpt_write(arena, pins, &(ckpt_opts){.dir = dir, .id = 1, .engine = e}, NULL), 0,
+                 "%s", stash_errmsg());
+    for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(arena, kg, pins[kg]);
+    fire_at_parallelism(dir, e, 3, 150);
+    fire_at_parallelism(dir, e, 1, 150);
+    ioe_engine_close(e);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+    cr_assert_eq(stash_worker_open(arena_name, NULL, &w), 0);
+}
