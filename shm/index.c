@@ -519,11 +519,41 @@ static void recount(stash_arena *a, uint32_t kg)
     t->old_left = old_left;
 }
 
+/* Whether the record at ref lies whole in the arena's data region. */
+static bool rec_fits(const stash_arena *a, shm_ref ref)
+{
+    shm_off off = shm_ref_off(ref);
+    if (!shm_block_in_data(a, off) || a->size - off < sizeof(shm_rec)) return false;
+    const shm_rec *r = shm_rec_at(a, ref);
+    return a->size - off - sizeof(shm_rec) >=
+           (uint64_t)r->klen + r->nslen + atomic_load_explicit(&r->vlen, memory_order_relaxed);
+}
+
+/* Drops the slots of both arrays whose reference leads outside the data
+ * region: only damage to the arena makes one, and the recovery that reads
+ * every entry's record must not follow it out of the mapping. */
+static void drop_stray_refs(stash_arena *a, shm_table *t)
+{
+    index_part po, pc;
+    owner_parts(a, t, &po, &pc);
+    const index_part *parts[2] = {&po, &pc};
+    for (int p = 0; p < 2; p++)
+        for (uint32_t g = parts[p]->from; g < parts[p]->n; g++)
+            for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++) {
+                shm_group *grp = &parts[p]->g[g];
+                if (atomic_load(&grp->tag[i]) < 2 || rec_fits(a, atomic_load(&grp->ref[i])))
+                    continue;
+                atomic_store(&grp->tag[i], SHM_SLOT_DELETED);
+                atomic_store(&grp->ref[i], 0);
+            }
+}
+
 void shm_index_recover(stash_arena *a, uint32_t kg)
 {
     shm_table *t = &a->tables[kg];
     /* Both left the shape odd, so walkers and readers wait meanwhile. */
     if (atomic_load(&t->growing)) switch_index(t);
+    if (atomic_load(&t->index)) drop_stray_refs(a, t);
     /* A group half moved: finish it (what already moved is only marked).
      * Only then: a walk may be going through groups no move had reached. */
     shm_off old = atomic_load(&t->old_index);

@@ -388,3 +388,55 @@ Test(arena, huge_pages_on_hugetlbfs)
     stash_arena_close(a);
     unlink(path);
 }
+
+/* Writes keys 0 .. 99 and dies holding its key groups. */
+static int write_keys_and_die(void *arg)
+{
+    const char *name = arg;
+    stash_worker *w;
+    stash_state *v;
+    if (stash_worker_open(name, NULL, &w) ||
+        stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v))
+        return 1;
+    for (uint64_t k = 0; k < 100; k++) {
+        stash_key_set(w, &k, sizeof k);
+        if (stash_value_put(v, &k, sizeof k)) return 2;
+    }
+    _exit(0);
+}
+
+Test(arena, a_takeover_drops_an_index_slot_that_leads_outside_the_arena)
+{
+    char name[96];
+    stash_arena *a = test_arena_create("stray", 8u << 20, 8, name);
+    cr_assert_eq(test_wait(test_fork(write_keys_and_die, name)), 0);
+    /* Damage: one used slot of key group 0 refers past the arena's end. */
+    shm_table *t = &a->tables[0];
+    shm_group *g = (shm_group *)(a->base + atomic_load(&t->index));
+    uint32_t groups = 1u << atomic_load(&t->log2), hit = 0;
+    for (uint32_t i = 0; i < groups * SHM_GROUP_SLOTS && !hit; i++)
+        if (atomic_load(&g[i / SHM_GROUP_SLOTS].tag[i % SHM_GROUP_SLOTS]) >= 2) {
+            atomic_store(&g[i / SHM_GROUP_SLOTS].ref[i % SHM_GROUP_SLOTS],
+                         shm_ref_of(a->size + (1u << 20)));
+            hit = 1;
+        }
+    cr_assert(hit, "key group 0 holds no key");
+    stash_worker *w;
+    stash_state *v;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    unsigned found = 0;
+    for (uint64_t k = 0; k < 100; k++) {
+        stash_bytes b;
+        cr_assert_eq(stash_key_set(w, &k, sizeof k), 0);
+        int rc = stash_value_get(v, &b);
+        cr_assert(rc == 0 || rc == STASH_ENOTFOUND, "%s", stash_errmsg());
+        if (rc == 0) cr_assert_eq(test_u64(b.data), k);
+        found += rc == 0;
+    }
+    cr_assert_eq(found, 99u, "the one damaged entry is lost, no other");
+    cr_assert_eq(shm_check(a), 0, "%s", stash_errmsg());
+    stash_worker_close(w);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
