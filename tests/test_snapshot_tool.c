@@ -39,7 +39,13 @@ static void make_checkpoints(void)
         cr_assert_eq(ckpt_write(a, pins, &(ckpt_opts){.dir = dir, .id = id, .engine = e}, NULL), 0);
         for (uint32_t kg = 0; kg < 4; kg++) shm_table_unpin(a, kg, pins[kg]);
     }
-    /* A savepoint beside them, with the operator state of two workers. */
+    /* A savepoint beside them, with the operator state of two workers and
+     * a timer. */
+    stash_timers *t;
+    uint32_t seven = 7;
+    cr_assert_eq(stash_timers_get(w, "windows", &t), 0);
+    stash_key_set(w, &seven, sizeof seven);
+    cr_assert_eq(stash_timer_register(t, STASH_EVENT_TIME, "w", 1, 1234), 0);
     uint32_t pins[4];
     for (uint32_t kg = 0; kg < 4; kg++) pins[kg] = (uint32_t)shm_table_pin(a, kg);
     const ckpt_blob ops[2] = {{NULL, 0}, {NULL, 0}};
@@ -114,6 +120,17 @@ Test(tool, dump_prints_every_record_as_json)
     cr_assert(strstr(out, "\"key\": \"01000000\", \"namespace\": \"\", \"value\": "
                           "\"0100000000000000\""),
               "%.300s", out);
+}
+
+Test(tool, dump_shows_a_timer_as_its_domain_time_and_namespace)
+{
+    char args[512];
+    snprintf(args, sizeof args, "snapshot dump %s/savepoint-3", dir);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out,
+                     "\"state\": \"windows\", \"kind\": \"timers\", \"key\": \"07000000\", "
+                     "\"domain\": \"event-time\", \"timestamp\": 1234, \"namespace\": \"77\"}"),
+              "%.4000s", out);
 }
 
 Test(tool, diff_tells_what_changed)

@@ -31,7 +31,8 @@ static const char usage[] =
     "the directory is ever changed. verify exits 0 if intact, 1 if damaged; diff\n"
     "0 if the two hold the same state, 1 if not; both 2 on trouble (a bad\n"
     "argument, a directory that cannot be read). dump prints one JSON object per\n"
-    "record with bytes in hex (or base64).\n";
+    "record with bytes in hex (or base64), a timer as its domain, timestamp and\n"
+    "namespace.\n";
 
 static const char *kind_name(unsigned kind)
 {
@@ -294,6 +295,17 @@ static int dump_record(void *ctx, uint32_t kg, const snap_record *r)
     tool_json_string(name);
     printf(", \"kind\": \"%s\", \"key\": ", kind_name(kind));
     print_bytes(r->key, r->klen, d->base64);
+    if (kind == STASH_TIMERS && timer_record_valid(r->ns, r->nslen, r->vlen)) {
+        /* A timer: its domain and time, then the user's namespace. */
+        uint64_t ts = 0;
+        for (int i = 1; i <= 8; i++) ts = ts << 8 | r->ns[i];
+        printf(", \"domain\": \"%s\", \"timestamp\": %llu, \"namespace\": ",
+               r->ns[0] == STASH_EVENT_TIME ? "event-time" : "processing-time",
+               (unsigned long long)ts);
+        print_bytes(r->ns + TIMER_NS_PREFIX, r->nslen - TIMER_NS_PREFIX, d->base64);
+        printf("}\n");
+        return 0;
+    }
     printf(", \"namespace\": ");
     print_bytes(r->ns, r->nslen, d->base64);
     printf(", \"value\": ");
