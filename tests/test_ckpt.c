@@ -430,9 +430,13 @@ Test(ckpt, crafted_state_kinds_and_operator_state_are_refused_by_verify_and_rest
     cr_assert_eq(checkpoint(&j, e, dir, 1), 0);
     snprintf(chk, sizeof chk, "%s/chk-1", dir);
     snprintf(meta, sizeof meta, "%s/_metadata", chk);
-    uint16_t kind = 9;
+    uint16_t kind = STASH_TIMERS + 1;
     craft_state(meta, offsetof(ckpt_state, kind), &kind, 2);
-    refused_alike(dir, chk, e, "kind 9, which is none");
+    refused_alike(dir, chk, e, "kind 10, which is none");
+    /* The keyed state called a timer service: its records are no timers. */
+    kind = STASH_TIMERS;
+    craft_state(meta, offsetof(ckpt_state, kind), &kind, 2);
+    refused_alike(dir, chk, e, "not a well-formed state 'v' of kind 9");
     /* The keyed state called an operator list. */
     kind = STASH_OP_LIST;
     craft_state(meta, offsetof(ckpt_state, kind), &kind, 2);
