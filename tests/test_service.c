@@ -1194,3 +1194,66 @@ Test(service, the_engine_keeps_its_options, .timeout = 240)
     stash_arena_destroy(name, NULL);
     drop_dir(dir);
 }
+
+/* Registers timers for keys 0 .. 49, has them checkpointed, then registers
+ * more, deletes some and dies without leaving. */
+static int timers_then_die(void *arg)
+{
+    job *j = arg;
+    stash_worker *w;
+    stash_timers *t;
+    if (stash_worker_open(j->name, NULL, &w) < 0 || stash_timers_get(w, "windows", &t) < 0)
+        return 10;
+    for (uint64_t k = 0; k < 60; k++) {
+        if (k == 50) {
+            stash_arena *a = stash_worker_arena(w);
+            stash_checkpoint_info info;
+            if (test_checkpoint_at_barriers(a, &w, 1, &info) < 0) return 11;
+        }
+        stash_key_set(w, &k, sizeof k);
+        if (stash_timer_register(t, STASH_EVENT_TIME, NULL, 0, 100 + k) < 0) return 12;
+    }
+    for (uint64_t k = 0; k < 10; k++) {
+        stash_key_set(w, &k, sizeof k);
+        if (stash_timer_delete(t, STASH_EVENT_TIME, NULL, 0, 100 + k) < 0) return 13;
+    }
+    stash_event ev;
+    if (stash_barrier(w, &ev) < 0) return 14;
+    raise(SIGKILL);
+    return 15;
+}
+
+static int count_timer(const stash_timer *timer, void *ctx)
+{
+    uint64_t *seen = ctx;
+    uint64_t k = test_u64(timer->key.data);
+    cr_assert_eq(timer->timestamp, 100 + k);
+    cr_assert_lt(k, 64u);
+    cr_assert_eq(*seen & 1ull << k, 0u, "key %llu fired twice", (unsigned long long)k);
+    *seen |= 1ull << k;
+    return 0;
+}
+
+Test(service, a_rolled_back_worker_gets_its_timers_as_of_the_checkpoint, .timeout = 240)
+{
+    char dir[128];
+    make_dir(dir, "rbtimers");
+    const char *name = test_arena_name("svcrt");
+    pid_t s = start_service(name, dir, 0);
+    job j = {0};
+    snprintf(j.name, sizeof j.name, "%s", name);
+    cr_assert_eq(test_wait(test_fork(timers_then_die, &j)), 128 + SIGKILL);
+    stash_worker *w;
+    stash_timers *t;
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.rollback = 1}, &w), 0, "%s",
+                 stash_errmsg());
+    cr_assert_eq(stash_timers_get(w, "windows", &t), 0);
+    uint64_t seen = 0;
+    cr_assert_eq(stash_timers_advance(t, UINT64_MAX, count_timer, &seen), 50, "%s",
+                 stash_errmsg());
+    cr_assert_eq(seen, (1ull << 50) - 1, "keys 0 .. 49, as the checkpoint holds them");
+    stash_worker_close(w);
+    stop_service(name, s);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
