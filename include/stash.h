@@ -276,6 +276,10 @@ enum {
     STASH_TTL_NEVER_RETURN_EXPIRED = 0,
     STASH_TTL_RETURN_EXPIRED_IF_NOT_CLEANED = 1,
 };
+enum {
+    STASH_TTL_PROCESSING_TIME = 0, /* timestamps and expiry by the worker's clock */
+    STASH_TTL_EVENT_TIME = 1,      /* ... by the worker's watermark (stash_timers_advance) */
+};
 
 typedef struct stash_ttl {
     uint64_t ttl_ms; /* 0: entries never expire */
@@ -295,6 +299,10 @@ typedef struct stash_ttl {
      * worker that cut them (Flink's cleanupFullSnapshot); incremental ones
      * keep them, as Flink's incremental RocksDB checkpoints do */
     int cleanup_full_snapshot;
+    /* STASH_TTL_PROCESSING_TIME (Flink's only one) or STASH_TTL_EVENT_TIME:
+     * entries written at the worker's watermark, expired when it passes
+     * their time plus ttl_ms (full snapshots then leave nothing out) */
+    int time;
 } stash_ttl;
 
 /* A combining function: writes the result of combining acc (absent: len 0,
@@ -497,7 +505,8 @@ STASH_API int64_t stash_timers_advance(stash_timers *timers, uint64_t watermark,
 STASH_API int64_t stash_timers_poll(stash_timers *timers, stash_timer_fn *fn, void *ctx);
 
 /* The service's watermark: the highest stash_timers_advance() was given,
- * 0 before the first. */
+ * 0 before the first. The worker's watermark, by which event-time TTL
+ * expires entries, is the highest of its services'. */
 STASH_API uint64_t stash_timers_watermark(const stash_timers *timers);
 
 /* ------------------------------------------------------------------------ */

@@ -537,3 +537,35 @@ Test(ttl, a_full_checkpoint_leaves_out_what_expired_at_the_cut, .timeout = 120)
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+static int no_timer(const stash_timer *t, void *ctx)
+{
+    (void)t, (void)ctx;
+    return 0;
+}
+
+Test(ttl, an_event_time_ttl_expires_by_the_watermark_not_the_clock)
+{
+    stash_state *s;
+    stash_state_desc d = {
+        .name = "et", .kind = STASH_VALUE, .ttl = {.ttl_ms = 100, .time = STASH_TTL_EVENT_TIME}};
+    cr_assert_eq(stash_state_get(w, &d, &s), 0, "%s", stash_errmsg());
+    stash_timers *t;
+    cr_assert_eq(stash_timers_get(w, "wm", &t), 0);
+    cr_assert_eq(stash_timers_advance(t, 5000, no_timer, NULL), 0);
+    stash_key_set(w, "k", 1);
+    cr_assert_eq(stash_value_put(s, "x", 1), 0); /* written at watermark 5000 */
+    stash_bytes v;
+    fake_now = 1000000; /* the clock moves far: nothing expires by it */
+    cr_assert_eq(stash_value_get(s, &v), 0);
+    cr_assert_eq(stash_timers_advance(t, 5099, no_timer, NULL), 0);
+    cr_assert_eq(stash_value_get(s, &v), 0);
+    cr_assert_eq(stash_timers_advance(t, 5100, no_timer, NULL), 0);
+    cr_assert_eq(stash_value_get(s, &v), STASH_ENOTFOUND, "expired at 5000 + 100");
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.name = "bad",
+                                                     .kind = STASH_VALUE,
+                                                     .ttl = {.ttl_ms = 1, .time = 7}},
+                                 &s),
+                 -EINVAL);
+}

@@ -157,8 +157,9 @@ static bool options_valid(const ckpt_state *s)
 {
     uint64_t ttl_ms;
     memcpy(&ttl_ms, s->options, sizeof ttl_ms);
-    if (s->options[8] > 1 || s->options[9] > 1 || s->options[10] > 1) return false;
-    for (size_t i = 11; i < sizeof s->options; i++)
+    if (s->options[8] > 1 || s->options[9] > 1 || s->options[10] > 1 || s->options[11] > 1)
+        return false;
+    for (size_t i = 12; i < sizeof s->options; i++)
         if (s->options[i]) return false;
     return !((opstate_kind((stash_kind)s->kind) || s->kind == STASH_TIMERS) && ttl_ms);
 }

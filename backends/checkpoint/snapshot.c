@@ -278,7 +278,10 @@ int ttl_cut_init(stash_arena *a, uint64_t now_ms, ttl_cut *cut)
     int n = 0;
     for (uint32_t i = 0; i < SHM_CATALOG_SIZE; i++) {
         const shm_catalog_entry *e = &a->catalog[i];
-        if (!atomic_load(&e->used) || !e->options[STATE_OPT_CLEANUP_FULL_SNAPSHOT]) continue;
+        /* Event-time states leave nothing out: the cut's time is the clock's. */
+        if (!atomic_load(&e->used) || !e->options[STATE_OPT_CLEANUP_FULL_SNAPSHOT] ||
+            e->options[STATE_OPT_EVENT_TIME])
+            continue;
         memcpy(&cut->ttl_ms[i + 1], e->options, sizeof cut->ttl_ms[i + 1]);
         cut->kind[i + 1] = (uint8_t)e->kind;
         n += cut->ttl_ms[i + 1] > 0;

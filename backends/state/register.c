@@ -19,6 +19,7 @@ static void options_bytes(const stash_state_desc *d, uint8_t out[32])
     out[8] = (uint8_t)d->ttl.update;
     out[9] = (uint8_t)d->ttl.visibility;
     out[STATE_OPT_CLEANUP_FULL_SNAPSHOT] = d->ttl.cleanup_full_snapshot != 0;
+    out[STATE_OPT_EVENT_TIME] = d->ttl.time == STASH_TTL_EVENT_TIME;
 }
 
 static int check_desc(const stash_state_desc *d)
@@ -37,7 +38,8 @@ static int check_desc(const stash_state_desc *d)
                         d->name);
     if (d->ttl.update > STASH_TTL_ON_READ_AND_WRITE ||
         d->ttl.visibility > STASH_TTL_RETURN_EXPIRED_IF_NOT_CLEANED || d->ttl.update < 0 ||
-        d->ttl.visibility < 0)
+        d->ttl.visibility < 0 ||
+        (d->ttl.time != STASH_TTL_PROCESSING_TIME && d->ttl.time != STASH_TTL_EVENT_TIME))
         return shm_fail(-EINVAL, "state '%s': bad TTL options", d->name);
     if (opstate_kind(d->kind) && d->ttl.ttl_ms)
         return shm_fail(-EINVAL, "operator state '%s' takes no TTL", d->name);

@@ -218,7 +218,7 @@ uint64_t worker_clock_ms(const stash_worker *w)
 
 uint64_t state_now(const stash_state *s)
 {
-    return worker_clock_ms(s->w);
+    return s->ttl.time == STASH_TTL_EVENT_TIME ? s->w->watermark : worker_clock_ms(s->w);
 }
 
 bool state_expired(const stash_state *s, uint64_t ts, uint64_t now)

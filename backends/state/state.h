@@ -44,6 +44,7 @@ struct stash_worker {
     uint64_t writes; /* every write by this worker: invalidates its iterators */
     struct stash_state *states;
     struct stash_timers *timers; /* the worker's timer services (timers.c) */
+    uint64_t watermark;          /* the highest of its services' watermarks */
     uint32_t parallelism;
     uint64_t cut_id;       /* the newest checkpoint this worker cut */
     uint64_t seen_done;    /* the newest completion reported by stash_barrier */
@@ -130,6 +131,7 @@ struct stash_state {
  * visibility, and the byte that asks full snapshots to leave out what
  * expired. */
 #define STATE_OPT_CLEANUP_FULL_SNAPSHOT 10
+#define STATE_OPT_EVENT_TIME 11 /* the TTL's time is the worker's watermark */
 
 static inline bool state_has_ttl(const stash_state *s)
 {

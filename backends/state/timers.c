@@ -323,6 +323,8 @@ STASH_API int64_t stash_timers_advance(stash_timers *timers, uint64_t watermark,
     if (!timers || !fn) return shm_refuse_null(__func__, "timers or fn");
     if (timers->state->w->forked) return worker_refuse_forked(timers->state->w, __func__);
     if (watermark > timers->watermark) timers->watermark = watermark;
+    stash_worker *w = timers->state->w;
+    if (watermark > w->watermark) w->watermark = watermark;
     return fire(timers, STASH_EVENT_TIME, timers->watermark, fn, ctx);
 }
 
