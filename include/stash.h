@@ -504,6 +504,15 @@ STASH_API int64_t stash_timers_advance(stash_timers *timers, uint64_t watermark,
  * (stash_worker_opts.clock, milliseconds). */
 STASH_API int64_t stash_timers_poll(stash_timers *timers, stash_timer_fn *fn, void *ctx);
 
+/* Starts iterating the timers of key group kg, one the worker owns, or with
+ * kg -1 those of the current key (for tests and tools; order unspecified).
+ * A newer iteration of the same service, or a write of the worker that
+ * moves entries, makes it STASH_ESTALE. */
+STASH_API int stash_timers_iter(stash_timers *timers, int32_t kg, stash_iter *it);
+/* The next timer of the iteration: 1 with *out set (its views valid until
+ * the worker's next write), 0 at the end, or an error. */
+STASH_API int stash_timers_next(stash_iter *it, stash_timer *out);
+
 /* The service's watermark: the highest stash_timers_advance() was given,
  * 0 before the first. The worker's watermark, by which event-time TTL
  * expires entries, is the highest of its services'. */

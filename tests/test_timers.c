@@ -406,3 +406,48 @@ Test(timers, timers_restore_at_another_parallelism_each_in_its_new_owner_once, .
     cr_assert_eq(system(cmd), 0);
     cr_assert_eq(stash_worker_open(arena_name, NULL, &w), 0);
 }
+
+Test(timers, the_timers_of_a_key_or_a_key_group_are_iterated)
+{
+    for (uint64_t k = 0; k < 20; k++) {
+        reg(k, "a", 100 + k);
+        reg(k, "b", 200 + k);
+    }
+    set_key(7);
+    cr_assert_eq(stash_timer_register(tm, STASH_PROCESSING_TIME, "p", 1, 5), 0);
+    stash_iter it;
+    stash_timer t;
+    cr_assert_eq(stash_timers_iter(tm, -1, &it), 0);
+    unsigned seen = 0;
+    while (stash_timers_next(&it, &t) == 1) {
+        cr_assert_eq(test_u64(t.key.data), 7u);
+        if (t.domain == STASH_PROCESSING_TIME) {
+            cr_assert_eq(t.timestamp, 5u);
+            seen |= 4;
+        } else {
+            cr_assert_eq(t.ns.len, 1u);
+            cr_assert_eq(t.timestamp, (((const char *)t.ns.data)[0] == 'a' ? 100u : 200u) + 7);
+            seen |= ((const char *)t.ns.data)[0] == 'a' ? 1 : 2;
+        }
+    }
+    cr_assert_eq(seen, 7u, "key 7's three timers");
+    size_t total = 0;
+    for (int32_t kg = 0; kg < (int32_t)KGS; kg++) {
+        cr_assert_eq(stash_timers_iter(tm, kg, &it), 0, "%s", stash_errmsg());
+        int rc;
+        while ((rc = stash_timers_next(&it, &t)) == 1) {
+            uint64_t k = test_u64(t.key.data);
+            cr_assert_eq(stash_hash(&k, 8) % KGS, (uint64_t)kg);
+            total++;
+        }
+        cr_assert_eq(rc, 0, "%s", stash_errmsg());
+    }
+    cr_assert_eq(total, 41u);
+    /* A newer iteration makes the older one stale. */
+    stash_iter older;
+    cr_assert_eq(stash_timers_iter(tm, 0, &older), 0);
+    cr_assert_eq(stash_timers_iter(tm, 0, &it), 0);
+    cr_assert_eq(stash_timers_next(&older, &t), STASH_ESTALE);
+    cr_assert_eq(stash_timers_iter(tm, (int32_t)KGS, &it), STASH_EKEYGROUP);
+    cr_assert_eq(stash_timers_next(&(stash_iter){0}, &t), -EINVAL);
+}

@@ -367,7 +367,7 @@ int state_get_timers(stash_worker *worker, const char *name, stash_state **out);
 void timers_free_all(stash_worker *w);
 
 /* Iterators (iter.c): the layout behind stash_iter. */
-enum { ITER_LIST = 1, ITER_MAP = 2, ITER_KEYS = 3 };
+enum { ITER_LIST = 1, ITER_MAP = 2, ITER_KEYS = 3, ITER_TIMERS = 4 };
 typedef struct iter_impl {
     uint8_t type;
     uint8_t filter_ns;

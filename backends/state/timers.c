@@ -31,6 +31,8 @@ typedef struct timer_heap {
 
 struct stash_timers {
     stash_state *state;
+    uint8_t *key; /* the key the newest iteration of one key's timers keeps to */
+    size_t key_cap;
     struct stash_timers *next;
     uint64_t watermark;
     timer_heap heap[2]; /* per stash_time_domain */
@@ -212,6 +214,7 @@ void timers_free_all(stash_worker *w)
             free(t->heap[d].e);
         }
         free(t->ns);
+        free(t->key);
         free(t);
     }
 }
@@ -339,4 +342,71 @@ STASH_API int64_t stash_timers_poll(stash_timers *timers, stash_timer_fn *fn, vo
 STASH_API uint64_t stash_timers_watermark(const stash_timers *timers)
 {
     return timers ? timers->watermark : 0;
+}
+
+/* ---- iteration -------------------------------------------------------------- */
+
+STASH_API int stash_timers_iter(stash_timers *timers, int32_t kg, stash_iter *it)
+{
+    shm_clear_error();
+    if (!timers || !it) return shm_refuse_null(__func__, "timers or it");
+    stash_state *s = timers->state;
+    stash_worker *w = s->w;
+    if (w->forked) return worker_refuse_forked(w, __func__);
+    iter_impl *x = (iter_impl *)it;
+    memset(x, 0, sizeof *x);
+    if (kg < 0) {
+        if (!w->has_key) return shm_fail(STASH_ENOKEY, "%s: no current key", __func__);
+        if (shm_reserve(&timers->key, &timers->key_cap, w->klen ? w->klen : 1) < 0)
+            return shm_fail(-ENOMEM, "out of memory");
+        memcpy(timers->key, w->key, w->klen);
+        x->filter_ns = 1; /* a key's timers: ns and nslen hold the key */
+        x->ns = timers->key;
+        x->nslen = w->klen;
+        kg = (int32_t)w->kg;
+    }
+    if (!state_owns(s, (uint32_t)kg))
+        return shm_fail(STASH_EKEYGROUP, "%s: key group %d is not worker %u's (%u .. %u)", __func__,
+                        kg, w->slot, w->range.first, w->range.last);
+    x->type = ITER_TIMERS;
+    x->state = s;
+    x->kg = (uint32_t)kg;
+    x->seed = ++s->keys_iters;
+    return 0;
+}
+
+STASH_API int stash_timers_next(stash_iter *it, stash_timer *out)
+{
+    if (!it || !out) return shm_refuse_null(__func__, "it or out");
+    iter_impl *x = (iter_impl *)it;
+    if (x->type != ITER_TIMERS || !x->state) return shm_fail(-EINVAL, "not a timers iteration");
+    stash_state *s = x->state;
+    store *st = s->w->store;
+    if (x->seed != s->keys_iters)
+        return shm_fail(STASH_ESTALE, "a newer iteration of this timer service started");
+    for (;;) {
+        store_walk walk = {x->pos, x->layout, x->entered, x->blob, x->blob_len};
+        store_entry e;
+        int rc = st->ops->next(st, x->kg, s->id, &walk, &e);
+        x->pos = walk.pos;
+        x->layout = walk.layout;
+        x->entered = walk.entered;
+        if (rc <= 0) return rc;
+        if (e.resume.len) {
+            if (shm_reserve(&s->keys_after, &s->keys_after_cap, e.resume.len) < 0)
+                return shm_fail(-ENOMEM, "out of memory");
+            memcpy(s->keys_after, e.resume.data, e.resume.len);
+            x->blob = s->keys_after;
+            x->blob_len = (uint32_t)e.resume.len;
+        }
+        const uint8_t *ns = e.ns.data;
+        if (!timer_record_valid(ns, e.ns.len, (uint32_t)e.value.len)) continue;
+        if (x->filter_ns && (e.key.len != x->nslen || memcmp(e.key.data, x->ns, x->nslen) != 0))
+            continue;
+        *out = (stash_timer){(stash_time_domain)ns[0],
+                             get_be64(ns + 1),
+                             e.key,
+                             {ns + TIMER_NS_PREFIX, e.ns.len - TIMER_NS_PREFIX}};
+        return 1;
+    }
 }
