@@ -273,22 +273,30 @@ Test(timers, bad_arguments_and_names_are_refused)
     cr_assert_eq(again, tm);
 }
 
-Test(timers, timers_come_back_from_a_checkpoint_in_another_arena, .timeout = 60)
+/* Checkpoint 1 of the suite's arena, its workers gone, into a new
+ * directory made from the template dir; returns the engine it used. */
+static ioe_engine *checkpoint_arena(char *dir)
 {
-    for (uint64_t k = 0; k < 40; k++) reg(k, k % 2 ? "odd" : "even", 100 + k % 5);
-    set_key(3);
-    cr_assert_eq(stash_timer_delete(tm, STASH_EVENT_TIME, "odd", 3, 103), 0);
-    char dir[] = "/var/tmp/stash-timers-XXXXXX", cmd[128];
     cr_assert_not_null(mkdtemp(dir));
     ioe_engine *e;
     cr_assert_eq(ioe_engine_open(&(ioe_opts){0}, &e), 0);
     uint32_t pins[KGS];
     for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(arena, kg);
+    cr_assert_eq(ckpt_write(arena, pins, &(ckpt_opts){.dir = dir, .id = 1, .engine = e}, NULL), 0,
+                 "%s", stash_errmsg());
+    for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(arena, kg, pins[kg]);
+    return e;
+}
+
+Test(timers, timers_come_back_from_a_checkpoint_in_another_arena, .timeout = 60)
+{
+    for (uint64_t k = 0; k < 40; k++) reg(k, k % 2 ? "odd" : "even", 100 + k % 5);
+    set_key(3);
+    cr_assert_eq(stash_timer_delete(tm, STASH_EVENT_TIME, "odd", 3, 103), 0);
     stash_worker_close(w);
     w = NULL;
-    ckpt_opts o = {.dir = dir, .id = 1, .engine = e};
-    cr_assert_eq(ckpt_write(arena, pins, &o, NULL), 0, "%s", stash_errmsg());
-    for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(arena, kg, pins[kg]);
+    char dir[] = "/var/tmp/stash-timers-XXXXXX", cmd[128];
+    ioe_engine *e = checkpoint_arena(dir);
     char name2[96];
     stash_arena *b = test_arena_create("timers3", 32u << 20, KGS, name2);
     ckpt_restored out;
@@ -389,16 +397,9 @@ Test(timers, timers_restore_at_another_parallelism_each_in_its_new_owner_once, .
             cr_assert_eq(stash_timer_register(ti, STASH_EVENT_TIME, "w", 1, 1000 + k % 7), 0);
         }
     }
-    char dir[] = "/var/tmp/stash-timers-XXXXXX", cmd[128];
-    cr_assert_not_null(mkdtemp(dir));
-    ioe_engine *e;
-    cr_assert_eq(ioe_engine_open(&(ioe_opts){0}, &e), 0);
-    uint32_t pins[KGS];
-    for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(arena, kg);
     for (uint32_t i = 0; i < 2; i++) stash_worker_close(ws[i]);
-    cr_assert_eq(ckpt_write(arena, pins, &(ckpt_opts){.dir = dir, .id = 1, .engine = e}, NULL), 0,
-                 "%s", stash_errmsg());
-    for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(arena, kg, pins[kg]);
+    char dir[] = "/var/tmp/stash-timers-XXXXXX", cmd[128];
+    ioe_engine *e = checkpoint_arena(dir);
     fire_at_parallelism(dir, e, 3, 150);
     fire_at_parallelism(dir, e, 1, 150);
     ioe_engine_close(e);

@@ -234,46 +234,44 @@ static int timer_lookup(stash_timers *t, stash_time_domain d, const void *ns, si
     return state_lookup_ns(t->state, t->ns, (uint16_t)(TIMER_NS_PREFIX + nslen), l);
 }
 
-static int check_call(const stash_timers *t, stash_time_domain d, const void *ns, size_t nslen,
-                      const char *fn)
+/* Finds the current key's timer (d, ns, ts) for a change by the key
+ * group's owner: l and c as state_find_write() leaves them. */
+static int find_timer(stash_timers *t, stash_time_domain d, const void *ns, size_t nslen,
+                      uint64_t ts, const char *fn, shm_lookup *l, shm_cursor *c)
 {
     if (!t) return shm_refuse_null(fn, "timers");
     if (shm_null_bytes(ns, nslen)) return shm_refuse_null(fn, "ns");
     if (d != STASH_EVENT_TIME && d != STASH_PROCESSING_TIME)
         return shm_fail(-EINVAL, "%s: unknown time domain %d", fn, (int)d);
-    if (t->state->w->forked) return worker_refuse_forked(t->state->w, fn);
-    return 0;
+    stash_state *s = t->state;
+    if (s->w->forked) return worker_refuse_forked(s->w, fn);
+    int rc = timer_lookup(t, d, ns, nslen, ts, l);
+    if (rc) return rc;
+    if (!state_owns(s, l->kg)) return state_refuse_write(s, l->kg);
+    return state_find_write(s, l, c);
 }
 
 STASH_API int stash_timer_register(stash_timers *timers, stash_time_domain domain, const void *ns,
                                    size_t nslen, uint64_t timestamp)
 {
-    int rc = check_call(timers, domain, ns, nslen, __func__);
     shm_lookup l;
     shm_cursor c;
-    if (!rc) rc = timer_lookup(timers, domain, ns, nslen, timestamp, &l);
-    if (rc) return rc;
-    stash_state *s = timers->state;
-    if (!state_owns(s, l.kg)) return state_refuse_write(s, l.kg);
-    if ((rc = state_find_write(s, &l, &c)) < 0) return rc;
+    int rc = find_timer(timers, domain, ns, nslen, timestamp, __func__, &l, &c);
+    if (rc < 0) return rc;
     if (shm_rec_live(c.rec)) return 0; /* registered already */
-    if ((rc = state_write(s, &l, &c, "", 0)) < 0) return rc;
+    if ((rc = state_write(timers->state, &l, &c, "", 0)) < 0) return rc;
     return push_timer(timers, domain, timestamp, l.kg, l.key, l.klen, ns, nslen);
 }
 
 STASH_API int stash_timer_delete(stash_timers *timers, stash_time_domain domain, const void *ns,
                                  size_t nslen, uint64_t timestamp)
 {
-    int rc = check_call(timers, domain, ns, nslen, __func__);
     shm_lookup l;
     shm_cursor c;
-    if (!rc) rc = timer_lookup(timers, domain, ns, nslen, timestamp, &l);
-    if (rc) return rc;
-    stash_state *s = timers->state;
-    if (!state_owns(s, l.kg)) return state_refuse_write(s, l.kg);
-    if ((rc = state_find_write(s, &l, &c)) < 0) return rc;
+    int rc = find_timer(timers, domain, ns, nslen, timestamp, __func__, &l, &c);
+    if (rc < 0) return rc;
     if (!shm_rec_live(c.rec)) return 0;
-    if ((rc = state_delete(s, &l, &c)) < 0) return rc;
+    if ((rc = state_delete(timers->state, &l, &c)) < 0) return rc;
     timer_heap *h = &timers->heap[domain];
     if (++timers->stale[domain] > h->n / 2 + STALE_SLACK) return rebuild(timers);
     return 0;
