@@ -133,6 +133,15 @@ Test(tool, dump_shows_a_timer_as_its_domain_time_and_namespace)
               "%.4000s", out);
 }
 
+Test(tool, diff_names_a_timer_by_its_domain_and_time)
+{
+    char args[512];
+    snprintf(args, sizeof args, "snapshot diff %s/chk-2 %s/savepoint-3", dir, dir);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "+ windows 07000000 event-time@1234 77\n"), "%s", out);
+    cr_assert(strstr(out, "1 entries differ"), "%s", out);
+}
+
 Test(tool, diff_tells_what_changed)
 {
     char args[512];

@@ -376,36 +376,48 @@ static void fire_at_parallelism(const char *dir, ioe_engine *e, uint32_t p, uint
     stash_arena_destroy(name, NULL);
 }
 
-Test(timers, timers_restore_at_another_parallelism_each_in_its_new_owner_once, .timeout = 120)
+/* p workers write a timer for each of keys 0 .. 149, every key group
+ * holding some, and leave; the arena is checkpointed; then q workers of
+ * each parallelism in fire_ps fire them from a restore. */
+static void rescale(uint32_t p, const uint32_t *fire_ps, size_t n)
 {
-    /* Two workers write the timers, one key each, over every key group. */
     stash_worker_close(w);
     w = NULL;
-    stash_worker *ws[2];
-    for (uint32_t i = 0; i < 2; i++) {
-        cr_assert_eq(stash_worker_open(arena_name,
-                                       &(stash_worker_opts){.index = i, .parallelism = 2}, &ws[i]),
-                     0);
+    for (uint32_t i = 0; i < p; i++) {
+        stash_worker *wi;
+        cr_assert_eq(
+            stash_worker_open(arena_name, &(stash_worker_opts){.index = i, .parallelism = p}, &wi),
+            0);
         stash_timers *ti;
-        cr_assert_eq(stash_timers_get(ws[i], "windows", &ti), 0);
+        cr_assert_eq(stash_timers_get(wi, "windows", &ti), 0);
         stash_worker_info info;
-        stash_worker_info_get(ws[i], &info);
+        stash_worker_info_get(wi, &info);
         for (uint64_t k = 0; k < 150; k++) {
             uint32_t kg = (uint32_t)(stash_hash(&k, 8) % KGS);
             if (kg < info.range.first || kg > info.range.last) continue;
-            cr_assert_eq(stash_key_set(ws[i], &k, 8), 0);
+            cr_assert_eq(stash_key_set(wi, &k, 8), 0);
             cr_assert_eq(stash_timer_register(ti, STASH_EVENT_TIME, "w", 1, 1000 + k % 7), 0);
         }
+        stash_worker_close(wi);
     }
-    for (uint32_t i = 0; i < 2; i++) stash_worker_close(ws[i]);
     char dir[] = "/var/tmp/stash-timers-XXXXXX", cmd[128];
     ioe_engine *e = checkpoint_arena(dir);
-    fire_at_parallelism(dir, e, 3, 150);
-    fire_at_parallelism(dir, e, 1, 150);
+    for (size_t i = 0; i < n; i++) fire_at_parallelism(dir, e, fire_ps[i], 150);
     ioe_engine_close(e);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
     cr_assert_eq(stash_worker_open(arena_name, NULL, &w), 0);
+}
+
+Test(timers, timers_of_two_workers_restore_at_three_and_one_each_in_its_new_owner_once,
+     .timeout = 120)
+{
+    rescale(2, (const uint32_t[]){3, 1}, 2);
+}
+
+Test(timers, timers_of_three_workers_restore_at_two_each_in_its_new_owner_once, .timeout = 120)
+{
+    rescale(3, (const uint32_t[]){2}, 1);
 }
 
 Test(timers, the_timers_of_a_key_or_a_key_group_are_iterated)

@@ -357,13 +357,22 @@ static int collect(void *ctx, uint32_t kg, const snap_record *r)
     }
     unsigned kind;
     const char *name = state_name_of(c->v, r->state, &kind);
-    size_t len = strlen(name) + 2 * (r->klen + r->nslen) + 3;
+    /* A timer: its domain and time in words, then the user's namespace. */
+    bool timer = kind == STASH_TIMERS && timer_record_valid(r->ns, r->nslen, r->vlen);
+    size_t skip = timer ? TIMER_NS_PREFIX : 0;
+    size_t len = strlen(name) + 2 * (r->klen + r->nslen) + 64;
     char *label = malloc(len), *p = label;
     if (!label) return -ENOMEM;
     p += sprintf(p, "%s ", name);
     for (uint16_t i = 0; i < r->klen; i++) p += sprintf(p, "%02x", r->key[i]);
     *p++ = ' ';
-    for (uint16_t i = 0; i < r->nslen; i++) p += sprintf(p, "%02x", r->ns[i]);
+    if (timer) {
+        uint64_t ts = 0;
+        for (size_t i = 1; i < TIMER_NS_PREFIX; i++) ts = ts << 8 | r->ns[i];
+        p += sprintf(p, "%s@%llu ", r->ns[0] == STASH_EVENT_TIME ? "event-time" : "processing-time",
+                     (unsigned long long)ts);
+    }
+    for (size_t i = skip; i < r->nslen; i++) p += sprintf(p, "%02x", r->ns[i]);
     *p = '\0';
     c->e[c->n++] =
         (entry){XXH3_64bits(label, strlen(label)), XXH3_64bits(r->value, r->vlen), label};
