@@ -474,6 +474,66 @@ Test(ckpt, crafted_state_kinds_and_operator_state_are_refused_by_verify_and_rest
     remove_dir(dir);
 }
 
+/* Writes checkpoint id of j with one worker's operator state: a timer
+ * service's entry of n watermarks of vlen bytes each. */
+static int write_watermarks(job *j, ioe_engine *e, const char *dir, uint64_t id, uint32_t n,
+                            uint32_t vlen)
+{
+    uint8_t blob[64] = {0};
+    uint32_t count = 1;
+    uint16_t head[2] = {2, STASH_TIMERS}; /* registered after v */
+    size_t len = 12;
+    memcpy(blob, &count, 4);
+    memcpy(blob + 4, head, 4);
+    memcpy(blob + 8, &n, 4);
+    for (uint32_t i = 0; i < n; i++, len += 4 + vlen) memcpy(blob + len, &vlen, 4);
+    ckpt_blob b = {blob, len};
+    uint32_t pins[KGS];
+    for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(j->arena, kg);
+    ckpt_opts o = {.dir = dir, .id = id, .engine = e, .op_parallelism = 1, .op_blobs = &b};
+    int rc = ckpt_write(j->arena, pins, &o, NULL);
+    for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j->arena, kg, pins[kg]);
+    return rc;
+}
+
+Test(ckpt, a_timer_services_watermark_of_another_shape_is_refused, .timeout = 60)
+{
+    char dir[128], chk[200];
+    make_dir(dir);
+    ioe_engine *e = engine(IOE_THREADS, NULL);
+    job j;
+    open_job(&j);
+    stash_timers *t;
+    cr_assert_eq(stash_timers_get(j.w, "windows", &t), 0);
+    const struct {
+        uint32_t n, vlen;
+        const char *says;
+    } cases[] = {{1, 8, NULL},
+                 {2, 8, "timer service 2 has 2 watermarks"},
+                 {0, 8, "timer service 2 has 0 watermarks"},
+                 {1, 4, "a watermark of 4 bytes"}};
+    for (uint64_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cr_assert_eq(write_watermarks(&j, e, dir, i + 1, cases[i].n, cases[i].vlen), 0, "%s",
+                     stash_errmsg());
+        snprintf(chk, sizeof chk, "%s/chk-%llu", dir, (unsigned long long)i + 1);
+        ckpt_view v;
+        int rc = ckpt_view_open_path(chk, e, &v);
+        if (!cases[i].says) {
+            cr_assert_eq(rc, 0, "%s", stash_errmsg());
+            cr_assert_eq(ckpt_view_state(&v, 1).kind, STASH_TIMERS);
+            ckpt_view_close(&v);
+            continue;
+        }
+        cr_assert_eq(rc, STASH_ECORRUPT);
+        cr_assert(strstr(stash_errmsg(), "operator state of worker 0") &&
+                      strstr(stash_errmsg(), cases[i].says),
+                  "%s", stash_errmsg());
+    }
+    close_job(&j);
+    ioe_engine_close(e);
+    remove_dir(dir);
+}
+
 Test(ckpt, a_data_file_longer_than_its_metadata_says_is_not_read_whole, .timeout = 60)
 {
     char dir[128], path[256];

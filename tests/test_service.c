@@ -1195,8 +1195,20 @@ Test(service, the_engine_keeps_its_options, .timeout = 240)
     drop_dir(dir);
 }
 
-/* Registers timers for keys 0 .. 49, has them checkpointed, then registers
- * more, deletes some and dies without leaving. */
+static int count_timer(const stash_timer *timer, void *ctx)
+{
+    uint64_t *seen = ctx;
+    uint64_t k = test_u64(timer->key.data);
+    cr_assert_eq(timer->timestamp, 100 + k);
+    cr_assert_lt(k, 64u);
+    cr_assert_eq(*seen & 1ull << k, 0u, "key %llu fired twice", (unsigned long long)k);
+    *seen |= 1ull << k;
+    return 0;
+}
+
+/* Registers timers for keys 0 .. 49 and advances to 50, has them
+ * checkpointed, then registers more, deletes some, advances to 99 and dies
+ * without leaving. */
 static int timers_then_die(void *arg)
 {
     job *j = arg;
@@ -1206,6 +1218,7 @@ static int timers_then_die(void *arg)
         return 10;
     for (uint64_t k = 0; k < 60; k++) {
         if (k == 50) {
+            if (stash_timers_advance(t, 50, count_timer, NULL) != 0) return 16;
             stash_arena *a = stash_worker_arena(w);
             stash_checkpoint_info info;
             if (test_checkpoint_at_barriers(a, &w, 1, &info) < 0) return 11;
@@ -1217,21 +1230,11 @@ static int timers_then_die(void *arg)
         stash_key_set(w, &k, sizeof k);
         if (stash_timer_delete(t, STASH_EVENT_TIME, NULL, 0, 100 + k) < 0) return 13;
     }
+    if (stash_timers_advance(t, 99, count_timer, NULL) != 0) return 17;
     stash_event ev;
     if (stash_barrier(w, &ev) < 0) return 14;
     raise(SIGKILL);
     return 15;
-}
-
-static int count_timer(const stash_timer *timer, void *ctx)
-{
-    uint64_t *seen = ctx;
-    uint64_t k = test_u64(timer->key.data);
-    cr_assert_eq(timer->timestamp, 100 + k);
-    cr_assert_lt(k, 64u);
-    cr_assert_eq(*seen & 1ull << k, 0u, "key %llu fired twice", (unsigned long long)k);
-    *seen |= 1ull << k;
-    return 0;
 }
 
 Test(service, a_rolled_back_worker_gets_its_timers_as_of_the_checkpoint, .timeout = 240)
@@ -1248,9 +1251,9 @@ Test(service, a_rolled_back_worker_gets_its_timers_as_of_the_checkpoint, .timeou
     cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.rollback = 1}, &w), 0, "%s",
                  stash_errmsg());
     cr_assert_eq(stash_timers_get(w, "windows", &t), 0);
+    cr_assert_eq(stash_timers_watermark(t), 50, "the watermark as of the checkpoint");
     uint64_t seen = 0;
-    cr_assert_eq(stash_timers_advance(t, UINT64_MAX, count_timer, &seen), 50, "%s",
-                 stash_errmsg());
+    cr_assert_eq(stash_timers_advance(t, UINT64_MAX, count_timer, &seen), 50, "%s", stash_errmsg());
     cr_assert_eq(seen, (1ull << 50) - 1, "keys 0 .. 49, as the checkpoint holds them");
     stash_worker_close(w);
     stop_service(name, s);

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/checkpoint/checkpoints.h"
+#include "backends/service/service.h"
 #include "tests/helpers.h"
 
 #define KGS 8u
@@ -273,17 +273,26 @@ Test(timers, bad_arguments_and_names_are_refused)
     cr_assert_eq(again, tm);
 }
 
-/* Checkpoint 1 of the suite's arena, its workers gone, into a new
- * directory made from the template dir; returns the engine it used. */
-static ioe_engine *checkpoint_arena(char *dir)
+/* Checkpoint 1 of the suite's arena, its p workers gone (their operator
+ * state as they left it), into a new directory made from the template
+ * dir; returns the engine it used. */
+static ioe_engine *checkpoint_arena(char *dir, uint32_t p)
 {
     cr_assert_not_null(mkdtemp(dir));
     ioe_engine *e;
     cr_assert_eq(ioe_engine_open(&(ioe_opts){0}, &e), 0);
     uint32_t pins[KGS];
     for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(arena, kg);
-    cr_assert_eq(ckpt_write(arena, pins, &(ckpt_opts){.dir = dir, .id = 1, .engine = e}, NULL), 0,
-                 "%s", stash_errmsg());
+    ckpt_blob blobs[4] = {{0}};
+    cr_assert_leq(p, 4u);
+    for (uint32_t i = 0; i < p; i++) {
+        const shm_op_blob *b = &arena->control->workers[i].pending;
+        shm_off off = atomic_load(&b->off);
+        blobs[i] = (ckpt_blob){off ? (const uint8_t *)arena->base + off : NULL,
+                               off ? atomic_load(&b->len) : 0};
+    }
+    ckpt_opts o = {.dir = dir, .id = 1, .engine = e, .op_parallelism = p, .op_blobs = blobs};
+    cr_assert_eq(ckpt_write(arena, pins, &o, NULL), 0, "%s", stash_errmsg());
     for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(arena, kg, pins[kg]);
     return e;
 }
@@ -293,20 +302,23 @@ Test(timers, timers_come_back_from_a_checkpoint_in_another_arena, .timeout = 60)
     for (uint64_t k = 0; k < 40; k++) reg(k, k % 2 ? "odd" : "even", 100 + k % 5);
     set_key(3);
     cr_assert_eq(stash_timer_delete(tm, STASH_EVENT_TIME, "odd", 3, 103), 0);
+    cr_assert_eq(stash_timers_advance(tm, 42, record, &(fired){0}), 0);
     stash_worker_close(w);
     w = NULL;
     char dir[] = "/var/tmp/stash-timers-XXXXXX", cmd[128];
-    ioe_engine *e = checkpoint_arena(dir);
+    ioe_engine *e = checkpoint_arena(dir, 1);
     char name2[96];
     stash_arena *b = test_arena_create("timers3", 32u << 20, KGS, name2);
     ckpt_restored out;
     cr_assert_eq(ckpt_restore(b, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
                  stash_errmsg());
+    cr_assert_eq(service_install_opstate(b, &out), 0);
     ckpt_restored_free(&out);
     stash_worker *w2;
     stash_timers *t2;
     cr_assert_eq(stash_worker_open(name2, NULL, &w2), 0, "%s", stash_errmsg());
     cr_assert_eq(stash_timers_get(w2, "windows", &t2), 0);
+    cr_assert_eq(stash_timers_watermark(t2), 42, "the watermark is operator state");
     fired f = {0};
     cr_assert_eq(stash_timers_advance(t2, 1000, record, &f), 39);
     for (size_t i = 0; i < f.n; i++) {
@@ -340,6 +352,7 @@ static void fire_at_parallelism(const char *dir, ioe_engine *e, uint32_t p, uint
     ckpt_restored out;
     cr_assert_eq(ckpt_restore(b, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
                  stash_errmsg());
+    cr_assert_eq(service_install_opstate(b, &out), 0);
     ckpt_restored_free(&out);
     uint8_t seen[200] = {0};
     uint64_t total = 0;
@@ -350,6 +363,8 @@ static void fire_at_parallelism(const char *dir, ioe_engine *e, uint32_t p, uint
             stash_worker_open(name, &(stash_worker_opts){.index = i, .parallelism = p}, &wi), 0,
             "%s", stash_errmsg());
         cr_assert_eq(stash_timers_get(wi, "windows", &ti), 0);
+        cr_assert_eq(stash_timers_watermark(ti), 500,
+                     "at another parallelism, the lowest of the old workers' watermarks");
         stash_worker_info info;
         stash_worker_info_get(wi, &info);
         for (int64_t n = -ECANCELED; n == -ECANCELED;) {
@@ -377,8 +392,8 @@ static void fire_at_parallelism(const char *dir, ioe_engine *e, uint32_t p, uint
 }
 
 /* p workers write a timer for each of keys 0 .. 149, every key group
- * holding some, and leave; the arena is checkpointed; then q workers of
- * each parallelism in fire_ps fire them from a restore. */
+ * holding some, advance their watermarks to 500, 510, ... and leave; the arena is checkpointed;
+ * then q workers of each parallelism in fire_ps fire them from a restore. */
 static void rescale(uint32_t p, const uint32_t *fire_ps, size_t n)
 {
     stash_worker_close(w);
@@ -398,10 +413,11 @@ static void rescale(uint32_t p, const uint32_t *fire_ps, size_t n)
             cr_assert_eq(stash_key_set(wi, &k, 8), 0);
             cr_assert_eq(stash_timer_register(ti, STASH_EVENT_TIME, "w", 1, 1000 + k % 7), 0);
         }
+        cr_assert_eq(stash_timers_advance(ti, 500 + 10 * i, record, &(fired){0}), 0);
         stash_worker_close(wi);
     }
     char dir[] = "/var/tmp/stash-timers-XXXXXX", cmd[128];
-    ioe_engine *e = checkpoint_arena(dir);
+    ioe_engine *e = checkpoint_arena(dir, p);
     for (size_t i = 0; i < n; i++) fire_at_parallelism(dir, e, fire_ps[i], 150);
     ioe_engine_close(e);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -245,7 +245,7 @@ static int check_opstate(const ckpt_view *v)
     uint16_t ids[SHM_CATALOG_SIZE + 1] = {0};
     for (uint32_t i = 0; i < v->nstates; i++) {
         ckpt_state s = ckpt_view_state(v, i);
-        if (opstate_kind((stash_kind)s.kind)) ids[s.id] = s.id;
+        if (opstate_recorded((stash_kind)s.kind)) ids[s.id] = s.id;
     }
     int rc = 0;
     for (uint32_t i = 0; i < v->op_parallelism && rc == 0; i++) {

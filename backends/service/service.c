@@ -563,8 +563,7 @@ static void *engine_main(void *arg)
 
 /* ---- start and stop ----------------------------------------------------------- */
 
-/* Installs restored operator state as the committed set. */
-static int install_opstate(stash_arena *a, const ckpt_restored *r)
+int service_install_opstate(stash_arena *a, const ckpt_restored *r)
 {
     shm_control *c = a->control;
     for (uint32_t i = 0; i < r->op_parallelism; i++) {
@@ -625,7 +624,7 @@ static int create_arena(stash_service *s, const char *name)
             rc = from ? ckpt_restore_path(w->arena, from, w->range, s->e, w->store, &out)
                       : ckpt_restore_prepared(w->arena, s->dir, 0, w->range, s->e, w->store, NULL,
                                               NULL, &out);
-        if (rc == 0) rc = install_opstate(w->arena, &out);
+        if (rc == 0) rc = service_install_opstate(w->arena, &out);
         if (rc == 0) {
             shm_control *c = w->arena->control;
             atomic_store(&c->completed, out.id);

@@ -29,6 +29,10 @@ void worker_await_cut_end(stash_worker *w);
  * when it leaves). */
 int worker_record_opstate(stash_worker *w);
 
+/* Installs a restore's operator state as the arena's committed set, of
+ * the checkpoint's workers: what workers opening the arena start from. */
+int service_install_opstate(stash_arena *a, const ckpt_restored *r);
+
 /* Releases the pin of every key group's cut (an abandoned checkpoint). */
 void service_release_cuts(stash_arena *a);
 

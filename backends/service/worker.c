@@ -143,7 +143,7 @@ STASH_API void stash_worker_close(stash_worker *worker)
      * state, once a checkpoint this worker cut has ended with the operator
      * state recorded at the cut. */
     bool has_opstate = false;
-    for (stash_state *s = worker->states; s; s = s->next) has_opstate |= opstate_kind(s->kind);
+    for (stash_state *s = worker->states; s; s = s->next) has_opstate |= opstate_recorded(s->kind);
     if (has_opstate) {
         worker_await_cut_end(worker);
         worker_record_opstate(worker);

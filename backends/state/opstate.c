@@ -208,9 +208,16 @@ int opstate_encode(stash_worker *w, op_buf *out)
     out->len = 0;
     int rc = put_u32(out, 0);
     for (stash_state *s = w->states; s && rc == 0; s = s->next) {
-        if (!opstate_kind(s->kind)) continue;
+        if (!opstate_recorded(s->kind)) continue;
         uint16_t head[2] = {s->id, (uint16_t)s->kind};
         rc = put(out, head, sizeof head);
+        if (s->kind == STASH_TIMERS) { /* one element: the watermark */
+            if (rc == 0) rc = put_u32(out, 1);
+            if (rc == 0) rc = put_u32(out, sizeof s->watermark);
+            if (rc == 0) rc = put(out, &s->watermark, sizeof s->watermark);
+            count++;
+            continue;
+        }
         if (rc == 0) rc = put_u32(out, (uint32_t)s->op.n);
         for (size_t i = 0; i < s->op.n && rc == 0; i++) {
             if (s->kind == STASH_OP_BROADCAST) rc = put_u32(out, (uint32_t)s->op.keys[i].len);
@@ -254,6 +261,9 @@ static int skip_entries(reader *r, uint16_t kind, uint32_t n, op_entries *into)
         int rc = kind == STASH_OP_BROADCAST ? take(r, &klen, 4) : 0;
         if (rc == 0) rc = take(r, &vlen, 4);
         size_t at = r->at;
+        if (rc == 0 && kind == STASH_TIMERS && vlen != sizeof(uint64_t))
+            rc = shm_fail(STASH_ECORRUPT, "%s: offset %zu: a watermark of %u bytes", r->what,
+                          at - 4, vlen);
         if (rc == 0) rc = take(r, NULL, (size_t)klen + vlen);
         if (rc == 0 && into) rc = entries_add(into, r->p + at, klen, r->p + at + klen, vlen);
         if (rc) return rc;
@@ -271,9 +281,12 @@ static int each_state(reader *r, state_fn *fn, void *ctx)
         size_t at = r->at;
         rc = take(r, head, sizeof head);
         if (rc == 0) rc = take(r, &n, 4);
-        if (rc == 0 && !opstate_kind((stash_kind)head[1]))
+        if (rc == 0 && !opstate_recorded((stash_kind)head[1]))
             rc = shm_fail(STASH_ECORRUPT, "%s: offset %zu: kind %u is no operator state", r->what,
                           at, head[1]);
+        if (rc == 0 && head[1] == STASH_TIMERS && n != 1)
+            rc = shm_fail(STASH_ECORRUPT, "%s: offset %zu: timer service %u has %u watermarks",
+                          r->what, at, head[0], n);
         if (rc == 0) rc = fn(r, head[0], head[1], n, ctx);
     }
     if (rc == 0 && r->at != r->len)
@@ -357,6 +370,34 @@ static void split_share(size_t n, uint32_t me, uint32_t np, size_t *lo, size_t *
     *hi = *lo + base + (me < extra ? 1 : 0);
 }
 
+/* A timer service's watermark: its own at the same parallelism, else the
+ * lowest of the old workers' that had the service (the others' timers may
+ * wait for any time after it); 0 where none had it. */
+static int load_watermark(stash_state *s, uint32_t p, const ckpt_blob *blobs)
+{
+    stash_worker *w = s->w;
+    uint32_t me = w->slot;
+    bool same = p == w->parallelism;
+    op_entries all = {0};
+    int rc = 0;
+    char what[64];
+    for (uint32_t i = same ? me : 0; i < (same ? me + 1 : p) && rc == 0; i++) {
+        snprintf(what, sizeof what, "operator state of worker %u", i);
+        rc = gather(s, &blobs[i], &all, what, NULL);
+    }
+    uint64_t low = 0;
+    for (size_t i = 0; i < all.n && rc == 0; i++) {
+        uint64_t x;
+        memcpy(&x, all.values[i].data, sizeof x);
+        if (i == 0 || x < low) low = x;
+    }
+    entries_free(&all);
+    if (rc) return rc;
+    s->watermark = low;
+    if (low > w->watermark) w->watermark = low;
+    return 0;
+}
+
 int opstate_load(stash_state *s, uint32_t p, const ckpt_blob *blobs)
 {
     stash_worker *w = s->w;
@@ -364,6 +405,7 @@ int opstate_load(stash_state *s, uint32_t p, const ckpt_blob *blobs)
     char what[64];
     op_entries all = {0};
     int rc = 0;
+    if (s->kind == STASH_TIMERS) return p ? load_watermark(s, p, blobs) : 0;
     if (p == 0) return entries_replace(&s->op, &all, 0);
     if (s->kind == STASH_OP_BROADCAST) {
         rc = gather_broadcast(s, p, blobs, me, &all);

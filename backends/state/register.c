@@ -85,7 +85,7 @@ static int get_state(stash_worker *worker, const stash_state_desc *desc, stash_s
         memcpy(s->defval, desc->default_value.data, desc->default_value.len);
         s->deflen = desc->default_value.len;
     }
-    if (opstate_kind(s->kind)) {
+    if (opstate_recorded(s->kind)) {
         rc = worker->op_blobs ? opstate_load(s, worker->op_p, worker->op_blobs)
                               : opstate_load_committed(s);
         if (rc < 0) {

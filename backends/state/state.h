@@ -87,6 +87,13 @@ static inline bool opstate_kind(stash_kind k)
     return k == STASH_OP_LIST || k == STASH_OP_UNION || k == STASH_OP_BROADCAST;
 }
 
+/* Whether the operator-state blob records a state of kind k: operator
+ * state, and a timer service's watermark. */
+static inline bool opstate_recorded(stash_kind k)
+{
+    return opstate_kind(k) || k == STASH_TIMERS;
+}
+
 /* A process's handle on a registered state. */
 struct stash_state {
     stash_worker *w;
@@ -122,7 +129,8 @@ struct stash_state {
     uint8_t
         *keys_after; /* the resume bytes of the entry it returned last, for stores that need them */
     size_t keys_after_cap;
-    op_entries op; /* operator state kinds */
+    op_entries op;      /* operator state kinds */
+    uint64_t watermark; /* a timer service's */
 };
 
 /* TTL timestamps are stored as 8 bytes before a value or element. */

@@ -34,7 +34,6 @@ struct stash_timers {
     uint8_t *key; /* the key the newest iteration of one key's timers keeps to */
     size_t key_cap;
     struct stash_timers *next;
-    uint64_t watermark;
     timer_heap heap[2]; /* per stash_time_domain */
     size_t stale[2];    /* deleted timers still in the heap */
     uint8_t *ns;        /* an encoded namespace */
@@ -323,10 +322,10 @@ STASH_API int64_t stash_timers_advance(stash_timers *timers, uint64_t watermark,
     shm_clear_error();
     if (!timers || !fn) return shm_refuse_null(__func__, "timers or fn");
     if (timers->state->w->forked) return worker_refuse_forked(timers->state->w, __func__);
-    if (watermark > timers->watermark) timers->watermark = watermark;
-    stash_worker *w = timers->state->w;
-    if (watermark > w->watermark) w->watermark = watermark;
-    return fire(timers, STASH_EVENT_TIME, timers->watermark, fn, ctx);
+    stash_state *s = timers->state;
+    if (watermark > s->watermark) s->watermark = watermark;
+    if (watermark > s->w->watermark) s->w->watermark = watermark;
+    return fire(timers, STASH_EVENT_TIME, s->watermark, fn, ctx);
 }
 
 STASH_API int64_t stash_timers_poll(stash_timers *timers, stash_timer_fn *fn, void *ctx)
@@ -339,7 +338,7 @@ STASH_API int64_t stash_timers_poll(stash_timers *timers, stash_timer_fn *fn, vo
 
 STASH_API uint64_t stash_timers_watermark(const stash_timers *timers)
 {
-    return timers ? timers->watermark : 0;
+    return timers ? timers->state->watermark : 0;
 }
 
 /* ---- iteration -------------------------------------------------------------- */
