@@ -189,14 +189,23 @@ typedef struct stash_worker stash_worker;
 /* A clock in milliseconds, for TTL; tests inject their own. */
 typedef uint64_t stash_clock_fn(void *ctx);
 
+/* Called at the barrier that cuts checkpoint_id for the worker, before its
+ * state is cut (Flink's snapshotState): what it writes to keyed or operator
+ * state is in the checkpoint, e.g. a sink's output staged for commit when
+ * the checkpoint completes. It may not call stash_barrier(). A negative
+ * return fails the checkpoint and is what that stash_barrier() returns. */
+typedef int stash_cut_fn(stash_worker *worker, uint64_t checkpoint_id, void *ctx);
+
 typedef struct stash_worker_opts {
     uint32_t index;                /* this worker's index, 0 .. parallelism-1 */
     uint32_t parallelism;          /* number of workers; 0: 1 */
     const stash_arena_opts *arena; /* where the arena lives; NULL: defaults */
     stash_clock_fn *clock;         /* TTL clock; NULL: CLOCK_REALTIME in ms */
     void *clock_ctx;
-    int rollback; /* non-zero: restore this worker's key groups and operator state from the
-                     service's newest complete checkpoint (a replacement after a failure) */
+    int rollback;         /* non-zero: restore this worker's key groups and operator state from the
+                             service's newest complete checkpoint (a replacement after a failure) */
+    stash_cut_fn *on_cut; /* called at each cut of this worker; NULL: none */
+    void *cut_ctx;
 } stash_worker_opts;
 
 /* Attaches to the arena NAME and joins its registry as index i of p, taking

@@ -101,15 +101,28 @@ static void *request_checkpoint(void *arg)
     return NULL;
 }
 
-int test_checkpoint_at_barriers(stash_arena *a, stash_worker *const *w, size_t n,
-                                stash_checkpoint_info *out)
+int test_checkpoint_at_failing_barriers(stash_arena *a, stash_worker *const *w, size_t n,
+                                        stash_checkpoint_info *out, int *barrier_rc)
 {
     pending_checkpoint p = {.a = a, .out = out};
     pthread_t t;
     cr_assert_eq(pthread_create(&t, NULL, request_checkpoint, &p), 0);
     stash_event ev;
+    *barrier_rc = 0;
     while (!atomic_load(&p.done))
-        for (size_t i = 0; i < n; i++) cr_assert_geq(stash_barrier(w[i], &ev), 0);
+        for (size_t i = 0; i < n; i++) {
+            int rc = stash_barrier(w[i], &ev);
+            if (rc < 0 && *barrier_rc == 0) *barrier_rc = rc;
+        }
     pthread_join(t, NULL);
     return p.rc;
+}
+
+int test_checkpoint_at_barriers(stash_arena *a, stash_worker *const *w, size_t n,
+                                stash_checkpoint_info *out)
+{
+    int barrier_rc;
+    int rc = test_checkpoint_at_failing_barriers(a, w, n, out, &barrier_rc);
+    cr_assert_eq(barrier_rc, 0, "a barrier failed: %s", stash_strerror(barrier_rc));
+    return rc;
 }

@@ -48,6 +48,10 @@ int test_wait(pid_t pid);
  * stash_checkpoint() returned, with *out set. */
 int test_checkpoint_at_barriers(stash_arena *a, stash_worker *const *w, size_t n,
                                 stash_checkpoint_info *out);
+/* As test_checkpoint_at_barriers(), keeping the first error a barrier
+ * returned in *barrier_rc (0 if none) where the other asserts there is none. */
+int test_checkpoint_at_failing_barriers(stash_arena *a, stash_worker *const *w, size_t n,
+                                        stash_checkpoint_info *out, int *barrier_rc);
 /* The seed of a random test: $STASH_TEST_SEED to replay one, else the
  * clock's; printed with the test's name so that a failure can be replayed. */
 unsigned test_seed(const char *test);

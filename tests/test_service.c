@@ -1154,6 +1154,80 @@ Test(service, a_worker_that_cannot_cut_names_why, .timeout = 240)
     drop_dir(dir);
 }
 
+/* What on_cut is given: the states it writes and whether to fail. */
+typedef struct cut_log {
+    stash_state *cuts;  /* operator list: each checkpoint id cut */
+    stash_state *value; /* keyed: key 1 holds the newest id cut */
+    uint64_t calls;
+    bool fail;
+} cut_log;
+
+static int log_cut(stash_worker *w, uint64_t id, void *ctx)
+{
+    cut_log *l = ctx;
+    l->calls++;
+    if (l->fail) return -EIO;
+    uint64_t key = 1;
+    int rc = stash_key_set(w, &key, sizeof key);
+    if (rc == 0) rc = stash_value_put(l->value, &id, sizeof id);
+    return rc ? rc : stash_op_list_add(l->cuts, &id, sizeof id);
+}
+
+static void open_logged(const char *name, int rollback, cut_log *l, stash_worker **w)
+{
+    stash_worker_opts o = {.rollback = rollback, .on_cut = log_cut, .cut_ctx = l};
+    cr_assert_eq(stash_worker_open(name, &o, w), 0, "%s", stash_errmsg());
+    cr_assert_eq(
+        stash_state_get(*w, &(stash_state_desc){.name = "cuts", .kind = STASH_OP_LIST}, &l->cuts),
+        0);
+    cr_assert_eq(
+        stash_state_get(*w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &l->value), 0);
+}
+
+Test(service, what_on_cut_writes_is_in_the_checkpoint_it_cuts_and_its_failure_fails_it,
+     .timeout = 240)
+{
+    char dir[128];
+    make_dir(dir, "oncut");
+    const char *name = test_arena_name("svccut");
+    pid_t s = start_service(name, dir, 0);
+    cut_log l = {0};
+    stash_worker *w;
+    open_logged(name, 0, &l, &w);
+    stash_arena *a = stash_worker_arena(w);
+    stash_checkpoint_info info;
+    cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", stash_errmsg());
+    cr_assert_eq(l.calls, 1);
+    uint64_t first = info.id, after = 999, key = 1;
+    /* Written after the cut: not in the checkpoint. */
+    cr_assert_eq(stash_op_list_add(l.cuts, &after, sizeof after), 0);
+    cr_assert_eq(stash_key_set(w, &key, sizeof key), 0);
+    cr_assert_eq(stash_value_put(l.value, &after, sizeof after), 0);
+    l.fail = true;
+    int barrier_rc;
+    cr_assert_eq(test_checkpoint_at_failing_barriers(a, &w, 1, &info, &barrier_rc), STASH_EABORTED);
+    cr_assert_eq(barrier_rc, -EIO, "the barrier that cut returns on_cut's error");
+    cr_assert(strstr(info.detail, "was not cut: worker 0"), "%s", info.detail);
+    cr_assert_eq(l.calls, 2);
+    stash_worker_close(w);
+    /* The replacement rolls back to the one checkpoint complete. */
+    cut_log r = {0};
+    open_logged(name, 1, &r, &w);
+    const stash_bytes *el;
+    size_t n;
+    cr_assert_eq(stash_op_list_get(r.cuts, &el, &n), 0);
+    cr_assert_eq(n, 1, "the operator state on_cut wrote, alone");
+    cr_assert_eq(test_u64(el[0].data), first);
+    stash_bytes v;
+    cr_assert_eq(stash_key_set(w, &key, sizeof key), 0);
+    cr_assert_eq(stash_value_get(r.value, &v), 0);
+    cr_assert_eq(test_u64(v.data), first, "the keyed state on_cut wrote, as of the cut");
+    stash_worker_close(w);
+    stop_service(name, s);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
+
 Test(service, the_engine_keeps_its_options, .timeout = 240)
 {
     char dir[128];

@@ -64,8 +64,9 @@ static bool cut_by_engine(stash_worker *w)
     return false;
 }
 
-/* Cuts checkpoint id: operator state recorded, key groups pinned for the
- * engine, the acknowledgement stored, the engine woken. */
+/* Cuts checkpoint id: the worker's on_cut called, operator state
+ * recorded, key groups pinned for the engine, the acknowledgement stored,
+ * the engine woken. */
 static int cut(stash_worker *w, uint64_t id)
 {
     stash_arena *a = w->arena;
@@ -75,9 +76,16 @@ static int cut(stash_worker *w, uint64_t id)
     /* An engine that died leaves its request behind: nobody would release the pins. */
     if (!shm_service_alive(a, NULL)) return 0;
     uint64_t t0 = shm_now_ns();
+    /* What on_cut writes is in this checkpoint: not so where the engine's
+     * cut stands (with an operator state recorded before). */
+    bool engine_cut = cut_by_engine(w);
+    int rc = 0;
+    if (!engine_cut && w->on_cut && (rc = w->on_cut(w, id, w->cut_ctx)) < 0 && !stash_errmsg()[0])
+        shm_fail(rc, "worker %u: its on_cut failed checkpoint %llu", w->slot,
+                 (unsigned long long)id);
     /* Writes are in the cut once committed. */
-    int rc = worker_commit(w, false);
-    if (rc == 0) rc = cut_by_engine(w) ? 1 : worker_record_opstate(w);
+    if (rc >= 0) rc = worker_commit(w, false);
+    if (rc == 0) rc = engine_cut ? 1 : worker_record_opstate(w);
     uint32_t holder = atomic_load(&c->service_reader);
     int err = rc < 0 ? rc : 0; /* the engine names it when it finds a key group uncut */
     for (uint32_t kg = w->range.first; rc == 0 && kg <= w->range.last; kg++) {

@@ -83,6 +83,8 @@ STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
     w->parallelism = o.parallelism;
     w->clock = o.clock;
     w->clock_ctx = o.clock_ctx;
+    w->on_cut = o.on_cut;
+    w->cut_ctx = o.cut_ctx;
     shm_control *c = w->arena->control;
     atomic_store(&c->parallelism, o.parallelism);
     w->seen_done = atomic_load(&c->completed);

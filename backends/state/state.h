@@ -26,6 +26,8 @@ struct stash_worker {
     uint32_t max_parallelism;
     stash_clock_fn *clock;
     void *clock_ctx;
+    stash_cut_fn *on_cut;
+    void *cut_ctx;
     uint8_t *key;
     size_t key_cap;
     uint16_t klen;
