@@ -9,8 +9,12 @@
  * rolls its key groups and offset back to the last complete checkpoint; the
  * service is killed and restarted, reattaching; finally everything dies and
  * the arena is removed, as a power loss would, and a new service restores
- * the newest checkpoint and new workers resume from their offsets. Every
- * count ends exactly right (exactly once), and each recovery is timed.
+ * the newest checkpoint and new workers resume from their offsets. The
+ * events carry timestamps: per word (a user), event-time windows of ten
+ * minutes are counted and emitted when their timers fire, through a sink
+ * that commits with the checkpoints (demo_windows.c). Every count and
+ * every window ends exactly right (exactly once), and each recovery is
+ * timed.
  */
 #include <errno.h>
 #include <poll.h>
@@ -23,6 +27,7 @@
 #include <unistd.h>
 
 #include "include/stash.h"
+#include "tools/demo_windows.h"
 #include "tools/tools.h"
 
 /* The arena and the checkpoint directory: the demo's own, made new. */
@@ -120,16 +125,33 @@ static int fail(int fd, uint32_t index, const char *what, int rc)
     return 1;
 }
 
+/* Passes a barrier; a checkpoint complete commits the windows' output up
+ * to it. Returns 1 if one completed, 0, or an error. */
+static int barrier(job_states *j, demo_windows *win)
+{
+    stash_event ev;
+    int rc = stash_barrier(j->w, &ev);
+    if (rc <= 0 || ev.kind != STASH_CHECKPOINT_COMPLETE) return rc < 0 ? rc : 0;
+    rc = demo_windows_complete(win, ev.checkpoint_id);
+    return rc < 0 ? rc : 1;
+}
+
 /* A worker: joins (rolling back if asked), resumes at the offset its
- * operator state holds, counts its words at a steady pace with a barrier
- * after each event, and once done waits for a checkpoint to hold its end. */
+ * operator state holds, counts its words and their windows at a steady
+ * pace with a barrier after each event, and once done waits for a
+ * checkpoint to hold its end and commit its last windows. */
 static int worker_main(uint32_t index, bool rollback, int fd)
 {
     job_states j = {0};
+    demo_windows win = {.out = -1};
     uint64_t t0 = now_ns();
-    int rc = stash_worker_open(
-        demo_name,
-        &(stash_worker_opts){.index = index, .parallelism = WORKERS, .rollback = rollback}, &j.w);
+    int rc = stash_worker_open(demo_name,
+                               &(stash_worker_opts){.index = index,
+                                                    .parallelism = WORKERS,
+                                                    .rollback = rollback,
+                                                    .on_cut = demo_windows_cut,
+                                                    .cut_ctx = &win},
+                               &j.w);
     if (rc < 0) return fail(fd, index, "join", rc);
     double join_ms = (double)(now_ns() - t0) / 1e6;
     stash_worker_info info;
@@ -142,6 +164,8 @@ static int worker_main(uint32_t index, bool rollback, int fd)
         (rc = stash_state_get(j.w, &(stash_state_desc){.name = "offsets", .kind = STASH_OP_LIST},
                               &j.offsets)) < 0)
         return fail(fd, index, "register its states", rc);
+    if ((rc = demo_windows_open(&win, j.w, index, demo_dir)) < 0)
+        return fail(fd, index, "recover its window output", rc);
     const stash_bytes *el;
     size_t n;
     uint64_t start = 0;
@@ -155,25 +179,31 @@ static int worker_main(uint32_t index, bool rollback, int fd)
     uint64_t begun = now_ns(), completions = 0;
     for (uint64_t i = start; i < EVENTS; i++) {
         uint64_t word = word_of(i);
-        if (mine(&j, word) && (rc = count_event(&j, i)) < 0) return fail(fd, index, "write", rc);
+        if (mine(&j, word) &&
+            ((rc = count_event(&j, i)) < 0 || (rc = demo_windows_add(&win, i)) < 0))
+            return fail(fd, index, "write", rc);
+        if ((i & 1023) == 1023 && (rc = demo_windows_advance(&win, demo_watermark(i))) < 0)
+            return fail(fd, index, "fire its windows", rc);
         uint64_t next = i + 1;
         stash_bytes b = {&next, sizeof next};
         if ((rc = stash_op_list_update(j.offsets, &b, 1)) < 0)
             return fail(fd, index, "record its offset", rc);
-        stash_event ev;
-        if ((rc = stash_barrier(j.w, &ev)) < 0) return fail(fd, index, "pass a barrier", rc);
+        if ((rc = barrier(&j, &win)) < 0) return fail(fd, index, "pass a barrier", rc);
         if ((i & 4095) == 0) {
             uint64_t due = begun + (i - start) * (1000000000ull / RATE), t = now_ns();
             if (due > t) usleep((useconds_t)((due - t) / 1000));
         }
     }
-    /* Checkpoints run one at a time: the second to complete from here was cut after the end. */
+    /* The end of the stream: every window left is due. */
+    if ((rc = demo_windows_advance(&win, UINT64_MAX)) < 0)
+        return fail(fd, index, "fire its windows", rc);
+    /* Checkpoints run one at a time: the second to complete from here was
+     * cut after the end, and its completion commits the last windows. */
     uint64_t waited = now_ns();
     while (completions < 2) {
-        stash_event ev;
-        rc = stash_barrier(j.w, &ev);
+        rc = barrier(&j, &win);
         if (rc < 0) return fail(fd, index, "pass a barrier", rc);
-        if (rc == 1 && ev.kind == STASH_CHECKPOINT_COMPLETE) completions++;
+        completions += (uint64_t)rc;
         if (now_ns() - waited > STEP_TIMEOUT_NS)
             return fail(fd, index, "see a checkpoint", -ETIMEDOUT);
         usleep(2000);
@@ -182,10 +212,13 @@ static int worker_main(uint32_t index, bool rollback, int fd)
     if ((rc = verify(&j, &wrong)) < 0) return fail(fd, index, "verify", rc);
     dprintf(fd,
             "  worker %u (pid %d, key groups %u..%u): resumed at event %llu, finished the "
-            "stream; counts %s\n",
+            "stream; counts %s; %llu windows committed, %llu restored transactions committed "
+            "again, %llu found committed already\n",
             index, (int)getpid(), j.range.first, j.range.last, (unsigned long long)start,
-            wrong ? "WRONG" : "exactly right");
+            wrong ? "WRONG" : "exactly right", (unsigned long long)win.emitted,
+            (unsigned long long)win.recommitted, (unsigned long long)win.skipped);
     stash_worker_close(j.w);
+    demo_windows_close(&win);
     return wrong ? 1 : 0;
 }
 
@@ -293,11 +326,15 @@ int tool_demo(int argc, char **argv)
         printf("usage: stash demo\n"
                "Runs the demonstration in a new directory under $TMPDIR (or /tmp) with a new\n"
                "arena demo-PID, touching nothing else: `stash serve` checkpoints every second\n"
-               "while %u worker processes count words (ValueState, MapState) and keep their\n"
-               "input offsets in operator ListState; a worker is killed and replaced with a\n"
-               "rollback, the service is killed and restarted, then everything dies with the\n"
-               "arena and a new service restores it. Every count must end exactly right. The\n"
-               "arena is removed at the end; the checkpoints stay, and the last line says where.\n",
+               "while %u worker processes count words (ValueState, MapState), keep their\n"
+               "input offsets in operator ListState, and count each word's events in windows\n"
+               "of ten minutes of event time, emitted when their timers fire to the files\n"
+               "windows-N.out, committed with the checkpoints; a worker is killed and replaced\n"
+               "with a rollback, the service is killed and restarted, then everything dies\n"
+               "with the arena and a new service restores it. Every count must end exactly\n"
+               "right and every window be emitted once with its exact count. The arena is\n"
+               "removed at the end; the checkpoints and the output stay, and the last line\n"
+               "says where.\n",
                WORKERS);
         return 0;
     }
@@ -316,8 +353,9 @@ int tool_demo(int argc, char **argv)
     pid_t svc = start_service();
     if (await_service(&s, svc) < 0) return 1;
     say("== %u workers count %u events over %u words (ValueState, MapState), offsets in "
-        "operator ListState\n",
-        WORKERS, EVENTS, WORDS);
+        "operator ListState;\n   per word, windows of ten minutes of event time (timers) go to "
+        "%s/windows-N.out, committed with the checkpoints\n",
+        WORKERS, EVENTS, WORDS, demo_dir);
     pid_t pids[WORKERS];
     for (uint32_t i = 0; i < WORKERS; i++) pids[i] = start_worker(i, false, pipefd[1]);
     if (await_checkpoint(&s, 2) < 0) return 1;
@@ -370,12 +408,23 @@ int tool_demo(int argc, char **argv)
         stash_arena_close(a);
     }
     waitpid(svc, NULL, 0);
-    bool ok = rc == 0 && s.bad == 0 && s.finished == WORKERS;
+    uint64_t windows = 0, missing = 0, twice = 0, wrong = 0;
+    int checked = demo_windows_check(demo_dir, WORKERS, EVENTS, WORDS, word_of, &windows, &missing,
+                                     &twice, &wrong);
+    if (checked < 0)
+        say("== windows: the output files could not be read: %s\n", stash_strerror(checked));
+    else
+        say("== windows: %llu (per word and ten minutes of event time) expected from a replay of "
+            "the stream; %llu missing, %llu emitted twice, %llu with a wrong count%s\n",
+            (unsigned long long)windows, (unsigned long long)missing, (unsigned long long)twice,
+            (unsigned long long)wrong, missing + twice + wrong ? "" : ": each exactly once");
+    bool ok = rc == 0 && s.bad == 0 && s.finished == WORKERS && checked == 0 &&
+              missing + twice + wrong == 0;
     stash_arena_destroy(demo_name, NULL);
     say("== %s; recoveries took %.1f ms (worker rolled back), %.1f ms (service reattached) and "
-        "%.1f ms (arena restored); arena %s removed, the checkpoints stay in %s (stash snapshot "
-        "ls %s)\n",
-        ok ? "every count exactly right" : "FAILED", s.rollback_ms, reattach_ms, restore_ms,
-        demo_name, demo_dir, demo_dir);
+        "%.1f ms (arena restored); arena %s removed, the checkpoints and windows stay in %s "
+        "(stash snapshot ls %s)\n",
+        ok ? "every count and window exactly right" : "FAILED", s.rollback_ms, reattach_ms,
+        restore_ms, demo_name, demo_dir, demo_dir);
     return ok ? 0 : 1;
 }
