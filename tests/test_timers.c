@@ -119,6 +119,58 @@ Test(timers, a_deleted_timer_does_not_fire_and_deleting_an_absent_one_is_no_erro
     cr_assert_eq(stash_timers_advance(tm, 600, record, &f), 1);
 }
 
+/* Checks each timer fired: key k at 1000 + k, with a long namespace
+ * (longer than a heap entry holds inline) for odd keys; counts them. */
+static int check_long(const stash_timer *t, void *ctx)
+{
+    uint64_t *n = ctx, k = test_u64(t->key.data);
+    char want[64];
+    snprintf(want, sizeof want, "%s-%llu", k % 2 ? "a-namespace-longer-than-a-heap-entry" : "w",
+             (unsigned long long)k);
+    cr_assert_eq(t->timestamp, 1000 + k);
+    cr_assert_eq(t->ns.len, strlen(want));
+    cr_assert(memcmp(t->ns.data, want, t->ns.len) == 0, "key %llu", (unsigned long long)k);
+    cr_assert(k % 7 == 0, "key %llu's timer was deleted", (unsigned long long)k);
+    (*n)++;
+    return 0;
+}
+
+Test(timers, deleting_most_timers_compacts_the_heap_and_keeps_the_current_key, .timeout = 60)
+{
+    enum { N = 3000 };
+    char ns[64];
+    for (uint64_t k = 0; k < N; k++) {
+        snprintf(ns, sizeof ns, "%s-%llu", k % 2 ? "a-namespace-longer-than-a-heap-entry" : "w",
+                 (unsigned long long)k);
+        reg(k, ns, 1000 + k);
+    }
+    stash_state *v;
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    /* Deleted in reverse, so that none of them comes up first: more than
+     * half the heap and the slack are left behind, and it is compacted. */
+    uint64_t last = 0;
+    for (uint64_t k = N; k-- > 0;) {
+        if (k % 7 == 0) continue;
+        snprintf(ns, sizeof ns, "%s-%llu", k % 2 ? "a-namespace-longer-than-a-heap-entry" : "w",
+                 (unsigned long long)k);
+        set_key(k);
+        int kg = stash_key_group_current(w);
+        cr_assert_eq(stash_timer_delete(tm, STASH_EVENT_TIME, ns, strlen(ns), 1000 + k), 0, "%s",
+                     stash_errmsg());
+        cr_assert_eq(stash_key_group_current(w), kg, "the delete of key %llu kept it current",
+                     (unsigned long long)k);
+        last = k;
+    }
+    /* The current key is still the one the last delete was for. */
+    cr_assert_eq(stash_value_put(v, "x", 1), 0);
+    set_key(last);
+    stash_bytes got;
+    cr_assert_eq(stash_value_get(v, &got), 0);
+    uint64_t n = 0;
+    cr_assert_eq(stash_timers_advance(tm, UINT64_MAX, check_long, &n), (N + 6) / 7);
+    cr_assert_eq(n, (N + 6) / 7);
+}
+
 Test(timers, timers_fire_in_timestamp_order_and_ties_by_key_group_key_and_namespace)
 {
     /* Keys of several key groups, registered out of order, ties included. */

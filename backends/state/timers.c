@@ -4,10 +4,10 @@
  * record of its key's key group in the worker's store (state.h says how it
  * is named), so registering twice is one timer, and checkpoints, restores,
  * rescales and rollbacks carry timers as they carry state. Which timer is
- * due next is the worker's own knowledge: a min-heap per time domain in
- * its private memory, built from the records of its key groups when the
+ * due next is the worker's own knowledge: a 4-ary min-heap per time domain
+ * in its private memory, built from the records of its key groups when the
  * service is first used. A deleted timer stays in the heap until it comes
- * up (it then finds no record and is dropped) or the heap is rebuilt.
+ * up (it then finds no record and is dropped) or the heap is compacted.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -15,19 +15,44 @@
 
 #include "backends/state/state.h"
 
-/* A timer in a heap: its time, key group, key and the user's namespace. */
+/* A timer's key and namespace, in the bytes of its entry where they fit
+ * (no allocation for the common short keys), else in memory of their own. */
+#define ENTRY_INLINE 28u
 typedef struct timer_entry {
-    uint64_t ts;
-    uint32_t kg;
     uint16_t klen;
     uint16_t nslen;
-    uint8_t bytes[]; /* the key, then the namespace */
+    union {
+        uint8_t bytes[ENTRY_INLINE]; /* the key, then the namespace */
+        uint8_t *out;
+    } u;
 } timer_entry;
 
+/* A heap's node: what orders it (most comparisons end at the time or the
+ * key group without reading the entry) and its entry's slot. Four nodes
+ * fill a cache line: the heap is 4-ary, a node's children one line. */
+typedef struct timer_node {
+    uint64_t ts;
+    uint32_t kg;
+    uint32_t slot;
+} timer_node;
+
 typedef struct timer_heap {
-    timer_entry **e;
+    timer_node *e;
     size_t n, cap;
+    timer_entry *entries; /* by slot */
+    uint32_t *free_slots;
+    size_t nfree, used, entries_cap;
 } timer_heap;
+
+static const uint8_t *entry_bytes(const timer_entry *x)
+{
+    return (size_t)x->klen + x->nslen <= ENTRY_INLINE ? x->u.bytes : x->u.out;
+}
+
+static void entry_free(timer_entry *x)
+{
+    if ((size_t)x->klen + x->nslen > ENTRY_INLINE) free(x->u.out);
+}
 
 struct stash_timers {
     stash_state *state;
@@ -40,7 +65,7 @@ struct stash_timers {
     size_t ns_cap;
 };
 
-/* More deleted timers than this beyond the live ones rebuild the heaps. */
+/* More deleted timers than this beyond half the heap compact it. */
 #define STALE_SLACK 1024u
 
 bool timer_record_valid(const uint8_t *ns, size_t nslen, uint32_t vlen)
@@ -63,80 +88,111 @@ static void put_be64(uint8_t *p, uint64_t x)
 /* ---- the heaps ------------------------------------------------------------ */
 
 /* Timestamp order; ties in key group, key and namespace order. */
-static int entry_cmp(const timer_entry *a, const timer_entry *b)
+static int node_cmp(const timer_heap *h, const timer_node *a, const timer_node *b)
 {
     if (a->ts != b->ts) return a->ts < b->ts ? -1 : 1;
     if (a->kg != b->kg) return a->kg < b->kg ? -1 : 1;
-    size_t an = (size_t)a->klen + a->nslen, bn = (size_t)b->klen + b->nslen;
-    if (a->klen != b->klen) return a->klen < b->klen ? -1 : 1;
-    int c = memcmp(a->bytes, b->bytes, an < bn ? an : bn);
+    const timer_entry *x = &h->entries[a->slot], *y = &h->entries[b->slot];
+    if (x->klen != y->klen) return x->klen < y->klen ? -1 : 1;
+    size_t an = (size_t)x->klen + x->nslen, bn = (size_t)y->klen + y->nslen;
+    int c = memcmp(entry_bytes(x), entry_bytes(y), an < bn ? an : bn);
     return c ? c : (an > bn) - (an < bn);
 }
 
-static void swap(timer_heap *h, size_t i, size_t j)
-{
-    timer_entry *t = h->e[i];
-    h->e[i] = h->e[j];
-    h->e[j] = t;
-}
+#define ARITY 4u
 
-static int heap_push(timer_heap *h, timer_entry *x)
+static void heap_push(timer_heap *h, const timer_node *x)
 {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        timer_entry **grown = realloc(h->e, cap * sizeof *grown);
-        if (!grown) return -ENOMEM;
-        h->e = grown;
-        h->cap = cap;
-    }
     size_t i = h->n++;
-    h->e[i] = x;
-    while (i > 0 && entry_cmp(h->e[i], h->e[(i - 1) / 2]) < 0) {
-        swap(h, i, (i - 1) / 2);
-        i = (i - 1) / 2;
+    while (i > 0 && node_cmp(h, x, &h->e[(i - 1) / ARITY]) < 0) {
+        h->e[i] = h->e[(i - 1) / ARITY];
+        i = (i - 1) / ARITY;
     }
-    return 0;
+    h->e[i] = *x;
 }
 
-static timer_entry *heap_pop(timer_heap *h)
+/* Moves node x down from position i to where it belongs. */
+static void sift_down(timer_heap *h, size_t i, timer_node x)
 {
-    timer_entry *top = h->e[0];
-    h->e[0] = h->e[--h->n];
-    for (size_t i = 0;;) {
-        size_t l = 2 * i + 1, m = i;
-        if (l < h->n && entry_cmp(h->e[l], h->e[m]) < 0) m = l;
-        if (l + 1 < h->n && entry_cmp(h->e[l + 1], h->e[m]) < 0) m = l + 1;
-        if (m == i) break;
-        swap(h, i, m);
+    for (;;) {
+        size_t first = ARITY * i + 1, m = first;
+        if (first >= h->n) break;
+        size_t end = first + ARITY < h->n ? first + ARITY : h->n;
+        for (size_t c = first + 1; c < end; c++)
+            if (node_cmp(h, &h->e[c], &h->e[m]) < 0) m = c;
+        if (node_cmp(h, &h->e[m], &x) >= 0) break;
+        h->e[i] = h->e[m];
         i = m;
     }
-    return top;
+    h->e[i] = x;
+}
+
+/* Takes the least node off the heap into *top. */
+static void heap_pop(timer_heap *h, timer_node *top)
+{
+    *top = h->e[0];
+    timer_node last = h->e[--h->n];
+    if (h->n) sift_down(h, 0, last);
 }
 
 static void heap_clear(timer_heap *h)
 {
-    for (size_t i = 0; i < h->n; i++) free(h->e[i]);
-    h->n = 0;
+    for (size_t i = 0; i < h->n; i++) entry_free(&h->entries[h->e[i].slot]);
+    h->n = h->nfree = h->used = 0;
+}
+
+static void heap_free(timer_heap *h)
+{
+    heap_clear(h);
+    free(h->e);
+    free(h->entries);
+    free(h->free_slots);
+}
+
+/* Room for one more timer in h. */
+static int heap_reserve(timer_heap *h)
+{
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? h->cap * 2 : 64;
+        timer_node *grown = realloc(h->e, cap * sizeof *grown);
+        if (!grown) return -ENOMEM;
+        h->e = grown;
+        h->cap = cap;
+    }
+    if (h->nfree == 0 && h->used == h->entries_cap) {
+        size_t cap = h->entries_cap ? h->entries_cap * 2 : 64;
+        if (cap > UINT32_MAX) return -ENOMEM;
+        timer_entry *grown = realloc(h->entries, cap * sizeof *grown);
+        if (!grown) return -ENOMEM;
+        h->entries = grown;
+        uint32_t *slots = realloc(h->free_slots, cap * sizeof *slots);
+        if (!slots) return -ENOMEM;
+        h->free_slots = slots;
+        h->entries_cap = cap;
+    }
+    return 0;
 }
 
 /* Adds a timer of key group kg to its domain's heap. */
 static int push_timer(stash_timers *t, stash_time_domain d, uint64_t ts, uint32_t kg,
                       const void *key, size_t klen, const void *ns, size_t nslen)
 {
-    timer_entry *x = malloc(sizeof *x + klen + nslen);
-    if (!x) return shm_fail(-ENOMEM, "out of memory");
-    *x = (timer_entry){ts, kg, (uint16_t)klen, (uint16_t)nslen};
-    if (klen) memcpy(x->bytes, key, klen);
-    if (nslen) memcpy(x->bytes + klen, ns, nslen);
-    if (heap_push(&t->heap[d], x) < 0) {
-        free(x);
+    timer_heap *h = &t->heap[d];
+    if (heap_reserve(h) < 0) return shm_fail(-ENOMEM, "out of memory");
+    timer_entry x = {(uint16_t)klen, (uint16_t)nslen, {{0}}};
+    uint8_t *to = x.u.bytes;
+    if (klen + nslen > ENTRY_INLINE && !(to = x.u.out = malloc(klen + nslen)))
         return shm_fail(-ENOMEM, "out of memory");
-    }
+    if (klen) memcpy(to, key, klen);
+    if (nslen) memcpy(to + klen, ns, nslen);
+    uint32_t slot = h->nfree ? h->free_slots[--h->nfree] : (uint32_t)h->used++;
+    h->entries[slot] = x;
+    heap_push(h, &(timer_node){ts, kg, slot});
     return 0;
 }
 
-/* Rebuilds both heaps from the timer records of the worker's key groups. */
-static int rebuild(stash_timers *t)
+/* Builds both heaps from the timer records of the worker's key groups. */
+static int build(stash_timers *t)
 {
     stash_state *s = t->state;
     store *st = s->w->store;
@@ -189,11 +245,9 @@ STASH_API int stash_timers_get(stash_worker *worker, const char *name, stash_tim
     stash_timers *t = calloc(1, sizeof *t);
     if (!t) return shm_fail(-ENOMEM, "out of memory");
     t->state = s;
-    if ((rc = rebuild(t)) < 0) {
-        heap_clear(&t->heap[0]);
-        heap_clear(&t->heap[1]);
-        free(t->heap[0].e);
-        free(t->heap[1].e);
+    if ((rc = build(t)) < 0) {
+        heap_free(&t->heap[0]);
+        heap_free(&t->heap[1]);
         free(t);
         return rc;
     }
@@ -209,8 +263,7 @@ void timers_free_all(stash_worker *w)
         stash_timers *t = w->timers;
         w->timers = t->next;
         for (int d = 0; d < 2; d++) {
-            heap_clear(&t->heap[d]);
-            free(t->heap[d].e);
+            heap_free(&t->heap[d]);
         }
         free(t->ns);
         free(t->key);
@@ -250,6 +303,57 @@ static int find_timer(stash_timers *t, stash_time_domain d, const void *ns, size
     return state_find_write(s, l, c);
 }
 
+/* Whether node x of domain d is still registered: its key made the
+ * worker's current key, its record looked up. Returns 1, 0 or an error. */
+static int registered(stash_timers *t, stash_time_domain d, const timer_node *x)
+{
+    const timer_entry *e = &t->heap[d].entries[x->slot];
+    const uint8_t *bytes = entry_bytes(e);
+    int rc = stash_key_set(t->state->w, bytes, e->klen);
+    shm_lookup l;
+    shm_cursor c;
+    if (!rc) rc = timer_lookup(t, d, bytes + e->klen, e->nslen, x->ts, &l);
+    if (!rc) rc = state_find(t->state, &l, &c);
+    return rc < 0 ? rc : shm_rec_live(c.rec);
+}
+
+/* Drops the deleted timers from domain d's heap (each found without a
+ * record: work in proportion to the timers, whatever other state the
+ * worker holds) and orders the rest again. The current key is kept. */
+static int compact(stash_timers *t, stash_time_domain d)
+{
+    stash_worker *w = t->state->w;
+    timer_heap *h = &t->heap[d];
+    bool had_key = w->has_key;
+    size_t klen = w->klen;
+    uint8_t *key = malloc(klen ? klen : 1);
+    if (!key) return shm_fail(-ENOMEM, "out of memory");
+    if (had_key) memcpy(key, w->key, klen);
+    size_t kept = 0;
+    int rc = 0;
+    for (size_t i = 0; i < h->n; i++) {
+        int live = rc < 0 ? 1 : registered(t, d, &h->e[i]);
+        if (live < 0) rc = live;
+        if (live) {
+            h->e[kept++] = h->e[i];
+        } else {
+            entry_free(&h->entries[h->e[i].slot]);
+            h->free_slots[h->nfree++] = h->e[i].slot;
+        }
+    }
+    h->n = kept;
+    for (size_t i = kept > 1 ? (kept - 2) / ARITY + 1 : 0; i-- > 0;) sift_down(h, i, h->e[i]);
+    if (rc == 0) t->stale[d] = 0;
+    if (had_key) {
+        int krc = stash_key_set(w, key, klen);
+        if (rc == 0) rc = krc;
+    } else {
+        w->has_key = false;
+    }
+    free(key);
+    return rc;
+}
+
 STASH_API int stash_timer_register(stash_timers *timers, stash_time_domain domain, const void *ns,
                                    size_t nslen, uint64_t timestamp)
 {
@@ -272,20 +376,21 @@ STASH_API int stash_timer_delete(stash_timers *timers, stash_time_domain domain,
     if (!shm_rec_live(c.rec)) return 0;
     if ((rc = state_delete(timers->state, &l, &c)) < 0) return rc;
     timer_heap *h = &timers->heap[domain];
-    if (++timers->stale[domain] > h->n / 2 + STALE_SLACK) return rebuild(timers);
+    if (++timers->stale[domain] > h->n / 2 + STALE_SLACK) return compact(timers, domain);
     return 0;
 }
 
-/* Takes timer x of domain d off the store if it is still registered: sets
- * its key as the worker's current key and deletes its record. Returns 1
- * if it was, 0 if it had been deleted, or an error. */
-static int take(stash_timers *t, stash_time_domain d, const timer_entry *x)
+/* Takes timer (ts, x) of domain d off the store if it is still
+ * registered: sets its key as the worker's current key and deletes its
+ * record. Returns 1 if it was, 0 if it had been deleted, or an error. */
+static int take(stash_timers *t, stash_time_domain d, uint64_t ts, const timer_entry *x)
 {
     stash_worker *w = t->state->w;
-    int rc = stash_key_set(w, x->bytes, x->klen);
+    const uint8_t *bytes = entry_bytes(x);
+    int rc = stash_key_set(w, bytes, x->klen);
     shm_lookup l;
     shm_cursor c;
-    if (!rc) rc = timer_lookup(t, d, x->bytes + x->klen, x->nslen, x->ts, &l);
+    if (!rc) rc = timer_lookup(t, d, bytes + x->klen, x->nslen, ts, &l);
     if (!rc) rc = state_find_write(t->state, &l, &c);
     if (rc < 0) return rc;
     if (!shm_rec_live(c.rec)) {
@@ -302,15 +407,20 @@ static int64_t fire(stash_timers *t, stash_time_domain d, uint64_t limit, stash_
 {
     timer_heap *h = &t->heap[d];
     int64_t fired = 0;
-    while (h->n > 0 && h->e[0]->ts <= limit) {
-        timer_entry *x = heap_pop(h);
-        int rc = take(t, d, x);
+    while (h->n > 0 && h->e[0].ts <= limit) {
+        timer_node top;
+        heap_pop(h, &top);
+        /* The handler may register timers, moving the entries: a copy. */
+        timer_entry x = h->entries[top.slot];
+        h->free_slots[h->nfree++] = top.slot;
+        int rc = take(t, d, top.ts, &x);
         if (rc == 1) {
-            stash_timer timer = {d, x->ts, {x->bytes, x->klen}, {x->bytes + x->klen, x->nslen}};
+            const uint8_t *bytes = entry_bytes(&x);
+            stash_timer timer = {d, top.ts, {bytes, x.klen}, {bytes + x.klen, x.nslen}};
             fired++;
             rc = fn(&timer, ctx);
         }
-        free(x);
+        entry_free(&x);
         if (rc < 0) return rc;
     }
     return fired;
