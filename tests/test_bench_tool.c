@@ -5,6 +5,7 @@
  * bench has on its backend; a case that names something runs.
  */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "tests/helpers.h"
@@ -26,6 +27,8 @@ Test(bench_tool, a_case_that_starts_no_name_is_refused_with_the_names)
     refused("bench checkpoint --quick --case pause/10m", "pause/1m-keys");
     refused("bench io --case nothing", "write/direct");
     refused("bench arena --case nothing", "alloc-free/scaling");
+    refused("bench timers --case nothing", "advance-1pct");
+    refused("bench timers --quick --case pause/1m", "pause/100k-timers");
 }
 
 Test(bench_tool, a_case_the_lmdb_backend_does_not_run_is_refused)
@@ -53,4 +56,37 @@ Test(bench_tool, bad_arguments_are_refused)
     cr_assert_eq(test_run_stash("bench arena --backend lmdb", out, sizeof out), 2, "%s", out);
     cr_assert_eq(test_run_stash("bench keyed --frobnicate", out, sizeof out), 2, "%s", out);
     cr_assert_not_null(strstr(out, "unknown argument '--frobnicate'"), "%s", out);
+}
+
+/* Every case reports stash and each peer, or says why a peer was skipped;
+ * and every system fired what it was given (a row that did not would say
+ * skipped, naming the count). */
+static void timers_run(const char *backend)
+{
+    static char big[16384];
+    char args[128];
+    snprintf(args, sizeof args, "bench timers --quick --reps 1 --json --backend %s", backend);
+    cr_assert_eq(test_run_stash(args, big, sizeof big), 0, "%s", big);
+    const char *cases[] = {"register-fire", "register-delete", "advance-1pct"};
+    const char *systems[] = {"stash", "private-heap", "lmdb", "rocksdb"};
+    for (size_t c = 0; c < 3; c++)
+        for (size_t s = 0; s < 4; s++) {
+            char row[128];
+            snprintf(row, sizeof row, "\"case\": \"%s\", \"system\": \"%s\"", cases[c], systems[s]);
+            const char *at = strstr(big, row);
+            cr_assert_not_null(at, "%s: no row %s: %s", backend, row, big);
+            const char *end = strchr(at, '\n');
+            bool skipped = strstr(at, "\"skipped\"") && strstr(at, "\"skipped\"") < end;
+            cr_assert(!skipped || strcmp(systems[s], "rocksdb") == 0, "%s: %.*s", backend,
+                      (int)(end - at), at);
+        }
+    cr_assert_not_null(
+        strstr(big, "\"case\": \"pause/100k-timers\", \"system\": \"stash\", \"value\""), "%s",
+        big);
+}
+
+Test(bench_tool, bench_timers_runs_every_case_beside_its_peers, .timeout = 240)
+{
+    timers_run("heap");
+    timers_run("lmdb");
 }

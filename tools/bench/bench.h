@@ -61,10 +61,16 @@ int bench_fio(const char *path, uint64_t size, bool writing, bool direct, double
 /* Whether fio runs here. */
 bool bench_fio_installed(void);
 
+/* One checkpoint's synchronous pause for worker w, the only worker of its
+ * arena (checkpoint.c): every key group pinned, the worker's writes
+ * committed, the store's cuts opened; the cuts are released after. */
+uint64_t bench_cut_pause(stash_worker *w);
+
 /* The benches, each `stash bench NAME`. */
 int bench_arena(int argc, char **argv);
 int bench_checkpoint(int argc, char **argv);
 int bench_io(int argc, char **argv);
 int bench_keyed(int argc, char **argv);
+int bench_timers(int argc, char **argv);
 
 #endif

@@ -214,29 +214,34 @@ static int bandwidth_cases(ckb *b)
 
 /* ---- the synchronous pause ---------------------------------------------------- */
 
+uint64_t bench_cut_pause(stash_worker *w)
+{
+    /* The cut commits the worker's writes and opens the store's cut of
+     * every key group (with lmdb, its snapshots). */
+    stash_arena *a = stash_worker_arena(w);
+    uint64_t t0 = bench_now_ns();
+    uint32_t *pins = pin_all(a);
+    const store_ops *ops = w->store->ops;
+    worker_commit(w, false);
+    for (uint32_t kg = 0; ops->cut_open && kg < a->hdr->max_parallelism; kg++)
+        ops->cut_open(w->store, kg);
+    uint64_t ns = bench_now_ns() - t0;
+    for (uint32_t kg = 0; ops->cut_close && kg < a->hdr->max_parallelism; kg++)
+        ops->cut_close(w->store, kg);
+    if (pins) unpin_all(a, pins);
+    return ns;
+}
+
 static int pause_case(ckb *b, uint64_t keys, const char *name)
 {
     stash_worker *w;
     stash_state *s;
     int rc = open_loaded(b, keys, &w, &s);
     if (rc < 0) return rc;
-    stash_arena *a = stash_worker_arena(w);
     enum { PINS = 101 };
     uint64_t ns[PINS];
     for (int i = 0; i < PINS; i++) {
-        /* The cut commits the worker's writes (here the one since the
-         * last) and opens the store's cut of every key group (with lmdb,
-         * its snapshots). */
-        uint64_t t0 = bench_now_ns();
-        uint32_t *pins = pin_all(a);
-        const store_ops *ops = w->store->ops;
-        worker_commit(w, false);
-        for (uint32_t kg = 0; ops->cut_open && kg < a->hdr->max_parallelism; kg++)
-            ops->cut_open(w->store, kg);
-        ns[i] = bench_now_ns() - t0;
-        for (uint32_t kg = 0; ops->cut_close && kg < a->hdr->max_parallelism; kg++)
-            ops->cut_close(w->store, kg);
-        unpin_all(a, pins);
+        ns[i] = bench_cut_pause(w);
         /* A write between pins, as a worker's records between barriers. */
         uint64_t k = (uint64_t)i;
         stash_key_set(w, &k, sizeof k);
