@@ -656,6 +656,7 @@ static void rate_cases(const tbench *b)
 {
     for (int c = 0; c < NCASES; c++) {
         if (!bench_selected(&b->o, case_names[c])) continue;
+        double med[NSYS] = {0};
         for (int which = 0; which < NSYS; which++) {
             char why[512] = "";
             double rates[100];
@@ -679,15 +680,23 @@ static void rate_cases(const tbench *b)
             if (reps < b->o.reps)
                 report(b, case_names[c], sys_names[which], 0, NULL, why);
             else
-                report(b, case_names[c], sys_names[which], bench_median(rates, reps),
+                report(b, case_names[c], sys_names[which], med[which] = bench_median(rates, reps),
                        c == CASE_ADVANCE ? "advances/s" : "timers/s", NULL);
+        }
+        for (int peer = SYS_HEAP; peer < NSYS; peer++) {
+            char name[64];
+            snprintf(name, sizeof name, "stash/%s", sys_names[peer]);
+            if (med[SYS_STASH] > 0 && med[peer] > 0)
+                report(b, case_names[c], name, med[SYS_STASH] / med[peer], "ratio", NULL);
         }
     }
 }
 
-/* The synchronous pause of a checkpoint with n timers registered. */
-static int pause_case(tbench *b, uint64_t n, const char *name)
+/* The synchronous pause of a checkpoint with n timers registered: its
+ * median in *us (0 if not measured). */
+static int pause_case(tbench *b, uint64_t n, const char *name, double *us)
 {
+    *us = 0;
     if (!bench_selected(&b->o, name)) return 0;
     tsys *s;
     char why[512];
@@ -720,10 +729,11 @@ static int pause_case(tbench *b, uint64_t n, const char *name)
         report(b, name, "stash", 0, NULL, why);
         return 0;
     }
+    *us = bench_percentile_us(ns, PINS, 0.5);
     bench_report(&b->o, &(bench_result){.bench = "timers",
                                         .name = name,
                                         .system = "stash",
-                                        .value = bench_percentile_us(ns, PINS, 0.5),
+                                        .value = *us,
                                         .unit = "us",
                                         .latency = true,
                                         .p50_us = bench_percentile_us(ns, PINS, 0.5),
@@ -768,8 +778,11 @@ int bench_timers(int argc, char **argv)
         return tool_fail("bench timers: mkdtemp /dev/shm", -errno);
     }
     rate_cases(&b);
-    rc = pause_case(&b, 10000, "pause/10k-timers");
-    if (rc == 0) rc = pause_case(&b, b.n, big);
+    double small_us, big_us;
+    rc = pause_case(&b, 10000, "pause/10k-timers", &small_us);
+    if (rc == 0) rc = pause_case(&b, b.n, big, &big_us);
+    if (rc == 0 && small_us > 0 && big_us > 0)
+        report(&b, big, b.o.quick ? "100k/10k" : "1m/10k", big_us / small_us, "ratio", NULL);
     char cmd[sizeof b.dir + 16];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", b.dir);
     if (system(cmd) != 0) fprintf(stderr, "stash bench timers: cannot remove %s\n", b.dir);
