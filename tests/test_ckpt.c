@@ -419,6 +419,36 @@ static void refused_alike(const char *dir, const char *chk, ioe_engine *e, const
     close_job(&r);
 }
 
+/* Writes checkpoint id of j with one worker's operator state: the len
+ * bytes of blob. */
+static int write_with_opstate(job *j, ioe_engine *e, const char *dir, uint64_t id,
+                              const uint8_t *blob, size_t len)
+{
+    ckpt_blob b = {blob, len};
+    uint32_t pins[KGS];
+    for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(j->arena, kg);
+    ckpt_opts o = {.dir = dir, .id = id, .engine = e, .op_parallelism = 1, .op_blobs = &b};
+    int rc = ckpt_write(j->arena, pins, &o, NULL);
+    for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j->arena, kg, pins[kg]);
+    return rc;
+}
+
+/* Writes checkpoint id of j with one worker's operator state: a timer
+ * service's entry of n watermarks of vlen bytes each. */
+static int write_watermarks(job *j, ioe_engine *e, const char *dir, uint64_t id, uint32_t n,
+                            uint32_t vlen)
+{
+    uint8_t blob[64] = {0};
+    uint32_t count = 1;
+    uint16_t head[2] = {2, STASH_TIMERS}; /* registered after v */
+    size_t len = 12;
+    memcpy(blob, &count, 4);
+    memcpy(blob + 4, head, 4);
+    memcpy(blob + 8, &n, 4);
+    for (uint32_t i = 0; i < n; i++, len += 4 + vlen) memcpy(blob + len, &vlen, 4);
+    return write_with_opstate(j, e, dir, id, blob, len);
+}
+
 Test(ckpt, crafted_state_kinds_and_operator_state_are_refused_by_verify_and_restore, .timeout = 60)
 {
     char dir[128], chk[200], meta[256];
@@ -457,12 +487,7 @@ Test(ckpt, crafted_state_kinds_and_operator_state_are_refused_by_verify_and_rest
     memcpy(blob, &count, 4);
     memcpy(blob + 4, head, 4);
     memcpy(blob + 8, &entries, 4);
-    ckpt_blob b = {blob, 12};
-    uint32_t pins[KGS];
-    for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(j.arena, kg);
-    ckpt_opts o = {.dir = dir, .id = 2, .engine = e, .op_parallelism = 1, .op_blobs = &b};
-    cr_assert_eq(ckpt_write(j.arena, pins, &o, NULL), 0, "%s", stash_errmsg());
-    for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j.arena, kg, pins[kg]);
+    cr_assert_eq(write_with_opstate(&j, e, dir, 2, blob, 12), 0, "%s", stash_errmsg());
     snprintf(chk, sizeof chk, "%s/chk-2", dir);
     ckpt_view v;
     cr_assert_eq(ckpt_view_open_path(chk, e, &v), STASH_ECORRUPT);
@@ -472,28 +497,6 @@ Test(ckpt, crafted_state_kinds_and_operator_state_are_refused_by_verify_and_rest
     close_job(&j);
     ioe_engine_close(e);
     remove_dir(dir);
-}
-
-/* Writes checkpoint id of j with one worker's operator state: a timer
- * service's entry of n watermarks of vlen bytes each. */
-static int write_watermarks(job *j, ioe_engine *e, const char *dir, uint64_t id, uint32_t n,
-                            uint32_t vlen)
-{
-    uint8_t blob[64] = {0};
-    uint32_t count = 1;
-    uint16_t head[2] = {2, STASH_TIMERS}; /* registered after v */
-    size_t len = 12;
-    memcpy(blob, &count, 4);
-    memcpy(blob + 4, head, 4);
-    memcpy(blob + 8, &n, 4);
-    for (uint32_t i = 0; i < n; i++, len += 4 + vlen) memcpy(blob + len, &vlen, 4);
-    ckpt_blob b = {blob, len};
-    uint32_t pins[KGS];
-    for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(j->arena, kg);
-    ckpt_opts o = {.dir = dir, .id = id, .engine = e, .op_parallelism = 1, .op_blobs = &b};
-    int rc = ckpt_write(j->arena, pins, &o, NULL);
-    for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j->arena, kg, pins[kg]);
-    return rc;
 }
 
 Test(ckpt, a_timer_services_watermark_of_another_shape_is_refused, .timeout = 60)

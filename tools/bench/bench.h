@@ -54,6 +54,10 @@ double bench_median(double *v, int n);
 uint64_t bench_now_ns(void);
 /* Latency percentile (0..1) in microseconds from n samples in ns (reorders them). */
 double bench_percentile_us(uint64_t *ns, uint64_t n, double p);
+/* Reports stash's pauses ns[0 .. n-1] as case name of bench: their median
+ * in µs, with p50, p99 and p99.9; returns the median. */
+double bench_report_pauses(const bench_opts *o, const char *bench, const char *name, uint64_t *ns,
+                           uint64_t n);
 
 /* Runs fio on path: size bytes in 1 MiB blocks, io_uring, depth 16, fsync at
  * the end of a write; *bps its bandwidth. Returns 0 or -EIO. */

@@ -248,15 +248,7 @@ static int pause_case(ckb *b, uint64_t keys, const char *name)
         stash_value_put(s, &k, sizeof k);
     }
     close_loaded(b, w);
-    bench_report(&b->o, &(bench_result){.bench = "checkpoint",
-                                        .name = name,
-                                        .system = "stash",
-                                        .value = bench_percentile_us(ns, PINS, 0.5),
-                                        .unit = "us",
-                                        .latency = true,
-                                        .p50_us = bench_percentile_us(ns, PINS, 0.5),
-                                        .p99_us = bench_percentile_us(ns, PINS, 0.99),
-                                        .p999_us = bench_percentile_us(ns, PINS, 0.999)});
+    bench_report_pauses(&b->o, "checkpoint", name, ns, PINS);
     return 0;
 }
 

@@ -172,3 +172,19 @@ uint64_t bench_now_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+
+double bench_report_pauses(const bench_opts *o, const char *bench, const char *name, uint64_t *ns,
+                           uint64_t n)
+{
+    double median = bench_percentile_us(ns, n, 0.5);
+    bench_report(o, &(bench_result){.bench = bench,
+                                    .name = name,
+                                    .system = "stash",
+                                    .value = median,
+                                    .unit = "us",
+                                    .latency = true,
+                                    .p50_us = median,
+                                    .p99_us = bench_percentile_us(ns, n, 0.99),
+                                    .p999_us = bench_percentile_us(ns, n, 0.999)});
+    return median;
+}

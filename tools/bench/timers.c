@@ -729,16 +729,7 @@ static int pause_case(tbench *b, uint64_t n, const char *name, double *us)
         report(b, name, "stash", 0, NULL, why);
         return 0;
     }
-    *us = bench_percentile_us(ns, PINS, 0.5);
-    bench_report(&b->o, &(bench_result){.bench = "timers",
-                                        .name = name,
-                                        .system = "stash",
-                                        .value = *us,
-                                        .unit = "us",
-                                        .latency = true,
-                                        .p50_us = bench_percentile_us(ns, PINS, 0.5),
-                                        .p99_us = bench_percentile_us(ns, PINS, 0.99),
-                                        .p999_us = bench_percentile_us(ns, PINS, 0.999)});
+    *us = bench_report_pauses(&b->o, "timers", name, ns, PINS);
     return 0;
 }
 
