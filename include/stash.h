@@ -457,6 +457,60 @@ STASH_API int stash_iter_remove(stash_iter *it);
 STASH_API int stash_iter_set_value(stash_iter *it, const void *value, size_t len);
 
 /* ------------------------------------------------------------------------ */
+/* Batches: events of many keys, their state fetched ahead, then run in      */
+/* order (Flink's asynchronous state access, done in one thread).            */
+
+typedef struct stash_batch stash_batch;
+
+/* Runs one event of a batch: its key is the worker's current key, event the
+ * pointer given to stash_batch_add(). It uses the ordinary state calls. A
+ * negative return is that event's result; the batch goes on. */
+typedef int stash_batch_fn(stash_worker *worker, void *event, void *ctx);
+
+typedef struct stash_batch_opts {
+    uint32_t capacity; /* events a batch holds; 0: 32; at most 4096 */
+    /* the states whose entries the handler reads or writes, fetched ahead
+     * in the namespace each has when the batch runs (at most 8); NULL:
+     * every keyed state the worker has registered, the first 8 */
+    stash_state *const *states;
+    uint32_t nstates;
+} stash_batch_opts;
+
+/* A batch of the worker's (opts may be NULL). The caller owns *out and
+ * frees it with stash_batch_destroy() before closing the worker. */
+STASH_API int stash_batch_create(stash_worker *worker, const stash_batch_opts *opts,
+                                 stash_batch **out);
+
+/* Frees a batch and its queued events. Accepts NULL. */
+STASH_API void stash_batch_destroy(stash_batch *batch);
+
+/* Queues an event of key (copied, at most 65535 bytes); event is the
+ * caller's, handed to the handler. -ENOSPC when the batch is full. */
+STASH_API int stash_batch_add(stash_batch *batch, const void *key, size_t len, void *event);
+
+/* The events queued and not yet run. */
+STASH_API uint32_t stash_batch_size(const stash_batch *batch);
+
+/* Runs the queued events and empties the batch: hashes their keys, fetches
+ * ahead the index groups and records the states' accesses will touch (on
+ * lmdb, reads their pages on reader threads), then calls fn once per event
+ * in the order they were added, each with its key current. The outcome is
+ * that of setting each key and calling fn one event at a time. An event of
+ * a key in a key group the worker does not own fails alone with
+ * STASH_EKEYGROUP, fn not called. No barrier falls inside a batch:
+ * stash_barrier() from fn is refused. results, if given, receives each
+ * event's result (0, fn's error or STASH_EKEYGROUP). Returns how many
+ * events failed, or a negative error (none ran). The last event's key stays
+ * current. */
+STASH_API int stash_batch_run(stash_batch *batch, stash_batch_fn *fn, void *ctx, int *results);
+
+/* A hint for a worker that keeps its own pipeline: starts fetching what an
+ * access of state to key (in the state's namespace) will touch, so that
+ * one a few events later finds it near. Changes nothing; returns 0 or
+ * -EINVAL. */
+STASH_API int stash_prefetch(stash_state *state, const void *key, size_t len);
+
+/* ------------------------------------------------------------------------ */
 /* Timers (Flink's InternalTimerService): per key and namespace, in event
  * time (fired as a watermark passes them) or processing time (fired as the
  * worker's clock does). A timer is keyed state of its key's key group: the

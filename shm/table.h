@@ -46,6 +46,18 @@ static inline __attribute__((always_inline)) shm_rec *shm_table_home(const stash
     return r;
 }
 
+/* Owner: starts loading the record that the home group of lookup hash h
+ * in key group kg's index names first under h's tag: a lookup fetched
+ * ahead in two steps, shm_table_prefetch() and, once its group is near,
+ * this. Reads the group, not the record. */
+static inline void shm_table_prefetch_record(const stash_arena *a, uint32_t kg, uint32_t h)
+{
+    shm_group *grp;
+    unsigned slot;
+    shm_rec *r = shm_table_home(a, &a->tables[kg], h, SHM_FETCH_ANY, &grp, &slot);
+    if (r) __builtin_prefetch(r);
+}
+
 /* Owner: shm_table_find's first look: the entry in its home group. Returns
  * whether it found the entry there, and c. */
 static inline __attribute__((always_inline)) bool

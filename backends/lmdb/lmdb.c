@@ -27,6 +27,7 @@
 
 #include "backends/lmdb/lmdb.h"
 #include "backends/lmdb/lmdb_env.h"
+#include "backends/lmdb/lmdb_fetch.h"
 #include "shm/hash.h"
 
 #define TXN_MAX_BYTES (32ull << 20) /* an estimate of a transaction's new pages stays under it */
@@ -59,6 +60,7 @@ typedef struct lmdb_store {
     uint64_t committed_ns; /* when every transaction last committed */
     uint64_t dirty;        /* the charge of the open transactions */
     uint64_t pruned_below; /* the change log's notes older than this are gone */
+    lmdb_fetcher *fetch;   /* reader threads, started by the first fetch ahead */
 } lmdb_store;
 
 static lmdb_store *of(store *st)
@@ -347,6 +349,7 @@ static void lmdb_cut_close(store *base, uint32_t kg);
 static void lmdb_forget(store *base)
 {
     lmdb_store *st = of(base);
+    lmdb_fetch_forget(st->fetch);
     for (uint32_t kg = 0; kg < st->maxp; kg++) free(st->envs[kg].clean);
     free(st->envs);
     free(st->kbuf);
@@ -359,6 +362,9 @@ static void lmdb_close(store *base)
 {
     if (!base) return;
     lmdb_store *st = of(base);
+    /* Its threads' transactions end before the environments may close. */
+    lmdb_fetch_stop(st->fetch);
+    st->fetch = NULL;
     store_commit(st, true);
     for (uint32_t kg = 0; kg < st->maxp; kg++) lmdb_cut_close(base, kg);
     for (uint32_t kg = 0; kg < st->maxp; kg++) {
@@ -498,6 +504,27 @@ static int64_t lmdb_read_copy(store *base, const shm_lookup *l, uint8_t **buf, s
     if (rc == -ENOMEM) return shm_fail(-ENOMEM, "out of memory");
     if (rc) return lmdb_fail(rc, "cannot read", e, l->kg);
     return (int64_t)v.mv_size;
+}
+
+/* A batch's look-ups, first on reader threads (lmdb_fetch.h): a page the
+ * worker's read would wait for is read meanwhile, many at once. */
+static void lmdb_fetch_ahead(store *base, const shm_lookup *l, size_t n)
+{
+    lmdb_store *st = of(base);
+    if (!st->fetch && lmdb_fetch_start(st->maxp, &st->fetch) < 0) {
+        shm_clear_error();
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        kg_env *e;
+        MDB_val k;
+        if (env_for(st, l[i].kg, &e) < 0 || encode_lookup(st, &l[i], &k) < 0) {
+            shm_clear_error();
+            continue;
+        }
+        lmdb_fetch_queue(st->fetch, e->x, l[i].kg, k.mv_data, k.mv_size);
+    }
+    lmdb_fetch_go(st->fetch);
 }
 
 static int lmdb_rec_new(store *base, const shm_lookup *l, size_t cap, shm_rec **out)
@@ -903,6 +930,7 @@ const store_ops lmdb_store_ops = {
     .find = lmdb_find,
     .read_owned = lmdb_read_owned,
     .read_copy = lmdb_read_copy,
+    .fetch_ahead = lmdb_fetch_ahead,
     .rec_new = lmdb_rec_new,
     .rec_mutable = lmdb_rec_mutable,
     .rec_capacity = lmdb_rec_capacity,

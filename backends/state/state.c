@@ -47,13 +47,13 @@ static __attribute__((noinline)) void clean_on_record(stash_worker *w)
 }
 
 /* The rest of stash_key_set, with the key's bytes in the worker's buffer:
- * its hash, its key group, and the lookup hash under the seed of the
+ * its hash (given), its key group, and the lookup hash under the seed of the
  * worker's last lookup, whose home group it prefetches. */
-static inline __attribute__((always_inline)) int
-key_set_hashed(stash_worker *worker, const void *key, size_t len, bool short_key)
+static inline __attribute__((always_inline)) int key_set_hashed(stash_worker *worker, size_t len,
+                                                                uint64_t hash, bool short_key)
 {
     worker->klen = (uint16_t)len;
-    worker->key_hash = shm_key_hash(key, len);
+    worker->key_hash = hash;
     uint32_t maxp = worker->max_parallelism;
     uint32_t kg = (uint32_t)((maxp & (maxp - 1)) == 0 ? worker->key_hash & (maxp - 1)
                                                       : worker->key_hash % maxp);
@@ -83,7 +83,19 @@ static __attribute__((noinline)) int key_set_other(stash_worker *worker, const v
             return shm_fail(-ENOMEM, "out of memory");
     }
     if (len) memcpy(worker->key, key, len);
-    return key_set_hashed(worker, key, len, false);
+    return key_set_hashed(worker, len, shm_key_hash(key, len), false);
+}
+
+int worker_key_set_hashed(stash_worker *worker, const void *key, size_t len, uint64_t hash)
+{
+    if (len > worker->key_cap || !worker->key) {
+        if (shm_reserve(&worker->key, &worker->key_cap, len ? len : 1) < 0) {
+            worker->has_key = false;
+            return shm_fail(-ENOMEM, "out of memory");
+        }
+    }
+    if (len) memcpy(worker->key, key, len);
+    return key_set_hashed(worker, len, hash, len >= 8 && len <= 16);
 }
 
 /* Flattened: the key's hash is computed inline. Keys of 8 to 16 bytes, the
@@ -98,7 +110,7 @@ STASH_API __attribute__((flatten)) int stash_key_set(stash_worker *worker, const
     memcpy(&tail, (const uint8_t *)key + len - 8, 8);
     memcpy(worker->key, &head, 8);
     memcpy(worker->key + len - 8, &tail, 8);
-    return key_set_hashed(worker, key, len, true);
+    return key_set_hashed(worker, len, shm_key_hash(key, len), true);
 }
 
 STASH_API int stash_key_group_current(const stash_worker *worker)

@@ -68,6 +68,7 @@ struct stash_worker {
     /* The handle was inherited through a fork: it is its opener's, and this
      * process may only close it (worker.c). */
     bool forked;
+    bool in_batch;                  /* a batch's handlers run (batch.c): no barrier */
     struct stash_worker *next_open; /* the process's open workers */
     bool has_ttl;                   /* a state of this worker expires entries */
     bool ttl_every_record;          /* a state of it cleans at every stash_key_set */
@@ -201,6 +202,10 @@ static inline bool state_owns(const stash_state *s, uint32_t kg)
 /* -EINVAL naming fn if values[0 .. n-1] is NULL (with n > 0) or holds NULL
  * bytes with a length, STASH_ETOOBIG if one is longer than a record holds. */
 int state_check_array(const stash_bytes *values, size_t n, const char *fn, const char *what);
+
+/* Makes key (len bytes, at most 65535, its stash_hash hash) the worker's
+ * current key, as stash_key_set() does. */
+int worker_key_set_hashed(stash_worker *worker, const void *key, size_t len, uint64_t hash);
 
 /* STASH_EFORK with a message, for a handle inherited through a fork. */
 int worker_refuse_forked(const stash_worker *w, const char *fn);

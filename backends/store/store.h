@@ -64,7 +64,8 @@ typedef struct store store;
 
 /* A store's operations. Records handed out (finds, reads, new records) are
  * the caller's to fill until the next operation. commit, commit_due,
- * cut_open, cut_close and restore_end may be NULL: nothing to do. Each
+ * fetch_ahead, cut_open, cut_close and restore_end may be
+ * NULL: nothing to do. Each
  * that can fail returns 0 or a negative error naming the key group. */
 typedef struct store_ops {
     const char *name;
@@ -104,6 +105,10 @@ typedef struct store_ops {
     /* Copies l's value, of any key group, into *buf as last published.
      * Returns its length or an error (STASH_ENOTFOUND). */
     int64_t (*read_copy)(store *st, const shm_lookup *l, uint8_t **buf, size_t *cap);
+    /* Starts fetching what finds of l[0 .. n-1], in the order they will
+     * run, touch, so that they find it near; changes nothing. The lookups
+     * stay the caller's: a store that fetches after returning copies them. */
+    void (*fetch_ahead)(store *st, const shm_lookup *l, size_t n);
     /* A new record for l with room for cap value bytes. */
     int (*rec_new)(store *st, const shm_lookup *l, size_t cap, shm_rec **out);
     /* Whether rec may be written in place, and the value bytes it holds. */

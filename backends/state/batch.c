@@ -1,0 +1,219 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * batch.c: batches of events, run in order with their state fetched ahead.
+ * One access at a time, a lookup waits for its index group and then for its
+ * record; the processor overlaps little of one access with the next. A
+ * batch knows its keys before the first handler runs, so the store fetches
+ * what every access will touch at once (stores.h's fetch_ahead), and the
+ * handlers, called in order with each event's key current, find it near.
+ * Nothing else differs from setting each key and calling the handler.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/state/state.h"
+
+#define BATCH_DEFAULT 32u
+#define BATCH_MAX 4096u
+#define BATCH_STATES 8u
+
+typedef struct batch_event {
+    size_t off; /* of its key in the batch's key bytes */
+    uint16_t len;
+    uint32_t kg;
+    uint64_t hash;
+    void *event;
+} batch_event;
+
+struct stash_batch {
+    stash_worker *w;
+    uint32_t cap, n;
+    stash_state *states[BATCH_STATES];
+    uint32_t nstates; /* 0: the worker's keyed states when the batch runs */
+    batch_event *ev;
+    uint8_t *keys;
+    size_t keys_len, keys_cap;
+    shm_lookup *lookups; /* cap * BATCH_STATES */
+};
+
+static bool keyed_kind(stash_kind k)
+{
+    return k == STASH_VALUE || k == STASH_LIST || k == STASH_MAP || k == STASH_REDUCING ||
+           k == STASH_AGGREGATING;
+}
+
+STASH_API int stash_batch_create(stash_worker *worker, const stash_batch_opts *opts,
+                                 stash_batch **out)
+{
+    if (!worker || !out) return shm_refuse_null(__func__, "worker or out");
+    if (worker->forked) return worker_refuse_forked(worker, __func__);
+    stash_batch_opts o = opts ? *opts : (stash_batch_opts){0};
+    if (o.capacity == 0) o.capacity = BATCH_DEFAULT;
+    if (o.capacity > BATCH_MAX)
+        return shm_fail(-EINVAL, "%s: a capacity of %u events (at most %u)", __func__, o.capacity,
+                        BATCH_MAX);
+    if (o.nstates > BATCH_STATES)
+        return shm_fail(-EINVAL, "%s: %u states to fetch ahead (at most %u)", __func__, o.nstates,
+                        BATCH_STATES);
+    if (o.nstates && !o.states) return shm_refuse_null(__func__, "opts->states");
+    for (uint32_t i = 0; i < o.nstates; i++) {
+        const stash_state *s = o.states[i];
+        if (!s) return shm_fail(-EINVAL, "%s: opts->states[%u] is NULL", __func__, i);
+        if (s->w != worker)
+            return shm_fail(-EINVAL, "%s: opts->states[%u] belongs to another worker", __func__, i);
+        if (!keyed_kind(s->kind))
+            return shm_fail(STASH_EKIND, "%s: opts->states[%u] is not keyed state", __func__, i);
+    }
+    stash_batch *b = calloc(1, sizeof *b);
+    if (!b) return shm_fail(-ENOMEM, "out of memory");
+    b->w = worker;
+    b->cap = o.capacity;
+    b->nstates = o.nstates;
+    for (uint32_t i = 0; i < o.nstates; i++) b->states[i] = o.states[i];
+    b->ev = calloc(b->cap, sizeof *b->ev);
+    b->lookups = calloc((size_t)b->cap * BATCH_STATES, sizeof *b->lookups);
+    if (!b->ev || !b->lookups) {
+        stash_batch_destroy(b);
+        return shm_fail(-ENOMEM, "out of memory");
+    }
+    *out = b;
+    return 0;
+}
+
+STASH_API void stash_batch_destroy(stash_batch *batch)
+{
+    if (!batch) return;
+    free(batch->ev);
+    free(batch->keys);
+    free(batch->lookups);
+    free(batch);
+}
+
+STASH_API int stash_batch_add(stash_batch *batch, const void *key, size_t len, void *event)
+{
+    if (!batch) return shm_refuse_null(__func__, "batch");
+    if (shm_null_bytes(key, len)) return shm_refuse_null(__func__, "key");
+    if (len > UINT16_MAX)
+        return shm_fail(-EINVAL, "%s: a key of %zu bytes (at most 65535)", __func__, len);
+    if (batch->n == batch->cap)
+        return shm_fail(-ENOSPC, "%s: the batch holds %u events already", __func__, batch->cap);
+    if (shm_reserve(&batch->keys, &batch->keys_cap, batch->keys_len + len + 1) < 0)
+        return shm_fail(-ENOMEM, "out of memory");
+    if (len) memcpy(batch->keys + batch->keys_len, key, len);
+    uint64_t hash = shm_key_hash(key, len);
+    uint32_t maxp = batch->w->max_parallelism;
+    batch->ev[batch->n++] = (batch_event){.off = batch->keys_len,
+                                          .len = (uint16_t)len,
+                                          .kg = (uint32_t)(hash % maxp),
+                                          .hash = hash,
+                                          .event = event};
+    batch->keys_len += len;
+    return 0;
+}
+
+STASH_API uint32_t stash_batch_size(const stash_batch *batch)
+{
+    return batch ? batch->n : 0;
+}
+
+/* The states whose entries the batch fetches ahead: the ones it was given,
+ * or the worker's keyed states now. */
+static uint32_t fetched_states(const stash_batch *b, stash_state **out)
+{
+    if (b->nstates) {
+        memcpy(out, b->states, b->nstates * sizeof *out);
+        return b->nstates;
+    }
+    uint32_t n = 0;
+    for (stash_state *s = b->w->states; s && n < BATCH_STATES; s = s->next)
+        if (keyed_kind(s->kind)) out[n++] = s;
+    return n;
+}
+
+/* Hands the store the lookups of every owned event's accesses, in the
+ * order the handlers will make them. */
+static void fetch_ahead(stash_batch *b)
+{
+    stash_worker *w = b->w;
+    store *st = w->store;
+    if (!st->ops->fetch_ahead) return;
+    stash_state *states[BATCH_STATES];
+    uint32_t ns = fetched_states(b, states);
+    size_t n = 0;
+    for (uint32_t i = 0; i < b->n; i++) {
+        const batch_event *e = &b->ev[i];
+        if (e->kg < w->range.first || e->kg > w->range.last) continue;
+        for (uint32_t j = 0; j < ns; j++) {
+            const stash_state *s = states[j];
+            b->lookups[n++] = (shm_lookup){.kg = e->kg,
+                                           .hash = shm_lookup_hash(e->hash, s->seed),
+                                           .state = s->id,
+                                           .klen = e->len,
+                                           .nslen = s->nslen,
+                                           .key = b->keys + e->off,
+                                           .ns = s->nslen ? s->ns : (const uint8_t *)""};
+        }
+    }
+    if (n) st->ops->fetch_ahead(st, b->lookups, n);
+}
+
+STASH_API int stash_batch_run(stash_batch *batch, stash_batch_fn *fn, void *ctx, int *results)
+{
+    if (!batch || !fn) return shm_refuse_null(__func__, "batch or fn");
+    stash_worker *w = batch->w;
+    if (w->forked) return worker_refuse_forked(w, __func__);
+    if (w->in_batch)
+        return shm_fail(-EINVAL, "%s: worker %u is running a batch already", __func__, w->slot);
+    fetch_ahead(batch);
+    w->in_batch = true;
+    int failed = 0;
+    for (uint32_t i = 0; i < batch->n; i++) {
+        const batch_event *e = &batch->ev[i];
+        int rc;
+        if (e->kg < w->range.first || e->kg > w->range.last) {
+            w->has_key = false;
+            rc = shm_fail(STASH_EKEYGROUP,
+                          "batch event %u: worker %u owns key groups %u..%u, not %u", i, w->slot,
+                          w->range.first, w->range.last, e->kg);
+        } else {
+            rc = worker_key_set_hashed(w, batch->keys + e->off, e->len, e->hash);
+            if (rc == 0) rc = fn(w, e->event, ctx);
+        }
+        if (results) results[i] = rc < 0 ? rc : 0;
+        failed += rc < 0;
+    }
+    w->in_batch = false;
+    batch->n = 0;
+    batch->keys_len = 0;
+    return failed;
+}
+
+STASH_API int stash_prefetch(stash_state *state, const void *key, size_t len)
+{
+    if (!state) return shm_refuse_null(__func__, "state");
+    if (shm_null_bytes(key, len)) return shm_refuse_null(__func__, "key");
+    if (!keyed_kind(state->kind)) return shm_fail(STASH_EKIND, "%s: not keyed state", __func__);
+    stash_worker *w = state->w;
+    uint64_t hash = shm_key_hash(key, len);
+    uint32_t kg = (uint32_t)(hash % w->max_parallelism);
+    uint32_t h = shm_lookup_hash(hash, state->seed);
+    /* The index group alone: its record is named there, and waiting for
+     * it here would stall the caller. */
+    if (w->records_in_arena) {
+        shm_table_prefetch(w->arena, kg, h);
+        return 0;
+    }
+    store *st = w->store;
+    if (st->ops->fetch_ahead && len <= UINT16_MAX) {
+        shm_lookup l = {.kg = kg,
+                        .hash = h,
+                        .state = state->id,
+                        .klen = (uint16_t)len,
+                        .nslen = state->nslen,
+                        .key = key,
+                        .ns = state->nslen ? state->ns : (const uint8_t *)""};
+        st->ops->fetch_ahead(st, &l, 1);
+    }
+    return 0;
+}
