@@ -47,15 +47,24 @@ static inline __attribute__((always_inline)) shm_rec *shm_table_home(const stash
 }
 
 /* Owner: starts loading the record that the home group of lookup hash h
- * in key group kg's index names first under h's tag: a lookup fetched
- * ahead in two steps, shm_table_prefetch() and, once its group is near,
- * this. Reads the group, not the record. */
+ * in key group kg's index names first under h's tag, or, with no slot of
+ * that tag there, the group a probe looks at next (an entry that found its
+ * home group full is there most likely): a lookup fetched ahead in two
+ * steps, shm_table_prefetch() and, once its group is near, this. Reads the
+ * group, not the record. */
 static inline void shm_table_prefetch_record(const stash_arena *a, uint32_t kg, uint32_t h)
 {
+    const shm_table *t = &a->tables[kg];
     shm_group *grp;
     unsigned slot;
-    shm_rec *r = shm_table_home(a, &a->tables[kg], h, SHM_FETCH_ANY, &grp, &slot);
-    if (r) __builtin_prefetch(r);
+    shm_rec *r = shm_table_home(a, t, h, SHM_FETCH_ANY, &grp, &slot);
+    if (r) {
+        __builtin_prefetch(r);
+        return;
+    }
+    shm_off index = atomic_load_explicit(&t->index, memory_order_relaxed);
+    uint32_t mask = (1u << atomic_load_explicit(&t->log2, memory_order_relaxed)) - 1;
+    if (index) __builtin_prefetch((const shm_group *)(a->base + index) + ((h + 1) & mask));
 }
 
 /* Owner: shm_table_find's first look: the entry in its home group. Returns

@@ -95,20 +95,17 @@ static int64_t heap_read_copy(store *st, const shm_lookup *l, uint8_t **buf, siz
     return shm_table_read_copy(st->arena, st->slot, l, buf, cap);
 }
 
-/* Two steps, a few lookups apart: each lookup's index group, then, once
- * that is near, the record its slot names. Loads of all of them overlap,
- * where a find alone waits for the group before it learns the record. */
-#define FETCH_DISTANCE 8
-
-static void heap_fetch_ahead(store *st, const shm_lookup *l, size_t n)
+/* A find waits for its index group before it learns where its record is.
+ * Fetched ahead, every lookup's group loads at once, and then, once they
+ * are near, every record they name. */
+static void heap_fetch_ahead(store *st, const shm_lookup *l, size_t n, int step)
 {
     const stash_arena *a = st->arena;
-    for (size_t i = 0; i < n + FETCH_DISTANCE; i++) {
-        if (i < n) shm_table_prefetch(a, l[i].kg, l[i].hash);
-        if (i >= FETCH_DISTANCE) {
-            const shm_lookup *r = &l[i - FETCH_DISTANCE];
-            shm_table_prefetch_record(a, r->kg, r->hash);
-        }
+    for (size_t i = 0; i < n; i++) {
+        if (step == STORE_FETCH_FIRST)
+            shm_table_prefetch(a, l[i].kg, l[i].hash);
+        else
+            shm_table_prefetch_record(a, l[i].kg, l[i].hash);
     }
 }
 

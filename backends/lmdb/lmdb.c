@@ -508,9 +508,10 @@ static int64_t lmdb_read_copy(store *base, const shm_lookup *l, uint8_t **buf, s
 
 /* A batch's look-ups, first on reader threads (lmdb_fetch.h): a page the
  * worker's read would wait for is read meanwhile, many at once. */
-static void lmdb_fetch_ahead(store *base, const shm_lookup *l, size_t n)
+static void lmdb_fetch_ahead(store *base, const shm_lookup *l, size_t n, int step)
 {
     lmdb_store *st = of(base);
+    if (step != STORE_FETCH_FIRST) return;
     if (!st->fetch && lmdb_fetch_start(st->maxp, &st->fetch) < 0) {
         shm_clear_error();
         return;

@@ -4,7 +4,7 @@
  * One access at a time, a lookup waits for its index group and then for its
  * record; the processor overlaps little of one access with the next. A
  * batch knows its keys before the first handler runs, so the store fetches
- * what every access will touch at once (stores.h's fetch_ahead), and the
+ * what every access will touch at once (store.h's fetch_ahead), and the
  * handlers, called in order with each event's key current, find it near.
  * Nothing else differs from setting each key and calling the handler.
  */
@@ -17,6 +17,7 @@
 #define BATCH_DEFAULT 32u
 #define BATCH_MAX 4096u
 #define BATCH_STATES 8u
+#define FETCH_STRETCH 32u /* events whose accesses are fetched at once */
 
 typedef struct batch_event {
     size_t off; /* of its key in the batch's key bytes */
@@ -30,17 +31,65 @@ struct stash_batch {
     stash_worker *w;
     uint32_t cap, n;
     stash_state *states[BATCH_STATES];
-    uint32_t nstates; /* 0: the worker's keyed states when the batch runs */
+    uint32_t nstates; /* 0: the worker's keyed states */
+    /* The states the events' accesses are fetched for, chosen as the batch
+     * runs, and the lookups of a stretch's accesses. */
+    stash_state *fetch[BATCH_STATES];
+    uint32_t nfetch;
+    shm_lookup lookups[FETCH_STRETCH * BATCH_STATES];
     batch_event *ev;
     uint8_t *keys;
     size_t keys_len, keys_cap;
-    shm_lookup *lookups; /* cap * BATCH_STATES */
 };
 
 static bool keyed_kind(stash_kind k)
 {
     return k == STASH_VALUE || k == STASH_LIST || k == STASH_MAP || k == STASH_REDUCING ||
            k == STASH_AGGREGATING;
+}
+
+/* The states whose entries the batch fetches ahead: the ones it was given,
+ * or the worker's keyed states now; none if the store fetches nothing. */
+static uint32_t fetched_states(const stash_batch *b, stash_state **out)
+{
+    if (!b->w->store->ops->fetch_ahead) return 0;
+    if (b->nstates) {
+        memcpy(out, b->states, b->nstates * sizeof *out);
+        return b->nstates;
+    }
+    uint32_t n = 0;
+    for (stash_state *s = b->w->states; s && n < BATCH_STATES; s = s->next)
+        if (keyed_kind(s->kind)) out[n++] = s;
+    return n;
+}
+
+static bool owned(const stash_batch *b, const batch_event *e)
+{
+    return e->kg >= b->w->range.first && e->kg <= b->w->range.last;
+}
+
+/* Fetches the accesses of the owned events first .. end-1 ahead, both
+ * steps (the heap: their index groups, then the records these name). */
+static void fetch_ahead(stash_batch *b, uint32_t first, uint32_t end)
+{
+    size_t n = 0;
+    for (uint32_t i = first; i < end; i++) {
+        const batch_event *e = &b->ev[i];
+        if (!owned(b, e)) continue;
+        for (uint32_t j = 0; j < b->nfetch; j++) {
+            const stash_state *s = b->fetch[j];
+            b->lookups[n++] = (shm_lookup){.kg = e->kg,
+                                           .hash = shm_lookup_hash(e->hash, s->seed),
+                                           .state = s->id,
+                                           .klen = e->len,
+                                           .nslen = s->nslen,
+                                           .key = b->keys + e->off,
+                                           .ns = s->nslen ? s->ns : (const uint8_t *)""};
+        }
+    }
+    store *st = b->w->store;
+    st->ops->fetch_ahead(st, b->lookups, n, STORE_FETCH_FIRST);
+    st->ops->fetch_ahead(st, b->lookups, n, STORE_FETCH_SECOND);
 }
 
 STASH_API int stash_batch_create(stash_worker *worker, const stash_batch_opts *opts,
@@ -72,8 +121,7 @@ STASH_API int stash_batch_create(stash_worker *worker, const stash_batch_opts *o
     b->nstates = o.nstates;
     for (uint32_t i = 0; i < o.nstates; i++) b->states[i] = o.states[i];
     b->ev = calloc(b->cap, sizeof *b->ev);
-    b->lookups = calloc((size_t)b->cap * BATCH_STATES, sizeof *b->lookups);
-    if (!b->ev || !b->lookups) {
+    if (!b->ev) {
         stash_batch_destroy(b);
         return shm_fail(-ENOMEM, "out of memory");
     }
@@ -86,7 +134,6 @@ STASH_API void stash_batch_destroy(stash_batch *batch)
     if (!batch) return;
     free(batch->ev);
     free(batch->keys);
-    free(batch->lookups);
     free(batch);
 }
 
@@ -103,12 +150,14 @@ STASH_API int stash_batch_add(stash_batch *batch, const void *key, size_t len, v
     if (len) memcpy(batch->keys + batch->keys_len, key, len);
     uint64_t hash = shm_key_hash(key, len);
     uint32_t maxp = batch->w->max_parallelism;
-    batch->ev[batch->n++] = (batch_event){.off = batch->keys_len,
-                                          .len = (uint16_t)len,
-                                          .kg = (uint32_t)(hash % maxp),
-                                          .hash = hash,
-                                          .event = event};
+    batch_event *e = &batch->ev[batch->n];
+    *e = (batch_event){.off = batch->keys_len,
+                       .len = (uint16_t)len,
+                       .kg = (uint32_t)(hash % maxp),
+                       .hash = hash,
+                       .event = event};
     batch->keys_len += len;
+    batch->n++;
     return 0;
 }
 
@@ -117,45 +166,18 @@ STASH_API uint32_t stash_batch_size(const stash_batch *batch)
     return batch ? batch->n : 0;
 }
 
-/* The states whose entries the batch fetches ahead: the ones it was given,
- * or the worker's keyed states now. */
-static uint32_t fetched_states(const stash_batch *b, stash_state **out)
-{
-    if (b->nstates) {
-        memcpy(out, b->states, b->nstates * sizeof *out);
-        return b->nstates;
-    }
-    uint32_t n = 0;
-    for (stash_state *s = b->w->states; s && n < BATCH_STATES; s = s->next)
-        if (keyed_kind(s->kind)) out[n++] = s;
-    return n;
-}
-
-/* Hands the store the lookups of every owned event's accesses, in the
- * order the handlers will make them. */
-static void fetch_ahead(stash_batch *b)
+/* Runs event i: its key current, then the handler. */
+static int run_event(stash_batch *b, uint32_t i, stash_batch_fn *fn, void *ctx)
 {
     stash_worker *w = b->w;
-    store *st = w->store;
-    if (!st->ops->fetch_ahead) return;
-    stash_state *states[BATCH_STATES];
-    uint32_t ns = fetched_states(b, states);
-    size_t n = 0;
-    for (uint32_t i = 0; i < b->n; i++) {
-        const batch_event *e = &b->ev[i];
-        if (e->kg < w->range.first || e->kg > w->range.last) continue;
-        for (uint32_t j = 0; j < ns; j++) {
-            const stash_state *s = states[j];
-            b->lookups[n++] = (shm_lookup){.kg = e->kg,
-                                           .hash = shm_lookup_hash(e->hash, s->seed),
-                                           .state = s->id,
-                                           .klen = e->len,
-                                           .nslen = s->nslen,
-                                           .key = b->keys + e->off,
-                                           .ns = s->nslen ? s->ns : (const uint8_t *)""};
-        }
+    const batch_event *e = &b->ev[i];
+    if (!owned(b, e)) {
+        w->has_key = false;
+        return shm_fail(STASH_EKEYGROUP, "batch event %u: worker %u owns key groups %u..%u, not %u",
+                        i, w->slot, w->range.first, w->range.last, e->kg);
     }
-    if (n) st->ops->fetch_ahead(st, b->lookups, n);
+    int rc = worker_key_set_hashed(w, b->keys + e->off, e->len, e->hash);
+    return rc ? rc : fn(w, e->event, ctx);
 }
 
 STASH_API int stash_batch_run(stash_batch *batch, stash_batch_fn *fn, void *ctx, int *results)
@@ -165,21 +187,18 @@ STASH_API int stash_batch_run(stash_batch *batch, stash_batch_fn *fn, void *ctx,
     if (w->forked) return worker_refuse_forked(w, __func__);
     if (w->in_batch)
         return shm_fail(-EINVAL, "%s: worker %u is running a batch already", __func__, w->slot);
-    fetch_ahead(batch);
+    /* A stretch of events at a time: its accesses fetched ahead, then its
+     * handlers run. More at once ask for more loads than the processor
+     * keeps in flight; a stretch fetched while the one before runs, or as
+     * its events are added, slows the handlers more than it saves
+     * (docs/benchmarks.md). */
+    batch->nfetch = fetched_states(batch, batch->fetch);
     w->in_batch = true;
     int failed = 0;
     for (uint32_t i = 0; i < batch->n; i++) {
-        const batch_event *e = &batch->ev[i];
-        int rc;
-        if (e->kg < w->range.first || e->kg > w->range.last) {
-            w->has_key = false;
-            rc = shm_fail(STASH_EKEYGROUP,
-                          "batch event %u: worker %u owns key groups %u..%u, not %u", i, w->slot,
-                          w->range.first, w->range.last, e->kg);
-        } else {
-            rc = worker_key_set_hashed(w, batch->keys + e->off, e->len, e->hash);
-            if (rc == 0) rc = fn(w, e->event, ctx);
-        }
+        if (batch->nfetch && i % FETCH_STRETCH == 0)
+            fetch_ahead(batch, i, i + FETCH_STRETCH < batch->n ? i + FETCH_STRETCH : batch->n);
+        int rc = run_event(batch, i, fn, ctx);
         if (results) results[i] = rc < 0 ? rc : 0;
         failed += rc < 0;
     }
@@ -194,26 +213,19 @@ STASH_API int stash_prefetch(stash_state *state, const void *key, size_t len)
     if (!state) return shm_refuse_null(__func__, "state");
     if (shm_null_bytes(key, len)) return shm_refuse_null(__func__, "key");
     if (!keyed_kind(state->kind)) return shm_fail(STASH_EKIND, "%s: not keyed state", __func__);
+    if (len > UINT16_MAX) return 0;
     stash_worker *w = state->w;
-    uint64_t hash = shm_key_hash(key, len);
-    uint32_t kg = (uint32_t)(hash % w->max_parallelism);
-    uint32_t h = shm_lookup_hash(hash, state->seed);
-    /* The index group alone: its record is named there, and waiting for
-     * it here would stall the caller. */
-    if (w->records_in_arena) {
-        shm_table_prefetch(w->arena, kg, h);
-        return 0;
-    }
     store *st = w->store;
-    if (st->ops->fetch_ahead && len <= UINT16_MAX) {
-        shm_lookup l = {.kg = kg,
-                        .hash = h,
-                        .state = state->id,
-                        .klen = (uint16_t)len,
-                        .nslen = state->nslen,
-                        .key = key,
-                        .ns = state->nslen ? state->ns : (const uint8_t *)""};
-        st->ops->fetch_ahead(st, &l, 1);
-    }
+    if (!st->ops->fetch_ahead) return 0;
+    uint64_t hash = shm_key_hash(key, len);
+    /* The first step alone: the second would wait here for the first. */
+    shm_lookup l = {.kg = (uint32_t)(hash % w->max_parallelism),
+                    .hash = shm_lookup_hash(hash, state->seed),
+                    .state = state->id,
+                    .klen = (uint16_t)len,
+                    .nslen = state->nslen,
+                    .key = key,
+                    .ns = state->nslen ? state->ns : (const uint8_t *)""};
+    st->ops->fetch_ahead(st, &l, 1, STORE_FETCH_FIRST);
     return 0;
 }

@@ -62,6 +62,10 @@ typedef bool store_expired_fn(void *ctx, const uint8_t *value, size_t len);
 
 typedef struct store store;
 
+/* The steps of fetching lookups ahead: the heap's index groups, then the
+ * records they name; lmdb's look-ups on reader threads, then nothing. */
+enum { STORE_FETCH_FIRST = 1, STORE_FETCH_SECOND = 2 };
+
 /* A store's operations. Records handed out (finds, reads, new records) are
  * the caller's to fill until the next operation. commit, commit_due,
  * fetch_ahead, cut_open, cut_close and restore_end may be
@@ -105,10 +109,12 @@ typedef struct store_ops {
     /* Copies l's value, of any key group, into *buf as last published.
      * Returns its length or an error (STASH_ENOTFOUND). */
     int64_t (*read_copy)(store *st, const shm_lookup *l, uint8_t **buf, size_t *cap);
-    /* Starts fetching what finds of l[0 .. n-1], in the order they will
-     * run, touch, so that they find it near; changes nothing. The lookups
-     * stay the caller's: a store that fetches after returning copies them. */
-    void (*fetch_ahead)(store *st, const shm_lookup *l, size_t n);
+    /* Starts fetching what finds of l[0 .. n-1] touch, so that they find
+     * it near; changes nothing. In two steps (STORE_FETCH_*): the first as
+     * early as the lookups are known, the second just before the finds.
+     * The lookups stay the caller's: a store that fetches after returning
+     * copies them. */
+    void (*fetch_ahead)(store *st, const shm_lookup *l, size_t n, int step);
     /* A new record for l with room for cap value bytes. */
     int (*rec_new)(store *st, const shm_lookup *l, size_t cap, shm_rec **out);
     /* Whether rec may be written in place, and the value bytes it holds. */

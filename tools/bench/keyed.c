@@ -31,6 +31,7 @@
 #define LIST_LEN 4               /* elements of each list that list/get reads */
 #define MAP_ENTRIES 10           /* user keys per map */
 #define PIPELINE 64              /* commands per batch for redis-pipelined */
+#define BATCH_MAX 128            /* the largest batch of the batched cases */
 #define SAMPLE_EVERY 16          /* one latency sample per this many operations */
 #define READ_CAP 65536           /* what one read may copy out */
 #define VALUE_POOL 4096          /* distinct random values that writes cycle through */
@@ -49,21 +50,28 @@ typedef struct keyed_case {
     ycsb_kind first, second;
     double first_share;
     bool zipfian;
+    unsigned batch; /* > 1: stash and the raw table run it in batches of this many; 1 not */
 } keyed_case;
 
 static const keyed_case cases[] = {
-    {"value/ycsb-a/uniform", GROUP_VALUE, YCSB_GET, YCSB_PUT, 0.5, false},
-    {"value/ycsb-a/zipfian", GROUP_VALUE, YCSB_GET, YCSB_PUT, 0.5, true},
-    {"value/ycsb-b/uniform", GROUP_VALUE, YCSB_GET, YCSB_PUT, 0.95, false},
-    {"value/ycsb-b/zipfian", GROUP_VALUE, YCSB_GET, YCSB_PUT, 0.95, true},
-    {"value/ycsb-c/uniform", GROUP_VALUE, YCSB_GET, YCSB_GET, 1, false},
-    {"value/ycsb-c/zipfian", GROUP_VALUE, YCSB_GET, YCSB_GET, 1, true},
-    {"value/ycsb-f/uniform", GROUP_VALUE, YCSB_GET, YCSB_RMW, 0.5, false},
-    {"value/ycsb-f/zipfian", GROUP_VALUE, YCSB_GET, YCSB_RMW, 0.5, true},
-    {"list/get", GROUP_LIST, YCSB_LIST_GET, YCSB_LIST_GET, 1, false},
-    {"list/add", GROUP_LIST, YCSB_LIST_ADD, YCSB_LIST_ADD, 1, false},
-    {"map/get", GROUP_MAP, YCSB_MAP_GET, YCSB_MAP_GET, 1, false},
-    {"map/put", GROUP_MAP, YCSB_MAP_PUT, YCSB_MAP_PUT, 1, false},
+    {"value/ycsb-a/uniform", GROUP_VALUE, YCSB_GET, YCSB_PUT, 0.5, false, 1},
+    {"value/ycsb-a/zipfian", GROUP_VALUE, YCSB_GET, YCSB_PUT, 0.5, true, 1},
+    {"value/ycsb-b/uniform", GROUP_VALUE, YCSB_GET, YCSB_PUT, 0.95, false, 1},
+    {"value/ycsb-b/zipfian", GROUP_VALUE, YCSB_GET, YCSB_PUT, 0.95, true, 1},
+    {"value/ycsb-c/uniform", GROUP_VALUE, YCSB_GET, YCSB_GET, 1, false, 1},
+    {"value/ycsb-c/zipfian", GROUP_VALUE, YCSB_GET, YCSB_GET, 1, true, 1},
+    {"value/ycsb-f/uniform", GROUP_VALUE, YCSB_GET, YCSB_RMW, 0.5, false, 1},
+    {"value/ycsb-f/zipfian", GROUP_VALUE, YCSB_GET, YCSB_RMW, 0.5, true, 1},
+    {"value/ycsb-a/uniform/batch8", GROUP_VALUE, YCSB_GET, YCSB_PUT, 0.5, false, 8},
+    {"value/ycsb-a/uniform/batch32", GROUP_VALUE, YCSB_GET, YCSB_PUT, 0.5, false, 32},
+    {"value/ycsb-a/uniform/batch128", GROUP_VALUE, YCSB_GET, YCSB_PUT, 0.5, false, 128},
+    {"value/ycsb-c/uniform/batch8", GROUP_VALUE, YCSB_GET, YCSB_GET, 1, false, 8},
+    {"value/ycsb-c/uniform/batch32", GROUP_VALUE, YCSB_GET, YCSB_GET, 1, false, 32},
+    {"value/ycsb-c/uniform/batch128", GROUP_VALUE, YCSB_GET, YCSB_GET, 1, false, 128},
+    {"list/get", GROUP_LIST, YCSB_LIST_GET, YCSB_LIST_GET, 1, false, 1},
+    {"list/add", GROUP_LIST, YCSB_LIST_ADD, YCSB_LIST_ADD, 1, false, 1},
+    {"map/get", GROUP_MAP, YCSB_MAP_GET, YCSB_MAP_GET, 1, false, 1},
+    {"map/put", GROUP_MAP, YCSB_MAP_PUT, YCSB_MAP_PUT, 1, false, 1},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 
@@ -120,6 +128,8 @@ typedef struct stash_sys {
     kv_sys base;
     stash_worker *w;
     stash_state *value, *list, *map;
+    stash_batch *batch; /* of value state accesses, BATCH_MAX events */
+    bool in_batch;      /* the batch sets each operation's key */
     stash_arena_opts aopts;
     char path[PATH_MAX];
     char lmdb_dir[PATH_MAX];
@@ -140,11 +150,17 @@ static int copy_view(const stash_bytes *v, void *out, size_t cap, size_t *len)
     return 0;
 }
 
+/* Sets the operation's key, unless a batch did. */
+static int stash_sys_key(stash_sys *t, uint64_t key)
+{
+    return t->in_batch ? 0 : stash_key_set(t->w, &key, KEY_LEN);
+}
+
 static int stash_sys_value_get(kv_sys *s, uint64_t key, void *out, size_t cap, size_t *len)
 {
     stash_sys *t = (stash_sys *)s;
     stash_bytes v;
-    int rc = stash_key_set(t->w, &key, KEY_LEN);
+    int rc = stash_sys_key(t, key);
     if (rc == 0) rc = stash_value_get(t->value, &v);
     return rc ? stash_sys_fail(s, "stash_value_get", rc) : copy_view(&v, out, cap, len);
 }
@@ -152,7 +168,7 @@ static int stash_sys_value_get(kv_sys *s, uint64_t key, void *out, size_t cap, s
 static int stash_sys_value_put(kv_sys *s, uint64_t key, const void *v, size_t len)
 {
     stash_sys *t = (stash_sys *)s;
-    int rc = stash_key_set(t->w, &key, KEY_LEN);
+    int rc = stash_sys_key(t, key);
     if (rc == 0) rc = stash_value_put(t->value, v, len);
     return rc ? stash_sys_fail(s, "stash_value_put", rc) : 0;
 }
@@ -199,6 +215,40 @@ static int stash_sys_map_get(kv_sys *s, uint64_t key, uint64_t ukey, void *out, 
     return rc ? stash_sys_fail(s, "stash_map_get", rc) : copy_view(&v, out, cap, len);
 }
 
+typedef struct stash_batch_ctx {
+    stash_sys *t;
+    kv_batch_fn *fn;
+    void *ctx;
+} stash_batch_ctx;
+
+static int stash_sys_event(stash_worker *w, void *event, void *ctx)
+{
+    (void)w;
+    stash_batch_ctx *c = ctx;
+    return c->fn(&c->t->base, (size_t)(uintptr_t)event, c->ctx);
+}
+
+/* A batch of value operations: stash_batch_run with each operation an
+ * event, its index the event's pointer. */
+static int stash_sys_run_batch(kv_sys *s, const uint64_t *keys, size_t n, kv_batch_fn *fn,
+                               void *ctx)
+{
+    stash_sys *t = (stash_sys *)s;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = stash_batch_add(t->batch, &keys[i], KEY_LEN, (void *)(uintptr_t)i);
+    if (rc < 0) return stash_sys_fail(s, "stash_batch_add", rc);
+    stash_batch_ctx c = {t, fn, ctx};
+    int results[BATCH_MAX];
+    t->in_batch = true;
+    rc = stash_batch_run(t->batch, stash_sys_event, &c, results);
+    t->in_batch = false;
+    if (rc < 0) return stash_sys_fail(s, "stash_batch_run", rc);
+    for (size_t i = 0; i < n; i++)
+        if (results[i] < 0) return results[i];
+    return 0;
+}
+
 /* A barrier, as a worker reaches between records: with lmdb it commits. */
 static int stash_sys_sync(kv_sys *s)
 {
@@ -226,6 +276,7 @@ static int stash_sys_footprint(kv_sys *s, uint64_t *bytes)
 static void stash_sys_close(kv_sys *s)
 {
     stash_sys *t = (stash_sys *)s;
+    stash_batch_destroy(t->batch);
     stash_worker_close(t->w);
     /* The environments are on disk: they go with the arena. */
     if (t->lmdb_dir[0]) stash_arena_destroy(ARENA_NAME, &t->aopts);
@@ -239,6 +290,7 @@ static const kv_ops stash_sys_ops = {
     .list_get = stash_sys_list_get,
     .map_put = stash_sys_map_put,
     .map_get = stash_sys_map_get,
+    .run_batch = stash_sys_run_batch,
     .sync = stash_sys_sync,
     .footprint = stash_sys_footprint,
     .close = stash_sys_close,
@@ -278,6 +330,11 @@ static int stash_sys_open(const char *path, uint64_t size, uint32_t index, uint3
     for (int i = 0; i < 3 && rc == 0; i++) {
         what = "stash_state_get";
         rc = stash_state_get(t->w, &descs[i], states[i]);
+    }
+    if (rc == 0) {
+        what = "stash_batch_create";
+        stash_batch_opts bo = {.capacity = BATCH_MAX, .states = &t->value, .nstates = 1};
+        rc = stash_batch_create(t->w, &bo, &t->batch);
     }
     if (rc < 0) {
         snprintf(why, whylen, "%s: %s (%s)", what, stash_strerror(rc), stash_errmsg());
@@ -336,22 +393,51 @@ static int do_op(keyed_bench *b, kv_sys *s, const ycsb_op *op, uint64_t space, u
     return rc;
 }
 
-/* Runs ops[0 .. n-1] on s until done or cap_ns has passed, in batches of
- * s->batch; samples the latency of one operation (or batch) in SAMPLE_EVERY
- * into lat when given. */
-static int run_pass(keyed_bench *b, kv_sys *s, const ycsb_op *ops, uint64_t n, uint64_t cap_ns,
-                    lat_pool *lat, pass_out *out)
+/* The operations of one batch: ops[i] is the batch's i-th. */
+typedef struct batch_ops {
+    keyed_bench *b;
+    const ycsb_op *ops;
+    uint64_t space, first;
+} batch_ops;
+
+static int batch_op(kv_sys *s, size_t i, void *ctx)
+{
+    batch_ops *o = ctx;
+    return do_op(o->b, s, &o->ops[i], o->space, o->first + i);
+}
+
+/* Runs ops[first .. end-1] on s as one batch of the system's own. */
+static int run_batch(keyed_bench *b, kv_sys *s, const ycsb_op *ops, uint64_t space, uint64_t first,
+                     uint64_t end)
+{
+    uint64_t keys[BATCH_MAX];
+    for (uint64_t i = first; i < end; i++) keys[i - first] = ops[i].key;
+    batch_ops o = {b, ops + first, space, first};
+    return s->ops->run_batch(s, keys, end - first, batch_op, &o);
+}
+
+/* Runs ops[0 .. n-1] on s until done or cap_ns has passed: one at a time,
+ * pipelined s->batch at a time, or with batched > 1 in batches of that
+ * many (run_batch); samples the latency of one operation (or batch) in
+ * SAMPLE_EVERY into lat when given. */
+static int run_pass(keyed_bench *b, kv_sys *s, unsigned batched, const ycsb_op *ops, uint64_t n,
+                    uint64_t cap_ns, lat_pool *lat, pass_out *out)
 {
     uint64_t space = ++b->keyspace << 32, t0 = bench_now_ns(), deadline = t0 + cap_ns, i = 0;
+    unsigned step = batched > 1 ? batched : s->batch;
     int rc = 0;
     while (i < n && rc == 0) {
-        if (i % 1024 == 0 && (must_stop() || bench_now_ns() > deadline)) {
+        if (i % 1024 < step && (must_stop() || bench_now_ns() > deadline)) {
             if (must_stop()) rc = -EINTR;
             break;
         }
-        uint64_t end = i + s->batch < n ? i + s->batch : n;
-        bool timed = lat && i % SAMPLE_EVERY == 0 && lat->n < lat->cap;
+        uint64_t end = i + step < n ? i + step : n;
+        bool timed = lat && i % SAMPLE_EVERY < step && lat->n < lat->cap;
         uint64_t t = timed ? bench_now_ns() : 0;
+        if (batched > 1) {
+            rc = run_batch(b, s, ops, space, i, end);
+            i = end;
+        }
         for (; i < end && rc == 0; i++) rc = do_op(b, s, &ops[i], space, i);
         if (s->batch > 1 && rc == 0) rc = s->ops->sync(s);
         if (timed) lat->ns[lat->n++] = bench_now_ns() - t;
@@ -514,12 +600,37 @@ static void close_group(keyed_bench *b, int group, sys_run runs[NSYS])
 /* ------------------------------------------------------------------------ */
 /* Cases: the same sequence on every system, reps times, interleaved.        */
 
-static const char *case_skip(const keyed_case *c, const sys_run *r)
+/* A row of a case's report: a system, one at a time or in batches. */
+typedef struct case_row {
+    int sys;
+    unsigned batched; /* > 1: in batches of this many */
+    const char *name;
+} case_row;
+
+/* The rows of case c: every system; for a batched case stash and the raw
+ * table batched and not, and LMDB. Returns how many. */
+static int case_rows(const keyed_case *c, case_row rows[NSYS])
 {
+    if (c->batch > 1) {
+        rows[0] = (case_row){SYS_STASH, c->batch, "stash"};
+        rows[1] = (case_row){SYS_STASH, 0, "stash-unbatched"};
+        rows[2] = (case_row){SYS_RAW, 0, "raw-table"};
+        rows[3] = (case_row){SYS_RAW, c->batch, "raw-table-batched"};
+        rows[4] = (case_row){SYS_LMDB, 0, "lmdb"};
+        return 5;
+    }
+    for (int i = 0; i < NSYS; i++) rows[i] = (case_row){i, 0, sys_names[i]};
+    return NSYS;
+}
+
+static const char *case_skip(const keyed_case *c, const case_row *row, const sys_run runs[NSYS])
+{
+    const sys_run *r = &runs[row->sys];
     if (!r->sys) return r->why;
     if (c->second == YCSB_RMW && r->sys->batch > 1)
         return "read-modify-write needs each read's reply before its write: nothing to "
                "pipeline";
+    if (row->batched > 1 && !r->sys->ops->run_batch) return "no batches";
     return NULL;
 }
 
@@ -541,16 +652,18 @@ static void settle(void)
     sync();
 }
 
-/* Runs one case on every system of the group and reports it, with the
- * ratios of stash to the peers. */
+/* Runs one case on every row and reports it, with the ratios of stash to
+ * the other rows. */
 static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run runs[NSYS])
 {
+    case_row rows[NSYS];
+    int nrows = case_rows(c, rows);
     ycsb_op *ops = malloc(b->ops * sizeof *ops);
     double *rates = calloc((size_t)NSYS * b->o.reps, sizeof *rates);
     lat_pool lat[NSYS] = {{0}};
     uint64_t lat_cap = (uint64_t)b->o.reps * (b->ops / SAMPLE_EVERY + 1);
     bool ok = ops && rates;
-    for (int i = 0; i < NSYS && ok; i++) {
+    for (int i = 0; i < nrows && ok; i++) {
         lat[i] = (lat_pool){.ns = malloc(lat_cap * sizeof(uint64_t)), .cap = lat_cap};
         ok = lat[i].ns != NULL;
     }
@@ -563,32 +676,34 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
                       .seed = seed};
     bench_progress(&b->o, "keyed: %s: generating", c->name);
     if (ok) ok = ycsb_generate(&spec, ops, b->ops) == 0;
-    for (int i = 0; i < NSYS && ok && !must_stop(); i++) {
-        if (case_skip(c, &runs[i])) continue;
+    for (int i = 0; i < nrows && ok && !must_stop(); i++) {
+        if (case_skip(c, &rows[i], runs)) continue;
         pass_out p;
-        bench_progress(&b->o, "keyed: %s: %s: warm-up", c->name, sys_names[i]);
+        bench_progress(&b->o, "keyed: %s: %s: warm-up", c->name, rows[i].name);
         settle();
-        if (run_pass(b, runs[i].sys, ops, b->ops, b->cap_ns / 2, NULL, &p) < 0)
-            fail_sys(&runs[i], c->name);
+        if (run_pass(b, runs[rows[i].sys].sys, rows[i].batched, ops, b->ops, b->cap_ns / 2, NULL,
+                     &p) < 0)
+            fail_sys(&runs[rows[i].sys], c->name);
     }
     for (int r = 0; r < b->o.reps && ok && !must_stop(); r++) {
-        for (int i = 0; i < NSYS && !must_stop(); i++) {
-            if (case_skip(c, &runs[i])) continue;
+        for (int i = 0; i < nrows && !must_stop(); i++) {
+            if (case_skip(c, &rows[i], runs)) continue;
             pass_out p;
-            bench_progress(&b->o, "keyed: %s: %s: repetition %d of %d", c->name, sys_names[i],
+            bench_progress(&b->o, "keyed: %s: %s: repetition %d of %d", c->name, rows[i].name,
                            r + 1, b->o.reps);
             settle();
-            if (run_pass(b, runs[i].sys, ops, b->ops, b->cap_ns, &lat[i], &p) < 0)
-                fail_sys(&runs[i], c->name);
+            if (run_pass(b, runs[rows[i].sys].sys, rows[i].batched, ops, b->ops, b->cap_ns, &lat[i],
+                         &p) < 0)
+                fail_sys(&runs[rows[i].sys], c->name);
             else
                 rates[i * b->o.reps + r] = (double)p.done / ((double)p.ns / 1e9);
         }
     }
     double median[NSYS] = {0};
-    for (int i = 0; i < NSYS && ok && !must_stop(); i++) {
-        if (!peer_compared(b, i)) continue;
-        bench_result res = {.bench = "keyed", .name = c->name, .system = sys_names[i]};
-        res.skipped = case_skip(c, &runs[i]);
+    for (int i = 0; i < nrows && ok && !must_stop(); i++) {
+        if (!peer_compared(b, rows[i].sys)) continue;
+        bench_result res = {.bench = "keyed", .name = c->name, .system = rows[i].name};
+        res.skipped = case_skip(c, &rows[i], runs);
         if (!res.skipped) {
             median[i] = bench_median(&rates[i * b->o.reps], b->o.reps);
             res.value = median[i], res.unit = "ops/s", res.latency = true;
@@ -598,12 +713,15 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
         }
         bench_report(&b->o, &res);
     }
-    bool all = strcmp(c->name, "value/ycsb-a/uniform") == 0 || b->backend == STASH_BACKEND_LMDB;
-    for (int i = 1; i < NSYS && ok && !must_stop(); i++) {
+    bool all = c->batch > 1 || strcmp(c->name, "value/ycsb-a/uniform") == 0 ||
+               b->backend == STASH_BACKEND_LMDB;
+    for (int i = 1; i < nrows && ok && !must_stop(); i++) {
+        int sys = rows[i].sys;
         char system[64];
-        snprintf(system, sizeof system, "stash/%s", sys_names[i]);
-        if (peer_compared(b, i) && (all || i == SYS_RAW || i == SYS_RAW_INDEX || i == SYS_LMDB))
-            report_ratio(&b->o, c->name, system, median[SYS_STASH], median[i]);
+        snprintf(system, sizeof system, "stash/%s", rows[i].name);
+        if (peer_compared(b, sys) &&
+            (all || sys == SYS_RAW || sys == SYS_RAW_INDEX || sys == SYS_LMDB))
+            report_ratio(&b->o, c->name, system, median[0], median[i]);
     }
     if (!ok) fprintf(stderr, "stash bench keyed: %s: out of memory\n", c->name);
     for (int i = 0; i < NSYS; i++) free(lat[i].ns);
@@ -644,13 +762,13 @@ static void scale_child(keyed_bench *b, const char *path, uint32_t index, uint32
     kv_sys *s = NULL;
     pass_out warm, timed = {0};
     int rc = stash_sys_open(path, 0, index, p, NULL, &s, pg->error[index], sizeof pg->error[index]);
-    if (rc == 0) rc = run_pass(b, s, ops, n, b->cap_ns / 2, NULL, &warm);
+    if (rc == 0) rc = run_pass(b, s, 0, ops, n, b->cap_ns / 2, NULL, &warm);
     atomic_fetch_add(&pg->ready, 1);
     while (!atomic_load(&pg->go)) {
     }
     if (rc == 0) {
         pg->start_ns[index] = bench_now_ns();
-        rc = run_pass(b, s, ops, n, b->cap_ns, NULL, &timed);
+        rc = run_pass(b, s, 0, ops, n, b->cap_ns, NULL, &timed);
         pg->end_ns[index] = pg->start_ns[index] + timed.ns;
         pg->done[index] = timed.done;
     }

@@ -89,6 +89,27 @@ static uint8_t *raw_find(raw_sys *t, uint64_t key, bool add)
     return t->slots + t->used * t->slot_size;
 }
 
+/* The batched raw table: every key's home slot fetched first (it holds the
+ * value inline: one step; indexed, the index entry alone), then the
+ * operations in order. */
+static int raw_run_batch(kv_sys *s, const uint64_t *keys, size_t n, kv_batch_fn *fn, void *ctx)
+{
+    raw_sys *t = (raw_sys *)s;
+    for (size_t i = 0; i < n; i++) {
+        unsigned __int128 h = raw_hash(keys[i]);
+        if (t->index) {
+            __builtin_prefetch(&t->index[(uint64_t)((h * t->nindex) >> 64)]);
+            continue;
+        }
+        const uint8_t *p = t->slots + (uint64_t)((h * t->nslots) >> 64) * t->slot_size;
+        __builtin_prefetch(p);
+        __builtin_prefetch(p + t->slot_size - 1);
+    }
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) rc = fn(s, i, ctx);
+    return rc;
+}
+
 static int raw_get(raw_sys *t, uint64_t key, void *out, size_t cap, size_t *len)
 {
     uint8_t *slot = raw_find(t, key, false);
@@ -163,6 +184,7 @@ static const kv_ops raw_ops = {
     .value_put = raw_value_put,
     .map_put = raw_map_put,
     .map_get = raw_map_get,
+    .run_batch = raw_run_batch,
     .sync = raw_sync,
     .footprint = raw_footprint,
     .close = raw_close,

@@ -38,6 +38,9 @@ static inline int copy_out(const void *v, size_t n, void *out, size_t cap, size_
 
 typedef struct kv_sys kv_sys;
 
+/* One operation of a batch, the i-th. */
+typedef int kv_batch_fn(kv_sys *s, size_t i, void *ctx);
+
 /* A system's operations. Keys are key indices (encoded as 8 bytes by each
  * system), map user keys are indices too. Reads copy what they find into out
  * (cap bytes) and set *len; a missing key is -ENOENT. An operation that a
@@ -50,6 +53,10 @@ typedef struct kv_ops {
     int (*list_get)(kv_sys *s, uint64_t key, void *out, size_t cap, size_t *len);
     int (*map_put)(kv_sys *s, uint64_t key, uint64_t ukey, const void *v, size_t len);
     int (*map_get)(kv_sys *s, uint64_t key, uint64_t ukey, void *out, size_t cap, size_t *len);
+    /* Runs fn(s, i, ctx) for i = 0 .. n-1 in order, the operations on
+     * keys[0 .. n-1], after fetching ahead what they will touch; NULL where
+     * the system has no such road. Returns the first error. */
+    int (*run_batch)(kv_sys *s, const uint64_t *keys, size_t n, kv_batch_fn *fn, void *ctx);
     /* Completes what is pending: a batch of pipelined commands, a write
      * transaction. Called after every batch and at the end of each pass. */
     int (*sync)(kv_sys *s);
