@@ -90,3 +90,35 @@ Test(bench_tool, bench_timers_runs_every_case_beside_its_peers, .timeout = 240)
     timers_run("heap");
     timers_run("lmdb");
 }
+
+/* A batched case reports stash batched and not, and the raw table batched
+ * and not, each with a rate, and their ratios. */
+Test(bench_tool, a_batched_keyed_case_runs_beside_the_raw_table_batched_and_not, .timeout = 240)
+{
+    static char big[16384];
+    cr_assert_eq(test_run_stash("bench keyed --quick --reps 1 --json --case "
+                                "value/ycsb-c/uniform/batch32",
+                                big, sizeof big),
+                 0, "%s", big);
+    const char *systems[] = {"stash", "stash-unbatched", "raw-table", "raw-table-batched"};
+    for (size_t s = 0; s < 4; s++) {
+        char row[160];
+        snprintf(row, sizeof row,
+                 "\"case\": \"value/ycsb-c/uniform/batch32\", \"system\": \"%s\", \"value\"",
+                 systems[s]);
+        cr_assert_not_null(strstr(big, row), "no row %s: %s", row, big);
+    }
+    cr_assert_not_null(strstr(big, "\"system\": \"stash/raw-table-batched\""), "%s", big);
+    cr_assert_not_null(strstr(big, "\"system\": \"stash/stash-unbatched\""), "%s", big);
+}
+
+Test(bench_tool, a_memory_budget_is_for_the_lmdb_backend_and_takes_bytes)
+{
+    cr_assert_eq(test_run_stash("bench keyed --memory-budget auto", out, sizeof out), 2, "%s", out);
+    cr_assert_not_null(strstr(out, "--memory-budget is for --backend lmdb"), "%s", out);
+    cr_assert_eq(test_run_stash("bench keyed --backend lmdb --memory-budget lots", out, sizeof out),
+                 2, "%s", out);
+    cr_assert_not_null(strstr(out, "not 'lots'"), "%s", out);
+    cr_assert_eq(test_run_stash("bench keyed --backend lmdb --memory-budget", out, sizeof out), 2,
+                 "%s", out);
+}

@@ -3,7 +3,7 @@
  * demo.c: `stash demo`: the service at work. `stash serve demo-PID`
  * checkpoints to a new temporary directory every second (it creates both and
  * touches nothing else) while three worker processes count the words
- * of a generated stream (a ValueState count and a MapState of counts per
+ * of a generated stream, in batches of 32 events (a ValueState count and a MapState of counts per
  * stretch of the stream, per word) and keep their input offset in operator
  * ListState. Then: a worker is killed with SIGKILL and replaced by one that
  * rolls its key groups and offset back to the last complete checkpoint; the
@@ -38,6 +38,7 @@ static char demo_dir[256];
 #define WORDS 20000u
 #define STRETCH 1000000u     /* events per stretch: the MapState's user key */
 #define RATE 500000u         /* events a worker scans per second */
+#define BATCH 32u            /* events a worker runs in one batch */
 #define STEP_TIMEOUT_NS 60e9 /* the longest wait for one step of the story */
 
 __attribute__((format(printf, 1, 2))) static void say(const char *fmt, ...)
@@ -69,6 +70,8 @@ typedef struct job_states {
     stash_worker *w;
     stash_state *count, *stretches, *offsets;
     stash_kg_range range;
+    uint32_t max_parallelism;
+    demo_windows *win;
 } job_states;
 
 static bool mine(job_states *j, uint64_t word)
@@ -76,6 +79,13 @@ static bool mine(job_states *j, uint64_t word)
     stash_key_set(j->w, &word, sizeof word);
     int kg = stash_key_group_current(j->w);
     return kg >= (int)j->range.first && kg <= (int)j->range.last;
+}
+
+/* Whether the worker owns the word's key group. */
+static bool owns(const job_states *j, uint64_t word)
+{
+    uint32_t kg = stash_key_group(&word, sizeof word, j->max_parallelism);
+    return kg >= j->range.first && kg <= j->range.last;
 }
 
 /* Adds one to the word's count and to its count in the event's stretch. */
@@ -91,6 +101,36 @@ static int count_event(job_states *j, uint64_t i)
         memcpy(&s, v.data, sizeof s);
     s++;
     return rc ? rc : stash_map_put(j->stretches, &stretch, sizeof stretch, &s, sizeof s);
+}
+
+/* One event of a batch, its word the current key: counted, and added to
+ * its user's window. */
+static int count_batched(stash_worker *w, void *event, void *ctx)
+{
+    (void)w;
+    job_states *j = ctx;
+    uint64_t i = *(const uint64_t *)event;
+    int rc = count_event(j, i);
+    return rc < 0 ? rc : demo_windows_add(j->win, i);
+}
+
+/* Counts the worker's events of first .. end-1 in one batch. */
+static int count_batch(job_states *j, stash_batch *batch, uint64_t first, uint64_t end)
+{
+    static uint64_t ids[BATCH];
+    for (uint64_t i = first; i < end; i++) {
+        uint64_t word = word_of(i);
+        if (!owns(j, word)) continue;
+        ids[i - first] = i;
+        int rc = stash_batch_add(batch, &word, sizeof word, &ids[i - first]);
+        if (rc < 0) return rc;
+    }
+    int results[BATCH];
+    uint32_t n = stash_batch_size(batch);
+    int failed = stash_batch_run(batch, count_batched, j, results);
+    for (uint32_t k = 0; failed > 0 && k < n; k++)
+        if (results[k] < 0) return results[k];
+    return failed < 0 ? failed : 0;
 }
 
 /* Checks every count of the worker's words against a replay of the stream. */
@@ -157,6 +197,10 @@ static int worker_main(uint32_t index, bool rollback, int fd)
     stash_worker_info info;
     stash_worker_info_get(j.w, &info);
     j.range = info.range;
+    stash_arena_info ai;
+    stash_arena_info_get(stash_worker_arena(j.w), &ai);
+    j.max_parallelism = ai.max_parallelism;
+    j.win = &win;
     if ((rc = stash_state_get(j.w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE},
                               &j.count)) < 0 ||
         (rc = stash_state_get(j.w, &(stash_state_desc){.name = "stretches", .kind = STASH_MAP},
@@ -176,24 +220,33 @@ static int worker_main(uint32_t index, bool rollback, int fd)
                 "  worker %u (pid %d) replaced the dead one: rolled back to the last complete "
                 "checkpoint in %.1f ms, resumes at event %llu\n",
                 index, (int)getpid(), join_ms, (unsigned long long)start);
+    stash_batch *batch;
+    /* The windows' counts are read in the window's namespace, which the
+     * handler sets: fetched ahead in another, they would be fetched for
+     * nothing. */
+    stash_state *fetched[] = {j.count, j.stretches};
+    stash_batch_opts bo = {.capacity = BATCH, .states = fetched, .nstates = 2};
+    if ((rc = stash_batch_create(j.w, &bo, &batch)) < 0)
+        return fail(fd, index, "make its batch", rc);
     uint64_t begun = now_ns(), completions = 0;
-    for (uint64_t i = start; i < EVENTS; i++) {
-        uint64_t word = word_of(i);
-        if (mine(&j, word) &&
-            ((rc = count_event(&j, i)) < 0 || (rc = demo_windows_add(&win, i)) < 0))
-            return fail(fd, index, "write", rc);
-        if ((i & 1023) == 1023 && (rc = demo_windows_advance(&win, demo_watermark(i))) < 0)
+    /* Batches of the events of BATCH-aligned stretches of the stream, a
+     * barrier between two: the offset recorded is always a batch's end. */
+    for (uint64_t i = start, end; i < EVENTS; i = end) {
+        end = (i / BATCH + 1) * BATCH < EVENTS ? (i / BATCH + 1) * BATCH : EVENTS;
+        if ((rc = count_batch(&j, batch, i, end)) < 0) return fail(fd, index, "write", rc);
+        if (((end - 1) & 1023) == 1023 &&
+            (rc = demo_windows_advance(&win, demo_watermark(end - 1))) < 0)
             return fail(fd, index, "fire its windows", rc);
-        uint64_t next = i + 1;
-        stash_bytes b = {&next, sizeof next};
+        stash_bytes b = {&end, sizeof end};
         if ((rc = stash_op_list_update(j.offsets, &b, 1)) < 0)
             return fail(fd, index, "record its offset", rc);
         if ((rc = barrier(&j, &win)) < 0) return fail(fd, index, "pass a barrier", rc);
-        if ((i & 4095) == 0) {
-            uint64_t due = begun + (i - start) * (1000000000ull / RATE), t = now_ns();
+        if ((end & 4095) == 0) {
+            uint64_t due = begun + (end - start) * (1000000000ull / RATE), t = now_ns();
             if (due > t) usleep((useconds_t)((due - t) / 1000));
         }
     }
+    stash_batch_destroy(batch);
     /* The end of the stream: every window left is due. */
     if ((rc = demo_windows_advance(&win, UINT64_MAX)) < 0)
         return fail(fd, index, "fire its windows", rc);

@@ -17,11 +17,13 @@
  * transaction would lose every write since the last commit. Others read
  * what was last committed through read transactions, renewed per read.
  */
+#define _GNU_SOURCE /* RUSAGE_THREAD */
 #include <errno.h>
 #include <lmdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <time.h>
 
@@ -61,6 +63,9 @@ typedef struct lmdb_store {
     uint64_t dirty;        /* the charge of the open transactions */
     uint64_t pruned_below; /* the change log's notes older than this are gone */
     lmdb_fetcher *fetch;   /* reader threads, started by the first fetch ahead */
+    uint64_t majflt;       /* the worker thread's major faults when last looked at */
+    bool reading_ahead;    /* pages were waited for when last looked: the threads read */
+    uint32_t idle_calls;   /* fetches ahead since, while they do not */
 } lmdb_store;
 
 static lmdb_store *of(store *st)
@@ -506,12 +511,29 @@ static int64_t lmdb_read_copy(store *base, const shm_lookup *l, uint8_t **buf, s
     return (int64_t)v.mv_size;
 }
 
-/* A batch's look-ups, first on reader threads (lmdb_fetch.h): a page the
- * worker's read would wait for is read meanwhile, many at once. */
+/* Whether reading ahead pays: the pages the worker's reads or the reader
+ * threads' look-ups waited for since the last call (major faults). With
+ * the state in memory none do, and the threads would only take a core. */
+static bool faulting(lmdb_store *st)
+{
+    /* While reading ahead does not pay, ask the kernel only now and then:
+     * the faults add up meanwhile. */
+    if (!st->reading_ahead && ++st->idle_calls % 16 != 0) return false;
+    struct rusage ru;
+    uint64_t mine = getrusage(RUSAGE_THREAD, &ru) == 0 ? (uint64_t)ru.ru_majflt : 0;
+    uint64_t faults = mine - st->majflt + (st->fetch ? lmdb_fetch_faults(st->fetch) : 0);
+    st->majflt = mine;
+    st->reading_ahead = faults > 0;
+    return st->reading_ahead;
+}
+
+/* A batch's look-ups, first on reader threads (lmdb_fetch.h), while its
+ * reads wait for pages: a page the worker's read would wait for is read
+ * meanwhile, many at once. */
 static void lmdb_fetch_ahead(store *base, const shm_lookup *l, size_t n, int step)
 {
     lmdb_store *st = of(base);
-    if (step != STORE_FETCH_FIRST) return;
+    if (step != STORE_FETCH_FIRST || !faulting(st)) return;
     if (!st->fetch && lmdb_fetch_start(st->maxp, &st->fetch) < 0) {
         shm_clear_error();
         return;

@@ -7,10 +7,13 @@
  * on this thread, while the others and the worker go on. What a look-up
  * finds is thrown away; it changes nothing but what is in memory.
  */
+#define _GNU_SOURCE /* RUSAGE_THREAD */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "backends/lmdb/lmdb_fetch.h"
 #include "shm/shm.h"
@@ -30,7 +33,8 @@ struct lmdb_fetcher {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stop;
-    uint32_t head, tail; /* jobs[head % FETCH_QUEUE .. tail) wait for a thread */
+    _Atomic uint64_t faults; /* major faults of the threads' look-ups, since last taken */
+    uint32_t head, tail;     /* jobs[head % FETCH_QUEUE .. tail) wait for a thread */
     uint32_t maxp;
     unsigned nthreads;
     pthread_t threads[FETCH_THREADS];
@@ -57,6 +61,7 @@ static void *reader(void *arg)
     lmdb_fetcher *f = arg;
     MDB_txn **txns = calloc(f->maxp, sizeof *txns);
     fetch_job *job = malloc(sizeof *job);
+    uint64_t faults = 0; /* this thread's major faults so far */
     pthread_mutex_lock(&f->mu);
     while (!f->stop) {
         if (f->head == f->tail) {
@@ -67,7 +72,15 @@ static void *reader(void *arg)
         bool usable = job && txns;
         if (usable) memcpy(job, q, offsetof(fetch_job, key) + q->len);
         pthread_mutex_unlock(&f->mu);
-        if (usable) look_up(txns, job);
+        if (usable) {
+            look_up(txns, job);
+            struct rusage ru;
+            if (getrusage(RUSAGE_THREAD, &ru) == 0 && (uint64_t)ru.ru_majflt > faults) {
+                atomic_fetch_add_explicit(&f->faults, (uint64_t)ru.ru_majflt - faults,
+                                          memory_order_relaxed);
+                faults = (uint64_t)ru.ru_majflt;
+            }
+        }
         pthread_mutex_lock(&f->mu);
     }
     pthread_mutex_unlock(&f->mu);
@@ -113,7 +126,20 @@ void lmdb_fetch_queue(lmdb_fetcher *f, lmdb_env *x, uint32_t kg, const void *key
 
 void lmdb_fetch_go(lmdb_fetcher *f)
 {
-    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_lock(&f->mu);
+    uint32_t waiting = f->tail - f->head;
+    pthread_mutex_unlock(&f->mu);
+    /* As many threads as there are keys: a thread woken for nothing still
+     * takes a core from the worker. */
+    if (waiting >= f->nthreads)
+        pthread_cond_broadcast(&f->cv);
+    else
+        while (waiting--) pthread_cond_signal(&f->cv);
+}
+
+uint64_t lmdb_fetch_faults(lmdb_fetcher *f)
+{
+    return atomic_exchange_explicit(&f->faults, 0, memory_order_relaxed);
 }
 
 void lmdb_fetch_stop(lmdb_fetcher *f)

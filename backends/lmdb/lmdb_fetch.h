@@ -27,6 +27,10 @@ int lmdb_fetch_start(uint32_t maxp, lmdb_fetcher **out);
 void lmdb_fetch_queue(lmdb_fetcher *f, lmdb_env *x, uint32_t kg, const void *key, size_t len);
 void lmdb_fetch_go(lmdb_fetcher *f);
 
+/* The major page faults the threads' look-ups took since the last call:
+ * none, and reading ahead only costs the worker a core. */
+uint64_t lmdb_fetch_faults(lmdb_fetcher *f);
+
 /* Stops the threads, which end their transactions first. Accepts NULL. */
 void lmdb_fetch_stop(lmdb_fetcher *f);
 /* Frees what a forked child inherited: its threads are its opener's. */

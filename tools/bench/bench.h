@@ -32,6 +32,28 @@ typedef struct bench_result {
     const char *skipped; /* non-NULL: the peer could not run, and why */
 } bench_result;
 
+/* A memory budget (budget.c): the process in a memory cgroup of its own. */
+typedef struct bench_budget {
+    char home[512];  /* the cgroup it came from */
+    char group[512]; /* its own; "" if none */
+    int layout;      /* cgroup v2, or v1's memory controller (budget.c) */
+    uint64_t held;   /* bytes it held beyond the data's pages when limited */
+    uint64_t limit;  /* the cgroup's memory.max: held plus the data's budget */
+} bench_budget;
+
+/* Moves the process into a new memory cgroup, no limit yet. Returns 0, or
+ * an error with why set (no cgroup v2, not allowed). */
+int bench_budget_enter(bench_budget *b, char *why, size_t whylen);
+/* Limits it to what it holds now that no reclaim can take (anonymous and
+ * shared memory) plus data_bytes for cached pages of its files: the kernel
+ * reclaims the rest at once. Returns 0 or an error with why set. */
+int bench_budget_limit(bench_budget *b, uint64_t data_bytes, char *why, size_t whylen);
+/* Once limited: reclaims the data's cached pages, so that what runs next
+ * starts as cold as what ran before it did. */
+void bench_budget_evict(const bench_budget *b);
+/* Moves the process back and removes the cgroup. Accepts one never entered. */
+void bench_budget_leave(bench_budget *b);
+
 /* Parses --json, --quick and --reps N; prints usage and returns -1 on a bad
  * argument, 1 on --help, 0 otherwise. usage names the bench's own cases. */
 int bench_parse(int argc, char **argv, const char *usage, bench_opts *out);

@@ -113,6 +113,10 @@ typedef struct keyed_bench {
     peer_redis_server *redis;
     char redis_why[256];
     uint64_t keyspace; /* list/add passes each append to lists of a fresh key space */
+    /* --memory-budget (lmdb): bytes of cached pages the data may take
+     * after loading; UINT64_MAX a quarter of its payload; 0 none */
+    uint64_t budget_bytes;
+    bench_budget budget;
     uint8_t values[VALUE_POOL][VALUE_LEN]; /* random: no system may compress them away */
     uint8_t buf[READ_CAP];
 } keyed_bench;
@@ -510,6 +514,10 @@ static void open_group(keyed_bench *b, int group, sys_run runs[NSYS])
             peer_raw_open(&plan, i == SYS_RAW_INDEX, &runs[i].sys, why, wl);
         } else if (i == SYS_LMDB) {
             peer_lmdb_open(&plan, &runs[i].sys, why, wl);
+        } else if (i == SYS_ROCKSDB && b->budget_bytes) {
+            snprintf(why, wl,
+                     "not under --memory-budget: its block cache of 256 MiB alone is "
+                     "memory the budget would have to hold");
         } else if (i == SYS_ROCKSDB) {
             peer_rocksdb_open(&plan, &runs[i].sys, why, wl);
         } else if (!b->redis) {
@@ -552,6 +560,58 @@ static void load_group(keyed_bench *b, int group, sys_run runs[NSYS])
         bench_progress(&b->o, "keyed: loading %s into %s", group_names[group], sys_names[i]);
         if (load_one(b, runs[i].sys, group) < 0) fail_sys(&runs[i], "load");
     }
+}
+
+static uint64_t tree_bytes_sum;
+
+static int add_file_bytes(const char *path, const struct stat *st, int type, struct FTW *f)
+{
+    (void)path, (void)f;
+    if (type == FTW_F) tree_bytes_sum += (uint64_t)st->st_blocks * 512;
+    return 0;
+}
+
+/* The bytes the files under path take on disk. */
+static uint64_t tree_bytes(const char *path)
+{
+    tree_bytes_sum = 0;
+    nftw(path, add_file_bytes, 16, FTW_PHYS);
+    return tree_bytes_sum;
+}
+
+/* --memory-budget: once the data is loaded and written out, limits the
+ * process to what it holds besides plus the data's budget, and reports
+ * both beside the bytes each system's files take. Returns 0, or -1 with
+ * the reason reported. */
+static int apply_budget(keyed_bench *b, const sys_run runs[NSYS])
+{
+    char why[320] = "";
+    uint64_t data =
+        b->budget_bytes == UINT64_MAX ? payload_bytes(b, GROUP_VALUE) / 4 : b->budget_bytes;
+    bench_progress(&b->o, "keyed: limiting the process to %llu bytes for the data's pages",
+                   (unsigned long long)data);
+    sync();
+    bench_result res = {.bench = "keyed", .name = "value/memory-budget", .unit = "bytes"};
+    int rc = bench_budget_limit(&b->budget, data, why, sizeof why);
+    res.system = "data";
+    res.value = (double)data;
+    res.skipped = rc < 0 ? why : NULL;
+    bench_report(&b->o, &res);
+    if (rc < 0) return -1;
+    res.system = "held-besides";
+    res.value = (double)b->budget.held;
+    bench_report(&b->o, &res);
+    for (int i = 0; i < NSYS; i++) {
+        if (!runs[i].sys || (i != SYS_STASH && i != SYS_LMDB)) continue;
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/%s-%s", b->dir, group_names[GROUP_VALUE], sys_names[i]);
+        bench_report(&b->o, &(bench_result){.bench = "keyed",
+                                            .name = "value/state-on-disk",
+                                            .system = sys_names[i],
+                                            .value = (double)tree_bytes(dir),
+                                            .unit = "bytes"});
+    }
+    return 0;
 }
 
 /* Each system's data beyond the keys' and values' own bytes, per entry. */
@@ -646,10 +706,12 @@ static void report_ratio(const bench_opts *o, const char *name, const char *syst
 
 /* Writes every file's dirty pages out before a pass, so that no system's
  * pass pays for the writeback of another's writes (the data each loaded,
- * or its last pass). */
-static void settle(void)
+ * or its last pass); under --memory-budget, then drops the data's cached
+ * pages, so that no pass finds the pages the one before it brought in. */
+static void settle(const keyed_bench *b)
 {
     sync();
+    bench_budget_evict(&b->budget);
 }
 
 /* Runs one case on every row and reports it, with the ratios of stash to
@@ -680,7 +742,7 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
         if (case_skip(c, &rows[i], runs)) continue;
         pass_out p;
         bench_progress(&b->o, "keyed: %s: %s: warm-up", c->name, rows[i].name);
-        settle();
+        settle(b);
         if (run_pass(b, runs[rows[i].sys].sys, rows[i].batched, ops, b->ops, b->cap_ns / 2, NULL,
                      &p) < 0)
             fail_sys(&runs[rows[i].sys], c->name);
@@ -691,7 +753,7 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
             pass_out p;
             bench_progress(&b->o, "keyed: %s: %s: repetition %d of %d", c->name, rows[i].name,
                            r + 1, b->o.reps);
-            settle();
+            settle(b);
             if (run_pass(b, runs[rows[i].sys].sys, rows[i].batched, ops, b->ops, b->cap_ns, &lat[i],
                          &p) < 0)
                 fail_sys(&runs[rows[i].sys], c->name);
@@ -732,9 +794,13 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
 /* Refuses a --case that selects none of the cases this backend runs. */
 static int check_case(const keyed_bench *b)
 {
-    static const char *const heap_only[] = {"value/bytes-per-entry", "value/ycsb-a/uniform/1proc",
+    static const char *const heap_only[] = {"value/bytes-per-entry",
+                                            "value/ycsb-a/uniform/1proc",
                                             "value/ycsb-a/uniform/2proc",
-                                            "value/ycsb-a/uniform/scaling"};
+                                            "value/ycsb-a/uniform/scaling",
+                                            "value/ycsb-a/uniform/batch32/1proc",
+                                            "value/ycsb-a/uniform/batch32/2proc",
+                                            "value/ycsb-a/uniform/batch32/scaling"};
     const char *names[NCASES + sizeof heap_only / sizeof heap_only[0]];
     size_t n = 0;
     bool lmdb = b->backend == STASH_BACKEND_LMDB;
@@ -757,18 +823,18 @@ typedef struct scale_page {
 } scale_page;
 
 static void scale_child(keyed_bench *b, const char *path, uint32_t index, uint32_t p,
-                        const ycsb_op *ops, uint64_t n, scale_page *pg)
+                        unsigned batched, const ycsb_op *ops, uint64_t n, scale_page *pg)
 {
     kv_sys *s = NULL;
     pass_out warm, timed = {0};
     int rc = stash_sys_open(path, 0, index, p, NULL, &s, pg->error[index], sizeof pg->error[index]);
-    if (rc == 0) rc = run_pass(b, s, 0, ops, n, b->cap_ns / 2, NULL, &warm);
+    if (rc == 0) rc = run_pass(b, s, batched, ops, n, b->cap_ns / 2, NULL, &warm);
     atomic_fetch_add(&pg->ready, 1);
     while (!atomic_load(&pg->go)) {
     }
     if (rc == 0) {
         pg->start_ns[index] = bench_now_ns();
-        rc = run_pass(b, s, 0, ops, n, b->cap_ns, NULL, &timed);
+        rc = run_pass(b, s, batched, ops, n, b->cap_ns, NULL, &timed);
         pg->end_ns[index] = pg->start_ns[index] + timed.ns;
         pg->done[index] = timed.done;
     }
@@ -780,8 +846,8 @@ static void scale_child(keyed_bench *b, const char *path, uint32_t index, uint32
 /* Runs p worker processes at once, worker i on parts[i]; returns their
  * operations per second over the span from the first start to the last end,
  * or -1 with why set. */
-static double run_scale(keyed_bench *b, const char *path, uint32_t p, ycsb_op *const parts[2],
-                        const uint64_t n[2], char *why, size_t whylen)
+static double run_scale(keyed_bench *b, const char *path, uint32_t p, unsigned batched,
+                        ycsb_op *const parts[2], const uint64_t n[2], char *why, size_t whylen)
 {
     scale_page *pg =
         mmap(NULL, sizeof *pg, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -792,7 +858,7 @@ static double run_scale(keyed_bench *b, const char *path, uint32_t p, ycsb_op *c
     bool reaped[2] = {false, false};
     for (uint32_t i = 0; i < p; i++) {
         pids[i] = fork();
-        if (pids[i] == 0) scale_child(b, path, i, p, parts[i], n[i], pg);
+        if (pids[i] == 0) scale_child(b, path, i, p, batched, parts[i], n[i], pg);
         if (pids[i] < 0) snprintf(pg->error[i], sizeof pg->error[i], "fork: %s", strerror(errno));
         reaped[i] = pids[i] < 0;
     }
@@ -826,7 +892,9 @@ static double run_scale(keyed_bench *b, const char *path, uint32_t p, ycsb_op *c
     return bad ? -1 : (double)done / ((double)(end - start) / 1e9);
 }
 
-static void run_scaling(keyed_bench *b, uint64_t seed)
+/* The scaling rows of YCSB A uniform, one operation at a time, or with
+ * batched > 1 in batches of that many. */
+static void run_scaling(keyed_bench *b, uint64_t seed, unsigned batched)
 {
     char dir[600], path[640], why[320] = "";
     snprintf(dir, sizeof dir, "%s/scaling", b->dir);
@@ -860,20 +928,24 @@ static void run_scaling(keyed_bench *b, uint64_t seed)
     uint64_t n1[2] = {b->ops, 0};
     for (int r = 0; r < b->o.reps && ok && !must_stop(); r++) {
         bench_progress(&b->o, "keyed: scaling: repetition %d of %d", r + 1, b->o.reps);
-        v[r] = run_scale(b, path, 1, whole, n1, why, sizeof why);
-        v[b->o.reps + r] = run_scale(b, path, 2, parts, n2, why, sizeof why);
+        v[r] = run_scale(b, path, 1, batched, whole, n1, why, sizeof why);
+        v[b->o.reps + r] = run_scale(b, path, 2, batched, parts, n2, why, sizeof why);
         ok = v[r] > 0 && v[b->o.reps + r] > 0;
     }
     if (!must_stop()) {
         bench_result res = {.bench = "keyed", .system = "stash", .unit = "ops/s"};
+        char prefix[64], name[96];
+        snprintf(prefix, sizeof prefix, "value/ycsb-a/uniform%s", batched > 1 ? "/batch32" : "");
         double m[2] = {0, 0};
         for (int p = 0; p < 2; p++) {
-            res.name = p ? "value/ycsb-a/uniform/2proc" : "value/ycsb-a/uniform/1proc";
+            snprintf(name, sizeof name, "%s/%dproc", prefix, p + 1);
+            res.name = name;
             res.skipped = ok ? NULL : why;
             if (ok) res.value = m[p] = bench_median(&v[p * b->o.reps], b->o.reps);
             bench_report(&b->o, &res);
         }
-        report_ratio(&b->o, "value/ycsb-a/uniform/scaling", "stash-2p/1p", m[1], m[0]);
+        snprintf(name, sizeof name, "%s/scaling", prefix);
+        report_ratio(&b->o, name, "stash-2p/1p", m[1], m[0]);
     }
     remove_tree(dir);
     free(v);
@@ -886,11 +958,27 @@ static void run_scaling(keyed_bench *b, uint64_t seed)
 static bool group_selected(const keyed_bench *b, int g)
 {
     if (g == GROUP_VALUE && (bench_selected(&b->o, "value/bytes-per-entry") ||
-                             bench_selected(&b->o, "value/ycsb-a/uniform/1proc")))
+                             bench_selected(&b->o, "value/ycsb-a/uniform/1proc") ||
+                             bench_selected(&b->o, "value/ycsb-a/uniform/batch32/1proc")))
         return true;
     for (size_t c = 0; c < NCASES; c++)
         if (cases[c].group == g && bench_selected(&b->o, cases[c].name)) return true;
     return false;
+}
+
+/* --memory-budget's value: auto (UINT64_MAX), or bytes with an optional
+ * K, M or G (binary). */
+static int parse_budget(const char *v, uint64_t *out)
+{
+    if (strcmp(v, "auto") == 0) return *out = UINT64_MAX, 0;
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    int shift = *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+    if (shift) end++;
+    if (errno || end == v || *end || n == 0 || n > (UINT64_MAX >> 31)) return -1;
+    *out = (uint64_t)n << shift;
+    return 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -907,11 +995,38 @@ int bench_keyed(int argc, char **argv)
         "against two, and the bytes each entry costs beyond its key and value.\n"
         "--backend lmdb: stash's lmdb backend beside LMDB and RocksDB, ValueState under\n"
         "YCSB A, B and C, 10M keys (--quick: 200K), everything on disk in $STASH_BENCH_DIR\n"
-        "or /var/tmp.\n";
+        "or /var/tmp. --memory-budget auto|BYTES (with --backend lmdb): once loaded, the\n"
+        "data's cached pages are held to a quarter of its payload (auto) or BYTES, in a\n"
+        "memory cgroup of the bench's own (RocksDB, whose cache alone is larger, left out).\n"
+        "The .../batchN cases run the same sequences in batches of N (stash_batch_run),\n"
+        "beside stash one at a time and the raw table batched with the same prefetching\n"
+        "and not.\n";
     keyed_bench *b = calloc(1, sizeof *b);
-    if (!b) return tool_fail("bench keyed", -ENOMEM);
-    int rc = bench_parse(argc, argv, usage, &b->o);
+    char **args = calloc((size_t)argc + 1, sizeof *args);
+    if (!b || !args) {
+        free(b);
+        free(args);
+        return tool_fail("bench keyed", -ENOMEM);
+    }
+    int nargs = 0, rc = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--memory-budget") != 0) {
+            args[nargs++] = argv[i];
+        } else if (i + 1 >= argc || parse_budget(argv[++i], &b->budget_bytes) < 0) {
+            fprintf(stderr,
+                    "stash bench keyed: --memory-budget takes auto or a number of bytes "
+                    "(with K, M or G), not '%s'\n",
+                    i < argc ? argv[i] : "");
+            rc = -1;
+        }
+    }
+    if (rc == 0) rc = bench_parse(nargs, args, usage, &b->o);
+    free(args);
     b->backend = b->o.backend;
+    if (rc == 0 && b->budget_bytes && b->backend != STASH_BACKEND_LMDB) {
+        fprintf(stderr, "stash bench keyed: --memory-budget is for --backend lmdb\n");
+        rc = -1;
+    }
     if (rc == 0 && check_case(b) < 0) rc = -1;
     if (rc) {
         free(b);
@@ -943,6 +1058,14 @@ int bench_keyed(int argc, char **argv)
         free(b);
         return tool_fail("bench keyed: mkdtemp /dev/shm", rc);
     }
+    char why[320];
+    if (b->budget_bytes && bench_budget_enter(&b->budget, why, sizeof why) < 0) {
+        fprintf(stderr, "stash bench keyed: --memory-budget: %s\n", why);
+        remove_tree(b->dir);
+        if (lmdb) remove_tree(b->arena_dir);
+        free(b);
+        return 1;
+    }
     struct sigaction sa = {.sa_handler = on_interrupt}, ign = {.sa_handler = SIG_IGN};
     struct sigaction old_int, old_term, old_pipe;
     sigaction(SIGINT, &sa, &old_int);
@@ -965,6 +1088,10 @@ int bench_keyed(int argc, char **argv)
         open_group(b, g, runs);
         load_group(b, g, runs);
         if (g == GROUP_VALUE && !lmdb && !must_stop()) report_footprints(b, runs);
+        if (b->budget_bytes && !must_stop() && apply_budget(b, runs) < 0) {
+            close_group(b, g, runs);
+            break;
+        }
         for (size_t c = 0; c < NCASES && !must_stop(); c++)
             if (cases[c].group == g && !(lmdb && cases[c].second == YCSB_RMW) &&
                 bench_selected(&b->o, cases[c].name))
@@ -972,10 +1099,14 @@ int bench_keyed(int argc, char **argv)
         close_group(b, g, runs);
         if (g == GROUP_VALUE && !lmdb && !must_stop() &&
             bench_selected(&b->o, "value/ycsb-a/uniform/1proc"))
-            run_scaling(b, 1);
+            run_scaling(b, 1, 0);
+        if (g == GROUP_VALUE && !lmdb && !must_stop() &&
+            bench_selected(&b->o, "value/ycsb-a/uniform/batch32/1proc"))
+            run_scaling(b, 1, 32);
     }
 
     peer_redis_stop(b->redis);
+    bench_budget_leave(&b->budget);
     remove_tree(b->dir);
     if (lmdb) remove_tree(b->arena_dir);
     sigaction(SIGINT, &old_int, NULL);

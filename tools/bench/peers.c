@@ -222,8 +222,10 @@ int peer_raw_open(const kv_plan *plan, bool indexed, kv_sys **out, char *why, si
 }
 
 /* ------------------------------------------------------------------------ */
-/* LMDB: one environment, MDB_NOSYNC | MDB_WRITEMAP, writes committed in      */
-/* transactions of LMDB_BATCH; reads go through the open write transaction   */
+/* LMDB: one environment, MDB_NOSYNC | MDB_WRITEMAP | MDB_NORDAHEAD (as      */
+/* stash's own: random reads of a map larger than memory read no pages they  */
+/* do not ask for), writes committed in transactions of LMDB_BATCH; reads go */
+/* through the open write transaction                                        */
 /* (to see its writes) or a reused read-only one. A list is one value: its   */
 /* elements one after another, rewritten on append.                          */
 
@@ -415,7 +417,8 @@ int peer_lmdb_open(const kv_plan *plan, kv_sys **out, char *why, size_t whylen)
         what = "mdb_env_open";
         rc = mdb_env_set_mapsize(l->env, mapsize);
     }
-    if (rc == 0) rc = mdb_env_open(l->env, plan->dir, MDB_NOSYNC | MDB_WRITEMAP, 0600);
+    if (rc == 0)
+        rc = mdb_env_open(l->env, plan->dir, MDB_NOSYNC | MDB_WRITEMAP | MDB_NORDAHEAD, 0600);
     if (rc == 0) {
         what = "opening the database";
         rc = mdb_txn_begin(l->env, NULL, 0, &txn);
