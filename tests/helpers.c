@@ -55,6 +55,18 @@ pid_t test_fork(int (*fn)(void *arg), void *arg)
     return pid;
 }
 
+pid_t test_kill_running(int (*fn)(void *arg), void *arg, int ready_fd, unsigned min_us,
+                        unsigned max_us)
+{
+    pid_t pid = test_fork(fn, arg);
+    char c;
+    cr_assert_eq(read(ready_fd, &c, 1), 1, "the child (pid %d) started", (int)pid);
+    usleep(min_us + (max_us > min_us ? (useconds_t)rand() % (max_us - min_us) : 0));
+    kill(pid, SIGKILL);
+    cr_assert_eq(test_wait(pid), 128 + SIGKILL, "the child (pid %d) died of the kill", (int)pid);
+    return pid;
+}
+
 int test_wait(pid_t pid)
 {
     int st;

@@ -41,6 +41,12 @@ stash_arena *test_arena_create(const char *tag, uint64_t size, uint32_t maxp, ch
 /* Forks a child that runs fn(arg) and _exits with its return value; the
  * child is killed if the test process ends first. */
 pid_t test_fork(int (*fn)(void *arg), void *arg);
+/* Forks fn(arg), waits for the byte it writes to ready_fd's other end once
+ * it runs, lets it run from min_us to max_us more (at random: rand()),
+ * kills it with SIGKILL and reaps it, asserting that the kill ended it.
+ * Returns its pid. */
+pid_t test_kill_running(int (*fn)(void *arg), void *arg, int ready_fd, unsigned min_us,
+                        unsigned max_us);
 /* Waits for pid; returns its exit code, or 128 + signal if it was killed. */
 int test_wait(pid_t pid);
 /* Asks for a checkpoint of arena a from another thread while the n workers

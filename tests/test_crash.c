@@ -144,12 +144,7 @@ Test(crash, owners_killed_at_random_moments_leave_a_consistent_arena, .timeout =
     crash_args c = {.name = name};
     cr_assert_eq(pipe(c.ready), 0);
     for (int round = 0; round < 40; round++) {
-        pid_t pid = test_fork(churn_forever, &c);
-        char b;
-        cr_assert_eq(read(c.ready[0], &b, 1), 1, "the child joined");
-        usleep((useconds_t)(rand() % 20000));
-        kill(pid, SIGKILL);
-        cr_assert_eq(test_wait(pid), 128 + SIGKILL);
+        pid_t pid = test_kill_running(churn_forever, &c, c.ready[0], 0, 20000);
         /* A replacement takes the dead owner's key groups over and recovers them. */
         stash_worker *w;
         cr_assert_eq(

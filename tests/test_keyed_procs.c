@@ -325,12 +325,7 @@ Test(procs, an_owner_killed_mid_write_leaves_a_consistent_table, .timeout = 600)
     cr_assert_eq(pipe(wa.ready), 0);
     srand(test_seed("an_owner_killed_mid_write_leaves_a_consistent_table"));
     for (int round = 0; round < 25; round++) {
-        pid_t pid = test_fork(write_forever, &wa);
-        char b;
-        cr_assert_eq(read(wa.ready[0], &b, 1), 1);
-        usleep(1000 + (useconds_t)(rand() % 30000));
-        kill(pid, SIGKILL);
-        cr_assert_eq(test_wait(pid), 128 + SIGKILL);
+        pid_t pid = test_kill_running(write_forever, &wa, wa.ready[0], 1000, 31000);
         stash_worker *w = join(name, 0, 1);
         stash_worker_info info;
         stash_worker_info_get(w, &info);

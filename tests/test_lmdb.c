@@ -194,17 +194,12 @@ static int child_value(const char *name, const char *state, stash_worker **w, st
 
 /* Forks fn with x, waits for its byte, and kills it with -9 up to
  * most_us later (at random). */
-static void kill_after_byte(int (*fn)(void *), writer *x, int most_us, const char *what)
+static void kill_after_byte(int (*fn)(void *), writer *x, unsigned most_us)
 {
     int p[2];
     cr_assert_eq(pipe(p), 0);
     x->ready = p[1];
-    pid_t pid = test_fork(fn, x);
-    char c;
-    cr_assert_eq(read(p[0], &c, 1), 1, "%s", what);
-    if (most_us) usleep((useconds_t)(rand() % most_us));
-    kill(pid, SIGKILL);
-    test_wait(pid);
+    test_kill_running(fn, x, p[0], 0, most_us);
     close(p[0]);
     close(p[1]);
 }
@@ -237,7 +232,7 @@ Test(lmdb, a_worker_killed_mid_transaction_leaves_the_last_commit, .timeout = 12
     for (int round = 0; round < 6; round++) {
         /* Somewhere in the middle of the next round's writes. */
         writer x = {name, KEYS, -1};
-        kill_after_byte(write_rounds, &x, 20000, "a round committed");
+        kill_after_byte(write_rounds, &x, 20000);
         /* The replacement takes the dead one's place: every key holds the
          * same committed round, and the writer's lock is free. */
         stash_worker *w;
@@ -289,7 +284,7 @@ Test(lmdb, a_workers_transactions_commit_before_their_charges_pass_the_bound, .t
     /* Each put is charged two pages at least: this many pass the bound,
      * spread so thinly over 128 key groups that none passes its own. */
     writer x = {name, LMDB_STORE_MAX_BYTES / 8192 + 1000, -1};
-    kill_after_byte(write_unbarred, &x, 0, "the writer made its puts");
+    kill_after_byte(write_unbarred, &x, 0);
     /* Killed before any barrier: what it left is what the bound committed. */
     stash_worker *w;
     cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
