@@ -46,25 +46,33 @@ static inline __attribute__((always_inline)) shm_rec *shm_table_home(const stash
     return r;
 }
 
-/* Owner: starts loading the record that the home group of lookup hash h
- * in key group kg's index names first under h's tag, or, with no slot of
- * that tag there, the group a probe looks at next (an entry that found its
- * home group full is there most likely): a lookup fetched ahead in two
- * steps, shm_table_prefetch() and, once its group is near, this. Reads the
- * group, not the record. */
-static inline void shm_table_prefetch_record(const stash_arena *a, uint32_t kg, uint32_t h)
+/* Owner: starts loading the record that group `step` of lookup hash h's
+ * probe (0: its home group, 1: the next) in key group kg's index names
+ * first under h's tag: a lookup fetched ahead in steps, shm_table_prefetch()
+ * and, once its group is near, this. Reads the group, not the record.
+ * Returns false if the group has no slot of that tag, having started on
+ * the next group when step is 0 (an entry that found its home group full
+ * is there most likely); true otherwise. */
+static inline bool shm_table_prefetch_record(const stash_arena *a, uint32_t kg, uint32_t h,
+                                             unsigned step)
 {
     const shm_table *t = &a->tables[kg];
-    shm_group *grp;
-    unsigned slot;
-    shm_rec *r = shm_table_home(a, t, h, SHM_FETCH_ANY, &grp, &slot);
-    if (r) {
-        __builtin_prefetch(r);
-        return;
-    }
     shm_off index = atomic_load_explicit(&t->index, memory_order_relaxed);
+    if (!index || atomic_load_explicit(&t->old_index, memory_order_relaxed)) return true;
     uint32_t mask = (1u << atomic_load_explicit(&t->log2, memory_order_relaxed)) - 1;
-    if (index) __builtin_prefetch((const shm_group *)(a->base + index) + ((h + 1) & mask));
+    const shm_group *groups = (const shm_group *)(a->base + index);
+    const shm_group *g = groups + ((h + step) & mask);
+    unsigned m = shm_group_match(g, shm_slot_tag(h));
+    if (m) {
+        unsigned slot = shm_group_next(&m);
+        shm_off off = shm_ref_off(atomic_load_explicit(&g->ref[slot], memory_order_relaxed));
+        const char *r = (const char *)(a->base + off);
+        __builtin_prefetch(r);
+        __builtin_prefetch(r + 64);
+        return true;
+    }
+    if (step == 0) __builtin_prefetch(groups + ((h + 1) & mask));
+    return false;
 }
 
 /* Owner: shm_table_find's first look: the entry in its home group. Returns

@@ -97,16 +97,20 @@ static int64_t heap_read_copy(store *st, const shm_lookup *l, uint8_t **buf, siz
 
 /* A find waits for its index group before it learns where its record is.
  * Fetched ahead, every lookup's group loads at once, and then, once they
- * are near, every record they name. */
+ * are near, every record they name; for the few lookups whose home group
+ * holds no slot of their tag, the next group, then its record. */
 static void heap_fetch_ahead(store *st, const shm_lookup *l, size_t n, int step)
 {
     const stash_arena *a = st->arena;
-    for (size_t i = 0; i < n; i++) {
-        if (step == STORE_FETCH_FIRST)
-            shm_table_prefetch(a, l[i].kg, l[i].hash);
-        else
-            shm_table_prefetch_record(a, l[i].kg, l[i].hash);
+    if (step == STORE_FETCH_FIRST) {
+        for (size_t i = 0; i < n; i++) shm_table_prefetch(a, l[i].kg, l[i].hash);
+        return;
     }
+    size_t away[64], naway = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!shm_table_prefetch_record(a, l[i].kg, l[i].hash, 0) && naway < 64) away[naway++] = i;
+    for (size_t j = 0; j < naway; j++)
+        shm_table_prefetch_record(a, l[away[j]].kg, l[away[j]].hash, 1);
 }
 
 static int heap_rec_new(store *st, const shm_lookup *l, size_t cap, shm_rec **out)
