@@ -137,8 +137,9 @@ STASH_API int stash_barrier(stash_worker *worker, stash_event *event)
     if (__builtin_expect(!worker || !event, 0)) return shm_refuse_null(__func__, "worker or event");
     if (__builtin_expect(worker->forked, 0)) return worker_refuse_forked(worker, __func__);
     if (__builtin_expect(worker->in_batch, 0))
-        return shm_fail(-EINVAL, "stash_barrier: worker %u is running a batch: no barrier falls "
-                                 "inside one",
+        return shm_fail(-EINVAL,
+                        "stash_barrier: worker %u is running a batch: no barrier falls "
+                        "inside one",
                         worker->slot);
     shm_control *c = worker->arena->control;
     heartbeat(worker);

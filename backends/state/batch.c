@@ -188,10 +188,9 @@ STASH_API int stash_batch_run(stash_batch *batch, stash_batch_fn *fn, void *ctx,
     if (w->in_batch)
         return shm_fail(-EINVAL, "%s: worker %u is running a batch already", __func__, w->slot);
     /* A stretch of events at a time: its accesses fetched ahead, then its
-     * handlers run. More at once ask for more loads than the processor
-     * keeps in flight; a stretch fetched while the one before runs, or as
-     * its events are added, slows the handlers more than it saves
-     * (docs/benchmarks.md). */
+     * handlers run. Fetched all at once, a large batch's first groups leave
+     * the caches before their records' turn; a stretch fetched while the
+     * one before runs gained nothing (docs/benchmarks.md). */
     batch->nfetch = fetched_states(batch, batch->fetch);
     w->in_batch = true;
     int failed = 0;
