@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_batch.c: batches of events. A random mix of every state kind, run in
- * batches in one arena and one event at a time in another, leaves the same
- * state, reads the same values, fires the same timers and checkpoints the
+ * test_batch.c: batches of events. A random mix of every keyed state kind
+ * (value, list, map, reducing, aggregating, with and without TTL) and
+ * timers, run in batches in one arena and one event at a time in another,
+ * leaves the same state, reads the same values, fires the same timers and checkpoints the
  * same records; same-key events run in order; an event of a foreign key
  * fails alone; a barrier never falls inside a batch; a worker killed in the
  * middle of batches leaves key groups that recover. Runs on both backends.
@@ -58,6 +59,7 @@ enum {
     OP_MAP_REMOVE,
     OP_MAP_ITER,
     OP_REDUCE,
+    OP_AGGREGATE,
     OP_TTL_PUT,
     OP_TTL_GET,
     OP_TIMER_REGISTER,
@@ -81,7 +83,7 @@ typedef struct mix_run {
     stash_service *svc;
     stash_arena *arena;
     stash_worker *w;
-    stash_state *value, *list, *map, *sum, *ttl;
+    stash_state *value, *list, *map, *sum, *mean, *ttl;
     stash_timers *timers;
     uint64_t now;
     XXH3_state_t *digest;
@@ -105,6 +107,45 @@ static int sum_fn(const stash_bytes *acc, const stash_bytes *in, void *out, size
     *len = 8;
     return 0;
 }
+
+/* An aggregate of u64 inputs: the accumulator their count and sum, the
+ * result the sum over the count. */
+static int mean_create(const stash_bytes *acc, void *out, size_t cap, size_t *len, void *ctx)
+{
+    (void)acc, (void)ctx;
+    if (cap < 16) return *len = 16, -ENOSPC;
+    memset(out, 0, 16);
+    *len = 16;
+    return 0;
+}
+
+static int mean_add(const stash_bytes *acc, const stash_bytes *in, void *out, size_t cap,
+                    size_t *len, void *ctx)
+{
+    (void)ctx;
+    if (cap < 16) return *len = 16, -ENOSPC;
+    uint64_t a[2];
+    memcpy(a, acc->data, 16);
+    a[0]++;
+    a[1] += test_u64(in->data);
+    memcpy(out, a, 16);
+    *len = 16;
+    return 0;
+}
+
+static int mean_result(const stash_bytes *acc, void *out, size_t cap, size_t *len, void *ctx)
+{
+    (void)ctx;
+    if (cap < 8) return *len = 8, -ENOSPC;
+    uint64_t a[2];
+    memcpy(a, acc->data, 16);
+    uint64_t m = a[0] ? a[1] / a[0] : 0;
+    memcpy(out, &m, 8);
+    *len = 8;
+    return 0;
+}
+
+static const stash_aggregate_fns mean_fns = {mean_create, mean_add, mean_result, NULL};
 
 static void digest(mix_run *r, const void *p, size_t n)
 {
@@ -142,6 +183,9 @@ static void mix_open(mix_run *r, const char *tag)
     r->map = get_state(r->w, &(stash_state_desc){.name = "map", .kind = STASH_MAP});
     r->sum = get_state(
         r->w, &(stash_state_desc){.name = "sum", .kind = STASH_REDUCING, .reduce = sum_fn});
+    r->mean = get_state(
+        r->w,
+        &(stash_state_desc){.name = "mean", .kind = STASH_AGGREGATING, .aggregate = &mean_fns});
     r->ttl = get_state(r->w, &(stash_state_desc){.name = "ttl",
                                                  .kind = STASH_VALUE,
                                                  .ttl = {.ttl_ms = 50, .cleanup_entries = 3}});
@@ -218,6 +262,11 @@ static int mix_apply(mix_run *r, const mix_event *e)
     case OP_REDUCE:
         if ((rc = stash_merging_add(r->sum, &one, sizeof one)) == 0 &&
             (rc = stash_merging_get(r->sum, &v)) == 0)
+            digest(r, v.data, v.len);
+        break;
+    case OP_AGGREGATE:
+        if ((rc = stash_merging_add(r->mean, &one, sizeof one)) == 0 &&
+            (rc = stash_merging_get(r->mean, &v)) == 0)
             digest(r, v.data, v.len);
         break;
     case OP_TTL_PUT:
