@@ -581,7 +581,7 @@ static uint64_t tree_bytes(const char *path)
 
 /* --memory-budget: once the data is loaded and written out, limits the
  * process to what it holds besides plus the data's budget, and reports
- * both beside the bytes each system's files take. Returns 0, or -1 with
+ * both beside the bytes stash's and LMDB's files take. Returns 0, or -1 with
  * the reason reported. */
 static int apply_budget(keyed_bench *b, const sys_run runs[NSYS])
 {
@@ -603,13 +603,12 @@ static int apply_budget(keyed_bench *b, const sys_run runs[NSYS])
     bench_report(&b->o, &res);
     for (int i = 0; i < NSYS; i++) {
         if (!runs[i].sys || (i != SYS_STASH && i != SYS_LMDB)) continue;
-        char dir[1024];
+        char dir[1024], system[64];
         snprintf(dir, sizeof dir, "%s/%s-%s", b->dir, group_names[GROUP_VALUE], sys_names[i]);
-        bench_report(&b->o, &(bench_result){.bench = "keyed",
-                                            .name = "value/state-on-disk",
-                                            .system = sys_names[i],
-                                            .value = (double)tree_bytes(dir),
-                                            .unit = "bytes"});
+        snprintf(system, sizeof system, "%s-files", sys_names[i]);
+        res.system = system;
+        res.value = (double)tree_bytes(dir);
+        bench_report(&b->o, &res);
     }
     return 0;
 }
@@ -801,7 +800,7 @@ static int check_case(const keyed_bench *b)
                                             "value/ycsb-a/uniform/batch32/1proc",
                                             "value/ycsb-a/uniform/batch32/2proc",
                                             "value/ycsb-a/uniform/batch32/scaling"};
-    const char *names[NCASES + sizeof heap_only / sizeof heap_only[0]];
+    const char *names[NCASES + sizeof heap_only / sizeof heap_only[0] + 1];
     size_t n = 0;
     bool lmdb = b->backend == STASH_BACKEND_LMDB;
     for (size_t c = 0; c < NCASES; c++)
@@ -809,6 +808,7 @@ static int check_case(const keyed_bench *b)
             names[n++] = cases[c].name;
     for (size_t i = 0; !lmdb && i < sizeof heap_only / sizeof heap_only[0]; i++)
         names[n++] = heap_only[i];
+    if (b->budget_bytes) names[n++] = "value/memory-budget";
     return bench_check_case(&b->o, "keyed", names, n);
 }
 
@@ -960,6 +960,8 @@ static bool group_selected(const keyed_bench *b, int g)
     if (g == GROUP_VALUE && (bench_selected(&b->o, "value/bytes-per-entry") ||
                              bench_selected(&b->o, "value/ycsb-a/uniform/1proc") ||
                              bench_selected(&b->o, "value/ycsb-a/uniform/batch32/1proc")))
+        return true;
+    if (g == GROUP_VALUE && b->budget_bytes && bench_selected(&b->o, "value/memory-budget"))
         return true;
     for (size_t c = 0; c < NCASES; c++)
         if (cases[c].group == g && bench_selected(&b->o, cases[c].name)) return true;
