@@ -226,6 +226,24 @@ STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
  * STASH_ENOKEY) and close only frees the child's copy. */
 STASH_API void stash_worker_close(stash_worker *worker);
 
+typedef struct stash_reader_opts {
+    const stash_arena_opts *arena; /* where the arena lives; NULL: defaults */
+    stash_clock_fn *clock;         /* the TTL clock its reads expire by; NULL: CLOCK_REALTIME */
+    void *clock_ctx;
+} stash_reader_opts;
+
+/* Attaches to the arena NAME as a reader: a worker handle that takes no
+ * worker slot, owns no key group and joins no barrier, so it never blocks
+ * or fails a checkpoint. Through it, stash_state_get() finds states workers
+ * registered (STASH_ENOTFOUND if none has; no operator state or timer
+ * service), and every keyed read works on any key of any key group, as a
+ * copy (never torn, never blocking the owner); writes fail with
+ * STASH_EKEYGROUP and stash_barrier() with -EINVAL. A reader that dies
+ * leaves nothing behind. STASH_EBUSY if every reader slot is held by a live
+ * process. The caller owns *out and closes it with stash_worker_close(). */
+STASH_API int stash_reader_open(const char *name, const stash_reader_opts *opts,
+                                stash_worker **out);
+
 /* The arena a worker is attached to; owned by the worker. */
 STASH_API stash_arena *stash_worker_arena(const stash_worker *worker);
 

@@ -60,3 +60,19 @@ int shm_catalog_register(stash_arena *a, const char *name, uint32_t kind, const 
     shm_lock_release(&a->hdr->catalog_lock);
     return id;
 }
+
+int shm_catalog_find(stash_arena *a, const char *name, uint32_t kind, bool ttl)
+{
+    for (uint32_t i = 0; i < SHM_CATALOG_SIZE; i++) {
+        const shm_catalog_entry *e = &a->catalog[i];
+        if (!atomic_load_explicit(&e->used, memory_order_acquire) || strcmp(e->name, name) != 0)
+            continue;
+        if (e->kind != kind || has_ttl(e->options) != ttl)
+            return shm_fail(STASH_EKIND,
+                            "%s: state '%s' is registered as kind %u %s TTL, not kind %u %s",
+                            a->path, name, e->kind, has_ttl(e->options) ? "with" : "without", kind,
+                            ttl ? "with TTL" : "without TTL");
+        return (int)i + 1;
+    }
+    return shm_fail(STASH_ENOTFOUND, "%s: no state '%s' is registered", a->path, name);
+}

@@ -129,6 +129,9 @@ uint64_t shm_ebr_min(stash_arena *a, bool check_dead);
  * kind or TTL switched the other way (catalog.c). */
 int shm_catalog_register(stash_arena *a, const char *name, uint32_t kind,
                          const uint8_t options[32]);
+/* Finds name, registered by someone, without changing anything: its id, or
+ * STASH_ENOTFOUND, or STASH_EKIND if its kind or TTL is another. */
+int shm_catalog_find(stash_arena *a, const char *name, uint32_t kind, bool ttl);
 
 /* ------------------------------------------------------------------------ */
 /* The arena file (segment.c).                                                */

@@ -136,6 +136,8 @@ STASH_API int stash_barrier(stash_worker *worker, stash_event *event)
 {
     if (__builtin_expect(!worker || !event, 0)) return shm_refuse_null(__func__, "worker or event");
     if (__builtin_expect(worker->forked, 0)) return worker_refuse_forked(worker, __func__);
+    if (__builtin_expect(worker->reader, 0))
+        return shm_fail(-EINVAL, "stash_barrier: a reader joins no barrier");
     if (__builtin_expect(worker->in_batch, 0))
         return shm_fail(-EINVAL,
                         "stash_barrier: worker %u is running a batch: no barrier falls "

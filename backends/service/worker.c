@@ -104,6 +104,41 @@ STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
     return 0;
 }
 
+STASH_API int stash_reader_open(const char *name, const stash_reader_opts *opts, stash_worker **out)
+{
+    shm_clear_error();
+    if (!name || !out) return shm_refuse_null(__func__, "name or out");
+    stash_reader_opts o = opts ? *opts : (stash_reader_opts){0};
+    stash_worker *w = calloc(1, sizeof *w);
+    if (!w) return shm_fail(-ENOMEM, "out of memory");
+    uint32_t rslot = 0;
+    int rc = stash_arena_open(name, o.arena, &w->arena);
+    if (rc == 0) rc = shm_reader_join(w->arena, &rslot);
+    if (rc < 0) {
+        stash_arena_close(w->arena);
+        free(w);
+        return rc;
+    }
+    w->reader = true;
+    w->slot = rslot; /* STASH_MAX_WORKERS + the reader slot's index */
+    w->range = STASH_KG_RANGE_EMPTY;
+    rc = store_open(w->arena, w->slot, w->range, &w->store);
+    if (rc < 0) {
+        shm_reader_leave(w->arena, rslot);
+        stash_arena_close(w->arena);
+        free(w);
+        return rc;
+    }
+    w->store->moves = &w->writes;
+    w->records_in_arena = w->store->ops->in_arena;
+    w->max_parallelism = w->arena->hdr->max_parallelism;
+    w->clock = o.clock;
+    w->clock_ctx = o.clock_ctx;
+    add_open(w);
+    *out = w;
+    return 0;
+}
+
 static void free_states(stash_state *s)
 {
     while (s) {
@@ -141,6 +176,12 @@ STASH_API void stash_worker_close(stash_worker *worker)
         return;
     }
     remove_open(worker);
+    if (worker->reader) {
+        store_close(worker->store);
+        shm_reader_leave(worker->arena, worker->slot);
+        free_worker(worker);
+        return;
+    }
     /* Leaving for good: the final operator state goes with the final keyed
      * state, once a checkpoint this worker cut has ended with the operator
      * state recorded at the cut. */
@@ -164,6 +205,7 @@ STASH_API int stash_worker_info_get(const stash_worker *worker, stash_worker_inf
 {
     if (!worker || !out) return shm_refuse_null(__func__, "worker or out");
     if (worker->forked) return worker_refuse_forked(worker, __func__);
+    if (worker->reader) return shm_fail(-EINVAL, "%s: a reader has no registry slot", __func__);
     shm_registry_describe(worker->arena, worker->slot, out);
     return 0;
 }

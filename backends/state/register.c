@@ -64,7 +64,15 @@ static int get_state(stash_worker *worker, const stash_state_desc *desc, stash_s
     }
     uint8_t options[32];
     options_bytes(desc, options);
-    int id = shm_catalog_register(worker->arena, desc->name, (uint32_t)desc->kind, options);
+    int id;
+    if (worker->reader && opstate_recorded(desc->kind))
+        return shm_fail(-EINVAL, "state '%s': a reader has no %s", desc->name,
+                        desc->kind == STASH_TIMERS ? "timer service" : "operator state");
+    else if (worker->reader) /* it only reads: what a worker registered, as registered */
+        id =
+            shm_catalog_find(worker->arena, desc->name, (uint32_t)desc->kind, desc->ttl.ttl_ms > 0);
+    else
+        id = shm_catalog_register(worker->arena, desc->name, (uint32_t)desc->kind, options);
     if (id < 0) return id;
     stash_state *s = calloc(1, sizeof *s);
     if (!s) return shm_fail(-ENOMEM, "out of memory");

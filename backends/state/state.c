@@ -14,6 +14,8 @@
 
 int worker_refuse_forked(const stash_worker *w, const char *fn)
 {
+    if (w->reader)
+        return shm_fail(STASH_EFORK, "%s: a reader opened by another process, before a fork", fn);
     return shm_fail(STASH_EFORK,
                     "%s: worker %u was opened by another process (pid %d), before a fork", fn,
                     w->slot, w->arena->slots[w->slot].pid);
@@ -146,6 +148,8 @@ int state_check_array(const stash_bytes *values, size_t n, const char *fn, const
 
 int state_refuse_write(const stash_state *s, uint32_t kg)
 {
+    if (s->w->reader)
+        return shm_fail(STASH_EKEYGROUP, "a reader writes nothing (key group %u)", kg);
     return shm_fail(STASH_EKEYGROUP, "worker %u owns key groups %u..%u, not %u", s->w->slot,
                     s->w->range.first, s->w->range.last, kg);
 }

@@ -68,7 +68,10 @@ struct stash_worker {
     /* The handle was inherited through a fork: it is its opener's, and this
      * process may only close it (worker.c). */
     bool forked;
-    bool in_batch;                  /* a batch's handlers run (batch.c): no barrier */
+    bool in_batch; /* a batch's handlers run (batch.c): no barrier */
+    /* A reader (stash_reader_open): no registry slot, no key group, no
+     * barrier; slot is STASH_MAX_WORKERS + its reader slot (shm_ebr_enter). */
+    bool reader;
     struct stash_worker *next_open; /* the process's open workers */
     bool has_ttl;                   /* a state of this worker expires entries */
     bool ttl_every_record;          /* a state of it cleans at every stash_key_set */
