@@ -53,6 +53,20 @@ static void remove_open(stash_worker *w)
     pthread_mutex_unlock(&open_mu);
 }
 
+/* Opens the keyed store of w's slot and range, and what follows from the
+ * arena and the options. */
+static int attach_store(stash_worker *w, stash_clock_fn *clock, void *clock_ctx)
+{
+    int rc = store_open(w->arena, w->slot, w->range, &w->store);
+    if (rc < 0) return rc;
+    w->store->moves = &w->writes;
+    w->records_in_arena = w->store->ops->in_arena;
+    w->max_parallelism = w->arena->hdr->max_parallelism;
+    w->clock = clock;
+    w->clock_ctx = clock_ctx;
+    return 0;
+}
+
 STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts, stash_worker **out)
 {
     shm_clear_error();
@@ -70,19 +84,14 @@ STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
     }
     shm_slot *s = &w->arena->slots[w->slot];
     w->range = (stash_kg_range){s->kg_first, s->kg_last};
-    rc = store_open(w->arena, w->slot, w->range, &w->store);
+    rc = attach_store(w, o.clock, o.clock_ctx);
     if (rc < 0) {
         shm_registry_leave(w->arena, w->slot);
         stash_arena_close(w->arena);
         free(w);
         return rc;
     }
-    w->store->moves = &w->writes;
-    w->records_in_arena = w->store->ops->in_arena;
-    w->max_parallelism = w->arena->hdr->max_parallelism;
     w->parallelism = o.parallelism;
-    w->clock = o.clock;
-    w->clock_ctx = o.clock_ctx;
     w->on_cut = o.on_cut;
     w->cut_ctx = o.cut_ctx;
     shm_control *c = w->arena->control;
@@ -122,18 +131,13 @@ STASH_API int stash_reader_open(const char *name, const stash_reader_opts *opts,
     w->reader = true;
     w->slot = rslot; /* STASH_MAX_WORKERS + the reader slot's index */
     w->range = STASH_KG_RANGE_EMPTY;
-    rc = store_open(w->arena, w->slot, w->range, &w->store);
+    rc = attach_store(w, o.clock, o.clock_ctx);
     if (rc < 0) {
         shm_reader_leave(w->arena, rslot);
         stash_arena_close(w->arena);
         free(w);
         return rc;
     }
-    w->store->moves = &w->writes;
-    w->records_in_arena = w->store->ops->in_arena;
-    w->max_parallelism = w->arena->hdr->max_parallelism;
-    w->clock = o.clock;
-    w->clock_ctx = o.clock_ctx;
     add_open(w);
     *out = w;
     return 0;
