@@ -239,8 +239,9 @@ typedef struct stash_reader_opts {
  * service), and every keyed read works on any key of any key group, as a
  * copy (never torn, never blocking the owner); writes fail with
  * STASH_EKEYGROUP and stash_barrier() with -EINVAL. A reader that dies
- * leaves nothing behind. STASH_EBUSY if every reader slot is held by a live
- * process. The caller owns *out and closes it with stash_worker_close(). */
+ * leaves nothing behind. STASH_EBUSY if every reader slot (eight an arena,
+ * two of them the persistence engine's) is held by a live process. The
+ * caller owns *out and closes it with stash_worker_close(). */
 STASH_API int stash_reader_open(const char *name, const stash_reader_opts *opts,
                                 stash_worker **out);
 
