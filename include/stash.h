@@ -520,7 +520,7 @@ STASH_API uint32_t stash_batch_size(const stash_batch *batch);
  * stash_barrier() from fn is refused. results, if given, receives each
  * event's result (0, fn's error or STASH_EKEYGROUP). Returns how many
  * events failed, or a negative error (none ran). The last event's key stays
- * current. */
+ * current (none if its key group is another worker's). */
 STASH_API int stash_batch_run(stash_batch *batch, stash_batch_fn *fn, void *ctx, int *results);
 
 /* A hint for a worker that keeps its own pipeline: starts fetching what an

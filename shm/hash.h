@@ -20,6 +20,13 @@ static inline uint64_t shm_key_hash(const void *key, size_t len)
     return XXH3_64bits(key, len);
 }
 
+/* The key group of a key by its hash: the hash mod maxp (Flink's formula
+ * over XXH3), a mask when maxp is a power of two. */
+static inline uint32_t shm_key_group_of(uint64_t hash, uint32_t maxp)
+{
+    return (uint32_t)((maxp & (maxp - 1)) == 0 ? hash & (maxp - 1) : hash % maxp);
+}
+
 /* The hash of a namespace: 0 for the empty one. */
 static inline uint64_t shm_ns_hash(const void *ns, size_t len)
 {

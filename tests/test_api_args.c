@@ -137,6 +137,25 @@ Test(args, null_handles_and_out_parameters_are_refused)
     (void)a;
 }
 
+Test(args, a_refused_key_leaves_none_current_after_a_key_of_the_common_length)
+{
+    /* The second 8-byte key takes stash_key_set's common path (and the
+     * one-step get and put); a refused key after it must leave no key for
+     * those either. */
+    uint64_t k1 = 11, k2 = 12, v = 1, w2 = 2;
+    cr_assert_eq(stash_key_set(w, &k1, sizeof k1), 0);
+    cr_assert_eq(stash_value_put(value, &v, sizeof v), 0);
+    cr_assert_eq(stash_key_set(w, &k2, sizeof k2), 0);
+    cr_assert_eq(stash_value_put(value, &v, sizeof v), 0);
+    refused(stash_key_set(w, NULL, 8), "key_set key");
+    stash_bytes b;
+    cr_assert_eq(stash_value_put(value, &w2, sizeof w2), STASH_ENOKEY);
+    cr_assert_eq(stash_value_get(value, &b), STASH_ENOKEY);
+    cr_assert_eq(stash_key_set(w, &k2, sizeof k2), 0);
+    cr_assert_eq(stash_value_get(value, &b), 0);
+    cr_assert_eq(test_u64(b.data), 1u, "the key before the refused one kept its value");
+}
+
 Test(args, null_bytes_with_a_length_are_refused_and_change_nothing)
 {
     uint64_t v = 42;

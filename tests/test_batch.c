@@ -500,6 +500,17 @@ Test(batch, an_event_of_a_foreign_key_or_a_failing_handler_fails_alone)
     cr_assert_eq(results[3], 0);
     list_is(mine, (const uint32_t[]){1, 3}, 2);
     list_is(theirs, NULL, 0);
+    /* A batch whose last event was foreign leaves no key current, for the
+     * one-step value paths too (the event before it set an 8-byte key). */
+    stash_state *v = get_state(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE});
+    uint32_t x = 9;
+    stash_key_set(w, &mine, sizeof mine);
+    cr_assert_eq(stash_value_put(v, &x, sizeof x), 0);
+    cr_assert_eq(stash_batch_add(b, &mine, sizeof mine, (void *)(uintptr_t)4), 0);
+    cr_assert_eq(stash_batch_add(b, &theirs, sizeof theirs, (void *)(uintptr_t)5), 0);
+    cr_assert_eq(stash_batch_run(b, append_event, &calls, NULL), 1);
+    cr_assert_eq(stash_value_put(v, &calls, sizeof calls), STASH_ENOKEY);
+    list_is(mine, (const uint32_t[]){1, 3, 4}, 3);
     stash_batch_destroy(b);
 }
 

@@ -22,8 +22,7 @@ static void mark_forked(void)
     for (stash_worker *w = open_workers; w; w = w->next_open) {
         w->forked = true;
         /* Every access needs a current key, and stash_key_set refuses. */
-        w->has_key = false;
-        w->one_step_key = false;
+        worker_drop_key(w);
         w->key_cap = 0;
     }
     open_workers = NULL;

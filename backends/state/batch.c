@@ -4,8 +4,9 @@
  * One access at a time, a lookup waits for its index group and then for its
  * record; the processor overlaps little of one access with the next. A
  * batch knows its keys before the first handler runs, so the store fetches
- * what every access will touch at once (store.h's fetch_ahead), and the
- * handlers, called in order with each event's key current, find it near.
+ * what the accesses of a stretch of events will touch at once (store.h's
+ * fetch_ahead), and the handlers, called in order with each event's key
+ * current, find it near.
  * Nothing else differs from setting each key and calling the handler.
  */
 #include <errno.h>
@@ -68,6 +69,20 @@ static bool owned(const stash_batch *b, const batch_event *e)
     return e->kg >= b->w->range.first && e->kg <= b->w->range.last;
 }
 
+/* The lookup of state s's entry, in its namespace now, for a key (len
+ * bytes) of hash and key group kg. */
+static shm_lookup lookup_of(const stash_state *s, const void *key, uint16_t len, uint64_t hash,
+                            uint32_t kg)
+{
+    return (shm_lookup){.kg = kg,
+                        .hash = shm_lookup_hash(hash, s->seed),
+                        .state = s->id,
+                        .klen = len,
+                        .nslen = s->nslen,
+                        .key = key,
+                        .ns = s->nslen ? s->ns : (const uint8_t *)""};
+}
+
 /* Fetches the accesses of the owned events first .. end-1 ahead, both
  * steps (the heap: their index groups, then the records these name). */
 static void fetch_ahead(stash_batch *b, uint32_t first, uint32_t end)
@@ -76,16 +91,8 @@ static void fetch_ahead(stash_batch *b, uint32_t first, uint32_t end)
     for (uint32_t i = first; i < end; i++) {
         const batch_event *e = &b->ev[i];
         if (!owned(b, e)) continue;
-        for (uint32_t j = 0; j < b->nfetch; j++) {
-            const stash_state *s = b->fetch[j];
-            b->lookups[n++] = (shm_lookup){.kg = e->kg,
-                                           .hash = shm_lookup_hash(e->hash, s->seed),
-                                           .state = s->id,
-                                           .klen = e->len,
-                                           .nslen = s->nslen,
-                                           .key = b->keys + e->off,
-                                           .ns = s->nslen ? s->ns : (const uint8_t *)""};
-        }
+        for (uint32_t j = 0; j < b->nfetch; j++)
+            b->lookups[n++] = lookup_of(b->fetch[j], b->keys + e->off, e->len, e->hash, e->kg);
     }
     store *st = b->w->store;
     st->ops->fetch_ahead(st, b->lookups, n, STORE_FETCH_FIRST);
@@ -149,11 +156,10 @@ STASH_API int stash_batch_add(stash_batch *batch, const void *key, size_t len, v
         return shm_fail(-ENOMEM, "out of memory");
     if (len) memcpy(batch->keys + batch->keys_len, key, len);
     uint64_t hash = shm_key_hash(key, len);
-    uint32_t maxp = batch->w->max_parallelism;
     batch_event *e = &batch->ev[batch->n];
     *e = (batch_event){.off = batch->keys_len,
                        .len = (uint16_t)len,
-                       .kg = (uint32_t)(hash % maxp),
+                       .kg = shm_key_group_of(hash, batch->w->max_parallelism),
                        .hash = hash,
                        .event = event};
     batch->keys_len += len;
@@ -172,7 +178,7 @@ static int run_event(stash_batch *b, uint32_t i, stash_batch_fn *fn, void *ctx)
     stash_worker *w = b->w;
     const batch_event *e = &b->ev[i];
     if (!owned(b, e)) {
-        w->has_key = false;
+        worker_drop_key(w);
         return shm_fail(STASH_EKEYGROUP, "batch event %u: worker %u owns key groups %u..%u, not %u",
                         i, w->slot, w->range.first, w->range.last, e->kg);
     }
@@ -218,13 +224,8 @@ STASH_API int stash_prefetch(stash_state *state, const void *key, size_t len)
     if (!st->ops->fetch_ahead) return 0;
     uint64_t hash = shm_key_hash(key, len);
     /* The first step alone: the second would wait here for the first. */
-    shm_lookup l = {.kg = (uint32_t)(hash % w->max_parallelism),
-                    .hash = shm_lookup_hash(hash, state->seed),
-                    .state = state->id,
-                    .klen = (uint16_t)len,
-                    .nslen = state->nslen,
-                    .key = key,
-                    .ns = state->nslen ? state->ns : (const uint8_t *)""};
+    shm_lookup l =
+        lookup_of(state, key, (uint16_t)len, hash, shm_key_group_of(hash, w->max_parallelism));
     st->ops->fetch_ahead(st, &l, 1, STORE_FETCH_FIRST);
     return 0;
 }

@@ -56,9 +56,7 @@ static inline __attribute__((always_inline)) int key_set_hashed(stash_worker *wo
 {
     worker->klen = (uint16_t)len;
     worker->key_hash = hash;
-    uint32_t maxp = worker->max_parallelism;
-    uint32_t kg = (uint32_t)((maxp & (maxp - 1)) == 0 ? worker->key_hash & (maxp - 1)
-                                                      : worker->key_hash % maxp);
+    uint32_t kg = shm_key_group_of(hash, worker->max_parallelism);
     worker->kg = kg;
     worker->has_key = true;
     worker->last_hash = shm_lookup_hash(worker->key_hash, worker->last_seed);
@@ -66,6 +64,18 @@ static inline __attribute__((always_inline)) int key_set_hashed(stash_worker *wo
     if (worker->records_in_arena) shm_table_prefetch(worker->arena, kg, worker->last_hash);
     if (__builtin_expect(worker->ttl_every_record, 0)) clean_on_record(worker);
     return 0;
+}
+
+int worker_key_set_hashed(stash_worker *worker, const void *key, size_t len, uint64_t hash)
+{
+    if (len > worker->key_cap || !worker->key) {
+        if (shm_reserve(&worker->key, &worker->key_cap, len ? len : 1) < 0) {
+            worker_drop_key(worker);
+            return shm_fail(-ENOMEM, "out of memory");
+        }
+    }
+    if (len) memcpy(worker->key, key, len);
+    return key_set_hashed(worker, len, hash, len >= 8 && len <= 16);
 }
 
 /* stash_key_set for a key outside 8 to 16 bytes or longer than the buffer:
@@ -77,27 +87,10 @@ static __attribute__((noinline)) int key_set_other(stash_worker *worker, const v
     if (worker->forked) return worker_refuse_forked(worker, "stash_key_set");
     /* A refused key leaves none current: a write that follows must not go
      * to the key before it. */
-    worker->has_key = false;
+    worker_drop_key(worker);
     if (shm_null_bytes(key, len)) return shm_refuse_null("stash_key_set", "key");
-    if (len > worker->key_cap || !worker->key) {
-        if (len > UINT16_MAX) return shm_fail(-EINVAL, "a key of %zu bytes (at most 65535)", len);
-        if (shm_reserve(&worker->key, &worker->key_cap, len ? len : 1) < 0)
-            return shm_fail(-ENOMEM, "out of memory");
-    }
-    if (len) memcpy(worker->key, key, len);
-    return key_set_hashed(worker, len, shm_key_hash(key, len), false);
-}
-
-int worker_key_set_hashed(stash_worker *worker, const void *key, size_t len, uint64_t hash)
-{
-    if (len > worker->key_cap || !worker->key) {
-        if (shm_reserve(&worker->key, &worker->key_cap, len ? len : 1) < 0) {
-            worker->has_key = false;
-            return shm_fail(-ENOMEM, "out of memory");
-        }
-    }
-    if (len) memcpy(worker->key, key, len);
-    return key_set_hashed(worker, len, hash, len >= 8 && len <= 16);
+    if (len > UINT16_MAX) return shm_fail(-EINVAL, "a key of %zu bytes (at most 65535)", len);
+    return worker_key_set_hashed(worker, key, len, shm_key_hash(key, len));
 }
 
 /* Flattened: the key's hash is computed inline. Keys of 8 to 16 bytes, the

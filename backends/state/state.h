@@ -206,6 +206,15 @@ static inline bool state_owns(const stash_state *s, uint32_t kg)
  * bytes with a length, STASH_ETOOBIG if one is longer than a record holds. */
 int state_check_array(const stash_bytes *values, size_t n, const char *fn, const char *what);
 
+/* Leaves the worker without a current key: every access fails with
+ * STASH_ENOKEY until one is set (the one-step paths too, which never look
+ * at has_key). */
+static inline void worker_drop_key(stash_worker *w)
+{
+    w->has_key = false;
+    w->one_step_key = false;
+}
+
 /* Makes key (len bytes, at most 65535, its stash_hash hash) the worker's
  * current key, as stash_key_set() does. */
 int worker_key_set_hashed(stash_worker *worker, const void *key, size_t len, uint64_t hash);

@@ -348,7 +348,7 @@ static int compact(stash_timers *t, stash_time_domain d)
         int krc = stash_key_set(w, key, klen);
         if (rc == 0) rc = krc;
     } else {
-        w->has_key = false;
+        worker_drop_key(w);
     }
     free(key);
     return rc;

@@ -68,9 +68,9 @@ enum { STORE_FETCH_FIRST = 1, STORE_FETCH_SECOND = 2 };
 
 /* A store's operations. Records handed out (finds, reads, new records) are
  * the caller's to fill until the next operation. commit, commit_due,
- * fetch_ahead, cut_open, cut_close and restore_end may be
- * NULL: nothing to do. Each
- * that can fail returns 0 or a negative error naming the key group. */
+ * fetch_ahead, cut_open, cut_close and restore_end may be NULL: nothing to
+ * do. Each that can fail returns 0 or a negative error naming the key
+ * group. */
 typedef struct store_ops {
     const char *name;
     /* Records are the arena's own: an address names one record until it is
