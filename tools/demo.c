@@ -2,19 +2,17 @@
 /*
  * demo.c: `stash demo`: the service at work. `stash serve demo-PID`
  * checkpoints to a new temporary directory every second (it creates both and
- * touches nothing else) while three worker processes count the words
- * of a generated stream, in batches of 32 events (a ValueState count and a MapState of counts per
- * stretch of the stream, per word) and keep their input offset in operator
- * ListState. Then: a worker is killed with SIGKILL and replaced by one that
- * rolls its key groups and offset back to the last complete checkpoint; the
- * service is killed and restarted, reattaching; finally everything dies and
- * the arena is removed, as a power loss would, and a new service restores
- * the newest checkpoint and new workers resume from their offsets. The
- * events carry timestamps: per word (a user), event-time windows of ten
- * minutes are counted and emitted when their timers fire, through a sink
- * that commits with the checkpoints (demo_windows.c). Every count and
- * every window ends exactly right (exactly once), and each recovery is
- * timed.
+ * touches nothing else) while three worker processes count the words of a
+ * generated stream in batches of 32 events (a ValueState count and a
+ * MapState of counts per stretch of the stream, per word) and keep their
+ * input offset in operator ListState. Then: a worker is killed with SIGKILL and replaced by one
+ * that rolls its key groups and offset back to the last complete checkpoint; the service is killed
+ * and restarted, reattaching; finally everything dies and the arena is removed, as a power loss
+ * would, and a new service restores the newest checkpoint and new workers resume from their
+ * offsets. The events carry timestamps: per word (a user), event-time windows of ten minutes are
+ * counted and emitted when their timers fire, through a sink that commits with the checkpoints
+ * (demo_windows.c). Every count and every window ends exactly right (exactly once), and each
+ * recovery is timed.
  */
 #include <errno.h>
 #include <poll.h>
@@ -74,13 +72,6 @@ typedef struct job_states {
     demo_windows *win;
 } job_states;
 
-static bool mine(job_states *j, uint64_t word)
-{
-    stash_key_set(j->w, &word, sizeof word);
-    int kg = stash_key_group_current(j->w);
-    return kg >= (int)j->range.first && kg <= (int)j->range.last;
-}
-
 /* Whether the worker owns the word's key group. */
 static bool owns(const job_states *j, uint64_t word)
 {
@@ -109,7 +100,7 @@ static int count_batched(stash_worker *w, void *event, void *ctx)
 {
     (void)w;
     job_states *j = ctx;
-    uint64_t i = *(const uint64_t *)event;
+    uint64_t i = (uintptr_t)event;
     int rc = count_event(j, i);
     return rc < 0 ? rc : demo_windows_add(j->win, i);
 }
@@ -117,12 +108,11 @@ static int count_batched(stash_worker *w, void *event, void *ctx)
 /* Counts the worker's events of first .. end-1 in one batch. */
 static int count_batch(job_states *j, stash_batch *batch, uint64_t first, uint64_t end)
 {
-    static uint64_t ids[BATCH];
     for (uint64_t i = first; i < end; i++) {
         uint64_t word = word_of(i);
         if (!owns(j, word)) continue;
-        ids[i - first] = i;
-        int rc = stash_batch_add(batch, &word, sizeof word, &ids[i - first]);
+        /* The event is its index in the stream. */
+        int rc = stash_batch_add(batch, &word, sizeof word, (void *)(uintptr_t)i);
         if (rc < 0) return rc;
     }
     int results[BATCH];
@@ -142,7 +132,8 @@ static int verify(job_states *j, uint64_t *wrong)
     for (uint64_t i = 0; i < EVENTS; i++) want[word_of(i) * nstretch + i / STRETCH]++;
     *wrong = 0;
     for (uint64_t word = 0; word < WORDS; word++) {
-        if (!mine(j, word)) continue;
+        if (!owns(j, word)) continue;
+        stash_key_set(j->w, &word, sizeof word);
         stash_bytes v;
         uint64_t n = 0, total = 0;
         if (stash_value_get(j->count, &v) == 0) memcpy(&n, v.data, sizeof n);
