@@ -248,8 +248,8 @@ static int stash_sys_run_batch(kv_sys *s, const uint64_t *keys, size_t n, kv_bat
     rc = stash_batch_run(t->batch, stash_sys_event, &c, results);
     t->in_batch = false;
     if (rc < 0) return stash_sys_fail(s, "stash_batch_run", rc);
-    for (size_t i = 0; i < n; i++)
-        if (results[i] < 0) return results[i];
+    for (size_t i = 0; rc > 0 && i < n; i++)
+        if (results[i] < 0) return results[i]; /* the operation said what failed */
     return 0;
 }
 
