@@ -67,6 +67,29 @@ pid_t test_kill_running(int (*fn)(void *arg), void *arg, int ready_fd, unsigned 
     return pid;
 }
 
+void test_remove_dir(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+size_t test_seal(uint8_t *buf, size_t len, uint64_t stamp)
+{
+    memset(buf, (int)(stamp & 0xff), len - 8);
+    uint64_t h = XXH3_64bits(buf, len - 8);
+    memcpy(buf + len - 8, &h, 8);
+    return len;
+}
+
+bool test_sealed(const void *p, size_t len)
+{
+    uint64_t h;
+    if (len < 16) return false;
+    memcpy(&h, (const uint8_t *)p + len - 8, 8);
+    return XXH3_64bits(p, len - 8) == h;
+}
+
 int test_wait(pid_t pid)
 {
     int st;

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * helpers.h: what the test suites share: unique arena names, child processes
- * that report through their exit status, and waiting for them.
+ * that report through their exit status (killed while they run), and
+ * waiting for them, values that carry their own checksum, removing a
+ * directory.
  */
 #ifndef STASH_TEST_HELPERS_H
 #define STASH_TEST_HELPERS_H
@@ -47,6 +49,13 @@ pid_t test_fork(int (*fn)(void *arg), void *arg);
  * Returns its pid. */
 pid_t test_kill_running(int (*fn)(void *arg), void *arg, int ready_fd, unsigned min_us,
                         unsigned max_us);
+/* Removes the directory dir and everything in it; asserts it went. */
+void test_remove_dir(const char *dir);
+/* Fills buf with len (>= 16) bytes of stamp that end in an 8-byte
+ * checksum of the rest; returns len. test_sealed() says whether bytes are
+ * whole such a value: a torn read is not. */
+size_t test_seal(uint8_t *buf, size_t len, uint64_t stamp);
+bool test_sealed(const void *p, size_t len);
 /* Waits for pid; returns its exit code, or 128 + signal if it was killed. */
 int test_wait(pid_t pid);
 /* Asks for a checkpoint of arena a from another thread while the n workers

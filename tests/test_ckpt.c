@@ -122,13 +122,6 @@ static void make_dir(char *dir)
     cr_assert_not_null(mkdtemp(dir));
 }
 
-static void remove_dir(const char *dir)
-{
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
-}
-
 Test(ckpt, a_checkpoint_restores_the_state_as_of_its_pins, .timeout = 120)
 {
     for (int b = 0; b < 2; b++) {
@@ -151,7 +144,7 @@ Test(ckpt, a_checkpoint_restores_the_state_as_of_its_pins, .timeout = 120)
         restore_into_new(dir, e, 1, 1, &out);
         close_job(&j);
         ioe_engine_close(e);
-        remove_dir(dir);
+        test_remove_dir(dir);
     }
 }
 
@@ -179,7 +172,7 @@ Test(ckpt, a_failed_fsync_or_write_fails_the_checkpoint_and_keeps_the_earlier, .
             close_job(&j);
             ioe_engine_close(good);
             ioe_engine_close(bad);
-            remove_dir(dir);
+            test_remove_dir(dir);
         }
     }
 }
@@ -242,7 +235,7 @@ Test(ckpt, a_damaged_newest_checkpoint_gives_way_to_the_previous, .timeout = 120
             cr_assert_eq(dir_digest(dir), before, "reading changed nothing");
             close_job(&j);
             ioe_engine_close(e);
-            remove_dir(dir);
+            test_remove_dir(dir);
         }
     }
 }
@@ -281,7 +274,7 @@ Test(ckpt, a_read_error_costs_one_checkpoint_never_the_restore, .timeout = 120)
             close_job(&r);
             ioe_engine_close(e);
         }
-        remove_dir(dir);
+        test_remove_dir(dir);
     }
 }
 
@@ -306,7 +299,7 @@ Test(ckpt, a_checkpoint_holding_another_checkpoints_metadata_is_refused, .timeou
     cr_assert_eq(out.skipped, 1);
     close_job(&j);
     ioe_engine_close(e);
-    remove_dir(dir);
+    test_remove_dir(dir);
 }
 
 /* The ext4 image a test mounted and where: removed after the test, failed or not. */
@@ -379,7 +372,7 @@ Test(ckpt, a_fifo_in_place_of_a_file_is_refused_without_blocking, .timeout = 60)
     }
     close_job(&j);
     ioe_engine_close(e);
-    remove_dir(dir);
+    test_remove_dir(dir);
 }
 
 /* Sets the bytes at offset at of the metadata's first state and seals the
@@ -496,7 +489,7 @@ Test(ckpt, crafted_state_kinds_and_operator_state_are_refused_by_verify_and_rest
               "%s", stash_errmsg());
     close_job(&j);
     ioe_engine_close(e);
-    remove_dir(dir);
+    test_remove_dir(dir);
 }
 
 Test(ckpt, a_timer_services_watermark_of_another_shape_is_refused, .timeout = 60)
@@ -534,7 +527,7 @@ Test(ckpt, a_timer_services_watermark_of_another_shape_is_refused, .timeout = 60
     }
     close_job(&j);
     ioe_engine_close(e);
-    remove_dir(dir);
+    test_remove_dir(dir);
 }
 
 Test(ckpt, a_data_file_longer_than_its_metadata_says_is_not_read_whole, .timeout = 60)
@@ -554,7 +547,7 @@ Test(ckpt, a_data_file_longer_than_its_metadata_says_is_not_read_whole, .timeout
               out.why);
     close_job(&j);
     ioe_engine_close(e);
-    remove_dir(dir);
+    test_remove_dir(dir);
 }
 
 Test(ckpt, a_data_file_of_another_checkpoint_with_blocks_of_the_same_sizes_is_refused,
@@ -579,7 +572,7 @@ Test(ckpt, a_data_file_of_another_checkpoint_with_blocks_of_the_same_sizes_is_re
               out.why);
     close_job(&j);
     ioe_engine_close(e);
-    remove_dir(dir);
+    test_remove_dir(dir);
 }
 
 Test(ckpt, a_checkpoint_without_metadata_does_not_exist, .timeout = 60)
@@ -601,7 +594,7 @@ Test(ckpt, a_checkpoint_without_metadata_does_not_exist, .timeout = 60)
     close_job(&r);
     close_job(&j);
     ioe_engine_close(e);
-    remove_dir(dir);
+    test_remove_dir(dir);
 }
 
 Test(ckpt, retention_keeps_the_newest, .timeout = 60)
@@ -624,7 +617,7 @@ Test(ckpt, retention_keeps_the_newest, .timeout = 60)
     restore_into_new(dir, e, 0, 5, &out);
     close_job(&j);
     ioe_engine_close(e);
-    remove_dir(dir);
+    test_remove_dir(dir);
 }
 
 /* A process that writes generation g of every key, then checkpoint g, for ever. */
@@ -690,14 +683,14 @@ Test(ckpt, a_writer_killed_at_any_moment_leaves_complete_or_invisible, .timeout 
             last = out.id;
         }
         close_job(&r);
-        remove_dir(dir);
+        test_remove_dir(dir);
         cr_assert_eq(mkdir(dir, 0755), 0);
     }
     cr_assert_gt(last, 0, "some checkpoint committed");
     ioe_engine_close(e);
     stash_arena_close(j.arena);
     stash_arena_destroy(j.name, NULL);
-    remove_dir(dir);
+    test_remove_dir(dir);
 }
 
 /* Checkpointed by one worker, restored by three, each its own key groups. */
@@ -747,7 +740,7 @@ Test(ckpt, a_checkpoint_restores_at_another_parallelism, .timeout = 120)
     stash_arena_close(a);
     stash_arena_destroy(name, NULL);
     ioe_engine_close(e);
-    remove_dir(dir);
+    test_remove_dir(dir);
 }
 
 /* A savepoint moved elsewhere restores from where it is now. */
@@ -784,8 +777,8 @@ Test(ckpt, a_savepoint_is_self_contained_and_relocatable, .timeout = 60)
     close_job(&r);
     close_job(&j);
     ioe_engine_close(e);
-    remove_dir(dir);
-    remove_dir(moved);
+    test_remove_dir(dir);
+    test_remove_dir(moved);
 }
 
 /* The memory storage: a checkpoint over its cap fails, naming the cap, and
@@ -814,7 +807,7 @@ Test(ckpt, a_checkpoint_over_the_memory_cap_fails_clearly, .timeout = 60)
     restore_into_new(dir, e, 0, 1, &out);
     close_job(&j);
     ioe_engine_close(e);
-    remove_dir(dir);
+    test_remove_dir(dir);
 }
 
 /* Writes generation gen into every step-th key. */
@@ -930,7 +923,7 @@ Test(ckpt, incremental_checkpoints_write_only_the_changes, .timeout = 120)
         for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j.arena, kg, base.pins[kg]);
         close_job(&j);
         ioe_engine_close(e);
-        remove_dir(dir);
+        test_remove_dir(dir);
     }
 }
 
@@ -963,7 +956,7 @@ Test(ckpt, a_damaged_delta_gives_way_to_the_previous_checkpoint, .timeout = 60)
     for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j.arena, kg, base.pins[kg]);
     close_job(&j);
     ioe_engine_close(e);
-    remove_dir(dir);
+    test_remove_dir(dir);
 }
 
 /* The asynchronous part in another process, while the owner writes on. */
@@ -1017,7 +1010,7 @@ Test(ckpt, another_process_writes_the_checkpoint_while_the_owner_writes_on, .tim
         cr_assert_eq(shm_check(j.arena), 0, "%s", stash_errmsg());
         close_job(&j);
         ioe_engine_close(e);
-        remove_dir(dir);
+        test_remove_dir(dir);
     }
 }
 
@@ -1056,7 +1049,7 @@ Test(ckpt, a_malformed_value_is_refused_before_restoring, .timeout = 60)
     close_job(&r);
     close_job(&j);
     ioe_engine_close(e);
-    remove_dir(dir);
+    test_remove_dir(dir);
 }
 
 /* Big blocks, written from the buffers they were built in, with the pins
@@ -1171,6 +1164,6 @@ Test(ckpt, big_blocks_restore_and_pins_go_as_their_key_groups_are_written, .time
         close_job(&r);
         close_job(&j);
         ioe_engine_close(e);
-        remove_dir(dir);
+        test_remove_dir(dir);
     }
 }

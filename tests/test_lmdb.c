@@ -170,9 +170,7 @@ Test(lmdb, savepoints_move_between_the_backends, .timeout = 120)
     destroy(lm, ln);
     destroy(heap2, hn2);
     ioe_engine_close(e);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    test_remove_dir(dir);
 }
 
 /* ---- a worker killed in the middle of a transaction --------------------- */
@@ -513,9 +511,7 @@ Test(lmdb, incremental_checkpoints_carry_changes_and_deletions, .timeout = 120)
     stash_worker_close(w);
     destroy(b, name2);
     destroy(a, name);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    test_remove_dir(dir);
 }
 
 /* ---- a full disk ----------------------------------------------------------- */
@@ -638,9 +634,7 @@ Test(lmdb, two_workers_and_the_engine_in_one_process_share_each_environment, .ti
     stash_worker_close(w);
     destroy(b, name2);
     destroy(x.a, name);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    test_remove_dir(dir);
 }
 
 typedef struct reader_args {

@@ -43,9 +43,7 @@ static void stop_job(job *j)
     stash_service_stop(j->service);
     stash_arena_close(j->arena);
     stash_arena_destroy(j->name, NULL);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", j->dir);
-    cr_assert_eq(system(cmd), 0);
+    test_remove_dir(j->dir);
 }
 
 static void open_workers(job *j, uint32_t p)

@@ -14,7 +14,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "backends/lmdb/lmdb.h"
 #include "tests/helpers.h"
@@ -195,9 +194,7 @@ Test(reader, a_checkpoint_completes_with_readers_attached, .timeout = 120)
     stash_worker_close(r1);
     stash_worker_close(r2);
     stash_service_stop(svc);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    test_remove_dir(dir);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -207,15 +204,6 @@ typedef struct watch_args {
     const char *name;
     int ready[2];
 } watch_args;
-
-/* Values carry their own checksum. */
-static size_t sealed(uint8_t *buf, size_t len, uint64_t stamp)
-{
-    memset(buf, (int)(stamp & 0xff), len - 8);
-    uint64_t h = XXH3_64bits(buf, len - 8);
-    memcpy(buf + len - 8, &h, 8);
-    return len;
-}
 
 /* Reads every key over and over; exits 3 on a torn value. */
 static int watch(void *arg)
@@ -231,9 +219,7 @@ static int watch(void *arg)
             stash_key_set(r, &k, sizeof k);
             stash_bytes b;
             if (stash_value_get(v, &b) != 0) continue;
-            uint64_t h;
-            memcpy(&h, (const uint8_t *)b.data + b.len - 8, 8);
-            if (b.len < 16 || XXH3_64bits(b.data, b.len - 8) != h) return 3;
+            if (!test_sealed(b.data, b.len)) return 3;
             if (!told && write(a->ready[1], "x", 1) == 1) told = true;
         }
 }
@@ -245,7 +231,7 @@ Test(reader, another_process_reads_whole_values_while_the_owner_writes_and_dies_
     static uint8_t buf[600];
     for (uint32_t k = 0; k < 500; k++) {
         stash_key_set(w, &k, sizeof k);
-        cr_assert_eq(stash_value_put(v, buf, sealed(buf, 24 + k % 500, k)), 0);
+        cr_assert_eq(stash_value_put(v, buf, test_seal(buf, 24 + k % 500, k)), 0);
     }
     publish();
     stash_event ev;
@@ -258,7 +244,7 @@ Test(reader, another_process_reads_whole_values_while_the_owner_writes_and_dies_
         for (uint64_t i = 0; i < 20000; i++) {
             uint32_t k = (uint32_t)(i * 7919 % 500);
             stash_key_set(w, &k, sizeof k);
-            cr_assert_eq(stash_value_put(v, buf, sealed(buf, 24 + (i * 13) % 570, i)), 0);
+            cr_assert_eq(stash_value_put(v, buf, test_seal(buf, 24 + (i * 13) % 570, i)), 0);
             if (i % 1000 == 0) cr_assert_geq(stash_barrier(w, &ev), 0);
         }
         kill(pid, SIGKILL);

@@ -67,9 +67,7 @@ static void make_checkpoints(void)
 
 static void remove_checkpoints(void)
 {
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    test_remove_dir(dir);
 }
 
 TestSuite(tool, .init = make_checkpoints, .fini = remove_checkpoints);

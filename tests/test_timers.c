@@ -357,7 +357,7 @@ Test(timers, timers_come_back_from_a_checkpoint_in_another_arena, .timeout = 60)
     cr_assert_eq(stash_timers_advance(tm, 42, record, &(fired){0}), 0);
     stash_worker_close(w);
     w = NULL;
-    char dir[] = "/var/tmp/stash-timers-XXXXXX", cmd[128];
+    char dir[] = "/var/tmp/stash-timers-XXXXXX";
     ioe_engine *e = checkpoint_arena(dir, 1);
     char name2[96];
     stash_arena *b = test_arena_create("timers3", 32u << 20, KGS, name2);
@@ -382,8 +382,7 @@ Test(timers, timers_come_back_from_a_checkpoint_in_another_arena, .timeout = 60)
     stash_arena_close(b);
     stash_arena_destroy(name2, NULL);
     ioe_engine_close(e);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    test_remove_dir(dir);
     cr_assert_eq(stash_worker_open(arena_name, NULL, &w), 0);
 }
 
@@ -468,12 +467,11 @@ static void rescale(uint32_t p, const uint32_t *fire_ps, size_t n)
         cr_assert_eq(stash_timers_advance(ti, 500 + 10 * i, record, &(fired){0}), 0);
         stash_worker_close(wi);
     }
-    char dir[] = "/var/tmp/stash-timers-XXXXXX", cmd[128];
+    char dir[] = "/var/tmp/stash-timers-XXXXXX";
     ioe_engine *e = checkpoint_arena(dir, p);
     for (size_t i = 0; i < n; i++) fire_at_parallelism(dir, e, fire_ps[i], 150);
     ioe_engine_close(e);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    test_remove_dir(dir);
     cr_assert_eq(stash_worker_open(arena_name, NULL, &w), 0);
 }
 

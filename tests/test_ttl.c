@@ -307,7 +307,7 @@ Test(ttl, a_checkpoint_restores_under_another_duration, .timeout = 60)
     stash_state *s = ttl_state("r", STASH_MAP, 100, 0, 0);
     stash_key_set(w, "k", 1);
     cr_assert_eq(stash_map_put(s, "u", 1, "x", 1), 0);
-    char dir[] = "/var/tmp/stash-ttl-XXXXXX", cmd[128];
+    char dir[] = "/var/tmp/stash-ttl-XXXXXX";
     cr_assert_not_null(mkdtemp(dir));
     ioe_engine *e;
     cr_assert_eq(ioe_engine_open(&(ioe_opts){0}, &e), 0);
@@ -340,8 +340,7 @@ Test(ttl, a_checkpoint_restores_under_another_duration, .timeout = 60)
     cr_assert_eq(stash_worker_open(arena_name,
                                    &(stash_worker_opts){.parallelism = 1, .clock = fake_clock}, &w),
                  0);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    test_remove_dir(dir);
 }
 
 Test(ttl, cleanup_for_every_record_empties_a_state_whose_keys_are_each_set_once)
@@ -467,7 +466,7 @@ Test(ttl, map_iteration_refreshes_entries_when_reads_do)
  * cut; restored with the clock set back, it stays gone. */
 Test(ttl, a_full_checkpoint_leaves_out_what_expired_at_the_cut, .timeout = 120)
 {
-    char dir[] = "/var/tmp/stash-ttl-full-XXXXXX", cmd[128];
+    char dir[] = "/var/tmp/stash-ttl-full-XXXXXX";
     cr_assert_not_null(mkdtemp(dir));
     stash_service *svc;
     cr_assert_eq(stash_service_start(arena_name, &(stash_service_opts){.dir = dir}, &svc), 0, "%s",
@@ -534,8 +533,7 @@ Test(ttl, a_full_checkpoint_leaves_out_what_expired_at_the_cut, .timeout = 120)
     stash_worker_close(r);
     stash_arena_close(b);
     stash_arena_destroy(name2, NULL);
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    cr_assert_eq(system(cmd), 0);
+    test_remove_dir(dir);
 }
 
 static int no_timer(const stash_timer *t, void *ctx)
