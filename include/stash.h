@@ -230,6 +230,14 @@ typedef struct stash_reader_opts {
     const stash_arena_opts *arena; /* where the arena lives; NULL: defaults */
     stash_clock_fn *clock;         /* the TTL clock its reads expire by; NULL: CLOCK_REALTIME */
     void *clock_ctx;
+    /* non-zero: read the state as of the newest complete checkpoint of the
+     * service serving the arena, not as it is now: one consistent view
+     * across every key, fixed for the reader's life (STASH_ENOSERVICE if no
+     * service ever wrote checkpoints of it, -ENOENT if none is complete) */
+    int at_checkpoint;
+    /* a checkpoint or savepoint directory to read instead of any arena
+     * (NAME is then unused and may be NULL) */
+    const char *checkpoint_dir;
 } stash_reader_opts;
 
 /* Attaches to the arena NAME as a reader: a worker handle that takes no
@@ -240,8 +248,12 @@ typedef struct stash_reader_opts {
  * copy (never torn, never blocking the owner); writes fail with
  * STASH_EKEYGROUP and stash_barrier() with -EINVAL. A reader that dies
  * leaves nothing behind. STASH_EBUSY if every reader slot (eight an arena,
- * two of them the persistence engine's) is held by a live process. The
- * caller owns *out and closes it with stash_worker_close(). */
+ * two of them the persistence engine's) is held by a live process.
+ * Reading a checkpoint (opts->at_checkpoint, opts->checkpoint_dir), the
+ * reader reads a copy of it in this process's own memory, loaded at the
+ * open (checked as a restore checks it: a damaged checkpoint is refused
+ * naming its file and offset); stash_worker_arena() is then that copy's.
+ * The caller owns *out and closes it with stash_worker_close(). */
 STASH_API int stash_reader_open(const char *name, const stash_reader_opts *opts,
                                 stash_worker **out);
 
@@ -451,22 +463,29 @@ STASH_API int stash_merge_namespaces(stash_state *state, const void *target, siz
                                      const stash_bytes *sources, size_t n);
 
 /* Starts iterating the keys of a state in the worker's key groups (Flink's
- * getKeys): in one namespace, or in all when ns is NULL. */
+ * getKeys, and with the namespaces its getKeysAndNamespaces): in one
+ * namespace, or in all when ns is NULL. */
 STASH_API int stash_keys_iter(stash_state *state, const void *ns, size_t nslen, stash_iter *it);
 
+/* As stash_keys_iter(), over key group kg alone. A worker walks one it
+ * owns (others: STASH_EKEYGROUP); a reader walks any, as a copy of the
+ * key group's keys taken at this call, all of one version of it (the
+ * owner's later writes are not in it; a newer keys iteration of the same
+ * state handle makes it STASH_ESTALE). -EINVAL if kg is out of range. */
+STASH_API int stash_kg_keys_iter(stash_state *state, uint32_t kg, const void *ns, size_t nslen,
+                                 stash_iter *it);
+
 /* The next element (list: *value), entry (map: *key, *value) or key (keys:
- * *key). Returns 1 with the views set, 0 at the end, STASH_ESTALE if a write
- * by this worker since the iterator started invalidated it. A list iterator
- * is invalidated by any write of the worker (a barrier that cleaned expired
- * entries or, with lmdb, committed counts as one). A map iterator survives
- * its own removals and set values, and the worker's writes that change no
- * map of the state but in place (puts to keys the map has, removals, other
- * states); a put of a new user key to a map of the state, or another current
- * key, invalidates it. A keys iterator survives the worker's clears and
- * updates of existing entries (Flink's applyToAllKeys); an entry of a new
- * key or namespace that grows the index invalidates it, and with lmdb a
- * newer keys iteration of the same state handle does. Views stay valid
- * until the worker's next write. key or value may be NULL. */
+ * *key, and its namespace in *value). Returns 1 with the views set, 0 at the end, STASH_ESTALE if a
+ * write by this worker since the iterator started invalidated it. A list iterator is invalidated by
+ * any write of the worker (a barrier that cleaned expired entries or, with lmdb, committed counts
+ * as one). A map iterator survives its own removals and set values, and the worker's writes that
+ * change no map of the state but in place (puts to keys the map has, removals, other states); a put
+ * of a new user key to a map of the state, or another current key, invalidates it. A keys iterator
+ * survives the worker's clears and updates of existing entries (Flink's applyToAllKeys); an entry
+ * of a new key or namespace that grows the index invalidates it, and with lmdb a newer keys
+ * iteration of the same state handle does. Views stay valid until the worker's next write. key or
+ * value may be NULL. */
 STASH_API int stash_iter_next(stash_iter *it, stash_bytes *key, stash_bytes *value);
 
 /* MapState iterator: removes the entry last returned by stash_iter_next. */

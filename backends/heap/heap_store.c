@@ -249,6 +249,35 @@ static int heap_snapshot(store *st, uint32_t kg, const store_cut *cut, store_emi
     return shm_table_walk_at(st->arena, kg, cut->pin, emit_record, &e);
 }
 
+typedef struct scanner {
+    uint16_t state;
+    store_emit_fn *emit;
+    void *ctx;
+} scanner;
+
+static int scan_record(const shm_rec *r, stash_bytes value, void *ctx)
+{
+    scanner *sc = ctx;
+    if (r->state != sc->state) return 0;
+    store_record out = {.state = r->state,
+                        .klen = r->klen,
+                        .nslen = r->nslen,
+                        .vlen = (uint32_t)value.len,
+                        .key = shm_rec_key(r),
+                        .ns = shm_rec_ns(r),
+                        .value = value.data};
+    return sc->emit(sc->ctx, &out);
+}
+
+static int heap_scan(store *st, uint32_t kg, uint16_t state, store_emit_fn *emit, void *ctx)
+{
+    if (st->slot < STASH_MAX_WORKERS)
+        return shm_fail(-EINVAL, "key group %u: only a reader scans a key group it does not own",
+                        kg);
+    scanner sc = {state, emit, ctx};
+    return shm_table_scan(st->arena, kg, st->slot, scan_record, &sc);
+}
+
 /* Sized for what it is about to hold: no rehash while records go in. */
 static int heap_restore_begin(store *st, uint32_t kg, uint64_t records)
 {
@@ -291,6 +320,7 @@ const store_ops heap_store_ops = {
     .delete = heap_delete,
     .view = heap_view,
     .next = heap_next,
+    .scan = heap_scan,
     .ttl_cleanup = heap_ttl_cleanup,
     .snapshot = heap_snapshot,
     .restore_begin = heap_restore_begin,

@@ -847,6 +847,33 @@ static int lmdb_snapshot(store *base, uint32_t kg, const store_cut *cut, store_e
     return rc == MDB_NOTFOUND ? 0 : lmdb_fail(rc, "cannot walk its snapshot", e, kg);
 }
 
+/* One read transaction: the key group as its last commit left it. */
+static int lmdb_scan(store *base, uint32_t kg, uint16_t state, store_emit_fn *emit, void *ctx)
+{
+    kg_env *e;
+    MDB_txn *t;
+    MDB_cursor *cur;
+    int rc = env_for(of(base), kg, &e);
+    if (rc) return rc;
+    if ((rc = lmdb_env_begin(e->x, MDB_RDONLY, &t)) != 0)
+        return lmdb_fail(rc, "cannot begin a read", e, kg);
+    if ((rc = mdb_cursor_open(t, e->x->dbi, &cur)) != 0) {
+        lmdb_env_abort(e->x, t);
+        return lmdb_fail(rc, "cannot walk", e, kg);
+    }
+    MDB_val k, v;
+    int err = 0; /* stash's error, apart from LMDB's codes in rc */
+    rc = seek(cur, kg, state, NULL, 0, &k, &v);
+    while (rc == 1 && (err = emit_stored(e, kg, &k, &v, false, emit, ctx)) == 0) {
+        rc = mdb_cursor_get(cur, &k, &v, MDB_NEXT);
+        rc = rc == MDB_NOTFOUND ? 0 : rc ? rc : of_state(&k, kg, state);
+    }
+    mdb_cursor_close(cur);
+    lmdb_env_abort(e->x, t);
+    if (err) return err;
+    return rc == 0 || rc == 1 ? 0 : lmdb_fail(rc, "cannot walk", e, kg);
+}
+
 /* Into an empty environment, records in key order append. */
 static int lmdb_restore_begin(store *base, uint32_t kg, uint64_t records)
 {
@@ -967,6 +994,7 @@ const store_ops lmdb_store_ops = {
     .cut_open = lmdb_cut_open,
     .cut_close = lmdb_cut_close,
     .snapshot = lmdb_snapshot,
+    .scan = lmdb_scan,
     .restore_begin = lmdb_restore_begin,
     .restore = lmdb_restore,
     .restore_end = lmdb_restore_end,

@@ -33,6 +33,14 @@ int worker_record_opstate(stash_worker *w);
  * the checkpoint's workers: what workers opening the arena start from. */
 int service_install_opstate(stash_arena *a, const ckpt_restored *r);
 
+/* Builds an arena of the caller's own at a path it writes into view (cap
+ * bytes), filled from the checkpoint or savepoint directory path, or with
+ * path NULL from the newest complete checkpoint of the service serving
+ * arena name (live: where that arena lives). The caller maps it and
+ * removes the file. Returns 0, or an error naming the checkpoint. */
+int service_view_create(const char *name, const stash_arena_opts *live, const char *path,
+                        char *view, size_t cap);
+
 /* Releases the pin of every key group's cut (an abandoned checkpoint). */
 void service_release_cuts(stash_arena *a);
 

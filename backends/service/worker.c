@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "backends/state/opstate.h"
 #include "backends/service/service.h"
@@ -115,15 +116,25 @@ STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
 STASH_API int stash_reader_open(const char *name, const stash_reader_opts *opts, stash_worker **out)
 {
     shm_clear_error();
-    if (!name || !out) return shm_refuse_null(__func__, "name or out");
     stash_reader_opts o = opts ? *opts : (stash_reader_opts){0};
+    if (!o.checkpoint_dir && !name) return shm_refuse_null(__func__, "name");
+    if (!out) return shm_refuse_null(__func__, "out");
+    char view[64];
+    stash_arena_opts vo = {.path = view};
+    int rc = 0;
+    if ((o.checkpoint_dir || o.at_checkpoint) &&
+        (rc = service_view_create(name, o.arena, o.checkpoint_dir, view, sizeof view)) < 0)
+        return rc;
+    bool viewing = o.checkpoint_dir || o.at_checkpoint;
     stash_worker *w = calloc(1, sizeof *w);
-    if (!w) return shm_fail(-ENOMEM, "out of memory");
+    if (!w) rc = shm_fail(-ENOMEM, "out of memory");
     uint32_t rslot = 0;
-    int rc = stash_arena_open(name, o.arena, &w->arena);
+    if (rc == 0) rc = stash_arena_open(viewing ? "view" : name, viewing ? &vo : o.arena, &w->arena);
+    /* The view is this reader's alone: its file goes once it is mapped. */
+    if (viewing) unlink(view);
     if (rc == 0) rc = shm_reader_join(w->arena, &rslot);
     if (rc < 0) {
-        stash_arena_close(w->arena);
+        if (w) stash_arena_close(w->arena);
         free(w);
         return rc;
     }
@@ -151,6 +162,7 @@ static void free_states(stash_state *s)
         free(s->scratch);
         free(s->scratch2);
         free(s->keys_after);
+        free(s->scan);
         opstate_free(s);
         free(s);
         s = next;

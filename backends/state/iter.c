@@ -27,6 +27,7 @@ STASH_API int stash_keys_iter(stash_state *state, const void *ns, size_t nslen, 
     x->ns = ns;
     x->nslen = (uint16_t)nslen;
     x->kg = state->w->range.first;
+    x->kg_last = state->w->range.last;
     x->last = UINT32_MAX; /* no key group entered yet */
     x->writes = state->w->writes;
     x->seed = ++state->keys_iters;
@@ -48,15 +49,81 @@ static bool key_matches(const iter_impl *it, const store_entry *e)
     return true;
 }
 
+/* Appends a scanned entry that passes the filters to the state's copy:
+ * its key's and namespace's lengths (2 bytes each), then their bytes. */
+static int scan_keep(void *ctx, const store_record *r)
+{
+    iter_impl *x = ctx;
+    stash_state *s = x->state;
+    store_entry e = {
+        .key = {r->key, r->klen}, .ns = {r->ns, r->nslen}, .value = {r->value, r->vlen}};
+    if (!key_matches(x, &e)) return 0;
+    size_t need = x->blob_len + 4u + r->klen + r->nslen;
+    if (need > UINT32_MAX) return shm_fail(-E2BIG, "key group %u: over 4 GiB of keys", x->kg);
+    if (shm_reserve(&s->scan, &s->scan_cap, need) < 0) return shm_fail(-ENOMEM, "out of memory");
+    uint8_t *p = s->scan + x->blob_len;
+    uint16_t lens[2] = {r->klen, r->nslen};
+    memcpy(p, lens, 4);
+    memcpy(p + 4, r->key, r->klen);
+    memcpy(p + 4 + r->klen, r->ns, r->nslen);
+    x->blob_len = (uint32_t)need;
+    return 0;
+}
+
+STASH_API int stash_kg_keys_iter(stash_state *state, uint32_t kg, const void *ns, size_t nslen,
+                                 stash_iter *it)
+{
+    int rc = stash_keys_iter(state, ns, nslen, it);
+    if (rc) return rc;
+    iter_impl *x = (iter_impl *)it;
+    stash_worker *w = state->w;
+    uint32_t maxp = w->arena->hdr->max_parallelism;
+    if (kg >= maxp) {
+        x->type = 0;
+        return shm_fail(-EINVAL, "key group %u of %u", kg, maxp);
+    }
+    x->kg = kg;
+    if (stash_kg_range_contains(w->range, kg)) {
+        x->kg_last = kg;
+        return 0;
+    }
+    x->type = 0;
+    if (!w->reader)
+        return shm_fail(STASH_EKEYGROUP,
+                        "worker %u does not own key group %u: a reader (stash_reader_open) "
+                        "walks any key group",
+                        w->slot, kg);
+    rc = w->store->ops->scan(w->store, kg, state->id, scan_keep, x);
+    if (rc) return rc;
+    x->type = ITER_SCAN;
+    x->blob = state->scan;
+    x->pos = 0;
+    return 0;
+}
+
+/* The next entry of a key group's copy. */
+static int scan_next(iter_impl *it, stash_bytes *key, stash_bytes *ns)
+{
+    if (it->seed != it->state->keys_iters)
+        return shm_fail(STASH_ESTALE, "a newer keys iteration of this state handle started");
+    if (it->pos >= it->blob_len) return 0;
+    const uint8_t *p = it->blob + it->pos;
+    uint16_t lens[2];
+    memcpy(lens, p, 4);
+    if (key) *key = (stash_bytes){p + 4, lens[0]};
+    if (ns) *ns = (stash_bytes){p + 4 + lens[0], lens[1]};
+    it->pos += 4u + lens[0] + lens[1];
+    return 1;
+}
+
 /* A walk over the worker's key groups in turn, through its store. Stores
  * that go on after the entry returned last keep its bytes in the state,
  * which the newest keys iteration of the state owns. */
-static int keys_next(iter_impl *it, stash_bytes *key)
+static int keys_next(iter_impl *it, stash_bytes *key, stash_bytes *ns)
 {
     stash_state *s = it->state;
-    stash_worker *w = s->w;
-    store *st = w->store;
-    for (; it->kg <= w->range.last; it->kg++) {
+    store *st = s->w->store;
+    for (; it->kg <= it->kg_last; it->kg++) {
         if (it->last != it->kg) {
             it->last = it->kg;
             it->pos = 0;
@@ -92,6 +159,7 @@ static int keys_next(iter_impl *it, stash_bytes *key)
             }
             if (!key_matches(it, &e)) continue;
             if (key) *key = e.key;
+            if (ns) *ns = e.ns;
             return 1;
         }
     }
@@ -101,7 +169,7 @@ static int keys_next(iter_impl *it, stash_bytes *key)
 /* An iterator a start call set up: a zeroed or foreign one holds no state. */
 static int check_started(const iter_impl *x)
 {
-    if (x->type < ITER_LIST || x->type > ITER_KEYS || !x->state)
+    if (x->type < ITER_LIST || x->type > ITER_SCAN || x->type == ITER_TIMERS || !x->state)
         return shm_fail(-EINVAL, "not a started iterator");
     return 0;
 }
@@ -122,8 +190,9 @@ STASH_API int stash_iter_next(stash_iter *it, stash_bytes *key, stash_bytes *val
         if ((rc = map_iter_sync(x)) != 0) return rc;
         return map_iter_next(x, key, value);
     case ITER_KEYS:
-        if (value) *value = (stash_bytes){NULL, 0};
-        return keys_next(x, key);
+        return keys_next(x, key, value);
+    case ITER_SCAN:
+        return scan_next(x, key, value);
     default:
         return shm_fail(-EINVAL, "not a started iterator");
     }

@@ -135,6 +135,8 @@ struct stash_state {
     uint8_t
         *keys_after; /* the resume bytes of the entry it returned last, for stores that need them */
     size_t keys_after_cap;
+    uint8_t *scan; /* the keys and namespaces the newest keys iteration copied out of a key group */
+    size_t scan_cap;
     op_entries op;      /* operator state kinds */
     uint64_t watermark; /* a timer service's */
 };
@@ -394,7 +396,7 @@ int state_get_timers(stash_worker *worker, const char *name, stash_state **out);
 void timers_free_all(stash_worker *w);
 
 /* Iterators (iter.c): the layout behind stash_iter. */
-enum { ITER_LIST = 1, ITER_MAP = 2, ITER_KEYS = 3, ITER_TIMERS = 4 };
+enum { ITER_LIST = 1, ITER_MAP = 2, ITER_KEYS = 3, ITER_TIMERS = 4, ITER_SCAN = 5 };
 typedef struct iter_impl {
     uint8_t type;
     uint8_t filter_ns;
@@ -405,11 +407,14 @@ typedef struct iter_impl {
     uint32_t blob_len;
     uint32_t last;   /* map: slot of the last entry returned, UINT32_MAX none */
     uint64_t writes; /* the worker's write count when it started */
-    shm_rec *rec;    /* map over an owned key group: the record, for removals */
-    uint32_t kg;     /* keys: the key group walked */
-    bool entered;    /* keys: the store's walk of kg has begun */
-    const void *ns;  /* keys: the namespace filter */
-    uint64_t now;    /* TTL clock when it started */
+    union {
+        shm_rec *rec;     /* map over an owned key group: the record, for removals */
+        uint32_t kg_last; /* keys: the last key group walked */
+    };
+    uint32_t kg;    /* keys: the key group walked */
+    bool entered;   /* keys: the store's walk of kg has begun */
+    const void *ns; /* keys: the namespace filter */
+    uint64_t now;   /* TTL clock when it started */
     /* map: the key and namespace iterated and the state's map rebuilds when
      * the iterator last looked at its map (and the worker's writes then, in
      * writes): a write since then that rebuilt no map leaves its slots where
