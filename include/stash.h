@@ -384,6 +384,13 @@ typedef struct stash_state stash_state;
 STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc,
                               stash_state **out);
 
+/* What the catalog of arena says of the state called name: its kind and
+ * TTL options in *out (name pointing at the argument; functions, context
+ * and default value empty: they are the registering process's). A tool
+ * that reads state it did not register starts from it. STASH_ENOTFOUND if
+ * no process registered name. */
+STASH_API int stash_state_describe(stash_arena *arena, const char *name, stash_state_desc *out);
+
 /* Sets the worker's current key: hashes it once; every access until the next
  * call uses it. The key is copied (at most 65535 bytes). Returns 0, or
  * -EINVAL (a longer key, NULL with a length), after which no key is current
@@ -469,9 +476,11 @@ STASH_API int stash_keys_iter(stash_state *state, const void *ns, size_t nslen, 
 
 /* As stash_keys_iter(), over key group kg alone. A worker walks one it
  * owns (others: STASH_EKEYGROUP); a reader walks any, as a copy of the
- * key group's keys taken at this call, all of one version of it (the
- * owner's later writes are not in it; a newer keys iteration of the same
- * state handle makes it STASH_ESTALE). -EINVAL if kg is out of range. */
+ * key group's keys taken at this call while the owner goes on: what the
+ * owner wrote before it is in it, what it writes after is not, a key it
+ * adds or removes meanwhile may or may not be (a reader of a checkpoint
+ * sees one version of every key group). A newer keys iteration of the same
+ * state handle makes the copy STASH_ESTALE. -EINVAL if kg is out of range. */
 STASH_API int stash_kg_keys_iter(stash_state *state, uint32_t kg, const void *ns, size_t nslen,
                                  stash_iter *it);
 

@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "shm/shm.h"
-#include "shm/table.h"
 
 static _Atomic uint64_t *announcement(stash_arena *a, uint32_t slot)
 {
@@ -71,8 +70,7 @@ int shm_reader_join(stash_arena *a, uint32_t *slot)
         if (!atomic_compare_exchange_strong(&r->pid, &pid, me)) continue;
         r->start_time = start;
         atomic_store(&r->reader_epoch, 0);
-        /* Walks and pins a dead holder left end with it. */
-        if (pid != 0) shm_table_release_holder(a, i + 1, NULL);
+        /* Walks a dead holder announced end with it. */
         for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
             atomic_fetch_and(&a->tables[kg].walkers, ~(1u << i));
         *slot = STASH_MAX_WORKERS + i;

@@ -527,39 +527,28 @@ static int64_t copy_stable(const stash_arena *a, uint32_t kg, shm_rec *rec, uint
 }
 
 typedef struct scan_walk {
-    stash_arena *a;
-    uint32_t kg;
     shm_scan_fn *fn;
     void *ctx;
+    uint32_t kg;
     uint8_t *buf;
     size_t cap;
 } scan_walk;
 
-static int visit_scan(const shm_rec *rec, void *ctx)
+static int visit_scan(stash_arena *a, shm_rec *head, void *ctx)
 {
     scan_walk *w = ctx;
-    int64_t n = copy_stable(w->a, w->kg, (shm_rec *)rec, &w->buf, &w->cap);
+    if (!shm_rec_live(head)) return 0;
+    int64_t n = copy_stable(a, w->kg, head, &w->buf, &w->cap);
     if (n < 0) return n == -ENOMEM ? shm_fail(-ENOMEM, "out of memory") : (int)n;
-    return w->fn(rec, (stash_bytes){w->buf, (size_t)n}, w->ctx);
+    return w->fn(head, (stash_bytes){w->buf, (size_t)n}, w->ctx);
 }
 
 int shm_table_scan(stash_arena *a, uint32_t kg, uint32_t reader_slot, shm_scan_fn *fn, void *ctx)
 {
-    uint32_t holder = reader_slot - STASH_MAX_WORKERS + 1;
-    int64_t v = shm_table_pin_for(a, kg, holder);
-    if (v == -EBUSY) {
-        /* Pins of readers that died in a scan are the first to go. */
-        for (uint32_t h = 1; h <= SHM_READERS; h++)
-            if (!shm_reader_alive(a, h)) shm_table_release_holder(a, h, NULL);
-        shm_clear_error();
-        v = shm_table_pin_for(a, kg, holder);
-    }
-    if (v < 0) return (int)v;
-    scan_walk w = {a, kg, fn, ctx, NULL, 0};
+    scan_walk w = {fn, ctx, kg, NULL, 0};
     shm_table_walk_enter(a, kg, reader_slot);
-    int rc = shm_table_walk_at(a, kg, (uint32_t)v, visit_scan, &w);
+    int rc = shm_index_walk(a, kg, visit_scan, &w);
     shm_table_walk_exit(a, kg, reader_slot);
-    shm_table_unpin(a, kg, (uint32_t)v);
     free(w.buf);
     return rc;
 }

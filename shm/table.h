@@ -261,12 +261,13 @@ typedef int shm_delta_fn(const shm_rec *rec, bool deleted, void *ctx);
 int shm_table_walk_delta(stash_arena *a, uint32_t kg, uint32_t base, uint32_t version,
                          shm_delta_fn *fn, void *ctx);
 
-/* A reader (reader_slot: STASH_MAX_WORKERS + its reader slot): pins key
- * group kg as it is now and calls fn(rec, value, ctx) for every live record
- * of that version, value a copy of rec's value taken under its sequence
- * lock (never torn), until fn returns non-zero, which is returned; then
- * lets the pin go. Pins a dead reader left are taken back when kg has none
- * free. Returns 0 or an error (-EBUSY: kg's pins all held). */
+/* A reader (reader_slot: STASH_MAX_WORKERS + its reader slot): calls
+ * fn(rec, value, ctx) for every live entry of key group kg, rec its newest
+ * record and value a copy of rec's value taken under its sequence lock
+ * (never torn), until fn returns non-zero, which is returned. No pin: the
+ * owner goes on writing meanwhile (it moves no entry while the walk lasts),
+ * so an entry written during the walk is met as before or after the write,
+ * and one added during it may be missed. Returns 0 or an error. */
 typedef int shm_scan_fn(const shm_rec *rec, stash_bytes value, void *ctx);
 int shm_table_scan(stash_arena *a, uint32_t kg, uint32_t reader_slot, shm_scan_fn *fn, void *ctx);
 

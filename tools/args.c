@@ -95,12 +95,15 @@ static size_t utf8_sequence(const unsigned char *s)
     return n;
 }
 
-void tool_json_string(const char *s)
+void tool_json_bytes(const void *bytes, size_t len)
 {
-    const unsigned char *p = (const unsigned char *)s;
+    const unsigned char *p = bytes, *end = p + len;
     putchar('"');
-    while (*p) {
-        size_t n = utf8_sequence(p);
+    while (p < end) {
+        /* A sequence cut off by the end is no UTF-8: look at a padded copy. */
+        unsigned char tail[4] = {0};
+        memcpy(tail, p, (size_t)(end - p) < 4 ? (size_t)(end - p) : 4);
+        size_t n = utf8_sequence(tail);
         if (*p == '"' || *p == '\\') {
             printf("\\%c", *p);
         } else if (*p < 0x20 || n == 0) {
@@ -111,9 +114,109 @@ void tool_json_string(const char *s)
         } else {
             fwrite(p, 1, n, stdout);
         }
-        p += n ? n : 1;
+        p += n;
     }
     putchar('"');
+}
+
+void tool_json_string(const char *s)
+{
+    tool_json_bytes(s, strlen(s));
+}
+
+int tool_parse_format(const char *s, tool_format *out)
+{
+    static const char *const names[] = {"text", "hex", "base64"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(s, names[i]) == 0) return *out = (tool_format)i, 0;
+    return -EINVAL;
+}
+
+static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+int tool_decode(const char *s, tool_format f, uint8_t **out, size_t *len)
+{
+    size_t n = strlen(s);
+    uint8_t *b = malloc(n + 1);
+    if (!b) return -ENOMEM;
+    size_t k = 0;
+    if (f == TOOL_TEXT) {
+        memcpy(b, s, n);
+        k = n;
+    } else if (f == TOOL_HEX) {
+        for (size_t i = 0; i + 1 < n; i += 2) {
+            int hi = hex_digit(s[i]), lo = hex_digit(s[i + 1]);
+            if (hi < 0 || lo < 0) goto bad;
+            b[k++] = (uint8_t)(hi << 4 | lo);
+        }
+        if (n % 2) goto bad;
+    } else {
+        if (n % 4) goto bad;
+        for (size_t i = 0; i < n; i += 4) {
+            uint32_t w = 0;
+            int pad = 0;
+            for (int j = 0; j < 4; j++) {
+                const char *at = s[i + j] ? strchr(b64, s[i + j]) : NULL;
+                if (s[i + j] == '=' && i + 4 == n && j >= 2) {
+                    pad++;
+                } else if (!at || pad) {
+                    goto bad;
+                }
+                w = w << 6 | (at ? (uint32_t)(at - b64) : 0);
+            }
+            b[k++] = (uint8_t)(w >> 16);
+            if (pad < 2) b[k++] = (uint8_t)(w >> 8);
+            if (pad < 1) b[k++] = (uint8_t)w;
+        }
+    }
+    *out = b;
+    *len = k;
+    return 0;
+bad:
+    free(b);
+    return -EINVAL;
+}
+
+void tool_print_bytes(const void *bytes, size_t n, tool_format f, bool json)
+{
+    static const char hex[] = "0123456789abcdef";
+    const uint8_t *p = bytes;
+    if (f == TOOL_TEXT && json) {
+        tool_json_bytes(p, n);
+        return;
+    }
+    if (json) putchar('"');
+    if (f == TOOL_TEXT) {
+        /* One line per entry: what is not printable is escaped. */
+        for (size_t i = 0; i < n; i++) {
+            if (p[i] == '\\')
+                fputs("\\\\", stdout);
+            else if (p[i] < 0x20 || p[i] == 0x7f)
+                printf("\\x%02x", p[i]);
+            else
+                putchar(p[i]);
+        }
+    } else if (f == TOOL_HEX) {
+        for (size_t i = 0; i < n; i++) putchar(hex[p[i] >> 4]), putchar(hex[p[i] & 15]);
+    } else {
+        for (size_t i = 0; i < n; i += 3) {
+            uint32_t w = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) |
+                         (i + 2 < n ? p[i + 2] : 0);
+            putchar(b64[w >> 18 & 63]);
+            putchar(b64[w >> 12 & 63]);
+            putchar(i + 1 < n ? b64[w >> 6 & 63] : '=');
+            putchar(i + 2 < n ? b64[w & 63] : '=');
+        }
+    }
+    if (json) putchar('"');
 }
 
 char **tool_split_equals(int argc, char **argv, int *out_argc)

@@ -26,6 +26,8 @@ static const tool_cmd commands[] = {
     {"create", tool_create, "create an arena"},
     {"status", tool_status, "show an arena's workers, memory and checkpoints (--json)"},
     {"destroy", tool_destroy, "remove an arena"},
+    {"get", tool_get, "read one key's entry of a state (--json)"},
+    {"scan", tool_scan, "list a state's keys and entries (--json)"},
     {"snapshot", tool_snapshot, "look into checkpoints: ls, info, verify, dump, diff"},
     {"bench", bench_main, "measure stash beside its peers (--json, --quick)"},
     {"demo", tool_demo, "run the demonstration job"},

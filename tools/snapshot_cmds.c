@@ -74,26 +74,6 @@ static int damage_or_trouble(const char *what, int err)
     return err == STASH_ECORRUPT || err == STASH_EFORMAT ? 1 : 2;
 }
 
-static void print_bytes(const uint8_t *p, size_t n, bool base64)
-{
-    static const char hex[] = "0123456789abcdef";
-    static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    putchar('"');
-    if (!base64) {
-        for (size_t i = 0; i < n; i++) putchar(hex[p[i] >> 4]), putchar(hex[p[i] & 15]);
-    } else {
-        for (size_t i = 0; i < n; i += 3) {
-            uint32_t w = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) |
-                         (i + 2 < n ? p[i + 2] : 0);
-            putchar(b64[w >> 18 & 63]);
-            putchar(b64[w >> 12 & 63]);
-            putchar(i + 1 < n ? b64[w >> 6 & 63] : '=');
-            putchar(i + 2 < n ? b64[w & 63] : '=');
-        }
-    }
-    putchar('"');
-}
-
 static const char *state_name_of(const ckpt_view *v, uint16_t id, unsigned *kind)
 {
     static char name[SHM_STATE_NAME];
@@ -283,7 +263,7 @@ static int cmd_verify(const snap_args *a, ioe_engine *e)
 
 typedef struct dumper {
     const ckpt_view *v;
-    bool base64;
+    tool_format format;
 } dumper;
 
 static int dump_record(void *ctx, uint32_t kg, const snap_record *r)
@@ -294,7 +274,7 @@ static int dump_record(void *ctx, uint32_t kg, const snap_record *r)
     printf("{\"kg\": %u, \"state\": ", kg);
     tool_json_string(name);
     printf(", \"kind\": \"%s\", \"key\": ", kind_name(kind));
-    print_bytes(r->key, r->klen, d->base64);
+    tool_print_bytes(r->key, r->klen, d->format, true);
     if (kind == STASH_TIMERS && timer_record_valid(r->ns, r->nslen, r->vlen)) {
         /* A timer: its domain and time, then the user's namespace. */
         uint64_t ts = 0;
@@ -302,14 +282,14 @@ static int dump_record(void *ctx, uint32_t kg, const snap_record *r)
         printf(", \"domain\": \"%s\", \"timestamp\": %llu, \"namespace\": ",
                r->ns[0] == STASH_EVENT_TIME ? "event-time" : "processing-time",
                (unsigned long long)ts);
-        print_bytes(r->ns + TIMER_NS_PREFIX, r->nslen - TIMER_NS_PREFIX, d->base64);
+        tool_print_bytes(r->ns + TIMER_NS_PREFIX, r->nslen - TIMER_NS_PREFIX, d->format, true);
         printf("}\n");
         return 0;
     }
     printf(", \"namespace\": ");
-    print_bytes(r->ns, r->nslen, d->base64);
+    tool_print_bytes(r->ns, r->nslen, d->format, true);
     printf(", \"value\": ");
-    print_bytes(r->value, r->vlen, d->base64);
+    tool_print_bytes(r->value, r->vlen, d->format, true);
     printf("}\n");
     return 0;
 }
@@ -319,7 +299,7 @@ static int cmd_dump(const snap_args *a, ioe_engine *e)
     ckpt_view v;
     int rc = resolve(a->path[0], e, false, &v);
     if (rc) return tool_fail("snapshot dump", rc);
-    dumper d = {&v, a->base64};
+    dumper d = {&v, a->base64 ? TOOL_BASE64 : TOOL_HEX};
     bool progress = isatty(STDERR_FILENO) && !isatty(STDOUT_FILENO);
     int64_t n = 0;
     for (uint32_t kg = 0; kg < v.max_parallelism && n >= 0; kg++) {

@@ -28,6 +28,19 @@ int tool_parse_duration(const char *s, uint64_t *ms);
  * is, any other byte as \u00XX. Every JSON line the tools print goes
  * through it. */
 void tool_json_string(const char *s);
+/* As tool_json_string(), for len bytes that may hold any byte. */
+void tool_json_bytes(const void *bytes, size_t len);
+
+/* How bytes are given and shown on the command line. */
+typedef enum tool_format { TOOL_TEXT = 0, TOOL_HEX = 1, TOOL_BASE64 = 2 } tool_format;
+/* Parses "text", "hex" or "base64". Returns 0 or -EINVAL. */
+int tool_parse_format(const char *s, tool_format *out);
+/* The bytes s stands for in format f, in *out (the caller frees it) and
+ * *len. Returns 0, -EINVAL if s is not of that format, or -ENOMEM. */
+int tool_decode(const char *s, tool_format f, uint8_t **out, size_t *len);
+/* Prints n bytes in format f on stdout: as a JSON string with json, else
+ * bare (text with a backslash and control bytes escaped as \\ and \xNN). */
+void tool_print_bytes(const void *bytes, size_t n, tool_format f, bool json);
 /* Prints "stash: <what>: <error words> (<detail>)" to stderr; returns 1. */
 int tool_fail(const char *what, int err);
 /* argv with each "--opt=value" split into "--opt" and "value", as the
@@ -44,5 +57,7 @@ int tool_snapshot(int argc, char **argv);
 int tool_serve(int argc, char **argv);
 int tool_checkpoint(int argc, char **argv);
 int tool_stop(int argc, char **argv);
+int tool_get(int argc, char **argv);
+int tool_scan(int argc, char **argv);
 
 #endif /* STASH_TOOLS_H */

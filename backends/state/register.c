@@ -22,6 +22,26 @@ static void options_bytes(const stash_state_desc *d, uint8_t out[32])
     out[STATE_OPT_EVENT_TIME] = d->ttl.time == STASH_TTL_EVENT_TIME;
 }
 
+STASH_API int stash_state_describe(stash_arena *arena, const char *name, stash_state_desc *out)
+{
+    shm_clear_error();
+    if (!arena || !name || !out) return shm_refuse_null(__func__, "arena, name or out");
+    for (uint32_t i = 0; i < SHM_CATALOG_SIZE; i++) {
+        const shm_catalog_entry *e = &arena->catalog[i];
+        if (!atomic_load_explicit(&e->used, memory_order_acquire) || strcmp(e->name, name) != 0)
+            continue;
+        *out = (stash_state_desc){.name = name, .kind = (stash_kind)e->kind};
+        memcpy(&out->ttl.ttl_ms, e->options, sizeof out->ttl.ttl_ms);
+        out->ttl.update = e->options[8];
+        out->ttl.visibility = e->options[9];
+        out->ttl.cleanup_full_snapshot = e->options[STATE_OPT_CLEANUP_FULL_SNAPSHOT];
+        out->ttl.time =
+            e->options[STATE_OPT_EVENT_TIME] ? STASH_TTL_EVENT_TIME : STASH_TTL_PROCESSING_TIME;
+        return 0;
+    }
+    return shm_fail(STASH_ENOTFOUND, "%s: no state '%s' is registered", arena->path, name);
+}
+
 static int check_desc(const stash_state_desc *d)
 {
     if (!d || !d->name) return shm_fail(-EINVAL, "a state needs a name");

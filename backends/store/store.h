@@ -135,9 +135,11 @@ typedef struct store_ops {
      * group's layout changed since the walk entered it). */
     int (*next)(store *st, uint32_t kg, uint16_t state, store_walk *w, store_entry *out);
     /* A user that does not own kg (a reader): emits the live entries of
-     * state in key group kg as one version of it taken now, each value
-     * whole (never torn by the owner's writes going on meanwhile); the
-     * records' views last until emit returns. */
+     * state in key group kg, each value whole (never torn by the owner's
+     * writes going on meanwhile): the heap's as the walk meets them, an
+     * entry written during it as before or after the write; lmdb's as of
+     * the key group's last commit. The records' views last until emit
+     * returns. */
     int (*scan)(store *st, uint32_t kg, uint16_t state, store_emit_fn *emit, void *ctx);
     /* Examines up to budget records of state in kg, going on where the
      * last call stopped, and deletes those expired says have expired. */
