@@ -1,7 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # Installs the build into a temporary prefix, then builds and runs an example
-# program with nothing but `pkg-config --cflags --libs stash`.
+# program with nothing but `pkg-config --cflags --libs stash`, and imports
+# the Python module it installed.
 set -eu
 build=$1 example=$2
 prefix=$(mktemp -d)
@@ -16,4 +17,7 @@ LD_LIBRARY_PATH="$libdir" "$prefix/hello" | grep -q "worker 0 of 2 owns key grou
 cc -std=c11 -o "$prefix/hello-static" "$example" $(pkg-config --cflags --static stash) \
     "$libdir/libstash.a" $(pkg-config --libs-only-l --static stash | sed 's/-lstash//')
 "$prefix/hello-static" | grep -q "worker 0 of 2 owns key groups 0..63"
+# The Python module, with Debian's python3, finds the library it came with.
+pydir=$(ls -d "$prefix"/lib/python3*/dist-packages | head -n 1)
+PYTHONPATH="$pydir" /usr/bin/python3 -c 'import stash, sys; sys.exit(stash.version() != "0.1.0")'
 echo "install_pkgconfig: 1 passed, 0 failed"

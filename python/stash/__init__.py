@@ -1,0 +1,1127 @@
+# SPDX-License-Identifier: MIT
+"""stash from Python: workers, readers and the service of a stash arena.
+
+A thin layer over libstash (ctypes): the same calls as include/stash.h,
+bytes in and bytes out. Keys, namespaces and values may be given as bytes
+(or any buffer), str (UTF-8) or int (8 bytes, little-endian, two's
+complement); what comes back is bytes, with as_int() and as_str() to turn
+it back. Errors raise StashError, which carries the code, stash_strerror()'s
+words and stash_errmsg()'s detail. docs/python.md describes the module.
+"""
+
+import ctypes
+import ctypes.util
+import os
+from collections import namedtuple
+
+__all__ = [
+    "StashError", "NotFound", "Stale", "Arena", "Worker", "Reader", "Service",
+    "View", "Batch", "Timers", "Event", "as_int", "as_str", "to_bytes",
+    "key_group", "kg_range", "version", "strerror",
+]
+
+# ---- the library --------------------------------------------------------
+
+
+def _load():
+    """libstash: $STASH_LIBRARY, else the one installed with this package,
+    else the loader's search."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [os.environ.get("STASH_LIBRARY")]
+    try:
+        from stash._installed import LIBRARY
+        candidates.append(os.path.join(here, LIBRARY))
+    except ImportError:  # the source tree's package: no install beside it
+        pass
+    candidates.append(ctypes.util.find_library("stash"))
+    candidates.append("libstash.so.0")
+    errors = []
+    for c in candidates:
+        if not c:
+            continue
+        if os.sep in c and not os.path.exists(c):
+            continue
+        try:
+            return ctypes.CDLL(c)
+        except OSError as e:
+            errors.append(str(e))
+    raise ImportError("stash: cannot load libstash.so (set STASH_LIBRARY): " +
+                      "; ".join(errors))
+
+
+_lib = _load()
+
+_u8p = ctypes.POINTER(ctypes.c_uint8)
+_size_p = ctypes.POINTER(ctypes.c_size_t)
+
+
+class _Bytes(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+_BytesP = ctypes.POINTER(_Bytes)
+
+
+class _Iter(ctypes.Structure):
+    _fields_ = [("opaque", ctypes.c_uint64 * 12)]
+
+
+class _ArenaOpts(ctypes.Structure):
+    _fields_ = [("path", ctypes.c_char_p), ("size", ctypes.c_uint64),
+                ("max_parallelism", ctypes.c_uint32), ("flags", ctypes.c_uint32),
+                ("backend", ctypes.c_int), ("lmdb_dir", ctypes.c_char_p)]
+
+
+_CLOCK = ctypes.CFUNCTYPE(ctypes.c_uint64, ctypes.c_void_p)
+_CUT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p)
+_COMBINE = ctypes.CFUNCTYPE(ctypes.c_int, _BytesP, _BytesP, ctypes.c_void_p, ctypes.c_size_t,
+                            _size_p, ctypes.c_void_p)
+_PRODUCE = ctypes.CFUNCTYPE(ctypes.c_int, _BytesP, ctypes.c_void_p, ctypes.c_size_t, _size_p,
+                            ctypes.c_void_p)
+_BATCH_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+_LOG = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p)
+
+
+class _WorkerOpts(ctypes.Structure):
+    _fields_ = [("index", ctypes.c_uint32), ("parallelism", ctypes.c_uint32),
+                ("arena", ctypes.POINTER(_ArenaOpts)), ("clock", _CLOCK),
+                ("clock_ctx", ctypes.c_void_p), ("rollback", ctypes.c_int),
+                ("on_cut", _CUT), ("cut_ctx", ctypes.c_void_p)]
+
+
+class _ReaderOpts(ctypes.Structure):
+    _fields_ = [("arena", ctypes.POINTER(_ArenaOpts)), ("clock", _CLOCK),
+                ("clock_ctx", ctypes.c_void_p), ("at_checkpoint", ctypes.c_int),
+                ("checkpoint_dir", ctypes.c_char_p)]
+
+
+class _Ttl(ctypes.Structure):
+    _fields_ = [("ttl_ms", ctypes.c_uint64), ("update", ctypes.c_int),
+                ("visibility", ctypes.c_int), ("cleanup_entries", ctypes.c_uint32),
+                ("cleanup_every_record", ctypes.c_int), ("cleanup_full_snapshot", ctypes.c_int),
+                ("time", ctypes.c_int)]
+
+
+class _AggregateFns(ctypes.Structure):
+    _fields_ = [("create", _PRODUCE), ("add", _COMBINE), ("result", _PRODUCE),
+                ("merge", _COMBINE)]
+
+
+class _StateDesc(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("kind", ctypes.c_int), ("ttl", _Ttl),
+                ("reduce", _COMBINE), ("aggregate", ctypes.POINTER(_AggregateFns)),
+                ("ctx", ctypes.c_void_p), ("default_value", _Bytes)]
+
+
+class _Event(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("checkpoint_id", ctypes.c_uint64),
+                ("detail", ctypes.c_char_p)]
+
+
+class _CheckpointInfo(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint64), ("status", ctypes.c_int), ("incremental", ctypes.c_int),
+                ("savepoint", ctypes.c_int), ("started_ns", ctypes.c_uint64),
+                ("duration_ns", ctypes.c_uint64), ("bytes", ctypes.c_uint64),
+                ("pause_ns", ctypes.c_uint64), ("detail", ctypes.c_char * 256)]
+
+
+class _ServiceOpts(ctypes.Structure):
+    _fields_ = [("arena", ctypes.POINTER(_ArenaOpts)), ("storage", ctypes.c_int),
+                ("dir", ctypes.c_char_p), ("memory_cap", ctypes.c_uint64),
+                ("interval_ms", ctypes.c_uint64), ("min_pause_ms", ctypes.c_uint64),
+                ("timeout_ms", ctypes.c_uint64), ("retain", ctypes.c_uint32),
+                ("incremental", ctypes.c_int), ("full_every", ctypes.c_uint32),
+                ("lz4", ctypes.c_int), ("restore", ctypes.c_char_p),
+                ("start_empty", ctypes.c_int), ("log", _LOG), ("log_ctx", ctypes.c_void_p)]
+
+
+class _ServiceInfo(ctypes.Structure):
+    _fields_ = [("pid", ctypes.c_int32), ("since_ns", ctypes.c_uint64),
+                ("dir", ctypes.c_char * 256), ("pending", ctypes.c_uint64),
+                ("completed", ctypes.c_uint64), ("failing", ctypes.c_uint32),
+                ("next_ns", ctypes.c_uint64), ("nrecent", ctypes.c_uint32),
+                ("recent", _CheckpointInfo * 8)]
+
+
+class _ArenaInfo(ctypes.Structure):
+    _fields_ = [("path", ctypes.c_char * 256), ("layout_version", ctypes.c_uint32),
+                ("page_size", ctypes.c_uint32), ("size", ctypes.c_uint64),
+                ("data_bytes", ctypes.c_uint64), ("pool_free_bytes", ctypes.c_uint64),
+                ("max_parallelism", ctypes.c_uint32), ("creator_pid", ctypes.c_int32),
+                ("created_ns", ctypes.c_uint64), ("huge_pages", ctypes.c_int),
+                ("backend", ctypes.c_int), ("lmdb_dir", ctypes.c_char * 256)]
+
+
+class _KgRange(ctypes.Structure):
+    _fields_ = [("first", ctypes.c_uint32), ("last", ctypes.c_uint32)]
+
+
+class _WorkerInfo(ctypes.Structure):
+    _fields_ = [("index", ctypes.c_uint32), ("parallelism", ctypes.c_uint32),
+                ("pid", ctypes.c_int32), ("state", ctypes.c_int), ("range", _KgRange),
+                ("joined_ns", ctypes.c_uint64), ("heartbeat_ns", ctypes.c_uint64),
+                ("generation", ctypes.c_uint32), ("previous_pid", ctypes.c_int32)]
+
+
+class _BatchOpts(ctypes.Structure):
+    _fields_ = [("capacity", ctypes.c_uint32), ("states", ctypes.POINTER(ctypes.c_void_p)),
+                ("nstates", ctypes.c_uint32)]
+
+
+class _Timer(ctypes.Structure):
+    _fields_ = [("domain", ctypes.c_int), ("timestamp", ctypes.c_uint64), ("key", _Bytes),
+                ("ns", _Bytes)]
+
+
+_TIMER_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_Timer), ctypes.c_void_p)
+
+_vp, _cp, _sz, _int = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int
+_u32, _u64 = ctypes.c_uint32, ctypes.c_uint64
+_SIGNATURES = {
+    "stash_version": (_cp, []),
+    "stash_strerror": (_cp, [_int]),
+    "stash_errmsg": (_cp, []),
+    "stash_hash": (_u64, [_vp, _sz]),
+    "stash_key_group": (_u32, [_vp, _sz, _u32]),
+    "stash_kg_range_of": (_int, [_u32, _u32, _u32, ctypes.POINTER(_KgRange)]),
+    "stash_arena_create": (_int, [_cp, ctypes.POINTER(_ArenaOpts), ctypes.POINTER(_vp)]),
+    "stash_arena_open": (_int, [_cp, ctypes.POINTER(_ArenaOpts), ctypes.POINTER(_vp)]),
+    "stash_arena_close": (None, [_vp]),
+    "stash_arena_destroy": (_int, [_cp, ctypes.POINTER(_ArenaOpts)]),
+    "stash_arena_info_get": (_int, [_vp, ctypes.POINTER(_ArenaInfo)]),
+    "stash_worker_open": (_int, [_cp, ctypes.POINTER(_WorkerOpts), ctypes.POINTER(_vp)]),
+    "stash_reader_open": (_int, [_cp, ctypes.POINTER(_ReaderOpts), ctypes.POINTER(_vp)]),
+    "stash_worker_close": (None, [_vp]),
+    "stash_worker_arena": (_vp, [_vp]),
+    "stash_worker_info_get": (_int, [_vp, ctypes.POINTER(_WorkerInfo)]),
+    "stash_state_describe": (_int, [_vp, _cp, ctypes.POINTER(_StateDesc)]),
+    "stash_state_get": (_int, [_vp, ctypes.POINTER(_StateDesc), ctypes.POINTER(_vp)]),
+    "stash_key_set": (_int, [_vp, _vp, _sz]),
+    "stash_key_group_current": (_int, [_vp]),
+    "stash_state_namespace": (_int, [_vp, _vp, _sz]),
+    "stash_state_clear": (_int, [_vp]),
+    "stash_value_get": (_int, [_vp, _BytesP]),
+    "stash_value_put": (_int, [_vp, _vp, _sz]),
+    "stash_list_get": (_int, [_vp, ctypes.POINTER(_Iter)]),
+    "stash_list_add": (_int, [_vp, _vp, _sz]),
+    "stash_list_add_all": (_int, [_vp, _BytesP, _sz]),
+    "stash_list_update": (_int, [_vp, _BytesP, _sz]),
+    "stash_map_get": (_int, [_vp, _vp, _sz, _BytesP]),
+    "stash_map_put": (_int, [_vp, _vp, _sz, _vp, _sz]),
+    "stash_map_put_all": (_int, [_vp, _BytesP, _BytesP, _sz]),
+    "stash_map_remove": (_int, [_vp, _vp, _sz]),
+    "stash_map_contains": (_int, [_vp, _vp, _sz]),
+    "stash_map_is_empty": (_int, [_vp]),
+    "stash_map_iter": (_int, [_vp, ctypes.POINTER(_Iter)]),
+    "stash_merging_add": (_int, [_vp, _vp, _sz]),
+    "stash_merging_get": (_int, [_vp, _BytesP]),
+    "stash_merge_namespaces": (_int, [_vp, _vp, _sz, _BytesP, _sz]),
+    "stash_keys_iter": (_int, [_vp, _vp, _sz, ctypes.POINTER(_Iter)]),
+    "stash_kg_keys_iter": (_int, [_vp, _u32, _vp, _sz, ctypes.POINTER(_Iter)]),
+    "stash_iter_next": (_int, [ctypes.POINTER(_Iter), _BytesP, _BytesP]),
+    "stash_iter_remove": (_int, [ctypes.POINTER(_Iter)]),
+    "stash_iter_set_value": (_int, [ctypes.POINTER(_Iter), _vp, _sz]),
+    "stash_batch_create": (_int, [_vp, ctypes.POINTER(_BatchOpts), ctypes.POINTER(_vp)]),
+    "stash_batch_destroy": (None, [_vp]),
+    "stash_batch_add": (_int, [_vp, _vp, _sz, _vp]),
+    "stash_batch_size": (_u32, [_vp]),
+    "stash_batch_run": (_int, [_vp, _BATCH_FN, _vp, ctypes.POINTER(_int)]),
+    "stash_timers_get": (_int, [_vp, _cp, ctypes.POINTER(_vp)]),
+    "stash_timer_register": (_int, [_vp, _int, _vp, _sz, _u64]),
+    "stash_timer_delete": (_int, [_vp, _int, _vp, _sz, _u64]),
+    "stash_timers_advance": (ctypes.c_int64, [_vp, _u64, _TIMER_FN, _vp]),
+    "stash_timers_poll": (ctypes.c_int64, [_vp, _TIMER_FN, _vp]),
+    "stash_timers_iter": (_int, [_vp, ctypes.c_int32, ctypes.POINTER(_Iter)]),
+    "stash_timers_next": (_int, [ctypes.POINTER(_Iter), ctypes.POINTER(_Timer)]),
+    "stash_timers_watermark": (_u64, [_vp]),
+    "stash_op_list_get": (_int, [_vp, ctypes.POINTER(_BytesP), _size_p]),
+    "stash_op_list_add": (_int, [_vp, _vp, _sz]),
+    "stash_op_list_update": (_int, [_vp, _BytesP, _sz]),
+    "stash_broadcast_get": (_int, [_vp, _vp, _sz, _BytesP]),
+    "stash_broadcast_put": (_int, [_vp, _vp, _sz, _vp, _sz]),
+    "stash_broadcast_remove": (_int, [_vp, _vp, _sz]),
+    "stash_broadcast_entries": (_int, [_vp, ctypes.POINTER(_BytesP), ctypes.POINTER(_BytesP),
+                                       _size_p]),
+    "stash_barrier": (_int, [_vp, ctypes.POINTER(_Event)]),
+    "stash_service_start": (_int, [_cp, ctypes.POINTER(_ServiceOpts), ctypes.POINTER(_vp)]),
+    "stash_service_stop": (None, [_vp]),
+    "stash_checkpoint": (_int, [_vp, _u64, ctypes.POINTER(_CheckpointInfo)]),
+    "stash_savepoint": (_int, [_vp, _u64, ctypes.POINTER(_CheckpointInfo)]),
+    "stash_service_request_stop": (_int, [_vp, _u64]),
+    "stash_service_info_get": (_int, [_vp, ctypes.POINTER(_ServiceInfo)]),
+}
+for _name, (_res, _args) in _SIGNATURES.items():
+    _fn = getattr(_lib, _name)
+    _fn.restype = _res
+    _fn.argtypes = _args
+
+# ---- constants ----------------------------------------------------------
+
+VALUE, LIST, MAP, REDUCING, AGGREGATING = 1, 2, 3, 4, 5
+OP_LIST, OP_UNION, OP_BROADCAST, TIMERS = 6, 7, 8, 9
+HEAP, LMDB = 0, 1
+EVENT_TIME, PROCESSING_TIME = 0, 1
+CHECKPOINT_COMPLETE, CHECKPOINT_ABORTED, ROLLED_BACK = 1, 2, 3
+TTL_ON_CREATE_AND_WRITE, TTL_ON_READ_AND_WRITE = 0, 1
+TTL_NEVER_RETURN_EXPIRED, TTL_RETURN_EXPIRED_IF_NOT_CLEANED = 0, 1
+STORAGE_FS, STORAGE_MEMORY = 0, 1
+
+ENOTFOUND, EKEYGROUP, EKIND, ESTALE, ENOKEY, EABORTED = -1008, -1009, -1010, -1011, -1012, -1016
+
+# ---- errors -------------------------------------------------------------
+
+
+class StashError(Exception):
+    """A failed call: code (negative, as stash.h returns it), words
+    (stash_strerror) and detail (stash_errmsg: the file, key group or
+    worker concerned)."""
+
+    def __init__(self, code, detail=None, call=None):
+        self.code = code
+        self.words = strerror(code)
+        self.detail = _errmsg() if detail is None else detail
+        self.call = call
+        where = f"{call}: " if call else ""
+        more = f" ({self.detail})" if self.detail else ""
+        super().__init__(f"{where}{self.words}{more}")
+
+
+class NotFound(StashError, KeyError):
+    """STASH_ENOTFOUND where a lookup cannot answer None."""
+
+    __str__ = Exception.__str__
+
+
+class Stale(StashError):
+    """A view or iterator used after the worker's next call moved what it
+    showed (STASH_ESTALE)."""
+
+
+def strerror(code):
+    """Words for an error code."""
+    return _lib.stash_strerror(code).decode()
+
+
+def _errmsg():
+    return _lib.stash_errmsg().decode(errors="replace")
+
+
+def _check(rc, call, owner=None):
+    """rc if it is no error, else raises: the exception a Python callback
+    raised during the call first, then StashError."""
+    if owner is not None and owner._raised is not None:
+        e, owner._raised = owner._raised, None
+        raise e
+    if rc < 0:
+        cls = NotFound if rc == ENOTFOUND else Stale if rc == ESTALE else StashError
+        raise cls(rc, call=call)
+    return rc
+
+
+def version():
+    """The version of the libstash loaded, "MAJOR.MINOR.PATCH"."""
+    return _lib.stash_version().decode()
+
+# ---- bytes --------------------------------------------------------------
+
+
+def to_bytes(x):
+    """bytes of a key, namespace or value: bytes-like as is, str as UTF-8,
+    int as 8 bytes little-endian (two's complement)."""
+    if isinstance(x, bytes):
+        return x
+    if isinstance(x, str):
+        return x.encode()
+    if isinstance(x, bool):
+        raise TypeError("stash: a bool is neither bytes, str nor int")
+    if isinstance(x, int):
+        return x.to_bytes(8, "little", signed=x < 0)
+    if x is None:
+        return b""
+    return bytes(x)
+
+
+def as_int(b, signed=False):
+    """The int of up to 8 little-endian bytes (None stays None)."""
+    return None if b is None else int.from_bytes(bytes(b), "little", signed=signed)
+
+
+def as_str(b):
+    """The str of UTF-8 bytes (None stays None)."""
+    return None if b is None else bytes(b).decode()
+
+
+def _copy(b):
+    return ctypes.string_at(b.data, b.len) if b.len else b""
+
+
+def _array(values):
+    items = [to_bytes(v) for v in values]
+    arr = (_Bytes * max(len(items), 1))()
+    for i, v in enumerate(items):
+        arr[i].data = ctypes.cast(ctypes.c_char_p(v), ctypes.c_void_p)
+        arr[i].len = len(v)
+    return arr, items, len(items)
+
+
+def key_group(key, max_parallelism=128):
+    """The key group of key (Flink's formula over XXH3)."""
+    k = to_bytes(key)
+    kg = _lib.stash_key_group(k, len(k), max_parallelism)
+    if kg == 0xFFFFFFFF:
+        raise StashError(-22, f"max_parallelism {max_parallelism} out of range", "key_group")
+    return kg
+
+
+def kg_range(max_parallelism, parallelism, index):
+    """The (first, last) key groups worker index of parallelism owns."""
+    r = _KgRange()
+    _check(_lib.stash_kg_range_of(max_parallelism, parallelism, index, ctypes.byref(r)),
+           "kg_range")
+    return (r.first, r.last)
+
+# ---- arenas and the service ---------------------------------------------
+
+
+def _arena_opts(path=None, size=0, max_parallelism=0, backend=HEAP, lmdb_dir=None, flags=0):
+    return _ArenaOpts(path.encode() if path else None, size, max_parallelism, flags, backend,
+                      lmdb_dir.encode() if lmdb_dir else None)
+
+
+def _checkpoint_dict(ci):
+    return {"id": ci.id, "status": ci.status, "incremental": bool(ci.incremental),
+            "savepoint": bool(ci.savepoint), "started_ns": ci.started_ns,
+            "duration_ns": ci.duration_ns, "bytes": ci.bytes, "pause_ns": ci.pause_ns,
+            "detail": ci.detail.decode(errors="replace")}
+
+
+class Arena:
+    """A mapped arena: Arena.create(...) or Arena.open(name)."""
+
+    def __init__(self, handle, name):
+        self._h = handle
+        self.name = name
+
+    @classmethod
+    def create(cls, name, size=0, max_parallelism=0, backend=HEAP, path=None, lmdb_dir=None,
+               replace=False, group=False):
+        o = _arena_opts(path, size, max_parallelism, backend, lmdb_dir,
+                        (1 if replace else 0) | (2 if group else 0))
+        h = ctypes.c_void_p()
+        _check(_lib.stash_arena_create(name.encode(), ctypes.byref(o), ctypes.byref(h)),
+               "Arena.create")
+        return cls(h, name)
+
+    @classmethod
+    def open(cls, name, path=None):
+        o = _arena_opts(path)
+        h = ctypes.c_void_p()
+        _check(_lib.stash_arena_open(name.encode(), ctypes.byref(o), ctypes.byref(h)),
+               "Arena.open")
+        return cls(h, name)
+
+    @staticmethod
+    def destroy(name, path=None):
+        """Removes the arena's file (absent: no error)."""
+        o = _arena_opts(path)
+        rc = _lib.stash_arena_destroy(name.encode(), ctypes.byref(o))
+        if rc != -2:
+            _check(rc, "Arena.destroy")
+
+    def _live(self):
+        if not self._h:
+            raise StashError(-22, "the arena is closed", "Arena")
+        return self._h
+
+    def close(self):
+        if self._h:
+            _lib.stash_arena_close(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def info(self):
+        i = _ArenaInfo()
+        _check(_lib.stash_arena_info_get(self._live(), ctypes.byref(i)), "Arena.info")
+        return {"path": i.path.decode(), "size": i.size, "data_bytes": i.data_bytes,
+                "pool_free_bytes": i.pool_free_bytes, "max_parallelism": i.max_parallelism,
+                "backend": "lmdb" if i.backend == LMDB else "heap",
+                "lmdb_dir": i.lmdb_dir.decode(), "page_size": i.page_size}
+
+    def checkpoint(self, timeout_ms=0):
+        """Takes a checkpoint and waits for it: its facts as a dict."""
+        ci = _CheckpointInfo()
+        rc = _lib.stash_checkpoint(self._live(), timeout_ms, ctypes.byref(ci))
+        if rc == EABORTED:
+            raise StashError(rc, ci.detail.decode(errors="replace"), "checkpoint")
+        _check(rc, "checkpoint")
+        return _checkpoint_dict(ci)
+
+    def savepoint(self, timeout_ms=0):
+        """Takes a savepoint (DIR/savepoint-ID) and waits for it."""
+        ci = _CheckpointInfo()
+        rc = _lib.stash_savepoint(self._live(), timeout_ms, ctypes.byref(ci))
+        if rc == EABORTED:
+            raise StashError(rc, ci.detail.decode(errors="replace"), "savepoint")
+        _check(rc, "savepoint")
+        return _checkpoint_dict(ci)
+
+    def status(self):
+        """What the control block says of the service and recent checkpoints."""
+        s = _ServiceInfo()
+        _check(_lib.stash_service_info_get(self._live(), ctypes.byref(s)), "status")
+        return {"pid": s.pid, "dir": s.dir.decode(), "pending": s.pending,
+                "completed": s.completed, "failing": s.failing, "next_ns": s.next_ns,
+                "recent": [_checkpoint_dict(s.recent[i]) for i in range(s.nrecent)]}
+
+    def request_stop(self, timeout_ms=0):
+        """Asks the service serving the arena to stop and waits for it."""
+        _check(_lib.stash_service_request_stop(self._live(), timeout_ms), "request_stop")
+
+
+class Service:
+    """The persistence engine of an arena, in a thread of this process
+    (stash_service_start): Service(name, dir=..., interval_ms=..., ...)."""
+
+    def __init__(self, name, dir=None, storage=STORAGE_FS, interval_ms=0, min_pause_ms=0,
+                 timeout_ms=0, retain=0, incremental=False, full_every=0, lz4=False,
+                 restore=None, start_empty=False, memory_cap=0, size=0, max_parallelism=0,
+                 backend=HEAP, path=None, lmdb_dir=None, log=None):
+        self._ao = _arena_opts(path, size, max_parallelism, backend, lmdb_dir)
+        self._log = _LOG(lambda ctx, line: log(line.decode(errors="replace"))) if log else _LOG()
+        o = _ServiceOpts(ctypes.pointer(self._ao), storage, dir.encode() if dir else None,
+                         memory_cap, interval_ms, min_pause_ms, timeout_ms, retain,
+                         int(incremental), full_every, int(lz4),
+                         restore.encode() if restore else None, int(start_empty), self._log,
+                         None)
+        self._h = ctypes.c_void_p()
+        _check(_lib.stash_service_start(name.encode(), ctypes.byref(o), ctypes.byref(self._h)),
+               "Service")
+
+    def stop(self):
+        if self._h:
+            _lib.stash_service_stop(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+# ---- views --------------------------------------------------------------
+
+
+class View:
+    """Bytes in the arena, without a copy: valid until the next call on the
+    worker that read them (a write, a read, a key set, a barrier); used
+    after, it raises Stale rather than show memory that may have moved."""
+
+    __slots__ = ("_owner", "_gen", "_data", "_len")
+
+    def __init__(self, owner, b):
+        self._owner, self._gen = owner, owner._gen
+        self._data, self._len = b.data, b.len
+
+    def _valid(self):
+        if self._owner._gen != self._gen or not self._owner._h:
+            raise Stale(ESTALE, "a view used after the worker's next call", "View")
+
+    def tobytes(self):
+        self._valid()
+        return ctypes.string_at(self._data, self._len) if self._len else b""
+
+    __bytes__ = tobytes
+
+    def __len__(self):
+        self._valid()
+        return self._len
+
+    def __getitem__(self, i):
+        return self.tobytes()[i]
+
+    def __eq__(self, other):
+        return self.tobytes() == to_bytes(other)
+
+    def __hash__(self):
+        return hash(self.tobytes())
+
+    def __repr__(self):
+        return f"View({self.tobytes()!r})"
+
+
+Event = namedtuple("Event", "kind checkpoint_id detail")
+Timer = namedtuple("Timer", "domain timestamp key ns")
+
+# ---- state --------------------------------------------------------------
+
+
+def _combine_fn(owner, f):
+    """A C combining function over f(acc or None, value) -> bytes."""
+    def call(acc, value, out, cap, length, ctx):
+        try:
+            a = _copy(acc.contents) if acc and acc.contents.len else None
+            r = to_bytes(f(a, _copy(value.contents)))
+            length[0] = len(r)
+            if cap < len(r):
+                return -28  # -ENOSPC: called again with room
+            ctypes.memmove(out, r, len(r))
+            return 0
+        except BaseException as e:  # carried across C, raised when the call returns
+            owner._raised = e
+            return -125  # -ECANCELED
+    return _COMBINE(call)
+
+
+def _produce_fn(owner, f, with_acc):
+    def call(acc, out, cap, length, ctx):
+        try:
+            a = _copy(acc.contents) if with_acc and acc else None
+            r = to_bytes(f(a) if with_acc else f())
+            length[0] = len(r)
+            if cap < len(r):
+                return -28
+            ctypes.memmove(out, r, len(r))
+            return 0
+        except BaseException as e:
+            owner._raised = e
+            return -125
+    return _PRODUCE(call)
+
+
+class _State:
+    kind = 0
+
+    def __init__(self, worker, handle, name, keep):
+        self._w, self._h, self.name, self._keep = worker, handle, name, keep
+
+    def _call(self, fn, *args, call=None):
+        w = self._w
+        w._gen += 1
+        return _check(fn(self._h, *args), call or self.name, w)
+
+    def namespace(self, ns):
+        """Sets the namespace of this state's accesses (None: the empty one)."""
+        n = to_bytes(ns)
+        self._call(_lib.stash_state_namespace, n, len(n))
+        return self
+
+    def clear(self):
+        """Removes the current key's entry in the current namespace."""
+        self._call(_lib.stash_state_clear)
+
+    def keys(self, ns=None, key_group=None):
+        """The keys of the worker's key groups (or of key_group: a reader's
+        any), in namespace ns, or (key, namespace) pairs of all with ns None."""
+        n = None if ns is None else to_bytes(ns)
+        it = _Iter()
+        if key_group is None:
+            self._call(_lib.stash_keys_iter, n, len(n or b""), ctypes.byref(it))
+        else:
+            self._call(_lib.stash_kg_keys_iter, key_group, n, len(n or b""), ctypes.byref(it))
+        return _iterate(self._w, it, lambda k, v: _copy(k) if n is not None
+                        else (_copy(k), _copy(v)))
+
+
+def _iterate(w, it, item):
+    """A Python iterator over a started stash_iter; each item copied."""
+    k, v = _Bytes(), _Bytes()
+    while True:
+        rc = _check(_lib.stash_iter_next(ctypes.byref(it), ctypes.byref(k), ctypes.byref(v)),
+                    "iterator", w)
+        if rc == 0:
+            return
+        yield item(k, v)
+
+
+class ValueState(_State):
+    kind = VALUE
+
+    def get(self, default=None):
+        """The current key's value (a copy), or the state's default, or default."""
+        b = _Bytes()
+        w = self._w
+        w._gen += 1
+        rc = _lib.stash_value_get(self._h, ctypes.byref(b))
+        if rc == ENOTFOUND:
+            return default
+        _check(rc, self.name, w)
+        return _copy(b)
+
+    def view(self):
+        """The current key's value as a View (no copy), or None."""
+        b = _Bytes()
+        w = self._w
+        w._gen += 1
+        rc = _lib.stash_value_get(self._h, ctypes.byref(b))
+        if rc == ENOTFOUND:
+            return None
+        _check(rc, self.name, w)
+        return View(w, b)
+
+    def put(self, value):
+        """Stores a copy of value; None clears."""
+        if value is None:
+            return self._call(_lib.stash_value_put, None, 0)
+        v = to_bytes(value)
+        self._call(_lib.stash_value_put, v, len(v))
+
+
+class ListState(_State):
+    kind = LIST
+
+    def get(self):
+        """The current key's elements, a list of bytes ([] if none)."""
+        it = _Iter()
+        w = self._w
+        w._gen += 1
+        rc = _lib.stash_list_get(self._h, ctypes.byref(it))
+        if rc == ENOTFOUND:
+            return []
+        _check(rc, self.name, w)
+        return list(_iterate(w, it, lambda k, v: _copy(v)))
+
+    def add(self, value):
+        v = to_bytes(value)
+        self._call(_lib.stash_list_add, v, len(v))
+
+    def add_all(self, values):
+        arr, keep, n = _array(values)
+        self._call(_lib.stash_list_add_all, arr, n)
+
+    def update(self, values):
+        """Replaces the list; an empty one deletes it."""
+        arr, keep, n = _array(values)
+        self._call(_lib.stash_list_update, arr, n)
+
+    def merge_namespaces(self, target, sources):
+        _merge(self, target, sources)
+
+
+def _merge(state, target, sources):
+    t = to_bytes(target)
+    arr, keep, n = _array(sources)
+    state._call(_lib.stash_merge_namespaces, t, len(t), arr, n)
+
+
+class MapState(_State):
+    kind = MAP
+
+    def get(self, k, default=None):
+        kb, b = to_bytes(k), _Bytes()
+        w = self._w
+        w._gen += 1
+        rc = _lib.stash_map_get(self._h, kb, len(kb), ctypes.byref(b))
+        if rc == ENOTFOUND:
+            return default
+        _check(rc, self.name, w)
+        return _copy(b)
+
+    def put(self, k, value):
+        kb, v = to_bytes(k), to_bytes(value)
+        self._call(_lib.stash_map_put, kb, len(kb), v, len(v))
+
+    def put_all(self, entries):
+        """Puts every (key, value) of a dict or of pairs."""
+        pairs = list(entries.items() if hasattr(entries, "items") else entries)
+        ka, kk, n = _array(p[0] for p in pairs)
+        va, vk, _ = _array(p[1] for p in pairs)
+        self._call(_lib.stash_map_put_all, ka, va, n)
+
+    def remove(self, k):
+        kb = to_bytes(k)
+        self._call(_lib.stash_map_remove, kb, len(kb))
+
+    def __contains__(self, k):
+        kb = to_bytes(k)
+        return self._call(_lib.stash_map_contains, kb, len(kb)) == 1
+
+    def is_empty(self):
+        return self._call(_lib.stash_map_is_empty) == 1
+
+    def items(self):
+        """An iterator of (key, value) pairs of the current key's map."""
+        it = _Iter()
+        w = self._w
+        w._gen += 1
+        rc = _lib.stash_map_iter(self._h, ctypes.byref(it))
+        if rc == ENOTFOUND:
+            return iter(())
+        _check(rc, self.name, w)
+        return _iterate(w, it, lambda k, v: (_copy(k), _copy(v)))
+
+    def to_dict(self):
+        return dict(self.items())
+
+
+class _MergingState(_State):
+    def add(self, value):
+        v = to_bytes(value)
+        self._call(_lib.stash_merging_add, v, len(v))
+
+    def get(self, default=None):
+        b = _Bytes()
+        w = self._w
+        w._gen += 1
+        rc = _lib.stash_merging_get(self._h, ctypes.byref(b))
+        if rc == ENOTFOUND:
+            return default
+        _check(rc, self.name, w)
+        return _copy(b)
+
+    def merge_namespaces(self, target, sources):
+        _merge(self, target, sources)
+
+
+class ReducingState(_MergingState):
+    kind = REDUCING
+
+
+class AggregatingState(_MergingState):
+    kind = AGGREGATING
+
+
+class OpListState(_State):
+    """Operator list state (kind OP_LIST or OP_UNION)."""
+    kind = OP_LIST
+
+    def get(self):
+        p, n = _BytesP(), ctypes.c_size_t()
+        self._call(_lib.stash_op_list_get, ctypes.byref(p), ctypes.byref(n))
+        return [_copy(p[i]) for i in range(n.value)]
+
+    def add(self, value):
+        v = to_bytes(value)
+        self._call(_lib.stash_op_list_add, v, len(v))
+
+    def update(self, values):
+        arr, keep, n = _array(values)
+        self._call(_lib.stash_op_list_update, arr, n)
+
+
+class BroadcastState(_State):
+    kind = OP_BROADCAST
+
+    def get(self, k, default=None):
+        kb, b = to_bytes(k), _Bytes()
+        w = self._w
+        w._gen += 1
+        rc = _lib.stash_broadcast_get(self._h, kb, len(kb), ctypes.byref(b))
+        if rc == ENOTFOUND:
+            return default
+        _check(rc, self.name, w)
+        return _copy(b)
+
+    def put(self, k, value):
+        kb, v = to_bytes(k), to_bytes(value)
+        self._call(_lib.stash_broadcast_put, kb, len(kb), v, len(v))
+
+    def remove(self, k):
+        kb = to_bytes(k)
+        self._call(_lib.stash_broadcast_remove, kb, len(kb))
+
+    def to_dict(self):
+        ks, vs, n = _BytesP(), _BytesP(), ctypes.c_size_t()
+        self._call(_lib.stash_broadcast_entries, ctypes.byref(ks), ctypes.byref(vs),
+                   ctypes.byref(n))
+        return {_copy(ks[i]): _copy(vs[i]) for i in range(n.value)}
+
+
+_CLASSES = {VALUE: ValueState, LIST: ListState, MAP: MapState, REDUCING: ReducingState,
+            AGGREGATING: AggregatingState, OP_LIST: OpListState, OP_UNION: OpListState,
+            OP_BROADCAST: BroadcastState}
+
+# ---- workers and readers ------------------------------------------------
+
+
+class Worker:
+    """A worker process's handle: Worker(name, index=0, parallelism=1, ...).
+    clock() -> milliseconds for TTL; on_cut(worker, checkpoint_id) is
+    called at each cut before the state is cut."""
+
+    def __init__(self, name, index=0, parallelism=1, rollback=False, path=None, clock=None,
+                 on_cut=None, _reader=None):
+        self._h = None
+        self._gen = 0
+        self._raised = None
+        self._states = {}
+        self._ao = _arena_opts(path)
+        self._clock = _CLOCK(lambda ctx: int(clock())) if clock else _CLOCK()
+        self.name = name
+        h = ctypes.c_void_p()
+        if _reader is not None:
+            at, cdir = _reader
+            o = _ReaderOpts(ctypes.pointer(self._ao) if path else None, self._clock, None,
+                            int(at), cdir.encode() if cdir else None)
+            rc = _lib.stash_reader_open(name.encode() if name else None, ctypes.byref(o),
+                                        ctypes.byref(h))
+            _check(rc, "Reader")
+        else:
+            def cut(worker, checkpoint_id, ctx):
+                try:
+                    r = on_cut(self, checkpoint_id)
+                    return int(r) if r else 0
+                except BaseException as e:
+                    self._raised = e
+                    return -125
+            self._cut = _CUT(cut) if on_cut else _CUT()
+            o = _WorkerOpts(index, parallelism, ctypes.pointer(self._ao) if path else None,
+                            self._clock, None, int(rollback), self._cut, None)
+            _check(_lib.stash_worker_open(name.encode(), ctypes.byref(o), ctypes.byref(h)),
+                   "Worker")
+        self._h = h
+
+    def _live(self):
+        if not self._h:
+            raise StashError(-22, "the worker is closed", "Worker")
+        return self._h
+
+    def close(self):
+        """Leaves the registry (after recording operator state) and detaches."""
+        if self._h:
+            _lib.stash_worker_close(self._h)
+            self._h = None
+            self._gen += 1
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def arena(self):
+        """The arena the worker is attached to (not to be closed)."""
+        return Arena(_lib.stash_worker_arena(self._live()), self.name)
+
+    def info(self):
+        i = _WorkerInfo()
+        _check(_lib.stash_worker_info_get(self._live(), ctypes.byref(i)), "info")
+        return {"index": i.index, "parallelism": i.parallelism, "pid": i.pid,
+                "range": (i.range.first, i.range.last), "generation": i.generation,
+                "previous_pid": i.previous_pid}
+
+    def state(self, name, kind=VALUE, ttl_ms=0, ttl_update=TTL_ON_CREATE_AND_WRITE,
+              ttl_visibility=TTL_NEVER_RETURN_EXPIRED, reduce=None, create=None, add=None,
+              result=None, merge=None, default=None):
+        """The worker's handle on state name, registered if need be: reduce
+        is f(acc or None, value) -> bytes; an aggregating state takes
+        create() -> acc, add(acc, value) -> acc, result(acc) -> bytes and
+        merge(acc, acc) -> acc."""
+        got = self._states.get(name)
+        if got is not None and got.kind == kind:
+            return got
+        d = _StateDesc()
+        d.name, d.kind = name.encode(), kind
+        d.ttl.ttl_ms, d.ttl.update, d.ttl.visibility = ttl_ms, ttl_update, ttl_visibility
+        return self._register(d, reduce, create, add, result, merge, default)
+
+    def _register(self, d, reduce, create, add, result, merge, default):
+        keep = [d.name]
+        if reduce:
+            d.reduce = _combine_fn(self, reduce)
+            keep.append(d.reduce)
+        if create or add or result:
+            fns = _AggregateFns(_produce_fn(self, create, False) if create else _PRODUCE(),
+                                _combine_fn(self, add) if add else _COMBINE(),
+                                _produce_fn(self, result, True) if result else _PRODUCE(),
+                                _combine_fn(self, merge) if merge else _COMBINE())
+            d.aggregate = ctypes.pointer(fns)
+            keep.append(fns)
+        if default is not None:
+            dv = to_bytes(default)
+            keep.append(dv)
+            d.default_value = _Bytes(ctypes.cast(ctypes.c_char_p(dv), ctypes.c_void_p), len(dv))
+        h = ctypes.c_void_p()
+        _check(_lib.stash_state_get(self._live(), ctypes.byref(d), ctypes.byref(h)),
+               d.name.decode(), self)
+        s = _CLASSES[d.kind](self, h, d.name.decode(), keep)
+        self._states[s.name] = s
+        return s
+
+    def key(self, key):
+        """Sets the current key: every access until the next call uses it."""
+        k = to_bytes(key)
+        self._gen += 1
+        _check(_lib.stash_key_set(self._live(), k, len(k)), "key")
+        return self
+
+    def key_group(self):
+        """The key group of the current key."""
+        return _check(_lib.stash_key_group_current(self._live()), "key_group")
+
+    def barrier(self):
+        """Call between records: cuts a requested checkpoint; returns an
+        Event (kind, checkpoint_id, detail) when one completed, aborted or a
+        rollback restored one, else None."""
+        e = _Event()
+        self._gen += 1
+        rc = _check(_lib.stash_barrier(self._live(), ctypes.byref(e)), "barrier", self)
+        if rc == 0:
+            return None
+        return Event(e.kind, e.checkpoint_id, e.detail.decode(errors="replace"))
+
+    def timers(self, name):
+        """The worker's timer service called name."""
+        h = ctypes.c_void_p()
+        _check(_lib.stash_timers_get(self._live(), name.encode(), ctypes.byref(h)), name)
+        return Timers(self, h, name)
+
+    def batch(self, capacity=0, states=None):
+        """A Batch of this worker's, fetching ahead the entries of states
+        (default: every keyed state registered, the first 8)."""
+        return Batch(self, capacity, states)
+
+
+class Reader(Worker):
+    """A reader of arena name: no worker slot, no key group, no barrier; it
+    reads any key of any key group, never blocking a worker or a checkpoint.
+    at_checkpoint reads as of the newest complete checkpoint; checkpoint_dir
+    reads a checkpoint or savepoint directory without an arena (name None)."""
+
+    def __init__(self, name=None, at_checkpoint=False, checkpoint_dir=None, path=None,
+                 clock=None):
+        super().__init__(name, path=path, clock=clock, _reader=(at_checkpoint, checkpoint_dir))
+
+    def state(self, name, **kw):
+        """The handle on state name as workers registered it (its kind and
+        TTL from the arena's catalog); an aggregating state without result
+        shows its accumulator."""
+        got = self._states.get(name)
+        if got is not None:
+            return got
+        d = _StateDesc()
+        arena = _lib.stash_worker_arena(self._live())
+        _check(_lib.stash_state_describe(arena, name.encode(), ctypes.byref(d)), name)
+        d.name = name.encode()
+        if d.kind == REDUCING and "reduce" not in kw:
+            kw["reduce"] = lambda acc, v: v
+        if d.kind == AGGREGATING:
+            kw.setdefault("create", lambda: b"")
+            kw.setdefault("add", lambda acc, v: v)
+            kw.setdefault("result", lambda acc: acc)
+        return self._register(d, kw.get("reduce"), kw.get("create"), kw.get("add"),
+                              kw.get("result"), kw.get("merge"), kw.get("default"))
+
+# ---- batches and timers -------------------------------------------------
+
+
+class Batch:
+    """Events of many keys, their state fetched ahead, then run in order:
+    add(key, event) each, then run(fn) calls fn(event) with the event's key
+    current and returns the events' results (0 or a negative error; fn's
+    exceptions are raised once the batch has run)."""
+
+    def __init__(self, worker, capacity=0, states=None):
+        self._w = worker
+        self._events = []
+        o = _BatchOpts(capacity, None, 0)
+        if states:
+            arr = (ctypes.c_void_p * len(states))(*[s._h.value for s in states])
+            o.states, o.nstates = ctypes.cast(arr, ctypes.POINTER(ctypes.c_void_p)), len(states)
+        self._h = ctypes.c_void_p()
+        _check(_lib.stash_batch_create(worker._live(), ctypes.byref(o), ctypes.byref(self._h)),
+               "Batch")
+        self.capacity = capacity or 32
+
+    def add(self, key, event=None):
+        """Queues event for key; False if the batch is full."""
+        k = to_bytes(key)
+        rc = _lib.stash_batch_add(self._h, k, len(k), len(self._events))
+        if rc == -28:
+            return False
+        _check(rc, "Batch.add")
+        self._events.append(event)
+        return True
+
+    def __len__(self):
+        return _lib.stash_batch_size(self._h)
+
+    def run(self, fn):
+        events, self._events = self._events, []
+        w = self._w
+
+        def call(worker, ev, ctx):
+            if w._raised is not None:
+                return -125
+            try:
+                r = fn(events[ev or 0])
+                return int(r) if r else 0
+            except BaseException as e:
+                w._raised = e
+                return -125
+        results = (ctypes.c_int * max(len(events), 1))()
+        w._gen += 1
+        _check(_lib.stash_batch_run(self._h, _BATCH_FN(call), None, results), "Batch.run", w)
+        return list(results[:len(events)])
+
+    def close(self):
+        if self._h:
+            _lib.stash_batch_destroy(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Timers:
+    """A timer service of a worker (Flink's InternalTimerService)."""
+
+    def __init__(self, worker, handle, name):
+        self._w, self._h, self.name = worker, handle, name
+
+    def register(self, timestamp, ns=b"", domain=EVENT_TIME):
+        """A timer for the current key in namespace ns at timestamp."""
+        n = to_bytes(ns)
+        self._w._gen += 1
+        _check(_lib.stash_timer_register(self._h, domain, n, len(n), timestamp), self.name)
+
+    def delete(self, timestamp, ns=b"", domain=EVENT_TIME):
+        n = to_bytes(ns)
+        self._w._gen += 1
+        _check(_lib.stash_timer_delete(self._h, domain, n, len(n), timestamp), self.name)
+
+    def _fire(self, fn):
+        w = self._w
+
+        def call(t, ctx):
+            try:
+                tm = t.contents
+                r = fn(Timer(tm.domain, tm.timestamp, _copy(tm.key), _copy(tm.ns)))
+                return int(r) if r else 0
+            except BaseException as e:
+                w._raised = e
+                return -125
+        return _TIMER_FN(call)
+
+    def advance(self, watermark, fn):
+        """Raises the watermark and calls fn(timer) for each timer due, in
+        order, its key current. Returns how many fired."""
+        self._w._gen += 1
+        return _check(_lib.stash_timers_advance(self._h, watermark, self._fire(fn), None),
+                      self.name, self._w)
+
+    def poll(self, fn):
+        """Fires the processing-time timers due by the worker's clock."""
+        self._w._gen += 1
+        return _check(_lib.stash_timers_poll(self._h, self._fire(fn), None), self.name, self._w)
+
+    @property
+    def watermark(self):
+        return _lib.stash_timers_watermark(self._h)
+
+    def timers(self, key_group=-1):
+        """The timers of an owned key group, or with -1 of the current key."""
+        it, t = _Iter(), _Timer()
+        self._w._gen += 1
+        _check(_lib.stash_timers_iter(self._h, key_group, ctypes.byref(it)), self.name)
+        out = []
+        while _check(_lib.stash_timers_next(ctypes.byref(it), ctypes.byref(t)), self.name) == 1:
+            out.append(Timer(t.domain, t.timestamp, _copy(t.key), _copy(t.ns)))
+        return out
