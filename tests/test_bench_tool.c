@@ -122,3 +122,27 @@ Test(bench_tool, a_memory_budget_is_for_the_lmdb_backend_and_takes_bytes)
     cr_assert_eq(test_run_stash("bench keyed --backend lmdb --memory-budget", out, sizeof out), 2,
                  "%s", out);
 }
+
+Test(bench_tool, bench_python_runs_every_case_beside_its_peers, .timeout = 240)
+{
+    static char big[16384];
+    cr_assert_eq(test_run_stash("bench python --quick --reps 1 --json", big, sizeof big), 0, "%s",
+                 big);
+    const char *cases[] = {"value-read/one", "value-write/one", "value-read/batch32",
+                           "value-write/batch32"};
+    const char *systems[] = {"stash", "python3-lmdb", "python3-redis"};
+    for (size_t c = 0; c < 4; c++)
+        for (size_t s = 0; s < 3; s++) {
+            char row[128];
+            snprintf(row, sizeof row, "\"case\": \"%s\", \"system\": \"%s\"", cases[c], systems[s]);
+            const char *at = strstr(big, row);
+            cr_assert_not_null(at, "no row %s: %s", row, big);
+            const char *end = strchr(at, '\n');
+            bool skipped = strstr(at, "\"skipped\"") && strstr(at, "\"skipped\"") < end;
+            /* The peers are bench packages: a machine without them skips them. */
+            cr_assert(!skipped || s > 0, "%.*s", (int)(end - at), at);
+        }
+    cr_assert_eq(test_run_stash("bench python --backend lmdb", big, sizeof big), 2, "%s", big);
+    cr_assert_eq(test_run_stash("bench python --case nothing", big, sizeof big), 2, "%s", big);
+    cr_assert_not_null(strstr(big, "value-read/one"), "%s", big);
+}

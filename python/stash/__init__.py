@@ -42,7 +42,8 @@ def _load():
         if os.sep in c and not os.path.exists(c):
             continue
         try:
-            return ctypes.CDLL(c)
+            # Global: the C data path (_stash) links the same library.
+            return ctypes.CDLL(c, mode=ctypes.RTLD_GLOBAL)
         except OSError as e:
             errors.append(str(e))
     raise ImportError("stash: cannot load libstash.so (set STASH_LIBRARY): " +
@@ -316,6 +317,13 @@ def _check(rc, call, owner=None):
         cls = NotFound if rc == ENOTFOUND else Stale if rc == ESTALE else StashError
         raise cls(rc, call=call)
     return rc
+
+
+try:
+    from stash import _stash as _fast
+    _fast.set_errors(StashError, NotFound, Stale)
+except ImportError:  # the module without its C data path: ctypes alone
+    _fast = None
 
 
 def version():
@@ -598,6 +606,7 @@ class _State:
 
     def __init__(self, worker, handle, name, keep):
         self._w, self._h, self.name, self._keep = worker, handle, name, keep
+        self._sh = handle.value
 
     def _call(self, fn, *args, call=None):
         w = self._w
@@ -669,6 +678,55 @@ class ValueState(_State):
             return self._call(_lib.stash_value_put, None, 0)
         v = to_bytes(value)
         self._call(_lib.stash_value_put, v, len(v))
+
+    # One call for a key and its value: the key becomes the worker's
+    # current key, as w.key(key) would make it. Through the C data path
+    # where it is built, else through ctypes.
+
+    if _fast:
+        def read(self, key):
+            """The value of key (a copy), or None."""
+            w = self._w
+            w._gen += 1
+            return _fast.value_get(w._wh, self._sh, key)
+
+        def write(self, key, value):
+            """Stores value for key (None clears)."""
+            w = self._w
+            w._gen += 1
+            _fast.value_put(w._wh, self._sh, key, value)
+
+        def read_many(self, keys):
+            """The value of each key (None if none), in one call: each key's
+            entry is fetched ahead of its turn, as a batch does."""
+            w = self._w
+            w._gen += 1
+            return _fast.values_get(w._wh, self._sh, keys)
+
+        def write_many(self, keys, values):
+            """Stores values[i] for keys[i], in one call, fetching ahead as
+            read_many does; the last key stays current."""
+            w = self._w
+            w._gen += 1
+            _fast.values_put(w._wh, self._sh, keys, values)
+    else:
+        def read(self, key):
+            self._w.key(key)
+            return self.get()
+
+        def write(self, key, value):
+            self._w.key(key)
+            self.put(value)
+
+        def read_many(self, keys):
+            return [self.read(k) for k in keys]
+
+        def write_many(self, keys, values):
+            keys, values = list(keys), list(values)
+            if len(keys) != len(values):
+                raise ValueError("as many values as keys")
+            for k, v in zip(keys, values):
+                self.write(k, v)
 
 
 class ListState(_State):
@@ -874,6 +932,7 @@ class Worker:
             _check(_lib.stash_worker_open(name.encode(), ctypes.byref(o), ctypes.byref(h)),
                    "Worker")
         self._h = h
+        self._wh = h.value
 
     def _live(self):
         if not self._h:
@@ -884,7 +943,7 @@ class Worker:
         """Leaves the registry (after recording operator state) and detaches."""
         if self._h:
             _lib.stash_worker_close(self._h)
-            self._h = None
+            self._h = self._wh = None
             self._gen += 1
 
     def __enter__(self):

@@ -106,6 +106,34 @@ class Calls(Job):
         with self.assertRaises(TypeError):
             w.key(True)
 
+    def test_one_call_reads_and_writes_of_one_key_and_many(self):
+        w = self.worker()
+        v = w.state("v")
+        v.write("a", "1")
+        v.write(2, b"two")
+        self.assertEqual(v.read("a"), b"1")
+        self.assertIsNone(v.read("nope"))
+        self.assertEqual(w.key_group(), stash.key_group("nope", 16), "the key is current")
+        keys = list(range(100)) + ["x", b"y", bytearray(b"z")]
+        v.write_many(keys, [str(k) for k in range(len(keys))])
+        got = v.read_many(keys + ["absent"])
+        self.assertEqual(got[:3], [b"0", b"1", b"2"])
+        self.assertEqual(got[-2], b"102")
+        self.assertIsNone(got[-1])
+        w.key(5)
+        self.assertEqual(v.get(), b"5")
+        v.write(5, None)
+        self.assertIsNone(v.read(5))
+        with self.assertRaises(ValueError):
+            v.write_many([1, 2], [b"x"])
+        with self.assertRaises(TypeError):
+            v.read(1.5)
+        reader = stash.Reader(self.name)
+        self.closing.append(reader.close)
+        with self.assertRaises(stash.StashError) as cm:
+            reader.state("v").write("a", "no")
+        self.assertEqual(cm.exception.code, stash.EKEYGROUP)
+
     def test_list_map_reducing_aggregating(self):
         w = self.worker()
         lst = w.state("l", stash.LIST)

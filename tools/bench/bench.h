@@ -98,5 +98,6 @@ int bench_checkpoint(int argc, char **argv);
 int bench_io(int argc, char **argv);
 int bench_keyed(int argc, char **argv);
 int bench_timers(int argc, char **argv);
+int bench_python(int argc, char **argv);
 
 #endif

@@ -26,6 +26,7 @@ static const bench_cmd benches[] = {
      "full and incremental checkpoints, restore, pause, load, memory, beside fio"},
     {"timers", bench_timers,
      "timers registered, fired and deleted, advance, pause, beside a private heap, LMDB, RocksDB"},
+    {"python", bench_python, "value reads and writes from Python, beside python3-lmdb and redis"},
 };
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))

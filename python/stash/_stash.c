@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * _stash.c: the data path of the Python module in C: value and map reads
+ * and writes of one key, and of many keys in one call (their state fetched
+ * ahead, as a batch does), without the cost of a ctypes call per step.
+ * The rest of the module (python/stash/__init__.py) goes through ctypes;
+ * handles pass as the integers ctypes holds.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdbool.h>
+
+#include "stash.h"
+
+static PyObject *error_classes[3]; /* StashError, NotFound, Stale */
+
+/* Raises the module's exception for rc, as _check() in __init__.py does. */
+static PyObject *raise(int rc, const char *call)
+{
+    PyObject *cls = rc == STASH_ENOTFOUND ? error_classes[1]
+                    : rc == STASH_ESTALE  ? error_classes[2]
+                                          : error_classes[0];
+    if (!cls) {
+        PyErr_Format(PyExc_RuntimeError, "%s: %s (%s)", call, stash_strerror(rc), stash_errmsg());
+        return NULL;
+    }
+    PyObject *e = PyObject_CallFunction(cls, "iss", rc, stash_errmsg(), call);
+    if (e) {
+        PyErr_SetObject(cls, e);
+        Py_DECREF(e);
+    }
+    return NULL;
+}
+
+/* The bytes of a key or value: a bytes-like object as is, str as UTF-8,
+ * int as 8 little-endian bytes (two's complement), None as none, as
+ * to_bytes() does. word holds an int's bytes; view, a buffer to release. */
+typedef struct arg_bytes {
+    const void *data;
+    Py_ssize_t len;
+    uint8_t word[8];
+    Py_buffer view;
+    bool viewed;
+} arg_bytes;
+
+static int arg_get(PyObject *o, arg_bytes *a)
+{
+    a->viewed = false;
+    if (PyBytes_Check(o)) {
+        a->data = PyBytes_AS_STRING(o);
+        a->len = PyBytes_GET_SIZE(o);
+        return 0;
+    }
+    if (PyUnicode_Check(o)) {
+        a->data = PyUnicode_AsUTF8AndSize(o, &a->len);
+        return a->data ? 0 : -1;
+    }
+    if (PyLong_Check(o) && !PyBool_Check(o)) {
+        int overflow;
+        uint64_t w = (uint64_t)PyLong_AsLongLongAndOverflow(o, &overflow);
+        if (overflow > 0) w = PyLong_AsUnsignedLongLong(o);
+        if (overflow < 0) PyErr_SetString(PyExc_OverflowError, "stash: an int below -2**63");
+        if (PyErr_Occurred()) return -1;
+        for (int i = 0; i < 8; i++) a->word[i] = (uint8_t)(w >> (8 * i));
+        a->data = a->word;
+        a->len = 8;
+        return 0;
+    }
+    if (o == Py_None) {
+        a->data = NULL;
+        a->len = 0;
+        return 0;
+    }
+    if (PyObject_GetBuffer(o, &a->view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "stash: a %s is neither bytes, str nor int",
+                     Py_TYPE(o)->tp_name);
+        return -1;
+    }
+    a->viewed = true;
+    a->data = a->view.buf;
+    a->len = a->view.len;
+    return 0;
+}
+
+static void arg_release(arg_bytes *a)
+{
+    if (a->viewed) PyBuffer_Release(&a->view);
+}
+
+static void *handle(PyObject *o)
+{
+    return PyLong_AsVoidPtr(o);
+}
+
+/* The value read (or None), or an exception. */
+static PyObject *got(int rc, stash_bytes b, const char *call)
+{
+    if (rc == STASH_ENOTFOUND) Py_RETURN_NONE;
+    if (rc < 0) return raise(rc, call);
+    return PyBytes_FromStringAndSize(b.data, (Py_ssize_t)b.len);
+}
+
+/* value_get(worker, state, key): sets key current, reads its value. */
+static PyObject *value_get(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    (void)self;
+    if (n != 3) return PyErr_Format(PyExc_TypeError, "value_get takes 3 arguments");
+    arg_bytes k;
+    if (arg_get(args[2], &k) < 0) return NULL;
+    int rc = stash_key_set(handle(args[0]), k.data, (size_t)k.len);
+    arg_release(&k);
+    if (rc < 0) return raise(rc, "key");
+    stash_bytes b;
+    return got(stash_value_get(handle(args[1]), &b), b, "get");
+}
+
+/* value_put(worker, state, key, value): sets key current, stores value. */
+static PyObject *value_put(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    (void)self;
+    if (n != 4) return PyErr_Format(PyExc_TypeError, "value_put takes 4 arguments");
+    arg_bytes k, v;
+    if (arg_get(args[2], &k) < 0) return NULL;
+    if (arg_get(args[3], &v) < 0) {
+        arg_release(&k);
+        return NULL;
+    }
+    int rc = stash_key_set(handle(args[0]), k.data, (size_t)k.len);
+    if (rc == 0) rc = stash_value_put(handle(args[1]), v.data, (size_t)v.len);
+    arg_release(&k);
+    arg_release(&v);
+    if (rc < 0) return raise(rc, "put");
+    Py_RETURN_NONE;
+}
+
+#define AHEAD 16 /* keys fetched ahead of the one accessed */
+
+/* Fetches ahead the entry of key i + AHEAD of seq for state. */
+static void fetch(void *state, PyObject *seq, Py_ssize_t i, Py_ssize_t n)
+{
+    if (i >= n) return;
+    arg_bytes k;
+    if (arg_get(PySequence_Fast_GET_ITEM(seq, i), &k) < 0) {
+        PyErr_Clear(); /* the access itself will say so */
+        return;
+    }
+    stash_prefetch(state, k.data, (size_t)k.len);
+    arg_release(&k);
+}
+
+/* values_get(worker, state, keys): the value of each key (None if none),
+ * each key's state fetched ahead of its turn. */
+static PyObject *values_get(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    (void)self;
+    if (n != 3) return PyErr_Format(PyExc_TypeError, "values_get takes 3 arguments");
+    void *w = handle(args[0]), *s = handle(args[1]);
+    PyObject *seq = PySequence_Fast(args[2], "keys must be a sequence");
+    if (!seq) return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(count);
+    for (Py_ssize_t i = 0; out && i < AHEAD && i < count; i++) fetch(s, seq, i, count);
+    for (Py_ssize_t i = 0; out && i < count; i++) {
+        fetch(s, seq, i + AHEAD, count);
+        arg_bytes k;
+        if (arg_get(PySequence_Fast_GET_ITEM(seq, i), &k) < 0) {
+            Py_CLEAR(out);
+            break;
+        }
+        int rc = stash_key_set(w, k.data, (size_t)k.len);
+        arg_release(&k);
+        stash_bytes b;
+        PyObject *v = rc < 0 ? raise(rc, "key") : got(stash_value_get(s, &b), b, "get");
+        if (!v) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, v);
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
+/* values_put(worker, state, keys, values): stores values[i] for keys[i],
+ * each key's state fetched ahead of its turn. */
+static PyObject *values_put(PyObject *self, PyObject *const *args, Py_ssize_t n)
+{
+    (void)self;
+    if (n != 4) return PyErr_Format(PyExc_TypeError, "values_put takes 4 arguments");
+    void *w = handle(args[0]), *s = handle(args[1]);
+    PyObject *ks = PySequence_Fast(args[2], "keys must be a sequence");
+    PyObject *vs = ks ? PySequence_Fast(args[3], "values must be a sequence") : NULL;
+    if (!vs) {
+        Py_XDECREF(ks);
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(ks);
+    int rc = 0;
+    if (PySequence_Fast_GET_SIZE(vs) != count) {
+        PyErr_SetString(PyExc_ValueError, "as many values as keys");
+        rc = -1;
+    }
+    for (Py_ssize_t i = 0; rc == 0 && i < AHEAD && i < count; i++) fetch(s, ks, i, count);
+    for (Py_ssize_t i = 0; rc == 0 && i < count; i++) {
+        fetch(s, ks, i + AHEAD, count);
+        arg_bytes k, v;
+        if (arg_get(PySequence_Fast_GET_ITEM(ks, i), &k) < 0) {
+            rc = -1;
+            break;
+        }
+        if (arg_get(PySequence_Fast_GET_ITEM(vs, i), &v) < 0) {
+            arg_release(&k);
+            rc = -1;
+            break;
+        }
+        rc = stash_key_set(w, k.data, (size_t)k.len);
+        if (rc == 0) rc = stash_value_put(s, v.data, (size_t)v.len);
+        arg_release(&k);
+        arg_release(&v);
+        if (rc < 0) raise(rc, "put");
+    }
+    Py_DECREF(ks);
+    Py_DECREF(vs);
+    if (rc) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* set_errors(StashError, NotFound, Stale): the classes raised. */
+static PyObject *set_errors(PyObject *self, PyObject *args)
+{
+    (void)self;
+    PyObject *c[3];
+    if (!PyArg_ParseTuple(args, "OOO", &c[0], &c[1], &c[2])) return NULL;
+    for (int i = 0; i < 3; i++) {
+        Py_INCREF(c[i]);
+        Py_XSETREF(error_classes[i], c[i]);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"value_get", (PyCFunction)(void (*)(void))value_get, METH_FASTCALL,
+     "value_get(worker, state, key): key's value or None"},
+    {"value_put", (PyCFunction)(void (*)(void))value_put, METH_FASTCALL,
+     "value_put(worker, state, key, value)"},
+    {"values_get", (PyCFunction)(void (*)(void))values_get, METH_FASTCALL,
+     "values_get(worker, state, keys): each key's value or None"},
+    {"values_put", (PyCFunction)(void (*)(void))values_put, METH_FASTCALL,
+     "values_put(worker, state, keys, values)"},
+    {"set_errors", set_errors, METH_VARARGS, "set_errors(StashError, NotFound, Stale)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_stash", "stash's data path in C", -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__stash(void);
+PyMODINIT_FUNC PyInit__stash(void)
+{
+    return PyModule_Create(&module);
+}
