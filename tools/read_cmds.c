@@ -207,7 +207,6 @@ static int print_entry(stash_state *s, stash_kind kind, const read_args *a, stas
     }
     if (rc == STASH_ENOTFOUND) return 0;
     if (rc) return rc;
-    const char *sep = a->json ? "," : "\t";
     if (a->json) {
         printf("{\"state\":");
         tool_json_string(a->state);
@@ -241,7 +240,7 @@ static int print_entry(stash_state *s, stash_kind kind, const read_args *a, stas
                 printf(",\"value\":");
             } else if (map) {
                 tool_print_bytes(mk.data, mk.len, a->format, false);
-                fputs(scan ? sep : "\t", stdout);
+                putchar('\t');
             }
             tool_print_bytes(v.data, v.len, a->format, a->json);
             if (map && a->json) putchar('}');

@@ -246,6 +246,7 @@ _SIGNATURES = {
     "stash_barrier": (_int, [_vp, ctypes.POINTER(_Event)]),
     "stash_service_start": (_int, [_cp, ctypes.POINTER(_ServiceOpts), ctypes.POINTER(_vp)]),
     "stash_service_stop": (None, [_vp]),
+    "stash_service_stopped": (_int, [_vp]),
     "stash_checkpoint": (_int, [_vp, _u64, ctypes.POINTER(_CheckpointInfo)]),
     "stash_savepoint": (_int, [_vp, _u64, ctypes.POINTER(_CheckpointInfo)]),
     "stash_service_request_stop": (_int, [_vp, _u64]),
@@ -266,6 +267,8 @@ CHECKPOINT_COMPLETE, CHECKPOINT_ABORTED, ROLLED_BACK = 1, 2, 3
 TTL_ON_CREATE_AND_WRITE, TTL_ON_READ_AND_WRITE = 0, 1
 TTL_NEVER_RETURN_EXPIRED, TTL_RETURN_EXPIRED_IF_NOT_CLEANED = 0, 1
 STORAGE_FS, STORAGE_MEMORY = 0, 1
+
+_MANY = 64  # keys a batch of the many-key calls takes at a time
 
 ENOTFOUND, EKEYGROUP, EKIND, ESTALE, ENOKEY, EABORTED = -1008, -1009, -1010, -1011, -1012, -1016
 
@@ -511,9 +514,15 @@ class Service:
                "Service")
 
     def stop(self):
+        """Lets the checkpoint in flight finish and stops the engine."""
         if self._h:
             _lib.stash_service_stop(self._h)
             self._h = None
+
+    def stopped(self):
+        """Whether the engine stopped by itself, asked to by a stop request
+        (`stash stop`, Arena.request_stop): stop() then ends it."""
+        return not self._h or bool(_lib.stash_service_stopped(self._h))
 
     def __enter__(self):
         return self
@@ -607,6 +616,7 @@ class _State:
     def __init__(self, worker, handle, name, keep):
         self._w, self._h, self.name, self._keep = worker, handle, name, keep
         self._sh = handle.value
+        self._many = None  # the batch of ValueState's many-key calls
 
     def _call(self, fn, *args, call=None):
         w = self._w
@@ -697,18 +707,28 @@ class ValueState(_State):
             _fast.value_put(w._wh, self._sh, key, value)
 
         def read_many(self, keys):
-            """The value of each key (None if none), in one call: each key's
-            entry is fetched ahead of its turn, as a batch does."""
+            """The value of each key (None if none), in one call: the keys
+            run as batches of the worker's, their entries fetched ahead."""
             w = self._w
             w._gen += 1
-            return _fast.values_get(w._wh, self._sh, keys)
+            return _fast.values_get(w._wh, self._batch(), _MANY, self._sh, keys)
 
         def write_many(self, keys, values):
-            """Stores values[i] for keys[i], in one call, fetching ahead as
-            read_many does; the last key stays current."""
+            """Stores values[i] for keys[i], in one call, as read_many
+            reads; the last key stays current."""
             w = self._w
             w._gen += 1
-            _fast.values_put(w._wh, self._sh, keys, values)
+            _fast.values_put(w._wh, self._batch(), _MANY, self._sh, keys, values)
+
+        def _batch(self):
+            """The batch the many-key calls run through (a reader: none)."""
+            if self._many is None and not isinstance(self._w, Reader):
+                o = _BatchOpts(_MANY, ctypes.pointer(ctypes.c_void_p(self._sh)), 1)
+                h = ctypes.c_void_p()
+                _check(_lib.stash_batch_create(self._w._live(), ctypes.byref(o),
+                                               ctypes.byref(h)), self.name)
+                self._many = h.value
+            return self._many
     else:
         def read(self, key):
             self._w.key(key)
@@ -942,6 +962,10 @@ class Worker:
     def close(self):
         """Leaves the registry (after recording operator state) and detaches."""
         if self._h:
+            for s in self._states.values():
+                if s._many is not None:
+                    _lib.stash_batch_destroy(s._many)
+                    s._many = None
             _lib.stash_worker_close(self._h)
             self._h = self._wh = None
             self._gen += 1

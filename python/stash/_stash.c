@@ -3,7 +3,9 @@
  * _stash.c: the data path of the Python module in C: value and map reads
  * and writes of one key, and of many keys in one call (their state fetched
  * ahead, as a batch does), without the cost of a ctypes call per step.
- * The rest of the module (python/stash/__init__.py) goes through ctypes;
+ * The many-key calls run through a batch of the worker's the Python side
+ * creates. The rest of the module (python/stash/__init__.py) goes through
+ * ctypes;
  * handles pass as the integers ctypes holds.
  */
 #define PY_SSIZE_T_CLEAN
@@ -134,94 +136,144 @@ static PyObject *value_put(PyObject *self, PyObject *const *args, Py_ssize_t n)
     Py_RETURN_NONE;
 }
 
-#define AHEAD 16 /* keys fetched ahead of the one accessed */
+/* A call over many keys runs them as batches of the worker's (a batch of
+ * the state's, created by the Python side): stash fetches each stretch's
+ * index groups and then their records ahead, and the handler below does
+ * each key's access with the key current. */
+typedef struct many {
+    void *state;
+    PyObject *keys;   /* a fast sequence */
+    PyObject *values; /* values_put: a fast sequence; values_get: the list filled */
+    bool put;
+} many;
 
-/* Fetches ahead the entry of key i + AHEAD of seq for state. */
-static void fetch(void *state, PyObject *seq, Py_ssize_t i, Py_ssize_t n)
+/* One event: its index in the call is the event pointer. */
+static int one(stash_worker *w, void *event, void *ctx)
 {
-    if (i >= n) return;
-    arg_bytes k;
-    if (arg_get(PySequence_Fast_GET_ITEM(seq, i), &k) < 0) {
-        PyErr_Clear(); /* the access itself will say so */
-        return;
+    (void)w;
+    many *m = ctx;
+    Py_ssize_t i = (Py_ssize_t)(intptr_t)event;
+    if (m->put) {
+        arg_bytes v;
+        if (arg_get(PySequence_Fast_GET_ITEM(m->values, i), &v) < 0) return -EINVAL;
+        int rc = stash_value_put(m->state, v.data, (size_t)v.len);
+        arg_release(&v);
+        return rc;
     }
-    stash_prefetch(state, k.data, (size_t)k.len);
-    arg_release(&k);
+    stash_bytes b;
+    int rc = stash_value_get(m->state, &b);
+    if (rc == STASH_ENOTFOUND) return 0; /* the list holds None */
+    if (rc < 0) return rc;
+    PyObject *o = PyBytes_FromStringAndSize(b.data, (Py_ssize_t)b.len);
+    if (!o) return -ENOMEM;
+    Py_SETREF(PyList_GET_ITEM(m->values, i), o);
+    return 0;
 }
 
-/* values_get(worker, state, keys): the value of each key (None if none),
- * each key's state fetched ahead of its turn. */
+/* Runs m's keys through batch (capacity cap; NULL: none) in order. An event whose key
+ * group the worker does not own is refused by the batch: a read of it is
+ * made alone (a copy of another's key group), a write fails. Returns 0, or
+ * -1 with an exception set. */
+static int run_many(void *worker, void *batch, uint32_t cap, many *m)
+{
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(m->keys);
+    int results[4096];
+    if (!batch) {
+        /* A reader's: every key group is another's, read a key at a time. */
+        for (Py_ssize_t i = 0; i < count; i++) {
+            arg_bytes k;
+            if (arg_get(PySequence_Fast_GET_ITEM(m->keys, i), &k) < 0) return -1;
+            int r = stash_key_set(worker, k.data, (size_t)k.len);
+            arg_release(&k);
+            if (r == 0) r = one(worker, (void *)(intptr_t)i, m);
+            if (r < 0) {
+                if (!PyErr_Occurred()) raise(r, m->put ? "put" : "get");
+                return -1;
+            }
+        }
+        return 0;
+    }
+    if (cap > 4096) cap = 4096;
+    for (Py_ssize_t at = 0; at < count; at += cap) {
+        Py_ssize_t end = at + cap < count ? at + (Py_ssize_t)cap : count;
+        for (Py_ssize_t i = at; i < end; i++) {
+            arg_bytes k;
+            if (arg_get(PySequence_Fast_GET_ITEM(m->keys, i), &k) < 0) return -1;
+            int rc = stash_batch_add(batch, k.data, (size_t)k.len, (void *)(intptr_t)i);
+            arg_release(&k);
+            if (rc < 0) {
+                raise(rc, "batch");
+                return -1;
+            }
+        }
+        int rc = stash_batch_run(batch, one, m, results);
+        if (rc < 0) {
+            raise(rc, "batch");
+            return -1;
+        }
+        for (Py_ssize_t i = at; rc > 0 && i < end; i++) {
+            int r = results[i - at];
+            if (r == 0) continue;
+            if (PyErr_Occurred()) return -1;
+            if (r != STASH_EKEYGROUP || m->put) {
+                raise(r, m->put ? "put" : "get");
+                return -1;
+            }
+            arg_bytes k;
+            if (arg_get(PySequence_Fast_GET_ITEM(m->keys, i), &k) < 0) return -1;
+            r = stash_key_set(worker, k.data, (size_t)k.len);
+            arg_release(&k);
+            if (r == 0) r = one(worker, (void *)(intptr_t)i, m);
+            if (r < 0) {
+                if (!PyErr_Occurred()) raise(r, "get");
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* values_get(worker, batch, capacity, state, keys): the value of each key
+ * (None if none). */
 static PyObject *values_get(PyObject *self, PyObject *const *args, Py_ssize_t n)
 {
     (void)self;
-    if (n != 3) return PyErr_Format(PyExc_TypeError, "values_get takes 3 arguments");
-    void *w = handle(args[0]), *s = handle(args[1]);
-    PyObject *seq = PySequence_Fast(args[2], "keys must be a sequence");
+    if (n != 5) return PyErr_Format(PyExc_TypeError, "values_get takes 5 arguments");
+    PyObject *seq = PySequence_Fast(args[4], "keys must be a sequence");
     if (!seq) return NULL;
     Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
     PyObject *out = PyList_New(count);
-    for (Py_ssize_t i = 0; out && i < AHEAD && i < count; i++) fetch(s, seq, i, count);
     for (Py_ssize_t i = 0; out && i < count; i++) {
-        fetch(s, seq, i + AHEAD, count);
-        arg_bytes k;
-        if (arg_get(PySequence_Fast_GET_ITEM(seq, i), &k) < 0) {
-            Py_CLEAR(out);
-            break;
-        }
-        int rc = stash_key_set(w, k.data, (size_t)k.len);
-        arg_release(&k);
-        stash_bytes b;
-        PyObject *v = rc < 0 ? raise(rc, "key") : got(stash_value_get(s, &b), b, "get");
-        if (!v) {
-            Py_CLEAR(out);
-            break;
-        }
-        PyList_SET_ITEM(out, i, v);
+        Py_INCREF(Py_None);
+        PyList_SET_ITEM(out, i, Py_None);
     }
+    many m = {handle(args[3]), seq, out, false};
+    if (out && run_many(handle(args[0]), handle(args[1]),
+                        (uint32_t)PyLong_AsUnsignedLong(args[2]), &m) < 0)
+        Py_CLEAR(out);
     Py_DECREF(seq);
     return out;
 }
 
-/* values_put(worker, state, keys, values): stores values[i] for keys[i],
- * each key's state fetched ahead of its turn. */
+/* values_put(worker, batch, capacity, state, keys, values): stores
+ * values[i] for keys[i]. */
 static PyObject *values_put(PyObject *self, PyObject *const *args, Py_ssize_t n)
 {
     (void)self;
-    if (n != 4) return PyErr_Format(PyExc_TypeError, "values_put takes 4 arguments");
-    void *w = handle(args[0]), *s = handle(args[1]);
-    PyObject *ks = PySequence_Fast(args[2], "keys must be a sequence");
-    PyObject *vs = ks ? PySequence_Fast(args[3], "values must be a sequence") : NULL;
-    if (!vs) {
-        Py_XDECREF(ks);
-        return NULL;
-    }
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(ks);
-    int rc = 0;
-    if (PySequence_Fast_GET_SIZE(vs) != count) {
+    if (n != 6) return PyErr_Format(PyExc_TypeError, "values_put takes 6 arguments");
+    PyObject *ks = PySequence_Fast(args[4], "keys must be a sequence");
+    PyObject *vs = ks ? PySequence_Fast(args[5], "values must be a sequence") : NULL;
+    int rc = vs ? 0 : -1;
+    if (rc == 0 && PySequence_Fast_GET_SIZE(vs) != PySequence_Fast_GET_SIZE(ks)) {
         PyErr_SetString(PyExc_ValueError, "as many values as keys");
         rc = -1;
     }
-    for (Py_ssize_t i = 0; rc == 0 && i < AHEAD && i < count; i++) fetch(s, ks, i, count);
-    for (Py_ssize_t i = 0; rc == 0 && i < count; i++) {
-        fetch(s, ks, i + AHEAD, count);
-        arg_bytes k, v;
-        if (arg_get(PySequence_Fast_GET_ITEM(ks, i), &k) < 0) {
-            rc = -1;
-            break;
-        }
-        if (arg_get(PySequence_Fast_GET_ITEM(vs, i), &v) < 0) {
-            arg_release(&k);
-            rc = -1;
-            break;
-        }
-        rc = stash_key_set(w, k.data, (size_t)k.len);
-        if (rc == 0) rc = stash_value_put(s, v.data, (size_t)v.len);
-        arg_release(&k);
-        arg_release(&v);
-        if (rc < 0) raise(rc, "put");
-    }
-    Py_DECREF(ks);
-    Py_DECREF(vs);
+    many m = {handle(args[3]), ks, vs, true};
+    if (rc == 0)
+        rc = run_many(handle(args[0]), handle(args[1]), (uint32_t)PyLong_AsUnsignedLong(args[2]),
+                      &m);
+    Py_XDECREF(ks);
+    Py_XDECREF(vs);
     if (rc) return NULL;
     Py_RETURN_NONE;
 }
@@ -245,9 +297,9 @@ static PyMethodDef methods[] = {
     {"value_put", (PyCFunction)(void (*)(void))value_put, METH_FASTCALL,
      "value_put(worker, state, key, value)"},
     {"values_get", (PyCFunction)(void (*)(void))values_get, METH_FASTCALL,
-     "values_get(worker, state, keys): each key's value or None"},
+     "values_get(worker, batch, capacity, state, keys): each key's value or None"},
     {"values_put", (PyCFunction)(void (*)(void))values_put, METH_FASTCALL,
-     "values_put(worker, state, keys, values)"},
+     "values_put(worker, batch, capacity, state, keys, values)"},
     {"set_errors", set_errors, METH_VARARGS, "set_errors(StashError, NotFound, Stale)"},
     {NULL, NULL, 0, NULL},
 };

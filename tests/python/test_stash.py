@@ -318,6 +318,37 @@ class Calls(Job):
         self.assertTrue(done["sp"]["savepoint"])
 
 
+class Control(Job):
+    def test_arena_worker_and_service_facts_and_a_stop_request(self):
+        info = self.arena.info()
+        self.assertEqual(info["max_parallelism"], 16)
+        self.assertEqual(info["backend"], "lmdb" if BACKEND == stash.LMDB else "heap")
+        self.assertEqual(stash.kg_range(16, 2, 1), (8, 15))
+        with self.assertRaises(stash.StashError):
+            stash.kg_range(16, 2, 2)
+        w = self.worker(index=1, parallelism=2)
+        wi = w.info()
+        self.assertEqual((wi["index"], wi["parallelism"], wi["range"]), (1, 2, (8, 15)))
+        self.assertEqual(wi["pid"], os.getpid())
+        with self.assertRaises(stash.StashError) as cm:
+            self.arena.checkpoint(1000)
+        self.assertEqual(cm.exception.code, -1015, "no service")
+        lines = []
+        svc = stash.Service(self.name, dir=os.path.join(self.dir, "chk"), log=lines.append)
+        self.assertFalse(svc.stopped())
+        # A stop request waits until the engine is gone: here, until this
+        # process, which runs it, sees it stopped and ends it.
+        asked = threading.Thread(target=self.arena.request_stop, args=(60000,))
+        asked.start()
+        while not svc.stopped():
+            asked.join(0.01)
+        svc.stop()
+        asked.join()
+        self.assertEqual(self.arena.status()["pid"], 0)
+        self.assertTrue(lines, "the service logged")
+        self.assertTrue(stash.version().count(".") == 2)
+
+
 class Processes(Job):
     def test_a_python_worker_and_a_c_worker_in_one_job_and_a_python_reader_watching(self):
         if not C_WORKER:
