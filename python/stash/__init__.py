@@ -11,6 +11,7 @@ words and stash_errmsg()'s detail. docs/python.md describes the module.
 
 import ctypes
 import ctypes.util
+import functools
 import os
 from collections import namedtuple
 
@@ -538,14 +539,17 @@ class View:
     worker that read them (a write, a read, a key set, a barrier); used
     after, it raises Stale rather than show memory that may have moved."""
 
-    __slots__ = ("_owner", "_gen", "_data", "_len")
+    __slots__ = ("_owner", "_gen", "_fast_gen", "_data", "_len")
 
     def __init__(self, owner, b):
         self._owner, self._gen = owner, owner._gen
+        self._fast_gen = _fast.generation() if _fast else 0
         self._data, self._len = b.data, b.len
 
     def _valid(self):
-        if self._owner._gen != self._gen or not self._owner._h:
+        # The C data path's calls are counted there, not on the worker.
+        if (self._owner._gen != self._gen or not self._owner._h or
+                (_fast and _fast.generation() != self._fast_gen)):
             raise Stale(ESTALE, "a view used after the worker's next call", "View")
 
     def tobytes(self):
@@ -694,17 +698,21 @@ class ValueState(_State):
     # where it is built, else through ctypes.
 
     if _fast:
+        def __init__(self, worker, handle, name, keep):
+            super().__init__(worker, handle, name, keep)
+            # read and write are the C calls themselves, bound to the
+            # handles: a Python method around them would cost more than
+            # the access (they count their calls for views themselves).
+            self.read = functools.partial(_fast.value_get, worker._wh, self._sh)
+            self.write = functools.partial(_fast.value_put, worker._wh, self._sh)
+
         def read(self, key):
             """The value of key (a copy), or None."""
-            w = self._w
-            w._gen += 1
-            return _fast.value_get(w._wh, self._sh, key)
+            return _fast.value_get(self._w._wh, self._sh, key)
 
         def write(self, key, value):
             """Stores value for key (None clears)."""
-            w = self._w
-            w._gen += 1
-            _fast.value_put(w._wh, self._sh, key, value)
+            _fast.value_put(self._w._wh, self._sh, key, value)
 
         def read_many(self, keys):
             """The value of each key (None if none), in one call: the keys
@@ -916,6 +924,11 @@ _CLASSES = {VALUE: ValueState, LIST: ListState, MAP: MapState, REDUCING: Reducin
 # ---- workers and readers ------------------------------------------------
 
 
+def _closed(*args):
+    raise StashError(-22, "the worker is closed", "Worker")
+
+
+
 class Worker:
     """A worker process's handle: Worker(name, index=0, parallelism=1, ...).
     clock() -> milliseconds for TTL; on_cut(worker, checkpoint_id) is
@@ -966,6 +979,8 @@ class Worker:
                 if s._many is not None:
                     _lib.stash_batch_destroy(s._many)
                     s._many = None
+                if "read" in s.__dict__:  # bound to the handles: they go now
+                    s.read = s.write = _closed
             _lib.stash_worker_close(self._h)
             self._h = self._wh = None
             self._gen += 1

@@ -16,6 +16,10 @@
 
 static PyObject *error_classes[3]; /* StashError, NotFound, Stale */
 
+/* Calls made through this module: a View made before one may show memory
+ * the call moved (the Python side compares). */
+static unsigned long long calls;
+
 /* Raises the module's exception for rc, as _check() in __init__.py does. */
 static PyObject *raise(int rc, const char *call)
 {
@@ -92,7 +96,7 @@ static void arg_release(arg_bytes *a)
 
 static void *handle(PyObject *o)
 {
-    return PyLong_AsVoidPtr(o);
+    return o == Py_None ? NULL : PyLong_AsVoidPtr(o);
 }
 
 /* The value read (or None), or an exception. */
@@ -107,6 +111,7 @@ static PyObject *got(int rc, stash_bytes b, const char *call)
 static PyObject *value_get(PyObject *self, PyObject *const *args, Py_ssize_t n)
 {
     (void)self;
+    calls++;
     if (n != 3) return PyErr_Format(PyExc_TypeError, "value_get takes 3 arguments");
     arg_bytes k;
     if (arg_get(args[2], &k) < 0) return NULL;
@@ -121,6 +126,7 @@ static PyObject *value_get(PyObject *self, PyObject *const *args, Py_ssize_t n)
 static PyObject *value_put(PyObject *self, PyObject *const *args, Py_ssize_t n)
 {
     (void)self;
+    calls++;
     if (n != 4) return PyErr_Format(PyExc_TypeError, "value_put takes 4 arguments");
     arg_bytes k, v;
     if (arg_get(args[2], &k) < 0) return NULL;
@@ -238,6 +244,7 @@ static int run_many(void *worker, void *batch, uint32_t cap, many *m)
 static PyObject *values_get(PyObject *self, PyObject *const *args, Py_ssize_t n)
 {
     (void)self;
+    calls++;
     if (n != 5) return PyErr_Format(PyExc_TypeError, "values_get takes 5 arguments");
     PyObject *seq = PySequence_Fast(args[4], "keys must be a sequence");
     if (!seq) return NULL;
@@ -248,8 +255,8 @@ static PyObject *values_get(PyObject *self, PyObject *const *args, Py_ssize_t n)
         PyList_SET_ITEM(out, i, Py_None);
     }
     many m = {handle(args[3]), seq, out, false};
-    if (out && run_many(handle(args[0]), handle(args[1]),
-                        (uint32_t)PyLong_AsUnsignedLong(args[2]), &m) < 0)
+    if (out && run_many(handle(args[0]), handle(args[1]), (uint32_t)PyLong_AsUnsignedLong(args[2]),
+                        &m) < 0)
         Py_CLEAR(out);
     Py_DECREF(seq);
     return out;
@@ -260,6 +267,7 @@ static PyObject *values_get(PyObject *self, PyObject *const *args, Py_ssize_t n)
 static PyObject *values_put(PyObject *self, PyObject *const *args, Py_ssize_t n)
 {
     (void)self;
+    calls++;
     if (n != 6) return PyErr_Format(PyExc_TypeError, "values_put takes 6 arguments");
     PyObject *ks = PySequence_Fast(args[4], "keys must be a sequence");
     PyObject *vs = ks ? PySequence_Fast(args[5], "values must be a sequence") : NULL;
@@ -276,6 +284,13 @@ static PyObject *values_put(PyObject *self, PyObject *const *args, Py_ssize_t n)
     Py_XDECREF(vs);
     if (rc) return NULL;
     Py_RETURN_NONE;
+}
+
+/* generation(): how many calls the module has made. */
+static PyObject *generation(PyObject *self, PyObject *unused)
+{
+    (void)self, (void)unused;
+    return PyLong_FromUnsignedLongLong(calls);
 }
 
 /* set_errors(StashError, NotFound, Stale): the classes raised. */
@@ -301,6 +316,7 @@ static PyMethodDef methods[] = {
     {"values_put", (PyCFunction)(void (*)(void))values_put, METH_FASTCALL,
      "values_put(worker, batch, capacity, state, keys, values)"},
     {"set_errors", set_errors, METH_VARARGS, "set_errors(StashError, NotFound, Stale)"},
+    {"generation", generation, METH_NOARGS, "generation(): the calls made so far"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -124,15 +124,27 @@ class Calls(Job):
         self.assertEqual(v.get(), b"5")
         v.write(5, None)
         self.assertIsNone(v.read(5))
+        w.key(7)
+        v.put(b"seven")
+        view = v.view()
+        v.write(8, b"eight")  # another key, in one call: the view goes stale too
+        with self.assertRaises(stash.Stale):
+            bytes(view)
         with self.assertRaises(ValueError):
             v.write_many([1, 2], [b"x"])
         with self.assertRaises(TypeError):
             v.read(1.5)
         reader = stash.Reader(self.name)
         self.closing.append(reader.close)
+        rv = reader.state("v")
         with self.assertRaises(stash.StashError) as cm:
-            reader.state("v").write("a", "no")
+            rv.write("a", "no")
         self.assertEqual(cm.exception.code, stash.EKEYGROUP)
+        if BACKEND == stash.HEAP:  # lmdb: visible to a reader once committed
+            self.assertEqual(rv.read_many(["a", 2, "nope"]), [b"1", b"2", None])
+        reader.close()
+        with self.assertRaises(stash.StashError):
+            rv.read("a")  # a closed handle raises, never reads freed memory
 
     def test_list_map_reducing_aggregating(self):
         w = self.worker()
