@@ -60,20 +60,18 @@ static int source_bytes(const char *path, ioe_engine *e, uint64_t *bytes, uint32
     return rc;
 }
 
-/* Creates the arena at ao->path and restores the checkpoint at path into it. */
+/* Creates the arena at ao->path and restores the checkpoint at path into
+ * every key group of it. */
 static int fill(const stash_arena_opts *ao, const char *path, ioe_engine *e)
 {
     stash_arena *a;
     int rc = stash_arena_create("view", ao, &a);
     if (rc) return rc;
-    stash_arena_close(a);
-    stash_worker *w;
-    rc = stash_worker_open("view", &(stash_worker_opts){.parallelism = 1, .arena = ao}, &w);
-    if (rc) return rc;
     ckpt_restored out = {0};
-    rc = ckpt_restore_path(w->arena, path, w->range, e, w->store, &out);
+    rc = ckpt_restore_path(a, path, (stash_kg_range){0, a->hdr->max_parallelism - 1}, e, NULL,
+                           &out);
     ckpt_restored_free(&out);
-    stash_worker_close(w);
+    stash_arena_close(a);
     return rc;
 }
 
