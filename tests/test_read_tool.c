@@ -168,34 +168,29 @@ Test(read_tool, scan_lists_every_entry_of_a_state)
 
 Test(read_tool, bad_arguments_are_named)
 {
+    static const struct {
+        const char *args; /* %s: the arena's name */
+        int code;
+        const char *named;
+    } cases[] = {
+        {"get %s --key alice", 2, "missing --state"},
+        {"get %s --state v", 2, "missing --key"},
+        {"get %s --state v --key alice --bogus", 2, "--bogus"},
+        {"get %s --state v --key xyz --format hex", 2, "--key 'xyz' is not hex"},
+        {"get %s --state v --key alice --format octal", 2, "octal"},
+        {"get %s --state nope --key alice", 2, "nope"},
+        {"get %s --state ops --key alice", 2, "operator state"},
+        {"get %s --state v --key alice --map-key x", 2, "not a map"},
+        {"scan %s --state v --key-group 8", 2, "key groups 0 to 7"},
+        {"scan %s --state v --at-checkpoint --checkpoint /x", 2, "exclude each other"},
+        {"get t-readtool-no-such-arena --state v --key a", 2, "t-readtool-no-such-arena"},
+        {"get --checkpoint /nonexistent --state v --key a", 2, "/nonexistent"},
+        {"get --help", 0, "usage: stash get"},
+        {"scan --help", 0, "usage: stash scan"},
+    };
     char out[4096];
-    cr_assert_eq(run(out, "get %s --key alice"), 2);
-    cr_assert(strstr(out, "missing --state"), "%s", out);
-    cr_assert_eq(run(out, "get %s --state v"), 2);
-    cr_assert(strstr(out, "missing --key"), "%s", out);
-    cr_assert_eq(run(out, "get %s --state v --key alice --bogus"), 2);
-    cr_assert(strstr(out, "--bogus"), "%s", out);
-    cr_assert_eq(run(out, "get %s --state v --key xyz --format hex"), 2);
-    cr_assert(strstr(out, "--key 'xyz' is not hex"), "%s", out);
-    cr_assert_eq(run(out, "get %s --state v --key alice --format octal"), 2);
-    cr_assert(strstr(out, "octal"), "%s", out);
-    cr_assert_eq(run(out, "get %s --state nope --key alice"), 2);
-    cr_assert(strstr(out, "nope"), "%s", out);
-    cr_assert_eq(run(out, "get %s --state ops --key alice"), 2);
-    cr_assert(strstr(out, "operator state"), "%s", out);
-    cr_assert_eq(run(out, "get %s --state v --key alice --map-key x"), 2);
-    cr_assert(strstr(out, "not a map"), "%s", out);
-    cr_assert_eq(run(out, "scan %s --state v --key-group 8"), 2);
-    cr_assert(strstr(out, "key groups 0 to 7"), "%s", out);
-    cr_assert_eq(run(out, "scan %s --state v --at-checkpoint --checkpoint /x"), 2);
-    cr_assert_eq(test_run_stash("get t-readtool-no-such-arena --state v --key a", out, sizeof out),
-                 2);
-    cr_assert(strstr(out, "t-readtool-no-such-arena"), "%s", out);
-    cr_assert_eq(test_run_stash("get --checkpoint /nonexistent --state v --key a", out, sizeof out),
-                 2);
-    cr_assert(strstr(out, "/nonexistent"), "%s", out);
-    cr_assert_eq(run(out, "get --help"), 0);
-    cr_assert(strstr(out, "usage: stash get"), "%s", out);
-    cr_assert_eq(run(out, "scan --help"), 0);
-    cr_assert(strstr(out, "usage: stash scan"), "%s", out);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cr_assert_eq(run(out, cases[i].args), cases[i].code, "%s: %s", cases[i].args, out);
+        cr_assert(strstr(out, cases[i].named), "%s: %s", cases[i].args, out);
+    }
 }

@@ -435,14 +435,23 @@ typedef struct watch_args {
     int ready[2];
 } watch_args;
 
+/* A child's reader of arena name and its handle on the value state "v";
+ * NULL if either fails. */
+static stash_state *child_reader(const char *arena_name, stash_worker **r)
+{
+    stash_state *v;
+    if (stash_reader_open(arena_name, NULL, r)) return NULL;
+    if (stash_state_get(*r, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v)) return NULL;
+    return v;
+}
+
 /* Reads every key over and over; exits 3 on a torn value. */
 static int watch(void *arg)
 {
     watch_args *a = arg;
     stash_worker *r;
-    if (stash_reader_open(a->name, NULL, &r)) return 1;
-    stash_state *v;
-    if (stash_state_get(r, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v)) return 2;
+    stash_state *v = child_reader(a->name, &r);
+    if (!v) return 2;
     bool told = false;
     for (;;)
         for (uint32_t k = 0; k < 500; k++) {
@@ -496,9 +505,8 @@ static int scan_forever(void *arg)
 {
     watch_args *a = arg;
     stash_worker *r;
-    if (stash_reader_open(a->name, NULL, &r)) return 1;
-    stash_state *v;
-    if (stash_state_get(r, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v)) return 2;
+    stash_state *v = child_reader(a->name, &r);
+    if (!v) return 2;
     bool told = false;
     for (;;)
         for (uint32_t kg = 0; kg < KGS; kg++) {

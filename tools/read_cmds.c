@@ -319,9 +319,11 @@ int tool_scan(int argc, char **argv)
         "namespace N alone with --ns), one a line: key, namespace and what `stash get`\n"
         "shows for it, separated by tabs (a list's elements, a map's map keys and\n"
         "values each in a field of their own), or with --json one object a line.\n"
-        "Each key group is read as one version of it, through a reader that never\n"
-        "blocks a worker or a checkpoint; --at-checkpoint and --checkpoint DIR read\n"
-        "as `stash get` does. Progress goes to a terminal's stderr.\n";
+        "It reads through a reader, which never blocks a worker or a checkpoint: each\n"
+        "key group's keys are copied at its turn while the owners write on (an entry\n"
+        "written meanwhile may show before or after the write); --at-checkpoint and\n"
+        "--checkpoint DIR read one consistent version, as `stash get` does. Progress\n"
+        "goes to a terminal's stderr.\n";
     read_args a;
     int rc = parse_read_args(argc, argv, usage, true, &a);
     if (rc) return rc < 0 ? 0 : rc;

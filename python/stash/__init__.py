@@ -627,6 +627,17 @@ class _State:
         w._gen += 1
         return _check(fn(self._h, *args), call or self.name, w)
 
+    def _lookup(self, fn, default, *args):
+        """A copy of what fn(state, *args, &bytes) finds, or default."""
+        b = _Bytes()
+        w = self._w
+        w._gen += 1
+        rc = fn(self._h, *args, ctypes.byref(b))
+        if rc == ENOTFOUND:
+            return default
+        _check(rc, self.name, w)
+        return _copy(b)
+
     def namespace(self, ns):
         """Sets the namespace of this state's accesses (None: the empty one)."""
         n = to_bytes(ns)
@@ -666,14 +677,7 @@ class ValueState(_State):
 
     def get(self, default=None):
         """The current key's value (a copy), or the state's default, or default."""
-        b = _Bytes()
-        w = self._w
-        w._gen += 1
-        rc = _lib.stash_value_get(self._h, ctypes.byref(b))
-        if rc == ENOTFOUND:
-            return default
-        _check(rc, self.name, w)
-        return _copy(b)
+        return self._lookup(_lib.stash_value_get, default)
 
     def view(self):
         """The current key's value as a View (no copy), or None."""
@@ -798,14 +802,8 @@ class MapState(_State):
     kind = MAP
 
     def get(self, k, default=None):
-        kb, b = to_bytes(k), _Bytes()
-        w = self._w
-        w._gen += 1
-        rc = _lib.stash_map_get(self._h, kb, len(kb), ctypes.byref(b))
-        if rc == ENOTFOUND:
-            return default
-        _check(rc, self.name, w)
-        return _copy(b)
+        kb = to_bytes(k)
+        return self._lookup(_lib.stash_map_get, default, kb, len(kb))
 
     def put(self, k, value):
         kb, v = to_bytes(k), to_bytes(value)
@@ -850,14 +848,7 @@ class _MergingState(_State):
         self._call(_lib.stash_merging_add, v, len(v))
 
     def get(self, default=None):
-        b = _Bytes()
-        w = self._w
-        w._gen += 1
-        rc = _lib.stash_merging_get(self._h, ctypes.byref(b))
-        if rc == ENOTFOUND:
-            return default
-        _check(rc, self.name, w)
-        return _copy(b)
+        return self._lookup(_lib.stash_merging_get, default)
 
     def merge_namespaces(self, target, sources):
         _merge(self, target, sources)
@@ -893,14 +884,8 @@ class BroadcastState(_State):
     kind = OP_BROADCAST
 
     def get(self, k, default=None):
-        kb, b = to_bytes(k), _Bytes()
-        w = self._w
-        w._gen += 1
-        rc = _lib.stash_broadcast_get(self._h, kb, len(kb), ctypes.byref(b))
-        if rc == ENOTFOUND:
-            return default
-        _check(rc, self.name, w)
-        return _copy(b)
+        kb = to_bytes(k)
+        return self._lookup(_lib.stash_broadcast_get, default, kb, len(kb))
 
     def put(self, k, value):
         kb, v = to_bytes(k), to_bytes(value)
