@@ -41,6 +41,14 @@ class Job(unittest.TestCase):
         stash.Arena.destroy(self.name)
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    @staticmethod
+    def reap(proc):
+        """Ends a child the test started, whatever state it is in."""
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stdout.close()
+
     def worker(self, **kw):
         w = stash.Worker(self.name, **kw)
         self.closing.append(w.close)
@@ -369,7 +377,7 @@ class Processes(Job):
         keys, rounds = 200, 30
         c = subprocess.Popen([C_WORKER, self.name, "1", "2", str(keys), str(rounds)],
                              stdout=subprocess.PIPE, text=True)
-        self.closing.append(lambda: c.poll() is None and c.kill())
+        self.closing.append(lambda: self.reap(c))
         w = self.worker(index=0, parallelism=2)
         count = w.state("count")
         first, last = w.info()["range"]
@@ -398,6 +406,9 @@ class Processes(Job):
             w.barrier()
         self.assertEqual(c.returncode, 0)
         self.assertEqual(c.stdout.read().strip(), "done")
+        # The Python worker's last writes are in a checkpoint it cuts now
+        # (on lmdb, also what makes them visible to other processes).
+        self.checkpoint_at_barriers([w])
         for k in range(keys):
             r.key(k)
             self.assertEqual(u64(rc.get()), rounds, f"key {k}")
@@ -430,7 +441,7 @@ class Kill(Job):
         env = dict(os.environ)
         child = subprocess.Popen([sys.executable, "-c", CHILD, self.name],
                                  stdout=subprocess.PIPE, text=True, env=env)
-        self.closing.append(lambda: child.poll() is None and child.kill())
+        self.closing.append(lambda: self.reap(child))
         completed = {}
         while len(completed) < 3:
             line = child.stdout.readline()
