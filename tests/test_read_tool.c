@@ -2,7 +2,8 @@
 /*
  * test_read_tool.c: `stash get` and `stash scan` on a live arena, as of its
  * newest complete checkpoint and on a checkpoint directory alone: every
- * keyed kind, the three formats, --json, and the usage errors, each named.
+ * keyed kind, the three formats, --json, and the usage errors, each named;
+ * and every command's --version.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -192,5 +193,28 @@ Test(read_tool, bad_arguments_are_named)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cr_assert_eq(run(out, cases[i].args), cases[i].code, "%s: %s", cases[i].args, out);
         cr_assert(strstr(out, cases[i].named), "%s: %s", cases[i].args, out);
+    }
+}
+
+Test(read_tool, every_command_says_its_version)
+{
+    static const char *const commands[] = {"--version",
+                                           "serve --version",
+                                           "checkpoint --version",
+                                           "stop --version",
+                                           "create --version",
+                                           "status --version",
+                                           "destroy --version",
+                                           "get --version",
+                                           "scan --version",
+                                           "snapshot ls --version",
+                                           "bench --version",
+                                           "bench keyed --version",
+                                           "demo --version"};
+    char out[256], want[64];
+    snprintf(want, sizeof want, "stash %s\n", stash_version());
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        cr_assert_eq(test_run_stash(commands[i], out, sizeof out), 0, "%s: %s", commands[i], out);
+        cr_assert_str_eq(out, want, "%s", commands[i]);
     }
 }

@@ -16,6 +16,16 @@ bool tool_wants_help(int argc, char **argv)
     return false;
 }
 
+bool tool_version(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--version") == 0) {
+            printf("stash %s\n", stash_version());
+            return true;
+        }
+    return false;
+}
+
 int tool_parse_size(const char *s, uint64_t *out)
 {
     char *end;

@@ -69,6 +69,7 @@ static int bench_main(int argc, char **argv)
 
 static int run(const tool_cmd *c, int argc, char **argv)
 {
+    if (c->run != bench_main && !tool_wants_help(argc, argv) && tool_version(argc, argv)) return 0;
     int n;
     char **split = tool_split_equals(argc, argv, &n);
     if (!split) return tool_fail("arguments", -ENOMEM);
@@ -85,10 +86,7 @@ int main(int argc, char **argv)
         usage(argc < 2 ? stderr : stdout, title, commands, COUNT(commands));
         return argc < 2 ? 2 : 0;
     }
-    if (strcmp(argv[1], "--version") == 0) {
-        printf("stash %s\n", stash_version());
-        return 0;
-    }
+    if (tool_version(2, argv)) return 0;
     const tool_cmd *c = find(commands, COUNT(commands), argv[1]);
     if (!c) {
         fprintf(stderr, "stash: unknown command '%s'\n", argv[1]);

@@ -18,6 +18,9 @@ typedef int tool_main_fn(int argc, char **argv);
 
 /* Whether argv[i] is "--help" or "-h". */
 bool tool_wants_help(int argc, char **argv);
+/* Whether argv[i] is "--version" (i >= 1): if so, prints the library's
+ * version, as every command does when asked. */
+bool tool_version(int argc, char **argv);
 /* Parses a size such as 4096, 64K, 256M or 2G. Returns 0 or -EINVAL. */
 int tool_parse_size(const char *s, uint64_t *out);
 /* Parses a duration such as 500ms, 2s, 1m or 1h (a plain number is seconds)

@@ -43,6 +43,7 @@ static void usage(FILE *f)
 
 static int run_bench(int argc, char **argv)
 {
+    if (!tool_wants_help(argc, argv) && tool_version(argc, argv)) return 0;
     if (argc < 2 || tool_wants_help(2, argv)) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
