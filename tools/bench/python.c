@@ -72,6 +72,10 @@ int bench_python(int argc, char **argv)
     if (bench_heap_only(&o, "python") < 0) return 2;
     if (bench_check_case(&o, "python", cases, sizeof cases / sizeof cases[0]) < 0) return 2;
     char dir[4096];
+#ifdef __SANITIZE_ADDRESS__
+    skip_all(&o, cases, 4, "a sanitizer build: python3 cannot load its libstash");
+    return 0;
+#endif
     if (access(PYTHON, X_OK) < 0) {
         skip_all(&o, cases, 4, "python3 not installed");
         return 0;
