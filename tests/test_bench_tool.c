@@ -149,3 +149,36 @@ Test(bench_tool, bench_python_runs_every_case_beside_its_peers, .timeout = 240)
     cr_assert_eq(test_run_stash("bench python --case nothing", big, sizeof big), 2, "%s", big);
     cr_assert_not_null(strstr(big, "value-read/one"), "%s", big);
 }
+
+Test(bench_tool, every_report_starts_with_its_header_and_gives_each_figure_s_spread, .timeout = 240)
+{
+    static char big[16384];
+    char want[64];
+    snprintf(want, sizeof want, "{\"header\": {\"bench\": \"arena\", \"version\": \"%s\"",
+             stash_version());
+    cr_assert_eq(
+        test_run_stash("bench arena --quick --reps 2 --json --case alloc-free/1", big, sizeof big),
+        0, "%s", big);
+    cr_assert_eq(strncmp(big, want, strlen(want)), 0, "%s", big);
+    cr_assert_not_null(strstr(big, "\"cores\": "), "%s", big);
+    cr_assert_not_null(strstr(big, "\"min\": "), "%s", big);
+    cr_assert_eq(
+        test_run_stash("bench arena --quick --reps 2 --csv --case alloc-free/1", big, sizeof big),
+        0, "%s", big);
+    cr_assert_eq(strncmp(big, "# stash ", 8), 0, "%s", big);
+    const char *cols = strstr(big, "\nbench,case,system,value,unit,min,max,");
+    cr_assert_not_null(cols, "%s", big);
+    const char *row = strstr(cols, "\narena,alloc-free/1proc,stash,");
+    cr_assert_not_null(row, "%s", big);
+    int commas = 0;
+    for (const char *p = row + 1; *p && *p != '\n'; p++) commas += *p == ',';
+    cr_assert_eq(commas, 10, "eleven fields: %s", big);
+    cr_assert_eq(
+        test_run_stash("bench arena --quick --reps 2 --case alloc-free/1", big, sizeof big), 0,
+        "%s", big);
+    cr_assert_not_null(strstr(big, "# machine: "), "%s", big);
+    cr_assert_not_null(strstr(big, " .. "), "the table shows each figure's lowest and highest: %s",
+                       big);
+    cr_assert_eq(test_run_stash("bench arena --json --csv", big, sizeof big), 2, "%s", big);
+    cr_assert_not_null(strstr(big, "exclude each other"), "%s", big);
+}

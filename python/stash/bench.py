@@ -3,8 +3,9 @@
 and writes from Python, one key a call and 32 keys a call, beside
 python3-lmdb and python3-redis used the way their users do (a transaction
 per call, MGET/MSET for many keys), in the same run. Prints one line per
-figure: case, system, value, unit and, for a peer that could not run, why,
-separated by tabs; stash-bench reports them."""
+figure: case, system, value (the median), unit, then the lowest and highest
+repetition, or for a peer that could not run why, separated by tabs;
+stash-bench reports them."""
 
 import os
 import shutil
@@ -21,14 +22,15 @@ CASES = ["value-read/one", "value-write/one", "value-read/batch32", "value-write
 
 
 def timed(fn, n, reps):
-    """Operations per second of fn(), which does n of them: the median of reps."""
+    """Operations per second of fn(), which does n of them: the median,
+    lowest and highest of reps."""
     rates = []
     for _ in range(reps):
         t = time.perf_counter()
         fn()
         rates.append(n / (time.perf_counter() - t))
     rates.sort()
-    return rates[len(rates) // 2]
+    return (rates[len(rates) // 2], rates[0], rates[-1])
 
 
 def chunks(xs):
@@ -171,15 +173,15 @@ def main(argv):
             if isinstance(r, str):
                 print(f"{case}\t{system}\t0\tops/s\t{r}")
             else:
-                print(f"{case}\t{system}\t{r[i]:.1f}\tops/s")
+                print(f"{case}\t{system}\t{r[i][0]:.1f}\tops/s\t{r[i][1]:.1f}\t{r[i][2]:.1f}")
         for peer in ("python3-lmdb", "python3-redis"):
             s, p = results.get("stash"), results.get(peer)
             if isinstance(s, list) and isinstance(p, list):
-                print(f"{case}\tstash/{peer}\t{s[i] / p[i]:.3f}\tratio")
+                print(f"{case}\tstash/{peer}\t{s[i][0] / p[i][0]:.3f}\tratio")
                 # Many keys a call against the peer's one key a call: what
                 # the batch saves of the call's cost.
                 if case.endswith("batch32"):
-                    print(f"{case}\tstash/{peer}-one\t{s[i] / p[i - 2]:.3f}\tratio")
+                    print(f"{case}\tstash/{peer}-one\t{s[i][0] / p[i - 2][0]:.3f}\tratio")
     return 0
 
 

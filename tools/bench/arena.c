@@ -155,6 +155,8 @@ int bench_arena(int argc, char **argv)
         rc = -1;
     if (rc) return rc < 0 ? 2 : 0;
     uint64_t n = o.quick ? 4000000 : 20000000;
+    bench_header(&o, "arena", "%llu allocate+free pairs per process, 4096 live blocks",
+                 (unsigned long long)n);
     op_seq seqs[2] = {make_seq(n, 1), make_seq(n, 2)};
     if (!seqs[0].size || !seqs[1].size) return tool_fail("bench arena", -ENOMEM);
     char name[64];
@@ -178,23 +180,24 @@ int bench_arena(int argc, char **argv)
     free(seqs[0].size), free(seqs[0].kg), free(seqs[1].size), free(seqs[1].kg);
     if (rc < 0) return tool_fail("bench arena: a measuring process failed", rc);
 
-    double m[NCASES];
-    for (int c = 0; c < NCASES; c++) m[c] = bench_median(v[c], o.reps);
-    bench_result res = {.bench = "arena", .unit = "ops/s"};
-    const struct {
+    static const struct {
         const char *name, *system;
-        double value;
-    } rows[] = {
-        {"alloc-free/1proc", "stash", m[STASH_1]},
-        {"alloc-free/1proc", "malloc", m[MALLOC_1]},
-        {"alloc-free/2proc", "stash", m[STASH_2]},
-        {"alloc-free/2proc", "malloc", m[MALLOC_2]},
+    } rows[NCASES] = {
+        [STASH_1] = {"alloc-free/1proc", "stash"},
+        [MALLOC_1] = {"alloc-free/1proc", "malloc"},
+        [STASH_2] = {"alloc-free/2proc", "stash"},
+        [MALLOC_2] = {"alloc-free/2proc", "malloc"},
     };
-    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        res.name = rows[i].name, res.system = rows[i].system, res.value = rows[i].value;
-        bench_report(&o, &res);
+    double m[NCASES];
+    for (int c = 0; c < NCASES; c++) {
+        bench_result row = bench_spread(
+            (bench_result){
+                .bench = "arena", .name = rows[c].name, .system = rows[c].system, .unit = "ops/s"},
+            v[c], o.reps);
+        m[c] = row.value;
+        bench_report(&o, &row);
     }
-    res.unit = "ratio";
+    bench_result res = {.bench = "arena", .unit = "ratio"};
     res.system = "stash/malloc";
     res.name = "alloc-free/1proc";
     res.value = m[STASH_1] / m[MALLOC_1];

@@ -14,6 +14,7 @@
 
 typedef struct bench_opts {
     bool json;             /* one JSON object per line on stdout instead of a table */
+    bool csv;              /* comma-separated rows on stdout instead of a table */
     bool quick;            /* reduced sizes: a smoke check under a minute */
     int reps;              /* repetitions; each figure is their median */
     bool progress;         /* stderr is a terminal and output is a table */
@@ -25,9 +26,10 @@ typedef struct bench_result {
     const char *bench;  /* "arena", "io", "keyed", ... */
     const char *name;   /* the case, e.g. "alloc-free/1proc" */
     const char *system; /* "stash", "malloc", "fio", ... */
-    double value;
-    const char *unit; /* "ops/s", "bytes/s", "us", "bytes", "ratio" */
-    bool latency;     /* whether the p50/p99/p999 fields apply */
+    double value;       /* the median of the repetitions */
+    double min, max;    /* the lowest and highest repetition; both 0: not repeated */
+    const char *unit;   /* "ops/s", "bytes/s", "us", "bytes", "ratio" */
+    bool latency;       /* whether the p50/p99/p999 fields apply */
     double p50_us, p99_us, p999_us;
     const char *skipped; /* non-NULL: the peer could not run, and why */
 } bench_result;
@@ -54,9 +56,16 @@ void bench_budget_evict(const bench_budget *b);
 /* Moves the process back and removes the cgroup. Accepts one never entered. */
 void bench_budget_leave(bench_budget *b);
 
-/* Parses --json, --quick and --reps N; prints usage and returns -1 on a bad
- * argument, 1 on --help, 0 otherwise. usage names the bench's own cases. */
+/* Parses --json, --csv, --quick and --reps N; prints usage and returns -1
+ * on a bad argument, 1 on --help, 0 otherwise. usage names the bench's own
+ * cases. */
 int bench_parse(int argc, char **argv, const char *usage, bench_opts *out);
+/* Prints the header every bench starts with: stash's version and build
+ * type, the machine (CPU model, cores, memory, kernel), the bench's sizes
+ * (printf-style) and the repetitions; a comment in a table or CSV, an
+ * object {"header": ...} in JSON. */
+void bench_header(const bench_opts *o, const char *bench, const char *sizes, ...)
+    __attribute__((format(printf, 3, 4)));
 /* Refuses --backend lmdb for a bench that measures the heap only: -1
  * after saying so, else 0. */
 int bench_heap_only(const bench_opts *o, const char *cmd);
@@ -70,8 +79,8 @@ void bench_report(const bench_opts *o, const bench_result *r);
 /* Prints a progress line on the terminal (overwritten by the next). */
 void bench_progress(const bench_opts *o, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-/* The median of v[0 .. n-1] (reorders v). */
-double bench_median(double *v, int n);
+/* r with the median, lowest and highest of v[0 .. n-1] (reorders v). */
+bench_result bench_spread(bench_result r, double *v, int n);
 /* Monotonic nanoseconds. */
 uint64_t bench_now_ns(void);
 /* Latency percentile (0..1) in microseconds from n samples in ns (reorders them). */

@@ -43,6 +43,18 @@ static void report(const ckb *b, const char *name, const char *system, double va
             .bench = "checkpoint", .name = name, .system = system, .value = value, .unit = unit});
 }
 
+/* Reports the median of the repetitions v (with their lowest and highest)
+ * and returns it. */
+static double report_reps(const ckb *b, const char *name, const char *system, double *v,
+                          const char *unit)
+{
+    bench_result r = bench_spread(
+        (bench_result){.bench = "checkpoint", .name = name, .system = system, .unit = unit}, v,
+        b->o.reps);
+    bench_report(&b->o, &r);
+    return r.value;
+}
+
 static void report_skip(const ckb *b, const char *name, const char *system, const char *why)
 {
     bench_report(&b->o, &(bench_result){
@@ -191,9 +203,8 @@ static int bandwidth_cases(ckb *b)
     close_loaded(b, w);
     clean_dir(b);
     if (rc < 0) return rc;
-    double mw = bench_median(wr, b->o.reps), mr = bench_median(rd, b->o.reps);
-    report(b, "full/write", "stash-uring", mw, "bytes/s");
-    report(b, "restore/read", "stash-uring", mr, "bytes/s");
+    double mw = report_reps(b, "full/write", "stash-uring", wr, "bytes/s");
+    double mr = report_reps(b, "restore/read", "stash-uring", rd, "bytes/s");
     if (on_lmdb(b)) {
         /* Beside the same records put key by key through the API (the load). */
         double put = (double)bytes / ((double)load_ns / 1e9);
@@ -204,9 +215,8 @@ static int bandwidth_cases(ckb *b)
         report_skip(b, "full/write", "fio", "fio is not installed or failed (apt-get install fio)");
         return 0;
     }
-    double mfw = bench_median(fw, b->o.reps), mfr = bench_median(fr, b->o.reps);
-    report(b, "full/write", "fio", mfw, "bytes/s");
-    report(b, "restore/read", "fio", mfr, "bytes/s");
+    double mfw = report_reps(b, "full/write", "fio", fw, "bytes/s");
+    double mfr = report_reps(b, "restore/read", "fio", fr, "bytes/s");
     report(b, "full/write", "stash/fio", mw / mfw, "ratio");
     report(b, "restore/read", "stash/fio", mr / mfr, "ratio");
     return 0;
@@ -470,12 +480,10 @@ static int under_load_case(ckb *b)
         free(ops);
         return rc;
     }
-    double mw = bench_median(with, b->o.reps), mo = bench_median(without, b->o.reps);
-    double me = bench_median(extra, b->o.reps);
-    report(b, "ycsb-a/during-checkpoint", "stash", mw, "ops/s");
-    report(b, "ycsb-a/without", "stash", mo, "ops/s");
+    double mw = report_reps(b, "ycsb-a/during-checkpoint", "stash", with, "ops/s");
+    double mo = report_reps(b, "ycsb-a/without", "stash", without, "ops/s");
     report(b, "ycsb-a/during-checkpoint", "during/without", mw / mo, "ratio");
-    report(b, "extra-memory", "stash", me, "bytes");
+    double me = report_reps(b, "extra-memory", "stash", extra, "bytes");
     report(b, "extra-memory", "extra/state", me / (double)state_bytes, "ratio");
     redis_bgsave_case(b, ops, nops, me, (double)state_bytes);
     free(ops);
@@ -510,6 +518,8 @@ int bench_checkpoint(int argc, char **argv)
     snprintf(b.dir, sizeof b.dir, "%s/stash-bench-checkpoint.%d", base, (int)getpid());
     snprintf(b.name, sizeof b.name, "bench-ckpt-%d", (int)getpid());
     b.keys = on_lmdb(&b) ? (b.o.quick ? 200000 : 10000000) : b.o.quick ? 100000 : 1000000;
+    bench_header(&b.o, "checkpoint", "%llu keys on the %s backend, checkpoints in %s",
+                 (unsigned long long)b.keys, on_lmdb(&b) ? "lmdb" : "heap", base);
     rc = ioe_engine_open(&(ioe_opts){.backend = IOE_AUTO}, &b.e);
     if (rc < 0) return tool_fail("bench checkpoint: I/O engine", rc);
     if (mkdir(b.dir, 0755) < 0 && errno != EEXIST) return tool_fail(b.dir, -errno);

@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * harness.c: the harness every bench shares: options, the table or
- * JSON-lines report, medians and percentiles, progress on a terminal.
+ * harness.c: the harness every bench shares: options, the header, the
+ * table, JSON-lines or CSV report, medians with their spread and
+ * percentiles, progress on a terminal.
  */
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -17,6 +20,8 @@ int bench_parse(int argc, char **argv, const char *usage, bench_opts *out)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             out->json = true;
+        } else if (strcmp(argv[i], "--csv") == 0) {
+            out->csv = true;
         } else if (strcmp(argv[i], "--quick") == 0) {
             out->quick = true;
         } else if (strcmp(argv[i], "--backend") == 0 && i + 1 < argc) {
@@ -36,22 +41,98 @@ int bench_parse(int argc, char **argv, const char *usage, bench_opts *out)
                 return -1;
             }
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("usage: stash bench %s [--json] [--quick] [--reps N] [--backend heap|lmdb] "
-                   "[--case PREFIX]\n%s"
-                   "--case PREFIX: only the cases whose name starts with PREFIX.\n",
+            printf("usage: stash bench %s [--json | --csv] [--quick] [--reps N] "
+                   "[--backend heap|lmdb] [--case PREFIX]\n%s"
+                   "--case PREFIX: only the cases whose name starts with PREFIX. Each figure is\n"
+                   "the median of the repetitions, shown with their lowest and highest.\n",
                    argv[0], usage);
             return 1;
         } else {
             fprintf(stderr,
                     "stash bench %s: unknown argument '%s'\nusage: stash bench %s "
-                    "[--json] [--quick] [--reps N] [--backend heap|lmdb] [--case PREFIX]\n%s",
+                    "[--json | --csv] [--quick] [--reps N] [--backend heap|lmdb] [--case "
+                    "PREFIX]\n%s",
                     argv[0], argv[i], argv[0], usage);
             return -1;
         }
     }
+    if (out->json && out->csv) {
+        fprintf(stderr, "stash bench %s: --json and --csv exclude each other\n", argv[0]);
+        return -1;
+    }
     if (out->quick && out->reps > 3) out->reps = 3;
-    out->progress = !out->json && isatty(STDERR_FILENO);
+    out->progress = !out->json && !out->csv && isatty(STDERR_FILENO);
     return 0;
+}
+
+/* The machine's facts for the header. */
+typedef struct machine {
+    char cpu[128];
+    long cores;
+    uint64_t memory;
+    char kernel[160];
+} machine;
+
+static void machine_of(machine *m)
+{
+    snprintf(m->cpu, sizeof m->cpu, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) != 0 || !colon) continue;
+        colon += 1 + strspn(colon + 1, " \t");
+        colon[strcspn(colon, "\n")] = 0;
+        snprintf(m->cpu, sizeof m->cpu, "%s", colon);
+        break;
+    }
+    if (f) fclose(f);
+    m->cores = sysconf(_SC_NPROCESSORS_ONLN);
+    m->memory = (uint64_t)sysconf(_SC_PHYS_PAGES) * (uint64_t)sysconf(_SC_PAGESIZE);
+    struct utsname u;
+    if (uname(&u) == 0)
+        snprintf(m->kernel, sizeof m->kernel, "%s %s", u.sysname, u.release);
+    else
+        snprintf(m->kernel, sizeof m->kernel, "unknown");
+}
+
+#define CSV_COLUMNS "bench,case,system,value,unit,min,max,p50_us,p99_us,p999_us,skipped"
+
+void bench_header(const bench_opts *o, const char *bench, const char *sizes, ...)
+{
+    char what[256];
+    va_list ap;
+    va_start(ap, sizes);
+    vsnprintf(what, sizeof what, sizes, ap);
+    va_end(ap);
+    machine m;
+    machine_of(&m);
+    if (o->json) {
+        printf("{\"header\": {\"bench\": ");
+        tool_json_string(bench);
+        printf(", \"version\": ");
+        tool_json_string(stash_version());
+        printf(", \"build\": ");
+        tool_json_string(STASH_BUILD_TYPE);
+        printf(", \"cpu\": ");
+        tool_json_string(m.cpu);
+        printf(", \"cores\": %ld, \"memory_bytes\": %llu, \"kernel\": ", m.cores,
+               (unsigned long long)m.memory);
+        tool_json_string(m.kernel);
+        printf(", \"sizes\": ");
+        tool_json_string(what);
+        printf(", \"reps\": %d}}\n", o->reps);
+    } else {
+        printf("# stash %s (%s build), bench %s: %s; each figure the median of %d\n"
+               "# machine: %s, %ld cores, %.1f GiB, %s\n",
+               stash_version(), STASH_BUILD_TYPE, bench, what, o->reps, m.cpu, m.cores,
+               (double)m.memory / (1u << 30), m.kernel);
+        /* One column line, however many benches follow. */
+        static bool columns;
+        if (o->csv && !columns) puts(CSV_COLUMNS);
+        columns = true;
+    }
+    fflush(stdout);
 }
 
 int bench_heap_only(const bench_opts *o, const char *cmd)
@@ -75,6 +156,14 @@ static void print_number(double v, const char *unit)
         printf("%12.3f  ", v);
 }
 
+/* A figure in few characters: 3 significant digits and a unit prefix. */
+static void print_compact(double v)
+{
+    const char *p = v >= 1e9 ? "G" : v >= 1e6 ? "M" : v >= 1e3 ? "K" : "";
+    double d = v >= 1e9 ? 1e9 : v >= 1e6 ? 1e6 : v >= 1e3 ? 1e3 : 1;
+    printf("%.3g%s", v / d, p);
+}
+
 bool bench_selected(const bench_opts *o, const char *name)
 {
     return !o->only || strncmp(name, o->only, strlen(o->only)) == 0;
@@ -95,7 +184,27 @@ void bench_report(const bench_opts *o, const bench_result *r)
 {
     if (!bench_selected(o, r->name)) return;
     if (o->progress) fputs("\r\033[K", stderr);
-    if (o->json) {
+    bool spread = r->max > 0 && strcmp(r->unit ? r->unit : "", "ratio") != 0;
+    if (o->csv) {
+        /* Names are the benches' own: no commas or quotes in them; a reason
+         * to skip is quoted. */
+        printf("%s,%s,%s,", r->bench, r->name, r->system);
+        if (r->skipped) {
+            printf(",,,,,,,\"");
+            for (const char *p = r->skipped; *p; p++) printf(*p == '"' ? "\"\"" : "%c", *p);
+            printf("\"\n");
+        } else {
+            printf("%.6g,%s,", r->value, r->unit);
+            if (spread)
+                printf("%.6g,%.6g", r->min, r->max);
+            else
+                printf(",");
+            if (r->latency)
+                printf(",%.3f,%.3f,%.3f,\n", r->p50_us, r->p99_us, r->p999_us);
+            else
+                printf(",,,,\n");
+        }
+    } else if (o->json) {
         printf("{\"bench\": ");
         tool_json_string(r->bench);
         printf(", \"case\": ");
@@ -109,6 +218,7 @@ void bench_report(const bench_opts *o, const bench_result *r)
         } else {
             printf(", \"value\": %.6g, \"unit\": ", r->value);
             tool_json_string(r->unit);
+            if (spread) printf(", \"min\": %.6g, \"max\": %.6g", r->min, r->max);
             if (r->latency)
                 printf(", \"p50_us\": %.3f, \"p99_us\": %.3f, \"p999_us\": %.3f", r->p50_us,
                        r->p99_us, r->p999_us);
@@ -121,6 +231,13 @@ void bench_report(const bench_opts *o, const bench_result *r)
         } else {
             print_number(r->value, r->unit);
             printf(" %-7s", strcmp(r->unit, "ratio") == 0 ? "" : r->unit);
+            if (spread) {
+                printf(" [");
+                print_compact(r->min);
+                printf(" .. ");
+                print_compact(r->max);
+                printf("]");
+            }
             if (r->latency)
                 printf("  p50 %.2f us  p99 %.2f us  p99.9 %.2f us", r->p50_us, r->p99_us,
                        r->p999_us);
@@ -146,10 +263,18 @@ static int cmp_double(const void *x, const void *y)
     return (a > b) - (a < b);
 }
 
-double bench_median(double *v, int n)
+static double median_of(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+bench_result bench_spread(bench_result r, double *v, int n)
+{
+    r.value = median_of(v, n);
+    r.min = v[0];
+    r.max = v[n - 1];
+    return r;
 }
 
 static int cmp_u64(const void *x, const void *y)

@@ -179,19 +179,20 @@ static bool direct_supported(const char *path)
 
 static void report(io_bench *b)
 {
-    bench_result res = {.bench = "io", .unit = "bytes/s"};
     double m[NCASES][NSYS];
     for (int c = 0; c < NCASES; c++) {
-        res.name = case_names[c];
         for (int s = 0; s < NSYS; s++) {
-            m[c][s] = b->skipped[c][s] ? -1 : bench_median(b->v[c][s], b->o.reps);
-            res.system = system_names[s];
-            res.value = m[c][s];
-            res.skipped = b->skipped[c][s];
+            bench_result res = {.bench = "io",
+                                .name = case_names[c],
+                                .system = system_names[s],
+                                .unit = "bytes/s",
+                                .skipped = b->skipped[c][s]};
+            if (!res.skipped) res = bench_spread(res, b->v[c][s], b->o.reps);
+            m[c][s] = res.skipped ? -1 : res.value;
             bench_report(&b->o, &res);
         }
     }
-    res = (bench_result){.bench = "io", .unit = "ratio"};
+    bench_result res = {.bench = "io", .unit = "ratio"};
     for (int c = 0; c < NCASES; c++) {
         if (m[c][SYS_FIO] <= 0) continue;
         res.name = case_names[c];
@@ -254,6 +255,8 @@ int bench_io(int argc, char **argv)
     }
     if (!size) size = b->o.quick ? 256ull << 20 : 2ull << 30;
     b->run.size = ioe_align_up(size, BLOCK);
+    bench_header(&b->o, "io", "a file of %llu MiB in %s, 1 MiB blocks",
+                 (unsigned long long)(b->run.size >> 20), dir);
     char path[512];
     snprintf(path, sizeof path, "%s/stash-bench-io.%d", dir, (int)getpid());
     b->run.path = path;

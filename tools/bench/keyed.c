@@ -766,8 +766,8 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
         bench_result res = {.bench = "keyed", .name = c->name, .system = rows[i].name};
         res.skipped = case_skip(c, &rows[i], runs);
         if (!res.skipped) {
-            median[i] = bench_median(&rates[i * b->o.reps], b->o.reps);
-            res.value = median[i], res.unit = "ops/s", res.latency = true;
+            res = bench_spread(res, &rates[i * b->o.reps], b->o.reps);
+            median[i] = res.value, res.unit = "ops/s", res.latency = true;
             res.p50_us = bench_percentile_us(lat[i].ns, lat[i].n, 0.5);
             res.p99_us = bench_percentile_us(lat[i].ns, lat[i].n, 0.99);
             res.p999_us = bench_percentile_us(lat[i].ns, lat[i].n, 0.999);
@@ -941,7 +941,8 @@ static void run_scaling(keyed_bench *b, uint64_t seed, unsigned batched)
             snprintf(name, sizeof name, "%s/%dproc", prefix, p + 1);
             res.name = name;
             res.skipped = ok ? NULL : why;
-            if (ok) res.value = m[p] = bench_median(&v[p * b->o.reps], b->o.reps);
+            if (ok) res = bench_spread(res, &v[p * b->o.reps], b->o.reps);
+            m[p] = ok ? res.value : 0;
             bench_report(&b->o, &res);
         }
         snprintf(name, sizeof name, "%s/scaling", prefix);
@@ -1038,6 +1039,9 @@ int bench_keyed(int argc, char **argv)
     b->keys = lmdb ? (b->o.quick ? 200000 : 10000000) : b->o.quick ? 100000 : 1000000;
     b->ops = b->o.quick ? 200000 : 1000000;
     b->cap_ns = b->o.quick ? 150000000 : 1000000000;
+    bench_header(
+        &b->o, "keyed", "%llu keys of %d-byte values on the %s backend, %llu operations a pass",
+        (unsigned long long)b->keys, VALUE_LEN, lmdb ? "lmdb" : "heap", (unsigned long long)b->ops);
     uint64_t x = 0x243F6A8885A308D3ull; /* xorshift64: fixed, so every run writes the same */
     for (size_t i = 0; i < sizeof b->values; i++) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;

@@ -21,7 +21,8 @@ typedef struct bench_cmd {
 static const bench_cmd benches[] = {
     {"arena", bench_arena, "allocate+free pairs per second, 1 and 2 processes, beside malloc"},
     {"io", bench_io, "write, fsync and read a 2 GiB file, io_uring and threads, beside fio"},
-    {"keyed", bench_keyed, "keyed state ops/s and latency, YCSB A-F, beside LMDB, RocksDB, Redis"},
+    {"keyed", bench_keyed,
+     "keyed state ops/s and latency, YCSB A, B, C and F, beside LMDB, RocksDB, Redis"},
     {"checkpoint", bench_checkpoint,
      "full and incremental checkpoints, restore, pause, load, memory, beside fio"},
     {"timers", bench_timers,
@@ -33,7 +34,7 @@ static const bench_cmd benches[] = {
 
 static void usage(FILE *f)
 {
-    fputs("usage: stash bench NAME [--json] [--quick] [--reps N] [--case PREFIX]\n"
+    fputs("usage: stash bench NAME [--json | --csv] [--quick] [--reps N] [--case PREFIX]\n"
           "Each figure is printed beside peers measured in the same run.\nbenches:\n",
           f);
     for (size_t i = 0; i < COUNT(benches); i++)

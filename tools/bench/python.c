@@ -71,6 +71,8 @@ int bench_python(int argc, char **argv)
     if (rc) return rc < 0 ? 2 : 0;
     if (bench_heap_only(&o, "python") < 0) return 2;
     if (bench_check_case(&o, "python", cases, sizeof cases / sizeof cases[0]) < 0) return 2;
+    bench_header(&o, "python", "%s keys of 8 bytes, 100-byte values, with %s",
+                 o.quick ? "10K" : "200K", PYTHON);
     char dir[4096];
 #ifdef __SANITIZE_ADDRESS__
     skip_all(&o, cases, 4, "a sanitizer build: python3 cannot load its libstash");
@@ -93,16 +95,20 @@ int bench_python(int argc, char **argv)
     int rows = 0;
     while (fgets(line, sizeof line, p)) {
         line[strcspn(line, "\n")] = 0;
-        char *f[5] = {0};
+        /* case, system, value, unit, lowest, highest, or why it was skipped */
+        char *f[6] = {0};
         char *save = NULL, *s = line;
-        for (int i = 0; i < 5 && (f[i] = strtok_r(s, "\t", &save)); i++) s = NULL;
+        for (int i = 0; i < 6 && (f[i] = strtok_r(s, "\t", &save)); i++) s = NULL;
         if (!f[3]) continue;
+        bool skipped = f[4] && !f[5];
         bench_result r = {.bench = "python",
                           .name = f[0],
                           .system = f[1],
                           .value = strtod(f[2], NULL),
                           .unit = f[3],
-                          .skipped = f[4]};
+                          .min = f[5] ? strtod(f[4], NULL) : 0,
+                          .max = f[5] ? strtod(f[5], NULL) : 0,
+                          .skipped = skipped ? f[4] : NULL};
         bench_report(&o, &r);
         rows++;
     }

@@ -677,11 +677,14 @@ static void rate_cases(const tbench *b)
                 reps--;
                 s->ops->close(s);
             }
-            if (reps < b->o.reps)
-                report(b, case_names[c], sys_names[which], 0, NULL, why);
-            else
-                report(b, case_names[c], sys_names[which], med[which] = bench_median(rates, reps),
-                       c == CASE_ADVANCE ? "advances/s" : "timers/s", NULL);
+            bench_result r = {.bench = "timers", .name = case_names[c], .system = sys_names[which]};
+            r.skipped = reps < b->o.reps ? why : NULL;
+            if (!r.skipped) {
+                r = bench_spread(r, rates, reps);
+                r.unit = c == CASE_ADVANCE ? "advances/s" : "timers/s";
+                med[which] = r.value;
+            }
+            bench_report(&b->o, &r);
         }
         for (int peer = SYS_HEAP; peer < NSYS; peer++) {
             char name[64];
@@ -754,6 +757,8 @@ int bench_timers(int argc, char **argv)
                                  "pause/10k-timers", big};
     if (bench_check_case(&b.o, "timers", names, sizeof names / sizeof names[0]) < 0) return 2;
     if (b.o.reps > 100) b.o.reps = 100;
+    bench_header(&b.o, "timers", "%llu keys, a timer each, on the %s backend",
+                 (unsigned long long)b.n, b.o.backend == STASH_BACKEND_LMDB ? "lmdb" : "heap");
     b.span = b.n * 16;
     b.ts = malloc(b.n * sizeof *b.ts);
     if (!b.ts) return tool_fail("bench timers", -ENOMEM);
