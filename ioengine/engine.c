@@ -215,12 +215,6 @@ static const char *fallback_cause(int err)
     }
 }
 
-static void default_log(void *ctx, const char *line)
-{
-    (void)ctx;
-    fprintf(stderr, "stash: %s\n", line);
-}
-
 static void log_fallback(ioe_engine *e, int err)
 {
     char err_words[64];
@@ -230,7 +224,7 @@ static void log_fallback(ioe_engine *e, int err)
     snprintf(line, sizeof line,
              "%s; using the thread-pool I/O fallback (STASH_IO=threads selects it quietly)",
              e->fallback_reason);
-    e->log(e->log_ctx, line);
+    if (e->log) e->log(e->log_ctx, line);
 }
 
 int ioe_engine_open(const ioe_opts *opts, ioe_engine **out)
@@ -241,7 +235,7 @@ int ioe_engine_open(const ioe_opts *opts, ioe_engine **out)
     ioe_engine *e = calloc(1, sizeof *e);
     if (!e) return -ENOMEM;
     e->depth = o.depth;
-    e->log = o.log ? o.log : default_log;
+    e->log = o.log;
     e->log_ctx = o.log_ctx;
     int backend;
     bool forced;

@@ -50,7 +50,7 @@ typedef struct ioe_opts {
     unsigned max_files; /* io_uring registered-file slots; 0: 64 (files beyond use plain fds) */
     bool sqpoll;        /* io_uring with a kernel submission thread (SQPOLL); default off */
     const char *faults; /* fault specification (docs/ioengine.md); NULL: $STASH_IO_FAULT */
-    ioe_log_fn *log;    /* where the fallback line goes; NULL: one line on stderr */
+    ioe_log_fn *log;    /* where the fallback line goes; NULL: nowhere (ioe_info has it) */
     void *log_ctx;
 } ioe_opts;
 

@@ -1334,3 +1334,38 @@ Test(service, a_rolled_back_worker_gets_its_timers_as_of_the_checkpoint, .timeou
     stash_arena_destroy(name, NULL);
     drop_dir(dir);
 }
+
+typedef struct line_log {
+    int lines;
+    char fallback[512];
+} line_log;
+
+static void keep_line(void *ctx, const char *line)
+{
+    line_log *l = ctx;
+    l->lines++;
+    if (strstr(line, "thread-pool")) snprintf(l->fallback, sizeof l->fallback, "%s", line);
+}
+
+Test(service, the_io_engine_s_fallback_line_goes_to_the_service_s_log)
+{
+    char dir[128], name[96];
+    make_dir(dir, "fallback-log");
+    snprintf(name, sizeof name, "%s", test_arena_name("fallback-log"));
+    stash_arena_opts ao = {.size = 16u << 20, .max_parallelism = MAXP, .backend = test_backend()};
+    line_log l = {0};
+    /* Each test runs in a process of its own: its environment is its own. */
+    unsetenv("STASH_IO");
+    setenv("STASH_IO_FAULT", "setup:EPERM", 1);
+    stash_service *s;
+    int rc = stash_service_start(
+        name, &(stash_service_opts){.arena = &ao, .dir = dir, .log = keep_line, .log_ctx = &l}, &s);
+    cr_assert_eq(rc, 0, "%s", stash_errmsg());
+    stash_service_stop(s);
+    stash_arena_destroy(name, &ao);
+    drop_dir(dir);
+    cr_assert(strstr(l.fallback, "io_uring_setup failed"),
+              "the service logged %d lines, none the "
+              "fallback",
+              l.lines);
+}

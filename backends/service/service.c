@@ -746,7 +746,8 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         s->group = group_readable(name, s->o.arena);
         rc = ckpt_dir_check(s->dir, s->group);
     }
-    if (rc == 0) rc = ioe_engine_open(&(ioe_opts){0}, &s->e);
+    /* The I/O engine's one line (its fallback from io_uring) is the service's. */
+    if (rc == 0) rc = ioe_engine_open(&(ioe_opts){.log = s->o.log, .log_ctx = s->o.log_ctx}, &s->e);
     if (rc == 0) {
         rc = stash_arena_open(name, s->o.arena, &s->a);
         if (rc == -ENOENT) {

@@ -30,7 +30,9 @@ def timed(fn, n, reps):
         fn()
         rates.append(n / (time.perf_counter() - t))
     rates.sort()
-    return (rates[len(rates) // 2], rates[0], rates[-1])
+    mid = len(rates) // 2
+    median = rates[mid] if len(rates) % 2 else (rates[mid - 1] + rates[mid]) / 2
+    return (median, rates[0], rates[-1])
 
 
 def chunks(xs):
