@@ -689,6 +689,22 @@ typedef enum stash_storage {
     STASH_STORAGE_MEMORY = 1, /* in shared memory (tmpfs), each capped in size */
 } stash_storage;
 
+/* How much an event of the persistence engine matters. */
+typedef enum stash_log_level {
+    STASH_LOG_INFO = 0,  /* what it did: a checkpoint complete, a worker joined */
+    STASH_LOG_WARN = 1,  /* what went wrong and was dealt with: a worker died, a retry */
+    STASH_LOG_ERROR = 2, /* what failed: a checkpoint, retention */
+} stash_log_level;
+
+/* One event of the persistence engine, for a log of the caller's. */
+typedef struct stash_log_record {
+    uint64_t time_ns; /* when, ns since the epoch */
+    stash_log_level level;
+    const char *subject; /* what it is about: "checkpoint 12", "savepoint 13", "worker 3",
+                            "service", "restore", "retention", "io"; never NULL */
+    const char *message; /* the rest, never NULL */
+} stash_log_record;
+
 typedef struct stash_service_opts {
     const stash_arena_opts *arena; /* where the arena lives; its size and max parallelism
                                       if the service creates it */
@@ -709,11 +725,19 @@ typedef struct stash_service_opts {
                               instead of the newest complete checkpoint of dir */
     int start_empty;       /* a new arena starts empty even when dir holds checkpoints none of
                               which restores (without it the start fails, naming each one) */
-    void (*log)(void *ctx, const char *line); /* one line per event; NULL: none */
-    void *log_ctx;
+    /* one line per event: local date, time with milliseconds, level,
+     * subject and message ("2026-12-04 10:15:02.345 INFO checkpoint 12:
+     * complete: ..."); NULL: none */
+    void (*log)(void *ctx, const char *line);
+    void *log_ctx; /* given to log and log_record */
+    /* the same events as records (for a log of another format); NULL: none */
+    void (*log_record)(void *ctx, const stash_log_record *record);
 } stash_service_opts;
 
 typedef struct stash_service stash_service;
+
+/* The name of a log level: "INFO", "WARN" or "ERROR". */
+STASH_API const char *stash_log_level_name(stash_log_level level);
 
 /* Starts the persistence engine of arena NAME in a thread of this process.
  * An existing arena is reattached (its engine may have died: pins and

@@ -726,8 +726,9 @@ Test(service, operator_state_api_refuses_other_kinds, .timeout = 240)
     stash_arena_destroy(name, NULL);
 }
 
-/* `stash serve NAME --dir DIR --size 16M` with its output in log. */
-static pid_t serve(const char *name, const char *dir, const char *log)
+/* `stash serve NAME --dir DIR --size 16M --log-format FORMAT` with its
+ * output in log. */
+static pid_t serve_as(const char *name, const char *dir, const char *log, const char *format)
 {
     fflush(NULL);
     pid_t pid = fork();
@@ -735,7 +736,8 @@ static pid_t serve(const char *name, const char *dir, const char *log)
     if (pid == 0) {
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd < 0 || dup2(fd, 1) < 0) _exit(126);
-        execl(STASH_BIN, "stash", "serve", name, "--dir", dir, "--size", "16M", (char *)NULL);
+        execl(STASH_BIN, "stash", "serve", name, "--dir", dir, "--size", "16M", "--log-format",
+              format, (char *)NULL);
         _exit(127);
     }
     for (int i = 0; i < 5000; i++) {
@@ -749,6 +751,11 @@ static pid_t serve(const char *name, const char *dir, const char *log)
         usleep(2000);
     }
     return pid;
+}
+
+static pid_t serve(const char *name, const char *dir, const char *log)
+{
+    return serve_as(name, dir, log, "text");
 }
 
 static bool file_has(const char *path, const char *what)
@@ -782,7 +789,7 @@ Test(service, the_commands_serve_checkpoint_status_stop, .timeout = 240)
     snprintf(args, sizeof args, "stop %s", name);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert_eq(test_wait(pid), 0);
-    cr_assert(file_has(log, "checkpoint 1 complete"));
+    cr_assert(file_has(log, " INFO checkpoint 1: complete: "), "a line with its level and subject");
     cr_assert(file_has(log, "stopped"));
     /* A worker killed with SIGKILL is noticed without a checkpoint asking. */
     pid = serve(name, dir, log);
@@ -792,7 +799,7 @@ Test(service, the_commands_serve_checkpoint_status_stop, .timeout = 240)
     kill(w, SIGKILL);
     test_wait(w);
     char died[64];
-    snprintf(died, sizeof died, "worker 0 (pid %d) died", (int)w);
+    snprintf(died, sizeof died, " WARN worker 0: pid %d died", (int)w);
     for (int i = 0; i < 2000 && !file_has(log, died); i++) usleep(5000);
     cr_assert(file_has(log, died));
     snprintf(args, sizeof args, "stop %s", name);
@@ -812,6 +819,16 @@ Test(service, the_commands_serve_checkpoint_status_stop, .timeout = 240)
     cr_assert(file_has(log, "SIGTERM: stopping"));
     cr_assert_eq(test_run_stash(args, out, sizeof out), 1);
     cr_assert(strstr(out, "no service"), "%s", out);
+    /* For machines: one JSON object a line. */
+    pid = serve_as(name, dir, log, "json");
+    snprintf(args, sizeof args, "stop %s", name);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(test_wait(pid), 0);
+    cr_assert(file_has(log, "\"level\": \"INFO\", \"subject\": \"service\", \"message\": "
+                            "\"serving "));
+    char check[1024];
+    snprintf(check, sizeof check, "python3 %s/json_check.py < %s", STASH_TESTS_DIR, log);
+    cr_assert_eq(system(check), 0, "every line of %s is JSON", log);
     /* Wrong arguments: usage and exit code 2. */
     cr_assert_eq(test_run_stash("serve", out, sizeof out), 2);
     cr_assert(strstr(out, "missing arena NAME"), "%s", out);
@@ -1364,8 +1381,6 @@ Test(service, the_io_engine_s_fallback_line_goes_to_the_service_s_log)
     stash_service_stop(s);
     stash_arena_destroy(name, &ao);
     drop_dir(dir);
-    cr_assert(strstr(l.fallback, "io_uring_setup failed"),
-              "the service logged %d lines, none the "
-              "fallback",
-              l.lines);
+    cr_assert(strstr(l.fallback, " WARN io: io_uring_setup failed"),
+              "the service logged %d lines, none the fallback", l.lines);
 }

@@ -13,14 +13,48 @@
 #include "include/stash.h"
 #include "tools/tools.h"
 
-static void log_line(void *ctx, const char *line)
+/* The service's events on stdout: a line as the library writes it, or
+ * with --log-format json one object a line. */
+static void log_text(void *ctx, const char *line)
 {
     (void)ctx;
+    puts(line);
+    fflush(stdout);
+}
+
+static void log_json(void *ctx, const stash_log_record *r)
+{
+    (void)ctx;
+    time_t sec = (time_t)(r->time_ns / 1000000000u);
+    struct tm tm;
+    char when[32];
+    gmtime_r(&sec, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+    printf("{\"time\": \"%s.%03uZ\", \"level\": \"%s\", \"subject\": ", when,
+           (unsigned)(r->time_ns / 1000000u % 1000u), stash_log_level_name(r->level));
+    tool_json_string(r->subject);
+    printf(", \"message\": ");
+    tool_json_string(r->message);
+    printf("}\n");
+    fflush(stdout);
+}
+
+/* A line of serve's own (the service's subject), in the chosen format. */
+static void log_own(bool json, const char *message)
+{
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
+    stash_log_record r = {(uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec, STASH_LOG_INFO,
+                          "service", message};
+    if (json) {
+        log_json(NULL, &r);
+        return;
+    }
+    struct tm tm;
     char when[32];
-    strftime(when, sizeof when, "%H:%M:%S", localtime(&ts.tv_sec));
-    printf("%s.%03ld %s\n", when, ts.tv_nsec / 1000000, line);
+    localtime_r(&ts.tv_sec, &tm);
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    printf("%s.%03ld INFO service: %s\n", when, ts.tv_nsec / 1000000, message);
     fflush(stdout);
 }
 
@@ -32,7 +66,7 @@ int tool_serve(int argc, char **argv)
         "                        [--incremental] [--full-every M] [--lz4] [--memory-cap SIZE]\n"
         "                        [--backend heap|lmdb] [--lmdb-dir DIR] [--path FILE]\n"
         "                        [--size SIZE] [--max-parallelism N] [--restore CHECKPOINT]\n"
-        "                        [--start-empty]\n"
+        "                        [--start-empty] [--log-format text|json]\n"
         "Runs the persistence engine of the arena NAME until SIGTERM, SIGINT or `stash stop`.\n"
         "An existing arena is reattached; a missing one is created (SIZE bytes, N key\n"
         "groups, keyed state in the arena (heap) or in LMDB environments in --lmdb-dir,\n"
@@ -48,15 +82,19 @@ int tool_serve(int argc, char **argv)
         "complete ones are kept (3). --incremental writes only what changed, with a full\n"
         "checkpoint every M (10). From the third failure in a row the interval doubles\n"
         "with each failure (at most 64 intervals) until one completes. One line is logged\n"
-        "per checkpoint. DURATION: 500ms, 2s, 1m (a plain number is seconds). Options take\n"
-        "their value as --opt VALUE or --opt=VALUE.\n";
+        "on stdout per event (a checkpoint, a worker that joins, leaves or dies): local\n"
+        "date, time with milliseconds, level (INFO, WARN, ERROR), subject and message;\n"
+        "--log-format json: one object a line (time in UTC, level, subject, message).\n"
+        "DURATION: 500ms, 2s, 1m (a plain number is seconds). Options take their value as\n"
+        "--opt VALUE or --opt=VALUE.\n";
     if (tool_wants_help(argc, argv)) {
         fputs(usage, stdout);
         return 0;
     }
     const char *name = NULL;
     stash_arena_opts ao = {0};
-    stash_service_opts o = {.arena = &ao, .log = log_line};
+    stash_service_opts o = {.arena = &ao, .log = log_text};
+    bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         uint64_t n;
@@ -75,6 +113,9 @@ int tool_serve(int argc, char **argv)
             takes = false;
         } else if (!val) {
             ok = false;
+        } else if (strcmp(a, "--log-format") == 0) {
+            ok = strcmp(val, "text") == 0 || strcmp(val, "json") == 0;
+            json = strcmp(val, "json") == 0;
         } else if (strcmp(a, "--storage") == 0) {
             ok = strcmp(val, "fs") == 0 || strcmp(val, "memory") == 0;
             o.storage = strcmp(val, "memory") == 0 ? STASH_STORAGE_MEMORY : STASH_STORAGE_FS;
@@ -126,6 +167,7 @@ int tool_serve(int argc, char **argv)
         fprintf(stderr, "stash serve: the fs storage needs --dir DIR\n%s", usage);
         return 2;
     }
+    if (json) o.log = NULL, o.log_record = log_json;
     /* Blocked before the engine's thread starts, so that it inherits the mask. */
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -138,10 +180,10 @@ int tool_serve(int argc, char **argv)
     const struct timespec tick = {0, 200000000};
     int sig = -1;
     while (sig < 0 && !stash_service_stopped(svc)) sig = sigtimedwait(&sigs, NULL, &tick);
-    log_line(NULL, sig > 0 ? (sig == SIGTERM ? "SIGTERM: stopping" : "SIGINT: stopping")
-                           : "stop requested: stopping");
+    log_own(json, sig > 0 ? (sig == SIGTERM ? "SIGTERM: stopping" : "SIGINT: stopping")
+                          : "stop requested: stopping");
     stash_service_stop(svc);
-    log_line(NULL, "stopped");
+    log_own(json, "stopped");
     return 0;
 }
 

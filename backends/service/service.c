@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backends/service/service.h"
@@ -51,15 +52,49 @@ struct stash_service {
     store *store;            /* the engine's handle on the arena's store, for its cuts */
 };
 
-__attribute__((format(printf, 2, 3))) static void say(stash_service *s, const char *fmt, ...)
+STASH_API const char *stash_log_level_name(stash_log_level level)
 {
-    if (!s->o.log) return;
-    char line[768];
+    return level == STASH_LOG_ERROR ? "ERROR" : level == STASH_LOG_WARN ? "WARN" : "INFO";
+}
+
+/* Hands one event to the caller's log: as a record, and as a line. */
+__attribute__((format(printf, 4, 5))) static void say(stash_service *s, stash_log_level level,
+                                                      const char *subject, const char *fmt, ...)
+{
+    if (!s->o.log && !s->o.log_record) return;
+    char message[768];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
+    vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    stash_log_record r = {(uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec, level,
+                          subject, message};
+    if (s->o.log_record) s->o.log_record(s->o.log_ctx, &r);
+    if (!s->o.log) return;
+    struct tm tm;
+    char when[32], line[1024];
+    localtime_r(&ts.tv_sec, &tm);
+    strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
+    snprintf(line, sizeof line, "%s.%03ld %s %s: %s", when, ts.tv_nsec / 1000000,
+             stash_log_level_name(level), subject, message);
     s->o.log(s->o.log_ctx, line);
+}
+
+/* A subject naming one thing by its number ("checkpoint 12", "worker 3"),
+ * written into buf (32 bytes). */
+static const char *subject_of(char *buf, const char *what, uint64_t n)
+{
+    snprintf(buf, 32, "%s %llu", what, (unsigned long long)n);
+    return buf;
+}
+#define SUBJECT(what, n) subject_of((char[32]){0}, what, n)
+
+/* The I/O engine's line, as the service's event. */
+static void io_line(void *ctx, const char *line)
+{
+    say(ctx, STASH_LOG_WARN, "io", "%s", line);
 }
 
 static bool stopping(stash_service *s)
@@ -365,7 +400,7 @@ static void publish(stash_service *s, uint64_t id, uint32_t p, uint64_t t0, cons
 {
     shm_control *c = s->a->control;
     if (shm_lock_acquire(&c->lock, NULL, NULL) < 0) {
-        say(s, "checkpoint %llu: %s", (unsigned long long)id, stash_errmsg());
+        say(s, STASH_LOG_ERROR, SUBJECT("checkpoint", id), "%s", stash_errmsg());
         return;
     }
     if (r->status == 0) {
@@ -402,12 +437,12 @@ static void publish(stash_service *s, uint64_t id, uint32_t p, uint64_t t0, cons
     shm_lock_release(&c->lock);
     shm_futex_wake(&c->finished);
     if (r->status == 0)
-        say(s, "%s %llu complete: %llu bytes%s in %.1f ms, longest cut %.1f us, %s",
-            r->savepoint ? "savepoint" : "checkpoint", (unsigned long long)id,
+        say(s, STASH_LOG_INFO, SUBJECT(r->savepoint ? "savepoint" : "checkpoint", id),
+            "complete: %llu bytes%s in %.1f ms, longest cut %.1f us, %s",
             (unsigned long long)r->bytes, r->incremental ? " (incremental)" : "",
             (double)h->duration_ns / 1e6, (double)r->pause_ns / 1e3, r->detail);
     else
-        say(s, "checkpoint %llu failed after %.1f ms: %s", (unsigned long long)id,
+        say(s, STASH_LOG_ERROR, SUBJECT("checkpoint", id), "failed after %.1f ms: %s",
             (double)h->duration_ns / 1e6, r->detail);
 }
 
@@ -444,11 +479,13 @@ static void count_outcome(stash_service *s, uint64_t id, int rc)
 {
     if (rc == 0) {
         if (s->failing >= BACKOFF_AFTER)
-            say(s, "checkpoint %llu complete after %u failed in a row: every %llu ms again",
-                (unsigned long long)id, s->failing, (unsigned long long)s->o.interval_ms);
+            say(s, STASH_LOG_INFO, SUBJECT("checkpoint", id),
+                "complete after %u failed in a row: every %llu ms again", s->failing,
+                (unsigned long long)s->o.interval_ms);
         s->failing = 0;
     } else if (++s->failing >= BACKOFF_AFTER && s->o.interval_ms) {
-        say(s, "%u checkpoints failed in a row: backing off, the next in %.1f s", s->failing,
+        say(s, STASH_LOG_WARN, "service",
+            "%u checkpoints failed in a row: backing off, the next in %.1f s", s->failing,
             (double)interval_ns(s) / 1e9);
     }
     /* Before the result is published: whoever waits on it sees both. */
@@ -509,7 +546,7 @@ static void run_checkpoint(stash_service *s)
     publish(s, id, p, t0, &r);
     if (rc == 0 && !rollback_reading(s) &&
         ckpt_retain(s->dir, s->o.retain ? s->o.retain : DEFAULT_RETAIN, s->e) < 0)
-        say(s, "%s", stash_errmsg());
+        say(s, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
     s->last_end_ns = shm_now_ns();
 }
 
@@ -523,15 +560,17 @@ static void watch_workers(stash_service *s)
         shm_registry_describe(s->a, i, &now);
         if (now.state == was->state && now.generation == was->generation) continue;
         if (now.state == STASH_WORKER_DEAD)
-            say(s, "worker %u (pid %d) died: key groups %u..%u wait for a replacement", i, now.pid,
-                now.range.first, now.range.last);
+            say(s, STASH_LOG_WARN, SUBJECT("worker", i),
+                "pid %d died: key groups %u..%u wait for a replacement", now.pid, now.range.first,
+                now.range.last);
         else if (now.state == STASH_WORKER_LIVE && now.previous_pid)
-            say(s, "worker %u (pid %d) took over from dead pid %d", i, now.pid, now.previous_pid);
+            say(s, STASH_LOG_INFO, SUBJECT("worker", i), "pid %d took over from dead pid %d",
+                now.pid, now.previous_pid);
         else if (now.state == STASH_WORKER_LIVE)
-            say(s, "worker %u (pid %d) %s as %u of %u", i, now.pid,
+            say(s, STASH_LOG_INFO, SUBJECT("worker", i), "pid %d %s as %u of %u", now.pid,
                 was->generation ? "joined" : "is attached", i, now.parallelism);
         else if (was->state == STASH_WORKER_LIVE)
-            say(s, "worker %u (pid %d) left", i, was->pid);
+            say(s, STASH_LOG_INFO, SUBJECT("worker", i), "pid %d left", was->pid);
         *was = now;
     }
 }
@@ -601,7 +640,7 @@ static int create_arena(stash_service *s, const char *name)
         /* Checkpoints that all fail to open are not an empty directory:
          * starting empty would lose them, unless asked to. */
         if (rc == STASH_ECORRUPT && s->o.start_empty) {
-            say(s, "starting empty as asked: %s", stash_errmsg());
+            say(s, STASH_LOG_WARN, "restore", "starting empty as asked: %s", stash_errmsg());
             rc = -ENOENT;
         }
         if (rc < 0 && rc != -ENOENT) return rc;
@@ -629,10 +668,10 @@ static int create_arena(stash_service *s, const char *name)
             shm_control *c = w->arena->control;
             atomic_store(&c->completed, out.id);
             atomic_store(&c->last_id, out.id);
-            say(s, "restored %s%s%llu (%llu records) in %.1f ms%s%s", from ? from : "checkpoint ",
-                from ? ", id " : "", (unsigned long long)out.id, (unsigned long long)out.records,
-                (double)(shm_now_ns() - t0) / 1e6, out.skipped ? "; passed over: " : "",
-                out.skipped ? out.why : "");
+            say(s, STASH_LOG_INFO, "restore", "restored %s%s%llu (%llu records) in %.1f ms%s%s",
+                from ? from : "checkpoint ", from ? ", id " : "", (unsigned long long)out.id,
+                (unsigned long long)out.records, (double)(shm_now_ns() - t0) / 1e6,
+                out.skipped ? "; passed over: " : "", out.skipped ? out.why : "");
         }
         ckpt_restored_free(&out);
         stash_worker_close(w);
@@ -747,7 +786,7 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         rc = ckpt_dir_check(s->dir, s->group);
     }
     /* The I/O engine's one line (its fallback from io_uring) is the service's. */
-    if (rc == 0) rc = ioe_engine_open(&(ioe_opts){.log = s->o.log, .log_ctx = s->o.log_ctx}, &s->e);
+    if (rc == 0) rc = ioe_engine_open(&(ioe_opts){.log = io_line, .log_ctx = s}, &s->e);
     if (rc == 0) {
         rc = stash_arena_open(name, s->o.arena, &s->a);
         if (rc == -ENOENT) {
@@ -787,8 +826,8 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         release(s);
         return rc;
     }
-    say(s, "serving %s, checkpoints in %s (next id %llu)", s->a->path, s->dir,
-        (unsigned long long)s->next_id);
+    say(s, STASH_LOG_INFO, "service", "serving %s, checkpoints in %s (next id %llu)", s->a->path,
+        s->dir, (unsigned long long)s->next_id);
     *out = s;
     return 0;
 }

@@ -84,6 +84,14 @@ _BATCH_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, cty
 _LOG = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p)
 
 
+class _LogRecord(ctypes.Structure):
+    _fields_ = [("time_ns", ctypes.c_uint64), ("level", ctypes.c_int),
+                ("subject", ctypes.c_char_p), ("message", ctypes.c_char_p)]
+
+
+_LOG_RECORD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(_LogRecord))
+
+
 class _WorkerOpts(ctypes.Structure):
     _fields_ = [("index", ctypes.c_uint32), ("parallelism", ctypes.c_uint32),
                 ("arena", ctypes.POINTER(_ArenaOpts)), ("clock", _CLOCK),
@@ -134,7 +142,8 @@ class _ServiceOpts(ctypes.Structure):
                 ("timeout_ms", ctypes.c_uint64), ("retain", ctypes.c_uint32),
                 ("incremental", ctypes.c_int), ("full_every", ctypes.c_uint32),
                 ("lz4", ctypes.c_int), ("restore", ctypes.c_char_p),
-                ("start_empty", ctypes.c_int), ("log", _LOG), ("log_ctx", ctypes.c_void_p)]
+                ("start_empty", ctypes.c_int), ("log", _LOG), ("log_ctx", ctypes.c_void_p),
+                ("log_record", _LOG_RECORD)]
 
 
 class _ServiceInfo(ctypes.Structure):
@@ -495,21 +504,33 @@ class Arena:
         _check(_lib.stash_service_request_stop(self._live(), timeout_ms), "request_stop")
 
 
+LogRecord = namedtuple("LogRecord", "time_ns level subject message")
+LOG_INFO, LOG_WARN, LOG_ERROR = 0, 1, 2
+
+
 class Service:
     """The persistence engine of an arena, in a thread of this process
-    (stash_service_start): Service(name, dir=..., interval_ms=..., ...)."""
+    (stash_service_start): Service(name, dir=..., interval_ms=..., ...).
+    log(line) receives each event as a line, log_record(LogRecord) as a
+    record (time_ns, level, subject, message)."""
 
     def __init__(self, name, dir=None, storage=STORAGE_FS, interval_ms=0, min_pause_ms=0,
                  timeout_ms=0, retain=0, incremental=False, full_every=0, lz4=False,
                  restore=None, start_empty=False, memory_cap=0, size=0, max_parallelism=0,
-                 backend=HEAP, path=None, lmdb_dir=None, log=None):
+                 backend=HEAP, path=None, lmdb_dir=None, log=None, log_record=None):
         self._ao = _arena_opts(path, size, max_parallelism, backend, lmdb_dir)
         self._log = _LOG(lambda ctx, line: log(line.decode(errors="replace"))) if log else _LOG()
+
+        def record(ctx, r):
+            c = r.contents
+            log_record(LogRecord(c.time_ns, c.level, c.subject.decode(errors="replace"),
+                                 c.message.decode(errors="replace")))
+        self._log_record = _LOG_RECORD(record) if log_record else _LOG_RECORD()
         o = _ServiceOpts(ctypes.pointer(self._ao), storage, dir.encode() if dir else None,
                          memory_cap, interval_ms, min_pause_ms, timeout_ms, retain,
                          int(incremental), full_every, int(lz4),
                          restore.encode() if restore else None, int(start_empty), self._log,
-                         None)
+                         None, self._log_record)
         self._h = ctypes.c_void_p()
         _check(_lib.stash_service_start(name.encode(), ctypes.byref(o), ctypes.byref(self._h)),
                "Service")

@@ -353,8 +353,9 @@ class Control(Job):
         with self.assertRaises(stash.StashError) as cm:
             self.arena.checkpoint(1000)
         self.assertEqual(cm.exception.code, -1015, "no service")
-        lines = []
-        svc = stash.Service(self.name, dir=os.path.join(self.dir, "chk"), log=lines.append)
+        lines, records = [], []
+        svc = stash.Service(self.name, dir=os.path.join(self.dir, "chk"), log=lines.append,
+                            log_record=records.append)
         self.assertFalse(svc.stopped())
         # A stop request waits until the engine is gone: here, until this
         # process, which runs it, sees it stopped and ends it.
@@ -366,6 +367,9 @@ class Control(Job):
         asked.join()
         self.assertEqual(self.arena.status()["pid"], 0)
         self.assertTrue(lines, "the service logged")
+        self.assertIn(" INFO service: serving ", lines[0])
+        self.assertEqual((records[0].level, records[0].subject), (stash.LOG_INFO, "service"))
+        self.assertTrue(records[0].message.startswith("serving "))
         self.assertTrue(stash.version().count(".") == 2)
 
 
