@@ -814,6 +814,18 @@ Test(service, the_commands_serve_checkpoint_status_stop, .timeout = 240)
     snprintf(args, sizeof args, "checkpoint %s", name);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "checkpoint 3 "), "%s", out);
+    /* The same as metrics, once, in Prometheus' text format. */
+    char check[1024];
+    snprintf(check, sizeof check,
+             "status %s --prom | python3 %s/prom_check.py stash_service_up=1 "
+             "'stash_checkpoint_last_completed_id>=3' stash_checkpoint_in_progress=0 "
+             "'stash_checkpoint_last_size_bytes{incremental=\"false\"}>=1' "
+             "stash_arena_key_groups=%u",
+             name, STASH_TESTS_DIR, STASH_DEFAULT_MAX_PARALLELISM);
+    cr_assert_eq(test_run_stash(check, out, sizeof out), 0, "%s: %s", check, out);
+    snprintf(args, sizeof args, "status %s --prom --json", name);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 2, "%s", out);
+    snprintf(args, sizeof args, "checkpoint %s", name);
     kill(pid, SIGTERM);
     cr_assert_eq(test_wait(pid), 0);
     cr_assert(file_has(log, "SIGTERM: stopping"));
@@ -826,7 +838,6 @@ Test(service, the_commands_serve_checkpoint_status_stop, .timeout = 240)
     cr_assert_eq(test_wait(pid), 0);
     cr_assert(file_has(log, "\"level\": \"INFO\", \"subject\": \"service\", \"message\": "
                             "\"serving "));
-    char check[1024];
     snprintf(check, sizeof check, "python3 %s/json_check.py < %s", STASH_TESTS_DIR, log);
     cr_assert_eq(system(check), 0, "every line of %s is JSON", log);
     /* Wrong arguments: usage and exit code 2. */
