@@ -68,8 +68,8 @@ static int fill(const stash_arena_opts *ao, const char *path, ioe_engine *e)
     int rc = stash_arena_create("view", ao, &a);
     if (rc) return rc;
     ckpt_restored out = {0};
-    rc = ckpt_restore_path(a, path, (stash_kg_range){0, a->hdr->max_parallelism - 1}, e, NULL,
-                           &out);
+    rc =
+        ckpt_restore_path(a, path, (stash_kg_range){0, a->hdr->max_parallelism - 1}, e, NULL, &out);
     ckpt_restored_free(&out);
     stash_arena_close(a);
     return rc;
