@@ -266,6 +266,18 @@ enum {
     STASH_WORKER_DEAD = 2, /* the holder died without leaving: the slot can be taken over */
 };
 
+/* The state operations of a worker index since the arena was created (every
+ * worker that held the index), by kind; each worker counts its own on a
+ * cache line no other process writes. A read is a get, an iteration or a
+ * contains; a write a put, an add, a remove or a clear. */
+typedef struct stash_op_counts {
+    uint64_t value_reads, value_writes;
+    uint64_t list_reads, list_writes;
+    uint64_t map_reads, map_writes;
+    uint64_t merging_reads, merging_writes; /* reducing and aggregating states */
+    uint64_t rollbacks;                     /* rollbacks to a checkpoint (a replacement's) */
+} stash_op_counts;
+
 typedef struct stash_worker_info {
     uint32_t index;
     uint32_t parallelism;
@@ -276,6 +288,7 @@ typedef struct stash_worker_info {
     uint64_t heartbeat_ns; /* last sign of life, ns since the epoch */
     uint32_t generation;   /* how many times the slot was joined */
     int32_t previous_pid;  /* the dead worker this one took over from, or 0 */
+    stash_op_counts ops;   /* the index's state operations */
 } stash_worker_info;
 
 /* Facts about this worker's own registry slot. Returns 0. */
@@ -798,6 +811,19 @@ typedef struct stash_service_info {
                                         since the epoch; 0 if the engine has no interval */
     uint32_t nrecent;                /* entries in recent */
     stash_checkpoint_info recent[8]; /* the last finished checkpoints, newest first */
+    /* Totals since the arena was created. */
+    uint64_t completed_total; /* checkpoints and savepoints committed */
+    uint64_t failed_total;    /* checkpoints and savepoints failed */
+    /* The restore that filled the arena when a service created it (0s if none). */
+    uint64_t restored_id;      /* the checkpoint or savepoint's id */
+    uint64_t restored_ns;      /* how long it took */
+    uint64_t restored_at_ns;   /* when it ended, ns since the epoch */
+    uint64_t restored_records; /* the records it restored */
+    /* The engine's I/O, over every engine that served the arena. */
+    char io_backend[16];       /* "io_uring" or "threads" of the newest; "" before any */
+    uint64_t io_bytes_written; /* bytes its writes moved */
+    uint64_t io_bytes_read;    /* bytes its reads moved */
+    uint64_t io_errors;        /* requests that failed */
 } stash_service_info;
 
 /* What the control block says about the engine and recent checkpoints. Returns 0. */

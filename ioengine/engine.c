@@ -444,6 +444,12 @@ static void deliver(ioe_engine *e, ioe_slot *s)
 {
     queue_push(&e->ready, s);
     e->counters.completed++;
+    if (s->res < 0)
+        e->counters.errors++;
+    else if (s->op == IOE_WRITE)
+        e->counters.bytes_written += s->done;
+    else if (s->op == IOE_READ)
+        e->counters.bytes_read += s->done;
     if (s->op == IOE_WRITE) {
         unlink_write(s->file, s);
         release_syncs(e, s->file);

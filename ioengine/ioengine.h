@@ -83,6 +83,9 @@ typedef struct ioe_info {
     uint64_t continued;     /* short transfers resumed where they stopped */
     uint64_t retried;       /* attempts repeated after -EAGAIN or -EINTR */
     uint64_t faults;        /* faults injected */
+    uint64_t bytes_written; /* bytes moved by writes that succeeded */
+    uint64_t bytes_read;    /* bytes moved by reads that succeeded */
+    uint64_t errors;        /* requests that failed */
     unsigned max_in_flight; /* most attempts handed to the backend at once */
 } ioe_info;
 

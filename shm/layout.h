@@ -28,7 +28,7 @@
 typedef uint64_t shm_off;
 
 #define SHM_MAGIC "STASHARN"
-#define SHM_LAYOUT_VERSION 6u
+#define SHM_LAYOUT_VERSION 7u
 #define SHM_INIT_MARK 0x54494e49u /* "INIT": written last by the creator */
 #define SHM_HEADER_SIZE 4096u
 #define SHM_SPAN_SHIFT 12u
@@ -320,7 +320,19 @@ typedef struct shm_op_blob {
     uint32_t pad;
 } shm_op_blob;
 
+/* A worker index's state operations, counted by the worker alone on a cache
+ * line of its own (no line another process writes), read by metrics: per
+ * kind (SHM_OPS_VALUE ...), reads and writes. Never reset: a counter of the
+ * index since the arena was created. */
+enum { SHM_OPS_VALUE, SHM_OPS_LIST, SHM_OPS_MAP, SHM_OPS_MERGING, SHM_OPS_KINDS };
+typedef struct shm_ctl_ops {
+    _Alignas(64) _Atomic uint64_t reads[SHM_OPS_KINDS];
+    _Atomic uint64_t writes[SHM_OPS_KINDS];
+} shm_ctl_ops;
+_Static_assert(sizeof(shm_ctl_ops) == 64, "a worker's counters fill one cache line");
+
 typedef struct shm_ctl_worker {
+    shm_ctl_ops ops;
     _Atomic uint64_t acked;        /* the newest checkpoint this index cut */
     _Atomic uint64_t pause_ns;     /* how long that cut took */
     shm_op_blob pending;           /* its newest operator state: at its last cut or its close */
@@ -328,6 +340,7 @@ typedef struct shm_ctl_worker {
     _Atomic uint32_t restoring;    /* reading checkpoints (a rollback): retention waits */
     _Atomic int32_t cut_error;     /* why its last cut failed (arena full, no pin free), or 0 */
     _Atomic uint64_t cut_clock_ms; /* its TTL clock at its last cut */
+    _Atomic uint64_t rollbacks;    /* rollbacks the index's workers made */
 } shm_ctl_worker;
 
 typedef struct shm_control {
@@ -351,13 +364,25 @@ typedef struct shm_control {
     _Atomic uint32_t history_n;   /* results recorded so far */
     _Atomic uint32_t failing;     /* checkpoints failed in a row */
     _Atomic uint64_t next_due_ns; /* when the next checkpoint of the interval is due, 0 none */
+    /* Totals since the arena was created, for metrics. */
+    _Atomic uint64_t completed_total;  /* checkpoints and savepoints committed */
+    _Atomic uint64_t failed_total;     /* and failed */
+    _Atomic uint64_t restored_id;      /* the checkpoint the arena was restored from, 0 none */
+    _Atomic uint64_t restored_ns;      /* how long that restore took */
+    _Atomic uint64_t restored_at_ns;   /* when it ended, ns since the epoch */
+    _Atomic uint64_t restored_records; /* records it restored */
+    _Atomic uint32_t io_backend;       /* the engine's I/O backend (IOE_URING, IOE_THREADS) */
+    uint32_t pad;
+    _Atomic uint64_t io_written; /* bytes the engine wrote */
+    _Atomic uint64_t io_read;    /* and read */
+    _Atomic uint64_t io_errors;  /* requests that failed */
     shm_ctl_result history[SHM_CTL_HISTORY];
     shm_ctl_worker workers[STASH_MAX_WORKERS];
 } shm_control;
 
 /* The sizes docs/architecture.md's table of the arena's layout gives. */
 _Static_assert(sizeof(shm_kg_heap) == 736 && sizeof(shm_table) == 768 &&
-                   sizeof(shm_catalog_entry) == 104 && sizeof(shm_control) == 84824,
+                   sizeof(shm_catalog_entry) == 104 && sizeof(shm_control) == 199616,
                "the arena's layout as docs/architecture.md gives it");
 
 /* A process's handle on a mapped arena. */

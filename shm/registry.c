@@ -109,6 +109,17 @@ void shm_registry_describe(stash_arena *a, uint32_t slot, stash_worker_info *out
     out->heartbeat_ns = atomic_load(&s->heartbeat_ns);
     out->generation = s->generation;
     out->previous_pid = s->previous_pid;
+    const shm_ctl_worker *cw = &a->control->workers[slot];
+    const shm_ctl_ops *o = &cw->ops;
+    out->ops = (stash_op_counts){atomic_load(&o->reads[SHM_OPS_VALUE]),
+                                 atomic_load(&o->writes[SHM_OPS_VALUE]),
+                                 atomic_load(&o->reads[SHM_OPS_LIST]),
+                                 atomic_load(&o->writes[SHM_OPS_LIST]),
+                                 atomic_load(&o->reads[SHM_OPS_MAP]),
+                                 atomic_load(&o->writes[SHM_OPS_MAP]),
+                                 atomic_load(&o->reads[SHM_OPS_MERGING]),
+                                 atomic_load(&o->writes[SHM_OPS_MERGING]),
+                                 atomic_load(&cw->rollbacks)};
 }
 
 STASH_API int stash_registry_list(stash_arena *arena, stash_worker_info *out, size_t cap, size_t *n)

@@ -18,6 +18,7 @@ typedef struct arena_args {
     stash_arena_opts opts;
     bool json;
     bool prom;
+    bool per_kg;
 } arena_args;
 
 static int parse_arena_args(int argc, char **argv, const char *usage, bool creating,
@@ -59,6 +60,8 @@ static int parse_arena_args(int argc, char **argv, const char *usage, bool creat
             out->json = true;
         } else if (!creating && strcmp(a, "--prom") == 0) {
             out->prom = true;
+        } else if (!creating && strcmp(a, "--per-key-group") == 0) {
+            out->per_kg = true;
         } else if (a[0] != '-' && !out->name) {
             out->name = a;
         } else {
@@ -175,95 +178,6 @@ static void print_status_json(stash_arena *a, const stash_arena_info *info,
     printf("]}\n");
 }
 
-/* One metric family's HELP and TYPE lines. */
-static void family(const char *name, const char *type, const char *help)
-{
-    printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-/* The status as Prometheus' text format (0.0.4), for node_exporter's
- * textfile collector or a scrape. */
-static void print_status_prom(stash_arena *a, const stash_arena_info *info,
-                              const stash_worker_info *w, size_t nw)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    const char *backend = info->backend == STASH_BACKEND_LMDB ? "lmdb" : "heap";
-    family("stash_arena_info", "gauge", "The arena's facts as labels; always 1.");
-    printf("stash_arena_info{path=\"");
-    /* A label value escapes backslashes, quotes and line feeds. */
-    for (const char *p = info->path; *p; p++)
-        printf(*p == '\\' ? "\\\\" : *p == '"' ? "\\\"" : *p == '\n' ? "\\n" : "%c", *p);
-    printf("\",backend=\"%s\",version=\"%s\"} 1\n", backend, stash_version());
-    family("stash_arena_size_bytes", "gauge", "Bytes of the arena.");
-    printf("stash_arena_size_bytes %llu\n", (unsigned long long)info->size);
-    family("stash_arena_key_groups", "gauge", "Key groups (the max parallelism).");
-    printf("stash_arena_key_groups %u\n", info->max_parallelism);
-    uint64_t used = 0, fr = 0;
-    for (uint32_t kg = 0; kg < info->max_parallelism; kg++) {
-        stash_kg_usage u;
-        stash_kg_usage_get(a, kg, &u);
-        used += u.used_bytes;
-        fr += u.free_bytes;
-    }
-    family("stash_arena_used_bytes", "gauge", "Bytes handed out to records in key-group heaps.");
-    printf("stash_arena_used_bytes %llu\n", (unsigned long long)used);
-    family("stash_arena_free_bytes", "gauge",
-           "Bytes free: held by key-group heaps for reuse, or in no key group yet.");
-    printf("stash_arena_free_bytes{where=\"key_groups\"} %llu\n", (unsigned long long)fr);
-    printf("stash_arena_free_bytes{where=\"pool\"} %llu\n",
-           (unsigned long long)info->pool_free_bytes);
-    family("stash_worker_up", "gauge", "1 while the worker's process lives, 0 once it died.");
-    for (size_t i = 0; i < nw; i++)
-        printf("stash_worker_up{index=\"%u\"} %d\n", w[i].index, w[i].state == STASH_WORKER_LIVE);
-    family("stash_worker_key_groups", "gauge", "Key groups the worker owns.");
-    for (size_t i = 0; i < nw; i++)
-        printf("stash_worker_key_groups{index=\"%u\"} %u\n", w[i].index,
-               stash_kg_range_size(w[i].range));
-    family("stash_worker_last_barrier_age_seconds", "gauge",
-           "Seconds since the worker's last barrier: a stuck worker's grows.");
-    for (size_t i = 0; i < nw; i++)
-        printf("stash_worker_last_barrier_age_seconds{index=\"%u\"} %.3f\n", w[i].index,
-               now > w[i].heartbeat_ns ? (double)(now - w[i].heartbeat_ns) / 1e9 : 0.0);
-    family("stash_worker_takeovers_total", "counter",
-           "Times the worker's slot was joined after its first holder.");
-    for (size_t i = 0; i < nw; i++)
-        printf("stash_worker_takeovers_total{index=\"%u\"} %u\n", w[i].index,
-               w[i].generation ? w[i].generation - 1 : 0);
-    stash_service_info sv;
-    stash_service_info_get(a, &sv);
-    family("stash_service_up", "gauge", "1 while a persistence engine serves the arena.");
-    printf("stash_service_up %d\n", sv.pid != 0);
-    family("stash_checkpoint_in_progress", "gauge", "1 while a checkpoint is being cut.");
-    printf("stash_checkpoint_in_progress %d\n", sv.pending != 0);
-    family("stash_checkpoint_last_completed_id", "gauge", "The newest complete checkpoint's id.");
-    printf("stash_checkpoint_last_completed_id %llu\n", (unsigned long long)sv.completed);
-    family("stash_checkpoints_failed_in_a_row", "gauge",
-           "Checkpoints failed since the last complete one.");
-    printf("stash_checkpoints_failed_in_a_row %u\n", sv.failing);
-    /* The newest complete one of the recent, newest first. */
-    const stash_checkpoint_info *last = NULL;
-    for (uint32_t i = 0; i < sv.nrecent && !last; i++)
-        if (sv.recent[i].status == 0) last = &sv.recent[i];
-    if (!last) return;
-    family("stash_checkpoint_last_duration_seconds", "gauge",
-           "How long the newest complete checkpoint took.");
-    printf("stash_checkpoint_last_duration_seconds %.6f\n", (double)last->duration_ns / 1e9);
-    family("stash_checkpoint_last_size_bytes", "gauge",
-           "Bytes the newest complete checkpoint wrote.");
-    printf("stash_checkpoint_last_size_bytes{incremental=\"%s\"} %llu\n",
-           last->incremental ? "true" : "false", (unsigned long long)last->bytes);
-    family("stash_checkpoint_last_longest_cut_seconds", "gauge",
-           "The longest synchronous cut of a worker in the newest complete checkpoint.");
-    printf("stash_checkpoint_last_longest_cut_seconds %.9f\n", (double)last->pause_ns / 1e9);
-    family("stash_checkpoint_seconds_since_last_complete", "gauge",
-           "Seconds since the newest complete checkpoint ended.");
-    uint64_t end = last->started_ns + last->duration_ns;
-    printf("stash_checkpoint_seconds_since_last_complete %.3f\n",
-           now > end ? (double)(now - end) / 1e9 : 0.0);
-}
-
 static void print_status_text(stash_arena *a, const stash_arena_info *info,
                               const stash_worker_info *w, size_t nw)
 {
@@ -330,10 +244,11 @@ static void print_status_text(stash_arena *a, const stash_arena_info *info,
 int tool_status(int argc, char **argv)
 {
     static const char usage[] =
-        "usage: stash status NAME [--path FILE] [--json | --prom]\n"
+        "usage: stash status NAME [--path FILE] [--json | --prom [--per-key-group]]\n"
         "Shows the arena's header, its workers, memory per key group,\n"
         "its service and its recent checkpoints. --prom prints them as metrics in\n"
-        "Prometheus' text format, once (for node_exporter's textfile collector).\n";
+        "Prometheus' text format, once (for node_exporter's textfile collector), the\n"
+        "text `stash serve --metrics` serves; --per-key-group adds each key group's bytes.\n";
     arena_args args;
     int rc = parse_arena_args(argc, argv, usage, false, &args);
     if (rc) return rc < 0 ? 0 : rc;
@@ -356,10 +271,10 @@ int tool_status(int argc, char **argv)
     if (args.json)
         print_status_json(a, &info, w, nw);
     else if (args.prom)
-        print_status_prom(a, &info, w, nw);
+        rc = tool_metrics(stdout, a, args.per_kg) < 0 ? tool_fail("status", -ENOMEM) : 0;
     else
         print_status_text(a, &info, w, nw);
     free(w);
     stash_arena_close(a);
-    return 0;
+    return rc;
 }

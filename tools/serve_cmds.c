@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <systemd/sd-daemon.h>
 #include <time.h>
 
 #include "include/stash.h"
@@ -58,6 +59,109 @@ static void log_own(bool json, const char *message)
     fflush(stdout);
 }
 
+/* The options of a config file and the command line, as one argv: argv[0],
+ * the file's, then the command line's but --config FILE. line[i] is the
+ * file's line that gave argument i, 0 for the command line's. */
+typedef struct serve_argv {
+    int argc;
+    char **argv;
+    unsigned *line;
+    char *text;   /* the file's bytes, which values point into */
+    char **names; /* the file's option names with their dashes */
+    int nnames;
+    const char *path;
+} serve_argv;
+
+static void serve_argv_free(serve_argv *v)
+{
+    for (int i = 0; i < v->nnames; i++) free(v->names[i]);
+    free(v->names);
+    free(v->argv);
+    free(v->line);
+    free(v->text);
+}
+
+/* Reads FILE's lines (`option value`, `option = value` or `option`; # a
+ * comment) into v ahead of the command line. Returns 0, or prints what is
+ * wrong and returns 2. */
+static int read_config(int argc, char **argv, serve_argv *v)
+{
+    *v = (serve_argv){0};
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--config") == 0) v->path = argv[i + 1];
+    size_t len = 0;
+    if (v->path) {
+        FILE *f = fopen(v->path, "r");
+        if (!f) {
+            fprintf(stderr, "stash serve: config %s: %s\n", v->path, strerror(errno));
+            return 2;
+        }
+        FILE *m = open_memstream(&v->text, &len);
+        char buf[4096];
+        size_t n;
+        while (m && (n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, m);
+        bool bad = ferror(f);
+        fclose(f);
+        if (m) fclose(m);
+        if (bad || !m) {
+            fprintf(stderr, "stash serve: config %s: cannot read it\n", v->path);
+            return 2;
+        }
+    }
+    /* At most two arguments a line, plus the command line's. */
+    size_t lines = 1;
+    for (size_t i = 0; i < len; i++) lines += v->text[i] == '\n';
+    size_t cap = 2 * lines + (size_t)argc + 1;
+    v->argv = calloc(cap, sizeof *v->argv);
+    v->line = calloc(cap, sizeof *v->line);
+    v->names = calloc(lines, sizeof *v->names);
+    if (!v->argv || !v->line || !v->names) return 2;
+    v->argv[v->argc++] = argv[0];
+    char *p = v->text;
+    for (unsigned no = 1; p && *p; no++) {
+        char *end = strchr(p, '\n');
+        if (end) *end = 0;
+        char *hash = strchr(p, '#');
+        if (hash) *hash = 0;
+        char *key = p + strspn(p, " \t\r");
+        p = end ? end + 1 : NULL;
+        size_t klen = strcspn(key, " \t\r=");
+        if (!klen) continue;
+        char *val = key + klen;
+        val += strspn(val, " \t\r");
+        if (*val == '=') val += 1 + strspn(val + 1, " \t\r");
+        key[klen] = 0;
+        size_t vlen = strlen(val);
+        while (vlen && strchr(" \t\r", val[vlen - 1])) val[--vlen] = 0;
+        if (strcmp(key, "config") == 0 || key[0] == '-') {
+            fprintf(stderr, "stash serve: config %s line %u: '%s' is not an option here\n", v->path,
+                    no, key);
+            return 2;
+        }
+        char *name = malloc(klen + 3);
+        if (!name) return 2;
+        snprintf(name, klen + 3, "--%s", key);
+        v->names[v->nnames++] = name;
+        v->line[v->argc] = no;
+        v->argv[v->argc++] = name;
+        if (*val) {
+            v->line[v->argc] = no;
+            v->argv[v->argc++] = val;
+        }
+    }
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+            i++;
+            continue;
+        }
+        v->argv[v->argc++] = argv[i];
+    }
+    return 0;
+}
+
+static int serve(int argc, char **argv, const unsigned *line, const char *config,
+                 const char *usage);
+
 int tool_serve(int argc, char **argv)
 {
     static const char usage[] =
@@ -67,6 +171,7 @@ int tool_serve(int argc, char **argv)
         "                        [--backend heap|lmdb] [--lmdb-dir DIR] [--path FILE]\n"
         "                        [--size SIZE] [--max-parallelism N] [--restore CHECKPOINT]\n"
         "                        [--start-empty] [--log-format text|json]\n"
+        "                        [--metrics ADDR:PORT] [--config FILE]\n"
         "Runs the persistence engine of the arena NAME until SIGTERM, SIGINT or `stash stop`.\n"
         "An existing arena is reattached; a missing one is created (SIZE bytes, N key\n"
         "groups, keyed state in the arena (heap) or in LMDB environments in --lmdb-dir,\n"
@@ -85,13 +190,31 @@ int tool_serve(int argc, char **argv)
         "on stdout per event (a checkpoint, a worker that joins, leaves or dies): local\n"
         "date, time with milliseconds, level (INFO, WARN, ERROR), subject and message;\n"
         "--log-format json: one object a line (time in UTC, level, subject, message).\n"
+        "--metrics serves the metrics of `stash status --prom` at http://ADDR:PORT/metrics\n"
+        "(:PORT for every address, [V6]:PORT; ?kg=1 adds each key group's bytes).\n"
+        "--config FILE reads options from FILE first, one a line as the flags without their\n"
+        "dashes (`interval 2s`, `interval = 2s`, `incremental`; # starts a comment); the\n"
+        "command line overrides them. Under systemd (Type=notify) it reports ready once\n"
+        "it serves and stopping when it stops.\n"
         "DURATION: 500ms, 2s, 1m (a plain number is seconds). Options take their value as\n"
         "--opt VALUE or --opt=VALUE.\n";
     if (tool_wants_help(argc, argv)) {
         fputs(usage, stdout);
         return 0;
     }
-    const char *name = NULL;
+    serve_argv v;
+    if (read_config(argc, argv, &v)) {
+        serve_argv_free(&v);
+        return 2;
+    }
+    int rc = serve(v.argc, v.argv, v.line, v.path, usage);
+    serve_argv_free(&v);
+    return rc;
+}
+
+static int serve(int argc, char **argv, const unsigned *line, const char *config, const char *usage)
+{
+    const char *name = NULL, *metrics = NULL;
     stash_arena_opts ao = {0};
     stash_service_opts o = {.arena = &ao, .log = log_text};
     bool json = false;
@@ -113,6 +236,8 @@ int tool_serve(int argc, char **argv)
             takes = false;
         } else if (!val) {
             ok = false;
+        } else if (strcmp(a, "--metrics") == 0) {
+            metrics = val;
         } else if (strcmp(a, "--log-format") == 0) {
             ok = strcmp(val, "text") == 0 || strcmp(val, "json") == 0;
             json = strcmp(val, "json") == 0;
@@ -152,6 +277,11 @@ int tool_serve(int argc, char **argv)
         } else {
             ok = false;
         }
+        if (!ok && line[i]) {
+            fprintf(stderr, "stash serve: config %s line %u: bad or incomplete option '%s%s%s'\n",
+                    config, line[i], a + 2, takes ? " " : "", takes ? val : "");
+            return 2;
+        }
         if (!ok) {
             fprintf(stderr, "stash serve: bad or incomplete argument '%s%s%s'\n%s", a,
                     takes ? " " : "", takes ? val : "", usage);
@@ -177,11 +307,33 @@ int tool_serve(int argc, char **argv)
     stash_service *svc;
     int rc = stash_service_start(name, &o, &svc);
     if (rc < 0) return tool_fail("serve", rc);
+    stash_arena *a = NULL;
+    tool_metrics_server *http = NULL;
+    if (metrics) {
+        char url[300], line_[400];
+        rc = stash_arena_open(name, &ao, &a);
+        if (rc == 0 && (rc = tool_metrics_serve(metrics, a, &http, url, sizeof url)) < 0)
+            fprintf(stderr, "stash serve: --metrics %s: %s\n", metrics,
+                    rc == -EINVAL ? "not an address and port it can resolve" : strerror(-rc));
+        else if (rc < 0)
+            tool_fail("serve", rc);
+        if (rc < 0) {
+            stash_arena_close(a);
+            stash_service_stop(svc);
+            return 1;
+        }
+        snprintf(line_, sizeof line_, "metrics at %s", url);
+        log_own(json, line_);
+    }
+    sd_notify(0, "READY=1\nSTATUS=serving");
     const struct timespec tick = {0, 200000000};
     int sig = -1;
     while (sig < 0 && !stash_service_stopped(svc)) sig = sigtimedwait(&sigs, NULL, &tick);
+    sd_notify(0, "STOPPING=1");
     log_own(json, sig > 0 ? (sig == SIGTERM ? "SIGTERM: stopping" : "SIGINT: stopping")
                           : "stop requested: stopping");
+    tool_metrics_stop(http);
+    stash_arena_close(a);
     stash_service_stop(svc);
     log_own(json, "stopped");
     return 0;
@@ -211,7 +363,7 @@ static int parse_control(int argc, char **argv, const char *usage, control_args 
             i++;
         } else if (strcmp(a, "--json") == 0) {
             out->json = true;
-        } else if (strcmp(a, "--savepoint") == 0 && strcmp(argv[0], "checkpoint") == 0) {
+        } else if (strcmp(a, "--savepoint") == 0) {
             out->savepoint = true;
         } else if (a[0] != '-' && !out->name) {
             out->name = a;
@@ -225,6 +377,29 @@ static int parse_control(int argc, char **argv, const char *usage, control_args 
         return 2;
     }
     return 0;
+}
+
+/* Prints a finished checkpoint or savepoint (its id and directory, or as
+ * JSON with why it failed); returns the command's exit code. */
+static int print_outcome(const char *what, const control_args *args, int rc,
+                         const stash_checkpoint_info *info)
+{
+    if (rc < 0 && rc != STASH_EABORTED) return tool_fail(what, rc);
+    if (args->json) {
+        printf("{\"id\": %llu, \"status\": %d, \"savepoint\": %s, \"incremental\": %s, "
+               "\"bytes\": %llu, "
+               "\"duration_ns\": %llu, \"pause_ns\": %llu, \"%s\": ",
+               (unsigned long long)info->id, info->status, info->savepoint ? "true" : "false",
+               info->incremental ? "true" : "false", (unsigned long long)info->bytes,
+               (unsigned long long)info->duration_ns, (unsigned long long)info->pause_ns,
+               rc ? "error" : "path");
+        tool_json_string(info->detail);
+        printf("}\n");
+    } else if (rc == 0) {
+        printf("%s %llu %s\n", info->savepoint ? "savepoint" : "checkpoint",
+               (unsigned long long)info->id, info->detail);
+    }
+    return rc ? tool_fail(what, rc) : 0;
 }
 
 int tool_checkpoint(int argc, char **argv)
@@ -245,36 +420,32 @@ int tool_checkpoint(int argc, char **argv)
     stash_checkpoint_info info;
     rc = (args.savepoint ? stash_savepoint : stash_checkpoint)(a, args.timeout_ms, &info);
     stash_arena_close(a);
-    if (rc < 0 && rc != STASH_EABORTED) return tool_fail("checkpoint", rc);
-    if (args.json) {
-        printf("{\"id\": %llu, \"status\": %d, \"savepoint\": %s, \"incremental\": %s, "
-               "\"bytes\": %llu, "
-               "\"duration_ns\": %llu, \"pause_ns\": %llu, \"%s\": ",
-               (unsigned long long)info.id, info.status, info.savepoint ? "true" : "false",
-               info.incremental ? "true" : "false", (unsigned long long)info.bytes,
-               (unsigned long long)info.duration_ns, (unsigned long long)info.pause_ns,
-               rc ? "error" : "path");
-        tool_json_string(info.detail);
-        printf("}\n");
-    } else if (rc == 0) {
-        printf("%s %llu %s\n", info.savepoint ? "savepoint" : "checkpoint",
-               (unsigned long long)info.id, info.detail);
-    }
-    if (rc) return tool_fail("checkpoint", rc);
-    return 0;
+    return print_outcome("checkpoint", &args, rc, &info);
 }
 
 int tool_stop(int argc, char **argv)
 {
     static const char usage[] =
-        "usage: stash stop NAME [--path FILE] [--timeout DURATION]\n"
+        "usage: stash stop NAME [--savepoint [--json]] [--path FILE] [--timeout DURATION]\n"
         "Asks the service of the arena NAME to stop (a checkpoint in flight finishes or\n"
-        "fails first) and waits until it has (at most --timeout; none by default).\n";
+        "fails first) and waits until it has (at most --timeout; none by default).\n"
+        "--savepoint takes a savepoint first, as `stash checkpoint --savepoint` does, and\n"
+        "prints it; if it fails the service is not stopped (exit code 1). Workers are not\n"
+        "stopped: what they write after the savepoint is in none.\n";
     control_args args = {0};
     int rc = parse_control(argc, argv, usage, &args);
     if (rc) return rc < 0 ? 0 : rc;
     stash_arena *a = NULL;
     rc = stash_arena_open(args.name, &args.opts, &a);
+    if (rc == 0 && args.savepoint) {
+        stash_checkpoint_info info;
+        rc = stash_savepoint(a, args.timeout_ms, &info);
+        int code = print_outcome("stop", &args, rc, &info);
+        if (code) {
+            stash_arena_close(a);
+            return code;
+        }
+    }
     if (rc == 0) rc = stash_service_request_stop(a, args.timeout_ms);
     stash_arena_close(a);
     return rc < 0 ? tool_fail("stop", rc) : 0;

@@ -46,6 +46,20 @@ int tool_decode(const char *s, tool_format f, uint8_t **out, size_t *len);
 void tool_print_bytes(const void *bytes, size_t n, tool_format f, bool json);
 /* Prints "stash: <what>: <error words> (<detail>)" to stderr; returns 1. */
 int tool_fail(const char *what, int err);
+
+/* Writes the arena's metrics to out in Prometheus' text format (0.0.4);
+ * per_kg adds each key group's bytes. Returns 0 or -ENOMEM. */
+int tool_metrics(FILE *out, stash_arena *a, bool per_kg);
+
+/* Serves the metrics of a at http://ADDR:PORT/metrics (addr "ADDR:PORT",
+ * ":PORT" for every address, "[V6]:PORT"; port 0 picks a free one) on a
+ * thread of its own until tool_metrics_stop(); ?kg=1 adds each key group's
+ * bytes. Writes the URL it serves into where. Returns 0, -EINVAL for an
+ * address it cannot read or resolve, or the error binding failed with. */
+typedef struct tool_metrics_server tool_metrics_server;
+int tool_metrics_serve(const char *addr, stash_arena *a, tool_metrics_server **out, char *where,
+                       size_t size);
+void tool_metrics_stop(tool_metrics_server *s);
 /* argv with each "--opt=value" split into "--opt" and "value", as the
  * commands read their options; *out_argc its count. The copy and its
  * strings live in one allocation the caller frees; NULL if out of memory. */

@@ -229,6 +229,7 @@ int worker_rollback(stash_worker *w)
     rc = ckpt_restore_prepared(a, dir, 0, w->range, e, w->store, clear_kgs, w, &out);
     atomic_store(&c->workers[w->slot].restoring, 0);
     if (rc == 0) {
+        atomic_fetch_add(&c->workers[w->slot].rollbacks, 1);
         w->op_p = out.op_parallelism;
         w->op_blobs = out.op_blobs;
         w->op_mem = out.op_mem;
@@ -359,6 +360,18 @@ STASH_API int stash_service_info_get(stash_arena *arena, stash_service_info *out
     out->completed = atomic_load(&c->completed);
     out->failing = atomic_load(&c->failing);
     out->next_ns = atomic_load(&c->next_due_ns);
+    out->completed_total = atomic_load(&c->completed_total);
+    out->failed_total = atomic_load(&c->failed_total);
+    out->restored_id = atomic_load(&c->restored_id);
+    out->restored_ns = atomic_load(&c->restored_ns);
+    out->restored_at_ns = atomic_load(&c->restored_at_ns);
+    out->restored_records = atomic_load(&c->restored_records);
+    uint32_t backend = atomic_load(&c->io_backend);
+    if (backend)
+        snprintf(out->io_backend, sizeof out->io_backend, "%s", ioe_backend_name((int)backend));
+    out->io_bytes_written = atomic_load(&c->io_written);
+    out->io_bytes_read = atomic_load(&c->io_read);
+    out->io_errors = atomic_load(&c->io_errors);
     uint32_t n = atomic_load(&c->history_n);
     for (uint32_t i = 0; i < SHM_CTL_HISTORY && i < n; i++)
         info_of(&c->history[(n - 1 - i) % SHM_CTL_HISTORY], &out->recent[out->nrecent++]);

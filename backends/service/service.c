@@ -50,6 +50,7 @@ struct stash_service {
     bool group;              /* checkpoints readable by the arena's group */
     stash_worker_info *seen; /* per worker index, as the last look found it */
     store *store;            /* the engine's handle on the arena's store, for its cuts */
+    ioe_info io_seen;        /* the I/O engine's counters as last added to the arena's */
 };
 
 STASH_API const char *stash_log_level_name(stash_log_level level)
@@ -434,6 +435,7 @@ static void publish(stash_service *s, uint64_t id, uint32_t p, uint64_t t0, cons
         atomic_store(&c->completed, id);
     else
         atomic_store(&c->aborted, id);
+    atomic_fetch_add(r->status == 0 ? &c->completed_total : &c->failed_total, 1);
     shm_lock_release(&c->lock);
     shm_futex_wake(&c->finished);
     if (r->status == 0)
@@ -493,6 +495,19 @@ static void count_outcome(stash_service *s, uint64_t id, int rc)
     atomic_store(&s->a->control->next_due_ns, s->o.interval_ms ? shm_now_ns() + interval_ns(s) : 0);
 }
 
+/* Adds what the I/O engine did since the last look to the arena's totals. */
+static void account_io(stash_service *s)
+{
+    shm_control *c = s->a->control;
+    ioe_info now;
+    ioe_engine_info(s->e, &now);
+    atomic_store(&c->io_backend, (uint32_t)now.backend);
+    atomic_fetch_add(&c->io_written, now.bytes_written - s->io_seen.bytes_written);
+    atomic_fetch_add(&c->io_read, now.bytes_read - s->io_seen.bytes_read);
+    atomic_fetch_add(&c->io_errors, now.errors - s->io_seen.errors);
+    s->io_seen = now;
+}
+
 static void run_checkpoint(stash_service *s)
 {
     stash_arena *a = s->a;
@@ -543,6 +558,7 @@ static void run_checkpoint(stash_service *s)
         shm_table_release_holder(a, s->holder, s->base);
     }
     count_outcome(s, id, rc);
+    account_io(s);
     publish(s, id, p, t0, &r);
     if (rc == 0 && !rollback_reading(s) &&
         ckpt_retain(s->dir, s->o.retain ? s->o.retain : DEFAULT_RETAIN, s->e) < 0)
@@ -666,11 +682,16 @@ static int create_arena(stash_service *s, const char *name)
         if (rc == 0) rc = service_install_opstate(w->arena, &out);
         if (rc == 0) {
             shm_control *c = w->arena->control;
+            uint64_t took = shm_now_ns() - t0;
             atomic_store(&c->completed, out.id);
             atomic_store(&c->last_id, out.id);
+            atomic_store(&c->restored_id, out.id);
+            atomic_store(&c->restored_ns, took);
+            atomic_store(&c->restored_at_ns, shm_now_ns());
+            atomic_store(&c->restored_records, out.records);
             say(s, STASH_LOG_INFO, "restore", "restored %s%s%llu (%llu records) in %.1f ms%s%s",
                 from ? from : "checkpoint ", from ? ", id " : "", (unsigned long long)out.id,
-                (unsigned long long)out.records, (double)(shm_now_ns() - t0) / 1e6,
+                (unsigned long long)out.records, (double)took / 1e6,
                 out.skipped ? "; passed over: " : "", out.skipped ? out.why : "");
         }
         ckpt_restored_free(&out);
@@ -817,6 +838,7 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         uint64_t last = atomic_load(&c->last_id);
         s->next_id = (highest > last ? highest : last) + 1;
         s->last_end_ns = shm_now_ns();
+        account_io(s);
     }
     if (rc == 0) {
         rc = -pthread_create(&s->thread, NULL, engine_main, s);

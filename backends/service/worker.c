@@ -103,6 +103,7 @@ STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
      * snapshots the engine may have opened) go together; cutting it again
      * would pair this worker's operator state with the other's key groups. */
     w->cut_id = atomic_load(&c->workers[w->slot].acked);
+    w->ops = &c->workers[w->slot].ops;
     add_open(w);
     if (o.rollback) rc = worker_rollback(w);
     if (rc < 0) {

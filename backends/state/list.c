@@ -45,6 +45,7 @@ static int list_for_write(stash_state *s, shm_lookup *l, shm_cursor *c)
 STASH_API int stash_list_add_all(stash_state *state, const stash_bytes *values, size_t n)
 {
     if (!state) return shm_refuse_null(__func__, "state");
+    state_count(state->w, SHM_OPS_LIST, true);
     shm_lookup l;
     shm_cursor c;
     int rc = state_check_array(values, n, __func__, "values");
@@ -73,6 +74,7 @@ STASH_API int stash_list_add(stash_state *state, const void *value, size_t len)
 STASH_API int stash_list_update(stash_state *state, const stash_bytes *values, size_t n)
 {
     if (!state) return shm_refuse_null(__func__, "state");
+    state_count(state->w, SHM_OPS_LIST, true);
     shm_lookup l;
     shm_cursor c;
     int rc = state_check_array(values, n, __func__, "values");
@@ -138,6 +140,7 @@ static int64_t list_refresh(stash_state *s, const shm_lookup *l, shm_cursor *c,
 STASH_API int stash_list_get(stash_state *state, stash_iter *it)
 {
     if (!state || !it) return shm_refuse_null(__func__, "state or it");
+    state_count(state->w, SHM_OPS_LIST, false);
     shm_lookup l;
     shm_cursor c;
     stash_bytes raw;

@@ -296,6 +296,7 @@ STASH_API int stash_map_put_all(stash_state *state, const stash_bytes *keys,
                                 const stash_bytes *values, size_t n)
 {
     if (!state) return shm_refuse_null(__func__, "state");
+    state_count(state->w, SHM_OPS_MAP, true);
     shm_lookup l;
     shm_cursor c;
     int rc = state_check_array(keys, n, __func__, "keys");
@@ -339,6 +340,7 @@ static int remove_slot(stash_state *s, const shm_lookup *l, shm_cursor *c, uint3
 STASH_API int stash_map_remove(stash_state *state, const void *k, size_t klen)
 {
     if (!state) return shm_refuse_null(__func__, "state");
+    state_count(state->w, SHM_OPS_MAP, true);
     if (shm_null_bytes(k, klen)) return shm_refuse_null(__func__, "k");
     shm_lookup l;
     shm_cursor c;
@@ -378,6 +380,7 @@ static int map_read(stash_state *s, shm_lookup *l, shm_cursor *c, stash_bytes *r
 STASH_API int stash_map_get(stash_state *state, const void *k, size_t klen, stash_bytes *out)
 {
     if (!state || !out) return shm_refuse_null(__func__, "state or out");
+    state_count(state->w, SHM_OPS_MAP, false);
     if (shm_null_bytes(k, klen)) return shm_refuse_null(__func__, "k");
     shm_lookup l;
     shm_cursor c;
@@ -421,6 +424,7 @@ STASH_API int stash_map_contains(stash_state *state, const void *k, size_t klen)
 STASH_API int stash_map_iter(stash_state *state, stash_iter *it)
 {
     if (!state || !it) return shm_refuse_null(__func__, "state or it");
+    state_count(state->w, SHM_OPS_MAP, false);
     shm_lookup l;
     shm_cursor c;
     stash_bytes raw;
@@ -445,6 +449,7 @@ STASH_API int stash_map_iter(stash_state *state, stash_iter *it)
 STASH_API int stash_map_is_empty(stash_state *state)
 {
     if (!state) return shm_refuse_null(__func__, "state");
+    state_count(state->w, SHM_OPS_MAP, false);
     stash_iter it;
     int rc = stash_map_iter(state, &it);
     if (rc == STASH_ENOTFOUND) return 1;
@@ -563,6 +568,7 @@ STASH_API int stash_iter_set_value(stash_iter *it, const void *value, size_t len
     int rc = map_iter_sync(x);
     if (rc) return rc;
     stash_state *s = x->state;
+    state_count(s->w, SHM_OPS_MAP, true);
     if (x->last == UINT32_MAX || !x->blob) return shm_fail(-EINVAL, "no entry returned to set");
     if (!x->rec) return state_refuse_write(s, s->w->kg);
     entry e = entry_at(s, x->blob, slot_get(x->blob, x->last));

@@ -203,6 +203,7 @@ int state_delete(stash_state *s, const shm_lookup *l, shm_cursor *c)
 STASH_API int stash_state_clear(stash_state *state)
 {
     if (!state) return shm_refuse_null(__func__, "state");
+    state_count(state->w, state_ops_kind(state->kind), true);
     if (opstate_kind(state->kind))
         return shm_fail(STASH_EKIND, "operator state has no current key's entry: empty it with "
                                      "stash_op_list_update or stash_broadcast_remove");

@@ -43,7 +43,8 @@ struct stash_worker {
      * one-step state, which only a store with records in the arena has): 8
      * to 16 bytes long, in a key group the worker owns. */
     bool one_step_key;
-    uint64_t writes; /* every write by this worker: invalidates its iterators */
+    uint64_t writes;  /* every write by this worker: invalidates its iterators */
+    shm_ctl_ops *ops; /* its index's operation counters; NULL for a reader */
     struct stash_state *states;
     struct stash_timers *timers; /* the worker's timer services (timers.c) */
     uint64_t watermark;          /* the highest of its services' watermarks */
@@ -87,6 +88,25 @@ typedef struct op_entries {
     stash_bytes *values;
     size_t n, cap;
 } op_entries;
+
+/* The counter kind (SHM_OPS_*) of a keyed state kind. */
+static inline int state_ops_kind(stash_kind k)
+{
+    return k == STASH_LIST                                 ? SHM_OPS_LIST
+           : k == STASH_MAP                                ? SHM_OPS_MAP
+           : k == STASH_REDUCING || k == STASH_AGGREGATING ? SHM_OPS_MERGING
+                                                           : SHM_OPS_VALUE;
+}
+
+/* Counts one state operation of the worker's: kind SHM_OPS_*, a read or a
+ * write. Only the worker writes its line; relaxed, no locked instruction. */
+static inline void state_count(const stash_worker *w, int kind, bool write)
+{
+    if (!w->ops) return;
+    _Atomic uint64_t *c = write ? &w->ops->writes[kind] : &w->ops->reads[kind];
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+}
 
 static inline bool opstate_kind(stash_kind k)
 {

@@ -185,12 +185,14 @@ static inline __attribute__((always_inline)) bool put_fast(stash_state *s, const
 STASH_API int stash_value_get(stash_state *state, stash_bytes *out)
 {
     if (__builtin_expect(!state || !out, 0)) return shm_refuse_null(__func__, "state or out");
+    state_count(state->w, SHM_OPS_VALUE, false);
     return get_fast(state, out) ? 0 : value_get(state, out);
 }
 
 STASH_API int stash_value_put(stash_state *state, const void *value, size_t len)
 {
     if (__builtin_expect(!state, 0)) return shm_refuse_null(__func__, "state");
+    state_count(state->w, SHM_OPS_VALUE, true);
     if (shm_null_bytes(value, len)) return shm_refuse_null(__func__, "value");
     return put_fast(state, value, len) ? 0 : value_put(state, value, len);
 }
@@ -232,6 +234,7 @@ static int check_merging(const stash_state *s)
 STASH_API int stash_merging_add(stash_state *state, const void *value, size_t len)
 {
     if (!state) return shm_refuse_null(__func__, "state");
+    state_count(state->w, SHM_OPS_MERGING, true);
     if (shm_null_bytes(value, len)) return shm_refuse_null(__func__, "value");
     shm_lookup l;
     int rc = check_merging(state);
@@ -245,6 +248,7 @@ STASH_API int stash_merging_add(stash_state *state, const void *value, size_t le
 STASH_API int stash_merging_get(stash_state *state, stash_bytes *out)
 {
     if (!state || !out) return shm_refuse_null(__func__, "state or out");
+    state_count(state->w, SHM_OPS_MERGING, false);
     shm_lookup l;
     shm_cursor c;
     int rc = check_merging(state);

@@ -1,0 +1,289 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_metrics.c: the counters behind the metrics (each worker's state
+ * operations, rollbacks, checkpoint totals, the restore, the engine's I/O)
+ * against what was done; `stash serve --metrics` over HTTP, its config file,
+ * and `stash stop --savepoint`.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "include/stash.h"
+#include "tests/helpers.h"
+
+static int sum_reduce(const stash_bytes *acc, const stash_bytes *in, void *out, size_t cap,
+                      size_t *len, void *ctx)
+{
+    (void)ctx;
+    *len = sizeof(uint64_t);
+    if (cap < *len) return -ENOSPC;
+    uint64_t r = (acc->len ? test_u64(acc->data) : 0) + test_u64(in->data);
+    memcpy(out, &r, sizeof r);
+    return 0;
+}
+
+static stash_state *state_of(stash_worker *w, const char *name, stash_kind kind)
+{
+    stash_state *s;
+    stash_state_desc d = {.name = name, .kind = kind};
+    if (kind == STASH_REDUCING) d.reduce = sum_reduce;
+    cr_assert_eq(stash_state_get(w, &d, &s), 0, "%s", stash_errmsg());
+    return s;
+}
+
+/* The registry's entry of worker index i. */
+static stash_op_counts ops_of(stash_arena *a, uint32_t i)
+{
+    stash_worker_info w[8];
+    size_t n;
+    stash_registry_list(a, w, 8, &n);
+    for (size_t j = 0; j < n && j < 8; j++)
+        if (w[j].index == i) return w[j].ops;
+    cr_assert_fail("no worker %u", i);
+    return (stash_op_counts){0};
+}
+
+static void make_dir(char *dir, const char *tag)
+{
+    snprintf(dir, 128, "/tmp/stash-test-metrics-%s-%d", tag, (int)getpid());
+    test_remove_dir(dir);
+    mkdir(dir, 0700);
+}
+
+Test(metrics, every_operation_is_counted_by_its_worker_and_kind, .timeout = 120)
+{
+    char name[64], check[1024], out[65536];
+    stash_arena *a = test_arena_create("metrics", 64u << 20, 128, name);
+    stash_worker *w0, *w1;
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w0),
+                 0);
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 1, .parallelism = 2}, &w1),
+                 0);
+    stash_state *v = state_of(w0, "v", STASH_VALUE), *l = state_of(w0, "l", STASH_LIST),
+                *m = state_of(w0, "m", STASH_MAP), *r = state_of(w0, "r", STASH_REDUCING);
+    stash_bytes b;
+    stash_iter it;
+    stash_worker_info me;
+    stash_worker_info_get(w0, &me);
+    uint64_t done = 0;
+    for (uint64_t k = 0; done < 100; k++) {
+        cr_assert_eq(stash_key_set(w0, &k, sizeof k), 0);
+        if (!stash_kg_range_contains(me.range, (uint32_t)stash_key_group_current(w0))) continue;
+        done++;
+        cr_assert_eq(stash_value_put(v, &k, sizeof k), 0);                  /* 100 value writes */
+        if (done % 2) cr_assert_eq(stash_value_get(v, &b), 0);              /* 50 value reads */
+        if (done <= 7) cr_assert_eq(stash_list_add(l, "e", 1), 0);          /* 7 list writes */
+        if (done <= 3) cr_assert_eq(stash_list_get(l, &it), 0);             /* 3 list reads */
+        if (done <= 11) cr_assert_eq(stash_map_put(m, "k", 1, "v", 1), 0);  /* 11 map writes */
+        if (done <= 5) cr_assert_eq(stash_map_get(m, "k", 1, &b), 0);       /* 5 map reads */
+        if (done <= 2) cr_assert_eq(stash_map_remove(m, "k", 1), 0);        /* 2 more writes */
+        if (done <= 4) cr_assert_eq(stash_merging_add(r, &k, sizeof k), 0); /* 4 merging writes */
+        if (done == 1) cr_assert_eq(stash_merging_get(r, &b), 0);           /* 1 merging read */
+        if (done == 1) cr_assert_eq(stash_state_clear(v), 0);               /* 1 more value write */
+    }
+    /* A reader counts nothing, a worker only its own. */
+    stash_worker *rd;
+    cr_assert_eq(stash_reader_open(name, NULL, &rd), 0, "%s", stash_errmsg());
+    stash_state *rv = state_of(rd, "v", STASH_VALUE);
+    uint64_t k = 3;
+    stash_key_set(rd, &k, sizeof k);
+    stash_value_get(rv, &b);
+    stash_worker_close(rd);
+    stash_op_counts o = ops_of(a, 0);
+    cr_assert_eq(o.value_writes, 101);
+    cr_assert_eq(o.value_reads, 50);
+    cr_assert_eq(o.list_writes, 7);
+    cr_assert_eq(o.list_reads, 3);
+    cr_assert_eq(o.map_writes, 13);
+    cr_assert_eq(o.map_reads, 5);
+    cr_assert_eq(o.merging_writes, 4);
+    cr_assert_eq(o.merging_reads, 1);
+    cr_assert_eq(o.rollbacks, 0);
+    stash_op_counts none = ops_of(a, 1);
+    cr_assert_eq(none.value_reads + none.value_writes + none.map_writes, 0);
+    /* The same through the metrics text. */
+    snprintf(check, sizeof check,
+             "status %s --prom --per-key-group | python3 %s/prom_check.py "
+             "'stash_worker_state_operations_total{index=\"0\",kind=\"value\",op=\"write\"}=101' "
+             "'stash_worker_state_operations_total{index=\"0\",kind=\"value\",op=\"read\"}=50' "
+             "'stash_worker_state_operations_total{index=\"0\",kind=\"list\",op=\"write\"}=7' "
+             "'stash_worker_state_operations_total{index=\"0\",kind=\"map\",op=\"write\"}=13' "
+             "'stash_worker_state_operations_total{index=\"0\",kind=\"merging\",op=\"read\"}=1' "
+             "'stash_worker_state_operations_total{index=\"1\",kind=\"value\",op=\"write\"}=0' "
+             "'stash_key_group_used_bytes{kg=\"0\"}>=1' stash_service_up=0",
+             name, STASH_TESTS_DIR);
+    cr_assert_eq(test_run_stash(check, out, sizeof out), 0, "%s: %s", check, out);
+    stash_worker_close(w0);
+    stash_worker_close(w1);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
+
+Test(metrics, checkpoints_the_restore_rollbacks_and_io_are_counted, .timeout = 120)
+{
+    char name[64], dir[128];
+    make_dir(dir, "totals");
+    stash_arena *a = test_arena_create("metrics-totals", 64u << 20, 128, name);
+    stash_service *svc;
+    cr_assert_eq(stash_service_start(name, &(stash_service_opts){.dir = dir}, &svc), 0, "%s",
+                 stash_errmsg());
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0);
+    stash_state *v = state_of(w, "v", STASH_VALUE);
+    for (uint64_t k = 0; k < 1000; k++) {
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_put(v, &k, sizeof k), 0);
+    }
+    stash_checkpoint_info info;
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", info.detail);
+    stash_service_info sv;
+    stash_service_info_get(a, &sv);
+    cr_assert_eq(sv.completed_total, 2);
+    cr_assert_eq(sv.failed_total, 0);
+    cr_assert(strcmp(sv.io_backend, "io_uring") == 0 || strcmp(sv.io_backend, "threads") == 0, "%s",
+              sv.io_backend);
+    cr_assert_geq(sv.io_bytes_written, 2 * 1000 * 16, "two checkpoints of 1000 16-byte entries");
+    cr_assert_eq(sv.io_errors, 0);
+    cr_assert_eq(sv.restored_at_ns, 0, "created empty: no restore");
+    /* A replacement that rolls back counts a rollback for its index. */
+    stash_worker_close(w);
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.rollback = 1}, &w), 0, "%s",
+                 stash_errmsg());
+    cr_assert_eq(ops_of(a, 0).rollbacks, 1);
+    cr_assert_eq(ops_of(a, 0).value_writes, 1000, "the index's counts go on");
+    stash_worker_close(w);
+    stash_service_stop(svc);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+    /* A service that creates the arena from the checkpoint says so. */
+    cr_assert_eq(stash_service_start(name, &(stash_service_opts){.dir = dir}, &svc), 0, "%s",
+                 stash_errmsg());
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_service_info_get(a, &sv);
+    cr_assert_eq(sv.restored_id, info.id);
+    cr_assert_eq(sv.restored_records, 1000);
+    cr_assert_gt(sv.restored_at_ns, 0);
+    cr_assert_gt(sv.io_bytes_read, 0);
+    cr_assert_eq(sv.completed_total, 0, "totals are the arena's: a new one starts at 0");
+    stash_service_stop(svc);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+    test_remove_dir(dir);
+}
+
+/* Starts `stash serve NAME --dir DIR extra...` with stdout and stderr into
+ * log; returns its pid. */
+static pid_t serve(const char *name, const char *dir, const char *log, const char *extra)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "exec %s serve %s --dir %s %s > %s 2>&1", STASH_BIN, name, dir, extra,
+             log);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits until the log has a line with what (the service writes it), or the
+ * server died; copies that line's rest after what into out. */
+static bool await_line(const char *log, const char *what, pid_t pid, char *out, size_t cap)
+{
+    for (;;) {
+        char line[1024];
+        FILE *f = fopen(log, "r");
+        while (f && fgets(line, sizeof line, f)) {
+            char *at = strstr(line, what);
+            if (!at) continue;
+            snprintf(out, cap, "%s", at + strlen(what));
+            out[strcspn(out, "\n")] = 0;
+            fclose(f);
+            return true;
+        }
+        if (f) fclose(f);
+        if (waitpid(pid, NULL, WNOHANG) == pid) return false;
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+Test(metrics, serve_serves_them_over_http_reads_a_config_and_stops_with_a_savepoint, .timeout = 180)
+{
+    char name[64], dir[128], log[160], conf[160], url[256], cmd[2048], out[65536];
+    make_dir(dir, "http");
+    snprintf(log, sizeof log, "%s.log", dir);
+    snprintf(conf, sizeof conf, "%s.conf", dir);
+    snprintf(name, sizeof name, "%s", test_arena_name("metrics-http"));
+    FILE *f = fopen(conf, "w");
+    fprintf(f, "# the service of the test\nretain = 2\n  incremental   # deltas\n"
+               "metrics 127.0.0.1:0\n\nmemory-cap 1M\n");
+    fclose(f);
+    char extra[512];
+    snprintf(extra, sizeof extra, "--config %s", conf);
+    pid_t pid = serve(name, dir, log, extra);
+    cr_assert(await_line(log, "metrics at ", pid, url, sizeof url), "no metrics line in %s", log);
+    snprintf(cmd, sizeof cmd, "checkpoint %s --timeout 20s", name);
+    cr_assert_eq(test_run_stash(cmd, out, sizeof out), 0, "%s", out);
+    /* Prometheus' text over HTTP, checked by the same validator. */
+    snprintf(cmd, sizeof cmd,
+             "python3 -c 'import sys, urllib.request; "
+             "r = urllib.request.urlopen(sys.argv[1]); "
+             "assert r.headers[\"Content-Type\"].startswith(\"text/plain; version=0.0.4\"); "
+             "sys.stdout.write(r.read().decode())' '%s?kg=1' | python3 %s/prom_check.py "
+             "stash_service_up=1 stash_checkpoints_completed_total=1 "
+             "'stash_io_written_bytes_total>=1' 'stash_key_group_free_bytes{kg=\"127\"}>=0'",
+             url, STASH_TESTS_DIR);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    char missing[600];
+    snprintf(missing, sizeof missing,
+             "python3 -c 'import sys, urllib.request, urllib.error\n"
+             "try: urllib.request.urlopen(sys.argv[1])\n"
+             "except urllib.error.HTTPError as e: sys.exit(e.code != 404)\n"
+             "sys.exit(1)' '%.*s/other'",
+             (int)(strlen(url) - strlen("/metrics")), url);
+    cr_assert_eq(system(missing), 0, "another path is not found");
+    /* Stop with a savepoint: printed, complete, and the service gone. */
+    snprintf(cmd, sizeof cmd, "stop %s --savepoint --json --timeout 30s", name);
+    cr_assert_eq(test_run_stash(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "\"savepoint\": true") && strstr(out, "savepoint-"), "%s", out);
+    cr_assert_eq(test_wait(pid), 0);
+    char *path = strstr(out, "\"path\": \"") + 9;
+    path[strcspn(path, "\"")] = 0;
+    snprintf(cmd, sizeof cmd, "snapshot verify %s", path);
+    cr_assert_eq(test_run_stash(cmd, out, sizeof out), 0, "%s", out);
+    /* With no service, stop --savepoint fails and says why. */
+    snprintf(cmd, sizeof cmd, "stop %s --savepoint", name);
+    cr_assert_eq(test_run_stash(cmd, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "no service"), "%s", out);
+    /* A config file's wrong line is named; so is a missing file and a bad address. */
+    f = fopen(conf, "w");
+    fprintf(f, "retain 2\ninterval soon\n");
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "serve %s --dir %s --config %s", name, dir, conf);
+    cr_assert_eq(test_run_stash(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "line 2") && strstr(out, "interval soon"), "%s", out);
+    f = fopen(conf, "w");
+    fprintf(f, "--retain 2\n");
+    fclose(f);
+    cr_assert_eq(test_run_stash(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "line 1"), "%s", out);
+    snprintf(cmd, sizeof cmd, "serve %s --dir %s --config %s.none", name, dir, conf);
+    cr_assert_eq(test_run_stash(cmd, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, ".none") && strstr(out, "No such file"), "%s", out);
+    snprintf(cmd, sizeof cmd, "serve %s --dir %s --metrics no-port", name, dir);
+    cr_assert_eq(test_run_stash(cmd, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "--metrics no-port"), "%s", out);
+    stash_arena_destroy(name, NULL);
+    unlink(log);
+    unlink(conf);
+    test_remove_dir(dir);
+}
