@@ -288,11 +288,14 @@ typedef struct stash_worker_info {
     uint64_t heartbeat_ns; /* last sign of life, ns since the epoch */
     uint32_t generation;   /* how many times the slot was joined */
     int32_t previous_pid;  /* the dead worker this one took over from, or 0 */
-    stash_op_counts ops;   /* the index's state operations */
 } stash_worker_info;
 
 /* Facts about this worker's own registry slot. Returns 0. */
 STASH_API int stash_worker_info_get(const stash_worker *worker, stash_worker_info *out);
+
+/* The state operations of worker index (< STASH_MAX_WORKERS) so far, also
+ * once its worker left. Returns 0, or -EINVAL (NULL, index out of range). */
+STASH_API int stash_op_counts_get(stash_arena *arena, uint32_t index, stash_op_counts *out);
 
 /* Lists the registry's occupied slots (live or dead) into out[0 .. cap-1]
  * and sets *n to how many there are (which may exceed cap). Returns 0. */

@@ -109,17 +109,25 @@ void shm_registry_describe(stash_arena *a, uint32_t slot, stash_worker_info *out
     out->heartbeat_ns = atomic_load(&s->heartbeat_ns);
     out->generation = s->generation;
     out->previous_pid = s->previous_pid;
-    const shm_ctl_worker *cw = &a->control->workers[slot];
+}
+
+STASH_API int stash_op_counts_get(stash_arena *arena, uint32_t index, stash_op_counts *out)
+{
+    if (!arena || !out) return shm_refuse_null(__func__, "arena or out");
+    if (index >= STASH_MAX_WORKERS)
+        return shm_fail(-EINVAL, "worker index %u: at most %u", index, STASH_MAX_WORKERS - 1);
+    const shm_ctl_worker *cw = &arena->control->workers[index];
     const shm_ctl_ops *o = &cw->ops;
-    out->ops = (stash_op_counts){atomic_load(&o->reads[SHM_OPS_VALUE]),
-                                 atomic_load(&o->writes[SHM_OPS_VALUE]),
-                                 atomic_load(&o->reads[SHM_OPS_LIST]),
-                                 atomic_load(&o->writes[SHM_OPS_LIST]),
-                                 atomic_load(&o->reads[SHM_OPS_MAP]),
-                                 atomic_load(&o->writes[SHM_OPS_MAP]),
-                                 atomic_load(&o->reads[SHM_OPS_MERGING]),
-                                 atomic_load(&o->writes[SHM_OPS_MERGING]),
-                                 atomic_load(&cw->rollbacks)};
+    *out = (stash_op_counts){atomic_load(&o->reads[SHM_OPS_VALUE]),
+                             atomic_load(&o->writes[SHM_OPS_VALUE]),
+                             atomic_load(&o->reads[SHM_OPS_LIST]),
+                             atomic_load(&o->writes[SHM_OPS_LIST]),
+                             atomic_load(&o->reads[SHM_OPS_MAP]),
+                             atomic_load(&o->writes[SHM_OPS_MAP]),
+                             atomic_load(&o->reads[SHM_OPS_MERGING]),
+                             atomic_load(&o->writes[SHM_OPS_MERGING]),
+                             atomic_load(&cw->rollbacks)};
+    return 0;
 }
 
 STASH_API int stash_registry_list(stash_arena *arena, stash_worker_info *out, size_t cap, size_t *n)

@@ -38,16 +38,11 @@ static stash_state *state_of(stash_worker *w, const char *name, stash_kind kind)
     return s;
 }
 
-/* The registry's entry of worker index i. */
 static stash_op_counts ops_of(stash_arena *a, uint32_t i)
 {
-    stash_worker_info w[8];
-    size_t n;
-    stash_registry_list(a, w, 8, &n);
-    for (size_t j = 0; j < n && j < 8; j++)
-        if (w[j].index == i) return w[j].ops;
-    cr_assert_fail("no worker %u", i);
-    return (stash_op_counts){0};
+    stash_op_counts o;
+    cr_assert_eq(stash_op_counts_get(a, i, &o), 0);
+    return o;
 }
 
 static void make_dir(char *dir, const char *tag)
@@ -108,6 +103,10 @@ Test(metrics, every_operation_is_counted_by_its_worker_and_kind, .timeout = 120)
     cr_assert_eq(o.rollbacks, 0);
     stash_op_counts none = ops_of(a, 1);
     cr_assert_eq(none.value_reads + none.value_writes + none.map_writes, 0);
+    stash_op_counts o2;
+    cr_assert_eq(stash_op_counts_get(a, STASH_MAX_WORKERS, &o2), -EINVAL);
+    cr_assert_eq(stash_op_counts_get(NULL, 0, &o2), -EINVAL);
+    cr_assert_eq(stash_op_counts_get(a, 0, NULL), -EINVAL);
     /* The same through the metrics text. */
     snprintf(check, sizeof check,
              "status %s --prom --per-key-group | python3 %s/prom_check.py "
@@ -120,8 +119,15 @@ Test(metrics, every_operation_is_counted_by_its_worker_and_kind, .timeout = 120)
              "'stash_key_group_used_bytes{kg=\"0\"}>=1' stash_service_up=0",
              name, STASH_TESTS_DIR);
     cr_assert_eq(test_run_stash(check, out, sizeof out), 0, "%s: %s", check, out);
+    /* Counters stay once the workers left, until the arena goes. */
     stash_worker_close(w0);
     stash_worker_close(w1);
+    cr_assert_eq(ops_of(a, 0).value_writes, 101);
+    snprintf(check, sizeof check,
+             "status %s --prom | python3 %s/prom_check.py "
+             "'stash_worker_state_operations_total{index=\"0\",kind=\"value\",op=\"write\"}=101'",
+             name, STASH_TESTS_DIR);
+    cr_assert_eq(test_run_stash(check, out, sizeof out), 0, "%s: %s", check, out);
     stash_arena_close(a);
     stash_arena_destroy(name, NULL);
 }

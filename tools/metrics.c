@@ -96,16 +96,38 @@ static void worker_metrics(FILE *out, const stash_worker_info *w, size_t nw, uin
     for (size_t i = 0; i < nw; i++)
         fprintf(out, "stash_worker_takeovers_total{index=\"%u\"} %u\n", w[i].index,
                 w[i].generation ? w[i].generation - 1 : 0);
+}
+
+/* The operation counters of every index that has a worker or had one. */
+static void op_metrics(FILE *out, stash_arena *a, const stash_worker_info *w, size_t nw)
+{
+    stash_op_counts *c = calloc(STASH_MAX_WORKERS, sizeof *c);
+    bool *shown = calloc(STASH_MAX_WORKERS, sizeof *shown);
+    if (!c || !shown) {
+        free(c);
+        free(shown);
+        return;
+    }
+    for (size_t i = 0; i < nw; i++) shown[w[i].index] = true;
+    for (uint32_t i = 0; i < STASH_MAX_WORKERS; i++) {
+        stash_op_counts_get(a, i, &c[i]);
+        const stash_op_counts *o = &c[i];
+        shown[i] |= o->value_reads || o->value_writes || o->list_reads || o->list_writes ||
+                    o->map_reads || o->map_writes || o->merging_reads || o->merging_writes ||
+                    o->rollbacks;
+    }
     family(out, "stash_worker_rollbacks_total", "counter",
            "Rollbacks to a checkpoint by the workers of the index.");
-    for (size_t i = 0; i < nw; i++)
-        fprintf(out, "stash_worker_rollbacks_total{index=\"%u\"} %llu\n", w[i].index,
-                (unsigned long long)w[i].ops.rollbacks);
+    for (uint32_t i = 0; i < STASH_MAX_WORKERS; i++)
+        if (shown[i])
+            fprintf(out, "stash_worker_rollbacks_total{index=\"%u\"} %llu\n", i,
+                    (unsigned long long)c[i].rollbacks);
     family(out, "stash_worker_state_operations_total", "counter",
            "State operations of the worker index by state kind: reads (get, iterate, contains) "
            "and writes (put, add, remove, clear).");
-    for (size_t i = 0; i < nw; i++) {
-        const stash_op_counts *o = &w[i].ops;
+    for (uint32_t i = 0; i < STASH_MAX_WORKERS; i++) {
+        if (!shown[i]) continue;
+        const stash_op_counts *o = &c[i];
         const struct {
             const char *kind;
             uint64_t reads, writes;
@@ -119,9 +141,11 @@ static void worker_metrics(FILE *out, const stash_worker_info *w, size_t nw, uin
                     "%llu\n"
                     "stash_worker_state_operations_total{index=\"%u\",kind=\"%s\",op=\"write\"} "
                     "%llu\n",
-                    w[i].index, k[j].kind, (unsigned long long)k[j].reads, w[i].index, k[j].kind,
+                    i, k[j].kind, (unsigned long long)k[j].reads, i, k[j].kind,
                     (unsigned long long)k[j].writes);
     }
+    free(c);
+    free(shown);
 }
 
 static void service_metrics(FILE *out, const stash_service_info *sv, uint64_t now)
@@ -211,6 +235,7 @@ int tool_metrics(FILE *out, stash_arena *a, bool per_kg)
     uint64_t now = wall_ns();
     arena_metrics(out, a, &info, per_kg);
     worker_metrics(out, w, nw, now);
+    op_metrics(out, a, w, nw);
     service_metrics(out, &sv, now);
     free(w);
     return 0;
