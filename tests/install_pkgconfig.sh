@@ -32,6 +32,12 @@ for page in stash.1 stash-get.1 stash-serve.1 stash-snapshot.1; do
 done
 grep -q "stash_reader_open" "$prefix/share/man/man3/stash.h.3"
 test -f "$prefix/share/doc/stash/architecture.md"
+# The systemd unit, pointed at this prefix's stash, is one systemd accepts.
+mkdir "$prefix/units"
+sed "s|/[^ ]*/bin/stash |$prefix/bin/stash |g" "$prefix/lib/systemd/system/stash@.service" \
+    > "$prefix/units/stash@orders.service"
+grep -q '^Type=notify$' "$prefix/units/stash@orders.service"
+systemd-analyze verify --man=no "$prefix/units/stash@orders.service"
 # The Python module, with Debian's python3, finds the library it came with.
 pydir=$(ls -d "$prefix"/lib/python3*/dist-packages | head -n 1)
 PYTHONPATH="$pydir" /usr/bin/python3 -c 'import stash, sys; sys.exit(stash.version() != "0.1.0")'

@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -233,9 +235,21 @@ Test(metrics, serve_serves_them_over_http_reads_a_config_and_stops_with_a_savepo
     fprintf(f, "# the service of the test\nretain = 2\n  incremental   # deltas\n"
                "metrics 127.0.0.1:0\n\nmemory-cap 1M\n");
     fclose(f);
-    char extra[512];
+    /* systemd's notification socket: the service says when it is ready. */
+    struct sockaddr_un sun = {.sun_family = AF_UNIX};
+    snprintf(sun.sun_path, sizeof sun.sun_path, "/tmp/stash-test-notify-%d", (int)getpid());
+    unlink(sun.sun_path);
+    int nfd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    cr_assert_eq(bind(nfd, (struct sockaddr *)&sun, sizeof sun), 0);
+    setenv("NOTIFY_SOCKET", sun.sun_path, 1);
+    char extra[512], note[256];
     snprintf(extra, sizeof extra, "--config %s", conf);
     pid_t pid = serve(name, dir, log, extra);
+    unsetenv("NOTIFY_SOCKET");
+    ssize_t got = recv(nfd, note, sizeof note - 1, 0);
+    cr_assert_gt(got, 0);
+    note[got] = 0;
+    cr_assert(strstr(note, "READY=1"), "%s", note);
     cr_assert(await_line(log, "metrics at ", pid, url, sizeof url), "no metrics line in %s", log);
     snprintf(cmd, sizeof cmd, "checkpoint %s --timeout 20s", name);
     cr_assert_eq(test_run_stash(cmd, out, sizeof out), 0, "%s", out);
@@ -262,6 +276,12 @@ Test(metrics, serve_serves_them_over_http_reads_a_config_and_stops_with_a_savepo
     cr_assert_eq(test_run_stash(cmd, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "\"savepoint\": true") && strstr(out, "savepoint-"), "%s", out);
     cr_assert_eq(test_wait(pid), 0);
+    got = recv(nfd, note, sizeof note - 1, 0);
+    cr_assert_gt(got, 0);
+    note[got] = 0;
+    cr_assert(strstr(note, "STOPPING=1"), "%s", note);
+    close(nfd);
+    unlink(sun.sun_path);
     char *path = strstr(out, "\"path\": \"") + 9;
     path[strcspn(path, "\"")] = 0;
     snprintf(cmd, sizeof cmd, "snapshot verify %s", path);
