@@ -2,6 +2,7 @@
 # The front door: every target is a thin wrapper over CMake.
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+RELEASE_BUILD ?= build-release
 FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
@@ -26,13 +27,14 @@ fuzz-deps:
 	@sh tools/deps.sh $(FUZZ_DEPS)
 
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTASH_WERROR=ON $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTASH_TESTS=ON -DSTASH_WERROR=ON $(CMAKE_ARGS)
 
 build: $(BUILD)/CMakeCache.txt
 	cmake --build $(BUILD) -j $(JOBS)
 
 $(ASAN_BUILD)/CMakeCache.txt:
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSTASH_SANITIZE=ON -DSTASH_WERROR=ON $(CMAKE_ARGS)
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSTASH_SANITIZE=ON -DSTASH_TESTS=ON \
+	      -DSTASH_WERROR=ON $(CMAKE_ARGS)
 
 asan: $(ASAN_BUILD)/CMakeCache.txt
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
@@ -70,11 +72,16 @@ fuzz: fuzz-build
 	cd $(FUZZ_BUILD) && STASH_FUZZ_SECONDS=$$(($(MINUTES) * 60)) \
 	    ctest --output-on-failure -j $(JOBS) --timeout $$(($(MINUTES) * 60 + 600))
 
-install: build
-	cmake --install $(BUILD)
+# What is installed is built without the tests and without fault injection.
+$(RELEASE_BUILD)/CMakeCache.txt:
+	cmake -S . -B $(RELEASE_BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+
+install: deps $(RELEASE_BUILD)/CMakeCache.txt
+	cmake --build $(RELEASE_BUILD) -j $(JOBS)
+	cmake --install $(RELEASE_BUILD)
 
 format:
 	clang-format -i include/*.h shm/*.[ch] ioengine/*.[ch] backends/*/*.[ch] tools/*.[ch] tests/*.[ch]
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(RELEASE_BUILD)
