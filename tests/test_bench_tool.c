@@ -2,11 +2,15 @@
 /*
  * test_bench_tool.c: `stash bench` on the command line: a --case that
  * selects nothing is refused before anything runs, naming the cases the
- * bench has on its backend; a case that names something runs.
+ * bench has on its backend; a case that names something runs; --plot
+ * draws its pictures.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "tests/helpers.h"
 
@@ -181,4 +185,39 @@ Test(bench_tool, every_report_starts_with_its_header_and_gives_each_figure_s_spr
                        big);
     cr_assert_eq(test_run_stash("bench arena --json --csv", big, sizeof big), 2, "%s", big);
     cr_assert_not_null(strstr(big, "exclude each other"), "%s", big);
+}
+
+/* Whether the file at path exists and is not empty. */
+static bool nonempty(const char *dir, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    struct stat st;
+    return stat(path, &st) == 0 && st.st_size > 0;
+}
+
+Test(bench_tool, plot_draws_the_cdfs_the_throughput_over_time_and_the_bandwidths, .timeout = 300)
+{
+    static char big[16384];
+    char dir[128], args[512];
+    snprintf(dir, sizeof dir, "/tmp/stash-test-plot-%d", (int)getpid());
+    test_remove_dir(dir);
+    snprintf(args, sizeof args,
+             "bench keyed --quick --reps 1 --case value/ycsb-c/uniform/batch32 --plot %s", dir);
+    cr_assert_eq(test_run_stash(args, big, sizeof big), 0, "%s", big);
+    cr_assert(nonempty(dir, "keyed-value-ycsb-c-uniform-batch32-latency.png"), "%s", big);
+    cr_assert(nonempty(dir, "keyed-value-ycsb-c-uniform-batch32-latency-stash.dat"));
+    cr_assert(nonempty(dir, "plots.gp"));
+    snprintf(args, sizeof args, "bench checkpoint --quick --reps 1 --plot %s", dir);
+    cr_assert_eq(test_run_stash(args, big, sizeof big), 0, "%s", big);
+    cr_assert(nonempty(dir, "ycsb-a-during-checkpoint.png"), "%s", big);
+    cr_assert(nonempty(dir, "ycsb-a-during-checkpoint-stash.dat"));
+    /* The bandwidths stand beside fio's, where fio is installed. */
+    if (system("command -v fio > /dev/null") == 0)
+        cr_assert(nonempty(dir, "checkpoint-bandwidth-beside-fio--MB-s-.png"), "%s", big);
+    /* A plot directory that cannot be made is refused before anything runs. */
+    cr_assert_eq(test_run_stash("bench arena --plot /nonexistent/dir", big, sizeof big), 2, "%s",
+                 big);
+    cr_assert_not_null(strstr(big, "--plot /nonexistent/dir"), "%s", big);
+    test_remove_dir(dir);
 }

@@ -90,6 +90,37 @@ double bench_percentile_us(uint64_t *ns, uint64_t n, double p);
 double bench_report_pauses(const bench_opts *o, const char *bench, const char *name, uint64_t *ns,
                            uint64_t n);
 
+/* ------------------------------------------------------------------------ */
+/* --plot DIR (plot.c): figures' data in DIR, drawn by gnuplot at the end.  */
+
+/* Throughput over time: operations counted so far at each sample, and a
+ * checkpoint's start and end (0: none). */
+#define BENCH_SERIES_MAX 8192u
+typedef struct bench_series {
+    uint64_t t_ns[BENCH_SERIES_MAX];
+    uint64_t ops[BENCH_SERIES_MAX];
+    uint32_t n;
+    uint64_t mark_ns[2];
+} bench_series;
+
+/* Makes DIR (its parent must exist) where the plots go. Returns 0 or -errno. */
+int bench_plot_dir(const char *dir);
+/* Whether --plot was given. */
+bool bench_plotting(void);
+/* Appends a sample (now, ops) to s, while it has room. */
+void bench_series_sample(bench_series *s, uint64_t ops);
+/* With --plot: system's throughput over time in the picture name. */
+void bench_plot_series(const char *name, const char *system, const bench_series *s);
+/* With --plot: system's latency CDF in bench's case name, from n samples in
+ * ns sorted ascending. */
+void bench_plot_cdf(const char *bench, const char *name, const char *system, const uint64_t *ns,
+                    uint64_t n);
+/* With --plot: system's bar in the bar chart name. */
+void bench_plot_bar(const char *name, const char *system, double value, const char *unit);
+/* With --plot: writes DIR/plots.gp and runs gnuplot on it. Returns 0, or 1
+ * after saying what failed (gnuplot missing or failing). */
+int bench_plot_draw(void);
+
 /* Runs fio on path: size bytes in 1 MiB blocks, io_uring, depth 16, fsync at
  * the end of a write; *bps its bandwidth. Returns 0 or -EIO. */
 int bench_fio(const char *path, uint64_t size, bool writing, bool direct, double *bps);

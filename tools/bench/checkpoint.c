@@ -9,6 +9,7 @@
  * under YCSB A load, against the same worker without one.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,6 +220,11 @@ static int bandwidth_cases(ckb *b)
     double mfr = report_reps(b, "restore/read", "fio", fr, "bytes/s");
     report(b, "full/write", "stash/fio", mw / mfw, "ratio");
     report(b, "restore/read", "stash/fio", mr / mfr, "ratio");
+    const char *bw = "checkpoint bandwidth beside fio (MB/s)";
+    bench_plot_bar(bw, "checkpoint write: stash", mw / 1e6, "MB/s");
+    bench_plot_bar(bw, "checkpoint write: fio", mfw / 1e6, "MB/s");
+    bench_plot_bar(bw, "restore read: stash", mr / 1e6, "MB/s");
+    bench_plot_bar(bw, "restore read: fio", mfr / 1e6, "MB/s");
     return 0;
 }
 
@@ -354,6 +360,25 @@ static int load_worker(ckb *b, shared_run *run, const ycsb_op *ops, uint64_t nop
     return 0;
 }
 
+/* With --plot: the worker's operations sampled every 2 ms on a thread of
+ * its own, around the first repetition's checkpoint. */
+typedef struct sampler {
+    shared_run *run;
+    bench_series *series;
+    _Atomic int stop;
+    pthread_t thread;
+} sampler;
+
+static void *sample_ops(void *arg)
+{
+    sampler *sm = arg;
+    while (!atomic_load(&sm->stop)) {
+        bench_series_sample(sm->series, atomic_load(&sm->run->ops));
+        nanosleep(&(struct timespec){.tv_nsec = 2000000}, NULL);
+    }
+    return NULL;
+}
+
 static uint64_t ops_during(shared_run *run, uint64_t ns)
 {
     uint64_t before = atomic_load(&run->ops), t0 = bench_now_ns();
@@ -365,7 +390,7 @@ static uint64_t ops_during(shared_run *run, uint64_t ns)
  * fork copies on write, beside what the stash checkpoint kept (extra bytes
  * of state_bytes). */
 static void redis_bgsave_case(ckb *b, const ycsb_op *ops, uint64_t nops, double extra,
-                              double state_bytes)
+                              double state_bytes, bench_series *series)
 {
     char why[512];
     peer_redis_server *srv = NULL;
@@ -382,7 +407,9 @@ static void redis_bgsave_case(ckb *b, const ycsb_op *ops, uint64_t nops, double 
     uint64_t cow = 0, dataset = 0;
     bench_progress(&b->o, "checkpoint: redis BGSAVE under load");
     if (rc == 0)
-        rc = peer_redis_bgsave(srv, ops, nops, VALUE_BYTES, &cow, &dataset, why, sizeof why);
+        rc =
+            peer_redis_bgsave(srv, ops, nops, VALUE_BYTES, &cow, &dataset, series, why, sizeof why);
+    if (rc == 0 && series) bench_plot_series("ycsb-a-during-checkpoint", "redis BGSAVE", series);
     if (kv) kv->ops->close(kv);
     peer_redis_stop(srv);
     if (rc) {
@@ -438,14 +465,18 @@ static int under_load_case(ckb *b)
     while (rc == 0 && atomic_load(&run->ops) < nops / 4) usleep(1000);
     double with[MAX_REPS], without[MAX_REPS], extra[MAX_REPS];
     uint64_t state_bytes = a ? arena_used_bytes(a) : 0;
+    bench_series *plot = bench_plotting() ? calloc(1, sizeof *plot) : NULL;
+    sampler sm = {.run = run, .series = plot};
     for (int r = 0; r < b->o.reps && rc == 0; r++) {
         bench_progress(&b->o, "checkpoint: under load, repetition %d of %d", r + 1, b->o.reps);
         clean_dir(b);
+        bool sampling = r == 0 && plot && pthread_create(&sm.thread, NULL, sample_ops, &sm) == 0;
         /* The same worker without a checkpoint, just before one. */
         uint64_t window = b->o.quick ? 100000000ull : 300000000ull;
         without[r] = (double)ops_during(run, window) / ((double)window / 1e9);
         uint64_t before = arena_used_bytes(a);
         atomic_store(&run->pinned, 0);
+        if (sampling) plot->mark_ns[0] = bench_now_ns();
         atomic_store(&run->want, 1);
         while (!atomic_load(&run->pinned)) usleep(100);
         atomic_store(&run->want, 0);
@@ -462,6 +493,14 @@ static int under_load_case(ckb *b)
                         NULL);
         uint64_t ns = bench_now_ns() - t0, done = atomic_load(&run->ops) - ops0;
         extra[r] = (double)(arena_used_bytes(a) - before);
+        if (sampling) {
+            plot->mark_ns[1] = bench_now_ns();
+            ops_during(run, window);
+            atomic_store(&sm.stop, 1);
+            pthread_join(sm.thread, NULL);
+            bench_plot_series("ycsb-a-during-checkpoint", "stash", plot);
+            memset(plot, 0, sizeof *plot);
+        }
         for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
             if (run->pins[kg]) shm_table_unpin(a, kg, run->pins[kg]);
         with[r] = (double)done / ((double)ns / 1e9);
@@ -485,7 +524,8 @@ static int under_load_case(ckb *b)
     report(b, "ycsb-a/during-checkpoint", "during/without", mw / mo, "ratio");
     double me = report_reps(b, "extra-memory", "stash", extra, "bytes");
     report(b, "extra-memory", "extra/state", me / (double)state_bytes, "ratio");
-    redis_bgsave_case(b, ops, nops, me, (double)state_bytes);
+    redis_bgsave_case(b, ops, nops, me, (double)state_bytes, plot);
+    free(plot);
     free(ops);
     return 0;
 }

@@ -34,6 +34,12 @@ int bench_parse(int argc, char **argv, const char *usage, bench_opts *out)
             out->backend = strcmp(v, "lmdb") == 0 ? STASH_BACKEND_LMDB : STASH_BACKEND_HEAP;
         } else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) {
             out->only = argv[++i];
+        } else if (strcmp(argv[i], "--plot") == 0 && i + 1 < argc) {
+            int rc = bench_plot_dir(argv[++i]);
+            if (rc < 0) {
+                fprintf(stderr, "stash bench %s: --plot %s: %s\n", argv[0], argv[i], strerror(-rc));
+                return -1;
+            }
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
             out->reps = atoi(argv[++i]);
             if (out->reps < 1 || out->reps > 1000) {
@@ -42,16 +48,18 @@ int bench_parse(int argc, char **argv, const char *usage, bench_opts *out)
             }
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             printf("usage: stash bench %s [--json | --csv] [--quick] [--reps N] "
-                   "[--backend heap|lmdb] [--case PREFIX]\n%s"
+                   "[--backend heap|lmdb] [--case PREFIX] [--plot DIR]\n%s"
                    "--case PREFIX: only the cases whose name starts with PREFIX. Each figure is\n"
-                   "the median of the repetitions, shown with their lowest and highest.\n",
+                   "the median of the repetitions, shown with their lowest and highest.\n"
+                   "--plot DIR: PNGs drawn by gnuplot in DIR, with their data: latency CDFs per\n"
+                   "case, throughput over time around a checkpoint, bandwidth beside fio.\n",
                    argv[0], usage);
             return 1;
         } else {
             fprintf(stderr,
                     "stash bench %s: unknown argument '%s'\nusage: stash bench %s "
                     "[--json | --csv] [--quick] [--reps N] [--backend heap|lmdb] [--case "
-                    "PREFIX]\n%s",
+                    "PREFIX] [--plot DIR]\n%s",
                     argv[0], argv[i], argv[0], usage);
             return -1;
         }

@@ -771,6 +771,7 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
             res.p50_us = bench_percentile_us(lat[i].ns, lat[i].n, 0.5);
             res.p99_us = bench_percentile_us(lat[i].ns, lat[i].n, 0.99);
             res.p999_us = bench_percentile_us(lat[i].ns, lat[i].n, 0.999);
+            bench_plot_cdf("keyed", c->name, rows[i].name, lat[i].ns, lat[i].n);
         }
         bench_report(&b->o, &res);
     }

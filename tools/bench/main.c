@@ -35,6 +35,7 @@ static const bench_cmd benches[] = {
 static void usage(FILE *f)
 {
     fputs("usage: stash bench NAME [--json | --csv] [--quick] [--reps N] [--case PREFIX]\n"
+          "                       [--plot DIR]\n"
           "Each figure is printed beside peers measured in the same run.\nbenches:\n",
           f);
     for (size_t i = 0; i < COUNT(benches); i++)
@@ -70,6 +71,7 @@ int main(int argc, char **argv)
     char **split = tool_split_equals(argc, argv, &n);
     if (!split) return tool_fail("arguments", -ENOMEM);
     int rc = run_bench(n, split);
+    rc |= bench_plot_draw();
     free(split);
     return rc;
 }

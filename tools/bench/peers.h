@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "tools/bench/bench.h"
 #include "tools/bench/ycsb.h"
 
 /* Fills the caller's why (whylen bytes) and evaluates to -1. */
@@ -101,8 +102,10 @@ int peer_redis_open(peer_redis_server *srv, unsigned depth, kv_sys **out, char *
 /* Runs BGSAVE on srv while a process of its own replays ops (value gets
  * and puts of value_len bytes, pipelined) against it; *cow is what the
  * snapshot's fork copied on write (rdb_last_cow_size), *dataset the data's
- * bytes (used_memory_dataset). Returns 0, or -1 with why. */
+ * bytes (used_memory_dataset). series (NULL: none) gets the load's
+ * operations over time, with BGSAVE's start and end. Returns 0, or -1 with why. */
 int peer_redis_bgsave(peer_redis_server *srv, const ycsb_op *ops, uint64_t nops, unsigned value_len,
-                      uint64_t *cow, uint64_t *dataset, char *why, size_t whylen);
+                      uint64_t *cow, uint64_t *dataset, bench_series *series, char *why,
+                      size_t whylen);
 
 #endif /* STASH_TOOLS_BENCH_PEERS_H */

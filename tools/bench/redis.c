@@ -10,9 +10,11 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -372,9 +374,10 @@ static int redis_info(redisContext *c, const char *section, const char *field, u
     return p ? 0 : -1;
 }
 
-/* Replays ops against srv until killed: the load during a BGSAVE. */
+/* Replays ops against srv until killed, counting them in *done: the load
+ * during a BGSAVE. */
 static int bgsave_load(peer_redis_server *srv, const ycsb_op *ops, uint64_t nops,
-                       unsigned value_len)
+                       unsigned value_len, _Atomic uint64_t *done)
 {
     kv_sys *s;
     char why[256];
@@ -386,14 +389,31 @@ static int bgsave_load(peer_redis_server *srv, const ycsb_op *ops, uint64_t nops
         value[0] = (uint8_t)i;
         int rc = op->kind == YCSB_PUT ? s->ops->value_put(s, op->key, value, value_len)
                                       : s->ops->value_get(s, op->key, buf, sizeof buf, &len);
-        if (rc == 0 && i % 64 == 63) rc = s->ops->sync(s);
+        if (rc == 0 && i % 64 == 63) {
+            rc = s->ops->sync(s);
+            atomic_store_explicit(done, i + 1, memory_order_relaxed);
+        }
         if (rc) return 1;
     }
 }
 
-int peer_redis_bgsave(peer_redis_server *srv, const ycsb_op *ops, uint64_t nops, unsigned value_len,
-                      uint64_t *cow, uint64_t *dataset, char *why, size_t whylen)
+/* Waits ms milliseconds, sampling the load's count into series every 5. */
+static void sample_for(bench_series *series, _Atomic uint64_t *done, unsigned ms)
 {
+    for (unsigned t = 0; t < ms; t += 5) {
+        if (series) bench_series_sample(series, atomic_load(done));
+        nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
+    }
+}
+
+int peer_redis_bgsave(peer_redis_server *srv, const ycsb_op *ops, uint64_t nops, unsigned value_len,
+                      uint64_t *cow, uint64_t *dataset, bench_series *series, char *why,
+                      size_t whylen)
+{
+    _Atomic uint64_t *done =
+        mmap(NULL, sizeof *done, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (done == MAP_FAILED) return WHY("no memory for the load's count");
+    *done = 0;
     redisContext *c = redisConnect("127.0.0.1", srv->port);
     if (!c || c->err) {
         redisFree(c);
@@ -402,17 +422,20 @@ int peer_redis_bgsave(peer_redis_server *srv, const ycsb_op *ops, uint64_t nops,
     int rc = redis_info(c, "memory", "used_memory_dataset", dataset);
     fflush(NULL);
     pid_t load = rc == 0 ? fork() : -1;
-    if (load == 0) _exit(bgsave_load(srv, ops, nops, value_len));
+    if (load == 0) _exit(bgsave_load(srv, ops, nops, value_len, done));
     /* Let the load run a moment, as the stash case does before it checkpoints. */
-    if (load > 0) nanosleep(&(struct timespec){.tv_nsec = 100000000}, NULL);
+    if (load > 0) sample_for(series, done, 300);
+    if (series) series->mark_ns[0] = bench_now_ns();
     redisReply *rep = load > 0 ? redisCommand(c, "BGSAVE") : NULL;
     rc = rep && rep->type == REDIS_REPLY_STATUS ? 0 : -1;
     if (rep) freeReplyObject(rep);
     uint64_t busy = 1, ok = 0;
     for (int i = 0; rc == 0 && busy && i < 60000; i++) {
-        nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
+        sample_for(series, done, 5);
         rc = redis_info(c, "persistence", "rdb_bgsave_in_progress", &busy);
     }
+    if (series) series->mark_ns[1] = bench_now_ns();
+    if (load > 0 && rc == 0) sample_for(series, done, 300);
     if (load > 0) {
         kill(load, SIGKILL);
         waitpid(load, NULL, 0);
@@ -423,15 +446,17 @@ int peer_redis_bgsave(peer_redis_server *srv, const ycsb_op *ops, uint64_t nops,
     if (rep) freeReplyObject(rep);
     if (ok) rc = redis_info(c, "persistence", "rdb_last_cow_size", cow);
     redisFree(c);
+    munmap(done, sizeof *done);
     return rc == 0 && ok ? 0 : WHY("BGSAVE on port %d failed or never finished", srv->port);
 }
 
 #else
 
 int peer_redis_bgsave(peer_redis_server *srv, const ycsb_op *ops, uint64_t nops, unsigned value_len,
-                      uint64_t *cow, uint64_t *dataset, char *why, size_t whylen)
+                      uint64_t *cow, uint64_t *dataset, bench_series *series, char *why,
+                      size_t whylen)
 {
-    (void)srv, (void)ops, (void)nops, (void)value_len, (void)cow, (void)dataset;
+    (void)srv, (void)ops, (void)nops, (void)value_len, (void)cow, (void)dataset, (void)series;
     return WHY("built without hiredis (libhiredis-dev not found)");
 }
 
