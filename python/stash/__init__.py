@@ -151,7 +151,20 @@ class _ServiceInfo(ctypes.Structure):
                 ("dir", ctypes.c_char * 256), ("pending", ctypes.c_uint64),
                 ("completed", ctypes.c_uint64), ("failing", ctypes.c_uint32),
                 ("next_ns", ctypes.c_uint64), ("nrecent", ctypes.c_uint32),
-                ("recent", _CheckpointInfo * 8)]
+                ("recent", _CheckpointInfo * 8), ("completed_total", ctypes.c_uint64),
+                ("failed_total", ctypes.c_uint64), ("restored_id", ctypes.c_uint64),
+                ("restored_ns", ctypes.c_uint64), ("restored_at_ns", ctypes.c_uint64),
+                ("restored_records", ctypes.c_uint64), ("io_backend", ctypes.c_char * 16),
+                ("io_bytes_written", ctypes.c_uint64), ("io_bytes_read", ctypes.c_uint64),
+                ("io_errors", ctypes.c_uint64)]
+
+
+_OP_COUNTS = ("value_reads", "value_writes", "list_reads", "list_writes", "map_reads",
+              "map_writes", "merging_reads", "merging_writes", "rollbacks")
+
+
+class _OpCounts(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_uint64) for n in _OP_COUNTS]
 
 
 class _ArenaInfo(ctypes.Structure):
@@ -261,6 +274,7 @@ _SIGNATURES = {
     "stash_savepoint": (_int, [_vp, _u64, ctypes.POINTER(_CheckpointInfo)]),
     "stash_service_request_stop": (_int, [_vp, _u64]),
     "stash_service_info_get": (_int, [_vp, ctypes.POINTER(_ServiceInfo)]),
+    "stash_op_counts_get": (_int, [_vp, _u32, ctypes.POINTER(_OpCounts)]),
 }
 for _name, (_res, _args) in _SIGNATURES.items():
     _fn = getattr(_lib, _name)
@@ -497,7 +511,19 @@ class Arena:
         _check(_lib.stash_service_info_get(self._live(), ctypes.byref(s)), "status")
         return {"pid": s.pid, "dir": s.dir.decode(), "pending": s.pending,
                 "completed": s.completed, "failing": s.failing, "next_ns": s.next_ns,
-                "recent": [_checkpoint_dict(s.recent[i]) for i in range(s.nrecent)]}
+                "recent": [_checkpoint_dict(s.recent[i]) for i in range(s.nrecent)],
+                "completed_total": s.completed_total, "failed_total": s.failed_total,
+                "restored_id": s.restored_id, "restored_ns": s.restored_ns,
+                "restored_at_ns": s.restored_at_ns, "restored_records": s.restored_records,
+                "io_backend": s.io_backend.decode(), "io_bytes_written": s.io_bytes_written,
+                "io_bytes_read": s.io_bytes_read, "io_errors": s.io_errors}
+
+    def op_counts(self, index):
+        """The state operations of worker index so far (stash_op_counts_get), as a
+        dict: value_reads, value_writes, list_..., map_..., merging_..., rollbacks."""
+        c = _OpCounts()
+        _check(_lib.stash_op_counts_get(self._live(), index, ctypes.byref(c)), "op_counts")
+        return {n: getattr(c, n) for n in _OP_COUNTS}
 
     def request_stop(self, timeout_ms=0):
         """Asks the service serving the arena to stop and waits for it."""
