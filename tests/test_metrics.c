@@ -161,6 +161,10 @@ Test(metrics, checkpoints_the_restore_rollbacks_and_io_are_counted, .timeout = 1
     cr_assert_geq(sv.io_bytes_written, 2 * 1000 * 16, "two checkpoints of 1000 16-byte entries");
     cr_assert_eq(sv.io_errors, 0);
     cr_assert_eq(sv.restored_at_ns, 0, "created empty: no restore");
+    char args[128], out[65536];
+    snprintf(args, sizeof args, "status %s --json", name);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "\"completed_total\": 2, \"failed_total\": 0,"), "%s", out);
     /* A replacement that rolls back counts a rollback for its index. */
     stash_worker_close(w);
     cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.rollback = 1}, &w), 0, "%s",

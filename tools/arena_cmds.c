@@ -153,9 +153,16 @@ static void print_status_json(stash_arena *a, const stash_arena_info *info,
            (unsigned long long)sv.since_ns);
     tool_json_string(sv.dir);
     printf(", \"pending\": %llu, \"completed\": %llu, \"failing\": %u, \"next_ns\": %llu, "
+           "\"completed_total\": %llu, \"failed_total\": %llu, \"restored_id\": %llu, "
+           "\"restored_ns\": %llu, \"restored_records\": %llu, \"io_backend\": \"%s\", "
+           "\"io_bytes_written\": %llu, \"io_bytes_read\": %llu, \"io_errors\": %llu, "
            "\"recent\": [",
            (unsigned long long)sv.pending, (unsigned long long)sv.completed, sv.failing,
-           (unsigned long long)sv.next_ns);
+           (unsigned long long)sv.next_ns, (unsigned long long)sv.completed_total,
+           (unsigned long long)sv.failed_total, (unsigned long long)sv.restored_id,
+           (unsigned long long)sv.restored_ns, (unsigned long long)sv.restored_records,
+           sv.io_backend, (unsigned long long)sv.io_bytes_written,
+           (unsigned long long)sv.io_bytes_read, (unsigned long long)sv.io_errors);
     for (uint32_t i = 0; i < sv.nrecent; i++) {
         const stash_checkpoint_info *c = &sv.recent[i];
         printf("%s{\"id\": %llu, \"status\": %d, \"savepoint\": %s, \"incremental\": %s, "
