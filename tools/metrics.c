@@ -58,21 +58,18 @@ static void arena_metrics(FILE *out, stash_arena *a, const stash_arena_info *inf
     fprintf(out, "stash_arena_free_bytes{where=\"pool\"} %llu\n",
             (unsigned long long)info->pool_free_bytes);
     if (!per_kg) return;
-    family(out, "stash_key_group_used_bytes", "gauge",
-           "Bytes handed out to records, per key group.");
-    for (uint32_t kg = 0; kg < info->max_parallelism; kg++) {
-        stash_kg_usage u;
-        stash_kg_usage_get(a, kg, &u);
-        fprintf(out, "stash_key_group_used_bytes{kg=\"%u\"} %llu\n", kg,
-                (unsigned long long)u.used_bytes);
-    }
-    family(out, "stash_key_group_free_bytes", "gauge",
-           "Bytes a key group's heap holds for reuse, per key group.");
-    for (uint32_t kg = 0; kg < info->max_parallelism; kg++) {
-        stash_kg_usage u;
-        stash_kg_usage_get(a, kg, &u);
-        fprintf(out, "stash_key_group_free_bytes{kg=\"%u\"} %llu\n", kg,
-                (unsigned long long)u.free_bytes);
+    /* Each key group's two figures, as one family after the other. */
+    static const char *const name[2] = {"stash_key_group_used_bytes", "stash_key_group_free_bytes"};
+    static const char *const help[2] = {"Bytes handed out to records, per key group.",
+                                        "Bytes a key group's heap holds for reuse, per key group."};
+    for (int f = 0; f < 2; f++) {
+        family(out, name[f], "gauge", help[f]);
+        for (uint32_t kg = 0; kg < info->max_parallelism; kg++) {
+            stash_kg_usage u;
+            stash_kg_usage_get(a, kg, &u);
+            fprintf(out, "%s{kg=\"%u\"} %llu\n", name[f], kg,
+                    (unsigned long long)(f ? u.free_bytes : u.used_bytes));
+        }
     }
 }
 

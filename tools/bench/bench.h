@@ -107,8 +107,9 @@ typedef struct bench_series {
 int bench_plot_dir(const char *dir);
 /* Whether --plot was given. */
 bool bench_plotting(void);
-/* Appends a sample (now, ops) to s, while it has room. */
-void bench_series_sample(bench_series *s, uint64_t ops);
+/* Appends a sample (now_ns, ops: bench_now_ns() and the count) to s, while
+ * it has room. */
+void bench_series_sample(bench_series *s, uint64_t now_ns, uint64_t ops);
 /* With --plot: system's throughput over time in the picture name. */
 void bench_plot_series(const char *name, const char *system, const bench_series *s);
 /* With --plot: system's latency CDF in bench's case name, from n samples in

@@ -373,7 +373,7 @@ static void *sample_ops(void *arg)
 {
     sampler *sm = arg;
     while (!atomic_load(&sm->stop)) {
-        bench_series_sample(sm->series, atomic_load(&sm->run->ops));
+        bench_series_sample(sm->series, bench_now_ns(), atomic_load(&sm->run->ops));
         nanosleep(&(struct timespec){.tv_nsec = 2000000}, NULL);
     }
     return NULL;

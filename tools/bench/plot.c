@@ -105,10 +105,10 @@ bool bench_plotting(void)
     return P.dir != NULL;
 }
 
-void bench_series_sample(bench_series *s, uint64_t ops)
+void bench_series_sample(bench_series *s, uint64_t now_ns, uint64_t ops)
 {
     if (s->n == BENCH_SERIES_MAX) return;
-    s->t_ns[s->n] = bench_now_ns();
+    s->t_ns[s->n] = now_ns;
     s->ops[s->n++] = ops;
 }
 

@@ -401,7 +401,7 @@ static int bgsave_load(peer_redis_server *srv, const ycsb_op *ops, uint64_t nops
 static void sample_for(bench_series *series, _Atomic uint64_t *done, unsigned ms)
 {
     for (unsigned t = 0; t < ms; t += 5) {
-        if (series) bench_series_sample(series, atomic_load(done));
+        if (series) bench_series_sample(series, bench_now_ns(), atomic_load(done));
         nanosleep(&(struct timespec){.tv_nsec = 5000000}, NULL);
     }
 }
