@@ -832,6 +832,63 @@ typedef struct stash_service_info {
 /* What the control block says about the engine and recent checkpoints. Returns 0. */
 STASH_API int stash_service_info_get(stash_arena *arena, stash_service_info *out);
 
+/* ------------------------------------------------------------------------ */
+/* Snapshots offline: a checkpoint or savepoint directory read without an   */
+/* arena or a service, as Flink's State Processor API reads a savepoint.    */
+
+typedef struct stash_snapshot stash_snapshot;
+
+typedef struct stash_snapshot_info {
+    uint64_t id;
+    uint64_t created_ns;      /* when it was committed, ns since the epoch */
+    uint64_t base_id;         /* an incremental checkpoint's base; 0 for a full one */
+    uint32_t max_parallelism; /* its key groups */
+    uint32_t nstates;         /* the states its metadata names */
+    uint32_t op_parallelism;  /* the workers whose operator state it holds */
+} stash_snapshot_info;
+
+/* Opens the checkpoint or savepoint directory at path (the one holding
+ * _metadata, wherever it was moved) with the checks a restore makes: its
+ * metadata and every data file's checksums. Returns 0, -ENOENT, or
+ * STASH_ECORRUPT naming the file and offset (stash_errmsg()). */
+STASH_API int stash_snapshot_open(const char *path, stash_snapshot **out);
+/* Releases what stash_snapshot_open() took. Accepts NULL. */
+STASH_API void stash_snapshot_close(stash_snapshot *snap);
+/* The snapshot's id, time, base, key groups, states and workers. Returns 0. */
+STASH_API int stash_snapshot_info_get(const stash_snapshot *snap, stash_snapshot_info *out);
+/* State i (< nstates): its name (valid until the close), kind and TTL; the
+ * functions and default value are the job's, not the snapshot's, and are
+ * left NULL. Returns 0 or -EINVAL. */
+STASH_API int stash_snapshot_state(const stash_snapshot *snap, uint32_t i, stash_state_desc *out);
+
+/* One keyed entry of a snapshot: a value (the accumulator of a reducing or
+ * aggregating state), one element of a list, one entry of a map, or a
+ * timer. Bytes are valid during the call only. */
+typedef struct stash_snapshot_entry {
+    uint32_t kg;
+    const char *state;
+    stash_kind kind;
+    stash_bytes key;
+    stash_bytes ns;           /* its namespace (a timer's: the user's) */
+    stash_bytes map_key;      /* STASH_MAP: the entry's key */
+    stash_bytes value;        /* the value, element or map value; empty for a timer */
+    uint32_t index;           /* STASH_LIST: the element's position in its list */
+    uint64_t ttl_ms;          /* with TTL: when it was written, ms of the TTL's clock; else 0 */
+    stash_time_domain domain; /* STASH_TIMERS: the timer's domain and time (ms) */
+    uint64_t timestamp;
+} stash_snapshot_entry;
+
+/* Returns 0 to go on, anything else to stop the scan with it. */
+typedef int stash_snapshot_fn(void *ctx, const stash_snapshot_entry *e);
+
+/* Calls fn for every keyed entry of the key groups in range as of the
+ * snapshot (of an incremental checkpoint, each entry's newest version in
+ * its chain; none for one it deleted), key group by key group. Returns 0,
+ * fn's non-zero return, -EINVAL for a range beyond the key groups, or the
+ * first damage found, naming file and offset. */
+STASH_API int stash_snapshot_scan(stash_snapshot *snap, stash_kg_range range, stash_snapshot_fn *fn,
+                                  void *ctx);
+
 #ifdef __cplusplus
 }
 #endif

@@ -56,7 +56,7 @@ static void make_dir(char *dir, const char *tag)
 
 Test(metrics, every_operation_is_counted_by_its_worker_and_kind, .timeout = 120)
 {
-    char name[64], check[1024], out[65536];
+    char name[96], check[1024], out[65536];
     stash_arena *a = test_arena_create("metrics", 64u << 20, 128, name);
     stash_worker *w0, *w1;
     cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w0),
@@ -136,7 +136,7 @@ Test(metrics, every_operation_is_counted_by_its_worker_and_kind, .timeout = 120)
 
 Test(metrics, checkpoints_the_restore_rollbacks_and_io_are_counted, .timeout = 120)
 {
-    char name[64], dir[128];
+    char name[96], dir[128];
     make_dir(dir, "totals");
     stash_arena *a = test_arena_create("metrics-totals", 64u << 20, 128, name);
     stash_service *svc;

@@ -20,7 +20,7 @@ static const char usage[] =
     "usage: stash snapshot ls DIR [--json] [--verify]\n"
     "       stash snapshot info CHECKPOINT [--json]\n"
     "       stash snapshot verify CHECKPOINT\n"
-    "       stash snapshot dump CHECKPOINT [--base64]\n"
+    "       stash snapshot dump CHECKPOINT [--format hex|text|base64]\n"
     "       stash snapshot diff CHECKPOINT CHECKPOINT\n"
     "CHECKPOINT is a checkpoint or savepoint directory (DIR/chk-ID, a savepoint\n"
     "anywhere), or DIR for its newest checkpoint (info and dump pass over damaged\n"
@@ -31,8 +31,10 @@ static const char usage[] =
     "the directory is ever changed. verify exits 0 if intact, 1 if damaged; diff\n"
     "0 if the two hold the same state, 1 if not; both 2 on trouble (a bad\n"
     "argument, a directory that cannot be read). dump prints one JSON object per\n"
-    "record with bytes in hex (or base64), a timer as its domain, timestamp and\n"
-    "namespace.\n";
+    "value, list element (with its index) and map entry (with its map_key), a timer\n"
+    "as its domain, timestamp and namespace, and with TTL the time an entry was\n"
+    "written (ttl_ms); bytes in hex, or as --format says (text: UTF-8 with JSON\n"
+    "escapes).\n";
 
 static const char *kind_name(unsigned kind)
 {
@@ -100,7 +102,7 @@ static size_t data_bytes(const ckpt_view *v)
 typedef struct snap_args {
     bool json;
     bool verify;
-    bool base64;
+    tool_format format; /* dump's */
     const char *path[2];
 } snap_args;
 
@@ -261,35 +263,32 @@ static int cmd_verify(const snap_args *a, ioe_engine *e)
     return 0;
 }
 
-typedef struct dumper {
-    const ckpt_view *v;
-    tool_format format;
-} dumper;
-
-static int dump_record(void *ctx, uint32_t kg, const snap_record *r)
+/* Prints one entry as a JSON line: a value, a list's element, a map's
+ * entry or a timer. */
+static int dump_entry(void *ctx, const stash_snapshot_entry *e)
 {
-    dumper *d = ctx;
-    unsigned kind;
-    const char *name = state_name_of(d->v, r->state, &kind);
-    printf("{\"kg\": %u, \"state\": ", kg);
-    tool_json_string(name);
-    printf(", \"kind\": \"%s\", \"key\": ", kind_name(kind));
-    tool_print_bytes(r->key, r->klen, d->format, true);
-    if (kind == STASH_TIMERS && timer_record_valid(r->ns, r->nslen, r->vlen)) {
-        /* A timer: its domain and time, then the user's namespace. */
-        uint64_t ts = 0;
-        for (int i = 1; i <= 8; i++) ts = ts << 8 | r->ns[i];
-        printf(", \"domain\": \"%s\", \"timestamp\": %llu, \"namespace\": ",
-               r->ns[0] == STASH_EVENT_TIME ? "event-time" : "processing-time",
-               (unsigned long long)ts);
-        tool_print_bytes(r->ns + TIMER_NS_PREFIX, r->nslen - TIMER_NS_PREFIX, d->format, true);
-        printf("}\n");
-        return 0;
+    tool_format f = *(const tool_format *)ctx;
+    printf("{\"kg\": %u, \"state\": ", e->kg);
+    tool_json_string(e->state);
+    printf(", \"kind\": \"%s\", \"key\": ", kind_name(e->kind));
+    tool_print_bytes(e->key.data, e->key.len, f, true);
+    if (e->kind == STASH_TIMERS) {
+        printf(", \"domain\": \"%s\", \"timestamp\": %llu",
+               e->domain == STASH_EVENT_TIME ? "event-time" : "processing-time",
+               (unsigned long long)e->timestamp);
     }
     printf(", \"namespace\": ");
-    tool_print_bytes(r->ns, r->nslen, d->format, true);
-    printf(", \"value\": ");
-    tool_print_bytes(r->value, r->vlen, d->format, true);
+    tool_print_bytes(e->ns.data, e->ns.len, f, true);
+    if (e->kind == STASH_LIST) printf(", \"index\": %u", e->index);
+    if (e->kind == STASH_MAP) {
+        printf(", \"map_key\": ");
+        tool_print_bytes(e->map_key.data, e->map_key.len, f, true);
+    }
+    if (e->kind != STASH_TIMERS) {
+        printf(", \"value\": ");
+        tool_print_bytes(e->value.data, e->value.len, f, true);
+    }
+    if (e->ttl_ms) printf(", \"ttl_ms\": %llu", (unsigned long long)e->ttl_ms);
     printf("}\n");
     return 0;
 }
@@ -299,18 +298,26 @@ static int cmd_dump(const snap_args *a, ioe_engine *e)
     ckpt_view v;
     int rc = resolve(a->path[0], e, false, &v);
     if (rc) return tool_fail("snapshot dump", rc);
-    dumper d = {&v, a->base64 ? TOOL_BASE64 : TOOL_HEX};
+    /* The directory that resolved: the one holding its _metadata. */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", v.meta_path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    ckpt_view_close(&v);
+    stash_snapshot *snap;
+    rc = stash_snapshot_open(dir, &snap);
+    if (rc) return tool_fail("snapshot dump", rc);
+    stash_snapshot_info info;
+    stash_snapshot_info_get(snap, &info);
     bool progress = isatty(STDERR_FILENO) && !isatty(STDOUT_FILENO);
-    int64_t n = 0;
-    for (uint32_t kg = 0; kg < v.max_parallelism && n >= 0; kg++) {
+    for (uint32_t kg = 0; kg < info.max_parallelism && rc == 0; kg++) {
         if (progress)
-            fprintf(stderr, "\r\033[Kdump: key group %u of %u", kg + 1, v.max_parallelism);
-        int64_t k = ckpt_view_walk_latest(&v, (stash_kg_range){kg, kg}, dump_record, &d);
-        n = k < 0 ? k : n + k;
+            fprintf(stderr, "\r\033[Kdump: key group %u of %u", kg + 1, info.max_parallelism);
+        rc = stash_snapshot_scan(snap, (stash_kg_range){kg, kg}, dump_entry, (void *)&a->format);
     }
     if (progress) fputs("\r\033[K", stderr);
-    ckpt_view_close(&v);
-    return n < 0 ? tool_fail("snapshot dump", (int)n) : 0;
+    stash_snapshot_close(snap);
+    return rc ? tool_fail("snapshot dump", rc) : 0;
 }
 
 /* A record reduced to what diff compares: state name, key, namespace, value. */
@@ -419,7 +426,7 @@ static int cmd_diff(const snap_args *args, ioe_engine *e)
 static int parse_args(int argc, char **argv, const char *cmd, const struct option *opts, int npaths,
                       snap_args *out)
 {
-    *out = (snap_args){0};
+    *out = (snap_args){.format = TOOL_HEX};
     opterr = 0;
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
@@ -427,9 +434,13 @@ static int parse_args(int argc, char **argv, const char *cmd, const struct optio
             out->json = true;
         else if (c == 'v')
             out->verify = true;
-        else if (c == 'b')
-            out->base64 = true;
-        else {
+        else if (c == 'f' && tool_parse_format(optarg, &out->format) == 0)
+            ;
+        else if (c == 'f') {
+            fprintf(stderr, "stash snapshot %s: --format takes text, hex or base64, not '%s'\n",
+                    cmd, optarg);
+            return 2;
+        } else {
             fprintf(stderr, "stash snapshot %s: %s '%s'\n", cmd,
                     c == ':' ? "missing value for" : "unknown option", argv[optind - 1]);
             return 2;
@@ -449,7 +460,7 @@ int tool_snapshot(int argc, char **argv)
     static const struct option ls_opts[] = {
         {"json", no_argument, NULL, 'j'}, {"verify", no_argument, NULL, 'v'}, {0}};
     static const struct option info_opts[] = {{"json", no_argument, NULL, 'j'}, {0}};
-    static const struct option dump_opts[] = {{"base64", no_argument, NULL, 'b'}, {0}};
+    static const struct option dump_opts[] = {{"format", required_argument, NULL, 'f'}, {0}};
     static const struct option no_opts[] = {{0}};
     static const struct {
         const char *name;

@@ -221,6 +221,22 @@ bool list_bytes_valid(const uint8_t *v, size_t len, bool ttl)
     return len > 0;
 }
 
+int list_bytes_each(const uint8_t *v, size_t len, bool ttl, state_item_fn *fn, void *ctx)
+{
+    size_t head = 4 + (ttl ? TTL_BYTES : 0);
+    uint32_t i = 0;
+    for (size_t off = 0; off + head <= len; i++) {
+        uint32_t n;
+        memcpy(&n, v + off, 4);
+        if (n > len - off - head) break;
+        stash_bytes e = {v + off + head, n};
+        int rc = fn(ctx, i, NULL, &e, ttl ? state_ts_get(v + off + 4) : 0);
+        if (rc) return rc;
+        off += head + n;
+    }
+    return 0;
+}
+
 size_t list_keep_unexpired(const uint8_t *v, size_t len, uint64_t ttl_ms, uint64_t now,
                            uint8_t *out)
 {

@@ -637,6 +637,23 @@ bool map_bytes_valid(const uint8_t *v, size_t len, bool ttl)
     return live == h.count && gone == h.gone;
 }
 
+int map_bytes_each(const uint8_t *v, size_t len, bool ttl, state_item_fn *fn, void *ctx)
+{
+    if (len < HDR_BYTES) return 0;
+    map_hdr h = hdr_get(v);
+    size_t extra = 8 + (ttl ? TTL_BYTES : 0);
+    for (uint32_t i = 0; i < h.nslots && HDR_BYTES + 4ull * (i + 1) <= len; i++) {
+        uint32_t off = slot_get(v, i);
+        if (off <= SLOT_GONE || off > len || len - off < extra) continue;
+        uint64_t klen = u32_at(v + off), vlen = u32_at(v + off + 4);
+        if (klen + vlen > len - off - extra) continue;
+        stash_bytes k = {v + off + extra, klen}, val = {v + off + extra + klen, vlen};
+        int rc = fn(ctx, i, &k, &val, ttl ? state_ts_get(v + off + 8) : 0);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 bool map_drop_expired(uint8_t *m, size_t len, uint64_t ttl_ms, uint64_t now)
 {
     map_hdr h = hdr_get(m);

@@ -22,6 +22,14 @@ static void options_bytes(const stash_state_desc *d, uint8_t out[32])
     out[STATE_OPT_EVENT_TIME] = d->ttl.time == STASH_TTL_EVENT_TIME;
 }
 
+void state_ttl_of_options(const uint8_t options[32], stash_ttl *out)
+{
+    *out = (stash_ttl){.update = options[8], .visibility = options[9]};
+    memcpy(&out->ttl_ms, options, sizeof out->ttl_ms);
+    out->cleanup_full_snapshot = options[STATE_OPT_CLEANUP_FULL_SNAPSHOT];
+    out->time = options[STATE_OPT_EVENT_TIME] ? STASH_TTL_EVENT_TIME : STASH_TTL_PROCESSING_TIME;
+}
+
 STASH_API int stash_state_describe(stash_arena *arena, const char *name, stash_state_desc *out)
 {
     shm_clear_error();
@@ -31,12 +39,7 @@ STASH_API int stash_state_describe(stash_arena *arena, const char *name, stash_s
         if (!atomic_load_explicit(&e->used, memory_order_acquire) || strcmp(e->name, name) != 0)
             continue;
         *out = (stash_state_desc){.name = name, .kind = (stash_kind)e->kind};
-        memcpy(&out->ttl.ttl_ms, e->options, sizeof out->ttl.ttl_ms);
-        out->ttl.update = e->options[8];
-        out->ttl.visibility = e->options[9];
-        out->ttl.cleanup_full_snapshot = e->options[STATE_OPT_CLEANUP_FULL_SNAPSHOT];
-        out->ttl.time =
-            e->options[STATE_OPT_EVENT_TIME] ? STASH_TTL_EVENT_TIME : STASH_TTL_PROCESSING_TIME;
+        state_ttl_of_options(e->options, &out->ttl);
         return 0;
     }
     return shm_fail(STASH_ENOTFOUND, "%s: no state '%s' is registered", arena->path, name);

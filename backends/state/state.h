@@ -169,6 +169,9 @@ struct stash_state {
 #define STATE_OPT_CLEANUP_FULL_SNAPSHOT 10
 #define STATE_OPT_EVENT_TIME 11 /* the TTL's time is the worker's watermark */
 
+/* The TTL a state's options (catalog or checkpoint metadata) describe (register.c). */
+void state_ttl_of_options(const uint8_t options[32], stash_ttl *out);
+
 static inline bool state_has_ttl(const stash_state *s)
 {
     return s->ttl.ttl_ms > 0;
@@ -403,6 +406,16 @@ bool map_drop_expired(uint8_t *m, size_t len, uint64_t ttl_ms, uint64_t now);
  * if ttl): what a restore checks before it trusts a checkpoint's values. */
 bool list_bytes_valid(const uint8_t *v, size_t len, bool ttl);
 bool map_bytes_valid(const uint8_t *v, size_t len, bool ttl);
+
+/* One element of a stored list (key NULL, i its position) or entry of a
+ * stored map (i its slot), with its timestamp (0 without TTL). */
+typedef int state_item_fn(void *ctx, uint32_t i, const stash_bytes *key, const stash_bytes *value,
+                          uint64_t ts);
+/* Calls fn for each element of a well-formed stored list (list.c) or each
+ * live entry of a stored map (map.c), in order; stops at fn's non-zero and
+ * returns it, else 0. */
+int list_bytes_each(const uint8_t *v, size_t len, bool ttl, state_item_fn *fn, void *ctx);
+int map_bytes_each(const uint8_t *v, size_t len, bool ttl, state_item_fn *fn, void *ctx);
 
 /* Timers (timers.c): a timer is a record of its service's state (kind
  * STASH_TIMERS) under the timer's key, its namespace the domain (1 byte)

@@ -1,0 +1,259 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_snapshot_api.c: stash_snapshot_*: a checkpoint read offline, every
+ * keyed kind decoded (a list element by element, a map entry by entry, a
+ * value's TTL time, a timer's domain and time), on the backend the tests
+ * run on; damage and bad arguments refused, naming what is wrong.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "include/stash.h"
+#include "tests/helpers.h"
+
+#define KEYS 50u
+
+static int sum_reduce(const stash_bytes *acc, const stash_bytes *in, void *out, size_t cap,
+                      size_t *len, void *ctx)
+{
+    (void)ctx;
+    *len = sizeof(uint64_t);
+    if (cap < *len) return -ENOSPC;
+    uint64_t r = (acc->len ? test_u64(acc->data) : 0) + test_u64(in->data);
+    memcpy(out, &r, sizeof r);
+    return 0;
+}
+
+static char name[96], dir[128], chk[256];
+
+/* A job's state in every keyed kind, checkpointed once into dir. */
+static void write_job(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/stash-test-snapapi-%d", (int)getpid());
+    test_remove_dir(dir);
+    mkdir(dir, 0700);
+    stash_arena *a = test_arena_create("snapapi", 32u << 20, 16, name);
+    stash_service *svc;
+    cr_assert_eq(stash_service_start(name, &(stash_service_opts){.dir = dir}, &svc), 0, "%s",
+                 stash_errmsg());
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    stash_state *v, *l, *m, *r, *t;
+    stash_state_desc dv = {.name = "v", .kind = STASH_VALUE},
+                     dl = {.name = "l", .kind = STASH_LIST}, dm = {.name = "m", .kind = STASH_MAP},
+                     dr = {.name = "r", .kind = STASH_REDUCING, .reduce = sum_reduce},
+                     dt = {.name = "t", .kind = STASH_VALUE, .ttl = {.ttl_ms = 3600000}};
+    cr_assert_eq(stash_state_get(w, &dv, &v), 0);
+    cr_assert_eq(stash_state_get(w, &dl, &l), 0);
+    cr_assert_eq(stash_state_get(w, &dm, &m), 0);
+    cr_assert_eq(stash_state_get(w, &dr, &r), 0);
+    cr_assert_eq(stash_state_get(w, &dt, &t), 0);
+    stash_timers *tm;
+    cr_assert_eq(stash_timers_get(w, "windows", &tm), 0);
+    for (uint64_t k = 0; k < KEYS; k++) {
+        uint64_t twice = 2 * k;
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_put(v, &twice, sizeof twice), 0);
+    }
+    uint64_t k = 1;
+    stash_key_set(w, &k, sizeof k);
+    cr_assert_eq(stash_list_add(l, "a", 1), 0);
+    cr_assert_eq(stash_list_add(l, "bb", 2), 0);
+    cr_assert_eq(stash_list_add(l, "ccc", 3), 0);
+    cr_assert_eq(stash_merging_add(r, &k, sizeof k), 0);
+    cr_assert_eq(stash_merging_add(r, &k, sizeof k), 0);
+    cr_assert_eq(stash_value_put(t, "fresh", 5), 0);
+    cr_assert_eq(stash_timer_register(tm, STASH_EVENT_TIME, "w", 1, 1234), 0);
+    k = 2;
+    stash_key_set(w, &k, sizeof k);
+    cr_assert_eq(stash_state_namespace(m, "n", 1), 0);
+    cr_assert_eq(stash_map_put(m, "k1", 2, "one", 3), 0);
+    cr_assert_eq(stash_map_put(m, "k2", 2, "two", 3), 0);
+    cr_assert_eq(stash_map_put(m, "k3", 2, "three", 5), 0);
+    cr_assert_eq(stash_map_remove(m, "k3", 2), 0);
+    stash_checkpoint_info info;
+    cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", info.detail);
+    snprintf(chk, sizeof chk, "%s", info.detail);
+    stash_worker_close(w);
+    stash_service_stop(svc);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
+
+static void drop_job(void)
+{
+    test_remove_dir(dir);
+}
+
+TestSuite(snapshot_api, .init = write_job, .fini = drop_job, .timeout = 120);
+
+/* What a scan met, kind by kind. */
+typedef struct seen {
+    unsigned values, elements, entries, reduced, timers, ttl;
+    uint64_t value_of_7;
+    char list[3][8];
+    char map[2][16];
+    uint64_t reduced_sum, timer_ts;
+    bool event_time, namespace_n;
+    int stop_after; /* > 0: return 99 at that entry */
+} seen;
+
+static int take(void *ctx, const stash_snapshot_entry *e)
+{
+    seen *s = ctx;
+    if (s->stop_after && --s->stop_after == 0) return 99;
+    uint64_t key = e->key.len == 8 ? test_u64(e->key.data) : UINT64_MAX;
+    if (strcmp(e->state, "v") == 0) {
+        cr_assert_eq(e->kind, STASH_VALUE);
+        cr_assert_eq(test_u64(e->value.data), 2 * key);
+        cr_assert_eq(e->kg, (uint32_t)stash_key_group(e->key.data, e->key.len, 16));
+        if (key == 7) s->value_of_7 = test_u64(e->value.data);
+        s->values++;
+    } else if (strcmp(e->state, "l") == 0) {
+        cr_assert_eq(e->kind, STASH_LIST);
+        cr_assert_lt(e->index, 3);
+        snprintf(s->list[e->index], sizeof s->list[0], "%.*s", (int)e->value.len,
+                 (const char *)e->value.data);
+        s->elements++;
+    } else if (strcmp(e->state, "m") == 0) {
+        cr_assert_eq(e->kind, STASH_MAP);
+        s->namespace_n = e->ns.len == 1 && memcmp(e->ns.data, "n", 1) == 0;
+        snprintf(s->map[s->entries < 2 ? s->entries : 1], sizeof s->map[0], "%.*s=%.*s",
+                 (int)e->map_key.len, (const char *)e->map_key.data, (int)e->value.len,
+                 (const char *)e->value.data);
+        s->entries++;
+    } else if (strcmp(e->state, "r") == 0) {
+        s->reduced_sum = test_u64(e->value.data);
+        s->reduced++;
+    } else if (strcmp(e->state, "t") == 0) {
+        cr_assert_eq(e->value.len, 5, "the value without its TTL time");
+        cr_assert_eq(memcmp(e->value.data, "fresh", 5), 0);
+        s->ttl += e->ttl_ms > 0;
+    } else if (e->kind == STASH_TIMERS) {
+        s->timer_ts = e->timestamp;
+        s->event_time = e->domain == STASH_EVENT_TIME && e->ns.len == 1;
+        s->timers++;
+    }
+    return 0;
+}
+
+Test(snapshot_api, every_keyed_kind_is_decoded)
+{
+    stash_snapshot *snap;
+    cr_assert_eq(stash_snapshot_open(chk, &snap), 0, "%s", stash_errmsg());
+    stash_snapshot_info info;
+    cr_assert_eq(stash_snapshot_info_get(snap, &info), 0);
+    cr_assert_eq(info.max_parallelism, 16);
+    cr_assert_eq(info.base_id, 0);
+    cr_assert_gt(info.id, 0);
+    cr_assert_eq(info.op_parallelism, 1);
+    bool found_t = false, found_m = false;
+    for (uint32_t i = 0; i < info.nstates; i++) {
+        stash_state_desc d;
+        cr_assert_eq(stash_snapshot_state(snap, i, &d), 0);
+        if (strcmp(d.name, "t") == 0) found_t = d.ttl.ttl_ms == 3600000 && d.kind == STASH_VALUE;
+        if (strcmp(d.name, "m") == 0) found_m = d.kind == STASH_MAP && d.ttl.ttl_ms == 0;
+    }
+    cr_assert(found_t && found_m, "the states with their kinds and TTL");
+    seen s = {0};
+    cr_assert_eq(stash_snapshot_scan(snap, (stash_kg_range){0, 15}, take, &s), 0, "%s",
+                 stash_errmsg());
+    cr_assert_eq(s.values, KEYS);
+    cr_assert_eq(s.value_of_7, 14);
+    cr_assert_eq(s.elements, 3);
+    cr_assert_str_eq(s.list[0], "a");
+    cr_assert_str_eq(s.list[1], "bb");
+    cr_assert_str_eq(s.list[2], "ccc");
+    cr_assert_eq(s.entries, 2, "the removed entry is not given");
+    cr_assert(s.namespace_n);
+    cr_assert((strcmp(s.map[0], "k1=one") == 0 && strcmp(s.map[1], "k2=two") == 0) ||
+                  (strcmp(s.map[0], "k2=two") == 0 && strcmp(s.map[1], "k1=one") == 0),
+              "%s %s", s.map[0], s.map[1]);
+    cr_assert_eq(s.reduced, 1);
+    cr_assert_eq(s.reduced_sum, 2);
+    cr_assert_eq(s.ttl, 1);
+    cr_assert_eq(s.timers, 1);
+    cr_assert_eq(s.timer_ts, 1234);
+    cr_assert(s.event_time);
+    /* One key group alone gives only its keys; a function's non-zero stops the scan. */
+    uint64_t seven = 7;
+    uint32_t kg = (uint32_t)stash_key_group(&seven, sizeof seven, 16);
+    seen one = {0};
+    cr_assert_eq(stash_snapshot_scan(snap, (stash_kg_range){kg, kg}, take, &one), 0);
+    cr_assert_eq(one.value_of_7, 14);
+    cr_assert_lt(one.values, KEYS);
+    seen stop = {.stop_after = 5};
+    cr_assert_eq(stash_snapshot_scan(snap, (stash_kg_range){0, 15}, take, &stop), 99);
+    stash_snapshot_close(snap);
+}
+
+Test(snapshot_api, bad_arguments_are_refused)
+{
+    stash_snapshot *snap;
+    cr_assert_eq(stash_snapshot_open(NULL, &snap), -EINVAL);
+    cr_assert_eq(stash_snapshot_open(chk, NULL), -EINVAL);
+    cr_assert_eq(stash_snapshot_open("/nonexistent/chk-1", &snap), -ENOENT);
+    cr_assert_eq(stash_snapshot_open(chk, &snap), 0, "%s", stash_errmsg());
+    seen s = {0};
+    stash_snapshot_info info;
+    stash_state_desc d;
+    cr_assert_eq(stash_snapshot_scan(snap, (stash_kg_range){0, 16}, take, &s), -EINVAL);
+    cr_assert(strstr(stash_errmsg(), "of a snapshot of 16"), "%s", stash_errmsg());
+    cr_assert_eq(stash_snapshot_scan(snap, (stash_kg_range){3, 2}, take, &s), -EINVAL);
+    cr_assert_eq(stash_snapshot_scan(NULL, (stash_kg_range){0, 1}, take, &s), -EINVAL);
+    cr_assert_eq(stash_snapshot_scan(snap, (stash_kg_range){0, 1}, NULL, &s), -EINVAL);
+    cr_assert_eq(stash_snapshot_info_get(NULL, &info), -EINVAL);
+    cr_assert_eq(stash_snapshot_state(snap, 1000, &d), -EINVAL);
+    cr_assert_eq(stash_snapshot_state(snap, 0, NULL), -EINVAL);
+    stash_snapshot_close(snap);
+    stash_snapshot_close(NULL);
+}
+
+Test(snapshot_api, a_damaged_data_file_is_refused_naming_file_and_offset)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/kg-data.dat", chk);
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f, "%s", path);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, size / 2, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, size / 2, SEEK_SET);
+    fputc(c ^ 0x5a, f);
+    fclose(f);
+    stash_snapshot *snap = NULL;
+    cr_assert_eq(stash_snapshot_open(chk, &snap), STASH_ECORRUPT);
+    cr_assert_null(snap);
+    cr_assert(strstr(stash_errmsg(), "kg-data.dat") && strstr(stash_errmsg(), "offset"), "%s",
+              stash_errmsg());
+}
+
+Test(snapshot_api, dump_prints_a_line_per_element_and_entry)
+{
+    static char out[65536];
+    char args[512];
+    snprintf(args, sizeof args, "snapshot dump %s --format text", chk);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "\"kind\": \"list\", \"key\": \"\\u0001\\u0000\\u0000\\u0000\\u0000"
+                          "\\u0000\\u0000\\u0000\", \"namespace\": \"\", \"index\": 1, "
+                          "\"value\": \"bb\"}"),
+              "%.3000s", out);
+    cr_assert(strstr(out, "\"namespace\": \"n\", \"map_key\": \"k1\", \"value\": \"one\"}"),
+              "%.3000s", out);
+    cr_assert(!strstr(out, "three"), "a removed entry is not dumped");
+    cr_assert(strstr(out, "\"value\": \"fresh\", \"ttl_ms\": "), "%.3000s", out);
+    cr_assert(strstr(out, "\"domain\": \"event-time\", \"timestamp\": 1234, \"namespace\": \"w\"}"),
+              "%.3000s", out);
+    int lines = 0;
+    for (char *p = out; (p = strchr(p, '\n')); p++) lines++;
+    cr_assert_eq(lines, KEYS + 3 + 2 + 1 + 1 + 1, "%s", out);
+    snprintf(args, sizeof args, "snapshot dump %s --format octal", chk);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "'octal'"), "%s", out);
+}
