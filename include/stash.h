@@ -845,6 +845,7 @@ typedef struct stash_snapshot_info {
     uint32_t max_parallelism; /* its key groups */
     uint32_t nstates;         /* the states its metadata names */
     uint32_t op_parallelism;  /* the workers whose operator state it holds */
+    uint64_t data_bytes;      /* of its data files (an incremental one's whole chain) */
 } stash_snapshot_info;
 
 /* Opens the checkpoint or savepoint directory at path (the one holding
@@ -888,6 +889,49 @@ typedef int stash_snapshot_fn(void *ctx, const stash_snapshot_entry *e);
  * first damage found, naming file and offset. */
 STASH_API int stash_snapshot_scan(stash_snapshot *snap, stash_kg_range range, stash_snapshot_fn *fn,
                                   void *ctx);
+
+/* A savepoint written offline, from scratch (bootstrap) or from a snapshot
+ * read with changes: its entries are built in a heap of the writer's own
+ * (in /dev/shm, removed once mapped), then written and committed as a
+ * checkpoint is (docs/format.md), and the directory moved into place: the
+ * path holds a whole savepoint or nothing. */
+typedef struct stash_snapshot_writer stash_snapshot_writer;
+
+typedef struct stash_snapshot_writer_opts {
+    uint32_t max_parallelism; /* its key groups; 0: STASH_DEFAULT_MAX_PARALLELISM */
+    uint64_t size;            /* bytes of the heap it builds in; 0: 256M */
+    uint64_t id;              /* the savepoint's id; 0: 1 */
+} stash_snapshot_writer_opts;
+
+/* Starts a savepoint to be committed at path, which must not exist (its
+ * parent must). Returns 0, -EEXIST, -ENOENT, or another error naming path. */
+STASH_API int stash_snapshot_writer_open(const char *path, const stash_snapshot_writer_opts *opts,
+                                         stash_snapshot_writer **out);
+/* Declares a state of the savepoint: its name, kind (STASH_TIMERS too: a
+ * timer service) and TTL; functions and default values are not needed.
+ * Returns 0, or STASH_EKIND if the name was declared with another kind. */
+STASH_API int stash_snapshot_writer_state(stash_snapshot_writer *w, const stash_state_desc *desc);
+/* Adds one entry to its declared state e->state (e->kg is computed from the
+ * key): a value, reducing or aggregating state's value or accumulator
+ * (replacing one there), an element appended to a list, a map entry
+ * (replacing one with its map key), or a timer (domain, timestamp, ns). An
+ * entry of a TTL state keeps e->ttl_ms as the time it was written (0: now).
+ * Returns 0, STASH_ENOTFOUND for an undeclared state, STASH_EFULL when the
+ * heap is full (give opts.size more). */
+STASH_API int stash_snapshot_writer_put(stash_snapshot_writer *w, const stash_snapshot_entry *e);
+/* Copies operator state (or a timer service's watermarks) from of src, for
+ * each of src's workers, as the declared state to of the same kind. Every
+ * copy must come from snapshots of one parallelism. Returns 0,
+ * STASH_ENOTFOUND (from not in src, to not declared), STASH_EKIND. */
+STASH_API int stash_snapshot_writer_operator_state(stash_snapshot_writer *w,
+                                                   const stash_snapshot *src, const char *from,
+                                                   const char *to);
+/* Writes and commits the savepoint at path and ends the writer (also on
+ * failure, which leaves nothing at path). out (may be NULL) gets what was
+ * written. Returns 0 or the error, naming file and offset. */
+STASH_API int stash_snapshot_writer_commit(stash_snapshot_writer *w, stash_snapshot_info *out);
+/* Ends the writer without writing anything. Accepts NULL. */
+STASH_API void stash_snapshot_writer_abort(stash_snapshot_writer *w);
 
 #ifdef __cplusplus
 }

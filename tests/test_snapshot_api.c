@@ -17,6 +17,9 @@
 #include "tests/helpers.h"
 
 #define KEYS 50u
+#define MAXP 128u
+
+static uint32_t maxp = MAXP; /* of the snapshot a scan reads */
 
 static int sum_reduce(const stash_bytes *acc, const stash_bytes *in, void *out, size_t cap,
                       size_t *len, void *ctx)
@@ -37,7 +40,7 @@ static void write_job(void)
     snprintf(dir, sizeof dir, "/tmp/stash-test-snapapi-%d", (int)getpid());
     test_remove_dir(dir);
     mkdir(dir, 0700);
-    stash_arena *a = test_arena_create("snapapi", 32u << 20, 16, name);
+    stash_arena *a = test_arena_create("snapapi", 32u << 20, MAXP, name);
     stash_service *svc;
     cr_assert_eq(stash_service_start(name, &(stash_service_opts){.dir = dir}, &svc), 0, "%s",
                  stash_errmsg());
@@ -55,6 +58,11 @@ static void write_job(void)
     cr_assert_eq(stash_state_get(w, &dt, &t), 0);
     stash_timers *tm;
     cr_assert_eq(stash_timers_get(w, "windows", &tm), 0);
+    stash_state *offsets;
+    cr_assert_eq(
+        stash_state_get(w, &(stash_state_desc){.name = "offsets", .kind = STASH_OP_LIST}, &offsets),
+        0);
+    cr_assert_eq(stash_op_list_add(offsets, "offset-42", 9), 0);
     for (uint64_t k = 0; k < KEYS; k++) {
         uint64_t twice = 2 * k;
         stash_key_set(w, &k, sizeof k);
@@ -108,10 +116,10 @@ static int take(void *ctx, const stash_snapshot_entry *e)
     seen *s = ctx;
     if (s->stop_after && --s->stop_after == 0) return 99;
     uint64_t key = e->key.len == 8 ? test_u64(e->key.data) : UINT64_MAX;
-    if (strcmp(e->state, "v") == 0) {
+    if (strcmp(e->state, "v") == 0 || strcmp(e->state, "v2") == 0) {
         cr_assert_eq(e->kind, STASH_VALUE);
         cr_assert_eq(test_u64(e->value.data), 2 * key);
-        cr_assert_eq(e->kg, (uint32_t)stash_key_group(e->key.data, e->key.len, 16));
+        cr_assert_eq(e->kg, (uint32_t)stash_key_group(e->key.data, e->key.len, maxp));
         if (key == 7) s->value_of_7 = test_u64(e->value.data);
         s->values++;
     } else if (strcmp(e->state, "l") == 0) {
@@ -148,7 +156,7 @@ Test(snapshot_api, every_keyed_kind_is_decoded)
     cr_assert_eq(stash_snapshot_open(chk, &snap), 0, "%s", stash_errmsg());
     stash_snapshot_info info;
     cr_assert_eq(stash_snapshot_info_get(snap, &info), 0);
-    cr_assert_eq(info.max_parallelism, 16);
+    cr_assert_eq(info.max_parallelism, MAXP);
     cr_assert_eq(info.base_id, 0);
     cr_assert_gt(info.id, 0);
     cr_assert_eq(info.op_parallelism, 1);
@@ -161,7 +169,7 @@ Test(snapshot_api, every_keyed_kind_is_decoded)
     }
     cr_assert(found_t && found_m, "the states with their kinds and TTL");
     seen s = {0};
-    cr_assert_eq(stash_snapshot_scan(snap, (stash_kg_range){0, 15}, take, &s), 0, "%s",
+    cr_assert_eq(stash_snapshot_scan(snap, (stash_kg_range){0, MAXP - 1}, take, &s), 0, "%s",
                  stash_errmsg());
     cr_assert_eq(s.values, KEYS);
     cr_assert_eq(s.value_of_7, 14);
@@ -182,13 +190,13 @@ Test(snapshot_api, every_keyed_kind_is_decoded)
     cr_assert(s.event_time);
     /* One key group alone gives only its keys; a function's non-zero stops the scan. */
     uint64_t seven = 7;
-    uint32_t kg = (uint32_t)stash_key_group(&seven, sizeof seven, 16);
+    uint32_t kg = (uint32_t)stash_key_group(&seven, sizeof seven, MAXP);
     seen one = {0};
     cr_assert_eq(stash_snapshot_scan(snap, (stash_kg_range){kg, kg}, take, &one), 0);
     cr_assert_eq(one.value_of_7, 14);
     cr_assert_lt(one.values, KEYS);
     seen stop = {.stop_after = 5};
-    cr_assert_eq(stash_snapshot_scan(snap, (stash_kg_range){0, 15}, take, &stop), 99);
+    cr_assert_eq(stash_snapshot_scan(snap, (stash_kg_range){0, MAXP - 1}, take, &stop), 99);
     stash_snapshot_close(snap);
 }
 
@@ -202,8 +210,8 @@ Test(snapshot_api, bad_arguments_are_refused)
     seen s = {0};
     stash_snapshot_info info;
     stash_state_desc d;
-    cr_assert_eq(stash_snapshot_scan(snap, (stash_kg_range){0, 16}, take, &s), -EINVAL);
-    cr_assert(strstr(stash_errmsg(), "of a snapshot of 16"), "%s", stash_errmsg());
+    cr_assert_eq(stash_snapshot_scan(snap, (stash_kg_range){0, MAXP}, take, &s), -EINVAL);
+    cr_assert(strstr(stash_errmsg(), "of a snapshot of 128"), "%s", stash_errmsg());
     cr_assert_eq(stash_snapshot_scan(snap, (stash_kg_range){3, 2}, take, &s), -EINVAL);
     cr_assert_eq(stash_snapshot_scan(NULL, (stash_kg_range){0, 1}, take, &s), -EINVAL);
     cr_assert_eq(stash_snapshot_scan(snap, (stash_kg_range){0, 1}, NULL, &s), -EINVAL);
@@ -256,4 +264,203 @@ Test(snapshot_api, dump_prints_a_line_per_element_and_entry)
     snprintf(args, sizeof args, "snapshot dump %s --format octal", chk);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 2, "%s", out);
     cr_assert(strstr(out, "'octal'"), "%s", out);
+}
+
+/* Scans the snapshot at path, of n key groups, into what it met. */
+static seen scan_all(const char *path, uint32_t n)
+{
+    stash_snapshot *snap;
+    cr_assert_eq(stash_snapshot_open(path, &snap), 0, "%s: %s", path, stash_errmsg());
+    stash_snapshot_info info;
+    stash_snapshot_info_get(snap, &info);
+    cr_assert_eq(info.max_parallelism, n);
+    seen s = {0};
+    maxp = n;
+    cr_assert_eq(stash_snapshot_scan(snap, (stash_kg_range){0, n - 1}, take, &s), 0, "%s",
+                 stash_errmsg());
+    maxp = MAXP;
+    stash_snapshot_close(snap);
+    return s;
+}
+
+Test(snapshot_api, rewrite_moves_every_key_to_its_key_group_at_another_max_parallelism)
+{
+    char to256[300], to96[300], args[1024];
+    static char out[16384];
+    snprintf(to256, sizeof to256, "%s/sp-256", dir);
+    snprintf(to96, sizeof to96, "%s/sp-96", dir);
+    snprintf(args, sizeof args, "snapshot rewrite %s %s --max-parallelism 256", chk, to256);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "256 key groups"), "%s", out);
+    snprintf(args, sizeof args, "snapshot rewrite %s %s --max-parallelism=96", to256, to96);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    snprintf(args, sizeof args, "snapshot verify %s", to96);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    /* Every entry, each in its key group of 96 (take checks it). */
+    seen s = scan_all(to96, 96);
+    cr_assert_eq(s.values, KEYS);
+    cr_assert_eq(s.elements, 3);
+    cr_assert_str_eq(s.list[1], "bb");
+    cr_assert_eq(s.entries, 2);
+    cr_assert_eq(s.reduced_sum, 2);
+    cr_assert_eq(s.ttl, 1, "the TTL time kept");
+    cr_assert_eq(s.timers, 1);
+    cr_assert_eq(s.timer_ts, 1234);
+    /* It restores, at another parallelism, with its operator state. */
+    char name2[128];
+    snprintf(name2, sizeof name2, "%s-restored", name);
+    stash_arena_opts ao = {.backend = test_backend()};
+    stash_service *svc;
+    char sdir[300];
+    snprintf(sdir, sizeof sdir, "%s/svc", dir);
+    cr_assert_eq(
+        stash_service_start(
+            name2, &(stash_service_opts){.dir = sdir, .restore = to96, .arena = &ao}, &svc),
+        0, "%s", stash_errmsg());
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name2, &(stash_worker_opts){.index = 1, .parallelism = 2}, &w),
+                 0, "%s", stash_errmsg());
+    stash_state *v;
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    stash_worker_info me;
+    stash_worker_info_get(w, &me);
+    unsigned mine = 0;
+    for (uint64_t k = 0; k < KEYS; k++) {
+        stash_key_set(w, &k, sizeof k);
+        if (!stash_kg_range_contains(me.range, (uint32_t)stash_key_group_current(w))) continue;
+        stash_bytes b;
+        cr_assert_eq(stash_value_get(v, &b), 0, "key %llu", (unsigned long long)k);
+        cr_assert_eq(test_u64(b.data), 2 * k);
+        mine++;
+    }
+    cr_assert_gt(mine, 0);
+    stash_state *offsets;
+    cr_assert_eq(
+        stash_state_get(w, &(stash_state_desc){.name = "offsets", .kind = STASH_OP_LIST}, &offsets),
+        0);
+    const stash_bytes *el;
+    size_t n;
+    cr_assert_eq(stash_op_list_get(offsets, &el, &n), 0);
+    stash_worker_close(w);
+    stash_worker *w0;
+    cr_assert_eq(stash_worker_open(name2, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w0),
+                 0);
+    stash_state *offsets0;
+    cr_assert_eq(stash_state_get(w0, &(stash_state_desc){.name = "offsets", .kind = STASH_OP_LIST},
+                                 &offsets0),
+                 0);
+    const stash_bytes *el0;
+    size_t n0;
+    cr_assert_eq(stash_op_list_get(offsets0, &el0, &n0), 0);
+    cr_assert_eq(n + n0, 1, "the one element dealt to one of the two");
+    const stash_bytes *one = n ? &el[0] : &el0[0];
+    cr_assert(one->len == 9 && memcmp(one->data, "offset-42", 9) == 0);
+    stash_worker_close(w0);
+    stash_service_stop(svc);
+    stash_arena_destroy(name2, &ao);
+}
+
+Test(snapshot_api, rewrite_drops_renames_and_sets_ttl)
+{
+    char to[300], args[1024];
+    static char out[16384];
+    snprintf(to, sizeof to, "%s/sp-changed", dir);
+    snprintf(args, sizeof args,
+             "snapshot rewrite %s %s --drop-state r --rename-state v=v2 --ttl t=none --ttl m=1h",
+             chk, to);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    seen s = scan_all(to, MAXP);
+    cr_assert_eq(s.reduced, 0, "r dropped");
+    cr_assert_eq(s.values, KEYS, "v's entries under v2");
+    cr_assert_eq(s.ttl, 0, "t without TTL");
+    cr_assert_eq(s.entries, 2);
+    stash_snapshot *snap;
+    cr_assert_eq(stash_snapshot_open(to, &snap), 0);
+    stash_snapshot_info info;
+    stash_snapshot_info_get(snap, &info);
+    bool v2 = false, v = false, r = false, m_ttl = false;
+    for (uint32_t i = 0; i < info.nstates; i++) {
+        stash_state_desc d;
+        stash_snapshot_state(snap, i, &d);
+        v2 |= strcmp(d.name, "v2") == 0;
+        v |= strcmp(d.name, "v") == 0;
+        r |= strcmp(d.name, "r") == 0;
+        m_ttl |= strcmp(d.name, "m") == 0 && d.ttl.ttl_ms == 3600000;
+    }
+    stash_snapshot_close(snap);
+    cr_assert(v2 && !v && !r && m_ttl);
+    /* Refusals: nothing written. */
+    char to2[300];
+    snprintf(to2, sizeof to2, "%s/sp-refused", dir);
+    const char *bad[] = {"--drop-state nosuch", "--rename-state v", "--rename-state nosuch=x",
+                         "--max-parallelism 0", "--ttl t=soon",     "--frobnicate"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(args, sizeof args, "snapshot rewrite %s %s %s", chk, to2, bad[i]);
+        int rc = test_run_stash(args, out, sizeof out);
+        cr_assert(rc == 2 || rc == 1, "%s: %d %s", bad[i], rc, out);
+        cr_assert_eq(access(to2, F_OK), -1, "%s left %s", bad[i], to2);
+    }
+    snprintf(args, sizeof args, "snapshot rewrite %s %s", chk, to);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "exists already"), "%s", out);
+}
+
+Test(snapshot_api, a_savepoint_is_bootstrapped_from_scratch)
+{
+    char to[300];
+    snprintf(to, sizeof to, "%s/sp-bootstrap", dir);
+    stash_snapshot_writer *w;
+    cr_assert_eq(
+        stash_snapshot_writer_open(
+            to, &(stash_snapshot_writer_opts){.max_parallelism = 32, .size = 16u << 20, .id = 7},
+            &w),
+        0, "%s", stash_errmsg());
+    cr_assert_eq(
+        stash_snapshot_writer_state(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}), 0);
+    cr_assert_eq(
+        stash_snapshot_writer_state(w, &(stash_state_desc){.name = "v", .kind = STASH_MAP}),
+        STASH_EKIND);
+    for (uint64_t k = 0; k < KEYS; k++) {
+        uint64_t twice = 2 * k;
+        stash_snapshot_entry e = {.state = "v", .key = {&k, sizeof k}, .value = {&twice, 8}};
+        cr_assert_eq(stash_snapshot_writer_put(w, &e), 0, "%s", stash_errmsg());
+    }
+    stash_snapshot_entry none = {.state = "nosuch", .key = {"k", 1}, .value = {"v", 1}};
+    cr_assert_eq(stash_snapshot_writer_put(w, &none), STASH_ENOTFOUND);
+    cr_assert_eq(stash_snapshot_writer_put(NULL, &none), -EINVAL);
+    stash_snapshot_info info;
+    cr_assert_eq(stash_snapshot_writer_commit(w, &info), 0, "%s", stash_errmsg());
+    cr_assert_eq(info.id, 7);
+    seen s = scan_all(to, 32);
+    cr_assert_eq(s.values, KEYS);
+    stash_snapshot_writer *again;
+    cr_assert_eq(stash_snapshot_writer_open(to, NULL, &again), -EEXIST);
+    char nowhere[300];
+    snprintf(nowhere, sizeof nowhere, "%s/no/such/dir", dir);
+    cr_assert_eq(stash_snapshot_writer_open(nowhere, NULL, &again), -ENOENT);
+    /* Aborted, it leaves nothing behind. */
+    char gone[300];
+    snprintf(gone, sizeof gone, "%s/sp-aborted", dir);
+    cr_assert_eq(stash_snapshot_writer_open(gone, NULL, &w), 0);
+    stash_snapshot_writer_abort(w);
+    cr_assert_eq(access(gone, F_OK), -1);
+    stash_snapshot_writer_abort(NULL);
+}
+
+Test(snapshot_api, a_damaged_source_writes_nothing)
+{
+    char path[400], to[300], args[1024];
+    static char out[16384];
+    snprintf(path, sizeof path, "%s/kg-data.dat", chk);
+    FILE *f = fopen(path, "r+b");
+    fseek(f, 40, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, 40, SEEK_SET);
+    fputc(c ^ 0xff, f);
+    fclose(f);
+    snprintf(to, sizeof to, "%s/sp-from-damaged", dir);
+    snprintf(args, sizeof args, "snapshot rewrite %s %s", chk, to);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "kg-data.dat") && strstr(out, "offset"), "%s", out);
+    cr_assert_eq(access(to, F_OK), -1);
 }

@@ -22,6 +22,8 @@ static const char usage[] =
     "       stash snapshot verify CHECKPOINT\n"
     "       stash snapshot dump CHECKPOINT [--format hex|text|base64]\n"
     "       stash snapshot diff CHECKPOINT CHECKPOINT\n"
+    "       stash snapshot rewrite CHECKPOINT DEST [--drop-state S]... [--rename-state A=B]...\n"
+    "                              [--ttl S=DURATION|none]... [--max-parallelism N]\n"
     "CHECKPOINT is a checkpoint or savepoint directory (DIR/chk-ID, a savepoint\n"
     "anywhere), or DIR for its newest checkpoint (info and dump pass over damaged\n"
     "ones, saying so; verify takes the newest, damaged or not). ls lists DIR's\n"
@@ -34,7 +36,10 @@ static const char usage[] =
     "value, list element (with its index) and map entry (with its map_key), a timer\n"
     "as its domain, timestamp and namespace, and with TTL the time an entry was\n"
     "written (ttl_ms); bytes in hex, or as --format says (text: UTF-8 with JSON\n"
-    "escapes).\n";
+    "escapes). rewrite writes a new savepoint at DEST (which must not exist) from\n"
+    "CHECKPOINT: states dropped, renamed, their TTL set or removed, and every key\n"
+    "moved into its key group of N key groups; DEST holds a whole savepoint or\n"
+    "nothing. Savepoints are canonical: there is nothing to convert.\n";
 
 static const char *kind_name(unsigned kind)
 {
@@ -99,11 +104,17 @@ static size_t data_bytes(const ckpt_view *v)
     return n;
 }
 
+#define SNAP_MAX_CHANGES 64
+
 typedef struct snap_args {
     bool json;
     bool verify;
     tool_format format; /* dump's */
     const char *path[2];
+    /* rewrite's: states dropped, renamed (A=B), TTLs set (S=DURATION|none) */
+    const char *drop[SNAP_MAX_CHANGES], *rename[SNAP_MAX_CHANGES], *ttl[SNAP_MAX_CHANGES];
+    int ndrop, nrename, nttl;
+    uint32_t max_parallelism;
 } snap_args;
 
 /* Opens path (a checkpoint or savepoint directory) for ls: its state, and
@@ -420,6 +431,126 @@ static int cmd_diff(const snap_args *args, ioe_engine *e)
     return differ ? 1 : 0;
 }
 
+/* A rewrite in progress: its writer, and what it changes of each entry. */
+typedef struct rewriter {
+    stash_snapshot_writer *w;
+    const snap_args *args;
+    uint64_t entries;
+    bool progress;
+} rewriter;
+
+/* The name state old has in the rewrite: NULL if it is dropped. */
+static const char *renamed(const snap_args *a, const char *old)
+{
+    for (int i = 0; i < a->ndrop; i++)
+        if (strcmp(a->drop[i], old) == 0) return NULL;
+    for (int i = 0; i < a->nrename; i++) {
+        size_t n = (size_t)(strchr(a->rename[i], '=') - a->rename[i]);
+        if (strlen(old) == n && strncmp(a->rename[i], old, n) == 0) return a->rename[i] + n + 1;
+    }
+    return old;
+}
+
+static int rewrite_entry(void *ctx, const stash_snapshot_entry *e)
+{
+    rewriter *r = ctx;
+    const char *to = renamed(r->args, e->state);
+    if (!to) return 0;
+    stash_snapshot_entry c = *e;
+    c.state = to;
+    if (r->progress && ++r->entries % 65536 == 0)
+        fprintf(stderr, "\r\033[Krewrite: %llu entries", (unsigned long long)r->entries);
+    return stash_snapshot_writer_put(r->w, &c);
+}
+
+/* Whether every state the changes name is one of snap's. */
+static int check_names(const snap_args *a, stash_snapshot *snap)
+{
+    stash_snapshot_info info;
+    stash_snapshot_info_get(snap, &info);
+    const char *const *lists[3] = {a->drop, a->rename, a->ttl};
+    const int counts[3] = {a->ndrop, a->nrename, a->nttl};
+    for (int l = 0; l < 3; l++)
+        for (int i = 0; i < counts[l]; i++) {
+            const char *name = lists[l][i];
+            size_t n = l ? (size_t)(strchr(name, '=') - name) : strlen(name);
+            bool found = false;
+            for (uint32_t s = 0; s < info.nstates && !found; s++) {
+                stash_state_desc d;
+                stash_snapshot_state(snap, s, &d);
+                found = strlen(d.name) == n && strncmp(d.name, name, n) == 0;
+            }
+            if (!found) {
+                fprintf(stderr, "stash snapshot rewrite: %s has no state '%.*s'\n", a->path[0],
+                        (int)n, name);
+                return 2;
+            }
+        }
+    return 0;
+}
+
+/* Declares state i of snap in w, renamed and with its TTL as asked, and
+ * copies it if it is operator state. */
+static int declare(stash_snapshot_writer *w, stash_snapshot *snap, uint32_t i, const snap_args *a)
+{
+    stash_state_desc d;
+    stash_snapshot_state(snap, i, &d);
+    const char *to = renamed(a, d.name);
+    if (!to) return 0;
+    for (int t = 0; t < a->nttl; t++) {
+        const char *eq = strchr(a->ttl[t], '=');
+        if (strlen(d.name) != (size_t)(eq - a->ttl[t]) ||
+            strncmp(d.name, a->ttl[t], (size_t)(eq - a->ttl[t])) != 0)
+            continue;
+        uint64_t ms = 0;
+        if (strcmp(eq + 1, "none") != 0 && (tool_parse_duration(eq + 1, &ms) < 0 || ms == 0))
+            return shm_fail(-EINVAL, "--ttl %s: a duration (500ms, 2s, 1h) or none", a->ttl[t]);
+        d.ttl = (stash_ttl){.ttl_ms = ms, .update = d.ttl.update, .visibility = d.ttl.visibility};
+    }
+    stash_state_desc n = d;
+    n.name = to;
+    int rc = stash_snapshot_writer_state(w, &n);
+    if (rc == 0 && (d.kind == STASH_OP_LIST || d.kind == STASH_OP_UNION ||
+                    d.kind == STASH_OP_BROADCAST || d.kind == STASH_TIMERS))
+        rc = stash_snapshot_writer_operator_state(w, snap, d.name, to);
+    return rc;
+}
+
+static int cmd_rewrite(const snap_args *a)
+{
+    stash_snapshot *snap;
+    int rc = stash_snapshot_open(a->path[0], &snap);
+    if (rc) return tool_fail("snapshot rewrite", rc);
+    if ((rc = check_names(a, snap)) != 0) {
+        stash_snapshot_close(snap);
+        return rc;
+    }
+    stash_snapshot_info info;
+    stash_snapshot_info_get(snap, &info);
+    /* Records take more room in a heap than in a block. */
+    stash_snapshot_writer_opts o = {.max_parallelism = a->max_parallelism ? a->max_parallelism
+                                                                          : info.max_parallelism,
+                                    .size = (64ull << 20) + 4 * info.data_bytes,
+                                    .id = info.id};
+    rewriter r = {.args = a, .progress = isatty(STDERR_FILENO)};
+    rc = stash_snapshot_writer_open(a->path[1], &o, &r.w);
+    for (uint32_t i = 0; rc == 0 && i < info.nstates; i++) rc = declare(r.w, snap, i, a);
+    if (rc == 0 && info.max_parallelism)
+        rc = stash_snapshot_scan(snap, (stash_kg_range){0, info.max_parallelism - 1}, rewrite_entry,
+                                 &r);
+    if (r.progress) fputs("\r\033[K", stderr);
+    stash_snapshot_info out;
+    if (rc == 0)
+        rc = stash_snapshot_writer_commit(r.w, &out);
+    else
+        stash_snapshot_writer_abort(r.w);
+    stash_snapshot_close(snap);
+    if (rc) return tool_fail("snapshot rewrite", rc);
+    printf("savepoint %llu %s: %u key groups, %u states\n", (unsigned long long)out.id, a->path[1],
+           out.max_parallelism, out.nstates);
+    return 0;
+}
+
 /* Parses a subcommand's options (getopt_long: --opt or --opt=value, in any
  * place) and its npaths paths. Returns 0, or the exit code (2) after saying
  * what was wrong. */
@@ -436,7 +567,33 @@ static int parse_args(int argc, char **argv, const char *cmd, const struct optio
             out->verify = true;
         else if (c == 'f' && tool_parse_format(optarg, &out->format) == 0)
             ;
-        else if (c == 'f') {
+        else if ((c == 'd' || c == 'r' || c == 't') &&
+                 (c == 'd'   ? out->ndrop
+                  : c == 'r' ? out->nrename
+                             : out->nttl) == SNAP_MAX_CHANGES) {
+            fprintf(stderr, "stash snapshot %s: at most %d of %s\n", cmd, SNAP_MAX_CHANGES,
+                    argv[optind - 1]);
+            return 2;
+        } else if (c == 'd')
+            out->drop[out->ndrop++] = optarg;
+        else if (c == 'r' && strchr(optarg, '=') && optarg[0] != '=' && strchr(optarg, '=')[1])
+            out->rename[out->nrename++] = optarg;
+        else if (c == 't' && strchr(optarg, '=') && optarg[0] != '=')
+            out->ttl[out->nttl++] = optarg;
+        else if (c == 'm') {
+            uint64_t n;
+            if (tool_parse_size(optarg, &n) < 0 || n == 0 || n > STASH_MAX_MAX_PARALLELISM) {
+                fprintf(stderr, "stash snapshot %s: --max-parallelism takes 1 to %u, not '%s'\n",
+                        cmd, STASH_MAX_MAX_PARALLELISM, optarg);
+                return 2;
+            }
+            out->max_parallelism = (uint32_t)n;
+        } else if (c == 'r' || c == 't') {
+            fprintf(stderr, "stash snapshot %s: %s takes %s, not '%s'\n", cmd,
+                    c == 'r' ? "--rename-state" : "--ttl", c == 'r' ? "OLD=NEW" : "STATE=DURATION",
+                    optarg);
+            return 2;
+        } else if (c == 'f') {
             fprintf(stderr, "stash snapshot %s: --format takes text, hex or base64, not '%s'\n",
                     cmd, optarg);
             return 2;
@@ -462,21 +619,23 @@ int tool_snapshot(int argc, char **argv)
     static const struct option info_opts[] = {{"json", no_argument, NULL, 'j'}, {0}};
     static const struct option dump_opts[] = {{"format", required_argument, NULL, 'f'}, {0}};
     static const struct option no_opts[] = {{0}};
+    static const struct option rewrite_opts[] = {{"drop-state", required_argument, NULL, 'd'},
+                                                 {"rename-state", required_argument, NULL, 'r'},
+                                                 {"ttl", required_argument, NULL, 't'},
+                                                 {"max-parallelism", required_argument, NULL, 'm'},
+                                                 {0}};
     static const struct {
         const char *name;
         int paths;
         const struct option *opts;
-    } cmds[] = {{"ls", 1, ls_opts},
-                {"info", 1, info_opts},
-                {"verify", 1, no_opts},
-                {"dump", 1, dump_opts},
-                {"diff", 2, no_opts}};
+    } cmds[] = {{"ls", 1, ls_opts},     {"info", 1, info_opts}, {"verify", 1, no_opts},
+                {"dump", 1, dump_opts}, {"diff", 2, no_opts},   {"rewrite", 2, rewrite_opts}};
     if (argc < 2 || tool_wants_help(argc, argv)) {
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
     int which = -1;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         if (strcmp(argv[1], cmds[i].name) == 0) which = i;
     if (which < 0) {
         fprintf(stderr, "stash snapshot: unknown subcommand '%s'\n%s", argv[1], usage);
@@ -505,8 +664,11 @@ int tool_snapshot(int argc, char **argv)
     case 3:
         rc = cmd_dump(&a, e);
         break;
-    default:
+    case 4:
         rc = cmd_diff(&a, e);
+        break;
+    default:
+        rc = cmd_rewrite(&a);
         break;
     }
     ioe_engine_close(e);

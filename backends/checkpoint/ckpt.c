@@ -283,8 +283,7 @@ static int ckpt_sync_dir(const char *path)
     return rc;
 }
 
-/* Removes a checkpoint's directory and the files in it. */
-static void remove_checkpoint(const char *chk)
+void ckpt_remove_checkpoint(const char *chk)
 {
     DIR *d = opendir(chk);
     if (d) {
@@ -644,7 +643,7 @@ static int write_checkpoint(stash_arena *a, const uint32_t *pins, const ckpt_opt
     if (rc == 0) rc = ckpt_sync_dir(chk);
     if (rc == 0) rc = ckpt_sync_dir(o->dir);
     if (rc) {
-        remove_checkpoint(chk);
+        ckpt_remove_checkpoint(chk);
         if (in_shared && ckpt_path_of(path, "%s/%s", o->dir, own) == 0) unlink(path);
     } else if (out) {
         *out = (ckpt_written){data_bytes, records};
@@ -731,7 +730,7 @@ int ckpt_retain(const char *dir, unsigned keep, ioe_engine *e)
         if (keep_it) {
             ids[kept++] = ids[i];
         } else if (ckpt_path_of(path, "%s/chk-%llu", dir, (unsigned long long)ids[i]) == 0) {
-            remove_checkpoint(path);
+            ckpt_remove_checkpoint(path);
         }
     }
     remove_unreferenced(dir, ids, kept, e);

@@ -55,6 +55,9 @@ typedef struct ckpt_opts {
  * retried) the partial checkpoint is removed and the error names the file
  * and offset. Returns 0 (and, if out, what was written), or -E2BIG if the
  * base's chain is already CKPT_MAX_FILES long (take a full checkpoint). */
+/* Removes a checkpoint's directory and the files in it (not shared/). */
+void ckpt_remove_checkpoint(const char *chk);
+
 typedef struct ckpt_written {
     uint64_t data_bytes; /* written into this checkpoint's own data file */
     uint64_t records;    /* records (or changes) in it */

@@ -112,6 +112,9 @@ int64_t ckpt_view_walk(const ckpt_view *v, stash_kg_range range, snap_record_fn 
  * chain deleted (what dump and diff show). */
 int64_t ckpt_view_walk_latest(const ckpt_view *v, stash_kg_range range, snap_record_fn *fn,
                               void *ctx);
+/* The opened checkpoint behind a stash_snapshot (snapshot_api.c). */
+const ckpt_view *ckpt_snapshot_view(const stash_snapshot *snap);
+
 /* The largest checkpoint id: ids stay exact as JSON numbers, and a stray
  * directory with a larger one is not a checkpoint. */
 #define CKPT_MAX_ID (1ull << 53)

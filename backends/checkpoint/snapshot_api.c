@@ -63,6 +63,11 @@ STASH_API void stash_snapshot_close(stash_snapshot *snap)
     free(snap);
 }
 
+const ckpt_view *ckpt_snapshot_view(const stash_snapshot *snap)
+{
+    return &snap->v;
+}
+
 STASH_API int stash_snapshot_info_get(const stash_snapshot *snap, stash_snapshot_info *out)
 {
     if (!snap || !out) return shm_refuse_null(__func__, "snap or out");
@@ -72,6 +77,7 @@ STASH_API int stash_snapshot_info_get(const stash_snapshot *snap, stash_snapshot
                                  .max_parallelism = snap->v.max_parallelism,
                                  .nstates = snap->v.nstates,
                                  .op_parallelism = snap->v.op_parallelism};
+    for (uint32_t f = 0; f < snap->v.nfiles; f++) out->data_bytes += snap->v.files[f].len;
     return 0;
 }
 

@@ -169,6 +169,11 @@ struct stash_state {
 #define STATE_OPT_CLEANUP_FULL_SNAPSHOT 10
 #define STATE_OPT_EVENT_TIME 11 /* the TTL's time is the worker's watermark */
 
+/* Stores value as the current key's value of a value, reducing or
+ * aggregating state s as it is (an accumulator is not combined), stamped
+ * with the worker's clock where s has a TTL (value.c). */
+int state_put_raw(stash_state *s, const void *value, size_t len);
+
 /* The TTL a state's options (catalog or checkpoint metadata) describe (register.c). */
 void state_ttl_of_options(const uint8_t options[32], stash_ttl *out);
 
@@ -421,6 +426,9 @@ int map_bytes_each(const uint8_t *v, size_t len, bool ttl, state_item_fn *fn, vo
  * STASH_TIMERS) under the timer's key, its namespace the domain (1 byte)
  * and the timestamp (8, big-endian) before the user's, its value empty. */
 #define TIMER_NS_PREFIX 9u
+
+/* The state a timer service's timers are records of (timers.c). */
+stash_state *timers_state(const stash_timers *t);
 /* Whether a record's namespace and value length are a timer's. */
 bool timer_record_valid(const uint8_t *ns, size_t nslen, uint32_t vlen);
 /* The worker's handle on the timer service name's state (register.c). */

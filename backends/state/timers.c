@@ -65,6 +65,11 @@ struct stash_timers {
     size_t ns_cap;
 };
 
+stash_state *timers_state(const stash_timers *t)
+{
+    return t->state;
+}
+
 /* More deleted timers than this beyond half the heap compact it. */
 #define STALE_SLACK 1024u
 

@@ -132,6 +132,17 @@ static __attribute__((noinline)) int value_put(stash_state *state, const void *v
     return write_value(state, &l, &c, value, len);
 }
 
+int state_put_raw(stash_state *s, const void *value, size_t len)
+{
+    shm_lookup l;
+    shm_cursor c;
+    int rc = state_lookup(s, &l);
+    if (rc) return rc;
+    if (!state_owns(s, l.kg)) return state_refuse_write(s, l.kg);
+    rc = state_find_overwrite(s, &l, &c);
+    return rc ? rc : write_value(s, &l, &c, value, len);
+}
+
 /* The live record, in table t, of the current key in s's namespace for a
  * one-step get or put: s a one-step state, the current key a one-step key,
  * the entry in its home group (shm_table_find_short). NULL sends the access

@@ -228,6 +228,117 @@ static int bandwidth_cases(ckb *b)
     return 0;
 }
 
+/* ---- a savepoint rewritten offline, beside fio ------------------------------- */
+
+/* Puts every entry but those of state "dropped" into the writer. */
+static int keep_entry(void *ctx, const stash_snapshot_entry *e)
+{
+    return strcmp(e->state, "dropped") == 0 ? 0 : stash_snapshot_writer_put(ctx, e);
+}
+
+/* One rewrite of src into dst with state "dropped" left out: read, check,
+ * decode, rebuild and write. */
+static int rewrite_once(const char *src, const char *dst, uint64_t *dst_bytes)
+{
+    stash_snapshot *snap;
+    int rc = stash_snapshot_open(src, &snap);
+    if (rc) return rc;
+    stash_snapshot_info info;
+    stash_snapshot_info_get(snap, &info);
+    stash_snapshot_writer *w;
+    rc = stash_snapshot_writer_open(
+        dst,
+        &(stash_snapshot_writer_opts){.max_parallelism = info.max_parallelism,
+                                      .size = (64ull << 20) + 4 * info.data_bytes,
+                                      .id = info.id},
+        &w);
+    if (rc == 0)
+        rc = stash_snapshot_writer_state(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE});
+    if (rc == 0)
+        rc =
+            stash_snapshot_scan(snap, (stash_kg_range){0, info.max_parallelism - 1}, keep_entry, w);
+    stash_snapshot_close(snap);
+    if (rc) {
+        stash_snapshot_writer_abort(w);
+        return rc;
+    }
+    rc = stash_snapshot_writer_commit(w, NULL);
+    stash_snapshot *out;
+    if (rc == 0 && (rc = stash_snapshot_open(dst, &out)) == 0) {
+        stash_snapshot_info oi;
+        stash_snapshot_info_get(out, &oi);
+        *dst_bytes = oi.data_bytes;
+        stash_snapshot_close(out);
+    }
+    return rc;
+}
+
+static int rewrite_case(ckb *b)
+{
+    stash_worker *w;
+    stash_state *s, *dropped;
+    int rc = open_loaded(b, b->keys, &w, &s);
+    if (rc == 0)
+        rc = stash_state_get(w, &(stash_state_desc){.name = "dropped", .kind = STASH_VALUE},
+                             &dropped);
+    uint8_t val[VALUE_BYTES] = {0};
+    for (uint64_t k = 0; rc == 0 && k < b->keys / 10; k++) {
+        stash_key_set(w, &k, sizeof k);
+        rc = stash_value_put(dropped, val, sizeof val);
+    }
+    char src[sizeof b->dir + 16], dst[sizeof b->dir + 16], fio_path[sizeof b->dir + 16];
+    snprintf(src, sizeof src, "%s/chk-1", b->dir);
+    snprintf(dst, sizeof dst, "%s/rewritten", b->dir);
+    snprintf(fio_path, sizeof fio_path, "%s/fio.dat", b->dir);
+    clean_dir(b);
+    if (rc == 0) {
+        uint32_t *pins = pin_all(stash_worker_arena(w));
+        rc = write_checkpoint(w, pins, &(ckpt_opts){.dir = b->dir, .id = 1, .engine = b->e}, NULL);
+        unpin_all(stash_worker_arena(w), pins);
+    }
+    close_loaded(b, w);
+    uint64_t src_bytes = 0, dst_bytes = 0;
+    stash_snapshot *snap;
+    if (rc == 0 && (rc = stash_snapshot_open(src, &snap)) == 0) {
+        stash_snapshot_info info;
+        stash_snapshot_info_get(snap, &info);
+        src_bytes = info.data_bytes;
+        stash_snapshot_close(snap);
+    }
+    double mine[MAX_REPS], fio[MAX_REPS];
+    bool with_fio = bench_fio_installed();
+    for (int r = 0; r < b->o.reps && rc == 0; r++) {
+        bench_progress(&b->o, "checkpoint: rewrite, repetition %d of %d", r + 1, b->o.reps);
+        char cmd[sizeof dst + 16];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dst);
+        if (system(cmd) != 0) return -EIO;
+        uint64_t t0 = bench_now_ns();
+        rc = rewrite_once(src, dst, &dst_bytes);
+        mine[r] = (double)(src_bytes + dst_bytes) / ((double)(bench_now_ns() - t0) / 1e9);
+        double fr = 0, fw = 0;
+        if (with_fio && (bench_fio(fio_path, src_bytes, false, true, &fr) < 0 ||
+                         bench_fio(fio_path, dst_bytes, true, true, &fw) < 0))
+            with_fio = false;
+        /* fio reading the source's bytes, then writing the result's. */
+        if (with_fio)
+            fio[r] =
+                (double)(src_bytes + dst_bytes) / ((double)src_bytes / fr + (double)dst_bytes / fw);
+    }
+    clean_dir(b);
+    char cmd[sizeof dst + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dst);
+    if (system(cmd) != 0) fprintf(stderr, "stash bench checkpoint: cannot remove %s\n", dst);
+    if (rc < 0) return rc;
+    double m = report_reps(b, "rewrite", "stash", mine, "bytes/s");
+    if (!with_fio) {
+        report_skip(b, "rewrite", "fio", "fio is not installed or failed (apt-get install fio)");
+        return 0;
+    }
+    double f = report_reps(b, "rewrite", "fio", fio, "bytes/s");
+    report(b, "rewrite", "stash/fio", m / f, "ratio");
+    return 0;
+}
+
 /* ---- the synchronous pause ---------------------------------------------------- */
 
 uint64_t bench_cut_pause(stash_worker *w)
@@ -543,13 +654,17 @@ int bench_checkpoint(int argc, char **argv)
         "--backend lmdb: the same of the lmdb backend (10M keys, --quick: 200K; the pause is\n"
         "the cut's commit and the engine's opening of every snapshot; the restore also\n"
         "beside the same records put key by key), its environments beside the\n"
-        "checkpoints; no figures under load.\n";
+        "checkpoints; no figures under load. rewrite: a savepoint of the 1M keys and 100K\n"
+        "of a second state read, checked and written again without the second state\n"
+        "(stash snapshot rewrite --drop-state), its bytes read and written per second\n"
+        "beside fio reading and writing the same bytes (heap backend).\n";
     ckb b = {0};
     int rc = bench_parse(argc, argv, usage, &b.o);
     const char *const names[] = {"full/write",       "restore/read",
                                  "pause/100k-keys",  b.o.quick ? "pause/1m-keys" : "pause/10m-keys",
                                  "incremental-1pct", "ycsb-a/during-checkpoint",
-                                 "ycsb-a/without",   "extra-memory"};
+                                 "ycsb-a/without",   "extra-memory",
+                                 "rewrite"};
     if (rc == 0 && bench_check_case(&b.o, "checkpoint", names, sizeof names / sizeof names[0]) < 0)
         rc = -1;
     if (rc) return rc < 0 ? 2 : 0;
@@ -569,6 +684,11 @@ int bench_checkpoint(int argc, char **argv)
         rc = pause_case(&b, b.o.quick ? 1000000 : 10000000,
                         b.o.quick ? "pause/1m-keys" : "pause/10m-keys");
     if (rc == 0) rc = incremental_case(&b);
+    if (rc == 0 && on_lmdb(&b))
+        report_skip(&b, "rewrite", "stash",
+                    "a savepoint is the same on both backends: measured with the heap's");
+    else if (rc == 0 && bench_selected(&b.o, "rewrite"))
+        rc = rewrite_case(&b);
     if (rc == 0 && on_lmdb(&b))
         report_skip(&b, "ycsb-a/during-checkpoint", "stash",
                     "measured for the heap backend: its writers and the checkpoint share the "
