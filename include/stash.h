@@ -875,8 +875,10 @@ typedef struct stash_snapshot_entry {
     stash_bytes value;        /* the value, element or map value; empty for a timer */
     uint32_t index;           /* STASH_LIST: the element's position in its list */
     uint64_t ttl_ms;          /* with TTL: when it was written, ms of the TTL's clock; else 0 */
-    stash_time_domain domain; /* STASH_TIMERS: the timer's domain and time (ms) */
+    stash_time_domain domain; /* STASH_TIMERS: the timer's domain and time (ms); of a
+                                 timer service's operator entry: its watermark */
     uint64_t timestamp;
+    uint32_t worker; /* operator state: the worker index that held it */
 } stash_snapshot_entry;
 
 /* Returns 0 to go on, anything else to stop the scan with it. */
@@ -890,6 +892,13 @@ typedef int stash_snapshot_fn(void *ctx, const stash_snapshot_entry *e);
 STASH_API int stash_snapshot_scan(stash_snapshot *snap, stash_kg_range range, stash_snapshot_fn *fn,
                                   void *ctx);
 
+/* Calls fn for every operator-state entry of the snapshot, worker by
+ * worker (e->worker): an element of a list or union list (e->index, value),
+ * an entry of broadcast state (map_key, value), and a timer service's
+ * watermark (kind STASH_TIMERS, timestamp). Returns 0, fn's non-zero
+ * return, or STASH_ECORRUPT naming the metadata. */
+STASH_API int stash_snapshot_op_scan(stash_snapshot *snap, stash_snapshot_fn *fn, void *ctx);
+
 /* A savepoint written offline, from scratch (bootstrap) or from a snapshot
  * read with changes: its entries are built in a heap of the writer's own
  * (in /dev/shm, removed once mapped), then written and committed as a
@@ -901,6 +910,8 @@ typedef struct stash_snapshot_writer_opts {
     uint32_t max_parallelism; /* its key groups; 0: STASH_DEFAULT_MAX_PARALLELISM */
     uint64_t size;            /* bytes of the heap it builds in; 0: 256M */
     uint64_t id;              /* the savepoint's id; 0: 1 */
+    uint32_t op_parallelism;  /* the workers its operator state is of; 0: none, or as
+                                 stash_snapshot_writer_operator_state copies */
 } stash_snapshot_writer_opts;
 
 /* Starts a savepoint to be committed at path, which must not exist (its
@@ -911,14 +922,21 @@ STASH_API int stash_snapshot_writer_open(const char *path, const stash_snapshot_
  * timer service) and TTL; functions and default values are not needed.
  * Returns 0, or STASH_EKIND if the name was declared with another kind. */
 STASH_API int stash_snapshot_writer_state(stash_snapshot_writer *w, const stash_state_desc *desc);
-/* Adds one entry to its declared state e->state (e->kg is computed from the
- * key): a value, reducing or aggregating state's value or accumulator
- * (replacing one there), an element appended to a list, a map entry
- * (replacing one with its map key), or a timer (domain, timestamp, ns). An
- * entry of a TTL state keeps e->ttl_ms as the time it was written (0: now).
- * Returns 0, STASH_ENOTFOUND for an undeclared state, STASH_EFULL when the
- * heap is full (give opts.size more). */
+/* Adds one keyed entry to its declared state e->state (e->kg is computed
+ * from the key): a value, reducing or aggregating state's value or
+ * accumulator (replacing one there), an element appended to a list, a map
+ * entry (replacing one with its map key), or a timer (domain, timestamp,
+ * ns). An entry of a TTL state keeps e->ttl_ms as the time it was written
+ * (0: now). Returns 0, STASH_ENOTFOUND for an undeclared state, STASH_EKIND
+ * for operator state, STASH_EFULL when the heap is full (give opts.size). */
 STASH_API int stash_snapshot_writer_put(stash_snapshot_writer *w, const stash_snapshot_entry *e);
+/* Adds one operator-state entry, as stash_snapshot_op_scan gives them, to
+ * worker e->worker (< opts.op_parallelism): an element appended to a list
+ * or union list, a broadcast entry (map_key, value), or a timer service's
+ * watermark (timestamp). Returns 0, STASH_ENOTFOUND, STASH_EKIND for keyed
+ * state, -EINVAL for a worker beyond the operator state's parallelism. */
+STASH_API int stash_snapshot_writer_op_put(stash_snapshot_writer *w,
+                                           const stash_snapshot_entry *e);
 /* Copies operator state (or a timer service's watermarks) from of src, for
  * each of src's workers, as the declared state to of the same kind. Every
  * copy must come from snapshots of one parallelism. Returns 0,

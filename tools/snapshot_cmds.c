@@ -22,6 +22,8 @@ static const char usage[] =
     "       stash snapshot verify CHECKPOINT\n"
     "       stash snapshot dump CHECKPOINT [--format hex|text|base64]\n"
     "       stash snapshot diff CHECKPOINT CHECKPOINT\n"
+    "       stash snapshot load DEST [--format hex|text|base64] [--max-parallelism N]\n"
+    "                           [--size SIZE] < LINES\n"
     "       stash snapshot rewrite CHECKPOINT DEST [--drop-state S]... [--rename-state A=B]...\n"
     "                              [--ttl S=DURATION|none]... [--max-parallelism N]\n"
     "CHECKPOINT is a checkpoint or savepoint directory (DIR/chk-ID, a savepoint\n"
@@ -39,7 +41,10 @@ static const char usage[] =
     "escapes). rewrite writes a new savepoint at DEST (which must not exist) from\n"
     "CHECKPOINT: states dropped, renamed, their TTL set or removed, and every key\n"
     "moved into its key group of N key groups; DEST holds a whole savepoint or\n"
-    "nothing. Savepoints are canonical: there is nothing to convert.\n";
+    "nothing. Savepoints are canonical: there is nothing to convert. load builds a\n"
+    "savepoint at DEST from dump's lines on stdin (edited or not; --format as dump was\n"
+    "given), built in a heap of SIZE bytes (256M); a line it cannot take is named by\n"
+    "its number and nothing is written.\n";
 
 static const char *kind_name(unsigned kind)
 {
@@ -115,6 +120,7 @@ typedef struct snap_args {
     const char *drop[SNAP_MAX_CHANGES], *rename[SNAP_MAX_CHANGES], *ttl[SNAP_MAX_CHANGES];
     int ndrop, nrename, nttl;
     uint32_t max_parallelism;
+    uint64_t size; /* load's heap */
 } snap_args;
 
 /* Opens path (a checkpoint or savepoint directory) for ls: its state, and
@@ -304,6 +310,49 @@ static int dump_entry(void *ctx, const stash_snapshot_entry *e)
     return 0;
 }
 
+/* Prints one operator-state entry as a JSON line. */
+static int dump_op_entry(void *ctx, const stash_snapshot_entry *e)
+{
+    tool_format f = *(const tool_format *)ctx;
+    printf("{\"state\": ");
+    tool_json_string(e->state);
+    printf(", \"kind\": \"%s\", \"worker\": %u", kind_name(e->kind), e->worker);
+    if (e->kind == STASH_TIMERS) {
+        printf(", \"watermark\": %llu}\n", (unsigned long long)e->timestamp);
+        return 0;
+    }
+    if (e->kind == STASH_OP_BROADCAST) {
+        printf(", \"map_key\": ");
+        tool_print_bytes(e->map_key.data, e->map_key.len, f, true);
+    } else {
+        printf(", \"index\": %u", e->index);
+    }
+    printf(", \"value\": ");
+    tool_print_bytes(e->value.data, e->value.len, f, true);
+    printf("}\n");
+    return 0;
+}
+
+/* The snapshot's own line and one line per state: what load needs first. */
+static void dump_header(stash_snapshot *snap, const stash_snapshot_info *info)
+{
+    printf("{\"snapshot\": %llu, \"max_parallelism\": %u, \"op_parallelism\": %u}\n",
+           (unsigned long long)info->id, info->max_parallelism, info->op_parallelism);
+    for (uint32_t i = 0; i < info->nstates; i++) {
+        stash_state_desc d;
+        stash_snapshot_state(snap, i, &d);
+        printf("{\"declare\": ");
+        tool_json_string(d.name);
+        printf(", \"kind\": \"%s\"", kind_name(d.kind));
+        if (d.ttl.ttl_ms)
+            printf(", \"ttl_ms\": %llu, \"ttl_update\": %d, \"ttl_visibility\": %d, "
+                   "\"ttl_cleanup_full_snapshot\": %d, \"ttl_event_time\": %d",
+                   (unsigned long long)d.ttl.ttl_ms, d.ttl.update, d.ttl.visibility,
+                   d.ttl.cleanup_full_snapshot, d.ttl.time == STASH_TTL_EVENT_TIME);
+        printf("}\n");
+    }
+}
+
 static int cmd_dump(const snap_args *a, ioe_engine *e)
 {
     ckpt_view v;
@@ -320,6 +369,7 @@ static int cmd_dump(const snap_args *a, ioe_engine *e)
     if (rc) return tool_fail("snapshot dump", rc);
     stash_snapshot_info info;
     stash_snapshot_info_get(snap, &info);
+    dump_header(snap, &info);
     bool progress = isatty(STDERR_FILENO) && !isatty(STDOUT_FILENO);
     for (uint32_t kg = 0; kg < info.max_parallelism && rc == 0; kg++) {
         if (progress)
@@ -327,6 +377,7 @@ static int cmd_dump(const snap_args *a, ioe_engine *e)
         rc = stash_snapshot_scan(snap, (stash_kg_range){kg, kg}, dump_entry, (void *)&a->format);
     }
     if (progress) fputs("\r\033[K", stderr);
+    if (rc == 0) rc = stash_snapshot_op_scan(snap, dump_op_entry, (void *)&a->format);
     stash_snapshot_close(snap);
     return rc ? tool_fail("snapshot dump", rc) : 0;
 }
@@ -551,6 +602,143 @@ static int cmd_rewrite(const snap_args *a)
     return 0;
 }
 
+static int kind_of(const char *name)
+{
+    for (int k = STASH_VALUE; k <= STASH_TIMERS; k++)
+        if (strcmp(kind_name((unsigned)k), name) == 0) return k;
+    return -1;
+}
+
+/* A load in progress: the writer, once the header (or the first other
+ * line) said how to open it. */
+typedef struct loader {
+    const snap_args *a;
+    stash_snapshot_writer *w;
+    stash_snapshot_writer_opts o;
+    uint8_t *bytes[4]; /* decoded fields of the line */
+    int nbytes;
+} loader;
+
+/* Decodes field name of the line into *out (empty if absent). */
+static int field_bytes(loader *l, const tool_json_field *f, int n, const char *name,
+                       stash_bytes *out)
+{
+    const tool_json_field *x = tool_json_get(f, n, name);
+    *out = (stash_bytes){0};
+    if (!x) return 0;
+    if (!x->string) return shm_fail(-EINVAL, "\"%s\" is not a string", name);
+    if (l->a->format == TOOL_TEXT) {
+        *out = (stash_bytes){x->value, x->len};
+        return 0;
+    }
+    size_t len;
+    uint8_t *b;
+    if (tool_decode(x->value, l->a->format, &b, &len) < 0)
+        return shm_fail(-EINVAL, "\"%s\" is not %s", name,
+                        l->a->format == TOOL_HEX ? "hex" : "base64");
+    l->bytes[l->nbytes++] = b;
+    *out = (stash_bytes){b, len};
+    return 0;
+}
+
+static uint64_t field_u64(const tool_json_field *f, int n, const char *name)
+{
+    const tool_json_field *x = tool_json_get(f, n, name);
+    return x && !x->string ? strtoull(x->value, NULL, 10) : 0;
+}
+
+/* Takes one parsed line. */
+static int load_line(loader *l, const tool_json_field *f, int n)
+{
+    const tool_json_field *hdr = tool_json_get(f, n, "snapshot");
+    if (hdr && !l->w) {
+        l->o.id = field_u64(f, n, "snapshot");
+        if (!l->a->max_parallelism)
+            l->o.max_parallelism = (uint32_t)field_u64(f, n, "max_parallelism");
+        l->o.op_parallelism = (uint32_t)field_u64(f, n, "op_parallelism");
+        return 0;
+    }
+    if (hdr) return shm_fail(-EINVAL, "a second snapshot line");
+    if (!l->w) {
+        int rc = stash_snapshot_writer_open(l->a->path[0], &l->o, &l->w);
+        if (rc) return rc;
+    }
+    const tool_json_field *kind = tool_json_get(f, n, "kind");
+    int k = kind ? kind_of(kind->value) : -1;
+    if (k < 0) return shm_fail(-EINVAL, "no \"kind\" that names a state kind");
+    const tool_json_field *decl = tool_json_get(f, n, "declare");
+    if (decl) {
+        stash_state_desc d = {.name = decl->value, .kind = (stash_kind)k};
+        d.ttl =
+            (stash_ttl){.ttl_ms = field_u64(f, n, "ttl_ms"),
+                        .update = (int)field_u64(f, n, "ttl_update"),
+                        .visibility = (int)field_u64(f, n, "ttl_visibility"),
+                        .cleanup_full_snapshot = (int)field_u64(f, n, "ttl_cleanup_full_snapshot"),
+                        .time = field_u64(f, n, "ttl_event_time") ? STASH_TTL_EVENT_TIME
+                                                                  : STASH_TTL_PROCESSING_TIME};
+        return stash_snapshot_writer_state(l->w, &d);
+    }
+    const tool_json_field *state = tool_json_get(f, n, "state");
+    if (!state || !state->string) return shm_fail(-EINVAL, "no \"state\"");
+    stash_snapshot_entry e = {.state = state->value, .kind = (stash_kind)k};
+    int rc = field_bytes(l, f, n, "value", &e.value);
+    if (rc == 0) rc = field_bytes(l, f, n, "map_key", &e.map_key);
+    if (rc) return rc;
+    if (tool_json_get(f, n, "worker")) {
+        e.worker = (uint32_t)field_u64(f, n, "worker");
+        e.timestamp = field_u64(f, n, "watermark");
+        return stash_snapshot_writer_op_put(l->w, &e);
+    }
+    if (!tool_json_get(f, n, "key")) return shm_fail(-EINVAL, "no \"key\" and no \"worker\"");
+    rc = field_bytes(l, f, n, "key", &e.key);
+    if (rc == 0) rc = field_bytes(l, f, n, "namespace", &e.ns);
+    if (rc) return rc;
+    e.ttl_ms = field_u64(f, n, "ttl_ms");
+    e.timestamp = field_u64(f, n, "timestamp");
+    const tool_json_field *dom = tool_json_get(f, n, "domain");
+    e.domain = dom && strcmp(dom->value, "processing-time") == 0 ? STASH_PROCESSING_TIME
+                                                                 : STASH_EVENT_TIME;
+    return stash_snapshot_writer_put(l->w, &e);
+}
+
+static int cmd_load(const snap_args *a)
+{
+    loader l = {.a = a, .o = {.max_parallelism = a->max_parallelism, .size = a->size}};
+    char *line = NULL;
+    size_t cap = 0;
+    int rc = 0;
+    unsigned long no = 0;
+    tool_json_field f[32];
+    for (ssize_t got; rc == 0 && (got = getline(&line, &cap, stdin)) >= 0;) {
+        no++;
+        if (got <= 1) continue;
+        size_t at = 0;
+        int n = tool_json_object(line, f, 32, &at);
+        if (n < 0)
+            rc = shm_fail(-EINVAL, "stdin line %lu: not a JSON object (at byte %zu)", no, at);
+        else
+            rc = load_line(&l, f, n);
+        for (int i = 0; i < l.nbytes; i++) free(l.bytes[i]);
+        l.nbytes = 0;
+        if (rc && n >= 0) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", stash_errmsg());
+            rc = shm_fail(rc, "stdin line %lu: %s", no, why);
+        }
+    }
+    free(line);
+    if (rc == 0 && !l.w) rc = stash_snapshot_writer_open(a->path[0], &l.o, &l.w);
+    stash_snapshot_info out;
+    if (rc == 0)
+        rc = stash_snapshot_writer_commit(l.w, &out);
+    else
+        stash_snapshot_writer_abort(l.w);
+    if (rc) return tool_fail("snapshot load", rc);
+    printf("savepoint %llu %s: %u key groups, %u states, %lu lines\n", (unsigned long long)out.id,
+           a->path[0], out.max_parallelism, out.nstates, no);
+    return 0;
+}
+
 /* Parses a subcommand's options (getopt_long: --opt or --opt=value, in any
  * place) and its npaths paths. Returns 0, or the exit code (2) after saying
  * what was wrong. */
@@ -588,6 +776,12 @@ static int parse_args(int argc, char **argv, const char *cmd, const struct optio
                 return 2;
             }
             out->max_parallelism = (uint32_t)n;
+        } else if (c == 's') {
+            if (tool_parse_size(optarg, &out->size) < 0 || out->size == 0) {
+                fprintf(stderr, "stash snapshot %s: --size takes bytes (64M, 2G), not '%s'\n", cmd,
+                        optarg);
+                return 2;
+            }
         } else if (c == 'r' || c == 't') {
             fprintf(stderr, "stash snapshot %s: %s takes %s, not '%s'\n", cmd,
                     c == 'r' ? "--rename-state" : "--ttl", c == 'r' ? "OLD=NEW" : "STATE=DURATION",
@@ -619,6 +813,10 @@ int tool_snapshot(int argc, char **argv)
     static const struct option info_opts[] = {{"json", no_argument, NULL, 'j'}, {0}};
     static const struct option dump_opts[] = {{"format", required_argument, NULL, 'f'}, {0}};
     static const struct option no_opts[] = {{0}};
+    static const struct option load_opts[] = {{"format", required_argument, NULL, 'f'},
+                                              {"max-parallelism", required_argument, NULL, 'm'},
+                                              {"size", required_argument, NULL, 's'},
+                                              {0}};
     static const struct option rewrite_opts[] = {{"drop-state", required_argument, NULL, 'd'},
                                                  {"rename-state", required_argument, NULL, 'r'},
                                                  {"ttl", required_argument, NULL, 't'},
@@ -629,13 +827,14 @@ int tool_snapshot(int argc, char **argv)
         int paths;
         const struct option *opts;
     } cmds[] = {{"ls", 1, ls_opts},     {"info", 1, info_opts}, {"verify", 1, no_opts},
-                {"dump", 1, dump_opts}, {"diff", 2, no_opts},   {"rewrite", 2, rewrite_opts}};
+                {"dump", 1, dump_opts}, {"diff", 2, no_opts},   {"rewrite", 2, rewrite_opts},
+                {"load", 1, load_opts}};
     if (argc < 2 || tool_wants_help(argc, argv)) {
         fputs(usage, argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
     int which = -1;
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < (int)(sizeof cmds / sizeof cmds[0]); i++)
         if (strcmp(argv[1], cmds[i].name) == 0) which = i;
     if (which < 0) {
         fprintf(stderr, "stash snapshot: unknown subcommand '%s'\n%s", argv[1], usage);
@@ -667,8 +866,11 @@ int tool_snapshot(int argc, char **argv)
     case 4:
         rc = cmd_diff(&a, e);
         break;
-    default:
+    case 5:
         rc = cmd_rewrite(&a);
+        break;
+    default:
+        rc = cmd_load(&a);
         break;
     }
     ioe_engine_close(e);

@@ -47,6 +47,21 @@ void tool_print_bytes(const void *bytes, size_t n, tool_format f, bool json);
 /* Prints "stash: <what>: <error words> (<detail>)" to stderr; returns 1. */
 int tool_fail(const char *what, int err);
 
+/* One name and value of a flat JSON object (jsonl.c): a string's bytes
+ * unescaped (len of them, \u00XX the byte XX), or a number's, true's,
+ * false's or null's text (NUL-terminated). */
+typedef struct tool_json_field {
+    const char *name;
+    char *value;
+    size_t len;
+    bool string;
+} tool_json_field;
+/* Parses line, a flat JSON object, in place into f (cap fields). Returns
+ * how many, or -EINVAL with *at (if given) the offset of what is wrong. */
+int tool_json_object(char *line, tool_json_field *f, int cap, size_t *at);
+/* The field called name of f[0 .. n-1], or NULL. */
+const tool_json_field *tool_json_get(const tool_json_field *f, int n, const char *name);
+
 /* Writes the arena's metrics to out in Prometheus' text format (0.0.4);
  * per_kg adds each key group's bytes. Returns 0 or -ENOMEM. */
 int tool_metrics(FILE *out, stash_arena *a, bool per_kg);

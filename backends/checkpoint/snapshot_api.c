@@ -167,3 +167,65 @@ STASH_API int stash_snapshot_scan(stash_snapshot *snap, stash_kg_range range, st
     if (n == -ECANCELED && sc.user_rc) return sc.user_rc;
     return n < 0 ? (int)n : 0;
 }
+
+static uint32_t u32_of(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* The name and kind of the state id names, or NULL. */
+static const ckpt_state *state_by_id(const stash_snapshot *s, uint16_t id)
+{
+    for (uint32_t i = 0; i < s->v.nstates; i++)
+        if (s->states[i].id == id) return &s->states[i];
+    return NULL;
+}
+
+STASH_API int stash_snapshot_op_scan(stash_snapshot *snap, stash_snapshot_fn *fn, void *ctx)
+{
+    shm_clear_error();
+    if (!snap || !fn) return shm_refuse_null(__func__, "snap or fn");
+    const ckpt_view *v = &snap->v;
+    for (uint32_t w = 0; w < v->op_parallelism; w++) {
+        const uint8_t *p = v->op_blobs[w].data, *end = p + v->op_blobs[w].len;
+        if (v->op_blobs[w].len == 0) continue;
+        uint32_t count = v->op_blobs[w].len >= 4 ? u32_of(p) : 0;
+        p += 4;
+        for (uint32_t k = 0; k < count; k++) {
+            if (end - p < 8) goto short_blob;
+            uint16_t id, kind;
+            memcpy(&id, p, 2);
+            memcpy(&kind, p + 2, 2);
+            uint32_t n = u32_of(p + 4);
+            p += 8;
+            const ckpt_state *st = state_by_id(snap, id);
+            if (!st) return shm_fail(STASH_ECORRUPT, "%s: worker %u's operator state names state %u",
+                                     v->meta_path, w, id);
+            for (uint32_t i = 0; i < n; i++) {
+                stash_snapshot_entry e = {.state = st->name, .kind = (stash_kind)kind, .worker = w,
+                                          .index = i};
+                size_t head = kind == STASH_OP_BROADCAST ? 8 : 4;
+                if ((size_t)(end - p) < head) goto short_blob;
+                uint32_t a = u32_of(p), b = kind == STASH_OP_BROADCAST ? u32_of(p + 4) : 0;
+                if ((uint64_t)(end - p) - head < (uint64_t)a + b) goto short_blob;
+                if (kind == STASH_OP_BROADCAST) {
+                    e.map_key = (stash_bytes){p + head, a};
+                    e.value = (stash_bytes){p + head + a, b};
+                } else if (kind == STASH_TIMERS) {
+                    if (a != 8) goto short_blob;
+                    memcpy(&e.timestamp, p + head, 8);
+                } else {
+                    e.value = (stash_bytes){p + head, a};
+                }
+                p += head + a + b;
+                int rc = fn(ctx, &e);
+                if (rc) return rc;
+            }
+        }
+    }
+    return 0;
+short_blob:
+    return shm_fail(STASH_ECORRUPT, "%s: an operator-state blob is cut short", v->meta_path);
+}

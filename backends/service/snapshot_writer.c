@@ -21,11 +21,11 @@
 
 #define WRITER_DEFAULT_SIZE (256ull << 20)
 
-/* Operator state for one worker of the savepoint: its blob's entries. */
+/* One worker's entries of one operator state: a part of its blob. */
 typedef struct op_buf {
     uint8_t *data;
     size_t len, cap;
-    uint32_t count;
+    uint32_t n; /* entries */
 } op_buf;
 
 /* A declared state: its handle, or a timer service's. */
@@ -47,8 +47,8 @@ struct stash_snapshot_writer {
     uint64_t now_ms; /* the time the next put stamps, 0: the clock's */
     declared *states;
     uint32_t nstates;
-    uint32_t op_p; /* workers of the operator state copied, 0 none */
-    op_buf *op;
+    uint32_t op_p; /* workers of the operator state, 0 none yet */
+    op_buf *op;    /* op_p x SHM_CATALOG_SIZE: worker w's entries of declared state d */
 };
 
 static uint64_t writer_clock(void *ctx)
@@ -87,7 +87,7 @@ STASH_API void stash_snapshot_writer_abort(stash_snapshot_writer *w)
                               (unsigned long long)w->id) < (int)sizeof made)
         ckpt_remove_checkpoint(made);
     if (w->tmp[0]) rmdir(w->tmp);
-    for (uint32_t i = 0; i < w->op_p; i++) free(w->op[i].data);
+    for (uint32_t i = 0; w->op && i < w->op_p * SHM_CATALOG_SIZE; i++) free(w->op[i].data);
     free(w->op);
     free(w->states);
     free(w);
@@ -115,6 +115,18 @@ static int open_heap(stash_snapshot_writer *w, const stash_snapshot_writer_opts 
         &w->w);
     unlink(file);
     return rc;
+}
+
+/* Sets the operator state's parallelism, the first time. */
+static int op_parallelism(stash_snapshot_writer *w, uint32_t p)
+{
+    if (w->op_p && w->op_p != p)
+        return shm_fail(-EINVAL, "operator state of %u workers beside state of %u", p, w->op_p);
+    if (w->op_p || !p) return 0;
+    if (!(w->op = calloc((size_t)p * SHM_CATALOG_SIZE, sizeof *w->op)))
+        return shm_fail(-ENOMEM, "out of memory");
+    w->op_p = p;
+    return 0;
 }
 
 STASH_API int stash_snapshot_writer_open(const char *path, const stash_snapshot_writer_opts *opts,
@@ -146,6 +158,7 @@ STASH_API int stash_snapshot_writer_open(const char *path, const stash_snapshot_
         rc = shm_fail(-errno, "%s: %s", w->tmp, strerror(errno));
         w->tmp[0] = 0;
     }
+    if (rc == 0) rc = op_parallelism(w, o.op_parallelism);
     if (rc == 0) rc = open_heap(w, &o);
     if (rc == 0) rc = ioe_engine_open(NULL, &w->e);
     if (rc == 0 && !(w->states = calloc(SHM_CATALOG_SIZE, sizeof *w->states)))
@@ -204,8 +217,7 @@ STASH_API int stash_snapshot_writer_put(stash_snapshot_writer *w, const stash_sn
     declared *d = declared_of(w, e->state);
     if (!d) return shm_fail(STASH_ENOTFOUND, "state '%s' is not declared", e->state);
     if (opstate_kind(d->kind))
-        return shm_fail(STASH_EKIND,
-                        "operator state '%s' comes from stash_snapshot_writer_operator_state",
+        return shm_fail(STASH_EKIND, "operator state '%s' goes in by stash_snapshot_writer_op_put",
                         e->state);
     int rc = stash_key_set(w->w, e->key.data, e->key.len);
     if (rc) return rc;
@@ -238,6 +250,40 @@ static int op_append(op_buf *b, const void *p, size_t n)
     memcpy(b->data + b->len, p, n);
     b->len += n;
     return 0;
+}
+
+STASH_API int stash_snapshot_writer_op_put(stash_snapshot_writer *w, const stash_snapshot_entry *e)
+{
+    shm_clear_error();
+    if (!w || !e || !e->state) return shm_refuse_null(__func__, "w, e or its state");
+    declared *d = declared_of(w, e->state);
+    if (!d) return shm_fail(STASH_ENOTFOUND, "state '%s' is not declared", e->state);
+    if (!opstate_recorded(d->kind))
+        return shm_fail(STASH_EKIND, "'%s' is keyed state: its entries go in by "
+                                     "stash_snapshot_writer_put", e->state);
+    if (e->worker >= w->op_p)
+        return shm_fail(-EINVAL, "worker %u of operator state of %u workers", e->worker, w->op_p);
+    op_buf *b = &w->op[e->worker * SHM_CATALOG_SIZE + (uint32_t)(d - w->states)];
+    uint32_t a = (uint32_t)(d->kind == STASH_OP_BROADCAST ? e->map_key.len
+                            : d->kind == STASH_TIMERS     ? 8
+                                                          : e->value.len);
+    int rc = op_append(b, &a, 4);
+    if (rc == 0 && d->kind == STASH_OP_BROADCAST) {
+        uint32_t vl = (uint32_t)e->value.len;
+        rc = op_append(b, &vl, 4);
+        if (rc == 0) rc = op_append(b, e->map_key.data, e->map_key.len);
+        if (rc == 0) rc = op_append(b, e->value.data, e->value.len);
+    } else if (rc == 0 && d->kind == STASH_TIMERS) {
+        /* A timer service has one watermark a worker: the newest put. */
+        b->len = 0;
+        b->n = 0;
+        rc = op_append(b, &a, 4);
+        if (rc == 0) rc = op_append(b, &e->timestamp, 8);
+    } else if (rc == 0) {
+        rc = op_append(b, e->value.data, e->value.len);
+    }
+    if (rc == 0) b->n++;
+    return rc;
 }
 
 static uint32_t u32_of(const uint8_t *p)
@@ -283,14 +329,8 @@ STASH_API int stash_snapshot_writer_operator_state(stash_snapshot_writer *w,
     if (src_id < 0) return shm_fail(STASH_ENOTFOUND, "%s: no state '%s'", v->meta_path, from);
     if (!opstate_recorded(d->kind))
         return shm_fail(STASH_EKIND, "'%s' is keyed state: its entries are put", to);
-    if (w->op_p && w->op_p != v->op_parallelism)
-        return shm_fail(-EINVAL, "operator state of %u workers beside state of %u",
-                        v->op_parallelism, w->op_p);
-    if (!w->op_p) {
-        if (!(w->op = calloc(v->op_parallelism ? v->op_parallelism : 1, sizeof *w->op)))
-            return shm_fail(-ENOMEM, "out of memory");
-        w->op_p = v->op_parallelism;
-    }
+    int rc = op_parallelism(w, v->op_parallelism);
+    if (rc) return rc;
     for (uint32_t i = 0; i < v->op_parallelism; i++) {
         const uint8_t *p = v->op_blobs[i].data, *end = p + v->op_blobs[i].len;
         uint32_t count = v->op_blobs[i].len >= 4 ? u32_of(p) : 0;
@@ -310,11 +350,10 @@ STASH_API int stash_snapshot_writer_operator_state(stash_snapshot_writer *w,
                 return shm_fail(STASH_ECORRUPT, "%s: worker %u's operator state is cut short",
                                 v->meta_path, i);
             if (id == (uint16_t)src_id) {
-                uint16_t nid = d->id;
-                int rc = op_append(&w->op[i], &nid, 2);
-                if (!rc) rc = op_append(&w->op[i], p + 2, 6 + bytes);
-                if (rc) return rc;
-                w->op[i].count++;
+                op_buf *b = &w->op[i * SHM_CATALOG_SIZE + (uint32_t)(d - w->states)];
+                if (d->kind == STASH_TIMERS) b->len = b->n = 0;
+                if ((rc = op_append(b, p + 8, bytes)) < 0) return rc;
+                b->n += n;
             }
             p += 8 + bytes;
         }
@@ -333,14 +372,22 @@ static int write_savepoint(stash_snapshot_writer *w, ckpt_written *written)
     uint8_t **mem = calloc(w->op_p ? w->op_p : 1, sizeof *mem);
     int rc = pins && blobs && mem ? 0 : shm_fail(-ENOMEM, "out of memory");
     for (uint32_t i = 0; rc == 0 && i < w->op_p; i++) {
-        if (!w->op[i].count) continue;
-        if (!(mem[i] = malloc(4 + w->op[i].len))) {
-            rc = shm_fail(-ENOMEM, "out of memory");
-            break;
+        /* Worker i's blob: its states with entries, each id, kind, count, entries. */
+        op_buf blob = {0};
+        uint32_t count = 0;
+        rc = op_append(&blob, &count, 4);
+        for (uint32_t d = 0; rc == 0 && d < w->nstates; d++) {
+            const op_buf *b = &w->op[i * SHM_CATALOG_SIZE + d];
+            if (!b->n) continue;
+            uint16_t head[2] = {w->states[d].id, (uint16_t)w->states[d].kind};
+            rc = op_append(&blob, head, 4);
+            if (rc == 0) rc = op_append(&blob, &b->n, 4);
+            if (rc == 0) rc = op_append(&blob, b->data, b->len);
+            count++;
         }
-        memcpy(mem[i], &w->op[i].count, 4);
-        memcpy(mem[i] + 4, w->op[i].data, w->op[i].len);
-        blobs[i] = (ckpt_blob){mem[i], 4 + w->op[i].len};
+        memcpy(blob.data, &count, 4);
+        mem[i] = blob.data;
+        if (count) blobs[i] = (ckpt_blob){blob.data, blob.len};
     }
     for (uint32_t kg = 0; rc == 0 && kg < maxp; kg++) {
         int64_t pin = shm_table_pin(a, kg);

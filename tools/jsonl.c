@@ -1,0 +1,144 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * jsonl.c: one line of JSON lines read back: a flat object whose values are
+ * strings, numbers, true, false or null, as stash's own JSON output writes
+ * them (`stash snapshot dump`), or as an editor left them.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/tools.h"
+
+static char *skip_space(char *p)
+{
+    while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') p++;
+    return p;
+}
+
+static int hex4(const char *p)
+{
+    int v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
+        if (d < 0) return -1;
+        v = v << 4 | d;
+    }
+    return v;
+}
+
+/* Unescapes the string starting after its opening quote at p, in place;
+ * sets *len and returns the character after the closing quote, or NULL.
+ * \u00XX gives the byte XX (how stash writes a byte that is no UTF-8),
+ * any other \uXXXX its UTF-8. */
+static char *string_at(char *p, size_t *len)
+{
+    char *out = p, *start = p;
+    while (*p && *p != '"') {
+        if (*p != '\\') {
+            *out++ = *p++;
+            continue;
+        }
+        p++;
+        switch (*p) {
+        case '"':
+        case '\\':
+        case '/':
+            *out++ = *p;
+            break;
+        case 'b':
+            *out++ = '\b';
+            break;
+        case 'f':
+            *out++ = '\f';
+            break;
+        case 'n':
+            *out++ = '\n';
+            break;
+        case 'r':
+            *out++ = '\r';
+            break;
+        case 't':
+            *out++ = '\t';
+            break;
+        case 'u': {
+            int v = hex4(p + 1);
+            if (v < 0) return NULL;
+            if (v < 0x100) {
+                *out++ = (char)v;
+            } else if (v < 0x800) {
+                *out++ = (char)(0xc0 | v >> 6);
+                *out++ = (char)(0x80 | (v & 0x3f));
+            } else {
+                *out++ = (char)(0xe0 | v >> 12);
+                *out++ = (char)(0x80 | (v >> 6 & 0x3f));
+                *out++ = (char)(0x80 | (v & 0x3f));
+            }
+            p += 4;
+            break;
+        }
+        default:
+            return NULL;
+        }
+        p++;
+    }
+    if (*p != '"') return NULL;
+    *len = (size_t)(out - start);
+    return p + 1;
+}
+
+int tool_json_object(char *line, tool_json_field *f, int cap, size_t *at)
+{
+    char *p = skip_space(line);
+    int n = 0;
+    if (*p++ != '{') goto bad;
+    p = skip_space(p);
+    if (*p == '}') return 0;
+    for (;;) {
+        if (n == cap || *p != '"') goto bad;
+        char *name = p + 1;
+        size_t nlen;
+        if (!(p = string_at(name, &nlen))) goto bad;
+        name[nlen] = '\0';
+        p = skip_space(p);
+        if (*p++ != ':') goto bad;
+        p = skip_space(p);
+        tool_json_field *fl = &f[n++];
+        fl->name = name;
+        if (*p == '"') {
+            fl->string = true;
+            fl->value = p + 1;
+            if (!(p = string_at(p + 1, &fl->len))) goto bad;
+        } else {
+            fl->string = false;
+            fl->value = p;
+            while (*p && *p != ',' && *p != '}' && *p != ' ') p++;
+            fl->len = (size_t)(p - fl->value);
+            if (!fl->len) goto bad;
+        }
+        p = skip_space(p);
+        char sep = *p;
+        if (sep != ',' && sep != '}') goto bad;
+        /* Values end where their separators were. */
+        *p++ = '\0';
+        fl->value[fl->len] = '\0';
+        if (sep == '}') break;
+        p = skip_space(p);
+    }
+    if (*skip_space(p)) goto bad;
+    return n;
+bad:
+    if (at) *at = (size_t)(p - line);
+    return -EINVAL;
+}
+
+const tool_json_field *tool_json_get(const tool_json_field *f, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(f[i].name, name) == 0) return &f[i];
+    return NULL;
+}
