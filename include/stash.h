@@ -930,13 +930,18 @@ STASH_API int stash_snapshot_writer_state(stash_snapshot_writer *w, const stash_
  * (0: now). Returns 0, STASH_ENOTFOUND for an undeclared state, STASH_EKIND
  * for operator state, STASH_EFULL when the heap is full (give opts.size). */
 STASH_API int stash_snapshot_writer_put(stash_snapshot_writer *w, const stash_snapshot_entry *e);
+/* Removes what e names from its declared keyed state: the value or
+ * accumulator of (key, ns), the whole list, the map entry of e->map_key
+ * (the whole map if map_key is empty), or the timer (domain, timestamp,
+ * ns). Removing what is absent is no error. Returns 0, STASH_ENOTFOUND for
+ * an undeclared state, STASH_EKIND for operator state. */
+STASH_API int stash_snapshot_writer_delete(stash_snapshot_writer *w, const stash_snapshot_entry *e);
 /* Adds one operator-state entry, as stash_snapshot_op_scan gives them, to
  * worker e->worker (< opts.op_parallelism): an element appended to a list
  * or union list, a broadcast entry (map_key, value), or a timer service's
  * watermark (timestamp). Returns 0, STASH_ENOTFOUND, STASH_EKIND for keyed
  * state, -EINVAL for a worker beyond the operator state's parallelism. */
-STASH_API int stash_snapshot_writer_op_put(stash_snapshot_writer *w,
-                                           const stash_snapshot_entry *e);
+STASH_API int stash_snapshot_writer_op_put(stash_snapshot_writer *w, const stash_snapshot_entry *e);
 /* Copies operator state (or a timer service's watermarks) from of src, for
  * each of src's workers, as the declared state to of the same kind. Every
  * copy must come from snapshots of one parallelism. Returns 0,

@@ -236,6 +236,25 @@ STASH_API int stash_snapshot_writer_put(stash_snapshot_writer *w, const stash_sn
     return rc;
 }
 
+STASH_API int stash_snapshot_writer_delete(stash_snapshot_writer *w, const stash_snapshot_entry *e)
+{
+    shm_clear_error();
+    if (!w || !e || !e->state) return shm_refuse_null(__func__, "w, e or its state");
+    declared *d = declared_of(w, e->state);
+    if (!d) return shm_fail(STASH_ENOTFOUND, "state '%s' is not declared", e->state);
+    if (opstate_kind(d->kind))
+        return shm_fail(STASH_EKIND, "'%s' is operator state: it has no keyed entries", e->state);
+    int rc = stash_key_set(w->w, e->key.data, e->key.len);
+    if (rc) return rc;
+    if (d->kind == STASH_TIMERS)
+        return stash_timer_delete(d->timers, e->domain, e->ns.data, e->ns.len, e->timestamp);
+    rc = stash_state_namespace(d->state, e->ns.data, e->ns.len);
+    if (rc) return rc;
+    if (d->kind == STASH_MAP && e->map_key.len)
+        return stash_map_remove(d->state, e->map_key.data, e->map_key.len);
+    return stash_state_clear(d->state);
+}
+
 /* Appends n bytes to b. */
 static int op_append(op_buf *b, const void *p, size_t n)
 {
@@ -259,8 +278,10 @@ STASH_API int stash_snapshot_writer_op_put(stash_snapshot_writer *w, const stash
     declared *d = declared_of(w, e->state);
     if (!d) return shm_fail(STASH_ENOTFOUND, "state '%s' is not declared", e->state);
     if (!opstate_recorded(d->kind))
-        return shm_fail(STASH_EKIND, "'%s' is keyed state: its entries go in by "
-                                     "stash_snapshot_writer_put", e->state);
+        return shm_fail(STASH_EKIND,
+                        "'%s' is keyed state: its entries go in by "
+                        "stash_snapshot_writer_put",
+                        e->state);
     if (e->worker >= w->op_p)
         return shm_fail(-EINVAL, "worker %u of operator state of %u workers", e->worker, w->op_p);
     op_buf *b = &w->op[e->worker * SHM_CATALOG_SIZE + (uint32_t)(d - w->states)];
