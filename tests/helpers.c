@@ -3,6 +3,7 @@
  * helpers.c: shared test helpers (see helpers.h).
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <signal.h>
@@ -160,4 +161,15 @@ int test_checkpoint_at_barriers(stash_arena *a, stash_worker *const *w, size_t n
     int rc = test_checkpoint_at_failing_barriers(a, w, n, out, &barrier_rc);
     cr_assert_eq(barrier_rc, 0, "a barrier failed: %s", stash_strerror(barrier_rc));
     return rc;
+}
+
+int test_sum_reduce(const stash_bytes *acc, const stash_bytes *in, void *out, size_t cap,
+                    size_t *len, void *ctx)
+{
+    (void)ctx;
+    *len = sizeof(uint64_t);
+    if (cap < *len) return -ENOSPC;
+    uint64_t r = (acc->len ? test_u64(acc->data) : 0) + test_u64(in->data);
+    memcpy(out, &r, sizeof r);
+    return 0;
 }

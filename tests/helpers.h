@@ -56,6 +56,9 @@ void test_remove_dir(const char *dir);
  * whole such a value: a torn read is not. */
 size_t test_seal(uint8_t *buf, size_t len, uint64_t stamp);
 bool test_sealed(const void *p, size_t len);
+/* A reduce function over 8-byte unsigned sums (an absent accumulator is 0). */
+int test_sum_reduce(const stash_bytes *acc, const stash_bytes *in, void *out, size_t cap,
+                    size_t *len, void *ctx);
 /* Waits for pid; returns its exit code, or 128 + signal if it was killed. */
 int test_wait(pid_t pid);
 /* Asks for a checkpoint of arena a from another thread while the n workers

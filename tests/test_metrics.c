@@ -20,22 +20,11 @@
 #include "include/stash.h"
 #include "tests/helpers.h"
 
-static int sum_reduce(const stash_bytes *acc, const stash_bytes *in, void *out, size_t cap,
-                      size_t *len, void *ctx)
-{
-    (void)ctx;
-    *len = sizeof(uint64_t);
-    if (cap < *len) return -ENOSPC;
-    uint64_t r = (acc->len ? test_u64(acc->data) : 0) + test_u64(in->data);
-    memcpy(out, &r, sizeof r);
-    return 0;
-}
-
 static stash_state *state_of(stash_worker *w, const char *name, stash_kind kind)
 {
     stash_state *s;
     stash_state_desc d = {.name = name, .kind = kind};
-    if (kind == STASH_REDUCING) d.reduce = sum_reduce;
+    if (kind == STASH_REDUCING) d.reduce = test_sum_reduce;
     cr_assert_eq(stash_state_get(w, &d, &s), 0, "%s", stash_errmsg());
     return s;
 }

@@ -21,17 +21,6 @@
 
 static uint32_t maxp = MAXP; /* of the snapshot a scan reads */
 
-static int sum_reduce(const stash_bytes *acc, const stash_bytes *in, void *out, size_t cap,
-                      size_t *len, void *ctx)
-{
-    (void)ctx;
-    *len = sizeof(uint64_t);
-    if (cap < *len) return -ENOSPC;
-    uint64_t r = (acc->len ? test_u64(acc->data) : 0) + test_u64(in->data);
-    memcpy(out, &r, sizeof r);
-    return 0;
-}
-
 static char name[96], dir[128], chk[256];
 
 /* A job's state in every keyed kind, checkpointed once into dir. */
@@ -49,7 +38,7 @@ static void write_job(void)
     stash_state *v, *l, *m, *r, *t;
     stash_state_desc dv = {.name = "v", .kind = STASH_VALUE},
                      dl = {.name = "l", .kind = STASH_LIST}, dm = {.name = "m", .kind = STASH_MAP},
-                     dr = {.name = "r", .kind = STASH_REDUCING, .reduce = sum_reduce},
+                     dr = {.name = "r", .kind = STASH_REDUCING, .reduce = test_sum_reduce},
                      dt = {.name = "t", .kind = STASH_VALUE, .ttl = {.ttl_ms = 3600000}};
     cr_assert_eq(stash_state_get(w, &dv, &v), 0);
     cr_assert_eq(stash_state_get(w, &dl, &l), 0);

@@ -210,16 +210,29 @@ STASH_API int stash_snapshot_writer_state(stash_snapshot_writer *w, const stash_
     return 0;
 }
 
-STASH_API int stash_snapshot_writer_put(stash_snapshot_writer *w, const stash_snapshot_entry *e)
+/* The declared state an entry names, or an error (NULL arguments, a state
+ * not declared) in *rc. */
+static declared *entry_state(stash_snapshot_writer *w, const stash_snapshot_entry *e,
+                             const char *fn, int *rc)
 {
     shm_clear_error();
-    if (!w || !e || !e->state) return shm_refuse_null(__func__, "w, e or its state");
-    declared *d = declared_of(w, e->state);
-    if (!d) return shm_fail(STASH_ENOTFOUND, "state '%s' is not declared", e->state);
+    declared *d = w && e && e->state ? declared_of(w, e->state) : NULL;
+    if (!w || !e || !e->state)
+        *rc = shm_refuse_null(fn, "w, e or its state");
+    else if (!d)
+        *rc = shm_fail(STASH_ENOTFOUND, "state '%s' is not declared", e->state);
+    return d;
+}
+
+STASH_API int stash_snapshot_writer_put(stash_snapshot_writer *w, const stash_snapshot_entry *e)
+{
+    int rc = 0;
+    declared *d = entry_state(w, e, __func__, &rc);
+    if (!d) return rc;
     if (opstate_kind(d->kind))
         return shm_fail(STASH_EKIND, "operator state '%s' goes in by stash_snapshot_writer_op_put",
                         e->state);
-    int rc = stash_key_set(w->w, e->key.data, e->key.len);
+    rc = stash_key_set(w->w, e->key.data, e->key.len);
     if (rc) return rc;
     if (d->kind == STASH_TIMERS)
         return stash_timer_register(d->timers, e->domain, e->ns.data, e->ns.len, e->timestamp);
@@ -238,13 +251,12 @@ STASH_API int stash_snapshot_writer_put(stash_snapshot_writer *w, const stash_sn
 
 STASH_API int stash_snapshot_writer_delete(stash_snapshot_writer *w, const stash_snapshot_entry *e)
 {
-    shm_clear_error();
-    if (!w || !e || !e->state) return shm_refuse_null(__func__, "w, e or its state");
-    declared *d = declared_of(w, e->state);
-    if (!d) return shm_fail(STASH_ENOTFOUND, "state '%s' is not declared", e->state);
+    int rc = 0;
+    declared *d = entry_state(w, e, __func__, &rc);
+    if (!d) return rc;
     if (opstate_kind(d->kind))
         return shm_fail(STASH_EKIND, "'%s' is operator state: it has no keyed entries", e->state);
-    int rc = stash_key_set(w->w, e->key.data, e->key.len);
+    rc = stash_key_set(w->w, e->key.data, e->key.len);
     if (rc) return rc;
     if (d->kind == STASH_TIMERS)
         return stash_timer_delete(d->timers, e->domain, e->ns.data, e->ns.len, e->timestamp);
@@ -273,10 +285,9 @@ static int op_append(op_buf *b, const void *p, size_t n)
 
 STASH_API int stash_snapshot_writer_op_put(stash_snapshot_writer *w, const stash_snapshot_entry *e)
 {
-    shm_clear_error();
-    if (!w || !e || !e->state) return shm_refuse_null(__func__, "w, e or its state");
-    declared *d = declared_of(w, e->state);
-    if (!d) return shm_fail(STASH_ENOTFOUND, "state '%s' is not declared", e->state);
+    int rc = 0;
+    declared *d = entry_state(w, e, __func__, &rc);
+    if (!d) return rc;
     if (!opstate_recorded(d->kind))
         return shm_fail(STASH_EKIND,
                         "'%s' is keyed state: its entries go in by "
@@ -288,7 +299,7 @@ STASH_API int stash_snapshot_writer_op_put(stash_snapshot_writer *w, const stash
     uint32_t a = (uint32_t)(d->kind == STASH_OP_BROADCAST ? e->map_key.len
                             : d->kind == STASH_TIMERS     ? 8
                                                           : e->value.len);
-    int rc = op_append(b, &a, 4);
+    rc = op_append(b, &a, 4);
     if (rc == 0 && d->kind == STASH_OP_BROADCAST) {
         uint32_t vl = (uint32_t)e->value.len;
         rc = op_append(b, &vl, 4);
