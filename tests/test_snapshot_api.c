@@ -91,7 +91,7 @@ TestSuite(snapshot_api, .init = write_job, .fini = drop_job, .timeout = 120);
 
 /* What a scan met, kind by kind. */
 typedef struct seen {
-    unsigned values, elements, entries, reduced, timers, ttl;
+    unsigned values, elements, entries, reduced, timers, ttl, map_ttl;
     uint64_t value_of_7;
     char list[3][8];
     char map[2][16];
@@ -120,6 +120,7 @@ static int take(void *ctx, const stash_snapshot_entry *e)
     } else if (strcmp(e->state, "m") == 0) {
         cr_assert_eq(e->kind, STASH_MAP);
         s->namespace_n = e->ns.len == 1 && memcmp(e->ns.data, "n", 1) == 0;
+        s->map_ttl += e->ttl_ms > 0;
         snprintf(s->map[s->entries < 2 ? s->entries : 1], sizeof s->map[0], "%.*s=%.*s",
                  (int)e->map_key.len, (const char *)e->map_key.data, (int)e->value.len,
                  (const char *)e->value.data);
@@ -167,6 +168,7 @@ Test(snapshot_api, every_keyed_kind_is_decoded)
     cr_assert_str_eq(s.list[1], "bb");
     cr_assert_str_eq(s.list[2], "ccc");
     cr_assert_eq(s.entries, 2, "the removed entry is not given");
+    cr_assert_eq(s.map_ttl, 0, "no TTL, no time");
     cr_assert(s.namespace_n);
     cr_assert((strcmp(s.map[0], "k1=one") == 0 && strcmp(s.map[1], "k2=two") == 0) ||
                   (strcmp(s.map[0], "k2=two") == 0 && strcmp(s.map[1], "k1=one") == 0),
@@ -369,6 +371,7 @@ Test(snapshot_api, rewrite_drops_renames_and_sets_ttl)
     cr_assert_eq(s.values, KEYS, "v's entries under v2");
     cr_assert_eq(s.ttl, 0, "t without TTL");
     cr_assert_eq(s.entries, 2);
+    cr_assert_eq(s.map_ttl, 2, "entries of a state given a TTL are stamped");
     stash_snapshot *snap;
     cr_assert_eq(stash_snapshot_open(to, &snap), 0);
     stash_snapshot_info info;

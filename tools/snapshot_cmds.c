@@ -53,28 +53,65 @@ static const char *kind_name(unsigned kind)
     return kind < sizeof names / sizeof names[0] ? names[kind] : "?";
 }
 
-/* Opens a checkpoint or savepoint directory (one holding _metadata), or a
- * checkpoint of a checkpoint directory: the newest with metadata, damaged or
- * not, if strict; else the newest that opens, saying on stderr which newer
- * ones it passed over and why. */
-static int resolve(const char *arg, ioe_engine *e, bool strict, ckpt_view *v)
+/* Opens what arg names with open(arg, id, ctx): a checkpoint or savepoint
+ * directory (one holding _metadata: id 0), or a checkpoint of a checkpoint
+ * directory: the newest with metadata, damaged or not, if strict; else the
+ * newest that opens, saying on stderr which newer ones it passed over and
+ * why. */
+typedef int opener_fn(const char *arg, uint64_t id, void *ctx);
+
+static int resolve_with(const char *arg, bool strict, opener_fn *open, void *ctx)
 {
     char meta[4096];
     if (snprintf(meta, sizeof meta, "%s/_metadata", arg) < (int)sizeof meta &&
         access(meta, F_OK) == 0)
-        return ckpt_view_open_path(arg, e, v);
+        return open(arg, 0, ctx);
     uint64_t *ids;
     int n = ckpt_list(arg, &ids);
     int rc = n < 0 ? n : -ENOENT;
     for (int i = 0; i < n && rc; i++) {
         if (!ckpt_has_metadata(arg, ids[i])) continue;
-        rc = ckpt_view_open(arg, ids[i], e, v);
+        rc = open(arg, ids[i], ctx);
         if (rc == 0 || strict) break;
         fprintf(stderr, "stash snapshot: passed over checkpoint %llu: %s\n",
                 (unsigned long long)ids[i], stash_errmsg());
     }
     if (n >= 0) free(ids);
     if (rc == -ENOENT && n >= 0) shm_fail(rc, "%s: no checkpoint", arg);
+    return rc;
+}
+
+typedef struct view_open {
+    ioe_engine *e;
+    ckpt_view *v;
+} view_open;
+
+static int open_view(const char *arg, uint64_t id, void *ctx)
+{
+    view_open *o = ctx;
+    return id ? ckpt_view_open(arg, id, o->e, o->v) : ckpt_view_open_path(arg, o->e, o->v);
+}
+
+static int resolve(const char *arg, ioe_engine *e, bool strict, ckpt_view *v)
+{
+    return resolve_with(arg, strict, open_view, &(view_open){e, v});
+}
+
+/* Opens DIR/chk-ID (id > 0, checking it is the one its metadata names) or
+ * arg itself as a stash_snapshot. */
+static int open_snapshot(const char *arg, uint64_t id, void *ctx)
+{
+    stash_snapshot **snap = ctx;
+    char path[4096];
+    int rc = id ? ckpt_path_of(path, "%s/chk-%llu", arg, (unsigned long long)id)
+                : ckpt_path_of(path, "%s", arg);
+    if (rc == 0) rc = stash_snapshot_open(path, snap);
+    stash_snapshot_info info;
+    if (rc == 0 && id && stash_snapshot_info_get(*snap, &info) == 0 && info.id != id) {
+        stash_snapshot_close(*snap);
+        rc = shm_fail(STASH_ECORRUPT, "%s: its metadata names checkpoint %llu", path,
+                      (unsigned long long)info.id);
+    }
     return rc;
 }
 
@@ -353,19 +390,10 @@ static void dump_header(stash_snapshot *snap, const stash_snapshot_info *info)
     }
 }
 
-static int cmd_dump(const snap_args *a, ioe_engine *e)
+static int cmd_dump(const snap_args *a)
 {
-    ckpt_view v;
-    int rc = resolve(a->path[0], e, false, &v);
-    if (rc) return tool_fail("snapshot dump", rc);
-    /* The directory that resolved: the one holding its _metadata. */
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", v.meta_path);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = 0;
-    ckpt_view_close(&v);
     stash_snapshot *snap;
-    rc = stash_snapshot_open(dir, &snap);
+    int rc = resolve_with(a->path[0], false, open_snapshot, &snap);
     if (rc) return tool_fail("snapshot dump", rc);
     stash_snapshot_info info;
     stash_snapshot_info_get(snap, &info);
@@ -861,7 +889,7 @@ int tool_snapshot(int argc, char **argv)
         rc = cmd_verify(&a, e);
         break;
     case 3:
-        rc = cmd_dump(&a, e);
+        rc = cmd_dump(&a);
         break;
     case 4:
         rc = cmd_diff(&a, e);

@@ -201,11 +201,12 @@ STASH_API int stash_snapshot_op_scan(stash_snapshot *snap, stash_snapshot_fn *fn
             uint32_t n = u32_of(p + 4);
             p += 8;
             const ckpt_state *st = state_by_id(snap, id);
-            if (!st) return shm_fail(STASH_ECORRUPT, "%s: worker %u's operator state names state %u",
-                                     v->meta_path, w, id);
+            if (!st)
+                return shm_fail(STASH_ECORRUPT, "%s: worker %u's operator state names state %u",
+                                v->meta_path, w, id);
             for (uint32_t i = 0; i < n; i++) {
-                stash_snapshot_entry e = {.state = st->name, .kind = (stash_kind)kind, .worker = w,
-                                          .index = i};
+                stash_snapshot_entry e = {
+                    .state = st->name, .kind = (stash_kind)kind, .worker = w, .index = i};
                 size_t head = kind == STASH_OP_BROADCAST ? 8 : 4;
                 if ((size_t)(end - p) < head) goto short_blob;
                 uint32_t a = u32_of(p), b = kind == STASH_OP_BROADCAST ? u32_of(p + 4) : 0;

@@ -171,7 +171,8 @@ struct stash_state {
 
 /* Stores value as the current key's value of a value, reducing or
  * aggregating state s as it is (an accumulator is not combined), stamped
- * with the worker's clock where s has a TTL (value.c). */
+ * with the worker's clock where s has a TTL; an empty value removes the
+ * entry (value.c). */
 int state_put_raw(stash_state *s, const void *value, size_t len);
 
 /* The TTL a state's options (catalog or checkpoint metadata) describe (register.c). */

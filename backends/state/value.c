@@ -120,16 +120,8 @@ static __attribute__((noinline)) int value_get(stash_state *state, stash_bytes *
 /* stash_value_put past put_fast. */
 static __attribute__((noinline)) int value_put(stash_state *state, const void *value, size_t len)
 {
-    shm_lookup l;
-    shm_cursor c;
     int rc = check_value(state);
-    if (!rc) rc = state_lookup(state, &l);
-    if (rc) return rc;
-    if (!state_owns(state, l.kg)) return state_refuse_write(state, l.kg);
-    rc = state_find_overwrite(state, &l, &c);
-    if (rc) return rc;
-    if (len == 0) return state_delete(state, &l, &c);
-    return write_value(state, &l, &c, value, len);
+    return rc ? rc : state_put_raw(state, value, len);
 }
 
 int state_put_raw(stash_state *s, const void *value, size_t len)
@@ -140,7 +132,8 @@ int state_put_raw(stash_state *s, const void *value, size_t len)
     if (rc) return rc;
     if (!state_owns(s, l.kg)) return state_refuse_write(s, l.kg);
     rc = state_find_overwrite(s, &l, &c);
-    return rc ? rc : write_value(s, &l, &c, value, len);
+    if (rc) return rc;
+    return len ? write_value(s, &l, &c, value, len) : state_delete(s, &l, &c);
 }
 
 /* The live record, in table t, of the current key in s's namespace for a
