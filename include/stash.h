@@ -910,8 +910,7 @@ typedef struct stash_snapshot_writer_opts {
     uint32_t max_parallelism; /* its key groups; 0: STASH_DEFAULT_MAX_PARALLELISM */
     uint64_t size;            /* bytes of the heap it builds in; 0: 256M */
     uint64_t id;              /* the savepoint's id; 0: 1 */
-    uint32_t op_parallelism;  /* the workers its operator state is of; 0: none, or as
-                                 stash_snapshot_writer_operator_state copies */
+    uint32_t op_parallelism;  /* the workers its operator state is of; 0: none */
 } stash_snapshot_writer_opts;
 
 /* Starts a savepoint to be committed at path, which must not exist (its
@@ -942,19 +941,46 @@ STASH_API int stash_snapshot_writer_delete(stash_snapshot_writer *w, const stash
  * watermark (timestamp). Returns 0, STASH_ENOTFOUND, STASH_EKIND for keyed
  * state, -EINVAL for a worker beyond the operator state's parallelism. */
 STASH_API int stash_snapshot_writer_op_put(stash_snapshot_writer *w, const stash_snapshot_entry *e);
-/* Copies operator state (or a timer service's watermarks) from of src, for
- * each of src's workers, as the declared state to of the same kind. Every
- * copy must come from snapshots of one parallelism. Returns 0,
- * STASH_ENOTFOUND (from not in src, to not declared), STASH_EKIND. */
-STASH_API int stash_snapshot_writer_operator_state(stash_snapshot_writer *w,
-                                                   const stash_snapshot *src, const char *from,
-                                                   const char *to);
 /* Writes and commits the savepoint at path and ends the writer (also on
  * failure, which leaves nothing at path). out (may be NULL) gets what was
  * written. Returns 0 or the error, naming file and offset. */
 STASH_API int stash_snapshot_writer_commit(stash_snapshot_writer *w, stash_snapshot_info *out);
 /* Ends the writer without writing anything. Accepts NULL. */
 STASH_API void stash_snapshot_writer_abort(stash_snapshot_writer *w);
+
+/* One change stash_snapshot_rewrite makes to a state of its source. */
+typedef struct stash_snapshot_change {
+    const char *state;  /* the source's state it changes */
+    int drop;           /* non-zero: the state goes, its entries and operator state too */
+    const char *rename; /* its new name, or NULL */
+    int set_ttl;        /* non-zero: its TTL setting becomes ttl (ttl_ms 0: none) */
+    stash_ttl ttl;
+} stash_snapshot_change;
+
+typedef struct stash_snapshot_rewrite_opts {
+    uint32_t max_parallelism; /* 0: the source's; else every entry goes to its key group of these */
+    uint64_t id;              /* the savepoint's id; 0: the source's */
+    const stash_snapshot_change *changes; /* each names a state by its name in the source */
+    uint32_t nchanges;
+    /* If set, called as key groups are written: done of total. */
+    void (*progress)(void *ctx, uint32_t done, uint32_t total);
+    void *progress_ctx;
+} stash_snapshot_rewrite_opts;
+
+/* Writes snap, changed as opts says, as a new savepoint at path (which must
+ * not exist; its parent must), committed as stash_snapshot_writer_commit
+ * does: path holds a whole savepoint or nothing. Records are copied from
+ * the source's blocks into the new ones without being built anywhere else;
+ * a state given a TTL has its values, elements and entries stamped with the
+ * time of the rewrite, one losing it has their times taken out, one keeping
+ * it keeps them. out (may be NULL) gets what was written. Returns 0,
+ * -EEXIST, -ENOENT, STASH_ENOTFOUND (a change names no state of snap),
+ * -EINVAL (a max parallelism beyond STASH_MAX_MAX_PARALLELISM, a TTL for
+ * operator state or timers, two states left with one name), or an I/O
+ * error naming the file. */
+STASH_API int stash_snapshot_rewrite(stash_snapshot *snap, const char *path,
+                                     const stash_snapshot_rewrite_opts *opts,
+                                     stash_snapshot_info *out);
 
 #ifdef __cplusplus
 }

@@ -557,3 +557,231 @@ Test(snapshot_api, dump_then_load_round_trips_exactly_in_every_format)
         cr_assert_eq(access(gone, F_OK), -1);
     }
 }
+
+/* The list's elements and the map's entries of the snapshot at path: how
+ * many carry a TTL time, and whether the values are what write_job put. */
+typedef struct timed {
+    unsigned elements, entries, stamped;
+    bool values_kept;
+} timed;
+
+static int take_timed(void *ctx, const stash_snapshot_entry *e)
+{
+    timed *t = ctx;
+    static const char *const list[] = {"a", "bb", "ccc"};
+    if (strcmp(e->state, "l") == 0) {
+        t->values_kept &= e->value.len == strlen(list[e->index]) &&
+                          memcmp(e->value.data, list[e->index], e->value.len) == 0;
+        t->elements++;
+    } else if (strcmp(e->state, "m") == 0) {
+        bool one = e->map_key.len == 2 && memcmp(e->map_key.data, "k1", 2) == 0;
+        t->values_kept &= e->value.len == 3 && memcmp(e->value.data, one ? "one" : "two", 3) == 0;
+        t->entries++;
+    } else {
+        return 0;
+    }
+    t->stamped += e->ttl_ms > 0;
+    return 0;
+}
+
+static timed scan_timed(const char *path)
+{
+    stash_snapshot *snap;
+    cr_assert_eq(stash_snapshot_open(path, &snap), 0, "%s: %s", path, stash_errmsg());
+    timed t = {.values_kept = true};
+    cr_assert_eq(stash_snapshot_scan(snap, (stash_kg_range){0, MAXP - 1}, take_timed, &t), 0);
+    stash_snapshot_close(snap);
+    return t;
+}
+
+static int rewrite_to(const char *src, const char *dst, const stash_snapshot_change *ch, uint32_t n)
+{
+    stash_snapshot *snap;
+    cr_assert_eq(stash_snapshot_open(src, &snap), 0, "%s", stash_errmsg());
+    int rc = stash_snapshot_rewrite(
+        snap, dst, &(stash_snapshot_rewrite_opts){.changes = ch, .nchanges = n}, NULL);
+    stash_snapshot_close(snap);
+    return rc;
+}
+
+Test(snapshot_api, a_ttl_switched_on_stamps_every_element_and_entry_and_off_takes_them_out)
+{
+    char on[300], off[300];
+    snprintf(on, sizeof on, "%s/sp-ttl-on", dir);
+    snprintf(off, sizeof off, "%s/sp-ttl-off", dir);
+    stash_ttl hour = {.ttl_ms = 3600000};
+    stash_snapshot_change ch[] = {{.state = "l", .set_ttl = 1, .ttl = hour},
+                                  {.state = "m", .set_ttl = 1, .ttl = hour}};
+    cr_assert_eq(rewrite_to(chk, on, ch, 2), 0, "%s", stash_errmsg());
+    timed t = scan_timed(on);
+    cr_assert_eq(t.elements, 3);
+    cr_assert_eq(t.entries, 2, "the removed entry stays removed");
+    cr_assert_eq(t.stamped, 5, "every element and entry stamped");
+    cr_assert(t.values_kept);
+    /* The job reads them back under the TTL: nothing has expired. */
+    char job[128], sdir[300];
+    snprintf(job, sizeof job, "%s-ttl", name);
+    snprintf(sdir, sizeof sdir, "%s/ttl-svc", dir);
+    stash_arena_opts ao = {.backend = test_backend()};
+    stash_service *svc;
+    cr_assert_eq(stash_service_start(
+                     job, &(stash_service_opts){.dir = sdir, .restore = on, .arena = &ao}, &svc),
+                 0, "%s", stash_errmsg());
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(job, NULL, &w), 0, "%s", stash_errmsg());
+    stash_state *l, *m;
+    cr_assert_eq(
+        stash_state_get(w, &(stash_state_desc){.name = "l", .kind = STASH_LIST, .ttl = hour}, &l),
+        0, "%s", stash_errmsg());
+    cr_assert_eq(
+        stash_state_get(w, &(stash_state_desc){.name = "m", .kind = STASH_MAP, .ttl = hour}, &m), 0,
+        "%s", stash_errmsg());
+    uint64_t k = 1;
+    stash_key_set(w, &k, sizeof k);
+    stash_iter it;
+    cr_assert_eq(stash_list_get(l, &it), 0, "%s", stash_errmsg());
+    stash_bytes b;
+    unsigned n = 0;
+    while (stash_iter_next(&it, NULL, &b) == 1) n++;
+    cr_assert_eq(n, 3, "no element expired");
+    k = 2;
+    stash_key_set(w, &k, sizeof k);
+    stash_state_namespace(m, "n", 1);
+    cr_assert_eq(stash_map_get(m, "k2", 2, &b), 0, "%s", stash_errmsg());
+    cr_assert(b.len == 3 && memcmp(b.data, "two", 3) == 0);
+    stash_worker_close(w);
+    stash_service_stop(svc);
+    stash_arena_destroy(job, &ao);
+    /* Switched off again: the times go, the values stay. */
+    stash_snapshot_change none[] = {{.state = "l", .set_ttl = 1}, {.state = "m", .set_ttl = 1}};
+    cr_assert_eq(rewrite_to(on, off, none, 2), 0, "%s", stash_errmsg());
+    t = scan_timed(off);
+    cr_assert_eq(t.elements + t.entries, 5);
+    cr_assert_eq(t.stamped, 0);
+    cr_assert(t.values_kept);
+    char args[1024];
+    static char out[16384];
+    snprintf(args, sizeof args, "snapshot verify %s", off);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+}
+
+Test(snapshot_api, a_rewrite_drops_operator_state_and_refuses_what_it_cannot_write)
+{
+    char to[300];
+    snprintf(to, sizeof to, "%s/sp-no-offsets", dir);
+    stash_snapshot_change drop = {.state = "offsets", .drop = 1};
+    cr_assert_eq(rewrite_to(chk, to, &drop, 1), 0, "%s", stash_errmsg());
+    stash_snapshot *snap;
+    cr_assert_eq(stash_snapshot_open(to, &snap), 0);
+    seen s = {0};
+    cr_assert_eq(stash_snapshot_op_scan(snap, take, &s), 0);
+    stash_snapshot_info info;
+    stash_snapshot_info_get(snap, &info);
+    for (uint32_t i = 0; i < info.nstates; i++) {
+        stash_state_desc d;
+        stash_snapshot_state(snap, i, &d);
+        cr_assert_str_neq(d.name, "offsets");
+    }
+    stash_snapshot_close(snap);
+    /* Refused, and nothing written. */
+    char gone[300];
+    snprintf(gone, sizeof gone, "%s/sp-refused-api", dir);
+    struct {
+        stash_snapshot_change ch;
+        int rc;
+    } bad[] = {
+        {{.state = "nosuch", .drop = 1}, STASH_ENOTFOUND},
+        {{.state = "v", .rename = "l"}, -EINVAL},
+        {{.state = "v", .rename = ""}, -EINVAL},
+        {{.state = "offsets", .set_ttl = 1, .ttl = {.ttl_ms = 1000}}, -EINVAL},
+        {{.state = "windows", .set_ttl = 1, .ttl = {.ttl_ms = 1000}}, -EINVAL},
+        {{.state = "t", .set_ttl = 1, .ttl = {.ttl_ms = 1000, .update = 9}}, -EINVAL},
+        {{.state = NULL, .drop = 1}, -EINVAL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(rewrite_to(chk, gone, &bad[i].ch, 1), bad[i].rc, "change %zu: %s", i,
+                     stash_errmsg());
+        cr_assert_eq(access(gone, F_OK), -1, "change %zu wrote %s", i, gone);
+    }
+    /* A rename onto a dropped state's name is no clash. */
+    stash_snapshot_change swap[] = {{.state = "l", .drop = 1}, {.state = "v", .rename = "l"}};
+    cr_assert_eq(rewrite_to(chk, gone, swap, 2), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_snapshot_open(chk, &snap), 0);
+    cr_assert_eq(stash_snapshot_rewrite(snap, to, NULL, NULL), -EEXIST);
+    cr_assert_eq(stash_snapshot_rewrite(NULL, to, NULL, NULL), -EINVAL);
+    cr_assert_eq(stash_snapshot_rewrite(snap, NULL, NULL, NULL), -EINVAL);
+    char other[300];
+    snprintf(other, sizeof other, "%s/sp-too-many", dir);
+    cr_assert_eq(stash_snapshot_rewrite(snap, other,
+                                        &(stash_snapshot_rewrite_opts){.max_parallelism = 1u << 20},
+                                        NULL),
+                 -EINVAL);
+    cr_assert_eq(
+        stash_snapshot_rewrite(snap, other, &(stash_snapshot_rewrite_opts){.nchanges = 1}, NULL),
+        -EINVAL, "changes NULL");
+    stash_snapshot_close(snap);
+    cr_assert_eq(access(other, F_OK), -1);
+}
+
+/* Counts v's entries and checks each value. */
+static int count_v(void *ctx, const stash_snapshot_entry *e)
+{
+    uint64_t *n = ctx, k = test_u64(e->key.data);
+    if (strcmp(e->state, "v") != 0) return 0;
+    cr_assert_eq(test_u64(e->value.data), k % 2 ? 3 * k : 2 * k, "key %llu", (unsigned long long)k);
+    (*n)++;
+    return 0;
+}
+
+Test(snapshot_api, an_incremental_checkpoint_is_rewritten_as_of_its_chain)
+{
+    char job[128], sdir[300], to[300];
+    snprintf(job, sizeof job, "%s-inc", name);
+    snprintf(sdir, sizeof sdir, "%s/inc-svc", dir);
+    snprintf(to, sizeof to, "%s/sp-from-chain", dir);
+    stash_arena *a = test_arena_create("snapinc", 16u << 20, MAXP, job);
+    stash_service *svc;
+    cr_assert_eq(
+        stash_service_start(job, &(stash_service_opts){.dir = sdir, .incremental = 1}, &svc), 0,
+        "%s", stash_errmsg());
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(job, NULL, &w), 0, "%s", stash_errmsg());
+    stash_state *v;
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    for (uint64_t k = 0; k < KEYS; k++) {
+        uint64_t twice = 2 * k;
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_put(v, &twice, 8), 0);
+    }
+    stash_checkpoint_info info;
+    cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", info.detail);
+    /* The delta: odd keys changed, every key divisible by 5 removed. */
+    for (uint64_t k = 0; k < KEYS; k++) {
+        uint64_t thrice = 3 * k;
+        stash_key_set(w, &k, sizeof k);
+        if (k % 5 == 0)
+            cr_assert_eq(stash_state_clear(v), 0);
+        else if (k % 2)
+            cr_assert_eq(stash_value_put(v, &thrice, 8), 0);
+    }
+    cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", info.detail);
+    stash_worker_close(w);
+    stash_service_stop(svc);
+    stash_arena_close(a);
+    stash_arena_destroy(job, NULL);
+    stash_snapshot *snap;
+    cr_assert_eq(stash_snapshot_open(info.detail, &snap), 0, "%s", stash_errmsg());
+    stash_snapshot_info si;
+    stash_snapshot_info_get(snap, &si);
+    cr_assert_neq(si.base_id, 0, "%s is a delta", info.detail);
+    cr_assert_eq(stash_snapshot_rewrite(snap, to, NULL, &si), 0, "%s", stash_errmsg());
+    stash_snapshot_close(snap);
+    cr_assert_eq(si.base_id, 0);
+    cr_assert_eq(stash_snapshot_open(to, &snap), 0, "%s", stash_errmsg());
+    stash_snapshot_info_get(snap, &si);
+    cr_assert_eq(si.base_id, 0, "self-contained");
+    uint64_t n = 0;
+    cr_assert_eq(stash_snapshot_scan(snap, (stash_kg_range){0, MAXP - 1}, count_v, &n), 0);
+    stash_snapshot_close(snap);
+    cr_assert_eq(n, KEYS - KEYS / 5, "every entry as of the chain, the removed ones gone");
+}

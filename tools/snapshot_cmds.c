@@ -510,89 +510,51 @@ static int cmd_diff(const snap_args *args, ioe_engine *e)
     return differ ? 1 : 0;
 }
 
-/* A rewrite in progress: its writer, and what it changes of each entry. */
-typedef struct rewriter {
-    stash_snapshot_writer *w;
-    const snap_args *args;
-    uint64_t entries;
-    bool progress;
-} rewriter;
-
-/* The name state old has in the rewrite: NULL if it is dropped. */
-static const char *renamed(const snap_args *a, const char *old)
+/* A rewrite's progress on a terminal: key groups written. */
+static void rewrite_progress(void *ctx, uint32_t done, uint32_t total)
 {
+    (void)ctx;
+    if (done % 64 == 0 || done == total)
+        fprintf(stderr, "\r\033[Krewrite: %u of %u key groups", done, total);
+}
+
+/* The changes the flags ask for, one a flag, into ch (room for all). */
+static int changes_of(const snap_args *a, stash_snapshot *snap, stash_snapshot_change *ch,
+                      char (*names)[128], uint32_t *n)
+{
+    *n = 0;
     for (int i = 0; i < a->ndrop; i++)
-        if (strcmp(a->drop[i], old) == 0) return NULL;
+        ch[(*n)++] = (stash_snapshot_change){.state = a->drop[i], .drop = 1};
     for (int i = 0; i < a->nrename; i++) {
-        size_t n = (size_t)(strchr(a->rename[i], '=') - a->rename[i]);
-        if (strlen(old) == n && strncmp(a->rename[i], old, n) == 0) return a->rename[i] + n + 1;
+        const char *eq = strchr(a->rename[i], '=');
+        snprintf(names[*n], sizeof names[*n], "%.*s", (int)(eq - a->rename[i]), a->rename[i]);
+        ch[*n] = (stash_snapshot_change){.state = names[*n], .rename = eq + 1};
+        (*n)++;
     }
-    return old;
-}
-
-static int rewrite_entry(void *ctx, const stash_snapshot_entry *e)
-{
-    rewriter *r = ctx;
-    const char *to = renamed(r->args, e->state);
-    if (!to) return 0;
-    stash_snapshot_entry c = *e;
-    c.state = to;
-    if (r->progress && ++r->entries % 65536 == 0)
-        fprintf(stderr, "\r\033[Krewrite: %llu entries", (unsigned long long)r->entries);
-    return stash_snapshot_writer_put(r->w, &c);
-}
-
-/* Whether every state the changes name is one of snap's. */
-static int check_names(const snap_args *a, stash_snapshot *snap)
-{
-    stash_snapshot_info info;
-    stash_snapshot_info_get(snap, &info);
-    const char *const *lists[3] = {a->drop, a->rename, a->ttl};
-    const int counts[3] = {a->ndrop, a->nrename, a->nttl};
-    for (int l = 0; l < 3; l++)
-        for (int i = 0; i < counts[l]; i++) {
-            const char *name = lists[l][i];
-            size_t n = l ? (size_t)(strchr(name, '=') - name) : strlen(name);
-            bool found = false;
-            for (uint32_t s = 0; s < info.nstates && !found; s++) {
-                stash_state_desc d;
-                stash_snapshot_state(snap, s, &d);
-                found = strlen(d.name) == n && strncmp(d.name, name, n) == 0;
-            }
-            if (!found) {
-                fprintf(stderr, "stash snapshot rewrite: %s has no state '%.*s'\n", a->path[0],
-                        (int)n, name);
-                return 2;
-            }
-        }
-    return 0;
-}
-
-/* Declares state i of snap in w, renamed and with its TTL as asked, and
- * copies it if it is operator state. */
-static int declare(stash_snapshot_writer *w, stash_snapshot *snap, uint32_t i, const snap_args *a)
-{
-    stash_state_desc d;
-    stash_snapshot_state(snap, i, &d);
-    const char *to = renamed(a, d.name);
-    if (!to) return 0;
     for (int t = 0; t < a->nttl; t++) {
         const char *eq = strchr(a->ttl[t], '=');
-        if (strlen(d.name) != (size_t)(eq - a->ttl[t]) ||
-            strncmp(d.name, a->ttl[t], (size_t)(eq - a->ttl[t])) != 0)
-            continue;
+        snprintf(names[*n], sizeof names[*n], "%.*s", (int)(eq - a->ttl[t]), a->ttl[t]);
         uint64_t ms = 0;
-        if (strcmp(eq + 1, "none") != 0 && (tool_parse_duration(eq + 1, &ms) < 0 || ms == 0))
-            return shm_fail(-EINVAL, "--ttl %s: a duration (500ms, 2s, 1h) or none", a->ttl[t]);
-        d.ttl = (stash_ttl){.ttl_ms = ms, .update = d.ttl.update, .visibility = d.ttl.visibility};
+        if (strcmp(eq + 1, "none") != 0 && (tool_parse_duration(eq + 1, &ms) < 0 || ms == 0)) {
+            fprintf(stderr,
+                    "stash snapshot rewrite: --ttl %s: a duration (500ms, 2s, 1h) or none\n",
+                    a->ttl[t]);
+            return 2;
+        }
+        /* The state's other TTL settings stay as they were. */
+        stash_ttl ttl = {0};
+        stash_snapshot_info info;
+        stash_snapshot_info_get(snap, &info);
+        for (uint32_t i = 0; i < info.nstates; i++) {
+            stash_state_desc d;
+            stash_snapshot_state(snap, i, &d);
+            if (strcmp(d.name, names[*n]) == 0) ttl = d.ttl;
+        }
+        ttl.ttl_ms = ms;
+        ch[*n] = (stash_snapshot_change){.state = names[*n], .set_ttl = 1, .ttl = ttl};
+        (*n)++;
     }
-    stash_state_desc n = d;
-    n.name = to;
-    int rc = stash_snapshot_writer_state(w, &n);
-    if (rc == 0 && (d.kind == STASH_OP_LIST || d.kind == STASH_OP_UNION ||
-                    d.kind == STASH_OP_BROADCAST || d.kind == STASH_TIMERS))
-        rc = stash_snapshot_writer_operator_state(w, snap, d.name, to);
-    return rc;
+    return 0;
 }
 
 static int cmd_rewrite(const snap_args *a)
@@ -600,30 +562,26 @@ static int cmd_rewrite(const snap_args *a)
     stash_snapshot *snap;
     int rc = stash_snapshot_open(a->path[0], &snap);
     if (rc) return tool_fail("snapshot rewrite", rc);
-    if ((rc = check_names(a, snap)) != 0) {
-        stash_snapshot_close(snap);
-        return rc;
-    }
-    stash_snapshot_info info;
-    stash_snapshot_info_get(snap, &info);
-    /* Records take more room in a heap than in a block. */
-    stash_snapshot_writer_opts o = {.max_parallelism = a->max_parallelism ? a->max_parallelism
-                                                                          : info.max_parallelism,
-                                    .size = (64ull << 20) + 4 * info.data_bytes,
-                                    .id = info.id};
-    rewriter r = {.args = a, .progress = isatty(STDERR_FILENO)};
-    rc = stash_snapshot_writer_open(a->path[1], &o, &r.w);
-    for (uint32_t i = 0; rc == 0 && i < info.nstates; i++) rc = declare(r.w, snap, i, a);
-    if (rc == 0 && info.max_parallelism)
-        rc = stash_snapshot_scan(snap, (stash_kg_range){0, info.max_parallelism - 1}, rewrite_entry,
-                                 &r);
-    if (r.progress) fputs("\r\033[K", stderr);
+    size_t most = (size_t)a->ndrop + (size_t)a->nrename + (size_t)a->nttl + 1;
+    stash_snapshot_change *ch = calloc(most, sizeof *ch);
+    char(*names)[128] = calloc(most, sizeof *names);
+    uint32_t n = 0;
+    int bad = ch && names ? changes_of(a, snap, ch, names, &n) : 1;
     stash_snapshot_info out;
-    if (rc == 0)
-        rc = stash_snapshot_writer_commit(r.w, &out);
-    else
-        stash_snapshot_writer_abort(r.w);
+    if (bad == 0)
+        rc =
+            stash_snapshot_rewrite(snap, a->path[1],
+                                   &(stash_snapshot_rewrite_opts){
+                                       .max_parallelism = a->max_parallelism,
+                                       .changes = ch,
+                                       .nchanges = n,
+                                       .progress = isatty(STDERR_FILENO) ? rewrite_progress : NULL},
+                                   &out);
+    if (bad == 0 && isatty(STDERR_FILENO)) fputs("\r\033[K", stderr);
+    free(ch);
+    free(names);
     stash_snapshot_close(snap);
+    if (bad) return bad;
     if (rc) return tool_fail("snapshot rewrite", rc);
     printf("savepoint %llu %s: %u key groups, %u states\n", (unsigned long long)out.id, a->path[1],
            out.max_parallelism, out.nstates);

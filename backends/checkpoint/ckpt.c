@@ -306,10 +306,10 @@ typedef struct file_list {
     const uint8_t *extents[CKPT_MAX_FILES]; /* P extents each */
 } file_list;
 
-static int build_metadata(stash_arena *a, const ckpt_opts *o, const file_list *fl, snap_buf *md)
+static int build_metadata(const ckpt_source *src, const ckpt_opts *o, const file_list *fl,
+                          snap_buf *md)
 {
-    uint32_t maxp = a->hdr->max_parallelism, nstates = 0;
-    for (uint32_t i = 0; i < SHM_CATALOG_SIZE; i++) nstates += atomic_load(&a->catalog[i].used);
+    uint32_t maxp = src->max_parallelism, nstates = src->nstates;
     size_t bytes = sizeof(md_header) + nstates * sizeof(ckpt_state) +
                    fl->n * (sizeof(md_file) + maxp * sizeof(md_extent)) + 8 +
                    (size_t)o->op_parallelism * 8 + 4;
@@ -319,7 +319,7 @@ static int build_metadata(stash_arena *a, const ckpt_opts *o, const file_list *f
                    .id = o->id,
                    .created_ns = shm_now_ns(),
                    .base_id = o->base_id,
-                   .backend = a->hdr->backend + 1, /* CKPT_BACKEND_* */
+                   .backend = src->backend,
                    .max_parallelism = maxp,
                    .nstates = nstates,
                    .nfiles = fl->n};
@@ -327,15 +327,8 @@ static int build_metadata(stash_arena *a, const ckpt_opts *o, const file_list *f
     uint8_t *p = md->data;
     memcpy(p, &h, sizeof h);
     p += sizeof h;
-    for (uint32_t i = 0; i < SHM_CATALOG_SIZE; i++) {
-        shm_catalog_entry *c = &a->catalog[i];
-        if (!atomic_load(&c->used)) continue;
-        ckpt_state s = {.id = (uint16_t)(i + 1), .kind = (uint16_t)c->kind};
-        memcpy(s.options, c->options, sizeof s.options);
-        memcpy(s.name, c->name, sizeof s.name);
-        memcpy(p, &s, sizeof s);
-        p += sizeof s;
-    }
+    memcpy(p, src->states, nstates * sizeof(ckpt_state));
+    p += nstates * sizeof(ckpt_state);
     for (uint32_t f = 0; f < fl->n; f++) {
         memcpy(p, &fl->files[f], sizeof(md_file));
         p += sizeof(md_file);
@@ -359,10 +352,20 @@ static int build_metadata(stash_arena *a, const ckpt_opts *o, const file_list *f
     return 0;
 }
 
-static int64_t serialize_kg(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, uint32_t kg,
-                            uint32_t slot, snap_buf *block)
+/* An arena's key groups as a checkpoint's source: each as of its pin. */
+typedef struct arena_source {
+    stash_arena *a;
+    const uint32_t *pins;
+    const ckpt_opts *o;
+} arena_source;
+
+static int64_t serialize_kg(void *ctx, uint32_t kg, unsigned thread, snap_buf *block)
 {
-    block->len = 0;
+    const arena_source *as = ctx;
+    stash_arena *a = as->a;
+    const uint32_t *pins = as->pins;
+    const ckpt_opts *o = as->o;
+    uint32_t slot = thread ? o->reader_slot2 : o->reader_slot;
     if (o->reader) shm_table_walk_enter(a, kg, slot);
     store_cut cut = {pins[kg], o->base_id ? o->base_pins[kg] : 0, o->base_id};
     int64_t n = snap_write_kg(o->store, kg, &cut, o->lz4, o->filter, block);
@@ -375,9 +378,7 @@ static int64_t serialize_kg(stash_arena *a, const uint32_t *pins, const ckpt_opt
 /* A second thread serializing the odd key groups into a ring of block
  * buffers, which the caller writes in order with its own even ones. */
 typedef struct helper {
-    stash_arena *a;
-    const uint32_t *pins;
-    const ckpt_opts *o;
+    const ckpt_source *src;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     block_buf bufs[BLOCK_BUFS];
@@ -388,14 +389,15 @@ static void *helper_main(void *arg)
 {
     helper *h = arg;
     unsigned seq = 0;
-    for (uint32_t kg = 1; kg < h->a->hdr->max_parallelism; kg += 2, seq++) {
+    for (uint32_t kg = 1; kg < h->src->max_parallelism; kg += 2, seq++) {
         block_buf *bb = &h->bufs[seq % BLOCK_BUFS];
         pthread_mutex_lock(&h->mu);
         while (bb->state != BLOCK_FREE && !h->stop) pthread_cond_wait(&h->cv, &h->mu);
         bool stop = h->stop;
         pthread_mutex_unlock(&h->mu);
         if (stop) break;
-        int64_t n = serialize_kg(h->a, h->pins, h->o, kg, h->o->reader_slot2, &bb->b);
+        bb->b.len = 0;
+        int64_t n = h->src->block(h->src->ctx, kg, 1, &bb->b);
         if (n < 0) snprintf(bb->why, sizeof bb->why, "%s", stash_errmsg());
         pthread_mutex_lock(&h->mu);
         bb->n = n;
@@ -451,20 +453,20 @@ static void await_block(helper *h, stream *out, block_buf *bb)
  * that owns none of the key groups announces itself for each walk. With two
  * processors (and, for such a writer, a second reader slot), a second thread
  * serializes every other key group. */
-static int serialize(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, stream *out,
-                     md_extent *ext, uint64_t *records, uint32_t *crc)
+static int serialize(const ckpt_source *src, const ckpt_opts *o, stream *out, md_extent *ext,
+                     uint64_t *records, uint32_t *crc)
 {
     block_buf own[BLOCK_BUFS];
-    helper h = {.a = a, .pins = pins, .o = o};
+    helper h = {.src = src};
     for (int i = 0; i < BLOCK_BUFS; i++) {
         own[i] = (block_buf){.b.aligned = true};
         h.bufs[i] = (block_buf){.b.aligned = true};
     }
     int rc = 0;
-    uint32_t maxp = a->hdr->max_parallelism;
+    uint32_t maxp = src->max_parallelism;
     *records = 0;
     pthread_t t;
-    bool two = maxp > 1 && (!o->reader || o->reader_slot2) && sysconf(_SC_NPROCESSORS_ONLN) > 1;
+    bool two = maxp > 1 && src->two_threads && sysconf(_SC_NPROCESSORS_ONLN) > 1;
     if (two) {
         pthread_mutex_init(&h.mu, NULL);
         pthread_cond_init(&h.cv, NULL);
@@ -486,7 +488,8 @@ static int serialize(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, s
              * free only once it has. */
             if (ioe_outstanding(out->e)) stream_reap(out, 0);
             stream_wait_free(out, bb);
-            bb->n = serialize_kg(a, pins, o, kg, o->reader_slot, &bb->b);
+            bb->b.len = 0;
+            bb->n = src->block(src->ctx, kg, 0, &bb->b);
         } else {
             bb = &h.bufs[theirs++ % BLOCK_BUFS];
             await_block(&h, out, bb);
@@ -520,7 +523,7 @@ static int serialize(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, s
 /* Lists the base checkpoint's files, after checking each still holds what
  * its metadata says, then the new one. The base view stays open for its
  * extents. */
-static int list_files(stash_arena *a, const ckpt_opts *o, const char *own, const md_extent *ext,
+static int list_files(uint32_t maxp, const ckpt_opts *o, const char *own, const md_extent *ext,
                       uint32_t crc, ckpt_view *base, file_list *fl)
 {
     fl->n = 0;
@@ -529,7 +532,7 @@ static int list_files(stash_arena *a, const ckpt_opts *o, const char *own, const
         int rc = ckpt_path_of(path, "%s/chk-%llu", o->dir, (unsigned long long)o->base_id);
         if (rc == 0) rc = ckpt_open_view(path, o->engine, base, false);
         if (rc) return rc;
-        if (base->id != o->base_id || base->max_parallelism != a->hdr->max_parallelism)
+        if (base->id != o->base_id || base->max_parallelism != maxp)
             return shm_fail(STASH_ECORRUPT, "%s: not the base checkpoint %llu of this arena",
                             base->meta_path, (unsigned long long)o->base_id);
         if (base->nfiles >= CKPT_MAX_FILES)
@@ -545,7 +548,7 @@ static int list_files(stash_arena *a, const ckpt_opts *o, const char *own, const
         }
         for (uint32_t f = 0; f < base->nfiles; f++) {
             md_file m = {.first_kg = 0,
-                         .last_kg = a->hdr->max_parallelism - 1,
+                         .last_kg = maxp - 1,
                          .flags = base->files[f].flags,
                          .reserved = base->files[f].crc};
             memcpy(m.name, base->files[f].name, sizeof m.name);
@@ -554,7 +557,7 @@ static int list_files(stash_arena *a, const ckpt_opts *o, const char *own, const
         }
     }
     md_file m = {.first_kg = 0,
-                 .last_kg = a->hdr->max_parallelism - 1,
+                 .last_kg = maxp - 1,
                  .flags = (o->base_id ? CKPT_FILE_DELTA : 0) | CKPT_FILE_CRC,
                  .reserved = crc};
     snprintf(m.name, sizeof m.name, "%s", own);
@@ -591,8 +594,7 @@ int ckpt_dir_check(const char *dir, bool group)
     return 0;
 }
 
-static int write_checkpoint(stash_arena *a, const uint32_t *pins, const ckpt_opts *o,
-                            ckpt_written *out)
+int ckpt_write_source(const ckpt_source *src, const ckpt_opts *o, ckpt_written *out)
 {
     char chk[4096], path[4096], final[4096], own[64], shared[4096];
     if (o->id == 0) return shm_fail(-EINVAL, "a checkpoint id is > 0");
@@ -616,7 +618,7 @@ static int write_checkpoint(stash_arena *a, const uint32_t *pins, const ckpt_opt
     else
         snprintf(own, sizeof own, "%s", CKPT_DATA_FILE);
 
-    uint32_t maxp = a->hdr->max_parallelism;
+    uint32_t maxp = src->max_parallelism;
     snap_buf md = {0};
     ckpt_view base = {0};
     file_list fl;
@@ -627,14 +629,14 @@ static int write_checkpoint(stash_arena *a, const uint32_t *pins, const ckpt_opt
     rc = ext ? ckpt_path_of(path, "%s/%s", in_shared ? o->dir : chk, own) : -ENOMEM;
     if (rc == 0) rc = stream_open(&data, o->engine, path, file_mode(o->group));
     if (rc == 0) {
-        rc = serialize(a, pins, o, &data, ext, &records, &crc);
+        rc = serialize(src, o, &data, ext, &records, &crc);
         data_bytes = data.end;
         int closed = stream_close(&data);
         if (rc == 0) rc = closed;
     }
-    if (rc == 0) rc = list_files(a, o, own, ext, crc, &base, &fl);
+    if (rc == 0) rc = list_files(maxp, o, own, ext, crc, &base, &fl);
     if (rc == 0 && in_shared) rc = ckpt_sync_dir(shared);
-    if (rc == 0) rc = build_metadata(a, o, &fl, &md);
+    if (rc == 0) rc = build_metadata(src, o, &fl, &md);
     if (rc == 0) rc = ckpt_path_of(path, "%s/_metadata.tmp", chk);
     if (rc == 0) rc = write_durable(o->engine, path, file_mode(o->group), md.data, md.len);
     if (rc == 0) rc = ckpt_path_of(final, "%s/_metadata", chk);
@@ -652,6 +654,52 @@ static int write_checkpoint(stash_arena *a, const uint32_t *pins, const ckpt_opt
     free(ext);
     snap_buf_free(&md);
     return rc;
+}
+
+/* ---- savepoints moved into place ---- */
+
+int ckpt_dest_open(const char *path, ckpt_dest *d)
+{
+    *d = (ckpt_dest){0};
+    struct stat st;
+    if (stat(path, &st) == 0) return shm_fail(-EEXIST, "%s: exists already", path);
+    int rc = ckpt_path_of(d->path, "%s", path);
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!slash)
+        snprintf(d->parent, sizeof d->parent, ".");
+    else if (slash == path)
+        snprintf(d->parent, sizeof d->parent, "/");
+    else
+        snprintf(d->parent, sizeof d->parent, "%.*s", (int)(slash - path), path);
+    if (rc == 0 && !*base) rc = shm_fail(-EINVAL, "%s: names no directory", path);
+    if (rc == 0 && (stat(d->parent, &st) < 0 || !S_ISDIR(st.st_mode)))
+        rc = shm_fail(-ENOENT, "%s: no directory %s to write it in", path, d->parent);
+    if (rc == 0) rc = ckpt_path_of(d->tmp, "%s/.%s.writing-%d", d->parent, base, (int)getpid());
+    if (rc == 0 && mkdir(d->tmp, 0700) < 0)
+        rc = shm_fail(-errno, "%s: %s", d->tmp, strerror(errno));
+    if (rc) d->tmp[0] = 0;
+    return rc;
+}
+
+int ckpt_dest_place(ckpt_dest *d, uint64_t id)
+{
+    char made[4096];
+    int rc = ckpt_path_of(made, "%s/savepoint-%llu", d->tmp, (unsigned long long)id);
+    if (rc == 0 && rename(made, d->path) < 0)
+        rc = shm_fail(-errno, "rename %s to %s: %s", made, d->path, strerror(errno));
+    /* The rename durable too. */
+    return rc ? rc : ckpt_sync_dir(d->parent);
+}
+
+void ckpt_dest_close(ckpt_dest *d, uint64_t id)
+{
+    char made[4096];
+    if (!d->tmp[0]) return;
+    if (ckpt_path_of(made, "%s/savepoint-%llu", d->tmp, (unsigned long long)id) == 0)
+        ckpt_remove_checkpoint(made);
+    rmdir(d->tmp);
+    d->tmp[0] = 0;
 }
 
 /* ---- retention ---------------------------------------------------------------- */
@@ -738,16 +786,41 @@ int ckpt_retain(const char *dir, unsigned keep, ioe_engine *e)
     return ckpt_sync_dir(dir);
 }
 
+/* Writes the arena's key groups, each as of its pin, and its catalog's
+ * states. */
+static int write_arena(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, ckpt_written *out)
+{
+    ckpt_state states[SHM_CATALOG_SIZE];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < SHM_CATALOG_SIZE; i++) {
+        shm_catalog_entry *c = &a->catalog[i];
+        if (!atomic_load(&c->used)) continue;
+        ckpt_state *st = &states[n++];
+        *st = (ckpt_state){.id = (uint16_t)(i + 1), .kind = (uint16_t)c->kind};
+        memcpy(st->options, c->options, sizeof st->options);
+        memcpy(st->name, c->name, sizeof st->name);
+    }
+    arena_source as = {a, pins, o};
+    ckpt_source src = {.max_parallelism = a->hdr->max_parallelism,
+                       .backend = a->hdr->backend + 1, /* CKPT_BACKEND_* */
+                       .nstates = n,
+                       .states = states,
+                       .block = serialize_kg,
+                       .ctx = &as,
+                       .two_threads = !o->reader || o->reader_slot2};
+    return ckpt_write_source(&src, o, out);
+}
+
 int ckpt_write(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, ckpt_written *out)
 {
-    if (o->store) return write_checkpoint(a, pins, o, out);
+    if (o->store) return write_arena(a, pins, o, out);
     /* A store of its own, each key group's cut opened now. */
     ckpt_opts with = *o;
     uint32_t maxp = a->hdr->max_parallelism;
     int rc = store_open(a, 0, (stash_kg_range){0, maxp - 1}, &with.store);
     for (uint32_t kg = 0; rc == 0 && with.store->ops->cut_open && kg < maxp; kg++)
         rc = with.store->ops->cut_open(with.store, kg);
-    if (rc == 0) rc = write_checkpoint(a, pins, &with, out);
+    if (rc == 0) rc = write_arena(a, pins, &with, out);
     store_close(with.store);
     return rc;
 }

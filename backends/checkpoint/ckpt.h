@@ -47,6 +47,11 @@ typedef struct ckpt_opts {
     store *store;
 } ckpt_opts;
 
+typedef struct ckpt_written {
+    uint64_t data_bytes; /* written into this checkpoint's own data file */
+    uint64_t records;    /* records (or changes) in it */
+} ckpt_written;
+
 /* Writes key groups 0 .. max parallelism - 1, each as of its pinned version
  * pins[kg] (with base_id: only what changed since base_pins[kg]), into
  * DIR/chk-ID/ or DIR/savepoint-ID/, and commits: the data file durable first,
@@ -55,14 +60,44 @@ typedef struct ckpt_opts {
  * retried) the partial checkpoint is removed and the error names the file
  * and offset. Returns 0 (and, if out, what was written), or -E2BIG if the
  * base's chain is already CKPT_MAX_FILES long (take a full checkpoint). */
+int ckpt_write(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, ckpt_written *out);
+
+/* Where a checkpoint's key groups and states come from: an arena's
+ * (ckpt_write) or another's (a snapshot rewritten). */
+typedef struct ckpt_source {
+    uint32_t max_parallelism;
+    uint32_t backend; /* CKPT_BACKEND_*, written in the metadata */
+    uint32_t nstates;
+    const ckpt_state *states; /* as the metadata lists them */
+    /* Appends key group kg's block to out (empty), in serializing thread
+     * thread (0, or 1 for the second); returns its records or an error. */
+    int64_t (*block)(void *ctx, uint32_t kg, unsigned thread, snap_buf *out);
+    void *ctx;
+    bool two_threads; /* block may run in two threads at once, for different key groups */
+} ckpt_source;
+
+/* As ckpt_write, with the key groups and states of src: of o, its
+ * directory, id, kind (savepoint, incremental with base_id: src's blocks
+ * are then deltas), cap, engine, operator state, modes and serialized. */
+int ckpt_write_source(const ckpt_source *src, const ckpt_opts *o, ckpt_written *out);
+
+/* A savepoint written beside where it goes, then moved into place: the
+ * place holds a whole savepoint or nothing. */
+typedef struct ckpt_dest {
+    char path[4096];   /* where it goes */
+    char tmp[4096];    /* the directory beside it it is written in (as DIR) */
+    char parent[4096]; /* path's, synced once it is renamed into place */
+} ckpt_dest;
+/* Checks that path is not there and its parent is, and makes tmp. Returns
+ * 0, -EEXIST, -ENOENT or another error naming path. */
+int ckpt_dest_open(const char *path, ckpt_dest *d);
+/* Renames tmp/savepoint-ID to path and syncs the parent. */
+int ckpt_dest_place(ckpt_dest *d, uint64_t id);
+/* Removes tmp and what a failure left in it. Accepts a d never opened. */
+void ckpt_dest_close(ckpt_dest *d, uint64_t id);
+
 /* Removes a checkpoint's directory and the files in it (not shared/). */
 void ckpt_remove_checkpoint(const char *chk);
-
-typedef struct ckpt_written {
-    uint64_t data_bytes; /* written into this checkpoint's own data file */
-    uint64_t records;    /* records (or changes) in it */
-} ckpt_written;
-int ckpt_write(stash_arena *a, const uint32_t *pins, const ckpt_opts *o, ckpt_written *out);
 
 /* Makes sure dir is a directory (created if missing, 0700 or with group
  * 0750; its parent must exist), this user's own and not writable by others,

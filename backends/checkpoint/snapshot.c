@@ -36,8 +36,15 @@ static int buf_reserve(snap_buf *b, size_t more)
     return 0;
 }
 
-/* Adds a record to the block being built in out. */
-static int block_add(snap_buf *out, const store_record *r)
+int snap_buf_put(snap_buf *b, const void *p, size_t n)
+{
+    if (buf_reserve(b, n) < 0) return -ENOMEM;
+    if (n) memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return 0;
+}
+
+int snap_block_add(snap_buf *out, const store_record *r)
 {
     snap_rec_hdr h = {r->state, r->klen, r->nslen, r->flags, r->vlen};
     size_t n = sizeof h + r->klen + r->nslen + r->vlen;
@@ -68,13 +75,21 @@ static int write_record(void *ctx, const store_record *r)
         if (keep <= 0) return keep;
         r = &kept;
     }
-    int rc = block_add(w->out, r);
+    int rc = snap_block_add(w->out, r);
     if (rc == 0) w->records++;
     return rc;
 }
 
-static int64_t finish_block(snap_buf *out, size_t start, uint32_t kg, uint64_t records,
-                            uint16_t flags, bool lz4)
+int snap_block_begin(snap_buf *out, size_t *start)
+{
+    *start = out->len;
+    if (buf_reserve(out, sizeof(snap_block_hdr)) < 0) return shm_fail(-ENOMEM, "out of memory");
+    out->len += sizeof(snap_block_hdr);
+    return 0;
+}
+
+int64_t snap_block_end(snap_buf *out, size_t start, uint32_t kg, uint64_t records, uint16_t flags,
+                       bool lz4)
 {
     size_t raw_len = out->len - start - sizeof(snap_block_hdr);
     if (raw_len > UINT32_MAX / 2) {
@@ -113,9 +128,8 @@ static int64_t finish_block(snap_buf *out, size_t start, uint32_t kg, uint64_t r
 int64_t snap_write_kg(store *st, uint32_t kg, const store_cut *cut, bool lz4,
                       const snap_filter *filter, snap_buf *out)
 {
-    size_t start = out->len;
-    if (buf_reserve(out, sizeof(snap_block_hdr)) < 0) return shm_fail(-ENOMEM, "out of memory");
-    out->len += sizeof(snap_block_hdr);
+    size_t start;
+    if (snap_block_begin(out, &start) < 0) return -ENOMEM;
     writer w = {out, 0, cut->base_id ? NULL : filter, {0}};
     int rc = st->ops->snapshot(st, kg, cut, write_record, &w);
     snap_buf_free(&w.scratch);
@@ -123,7 +137,7 @@ int64_t snap_write_kg(store *st, uint32_t kg, const store_cut *cut, bool lz4,
         out->len = start;
         return rc;
     }
-    return finish_block(out, start, kg, w.records, cut->base_id ? SNAP_DELTA : 0, lz4);
+    return snap_block_end(out, start, kg, w.records, cut->base_id ? SNAP_DELTA : 0, lz4);
 }
 
 static int read_block(const uint8_t *p, size_t avail, const char *file, uint64_t off,

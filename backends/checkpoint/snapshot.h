@@ -56,6 +56,8 @@ typedef struct snap_buf {
 } snap_buf;
 
 void snap_buf_free(snap_buf *b);
+/* Appends n bytes; returns 0 or -ENOMEM. */
+int snap_buf_put(snap_buf *b, const void *p, size_t n);
 
 /* CRC32C of len bytes, continuing from crc (0 to start). */
 uint32_t snap_crc32c(uint32_t crc, const void *data, size_t len);
@@ -92,6 +94,16 @@ snap_filter_fn ttl_cut_filter;
  * written or a negative error. */
 int64_t snap_write_kg(store *st, uint32_t kg, const store_cut *cut, bool lz4,
                       const snap_filter *filter, snap_buf *out);
+
+/* A block built record by record: begun at *start (the end of out), each
+ * record added, then ended: its header filled in for key group kg, with
+ * flags (SNAP_DELTA) and the payload compressed with LZ4 if lz4 and it
+ * gets smaller. begin and add return 0 or -ENOMEM; end returns records or
+ * an error naming kg (a block too big). */
+int snap_block_begin(snap_buf *out, size_t *start);
+int snap_block_add(snap_buf *out, const store_record *r);
+int64_t snap_block_end(snap_buf *out, size_t start, uint32_t kg, uint64_t records, uint16_t flags,
+                       bool lz4);
 
 /* A checked block: its header and its payload (decompressed). */
 typedef struct snap_block {

@@ -7,12 +7,10 @@
  * it into place, so that the destination holds a whole savepoint or none.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,16 +36,14 @@ typedef struct declared {
 } declared;
 
 struct stash_snapshot_writer {
-    char path[4096];
-    char tmp[4096];    /* the directory it is written in, beside path */
-    char parent[4096]; /* path's, synced once it is renamed into place */
+    ckpt_dest dest;
     stash_worker *w;
     ioe_engine *e;
     uint64_t id;
     uint64_t now_ms; /* the time the next put stamps, 0: the clock's */
     declared *states;
     uint32_t nstates;
-    uint32_t op_p; /* workers of the operator state, 0 none yet */
+    uint32_t op_p; /* workers of the operator state, 0 none */
     op_buf *op;    /* op_p x SHM_CATALOG_SIZE: worker w's entries of declared state d */
 };
 
@@ -81,12 +77,7 @@ STASH_API void stash_snapshot_writer_abort(stash_snapshot_writer *w)
     if (!w) return;
     stash_worker_close(w->w);
     ioe_engine_close(w->e);
-    char made[4200];
-    /* What a failed commit left: a savepoint it could not move into place. */
-    if (w->tmp[0] && snprintf(made, sizeof made, "%s/savepoint-%llu", w->tmp,
-                              (unsigned long long)w->id) < (int)sizeof made)
-        ckpt_remove_checkpoint(made);
-    if (w->tmp[0]) rmdir(w->tmp);
+    ckpt_dest_close(&w->dest, w->id);
     for (uint32_t i = 0; w->op && i < w->op_p * SHM_CATALOG_SIZE; i++) free(w->op[i].data);
     free(w->op);
     free(w->states);
@@ -117,18 +108,6 @@ static int open_heap(stash_snapshot_writer *w, const stash_snapshot_writer_opts 
     return rc;
 }
 
-/* Sets the operator state's parallelism, the first time. */
-static int op_parallelism(stash_snapshot_writer *w, uint32_t p)
-{
-    if (w->op_p && w->op_p != p)
-        return shm_fail(-EINVAL, "operator state of %u workers beside state of %u", p, w->op_p);
-    if (w->op_p || !p) return 0;
-    if (!(w->op = calloc((size_t)p * SHM_CATALOG_SIZE, sizeof *w->op)))
-        return shm_fail(-ENOMEM, "out of memory");
-    w->op_p = p;
-    return 0;
-}
-
 STASH_API int stash_snapshot_writer_open(const char *path, const stash_snapshot_writer_opts *opts,
                                          stash_snapshot_writer **out)
 {
@@ -138,27 +117,13 @@ STASH_API int stash_snapshot_writer_open(const char *path, const stash_snapshot_
     if (o.max_parallelism > STASH_MAX_MAX_PARALLELISM)
         return shm_fail(-EINVAL, "a savepoint of %u key groups: at most %u", o.max_parallelism,
                         STASH_MAX_MAX_PARALLELISM);
-    struct stat st;
-    if (stat(path, &st) == 0) return shm_fail(-EEXIST, "%s: exists already", path);
     stash_snapshot_writer *w = calloc(1, sizeof *w);
     if (!w) return shm_fail(-ENOMEM, "out of memory");
     w->id = o.id ? o.id : 1;
-    int rc = ckpt_path_of(w->path, "%s", path);
-    /* The directory it is written in: beside path, on its filesystem. */
-    char *parent = w->parent;
-    const char *slash = strrchr(path, '/');
-    const char *base = slash ? slash + 1 : path;
-    snprintf(parent, sizeof w->parent, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
-    if (slash == path) snprintf(parent, sizeof w->parent, "/");
-    if (rc == 0 && !*base) rc = shm_fail(-EINVAL, "%s: names no directory", path);
-    if (rc == 0 && (stat(parent, &st) < 0 || !S_ISDIR(st.st_mode)))
-        rc = shm_fail(-ENOENT, "%s: no directory %s to write it in", path, parent);
-    if (rc == 0) rc = ckpt_path_of(w->tmp, "%s/.%s.writing-%d", parent, base, (int)getpid());
-    if (rc == 0 && mkdir(w->tmp, 0700) < 0) {
-        rc = shm_fail(-errno, "%s: %s", w->tmp, strerror(errno));
-        w->tmp[0] = 0;
-    }
-    if (rc == 0) rc = op_parallelism(w, o.op_parallelism);
+    int rc = ckpt_dest_open(path, &w->dest);
+    w->op_p = o.op_parallelism;
+    if (rc == 0 && w->op_p && !(w->op = calloc((size_t)w->op_p * SHM_CATALOG_SIZE, sizeof *w->op)))
+        rc = shm_fail(-ENOMEM, "out of memory");
     if (rc == 0) rc = open_heap(w, &o);
     if (rc == 0) rc = ioe_engine_open(NULL, &w->e);
     if (rc == 0 && !(w->states = calloc(SHM_CATALOG_SIZE, sizeof *w->states)))
@@ -318,81 +283,6 @@ STASH_API int stash_snapshot_writer_op_put(stash_snapshot_writer *w, const stash
     return rc;
 }
 
-static uint32_t u32_of(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-/* The bytes of one state's entries in a blob at p (kind, n entries), or 0
- * if they run past end. */
-static size_t op_entries_bytes(const uint8_t *p, const uint8_t *end, uint16_t kind, uint32_t n)
-{
-    const uint8_t *q = p;
-    for (uint32_t i = 0; i < n; i++) {
-        size_t head = kind == STASH_OP_BROADCAST ? 8 : 4;
-        if ((size_t)(end - q) < head) return 0;
-        uint64_t len = u32_of(q) + (kind == STASH_OP_BROADCAST ? u32_of(q + 4) : 0);
-        if ((uint64_t)(end - q) - head < len) return 0;
-        q += head + len;
-    }
-    return (size_t)(q - p);
-}
-
-STASH_API int stash_snapshot_writer_operator_state(stash_snapshot_writer *w,
-                                                   const stash_snapshot *src, const char *from,
-                                                   const char *to)
-{
-    shm_clear_error();
-    if (!w || !src || !from || !to) return shm_refuse_null(__func__, "w, src, from or to");
-    const ckpt_view *v = ckpt_snapshot_view(src);
-    declared *d = declared_of(w, to);
-    if (!d) return shm_fail(STASH_ENOTFOUND, "state '%s' is not declared", to);
-    int src_id = -1;
-    for (uint32_t i = 0; i < v->nstates; i++) {
-        ckpt_state s = ckpt_view_state(v, i);
-        if (strcmp(s.name, from) != 0) continue;
-        if (s.kind != (uint16_t)d->kind)
-            return shm_fail(STASH_EKIND, "state '%s' is of kind %u, '%s' of kind %d", from, s.kind,
-                            to, (int)d->kind);
-        src_id = s.id;
-    }
-    if (src_id < 0) return shm_fail(STASH_ENOTFOUND, "%s: no state '%s'", v->meta_path, from);
-    if (!opstate_recorded(d->kind))
-        return shm_fail(STASH_EKIND, "'%s' is keyed state: its entries are put", to);
-    int rc = op_parallelism(w, v->op_parallelism);
-    if (rc) return rc;
-    for (uint32_t i = 0; i < v->op_parallelism; i++) {
-        const uint8_t *p = v->op_blobs[i].data, *end = p + v->op_blobs[i].len;
-        uint32_t count = v->op_blobs[i].len >= 4 ? u32_of(p) : 0;
-        p += v->op_blobs[i].len >= 4 ? 4 : 0;
-        for (uint32_t s = 0; s < count; s++) {
-            if (end - p < 8)
-                return shm_fail(STASH_ECORRUPT,
-                                "%s: worker %u's operator state is "
-                                "cut short",
-                                v->meta_path, i);
-            uint16_t id, kind;
-            memcpy(&id, p, 2);
-            memcpy(&kind, p + 2, 2);
-            uint32_t n = u32_of(p + 4);
-            size_t bytes = op_entries_bytes(p + 8, end, kind, n);
-            if (n && !bytes)
-                return shm_fail(STASH_ECORRUPT, "%s: worker %u's operator state is cut short",
-                                v->meta_path, i);
-            if (id == (uint16_t)src_id) {
-                op_buf *b = &w->op[i * SHM_CATALOG_SIZE + (uint32_t)(d - w->states)];
-                if (d->kind == STASH_TIMERS) b->len = b->n = 0;
-                if ((rc = op_append(b, p + 8, bytes)) < 0) return rc;
-                b->n += n;
-            }
-            p += 8 + bytes;
-        }
-    }
-    return 0;
-}
-
 /* Writes the arena's key groups and the operator state as savepoint id in
  * w->tmp. */
 static int write_savepoint(stash_snapshot_writer *w, ckpt_written *written)
@@ -430,7 +320,7 @@ static int write_savepoint(stash_snapshot_writer *w, ckpt_written *written)
     }
     if (rc == 0)
         rc = ckpt_write(a, pins,
-                        &(ckpt_opts){.dir = w->tmp,
+                        &(ckpt_opts){.dir = w->dest.tmp,
                                      .id = w->id,
                                      .savepoint = true,
                                      .engine = w->e,
@@ -452,17 +342,7 @@ STASH_API int stash_snapshot_writer_commit(stash_snapshot_writer *w, stash_snaps
     if (!w) return shm_refuse_null(__func__, "w");
     ckpt_written written = {0};
     int rc = write_savepoint(w, &written);
-    char made[4096];
-    if (rc == 0) rc = ckpt_path_of(made, "%s/savepoint-%llu", w->tmp, (unsigned long long)w->id);
-    if (rc == 0 && rename(made, w->path) < 0)
-        rc = shm_fail(-errno, "rename %s to %s: %s", made, w->path, strerror(errno));
-    if (rc == 0) {
-        /* The rename durable too. */
-        int fd = open(w->parent, O_RDONLY | O_DIRECTORY);
-        if (fd < 0 || fsync(fd) < 0)
-            rc = shm_fail(-errno, "fsync %s: %s", w->parent, strerror(errno));
-        if (fd >= 0) close(fd);
-    }
+    if (rc == 0) rc = ckpt_dest_place(&w->dest, w->id);
     if (rc == 0 && out) {
         stash_arena *a = stash_worker_arena(w->w);
         *out = (stash_snapshot_info){.id = w->id,

@@ -254,3 +254,24 @@ size_t list_keep_unexpired(const uint8_t *v, size_t len, uint64_t ttl_ms, uint64
     }
     return kept;
 }
+
+size_t list_bytes_retime(const uint8_t *v, size_t len, bool from_ttl, bool to_ttl, uint64_t now,
+                         uint8_t *out)
+{
+    size_t head = 4 + (from_ttl ? TTL_BYTES : 0), n = 0;
+    for (size_t off = 0; off + head <= len;) {
+        uint32_t el;
+        memcpy(&el, v + off, 4);
+        if (el > len - off - head) break;
+        memcpy(out + n, &el, 4);
+        n += 4;
+        if (to_ttl) {
+            state_ts_put(out + n, from_ttl ? state_ts_get(v + off + 4) : now);
+            n += TTL_BYTES;
+        }
+        memcpy(out + n, v + off + head, el);
+        n += el;
+        off += head + el;
+    }
+    return n;
+}

@@ -669,3 +669,31 @@ bool map_drop_expired(uint8_t *m, size_t len, uint64_t ttl_ms, uint64_t now)
     hdr_put(m, &h);
     return h.count > 0;
 }
+
+size_t map_bytes_retime(const uint8_t *v, size_t len, bool from_ttl, bool to_ttl, uint64_t now,
+                        uint8_t *out)
+{
+    map_hdr h = hdr_get(v);
+    uint32_t start = entries_start(h.nslots), end = start;
+    size_t extra = 8 + (from_ttl ? TTL_BYTES : 0);
+    memcpy(out, v, start);
+    for (uint32_t i = 0; i < h.nslots; i++) {
+        uint32_t off = slot_get(v, i);
+        if (off <= SLOT_GONE || off > len || len - off < extra) continue;
+        uint32_t klen = u32_at(v + off), vlen = u32_at(v + off + 4);
+        if ((uint64_t)klen + vlen > len - off - extra) continue;
+        slot_put(out, i, end);
+        memcpy(out + end, v + off, 8);
+        end += 8;
+        if (to_ttl) {
+            state_ts_put(out + end, from_ttl ? state_ts_get(v + off + 8) : now);
+            end += TTL_BYTES;
+        }
+        memcpy(out + end, v + off + extra, (size_t)klen + vlen);
+        end += klen + vlen;
+    }
+    h.end = end - start;
+    h.dead = 0;
+    hdr_put(out, &h);
+    return end;
+}

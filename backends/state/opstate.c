@@ -319,6 +319,37 @@ int opstate_remap(uint8_t *blob, size_t len, const uint16_t *ids, uint32_t nids,
     return len ? each_state(&r, remap_one, &m) : 0;
 }
 
+typedef struct keep_ctx {
+    const uint8_t *dropped; /* per state id: 1 if it goes */
+    op_buf *out;
+    uint32_t kept;
+} keep_ctx;
+
+static int keep_one(reader *r, uint16_t id, uint16_t kind, uint32_t n, void *ctx)
+{
+    keep_ctx *k = ctx;
+    size_t from = r->at - 8; /* the state's id, kind and count */
+    int rc = skip_entries(r, kind, n, NULL);
+    if (rc || k->dropped[id]) return rc;
+    k->kept++;
+    return put(k->out, r->p + from, r->at - from) < 0 ? shm_fail(-ENOMEM, "out of memory") : 0;
+}
+
+int opstate_drop(const uint8_t *blob, size_t len, const uint8_t *dropped, op_buf *out,
+                 const char *what)
+{
+    reader r = {blob, len, 0, what};
+    keep_ctx k = {dropped, out, 0};
+    out->len = 0;
+    if (!len) return 0;
+    int rc = put_u32(out, 0);
+    if (rc < 0) return shm_fail(-ENOMEM, "out of memory");
+    rc = each_state(&r, keep_one, &k);
+    if (rc == 0) memcpy(out->data, &k.kept, 4);
+    if (rc == 0 && !k.kept) out->len = 0;
+    return rc;
+}
+
 typedef struct gather_ctx {
     const stash_state *s;
     op_entries *into;

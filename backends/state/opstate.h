@@ -20,6 +20,11 @@ int opstate_encode(stash_worker *w, op_buf *out);
 /* Checks every byte of a blob and rewrites its state ids through ids (the
  * metadata's id -> the arena's; 0: unknown); what names the blob in errors. */
 int opstate_remap(uint8_t *blob, size_t len, const uint16_t *ids, uint32_t nids, const char *what);
+/* Copies a blob into out (replacing its contents) without the states
+ * dropped[id] names (a byte per possible id); out is empty if none is
+ * left. Checks every byte as opstate_remap does. */
+int opstate_drop(const uint8_t *blob, size_t len, const uint8_t *dropped, op_buf *out,
+                 const char *what);
 /* Sets s to its share of the blobs of p workers (redistributed if p is not
  * the worker's parallelism); with p 0, to nothing. */
 int opstate_load(stash_state *s, uint32_t p, const ckpt_blob *blobs);

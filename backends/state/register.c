@@ -12,14 +12,27 @@
 
 #define DEFAULT_CLEANUP_ENTRIES 5u
 
-static void options_bytes(const stash_state_desc *d, uint8_t out[32])
+void state_options_of_ttl(const stash_ttl *ttl, uint8_t out[32])
 {
     memset(out, 0, 32);
-    memcpy(out, &d->ttl.ttl_ms, sizeof d->ttl.ttl_ms);
-    out[8] = (uint8_t)d->ttl.update;
-    out[9] = (uint8_t)d->ttl.visibility;
-    out[STATE_OPT_CLEANUP_FULL_SNAPSHOT] = d->ttl.cleanup_full_snapshot != 0;
-    out[STATE_OPT_EVENT_TIME] = d->ttl.time == STASH_TTL_EVENT_TIME;
+    memcpy(out, &ttl->ttl_ms, sizeof ttl->ttl_ms);
+    out[8] = (uint8_t)ttl->update;
+    out[9] = (uint8_t)ttl->visibility;
+    out[STATE_OPT_CLEANUP_FULL_SNAPSHOT] = ttl->cleanup_full_snapshot != 0;
+    out[STATE_OPT_EVENT_TIME] = ttl->time == STASH_TTL_EVENT_TIME;
+}
+
+int state_ttl_check(const char *name, stash_kind kind, const stash_ttl *ttl)
+{
+    if (ttl->update > STASH_TTL_ON_READ_AND_WRITE ||
+        ttl->visibility > STASH_TTL_RETURN_EXPIRED_IF_NOT_CLEANED || ttl->update < 0 ||
+        ttl->visibility < 0 ||
+        (ttl->time != STASH_TTL_PROCESSING_TIME && ttl->time != STASH_TTL_EVENT_TIME))
+        return shm_fail(-EINVAL, "state '%s': bad TTL options", name);
+    if ((opstate_kind(kind) || kind == STASH_TIMERS) && ttl->ttl_ms)
+        return shm_fail(-EINVAL, "%s '%s' takes no TTL",
+                        kind == STASH_TIMERS ? "timer service" : "operator state", name);
+    return 0;
 }
 
 void state_ttl_of_options(const uint8_t options[32], stash_ttl *out)
@@ -59,14 +72,7 @@ static int check_desc(const stash_state_desc *d)
         (!d->aggregate || !d->aggregate->create || !d->aggregate->add || !d->aggregate->result))
         return shm_fail(-EINVAL, "aggregating state '%s' needs create, add and result functions",
                         d->name);
-    if (d->ttl.update > STASH_TTL_ON_READ_AND_WRITE ||
-        d->ttl.visibility > STASH_TTL_RETURN_EXPIRED_IF_NOT_CLEANED || d->ttl.update < 0 ||
-        d->ttl.visibility < 0 ||
-        (d->ttl.time != STASH_TTL_PROCESSING_TIME && d->ttl.time != STASH_TTL_EVENT_TIME))
-        return shm_fail(-EINVAL, "state '%s': bad TTL options", d->name);
-    if (opstate_kind(d->kind) && d->ttl.ttl_ms)
-        return shm_fail(-EINVAL, "operator state '%s' takes no TTL", d->name);
-    return 0;
+    return state_ttl_check(d->name, d->kind, &d->ttl);
 }
 
 /* The worker's handle on the state desc names, registered if need be. */
@@ -86,7 +92,7 @@ static int get_state(stash_worker *worker, const stash_state_desc *desc, stash_s
         return 0;
     }
     uint8_t options[32];
-    options_bytes(desc, options);
+    state_options_of_ttl(&desc->ttl, options);
     int id;
     if (worker->reader && opstate_recorded(desc->kind))
         return shm_fail(-EINVAL, "state '%s': a reader has no %s", desc->name,

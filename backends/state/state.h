@@ -177,6 +177,11 @@ int state_put_raw(stash_state *s, const void *value, size_t len);
 
 /* The TTL a state's options (catalog or checkpoint metadata) describe (register.c). */
 void state_ttl_of_options(const uint8_t options[32], stash_ttl *out);
+/* The inverse: a TTL setting as the catalog's and the metadata's options. */
+void state_options_of_ttl(const stash_ttl *ttl, uint8_t out[32]);
+/* Whether ttl is a setting state name of kind may have (no TTL for
+ * operator state or timers). Returns 0 or -EINVAL naming the state. */
+int state_ttl_check(const char *name, stash_kind kind, const stash_ttl *ttl);
 
 static inline bool state_has_ttl(const stash_state *s)
 {
@@ -422,6 +427,16 @@ typedef int state_item_fn(void *ctx, uint32_t i, const stash_bytes *key, const s
  * returns it, else 0. */
 int list_bytes_each(const uint8_t *v, size_t len, bool ttl, state_item_fn *fn, void *ctx);
 int map_bytes_each(const uint8_t *v, size_t len, bool ttl, state_item_fn *fn, void *ctx);
+
+/* A well-formed stored list or map rewritten into out for a state whose
+ * TTL is switched on or off: every element or entry given a timestamp (its
+ * own if it had one, else now) if to_ttl, none if not; a map keeps its
+ * slots and loses its dead bytes. out has room for 3 * len bytes; returns
+ * the bytes written. */
+size_t list_bytes_retime(const uint8_t *v, size_t len, bool from_ttl, bool to_ttl, uint64_t now,
+                         uint8_t *out);
+size_t map_bytes_retime(const uint8_t *v, size_t len, bool from_ttl, bool to_ttl, uint64_t now,
+                        uint8_t *out);
 
 /* Timers (timers.c): a timer is a record of its service's state (kind
  * STASH_TIMERS) under the timer's key, its namespace the domain (1 byte)

@@ -18,7 +18,7 @@ from collections import namedtuple
 __all__ = [
     "StashError", "NotFound", "Stale", "Arena", "Worker", "Reader", "Service",
     "View", "Batch", "Timers", "Event", "as_int", "as_str", "to_bytes",
-    "key_group", "kg_range", "version", "strerror",
+    "key_group", "kg_range", "version", "strerror", "Snapshot", "SnapshotWriter", "Entry",
 ]
 
 # ---- the library --------------------------------------------------------
@@ -199,6 +199,44 @@ class _Timer(ctypes.Structure):
 
 _TIMER_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_Timer), ctypes.c_void_p)
 
+
+class _SnapshotInfo(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_uint64), ("created_ns", ctypes.c_uint64),
+                ("base_id", ctypes.c_uint64), ("max_parallelism", ctypes.c_uint32),
+                ("nstates", ctypes.c_uint32), ("op_parallelism", ctypes.c_uint32),
+                ("data_bytes", ctypes.c_uint64)]
+
+
+class _SnapshotEntry(ctypes.Structure):
+    _fields_ = [("kg", ctypes.c_uint32), ("state", ctypes.c_char_p), ("kind", ctypes.c_int),
+                ("key", _Bytes), ("ns", _Bytes), ("map_key", _Bytes), ("value", _Bytes),
+                ("index", ctypes.c_uint32), ("ttl_ms", ctypes.c_uint64),
+                ("domain", ctypes.c_int), ("timestamp", ctypes.c_uint64),
+                ("worker", ctypes.c_uint32)]
+
+
+_SNAPSHOT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_SnapshotEntry))
+
+
+class _SnapshotChange(ctypes.Structure):
+    _fields_ = [("state", ctypes.c_char_p), ("drop", ctypes.c_int), ("rename", ctypes.c_char_p),
+                ("set_ttl", ctypes.c_int), ("ttl", _Ttl)]
+
+
+_PROGRESS = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32)
+
+
+class _RewriteOpts(ctypes.Structure):
+    _fields_ = [("max_parallelism", ctypes.c_uint32), ("id", ctypes.c_uint64),
+                ("changes", ctypes.POINTER(_SnapshotChange)), ("nchanges", ctypes.c_uint32),
+                ("progress", _PROGRESS), ("progress_ctx", ctypes.c_void_p)]
+
+
+class _WriterOpts(ctypes.Structure):
+    _fields_ = [("max_parallelism", ctypes.c_uint32), ("size", ctypes.c_uint64),
+                ("id", ctypes.c_uint64), ("op_parallelism", ctypes.c_uint32)]
+
+
 _vp, _cp, _sz, _int = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int
 _u32, _u64 = ctypes.c_uint32, ctypes.c_uint64
 _SIGNATURES = {
@@ -275,6 +313,22 @@ _SIGNATURES = {
     "stash_service_request_stop": (_int, [_vp, _u64]),
     "stash_service_info_get": (_int, [_vp, ctypes.POINTER(_ServiceInfo)]),
     "stash_op_counts_get": (_int, [_vp, _u32, ctypes.POINTER(_OpCounts)]),
+    "stash_snapshot_open": (_int, [_cp, ctypes.POINTER(_vp)]),
+    "stash_snapshot_close": (None, [_vp]),
+    "stash_snapshot_info_get": (_int, [_vp, ctypes.POINTER(_SnapshotInfo)]),
+    "stash_snapshot_state": (_int, [_vp, _u32, ctypes.POINTER(_StateDesc)]),
+    "stash_snapshot_scan": (_int, [_vp, _KgRange, _SNAPSHOT_FN, _vp]),
+    "stash_snapshot_op_scan": (_int, [_vp, _SNAPSHOT_FN, _vp]),
+    "stash_snapshot_rewrite": (_int, [_vp, _cp, ctypes.POINTER(_RewriteOpts),
+                                      ctypes.POINTER(_SnapshotInfo)]),
+    "stash_snapshot_writer_open": (_int, [_cp, ctypes.POINTER(_WriterOpts),
+                                          ctypes.POINTER(_vp)]),
+    "stash_snapshot_writer_state": (_int, [_vp, ctypes.POINTER(_StateDesc)]),
+    "stash_snapshot_writer_put": (_int, [_vp, ctypes.POINTER(_SnapshotEntry)]),
+    "stash_snapshot_writer_delete": (_int, [_vp, ctypes.POINTER(_SnapshotEntry)]),
+    "stash_snapshot_writer_op_put": (_int, [_vp, ctypes.POINTER(_SnapshotEntry)]),
+    "stash_snapshot_writer_commit": (_int, [_vp, ctypes.POINTER(_SnapshotInfo)]),
+    "stash_snapshot_writer_abort": (None, [_vp]),
 }
 for _name, (_res, _args) in _SIGNATURES.items():
     _fn = getattr(_lib, _name)
@@ -1255,3 +1309,206 @@ class Timers:
         while _check(_lib.stash_timers_next(ctypes.byref(it), ctypes.byref(t)), self.name) == 1:
             out.append(Timer(t.domain, t.timestamp, _copy(t.key), _copy(t.ns)))
         return out
+
+
+# ---- snapshots offline --------------------------------------------------
+
+Entry = namedtuple("Entry", "kg state kind key ns map_key value index ttl_ms domain timestamp "
+                            "worker")
+Entry.__doc__ = """One entry of a snapshot: a value (or accumulator), a list element
+(index), a map entry (map_key), a timer (domain, timestamp), or an
+operator-state entry of a worker; ttl_ms is when a TTL state's entry was
+written (0 without TTL)."""
+
+
+def _entry(e):
+    return Entry(e.kg, e.state.decode(), e.kind, _copy(e.key), _copy(e.ns), _copy(e.map_key),
+                 _copy(e.value), e.index, e.ttl_ms, e.domain, e.timestamp, e.worker)
+
+
+def _snapshot_info(i):
+    return {"id": i.id, "created_ns": i.created_ns, "base_id": i.base_id,
+            "max_parallelism": i.max_parallelism, "states": i.nstates,
+            "op_parallelism": i.op_parallelism, "data_bytes": i.data_bytes}
+
+
+def _ttl_of(ttl_ms, update, visibility):
+    t = _Ttl()
+    t.ttl_ms, t.update, t.visibility = ttl_ms, update, visibility
+    return t
+
+
+class Snapshot:
+    """A checkpoint or savepoint directory read offline, without an arena
+    (Flink's State Processor API reading a savepoint): its states, its
+    keyed entries decoded and its operator state; rewrite() writes it anew
+    with changes."""
+
+    def __init__(self, path):
+        h = ctypes.c_void_p()
+        _check(_lib.stash_snapshot_open(os.fsencode(path), ctypes.byref(h)), str(path))
+        self._h, self.path = h, str(path)
+
+    def close(self):
+        if self._h:
+            _lib.stash_snapshot_close(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _live(self):
+        if not self._h:
+            raise StashError(-22, "the snapshot is closed", "Snapshot")
+        return self._h
+
+    def info(self):
+        i = _SnapshotInfo()
+        _check(_lib.stash_snapshot_info_get(self._live(), ctypes.byref(i)), "info")
+        return _snapshot_info(i)
+
+    def states(self):
+        """Each state: name, kind and TTL setting."""
+        out = []
+        for i in range(self.info()["states"]):
+            d = _StateDesc()
+            _check(_lib.stash_snapshot_state(self._live(), i, ctypes.byref(d)), "states")
+            out.append({"name": d.name.decode(), "kind": d.kind, "ttl_ms": d.ttl.ttl_ms,
+                        "ttl_update": d.ttl.update, "ttl_visibility": d.ttl.visibility})
+        return out
+
+    def _collect(self, scan):
+        got = []
+
+        def take(ctx, e):
+            got.append(_entry(e.contents))
+            return 0
+        _check(scan(_SNAPSHOT_FN(take)), "scan")
+        return got
+
+    def entries(self, first=0, last=None):
+        """The keyed entries of key groups first..last (all by default), as
+        of the snapshot, one key group's at a time."""
+        if last is None:
+            last = self.info()["max_parallelism"] - 1
+        for kg in range(first, last + 1):
+            yield from self._collect(lambda fn, kg=kg: _lib.stash_snapshot_scan(
+                self._live(), _KgRange(kg, kg), fn, None))
+
+    def operator_state(self):
+        """Every operator-state entry, worker by worker."""
+        return self._collect(lambda fn: _lib.stash_snapshot_op_scan(self._live(), fn, None))
+
+    def rewrite(self, path, max_parallelism=0, id=0, drop=(), rename=None, ttl=None):
+        """Writes the snapshot anew as a savepoint at path: states in drop
+        left out, rename {old: new}, ttl {state: ms, 0 for none}, every entry
+        re-hashed into max_parallelism key groups if given. Returns what was
+        written."""
+        rename, ttl = rename or {}, ttl or {}
+        current = {s["name"]: s for s in self.states()}
+        changes, keep = [], []
+        for name in drop:
+            changes.append((name, 1, None, 0, None))
+        for old, new in rename.items():
+            changes.append((old, 0, new, 0, None))
+        for name, ms in ttl.items():
+            s = current.get(name, {})
+            changes.append((name, 0, None, 1, _ttl_of(ms, s.get("ttl_update", 0),
+                                                      s.get("ttl_visibility", 0))))
+        arr = (_SnapshotChange * max(len(changes), 1))()
+        for i, (name, dropped, new, set_ttl, t) in enumerate(changes):
+            keep.extend([name.encode(), new.encode() if new else None])
+            arr[i].state, arr[i].drop, arr[i].set_ttl = keep[-2], dropped, set_ttl
+            arr[i].rename = keep[-1]
+            if t is not None:
+                arr[i].ttl = t
+        o = _RewriteOpts()
+        o.max_parallelism, o.id, o.nchanges = max_parallelism, id, len(changes)
+        o.changes = ctypes.cast(arr, ctypes.POINTER(_SnapshotChange))
+        i = _SnapshotInfo()
+        _check(_lib.stash_snapshot_rewrite(self._live(), os.fsencode(path), ctypes.byref(o),
+                                           ctypes.byref(i)), str(path))
+        return _snapshot_info(i)
+
+
+class SnapshotWriter:
+    """A savepoint written offline (bootstrap): declare states, put entries,
+    commit. Used with `with`, it commits when the block ends and aborts if
+    it raised; path holds a whole savepoint or nothing."""
+
+    def __init__(self, path, max_parallelism=0, size=0, id=0, op_parallelism=0):
+        o = _WriterOpts(max_parallelism, size, id, op_parallelism)
+        h = ctypes.c_void_p()
+        _check(_lib.stash_snapshot_writer_open(os.fsencode(path), ctypes.byref(o),
+                                               ctypes.byref(h)), str(path))
+        self._h, self.path = h, str(path)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if not self._h:
+            return
+        if kind is None:
+            self.commit()
+        else:
+            self.abort()
+
+    def _live(self):
+        if not self._h:
+            raise StashError(-22, "the writer has ended", "SnapshotWriter")
+        return self._h
+
+    def state(self, name, kind=VALUE, ttl_ms=0, ttl_update=TTL_ON_CREATE_AND_WRITE,
+              ttl_visibility=TTL_NEVER_RETURN_EXPIRED):
+        """Declares a state (TIMERS: a timer service)."""
+        d = _StateDesc()
+        d.name, d.kind = name.encode(), kind
+        d.ttl = _ttl_of(ttl_ms, ttl_update, ttl_visibility)
+        _check(_lib.stash_snapshot_writer_state(self._live(), ctypes.byref(d)), name)
+
+    def _entry(self, state, key=b"", value=b"", ns=b"", map_key=b"", ttl_ms=0,
+               domain=EVENT_TIME, timestamp=0, worker=0):
+        e, keep = _SnapshotEntry(), []
+        e.state = state.encode()
+        for field, x in (("key", key), ("value", value), ("ns", ns), ("map_key", map_key)):
+            b = to_bytes(x)
+            keep.append(b)
+            setattr(e, field, _Bytes(ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p), len(b)))
+        e.ttl_ms, e.domain, e.timestamp, e.worker = ttl_ms, domain, timestamp, worker
+        return e, keep
+
+    def put(self, state, key, value=b"", ns=b"", map_key=b"", ttl_ms=0, domain=EVENT_TIME,
+            timestamp=0):
+        """A value (replacing one), a list element appended, a map entry
+        (map_key), or a timer (domain, timestamp); a TTL state's entry keeps
+        ttl_ms as when it was written (0: now)."""
+        e, keep = self._entry(state, key, value, ns, map_key, ttl_ms, domain, timestamp)
+        _check(_lib.stash_snapshot_writer_put(self._live(), ctypes.byref(e)), state)
+
+    def delete(self, state, key, ns=b"", map_key=b"", domain=EVENT_TIME, timestamp=0):
+        """Removes a value, a whole list, a map entry (the map without
+        map_key) or a timer."""
+        e, keep = self._entry(state, key, b"", ns, map_key, 0, domain, timestamp)
+        _check(_lib.stash_snapshot_writer_delete(self._live(), ctypes.byref(e)), state)
+
+    def op_put(self, state, worker, value=b"", map_key=b"", timestamp=0):
+        """An operator-state entry of a worker: a list element, a broadcast
+        entry (map_key), or a timer service's watermark (timestamp)."""
+        e, keep = self._entry(state, b"", value, b"", map_key, 0, EVENT_TIME, timestamp, worker)
+        _check(_lib.stash_snapshot_writer_op_put(self._live(), ctypes.byref(e)), state)
+
+    def commit(self):
+        """Writes and commits the savepoint; returns what was written."""
+        i = _SnapshotInfo()
+        h, self._h = self._live(), None
+        _check(_lib.stash_snapshot_writer_commit(h, ctypes.byref(i)), self.path)
+        return _snapshot_info(i)
+
+    def abort(self):
+        if self._h:
+            _lib.stash_snapshot_writer_abort(self._h)
+            self._h = None

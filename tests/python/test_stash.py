@@ -382,6 +382,108 @@ class Control(Job):
         self.assertTrue(stash.version().count(".") == 2)
 
 
+class Snapshots(Job):
+    """A checkpoint read, rewritten and bootstrapped offline."""
+
+    def checkpoint(self):
+        self.service()
+        w = self.worker()
+        v, lst, m = w.state("v"), w.state("l", stash.LIST), w.state("m", stash.MAP)
+        w.state("offsets", stash.OP_LIST).add(b"offset-7")
+        for k in range(40):
+            w.key(k)
+            v.put(k * 3)
+        w.key(1)
+        lst.add(b"a")
+        lst.add(b"bb")
+        m.put(b"k", b"val")
+        info, _ = self.checkpoint_at_barriers([w])
+        return info["detail"]
+
+    def test_entries_states_and_operator_state_are_read(self):
+        path = self.checkpoint()
+        with stash.Snapshot(path) as snap:
+            self.assertEqual(snap.info()["max_parallelism"], 16)
+            kinds = {s["name"]: s["kind"] for s in snap.states()}
+            self.assertEqual(kinds, {"v": stash.VALUE, "l": stash.LIST, "m": stash.MAP,
+                                     "offsets": stash.OP_LIST})
+            entries = list(snap.entries())
+            values = {u64(e.key): u64(e.value) for e in entries if e.state == "v"}
+            self.assertEqual(values, {k: 3 * k for k in range(40)})
+            for e in entries:
+                self.assertEqual(e.kg, stash.key_group(e.key, 16))
+            self.assertEqual(sorted((e.index, e.value) for e in entries if e.state == "l"),
+                             [(0, b"a"), (1, b"bb")])
+            self.assertEqual([(e.map_key, e.value) for e in entries if e.state == "m"],
+                             [(b"k", b"val")])
+            ops = snap.operator_state()
+            self.assertEqual([(e.state, e.worker, e.value) for e in ops],
+                             [("offsets", 0, b"offset-7")])
+            self.assertEqual(len(list(snap.entries(0, 0))),
+                             sum(1 for e in entries if e.kg == 0))
+        with self.assertRaises(stash.StashError) as caught:
+            stash.Snapshot(os.path.join(self.dir, "nosuch"))
+        self.assertIn("nosuch", str(caught.exception))
+
+    def test_a_rewrite_drops_renames_sets_a_ttl_and_rehashes(self):
+        path = self.checkpoint()
+        to = os.path.join(self.dir, "rewritten")
+        with stash.Snapshot(path) as snap:
+            out = snap.rewrite(to, max_parallelism=48, drop=["m"], rename={"v": "w"},
+                               ttl={"l": 60000})
+        self.assertEqual((out["max_parallelism"], out["states"]), (48, 3))
+        with stash.Snapshot(to) as snap:
+            states = {s["name"]: s for s in snap.states()}
+            self.assertEqual(sorted(states), ["l", "offsets", "w"])
+            self.assertEqual(states["l"]["ttl_ms"], 60000)
+            entries = list(snap.entries())
+            self.assertEqual(sum(1 for e in entries if e.state == "w"), 40)
+            for e in entries:
+                self.assertEqual(e.kg, stash.key_group(e.key, 48))
+            self.assertTrue(all(e.ttl_ms > 0 for e in entries if e.state == "l"))
+            with self.assertRaises(stash.NotFound):
+                snap.rewrite(os.path.join(self.dir, "other"), drop=["nosuch"])
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "other")))
+
+    def test_a_bootstrapped_savepoint_starts_a_job(self):
+        to = os.path.join(self.dir, "boot")
+        with stash.SnapshotWriter(to, max_parallelism=16, id=3, op_parallelism=1) as sw:
+            sw.state("count")
+            sw.state("seen", stash.LIST)
+            sw.state("offsets", stash.OP_LIST)
+            for k in range(25):
+                sw.put("count", k, k + 100)
+            sw.put("seen", 2, b"x")
+            sw.put("seen", 2, b"y")
+            sw.delete("count", 24)
+            sw.op_put("offsets", 0, b"o-1")
+        with self.assertRaises(ValueError):
+            with stash.SnapshotWriter(os.path.join(self.dir, "aborted")) as sw:
+                sw.state("count")
+                raise ValueError("the job changed its mind")
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "aborted")))
+        name = self.name + "-boot"
+        svc = stash.Service(name, dir=os.path.join(self.dir, "boot-chk"), restore=to,
+                            backend=BACKEND, lmdb_dir=self.lmdb_dir and self.lmdb_dir + "-boot")
+        try:
+            w = stash.Worker(name)
+            try:
+                count = w.state("count")
+                for k in range(24):
+                    w.key(k)
+                    self.assertEqual(u64(count.get()), k + 100)
+                w.key(24)
+                self.assertIsNone(count.get())
+                w.key(2)
+                self.assertEqual(w.state("seen", stash.LIST).get(), [b"x", b"y"])
+                self.assertEqual(w.state("offsets", stash.OP_LIST).get(), [b"o-1"])
+            finally:
+                w.close()
+        finally:
+            svc.stop()
+            stash.Arena.destroy(name)
+
+
 class Processes(Job):
     def test_a_python_worker_and_a_c_worker_in_one_job_and_a_python_reader_watching(self):
         if not C_WORKER:

@@ -230,46 +230,21 @@ static int bandwidth_cases(ckb *b)
 
 /* ---- a savepoint rewritten offline, beside fio ------------------------------- */
 
-/* Puts every entry but those of state "dropped" into the writer. */
-static int keep_entry(void *ctx, const stash_snapshot_entry *e)
-{
-    return strcmp(e->state, "dropped") == 0 ? 0 : stash_snapshot_writer_put(ctx, e);
-}
-
-/* One rewrite of src into dst with state "dropped" left out: read, check,
- * decode, rebuild and write. */
+/* One rewrite of src into dst with state "dropped" left out, as stash
+ * snapshot rewrite --drop-state does it: open and check, then copy. */
 static int rewrite_once(const char *src, const char *dst, uint64_t *dst_bytes)
 {
     stash_snapshot *snap;
     int rc = stash_snapshot_open(src, &snap);
     if (rc) return rc;
-    stash_snapshot_info info;
-    stash_snapshot_info_get(snap, &info);
-    stash_snapshot_writer *w;
-    rc = stash_snapshot_writer_open(
-        dst,
-        &(stash_snapshot_writer_opts){.max_parallelism = info.max_parallelism,
-                                      .size = (64ull << 20) + 4 * info.data_bytes,
-                                      .id = info.id},
-        &w);
-    if (rc == 0)
-        rc = stash_snapshot_writer_state(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE});
-    if (rc == 0)
-        rc =
-            stash_snapshot_scan(snap, (stash_kg_range){0, info.max_parallelism - 1}, keep_entry, w);
+    stash_snapshot_info out;
+    rc = stash_snapshot_rewrite(
+        snap, dst,
+        &(stash_snapshot_rewrite_opts){
+            .changes = &(stash_snapshot_change){.state = "dropped", .drop = 1}, .nchanges = 1},
+        &out);
     stash_snapshot_close(snap);
-    if (rc) {
-        stash_snapshot_writer_abort(w);
-        return rc;
-    }
-    rc = stash_snapshot_writer_commit(w, NULL);
-    stash_snapshot *out;
-    if (rc == 0 && (rc = stash_snapshot_open(dst, &out)) == 0) {
-        stash_snapshot_info oi;
-        stash_snapshot_info_get(out, &oi);
-        *dst_bytes = oi.data_bytes;
-        stash_snapshot_close(out);
-    }
+    if (rc == 0) *dst_bytes = out.data_bytes;
     return rc;
 }
 
