@@ -1,12 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * fuzz_seed.c: stash-fuzz-seed DIR writes the fuzz targets' seed corpus into
- * DIR/checkpoint and DIR/block: real checkpoints, packed as fuzz_common.h
- * says, of every state kind (with TTL, namespaces and operator state), full
- * and LZ4-compressed, an incremental chain with deletions, each also with
- * its metadata to be sealed again, and the first block of each data file.
+ * DIR/checkpoint, DIR/block and DIR/load: real checkpoints, packed as
+ * fuzz_common.h says, of every state kind (with TTL, namespaces and
+ * operator state), full and LZ4-compressed, an incremental chain with
+ * deletions, each also with its metadata to be sealed again, the first
+ * block of each data file, and each checkpoint dumped as JSON lines in
+ * every format (after the byte that picks it).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,6 +168,32 @@ static void checkpoint(const char *name)
     stash_arena_close(a);
 }
 
+int tool_snapshot(int argc, char **argv);
+
+/* `stash snapshot dump` of checkpoint id of dir in each format, into
+ * OUT/load/TAG-FORMAT after the byte fuzz_load reads the format from. */
+static void dump_seeds(const char *out, const char *dir, uint64_t id, const char *tag)
+{
+    static const char *const formats[] = {"text", "hex", "base64"};
+    char chk[512], path[512];
+    snprintf(chk, sizeof chk, "%s/chk-%llu", dir, (unsigned long long)id);
+    for (uint8_t f = 0; f < 3; f++) {
+        snprintf(path, sizeof path, "%s/load/%s-%s", out, tag, formats[f]);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || write(fd, &f, 1) != 1) die(path, -errno);
+        fflush(stdout);
+        int saved = dup(1);
+        dup2(fd, 1);
+        int rc = tool_snapshot(
+            5, (char *[]){"snapshot", "dump", chk, "--format", (char *)formats[f], NULL});
+        fflush(stdout);
+        dup2(saved, 1);
+        close(saved);
+        close(fd);
+        if (rc) die(path, -EIO);
+    }
+}
+
 static void run(const char *out, const char *tag, int incremental, int lz4)
 {
     char name[64], dir[256];
@@ -192,6 +221,7 @@ static void run(const char *out, const char *tag, int incremental, int lz4)
     stash_service_stop(s);
     stash_arena_destroy(name, NULL);
     pack(out, dir, incremental ? 2 : 1, incremental ? 2 : 0, tag);
+    if (!lz4) dump_seeds(out, dir, incremental ? 2 : 1, tag); /* compressed: the same lines */
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) die(cmd, -EIO);
@@ -202,7 +232,7 @@ int main(int argc, char **argv)
     if (argc != 2 || !strcmp(argv[1], "--help")) {
         fprintf(argc == 2 ? stdout : stderr,
                 "usage: stash-fuzz-seed DIR\nWrites the fuzz targets' seed corpus into "
-                "DIR/checkpoint and DIR/block.\n");
+                "DIR/checkpoint, DIR/block and DIR/load.\n");
         return argc == 2 ? 0 : 2;
     }
     char sub[512];
@@ -210,6 +240,8 @@ int main(int argc, char **argv)
     snprintf(sub, sizeof sub, "%s/checkpoint", argv[1]);
     mkdir(sub, 0755);
     snprintf(sub, sizeof sub, "%s/block", argv[1]);
+    mkdir(sub, 0755);
+    snprintf(sub, sizeof sub, "%s/load", argv[1]);
     mkdir(sub, 0755);
     run(argv[1], "full", 0, 0);
     run(argv[1], "full-lz4", 0, 1);
