@@ -540,6 +540,12 @@ int64_t ckpt_walk_range_split(const ckpt_view *v, stash_kg_range range, bool che
     return lo + hi.n;
 }
 
+int64_t ckpt_view_walk_checked(const ckpt_view *v, stash_kg_range range, snap_record_fn *fn,
+                               void *ctx)
+{
+    return walk_range(v, range, true, fn, NULL, ctx);
+}
+
 int64_t ckpt_view_walk(const ckpt_view *v, stash_kg_range range, snap_record_fn *fn, void *ctx)
 {
     return fn ? walk_range(v, range, false, fn, NULL, ctx)

@@ -107,6 +107,10 @@ ckpt_state ckpt_view_state(const ckpt_view *v, uint32_t i);
  * metadata, its value well formed for the state's kind. Returns the records,
  * or the first error with file and offset. */
 int64_t ckpt_view_walk(const ckpt_view *v, stash_kg_range range, snap_record_fn *fn, void *ctx);
+/* As ckpt_view_walk() with fn, over a view this process has walked whole
+ * already: every check but the payloads' checksums, which passed. */
+int64_t ckpt_view_walk_checked(const ckpt_view *v, stash_kg_range range, snap_record_fn *fn,
+                               void *ctx);
 /* As ckpt_view_walk() with fn, giving each entry once as of the checkpoint:
  * an incremental checkpoint's newest record of it, none for an entry its
  * chain deleted (what dump and diff show). */

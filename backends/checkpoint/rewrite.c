@@ -222,8 +222,9 @@ STASH_API int stash_snapshot_rewrite(stash_snapshot *snap, const char *path,
         *rw = (rewrite){.v = v,
                         .maxp = o.max_parallelism ? o.max_parallelism : v->max_parallelism,
                         .now = wall_ms(),
-                        /* A full file holds each entry once: no chain to resolve. */
-                        .walk = v->nfiles == 1 ? ckpt_view_walk : ckpt_view_walk_latest,
+                        /* A full file holds each entry once: no chain to
+                         * resolve, and its blocks were checked at the open. */
+                        .walk = v->nfiles == 1 ? ckpt_view_walk_checked : ckpt_view_walk_latest,
                         .progress = o.progress,
                         .progress_ctx = o.progress_ctx};
         rc = plan(rw, &o, states, &kept);
