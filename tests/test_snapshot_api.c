@@ -6,6 +6,7 @@
  * run on; damage and bad arguments refused, naming what is wrong.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -784,4 +785,35 @@ Test(snapshot_api, an_incremental_checkpoint_is_rewritten_as_of_its_chain)
     cr_assert_eq(stash_snapshot_scan(snap, (stash_kg_range){0, MAXP - 1}, count_v, &n), 0);
     stash_snapshot_close(snap);
     cr_assert_eq(n, KEYS - KEYS / 5, "every entry as of the chain, the removed ones gone");
+}
+
+/* Whether dir holds an entry whose name starts with prefix. */
+static bool left_in_dir(const char *prefix)
+{
+    DIR *d = opendir(dir);
+    bool found = false;
+    for (struct dirent *e; d && (e = readdir(d));)
+        found |= strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    if (d) closedir(d);
+    return found;
+}
+
+Test(snapshot_api, a_rewrite_that_cannot_write_or_sync_leaves_nothing)
+{
+    const char *faults[] = {"write:2:ENOSPC", "fsync:1:EIO", "fsync:2:EIO"};
+    const int codes[] = {-ENOSPC, -EIO, -EIO};
+    for (int i = 0; i < 3; i++) {
+        char to[300];
+        snprintf(to, sizeof to, "%s/sp-faulty", dir);
+        stash_snapshot *snap;
+        cr_assert_eq(stash_snapshot_open(chk, &snap), 0, "%s", stash_errmsg());
+        setenv("STASH_IO_FAULT", faults[i], 1);
+        int rc = stash_snapshot_rewrite(snap, to, NULL, NULL);
+        unsetenv("STASH_IO_FAULT");
+        stash_snapshot_close(snap);
+        cr_assert_eq(rc, codes[i], "%s: %d %s", faults[i], rc, stash_errmsg());
+        cr_assert(strstr(stash_errmsg(), dir), "%s: names the file: %s", faults[i], stash_errmsg());
+        cr_assert_eq(access(to, F_OK), -1, "%s: %s written", faults[i], to);
+        cr_assert(!left_in_dir(".sp-faulty"), "%s: the directory beside it is gone", faults[i]);
+    }
 }
