@@ -281,6 +281,32 @@ static seen scan_all(const char *path, uint32_t n)
     return s;
 }
 
+/* A job started from the savepoint at sp, on the backend of the tests: its
+ * arena's name (the fixture's and suffix) in job. */
+typedef struct restored {
+    char job[128];
+    stash_arena_opts ao;
+    stash_service *svc;
+} restored;
+
+static void restore_job(restored *r, const char *sp, const char *suffix)
+{
+    char sdir[300];
+    snprintf(r->job, sizeof r->job, "%s-%s", name, suffix);
+    snprintf(sdir, sizeof sdir, "%s/%s-svc", dir, suffix);
+    r->ao = (stash_arena_opts){.backend = test_backend()};
+    cr_assert_eq(
+        stash_service_start(
+            r->job, &(stash_service_opts){.dir = sdir, .restore = sp, .arena = &r->ao}, &r->svc),
+        0, "%s", stash_errmsg());
+}
+
+static void end_job(restored *r)
+{
+    stash_service_stop(r->svc);
+    stash_arena_destroy(r->job, &r->ao);
+}
+
 Test(snapshot_api, rewrite_moves_every_key_to_its_key_group_at_another_max_parallelism)
 {
     char to256[300], to96[300], args[1024];
@@ -305,16 +331,9 @@ Test(snapshot_api, rewrite_moves_every_key_to_its_key_group_at_another_max_paral
     cr_assert_eq(s.timers, 1);
     cr_assert_eq(s.timer_ts, 1234);
     /* It restores, at another parallelism, with its operator state. */
-    char name2[128];
-    snprintf(name2, sizeof name2, "%s-restored", name);
-    stash_arena_opts ao = {.backend = test_backend()};
-    stash_service *svc;
-    char sdir[300];
-    snprintf(sdir, sizeof sdir, "%s/svc", dir);
-    cr_assert_eq(
-        stash_service_start(
-            name2, &(stash_service_opts){.dir = sdir, .restore = to96, .arena = &ao}, &svc),
-        0, "%s", stash_errmsg());
+    restored r;
+    restore_job(&r, to96, "restored");
+    const char *name2 = r.job;
     stash_worker *w;
     cr_assert_eq(stash_worker_open(name2, &(stash_worker_opts){.index = 1, .parallelism = 2}, &w),
                  0, "%s", stash_errmsg());
@@ -354,8 +373,7 @@ Test(snapshot_api, rewrite_moves_every_key_to_its_key_group_at_another_max_paral
     const stash_bytes *one = n ? &el[0] : &el0[0];
     cr_assert(one->len == 9 && memcmp(one->data, "offset-42", 9) == 0);
     stash_worker_close(w0);
-    stash_service_stop(svc);
-    stash_arena_destroy(name2, &ao);
+    end_job(&r);
 }
 
 Test(snapshot_api, rewrite_drops_renames_and_sets_ttl)
@@ -443,14 +461,9 @@ Test(snapshot_api, a_savepoint_is_bootstrapped_from_scratch)
     seen s = scan_all(to, 32);
     cr_assert_eq(s.values, KEYS - 1);
     /* A job starts from it, at a parallelism of its own. */
-    char job[128], sdir[300];
-    snprintf(job, sizeof job, "%s-boot", name);
-    snprintf(sdir, sizeof sdir, "%s/boot-svc", dir);
-    stash_arena_opts ao = {.backend = test_backend()};
-    stash_service *svc;
-    cr_assert_eq(stash_service_start(
-                     job, &(stash_service_opts){.dir = sdir, .restore = to, .arena = &ao}, &svc),
-                 0, "%s", stash_errmsg());
+    restored r;
+    restore_job(&r, to, "boot");
+    const char *job = r.job;
     unsigned found = 0;
     for (uint32_t i = 0; i < 3; i++) {
         stash_worker *wk;
@@ -478,8 +491,7 @@ Test(snapshot_api, a_savepoint_is_bootstrapped_from_scratch)
         stash_worker_close(wk);
     }
     cr_assert_eq(found, KEYS, "every key, each by the worker of its key group");
-    stash_service_stop(svc);
-    stash_arena_destroy(job, &ao);
+    end_job(&r);
     stash_snapshot_writer *again;
     cr_assert_eq(stash_snapshot_writer_open(to, NULL, &again), -EEXIST);
     char nowhere[300];
@@ -620,16 +632,10 @@ Test(snapshot_api, a_ttl_switched_on_stamps_every_element_and_entry_and_off_take
     cr_assert_eq(t.stamped, 5, "every element and entry stamped");
     cr_assert(t.values_kept);
     /* The job reads them back under the TTL: nothing has expired. */
-    char job[128], sdir[300];
-    snprintf(job, sizeof job, "%s-ttl", name);
-    snprintf(sdir, sizeof sdir, "%s/ttl-svc", dir);
-    stash_arena_opts ao = {.backend = test_backend()};
-    stash_service *svc;
-    cr_assert_eq(stash_service_start(
-                     job, &(stash_service_opts){.dir = sdir, .restore = on, .arena = &ao}, &svc),
-                 0, "%s", stash_errmsg());
+    restored r;
+    restore_job(&r, on, "ttl");
     stash_worker *w;
-    cr_assert_eq(stash_worker_open(job, NULL, &w), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_worker_open(r.job, NULL, &w), 0, "%s", stash_errmsg());
     stash_state *l, *m;
     cr_assert_eq(
         stash_state_get(w, &(stash_state_desc){.name = "l", .kind = STASH_LIST, .ttl = hour}, &l),
@@ -651,8 +657,7 @@ Test(snapshot_api, a_ttl_switched_on_stamps_every_element_and_entry_and_off_take
     cr_assert_eq(stash_map_get(m, "k2", 2, &b), 0, "%s", stash_errmsg());
     cr_assert(b.len == 3 && memcmp(b.data, "two", 3) == 0);
     stash_worker_close(w);
-    stash_service_stop(svc);
-    stash_arena_destroy(job, &ao);
+    end_job(&r);
     /* Switched off again: the times go, the values stay. */
     stash_snapshot_change none[] = {{.state = "l", .set_ttl = 1}, {.state = "m", .set_ttl = 1}};
     cr_assert_eq(rewrite_to(on, off, none, 2), 0, "%s", stash_errmsg());
