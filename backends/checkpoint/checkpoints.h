@@ -3,12 +3,14 @@
  * checkpoints.h: the checkpoint layer's one header for the layers above it
  * (the engine, the tools, the tests): snapshot blocks (snapshot.h),
  * reading a checkpoint directory (ckpt_read.h), writing and retaining
- * checkpoints (ckpt.h) and restoring them (ckpt_restore.h).
+ * checkpoints (ckpt.h), restoring them (ckpt_restore.h), and checkpoint
+ * files as objects of a RADOS pool (rados.h).
  */
 #ifndef STASH_CHECKPOINTS_H
 #define STASH_CHECKPOINTS_H
 
 #include "backends/checkpoint/ckpt.h"
 #include "backends/checkpoint/ckpt_restore.h"
+#include "backends/checkpoint/rados.h"
 
 #endif /* STASH_CHECKPOINTS_H */

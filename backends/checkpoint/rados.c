@@ -1,0 +1,324 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rados.c: checkpoint files as objects of a RADOS pool, through librados'
+ * C API. librados waits forever on a monitor or OSD that is down unless
+ * told otherwise, so the connection sets its mount, monitor and OSD
+ * timeouts before it connects: a call fails with -ETIMEDOUT, never hangs
+ * the engine.
+ */
+#include <errno.h>
+#include <rados/librados.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#include "backends/checkpoint/rados.h"
+#include "shm/shm.h"
+
+#define LEN_XATTR "stash.len" /* on NAME.0: the file's length, 8 bytes */
+#define PTR_XATTR "stash.ptr" /* on a pointer object: its value */
+#define LOCK_NAME "stash"
+
+struct ckpt_rados {
+    rados_t cluster;
+    rados_ioctx_t io;
+    bool connected;
+    uint32_t depth;
+    char pool[128];
+};
+
+/* Fails with rc naming the object. */
+static int fail(const ckpt_rados *r, int rc, const char *oid, const char *what)
+{
+    return shm_fail(rc, "rados://%s/%s: %s: %s", r->pool, oid, what, strerror(-rc));
+}
+
+void ckpt_rados_close(ckpt_rados *r)
+{
+    if (!r) return;
+    if (r->io) rados_ioctx_destroy(r->io);
+    if (r->cluster) rados_shutdown(r->cluster);
+    free(r);
+}
+
+const char *ckpt_rados_pool(const ckpt_rados *r)
+{
+    return r->pool;
+}
+
+int ckpt_rados_open(const ckpt_rados_opts *o, ckpt_rados **out)
+{
+    if (!o || !o->pool || !out) return shm_fail(-EINVAL, "a RADOS connection needs a pool");
+    if (strlen(o->pool) >= sizeof((ckpt_rados *)0)->pool)
+        return shm_fail(-EINVAL, "pool name '%s' is too long", o->pool);
+    ckpt_rados *r = calloc(1, sizeof *r);
+    if (!r) return shm_fail(-ENOMEM, "out of memory");
+    snprintf(r->pool, sizeof r->pool, "%s", o->pool);
+    r->depth = o->depth ? o->depth : CKPT_RADOS_DEPTH;
+    const char *conf = o->conf ? o->conf : "(Ceph's default ceph.conf)";
+    int rc = rados_create(&r->cluster, o->id ? o->id : "admin");
+    if (rc < 0) {
+        r->cluster = NULL;
+        shm_fail(rc, "%s: cannot make a RADOS client: %s", conf, strerror(-rc));
+    }
+    if (rc == 0 && (rc = rados_conf_read_file(r->cluster, o->conf)) < 0)
+        shm_fail(rc, "%s: cannot read: %s", conf, strerror(-rc));
+    /* Whole seconds (client_mount_timeout takes no fraction), rounded up. */
+    char secs[32];
+    snprintf(secs, sizeof secs, "%u",
+             ((o->timeout_ms ? o->timeout_ms : CKPT_RADOS_TIMEOUT_MS) + 999) / 1000);
+    static const char *const timeouts[] = {"client_mount_timeout", "rados_mon_op_timeout",
+                                           "rados_osd_op_timeout"};
+    for (int i = 0; rc == 0 && i < 3; i++)
+        if ((rc = rados_conf_set(r->cluster, timeouts[i], secs)) < 0)
+            shm_fail(rc, "%s: cannot set %s: %s", conf, timeouts[i], strerror(-rc));
+    if (rc == 0 && (rc = rados_connect(r->cluster)) < 0)
+        shm_fail(rc, "%s: cannot reach the cluster: %s", conf, strerror(-rc));
+    if (rc == 0 && (rc = rados_ioctx_create(r->cluster, o->pool, &r->io)) < 0) {
+        r->io = NULL;
+        shm_fail(rc, "rados://%s: cannot open the pool: %s", o->pool, strerror(-rc));
+    }
+    if (rc) {
+        ckpt_rados_close(r);
+        return rc;
+    }
+    *out = r;
+    return 0;
+}
+
+/* ---- striped files -------------------------------------------------------- */
+
+/* Operations in flight, at most depth, waited for oldest first. */
+typedef struct flight {
+    ckpt_rados *r;
+    rados_completion_t *c;
+    rados_write_op_t op; /* the first stripe's, released once it completes */
+    char (*oid)[300];
+    size_t *want; /* reads: the bytes each must bring */
+    unsigned head, n;
+    int rc;
+} flight;
+
+static int flight_init(flight *f, ckpt_rados *r)
+{
+    *f = (flight){.r = r};
+    f->c = calloc(r->depth, sizeof *f->c);
+    f->oid = calloc(r->depth, sizeof *f->oid);
+    f->want = calloc(r->depth, sizeof *f->want);
+    return f->c && f->oid && f->want ? 0 : shm_fail(-ENOMEM, "out of memory");
+}
+
+/* Waits for the oldest operation; keeps the first failure. */
+static void flight_wait_one(flight *f, const char *what)
+{
+    unsigned i = f->head;
+    rados_aio_wait_for_complete(f->c[i]);
+    int rc = rados_aio_get_return_value(f->c[i]);
+    rados_aio_release(f->c[i]);
+    if (rc >= 0 && f->want[i] && (size_t)rc != f->want[i] && !f->rc)
+        f->rc = shm_fail(STASH_ECORRUPT, "rados://%s/%s: %d bytes, not %zu", f->r->pool, f->oid[i],
+                         rc, f->want[i]);
+    if (rc == -ENOENT && f->want[i] && !f->rc) /* a stripe of a file that has its length */
+        f->rc =
+            shm_fail(STASH_ECORRUPT, "rados://%s/%s: a stripe is missing", f->r->pool, f->oid[i]);
+    if (rc < 0 && !f->rc) f->rc = fail(f->r, rc, f->oid[i], what);
+    f->head = (f->head + 1) % f->r->depth;
+    f->n--;
+}
+
+/* A slot for the next operation on oid: its completion, once one is free. */
+static rados_completion_t *flight_slot(flight *f, const char *what, const char *oid, size_t want)
+{
+    if (f->n == f->r->depth) flight_wait_one(f, what);
+    unsigned i = (f->head + f->n) % f->r->depth;
+    snprintf(f->oid[i], sizeof f->oid[i], "%s", oid);
+    f->want[i] = want;
+    if (rados_aio_create_completion2(NULL, NULL, &f->c[i]) < 0) return NULL;
+    f->n++;
+    return &f->c[i];
+}
+
+/* Waits for everything in flight and frees f; returns the first failure. */
+static int flight_end(flight *f, const char *what)
+{
+    while (f->n) flight_wait_one(f, what);
+    if (f->op) rados_release_write_op(f->op);
+    free(f->c);
+    free(f->oid);
+    free(f->want);
+    return f->rc;
+}
+
+static void stripe_name(char *oid, size_t cap, const char *name, size_t k)
+{
+    snprintf(oid, cap, "%s.%zu", name, k);
+}
+
+int ckpt_rados_write_file(ckpt_rados *r, const char *name, const void *data, size_t len)
+{
+    flight f;
+    int rc = flight_init(&f, r);
+    size_t stripes = len ? (len + CKPT_RADOS_STRIPE - 1) / CKPT_RADOS_STRIPE : 1;
+    uint64_t len64 = len;
+    for (size_t k = 0; rc == 0 && k < stripes && !f.rc; k++) {
+        char oid[300];
+        stripe_name(oid, sizeof oid, name, k);
+        size_t off = k * CKPT_RADOS_STRIPE,
+               n = len - off < CKPT_RADOS_STRIPE ? len - off : CKPT_RADOS_STRIPE;
+        rados_completion_t *c = flight_slot(&f, "write", oid, 0);
+        if (!c) {
+            rc = shm_fail(-ENOMEM, "out of memory");
+            break;
+        }
+        const char *p = (const char *)data + off;
+        if (k == 0) {
+            /* The length goes with the first stripe's bytes, in one operation. */
+            f.op = rados_create_write_op();
+            rados_write_op_write_full(f.op, p, n);
+            rados_write_op_setxattr(f.op, LEN_XATTR, (const char *)&len64, sizeof len64);
+            rc = rados_aio_write_op_operate(f.op, r->io, *c, oid, NULL, 0);
+        } else {
+            rc = rados_aio_write_full(r->io, oid, *c, p, n);
+        }
+        if (rc < 0) {
+            rados_aio_release(*c);
+            f.n--;
+            rc = fail(r, rc, oid, "write");
+        }
+    }
+    int ended = flight_end(&f, "write");
+    return rc ? rc : ended;
+}
+
+int ckpt_rados_read_file(ckpt_rados *r, const char *name, size_t limit, uint8_t **out, size_t *len)
+{
+    char oid[300];
+    stripe_name(oid, sizeof oid, name, 0);
+    uint64_t len64 = 0;
+    int rc = rados_getxattr(r->io, oid, LEN_XATTR, (char *)&len64, sizeof len64);
+    if (rc == -ENOENT || rc == -ENODATA)
+        return shm_fail(-ENOENT, "rados://%s/%s: no such file", r->pool, name);
+    if (rc < 0) return fail(r, rc, oid, "read its length");
+    if (rc != sizeof len64)
+        return shm_fail(STASH_ECORRUPT, "rados://%s/%s: a length of %d bytes", r->pool, oid, rc);
+    if (len64 > limit)
+        return shm_fail(-EFBIG, "rados://%s/%s: %llu bytes, more than %zu", r->pool, name,
+                        (unsigned long long)len64, limit);
+    uint8_t *buf = malloc(len64 ? len64 : 1);
+    if (!buf) return shm_fail(-ENOMEM, "out of memory");
+    flight f;
+    rc = flight_init(&f, r);
+    size_t stripes = len64 ? (len64 + CKPT_RADOS_STRIPE - 1) / CKPT_RADOS_STRIPE : 0;
+    for (size_t k = 0; rc == 0 && k < stripes && !f.rc; k++) {
+        size_t off = k * CKPT_RADOS_STRIPE;
+        size_t n = len64 - off < CKPT_RADOS_STRIPE ? len64 - off : CKPT_RADOS_STRIPE;
+        stripe_name(oid, sizeof oid, name, k);
+        rados_completion_t *c = flight_slot(&f, "read", oid, n);
+        if (!c) {
+            rc = shm_fail(-ENOMEM, "out of memory");
+            break;
+        }
+        if ((rc = rados_aio_read(r->io, oid, *c, (char *)buf + off, n, 0)) < 0) {
+            rados_aio_release(*c);
+            f.n--;
+            rc = fail(r, rc, oid, "read");
+        }
+    }
+    int ended = flight_end(&f, "read");
+    if (!rc) rc = ended;
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    *out = buf;
+    *len = len64;
+    return 0;
+}
+
+int ckpt_rados_remove_file(ckpt_rados *r, const char *name)
+{
+    /* Every stripe there is, however long the file was. */
+    for (size_t k = 0;; k++) {
+        char oid[300];
+        stripe_name(oid, sizeof oid, name, k);
+        int rc = rados_remove(r->io, oid);
+        if (rc == -ENOENT) return 0;
+        if (rc < 0) return fail(r, rc, oid, "remove");
+    }
+}
+
+/* ---- pointers, listing, locks ----------------------------------------------- */
+
+int ckpt_rados_swap(ckpt_rados *r, const char *name, const char *expect, const char *value)
+{
+    rados_write_op_t op = rados_create_write_op();
+    if (!op) return shm_fail(-ENOMEM, "out of memory");
+    if (expect)
+        rados_write_op_cmpxattr(op, PTR_XATTR, LIBRADOS_CMPXATTR_OP_EQ, expect, strlen(expect));
+    else
+        rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, NULL);
+    rados_write_op_setxattr(op, PTR_XATTR, value, strlen(value));
+    rados_write_op_write_full(op, value, strlen(value));
+    int rc = rados_write_op_operate(op, r->io, name, NULL, 0);
+    rados_release_write_op(op);
+    if (rc == -ECANCELED || rc == -EEXIST || (expect && rc == -ENOENT))
+        return shm_fail(-ECANCELED, "rados://%s/%s: does not hold '%s'", r->pool, name,
+                        expect ? expect : "(nothing)");
+    return rc < 0 ? fail(r, rc, name, "swap") : 0;
+}
+
+int ckpt_rados_pointer(ckpt_rados *r, const char *name, char *buf, size_t cap)
+{
+    int rc = rados_getxattr(r->io, name, PTR_XATTR, buf, cap - 1);
+    if (rc == -ENOENT) return shm_fail(rc, "rados://%s/%s: no such pointer", r->pool, name);
+    if (rc < 0) return fail(r, rc, name, "read");
+    buf[rc] = 0;
+    return 0;
+}
+
+int ckpt_rados_list(ckpt_rados *r, const char *prefix, int (*fn)(void *ctx, const char *name),
+                    void *ctx)
+{
+    rados_list_ctx_t l;
+    int rc = rados_nobjects_list_open(r->io, &l);
+    if (rc < 0) return fail(r, rc, prefix, "list");
+    size_t plen = strlen(prefix);
+    char name[1024];
+    for (;;) {
+        const char *entry;
+        size_t n = 0;
+        rc = rados_nobjects_list_next2(l, &entry, NULL, NULL, &n, NULL, NULL);
+        if (rc == -ENOENT) {
+            rc = 0;
+            break;
+        }
+        if (rc < 0) {
+            rc = fail(r, rc, prefix, "list");
+            break;
+        }
+        if (n < plen || n >= sizeof name || memcmp(entry, prefix, plen) != 0) continue;
+        memcpy(name, entry, n);
+        name[n] = 0;
+        if ((rc = fn(ctx, name)) != 0) break;
+    }
+    rados_nobjects_list_close(l);
+    return rc;
+}
+
+int ckpt_rados_lock(ckpt_rados *r, const char *name, const char *owner, uint32_t lease_ms)
+{
+    struct timeval lease = {.tv_sec = lease_ms / 1000, .tv_usec = (lease_ms % 1000) * 1000};
+    int rc = rados_lock_exclusive(r->io, name, LOCK_NAME, owner, "stash: the job's lead", &lease,
+                                  LIBRADOS_LOCK_FLAG_MAY_RENEW);
+    if (rc == -EBUSY) return shm_fail(rc, "rados://%s/%s: locked by another holder", r->pool, name);
+    return rc < 0 ? fail(r, rc, name, "lock") : 0;
+}
+
+int ckpt_rados_unlock(ckpt_rados *r, const char *name, const char *owner)
+{
+    int rc = rados_unlock(r->io, name, LOCK_NAME, owner);
+    if (rc == -ENOENT)
+        return shm_fail(rc, "rados://%s/%s: '%s' holds no lock of it", r->pool, name, owner);
+    return rc < 0 ? fail(r, rc, name, "unlock") : 0;
+}

@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rados.h: checkpoint files as objects of a Ceph RADOS pool (rados.c):
+ * a connection whose every call is bounded in time, a file striped over
+ * objects written with several in flight, whole objects written atomically,
+ * a compare-and-swap of a small pointer object, listing and removal by
+ * prefix, and an exclusive lock with a lease.
+ */
+#ifndef STASH_CKPT_RADOS_H
+#define STASH_CKPT_RADOS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CKPT_RADOS_STRIPE (4u << 20) /* bytes of each object of a striped file */
+#define CKPT_RADOS_DEPTH 8u          /* objects in flight by default */
+#define CKPT_RADOS_TIMEOUT_MS 10000u /* by default, of every call */
+
+typedef struct ckpt_rados ckpt_rados;
+
+typedef struct ckpt_rados_opts {
+    const char *conf;    /* the cluster's ceph.conf (NULL: Ceph's search) */
+    const char *id;      /* the client's id: "admin" for client.admin (NULL: admin) */
+    const char *pool;    /* required */
+    uint32_t timeout_ms; /* of connecting and of each operation, in whole seconds rounded
+                            up (0: CKPT_RADOS_TIMEOUT_MS) */
+    uint32_t depth;      /* objects written or read at once (0: CKPT_RADOS_DEPTH) */
+} ckpt_rados_opts;
+
+/* Connects to the cluster and opens the pool. Returns 0, -ETIMEDOUT when
+ * no monitor answers in time, -ENOENT for a pool that does not exist, or
+ * another error naming the cluster's conf and the pool. */
+int ckpt_rados_open(const ckpt_rados_opts *o, ckpt_rados **out);
+/* Shuts the connection down. Accepts NULL. */
+void ckpt_rados_close(ckpt_rados *r);
+/* The pool's name, for messages ("rados://POOL/NAME"). */
+const char *ckpt_rados_pool(const ckpt_rados *r);
+
+/* Writes a file of len bytes as objects NAME.0, NAME.1, ... of
+ * CKPT_RADOS_STRIPE bytes, up to depth at once; NAME.0 carries the file's
+ * length, written with it. A file is only trusted once something committed
+ * names it (a checkpoint's metadata). Returns 0 or the first error, naming
+ * the object. */
+int ckpt_rados_write_file(ckpt_rados *r, const char *name, const void *data, size_t len);
+/* Reads a file written by ckpt_rados_write_file into *out (malloc'd; the
+ * caller frees it), at most limit bytes. Returns 0, -ENOENT, -EFBIG, or an
+ * error naming the object (a stripe missing or short: STASH_ECORRUPT). */
+int ckpt_rados_read_file(ckpt_rados *r, const char *name, size_t limit, uint8_t **out, size_t *len);
+/* Removes a file's objects. Removing what is absent is no error. */
+int ckpt_rados_remove_file(ckpt_rados *r, const char *name);
+
+/* Sets the pointer object name to value (a short string) if it holds
+ * expect now, or, with expect NULL, if it does not exist: one atomic
+ * operation, so that of two writers that read the same value only one
+ * moves it. Returns 0, -ECANCELED if it holds something else (or exists
+ * already), or another error naming the object. */
+int ckpt_rados_swap(ckpt_rados *r, const char *name, const char *expect, const char *value);
+/* Reads the pointer object name into buf (cap bytes, NUL-terminated).
+ * Returns 0, -ENOENT, or an error naming the object. */
+int ckpt_rados_pointer(ckpt_rados *r, const char *name, char *buf, size_t cap);
+
+/* Calls fn(ctx, name) for each object whose name starts with prefix, in no
+ * order; a non-zero return stops the listing and is returned. */
+int ckpt_rados_list(ckpt_rados *r, const char *prefix, int (*fn)(void *ctx, const char *name),
+                    void *ctx);
+
+/* Takes, or renews, the exclusive lock of object name for lease_ms as
+ * owner (a string naming the holder). Returns 0, -EBUSY if another holds
+ * it, or an error naming the object. A holder that stops renewing loses it
+ * when the lease ends. */
+int ckpt_rados_lock(ckpt_rados *r, const char *name, const char *owner, uint32_t lease_ms);
+/* Gives the lock up. Returns 0, or -ENOENT if owner does not hold it. */
+int ckpt_rados_unlock(ckpt_rados *r, const char *name, const char *owner);
+
+#endif /* STASH_CKPT_RADOS_H */

@@ -1,0 +1,120 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# A single-node Ceph cluster for the tests: one monitor and one OSD (no
+# manager) on 127.0.0.1, everything under DIR.
+#   cluster.sh start DIR [PORT] [memstore|bluestore]   prints DIR/ceph.conf once a write works
+#   cluster.sh stop DIR                                stops both daemons
+#   cluster.sh osd-stop DIR | osd-start DIR            the OSD alone
+# The client's keyring is DIR/client.keyring ([client] in the conf, so that
+# the daemons keep their own); pools of one replica are allowed.
+set -eu
+cmd=$1 dir=$2
+port=${3:-6789}
+store=${4:-memstore}
+conf=$dir/ceph.conf
+
+t() { timeout 20 "$@"; } # the ceph CLI waits forever for a monitor that is gone
+
+osd_start() {
+    ceph-osd -c "$conf" -i 0 --pid-file "$dir/osd.pid" >>"$dir/osd.out" 2>&1
+}
+
+fail() {
+    echo "ceph: $1 (see $dir/$2)" >&2
+    exit 1
+}
+
+stop_pid() {
+    [ -f "$1" ] || return 0
+    pid=$(cat "$1")
+    kill "$pid" 2>/dev/null || true
+    i=0
+    while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    kill -9 "$pid" 2>/dev/null || true
+    rm -f "$1"
+}
+
+case $cmd in
+start)
+    rm -rf "$dir"
+    mkdir -p "$dir/mon" "$dir/osd" "$dir/run"
+    fsid=$(cat /proc/sys/kernel/random/uuid)
+    cat >"$conf" <<CONF
+[global]
+fsid = $fsid
+mon host = 127.0.0.1:$port
+public addr = 127.0.0.1
+auth cluster required = cephx
+auth service required = cephx
+auth client required = cephx
+osd pool default size = 1
+osd pool default min size = 1
+mon allow pool size one = true
+mon allow pool delete = true
+mon data avail warn = 2
+mon data avail crit = 1
+osd objectstore = $store
+osd data = $dir/osd
+mon data = $dir/mon
+run dir = $dir/run
+log file = $dir/\$name.log
+admin socket = $dir/run/\$name.asok
+memstore device bytes = 2147483648
+bluestore block path = $dir/osd.block
+bluestore block size = 4294967296
+bluestore block create = true
+bluestore cache autotune = false
+bluestore cache size = 67108864
+osd memory target = 536870912
+osd max object name len = 256
+osd max object namespace len = 64
+osd crush chooseleaf type = 0
+CONF
+    cat >>"$conf" <<CONF
+[client]
+keyring = $dir/client.keyring
+admin socket = $dir/run/\$name.\$pid.asok
+rados osd op timeout = 10
+client mount timeout = 10
+[mon]
+keyring = $dir/mon.keyring
+[osd]
+keyring = $dir/osd.keyring
+CONF
+    ceph-authtool --create-keyring "$dir/mon.keyring" --gen-key -n mon. --cap mon 'allow *' >/dev/null
+    ceph-authtool --create-keyring "$dir/client.keyring" --gen-key -n client.admin \
+        --cap mon 'allow *' --cap osd 'allow *' --cap mgr 'allow *' >/dev/null
+    ceph-authtool "$dir/mon.keyring" --import-keyring "$dir/client.keyring" >/dev/null
+    monmaptool --create --add a "127.0.0.1:$port" --fsid "$fsid" "$dir/monmap" >/dev/null
+    ceph-mon -c "$conf" --mkfs -i a --monmap "$dir/monmap" --keyring "$dir/mon.keyring" \
+        >>"$dir/mon.out" 2>&1 || fail "the monitor's mkfs failed" mon.out
+    ceph-mon -c "$conf" -i a --pid-file "$dir/mon.pid" >>"$dir/mon.out" 2>&1 ||
+        fail "the monitor did not start" mon.out
+    ceph-authtool --create-keyring "$dir/osd.keyring" --gen-key -n osd.0 >/dev/null
+    t ceph -c "$conf" auth add osd.0 osd 'allow *' mon 'allow profile osd' -i "$dir/osd.keyring" >/dev/null 2>&1
+    t ceph -c "$conf" osd create >/dev/null
+    ceph-osd -c "$conf" -i 0 --mkfs --no-mon-config >>"$dir/osd.out" 2>&1 ||
+        fail "the OSD's mkfs failed" osd.out
+    t ceph -c "$conf" osd crush add osd.0 1.0 host=localhost root=default >/dev/null 2>&1 || true
+    osd_start || fail "the OSD did not start" osd.out
+    t ceph -c "$conf" osd pool create stash 8 >/dev/null 2>&1 || fail "no pool could be made" mon.a.log
+    # Ready when a write is: health warns without a manager.
+    i=0
+    until echo ok | t rados -c "$conf" -p stash put ready - 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -lt 60 ] || { echo "ceph: the cluster in $dir never took a write" >&2; exit 1; }
+        sleep 0.5
+    done
+    echo "$conf"
+    ;;
+stop)
+    stop_pid "$dir/osd.pid"
+    stop_pid "$dir/mon.pid"
+    ;;
+osd-stop) stop_pid "$dir/osd.pid" ;;
+osd-start) osd_start ;;
+*)
+    echo "usage: cluster.sh start|stop|osd-stop|osd-start DIR [PORT] [memstore|bluestore]" >&2
+    exit 2
+    ;;
+esac

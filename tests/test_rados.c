@@ -1,0 +1,198 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_rados.c: checkpoint files as RADOS objects (backends/checkpoint/
+ * rados.c) against a real single-node Ceph cluster (one monitor, one OSD
+ * on bluestore in a sparse file, so that it keeps its data when it
+ * restarts) that each test starts on a port of its own and stops:
+ * striped files round-trip, a pointer moves only from the value it holds,
+ * listing by prefix, a lock and its lease, and a cluster whose OSD is down
+ * fails calls within their timeout instead of hanging them.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backends/checkpoint/checkpoints.h"
+#include "include/stash.h"
+#include "tests/helpers.h"
+
+static char dir[128], conf[256];
+
+/* Runs tests/ceph/cluster.sh with args; returns its exit code. */
+static int cluster(const char *args)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "sh %s/ceph/cluster.sh %s >%s.out 2>&1", STASH_TESTS_DIR, args, dir);
+    return WEXITSTATUS(system(cmd));
+}
+
+static void start_cluster(void)
+{
+    if (access("/usr/bin/ceph-mon", X_OK) != 0 || access("/usr/bin/ceph-osd", X_OK) != 0)
+        cr_skip_test("Ceph is not installed (apt-get install ceph-mon ceph-osd)");
+    snprintf(dir, sizeof dir, "/tmp/stash-test-ceph-%d", (int)getpid());
+    snprintf(conf, sizeof conf, "%s/ceph.conf", dir);
+    char args[256];
+    snprintf(args, sizeof args, "start %s %d bluestore", dir, 10000 + (int)getpid() % 20000);
+    cr_assert_eq(cluster(args), 0, "the cluster did not start (see %s.out)", dir);
+}
+
+static void stop_cluster(void)
+{
+    if (!dir[0]) return;
+    char args[256];
+    snprintf(args, sizeof args, "stop %s", dir);
+    cluster(args);
+    test_remove_dir(dir);
+}
+
+TestSuite(rados, .init = start_cluster, .fini = stop_cluster, .timeout = 180);
+
+static ckpt_rados *connect_to(const char *pool, uint32_t timeout_ms)
+{
+    ckpt_rados *r;
+    cr_assert_eq(ckpt_rados_open(
+                     &(ckpt_rados_opts){.conf = conf, .pool = pool, .timeout_ms = timeout_ms}, &r),
+                 0, "%s", stash_errmsg());
+    return r;
+}
+
+static int count_name(void *ctx, const char *name)
+{
+    (void)name;
+    (*(unsigned *)ctx)++;
+    return 0;
+}
+
+static unsigned count_prefix(ckpt_rados *r, const char *prefix)
+{
+    unsigned n = 0;
+    cr_assert_eq(ckpt_rados_list(r, prefix, count_name, &n), 0, "%s", stash_errmsg());
+    return n;
+}
+
+Test(rados, files_pointers_and_listing)
+{
+    ckpt_rados *r = connect_to("stash", 0);
+    cr_assert_str_eq(ckpt_rados_pool(r), "stash");
+    /* Three stripes, the last of one byte, with their bytes in place. */
+    size_t len = 2 * CKPT_RADOS_STRIPE + 1;
+    uint8_t *data = malloc(len);
+    for (size_t i = 0; i < len; i++) data[i] = (uint8_t)(i * 131 + i / 4096);
+    cr_assert_eq(ckpt_rados_write_file(r, "job/chk-1/kg-data.dat", data, len), 0, "%s",
+                 stash_errmsg());
+    uint8_t *back;
+    size_t got;
+    cr_assert_eq(ckpt_rados_read_file(r, "job/chk-1/kg-data.dat", len, &back, &got), 0, "%s",
+                 stash_errmsg());
+    cr_assert_eq(got, len);
+    cr_assert_eq(memcmp(back, data, len), 0, "the bytes read are the bytes written");
+    free(back);
+    cr_assert_eq(count_prefix(r, "job/chk-1/kg-data.dat."), 3, "a stripe an object");
+    cr_assert_eq(ckpt_rados_read_file(r, "job/chk-1/kg-data.dat", len - 1, &back, &got), -EFBIG);
+    /* An empty file, and one that is not there. */
+    cr_assert_eq(ckpt_rados_write_file(r, "job/chk-1/_metadata", "", 0), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_rados_read_file(r, "job/chk-1/_metadata", 16, &back, &got), 0);
+    cr_assert_eq(got, 0);
+    free(back);
+    cr_assert_eq(ckpt_rados_read_file(r, "job/chk-2/_metadata", 16, &back, &got), -ENOENT);
+    cr_assert(strstr(stash_errmsg(), "rados://stash/job/chk-2/_metadata"), "%s", stash_errmsg());
+    /* A stripe lost is damage, named. */
+    cr_assert_eq(ckpt_rados_write_file(r, "job/lost", data, len), 0);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "timeout 20 rados -c %s -p stash rm job/lost.1", conf);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    cr_assert_eq(ckpt_rados_read_file(r, "job/lost", len, &back, &got), STASH_ECORRUPT);
+    cr_assert(strstr(stash_errmsg(), "job/lost.1"), "%s", stash_errmsg());
+    ckpt_rados *other = connect_to("stash", 0);
+    /* Removal takes every stripe. */
+    cr_assert_eq(ckpt_rados_remove_file(r, "job/chk-1/kg-data.dat"), 0, "%s", stash_errmsg());
+    cr_assert_eq(count_prefix(r, "job/chk-1/kg-data.dat."), 0);
+    cr_assert_eq(ckpt_rados_remove_file(r, "job/chk-1/kg-data.dat"), 0, "absent: no error");
+    cr_assert_eq(count_prefix(r, "job/"), 3, "_metadata.0, lost.0 and lost.2");
+    /* The pointer moves only from what it holds. */
+    char buf[64];
+    cr_assert_eq(ckpt_rados_pointer(r, "job/latest", buf, sizeof buf), -ENOENT);
+    cr_assert_eq(ckpt_rados_swap(r, "job/latest", NULL, "1"), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_rados_swap(other, "job/latest", NULL, "9"), -ECANCELED, "exists");
+    cr_assert_eq(ckpt_rados_swap(r, "job/latest", "1", "2"), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_rados_swap(other, "job/latest", "1", "3"), -ECANCELED,
+                 "a stale writer cannot move it back");
+    cr_assert_eq(ckpt_rados_swap(other, "job/latest", "", "3"), -ECANCELED);
+    cr_assert_eq(ckpt_rados_swap(other, "job/none", "1", "3"), -ECANCELED);
+    cr_assert_eq(ckpt_rados_pointer(other, "job/latest", buf, sizeof buf), 0);
+    cr_assert_str_eq(buf, "2");
+    cr_assert_eq(ckpt_rados_swap(other, "job/latest", "2", "12"), 0);
+    cr_assert_eq(ckpt_rados_pointer(r, "job/latest", buf, sizeof buf), 0);
+    cr_assert_str_eq(buf, "12");
+    ckpt_rados_close(other);
+    ckpt_rados_close(r);
+    free(data);
+    ckpt_rados_close(NULL);
+}
+
+Test(rados, a_lock_has_one_holder_until_it_is_given_up_or_its_lease_ends)
+{
+    ckpt_rados *a = connect_to("stash", 0), *b = connect_to("stash", 0);
+    cr_assert_eq(ckpt_rados_lock(a, "job/lead", "host-a", 60000), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_rados_lock(b, "job/lead", "host-b", 60000), -EBUSY);
+    cr_assert(strstr(stash_errmsg(), "job/lead"), "%s", stash_errmsg());
+    cr_assert_eq(ckpt_rados_lock(a, "job/lead", "host-a", 60000), 0, "renewed");
+    cr_assert_eq(ckpt_rados_unlock(b, "job/lead", "host-b"), -ENOENT, "not b's to give up");
+    cr_assert_eq(ckpt_rados_unlock(a, "job/lead", "host-a"), 0, "%s", stash_errmsg());
+    /* b takes it with a short lease and lets it run out: a gets it then. */
+    cr_assert_eq(ckpt_rados_lock(b, "job/lead", "host-b", 1000), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_rados_lock(a, "job/lead", "host-a", 60000), -EBUSY);
+    int rc = -EBUSY;
+    for (int tries = 0; rc == -EBUSY && tries < 600; tries++) {
+        rc = ckpt_rados_lock(a, "job/lead", "host-a", 60000);
+        if (rc == -EBUSY) usleep(50000); /* polls the lock: nothing to wait on in RADOS */
+    }
+    cr_assert_eq(rc, 0, "the lease ended: %s", stash_errmsg());
+    cr_assert_eq(ckpt_rados_lock(b, "job/lead", "host-b", 1000), -EBUSY);
+    ckpt_rados_close(a);
+    ckpt_rados_close(b);
+}
+
+Test(rados, calls_fail_within_their_timeout_while_the_osd_is_down)
+{
+    ckpt_rados *r = connect_to("stash", 2000);
+    cr_assert_eq(ckpt_rados_write_file(r, "job/before", "x", 1), 0, "%s", stash_errmsg());
+    char args[256];
+    snprintf(args, sizeof args, "osd-stop %s", dir);
+    cr_assert_eq(cluster(args), 0);
+    /* It returns (an unbounded call would wait for the OSD forever). */
+    int rc = ckpt_rados_write_file(r, "job/during", "y", 1);
+    cr_assert_eq(rc, -ETIMEDOUT, "%d: %s", rc, stash_errmsg());
+    cr_assert(strstr(stash_errmsg(), "rados://stash/job/during"), "%s", stash_errmsg());
+    char buf[16];
+    cr_assert_eq(ckpt_rados_pointer(r, "job/latest", buf, sizeof buf), -ETIMEDOUT);
+    /* Back, the next calls work, and what was there before still is. */
+    snprintf(args, sizeof args, "osd-start %s", dir);
+    cr_assert_eq(cluster(args), 0);
+    rc = -ETIMEDOUT;
+    for (int tries = 0; rc == -ETIMEDOUT && tries < 30; tries++)
+        rc = ckpt_rados_write_file(r, "job/after", "z", 1);
+    cr_assert_eq(rc, 0, "%s", stash_errmsg());
+    uint8_t *back;
+    size_t got;
+    cr_assert_eq(ckpt_rados_read_file(r, "job/before", 16, &back, &got), 0, "%s", stash_errmsg());
+    cr_assert(got == 1 && back[0] == 'x');
+    free(back);
+    ckpt_rados_close(r);
+    /* No cluster where the conf points, and a pool that is not there. */
+    ckpt_rados *none;
+    cr_assert_eq(ckpt_rados_open(&(ckpt_rados_opts){.conf = conf, .pool = "nosuch"}, &none),
+                 -ENOENT);
+    cr_assert(strstr(stash_errmsg(), "rados://nosuch"), "%s", stash_errmsg());
+    snprintf(args, sizeof args, "stop %s", dir);
+    cr_assert_eq(cluster(args), 0);
+    cr_assert_eq(ckpt_rados_open(
+                     &(ckpt_rados_opts){.conf = conf, .pool = "stash", .timeout_ms = 1000}, &none),
+                 -ETIMEDOUT, "%s", stash_errmsg());
+    cr_assert(strstr(stash_errmsg(), conf), "%s", stash_errmsg());
+    cr_assert_eq(ckpt_rados_open(&(ckpt_rados_opts){.conf = conf}, &none), -EINVAL);
+}
