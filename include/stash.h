@@ -703,6 +703,7 @@ STASH_API int stash_barrier(stash_worker *worker, stash_event *event);
 typedef enum stash_storage {
     STASH_STORAGE_FS = 0,     /* checkpoints in a directory on disk */
     STASH_STORAGE_MEMORY = 1, /* in shared memory (tmpfs), each capped in size */
+    STASH_STORAGE_RADOS = 2,  /* in a pool of a Ceph cluster, with a copy in a directory */
 } stash_storage;
 
 /* How much an event of the persistence engine matters. */
@@ -725,8 +726,8 @@ typedef struct stash_service_opts {
     const stash_arena_opts *arena; /* where the arena lives; its size and max parallelism
                                       if the service creates it */
     stash_storage storage;
-    const char *dir;       /* fs: the checkpoint directory (required); memory: NULL is
-                              /dev/shm/stash.NAME.checkpoints */
+    const char *dir;       /* fs and rados: the checkpoint directory (required); memory:
+                              NULL is /dev/shm/stash.NAME.checkpoints */
     uint64_t memory_cap;   /* memory: bytes a checkpoint may take; 0: 5 MiB */
     uint64_t interval_ms;  /* a checkpoint this often; 0: only when requested. From the
                               third failure in a row the wait doubles with each failure
@@ -748,6 +749,14 @@ typedef struct stash_service_opts {
     void *log_ctx; /* given to log and log_record */
     /* the same events as records (for a log of another format); NULL: none */
     void (*log_record)(void *ctx, const stash_log_record *record);
+    /* rados: checkpoints in this pool (required), as objects named JOB/ and the
+     * file's path in dir (which keeps a copy of the retained ones); a checkpoint
+     * is complete once JOB/latest names it. A new arena restores the one it names. */
+    const char *pool;
+    const char *ceph_conf;    /* the cluster's ceph.conf; NULL: Ceph's default search */
+    const char *ceph_id;      /* the client's id; NULL: admin (client.admin) */
+    const char *job;          /* the objects' prefix; NULL: the arena's name */
+    uint32_t ceph_timeout_ms; /* of every call to the cluster (whole seconds); 0: 10 s */
 } stash_service_opts;
 
 typedef struct stash_service stash_service;

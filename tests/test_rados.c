@@ -24,7 +24,7 @@ static char dir[128], conf[256];
 /* Runs tests/ceph/cluster.sh with args; returns its exit code. */
 static int cluster(const char *args)
 {
-    char cmd[512];
+    char cmd[1024];
     snprintf(cmd, sizeof cmd, "sh %s/ceph/cluster.sh %s >%s.out 2>&1", STASH_TESTS_DIR, args, dir);
     return WEXITSTATUS(system(cmd));
 }
@@ -37,7 +37,15 @@ static void start_cluster(void)
     snprintf(conf, sizeof conf, "%s/ceph.conf", dir);
     char args[256];
     snprintf(args, sizeof args, "start %s %d bluestore", dir, 10000 + (int)getpid() % 20000);
-    cr_assert_eq(cluster(args), 0, "the cluster did not start (see %s.out)", dir);
+    if (cluster(args) != 0) {
+        char out[4096] = "", path[160];
+        snprintf(path, sizeof path, "%s.out", dir);
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+        out[n] = 0;
+        if (f) fclose(f);
+        cr_assert_fail("the cluster did not start: %s", out);
+    }
 }
 
 static void stop_cluster(void)
@@ -47,6 +55,9 @@ static void stop_cluster(void)
     snprintf(args, sizeof args, "stop %s", dir);
     cluster(args);
     test_remove_dir(dir);
+    char out[160];
+    snprintf(out, sizeof out, "%s.out", dir);
+    unlink(out);
 }
 
 TestSuite(rados, .init = start_cluster, .fini = stop_cluster, .timeout = 180);
@@ -195,4 +206,98 @@ Test(rados, calls_fail_within_their_timeout_while_the_osd_is_down)
                  -ETIMEDOUT, "%s", stash_errmsg());
     cr_assert(strstr(stash_errmsg(), conf), "%s", stash_errmsg());
     cr_assert_eq(ckpt_rados_open(&(ckpt_rados_opts){.conf = conf}, &none), -EINVAL);
+}
+
+/* Puts value k * mult for every key k < n in state v of the job's worker. */
+static void put_all(stash_worker *w, uint64_t n, uint64_t mult)
+{
+    stash_state *v;
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    for (uint64_t k = 0; k < n; k++) {
+        uint64_t x = k * mult;
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_put(v, &x, sizeof x), 0);
+    }
+}
+
+static uint64_t latest_of(const char *job)
+{
+    ckpt_rados *r = connect_to("stash", 0);
+    uint64_t id = 0;
+    cr_assert_eq(ckpt_rados_latest(r, job, &id), 0, "%s", stash_errmsg());
+    ckpt_rados_close(r);
+    return id;
+}
+
+Test(rados, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_from_it)
+{
+    char name[96], local[256], args[256];
+    snprintf(local, sizeof local, "%s/local", dir);
+    stash_arena *a = test_arena_create("rados", 16u << 20, 32, name);
+    stash_service_opts so = {.storage = STASH_STORAGE_RADOS,
+                             .dir = local,
+                             .pool = "stash",
+                             .ceph_conf = conf,
+                             .job = "wordcount",
+                             .retain = 2,
+                             .ceph_timeout_ms = 2000};
+    stash_service *svc;
+    cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    stash_checkpoint_info info;
+    for (uint64_t mult = 1; mult <= 3; mult++) {
+        put_all(w, 1000, mult);
+        cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", info.detail);
+    }
+    uint64_t third = info.id;
+    cr_assert_eq(latest_of("wordcount"), third, "the pointer names the newest");
+    ckpt_rados *r = connect_to("stash", 0);
+    cr_assert_eq(count_prefix(r, "wordcount/chk-"), 4, "two kept, each its metadata and data");
+    /* The OSD down: the checkpoint fails, the pointer stays, nothing is
+     * left of it locally; back up, the next one completes. */
+    snprintf(args, sizeof args, "osd-stop %s", dir);
+    cr_assert_eq(cluster(args), 0);
+    put_all(w, 1000, 4);
+    cr_assert_neq(test_checkpoint_at_barriers(a, &w, 1, &info), 0);
+    cr_assert(strstr(info.detail, "RADOS"), "%s", info.detail);
+    char failed[300];
+    snprintf(failed, sizeof failed, "%s/chk-%llu", local, (unsigned long long)info.id);
+    cr_assert_eq(access(failed, F_OK), -1, "%s left", failed);
+    snprintf(args, sizeof args, "osd-start %s", dir);
+    cr_assert_eq(cluster(args), 0);
+    int rc = -1;
+    for (int tries = 0; rc != 0 && tries < 30; tries++)
+        rc = test_checkpoint_at_barriers(a, &w, 1, &info);
+    cr_assert_eq(rc, 0, "%s", info.detail);
+    cr_assert_eq(latest_of("wordcount"), info.id);
+    cr_assert_gt(info.id, third);
+    /* The arena and its local copies lost: a new one comes back from RADOS. */
+    stash_worker_close(w);
+    stash_service_stop(svc);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+    test_remove_dir(local);
+    cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    stash_state *v;
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    for (uint64_t k = 0; k < 1000; k++) {
+        stash_bytes b;
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_get(v, &b), 0, "key %llu", (unsigned long long)k);
+        cr_assert_eq(test_u64(b.data), 4 * k, "key %llu", (unsigned long long)k);
+    }
+    stash_worker_close(w);
+    stash_service_stop(svc);
+    stash_arena_destroy(name, NULL);
+    /* Bad options, named. */
+    so.pool = NULL;
+    cr_assert_eq(stash_service_start(name, &so, &svc), -EINVAL);
+    cr_assert(strstr(stash_errmsg(), "pool"), "%s", stash_errmsg());
+    so.pool = "nosuch";
+    rc = stash_service_start(name, &so, &svc);
+    cr_assert_eq(rc, -ENOENT, "%d %s", rc, stash_errmsg());
+    cr_assert(strstr(stash_errmsg(), "rados://nosuch"), "%s", stash_errmsg());
+    ckpt_rados_close(r);
 }

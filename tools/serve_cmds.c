@@ -165,13 +165,14 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
 int tool_serve(int argc, char **argv)
 {
     static const char usage[] =
-        "usage: stash serve NAME [--storage fs|memory] [--dir DIR] [--interval DURATION]\n"
+        "usage: stash serve NAME [--storage fs|memory|rados] [--dir DIR] [--interval DURATION]\n"
         "                        [--min-pause DURATION] [--timeout DURATION] [--retain K]\n"
         "                        [--incremental] [--full-every M] [--lz4] [--memory-cap SIZE]\n"
         "                        [--backend heap|lmdb] [--lmdb-dir DIR] [--path FILE]\n"
         "                        [--size SIZE] [--max-parallelism N] [--restore CHECKPOINT]\n"
         "                        [--start-empty] [--log-format text|json]\n"
-        "                        [--metrics ADDR:PORT] [--config FILE]\n"
+        "                        [--metrics ADDR:PORT] [--config FILE] [--pool P]\n"
+        "                        [--ceph-conf FILE] [--ceph-id ID] [--job JOB]\n"
         "Runs the persistence engine of the arena NAME until SIGTERM, SIGINT or `stash stop`.\n"
         "An existing arena is reattached; a missing one is created (SIZE bytes, N key\n"
         "groups, keyed state in the arena (heap) or in LMDB environments in --lmdb-dir,\n"
@@ -181,7 +182,11 @@ int tool_serve(int argc, char **argv)
         "refuses to start, naming each, unless --start-empty. DIR must be writable: a\n"
         "directory of this user that no other user may write.\n"
         "Checkpoints go to DIR (fs, required) or /dev/shm/stash.NAME.checkpoints (memory,\n"
-        "each at most SIZE of --memory-cap, 5M by default), every DURATION of --interval\n"
+        "each at most SIZE of --memory-cap, 5M by default) or to the RADOS pool P of a\n"
+        "Ceph cluster (rados: as objects JOB/chk-ID/..., JOB the arena's name unless\n"
+        "--job, with a copy of the retained ones in DIR, required; the cluster as\n"
+        "--ceph-conf and --ceph-id say, Ceph's defaults otherwise; complete once\n"
+        "JOB/latest names it, which a new arena restores), every DURATION of --interval\n"
         "(none: only on `stash checkpoint`), one at a time, at least --min-pause apart; a\n"
         "checkpoint that a worker does not cut within --timeout (60s) fails. The newest K\n"
         "complete ones are kept (3). --incremental writes only what changed, with a full\n"
@@ -242,8 +247,18 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
             ok = strcmp(val, "text") == 0 || strcmp(val, "json") == 0;
             json = strcmp(val, "json") == 0;
         } else if (strcmp(a, "--storage") == 0) {
-            ok = strcmp(val, "fs") == 0 || strcmp(val, "memory") == 0;
-            o.storage = strcmp(val, "memory") == 0 ? STASH_STORAGE_MEMORY : STASH_STORAGE_FS;
+            ok = strcmp(val, "fs") == 0 || strcmp(val, "memory") == 0 || strcmp(val, "rados") == 0;
+            o.storage = strcmp(val, "memory") == 0  ? STASH_STORAGE_MEMORY
+                        : strcmp(val, "rados") == 0 ? STASH_STORAGE_RADOS
+                                                    : STASH_STORAGE_FS;
+        } else if (strcmp(a, "--pool") == 0) {
+            o.pool = val;
+        } else if (strcmp(a, "--ceph-conf") == 0) {
+            o.ceph_conf = val;
+        } else if (strcmp(a, "--ceph-id") == 0) {
+            o.ceph_id = val;
+        } else if (strcmp(a, "--job") == 0) {
+            o.job = val;
         } else if (strcmp(a, "--backend") == 0) {
             ok = strcmp(val, "heap") == 0 || strcmp(val, "lmdb") == 0;
             ao.backend = strcmp(val, "lmdb") == 0 ? STASH_BACKEND_LMDB : STASH_BACKEND_HEAP;
@@ -293,8 +308,13 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
         fprintf(stderr, "stash serve: missing arena NAME\n%s", usage);
         return 2;
     }
-    if (o.storage == STASH_STORAGE_FS && !o.dir) {
-        fprintf(stderr, "stash serve: the fs storage needs --dir DIR\n%s", usage);
+    if (o.storage != STASH_STORAGE_MEMORY && !o.dir) {
+        fprintf(stderr, "stash serve: the %s storage needs --dir DIR\n%s",
+                o.storage == STASH_STORAGE_RADOS ? "rados" : "fs", usage);
+        return 2;
+    }
+    if (o.storage == STASH_STORAGE_RADOS && !o.pool) {
+        fprintf(stderr, "stash serve: the rados storage needs --pool P\n%s", usage);
         return 2;
     }
     if (json) o.log = NULL, o.log_record = log_json;

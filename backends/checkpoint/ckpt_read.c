@@ -288,6 +288,12 @@ static int check_dir_names_id(const char *path, const ckpt_view *v)
                     (unsigned long long)v->id, (unsigned long long)named);
 }
 
+int ckpt_view_parse(ckpt_view *v)
+{
+    int rc = parse_metadata(v);
+    return rc ? rc : check_opstate(v);
+}
+
 int ckpt_open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data)
 {
     memset(v, 0, sizeof *v);
@@ -295,8 +301,7 @@ int ckpt_open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data
     int rc = ckpt_path_of(v->meta_path, "%s/_metadata", path);
     if (rc == 0) rc = ckpt_path_of(parent, "%s/..", path);
     if (rc == 0) rc = read_whole(e, v->meta_path, CKPT_MAX_METADATA, &v->md, &v->md_len);
-    if (rc == 0) rc = parse_metadata(v);
-    if (rc == 0) rc = check_opstate(v);
+    if (rc == 0) rc = ckpt_view_parse(v);
     if (rc == 0) rc = check_dir_names_id(path, v);
     for (uint32_t f = 0; rc == 0 && f < v->nfiles; f++) {
         ckpt_file *cf = &v->files[f];

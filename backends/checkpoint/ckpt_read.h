@@ -138,6 +138,10 @@ int ckpt_highest_id(const char *dir, uint64_t *id);
 int ckpt_path_of(char *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Reaps until at most keep requests of e are outstanding; the first failure wins. */
 int ckpt_drain(ioe_engine *e, unsigned keep, int rc);
+/* Checks and parses metadata already in v (md, md_len; meta_path names it
+ * in messages): its files (names and extents, without paths) and operator
+ * state. Returns 0 or an error naming meta_path and the offset. */
+int ckpt_view_parse(ckpt_view *v);
 /* Opens the checkpoint directory at path: its metadata checked, and with
  * with_data its data files read. */
 int ckpt_open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data);

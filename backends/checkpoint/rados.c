@@ -191,17 +191,25 @@ int ckpt_rados_write_file(ckpt_rados *r, const char *name, const void *data, siz
     return rc ? rc : ended;
 }
 
-int ckpt_rados_read_file(ckpt_rados *r, const char *name, size_t limit, uint8_t **out, size_t *len)
+int ckpt_rados_file_size(ckpt_rados *r, const char *name, uint64_t *len)
 {
     char oid[300];
     stripe_name(oid, sizeof oid, name, 0);
-    uint64_t len64 = 0;
-    int rc = rados_getxattr(r->io, oid, LEN_XATTR, (char *)&len64, sizeof len64);
+    int rc = rados_getxattr(r->io, oid, LEN_XATTR, (char *)len, sizeof *len);
     if (rc == -ENOENT || rc == -ENODATA)
         return shm_fail(-ENOENT, "rados://%s/%s: no such file", r->pool, name);
     if (rc < 0) return fail(r, rc, oid, "read its length");
-    if (rc != sizeof len64)
+    if (rc != sizeof *len)
         return shm_fail(STASH_ECORRUPT, "rados://%s/%s: a length of %d bytes", r->pool, oid, rc);
+    return 0;
+}
+
+int ckpt_rados_read_file(ckpt_rados *r, const char *name, size_t limit, uint8_t **out, size_t *len)
+{
+    char oid[300];
+    uint64_t len64 = 0;
+    int rc = ckpt_rados_file_size(r, name, &len64);
+    if (rc) return rc;
     if (len64 > limit)
         return shm_fail(-EFBIG, "rados://%s/%s: %llu bytes, more than %zu", r->pool, name,
                         (unsigned long long)len64, limit);

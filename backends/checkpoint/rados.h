@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ioengine/ioengine.h"
+
 #define CKPT_RADOS_STRIPE (4u << 20) /* bytes of each object of a striped file */
 #define CKPT_RADOS_DEPTH 8u          /* objects in flight by default */
 #define CKPT_RADOS_TIMEOUT_MS 10000u /* by default, of every call */
@@ -46,6 +48,9 @@ int ckpt_rados_write_file(ckpt_rados *r, const char *name, const void *data, siz
  * caller frees it), at most limit bytes. Returns 0, -ENOENT, -EFBIG, or an
  * error naming the object (a stripe missing or short: STASH_ECORRUPT). */
 int ckpt_rados_read_file(ckpt_rados *r, const char *name, size_t limit, uint8_t **out, size_t *len);
+/* The length of a file written by ckpt_rados_write_file. Returns 0,
+ * -ENOENT, or an error naming the object. */
+int ckpt_rados_file_size(ckpt_rados *r, const char *name, uint64_t *len);
 /* Removes a file's objects. Removing what is absent is no error. */
 int ckpt_rados_remove_file(ckpt_rados *r, const char *name);
 
@@ -71,5 +76,30 @@ int ckpt_rados_list(ckpt_rados *r, const char *prefix, int (*fn)(void *ctx, cons
 int ckpt_rados_lock(ckpt_rados *r, const char *name, const char *owner, uint32_t lease_ms);
 /* Gives the lock up. Returns 0, or -ENOENT if owner does not hold it. */
 int ckpt_rados_unlock(ckpt_rados *r, const char *name, const char *owner);
+
+/* A job's checkpoints mirrored into RADOS (rados_mirror.c): objects named
+ * JOB/ and the file's path in a checkpoint directory, JOB/latest naming
+ * the newest complete checkpoint. */
+
+/* Copies the checkpoint or savepoint directory chk (DIR/chk-ID or
+ * DIR/savepoint-ID, committed) into the job: its data files (a shared file
+ * of an earlier checkpoint that is there already is not copied again),
+ * then its metadata; then, for a checkpoint, moves JOB/latest from prev
+ * (0: none yet) to its id. Returns 0, -ECANCELED if JOB/latest holds
+ * another id (another engine committed), or an error naming the object. */
+int ckpt_rados_upload(ckpt_rados *r, const char *job, const char *chk, uint64_t prev,
+                      ioe_engine *e);
+/* The id JOB/latest names. Returns 0, -ENOENT (the job has none), or an
+ * error naming the object. */
+int ckpt_rados_latest(ckpt_rados *r, const char *job, uint64_t *id);
+/* Copies checkpoint id of the job into DIR/chk-ID (and the shared files it
+ * lists into DIR/shared), unless DIR holds it already: each file moved into
+ * place once whole, the checkpoint's directory last. Returns 0 or an error
+ * naming the object or the file. */
+int ckpt_rados_fetch(ckpt_rados *r, const char *job, const char *dir, uint64_t id);
+/* Removes the job's checkpoints but the newest keep complete ones at or
+ * below JOB/latest (partial ones below it too), then the shared files none
+ * of the kept ones lists. */
+int ckpt_rados_retain(ckpt_rados *r, const char *job, unsigned keep);
 
 #endif /* STASH_CKPT_RADOS_H */

@@ -51,6 +51,9 @@ struct stash_service {
     stash_worker_info *seen; /* per worker index, as the last look found it */
     store *store;            /* the engine's handle on the arena's store, for its cuts */
     ioe_info io_seen;        /* the I/O engine's counters as last added to the arena's */
+    ckpt_rados *rados;       /* rados storage: the connection */
+    char job[256];           /* rados: the objects' prefix */
+    uint64_t rados_latest;   /* rados: the id JOB/latest names, 0 none */
 };
 
 STASH_API const char *stash_log_level_name(stash_log_level level)
@@ -310,6 +313,26 @@ static uint64_t cut_clock_ms(stash_service *s, uint64_t id, uint32_t p)
     return at ? at : shm_now_ns() / 1000000ull;
 }
 
+/* Copies the checkpoint just committed in dir into RADOS; on failure it
+ * is removed from dir too: complete means named by JOB/latest. */
+static int upload(stash_service *s, uint64_t id, bool savepoint, bool shared)
+{
+    char chk[4096], file[4096];
+    int rc = ckpt_path_of(chk, "%s/%s-%llu", s->dir, savepoint ? "savepoint" : "chk",
+                          (unsigned long long)id);
+    if (rc == 0)
+        rc = ckpt_rados_upload(s->rados, s->job, chk, savepoint ? 0 : s->rados_latest, s->e);
+    if (rc == 0 && !savepoint) s->rados_latest = id;
+    if (rc == 0) return 0;
+    char why[512];
+    snprintf(why, sizeof why, "%s", stash_errmsg());
+    ckpt_remove_checkpoint(chk);
+    if (shared &&
+        ckpt_path_of(file, "%s/%s/%llu.dat", s->dir, CKPT_SHARED_DIR, (unsigned long long)id) == 0)
+        unlink(file);
+    return shm_fail(rc, "not in RADOS: %s", why);
+}
+
 static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untracked, outcome *r)
 {
     stash_arena *a = s->a;
@@ -360,6 +383,7 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
         o.base_pins = NULL;
         rc = ckpt_write(a, s->cut, &o, &w);
     }
+    if (rc == 0 && s->rados) rc = upload(s, id, r->savepoint, chain);
     free(blobs);
     free(mem);
     free(cut);
@@ -560,8 +584,10 @@ static void run_checkpoint(stash_service *s)
     count_outcome(s, id, rc);
     account_io(s);
     publish(s, id, p, t0, &r);
-    if (rc == 0 && !rollback_reading(s) &&
-        ckpt_retain(s->dir, s->o.retain ? s->o.retain : DEFAULT_RETAIN, s->e) < 0)
+    unsigned keep = s->o.retain ? s->o.retain : DEFAULT_RETAIN;
+    if (rc == 0 && !rollback_reading(s) && ckpt_retain(s->dir, keep, s->e) < 0)
+        say(s, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
+    if (rc == 0 && s->rados && ckpt_rados_retain(s->rados, s->job, keep) < 0)
         say(s, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
     s->last_end_ns = shm_now_ns();
 }
@@ -651,6 +677,15 @@ static int create_arena(stash_service *s, const char *name)
     uint32_t maxp = 0;
     const char *from = s->o.restore;
     bool restore = true;
+    char fetched[4096];
+    if (!from && s->rados_latest) {
+        /* The checkpoint the job's pointer names, from the copy in dir. */
+        rc = ckpt_rados_fetch(s->rados, s->job, s->dir, s->rados_latest);
+        if (rc == 0)
+            rc = ckpt_path_of(fetched, "%s/chk-%llu", s->dir, (unsigned long long)s->rados_latest);
+        if (rc) return rc;
+        from = fetched;
+    }
     if (!from) {
         rc = ckpt_newest(s->dir, s->e, &id, &maxp);
         /* Checkpoints that all fail to open are not an empty directory:
@@ -766,10 +801,28 @@ static void release(stash_service *s)
         stash_arena_close(s->a);
     }
     ioe_engine_close(s->e);
+    ckpt_rados_close(s->rados);
     free(s->cut);
     free(s->base);
     free(s->seen);
     free(s);
+}
+
+/* The rados storage: the connection, and the checkpoint JOB/latest names. */
+static int connect_rados(stash_service *s, const char *name)
+{
+    if (!s->o.pool) return shm_fail(-EINVAL, "the rados storage needs a pool");
+    const char *job = s->o.job ? s->o.job : name;
+    if (!*job || (size_t)snprintf(s->job, sizeof s->job, "%s", job) >= sizeof s->job)
+        return shm_fail(-EINVAL, "job '%s': a name of 1 to %zu bytes", job, sizeof s->job - 1);
+    int rc = ckpt_rados_open(&(ckpt_rados_opts){.conf = s->o.ceph_conf,
+                                                .id = s->o.ceph_id,
+                                                .pool = s->o.pool,
+                                                .timeout_ms = s->o.ceph_timeout_ms},
+                             &s->rados);
+    if (rc) return rc;
+    rc = ckpt_rados_latest(s->rados, s->job, &s->rados_latest);
+    return rc == -ENOENT ? 0 : rc; /* a job without checkpoints yet */
 }
 
 /* Whether checkpoints are readable by the arena's group: as the arena is
@@ -799,8 +852,10 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
     else if ((size_t)snprintf(s->dir, sizeof s->dir, "%s", s->o.dir) >= sizeof s->dir)
         rc = shm_fail(-ENAMETOOLONG, "%s: a checkpoint directory of at most %u bytes", s->o.dir,
                       SHM_CTL_DETAIL - 1);
-    if (rc == 0 && s->o.storage != STASH_STORAGE_FS && s->o.storage != STASH_STORAGE_MEMORY)
+    if (rc == 0 && s->o.storage != STASH_STORAGE_FS && s->o.storage != STASH_STORAGE_MEMORY &&
+        s->o.storage != STASH_STORAGE_RADOS)
         rc = shm_fail(-EINVAL, "unknown storage %d", (int)s->o.storage);
+    if (rc == 0 && s->o.storage == STASH_STORAGE_RADOS) rc = connect_rados(s, name);
     /* A directory the engine cannot write would fail every checkpoint. */
     if (rc == 0) {
         s->group = group_readable(name, s->o.arena);
@@ -836,6 +891,7 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         uint64_t highest = 0;
         rc = ckpt_highest_id(s->dir, &highest);
         uint64_t last = atomic_load(&c->last_id);
+        if (s->rados_latest > highest) highest = s->rados_latest;
         s->next_id = (highest > last ? highest : last) + 1;
         s->last_end_ns = shm_now_ns();
         account_io(s);
