@@ -143,7 +143,9 @@ class _ServiceOpts(ctypes.Structure):
                 ("incremental", ctypes.c_int), ("full_every", ctypes.c_uint32),
                 ("lz4", ctypes.c_int), ("restore", ctypes.c_char_p),
                 ("start_empty", ctypes.c_int), ("log", _LOG), ("log_ctx", ctypes.c_void_p),
-                ("log_record", _LOG_RECORD)]
+                ("log_record", _LOG_RECORD), ("pool", ctypes.c_char_p),
+                ("ceph_conf", ctypes.c_char_p), ("ceph_id", ctypes.c_char_p),
+                ("job", ctypes.c_char_p), ("ceph_timeout_ms", ctypes.c_uint32)]
 
 
 class _ServiceInfo(ctypes.Structure):
@@ -344,7 +346,7 @@ EVENT_TIME, PROCESSING_TIME = 0, 1
 CHECKPOINT_COMPLETE, CHECKPOINT_ABORTED, ROLLED_BACK = 1, 2, 3
 TTL_ON_CREATE_AND_WRITE, TTL_ON_READ_AND_WRITE = 0, 1
 TTL_NEVER_RETURN_EXPIRED, TTL_RETURN_EXPIRED_IF_NOT_CLEANED = 0, 1
-STORAGE_FS, STORAGE_MEMORY = 0, 1
+STORAGE_FS, STORAGE_MEMORY, STORAGE_RADOS = 0, 1, 2
 
 _MANY = 64  # keys a batch of the many-key calls takes at a time
 
@@ -597,7 +599,8 @@ class Service:
     def __init__(self, name, dir=None, storage=STORAGE_FS, interval_ms=0, min_pause_ms=0,
                  timeout_ms=0, retain=0, incremental=False, full_every=0, lz4=False,
                  restore=None, start_empty=False, memory_cap=0, size=0, max_parallelism=0,
-                 backend=HEAP, path=None, lmdb_dir=None, log=None, log_record=None):
+                 backend=HEAP, path=None, lmdb_dir=None, log=None, log_record=None, pool=None,
+                 ceph_conf=None, ceph_id=None, job=None, ceph_timeout_ms=0):
         self._ao = _arena_opts(path, size, max_parallelism, backend, lmdb_dir)
         self._log = _LOG(lambda ctx, line: log(line.decode(errors="replace"))) if log else _LOG()
 
@@ -610,7 +613,9 @@ class Service:
                          memory_cap, interval_ms, min_pause_ms, timeout_ms, retain,
                          int(incremental), full_every, int(lz4),
                          restore.encode() if restore else None, int(start_empty), self._log,
-                         None, self._log_record)
+                         None, self._log_record, *[x.encode() if x else None
+                                                   for x in (pool, ceph_conf, ceph_id, job)],
+                         ceph_timeout_ms)
         self._h = ctypes.c_void_p()
         _check(_lib.stash_service_start(name.encode(), ctypes.byref(o), ctypes.byref(self._h)),
                "Service")
