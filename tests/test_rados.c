@@ -301,3 +301,79 @@ Test(rados, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_from
     cr_assert(strstr(stash_errmsg(), "rados://nosuch"), "%s", stash_errmsg());
     ckpt_rados_close(r);
 }
+
+Test(rados, the_snapshot_tool_reads_and_writes_rados_urls)
+{
+    char name[96], local[256], args[1024], sp[300];
+    static char out[65536];
+    setenv("CEPH_CONF", conf, 1);
+    snprintf(local, sizeof local, "%s/local", dir);
+    stash_arena *a = test_arena_create("radosurl", 16u << 20, 16, name);
+    stash_service_opts so = {.storage = STASH_STORAGE_RADOS,
+                             .dir = local,
+                             .pool = "stash",
+                             .ceph_conf = conf,
+                             .job = "urls",
+                             .ceph_timeout_ms = 2000};
+    stash_service *svc;
+    cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    put_all(w, 100, 7);
+    stash_checkpoint_info info;
+    cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", info.detail);
+    stash_worker_close(w);
+    stash_service_stop(svc);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+    /* ls, verify, info and dump of what is in the pool. */
+    cr_assert_eq(test_run_stash("snapshot ls rados://stash/urls --json", out, sizeof out), 0, "%s",
+                 out);
+    char want[128];
+    snprintf(want, sizeof want, "{\"id\": %llu, \"state\": \"complete\", \"latest\": true",
+             (unsigned long long)info.id);
+    cr_assert(strstr(out, want), "%s", out);
+    cr_assert_eq(test_run_stash("snapshot verify rados://stash/urls", out, sizeof out), 0, "%s",
+                 out);
+    cr_assert(strstr(out, "100 records"), "%s", out);
+    snprintf(args, sizeof args, "snapshot dump rados://stash/urls/chk-%llu",
+             (unsigned long long)info.id);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    unsigned lines = 0;
+    for (char *p = out; (p = strstr(p, "{\"kg\": ")); p++) lines++;
+    cr_assert_eq(lines, 100);
+    cr_assert_eq(test_run_stash("snapshot info rados://stash/nosuch", out, sizeof out), 1);
+    cr_assert(strstr(out, "rados://stash/nosuch/latest"), "%s", out);
+    /* A savepoint copied down to a directory and up into the pool again. */
+    snprintf(sp, sizeof sp, "%s/savepoint-%llu", dir, (unsigned long long)info.id);
+    snprintf(args, sizeof args, "snapshot rewrite rados://stash/urls %s", sp);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    snprintf(args, sizeof args, "snapshot rewrite %s rados://stash/moved/savepoint-%llu", sp,
+             (unsigned long long)info.id);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "exists already"), "%s", out);
+    /* A job starts from the savepoint in the pool. */
+    char restore[300];
+    snprintf(restore, sizeof restore, "rados://stash/moved/savepoint-%llu",
+             (unsigned long long)info.id);
+    test_remove_dir(local);
+    stash_service_opts fs = {.dir = local, .restore = restore};
+    cr_assert_eq(stash_service_start(name, &fs, &svc), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    stash_state *v;
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    for (uint64_t k = 0; k < 100; k++) {
+        stash_bytes b;
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_get(v, &b), 0, "key %llu", (unsigned long long)k);
+        cr_assert_eq(test_u64(b.data), 7 * k);
+    }
+    stash_worker_close(w);
+    stash_service_stop(svc);
+    stash_arena_destroy(name, NULL);
+    cr_assert_eq(test_run_stash("snapshot rewrite rados://stash/urls rados://stash/urls/chk-99",
+                                out, sizeof out),
+                 1, "%s", out);
+    cr_assert(strstr(out, "savepoint"), "%s", out);
+}

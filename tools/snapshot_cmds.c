@@ -28,7 +28,12 @@ static const char usage[] =
     "                              [--ttl S=DURATION|none]... [--max-parallelism N]\n"
     "CHECKPOINT is a checkpoint or savepoint directory (DIR/chk-ID, a savepoint\n"
     "anywhere), or DIR for its newest checkpoint (info and dump pass over damaged\n"
-    "ones, saying so; verify takes the newest, damaged or not). ls lists DIR's\n"
+    "ones, saying so; verify takes the newest, damaged or not), or one in Ceph,\n"
+    "rados://POOL/JOB/chk-ID or /NAME of a savepoint, or rados://POOL/JOB for the one\n"
+    "JOB/latest names (the cluster of $CEPH_CONF or /etc/ceph/ceph.conf, the client\n"
+    "$STASH_CEPH_ID or admin); ls rados://POOL/JOB lists the job's checkpoints, and\n"
+    "rewrite's DEST may be rados://POOL/JOB/NAME (a savepoint copied into RADOS;\n"
+    "NAME not chk-ID). ls lists DIR's\n"
     "checkpoints, then its savepoints, as complete (unverified: its metadata\n"
     "holds), partial or damaged; --verify checks every byte of each, as verify\n"
     "does. info shows the states and each worker's operator state. Nothing in\n"
@@ -63,6 +68,15 @@ typedef int opener_fn(const char *arg, uint64_t id, void *ctx);
 static int resolve_with(const char *arg, bool strict, opener_fn *open, void *ctx)
 {
     char meta[4096];
+    if (ckpt_rados_url(arg)) {
+        /* Copied from RADOS and opened as a directory; read whole, so that
+         * the copy can go at once. */
+        int rc = ckpt_rados_url_fetch(arg, NULL, meta, sizeof meta);
+        if (rc) return rc;
+        rc = open(meta, 0, ctx);
+        ckpt_rados_url_release(meta);
+        return rc;
+    }
     if (snprintf(meta, sizeof meta, "%s/_metadata", arg) < (int)sizeof meta &&
         access(meta, F_OK) == 0)
         return open(arg, 0, ctx);
@@ -225,8 +239,47 @@ static void list_savepoints(const char *dir, const snap_args *a, ioe_engine *e)
     if (d) closedir(d);
 }
 
+/* ls of a job in RADOS: each checkpoint, complete (its metadata there) or
+ * partial, and the one JOB/latest names. */
+static int ls_rados(const snap_args *a)
+{
+    ckpt_rados *r;
+    char job[256], name[256];
+    int rc = ckpt_rados_url_open(a->path[0], &r, job, sizeof job, name, sizeof name);
+    uint64_t *ids = NULL, latest = 0;
+    bool *committed = NULL;
+    size_t n = 0;
+    if (rc == 0 && name[0])
+        rc = shm_fail(-EINVAL, "%s: ls takes a job, not a checkpoint", a->path[0]);
+    if (rc == 0) rc = ckpt_rados_checkpoints(r, job, &ids, &committed, &n);
+    if (rc == 0 && (rc = ckpt_rados_latest(r, job, &latest)) == -ENOENT) rc = 0;
+    ckpt_rados_close(r);
+    if (rc) return tool_fail("snapshot ls", rc);
+    if (!a->json) printf("%-10s %-10s %s\n", "id", "state", "url");
+    for (size_t i = 0; i < n; i++) {
+        const char *st = !committed[i] ? "partial" : ids[i] > latest ? "uncommitted" : "complete";
+        if (a->json)
+            printf("{\"id\": %llu, \"state\": \"%s\", \"latest\": %s, \"url\": ",
+                   (unsigned long long)ids[i], st, ids[i] == latest ? "true" : "false");
+        else
+            printf("%-10llu %-10s ", (unsigned long long)ids[i], st);
+        char url[1024];
+        snprintf(url, sizeof url, "%s/chk-%llu", a->path[0], (unsigned long long)ids[i]);
+        if (a->json) {
+            tool_json_string(url);
+            printf("}\n");
+        } else {
+            printf("%s%s\n", url, ids[i] == latest ? " (latest)" : "");
+        }
+    }
+    free(ids);
+    free(committed);
+    return 0;
+}
+
 static int cmd_ls(const snap_args *a, ioe_engine *e)
 {
+    if (ckpt_rados_url(a->path[0])) return ls_rados(a);
     uint64_t *ids;
     int n = ckpt_list(a->path[0], &ids);
     if (n < 0) return tool_fail("snapshot ls", n);

@@ -9,6 +9,7 @@
 #ifndef STASH_CKPT_RADOS_H
 #define STASH_CKPT_RADOS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -92,14 +93,38 @@ int ckpt_rados_upload(ckpt_rados *r, const char *job, const char *chk, uint64_t 
 /* The id JOB/latest names. Returns 0, -ENOENT (the job has none), or an
  * error naming the object. */
 int ckpt_rados_latest(ckpt_rados *r, const char *job, uint64_t *id);
-/* Copies checkpoint id of the job into DIR/chk-ID (and the shared files it
- * lists into DIR/shared), unless DIR holds it already: each file moved into
- * place once whole, the checkpoint's directory last. Returns 0 or an error
- * naming the object or the file. */
-int ckpt_rados_fetch(ckpt_rados *r, const char *job, const char *dir, uint64_t id);
+/* Copies checkpoint or savepoint dirname (chk-ID, savepoint-ID, ...) of the
+ * job into DIR/dirname (and the shared files it lists into DIR/shared),
+ * unless DIR holds it already: each file moved into place once whole, the
+ * checkpoint's directory last. Returns 0 or an error naming the object or
+ * the file. */
+int ckpt_rados_fetch(ckpt_rados *r, const char *job, const char *dir, const char *dirname);
+/* The job's checkpoints in the pool, newest first: their ids in *ids and
+ * whether each one's metadata is there in *committed (free both). */
+int ckpt_rados_checkpoints(ckpt_rados *r, const char *job, uint64_t **ids, bool **committed,
+                           size_t *n);
 /* Removes the job's checkpoints but the newest keep complete ones at or
  * below JOB/latest (partial ones below it too), then the shared files none
  * of the kept ones lists. */
 int ckpt_rados_retain(ckpt_rados *r, const char *job, unsigned keep);
+
+/* URLs rados://POOL/JOB[/NAME] name a job's checkpoint or savepoint NAME
+ * (chk-ID, savepoint-ID; without one, the checkpoint JOB/latest names). The
+ * cluster is the one Ceph's own search finds ($CEPH_CONF, then
+ * /etc/ceph/ceph.conf), the client $STASH_CEPH_ID or admin. */
+#define CKPT_RADOS_URL "rados://"
+bool ckpt_rados_url(const char *path);
+/* Connects for url: *r (close it), the job and NAME ("" if none). */
+int ckpt_rados_url_open(const char *url, ckpt_rados **r, char *job, size_t job_cap, char *name,
+                        size_t name_cap);
+/* Copies what url names into a new directory under tmp (NULL: /var/tmp):
+ * local gets its path, DIR/NAME, which opens as any checkpoint directory.
+ * ckpt_rados_url_release(local) removes it. */
+int ckpt_rados_url_fetch(const char *url, const char *tmp, char *local, size_t cap);
+void ckpt_rados_url_release(const char *local);
+/* Copies the savepoint directory local into url, whose NAME must be
+ * local's own name (savepoint-ID or another, not chk-ID) and not in the
+ * job yet. Returns 0, -EEXIST, -EINVAL, or an error naming the object. */
+int ckpt_rados_url_put(const char *local, const char *url, ioe_engine *e);
 
 #endif /* STASH_CKPT_RADOS_H */

@@ -46,7 +46,7 @@ int ckpt_rados_upload(ckpt_rados *r, const char *job, const char *chk, uint64_t 
     if (rc) return rc;
     const char *slash = strrchr(chk, '/');
     const char *dirname = slash ? slash + 1 : chk;
-    bool savepoint = strncmp(dirname, "savepoint-", 10) == 0;
+    bool checkpoint = strncmp(dirname, "chk-", 4) == 0;
     char name[1024];
     /* Data first: the metadata names only files that are there. */
     for (uint32_t f = 0; rc == 0 && f < v.nfiles; f++) {
@@ -59,7 +59,7 @@ int ckpt_rados_upload(ckpt_rados *r, const char *job, const char *chk, uint64_t 
     }
     if (rc == 0) rc = object_of(name, sizeof name, job, dirname, "_metadata");
     if (rc == 0) rc = ckpt_rados_write_file(r, name, v.md, v.md_len);
-    if (rc == 0 && !savepoint) {
+    if (rc == 0 && checkpoint) {
         char was[32], now[32];
         snprintf(was, sizeof was, "%llu", (unsigned long long)prev);
         snprintf(now, sizeof now, "%llu", (unsigned long long)v.id);
@@ -110,16 +110,15 @@ static int fetch_file(ckpt_rados *r, const char *name, const char *path)
     return rc;
 }
 
-int ckpt_rados_fetch(ckpt_rados *r, const char *job, const char *dir, uint64_t id)
+int ckpt_rados_fetch(ckpt_rados *r, const char *job, const char *dir, const char *dirname)
 {
-    char chk[4096], stage[4096], path[4096], final[4096], name[1024], dirname[64];
-    snprintf(dirname, sizeof dirname, "chk-%llu", (unsigned long long)id);
-    if (ckpt_has_metadata(dir, id)) return 0; /* the local copy */
+    char chk[4096], stage[4096], path[4096], final[4096], name[1024];
+    int rc = ckpt_path_of(chk, "%s/%s", dir, dirname);
+    if (rc == 0 && ckpt_path_of(path, "%s/_metadata", chk) == 0 && access(path, F_OK) == 0)
+        return 0; /* the local copy */
     /* Fetched beside the directory's checkpoints; each file moved into
      * place once whole, the checkpoint's directory last. */
-    int rc = ckpt_path_of(chk, "%s/%s", dir, dirname);
-    if (rc == 0)
-        rc = ckpt_path_of(stage, "%s/.fetch-%llu-%d", dir, (unsigned long long)id, (int)getpid());
+    if (rc == 0) rc = ckpt_path_of(stage, "%s/.fetch-%s-%d", dir, dirname, (int)getpid());
     if (rc == 0 && mkdir(stage, 0700) < 0)
         rc = shm_fail(-errno, "%s: cannot create: %s", stage, strerror(errno));
     if (rc) return rc;
@@ -129,9 +128,13 @@ int ckpt_rados_fetch(ckpt_rados *r, const char *job, const char *dir, uint64_t i
         snprintf(v.meta_path, sizeof v.meta_path, "rados://%s/%s", ckpt_rados_pool(r), name);
     if (rc == 0) rc = ckpt_rados_read_file(r, name, CKPT_MAX_METADATA, &v.md, &v.md_len);
     if (rc == 0) rc = ckpt_view_parse(&v);
-    if (rc == 0 && v.id != id)
+    /* A directory named for an id holds that id's metadata. */
+    char *end;
+    const char *dash = strrchr(dirname, '-');
+    uint64_t named = dash ? strtoull(dash + 1, &end, 10) : 0;
+    if (rc == 0 && named && !*end && v.id != named)
         rc = shm_fail(STASH_ECORRUPT, "%s: names checkpoint %llu, not %llu", v.meta_path,
-                      (unsigned long long)v.id, (unsigned long long)id);
+                      (unsigned long long)v.id, (unsigned long long)named);
     if (rc == 0 && v.nfiles > 1) {
         rc = ckpt_path_of(path, "%s/%s", dir, CKPT_SHARED_DIR);
         if (rc == 0) rc = shm_own_dir(path, 0700);
@@ -244,6 +247,32 @@ static int take_unlisted(void *ctx, const char *name)
     return 0;
 }
 
+int ckpt_rados_checkpoints(ckpt_rados *r, const char *job, uint64_t **ids, bool **committed,
+                           size_t *n)
+{
+    char prefix[1024];
+    snprintf(prefix, sizeof prefix, "%s/chk-", job);
+    found f = {job, NULL, NULL, 0, 0};
+    int rc = ckpt_rados_list(r, prefix, take_id, &f);
+    /* Newest first, as ckpt_list gives a directory's. */
+    for (size_t i = 1; rc == 0 && i < f.n; i++)
+        for (size_t j = i; j > 0 && f.ids[j] > f.ids[j - 1]; j--) {
+            uint64_t t = f.ids[j];
+            bool c = f.committed[j];
+            f.ids[j] = f.ids[j - 1], f.committed[j] = f.committed[j - 1];
+            f.ids[j - 1] = t, f.committed[j - 1] = c;
+        }
+    if (rc) {
+        free(f.ids);
+        free(f.committed);
+        return rc;
+    }
+    *ids = f.ids;
+    *committed = f.committed;
+    *n = f.n;
+    return 0;
+}
+
 int ckpt_rados_retain(ckpt_rados *r, const char *job, unsigned keep)
 {
     uint64_t latest;
@@ -254,6 +283,11 @@ int ckpt_rados_retain(ckpt_rados *r, const char *job, unsigned keep)
     snprintf(prefix, sizeof prefix, "%s/chk-", job);
     found f = {job, NULL, NULL, 0, 0};
     rc = ckpt_rados_list(r, prefix, take_id, &f);
+    if (rc) {
+        free(f.ids);
+        free(f.committed);
+        return rc;
+    }
     /* Kept: the newest keep committed at or below latest. Newer ones are
      * being written; older partial ones failed. */
     char **shared = NULL;
@@ -286,5 +320,89 @@ int ckpt_rados_retain(ckpt_rados *r, const char *job, unsigned keep)
     free(shared);
     free(f.ids);
     free(f.committed);
+    return rc;
+}
+
+/* ---- rados:// URLs ---------------------------------------------------------- */
+
+bool ckpt_rados_url(const char *path)
+{
+    return strncmp(path, CKPT_RADOS_URL, sizeof CKPT_RADOS_URL - 1) == 0;
+}
+
+int ckpt_rados_url_open(const char *url, ckpt_rados **r, char *job, size_t job_cap, char *name,
+                        size_t name_cap)
+{
+    /* rados://POOL/JOB[/NAME]: JOB may hold slashes; NAME is chk-ID,
+     * savepoint-ID or another savepoint's name. */
+    const char *p = url + sizeof CKPT_RADOS_URL - 1, *slash = strchr(p, '/');
+    char pool[128];
+    if (!slash || slash == p || (size_t)(slash - p) >= sizeof pool || !slash[1])
+        return shm_fail(-EINVAL, "%s: not rados://POOL/JOB[/chk-ID]", url);
+    snprintf(pool, sizeof pool, "%.*s", (int)(slash - p), p);
+    const char *rest = slash + 1, *last = strrchr(rest, '/');
+    bool named = last && last[1] &&
+                 (strncmp(last + 1, "chk-", 4) == 0 || strncmp(last + 1, "savepoint-", 10) == 0);
+    size_t jlen = named ? (size_t)(last - rest) : strlen(rest);
+    while (jlen && rest[jlen - 1] == '/') jlen--;
+    if (!jlen || jlen >= job_cap) return shm_fail(-EINVAL, "%s: no job named", url);
+    snprintf(job, job_cap, "%.*s", (int)jlen, rest);
+    snprintf(name, name_cap, "%s", named ? last + 1 : "");
+    const char *id = getenv("STASH_CEPH_ID");
+    return ckpt_rados_open(&(ckpt_rados_opts){.pool = pool, .id = id && *id ? id : NULL}, r);
+}
+
+int ckpt_rados_url_fetch(const char *url, const char *tmp, char *local, size_t cap)
+{
+    ckpt_rados *r;
+    char job[256], name[256], dir[4096];
+    int rc = ckpt_rados_url_open(url, &r, job, sizeof job, name, sizeof name);
+    if (rc) return rc;
+    uint64_t id;
+    if (!name[0] && (rc = ckpt_rados_latest(r, job, &id)) == 0)
+        snprintf(name, sizeof name, "chk-%llu", (unsigned long long)id);
+    if (rc == 0) rc = ckpt_path_of(dir, "%s/stash-rados-XXXXXX", tmp ? tmp : "/var/tmp");
+    if (rc == 0 && !mkdtemp(dir)) rc = shm_fail(-errno, "%s: %s", dir, strerror(errno));
+    if (rc == 0) rc = ckpt_rados_fetch(r, job, dir, name);
+    if (rc == 0 && (size_t)snprintf(local, cap, "%s/%s", dir, name) >= cap)
+        rc = shm_fail(-ENAMETOOLONG, "%s/%s: too long", dir, name);
+    if (rc && dir[0]) ckpt_rados_url_release(dir);
+    ckpt_rados_close(r);
+    return rc;
+}
+
+void ckpt_rados_url_release(const char *local)
+{
+    /* local is TMP/stash-rados-XXXXXX/NAME, or that directory itself. */
+    char dir[4096], path[4096];
+    snprintf(dir, sizeof dir, "%s", local);
+    char *slash = strrchr(dir, '/');
+    if (slash && strncmp(slash + 1, "stash-rados-", 12) != 0) *slash = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *de; d && (de = readdir(d));) {
+        if (de->d_name[0] == '.') continue;
+        if (ckpt_path_of(path, "%s/%s", dir, de->d_name) == 0) ckpt_remove_checkpoint(path);
+    }
+    if (d) closedir(d);
+    rmdir(dir);
+}
+
+int ckpt_rados_url_put(const char *local, const char *url, ioe_engine *e)
+{
+    ckpt_rados *r;
+    char job[256], name[256];
+    int rc = ckpt_rados_url_open(url, &r, job, sizeof job, name, sizeof name);
+    if (rc) return rc;
+    const char *slash = strrchr(local, '/');
+    const char *base = slash ? slash + 1 : local;
+    if (!name[0] || strcmp(name, base) != 0 || strncmp(name, "chk-", 4) == 0)
+        rc = shm_fail(-EINVAL, "%s: a savepoint goes to rados://POOL/JOB/%s", url, base);
+    char md[1024];
+    uint64_t len;
+    if (rc == 0 && snprintf(md, sizeof md, "%s/%s/_metadata", job, name) > 0 &&
+        ckpt_rados_file_size(r, md, &len) == 0)
+        rc = shm_fail(-EEXIST, "%s: exists already", url);
+    if (rc == 0) rc = ckpt_rados_upload(r, job, local, 0, e);
+    ckpt_rados_close(r);
     return rc;
 }

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "backends/checkpoint/ckpt.h"
+#include "backends/checkpoint/rados.h"
 #include "backends/state/opstate.h"
 
 #define IDS 65536u /* every state id a record can name */
@@ -197,12 +198,37 @@ static uint64_t wall_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* A rewrite into RADOS: written into a directory of its own, then copied
+ * into the job under the URL's name. */
+static int rewrite_to_rados(stash_snapshot *snap, const char *url,
+                            const stash_snapshot_rewrite_opts *opts, stash_snapshot_info *out)
+{
+    ckpt_rados *r;
+    char job[256], name[256], tmp[4096], local[4096];
+    int rc = ckpt_rados_url_open(url, &r, job, sizeof job, name, sizeof name);
+    if (rc) return rc;
+    ckpt_rados_close(r);
+    if (!name[0]) return shm_fail(-EINVAL, "%s: names no savepoint (rados://POOL/JOB/NAME)", url);
+    rc = ckpt_path_of(tmp, "/var/tmp/stash-rados-XXXXXX");
+    if (rc == 0 && !mkdtemp(tmp)) rc = shm_fail(-errno, "%s: %s", tmp, strerror(errno));
+    if (rc) return rc;
+    ioe_engine *e = NULL;
+    rc = ckpt_path_of(local, "%s/%s", tmp, name);
+    if (rc == 0) rc = stash_snapshot_rewrite(snap, local, opts, out);
+    if (rc == 0) rc = ioe_engine_open(NULL, &e);
+    if (rc == 0) rc = ckpt_rados_url_put(local, url, e);
+    ioe_engine_close(e);
+    ckpt_rados_url_release(tmp);
+    return rc;
+}
+
 STASH_API int stash_snapshot_rewrite(stash_snapshot *snap, const char *path,
                                      const stash_snapshot_rewrite_opts *opts,
                                      stash_snapshot_info *out)
 {
     shm_clear_error();
     if (!snap || !path) return shm_refuse_null(__func__, "snap or path");
+    if (ckpt_rados_url(path)) return rewrite_to_rados(snap, path, opts, out);
     stash_snapshot_rewrite_opts o = opts ? *opts : (stash_snapshot_rewrite_opts){0};
     if (o.nchanges && !o.changes) return shm_refuse_null(__func__, "changes");
     if (o.max_parallelism > STASH_MAX_MAX_PARALLELISM)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backends/checkpoint/ckpt_read.h"
+#include "backends/checkpoint/rados.h"
 #include "backends/state/state.h"
 
 struct stash_snapshot {
@@ -28,7 +29,17 @@ STASH_API int stash_snapshot_open(const char *path, stash_snapshot **out)
     if (!s) return shm_fail(-ENOMEM, "out of memory");
     int rc = ioe_engine_open(NULL, &s->e);
     if (rc < 0) shm_fail(rc, "no I/O engine to read %s", path);
-    if (rc == 0) rc = ckpt_view_open_path(path, s->e, &s->v);
+    if (rc == 0 && ckpt_rados_url(path)) {
+        /* Copied from RADOS, read whole into memory, the copy removed. */
+        char local[4096];
+        rc = ckpt_rados_url_fetch(path, NULL, local, sizeof local);
+        if (rc == 0) {
+            rc = ckpt_view_open_path(local, s->e, &s->v);
+            ckpt_rados_url_release(local);
+        }
+    } else if (rc == 0) {
+        rc = ckpt_view_open_path(path, s->e, &s->v);
+    }
     s->opened = rc == 0;
     if (rc == 0) {
         s->states = calloc(s->v.nstates ? s->v.nstates : 1, sizeof *s->states);

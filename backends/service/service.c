@@ -661,10 +661,11 @@ int service_install_opstate(stash_arena *a, const ckpt_restored *r)
     return 0;
 }
 
-/* Creates arena name, filled from the newest complete checkpoint of s->dir
- * if there is one. It is built under another name and renamed into place,
- * so that no worker attaches to a half-restored arena. */
-static int create_arena(stash_service *s, const char *name)
+/* Creates arena name, filled from the checkpoint or savepoint directory
+ * from, or without one from the newest complete checkpoint of s->dir if
+ * there is one. It is built under another name and renamed into place, so
+ * that no worker attaches to a half-restored arena. */
+static int build_arena(stash_service *s, const char *name, const char *from)
 {
     char path[256], tmp[300];
     int rc = shm_arena_path(name, s->o.arena, path, sizeof path);
@@ -675,17 +676,7 @@ static int create_arena(stash_service *s, const char *name)
     ao.flags |= STASH_ARENA_REPLACE;
     uint64_t id = 0;
     uint32_t maxp = 0;
-    const char *from = s->o.restore;
     bool restore = true;
-    char fetched[4096];
-    if (!from && s->rados_latest) {
-        /* The checkpoint the job's pointer names, from the copy in dir. */
-        rc = ckpt_rados_fetch(s->rados, s->job, s->dir, s->rados_latest);
-        if (rc == 0)
-            rc = ckpt_path_of(fetched, "%s/chk-%llu", s->dir, (unsigned long long)s->rados_latest);
-        if (rc) return rc;
-        from = fetched;
-    }
     if (!from) {
         rc = ckpt_newest(s->dir, s->e, &id, &maxp);
         /* Checkpoints that all fail to open are not an empty directory:
@@ -741,6 +732,31 @@ static int create_arena(stash_service *s, const char *name)
         return shm_fail(rc, "%s: cannot create the arena: %s", path, why);
     }
     return 0;
+}
+
+/* Creates arena name (build_arena): from --restore (a directory, or a
+ * rados:// URL copied beside dir's checkpoints first), or with the rados
+ * storage from the checkpoint JOB/latest names, or from dir's newest. */
+static int create_arena(stash_service *s, const char *name)
+{
+    const char *from = s->o.restore;
+    char fetched[4096];
+    int rc = 0;
+    if (from && ckpt_rados_url(from)) {
+        if ((rc = ckpt_rados_url_fetch(from, s->dir, fetched, sizeof fetched)) != 0) return rc;
+        rc = build_arena(s, name, fetched);
+        ckpt_rados_url_release(fetched);
+        return rc;
+    }
+    if (!from && s->rados_latest) {
+        char chk[64];
+        snprintf(chk, sizeof chk, "chk-%llu", (unsigned long long)s->rados_latest);
+        rc = ckpt_rados_fetch(s->rados, s->job, s->dir, chk);
+        if (rc == 0) rc = ckpt_path_of(fetched, "%s/%s", s->dir, chk);
+        if (rc) return rc;
+        from = fetched;
+    }
+    return build_arena(s, name, from);
 }
 
 /* Claims the control block for this process, or STASH_EBUSY. */
