@@ -377,3 +377,26 @@ Test(rados, the_snapshot_tool_reads_and_writes_rados_urls)
                  1, "%s", out);
     cr_assert(strstr(out, "savepoint"), "%s", out);
 }
+
+Test(rados, the_bench_measures_the_pool_beside_rados_bench)
+{
+    static char out[65536];
+    setenv("CEPH_CONF", conf, 1);
+    int rc = test_run_stash("bench checkpoint --storage rados --pool stash --quick --reps 1 --json",
+                            out, sizeof out);
+    cr_assert_eq(rc, 0, "%s", out);
+    const char *want[] = {"\"case\": \"rados/write\", \"system\": \"stash\"",
+                          "\"case\": \"rados/restore\", \"system\": \"stash\"",
+                          "\"case\": \"rados/write\", \"system\": \"rados-bench\"",
+                          "\"case\": \"rados/restore\", \"system\": \"stash/rados-bench\""};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert(strstr(out, want[i]), "%s not in %s", want[i], out);
+    /* The job's objects are gone, and the pool holds what it held. */
+    ckpt_rados *r = connect_to("stash", 0);
+    cr_assert_eq(count_prefix(r, "stash-bench-"), 0);
+    ckpt_rados_close(r);
+    cr_assert_eq(test_run_stash("bench checkpoint --storage rados", out, sizeof out), 2, "%s", out);
+    cr_assert(strstr(out, "go together"), "%s", out);
+    cr_assert_eq(test_run_stash("bench keyed --storage rados --pool stash", out, sizeof out), 2,
+                 "%s", out);
+}

@@ -256,6 +256,18 @@ int ckpt_rados_remove_file(ckpt_rados *r, const char *name)
     }
 }
 
+static int remove_one(void *ctx, const char *name)
+{
+    ckpt_rados *r = ctx;
+    int rc = rados_remove(r->io, name);
+    return rc < 0 && rc != -ENOENT ? fail(r, rc, name, "remove") : 0;
+}
+
+int ckpt_rados_remove_prefix(ckpt_rados *r, const char *prefix)
+{
+    return ckpt_rados_list(r, prefix, remove_one, r);
+}
+
 /* ---- pointers, listing, locks ----------------------------------------------- */
 
 int ckpt_rados_swap(ckpt_rados *r, const char *name, const char *expect, const char *value)

@@ -70,6 +70,9 @@ int ckpt_rados_pointer(ckpt_rados *r, const char *name, char *buf, size_t cap);
 int ckpt_rados_list(ckpt_rados *r, const char *prefix, int (*fn)(void *ctx, const char *name),
                     void *ctx);
 
+/* Removes every object whose name starts with prefix (a job's: "JOB/"). */
+int ckpt_rados_remove_prefix(ckpt_rados *r, const char *prefix);
+
 /* Takes, or renews, the exclusive lock of object name for lease_ms as
  * owner (a string naming the holder). Returns 0, -EBUSY if another holds
  * it, or an error naming the object. A holder that stops renewing loses it

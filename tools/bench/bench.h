@@ -20,6 +20,7 @@ typedef struct bench_opts {
     bool progress;         /* stderr is a terminal and output is a table */
     stash_backend backend; /* --backend: keyed and checkpoint measure either */
     const char *only;      /* --case: only the cases whose name starts with it */
+    const char *pool;      /* --storage rados --pool P: checkpoint measures the pool */
 } bench_opts;
 
 typedef struct bench_result {
@@ -127,6 +128,10 @@ int bench_plot_draw(void);
 int bench_fio(const char *path, uint64_t size, bool writing, bool direct, double *bps);
 /* Whether fio runs here. */
 bool bench_fio_installed(void);
+/* `rados bench` on pool (the cluster of $CEPH_CONF): 5 s of writing 4 MiB
+ * objects 8 at a time (left for the read), or of reading them back in
+ * order (then removed). Returns 0 with the bandwidth in *bps, or -EIO. */
+int bench_rados_bench(const char *pool, bool writing, double *bps);
 
 /* One checkpoint's synchronous pause for worker w, the only worker of its
  * arena (checkpoint.c): every key group pinned, the worker's writes

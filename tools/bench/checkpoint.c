@@ -228,6 +228,89 @@ static int bandwidth_cases(ckb *b)
     return 0;
 }
 
+/* ---- a checkpoint in a RADOS pool, beside rados bench ------------------------ */
+
+/* One checkpoint of w's arena into the pool (written in b->dir, then copied
+ * up and committed) and its restore into a fresh arena (copied down, then
+ * restored): their bytes per second in *wr and *rd. */
+static int rados_once(ckb *b, stash_worker *w, ckpt_rados *r, const char *job, uint64_t id,
+                      double *wr, double *rd)
+{
+    stash_arena *a = stash_worker_arena(w);
+    char chk[sizeof b->dir + 32], down[sizeof b->dir + 32], name2[80];
+    snprintf(chk, sizeof chk, "%s/chk-%llu", b->dir, (unsigned long long)id);
+    snprintf(down, sizeof down, "%s/down", b->dir);
+    snprintf(name2, sizeof name2, "%s-restore", b->name);
+    uint32_t *pins = pin_all(a);
+    ckpt_written out = {0};
+    uint64_t t0 = bench_now_ns();
+    int rc = write_checkpoint(w, pins, &(ckpt_opts){.dir = b->dir, .id = id, .engine = b->e}, &out);
+    unpin_all(a, pins);
+    if (rc == 0) rc = ckpt_rados_upload(r, job, chk, id > 1 ? id - 1 : 0, b->e);
+    *wr = (double)out.data_bytes / ((double)(bench_now_ns() - t0) / 1e9);
+    if (rc == 0 && mkdir(down, 0700) < 0) rc = -errno;
+    stash_arena *fresh = NULL;
+    if (rc == 0) rc = create_arena(b, name2, b->keys);
+    if (rc == 0) rc = stash_arena_open(name2, NULL, &fresh);
+    t0 = bench_now_ns();
+    char name[64];
+    snprintf(name, sizeof name, "chk-%llu", (unsigned long long)id);
+    if (rc == 0) rc = ckpt_rados_fetch(r, job, down, name);
+    ckpt_restored res;
+    if (rc == 0)
+        rc = ckpt_restore(fresh, down, id, (stash_kg_range){0, a->hdr->max_parallelism - 1}, b->e,
+                          &res);
+    *rd = (double)out.data_bytes / ((double)(bench_now_ns() - t0) / 1e9);
+    if (rc == 0) ckpt_restored_free(&res);
+    if (fresh) stash_arena_close(fresh);
+    stash_arena_destroy(name2, NULL);
+    char fetched[sizeof down + sizeof name];
+    snprintf(fetched, sizeof fetched, "%s/%s", down, name);
+    ckpt_remove_checkpoint(fetched);
+    rmdir(down);
+    clean_dir(b);
+    return rc;
+}
+
+static int rados_cases(ckb *b)
+{
+    ckpt_rados *r;
+    char job[64];
+    snprintf(job, sizeof job, "stash-bench-%d", (int)getpid());
+    int rc = ckpt_rados_open(&(ckpt_rados_opts){.pool = b->o.pool}, &r);
+    if (rc) return rc;
+    stash_worker *w = NULL;
+    stash_state *s;
+    rc = open_loaded(b, b->keys, &w, &s);
+    double wr[MAX_REPS], rd[MAX_REPS], pw[MAX_REPS], pr[MAX_REPS];
+    bool peer = true;
+    for (int i = 0; i < b->o.reps && rc == 0; i++) {
+        bench_progress(&b->o, "checkpoint: rados, repetition %d of %d", i + 1, b->o.reps);
+        rc = rados_once(b, w, r, job, (uint64_t)i + 1, &wr[i], &rd[i]);
+        if (peer && (bench_rados_bench(b->o.pool, true, &pw[i]) < 0 ||
+                     bench_rados_bench(b->o.pool, false, &pr[i]) < 0))
+            peer = false;
+    }
+    char prefix[80];
+    snprintf(prefix, sizeof prefix, "%s/", job);
+    int gone = ckpt_rados_remove_prefix(r, prefix);
+    if (rc == 0) rc = gone;
+    if (w) close_loaded(b, w);
+    ckpt_rados_close(r);
+    if (rc) return rc;
+    double mw = report_reps(b, "rados/write", "stash", wr, "bytes/s");
+    double mr = report_reps(b, "rados/restore", "stash", rd, "bytes/s");
+    if (!peer) {
+        report_skip(b, "rados/write", "rados-bench", "rados bench failed (ceph-common)");
+        return 0;
+    }
+    double mpw = report_reps(b, "rados/write", "rados-bench", pw, "bytes/s");
+    double mpr = report_reps(b, "rados/restore", "rados-bench", pr, "bytes/s");
+    report(b, "rados/write", "stash/rados-bench", mw / mpw, "ratio");
+    report(b, "rados/restore", "stash/rados-bench", mr / mpr, "ratio");
+    return 0;
+}
+
 /* ---- a savepoint rewritten offline, beside fio ------------------------------- */
 
 /* One rewrite of src into dst with state "dropped" left out, as stash
@@ -632,14 +715,19 @@ int bench_checkpoint(int argc, char **argv)
         "checkpoints; no figures under load. rewrite: a savepoint of the 1M keys and 100K\n"
         "of a second state read, checked and written again without the second state\n"
         "(stash snapshot rewrite --drop-state), its bytes read and written per second\n"
-        "beside fio reading and writing the same bytes (heap backend).\n";
+        "beside fio reading and writing the same bytes (heap backend).\n"
+        "--storage rados --pool P: instead, a checkpoint of the 1M keys written, copied into\n"
+        "the pool P (the cluster of $CEPH_CONF) and committed, and its restore (copied\n"
+        "down, restored), beside rados bench writing and reading objects of 4 MiB, 8 at a\n"
+        "time, in the same run.\n";
     ckb b = {0};
     int rc = bench_parse(argc, argv, usage, &b.o);
     const char *const names[] = {"full/write",       "restore/read",
                                  "pause/100k-keys",  b.o.quick ? "pause/1m-keys" : "pause/10m-keys",
                                  "incremental-1pct", "ycsb-a/during-checkpoint",
                                  "ycsb-a/without",   "extra-memory",
-                                 "rewrite"};
+                                 "rewrite",          "rados/write",
+                                 "rados/restore"};
     if (rc == 0 && bench_check_case(&b.o, "checkpoint", names, sizeof names / sizeof names[0]) < 0)
         rc = -1;
     if (rc) return rc < 0 ? 2 : 0;
@@ -653,6 +741,14 @@ int bench_checkpoint(int argc, char **argv)
     rc = ioe_engine_open(&(ioe_opts){.backend = IOE_AUTO}, &b.e);
     if (rc < 0) return tool_fail("bench checkpoint: I/O engine", rc);
     if (mkdir(b.dir, 0755) < 0 && errno != EEXIST) return tool_fail(b.dir, -errno);
+    if (b.o.pool) {
+        rc = bench_selected(&b.o, "rados") ? rados_cases(&b) : 0;
+        ioe_engine_close(b.e);
+        char cmd[sizeof b.dir + 16];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", b.dir);
+        if (system(cmd) != 0) fprintf(stderr, "stash bench checkpoint: cannot remove %s\n", b.dir);
+        return rc < 0 ? tool_fail("bench checkpoint", rc) : 0;
+    }
     rc = bandwidth_cases(&b);
     if (rc == 0) rc = pause_case(&b, 100000, "pause/100k-keys");
     if (rc == 0)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fio.c: fio, the disk's own figure, run as a child process for the benches
- * that compare against it (io, checkpoint).
+ * fio.c: the storage's own figures, run as child processes for the benches
+ * that compare against them: fio for a disk (io, checkpoint), rados bench
+ * for a Ceph pool (checkpoint --storage rados).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -86,4 +87,28 @@ bool bench_fio_installed(void)
     char out[256];
     char *argv[] = {"fio", "--version", NULL};
     return run_capture(argv, out, sizeof out) == 0;
+}
+
+int bench_rados_bench(const char *pool, bool writing, double *bps)
+{
+    char *out = malloc(1 << 16);
+    if (!out) return -ENOMEM;
+    char run[64];
+    snprintf(run, sizeof run, "stash-bench-%d", (int)getpid());
+    /* Objects of the size stash stripes a checkpoint's files into, as many
+     * in flight; the reads are of the objects the write left. */
+    char *write_argv[] = {"rados",        "-p",         (char *)pool, "bench", "5",
+                          "write",        "-b",         "4194304",    "-t",    "8",
+                          "--no-cleanup", "--run-name", run,          NULL};
+    char *read_argv[] = {"rados", "-p", (char *)pool, "bench", "5", "seq",
+                         "-t",    "8",  "--run-name", run,     NULL};
+    int st = run_capture(writing ? write_argv : read_argv, out, 1 << 16);
+    const char *bw = st == 0 ? strstr(out, "Bandwidth (MB/sec):") : NULL;
+    *bps = bw ? strtod(bw + strlen("Bandwidth (MB/sec):"), NULL) * 1048576.0 : -1;
+    if (!writing) {
+        char *clean_argv[] = {"rados", "-p", (char *)pool, "cleanup", "--run-name", run, NULL};
+        run_capture(clean_argv, out, 1 << 16);
+    }
+    free(out);
+    return *bps > 0 ? 0 : -EIO;
 }

@@ -17,6 +17,7 @@
 int bench_parse(int argc, char **argv, const char *usage, bench_opts *out)
 {
     *out = (bench_opts){.reps = 5};
+    bool rados = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             out->json = true;
@@ -32,6 +33,16 @@ int bench_parse(int argc, char **argv, const char *usage, bench_opts *out)
                 return -1;
             }
             out->backend = strcmp(v, "lmdb") == 0 ? STASH_BACKEND_LMDB : STASH_BACKEND_HEAP;
+        } else if (strcmp(argv[i], "--storage") == 0 && i + 1 < argc) {
+            const char *v = argv[++i];
+            if (strcmp(v, "fs") != 0 && strcmp(v, "rados") != 0) {
+                fprintf(stderr, "stash bench %s: --storage takes fs or rados, not '%s'\n", argv[0],
+                        v);
+                return -1;
+            }
+            rados = strcmp(v, "rados") == 0;
+        } else if (strcmp(argv[i], "--pool") == 0 && i + 1 < argc) {
+            out->pool = argv[++i];
         } else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) {
             out->only = argv[++i];
         } else if (strcmp(argv[i], "--plot") == 0 && i + 1 < argc) {
@@ -63,6 +74,14 @@ int bench_parse(int argc, char **argv, const char *usage, bench_opts *out)
                     argv[0], argv[i], argv[0], usage);
             return -1;
         }
+    }
+    if (out->pool && strcmp(argv[0], "checkpoint") != 0) {
+        fprintf(stderr, "stash bench %s: --storage and --pool are checkpoint's\n", argv[0]);
+        return -1;
+    }
+    if (rados != (out->pool != NULL)) {
+        fprintf(stderr, "stash bench %s: --storage rados and --pool P go together\n", argv[0]);
+        return -1;
     }
     if (out->json && out->csv) {
         fprintf(stderr, "stash bench %s: --json and --csv exclude each other\n", argv[0]);
