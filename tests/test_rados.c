@@ -400,3 +400,71 @@ Test(rados, the_bench_measures_the_pool_beside_rados_bench)
     cr_assert_eq(test_run_stash("bench keyed --storage rados --pool stash", out, sizeof out), 2,
                  "%s", out);
 }
+
+Test(rados, an_incremental_chain_goes_up_once_a_file_and_comes_back_whole)
+{
+    char name[96], local[256];
+    snprintf(local, sizeof local, "%s/local", dir);
+    stash_arena *a = test_arena_create("radosinc", 16u << 20, 32, name);
+    stash_service_opts so = {.storage = STASH_STORAGE_RADOS,
+                             .dir = local,
+                             .pool = "stash",
+                             .ceph_conf = conf,
+                             .job = "chain",
+                             .incremental = 1,
+                             .retain = 2,
+                             .ceph_timeout_ms = 2000};
+    stash_service *svc;
+    cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    stash_state *v;
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    put_all(w, 500, 1);
+    stash_checkpoint_info info;
+    cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", info.detail);
+    /* Deltas: a tenth of the keys changed, then every key divisible by 7 gone. */
+    for (int round = 0; round < 3; round++) {
+        for (uint64_t k = round; k < 500; k += 10) {
+            uint64_t x = 1000 + k;
+            stash_key_set(w, &k, sizeof k);
+            cr_assert_eq(stash_value_put(v, &x, sizeof x), 0);
+        }
+        if (round == 2)
+            for (uint64_t k = 0; k < 500; k += 7) {
+                stash_key_set(w, &k, sizeof k);
+                cr_assert_eq(stash_state_clear(v), 0);
+            }
+        cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", info.detail);
+        cr_assert(info.incremental, "checkpoint %llu is a delta", (unsigned long long)info.id);
+    }
+    /* Each shared file once: the full one and three deltas, all still listed
+     * by the two kept checkpoints. */
+    ckpt_rados *r = connect_to("stash", 0);
+    cr_assert_eq(count_prefix(r, "chain/shared/"), 4, "one object each (small files)");
+    cr_assert_eq(count_prefix(r, "chain/chk-"), 2, "two kept, a metadata object each");
+    ckpt_rados_close(r);
+    stash_worker_close(w);
+    stash_service_stop(svc);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+    test_remove_dir(local);
+    cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    for (uint64_t k = 0; k < 500; k++) {
+        stash_bytes b;
+        stash_key_set(w, &k, sizeof k);
+        if (k % 7 == 0) {
+            cr_assert_eq(stash_value_get(v, &b), STASH_ENOTFOUND, "key %llu",
+                         (unsigned long long)k);
+            continue;
+        }
+        cr_assert_eq(stash_value_get(v, &b), 0, "key %llu", (unsigned long long)k);
+        cr_assert_eq(test_u64(b.data), k % 10 < 3 ? 1000 + k : k, "key %llu",
+                     (unsigned long long)k);
+    }
+    stash_worker_close(w);
+    stash_service_stop(svc);
+    stash_arena_destroy(name, NULL);
+}
