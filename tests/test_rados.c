@@ -279,16 +279,28 @@ Test(rados, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_from
     stash_arena_destroy(name, NULL);
     test_remove_dir(local);
     cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
-    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
-    stash_state *v;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
-    for (uint64_t k = 0; k < 1000; k++) {
-        stash_bytes b;
-        stash_key_set(w, &k, sizeof k);
-        cr_assert_eq(stash_value_get(v, &b), 0, "key %llu", (unsigned long long)k);
-        cr_assert_eq(test_u64(b.data), 4 * k, "key %llu", (unsigned long long)k);
+    /* At another parallelism: three workers, each finding its own keys. */
+    unsigned found = 0;
+    for (uint32_t i = 0; i < 3; i++) {
+        cr_assert_eq(
+            stash_worker_open(name, &(stash_worker_opts){.index = i, .parallelism = 3}, &w), 0,
+            "%s", stash_errmsg());
+        stash_state *v;
+        cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v),
+                     0);
+        stash_worker_info me;
+        stash_worker_info_get(w, &me);
+        for (uint64_t k = 0; k < 1000; k++) {
+            stash_bytes b;
+            stash_key_set(w, &k, sizeof k);
+            if (!stash_kg_range_contains(me.range, (uint32_t)stash_key_group_current(w))) continue;
+            cr_assert_eq(stash_value_get(v, &b), 0, "key %llu", (unsigned long long)k);
+            cr_assert_eq(test_u64(b.data), 4 * k, "key %llu", (unsigned long long)k);
+            found++;
+        }
+        stash_worker_close(w);
     }
-    stash_worker_close(w);
+    cr_assert_eq(found, 1000, "every key, by the worker of its key group");
     stash_service_stop(svc);
     stash_arena_destroy(name, NULL);
     /* Bad options, named. */
@@ -423,6 +435,14 @@ Test(rados, an_incremental_chain_goes_up_once_a_file_and_comes_back_whole)
     put_all(w, 500, 1);
     stash_checkpoint_info info;
     cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", info.detail);
+    /* The chain's first, its one file in shared/, read back from the pool. */
+    static char out[16384];
+    char args[256];
+    setenv("CEPH_CONF", conf, 1);
+    snprintf(args, sizeof args, "snapshot verify rados://stash/chain/chk-%llu",
+             (unsigned long long)info.id);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "500 records"), "%s", out);
     /* Deltas: a tenth of the keys changed, then every key divisible by 7 gone. */
     for (int round = 0; round < 3; round++) {
         for (uint64_t k = round; k < 500; k += 10) {

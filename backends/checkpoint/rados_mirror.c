@@ -135,15 +135,13 @@ int ckpt_rados_fetch(ckpt_rados *r, const char *job, const char *dir, const char
     if (rc == 0 && named && !*end && v.id != named)
         rc = shm_fail(STASH_ECORRUPT, "%s: names checkpoint %llu, not %llu", v.meta_path,
                       (unsigned long long)v.id, (unsigned long long)named);
-    if (rc == 0 && v.nfiles > 1) {
-        rc = ckpt_path_of(path, "%s/%s", dir, CKPT_SHARED_DIR);
-        if (rc == 0) rc = shm_own_dir(path, 0700);
-    }
     for (uint32_t f = 0; rc == 0 && f < v.nfiles; f++) {
         const char *file = v.files[f].name;
         bool in_shared = strncmp(file, CKPT_SHARED_DIR "/", sizeof CKPT_SHARED_DIR) == 0;
         const char *base = in_shared ? file + sizeof CKPT_SHARED_DIR : file;
-        rc = object_of(name, sizeof name, job, dirname, file);
+        if (in_shared && (rc = ckpt_path_of(path, "%s/%s", dir, CKPT_SHARED_DIR)) == 0)
+            rc = shm_own_dir(path, 0700);
+        if (rc == 0) rc = object_of(name, sizeof name, job, dirname, file);
         if (rc == 0) rc = ckpt_path_of(final, "%s/%s", dir, file);
         if (rc == 0 && in_shared && access(final, F_OK) == 0)
             continue; /* a chain's file fetched with an earlier checkpoint */
