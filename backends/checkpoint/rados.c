@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include "backends/checkpoint/rados.h"
 #include "shm/shm.h"
@@ -23,9 +24,11 @@
 struct ckpt_rados {
     rados_t cluster;
     rados_ioctx_t io;
-    bool connected;
     uint32_t depth;
     char pool[128];
+    /* depth stripe buffers, made on first use and kept: memory touched for
+     * the first time costs more than the network (a page fault a page) */
+    uint8_t **ring;
 };
 
 /* Fails with rc naming the object. */
@@ -37,6 +40,8 @@ static int fail(const ckpt_rados *r, int rc, const char *oid, const char *what)
 void ckpt_rados_close(ckpt_rados *r)
 {
     if (!r) return;
+    for (uint32_t i = 0; r->ring && i < r->depth; i++) free(r->ring[i]);
+    free(r->ring);
     if (r->io) rados_ioctx_destroy(r->io);
     if (r->cluster) rados_shutdown(r->cluster);
     free(r);
@@ -242,6 +247,119 @@ int ckpt_rados_read_file(ckpt_rados *r, const char *name, size_t limit, uint8_t 
     *out = buf;
     *len = len64;
     return 0;
+}
+
+/* The connection's stripe buffers. */
+static int ring_of(ckpt_rados *r)
+{
+    if (r->ring) return 0;
+    uint8_t **ring = calloc(r->depth, sizeof *ring);
+    for (uint32_t i = 0; ring && i < r->depth; i++)
+        if (!(ring[i] = malloc(CKPT_RADOS_STRIPE))) {
+            while (i--) free(ring[i]);
+            free(ring);
+            ring = NULL;
+        }
+    if (!ring) return shm_fail(-ENOMEM, "out of memory");
+    r->ring = ring;
+    return 0;
+}
+
+/* Waits for the oldest read, then writes what it brought to fd at off[i]. */
+static void land_one(flight *f, int fd, const char *path, const uint64_t *off)
+{
+    unsigned i = f->head;
+    flight_wait_one(f, "read");
+    if (f->rc) return;
+    for (size_t done = 0; done < f->want[i];) {
+        ssize_t n = pwrite(fd, f->r->ring[i] + done, f->want[i] - done, (off_t)(off[i] + done));
+        if (n < 0) {
+            f->rc = shm_fail(-errno, "write %s at offset %llu: %s", path,
+                             (unsigned long long)(off[i] + done), strerror(errno));
+            return;
+        }
+        done += (size_t)n;
+    }
+}
+
+int ckpt_rados_get_fd(ckpt_rados *r, const char *name, int fd, const char *path, uint64_t *len)
+{
+    int rc = ckpt_rados_file_size(r, name, len);
+    uint64_t *off = calloc(r->depth, sizeof *off);
+    if (rc == 0 && !off) rc = shm_fail(-ENOMEM, "out of memory");
+    if (rc == 0) rc = ring_of(r);
+    flight f = {0};
+    if (rc == 0) rc = flight_init(&f, r);
+    uint64_t stripes = (*len + CKPT_RADOS_STRIPE - 1) / CKPT_RADOS_STRIPE;
+    for (uint64_t k = 0; rc == 0 && k < stripes && !f.rc; k++) {
+        char oid[300];
+        stripe_name(oid, sizeof oid, name, (size_t)k);
+        if (f.n == r->depth) land_one(&f, fd, path, off);
+        if (f.rc) break;
+        unsigned i = (f.head + f.n) % r->depth;
+        off[i] = k * CKPT_RADOS_STRIPE;
+        size_t n = *len - off[i] < CKPT_RADOS_STRIPE ? (size_t)(*len - off[i]) : CKPT_RADOS_STRIPE;
+        rados_completion_t *c = flight_slot(&f, "read", oid, n);
+        if (!c) {
+            rc = shm_fail(-ENOMEM, "out of memory");
+            break;
+        }
+        if ((rc = rados_aio_read(r->io, oid, *c, (char *)r->ring[i], n, 0)) < 0) {
+            rados_aio_release(*c);
+            f.n--;
+            rc = fail(r, rc, oid, "read");
+        }
+    }
+    while (f.c && f.n) land_one(&f, fd, path, off);
+    int ended = f.c ? flight_end(&f, "read") : 0;
+    free(off);
+    return rc ? rc : ended;
+}
+
+int ckpt_rados_put_fd(ckpt_rados *r, const char *name, int fd, const char *path, uint64_t len)
+{
+    int rc = ring_of(r);
+    flight f = {0};
+    if (rc == 0) rc = flight_init(&f, r);
+    uint64_t stripes = len ? (len + CKPT_RADOS_STRIPE - 1) / CKPT_RADOS_STRIPE : 1;
+    for (uint64_t k = 0; rc == 0 && k < stripes && !f.rc; k++) {
+        char oid[300];
+        stripe_name(oid, sizeof oid, name, (size_t)k);
+        uint64_t at = k * CKPT_RADOS_STRIPE;
+        size_t n = len - at < CKPT_RADOS_STRIPE ? (size_t)(len - at) : CKPT_RADOS_STRIPE;
+        /* The slot's buffer is free once the oldest write is done. */
+        rados_completion_t *c = flight_slot(&f, "write", oid, 0);
+        if (!c) {
+            rc = shm_fail(-ENOMEM, "out of memory");
+            break;
+        }
+        unsigned i = (f.head + f.n - 1) % r->depth;
+        for (size_t got = 0; rc == 0 && got < n;) {
+            ssize_t m = pread(fd, r->ring[i] + got, n - got, (off_t)(at + got));
+            if (m <= 0)
+                rc = shm_fail(m < 0 ? -errno : STASH_ECORRUPT, "read %s at offset %llu: %s", path,
+                              (unsigned long long)(at + got),
+                              m < 0 ? strerror(errno) : "the file is shorter than it was");
+            got += m > 0 ? (size_t)m : 0;
+        }
+        int q = 0;
+        if (rc == 0 && k == 0) {
+            uint64_t len64 = len;
+            f.op = rados_create_write_op();
+            rados_write_op_write_full(f.op, (const char *)r->ring[i], n);
+            rados_write_op_setxattr(f.op, LEN_XATTR, (const char *)&len64, sizeof len64);
+            q = rados_aio_write_op_operate(f.op, r->io, *c, oid, NULL, 0);
+        } else if (rc == 0) {
+            q = rados_aio_write_full(r->io, oid, *c, (const char *)r->ring[i], n);
+        }
+        if (rc || q < 0) {
+            rados_aio_release(*c);
+            f.n--;
+            if (q < 0) rc = fail(r, q, oid, "write");
+        }
+    }
+    int ended = f.c ? flight_end(&f, "write") : 0;
+    return rc ? rc : ended;
 }
 
 int ckpt_rados_remove_file(ckpt_rados *r, const char *name)

@@ -52,6 +52,13 @@ int ckpt_rados_read_file(ckpt_rados *r, const char *name, size_t limit, uint8_t 
 /* The length of a file written by ckpt_rados_write_file. Returns 0,
  * -ENOENT, or an error naming the object. */
 int ckpt_rados_file_size(ckpt_rados *r, const char *name, uint64_t *len);
+/* As ckpt_rados_read_file and ckpt_rados_write_file, streaming between the
+ * objects and the file open at fd (named path in messages) through the
+ * connection's buffers: what the file holds is written as its stripes come
+ * in (*len: the file's length), or len bytes of it are read as stripes go
+ * out. */
+int ckpt_rados_get_fd(ckpt_rados *r, const char *name, int fd, const char *path, uint64_t *len);
+int ckpt_rados_put_fd(ckpt_rados *r, const char *name, int fd, const char *path, uint64_t len);
 /* Removes a file's objects. Removing what is absent is no error. */
 int ckpt_rados_remove_file(ckpt_rados *r, const char *name);
 

@@ -39,10 +39,25 @@ static bool rados_has_file(ckpt_rados *r, const char *name)
     return ckpt_rados_file_size(r, name, &len) == 0;
 }
 
+/* Copies the file at path into the objects of name. */
+static int put_file(ckpt_rados *r, const char *name, const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        int rc = shm_fail(-errno, "%s: cannot read: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return rc;
+    }
+    int rc = ckpt_rados_put_fd(r, name, fd, path, (uint64_t)st.st_size);
+    close(fd);
+    return rc;
+}
+
 int ckpt_rados_upload(ckpt_rados *r, const char *job, const char *chk, uint64_t prev, ioe_engine *e)
 {
     ckpt_view v;
-    int rc = ckpt_open_view(chk, e, &v, true);
+    int rc = ckpt_open_view(chk, e, &v, false);
     if (rc) return rc;
     const char *slash = strrchr(chk, '/');
     const char *dirname = slash ? slash + 1 : chk;
@@ -55,7 +70,7 @@ int ckpt_rados_upload(ckpt_rados *r, const char *job, const char *chk, uint64_t 
         rc = object_of(name, sizeof name, job, dirname, cf->name);
         /* A shared file went up with the checkpoint that wrote it. */
         if (rc == 0 && !(shared && f + 1 < v.nfiles && rados_has_file(r, name)))
-            rc = ckpt_rados_write_file(r, name, cf->data, cf->len);
+            rc = put_file(r, name, cf->path);
     }
     if (rc == 0) rc = object_of(name, sizeof name, job, dirname, "_metadata");
     if (rc == 0) rc = ckpt_rados_write_file(r, name, v.md, v.md_len);
@@ -99,14 +114,15 @@ static int write_new(const char *path, const void *data, size_t len)
     return rc;
 }
 
-/* Downloads object name into the new file path. */
+/* Downloads the objects of name into the new file path, made durable. */
 static int fetch_file(ckpt_rados *r, const char *name, const char *path)
 {
-    uint8_t *buf;
-    size_t len;
-    int rc = ckpt_rados_read_file(r, name, (size_t)1 << 40, &buf, &len);
-    if (rc == 0) rc = write_new(path, buf, len);
-    free(buf);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return shm_fail(-errno, "%s: cannot create: %s", path, strerror(errno));
+    uint64_t len;
+    int rc = ckpt_rados_get_fd(r, name, fd, path, &len);
+    if (rc == 0 && fsync(fd) < 0) rc = shm_fail(-errno, "fsync %s: %s", path, strerror(errno));
+    close(fd);
     return rc;
 }
 
