@@ -253,7 +253,8 @@ Test(rados, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_from
     uint64_t third = info.id;
     cr_assert_eq(latest_of("wordcount"), third, "the pointer names the newest");
     ckpt_rados *r = connect_to("stash", 0);
-    cr_assert_eq(count_prefix(r, "wordcount/chk-"), 4, "two kept, each its metadata and data");
+    cr_assert_eq(count_prefix(r, "wordcount/chk-"), 6,
+                 "two kept, each its claim, metadata and data");
     /* The OSD down: the checkpoint fails, the pointer stays, nothing is
      * left of it locally; back up, the next one completes. */
     snprintf(args, sizeof args, "osd-stop %s", dir);
@@ -462,7 +463,7 @@ Test(rados, an_incremental_chain_goes_up_once_a_file_and_comes_back_whole)
      * by the two kept checkpoints. */
     ckpt_rados *r = connect_to("stash", 0);
     cr_assert_eq(count_prefix(r, "chain/shared/"), 4, "one object each (small files)");
-    cr_assert_eq(count_prefix(r, "chain/chk-"), 2, "two kept, a metadata object each");
+    cr_assert_eq(count_prefix(r, "chain/chk-"), 4, "two kept, each its claim and metadata");
     ckpt_rados_close(r);
     stash_worker_close(w);
     stash_service_stop(svc);
@@ -487,4 +488,61 @@ Test(rados, an_incremental_chain_goes_up_once_a_file_and_comes_back_whole)
     stash_worker_close(w);
     stash_service_stop(svc);
     stash_arena_destroy(name, NULL);
+}
+
+Test(rados, a_stale_engine_never_writes_over_a_newer_one)
+{
+    char a_name[96], b_name[112], a_dir[256], b_dir[256], args[256];
+    static char out[65536];
+    setenv("CEPH_CONF", conf, 1);
+    snprintf(a_dir, sizeof a_dir, "%s/a", dir);
+    snprintf(b_dir, sizeof b_dir, "%s/b", dir);
+    stash_arena *a = test_arena_create("radosa", 16u << 20, 16, a_name);
+    stash_service_opts so = {.storage = STASH_STORAGE_RADOS,
+                             .dir = a_dir,
+                             .pool = "stash",
+                             .ceph_conf = conf,
+                             .job = "twice",
+                             .ceph_timeout_ms = 2000};
+    stash_service *sa, *sb;
+    cr_assert_eq(stash_service_start(a_name, &so, &sa), 0, "%s", stash_errmsg());
+    stash_worker *wa;
+    cr_assert_eq(stash_worker_open(a_name, NULL, &wa), 0, "%s", stash_errmsg());
+    put_all(wa, 100, 1);
+    stash_checkpoint_info info;
+    cr_assert_eq(test_checkpoint_at_barriers(a, &wa, 1, &info), 0, "%s", info.detail);
+    /* A second engine of the job (another host) starts from it and goes on. */
+    snprintf(b_name, sizeof b_name, "%s-b", a_name);
+    so.dir = b_dir;
+    cr_assert_eq(stash_service_start(b_name, &so, &sb), 0, "%s", stash_errmsg());
+    stash_arena *b;
+    cr_assert_eq(stash_arena_open(b_name, NULL, &b), 0);
+    stash_worker *wb;
+    cr_assert_eq(stash_worker_open(b_name, NULL, &wb), 0, "%s", stash_errmsg());
+    put_all(wb, 100, 2);
+    stash_checkpoint_info binfo;
+    cr_assert_eq(test_checkpoint_at_barriers(b, &wb, 1, &binfo), 0, "%s", binfo.detail);
+    cr_assert_eq(latest_of("twice"), binfo.id);
+    /* The first one, stale, fails twice: the id the other took, then the
+     * pointer the other moved. */
+    put_all(wa, 100, 3);
+    cr_assert_neq(test_checkpoint_at_barriers(a, &wa, 1, &info), 0);
+    cr_assert(strstr(info.detail, "another engine"), "%s", info.detail);
+    cr_assert_neq(test_checkpoint_at_barriers(a, &wa, 1, &info), 0);
+    cr_assert(strstr(info.detail, "does not hold"), "%s", info.detail);
+    cr_assert_eq(latest_of("twice"), binfo.id);
+    /* The newer one is whole: every value the second engine wrote. */
+    snprintf(args, sizeof args, "snapshot dump rados://stash/twice --format hex");
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "\"value\": \"c600000000000000\""), "key 99's 198: %.2000s", out);
+    cr_assert_eq(test_run_stash("snapshot verify rados://stash/twice", out, sizeof out), 0, "%s",
+                 out);
+    stash_worker_close(wa);
+    stash_worker_close(wb);
+    stash_service_stop(sa);
+    stash_service_stop(sb);
+    stash_arena_close(a);
+    stash_arena_close(b);
+    stash_arena_destroy(a_name, NULL);
+    stash_arena_destroy(b_name, NULL);
 }

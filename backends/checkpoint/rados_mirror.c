@@ -22,6 +22,7 @@
 #include "backends/checkpoint/rados.h"
 
 #define LATEST "latest"
+#define CLAIM "_claim" /* JOB/chk-ID/_claim: the engine that writes chk-ID */
 
 /* The object name of a file (as a checkpoint's metadata names it, or
  * "_metadata") of checkpoint directory dirname ("chk-12"). */
@@ -62,8 +63,17 @@ int ckpt_rados_upload(ckpt_rados *r, const char *job, const char *chk, uint64_t 
     const char *slash = strrchr(chk, '/');
     const char *dirname = slash ? slash + 1 : chk;
     bool checkpoint = strncmp(dirname, "chk-", 4) == 0;
-    char name[1024];
-    /* Data first: the metadata names only files that are there. */
+    char name[1024], owner[300], host[256] = "";
+    /* The id is this engine's before anything of it is written: another
+     * engine of the job that took the same id must not write over it. */
+    gethostname(host, sizeof host - 1);
+    snprintf(owner, sizeof owner, "%d@%s", (int)getpid(), host);
+    snprintf(name, sizeof name, "%s/%s/%s", job, dirname, CLAIM);
+    rc = ckpt_rados_swap(r, name, NULL, owner);
+    if (rc == -ECANCELED)
+        rc = shm_fail(rc, "rados://%s/%s/%s: taken by another engine of the job",
+                      ckpt_rados_pool(r), job, dirname);
+    /* Data next: the metadata names only files that are there. */
     for (uint32_t f = 0; rc == 0 && f < v.nfiles; f++) {
         const ckpt_file *cf = &v.files[f];
         bool shared = strncmp(cf->name, CKPT_SHARED_DIR "/", sizeof CKPT_SHARED_DIR) == 0;
@@ -320,9 +330,8 @@ int ckpt_rados_retain(ckpt_rados *r, const char *job, unsigned keep)
         /* Its metadata first: a checkpoint half removed is one no longer. */
         snprintf(name, sizeof name, "%s/chk-%llu/_metadata", job, (unsigned long long)f.ids[i]);
         rc = ckpt_rados_remove_file(r, name);
-        snprintf(name, sizeof name, "%s/chk-%llu/%s", job, (unsigned long long)f.ids[i],
-                 CKPT_DATA_FILE);
-        if (rc == 0) rc = ckpt_rados_remove_file(r, name);
+        snprintf(name, sizeof name, "%s/chk-%llu/", job, (unsigned long long)f.ids[i]);
+        if (rc == 0) rc = ckpt_rados_remove_prefix(r, name);
     }
     unlisted u = {job, shared, nshared, NULL, 0};
     snprintf(prefix, sizeof prefix, "%s/%s/", job, CKPT_SHARED_DIR);
