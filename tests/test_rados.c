@@ -229,18 +229,36 @@ static uint64_t latest_of(const char *job)
     return id;
 }
 
+/* The machine lost: the worker, the service, the arena and the local
+ * copies of its checkpoints gone; the pool holds what is left. */
+static void lose_all(const char *name, stash_arena *a, stash_worker *w, stash_service *svc,
+                     const char *local)
+{
+    stash_worker_close(w);
+    stash_service_stop(svc);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+    test_remove_dir(local);
+}
+
+/* A service's options for the rados storage of job, its copy in local. */
+static stash_service_opts rados_opts(const char *local, const char *job)
+{
+    return (stash_service_opts){.storage = STASH_STORAGE_RADOS,
+                                .dir = local,
+                                .pool = "stash",
+                                .ceph_conf = conf,
+                                .job = job,
+                                .ceph_timeout_ms = 2000};
+}
+
 Test(rados, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_from_it)
 {
     char name[96], local[256], args[256];
     snprintf(local, sizeof local, "%s/local", dir);
     stash_arena *a = test_arena_create("rados", 16u << 20, 32, name);
-    stash_service_opts so = {.storage = STASH_STORAGE_RADOS,
-                             .dir = local,
-                             .pool = "stash",
-                             .ceph_conf = conf,
-                             .job = "wordcount",
-                             .retain = 2,
-                             .ceph_timeout_ms = 2000};
+    stash_service_opts so = rados_opts(local, "wordcount");
+    so.retain = 2;
     stash_service *svc;
     cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
     stash_worker *w;
@@ -274,11 +292,7 @@ Test(rados, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_from
     cr_assert_eq(latest_of("wordcount"), info.id);
     cr_assert_gt(info.id, third);
     /* The arena and its local copies lost: a new one comes back from RADOS. */
-    stash_worker_close(w);
-    stash_service_stop(svc);
-    stash_arena_close(a);
-    stash_arena_destroy(name, NULL);
-    test_remove_dir(local);
+    lose_all(name, a, w, svc, local);
     cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
     /* At another parallelism: three workers, each finding its own keys. */
     unsigned found = 0;
@@ -322,12 +336,7 @@ Test(rados, the_snapshot_tool_reads_and_writes_rados_urls)
     setenv("CEPH_CONF", conf, 1);
     snprintf(local, sizeof local, "%s/local", dir);
     stash_arena *a = test_arena_create("radosurl", 16u << 20, 16, name);
-    stash_service_opts so = {.storage = STASH_STORAGE_RADOS,
-                             .dir = local,
-                             .pool = "stash",
-                             .ceph_conf = conf,
-                             .job = "urls",
-                             .ceph_timeout_ms = 2000};
+    stash_service_opts so = rados_opts(local, "urls");
     stash_service *svc;
     cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
     stash_worker *w;
@@ -419,14 +428,9 @@ Test(rados, an_incremental_chain_goes_up_once_a_file_and_comes_back_whole)
     char name[96], local[256];
     snprintf(local, sizeof local, "%s/local", dir);
     stash_arena *a = test_arena_create("radosinc", 16u << 20, 32, name);
-    stash_service_opts so = {.storage = STASH_STORAGE_RADOS,
-                             .dir = local,
-                             .pool = "stash",
-                             .ceph_conf = conf,
-                             .job = "chain",
-                             .incremental = 1,
-                             .retain = 2,
-                             .ceph_timeout_ms = 2000};
+    stash_service_opts so = rados_opts(local, "chain");
+    so.incremental = 1;
+    so.retain = 2;
     stash_service *svc;
     cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
     stash_worker *w;
@@ -465,11 +469,7 @@ Test(rados, an_incremental_chain_goes_up_once_a_file_and_comes_back_whole)
     cr_assert_eq(count_prefix(r, "chain/shared/"), 4, "one object each (small files)");
     cr_assert_eq(count_prefix(r, "chain/chk-"), 4, "two kept, each its claim and metadata");
     ckpt_rados_close(r);
-    stash_worker_close(w);
-    stash_service_stop(svc);
-    stash_arena_close(a);
-    stash_arena_destroy(name, NULL);
-    test_remove_dir(local);
+    lose_all(name, a, w, svc, local);
     cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
     cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
     cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
@@ -498,12 +498,7 @@ Test(rados, a_stale_engine_never_writes_over_a_newer_one)
     snprintf(a_dir, sizeof a_dir, "%s/a", dir);
     snprintf(b_dir, sizeof b_dir, "%s/b", dir);
     stash_arena *a = test_arena_create("radosa", 16u << 20, 16, a_name);
-    stash_service_opts so = {.storage = STASH_STORAGE_RADOS,
-                             .dir = a_dir,
-                             .pool = "stash",
-                             .ceph_conf = conf,
-                             .job = "twice",
-                             .ceph_timeout_ms = 2000};
+    stash_service_opts so = rados_opts(a_dir, "twice");
     stash_service *sa, *sb;
     cr_assert_eq(stash_service_start(a_name, &so, &sa), 0, "%s", stash_errmsg());
     stash_worker *wa;
