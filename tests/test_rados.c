@@ -5,7 +5,7 @@
  * on bluestore in a sparse file, so that it keeps its data when it
  * restarts) that each test starts on a port of its own and stops:
  * striped files round-trip, a pointer moves only from the value it holds,
- * listing by prefix, a lock and its lease, and a cluster whose OSD is down
+ * listing by prefix, and a cluster whose OSD is down
  * fails calls within their timeout instead of hanging them.
  */
 #include <criterion/criterion.h>
@@ -143,29 +143,6 @@ Test(rados, files_pointers_and_listing)
     ckpt_rados_close(r);
     free(data);
     ckpt_rados_close(NULL);
-}
-
-Test(rados, a_lock_has_one_holder_until_it_is_given_up_or_its_lease_ends)
-{
-    ckpt_rados *a = connect_to("stash", 0), *b = connect_to("stash", 0);
-    cr_assert_eq(ckpt_rados_lock(a, "job/lead", "host-a", 60000), 0, "%s", stash_errmsg());
-    cr_assert_eq(ckpt_rados_lock(b, "job/lead", "host-b", 60000), -EBUSY);
-    cr_assert(strstr(stash_errmsg(), "job/lead"), "%s", stash_errmsg());
-    cr_assert_eq(ckpt_rados_lock(a, "job/lead", "host-a", 60000), 0, "renewed");
-    cr_assert_eq(ckpt_rados_unlock(b, "job/lead", "host-b"), -ENOENT, "not b's to give up");
-    cr_assert_eq(ckpt_rados_unlock(a, "job/lead", "host-a"), 0, "%s", stash_errmsg());
-    /* b takes it with a short lease and lets it run out: a gets it then. */
-    cr_assert_eq(ckpt_rados_lock(b, "job/lead", "host-b", 1000), 0, "%s", stash_errmsg());
-    cr_assert_eq(ckpt_rados_lock(a, "job/lead", "host-a", 60000), -EBUSY);
-    int rc = -EBUSY;
-    for (int tries = 0; rc == -EBUSY && tries < 600; tries++) {
-        rc = ckpt_rados_lock(a, "job/lead", "host-a", 60000);
-        if (rc == -EBUSY) usleep(50000); /* polls the lock: nothing to wait on in RADOS */
-    }
-    cr_assert_eq(rc, 0, "the lease ended: %s", stash_errmsg());
-    cr_assert_eq(ckpt_rados_lock(b, "job/lead", "host-b", 1000), -EBUSY);
-    ckpt_rados_close(a);
-    ckpt_rados_close(b);
 }
 
 Test(rados, calls_fail_within_their_timeout_while_the_osd_is_down)

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include "backends/checkpoint/rados.h"
@@ -19,7 +18,6 @@
 
 #define LEN_XATTR "stash.len" /* on NAME.0: the file's length, 8 bytes */
 #define PTR_XATTR "stash.ptr" /* on a pointer object: its value */
-#define LOCK_NAME "stash"
 
 struct ckpt_rados {
     rados_t cluster;
@@ -386,7 +384,7 @@ int ckpt_rados_remove_prefix(ckpt_rados *r, const char *prefix)
     return ckpt_rados_list(r, prefix, remove_one, r);
 }
 
-/* ---- pointers, listing, locks ----------------------------------------------- */
+/* ---- pointers and listing ----------------------------------------------- */
 
 int ckpt_rados_swap(ckpt_rados *r, const char *name, const char *expect, const char *value)
 {
@@ -442,21 +440,4 @@ int ckpt_rados_list(ckpt_rados *r, const char *prefix, int (*fn)(void *ctx, cons
     }
     rados_nobjects_list_close(l);
     return rc;
-}
-
-int ckpt_rados_lock(ckpt_rados *r, const char *name, const char *owner, uint32_t lease_ms)
-{
-    struct timeval lease = {.tv_sec = lease_ms / 1000, .tv_usec = (lease_ms % 1000) * 1000};
-    int rc = rados_lock_exclusive(r->io, name, LOCK_NAME, owner, "stash: the job's lead", &lease,
-                                  LIBRADOS_LOCK_FLAG_MAY_RENEW);
-    if (rc == -EBUSY) return shm_fail(rc, "rados://%s/%s: locked by another holder", r->pool, name);
-    return rc < 0 ? fail(r, rc, name, "lock") : 0;
-}
-
-int ckpt_rados_unlock(ckpt_rados *r, const char *name, const char *owner)
-{
-    int rc = rados_unlock(r->io, name, LOCK_NAME, owner);
-    if (rc == -ENOENT)
-        return shm_fail(rc, "rados://%s/%s: '%s' holds no lock of it", r->pool, name, owner);
-    return rc < 0 ? fail(r, rc, name, "unlock") : 0;
 }

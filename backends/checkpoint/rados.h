@@ -4,7 +4,7 @@
  * a connection whose every call is bounded in time, a file striped over
  * objects written with several in flight, whole objects written atomically,
  * a compare-and-swap of a small pointer object, listing and removal by
- * prefix, and an exclusive lock with a lease.
+ * prefix.
  */
 #ifndef STASH_CKPT_RADOS_H
 #define STASH_CKPT_RADOS_H
@@ -79,14 +79,6 @@ int ckpt_rados_list(ckpt_rados *r, const char *prefix, int (*fn)(void *ctx, cons
 
 /* Removes every object whose name starts with prefix (a job's: "JOB/"). */
 int ckpt_rados_remove_prefix(ckpt_rados *r, const char *prefix);
-
-/* Takes, or renews, the exclusive lock of object name for lease_ms as
- * owner (a string naming the holder). Returns 0, -EBUSY if another holds
- * it, or an error naming the object. A holder that stops renewing loses it
- * when the lease ends. */
-int ckpt_rados_lock(ckpt_rados *r, const char *name, const char *owner, uint32_t lease_ms);
-/* Gives the lock up. Returns 0, or -ENOENT if owner does not hold it. */
-int ckpt_rados_unlock(ckpt_rados *r, const char *name, const char *owner);
 
 /* A job's checkpoints mirrored into RADOS (rados_mirror.c): objects named
  * JOB/ and the file's path in a checkpoint directory, JOB/latest naming
