@@ -158,94 +158,14 @@ static void stripe_name(char *oid, size_t cap, const char *name, size_t k)
     snprintf(oid, cap, "%s.%zu", name, k);
 }
 
-int ckpt_rados_write_file(ckpt_rados *r, const char *name, const void *data, size_t len)
-{
-    flight f;
-    int rc = flight_init(&f, r);
-    size_t stripes = len ? (len + CKPT_RADOS_STRIPE - 1) / CKPT_RADOS_STRIPE : 1;
-    uint64_t len64 = len;
-    for (size_t k = 0; rc == 0 && k < stripes && !f.rc; k++) {
-        char oid[300];
-        stripe_name(oid, sizeof oid, name, k);
-        size_t off = k * CKPT_RADOS_STRIPE,
-               n = len - off < CKPT_RADOS_STRIPE ? len - off : CKPT_RADOS_STRIPE;
-        rados_completion_t *c = flight_slot(&f, "write", oid, 0);
-        if (!c) {
-            rc = shm_fail(-ENOMEM, "out of memory");
-            break;
-        }
-        const char *p = (const char *)data + off;
-        if (k == 0) {
-            /* The length goes with the first stripe's bytes, in one operation. */
-            f.op = rados_create_write_op();
-            rados_write_op_write_full(f.op, p, n);
-            rados_write_op_setxattr(f.op, LEN_XATTR, (const char *)&len64, sizeof len64);
-            rc = rados_aio_write_op_operate(f.op, r->io, *c, oid, NULL, 0);
-        } else {
-            rc = rados_aio_write_full(r->io, oid, *c, p, n);
-        }
-        if (rc < 0) {
-            rados_aio_release(*c);
-            f.n--;
-            rc = fail(r, rc, oid, "write");
-        }
-    }
-    int ended = flight_end(&f, "write");
-    return rc ? rc : ended;
-}
-
-int ckpt_rados_file_size(ckpt_rados *r, const char *name, uint64_t *len)
-{
-    char oid[300];
-    stripe_name(oid, sizeof oid, name, 0);
-    int rc = rados_getxattr(r->io, oid, LEN_XATTR, (char *)len, sizeof *len);
-    if (rc == -ENOENT || rc == -ENODATA)
-        return shm_fail(-ENOENT, "rados://%s/%s: no such file", r->pool, name);
-    if (rc < 0) return fail(r, rc, oid, "read its length");
-    if (rc != sizeof *len)
-        return shm_fail(STASH_ECORRUPT, "rados://%s/%s: a length of %d bytes", r->pool, oid, rc);
-    return 0;
-}
-
-int ckpt_rados_read_file(ckpt_rados *r, const char *name, size_t limit, uint8_t **out, size_t *len)
-{
-    char oid[300];
-    uint64_t len64 = 0;
-    int rc = ckpt_rados_file_size(r, name, &len64);
-    if (rc) return rc;
-    if (len64 > limit)
-        return shm_fail(-EFBIG, "rados://%s/%s: %llu bytes, more than %zu", r->pool, name,
-                        (unsigned long long)len64, limit);
-    uint8_t *buf = malloc(len64 ? len64 : 1);
-    if (!buf) return shm_fail(-ENOMEM, "out of memory");
-    flight f;
-    rc = flight_init(&f, r);
-    size_t stripes = len64 ? (len64 + CKPT_RADOS_STRIPE - 1) / CKPT_RADOS_STRIPE : 0;
-    for (size_t k = 0; rc == 0 && k < stripes && !f.rc; k++) {
-        size_t off = k * CKPT_RADOS_STRIPE;
-        size_t n = len64 - off < CKPT_RADOS_STRIPE ? len64 - off : CKPT_RADOS_STRIPE;
-        stripe_name(oid, sizeof oid, name, k);
-        rados_completion_t *c = flight_slot(&f, "read", oid, n);
-        if (!c) {
-            rc = shm_fail(-ENOMEM, "out of memory");
-            break;
-        }
-        if ((rc = rados_aio_read(r->io, oid, *c, (char *)buf + off, n, 0)) < 0) {
-            rados_aio_release(*c);
-            f.n--;
-            rc = fail(r, rc, oid, "read");
-        }
-    }
-    int ended = flight_end(&f, "read");
-    if (!rc) rc = ended;
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    *out = buf;
-    *len = len64;
-    return 0;
-}
+/* Where a stream's stripes come from or go: memory, read or written in
+ * place, or a file, through the connection's stripe buffers. */
+typedef struct ends {
+    const uint8_t *src; /* a write's bytes in memory, or NULL */
+    uint8_t *dst;       /* where a read's bytes go in memory, or NULL */
+    int fd;             /* else the file, named path in messages */
+    const char *path;
+} ends;
 
 /* The connection's stripe buffers. */
 static int ring_of(ckpt_rados *r)
@@ -263,60 +183,11 @@ static int ring_of(ckpt_rados *r)
     return 0;
 }
 
-/* Waits for the oldest read, then writes what it brought to fd at off[i]. */
-static void land_one(flight *f, int fd, const char *path, const uint64_t *off)
+/* Writes len bytes of e as the objects of name, up to depth at once; the
+ * first carries the length, set in the same operation as its bytes. */
+static int put_stream(ckpt_rados *r, const char *name, uint64_t len, const ends *e)
 {
-    unsigned i = f->head;
-    flight_wait_one(f, "read");
-    if (f->rc) return;
-    for (size_t done = 0; done < f->want[i];) {
-        ssize_t n = pwrite(fd, f->r->ring[i] + done, f->want[i] - done, (off_t)(off[i] + done));
-        if (n < 0) {
-            f->rc = shm_fail(-errno, "write %s at offset %llu: %s", path,
-                             (unsigned long long)(off[i] + done), strerror(errno));
-            return;
-        }
-        done += (size_t)n;
-    }
-}
-
-int ckpt_rados_get_fd(ckpt_rados *r, const char *name, int fd, const char *path, uint64_t *len)
-{
-    int rc = ckpt_rados_file_size(r, name, len);
-    uint64_t *off = calloc(r->depth, sizeof *off);
-    if (rc == 0 && !off) rc = shm_fail(-ENOMEM, "out of memory");
-    if (rc == 0) rc = ring_of(r);
-    flight f = {0};
-    if (rc == 0) rc = flight_init(&f, r);
-    uint64_t stripes = (*len + CKPT_RADOS_STRIPE - 1) / CKPT_RADOS_STRIPE;
-    for (uint64_t k = 0; rc == 0 && k < stripes && !f.rc; k++) {
-        char oid[300];
-        stripe_name(oid, sizeof oid, name, (size_t)k);
-        if (f.n == r->depth) land_one(&f, fd, path, off);
-        if (f.rc) break;
-        unsigned i = (f.head + f.n) % r->depth;
-        off[i] = k * CKPT_RADOS_STRIPE;
-        size_t n = *len - off[i] < CKPT_RADOS_STRIPE ? (size_t)(*len - off[i]) : CKPT_RADOS_STRIPE;
-        rados_completion_t *c = flight_slot(&f, "read", oid, n);
-        if (!c) {
-            rc = shm_fail(-ENOMEM, "out of memory");
-            break;
-        }
-        if ((rc = rados_aio_read(r->io, oid, *c, (char *)r->ring[i], n, 0)) < 0) {
-            rados_aio_release(*c);
-            f.n--;
-            rc = fail(r, rc, oid, "read");
-        }
-    }
-    while (f.c && f.n) land_one(&f, fd, path, off);
-    int ended = f.c ? flight_end(&f, "read") : 0;
-    free(off);
-    return rc ? rc : ended;
-}
-
-int ckpt_rados_put_fd(ckpt_rados *r, const char *name, int fd, const char *path, uint64_t len)
-{
-    int rc = ring_of(r);
+    int rc = e->src ? 0 : ring_of(r);
     flight f = {0};
     if (rc == 0) rc = flight_init(&f, r);
     uint64_t stripes = len ? (len + CKPT_RADOS_STRIPE - 1) / CKPT_RADOS_STRIPE : 1;
@@ -331,12 +202,12 @@ int ckpt_rados_put_fd(ckpt_rados *r, const char *name, int fd, const char *path,
             rc = shm_fail(-ENOMEM, "out of memory");
             break;
         }
-        unsigned i = (f.head + f.n - 1) % r->depth;
-        for (size_t got = 0; rc == 0 && got < n;) {
-            ssize_t m = pread(fd, r->ring[i] + got, n - got, (off_t)(at + got));
+        const uint8_t *p = e->src ? e->src + at : r->ring[(f.head + f.n - 1) % r->depth];
+        for (size_t got = 0; !e->src && rc == 0 && got < n;) {
+            ssize_t m = pread(e->fd, (uint8_t *)p + got, n - got, (off_t)(at + got));
             if (m <= 0)
-                rc = shm_fail(m < 0 ? -errno : STASH_ECORRUPT, "read %s at offset %llu: %s", path,
-                              (unsigned long long)(at + got),
+                rc = shm_fail(m < 0 ? -errno : STASH_ECORRUPT, "read %s at offset %llu: %s",
+                              e->path, (unsigned long long)(at + got),
                               m < 0 ? strerror(errno) : "the file is shorter than it was");
             got += m > 0 ? (size_t)m : 0;
         }
@@ -344,11 +215,11 @@ int ckpt_rados_put_fd(ckpt_rados *r, const char *name, int fd, const char *path,
         if (rc == 0 && k == 0) {
             uint64_t len64 = len;
             f.op = rados_create_write_op();
-            rados_write_op_write_full(f.op, (const char *)r->ring[i], n);
+            rados_write_op_write_full(f.op, (const char *)p, n);
             rados_write_op_setxattr(f.op, LEN_XATTR, (const char *)&len64, sizeof len64);
             q = rados_aio_write_op_operate(f.op, r->io, *c, oid, NULL, 0);
         } else if (rc == 0) {
-            q = rados_aio_write_full(r->io, oid, *c, (const char *)r->ring[i], n);
+            q = rados_aio_write_full(r->io, oid, *c, (const char *)p, n);
         }
         if (rc || q < 0) {
             rados_aio_release(*c);
@@ -358,6 +229,103 @@ int ckpt_rados_put_fd(ckpt_rados *r, const char *name, int fd, const char *path,
     }
     int ended = f.c ? flight_end(&f, "write") : 0;
     return rc ? rc : ended;
+}
+
+/* Waits for the oldest read; into a file, writes what it brought there. */
+static void land_one(flight *f, const ends *e, const uint64_t *off)
+{
+    unsigned i = f->head;
+    flight_wait_one(f, "read");
+    for (size_t done = 0; !f->rc && !e->dst && done < f->want[i];) {
+        ssize_t n = pwrite(e->fd, f->r->ring[i] + done, f->want[i] - done, (off_t)(off[i] + done));
+        if (n < 0)
+            f->rc = shm_fail(-errno, "write %s at offset %llu: %s", e->path,
+                             (unsigned long long)(off[i] + done), strerror(errno));
+        done += n > 0 ? (size_t)n : 0;
+    }
+}
+
+/* Reads the len bytes of the objects of name into e, up to depth at once. */
+static int get_stream(ckpt_rados *r, const char *name, uint64_t len, const ends *e)
+{
+    uint64_t *off = calloc(r->depth, sizeof *off);
+    int rc = off ? 0 : shm_fail(-ENOMEM, "out of memory");
+    if (rc == 0 && !e->dst) rc = ring_of(r);
+    flight f = {0};
+    if (rc == 0) rc = flight_init(&f, r);
+    uint64_t stripes = (len + CKPT_RADOS_STRIPE - 1) / CKPT_RADOS_STRIPE;
+    for (uint64_t k = 0; rc == 0 && k < stripes && !f.rc; k++) {
+        char oid[300];
+        stripe_name(oid, sizeof oid, name, (size_t)k);
+        if (f.n == r->depth) land_one(&f, e, off);
+        if (f.rc) break;
+        unsigned i = (f.head + f.n) % r->depth;
+        off[i] = k * CKPT_RADOS_STRIPE;
+        size_t n = len - off[i] < CKPT_RADOS_STRIPE ? (size_t)(len - off[i]) : CKPT_RADOS_STRIPE;
+        rados_completion_t *c = flight_slot(&f, "read", oid, n);
+        if (!c) {
+            rc = shm_fail(-ENOMEM, "out of memory");
+            break;
+        }
+        char *into = (char *)(e->dst ? e->dst + off[i] : r->ring[i]);
+        if ((rc = rados_aio_read(r->io, oid, *c, into, n, 0)) < 0) {
+            rados_aio_release(*c);
+            f.n--;
+            rc = fail(r, rc, oid, "read");
+        }
+    }
+    while (f.c && f.n) land_one(&f, e, off);
+    int ended = f.c ? flight_end(&f, "read") : 0;
+    free(off);
+    return rc ? rc : ended;
+}
+
+int ckpt_rados_write_file(ckpt_rados *r, const char *name, const void *data, size_t len)
+{
+    return put_stream(r, name, len, &(ends){.src = data ? data : (const void *)""});
+}
+
+int ckpt_rados_put_fd(ckpt_rados *r, const char *name, int fd, const char *path, uint64_t len)
+{
+    return put_stream(r, name, len, &(ends){.fd = fd, .path = path});
+}
+
+int ckpt_rados_file_size(ckpt_rados *r, const char *name, uint64_t *len)
+{
+    char oid[300];
+    stripe_name(oid, sizeof oid, name, 0);
+    int rc = rados_getxattr(r->io, oid, LEN_XATTR, (char *)len, sizeof *len);
+    if (rc == -ENOENT || rc == -ENODATA)
+        return shm_fail(-ENOENT, "rados://%s/%s: no such file", r->pool, name);
+    if (rc < 0) return fail(r, rc, oid, "read its length");
+    if (rc != sizeof *len)
+        return shm_fail(STASH_ECORRUPT, "rados://%s/%s: a length of %d bytes", r->pool, oid, rc);
+    return 0;
+}
+
+int ckpt_rados_read_file(ckpt_rados *r, const char *name, size_t limit, uint8_t **out, size_t *len)
+{
+    uint64_t len64 = 0;
+    int rc = ckpt_rados_file_size(r, name, &len64);
+    if (rc) return rc;
+    if (len64 > limit)
+        return shm_fail(-EFBIG, "rados://%s/%s: %llu bytes, more than %zu", r->pool, name,
+                        (unsigned long long)len64, limit);
+    uint8_t *buf = malloc(len64 ? len64 : 1);
+    if (!buf) return shm_fail(-ENOMEM, "out of memory");
+    if ((rc = get_stream(r, name, len64, &(ends){.dst = buf})) != 0) {
+        free(buf);
+        return rc;
+    }
+    *out = buf;
+    *len = len64;
+    return 0;
+}
+
+int ckpt_rados_get_fd(ckpt_rados *r, const char *name, int fd, const char *path, uint64_t *len)
+{
+    int rc = ckpt_rados_file_size(r, name, len);
+    return rc ? rc : get_stream(r, name, *len, &(ends){.fd = fd, .path = path});
 }
 
 int ckpt_rados_remove_file(ckpt_rados *r, const char *name)

@@ -189,20 +189,29 @@ static declared *entry_state(stash_snapshot_writer *w, const stash_snapshot_entr
     return d;
 }
 
+/* The declared keyed state of e, its key made the worker's and (but for a
+ * timer service's) its namespace the state's; NULL with *rc on a refusal. */
+static declared *keyed_entry(stash_snapshot_writer *w, const stash_snapshot_entry *e,
+                             const char *fn, int *rc)
+{
+    declared *d = entry_state(w, e, fn, rc);
+    if (d && opstate_kind(d->kind))
+        *rc = shm_fail(STASH_EKIND,
+                       "'%s' is operator state: its entries go in by stash_snapshot_writer_op_put",
+                       e->state);
+    if (*rc == 0) *rc = stash_key_set(w->w, e->key.data, e->key.len);
+    if (*rc == 0 && d->kind != STASH_TIMERS)
+        *rc = stash_state_namespace(d->state, e->ns.data, e->ns.len);
+    return *rc ? NULL : d;
+}
+
 STASH_API int stash_snapshot_writer_put(stash_snapshot_writer *w, const stash_snapshot_entry *e)
 {
     int rc = 0;
-    declared *d = entry_state(w, e, __func__, &rc);
+    declared *d = keyed_entry(w, e, __func__, &rc);
     if (!d) return rc;
-    if (opstate_kind(d->kind))
-        return shm_fail(STASH_EKIND, "operator state '%s' goes in by stash_snapshot_writer_op_put",
-                        e->state);
-    rc = stash_key_set(w->w, e->key.data, e->key.len);
-    if (rc) return rc;
     if (d->kind == STASH_TIMERS)
         return stash_timer_register(d->timers, e->domain, e->ns.data, e->ns.len, e->timestamp);
-    rc = stash_state_namespace(d->state, e->ns.data, e->ns.len);
-    if (rc) return rc;
     w->now_ms = e->ttl_ms;
     if (d->kind == STASH_LIST)
         rc = stash_list_add(d->state, e->value.data, e->value.len);
@@ -217,16 +226,10 @@ STASH_API int stash_snapshot_writer_put(stash_snapshot_writer *w, const stash_sn
 STASH_API int stash_snapshot_writer_delete(stash_snapshot_writer *w, const stash_snapshot_entry *e)
 {
     int rc = 0;
-    declared *d = entry_state(w, e, __func__, &rc);
+    declared *d = keyed_entry(w, e, __func__, &rc);
     if (!d) return rc;
-    if (opstate_kind(d->kind))
-        return shm_fail(STASH_EKIND, "'%s' is operator state: it has no keyed entries", e->state);
-    rc = stash_key_set(w->w, e->key.data, e->key.len);
-    if (rc) return rc;
     if (d->kind == STASH_TIMERS)
         return stash_timer_delete(d->timers, e->domain, e->ns.data, e->ns.len, e->timestamp);
-    rc = stash_state_namespace(d->state, e->ns.data, e->ns.len);
-    if (rc) return rc;
     if (d->kind == STASH_MAP && e->map_key.len)
         return stash_map_remove(d->state, e->map_key.data, e->map_key.len);
     return stash_state_clear(d->state);
