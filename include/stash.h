@@ -757,6 +757,20 @@ typedef struct stash_service_opts {
     const char *ceph_id;      /* the client's id; NULL: admin (client.admin) */
     const char *job;          /* the objects' prefix; NULL: the arena's name */
     uint32_t ceph_timeout_ms; /* of every call to the cluster (whole seconds); 0: 10 s */
+    /* rados, a job that spans hosts: this service is host `host` of job JOB
+     * (NULL: the job's only host), serving the key groups of `workers`
+     * ("A-B[,C-D...]", indices of job_parallelism). Its checkpoints are its
+     * parts of the job's: the host whose lease on JOB/leader holds triggers
+     * each one on every host (interval_ms is its interval), commits it when
+     * parts serving every worker are in, or aborts it after timeout_ms; each
+     * worker gets the job's verdict. A host whose lease lapses is lost: a
+     * live one takes its workers over from the newest job checkpoint. A new
+     * arena restores its workers' key groups from the job's newest one, of
+     * any number of hosts and workers. Each part is a full checkpoint. */
+    const char *host;
+    const char *workers;
+    uint32_t job_parallelism;
+    uint32_t lease_ms; /* of the leader and of each host; 0: 10 s */
 } stash_service_opts;
 
 typedef struct stash_service stash_service;

@@ -173,6 +173,8 @@ int tool_serve(int argc, char **argv)
         "                        [--start-empty] [--log-format text|json]\n"
         "                        [--metrics ADDR:PORT] [--config FILE] [--pool P]\n"
         "                        [--ceph-conf FILE] [--ceph-id ID] [--job JOB]\n"
+        "                        [--host HOST --workers A-B --job-parallelism P]\n"
+        "                        [--lease DURATION]\n"
         "Runs the persistence engine of the arena NAME until SIGTERM, SIGINT or `stash stop`.\n"
         "An existing arena is reattached; a missing one is created (SIZE bytes, N key\n"
         "groups, keyed state in the arena (heap) or in LMDB environments in --lmdb-dir,\n"
@@ -195,6 +197,13 @@ int tool_serve(int argc, char **argv)
         "on stdout per event (a checkpoint, a worker that joins, leaves or dies): local\n"
         "date, time with milliseconds, level (INFO, WARN, ERROR), subject and message;\n"
         "--log-format json: one object a line (time in UTC, level, subject, message).\n"
+        "--host makes the service HOST of a job that spans hosts (rados): its arena holds\n"
+        "the key groups of workers A-B (\"0-1,4-5\") of the job's P; the host holding\n"
+        "the lease on JOB/leader (--lease, 10s) triggers each checkpoint on every host\n"
+        "every --interval, commits it once every worker's part is in or aborts it after\n"
+        "--timeout; a host whose lease lapses is lost and a live one takes its workers\n"
+        "over from the newest job checkpoint. A new arena restores its workers' key\n"
+        "groups from the job's newest checkpoint, of any number of hosts and workers.\n"
         "--metrics serves the metrics of `stash status --prom` at http://ADDR:PORT/metrics\n"
         "(:PORT for every address, [V6]:PORT; ?kg=1 adds each key group's bytes).\n"
         "--config FILE reads options from FILE first, one a line as the flags without their\n"
@@ -259,6 +268,16 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
             o.ceph_id = val;
         } else if (strcmp(a, "--job") == 0) {
             o.job = val;
+        } else if (strcmp(a, "--host") == 0) {
+            o.host = val;
+        } else if (strcmp(a, "--workers") == 0) {
+            o.workers = val;
+        } else if (strcmp(a, "--job-parallelism") == 0) {
+            ok = tool_parse_size(val, &n) == 0 && n > 0 && n <= STASH_MAX_WORKERS;
+            o.job_parallelism = (uint32_t)n;
+        } else if (strcmp(a, "--lease") == 0) {
+            ok = tool_parse_duration(val, &n) == 0 && n >= 1000 && n <= 3600000;
+            o.lease_ms = (uint32_t)n;
         } else if (strcmp(a, "--backend") == 0) {
             ok = strcmp(val, "heap") == 0 || strcmp(val, "lmdb") == 0;
             ao.backend = strcmp(val, "lmdb") == 0 ? STASH_BACKEND_LMDB : STASH_BACKEND_HEAP;
@@ -315,6 +334,13 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
     }
     if (o.storage == STASH_STORAGE_RADOS && !o.pool) {
         fprintf(stderr, "stash serve: the rados storage needs --pool P\n%s", usage);
+        return 2;
+    }
+    if (o.host && (o.storage != STASH_STORAGE_RADOS || !o.workers || !o.job_parallelism)) {
+        fprintf(stderr,
+                "stash serve: --host needs --storage rados, --workers A-B and "
+                "--job-parallelism P\n%s",
+                usage);
         return 2;
     }
     if (json) o.log = NULL, o.log_record = log_json;

@@ -3,8 +3,9 @@
  * checkpoints.h: the checkpoint layer's one header for the layers above it
  * (the engine, the tools, the tests): snapshot blocks (snapshot.h),
  * reading a checkpoint directory (ckpt_read.h), writing and retaining
- * checkpoints (ckpt.h), restoring them (ckpt_restore.h), and checkpoint
- * files as objects of a RADOS pool (rados.h).
+ * checkpoints (ckpt.h), restoring them (ckpt_restore.h), checkpoint
+ * files as objects of a RADOS pool (rados.h), and the checkpoints of a
+ * job that spans hosts (rados_job.h).
  */
 #ifndef STASH_CHECKPOINTS_H
 #define STASH_CHECKPOINTS_H
@@ -12,5 +13,6 @@
 #include "backends/checkpoint/ckpt.h"
 #include "backends/checkpoint/ckpt_restore.h"
 #include "backends/checkpoint/rados.h"
+#include "backends/checkpoint/rados_job.h"
 
 #endif /* STASH_CHECKPOINTS_H */

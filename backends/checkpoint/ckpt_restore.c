@@ -192,6 +192,25 @@ int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, io
     return rc;
 }
 
+int ckpt_restore_opstate(stash_arena *a, const char *path, ioe_engine *e, ckpt_restored *out)
+{
+    ckpt_view v;
+    memset(out, 0, sizeof *out);
+    int rc = ckpt_open_view(path, e, &v, false);
+    if (rc) return rc;
+    out->id = v.id;
+    uint16_t ids[SHM_CATALOG_SIZE + 1];
+    snap_id_map map;
+    if (v.max_parallelism != a->hdr->max_parallelism)
+        rc = shm_fail(STASH_ECORRUPT, "%s: a checkpoint of %u key groups for an arena of %u",
+                      v.meta_path, v.max_parallelism, a->hdr->max_parallelism);
+    if (rc == 0) rc = map_states(a, &v, ids, &map);
+    if (rc == 0) rc = copy_opstate(&v, &map, out);
+    ckpt_view_close(&v);
+    if (rc) ckpt_restored_free(out);
+    return rc;
+}
+
 int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range, ioe_engine *e,
                  ckpt_restored *out)
 {

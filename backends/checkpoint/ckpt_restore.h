@@ -47,4 +47,8 @@ int ckpt_restore_prepared(stash_arena *a, const char *dir, uint64_t id, stash_kg
 int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, ioe_engine *e,
                       store *st, ckpt_restored *out);
 
+/* Registers the states of the checkpoint or savepoint directory at path
+ * in the arena and hands out its operator state, restoring no record. */
+int ckpt_restore_opstate(stash_arena *a, const char *path, ioe_engine *e, ckpt_restored *out);
+
 #endif /* STASH_CKPT_RESTORE_H */

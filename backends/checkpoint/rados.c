@@ -7,6 +7,7 @@
  * the engine.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <rados/librados.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,36 @@ struct ckpt_rados {
     /* depth stripe buffers, made on first use and kept: memory touched for
      * the first time costs more than the network (a page fault a page) */
     uint8_t **ring;
+    pthread_mutex_t mu; /* guards sent */
+    struct sent *sent;  /* notifications whose acknowledgements are still awaited */
 };
+
+/* A notification sent and not yet reaped. */
+typedef struct sent {
+    struct sent *next;
+    rados_completion_t c;
+    char *reply;
+    size_t reply_len;
+} sent;
+
+/* Frees the notifications that completed (with all, waits for each). */
+static void reap(ckpt_rados *r, bool all)
+{
+    pthread_mutex_lock(&r->mu);
+    for (sent **p = &r->sent; *p;) {
+        sent *n = *p;
+        if (all) rados_aio_wait_for_complete(n->c);
+        if (!all && !rados_aio_is_complete(n->c)) {
+            p = &n->next;
+            continue;
+        }
+        *p = n->next;
+        if (n->reply) rados_buffer_free(n->reply);
+        rados_aio_release(n->c);
+        free(n);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
 
 /* Fails with rc naming the object. */
 static int fail(const ckpt_rados *r, int rc, const char *oid, const char *what)
@@ -38,6 +68,8 @@ static int fail(const ckpt_rados *r, int rc, const char *oid, const char *what)
 void ckpt_rados_close(ckpt_rados *r)
 {
     if (!r) return;
+    if (r->io) reap(r, true);
+    pthread_mutex_destroy(&r->mu);
     for (uint32_t i = 0; r->ring && i < r->depth; i++) free(r->ring[i]);
     free(r->ring);
     if (r->io) rados_ioctx_destroy(r->io);
@@ -57,6 +89,7 @@ int ckpt_rados_open(const ckpt_rados_opts *o, ckpt_rados **out)
         return shm_fail(-EINVAL, "pool name '%s' is too long", o->pool);
     ckpt_rados *r = calloc(1, sizeof *r);
     if (!r) return shm_fail(-ENOMEM, "out of memory");
+    pthread_mutex_init(&r->mu, NULL);
     snprintf(r->pool, sizeof r->pool, "%s", o->pool);
     r->depth = o->depth ? o->depth : CKPT_RADOS_DEPTH;
     const char *conf = o->conf ? o->conf : "(Ceph's default ceph.conf)";
@@ -372,9 +405,21 @@ int ckpt_rados_swap(ckpt_rados *r, const char *name, const char *expect, const c
     return rc < 0 ? fail(r, rc, name, "swap") : 0;
 }
 
+int ckpt_rados_set(ckpt_rados *r, const char *name, const char *value)
+{
+    rados_write_op_t op = rados_create_write_op();
+    if (!op) return shm_fail(-ENOMEM, "out of memory");
+    rados_write_op_setxattr(op, PTR_XATTR, value, strlen(value));
+    rados_write_op_write_full(op, value, strlen(value));
+    int rc = rados_write_op_operate(op, r->io, name, NULL, 0);
+    rados_release_write_op(op);
+    return rc < 0 ? fail(r, rc, name, "write") : 0;
+}
+
 int ckpt_rados_pointer(ckpt_rados *r, const char *name, char *buf, size_t cap)
 {
     int rc = rados_getxattr(r->io, name, PTR_XATTR, buf, cap - 1);
+    if (rc == -ENODATA) rc = -ENOENT; /* the object is there (a lease made it), its value not */
     if (rc == -ENOENT) return shm_fail(rc, "rados://%s/%s: no such pointer", r->pool, name);
     if (rc < 0) return fail(r, rc, name, "read");
     buf[rc] = 0;
@@ -408,4 +453,132 @@ int ckpt_rados_list(ckpt_rados *r, const char *prefix, int (*fn)(void *ctx, cons
     }
     rados_nobjects_list_close(l);
     return rc;
+}
+
+int ckpt_rados_remove(ckpt_rados *r, const char *name)
+{
+    int rc = rados_remove(r->io, name);
+    return rc < 0 && rc != -ENOENT ? fail(r, rc, name, "remove") : 0;
+}
+
+/* ---- leases and notifications ------------------------------------------------- */
+
+#define LOCK_NAME "stash.lease"
+
+int ckpt_rados_lock(ckpt_rados *r, const char *name, const char *cookie, uint32_t lease_ms)
+{
+    struct timeval d = {.tv_sec = lease_ms / 1000, .tv_usec = (lease_ms % 1000) * 1000};
+    int rc = rados_lock_exclusive(r->io, name, LOCK_NAME, cookie, "stash", &d,
+                                  LIBRADOS_LOCK_FLAG_MAY_RENEW);
+    if (rc == -EBUSY || rc == -EEXIST)
+        return shm_fail(-EBUSY, "rados://%s/%s: held by another", r->pool, name);
+    return rc < 0 ? fail(r, rc, name, "lock") : 0;
+}
+
+int ckpt_rados_unlock(ckpt_rados *r, const char *name, const char *cookie)
+{
+    int rc = rados_unlock(r->io, name, LOCK_NAME, cookie);
+    return rc < 0 && rc != -ENOENT ? fail(r, rc, name, "unlock") : 0;
+}
+
+struct ckpt_rados_watch {
+    ckpt_rados *r;
+    uint64_t handle;
+    ckpt_rados_notify_fn *fn;
+    void *ctx;
+    char name[];
+};
+
+static void on_notify(void *arg, uint64_t notify_id, uint64_t handle, uint64_t notifier, void *data,
+                      size_t len)
+{
+    (void)notifier;
+    ckpt_rados_watch *w = arg;
+    char msg[512];
+    if (len >= sizeof msg) len = sizeof msg - 1;
+    memcpy(msg, data, len);
+    msg[len] = 0;
+    w->fn(w->ctx, msg);
+    rados_notify_ack(w->r->io, w->name, notify_id, handle, NULL, 0);
+}
+
+/* The watch was lost (its OSD went away long enough): notifications may
+ * have been missed, which the caller's polling makes up for; the watch is
+ * taken again on the next ckpt_rados_watch_check(). */
+static void on_watch_error(void *arg, uint64_t handle, int err)
+{
+    (void)handle;
+    (void)err;
+    ckpt_rados_watch *w = arg;
+    __atomic_store_n(&w->handle, 0, __ATOMIC_RELEASE);
+}
+
+static int watch(ckpt_rados_watch *w)
+{
+    ckpt_rados *r = w->r;
+    rados_write_op_t op = rados_create_write_op();
+    if (!op) return shm_fail(-ENOMEM, "out of memory");
+    rados_write_op_create(op, LIBRADOS_CREATE_IDEMPOTENT, NULL);
+    int rc = rados_write_op_operate(op, r->io, w->name, NULL, 0);
+    rados_release_write_op(op);
+    uint64_t handle = 0;
+    if (rc == 0) rc = rados_watch2(r->io, w->name, &handle, on_notify, on_watch_error, w);
+    if (rc < 0) return fail(r, rc, w->name, "watch");
+    __atomic_store_n(&w->handle, handle, __ATOMIC_RELEASE);
+    return 0;
+}
+
+int ckpt_rados_watch_start(ckpt_rados *r, const char *name, ckpt_rados_notify_fn *fn, void *ctx,
+                           ckpt_rados_watch **out)
+{
+    ckpt_rados_watch *w = calloc(1, sizeof *w + strlen(name) + 1);
+    if (!w) return shm_fail(-ENOMEM, "out of memory");
+    *w = (ckpt_rados_watch){.r = r, .fn = fn, .ctx = ctx};
+    strcpy(w->name, name);
+    int rc = watch(w);
+    if (rc) {
+        free(w);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+int ckpt_rados_watch_check(ckpt_rados_watch *w)
+{
+    uint64_t handle = __atomic_load_n(&w->handle, __ATOMIC_ACQUIRE);
+    if (handle && rados_watch_check(w->r->io, handle) >= 0) return 0;
+    if (handle) rados_unwatch2(w->r->io, handle);
+    return watch(w);
+}
+
+void ckpt_rados_watch_stop(ckpt_rados_watch *w)
+{
+    if (!w) return;
+    uint64_t handle = __atomic_load_n(&w->handle, __ATOMIC_ACQUIRE);
+    if (handle) rados_unwatch2(w->r->io, handle);
+    /* No callback runs on w once this returns. */
+    rados_watch_flush(w->r->cluster);
+    free(w);
+}
+
+int ckpt_rados_notify(ckpt_rados *r, const char *name, const char *msg, uint32_t timeout_ms)
+{
+    reap(r, false);
+    sent *n = calloc(1, sizeof *n);
+    if (!n) return shm_fail(-ENOMEM, "out of memory");
+    int rc = rados_aio_create_completion2(NULL, NULL, &n->c);
+    if (rc == 0)
+        rc = rados_aio_notify(r->io, name, n->c, msg, (int)strlen(msg), timeout_ms, &n->reply,
+                              &n->reply_len);
+    if (rc < 0) {
+        if (n->c) rados_aio_release(n->c);
+        free(n);
+        return fail(r, rc, name, "notify");
+    }
+    pthread_mutex_lock(&r->mu);
+    n->next = r->sent;
+    r->sent = n;
+    pthread_mutex_unlock(&r->mu);
+    return 0;
 }

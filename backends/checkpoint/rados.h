@@ -68,6 +68,9 @@ int ckpt_rados_remove_file(ckpt_rados *r, const char *name);
  * moves it. Returns 0, -ECANCELED if it holds something else (or exists
  * already), or another error naming the object. */
 int ckpt_rados_swap(ckpt_rados *r, const char *name, const char *expect, const char *value);
+/* Sets the pointer object name to value whatever it holds (its writer
+ * holds a lease on it). */
+int ckpt_rados_set(ckpt_rados *r, const char *name, const char *value);
 /* Reads the pointer object name into buf (cap bytes, NUL-terminated).
  * Returns 0, -ENOENT, or an error naming the object. */
 int ckpt_rados_pointer(ckpt_rados *r, const char *name, char *buf, size_t cap);
@@ -79,6 +82,35 @@ int ckpt_rados_list(ckpt_rados *r, const char *prefix, int (*fn)(void *ctx, cons
 
 /* Removes every object whose name starts with prefix (a job's: "JOB/"). */
 int ckpt_rados_remove_prefix(ckpt_rados *r, const char *prefix);
+
+/* Removes the one object name. Removing what is absent is no error. */
+int ckpt_rados_remove(ckpt_rados *r, const char *name);
+
+/* Takes, or renews, the lease on object name for lease_ms (whole
+ * milliseconds; RADOS' exclusive lock with a duration): held by this
+ * connection under cookie until it lapses unless renewed in time. Returns
+ * 0, -EBUSY while another connection or cookie holds it, or an error
+ * naming the object. */
+int ckpt_rados_lock(ckpt_rados *r, const char *name, const char *cookie, uint32_t lease_ms);
+/* Gives a lease up. Giving up one not held is no error. */
+int ckpt_rados_unlock(ckpt_rados *r, const char *name, const char *cookie);
+
+/* Watches object name (made if absent): fn(ctx, msg) is called from
+ * librados' thread with each notification sent to it (a short string),
+ * which is acknowledged once fn returns. */
+typedef struct ckpt_rados_watch ckpt_rados_watch;
+typedef void ckpt_rados_notify_fn(void *ctx, const char *msg);
+int ckpt_rados_watch_start(ckpt_rados *r, const char *name, ckpt_rados_notify_fn *fn, void *ctx,
+                           ckpt_rados_watch **out);
+/* Takes a watch the cluster dropped (its OSD gone a while) again. */
+int ckpt_rados_watch_check(ckpt_rados_watch *w);
+/* Ends a watch: no call of its fn runs once this returns. Accepts NULL. */
+void ckpt_rados_watch_stop(ckpt_rados_watch *w);
+/* Sends msg to every watcher of object name without waiting for their
+ * acknowledgements (awaited in the background up to timeout_ms: a watcher
+ * that is gone does not delay the sender). Returns 0 or an error naming
+ * the object if it could not be sent. */
+int ckpt_rados_notify(ckpt_rados *r, const char *name, const char *msg, uint32_t timeout_ms);
 
 /* A job's checkpoints mirrored into RADOS (rados_mirror.c): objects named
  * JOB/ and the file's path in a checkpoint directory, JOB/latest naming

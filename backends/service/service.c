@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backends/service/service.h"
+#include "backends/service/job.h"
 
 #define DEFAULT_TIMEOUT_MS 60000u
 #define DEFAULT_RETAIN 3u
@@ -54,6 +54,13 @@ struct stash_service {
     ckpt_rados *rados;       /* rados storage: the connection */
     char job[256];           /* rados: the objects' prefix */
     uint64_t rados_latest;   /* rados: the id JOB/latest names, 0 none */
+    /* a job that spans hosts (s->o.host): s->job is this host's parts' prefix */
+    svc_job *jobs;
+    char jobname[256];            /* the job's prefix */
+    ckpt_job_workers job_workers; /* the workers this host serves at the start */
+    ckpt_job_record *job_restore; /* a new arena: the job checkpoint it restores */
+    uint64_t job_done;            /* the newest job checkpoint id run */
+    uint64_t wants_sent;          /* requests passed on to the leader */
 };
 
 STASH_API const char *stash_log_level_name(stash_log_level level)
@@ -455,14 +462,17 @@ static void publish(stash_service *s, uint64_t id, uint32_t p, uint64_t t0, cons
                           .pause_ns = r->pause_ns};
     memcpy(h->detail, r->detail, sizeof h->detail);
     atomic_store(&c->history_n, n + 1);
-    if (r->status == 0)
+    /* Id 0 answers a request refused before any checkpoint started. */
+    if (id && r->status == 0)
         atomic_store(&c->completed, id);
-    else
+    else if (id)
         atomic_store(&c->aborted, id);
-    atomic_fetch_add(r->status == 0 ? &c->completed_total : &c->failed_total, 1);
+    if (id) atomic_fetch_add(r->status == 0 ? &c->completed_total : &c->failed_total, 1);
     shm_lock_release(&c->lock);
     shm_futex_wake(&c->finished);
-    if (r->status == 0)
+    if (!id)
+        say(s, STASH_LOG_ERROR, "service", "%s", r->detail);
+    else if (r->status == 0)
         say(s, STASH_LOG_INFO, SUBJECT(r->savepoint ? "savepoint" : "checkpoint", id),
             "complete: %llu bytes%s in %.1f ms, longest cut %.1f us, %s",
             (unsigned long long)r->bytes, r->incremental ? " (incremental)" : "",
@@ -532,11 +542,26 @@ static void account_io(stash_service *s)
     s->io_seen = now;
 }
 
+/* A host's part of job checkpoint id is written: the job's verdict on it.
+ * A part of an aborted checkpoint leaves the directory (the pool's copy
+ * goes with the leader's retention). */
+static int await_verdict(stash_service *s, uint64_t id, outcome *r)
+{
+    int rc = job_part_done(s->jobs, id);
+    if (rc == 0) return 0;
+    char chk[4096], why[512];
+    snprintf(why, sizeof why, "%s", stash_errmsg());
+    if (ckpt_path_of(chk, "%s/chk-%llu", s->dir, (unsigned long long)id) == 0)
+        ckpt_remove_checkpoint(chk);
+    return failed(r, rc, "job %s: %s", s->jobname, why);
+}
+
 static void run_checkpoint(stash_service *s)
 {
     stash_arena *a = s->a;
     shm_control *c = a->control;
-    uint64_t id = s->next_id++, t0 = shm_now_ns();
+    uint64_t id = s->jobs ? job_requested(s->jobs) : s->next_id++, t0 = shm_now_ns();
+    s->job_done = id;
     atomic_store(&c->last_id, id);
     uint64_t sp = atomic_load(&c->savepoint_ticket);
     s->served = atomic_load(&c->requests);
@@ -570,6 +595,7 @@ static void run_checkpoint(stash_service *s)
     }
     if (rc == 0) rc = collect_cuts(s, p, &r);
     if (rc == 0) rc = write_cut(s, id, p, untracked, &r);
+    if (rc == 0 && s->jobs) rc = await_verdict(s, id, &r);
     if (rc) {
         close_cuts(s);
         /* Workers that cut late see the abort and release their own pins. */
@@ -587,7 +613,8 @@ static void run_checkpoint(stash_service *s)
     unsigned keep = s->o.retain ? s->o.retain : DEFAULT_RETAIN;
     if (rc == 0 && !rollback_reading(s) && ckpt_retain(s->dir, keep, s->e) < 0)
         say(s, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
-    if (rc == 0 && s->rados && ckpt_rados_retain(s->rados, s->job, keep) < 0)
+    /* A job's parts are kept by its leader, as its records name them. */
+    if (rc == 0 && s->rados && !s->jobs && ckpt_rados_retain(s->rados, s->job, keep) < 0)
         say(s, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
     s->last_end_ns = shm_now_ns();
 }
@@ -617,6 +644,81 @@ static void watch_workers(stash_service *s)
     }
 }
 
+/* Takes the workers of a lost host over, as the leader asked: their key
+ * groups and operator state restored from the job's newest checkpoint
+ * (no worker of this arena owns them: nobody writes them meanwhile, and
+ * no checkpoint of this engine runs). */
+static void take_over(stash_service *s)
+{
+    char lost[CKPT_JOB_HOST_MAX + 1];
+    ckpt_job_workers w;
+    if (!job_takeover(s->jobs, lost, sizeof lost, &w)) return;
+    char ws[512];
+    ckpt_job_workers_format(&w, ws, sizeof ws);
+    uint64_t id = 0, t0 = shm_now_ns();
+    ckpt_job_record *rec = malloc(sizeof *rec);
+    ckpt_restored out = {0};
+    int rc = rec ? ckpt_job_latest(s->rados, s->jobname, &id, rec) : -ENOMEM;
+    if (rc == 0)
+        rc = ckpt_job_restore(s->a, s->rados, s->jobname, rec, s->dir, s->o.job_parallelism, &w,
+                              s->e, s->store, &out);
+    shm_control *c = s->a->control;
+    if (rc == 0 && (rc = shm_lock_acquire(&c->lock, NULL, NULL)) == 0) {
+        for (uint32_t i = 0; rc == 0 && i < out.op_parallelism; i++) {
+            if (!ckpt_job_workers_has(&w, i)) continue;
+            shm_off off = 0;
+            if (out.op_blobs[i].len)
+                rc = shm_blob_put(s->a, out.op_blobs[i].data, out.op_blobs[i].len, &off);
+            if (rc) break;
+            shm_blob_free(s->a, atomic_exchange(&c->workers[i].committed.off, 0));
+            atomic_store(&c->workers[i].committed.len, out.op_blobs[i].len);
+            atomic_store(&c->workers[i].committed.off, off);
+        }
+        shm_lock_release(&c->lock);
+    }
+    if (rc == -ENOENT) rc = 0; /* no job checkpoint yet: the workers start empty */
+    if (rc == 0) rc = job_takeover_done(s->jobs, lost, &w);
+    if (rc == 0)
+        say(s, STASH_LOG_INFO, "job",
+            "took workers %s of lost host %s over: %llu records of job checkpoint %llu restored "
+            "in %.1f ms",
+            ws, lost, (unsigned long long)out.records, (unsigned long long)id,
+            (double)(shm_now_ns() - t0) / 1e6);
+    else
+        say(s, STASH_LOG_ERROR, "job", "taking workers %s of lost host %s over: %s", ws, lost,
+            stash_errmsg());
+    ckpt_restored_free(&out);
+    free(rec);
+}
+
+/* A host's engine: a takeover asked of it, requests passed on to the
+ * leader, a savepoint refused, the checkpoint the leader asked for.
+ * Returns whether it did any of them. */
+static bool job_host_turn(stash_service *s)
+{
+    shm_control *c = s->a->control;
+    take_over(s);
+    uint64_t requests = atomic_load(&c->requests);
+    uint64_t sp = atomic_load(&c->savepoint_ticket);
+    if (sp > s->savepoint_done) {
+        s->savepoint_done = sp;
+        s->served = sp;
+        outcome r = {.savepoint = true};
+        failed(&r, -ENOTSUP,
+               "a job that spans hosts takes no savepoint: copy its newest checkpoint with "
+               "stash snapshot rewrite instead");
+        publish(s, 0, 0, shm_now_ns(), &r);
+        return true;
+    }
+    if (requests > s->wants_sent) {
+        s->wants_sent = requests;
+        job_want(s->jobs);
+    }
+    if (job_requested(s->jobs) <= s->job_done) return false;
+    run_checkpoint(s);
+    return true;
+}
+
 static void *engine_main(void *arg)
 {
     stash_service *s = arg;
@@ -630,6 +732,12 @@ static void *engine_main(void *arg)
         atomic_store(&c->next_due_ns, s->o.interval_ms ? due : 0);
         bool asked = atomic_load(&c->requests) > s->served ||
                      atomic_load(&c->savepoint_ticket) > s->savepoint_done;
+        if (s->jobs) {
+            /* The leader decides when: requests go to it, its ids come back. */
+            if (job_host_turn(s)) continue;
+            shm_futex_wait(&c->wake, seen, IDLE_NS);
+            continue;
+        }
         if ((asked || now >= due) && now >= earliest) {
             run_checkpoint(s);
             continue;
@@ -661,6 +769,18 @@ int service_install_opstate(stash_arena *a, const ckpt_restored *r)
     return 0;
 }
 
+/* Restores what a new arena starts from: a job's newest checkpoint (the
+ * key groups of this host's workers), the checkpoint or savepoint
+ * directory from, or the newest complete checkpoint of dir. */
+static int restore_into(stash_service *s, stash_worker *w, const char *from, ckpt_restored *out)
+{
+    if (s->job_restore)
+        return ckpt_job_restore(w->arena, s->rados, s->jobname, s->job_restore, s->dir,
+                                s->o.job_parallelism, &s->job_workers, s->e, w->store, out);
+    if (from) return ckpt_restore_path(w->arena, from, w->range, s->e, w->store, out);
+    return ckpt_restore_prepared(w->arena, s->dir, 0, w->range, s->e, w->store, NULL, NULL, out);
+}
+
 /* Creates arena name, filled from the checkpoint or savepoint directory
  * from, or without one from the newest complete checkpoint of s->dir if
  * there is one. It is built under another name and renamed into place, so
@@ -677,7 +797,10 @@ static int build_arena(stash_service *s, const char *name, const char *from)
     uint64_t id = 0;
     uint32_t maxp = 0;
     bool restore = true;
-    if (!from) {
+    if (!from && s->o.host) {
+        restore = s->job_restore != NULL;
+        if (restore) maxp = s->job_restore->parts[0].max_parallelism;
+    } else if (!from) {
         rc = ckpt_newest(s->dir, s->e, &id, &maxp);
         /* Checkpoints that all fail to open are not an empty directory:
          * starting empty would lose them, unless asked to. */
@@ -701,10 +824,7 @@ static int build_arena(stash_service *s, const char *name, const char *from)
             name, &(stash_worker_opts){.index = 0, .parallelism = 1, .arena = &ao}, &w);
         ckpt_restored out = {0};
         uint64_t t0 = shm_now_ns();
-        if (rc == 0)
-            rc = from ? ckpt_restore_path(w->arena, from, w->range, s->e, w->store, &out)
-                      : ckpt_restore_prepared(w->arena, s->dir, 0, w->range, s->e, w->store, NULL,
-                                              NULL, &out);
+        if (rc == 0) rc = restore_into(s, w, from, &out);
         if (rc == 0) rc = service_install_opstate(w->arena, &out);
         if (rc == 0) {
             shm_control *c = w->arena->control;
@@ -746,6 +866,21 @@ static int create_arena(stash_service *s, const char *name)
         if ((rc = ckpt_rados_url_fetch(from, s->dir, fetched, sizeof fetched)) != 0) return rc;
         rc = build_arena(s, name, fetched);
         ckpt_rados_url_release(fetched);
+        return rc;
+    }
+    if (!from && s->o.host) {
+        /* A host restores from the job's newest checkpoint, not its own parts. */
+        uint64_t id;
+        s->job_restore = malloc(sizeof *s->job_restore);
+        rc = s->job_restore ? ckpt_job_latest(s->rados, s->jobname, &id, s->job_restore) : -ENOMEM;
+        if (rc == -ENOENT) {
+            free(s->job_restore);
+            s->job_restore = NULL;
+            rc = 0;
+        }
+        if (rc == 0) rc = build_arena(s, name, NULL);
+        free(s->job_restore);
+        s->job_restore = NULL;
         return rc;
     }
     if (!from && s->rados_latest) {
@@ -817,11 +952,35 @@ static void release(stash_service *s)
         stash_arena_close(s->a);
     }
     ioe_engine_close(s->e);
+    job_close(s->jobs);
     ckpt_rados_close(s->rados);
     free(s->cut);
     free(s->base);
     free(s->seen);
     free(s);
+}
+
+/* A host of a job: its options checked, its parts' prefix JOB/part/HOST. */
+static int check_host_opts(stash_service *s)
+{
+    if (!ckpt_job_host_ok(s->o.host))
+        return shm_fail(-EINVAL, "host '%s': 1 to %u letters, digits, '.', '_' or '-'", s->o.host,
+                        CKPT_JOB_HOST_MAX);
+    if (!s->o.workers || !s->o.job_parallelism)
+        return shm_fail(-EINVAL,
+                        "host %s: a job's host needs its workers and the job's parallelism",
+                        s->o.host);
+    if (s->o.incremental)
+        return shm_fail(-EINVAL, "host %s: a job's parts are full checkpoints: not incremental",
+                        s->o.host);
+    int rc = ckpt_job_workers_parse(s->o.workers, &s->job_workers);
+    for (uint32_t i = 0; rc == 0 && i < s->job_workers.n; i++)
+        if (s->job_workers.r[i].last >= s->o.job_parallelism)
+            rc = shm_fail(-EINVAL, "host %s: worker %u of a job of %u workers", s->o.host,
+                          s->job_workers.r[i].last, s->o.job_parallelism);
+    snprintf(s->jobname, sizeof s->jobname, "%s", s->job);
+    if (rc == 0) rc = ckpt_job_part_prefix(s->job, sizeof s->job, s->jobname, s->o.host);
+    return rc;
 }
 
 /* The rados storage: the connection, and the checkpoint JOB/latest names. */
@@ -831,6 +990,10 @@ static int connect_rados(stash_service *s, const char *name)
     const char *job = s->o.job ? s->o.job : name;
     if (!*job || (size_t)snprintf(s->job, sizeof s->job, "%s", job) >= sizeof s->job)
         return shm_fail(-EINVAL, "job '%s': a name of 1 to %zu bytes", job, sizeof s->job - 1);
+    if (s->o.host) {
+        int rc = check_host_opts(s);
+        if (rc) return rc;
+    }
     int rc = ckpt_rados_open(&(ckpt_rados_opts){.conf = s->o.ceph_conf,
                                                 .id = s->o.ceph_id,
                                                 .pool = s->o.pool,
@@ -850,6 +1013,32 @@ static bool group_readable(const char *name, const stash_arena_opts *ao)
     if (shm_arena_path(name, ao, path, sizeof path) == 0 && stat(path, &st) == 0)
         return (st.st_mode & S_IRGRP) != 0;
     return ao && (ao->flags & STASH_ARENA_GROUP);
+}
+
+static void job_log(void *ctx, stash_log_level level, const char *subject, const char *message)
+{
+    say(ctx, level, subject, "%s", message);
+}
+
+/* Joins the job as host s->o.host: ids go on from the job's. */
+static int join_job(stash_service *s)
+{
+    svc_job_opts o = {.rados = s->rados,
+                      .job = s->jobname,
+                      .host = s->o.host,
+                      .parallelism = s->o.job_parallelism,
+                      .max_parallelism = s->a->hdr->max_parallelism,
+                      .workers = s->job_workers,
+                      .lease_ms = s->o.lease_ms,
+                      .interval_ms = s->o.interval_ms,
+                      .timeout_ms = s->o.timeout_ms,
+                      .retain = s->o.retain,
+                      .wake = &s->a->control->wake,
+                      .log = job_log,
+                      .log_ctx = s};
+    /* A request made before the service started is the leader's to answer too. */
+    s->wants_sent = s->served;
+    return job_open(&o, &s->jobs);
 }
 
 STASH_API int stash_service_start(const char *name, const stash_service_opts *opts,
@@ -912,6 +1101,7 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         s->last_end_ns = shm_now_ns();
         account_io(s);
     }
+    if (rc == 0 && s->o.host) rc = join_job(s);
     if (rc == 0) {
         rc = -pthread_create(&s->thread, NULL, engine_main, s);
         if (rc) shm_fail(rc, "cannot start the engine thread");
@@ -930,6 +1120,7 @@ STASH_API void stash_service_stop(stash_service *service)
 {
     if (!service) return;
     atomic_store(&service->quit, 1);
+    job_quit(service->jobs);
     shm_futex_wake(&service->a->control->wake);
     pthread_join(service->thread, NULL);
     release(service);
