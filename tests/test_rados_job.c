@@ -13,7 +13,9 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,7 +105,8 @@ static host *start_host(const char *name, const char *workers, uint32_t p)
         execl(STASH_BIN, "stash", "serve", h->arena, "--storage", "rados", "--pool", "stash",
               "--ceph-conf", conf, "--job", job, "--host", name, "--workers", workers,
               "--job-parallelism", p_arg, "--max-parallelism", maxp_arg, "--dir", h->dir,
-              "--timeout", "6s", "--lease", "2s", "--retain", "2", (char *)NULL);
+              "--timeout", "6s", "--lease", "2s", "--retain", "2", "--ceph-timeout", "3s",
+              (char *)NULL);
         _exit(127);
     }
     return h;
@@ -121,6 +124,18 @@ static bool logged(const host *h, const char *text)
     return found;
 }
 
+/* Copies every host's log to stderr: what a failed wait shows. */
+static void dump_logs(void)
+{
+    for (size_t i = 0; i < nhosts; i++) {
+        FILE *f = fopen(hosts[i].log, "r");
+        char line[2048];
+        fprintf(stderr, "--- host %s (%s)\n", hosts[i].name, hosts[i].log);
+        while (f && fgets(line, sizeof line, f)) fputs(line, stderr);
+        if (f) fclose(f);
+    }
+}
+
 /* Waits until one of the hosts logs text (its index), or fails. */
 static size_t await_logged(const char *text)
 {
@@ -130,6 +145,7 @@ static size_t await_logged(const char *text)
         struct timespec ts = {0, 50000000};
         nanosleep(&ts, NULL);
     }
+    dump_logs();
     cr_assert_fail("no host logged '%s' within %u ms", text, WAIT_MS);
     return 0;
 }
@@ -252,6 +268,61 @@ static void close_workers_on(job_workers *jw, size_t h)
         if (jw->on[i] == h) stash_worker_close(jw->w[i]);
 }
 
+/* Waits until host h has published checkpoint id as complete. */
+static void await_completed(const host *h, uint64_t id)
+{
+    stash_arena *ar;
+    stash_service_info si = {0};
+    cr_assert_eq(stash_arena_open(h->arena, NULL, &ar), 0);
+    for (unsigned ms = 0; ms < WAIT_MS; ms += 20) {
+        cr_assert_eq(stash_service_info_get(ar, &si), 0);
+        if (si.completed >= id) break;
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+    stash_arena_close(ar);
+    cr_assert_eq(si.completed, id, "host %s completed %llu, not %llu", h->name,
+                 (unsigned long long)si.completed, (unsigned long long)id);
+}
+
+/* Waits until host h has published checkpoint id as failed. */
+static void await_failed(const host *h, uint64_t id)
+{
+    stash_arena *ar;
+    stash_service_info si = {0};
+    cr_assert_eq(stash_arena_open(h->arena, NULL, &ar), 0);
+    bool found = false;
+    for (unsigned ms = 0; ms < WAIT_MS && !found; ms += 20) {
+        cr_assert_eq(stash_service_info_get(ar, &si), 0);
+        for (size_t k = 0; k < si.nrecent; k++)
+            if (si.recent[k].id == id) {
+                cr_assert_neq(si.recent[k].status, 0, "host %s committed %llu", h->name,
+                              (unsigned long long)id);
+                found = true;
+            }
+        struct timespec ts = {0, 20000000};
+        if (!found) nanosleep(&ts, NULL);
+    }
+    stash_arena_close(ar);
+    cr_assert(found, "host %s never ended checkpoint %llu", h->name, (unsigned long long)id);
+}
+
+/* A checkpoint asked of an arena from another thread. */
+typedef struct asked {
+    stash_arena *a;
+    stash_checkpoint_info info;
+    int rc;
+    atomic_bool done;
+} asked;
+
+static void *ask(void *arg)
+{
+    asked *q = arg;
+    q->rc = stash_checkpoint(q->a, WAIT_MS, &q->info);
+    atomic_store(&q->done, true);
+    return NULL;
+}
+
 /* Waits for the line of host h saying job checkpoint id committed of n parts. */
 static void await_committed(uint64_t id, size_t parts)
 {
@@ -271,19 +342,11 @@ Test(rados_job, three_hosts_a_host_lost_and_the_leader_killed)
     write_all(&jw, 1);
     stash_checkpoint_info info;
     /* Asked of one host: the leader triggers it on all three. */
-    size_t asked = leader == 2 ? 0 : 2;
-    cr_assert_eq(checkpoint(&hosts[asked], jw.w, 3, &info), 0, "%s", stash_errmsg());
+    size_t by = leader == 2 ? 0 : 2;
+    cr_assert_eq(checkpoint(&hosts[by], jw.w, 3, &info), 0, "%s", stash_errmsg());
     await_committed(info.id, 3);
-    /* Every host's workers got the verdict. */
-    for (size_t i = 0; i < 3; i++) {
-        stash_arena *ar;
-        stash_service_info si;
-        cr_assert_eq(stash_arena_open(hosts[i].arena, NULL, &ar), 0);
-        cr_assert_eq(stash_service_info_get(ar, &si), 0);
-        cr_assert_eq(si.completed, info.id, "host %s completed %llu, not %llu", hosts[i].name,
-                     (unsigned long long)si.completed, (unsigned long long)info.id);
-        stash_arena_close(ar);
-    }
+    /* Every host's workers get the verdict. */
+    for (size_t i = 0; i < 3; i++) await_completed(&hosts[i], info.id);
     /* Round 2 is in no checkpoint. */
     write_all(&jw, 2);
 
@@ -327,4 +390,137 @@ Test(rados_job, three_hosts_a_host_lost_and_the_leader_killed)
     await_committed(info.id, 1);
     close_workers_on(&jw, other);
     stop_host(&hosts[other]);
+}
+
+/* The job's committed records in the pool (JOB/job-ID objects). */
+typedef struct pool_count {
+    const char *prefix;
+    unsigned records, parts;
+} pool_count;
+
+static int count_object(void *ctx, const char *name)
+{
+    pool_count *c = ctx;
+    const char *rest = name + strlen(c->prefix);
+    if (strncmp(rest, "job-", 4) == 0 && !strchr(rest, '.')) c->records++;
+    if (strncmp(rest, "part/", 5) == 0 && strstr(rest, "/_metadata.0")) c->parts++;
+    return 0;
+}
+
+static int stash_serve(const char *extra, char *out, size_t cap)
+{
+    char args[1024];
+    snprintf(args, sizeof args,
+             "serve t-job-refused-%d --storage rados --pool stash --ceph-conf %s --job %s "
+             "--max-parallelism %u --dir %s/refused --lease 2s %s",
+             (int)getpid(), conf, job, MAXP, dir, extra);
+    return test_run_stash(args, out, cap);
+}
+
+Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
+{
+    host *a = start_host("a", "0-0", 3);
+    start_host("b", "1-1", 3);
+    start_host("c", "2-2", 3);
+    await_logged("leads job");
+    stash_worker *w[4] = {open_worker(a, 0, 3), open_worker(&hosts[1], 1, 3),
+                          open_worker(&hosts[2], 2, 3)};
+    char out[4096];
+    /* A live host's workers are its own; options are checked. */
+    cr_assert_eq(stash_serve("--host x --workers 0-1 --job-parallelism 3", out, sizeof out), 1,
+                 "%s", out);
+    cr_assert(strstr(out, "is served by live host"), "%s", out);
+    cr_assert_eq(stash_serve("--host a --workers 0-0 --job-parallelism 3", out, sizeof out), 1,
+                 "%s", out);
+    cr_assert(strstr(out, "host a is served by another service"), "%s", out);
+    cr_assert_eq(stash_serve("--host x --job-parallelism 3", out, sizeof out), 2, "%s", out);
+    cr_assert_eq(stash_serve("--host x --workers 2-1 --job-parallelism 3", out, sizeof out), 1,
+                 "%s", out);
+    cr_assert(strstr(out, "workers '2-1'"), "%s", out);
+    cr_assert_eq(stash_serve("--host x --workers 3 --job-parallelism 3", out, sizeof out), 1, "%s",
+                 out);
+    cr_assert(strstr(out, "worker 3 of a job of 3 workers"), "%s", out);
+    cr_assert_eq(stash_serve("--host x/y --workers 0 --job-parallelism 3", out, sizeof out), 1,
+                 "%s", out);
+    cr_assert_eq(stash_serve("--host x --workers 0 --job-parallelism 3 --incremental", out,
+                             sizeof out),
+                 1, "%s", out);
+    cr_assert(strstr(out, "not incremental"), "%s", out);
+    stash_arena *ar;
+    stash_checkpoint_info info;
+    cr_assert_eq(stash_arena_open(a->arena, NULL, &ar), 0);
+    cr_assert_eq(stash_savepoint(ar, 10000, &info), STASH_EABORTED);
+    cr_assert(strstr(stash_errmsg(), "takes no savepoint"), "%s", stash_errmsg());
+    stash_arena_close(ar);
+
+    for (uint32_t i = 0; i < 3; i++) write_round(w[i], i, 3, 1);
+    cr_assert_eq(checkpoint(a, w, 3, &info), 0, "%s", stash_errmsg());
+    await_committed(info.id, 3);
+    for (uint32_t i = 0; i < 3; i++) write_round(w[i], i, 3, 2);
+
+    /* The OSD stopped mid-checkpoint: once the leader triggered it (host
+     * c's worker holds it up), the OSD goes; it aborts on every host and
+     * the next one commits once the OSD is back. */
+    asked q = {0};
+    cr_assert_eq(stash_arena_open(a->arena, NULL, &q.a), 0);
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, ask, &q), 0);
+    stash_arena *held;
+    cr_assert_eq(stash_arena_open(hosts[2].arena, NULL, &held), 0);
+    stash_service_info si;
+    stash_event ev;
+    do {
+        stash_barrier(w[0], &ev);
+        stash_barrier(w[1], &ev);
+        cr_assert_eq(stash_service_info_get(held, &si), 0);
+    } while (!si.pending);
+    uint64_t failed = si.pending;
+    char args[256];
+    snprintf(args, sizeof args, "osd-stop %s", dir);
+    cr_assert_eq(cluster(args), 0);
+    while (!atomic_load(&q.done))
+        for (uint32_t i = 0; i < 3; i++) stash_barrier(w[i], &ev);
+    pthread_join(t, NULL);
+    stash_arena_close(q.a);
+    stash_arena_close(held);
+    cr_assert_eq(q.rc, STASH_EABORTED, "%d", q.rc);
+    cr_assert_eq(q.info.id, failed);
+    for (size_t i = 0; i < 3; i++) await_failed(&hosts[i], failed);
+    snprintf(args, sizeof args, "osd-start %s", dir);
+    cr_assert_eq(cluster(args), 0, "the OSD did not start again");
+    for (uint32_t i = 0; i < 3; i++) write_round(w[i], i, 3, 3);
+    cr_assert_eq(checkpoint(&hosts[1], w, 3, &info), 0, "%s", stash_errmsg());
+    cr_assert_gt(info.id, failed);
+    await_committed(info.id, 3);
+    for (size_t i = 0; i < 3; i++) await_completed(&hosts[i], info.id);
+    /* Two more: retention keeps 2 records and the parts they name. */
+    for (int k = 0; k < 2; k++) {
+        cr_assert_eq(checkpoint(&hosts[2], w, 3, &info), 0, "%s", stash_errmsg());
+        await_committed(info.id, 3);
+    }
+    ckpt_rados *r;
+    cr_assert_eq(ckpt_rados_open(&(ckpt_rados_opts){.conf = conf, .pool = "stash"}, &r), 0);
+    char prefix[96];
+    snprintf(prefix, sizeof prefix, "%s/", job);
+    pool_count pc = {prefix, 0, 0};
+    cr_assert_eq(ckpt_rados_list(r, prefix, count_object, &pc), 0);
+    cr_assert_eq(pc.records, 2, "records kept: %u", pc.records);
+    cr_assert_eq(pc.parts, 6, "parts kept: %u", pc.parts);
+    ckpt_rados_close(r);
+    for (uint32_t i = 0; i < 3; i++) write_round(w[i], i, 3, 4);
+
+    /* Rescaled: the job stopped, restored on two hosts of four workers
+     * from its newest checkpoint (round 3). */
+    for (size_t i = 0; i < 3; i++) {
+        stash_worker_close(w[i]);
+        stop_host(&hosts[i]);
+    }
+    host *d = start_host("d", "0-1", 4), *e = start_host("e", "2-3", 4);
+    stash_worker *v[4] = {open_worker(d, 0, 4), open_worker(d, 1, 4), open_worker(e, 2, 4),
+                          open_worker(e, 3, 4)};
+    for (uint32_t i = 0; i < 4; i++) check_round(v[i], i, 4, 3);
+    for (uint32_t i = 0; i < 4; i++) write_round(v[i], i, 4, 5);
+    cr_assert_eq(checkpoint(e, v, 4, &info), 0, "%s", stash_errmsg());
+    await_committed(info.id, 2);
+    for (uint32_t i = 0; i < 4; i++) stash_worker_close(v[i]);
 }

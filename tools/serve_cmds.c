@@ -173,6 +173,7 @@ int tool_serve(int argc, char **argv)
         "                        [--start-empty] [--log-format text|json]\n"
         "                        [--metrics ADDR:PORT] [--config FILE] [--pool P]\n"
         "                        [--ceph-conf FILE] [--ceph-id ID] [--job JOB]\n"
+        "                        [--ceph-timeout DURATION]\n"
         "                        [--host HOST --workers A-B --job-parallelism P]\n"
         "                        [--lease DURATION]\n"
         "Runs the persistence engine of the arena NAME until SIGTERM, SIGINT or `stash stop`.\n"
@@ -187,7 +188,8 @@ int tool_serve(int argc, char **argv)
         "each at most SIZE of --memory-cap, 5M by default) or to the RADOS pool P of a\n"
         "Ceph cluster (rados: as objects JOB/chk-ID/..., JOB the arena's name unless\n"
         "--job, with a copy of the retained ones in DIR, required; the cluster as\n"
-        "--ceph-conf and --ceph-id say, Ceph's defaults otherwise; complete once\n"
+        "--ceph-conf and --ceph-id say, Ceph's defaults otherwise, each call failing\n"
+        "after --ceph-timeout (10s, whole seconds); complete once\n"
         "JOB/latest names it, which a new arena restores), every DURATION of --interval\n"
         "(none: only on `stash checkpoint`), one at a time, at least --min-pause apart; a\n"
         "checkpoint that a worker does not cut within --timeout (60s) fails. The newest K\n"
@@ -268,6 +270,9 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
             o.ceph_id = val;
         } else if (strcmp(a, "--job") == 0) {
             o.job = val;
+        } else if (strcmp(a, "--ceph-timeout") == 0) {
+            ok = tool_parse_duration(val, &n) == 0 && n >= 1000 && n <= 3600000;
+            o.ceph_timeout_ms = (uint32_t)n;
         } else if (strcmp(a, "--host") == 0) {
             o.host = val;
         } else if (strcmp(a, "--workers") == 0) {

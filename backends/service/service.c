@@ -61,6 +61,7 @@ struct stash_service {
     ckpt_job_record *job_restore; /* a new arena: the job checkpoint it restores */
     uint64_t job_done;            /* the newest job checkpoint id run */
     uint64_t wants_sent;          /* requests passed on to the leader */
+    uint64_t want_ns;    /* when the last of them was */
 };
 
 STASH_API const char *stash_log_level_name(stash_log_level level)
@@ -712,11 +713,25 @@ static bool job_host_turn(stash_service *s)
     }
     if (requests > s->wants_sent) {
         s->wants_sent = requests;
+        s->want_ns = shm_now_ns();
         job_want(s->jobs);
     }
-    if (job_requested(s->jobs) <= s->job_done) return false;
-    run_checkpoint(s);
-    return true;
+    if (job_requested(s->jobs) > s->job_done) {
+        run_checkpoint(s);
+        return true;
+    }
+    /* No leader answered (none is elected, or the cluster is out of reach):
+     * the request fails rather than waiting for ever. */
+    uint64_t timeout = (s->o.timeout_ms ? s->o.timeout_ms : DEFAULT_TIMEOUT_MS) * 1000000ull;
+    if (requests > s->served && shm_now_ns() - s->want_ns >= timeout) {
+        s->served = requests;
+        outcome r = {0};
+        failed(&r, -ETIMEDOUT, "job %s: the leader started no checkpoint within %llu ms",
+               s->jobname, (unsigned long long)(timeout / 1000000ull));
+        publish(s, 0, 0, shm_now_ns(), &r);
+        return true;
+    }
+    return false;
 }
 
 static void *engine_main(void *arg)
