@@ -24,22 +24,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "include/stash.h"
+#include "tools/demo.h"
 #include "tools/demo_windows.h"
-#include "tools/tools.h"
 
 /* The arena and the checkpoint directory: the demo's own, made new. */
 static char demo_name[32];
-static char demo_dir[256];
-#define WORKERS 3u
-#define EVENTS 6000000u
-#define WORDS 20000u
-#define STRETCH 1000000u     /* events per stretch: the MapState's user key */
-#define RATE 500000u         /* events a worker scans per second */
-#define BATCH 32u            /* events a worker runs in one batch */
-#define STEP_TIMEOUT_NS 60e9 /* the longest wait for one step of the story */
+char demo_dir[256];
+#define STRETCH 1000000u /* events per stretch: the MapState's user key */
+#define RATE 500000u     /* events a worker scans per second */
+#define BATCH 32u        /* events a worker runs in one batch */
 
-__attribute__((format(printf, 1, 2))) static void say(const char *fmt, ...)
+__attribute__((format(printf, 1, 2))) void demo_say(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -48,7 +43,7 @@ __attribute__((format(printf, 1, 2))) static void say(const char *fmt, ...)
     fflush(stdout);
 }
 
-static uint64_t now_ns(void)
+uint64_t demo_now_ns(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -56,7 +51,7 @@ static uint64_t now_ns(void)
 }
 
 /* The word of event i: a deterministic stream every process can replay. */
-static uint64_t word_of(uint64_t i)
+uint64_t demo_word_of(uint64_t i)
 {
     uint64_t x = i * 0x9e3779b97f4a7c15ull;
     x ^= x >> 31;
@@ -109,7 +104,7 @@ static int count_batched(stash_worker *w, void *event, void *ctx)
 static int count_batch(job_states *j, stash_batch *batch, uint64_t first, uint64_t end)
 {
     for (uint64_t i = first; i < end; i++) {
-        uint64_t word = word_of(i);
+        uint64_t word = demo_word_of(i);
         if (!owns(j, word)) continue;
         /* The event is its index in the stream. */
         int rc = stash_batch_add(batch, &word, sizeof word, (void *)(uintptr_t)i);
@@ -129,7 +124,7 @@ static int verify(job_states *j, uint64_t *wrong)
     uint32_t nstretch = (EVENTS + STRETCH - 1) / STRETCH;
     uint32_t *want = calloc((size_t)WORDS * nstretch, sizeof *want);
     if (!want) return -ENOMEM;
-    for (uint64_t i = 0; i < EVENTS; i++) want[word_of(i) * nstretch + i / STRETCH]++;
+    for (uint64_t i = 0; i < EVENTS; i++) want[demo_word_of(i) * nstretch + i / STRETCH]++;
     *wrong = 0;
     for (uint64_t word = 0; word < WORDS; word++) {
         if (!owns(j, word)) continue;
@@ -171,12 +166,12 @@ static int barrier(job_states *j, demo_windows *win)
  * operator state holds, counts its words and their windows at a steady
  * pace with a barrier after each event, and once done waits for a
  * checkpoint to hold its end and commit its last windows. */
-static int worker_main(uint32_t index, bool rollback, int fd)
+static int worker_main(const char *arena, uint32_t index, bool rollback, int fd)
 {
     job_states j = {0};
     demo_windows win = {.out = -1};
-    uint64_t t0 = now_ns();
-    int rc = stash_worker_open(demo_name,
+    uint64_t t0 = demo_now_ns();
+    int rc = stash_worker_open(arena,
                                &(stash_worker_opts){.index = index,
                                                     .parallelism = WORKERS,
                                                     .rollback = rollback,
@@ -184,7 +179,7 @@ static int worker_main(uint32_t index, bool rollback, int fd)
                                                     .cut_ctx = &win},
                                &j.w);
     if (rc < 0) return fail(fd, index, "join", rc);
-    double join_ms = (double)(now_ns() - t0) / 1e6;
+    double join_ms = (double)(demo_now_ns() - t0) / 1e6;
     stash_worker_info info;
     stash_worker_info_get(j.w, &info);
     j.range = info.range;
@@ -219,7 +214,7 @@ static int worker_main(uint32_t index, bool rollback, int fd)
     stash_batch_opts bo = {.capacity = BATCH, .states = fetched, .nstates = 2};
     if ((rc = stash_batch_create(j.w, &bo, &batch)) < 0)
         return fail(fd, index, "make its batch", rc);
-    uint64_t begun = now_ns(), completions = 0;
+    uint64_t begun = demo_now_ns(), completions = 0;
     /* Batches of the events of BATCH-aligned stretches of the stream, a
      * barrier between two: the offset recorded is always a batch's end. */
     for (uint64_t i = start, end; i < EVENTS; i = end) {
@@ -233,7 +228,7 @@ static int worker_main(uint32_t index, bool rollback, int fd)
             return fail(fd, index, "record its offset", rc);
         if ((rc = barrier(&j, &win)) < 0) return fail(fd, index, "pass a barrier", rc);
         if ((end & 4095) == 0) {
-            uint64_t due = begun + (end - start) * (1000000000ull / RATE), t = now_ns();
+            uint64_t due = begun + (end - start) * (1000000000ull / RATE), t = demo_now_ns();
             if (due > t) usleep((useconds_t)((due - t) / 1000));
         }
     }
@@ -243,12 +238,12 @@ static int worker_main(uint32_t index, bool rollback, int fd)
         return fail(fd, index, "fire its windows", rc);
     /* Checkpoints run one at a time: the second to complete from here was
      * cut after the end, and its completion commits the last windows. */
-    uint64_t waited = now_ns();
+    uint64_t waited = demo_now_ns();
     while (completions < 2) {
         rc = barrier(&j, &win);
         if (rc < 0) return fail(fd, index, "pass a barrier", rc);
         completions += (uint64_t)rc;
-        if (now_ns() - waited > STEP_TIMEOUT_NS)
+        if (demo_now_ns() - waited > STEP_TIMEOUT_NS)
             return fail(fd, index, "see a checkpoint", -ETIMEDOUT);
         usleep(2000);
     }
@@ -266,11 +261,11 @@ static int worker_main(uint32_t index, bool rollback, int fd)
     return wrong ? 1 : 0;
 }
 
-static pid_t start_worker(uint32_t index, bool rollback, int fd)
+pid_t demo_start_worker(const char *arena, uint32_t index, bool rollback, int fd)
 {
     fflush(NULL);
     pid_t pid = fork();
-    if (pid == 0) _exit(worker_main(index, rollback, fd));
+    if (pid == 0) _exit(worker_main(arena, index, rollback, fd));
     return pid;
 }
 
@@ -288,18 +283,7 @@ static pid_t start_service(void)
     return pid;
 }
 
-/* The story's shared state: the report pipe and what it said. */
-typedef struct story {
-    int fd;
-    char line[512];
-    size_t len;
-    unsigned finished;  /* workers that reported their end */
-    unsigned bad;       /* reports of a failure or a wrong count */
-    double rollback_ms; /* what the replacement's rollback took */
-} story;
-
-/* Relays report lines that arrive within ms. */
-static void relay(story *s, int ms)
+void demo_relay(story *s, int ms)
 {
     struct pollfd p = {s->fd, POLLIN, 0};
     while (poll(&p, 1, ms) > 0) {
@@ -338,27 +322,27 @@ static stash_service_info service_info(void)
 /* Waits, relaying reports, until a service with pid serves (pid 0: any). */
 static int await_service(story *s, pid_t pid)
 {
-    for (uint64_t t0 = now_ns(); now_ns() - t0 < STEP_TIMEOUT_NS;) {
+    for (uint64_t t0 = demo_now_ns(); demo_now_ns() - t0 < STEP_TIMEOUT_NS;) {
         stash_service_info i = service_info();
         if (i.pid && (pid == 0 || i.pid == pid)) return 0;
-        relay(s, 5);
+        demo_relay(s, 5);
     }
-    say("demo: the service never came up\n");
+    demo_say("demo: the service never came up\n");
     return -1;
 }
 
 /* Waits, relaying reports, until checkpoint id or a later one is complete. */
 static int await_checkpoint(story *s, uint64_t id)
 {
-    for (uint64_t t0 = now_ns(); now_ns() - t0 < STEP_TIMEOUT_NS;) {
+    for (uint64_t t0 = demo_now_ns(); demo_now_ns() - t0 < STEP_TIMEOUT_NS;) {
         if (service_info().completed >= id) return 0;
-        relay(s, 20);
+        demo_relay(s, 20);
     }
-    say("demo: checkpoint %llu never completed\n", (unsigned long long)id);
+    demo_say("demo: checkpoint %llu never completed\n", (unsigned long long)id);
     return -1;
 }
 
-static void kill_wait(pid_t pid)
+void demo_kill_wait(pid_t pid)
 {
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
@@ -367,7 +351,7 @@ static void kill_wait(pid_t pid)
 int tool_demo(int argc, char **argv)
 {
     if (tool_wants_help(argc, argv)) {
-        printf("usage: stash demo\n"
+        printf("usage: stash demo [--hosts N [--ceph-conf FILE] [--pool P]]\n"
                "Runs the demonstration in a new directory under $TMPDIR (or /tmp) with a new\n"
                "arena demo-PID, touching nothing else: `stash serve` checkpoints every second\n"
                "while %u worker processes count words (ValueState, MapState), keep their\n"
@@ -378,70 +362,104 @@ int tool_demo(int argc, char **argv)
                "with the arena and a new service restores it. Every count must end exactly\n"
                "right and every window be emitted once with its exact count. The arena is\n"
                "removed at the end; the checkpoints and the output stay, and the last line\n"
-               "says where.\n",
-               WORKERS);
+               "says where.\n"
+               "--hosts N (2 to %u) runs the same job on N hosts, each a `stash serve --host`\n"
+               "with an arena of its own, checkpointing into the RADOS pool P (stash) of a\n"
+               "Ceph cluster (--ceph-conf; without it a single-node cluster on 127.0.0.1 that\n"
+               "the demo starts and stops): a host is lost with its service, worker and arena\n"
+               "and a live host takes its worker over from the newest job checkpoint, then\n"
+               "the leader is lost and the lead moves; every count and window exactly right.\n",
+               WORKERS, WORKERS);
         return 0;
+    }
+    unsigned nhosts = 0;
+    const char *conf = NULL, *pool = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        uint64_t n = 0;
+        if (val && strcmp(argv[i], "--hosts") == 0 && tool_parse_size(val, &n) == 0 && n >= 2 &&
+            n <= WORKERS)
+            nhosts = (unsigned)n;
+        else if (val && strcmp(argv[i], "--ceph-conf") == 0)
+            conf = val;
+        else if (val && strcmp(argv[i], "--pool") == 0)
+            pool = val;
+        else {
+            fprintf(stderr, "stash demo: bad or incomplete argument '%s' (see stash demo --help)\n",
+                    argv[i]);
+            return 2;
+        }
+        i++;
+    }
+    if (nhosts) return demo_hosts(nhosts, conf, pool);
+    if (conf || pool) {
+        fprintf(stderr, "stash demo: --ceph-conf and --pool go with --hosts N\n");
+        return 2;
     }
     const char *tmp = getenv("TMPDIR");
     snprintf(demo_dir, sizeof demo_dir, "%s/stash-demo-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     if (!mkdtemp(demo_dir)) return tool_fail("demo: a directory for the checkpoints", -errno);
     snprintf(demo_name, sizeof demo_name, "demo-%d", (int)getpid());
-    say("== the demo's checkpoints go to %s, its arena is %s\n", demo_dir, demo_name);
+    demo_say("== the demo's checkpoints go to %s, its arena is %s\n", demo_dir, demo_name);
     story s = {0};
     int pipefd[2];
     if (pipe(pipefd) < 0) return tool_fail("demo", -errno);
     s.fd = pipefd[0];
     int rc = 0;
 
-    say("== stash serve %s: checkpoints to %s every second\n", demo_name, demo_dir);
+    demo_say("== stash serve %s: checkpoints to %s every second\n", demo_name, demo_dir);
     pid_t svc = start_service();
     if (await_service(&s, svc) < 0) return 1;
-    say("== %u workers count %u events over %u words (ValueState, MapState), offsets in "
+    demo_say(
+        "== %u workers count %u events over %u words (ValueState, MapState), offsets in "
         "operator ListState;\n   per word, windows of ten minutes of event time (timers) go to "
         "%s/windows-N.out, committed with the checkpoints\n",
         WORKERS, EVENTS, WORDS, demo_dir);
     pid_t pids[WORKERS];
-    for (uint32_t i = 0; i < WORKERS; i++) pids[i] = start_worker(i, false, pipefd[1]);
+    for (uint32_t i = 0; i < WORKERS; i++)
+        pids[i] = demo_start_worker(demo_name, i, false, pipefd[1]);
     if (await_checkpoint(&s, 2) < 0) return 1;
 
     uint64_t done = service_info().completed;
-    say("== worker 1 (pid %d) killed with SIGKILL after checkpoint %llu\n", (int)pids[1],
-        (unsigned long long)done);
-    kill_wait(pids[1]);
+    demo_say("== worker 1 (pid %d) killed with SIGKILL after checkpoint %llu\n", (int)pids[1],
+             (unsigned long long)done);
+    demo_kill_wait(pids[1]);
     /* The service notices within a quarter of a second; then the replacement. */
-    for (uint64_t t = now_ns(); now_ns() - t < 400000000ull;) relay(&s, 50);
-    pids[1] = start_worker(1, true, pipefd[1]);
+    for (uint64_t t = demo_now_ns(); demo_now_ns() - t < 400000000ull;) demo_relay(&s, 50);
+    pids[1] = demo_start_worker(demo_name, 1, true, pipefd[1]);
     if (await_checkpoint(&s, done + 2) < 0) return 1;
 
     done = service_info().completed;
-    say("== the service (pid %d) killed with SIGKILL after checkpoint %llu; the workers go "
-        "on\n",
-        (int)svc, (unsigned long long)done);
-    kill_wait(svc);
-    uint64_t t0 = now_ns();
+    demo_say("== the service (pid %d) killed with SIGKILL after checkpoint %llu; the workers go "
+             "on\n",
+             (int)svc, (unsigned long long)done);
+    demo_kill_wait(svc);
+    uint64_t t0 = demo_now_ns();
     svc = start_service();
     if (await_service(&s, svc) < 0) return 1;
-    double reattach_ms = (double)(now_ns() - t0) / 1e6;
-    say("== a new service reattached in %.1f ms\n", reattach_ms);
+    double reattach_ms = (double)(demo_now_ns() - t0) / 1e6;
+    demo_say("== a new service reattached in %.1f ms\n", reattach_ms);
     if (await_checkpoint(&s, done + 2) < 0) return 1;
 
     done = service_info().completed;
-    say("== power loss after checkpoint %llu: the service and every worker killed, the arena "
-        "removed\n",
-        (unsigned long long)done);
-    kill_wait(svc);
-    for (uint32_t i = 0; i < WORKERS; i++) kill_wait(pids[i]);
+    demo_say("== power loss after checkpoint %llu: the service and every worker killed, the arena "
+             "removed\n",
+             (unsigned long long)done);
+    demo_kill_wait(svc);
+    for (uint32_t i = 0; i < WORKERS; i++) demo_kill_wait(pids[i]);
     stash_arena_destroy(demo_name, NULL);
-    t0 = now_ns();
+    t0 = demo_now_ns();
     svc = start_service();
     if (await_service(&s, svc) < 0) return 1;
-    double restore_ms = (double)(now_ns() - t0) / 1e6;
-    say("== a new service restored the arena in %.1f ms; %u new workers resume from their "
-        "offsets\n",
-        restore_ms, WORKERS);
-    for (uint32_t i = 0; i < WORKERS; i++) pids[i] = start_worker(i, false, pipefd[1]);
-    for (uint64_t t = now_ns(); s.finished + s.bad < WORKERS && now_ns() - t < 4 * STEP_TIMEOUT_NS;)
-        relay(&s, 100);
+    double restore_ms = (double)(demo_now_ns() - t0) / 1e6;
+    demo_say("== a new service restored the arena in %.1f ms; %u new workers resume from their "
+             "offsets\n",
+             restore_ms, WORKERS);
+    for (uint32_t i = 0; i < WORKERS; i++)
+        pids[i] = demo_start_worker(demo_name, i, false, pipefd[1]);
+    for (uint64_t t = demo_now_ns();
+         s.finished + s.bad < WORKERS && demo_now_ns() - t < 4 * STEP_TIMEOUT_NS;)
+        demo_relay(&s, 100);
     for (uint32_t i = 0; i < WORKERS; i++) waitpid(pids[i], NULL, 0);
 
     char *status[] = {"status", demo_name, NULL};
@@ -453,19 +471,21 @@ int tool_demo(int argc, char **argv)
     }
     waitpid(svc, NULL, 0);
     uint64_t windows = 0, missing = 0, twice = 0, wrong = 0;
-    int checked = demo_windows_check(demo_dir, WORKERS, EVENTS, WORDS, word_of, &windows, &missing,
-                                     &twice, &wrong);
+    int checked = demo_windows_check(demo_dir, WORKERS, EVENTS, WORDS, demo_word_of, &windows,
+                                     &missing, &twice, &wrong);
     if (checked < 0)
-        say("== windows: the output files could not be read: %s\n", stash_strerror(checked));
+        demo_say("== windows: the output files could not be read: %s\n", stash_strerror(checked));
     else
-        say("== windows: %llu (per word and ten minutes of event time) expected from a replay of "
+        demo_say(
+            "== windows: %llu (per word and ten minutes of event time) expected from a replay of "
             "the stream; %llu missing, %llu emitted twice, %llu with a wrong count%s\n",
             (unsigned long long)windows, (unsigned long long)missing, (unsigned long long)twice,
             (unsigned long long)wrong, missing + twice + wrong ? "" : ": each exactly once");
     bool ok = rc == 0 && s.bad == 0 && s.finished == WORKERS && checked == 0 &&
               missing + twice + wrong == 0;
     stash_arena_destroy(demo_name, NULL);
-    say("== %s; recoveries took %.1f ms (worker rolled back), %.1f ms (service reattached) and "
+    demo_say(
+        "== %s; recoveries took %.1f ms (worker rolled back), %.1f ms (service reattached) and "
         "%.1f ms (arena restored); arena %s removed, the checkpoints and windows stay in %s "
         "(stash snapshot ls %s)\n",
         ok ? "every count and window exactly right" : "FAILED", s.rollback_ms, reattach_ms,

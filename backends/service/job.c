@@ -54,6 +54,7 @@ struct svc_job {
     uint64_t next_due_ns;
     uint64_t leases_ns;
     uint64_t hosts_ns;
+    char announced[CKPT_JOB_HOST_MAX + 1]; /* the lost host last said to be lost */
 };
 
 __attribute__((format(printf, 4, 5))) static void say(svc_job *j, stash_log_level level,
@@ -95,7 +96,7 @@ static void on_notify(void *ctx, const char *msg)
         j->want = true;
     } else if (sscanf(msg, "takeover %64s %64s", a, b) == 2 && strcmp(b, j->host) == 0 &&
                ckpt_job_host_ok(a) && !j->take_pending) {
-        snprintf(j->take_lost, sizeof j->take_lost, "%s", a);
+        memcpy(j->take_lost, a, strlen(a) + 1); /* checked: at most CKPT_JOB_HOST_MAX */
         j->take_pending = true;
         wake_engine = true;
     }
@@ -246,13 +247,15 @@ static uint32_t count_workers(const ckpt_job_workers *w)
 /* The leader's look at the hosts: a member whose lease lapsed is stale
  * if live hosts serve all its workers (or it served another parallelism),
  * and is removed; else it is lost, and the live host serving the fewest
- * workers is asked to take its workers over. */
-static void check_hosts(svc_job *j)
+ * workers is asked to take its workers over. Returns the number of lost
+ * hosts (the first one named in why, cap bytes). */
+static unsigned check_hosts(svc_job *j, char *why, size_t cap)
 {
     members ms;
+    unsigned lost = 0;
     if (list_members(j, &ms) < 0) {
         say(j, STASH_LOG_WARN, "job", "looking at the hosts: %s", stash_errmsg());
-        return;
+        return 0;
     }
     for (size_t i = 0; i < ms.n; i++) {
         const member *m = &ms.v[i];
@@ -270,6 +273,11 @@ static void check_hosts(svc_job *j)
             ckpt_rados_remove(j->o.rados, m->name);
             continue;
         }
+        char ws[512];
+        ckpt_job_workers_format(&m->m.workers, ws, sizeof ws);
+        if (lost++ == 0)
+            snprintf(why, cap, "host %s is lost: workers %.200s wait for a takeover", m->m.host,
+                     ws);
         char claim[1100], buf[80];
         snprintf(claim, sizeof claim, "%s%s", j->taken, m->m.host);
         if (ckpt_rados_pointer(j->o.rados, claim, buf, sizeof buf) == 0) continue; /* under way */
@@ -283,14 +291,16 @@ static void check_hosts(svc_job *j)
                 to = c;
         }
         if (!to) continue;
-        char ws[512];
-        ckpt_job_workers_format(&m->m.workers, ws, sizeof ws);
-        say(j, STASH_LOG_WARN, "job",
-            "host %s is lost (its lease lapsed): host %s takes workers %s", m->m.host, to->m.host,
-            ws);
+        /* Said once; asked again at each look, in case the notification was lost. */
+        if (strcmp(j->announced, m->m.host) != 0)
+            say(j, STASH_LOG_WARN, "job",
+                "host %s is lost (its lease lapsed): host %s takes workers %s", m->m.host,
+                to->m.host, ws);
+        snprintf(j->announced, sizeof j->announced, "%s", m->m.host);
         notify(j, "takeover %s %s", m->m.host, to->m.host);
     }
     free(ms.v);
+    return lost;
 }
 
 /* ---- leases -------------------------------------------------------------------- */
@@ -389,7 +399,12 @@ static void run_job_checkpoint(svc_job *j)
         }
         if (now - j->hosts_ns >= HOSTS_EVERY_NS) {
             j->hosts_ns = now;
-            check_hosts(j);
+            /* A lost host's part never comes: the checkpoint ends now, and
+             * the hosts can take its workers over. */
+            if (check_hosts(j, why, sizeof why)) {
+                rc = -ECANCELED;
+                break;
+            }
         }
         await_event(j, seen, POLL_NS);
     }
@@ -422,8 +437,9 @@ static void *job_main(void *arg)
         j->want = false;
         pthread_mutex_unlock(&j->mu);
         if (j->leading && (now - j->hosts_ns >= HOSTS_EVERY_NS)) {
+            char why[256];
             j->hosts_ns = now;
-            check_hosts(j);
+            check_hosts(j, why, sizeof why);
         }
         bool due = j->o.interval_ms && now >= j->next_due_ns;
         if (j->leading && (want || due)) {

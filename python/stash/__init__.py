@@ -145,7 +145,9 @@ class _ServiceOpts(ctypes.Structure):
                 ("start_empty", ctypes.c_int), ("log", _LOG), ("log_ctx", ctypes.c_void_p),
                 ("log_record", _LOG_RECORD), ("pool", ctypes.c_char_p),
                 ("ceph_conf", ctypes.c_char_p), ("ceph_id", ctypes.c_char_p),
-                ("job", ctypes.c_char_p), ("ceph_timeout_ms", ctypes.c_uint32)]
+                ("job", ctypes.c_char_p), ("ceph_timeout_ms", ctypes.c_uint32),
+                ("host", ctypes.c_char_p), ("workers", ctypes.c_char_p),
+                ("job_parallelism", ctypes.c_uint32), ("lease_ms", ctypes.c_uint32)]
 
 
 class _ServiceInfo(ctypes.Structure):
@@ -592,7 +594,9 @@ LOG_INFO, LOG_WARN, LOG_ERROR = 0, 1, 2
 
 class Service:
     """The persistence engine of an arena, in a thread of this process
-    (stash_service_start): Service(name, dir=..., interval_ms=..., ...).
+    (stash_service_start): Service(name, dir=..., interval_ms=..., ...);
+    with storage=STORAGE_RADOS and host=, workers=, job_parallelism= it is
+    one host of a job that spans hosts.
     log(line) receives each event as a line, log_record(LogRecord) as a
     record (time_ns, level, subject, message)."""
 
@@ -600,7 +604,8 @@ class Service:
                  timeout_ms=0, retain=0, incremental=False, full_every=0, lz4=False,
                  restore=None, start_empty=False, memory_cap=0, size=0, max_parallelism=0,
                  backend=HEAP, path=None, lmdb_dir=None, log=None, log_record=None, pool=None,
-                 ceph_conf=None, ceph_id=None, job=None, ceph_timeout_ms=0):
+                 ceph_conf=None, ceph_id=None, job=None, ceph_timeout_ms=0, host=None,
+                 workers=None, job_parallelism=0, lease_ms=0):
         self._ao = _arena_opts(path, size, max_parallelism, backend, lmdb_dir)
         self._log = _LOG(lambda ctx, line: log(line.decode(errors="replace"))) if log else _LOG()
 
@@ -615,7 +620,8 @@ class Service:
                          restore.encode() if restore else None, int(start_empty), self._log,
                          None, self._log_record, *[x.encode() if x else None
                                                    for x in (pool, ceph_conf, ceph_id, job)],
-                         ceph_timeout_ms)
+                         ceph_timeout_ms, host.encode() if host else None,
+                         workers.encode() if workers else None, job_parallelism, lease_ms)
         self._h = ctypes.c_void_p()
         _check(_lib.stash_service_start(name.encode(), ctypes.byref(o), ctypes.byref(self._h)),
                "Service")
