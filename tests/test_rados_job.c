@@ -442,9 +442,9 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     cr_assert(strstr(out, "worker 3 of a job of 3 workers"), "%s", out);
     cr_assert_eq(stash_serve("--host x/y --workers 0 --job-parallelism 3", out, sizeof out), 1,
                  "%s", out);
-    cr_assert_eq(stash_serve("--host x --workers 0 --job-parallelism 3 --incremental", out,
-                             sizeof out),
-                 1, "%s", out);
+    cr_assert_eq(
+        stash_serve("--host x --workers 0 --job-parallelism 3 --incremental", out, sizeof out), 1,
+        "%s", out);
     cr_assert(strstr(out, "not incremental"), "%s", out);
     stash_arena *ar;
     stash_checkpoint_info info;
@@ -484,7 +484,8 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     stash_arena_close(q.a);
     stash_arena_close(held);
     cr_assert_eq(q.rc, STASH_EABORTED, "%d", q.rc);
-    cr_assert_eq(q.info.id, failed);
+    cr_assert_eq(q.info.id, failed, "answered by %llu: %s", (unsigned long long)q.info.id,
+                 q.info.detail);
     for (size_t i = 0; i < 3; i++) await_failed(&hosts[i], failed);
     snprintf(args, sizeof args, "osd-start %s", dir);
     cr_assert_eq(cluster(args), 0, "the OSD did not start again");
@@ -507,6 +508,12 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     cr_assert_eq(pc.records, 2, "records kept: %u", pc.records);
     cr_assert_eq(pc.parts, 6, "parts kept: %u", pc.parts);
     ckpt_rados_close(r);
+    /* Each part reads as a checkpoint. */
+    setenv("CEPH_CONF", conf, 1);
+    char url[256];
+    snprintf(url, sizeof url, "snapshot verify rados://stash/%s/part/b/chk-%llu", job,
+             (unsigned long long)info.id);
+    cr_assert_eq(test_run_stash(url, out, sizeof out), 0, "%s", out);
     for (uint32_t i = 0; i < 3; i++) write_round(w[i], i, 3, 4);
 
     /* Rescaled: the job stopped, restored on two hosts of four workers

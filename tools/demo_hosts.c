@@ -25,7 +25,7 @@
 #define MAX_HOSTS WORKERS
 
 typedef struct host {
-    char name[8];
+    char name[16];
     char arena[48];
     char log[300];
     pid_t pid;
@@ -44,7 +44,7 @@ static int on[WORKERS];     /* the host each worker runs on */
 static pid_t start_host(host *h, unsigned index)
 {
     char dir[300], workers[32];
-    snprintf(dir, sizeof dir, "%.255s/%.7s", demo_dir, h->name);
+    snprintf(dir, sizeof dir, "%.255s/%.15s", demo_dir, h->name);
     unsigned first = index * WORKERS / nhosts, last = (index + 1) * WORKERS / nhosts - 1;
     snprintf(workers, sizeof workers, "%u-%u", first, last);
     fflush(NULL);
@@ -218,8 +218,8 @@ static bool tell(story *s, int fd)
     for (unsigned i = 0; i < nhosts; i++) {
         host *h = &hosts[i];
         snprintf(h->name, sizeof h->name, "h%u", i);
-        snprintf(h->arena, sizeof h->arena, "%.31s-%.7s", job, h->name);
-        snprintf(h->log, sizeof h->log, "%.255s/%.7s.log", demo_dir, h->name);
+        snprintf(h->arena, sizeof h->arena, "%.31s-h%u", job, i);
+        snprintf(h->log, sizeof h->log, "%.255s/h%u.log", demo_dir, i);
         h->pid = start_host(h, i);
     }
     int lead = leader(s);

@@ -55,6 +55,12 @@ struct svc_job {
     uint64_t leases_ns;
     uint64_t hosts_ns;
     char announced[CKPT_JOB_HOST_MAX + 1]; /* the lost host last said to be lost */
+    /* members seen with their lease lapsed, and since when (the leader's) */
+    struct {
+        char host[CKPT_JOB_HOST_MAX + 1];
+        uint64_t since_ns;
+    } lapsed[CKPT_JOB_HOSTS];
+    size_t nlapsed;
 };
 
 __attribute__((format(printf, 4, 5))) static void say(svc_job *j, stash_log_level level,
@@ -75,6 +81,11 @@ static void member_line(const char *host, uint32_t p, uint32_t maxp, const ckpt_
     char ws[512];
     ckpt_job_workers_format(w, ws, sizeof ws);
     snprintf(buf, cap, "%s %" PRIu32 " %" PRIu32 " %s\n", host, p, maxp, ws);
+}
+
+static uint32_t lease_ms(const svc_job *j)
+{
+    return j->o.lease_ms ? j->o.lease_ms : JOB_DEFAULT_LEASE_MS;
 }
 
 /* ---- notifications ------------------------------------------------------------ */
@@ -237,6 +248,33 @@ static const member *served_by(const members *ms, uint32_t p, uint32_t w, const 
     return NULL;
 }
 
+/* Whether host's lease has been seen lapsed for a whole lease: a host that
+ * could not renew while the cluster was out of reach renews within a
+ * third of a lease once it is back, and is no lost host. */
+static bool lapsed_long(svc_job *j, const char *host, uint64_t now, uint64_t lease_ns)
+{
+    for (size_t i = 0; i < j->nlapsed; i++)
+        if (strcmp(j->lapsed[i].host, host) == 0) return now - j->lapsed[i].since_ns >= lease_ns;
+    if (j->nlapsed < CKPT_JOB_HOSTS) {
+        snprintf(j->lapsed[j->nlapsed].host, sizeof j->lapsed[0].host, "%s", host);
+        j->lapsed[j->nlapsed++].since_ns = now;
+    }
+    return false;
+}
+
+/* Forgets the lapsed members that are alive again or gone. */
+static void forget_lapsed(svc_job *j, const member *v, size_t n)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < j->nlapsed; i++) {
+        bool still = false;
+        for (size_t k = 0; k < n; k++)
+            if (!v[k].alive && strcmp(v[k].m.host, j->lapsed[i].host) == 0) still = true;
+        if (still) j->lapsed[kept++] = j->lapsed[i];
+    }
+    j->nlapsed = kept;
+}
+
 static uint32_t count_workers(const ckpt_job_workers *w)
 {
     uint32_t n = 0;
@@ -257,9 +295,11 @@ static unsigned check_hosts(svc_job *j, char *why, size_t cap)
         say(j, STASH_LOG_WARN, "job", "looking at the hosts: %s", stash_errmsg());
         return 0;
     }
+    uint64_t now = shm_now_ns(), lease_ns = lease_ms(j) * 1000000ull;
+    forget_lapsed(j, ms.v, ms.n);
     for (size_t i = 0; i < ms.n; i++) {
         const member *m = &ms.v[i];
-        if (m->alive) continue;
+        if (m->alive || !lapsed_long(j, m->m.host, now, lease_ns)) continue;
         bool covered = true;
         for (uint32_t k = 0; k < m->m.workers.n && covered; k++)
             for (uint32_t w = m->m.workers.r[k].first; w <= m->m.workers.r[k].last; w++)
@@ -305,11 +345,6 @@ static unsigned check_hosts(svc_job *j, char *why, size_t cap)
 
 /* ---- leases -------------------------------------------------------------------- */
 
-static uint32_t lease_ms(const svc_job *j)
-{
-    return j->o.lease_ms ? j->o.lease_ms : JOB_DEFAULT_LEASE_MS;
-}
-
 /* Ids a leader before this one asked for and left undecided: aborted, so
  * that the hosts waiting on them stop waiting. */
 static void settle(svc_job *j)
@@ -338,8 +373,12 @@ static void keep_leases(svc_job *j)
     uint64_t now = shm_now_ns(), every = lease_ms(j) * 1000000ull / 3;
     if (j->leases_ns && now - j->leases_ns < every) return;
     j->leases_ns = now;
-    if (ckpt_rados_lock(j->o.rados, j->member, j->host, lease_ms(j)) < 0)
+    if (ckpt_rados_lock(j->o.rados, j->member, j->host, lease_ms(j)) < 0) {
         say(j, STASH_LOG_WARN, "job", "this host's lease: %s", stash_errmsg());
+        /* Out of reach of the cluster ourselves: what was seen lapsed may
+         * have been out of reach too. */
+        j->nlapsed = 0;
+    }
     if (ckpt_rados_watch_check(j->watch) < 0)
         say(j, STASH_LOG_WARN, "job", "watching the job: %s", stash_errmsg());
     int rc = ckpt_rados_lock(j->o.rados, j->leader, j->host, lease_ms(j));
@@ -349,6 +388,7 @@ static void keep_leases(svc_job *j)
         say(j, STASH_LOG_INFO, "job", "host %s leads job %s (lease %u ms)", j->host, j->job,
             lease_ms(j));
         settle(j);
+        j->nlapsed = 0;
         j->next_due_ns = now + j->o.interval_ms * 1000000ull;
         j->hosts_ns = 0;
     } else if (was && !j->leading) {

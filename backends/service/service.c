@@ -61,7 +61,7 @@ struct stash_service {
     ckpt_job_record *job_restore; /* a new arena: the job checkpoint it restores */
     uint64_t job_done;            /* the newest job checkpoint id run */
     uint64_t wants_sent;          /* requests passed on to the leader */
-    uint64_t want_ns;    /* when the last of them was */
+    uint64_t want_ns;             /* when the last of them was */
 };
 
 STASH_API const char *stash_log_level_name(stash_log_level level)
@@ -705,9 +705,7 @@ static bool job_host_turn(stash_service *s)
         s->savepoint_done = sp;
         s->served = sp;
         outcome r = {.savepoint = true};
-        failed(&r, -ENOTSUP,
-               "a job that spans hosts takes no savepoint: copy its newest checkpoint with "
-               "stash snapshot rewrite instead");
+        failed(&r, -ENOTSUP, "job %s: a job that spans hosts takes no savepoint", s->jobname);
         publish(s, 0, 0, shm_now_ns(), &r);
         return true;
     }
