@@ -122,36 +122,57 @@ unsigned test_seed(const char *test)
     return seed;
 }
 
-typedef struct pending_checkpoint {
+struct test_pending {
     stash_arena *a;
     stash_checkpoint_info *out;
     int rc;
     atomic_bool done;
-} pending_checkpoint;
+    pthread_t thread;
+};
 
 static void *request_checkpoint(void *arg)
 {
-    pending_checkpoint *p = arg;
+    test_pending *p = arg;
     p->rc = stash_checkpoint(p->a, 60000, p->out);
     atomic_store(&p->done, true);
     return NULL;
 }
 
+test_pending *test_checkpoint_begin(stash_arena *a, stash_checkpoint_info *out)
+{
+    test_pending *p = calloc(1, sizeof *p);
+    cr_assert_not_null(p);
+    p->a = a;
+    p->out = out;
+    cr_assert_eq(pthread_create(&p->thread, NULL, request_checkpoint, p), 0);
+    return p;
+}
+
+bool test_checkpoint_done(const test_pending *p)
+{
+    return atomic_load(&p->done);
+}
+
+int test_checkpoint_end(test_pending *p)
+{
+    pthread_join(p->thread, NULL);
+    int rc = p->rc;
+    free(p);
+    return rc;
+}
+
 int test_checkpoint_at_failing_barriers(stash_arena *a, stash_worker *const *w, size_t n,
                                         stash_checkpoint_info *out, int *barrier_rc)
 {
-    pending_checkpoint p = {.a = a, .out = out};
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, request_checkpoint, &p), 0);
+    test_pending *p = test_checkpoint_begin(a, out);
     stash_event ev;
     *barrier_rc = 0;
-    while (!atomic_load(&p.done))
+    while (!test_checkpoint_done(p))
         for (size_t i = 0; i < n; i++) {
             int rc = stash_barrier(w[i], &ev);
             if (rc < 0 && *barrier_rc == 0) *barrier_rc = rc;
         }
-    pthread_join(t, NULL);
-    return p.rc;
+    return test_checkpoint_end(p);
 }
 
 int test_checkpoint_at_barriers(stash_arena *a, stash_worker *const *w, size_t n,
@@ -172,4 +193,48 @@ int test_sum_reduce(const stash_bytes *acc, const stash_bytes *in, void *out, si
     uint64_t r = (acc->len ? test_u64(acc->data) : 0) + test_u64(in->data);
     memcpy(out, &r, sizeof r);
     return 0;
+}
+
+char test_ceph_dir[128], test_ceph_conf[256];
+
+static int cluster_sh(const char *verb, const char *extra)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "sh %s/ceph/cluster.sh %s %s %s >>%s.out 2>&1", STASH_TESTS_DIR, verb,
+             test_ceph_dir, extra, test_ceph_dir);
+    return WEXITSTATUS(system(cmd));
+}
+
+void test_ceph_start(void)
+{
+    if (access("/usr/bin/ceph-mon", X_OK) != 0 || access("/usr/bin/ceph-osd", X_OK) != 0)
+        cr_skip_test("Ceph is not installed (apt-get install ceph-mon ceph-osd)");
+    snprintf(test_ceph_dir, sizeof test_ceph_dir, "/tmp/stash-test-ceph-%d", (int)getpid());
+    snprintf(test_ceph_conf, sizeof test_ceph_conf, "%s/ceph.conf", test_ceph_dir);
+    char port[64];
+    snprintf(port, sizeof port, "%d bluestore", 10000 + (int)getpid() % 20000);
+    if (cluster_sh("start", port) != 0) {
+        char out[4096] = "", path[160];
+        snprintf(path, sizeof path, "%s.out", test_ceph_dir);
+        FILE *f = fopen(path, "r");
+        size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+        out[n] = 0;
+        if (f) fclose(f);
+        cr_assert_fail("the cluster did not start: %s", out);
+    }
+}
+
+int test_ceph(const char *verb)
+{
+    return cluster_sh(verb, "");
+}
+
+void test_ceph_stop(void)
+{
+    if (!test_ceph_dir[0]) return;
+    test_ceph("stop");
+    test_remove_dir(test_ceph_dir);
+    char out[160];
+    snprintf(out, sizeof out, "%s.out", test_ceph_dir);
+    unlink(out);
 }

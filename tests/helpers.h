@@ -61,6 +61,13 @@ int test_sum_reduce(const stash_bytes *acc, const stash_bytes *in, void *out, si
                     size_t *len, void *ctx);
 /* Waits for pid; returns its exit code, or 128 + signal if it was killed. */
 int test_wait(pid_t pid);
+/* Asks for a checkpoint of arena a (stash_checkpoint, 60 s at most) from
+ * another thread: test_checkpoint_done() says whether it finished,
+ * test_checkpoint_end() waits for it and returns what it returned. */
+typedef struct test_pending test_pending;
+test_pending *test_checkpoint_begin(stash_arena *a, stash_checkpoint_info *out);
+bool test_checkpoint_done(const test_pending *p);
+int test_checkpoint_end(test_pending *p);
 /* Asks for a checkpoint of arena a from another thread while the n workers
  * w (of this thread) reach barriers, until it has finished; returns what
  * stash_checkpoint() returned, with *out set. */
@@ -76,5 +83,17 @@ unsigned test_seed(const char *test);
 /* Runs this build's stash binary with args (stderr joined to stdout); returns
  * its exit code, or 128 if it did not exit, with its output in out. */
 int test_run_stash(const char *args, char *out, size_t cap);
+
+/* A single-node Ceph cluster of the test's own (tests/ceph/cluster.sh: one
+ * monitor, one OSD on BlueStore in a sparse file, on 127.0.0.1 and a port
+ * of its own) in test_ceph_dir, its conf test_ceph_conf; the test is
+ * skipped where Ceph is not installed. */
+extern char test_ceph_dir[128], test_ceph_conf[256];
+void test_ceph_start(void);
+/* Runs cluster.sh verb ("osd-stop", "osd-start", "stop") on it; returns its
+ * exit code. */
+int test_ceph(const char *verb);
+/* Stops it and removes its directory (a suite's fini). */
+void test_ceph_stop(void);
 
 #endif

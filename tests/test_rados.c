@@ -19,48 +19,10 @@
 #include "include/stash.h"
 #include "tests/helpers.h"
 
-static char dir[128], conf[256];
+static const char *const dir = test_ceph_dir, *const conf = test_ceph_conf;
 
 /* Runs tests/ceph/cluster.sh with args; returns its exit code. */
-static int cluster(const char *args)
-{
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "sh %s/ceph/cluster.sh %s >%s.out 2>&1", STASH_TESTS_DIR, args, dir);
-    return WEXITSTATUS(system(cmd));
-}
-
-static void start_cluster(void)
-{
-    if (access("/usr/bin/ceph-mon", X_OK) != 0 || access("/usr/bin/ceph-osd", X_OK) != 0)
-        cr_skip_test("Ceph is not installed (apt-get install ceph-mon ceph-osd)");
-    snprintf(dir, sizeof dir, "/tmp/stash-test-ceph-%d", (int)getpid());
-    snprintf(conf, sizeof conf, "%s/ceph.conf", dir);
-    char args[256];
-    snprintf(args, sizeof args, "start %s %d bluestore", dir, 10000 + (int)getpid() % 20000);
-    if (cluster(args) != 0) {
-        char out[4096] = "", path[160];
-        snprintf(path, sizeof path, "%s.out", dir);
-        FILE *f = fopen(path, "r");
-        size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
-        out[n] = 0;
-        if (f) fclose(f);
-        cr_assert_fail("the cluster did not start: %s", out);
-    }
-}
-
-static void stop_cluster(void)
-{
-    if (!dir[0]) return;
-    char args[256];
-    snprintf(args, sizeof args, "stop %s", dir);
-    cluster(args);
-    test_remove_dir(dir);
-    char out[160];
-    snprintf(out, sizeof out, "%s.out", dir);
-    unlink(out);
-}
-
-TestSuite(rados, .init = start_cluster, .fini = stop_cluster, .timeout = 180);
+TestSuite(rados, .init = test_ceph_start, .fini = test_ceph_stop, .timeout = 180);
 
 static ckpt_rados *connect_to(const char *pool, uint32_t timeout_ms)
 {
@@ -149,9 +111,7 @@ Test(rados, calls_fail_within_their_timeout_while_the_osd_is_down)
 {
     ckpt_rados *r = connect_to("stash", 2000);
     cr_assert_eq(ckpt_rados_write_file(r, "job/before", "x", 1), 0, "%s", stash_errmsg());
-    char args[256];
-    snprintf(args, sizeof args, "osd-stop %s", dir);
-    cr_assert_eq(cluster(args), 0);
+    cr_assert_eq(test_ceph("osd-stop"), 0);
     /* It returns (an unbounded call would wait for the OSD forever). */
     int rc = ckpt_rados_write_file(r, "job/during", "y", 1);
     cr_assert_eq(rc, -ETIMEDOUT, "%d: %s", rc, stash_errmsg());
@@ -159,8 +119,7 @@ Test(rados, calls_fail_within_their_timeout_while_the_osd_is_down)
     char buf[16];
     cr_assert_eq(ckpt_rados_pointer(r, "job/latest", buf, sizeof buf), -ETIMEDOUT);
     /* Back, the next calls work, and what was there before still is. */
-    snprintf(args, sizeof args, "osd-start %s", dir);
-    cr_assert_eq(cluster(args), 0);
+    cr_assert_eq(test_ceph("osd-start"), 0);
     rc = -ETIMEDOUT;
     for (int tries = 0; rc == -ETIMEDOUT && tries < 30; tries++)
         rc = ckpt_rados_write_file(r, "job/after", "z", 1);
@@ -176,8 +135,7 @@ Test(rados, calls_fail_within_their_timeout_while_the_osd_is_down)
     cr_assert_eq(ckpt_rados_open(&(ckpt_rados_opts){.conf = conf, .pool = "nosuch"}, &none),
                  -ENOENT);
     cr_assert(strstr(stash_errmsg(), "rados://nosuch"), "%s", stash_errmsg());
-    snprintf(args, sizeof args, "stop %s", dir);
-    cr_assert_eq(cluster(args), 0);
+    cr_assert_eq(test_ceph("stop"), 0);
     cr_assert_eq(ckpt_rados_open(
                      &(ckpt_rados_opts){.conf = conf, .pool = "stash", .timeout_ms = 1000}, &none),
                  -ETIMEDOUT, "%s", stash_errmsg());
@@ -231,7 +189,7 @@ static stash_service_opts rados_opts(const char *local, const char *job)
 
 Test(rados, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_from_it)
 {
-    char name[96], local[256], args[256];
+    char name[96], local[256];
     snprintf(local, sizeof local, "%s/local", dir);
     stash_arena *a = test_arena_create("rados", 16u << 20, 32, name);
     stash_service_opts so = rados_opts(local, "wordcount");
@@ -252,16 +210,14 @@ Test(rados, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_from
                  "two kept, each its claim, metadata and data");
     /* The OSD down: the checkpoint fails, the pointer stays, nothing is
      * left of it locally; back up, the next one completes. */
-    snprintf(args, sizeof args, "osd-stop %s", dir);
-    cr_assert_eq(cluster(args), 0);
+    cr_assert_eq(test_ceph("osd-stop"), 0);
     put_all(w, 1000, 4);
     cr_assert_neq(test_checkpoint_at_barriers(a, &w, 1, &info), 0);
     cr_assert(strstr(info.detail, "RADOS"), "%s", info.detail);
     char failed[300];
     snprintf(failed, sizeof failed, "%s/chk-%llu", local, (unsigned long long)info.id);
     cr_assert_eq(access(failed, F_OK), -1, "%s left", failed);
-    snprintf(args, sizeof args, "osd-start %s", dir);
-    cr_assert_eq(cluster(args), 0);
+    cr_assert_eq(test_ceph("osd-start"), 0);
     int rc = -1;
     for (int tries = 0; rc != 0 && tries < 30; tries++)
         rc = test_checkpoint_at_barriers(a, &w, 1, &info);

@@ -13,9 +13,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,25 +29,13 @@
 #define KEYS 600u
 #define WAIT_MS 60000u
 
-static char dir[128], conf[256], job[64];
-
-static int cluster(const char *args)
-{
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "sh %s/ceph/cluster.sh %s >%s.out 2>&1", STASH_TESTS_DIR, args, dir);
-    return WEXITSTATUS(system(cmd));
-}
+static const char *const dir = test_ceph_dir, *const conf = test_ceph_conf;
+static char job[64];
 
 static void start_cluster(void)
 {
-    if (access("/usr/bin/ceph-mon", X_OK) != 0 || access("/usr/bin/ceph-osd", X_OK) != 0)
-        cr_skip_test("Ceph is not installed (apt-get install ceph-mon ceph-osd)");
-    snprintf(dir, sizeof dir, "/tmp/stash-test-ceph-%d", (int)getpid());
-    snprintf(conf, sizeof conf, "%s/ceph.conf", dir);
+    test_ceph_start();
     snprintf(job, sizeof job, "job%d", (int)getpid());
-    char args[256];
-    snprintf(args, sizeof args, "start %s %d bluestore", dir, 10000 + (int)getpid() % 20000);
-    cr_assert_eq(cluster(args), 0, "the cluster did not start (see %s.out)", dir);
 }
 
 /* A host: its `stash serve` process, arena and directory. */
@@ -64,7 +50,8 @@ typedef struct host {
 static host hosts[8];
 static size_t nhosts;
 
-static void stop_cluster(void)
+/* Kills what is left of the hosts, then stops the cluster. */
+static void stop_all(void)
 {
     for (size_t i = 0; i < nhosts; i++)
         if (hosts[i].pid > 0) {
@@ -72,18 +59,10 @@ static void stop_cluster(void)
             waitpid(hosts[i].pid, NULL, 0);
             stash_arena_destroy(hosts[i].arena, NULL);
         }
-    if (!dir[0]) return;
-    char args[256];
-    snprintf(args, sizeof args, "stop %s", dir);
-    cluster(args);
-    if (getenv("KEEPLOGS")) {
-        snprintf(args, sizeof args, "mkdir -p /tmp/rj && cp %s/host-*.log /tmp/rj/", dir);
-        system(args);
-    }
-    test_remove_dir(dir);
+    test_ceph_stop();
 }
 
-TestSuite(rados_job, .init = start_cluster, .fini = stop_cluster, .timeout = 300);
+TestSuite(rados_job, .init = start_cluster, .fini = stop_all, .timeout = 300);
 
 /* Starts host name serving workers of parallelism p. */
 static host *start_host(const char *name, const char *workers, uint32_t p)
@@ -307,22 +286,6 @@ static void await_failed(const host *h, uint64_t id)
     cr_assert(found, "host %s never ended checkpoint %llu", h->name, (unsigned long long)id);
 }
 
-/* A checkpoint asked of an arena from another thread. */
-typedef struct asked {
-    stash_arena *a;
-    stash_checkpoint_info info;
-    int rc;
-    atomic_bool done;
-} asked;
-
-static void *ask(void *arg)
-{
-    asked *q = arg;
-    q->rc = stash_checkpoint(q->a, WAIT_MS, &q->info);
-    atomic_store(&q->done, true);
-    return NULL;
-}
-
 /* Waits for the line of host h saying job checkpoint id committed of n parts. */
 static void await_committed(uint64_t id, size_t parts)
 {
@@ -461,10 +424,9 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     /* The OSD stopped mid-checkpoint: once the leader triggered it (host
      * c's worker holds it up), the OSD goes; it aborts on every host and
      * the next one commits once the OSD is back. */
-    asked q = {0};
-    cr_assert_eq(stash_arena_open(a->arena, NULL, &q.a), 0);
-    pthread_t t;
-    cr_assert_eq(pthread_create(&t, NULL, ask, &q), 0);
+    stash_arena *asked_of;
+    cr_assert_eq(stash_arena_open(a->arena, NULL, &asked_of), 0);
+    test_pending *q = test_checkpoint_begin(asked_of, &info);
     stash_arena *held;
     cr_assert_eq(stash_arena_open(hosts[2].arena, NULL, &held), 0);
     stash_service_info si;
@@ -475,20 +437,15 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
         cr_assert_eq(stash_service_info_get(held, &si), 0);
     } while (!si.pending);
     uint64_t failed = si.pending;
-    char args[256];
-    snprintf(args, sizeof args, "osd-stop %s", dir);
-    cr_assert_eq(cluster(args), 0);
-    while (!atomic_load(&q.done))
+    cr_assert_eq(test_ceph("osd-stop"), 0);
+    while (!test_checkpoint_done(q))
         for (uint32_t i = 0; i < 3; i++) stash_barrier(w[i], &ev);
-    pthread_join(t, NULL);
-    stash_arena_close(q.a);
+    cr_assert_eq(test_checkpoint_end(q), STASH_EABORTED);
+    stash_arena_close(asked_of);
     stash_arena_close(held);
-    cr_assert_eq(q.rc, STASH_EABORTED, "%d", q.rc);
-    cr_assert_eq(q.info.id, failed, "answered by %llu: %s", (unsigned long long)q.info.id,
-                 q.info.detail);
+    cr_assert_eq(info.id, failed, "answered by %llu: %s", (unsigned long long)info.id, info.detail);
     for (size_t i = 0; i < 3; i++) await_failed(&hosts[i], failed);
-    snprintf(args, sizeof args, "osd-start %s", dir);
-    cr_assert_eq(cluster(args), 0, "the OSD did not start again");
+    cr_assert_eq(test_ceph("osd-start"), 0, "the OSD did not start again");
     for (uint32_t i = 0; i < 3; i++) write_round(w[i], i, 3, 3);
     cr_assert_eq(checkpoint(&hosts[1], w, 3, &info), 0, "%s", stash_errmsg());
     cr_assert_gt(info.id, failed);
