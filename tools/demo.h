@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * demo.h: what the demonstrations share (demo.c): the stream of words,
- * worker processes that count it exactly once, and the story's report
- * pipe; demo_hosts.c tells the story of a job that spans hosts with them.
+ * demo.h: what the demonstrations share (demo_workers.c): the stream of
+ * words, worker processes that count it exactly once, and the story's
+ * report pipe; demo.c tells the story on one host, demo_hosts.c on several.
  */
 #ifndef STASH_DEMO_H
 #define STASH_DEMO_H
