@@ -385,7 +385,7 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     host *a = start_host("a", "0-0", 3);
     start_host("b", "1-1", 3);
     start_host("c", "2-2", 3);
-    await_logged("leads job");
+    size_t leader = await_logged("leads job");
     stash_worker *w[4] = {open_worker(a, 0, 3), open_worker(&hosts[1], 1, 3),
                           open_worker(&hosts[2], 2, 3)};
     char out[4096];
@@ -440,7 +440,8 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     cr_assert_eq(test_ceph("osd-stop"), 0);
     while (!test_checkpoint_done(q))
         for (uint32_t i = 0; i < 3; i++) stash_barrier(w[i], &ev);
-    cr_assert_eq(test_checkpoint_end(q), STASH_EABORTED);
+    int qrc = test_checkpoint_end(q);
+    cr_assert_eq(qrc, STASH_EABORTED, "%d: %llu %s", qrc, (unsigned long long)info.id, info.detail);
     stash_arena_close(asked_of);
     stash_arena_close(held);
     cr_assert_eq(info.id, failed, "answered by %llu: %s", (unsigned long long)info.id, info.detail);
@@ -471,14 +472,28 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     snprintf(url, sizeof url, "snapshot verify rados://stash/%s/part/b/chk-%llu", job,
              (unsigned long long)info.id);
     cr_assert_eq(test_run_stash(url, out, sizeof out), 0, "%s", out);
+
+    /* A host frozen past its lease is taken for lost: its worker goes to a
+     * live host; thawed, it finds itself fenced off and the job goes on
+     * without it. */
+    size_t frozen = leader == 2 ? 1 : 2;
+    kill(hosts[frozen].pid, SIGSTOP);
+    snprintf(url, sizeof url, "workers %zu-%zu of lost host %s over", frozen, frozen,
+             hosts[frozen].name);
+    size_t taker = await_logged(url);
+    kill(hosts[frozen].pid, SIGCONT);
+    await_logged("was taken for lost");
+    stash_worker_close(w[frozen]);
+    w[frozen] = open_worker(&hosts[taker], (uint32_t)frozen, 3);
+    check_round(w[frozen], (uint32_t)frozen, 3, 3);
+    cr_assert_eq(checkpoint(&hosts[taker], w, 3, &info), 0, "%s", stash_errmsg());
+    await_committed(info.id, 2);
     for (uint32_t i = 0; i < 3; i++) write_round(w[i], i, 3, 4);
 
     /* Rescaled: the job stopped, restored on two hosts of four workers
      * from its newest checkpoint (round 3). */
-    for (size_t i = 0; i < 3; i++) {
-        stash_worker_close(w[i]);
-        stop_host(&hosts[i]);
-    }
+    for (size_t i = 0; i < 3; i++) stash_worker_close(w[i]);
+    for (size_t i = 0; i < 3; i++) stop_host(&hosts[i]);
     host *d = start_host("d", "0-1", 4), *e = start_host("e", "2-3", 4);
     stash_worker *v[4] = {open_worker(d, 0, 4), open_worker(d, 1, 4), open_worker(e, 2, 4),
                           open_worker(e, 3, 4)};

@@ -35,7 +35,8 @@ struct svc_job {
     char job[256];
     char host[CKPT_JOB_HOST_MAX + 1];
     char member[1024], leader[1024], ctl[1024], hosts[1024], taken[1024];
-    bool joined; /* the member object written */
+    bool joined;         /* the member object written */
+    _Atomic bool fenced; /* taken for lost, its workers served elsewhere */
     ckpt_rados_watch *watch;
     pthread_t thread;
     bool started;
@@ -373,11 +374,21 @@ static void keep_leases(svc_job *j)
     uint64_t now = shm_now_ns(), every = lease_ms(j) * 1000000ull / 3;
     if (j->leases_ns && now - j->leases_ns < every) return;
     j->leases_ns = now;
+    char value[700];
     if (ckpt_rados_lock(j->o.rados, j->member, j->host, lease_ms(j)) < 0) {
         say(j, STASH_LOG_WARN, "job", "this host's lease: %s", stash_errmsg());
         /* Out of reach of the cluster ourselves: what was seen lapsed may
          * have been out of reach too. */
         j->nlapsed = 0;
+    } else if (!atomic_load(&j->fenced) &&
+               ckpt_rados_pointer(j->o.rados, j->member, value, sizeof value) == -ENOENT) {
+        /* The lease lapsed for long enough that another host took this
+         * one's workers over: they are served there now, not here. */
+        atomic_store(&j->fenced, true);
+        say(j, STASH_LOG_ERROR, "job",
+            "host %s was taken for lost and its workers were taken over: it takes no part in "
+            "the job's checkpoints any more (stop it)",
+            j->host);
     }
     if (ckpt_rados_watch_check(j->watch) < 0)
         say(j, STASH_LOG_WARN, "job", "watching the job: %s", stash_errmsg());
@@ -516,6 +527,9 @@ void job_workers(svc_job *j, ckpt_job_workers *out)
 
 int job_part_done(svc_job *j, uint64_t id)
 {
+    if (atomic_load(&j->fenced))
+        return shm_fail(-ECANCELED, "host %s was taken for lost: its workers are served elsewhere",
+                        j->host);
     ckpt_job_part part = {.parallelism = j->o.parallelism, .max_parallelism = j->o.max_parallelism};
     snprintf(part.host, sizeof part.host, "%s", j->host);
     job_workers(j, &part.workers);
@@ -566,6 +580,14 @@ bool job_takeover(svc_job *j, char *lost, size_t cap, ckpt_job_workers *workers)
     }
     free(ms.v);
     return take;
+}
+
+void job_takeover_failed(svc_job *j, const char *lost)
+{
+    char name[1100];
+    snprintf(name, sizeof name, "%s%s", j->taken, lost);
+    if (ckpt_rados_remove(j->o.rados, name) < 0)
+        say(j, STASH_LOG_ERROR, "job", "%s", stash_errmsg());
 }
 
 int job_takeover_done(svc_job *j, const char *lost, const ckpt_job_workers *workers)

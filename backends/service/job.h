@@ -53,8 +53,9 @@ uint64_t job_requested(svc_job *j);
 /* Asks the leader for a checkpoint now (a control command's request). */
 void job_want(svc_job *j);
 /* This host's part of checkpoint id is in the pool: notes it, then waits
- * for the leader's verdict. Returns 0 (committed), -ECANCELED (aborted)
- * or -ETIMEDOUT (no verdict), the reason in stash_errmsg(). */
+ * for the leader's verdict. Returns 0 (committed), -ECANCELED (aborted, or
+ * this host was taken for lost and its workers taken over: it is fenced
+ * off the job) or -ETIMEDOUT (no verdict), the reason in stash_errmsg(). */
 int job_part_done(svc_job *j, uint64_t id);
 /* The workers this host serves now. */
 void job_workers(svc_job *j, ckpt_job_workers *out);
@@ -62,6 +63,9 @@ void job_workers(svc_job *j, ckpt_job_workers *out);
 /* A takeover the leader asked of this host: the lost host's name and
  * workers. Returns true once for each (claimed in the pool first). */
 bool job_takeover(svc_job *j, char *lost, size_t cap, ckpt_job_workers *workers);
+/* The takeover of lost's workers failed: the claim goes, so that the
+ * leader asks again. */
+void job_takeover_failed(svc_job *j, const char *lost);
 /* The takeover of lost's workers is done (their key groups restored):
  * this host serves them from now on, and lost is no member any more. */
 int job_takeover_done(svc_job *j, const char *lost, const ckpt_job_workers *workers);

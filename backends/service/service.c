@@ -685,9 +685,11 @@ static void take_over(stash_service *s)
             "in %.1f ms",
             ws, lost, (unsigned long long)out.records, (unsigned long long)id,
             (double)(shm_now_ns() - t0) / 1e6);
-    else
+    else {
         say(s, STASH_LOG_ERROR, "job", "taking workers %s of lost host %s over: %s", ws, lost,
             stash_errmsg());
+        job_takeover_failed(s->jobs, lost);
+    }
     ckpt_restored_free(&out);
     free(rec);
 }
@@ -703,7 +705,9 @@ static bool job_host_turn(stash_service *s)
     uint64_t sp = atomic_load(&c->savepoint_ticket);
     if (sp > s->savepoint_done) {
         s->savepoint_done = sp;
-        s->served = sp;
+        /* The refusal answers every request made so far: none goes to the leader. */
+        s->served = requests;
+        s->wants_sent = requests;
         outcome r = {.savepoint = true};
         failed(&r, -ENOTSUP, "job %s: a job that spans hosts takes no savepoint", s->jobname);
         publish(s, 0, 0, shm_now_ns(), &r);
