@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * service.c: the persistence engine: a thread that serves one arena. It
- * creates the arena (restoring the newest complete checkpoint) or reattaches
- * to it, then runs checkpoints one at a time, on an interval or when a
- * control command asks, through the barrier protocol of service.h: request,
- * every worker's cut, the asynchronous write, commit, completion.
+ * service.c: the persistence engine: a thread that serves one arena
+ * (started by start.c). It runs checkpoints one at a time, on an interval
+ * or when a control command asks (or, on a host of a job that spans hosts,
+ * when the job's leader asks), through the barrier protocol of service.h:
+ * request, every worker's cut, the asynchronous write, commit, completion.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backends/service/job.h"
+#include "backends/service/engine.h"
 
 #define DEFAULT_TIMEOUT_MS 60000u
 #define DEFAULT_RETAIN 3u
@@ -26,51 +26,13 @@
 #define BACKOFF_AFTER 3u     /* failures in a row before the interval backs off */
 #define BACKOFF_MAX_SHIFT 6u /* at most 2^6 intervals between two attempts */
 
-struct stash_service {
-    stash_service_opts o;
-    stash_arena *a;
-    ioe_engine *e;
-    char dir[SHM_CTL_DETAIL];
-    uint32_t reader;  /* its reader slot (for shm_ebr_enter) */
-    uint32_t reader2; /* a second one for a second serializing thread, 0 if none was free */
-    uint32_t holder;  /* 1 + the reader slot's index: the holder of its pins */
-    pthread_t thread;
-    _Atomic int quit;
-    _Atomic int stopped;
-    uint64_t next_id;
-    uint64_t served;         /* requests answered by checkpoints started so far */
-    uint64_t savepoint_done; /* the savepoint ticket the last savepoint answered */
-    uint64_t last_end_ns;
-    uint32_t *cut;  /* per key group: the version the checkpoint in flight reads */
-    uint32_t *base; /* incremental: the versions of base_id, still pinned */
-    uint64_t base_id;
-    uint32_t since_full;     /* incremental checkpoints since the last full one */
-    uint32_t untracked_seen; /* the change log's misses the chain's base saw */
-    uint32_t failing;        /* checkpoints failed in a row */
-    bool group;              /* checkpoints readable by the arena's group */
-    stash_worker_info *seen; /* per worker index, as the last look found it */
-    store *store;            /* the engine's handle on the arena's store, for its cuts */
-    ioe_info io_seen;        /* the I/O engine's counters as last added to the arena's */
-    ckpt_rados *rados;       /* rados storage: the connection */
-    char job[256];           /* rados: the objects' prefix */
-    uint64_t rados_latest;   /* rados: the id JOB/latest names, 0 none */
-    /* a job that spans hosts (s->o.host): s->job is this host's parts' prefix */
-    svc_job *jobs;
-    char jobname[256];            /* the job's prefix */
-    ckpt_job_workers job_workers; /* the workers this host serves at the start */
-    ckpt_job_record *job_restore; /* a new arena: the job checkpoint it restores */
-    uint64_t job_done;            /* the newest job checkpoint id run */
-    uint64_t wants_sent;          /* requests passed on to the leader */
-    uint64_t want_ns;             /* when the last of them was */
-};
-
 STASH_API const char *stash_log_level_name(stash_log_level level)
 {
     return level == STASH_LOG_ERROR ? "ERROR" : level == STASH_LOG_WARN ? "WARN" : "INFO";
 }
 
 /* Hands one event to the caller's log: as a record, and as a line. */
-__attribute__((format(printf, 4, 5))) static void say(stash_service *s, stash_log_level level,
+__attribute__((format(printf, 4, 5))) void engine_say(stash_service *s, stash_log_level level,
                                                       const char *subject, const char *fmt, ...)
 {
     if (!s->o.log && !s->o.log_record) return;
@@ -104,9 +66,9 @@ static const char *subject_of(char *buf, const char *what, uint64_t n)
 #define SUBJECT(what, n) subject_of((char[32]){0}, what, n)
 
 /* The I/O engine's line, as the service's event. */
-static void io_line(void *ctx, const char *line)
+void engine_io_line(void *ctx, const char *line)
 {
-    say(ctx, STASH_LOG_WARN, "io", "%s", line);
+    engine_say(ctx, STASH_LOG_WARN, "io", "%s", line);
 }
 
 static bool stopping(stash_service *s)
@@ -114,7 +76,7 @@ static bool stopping(stash_service *s)
     return atomic_load(&s->quit) || atomic_load(&s->a->control->stop);
 }
 
-static void unpin_all(stash_arena *a, uint32_t *pins)
+void engine_unpin_all(stash_arena *a, uint32_t *pins)
 {
     for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++) {
         if (pins[kg]) shm_table_unpin(a, kg, pins[kg]);
@@ -413,7 +375,7 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
         r->detail[sizeof r->detail - 1] = 0;
     if (chain) {
         /* This cut is the next one's base: its pins stay. */
-        unpin_all(a, s->base);
+        engine_unpin_all(a, s->base);
         memcpy(s->base, s->cut, a->hdr->max_parallelism * sizeof *s->cut);
         memset(s->cut, 0, a->hdr->max_parallelism * sizeof *s->cut);
         s->base_id = id;
@@ -422,7 +384,7 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
         /* The change log's older notes serve no delta any more. */
         atomic_store(&a->hdr->change_prune_below, id);
     } else {
-        unpin_all(a, s->cut);
+        engine_unpin_all(a, s->cut);
     }
     return 0;
 }
@@ -433,7 +395,7 @@ static void publish(stash_service *s, uint64_t id, uint32_t p, uint64_t t0, cons
 {
     shm_control *c = s->a->control;
     if (shm_lock_acquire(&c->lock, NULL, NULL) < 0) {
-        say(s, STASH_LOG_ERROR, SUBJECT("checkpoint", id), "%s", stash_errmsg());
+        engine_say(s, STASH_LOG_ERROR, SUBJECT("checkpoint", id), "%s", stash_errmsg());
         return;
     }
     if (r->status == 0) {
@@ -472,15 +434,15 @@ static void publish(stash_service *s, uint64_t id, uint32_t p, uint64_t t0, cons
     shm_lock_release(&c->lock);
     shm_futex_wake(&c->finished);
     if (!id)
-        say(s, STASH_LOG_ERROR, "service", "%s", r->detail);
+        engine_say(s, STASH_LOG_ERROR, "service", "%s", r->detail);
     else if (r->status == 0)
-        say(s, STASH_LOG_INFO, SUBJECT(r->savepoint ? "savepoint" : "checkpoint", id),
-            "complete: %llu bytes%s in %.1f ms, longest cut %.1f us, %s",
-            (unsigned long long)r->bytes, r->incremental ? " (incremental)" : "",
-            (double)h->duration_ns / 1e6, (double)r->pause_ns / 1e3, r->detail);
+        engine_say(s, STASH_LOG_INFO, SUBJECT(r->savepoint ? "savepoint" : "checkpoint", id),
+                   "complete: %llu bytes%s in %.1f ms, longest cut %.1f us, %s",
+                   (unsigned long long)r->bytes, r->incremental ? " (incremental)" : "",
+                   (double)h->duration_ns / 1e6, (double)r->pause_ns / 1e3, r->detail);
     else
-        say(s, STASH_LOG_ERROR, SUBJECT("checkpoint", id), "failed after %.1f ms: %s",
-            (double)h->duration_ns / 1e6, r->detail);
+        engine_say(s, STASH_LOG_ERROR, SUBJECT("checkpoint", id), "failed after %.1f ms: %s",
+                   (double)h->duration_ns / 1e6, r->detail);
 }
 
 /* Whether a live worker is rolling back: it may be reading any checkpoint,
@@ -516,14 +478,14 @@ static void count_outcome(stash_service *s, uint64_t id, int rc)
 {
     if (rc == 0) {
         if (s->failing >= BACKOFF_AFTER)
-            say(s, STASH_LOG_INFO, SUBJECT("checkpoint", id),
-                "complete after %u failed in a row: every %llu ms again", s->failing,
-                (unsigned long long)s->o.interval_ms);
+            engine_say(s, STASH_LOG_INFO, SUBJECT("checkpoint", id),
+                       "complete after %u failed in a row: every %llu ms again", s->failing,
+                       (unsigned long long)s->o.interval_ms);
         s->failing = 0;
     } else if (++s->failing >= BACKOFF_AFTER && s->o.interval_ms) {
-        say(s, STASH_LOG_WARN, "service",
-            "%u checkpoints failed in a row: backing off, the next in %.1f s", s->failing,
-            (double)interval_ns(s) / 1e9);
+        engine_say(s, STASH_LOG_WARN, "service",
+                   "%u checkpoints failed in a row: backing off, the next in %.1f s", s->failing,
+                   (double)interval_ns(s) / 1e9);
     }
     /* Before the result is published: whoever waits on it sees both. */
     atomic_store(&s->a->control->failing, s->failing);
@@ -531,7 +493,7 @@ static void count_outcome(stash_service *s, uint64_t id, int rc)
 }
 
 /* Adds what the I/O engine did since the last look to the arena's totals. */
-static void account_io(stash_service *s)
+void engine_account_io(stash_service *s)
 {
     shm_control *c = s->a->control;
     ioe_info now;
@@ -602,21 +564,21 @@ static void run_checkpoint(stash_service *s)
         /* Workers that cut late see the abort and release their own pins. */
         atomic_store(&c->aborted, id);
         service_release_cuts(a);
-        unpin_all(a, s->cut);
+        engine_unpin_all(a, s->cut);
         /* A worker killed between pinning a key group for this checkpoint
          * and naming the pin as its cut left a pin nobody knows of: every
          * pin held for the engine goes but its base's. */
         shm_table_release_holder(a, s->holder, s->base);
     }
     count_outcome(s, id, rc);
-    account_io(s);
+    engine_account_io(s);
     publish(s, id, p, t0, &r);
     unsigned keep = s->o.retain ? s->o.retain : DEFAULT_RETAIN;
     if (rc == 0 && !rollback_reading(s) && ckpt_retain(s->dir, keep, s->e) < 0)
-        say(s, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
+        engine_say(s, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
     /* A job's parts are kept by its leader, as its records name them. */
     if (rc == 0 && s->rados && !s->jobs && ckpt_rados_retain(s->rados, s->job, keep) < 0)
-        say(s, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
+        engine_say(s, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
     s->last_end_ns = shm_now_ns();
 }
 
@@ -630,17 +592,17 @@ static void watch_workers(stash_service *s)
         shm_registry_describe(s->a, i, &now);
         if (now.state == was->state && now.generation == was->generation) continue;
         if (now.state == STASH_WORKER_DEAD)
-            say(s, STASH_LOG_WARN, SUBJECT("worker", i),
-                "pid %d died: key groups %u..%u wait for a replacement", now.pid, now.range.first,
-                now.range.last);
+            engine_say(s, STASH_LOG_WARN, SUBJECT("worker", i),
+                       "pid %d died: key groups %u..%u wait for a replacement", now.pid,
+                       now.range.first, now.range.last);
         else if (now.state == STASH_WORKER_LIVE && now.previous_pid)
-            say(s, STASH_LOG_INFO, SUBJECT("worker", i), "pid %d took over from dead pid %d",
-                now.pid, now.previous_pid);
+            engine_say(s, STASH_LOG_INFO, SUBJECT("worker", i), "pid %d took over from dead pid %d",
+                       now.pid, now.previous_pid);
         else if (now.state == STASH_WORKER_LIVE)
-            say(s, STASH_LOG_INFO, SUBJECT("worker", i), "pid %d %s as %u of %u", now.pid,
-                was->generation ? "joined" : "is attached", i, now.parallelism);
+            engine_say(s, STASH_LOG_INFO, SUBJECT("worker", i), "pid %d %s as %u of %u", now.pid,
+                       was->generation ? "joined" : "is attached", i, now.parallelism);
         else if (was->state == STASH_WORKER_LIVE)
-            say(s, STASH_LOG_INFO, SUBJECT("worker", i), "pid %d left", was->pid);
+            engine_say(s, STASH_LOG_INFO, SUBJECT("worker", i), "pid %d left", was->pid);
         *was = now;
     }
 }
@@ -680,14 +642,15 @@ static void take_over(stash_service *s)
     if (rc == -ENOENT) rc = 0; /* no job checkpoint yet: the workers start empty */
     if (rc == 0) rc = job_takeover_done(s->jobs, lost, &w);
     if (rc == 0)
-        say(s, STASH_LOG_INFO, "job",
+        engine_say(
+            s, STASH_LOG_INFO, "job",
             "took workers %s of lost host %s over: %llu records of job checkpoint %llu restored "
             "in %.1f ms",
             ws, lost, (unsigned long long)out.records, (unsigned long long)id,
             (double)(shm_now_ns() - t0) / 1e6);
     else {
-        say(s, STASH_LOG_ERROR, "job", "taking workers %s of lost host %s over: %s", ws, lost,
-            stash_errmsg());
+        engine_say(s, STASH_LOG_ERROR, "job", "taking workers %s of lost host %s over: %s", ws,
+                   lost, stash_errmsg());
         job_takeover_failed(s->jobs, lost);
     }
     ckpt_restored_free(&out);
@@ -736,7 +699,7 @@ static bool job_host_turn(stash_service *s)
     return false;
 }
 
-static void *engine_main(void *arg)
+void *engine_main(void *arg)
 {
     stash_service *s = arg;
     shm_control *c = s->a->control;
@@ -765,386 +728,4 @@ static void *engine_main(void *arg)
     }
     atomic_store(&s->stopped, 1);
     return NULL;
-}
-
-/* ---- start and stop ----------------------------------------------------------- */
-
-int service_install_opstate(stash_arena *a, const ckpt_restored *r)
-{
-    shm_control *c = a->control;
-    for (uint32_t i = 0; i < r->op_parallelism; i++) {
-        shm_off off = 0;
-        int rc =
-            r->op_blobs[i].len ? shm_blob_put(a, r->op_blobs[i].data, r->op_blobs[i].len, &off) : 0;
-        if (rc < 0) return rc;
-        atomic_store(&c->workers[i].committed.len, r->op_blobs[i].len);
-        atomic_store(&c->workers[i].committed.off, off);
-    }
-    atomic_store(&c->committed_p, r->op_parallelism);
-    /* The workers of the checkpoint, not the one that restored it. */
-    atomic_store(&c->parallelism, r->op_parallelism);
-    return 0;
-}
-
-/* Restores what a new arena starts from: a job's newest checkpoint (the
- * key groups of this host's workers), the checkpoint or savepoint
- * directory from, or the newest complete checkpoint of dir. */
-static int restore_into(stash_service *s, stash_worker *w, const char *from, ckpt_restored *out)
-{
-    if (s->job_restore)
-        return ckpt_job_restore(w->arena, s->rados, s->jobname, s->job_restore, s->dir,
-                                s->o.job_parallelism, &s->job_workers, s->e, w->store, out);
-    if (from) return ckpt_restore_path(w->arena, from, w->range, s->e, w->store, out);
-    return ckpt_restore_prepared(w->arena, s->dir, 0, w->range, s->e, w->store, NULL, NULL, out);
-}
-
-/* Creates arena name, filled from the checkpoint or savepoint directory
- * from, or without one from the newest complete checkpoint of s->dir if
- * there is one. It is built under another name and renamed into place, so
- * that no worker attaches to a half-restored arena. */
-static int build_arena(stash_service *s, const char *name, const char *from)
-{
-    char path[256], tmp[300];
-    int rc = shm_arena_path(name, s->o.arena, path, sizeof path);
-    if (rc) return rc;
-    snprintf(tmp, sizeof tmp, "%s.restoring", path);
-    stash_arena_opts ao = s->o.arena ? *s->o.arena : (stash_arena_opts){0};
-    ao.path = tmp;
-    ao.flags |= STASH_ARENA_REPLACE;
-    uint64_t id = 0;
-    uint32_t maxp = 0;
-    bool restore = true;
-    if (!from && s->o.host) {
-        restore = s->job_restore != NULL;
-        if (restore) maxp = s->job_restore->parts[0].max_parallelism;
-    } else if (!from) {
-        rc = ckpt_newest(s->dir, s->e, &id, &maxp);
-        /* Checkpoints that all fail to open are not an empty directory:
-         * starting empty would lose them, unless asked to. */
-        if (rc == STASH_ECORRUPT && s->o.start_empty) {
-            say(s, STASH_LOG_WARN, "restore", "starting empty as asked: %s", stash_errmsg());
-            rc = -ENOENT;
-        }
-        if (rc < 0 && rc != -ENOENT) return rc;
-        restore = rc == 0;
-        rc = 0;
-    }
-    if (from && (rc = ckpt_path_info(from, s->e, &id, &maxp)) < 0) return rc;
-    if (restore) ao.max_parallelism = maxp;
-    stash_arena *a;
-    rc = stash_arena_create(name, &ao, &a);
-    if (rc) return rc;
-    stash_arena_close(a);
-    if (restore) {
-        stash_worker *w;
-        rc = stash_worker_open(
-            name, &(stash_worker_opts){.index = 0, .parallelism = 1, .arena = &ao}, &w);
-        ckpt_restored out = {0};
-        uint64_t t0 = shm_now_ns();
-        if (rc == 0) rc = restore_into(s, w, from, &out);
-        if (rc == 0) rc = service_install_opstate(w->arena, &out);
-        if (rc == 0) {
-            shm_control *c = w->arena->control;
-            uint64_t took = shm_now_ns() - t0;
-            atomic_store(&c->completed, out.id);
-            atomic_store(&c->last_id, out.id);
-            atomic_store(&c->restored_id, out.id);
-            atomic_store(&c->restored_ns, took);
-            atomic_store(&c->restored_at_ns, shm_now_ns());
-            atomic_store(&c->restored_records, out.records);
-            say(s, STASH_LOG_INFO, "restore", "restored %s%s%llu (%llu records) in %.1f ms%s%s",
-                from ? from : "checkpoint ", from ? ", id " : "", (unsigned long long)out.id,
-                (unsigned long long)out.records, (double)took / 1e6,
-                out.skipped ? "; passed over: " : "", out.skipped ? out.why : "");
-        }
-        ckpt_restored_free(&out);
-        stash_worker_close(w);
-    }
-    if (rc == 0 && rename(tmp, path) < 0)
-        rc = shm_fail(-errno, "rename %s to %s: %s", tmp, path, strerror(errno));
-    if (rc) {
-        char why[512];
-        snprintf(why, sizeof why, "%s", stash_errmsg());
-        unlink(tmp);
-        return shm_fail(rc, "%s: cannot create the arena: %s", path, why);
-    }
-    return 0;
-}
-
-/* Creates arena name (build_arena): from --restore (a directory, or a
- * rados:// URL copied beside dir's checkpoints first), or with the rados
- * storage from the checkpoint JOB/latest names, or from dir's newest. */
-static int create_arena(stash_service *s, const char *name)
-{
-    const char *from = s->o.restore;
-    char fetched[4096];
-    int rc = 0;
-    if (from && ckpt_rados_url(from)) {
-        if ((rc = ckpt_rados_url_fetch(from, s->dir, fetched, sizeof fetched)) != 0) return rc;
-        rc = build_arena(s, name, fetched);
-        ckpt_rados_url_release(fetched);
-        return rc;
-    }
-    if (!from && s->o.host) {
-        /* A host restores from the job's newest checkpoint, not its own parts. */
-        uint64_t id;
-        s->job_restore = malloc(sizeof *s->job_restore);
-        rc = s->job_restore ? ckpt_job_latest(s->rados, s->jobname, &id, s->job_restore) : -ENOMEM;
-        if (rc == -ENOENT) {
-            free(s->job_restore);
-            s->job_restore = NULL;
-            rc = 0;
-        }
-        if (rc == 0) rc = build_arena(s, name, NULL);
-        free(s->job_restore);
-        s->job_restore = NULL;
-        return rc;
-    }
-    if (!from && s->rados_latest) {
-        char chk[64];
-        snprintf(chk, sizeof chk, "chk-%llu", (unsigned long long)s->rados_latest);
-        rc = ckpt_rados_fetch(s->rados, s->job, s->dir, chk);
-        if (rc == 0) rc = ckpt_path_of(fetched, "%s/%s", s->dir, chk);
-        if (rc) return rc;
-        from = fetched;
-    }
-    return build_arena(s, name, from);
-}
-
-/* Claims the control block for this process, or STASH_EBUSY. */
-static int claim(stash_service *s)
-{
-    stash_arena *a = s->a;
-    shm_control *c = a->control;
-    int rc = shm_lock_acquire(&c->lock, NULL, NULL);
-    if (rc < 0) return rc;
-    int32_t pid;
-    if (shm_service_alive(a, &pid)) {
-        shm_lock_release(&c->lock);
-        return shm_fail(STASH_EBUSY, "%s: a service (pid %d) already serves the arena", a->path,
-                        pid);
-    }
-    rc = shm_reader_join(a, &s->reader);
-    if (rc < 0) {
-        shm_lock_release(&c->lock);
-        return rc;
-    }
-    s->holder = s->reader - STASH_MAX_WORKERS + 1;
-    if (shm_reader_join(a, &s->reader2) < 0) s->reader2 = 0;
-    /* What a dead engine left: its request (workers that cut it late release
-     * their own pins once they see it aborted), then its pins. */
-    atomic_store(&c->pending, 0);
-    uint64_t last = atomic_load(&c->last_id);
-    if (last > atomic_load(&c->completed) && last > atomic_load(&c->aborted))
-        atomic_store(&c->aborted, last);
-    for (uint32_t h = 1; h <= SHM_READERS; h++)
-        if (h == s->holder || !shm_reader_alive(a, h)) shm_table_release_holder(a, h, NULL);
-    service_release_cuts(a);
-    atomic_store(&c->stop, 0);
-    snprintf(c->dir, sizeof c->dir, "%s", s->dir);
-    c->service_since_ns = shm_now_ns();
-    atomic_store(&c->service_reader, s->holder);
-    /* Every request counted after the engine shows alive is its to answer:
-     * what came before is read before it shows. */
-    s->served = atomic_load(&c->requests);
-    s->savepoint_done = atomic_load(&c->savepoint_ticket);
-    atomic_store(&c->service_start, shm_proc_start_time(getpid()));
-    atomic_store(&c->service_pid, getpid());
-    shm_lock_release(&c->lock);
-    return 0;
-}
-
-static void release(stash_service *s)
-{
-    if (s->a) {
-        shm_control *c = s->a->control;
-        if (s->base) unpin_all(s->a, s->base);
-        if (s->holder && atomic_load(&c->service_pid) == getpid()) {
-            atomic_store(&c->service_pid, 0);
-            shm_reader_leave(s->a, s->reader);
-            if (s->reader2) shm_reader_leave(s->a, s->reader2);
-            shm_futex_wake(&c->finished);
-        }
-        store_close(s->store);
-        stash_arena_close(s->a);
-    }
-    ioe_engine_close(s->e);
-    job_close(s->jobs);
-    ckpt_rados_close(s->rados);
-    free(s->cut);
-    free(s->base);
-    free(s->seen);
-    free(s);
-}
-
-/* A host of a job: its options checked, its parts' prefix JOB/part/HOST. */
-static int check_host_opts(stash_service *s)
-{
-    if (!ckpt_job_host_ok(s->o.host))
-        return shm_fail(-EINVAL, "host '%s': 1 to %u letters, digits, '.', '_' or '-'", s->o.host,
-                        CKPT_JOB_HOST_MAX);
-    if (!s->o.workers || !s->o.job_parallelism)
-        return shm_fail(-EINVAL,
-                        "host %s: a job's host needs its workers and the job's parallelism",
-                        s->o.host);
-    if (s->o.incremental)
-        return shm_fail(-EINVAL, "host %s: a job's parts are full checkpoints: not incremental",
-                        s->o.host);
-    int rc = ckpt_job_workers_parse(s->o.workers, &s->job_workers);
-    for (uint32_t i = 0; rc == 0 && i < s->job_workers.n; i++)
-        if (s->job_workers.r[i].last >= s->o.job_parallelism)
-            rc = shm_fail(-EINVAL, "host %s: worker %u of a job of %u workers", s->o.host,
-                          s->job_workers.r[i].last, s->o.job_parallelism);
-    snprintf(s->jobname, sizeof s->jobname, "%s", s->job);
-    if (rc == 0) rc = ckpt_job_part_prefix(s->job, sizeof s->job, s->jobname, s->o.host);
-    return rc;
-}
-
-/* The rados storage: the connection, and the checkpoint JOB/latest names. */
-static int connect_rados(stash_service *s, const char *name)
-{
-    if (!s->o.pool) return shm_fail(-EINVAL, "the rados storage needs a pool");
-    const char *job = s->o.job ? s->o.job : name;
-    if (!*job || (size_t)snprintf(s->job, sizeof s->job, "%s", job) >= sizeof s->job)
-        return shm_fail(-EINVAL, "job '%s': a name of 1 to %zu bytes", job, sizeof s->job - 1);
-    if (s->o.host) {
-        int rc = check_host_opts(s);
-        if (rc) return rc;
-    }
-    int rc = ckpt_rados_open(&(ckpt_rados_opts){.conf = s->o.ceph_conf,
-                                                .id = s->o.ceph_id,
-                                                .pool = s->o.pool,
-                                                .timeout_ms = s->o.ceph_timeout_ms},
-                             &s->rados);
-    if (rc) return rc;
-    rc = ckpt_rados_latest(s->rados, s->job, &s->rados_latest);
-    return rc == -ENOENT ? 0 : rc; /* a job without checkpoints yet */
-}
-
-/* Whether checkpoints are readable by the arena's group: as the arena is
- * (created with STASH_ARENA_GROUP), so that who may map it may read them. */
-static bool group_readable(const char *name, const stash_arena_opts *ao)
-{
-    char path[256];
-    struct stat st;
-    if (shm_arena_path(name, ao, path, sizeof path) == 0 && stat(path, &st) == 0)
-        return (st.st_mode & S_IRGRP) != 0;
-    return ao && (ao->flags & STASH_ARENA_GROUP);
-}
-
-static void job_log(void *ctx, stash_log_level level, const char *subject, const char *message)
-{
-    say(ctx, level, subject, "%s", message);
-}
-
-/* Joins the job as host s->o.host: ids go on from the job's. */
-static int join_job(stash_service *s)
-{
-    svc_job_opts o = {.rados = s->rados,
-                      .job = s->jobname,
-                      .host = s->o.host,
-                      .parallelism = s->o.job_parallelism,
-                      .max_parallelism = s->a->hdr->max_parallelism,
-                      .workers = s->job_workers,
-                      .lease_ms = s->o.lease_ms,
-                      .interval_ms = s->o.interval_ms,
-                      .timeout_ms = s->o.timeout_ms,
-                      .retain = s->o.retain,
-                      .wake = &s->a->control->wake,
-                      .log = job_log,
-                      .log_ctx = s};
-    /* A request made before the service started is the leader's to answer too. */
-    s->wants_sent = s->served;
-    return job_open(&o, &s->jobs);
-}
-
-STASH_API int stash_service_start(const char *name, const stash_service_opts *opts,
-                                  stash_service **out)
-{
-    shm_clear_error();
-    if (!name || !out) return shm_refuse_null(__func__, "name or out");
-    stash_service *s = calloc(1, sizeof *s);
-    if (!s) return shm_fail(-ENOMEM, "out of memory");
-    s->o = opts ? *opts : (stash_service_opts){0};
-    int rc = 0;
-    if (s->o.storage == STASH_STORAGE_MEMORY && !s->o.dir)
-        snprintf(s->dir, sizeof s->dir, "/dev/shm/stash.%s.checkpoints", name);
-    else if (!s->o.dir)
-        rc = shm_fail(-EINVAL, "the fs storage needs a checkpoint directory");
-    else if ((size_t)snprintf(s->dir, sizeof s->dir, "%s", s->o.dir) >= sizeof s->dir)
-        rc = shm_fail(-ENAMETOOLONG, "%s: a checkpoint directory of at most %u bytes", s->o.dir,
-                      SHM_CTL_DETAIL - 1);
-    if (rc == 0 && s->o.storage != STASH_STORAGE_FS && s->o.storage != STASH_STORAGE_MEMORY &&
-        s->o.storage != STASH_STORAGE_RADOS)
-        rc = shm_fail(-EINVAL, "unknown storage %d", (int)s->o.storage);
-    if (rc == 0 && s->o.storage == STASH_STORAGE_RADOS) rc = connect_rados(s, name);
-    /* A directory the engine cannot write would fail every checkpoint. */
-    if (rc == 0) {
-        s->group = group_readable(name, s->o.arena);
-        rc = ckpt_dir_check(s->dir, s->group);
-    }
-    /* The I/O engine's one line (its fallback from io_uring) is the service's. */
-    if (rc == 0) rc = ioe_engine_open(&(ioe_opts){.log = io_line, .log_ctx = s}, &s->e);
-    if (rc == 0) {
-        rc = stash_arena_open(name, s->o.arena, &s->a);
-        if (rc == -ENOENT) {
-            rc = create_arena(s, name);
-            if (rc == 0) rc = stash_arena_open(name, s->o.arena, &s->a);
-        }
-    }
-    if (rc == 0) {
-        /* Owners log what they change (where their store keeps a change
-         * log) only while deltas need it. */
-        atomic_store(&s->a->hdr->change_track, s->o.incremental ? 1 : 0);
-        rc = store_open(s->a, 0, (stash_kg_range){0, s->a->hdr->max_parallelism - 1}, &s->store);
-    }
-    if (rc == 0) rc = claim(s);
-    if (rc == 0) {
-        uint32_t maxp = s->a->hdr->max_parallelism;
-        s->cut = calloc(maxp, sizeof *s->cut);
-        s->base = calloc(maxp, sizeof *s->base);
-        s->seen = calloc(STASH_MAX_WORKERS, sizeof *s->seen);
-        if (!s->cut || !s->base || !s->seen) rc = shm_fail(-ENOMEM, "out of memory");
-    }
-    if (rc == 0) {
-        shm_control *c = s->a->control;
-        /* Ids go on after every one the directory names: one a restore
-         * passed over, a savepoint, a partial one a killed engine left. */
-        uint64_t highest = 0;
-        rc = ckpt_highest_id(s->dir, &highest);
-        uint64_t last = atomic_load(&c->last_id);
-        if (s->rados_latest > highest) highest = s->rados_latest;
-        s->next_id = (highest > last ? highest : last) + 1;
-        s->last_end_ns = shm_now_ns();
-        account_io(s);
-    }
-    if (rc == 0 && s->o.host) rc = join_job(s);
-    if (rc == 0) {
-        rc = -pthread_create(&s->thread, NULL, engine_main, s);
-        if (rc) shm_fail(rc, "cannot start the engine thread");
-    }
-    if (rc) {
-        release(s);
-        return rc;
-    }
-    say(s, STASH_LOG_INFO, "service", "serving %s, checkpoints in %s (next id %llu)", s->a->path,
-        s->dir, (unsigned long long)s->next_id);
-    *out = s;
-    return 0;
-}
-
-STASH_API void stash_service_stop(stash_service *service)
-{
-    if (!service) return;
-    atomic_store(&service->quit, 1);
-    job_quit(service->jobs);
-    shm_futex_wake(&service->a->control->wake);
-    pthread_join(service->thread, NULL);
-    release(service);
-}
-
-STASH_API int stash_service_stopped(const stash_service *service)
-{
-    if (!service) return shm_refuse_null(__func__, "service");
-    return atomic_load(&service->stopped);
 }

@@ -1,0 +1,398 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * start.c: starting and stopping the persistence engine: the arena created
+ * (restored from the newest complete checkpoint, a given one, or a job's
+ * newest across hosts) or reattached, its control block claimed, the RADOS
+ * connection opened and the job joined, the engine's thread started; and
+ * all of it let go again.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "backends/service/engine.h"
+
+int service_install_opstate(stash_arena *a, const ckpt_restored *r)
+{
+    shm_control *c = a->control;
+    for (uint32_t i = 0; i < r->op_parallelism; i++) {
+        shm_off off = 0;
+        int rc =
+            r->op_blobs[i].len ? shm_blob_put(a, r->op_blobs[i].data, r->op_blobs[i].len, &off) : 0;
+        if (rc < 0) return rc;
+        atomic_store(&c->workers[i].committed.len, r->op_blobs[i].len);
+        atomic_store(&c->workers[i].committed.off, off);
+    }
+    atomic_store(&c->committed_p, r->op_parallelism);
+    /* The workers of the checkpoint, not the one that restored it. */
+    atomic_store(&c->parallelism, r->op_parallelism);
+    return 0;
+}
+
+/* Restores what a new arena starts from: a job's newest checkpoint (the
+ * key groups of this host's workers), the checkpoint or savepoint
+ * directory from, or the newest complete checkpoint of dir. */
+static int restore_into(stash_service *s, stash_worker *w, const char *from, ckpt_restored *out)
+{
+    if (s->job_restore)
+        return ckpt_job_restore(w->arena, s->rados, s->jobname, s->job_restore, s->dir,
+                                s->o.job_parallelism, &s->job_workers, s->e, w->store, out);
+    if (from) return ckpt_restore_path(w->arena, from, w->range, s->e, w->store, out);
+    return ckpt_restore_prepared(w->arena, s->dir, 0, w->range, s->e, w->store, NULL, NULL, out);
+}
+
+/* Creates arena name, filled from the checkpoint or savepoint directory
+ * from, or without one from the newest complete checkpoint of s->dir if
+ * there is one. It is built under another name and renamed into place, so
+ * that no worker attaches to a half-restored arena. */
+static int build_arena(stash_service *s, const char *name, const char *from)
+{
+    char path[256], tmp[300];
+    int rc = shm_arena_path(name, s->o.arena, path, sizeof path);
+    if (rc) return rc;
+    snprintf(tmp, sizeof tmp, "%s.restoring", path);
+    stash_arena_opts ao = s->o.arena ? *s->o.arena : (stash_arena_opts){0};
+    ao.path = tmp;
+    ao.flags |= STASH_ARENA_REPLACE;
+    uint64_t id = 0;
+    uint32_t maxp = 0;
+    bool restore = true;
+    if (!from && s->o.host) {
+        restore = s->job_restore != NULL;
+        if (restore) maxp = s->job_restore->parts[0].max_parallelism;
+    } else if (!from) {
+        rc = ckpt_newest(s->dir, s->e, &id, &maxp);
+        /* Checkpoints that all fail to open are not an empty directory:
+         * starting empty would lose them, unless asked to. */
+        if (rc == STASH_ECORRUPT && s->o.start_empty) {
+            engine_say(s, STASH_LOG_WARN, "restore", "starting empty as asked: %s", stash_errmsg());
+            rc = -ENOENT;
+        }
+        if (rc < 0 && rc != -ENOENT) return rc;
+        restore = rc == 0;
+        rc = 0;
+    }
+    if (from && (rc = ckpt_path_info(from, s->e, &id, &maxp)) < 0) return rc;
+    if (restore) ao.max_parallelism = maxp;
+    stash_arena *a;
+    rc = stash_arena_create(name, &ao, &a);
+    if (rc) return rc;
+    stash_arena_close(a);
+    if (restore) {
+        stash_worker *w;
+        rc = stash_worker_open(
+            name, &(stash_worker_opts){.index = 0, .parallelism = 1, .arena = &ao}, &w);
+        ckpt_restored out = {0};
+        uint64_t t0 = shm_now_ns();
+        if (rc == 0) rc = restore_into(s, w, from, &out);
+        if (rc == 0) rc = service_install_opstate(w->arena, &out);
+        if (rc == 0) {
+            shm_control *c = w->arena->control;
+            uint64_t took = shm_now_ns() - t0;
+            atomic_store(&c->completed, out.id);
+            atomic_store(&c->last_id, out.id);
+            atomic_store(&c->restored_id, out.id);
+            atomic_store(&c->restored_ns, took);
+            atomic_store(&c->restored_at_ns, shm_now_ns());
+            atomic_store(&c->restored_records, out.records);
+            engine_say(s, STASH_LOG_INFO, "restore",
+                       "restored %s%s%llu (%llu records) in %.1f ms%s%s",
+                       from ? from : "checkpoint ", from ? ", id " : "", (unsigned long long)out.id,
+                       (unsigned long long)out.records, (double)took / 1e6,
+                       out.skipped ? "; passed over: " : "", out.skipped ? out.why : "");
+        }
+        ckpt_restored_free(&out);
+        stash_worker_close(w);
+    }
+    if (rc == 0 && rename(tmp, path) < 0)
+        rc = shm_fail(-errno, "rename %s to %s: %s", tmp, path, strerror(errno));
+    if (rc) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", stash_errmsg());
+        unlink(tmp);
+        return shm_fail(rc, "%s: cannot create the arena: %s", path, why);
+    }
+    return 0;
+}
+
+/* Creates arena name (build_arena): from --restore (a directory, or a
+ * rados:// URL copied beside dir's checkpoints first), or with the rados
+ * storage from the checkpoint JOB/latest names, or from dir's newest. */
+static int create_arena(stash_service *s, const char *name)
+{
+    const char *from = s->o.restore;
+    char fetched[4096];
+    int rc = 0;
+    if (from && ckpt_rados_url(from)) {
+        if ((rc = ckpt_rados_url_fetch(from, s->dir, fetched, sizeof fetched)) != 0) return rc;
+        rc = build_arena(s, name, fetched);
+        ckpt_rados_url_release(fetched);
+        return rc;
+    }
+    if (!from && s->o.host) {
+        /* A host restores from the job's newest checkpoint, not its own parts. */
+        uint64_t id;
+        s->job_restore = malloc(sizeof *s->job_restore);
+        rc = s->job_restore ? ckpt_job_latest(s->rados, s->jobname, &id, s->job_restore) : -ENOMEM;
+        if (rc == -ENOENT) {
+            free(s->job_restore);
+            s->job_restore = NULL;
+            rc = 0;
+        }
+        if (rc == 0) rc = build_arena(s, name, NULL);
+        free(s->job_restore);
+        s->job_restore = NULL;
+        return rc;
+    }
+    if (!from && s->rados_latest) {
+        char chk[64];
+        snprintf(chk, sizeof chk, "chk-%llu", (unsigned long long)s->rados_latest);
+        rc = ckpt_rados_fetch(s->rados, s->job, s->dir, chk);
+        if (rc == 0) rc = ckpt_path_of(fetched, "%s/%s", s->dir, chk);
+        if (rc) return rc;
+        from = fetched;
+    }
+    return build_arena(s, name, from);
+}
+
+/* Claims the control block for this process, or STASH_EBUSY. */
+static int claim(stash_service *s)
+{
+    stash_arena *a = s->a;
+    shm_control *c = a->control;
+    int rc = shm_lock_acquire(&c->lock, NULL, NULL);
+    if (rc < 0) return rc;
+    int32_t pid;
+    if (shm_service_alive(a, &pid)) {
+        shm_lock_release(&c->lock);
+        return shm_fail(STASH_EBUSY, "%s: a service (pid %d) already serves the arena", a->path,
+                        pid);
+    }
+    rc = shm_reader_join(a, &s->reader);
+    if (rc < 0) {
+        shm_lock_release(&c->lock);
+        return rc;
+    }
+    s->holder = s->reader - STASH_MAX_WORKERS + 1;
+    if (shm_reader_join(a, &s->reader2) < 0) s->reader2 = 0;
+    /* What a dead engine left: its request (workers that cut it late release
+     * their own pins once they see it aborted), then its pins. */
+    atomic_store(&c->pending, 0);
+    uint64_t last = atomic_load(&c->last_id);
+    if (last > atomic_load(&c->completed) && last > atomic_load(&c->aborted))
+        atomic_store(&c->aborted, last);
+    for (uint32_t h = 1; h <= SHM_READERS; h++)
+        if (h == s->holder || !shm_reader_alive(a, h)) shm_table_release_holder(a, h, NULL);
+    service_release_cuts(a);
+    atomic_store(&c->stop, 0);
+    snprintf(c->dir, sizeof c->dir, "%s", s->dir);
+    c->service_since_ns = shm_now_ns();
+    atomic_store(&c->service_reader, s->holder);
+    /* Every request counted after the engine shows alive is its to answer:
+     * what came before is read before it shows. */
+    s->served = atomic_load(&c->requests);
+    s->savepoint_done = atomic_load(&c->savepoint_ticket);
+    atomic_store(&c->service_start, shm_proc_start_time(getpid()));
+    atomic_store(&c->service_pid, getpid());
+    shm_lock_release(&c->lock);
+    return 0;
+}
+
+static void release(stash_service *s)
+{
+    if (s->a) {
+        shm_control *c = s->a->control;
+        if (s->base) engine_unpin_all(s->a, s->base);
+        if (s->holder && atomic_load(&c->service_pid) == getpid()) {
+            atomic_store(&c->service_pid, 0);
+            shm_reader_leave(s->a, s->reader);
+            if (s->reader2) shm_reader_leave(s->a, s->reader2);
+            shm_futex_wake(&c->finished);
+        }
+        store_close(s->store);
+        stash_arena_close(s->a);
+    }
+    ioe_engine_close(s->e);
+    job_close(s->jobs);
+    ckpt_rados_close(s->rados);
+    free(s->cut);
+    free(s->base);
+    free(s->seen);
+    free(s);
+}
+
+/* A host of a job: its options checked, its parts' prefix JOB/part/HOST. */
+static int check_host_opts(stash_service *s)
+{
+    if (!ckpt_job_host_ok(s->o.host))
+        return shm_fail(-EINVAL, "host '%s': 1 to %u letters, digits, '.', '_' or '-'", s->o.host,
+                        CKPT_JOB_HOST_MAX);
+    if (!s->o.workers || !s->o.job_parallelism)
+        return shm_fail(-EINVAL,
+                        "host %s: a job's host needs its workers and the job's parallelism",
+                        s->o.host);
+    if (s->o.incremental)
+        return shm_fail(-EINVAL, "host %s: a job's parts are full checkpoints: not incremental",
+                        s->o.host);
+    int rc = ckpt_job_workers_parse(s->o.workers, &s->job_workers);
+    for (uint32_t i = 0; rc == 0 && i < s->job_workers.n; i++)
+        if (s->job_workers.r[i].last >= s->o.job_parallelism)
+            rc = shm_fail(-EINVAL, "host %s: worker %u of a job of %u workers", s->o.host,
+                          s->job_workers.r[i].last, s->o.job_parallelism);
+    snprintf(s->jobname, sizeof s->jobname, "%s", s->job);
+    if (rc == 0) rc = ckpt_job_part_prefix(s->job, sizeof s->job, s->jobname, s->o.host);
+    return rc;
+}
+
+/* The rados storage: the connection, and the checkpoint JOB/latest names. */
+static int connect_rados(stash_service *s, const char *name)
+{
+    if (!s->o.pool) return shm_fail(-EINVAL, "the rados storage needs a pool");
+    const char *job = s->o.job ? s->o.job : name;
+    if (!*job || (size_t)snprintf(s->job, sizeof s->job, "%s", job) >= sizeof s->job)
+        return shm_fail(-EINVAL, "job '%s': a name of 1 to %zu bytes", job, sizeof s->job - 1);
+    if (s->o.host) {
+        int rc = check_host_opts(s);
+        if (rc) return rc;
+    }
+    int rc = ckpt_rados_open(&(ckpt_rados_opts){.conf = s->o.ceph_conf,
+                                                .id = s->o.ceph_id,
+                                                .pool = s->o.pool,
+                                                .timeout_ms = s->o.ceph_timeout_ms},
+                             &s->rados);
+    if (rc) return rc;
+    rc = ckpt_rados_latest(s->rados, s->job, &s->rados_latest);
+    return rc == -ENOENT ? 0 : rc; /* a job without checkpoints yet */
+}
+
+/* Whether checkpoints are readable by the arena's group: as the arena is
+ * (created with STASH_ARENA_GROUP), so that who may map it may read them. */
+static bool group_readable(const char *name, const stash_arena_opts *ao)
+{
+    char path[256];
+    struct stat st;
+    if (shm_arena_path(name, ao, path, sizeof path) == 0 && stat(path, &st) == 0)
+        return (st.st_mode & S_IRGRP) != 0;
+    return ao && (ao->flags & STASH_ARENA_GROUP);
+}
+
+static void job_log(void *ctx, stash_log_level level, const char *subject, const char *message)
+{
+    engine_say(ctx, level, subject, "%s", message);
+}
+
+/* Joins the job as host s->o.host: ids go on from the job's. */
+static int join_job(stash_service *s)
+{
+    svc_job_opts o = {.rados = s->rados,
+                      .job = s->jobname,
+                      .host = s->o.host,
+                      .parallelism = s->o.job_parallelism,
+                      .max_parallelism = s->a->hdr->max_parallelism,
+                      .workers = s->job_workers,
+                      .lease_ms = s->o.lease_ms,
+                      .interval_ms = s->o.interval_ms,
+                      .timeout_ms = s->o.timeout_ms,
+                      .retain = s->o.retain,
+                      .wake = &s->a->control->wake,
+                      .log = job_log,
+                      .log_ctx = s};
+    /* A request made before the service started is the leader's to answer too. */
+    s->wants_sent = s->served;
+    return job_open(&o, &s->jobs);
+}
+
+STASH_API int stash_service_start(const char *name, const stash_service_opts *opts,
+                                  stash_service **out)
+{
+    shm_clear_error();
+    if (!name || !out) return shm_refuse_null(__func__, "name or out");
+    stash_service *s = calloc(1, sizeof *s);
+    if (!s) return shm_fail(-ENOMEM, "out of memory");
+    s->o = opts ? *opts : (stash_service_opts){0};
+    int rc = 0;
+    if (s->o.storage == STASH_STORAGE_MEMORY && !s->o.dir)
+        snprintf(s->dir, sizeof s->dir, "/dev/shm/stash.%s.checkpoints", name);
+    else if (!s->o.dir)
+        rc = shm_fail(-EINVAL, "the fs storage needs a checkpoint directory");
+    else if ((size_t)snprintf(s->dir, sizeof s->dir, "%s", s->o.dir) >= sizeof s->dir)
+        rc = shm_fail(-ENAMETOOLONG, "%s: a checkpoint directory of at most %u bytes", s->o.dir,
+                      SHM_CTL_DETAIL - 1);
+    if (rc == 0 && s->o.storage != STASH_STORAGE_FS && s->o.storage != STASH_STORAGE_MEMORY &&
+        s->o.storage != STASH_STORAGE_RADOS)
+        rc = shm_fail(-EINVAL, "unknown storage %d", (int)s->o.storage);
+    if (rc == 0 && s->o.storage == STASH_STORAGE_RADOS) rc = connect_rados(s, name);
+    /* A directory the engine cannot write would fail every checkpoint. */
+    if (rc == 0) {
+        s->group = group_readable(name, s->o.arena);
+        rc = ckpt_dir_check(s->dir, s->group);
+    }
+    /* The I/O engine's one line (its fallback from io_uring) is the service's. */
+    if (rc == 0) rc = ioe_engine_open(&(ioe_opts){.log = engine_io_line, .log_ctx = s}, &s->e);
+    if (rc == 0) {
+        rc = stash_arena_open(name, s->o.arena, &s->a);
+        if (rc == -ENOENT) {
+            rc = create_arena(s, name);
+            if (rc == 0) rc = stash_arena_open(name, s->o.arena, &s->a);
+        }
+    }
+    if (rc == 0) {
+        /* Owners log what they change (where their store keeps a change
+         * log) only while deltas need it. */
+        atomic_store(&s->a->hdr->change_track, s->o.incremental ? 1 : 0);
+        rc = store_open(s->a, 0, (stash_kg_range){0, s->a->hdr->max_parallelism - 1}, &s->store);
+    }
+    if (rc == 0) rc = claim(s);
+    if (rc == 0) {
+        uint32_t maxp = s->a->hdr->max_parallelism;
+        s->cut = calloc(maxp, sizeof *s->cut);
+        s->base = calloc(maxp, sizeof *s->base);
+        s->seen = calloc(STASH_MAX_WORKERS, sizeof *s->seen);
+        if (!s->cut || !s->base || !s->seen) rc = shm_fail(-ENOMEM, "out of memory");
+    }
+    if (rc == 0) {
+        shm_control *c = s->a->control;
+        /* Ids go on after every one the directory names: one a restore
+         * passed over, a savepoint, a partial one a killed engine left. */
+        uint64_t highest = 0;
+        rc = ckpt_highest_id(s->dir, &highest);
+        uint64_t last = atomic_load(&c->last_id);
+        if (s->rados_latest > highest) highest = s->rados_latest;
+        s->next_id = (highest > last ? highest : last) + 1;
+        s->last_end_ns = shm_now_ns();
+        engine_account_io(s);
+    }
+    if (rc == 0 && s->o.host) rc = join_job(s);
+    if (rc == 0) {
+        rc = -pthread_create(&s->thread, NULL, engine_main, s);
+        if (rc) shm_fail(rc, "cannot start the engine thread");
+    }
+    if (rc) {
+        release(s);
+        return rc;
+    }
+    engine_say(s, STASH_LOG_INFO, "service", "serving %s, checkpoints in %s (next id %llu)",
+               s->a->path, s->dir, (unsigned long long)s->next_id);
+    *out = s;
+    return 0;
+}
+
+STASH_API void stash_service_stop(stash_service *service)
+{
+    if (!service) return;
+    atomic_store(&service->quit, 1);
+    job_quit(service->jobs);
+    shm_futex_wake(&service->a->control->wake);
+    pthread_join(service->thread, NULL);
+    release(service);
+}
+
+STASH_API int stash_service_stopped(const stash_service *service)
+{
+    if (!service) return shm_refuse_null(__func__, "service");
+    return atomic_load(&service->stopped);
+}
