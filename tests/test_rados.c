@@ -224,6 +224,20 @@ Test(rados, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_from
     cr_assert_eq(rc, 0, "%s", info.detail);
     cr_assert_eq(latest_of("wordcount"), info.id);
     cr_assert_gt(info.id, third);
+    /* A worker's replacement rolls its key groups back to the newest
+     * checkpoint in the pool (from the directory's copy of it). */
+    put_all(w, 1000, 5);
+    stash_worker_close(w);
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.rollback = 1}, &w), 0, "%s",
+                 stash_errmsg());
+    stash_state *rv;
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &rv), 0);
+    for (uint64_t k = 0; k < 1000; k++) {
+        stash_bytes b;
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_get(rv, &b), 0, "key %llu", (unsigned long long)k);
+        cr_assert_eq(test_u64(b.data), 4 * k, "key %llu rolled back", (unsigned long long)k);
+    }
     /* The arena and its local copies lost: a new one comes back from RADOS. */
     lose_all(name, a, w, svc, local);
     cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());

@@ -310,8 +310,16 @@ Test(rados_job, three_hosts_a_host_lost_and_the_leader_killed)
     await_committed(info.id, 3);
     /* Every host's workers get the verdict. */
     for (size_t i = 0; i < 3; i++) await_completed(&hosts[i], info.id);
-    /* Round 2 is in no checkpoint. */
+    /* Round 2 is in no checkpoint: a worker's replacement rolls back to
+     * round 1 from its host's part of the job's newest checkpoint. */
     write_all(&jw, 2);
+    stash_worker_close(jw.w[1]);
+    cr_assert_eq(
+        stash_worker_open(
+            b->arena, &(stash_worker_opts){.index = 1, .parallelism = 3, .rollback = 1}, &jw.w[1]),
+        0, "%s", stash_errmsg());
+    check_round(jw.w[1], 1, 3, 1);
+    write_round(jw.w[1], 1, 3, 2);
 
     /* A host that does not lead lost: a live one takes its worker over
      * from the newest job checkpoint (round 1) while the others run on. */
