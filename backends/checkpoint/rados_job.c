@@ -235,8 +235,10 @@ int ckpt_job_commit(ckpt_rados *r, const char *job, const ckpt_job_record *rec, 
     char *text = malloc(RECORD_MAX);
     if (!text) return shm_fail(-ENOMEM, "out of memory");
     size_t len = 0;
-    for (size_t i = 0; i < rec->n && len < RECORD_MAX; i++)
-        part_line(&rec->parts[i], text + len, RECORD_MAX - len), len += strlen(text + len);
+    for (size_t i = 0; i < rec->n && len < RECORD_MAX; i++) {
+        part_line(&rec->parts[i], text + len, RECORD_MAX - len);
+        len += strlen(text + len);
+    }
     job_name(name, sizeof name, job, rec->id, "");
     int rc = len < RECORD_MAX - 1 ? ckpt_rados_swap(r, name, NULL, text)
                                   : shm_fail(-E2BIG, "%s: a record too long", name);
