@@ -155,6 +155,19 @@ static void put_all(stash_worker *w, uint64_t n, uint64_t mult)
     }
 }
 
+/* Asserts value k * mult for every key k < n in state v of the worker. */
+static void check_all(stash_worker *w, uint64_t n, uint64_t mult)
+{
+    stash_state *v;
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    for (uint64_t k = 0; k < n; k++) {
+        stash_bytes b;
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_get(v, &b), 0, "key %llu", (unsigned long long)k);
+        cr_assert_eq(test_u64(b.data), k * mult, "key %llu", (unsigned long long)k);
+    }
+}
+
 static uint64_t latest_of(const char *job)
 {
     ckpt_rados *r = connect_to("stash", 0);
@@ -230,14 +243,7 @@ Test(rados, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_from
     stash_worker_close(w);
     cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.rollback = 1}, &w), 0, "%s",
                  stash_errmsg());
-    stash_state *rv;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &rv), 0);
-    for (uint64_t k = 0; k < 1000; k++) {
-        stash_bytes b;
-        stash_key_set(w, &k, sizeof k);
-        cr_assert_eq(stash_value_get(rv, &b), 0, "key %llu", (unsigned long long)k);
-        cr_assert_eq(test_u64(b.data), 4 * k, "key %llu rolled back", (unsigned long long)k);
-    }
+    check_all(w, 1000, 4);
     /* The arena and its local copies lost: a new one comes back from RADOS. */
     lose_all(name, a, w, svc, local);
     cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
@@ -330,14 +336,7 @@ Test(rados, the_snapshot_tool_reads_and_writes_rados_urls)
     stash_service_opts fs = {.dir = local, .restore = restore};
     cr_assert_eq(stash_service_start(name, &fs, &svc), 0, "%s", stash_errmsg());
     cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
-    stash_state *v;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
-    for (uint64_t k = 0; k < 100; k++) {
-        stash_bytes b;
-        stash_key_set(w, &k, sizeof k);
-        cr_assert_eq(stash_value_get(v, &b), 0, "key %llu", (unsigned long long)k);
-        cr_assert_eq(test_u64(b.data), 7 * k);
-    }
+    check_all(w, 100, 7);
     stash_worker_close(w);
     stash_service_stop(svc);
     stash_arena_destroy(name, NULL);
