@@ -480,6 +480,19 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     snprintf(url, sizeof url, "snapshot verify rados://stash/%s/part/b/chk-%llu", job,
              (unsigned long long)info.id);
     cr_assert_eq(test_run_stash(url, out, sizeof out), 0, "%s", out);
+    /* ls lists the job's checkpoints with their parts. */
+    snprintf(url, sizeof url, "snapshot ls rados://stash/%s", job);
+    cr_assert_eq(test_run_stash(url, out, sizeof out), 0, "%s", out);
+    char line[256];
+    snprintf(line, sizeof line, "rados://stash/%s/part/c/chk-%llu (workers 2-2 of 3) (latest)", job,
+             (unsigned long long)info.id);
+    cr_assert(strstr(out, line), "%s", out);
+    snprintf(url, sizeof url, "snapshot ls rados://stash/%s --json", job);
+    cr_assert_eq(test_run_stash(url, out, sizeof out), 0, "%s", out);
+    snprintf(line, sizeof line,
+             "{\"id\": %llu, \"state\": \"complete\", \"latest\": true, \"parts\": [",
+             (unsigned long long)info.id);
+    cr_assert(strstr(out, line), "%s", out);
 
     /* A host frozen past its lease is taken for lost: its worker goes to a
      * live host; thawed, it finds itself fenced off and the job goes on

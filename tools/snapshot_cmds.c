@@ -31,7 +31,8 @@ static const char usage[] =
     "ones, saying so; verify takes the newest, damaged or not), or one in Ceph,\n"
     "rados://POOL/JOB/chk-ID or /NAME of a savepoint, or rados://POOL/JOB for the one\n"
     "JOB/latest names (the cluster of $CEPH_CONF or /etc/ceph/ceph.conf, the client\n"
-    "$STASH_CEPH_ID or admin); ls rados://POOL/JOB lists the job's checkpoints, and\n"
+    "$STASH_CEPH_ID or admin); ls rados://POOL/JOB lists the job's checkpoints (of a\n"
+    "job that spans hosts, each with its parts: rados://POOL/JOB/part/HOST/chk-ID), and\n"
     "rewrite's DEST may be rados://POOL/JOB/NAME (a savepoint copied into RADOS;\n"
     "NAME not chk-ID). ls lists DIR's\n"
     "checkpoints, then its savepoints, as complete (unverified: its metadata\n"
@@ -241,6 +242,50 @@ static void list_savepoints(const char *dir, const snap_args *a, ioe_engine *e)
 
 /* ls of a job in RADOS: each checkpoint, complete (its metadata there) or
  * partial, and the one JOB/latest names. */
+/* The checkpoints of a job that spans hosts, each with its parts (a
+ * checkpoint each, read as any other); closes r. */
+static int ls_job(const snap_args *a, ckpt_rados *r, const char *job, uint64_t latest)
+{
+    uint64_t *ids = NULL;
+    size_t n = 0;
+    ckpt_job_record *rec = malloc(sizeof *rec);
+    int rc = rec ? ckpt_job_records(r, job, &ids, &n) : -ENOMEM;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        rc = ckpt_job_record_read(r, job, ids[i], rec);
+        if (rc == -ENOENT) {
+            rc = 0; /* removed meanwhile */
+            continue;
+        }
+        const char *st = ids[i] > latest ? "uncommitted" : "complete";
+        if (rc == 0 && a->json)
+            printf("{\"id\": %llu, \"state\": \"%s\", \"latest\": %s, \"parts\": [",
+                   (unsigned long long)ids[i], st, ids[i] == latest ? "true" : "false");
+        for (size_t k = 0; rc == 0 && k < rec->n; k++) {
+            char url[1024], workers[512];
+            snprintf(url, sizeof url, "%s/part/%s/chk-%llu", a->path[0], rec->parts[k].host,
+                     (unsigned long long)ids[i]);
+            ckpt_job_workers_format(&rec->parts[k].workers, workers, sizeof workers);
+            if (a->json) {
+                printf("%s{\"host\": ", k ? ", " : "");
+                tool_json_string(rec->parts[k].host);
+                printf(", \"workers\": \"%s\", \"parallelism\": %u, \"url\": ", workers,
+                       rec->parts[k].parallelism);
+                tool_json_string(url);
+                printf("}");
+            } else {
+                printf("%-10llu %-10s %s (workers %s of %u)%s\n", (unsigned long long)ids[i], st,
+                       url, workers, rec->parts[k].parallelism,
+                       ids[i] == latest ? " (latest)" : "");
+            }
+        }
+        if (rc == 0 && a->json) printf("]}\n");
+    }
+    ckpt_rados_close(r);
+    free(rec);
+    free(ids);
+    return rc ? tool_fail("snapshot ls", rc) : 0;
+}
+
 static int ls_rados(const snap_args *a)
 {
     ckpt_rados *r;
@@ -253,8 +298,10 @@ static int ls_rados(const snap_args *a)
         rc = shm_fail(-EINVAL, "%s: ls takes a job, not a checkpoint", a->path[0]);
     if (rc == 0) rc = ckpt_rados_checkpoints(r, job, &ids, &committed, &n);
     if (rc == 0 && (rc = ckpt_rados_latest(r, job, &latest)) == -ENOENT) rc = 0;
-    ckpt_rados_close(r);
-    if (rc) return tool_fail("snapshot ls", rc);
+    if (rc) {
+        ckpt_rados_close(r);
+        return tool_fail("snapshot ls", rc);
+    }
     if (!a->json) printf("%-10s %-10s %s\n", "id", "state", "url");
     for (size_t i = 0; i < n; i++) {
         const char *st = !committed[i] ? "partial" : ids[i] > latest ? "uncommitted" : "complete";
@@ -274,7 +321,7 @@ static int ls_rados(const snap_args *a)
     }
     free(ids);
     free(committed);
-    return 0;
+    return ls_job(a, r, job, latest);
 }
 
 static int cmd_ls(const snap_args *a, ioe_engine *e)

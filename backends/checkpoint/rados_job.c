@@ -277,21 +277,71 @@ int ckpt_job_verdict(ckpt_rados *r, const char *job, uint64_t id)
     return rc == -ENOENT ? 0 : rc;
 }
 
+int ckpt_job_record_read(ckpt_rados *r, const char *job, uint64_t id, ckpt_job_record *rec)
+{
+    char name[1024];
+    memset(rec, 0, sizeof *rec);
+    rec->id = id;
+    job_name(name, sizeof name, job, id, "");
+    return read_parts(r, name, rec);
+}
+
 int ckpt_job_latest(ckpt_rados *r, const char *job, uint64_t *id, ckpt_job_record *rec)
 {
     int rc = ckpt_rados_latest(r, job, id);
     if (rc || !rec) return rc;
-    char name[1024];
-    memset(rec, 0, sizeof *rec);
-    rec->id = *id;
-    job_name(name, sizeof name, job, *id, "");
-    rc = read_parts(r, name, rec);
+    rc = ckpt_job_record_read(r, job, *id, rec);
     if (rc == -ENOENT)
         return shm_fail(STASH_ECORRUPT,
-                        "rados://%s/%s: JOB/latest names a checkpoint without "
+                        "rados://%s/%s/job-%" PRIu64 ": JOB/latest names a checkpoint without "
                         "its record",
-                        ckpt_rados_pool(r), name);
+                        ckpt_rados_pool(r), job, *id);
     return rc;
+}
+
+typedef struct records {
+    const char *job;
+    uint64_t *ids;
+    size_t n, cap;
+} records;
+
+static int take_record(void *ctx, const char *name)
+{
+    records *c = ctx;
+    char *end;
+    uint64_t id = strtoull(name + strlen(c->job) + strlen("/job-"), &end, 10);
+    if (!id || *end) return 0; /* a note or an abort */
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? 2 * c->cap : 16;
+        uint64_t *ids = realloc(c->ids, cap * sizeof *ids);
+        if (!ids) return shm_fail(-ENOMEM, "out of memory");
+        c->ids = ids;
+        c->cap = cap;
+    }
+    c->ids[c->n++] = id;
+    return 0;
+}
+
+static int newest_first(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+int ckpt_job_records(ckpt_rados *r, const char *job, uint64_t **ids, size_t *n)
+{
+    char prefix[1024];
+    snprintf(prefix, sizeof prefix, "%s/job-", job);
+    records c = {job, NULL, 0, 0};
+    int rc = ckpt_rados_list(r, prefix, take_record, &c);
+    if (rc) {
+        free(c.ids);
+        return rc;
+    }
+    if (c.n) qsort(c.ids, c.n, sizeof *c.ids, newest_first);
+    *ids = c.ids;
+    *n = c.n;
+    return 0;
 }
 
 /* ---- retention ------------------------------------------------------------------ */

@@ -83,6 +83,10 @@ int ckpt_job_abort(ckpt_rados *r, const char *job, uint64_t id);
 int ckpt_job_verdict(ckpt_rados *r, const char *job, uint64_t id);
 /* The id JOB/latest names (-ENOENT: none yet) and, with rec, its record. */
 int ckpt_job_latest(ckpt_rados *r, const char *job, uint64_t *id, ckpt_job_record *rec);
+/* Reads the record of job checkpoint id into rec (-ENOENT: none). */
+int ckpt_job_record_read(ckpt_rados *r, const char *job, uint64_t id, ckpt_job_record *rec);
+/* The ids of the job's records in the pool, newest first (*ids: free it). */
+int ckpt_job_records(ckpt_rados *r, const char *job, uint64_t **ids, size_t *n);
 /* Keeps the newest keep committed job checkpoints at or below JOB/latest
  * and the parts they name; removes older records, aborted and undecided
  * ones below it, and every part below it that no kept record names. */
