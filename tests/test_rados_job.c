@@ -330,7 +330,9 @@ Test(rados_job, three_hosts_a_host_lost_and_the_leader_killed)
     snprintf(text, sizeof text, "workers %zu-%zu of lost host %s over", lost, lost,
              hosts[lost].name);
     size_t taker = await_logged(text);
-    cr_assert_neq(taker, lost);
+    /* The live host serving the fewest workers takes them, the first by
+     * name of those serving as few. */
+    cr_assert_eq(taker, lost == 0 ? 1u : 0u, "host %s took them", hosts[taker].name);
     move_workers(&jw, lost, taker, 1);
     for (uint32_t i = 0; i < 3; i++)
         if (i != lost) check_round(jw.w[i], i, 3, 2);
@@ -502,6 +504,7 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     snprintf(url, sizeof url, "workers %zu-%zu of lost host %s over", frozen, frozen,
              hosts[frozen].name);
     size_t taker = await_logged(url);
+    cr_assert_eq(taker, 0, "host %s took them, not a", hosts[taker].name);
     kill(hosts[frozen].pid, SIGCONT);
     await_logged("was taken for lost");
     stash_worker_close(w[frozen]);

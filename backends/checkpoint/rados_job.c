@@ -99,7 +99,7 @@ int ckpt_job_part_prefix(char *out, size_t cap, const char *job, const char *hos
 
 /* ---- text of notes and records ------------------------------------------------ */
 
-static void part_line(const ckpt_job_part *p, char *buf, size_t cap)
+void ckpt_job_part_format(const ckpt_job_part *p, char *buf, size_t cap)
 {
     char w[512];
     ckpt_job_workers_format(&p->workers, w, sizeof w);
@@ -116,6 +116,18 @@ static int parse_part(const char *line, ckpt_job_part *p, const char *what)
         return shm_fail(STASH_ECORRUPT, "%s: not a part: '%.80s'", what, line);
     memcpy(p->host, host, strlen(host) + 1); /* checked: at most CKPT_JOB_HOST_MAX */
     return 0;
+}
+
+int ckpt_job_part_read(ckpt_rados *r, const char *name, ckpt_job_part *p)
+{
+    char text[700], what[1300];
+    snprintf(what, sizeof what, "rados://%.128s/%.1023s", ckpt_rados_pool(r), name);
+    int rc = ckpt_rados_pointer(r, name, text, sizeof text);
+    if (rc) return rc;
+    char *nl = strchr(text, '\n');
+    if (!nl || nl[1]) return shm_fail(STASH_ECORRUPT, "%s: not one line: '%.80s'", what, text);
+    *nl = 0;
+    return parse_part(text, p, what);
 }
 
 /* Reads the record (or note) object name into rec (appending its parts). */
@@ -175,7 +187,7 @@ int ckpt_job_note(ckpt_rados *r, const char *job, uint64_t id, const ckpt_job_pa
     char name[1024], suffix[96], line[700];
     snprintf(suffix, sizeof suffix, ".part.%s", part->host);
     job_name(name, sizeof name, job, id, suffix);
-    part_line(part, line, sizeof line);
+    ckpt_job_part_format(part, line, sizeof line);
     return ckpt_rados_swap(r, name, NULL, line);
 }
 
@@ -236,7 +248,7 @@ int ckpt_job_commit(ckpt_rados *r, const char *job, const ckpt_job_record *rec, 
     if (!text) return shm_fail(-ENOMEM, "out of memory");
     size_t len = 0;
     for (size_t i = 0; i < rec->n && len < RECORD_MAX; i++) {
-        part_line(&rec->parts[i], text + len, RECORD_MAX - len);
+        ckpt_job_part_format(&rec->parts[i], text + len, RECORD_MAX - len);
         len += strlen(text + len);
     }
     job_name(name, sizeof name, job, rec->id, "");
@@ -352,7 +364,7 @@ typedef struct sweep {
     const ckpt_job_record *kept;
     size_t nkept;
     char **gone; /* metadata objects first, then the rest */
-    size_t n, cap, first_rest;
+    size_t n, cap;
     int rc;
 } sweep;
 
@@ -419,24 +431,23 @@ int ckpt_job_retain(ckpt_rados *r, const char *job, unsigned keep)
     if (!kept) return shm_fail(-ENOMEM, "out of memory");
     size_t nkept = 0;
     /* The newest keep committed ones: records at or below latest. */
-    char name[1024];
-    for (uint64_t id = latest; rc == 0 && id > 0 && nkept < keep; id--) {
-        job_name(name, sizeof name, job, id, "");
-        kept[nkept] = (ckpt_job_record){.id = id};
-        rc = read_parts(r, name, &kept[nkept]);
+    uint64_t *ids = NULL;
+    size_t n = 0;
+    rc = ckpt_job_records(r, job, &ids, &n);
+    for (size_t i = 0; rc == 0 && i < n && nkept < keep; i++) {
+        if (ids[i] > latest) continue;
+        rc = ckpt_job_record_read(r, job, ids[i], &kept[nkept]);
         if (rc == 0) nkept++;
-        if (rc == -ENOENT) rc = 0;
-        if (latest - id > 4096) break; /* older ids are far behind: gone already */
+        if (rc == -ENOENT) rc = 0; /* removed meanwhile */
     }
+    free(ids);
     char prefix[1024];
     snprintf(prefix, sizeof prefix, "%s/", job);
-    sweep s = {job, latest, kept, nkept, NULL, 0, 0, 0, 0};
+    sweep s = {job, latest, kept, nkept, NULL, 0, 0, 0};
     if (rc == 0) rc = ckpt_rados_list(r, prefix, take_gone, &s);
     /* Each part's metadata first: a part half removed is one no longer. */
-    for (size_t i = 0; rc == 0 && i < s.n; i++) {
-        const char *md = strstr(s.gone[i], "/_metadata.");
-        if (md) rc = ckpt_rados_remove(r, s.gone[i]);
-    }
+    for (size_t i = 0; rc == 0 && i < s.n; i++)
+        if (strstr(s.gone[i], "/_metadata.")) rc = ckpt_rados_remove(r, s.gone[i]);
     for (size_t i = 0; rc == 0 && i < s.n; i++)
         if (!strstr(s.gone[i], "/_metadata.")) rc = ckpt_rados_remove(r, s.gone[i]);
     for (size_t i = 0; i < s.n; i++) free(s.gone[i]);

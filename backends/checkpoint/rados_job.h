@@ -50,6 +50,12 @@ typedef struct ckpt_job_record {
     ckpt_job_part parts[CKPT_JOB_HOSTS];
 } ckpt_job_record;
 
+/* A part's line, "HOST P MAXP WORKERS\n" (a note's, a member's), into buf. */
+void ckpt_job_part_format(const ckpt_job_part *p, char *buf, size_t cap);
+/* Reads the one-line object name (a member of the job) into *p. Returns 0,
+ * -ENOENT, STASH_ECORRUPT naming it, or an error naming it. */
+int ckpt_job_part_read(ckpt_rados *r, const char *name, ckpt_job_part *p);
+
 /* Whether name is a host's name: 1 to CKPT_JOB_HOST_MAX bytes of letters,
  * digits, '.', '_' and '-'. */
 bool ckpt_job_host_ok(const char *name);

@@ -76,12 +76,13 @@ __attribute__((format(printf, 4, 5))) static void say(svc_job *j, stash_log_leve
     j->o.log(j->o.log_ctx, level, subject, msg);
 }
 
-static void member_line(const char *host, uint32_t p, uint32_t maxp, const ckpt_job_workers *w,
-                        char *buf, size_t cap)
+/* This host serving workers w, as its member object and notes say. */
+static ckpt_job_part self_part(const svc_job *j, const ckpt_job_workers *w)
 {
-    char ws[512];
-    ckpt_job_workers_format(w, ws, sizeof ws);
-    snprintf(buf, cap, "%s %" PRIu32 " %" PRIu32 " %s\n", host, p, maxp, ws);
+    ckpt_job_part part = {
+        .parallelism = j->o.parallelism, .max_parallelism = j->o.max_parallelism, .workers = *w};
+    memcpy(part.host, j->host, sizeof part.host);
+    return part;
 }
 
 static uint32_t lease_ms(const svc_job *j)
@@ -199,21 +200,11 @@ static int take_member(void *ctx, const char *name)
     member *m = &ms->v[ms->n];
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", name);
-    char text[700], what[1300];
-    snprintf(what, sizeof what, "rados://%.128s/%.1023s", ckpt_rados_pool(ms->j->o.rados), name);
-    int rc = ckpt_rados_pointer(ms->j->o.rados, name, text, sizeof text);
-    if (rc == -ENOENT) return 0; /* removed meanwhile */
-    char *nl = rc == 0 ? strchr(text, '\n') : NULL;
-    if (nl) *nl = 0;
-    if (rc == 0) {
-        char host[CKPT_JOB_HOST_MAX + 2], ws[512];
-        if (sscanf(text, "%64s %" SCNu32 " %" SCNu32 " %511s", host, &m->m.parallelism,
-                   &m->m.max_parallelism, ws) != 4 ||
-            !ckpt_job_host_ok(host) || ckpt_job_workers_parse(ws, &m->m.workers) < 0) {
-            say(ms->j, STASH_LOG_WARN, "job", "%s: not a member: '%.80s'", what, text);
-            return 0;
-        }
-        memcpy(m->m.host, host, strlen(host) + 1); /* checked: at most CKPT_JOB_HOST_MAX */
+    int rc = ckpt_job_part_read(ms->j->o.rados, name, &m->m);
+    if (rc == -ENOENT) return 0; /* removed meanwhile, or only its lease is left */
+    if (rc == STASH_ECORRUPT) {
+        say(ms->j, STASH_LOG_WARN, "job", "%s", stash_errmsg());
+        return 0;
     }
     if (rc < 0) return rc;
     if (strcmp(m->m.host, ms->j->host) == 0)
@@ -530,9 +521,9 @@ int job_part_done(svc_job *j, uint64_t id)
     if (atomic_load(&j->fenced))
         return shm_fail(-ECANCELED, "host %s was taken for lost: its workers are served elsewhere",
                         j->host);
-    ckpt_job_part part = {.parallelism = j->o.parallelism, .max_parallelism = j->o.max_parallelism};
-    snprintf(part.host, sizeof part.host, "%s", j->host);
-    job_workers(j, &part.workers);
+    ckpt_job_workers w;
+    job_workers(j, &w);
+    ckpt_job_part part = self_part(j, &w);
     int rc = ckpt_job_note(j->o.rados, j->job, id, &part);
     if (rc) return rc;
     notify(j, "part %" PRIu64 " %s", id, j->host);
@@ -598,7 +589,8 @@ int job_takeover_done(svc_job *j, const char *lost, const ckpt_job_workers *work
     pthread_mutex_unlock(&j->mu);
     char value[700], name[1100];
     if (rc == 0) {
-        member_line(j->host, j->o.parallelism, j->o.max_parallelism, &w, value, sizeof value);
+        ckpt_job_part self = self_part(j, &w);
+        ckpt_job_part_format(&self, value, sizeof value);
         rc = ckpt_rados_set(j->o.rados, j->member, value);
     }
     if (rc) return rc;
@@ -639,7 +631,8 @@ static int check_join(svc_job *j)
 static int join(svc_job *j)
 {
     char value[700];
-    member_line(j->host, j->o.parallelism, j->o.max_parallelism, &j->workers, value, sizeof value);
+    ckpt_job_part self = self_part(j, &j->workers);
+    ckpt_job_part_format(&self, value, sizeof value);
     int rc = ckpt_rados_lock(j->o.rados, j->member, j->host, lease_ms(j));
     if (rc == -EBUSY)
         return shm_fail(-EBUSY,
