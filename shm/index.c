@@ -279,9 +279,11 @@ static bool free_slot(const stash_arena *a, const shm_table *t, uint32_t h, shm_
 }
 
 /* Fills free slot i of g of the current index with the entry of hash h at
- * r: the reference before the tag, which readers match first. */
-static void slot_fill(shm_table *t, shm_group *g, unsigned i, uint32_t h, shm_ref r)
+ * r: the reference before the tag, which readers match first; kept: the
+ * entry has versions for the prune sweep. */
+static void slot_fill(shm_table *t, shm_group *g, unsigned i, uint32_t h, shm_ref r, bool kept)
 {
+    shm_group_keep(g, i, kept);
     bool was_empty = atomic_load_explicit(&g->tag[i], memory_order_relaxed) == SHM_SLOT_EMPTY;
     atomic_store_explicit(&g->ref[i], r, memory_order_relaxed);
     atomic_store_explicit(&g->tag[i], shm_slot_tag(h), memory_order_release);
@@ -291,11 +293,11 @@ static void slot_fill(shm_table *t, shm_group *g, unsigned i, uint32_t h, shm_re
 }
 
 /* Puts (h, r) into a free slot of the current index (growth sized it to have one). */
-static void insert_slot(stash_arena *a, shm_table *t, uint32_t h, shm_ref r)
+static void insert_slot(stash_arena *a, shm_table *t, uint32_t h, shm_ref r, bool kept)
 {
     shm_group *g;
     unsigned i;
-    if (free_slot(a, t, h, &g, &i)) slot_fill(t, g, i, h, r);
+    if (free_slot(a, t, h, &g, &i)) slot_fill(t, g, i, h, r, kept);
 }
 
 /* Whether the current index holds reference r under hash h. */
@@ -330,7 +332,8 @@ static void move_group(stash_arena *a, shm_table *t, bool recovering)
         if (recs[i]) {
             uint32_t h = shm_rec_hash(recs[i]);
             shm_ref r = atomic_load(&g->ref[i]);
-            if (!(recovering && index_holds(a, t, h, r))) insert_slot(a, t, h, r);
+            if (!(recovering && index_holds(a, t, h, r)))
+                insert_slot(a, t, h, r, shm_group_kept(g, i));
             t->old_left--;
         }
         if (atomic_load(&g->tag[i]) != SHM_SLOT_EMPTY) atomic_store(&g->tag[i], SHM_SLOT_DELETED);
@@ -467,13 +470,14 @@ int shm_index_insert(stash_arena *a, const shm_lookup *l, shm_cursor *c, shm_ref
                             a->path, l->kg);
         c->in_old = false;
     }
-    slot_fill(t, c->group, c->slot, l->hash, ref);
+    slot_fill(t, c->group, c->slot, l->hash, ref, false);
     t->heads++;
     return 0;
 }
 
 void shm_index_clear(shm_table *t, const shm_cursor *c)
 {
+    shm_group_keep(c->group, c->slot, false);
     atomic_store_explicit(&c->group->tag[c->slot], SHM_SLOT_DELETED, memory_order_release);
     atomic_store_explicit(&c->group->ref[c->slot], 0, memory_order_release);
     t->heads--;
@@ -563,15 +567,18 @@ void shm_index_recover(stash_arena *a, uint32_t kg)
     atomic_store(&t->moving, 0);
     if (!atomic_load(&t->index)) return;
     /* A delete stores DELETED before clearing the reference, an insert its
-     * reference before its tag. */
+     * reference before its tag. Which slots keep versions is not known
+     * after a crash: the next sweep reads them all. */
     index_part po, pc;
     owner_parts(a, t, &po, &pc);
     const index_part *parts[2] = {&po, &pc};
     for (int p = 0; p < 2; p++)
-        for (uint32_t g = parts[p]->from; g < parts[p]->n; g++)
+        for (uint32_t g = parts[p]->from; g < parts[p]->n; g++) {
+            atomic_store(&parts[p]->g[g].kept, (1u << SHM_GROUP_SLOTS) - 1);
             for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++)
                 if (atomic_load(&parts[p]->g[g].tag[i]) < 2)
                     atomic_store(&parts[p]->g[g].ref[i], 0);
+        }
     if (atomic_load(&t->shape_seq) & 1) atomic_fetch_add(&t->shape_seq, 1);
     set_grow_at(t);
     recount(a, kg);

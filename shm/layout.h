@@ -28,7 +28,7 @@
 typedef uint64_t shm_off;
 
 #define SHM_MAGIC "STASHARN"
-#define SHM_LAYOUT_VERSION 7u
+#define SHM_LAYOUT_VERSION 8u
 #define SHM_INIT_MARK 0x54494e49u /* "INIT": written last by the creator */
 #define SHM_HEADER_SIZE 4096u
 #define SHM_SPAN_SHIFT 12u
@@ -209,13 +209,15 @@ _Static_assert(sizeof(shm_rec) == 20, "a record header is 20 bytes");
  * line: ten slots, each a 16-bit tag (the high half of an entry's lookup
  * hash; or EMPTY, or DELETED: a slot that held an entry, which probes go
  * past) and the reference of the entry's newest version. Tags are at least
- * 2. The tags come first, so that two 16-byte loads compare them all. */
+ * 2. The tags come first, so that two 16-byte loads compare them all. The
+ * last word marks the slots whose entry keeps an older version or is a
+ * tombstone: the only ones the prune sweep reads the record of. */
 #define SHM_GROUP_SLOTS 10u
 enum { SHM_SLOT_EMPTY = 0u, SHM_SLOT_DELETED = 1u };
 typedef struct shm_group {
     _Atomic uint16_t tag[SHM_GROUP_SLOTS];
     _Atomic shm_ref ref[SHM_GROUP_SLOTS];
-    uint32_t pad; /* to a whole line */
+    _Atomic uint32_t kept; /* bit i: slot i has versions to prune (the owner's) */
 } shm_group;
 _Static_assert(sizeof(shm_group) == 64, "a group is a cache line");
 

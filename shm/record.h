@@ -266,6 +266,19 @@ static inline void shm_rec_fetch(const shm_rec *r, uint32_t span)
     if (end > 128) __builtin_prefetch((const char *)r + 128);
 }
 /* The record of slot i of g whose tag matched, fetched whole. */
+/* Owner: marks slot i of g as one the prune sweep must read (on), or not. */
+static inline void shm_group_keep(shm_group *g, unsigned i, bool on)
+{
+    uint32_t m = atomic_load_explicit(&g->kept, memory_order_relaxed);
+    m = on ? m | 1u << i : m & ~(1u << i);
+    atomic_store_explicit(&g->kept, m, memory_order_relaxed);
+}
+
+static inline bool shm_group_kept(const shm_group *g, unsigned i)
+{
+    return atomic_load_explicit(&g->kept, memory_order_relaxed) >> i & 1u;
+}
+
 static inline shm_rec *shm_group_rec(const stash_arena *a, const shm_group *g, unsigned i)
 {
     shm_rec *r = shm_rec_at(a, atomic_load_explicit(&g->ref[i], memory_order_acquire));

@@ -194,11 +194,15 @@ static void sweep_step(stash_arena *a, uint32_t kg, uint32_t budget)
             t->sweep_pos = UINT32_MAX;
             return;
         }
-        if (!c.rec) continue;
+        /* Only marked slots: the others' records are not read at all. */
+        if (!c.rec || !shm_group_kept(c.group, c.slot)) continue;
         prune_versions(a, kg, c.rec);
-        if ((c.rec->flags & SHM_REC_TOMBSTONE) && !shm_rec_older(a, c.rec)) {
+        bool older = shm_rec_older(a, c.rec) != 0;
+        if ((c.rec->flags & SHM_REC_TOMBSTONE) && !older) {
             shm_index_clear(t, &c);
             retire_rec(a, kg, c.rec);
+        } else if (!older && !(c.rec->flags & SHM_REC_TOMBSTONE)) {
+            shm_group_keep(c.group, c.slot, false);
         }
     }
 }
@@ -289,11 +293,10 @@ int shm_table_publish(stash_arena *a, const shm_lookup *l, shm_cursor *c, shm_re
                             "record and its publication",
                             a->path, l->kg);
         bool keep = old->version <= pin;
-        if (linked)
-            atomic_store_explicit(shm_rec_link(a, rec),
-                                  keep ? shm_ref_of(shm_off_of(a, old)) : shm_rec_older(a, old),
-                                  memory_order_relaxed);
+        shm_ref older = !linked ? 0 : keep ? shm_ref_of(shm_off_of(a, old)) : shm_rec_older(a, old);
+        if (linked) atomic_store_explicit(shm_rec_link(a, rec), older, memory_order_relaxed);
         atomic_store_explicit(&c->group->ref[c->slot], ref, memory_order_release);
+        shm_group_keep(c->group, c->slot, older || (rec->flags & SHM_REC_TOMBSTONE));
         if (old->flags & SHM_REC_TOMBSTONE) count_add(t, 1);
         /* Unlinked, rec keeps nothing: nothing is pinned, so old and what it
          * kept go. */

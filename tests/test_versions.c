@@ -135,6 +135,35 @@ Test(versions, writes_after_a_pin_copy_and_unpinning_frees_the_copies)
     cr_assert_leq(used_bytes(), before + before / 10, "kept versions are given back");
 }
 
+/* The prune sweep reads only the slots marked as keeping versions: the
+ * marks move with their entries when the index grows, and after the last
+ * unpin no version is left behind and no tombstone stays. */
+Test(versions, versions_kept_across_growth_are_pruned_after_the_unpin)
+{
+    for (uint32_t k = 0; k < 2000; k++) put(k, k);
+    uint32_t pins[8];
+    pin_all(pins);
+    for (uint32_t k = 0; k < 2000; k++) put(k, k + 1);
+    for (uint32_t k = 1; k < 2000; k += 3) {
+        key_in(w, k);
+        stash_value_put(s, NULL, 0);
+    }
+    uint32_t log2_before = atomic_load(&arena->tables[0].log2);
+    for (uint32_t k = 2000; k < 40000; k++) put(k, k);
+    cr_assert_gt(atomic_load(&arena->tables[0].log2), log2_before, "the index grew under the pin");
+    unpin_and_settle(pins);
+    uint64_t entries = 0;
+    for (uint32_t kg = 0; kg < 8; kg++) {
+        uint32_t pos = 0;
+        for (shm_rec *r; (r = shm_table_next(arena, kg, &pos, NULL)); entries++) {
+            cr_assert_eq(shm_rec_older(arena, r), 0, "no old version is kept once nobody pins it");
+            cr_assert_not(r->flags & SHM_REC_TOMBSTONE, "no tombstone stays once nobody pins it");
+        }
+    }
+    cr_assert_eq(entries, 40000 - 667, "every entry but the deleted ones");
+    cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
+}
+
 /* Under a pin, the first write copies the record, which keeps its link to
  * the pinned version in the last bytes of its block: values rewritten in
  * place after it, longer and longer up to the room the block has, must
