@@ -84,6 +84,16 @@ void bench_progress(const bench_opts *o, const char *fmt, ...)
 bench_result bench_spread(bench_result r, double *v, int n);
 /* Monotonic nanoseconds. */
 uint64_t bench_now_ns(void);
+/* What the machine's processors did up to a moment: their busy time and
+ * that of the bench's own processes, in nanoseconds. */
+typedef struct bench_cpu_mark {
+    uint64_t at_ns, busy_ns, own_ns;
+} bench_cpu_mark;
+/* Takes a mark, the processes pids[0 .. n-1] counted as the bench's own. */
+void bench_cpu_mark_take(bench_cpu_mark *m, const int *pids, int n);
+/* The processors other processes kept busy between two marks, on average
+ * (0.5: half a core). */
+double bench_cpu_others(const bench_cpu_mark *from, const bench_cpu_mark *to);
 /* Latency percentile (0..1) in microseconds from n samples in ns (reorders them). */
 double bench_percentile_us(uint64_t *ns, uint64_t n, double p);
 /* Reports stash's pauses ns[0 .. n-1] as case name of bench: their median

@@ -26,6 +26,7 @@
 
 #define VALUE_BYTES 100u
 #define MAX_REPS 100
+#define OTHERS_BUSY 0.25 /* cores other processes may take before the second is not free */
 
 typedef struct ckb {
     bench_opts o;
@@ -548,11 +549,18 @@ static void *sample_ops(void *arg)
     return NULL;
 }
 
-static uint64_t ops_during(shared_run *run, uint64_t ns)
+/* The worker's operations over ns, and in *others the processors other
+ * processes than the bench's own (self and worker) kept busy meanwhile. */
+static uint64_t ops_during(shared_run *run, uint64_t ns, const int pids[2], double *others)
 {
+    bench_cpu_mark m0, m1;
+    bench_cpu_mark_take(&m0, pids, 2);
     uint64_t before = atomic_load(&run->ops), t0 = bench_now_ns();
     while (bench_now_ns() - t0 < ns) usleep(1000);
-    return atomic_load(&run->ops) - before;
+    uint64_t n = atomic_load(&run->ops) - before;
+    bench_cpu_mark_take(&m1, pids, 2);
+    if (others) *others = bench_cpu_others(&m0, &m1);
+    return n;
 }
 
 /* Redis BGSAVE on the same keys under the same YCSB A operations: what its
@@ -632,7 +640,9 @@ static int under_load_case(ckb *b)
     /* Two serializing threads, as the engine runs them. */
     if (rc == 0 && shm_reader_join(a, &slot2) < 0) slot2 = 0;
     while (rc == 0 && atomic_load(&run->ops) < nops / 4) usleep(1000);
-    double with[MAX_REPS], without[MAX_REPS], extra[MAX_REPS];
+    double with[MAX_REPS], without[MAX_REPS], extra[MAX_REPS], busy_with[MAX_REPS],
+        busy_without[MAX_REPS];
+    const int pids[2] = {(int)getpid(), (int)pid};
     uint64_t state_bytes = a ? arena_used_bytes(a) : 0;
     bench_series *plot = bench_plotting() ? calloc(1, sizeof *plot) : NULL;
     sampler sm = {.run = run, .series = plot};
@@ -642,13 +652,16 @@ static int under_load_case(ckb *b)
         bool sampling = r == 0 && plot && pthread_create(&sm.thread, NULL, sample_ops, &sm) == 0;
         /* The same worker without a checkpoint, just before one. */
         uint64_t window = b->o.quick ? 100000000ull : 300000000ull;
-        without[r] = (double)ops_during(run, window) / ((double)window / 1e9);
+        without[r] =
+            (double)ops_during(run, window, pids, &busy_without[r]) / ((double)window / 1e9);
         uint64_t before = arena_used_bytes(a);
         atomic_store(&run->pinned, 0);
         if (sampling) plot->mark_ns[0] = bench_now_ns();
         atomic_store(&run->want, 1);
         while (!atomic_load(&run->pinned)) usleep(100);
         atomic_store(&run->want, 0);
+        bench_cpu_mark m0, m1;
+        bench_cpu_mark_take(&m0, pids, 2);
         uint64_t t0 = bench_now_ns(), ops0 = atomic_load(&run->ops);
         rc = ckpt_write(a, run->pins,
                         &(ckpt_opts){.dir = b->dir,
@@ -661,10 +674,12 @@ static int under_load_case(ckb *b)
                                      .serialized_ctx = &(pin_set){a, run->pins}},
                         NULL);
         uint64_t ns = bench_now_ns() - t0, done = atomic_load(&run->ops) - ops0;
+        bench_cpu_mark_take(&m1, pids, 2);
+        busy_with[r] = bench_cpu_others(&m0, &m1);
         extra[r] = (double)(arena_used_bytes(a) - before);
         if (sampling) {
             plot->mark_ns[1] = bench_now_ns();
-            ops_during(run, window);
+            ops_during(run, window, pids, NULL);
             atomic_store(&sm.stop, 1);
             pthread_join(sm.thread, NULL);
             bench_plot_series("ycsb-a-during-checkpoint", "stash", plot);
@@ -691,6 +706,14 @@ static int under_load_case(ckb *b)
     double mw = report_reps(b, "ycsb-a/during-checkpoint", "stash", with, "ops/s");
     double mo = report_reps(b, "ycsb-a/without", "stash", without, "ops/s");
     report(b, "ycsb-a/during-checkpoint", "during/without", mw / mo, "ratio");
+    /* Whether the second core was free for the engine: what other processes
+     * took of the machine's processors in the same windows. */
+    double bw = report_reps(b, "ycsb-a/during-checkpoint", "other-processes", busy_with, "cores");
+    double bo = report_reps(b, "ycsb-a/without", "other-processes", busy_without, "cores");
+    if ((bw > OTHERS_BUSY || bo > OTHERS_BUSY) && !b->o.json && !b->o.csv)
+        printf("# ycsb-a: the second core was not free: other processes took %.2f cores during "
+               "the checkpoints and %.2f without\n",
+               bw, bo);
     double me = report_reps(b, "extra-memory", "stash", extra, "bytes");
     report(b, "extra-memory", "extra/state", me / (double)state_bytes, "ratio");
     redis_bgsave_case(b, ops, nops, me, (double)state_bytes, plot);

@@ -5,6 +5,7 @@
  * percentiles, progress on a terminal.
  */
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -323,6 +324,56 @@ uint64_t bench_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The clock ticks of the first line of path after skip fields, summed over
+ * the fields whose bit is set in take (bit 0 the first after skip). */
+static uint64_t stat_ticks(const char *path, int skip, unsigned take)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    uint64_t n = 0;
+    if (!f) return 0;
+    if (fgets(line, sizeof line, f)) {
+        /* A process's name (its second field) may hold spaces: skip it whole. */
+        char *p = strrchr(line, ')');
+        p = p ? p + 1 : line;
+        for (int field = 0; *p; field++) {
+            char *end;
+            unsigned long long v = strtoull(p, &end, 10);
+            if (end == p) {
+                p++;
+                field--;
+                continue;
+            }
+            if (field >= skip && field - skip < 32 && (take >> (field - skip) & 1u)) n += v;
+            p = end;
+        }
+    }
+    fclose(f);
+    return n;
+}
+
+void bench_cpu_mark_take(bench_cpu_mark *m, const int *pids, int n)
+{
+    double tick_ns = 1e9 / (double)sysconf(_SC_CLK_TCK);
+    /* /proc/stat: "cpu user nice system idle iowait irq softirq steal ...". */
+    m->busy_ns = (uint64_t)((double)stat_ticks("/proc/stat", 0, 0xe7u) * tick_ns);
+    m->own_ns = 0;
+    for (int i = 0; i < n; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/stat", pids[i]);
+        /* After the name and state: ppid ... utime stime (fields 14 and 15). */
+        m->own_ns += (uint64_t)((double)stat_ticks(path, 10, 3u) * tick_ns);
+    }
+    m->at_ns = bench_now_ns();
+}
+
+double bench_cpu_others(const bench_cpu_mark *from, const bench_cpu_mark *to)
+{
+    double busy = (double)(to->busy_ns - from->busy_ns), own = (double)(to->own_ns - from->own_ns);
+    double ns = (double)(to->at_ns - from->at_ns);
+    return ns > 0 && busy > own ? (busy - own) / ns : 0;
 }
 
 double bench_report_pauses(const bench_opts *o, const char *bench, const char *name, uint64_t *ns,
