@@ -141,10 +141,31 @@ void shm_pool_give(stash_arena *a, uint64_t first)
     shm_lock_release(&h->pool_lock);
 }
 
-void shm_pool_prefault(stash_arena *a, uint64_t bytes)
+#define PREFAULT_CHUNK 256u /* spans a thread takes at a time: 1 MiB */
+
+void shm_prefault_init(shm_prefault *p, stash_arena *a, uint64_t bytes)
 {
     uint64_t bump = atomic_load(&a->hdr->pool_bump), left = a->hdr->nspans - bump;
     uint64_t n = (bytes + SHM_SPAN_SIZE - 1) >> SHM_SPAN_SHIFT;
-    if (n > left) n = left;
-    if (n) madvise(a->base + shm_span_off(a, bump), n << SHM_SPAN_SHIFT, MADV_POPULATE_WRITE);
+    p->base = a->base + shm_span_off(a, bump);
+    p->spans = n < left ? n : left;
+    atomic_init(&p->next, 0);
+}
+
+void shm_prefault_run(shm_prefault *p)
+{
+    for (;;) {
+        uint64_t first = atomic_fetch_add(&p->next, PREFAULT_CHUNK);
+        if (first >= p->spans) return;
+        uint64_t n = p->spans - first < PREFAULT_CHUNK ? p->spans - first : PREFAULT_CHUNK;
+        char *at = p->base + (first << SHM_SPAN_SHIFT);
+        madvise(at, n << SHM_SPAN_SHIFT, MADV_POPULATE_WRITE);
+        /* Under a hypervisor that maps a guest's pages on their first touch
+         * (shadow paging), populated pages still fault once each when first
+         * written: write each now. Adding zero changes nothing a worker may
+         * have written meanwhile into spans it took. */
+        for (uint64_t i = 0; i < n; i++)
+            atomic_fetch_add_explicit((_Atomic uint64_t *)(void *)(at + (i << SHM_SPAN_SHIFT)), 0,
+                                      memory_order_relaxed);
+    }
 }

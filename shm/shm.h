@@ -42,10 +42,18 @@ int shm_pool_take(stash_arena *a, uint64_t n, uint32_t kg, unsigned cls, uint64_
 void shm_pool_give(stash_arena *a, uint64_t first);
 /* Rebuilds the free lists from the descriptors (the lock's crash repair). */
 void shm_pool_rebuild(void *arena);
-/* Maps into this process, in one call, the first bytes of the spans not yet
- * cut (where a fresh arena's heaps grow), so that filling them takes no page
- * fault per page. Only a speed-up: does nothing where the kernel cannot. */
-void shm_pool_prefault(stash_arena *a, uint64_t bytes);
+/* Maps into this process the first bytes of the spans not yet cut (where a
+ * fresh arena's heaps grow), so that filling them takes no page fault per
+ * page; any number of threads may share the work, each calling
+ * shm_prefault_run on one shm_prefault. Only a speed-up: changes no byte,
+ * and does nothing where the kernel cannot. */
+typedef struct shm_prefault {
+    char *base;            /* the first span not yet cut */
+    uint64_t spans;        /* how many to map */
+    _Atomic uint64_t next; /* the next chunk of spans a thread takes */
+} shm_prefault;
+void shm_prefault_init(shm_prefault *p, stash_arena *a, uint64_t bytes);
+void shm_prefault_run(shm_prefault *p);
 
 /* ------------------------------------------------------------------------ */
 /* Per-key-group heaps (heap.c). Only the owner of kg may call alloc and free. */

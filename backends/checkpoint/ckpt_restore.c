@@ -111,21 +111,16 @@ static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, bool
 
 #define PREFAULT_MIN (4u << 20) /* fewer bytes are not worth a thread */
 
-typedef struct prefault {
-    stash_arena *a;
-    uint64_t bytes;
-} prefault;
-
 static void *prefault_main(void *arg)
 {
-    prefault *p = arg;
-    shm_pool_prefault(p->a, p->bytes);
+    shm_prefault_run(arg);
     return NULL;
 }
 
 /* Opens the checkpoint at path (checkpoint id, or 0 for whichever it is) for
  * a restore of range: while its data files are read, a second thread maps
- * the arena memory the records will fill, which the reading leaves idle. */
+ * the arena memory the records will fill, which the reading leaves idle,
+ * and the reading thread helps once its reads are in. */
 static int open_for_restore(stash_arena *a, const store *st, const char *path, uint64_t id,
                             stash_kg_range range, ioe_engine *e, ckpt_view *v)
 {
@@ -137,21 +132,26 @@ static int open_for_restore(stash_arena *a, const store *st, const char *path, u
         ckpt_view_close(v);
         return rc;
     }
-    prefault p = {a, 0};
+    uint64_t bytes = 0;
     for (uint32_t f = 0; f < v->nfiles; f++)
         for (uint32_t kg = range.first; kg <= range.last && kg < v->max_parallelism; kg++) {
             md_extent x;
             memcpy(&x, v->files[f].extents + kg * sizeof x, sizeof x);
-            p.bytes = x.size < (UINT64_MAX >> 2) - p.bytes ? p.bytes + x.size : UINT64_MAX >> 2;
+            bytes = x.size < (UINT64_MAX >> 2) - bytes ? bytes + x.size : UINT64_MAX >> 2;
         }
     /* A record takes more room in the arena than in the file: its header
      * and its index entry. */
-    p.bytes += p.bytes / 2;
+    bytes += bytes / 2;
+    shm_prefault p;
+    shm_prefault_init(&p, a, bytes);
     pthread_t t;
-    bool two = st->ops->in_arena && p.bytes >= PREFAULT_MIN &&
+    bool two = st->ops->in_arena && bytes >= PREFAULT_MIN &&
                pthread_create(&t, NULL, prefault_main, &p) == 0;
     rc = ckpt_view_load(v, e);
-    if (two) pthread_join(t, NULL);
+    if (two) {
+        if (rc == 0) shm_prefault_run(&p);
+        pthread_join(t, NULL);
+    }
     if (rc) ckpt_view_close(v);
     return rc;
 }
