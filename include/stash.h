@@ -742,6 +742,11 @@ typedef struct stash_service_opts {
                               instead of the newest complete checkpoint of dir */
     int start_empty;       /* a new arena starts empty even when dir holds checkpoints none of
                               which restores (without it the start fails, naming each one) */
+    int lazy_restore;      /* a new arena (heap backend) serves at once: each key group is
+                              restored when first touched (its toucher waits for it alone)
+                              or when a background pass reaches it; a checkpoint first
+                              brings the rest. A damaged block then fails its key group
+                              (STASH_ECORRUPT for whoever touches it) instead of the start */
     /* one line per event: local date, time with milliseconds, level,
      * subject and message ("2026-12-04 10:15:02.345 INFO checkpoint 12:
      * complete: ..."); NULL: none */

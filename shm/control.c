@@ -28,10 +28,15 @@ int shm_futex_wait(_Atomic uint32_t *word, uint32_t seen, uint64_t timeout_ns)
     return rc < 0 && errno == ETIMEDOUT ? -ETIMEDOUT : 0;
 }
 
+void shm_futex_wake_as_is(_Atomic uint32_t *word)
+{
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
 void shm_futex_wake(_Atomic uint32_t *word)
 {
     atomic_fetch_add(word, 1);
-    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    shm_futex_wake_as_is(word);
 }
 
 bool shm_service_alive(const stash_arena *a, int32_t *pid)

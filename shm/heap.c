@@ -228,6 +228,12 @@ void shm_heap_adopt(stash_arena *a, stash_kg_range range, shm_kg_recover_fn *rec
     if (dirty) recover_range(a, range);
 }
 
+int shm_heap_recover(stash_arena *a, uint32_t kg, shm_kg_recover_fn *recover_kg)
+{
+    recover_kg(a, kg);
+    return recover_range(a, (stash_kg_range){kg, kg});
+}
+
 void shm_heap_release(stash_arena *a, stash_kg_range range)
 {
     for (uint32_t kg = range.first; kg <= range.last; kg++)

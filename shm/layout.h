@@ -184,6 +184,8 @@ _Static_assert(sizeof(shm_slot) == 64, "a slot is a cache line");
 typedef uint32_t shm_ref;
 #define SHM_MAX_ARENA_SIZE (64ull << 30)
 
+enum { SHM_LAZY_PENDING = 1u, SHM_LAZY_FAILED = 2u, SHM_LAZY_CLAIMED = 1u << 31 };
+
 /* A keyed record: one version of the entry of (state, key, namespace) in a
  * key group's table. The owner writes it; readers in any process read it.
  * Its lookup hash lives in the table's index, not here. A record made while
@@ -273,6 +275,10 @@ typedef struct shm_table {
      * with it), else 1 + the reader slot of the process that will release it. */
     _Atomic uint32_t pin_holders;
     _Atomic uint32_t cut; /* the version cut for the checkpoint being taken (control.c), 0 none */
+    /* A lazy restore (control block's lazy_*): 0 the key group is here;
+     * SHM_LAZY_PENDING still in the checkpoint; SHM_LAZY_FAILED its blocks
+     * did not restore; else SHM_LAZY_CLAIMED | the thread restoring it. */
+    _Atomic uint32_t lazy;
     _Atomic shm_off growing;       /* the index a growth is switching to */
     _Atomic uint32_t growing_log2; /* its groups */
     uint32_t moves_held;           /* moves put off for walkers */
@@ -374,17 +380,19 @@ typedef struct shm_control {
     _Atomic uint64_t restored_at_ns;   /* when it ended, ns since the epoch */
     _Atomic uint64_t restored_records; /* records it restored */
     _Atomic uint32_t io_backend;       /* the engine's I/O backend (IOE_URING, IOE_THREADS) */
-    uint32_t pad;
-    _Atomic uint64_t io_written; /* bytes the engine wrote */
-    _Atomic uint64_t io_read;    /* and read */
-    _Atomic uint64_t io_errors;  /* requests that failed */
+    _Atomic uint32_t lazy_left;        /* a lazy restore: key groups not restored yet, 0 none */
+    char lazy_path[SHM_CTL_DETAIL];    /* the checkpoint they come from */
+    _Atomic uint64_t lazy_started_ns;  /* when the lazy restore began, ns since the epoch */
+    _Atomic uint64_t io_written;       /* bytes the engine wrote */
+    _Atomic uint64_t io_read;          /* and read */
+    _Atomic uint64_t io_errors;        /* requests that failed */
     shm_ctl_result history[SHM_CTL_HISTORY];
     shm_ctl_worker workers[STASH_MAX_WORKERS];
 } shm_control;
 
 /* The sizes docs/architecture.md's table of the arena's layout gives. */
 _Static_assert(sizeof(shm_kg_heap) == 736 && sizeof(shm_table) == 768 &&
-                   sizeof(shm_catalog_entry) == 104 && sizeof(shm_control) == 199616,
+                   sizeof(shm_catalog_entry) == 104 && sizeof(shm_control) == 199872,
                "the arena's layout as docs/architecture.md gives it");
 
 /* A process's handle on a mapped arena. */

@@ -90,6 +90,10 @@ int shm_heap_measure(stash_arena *a, stash_kg_range range, uint64_t *used, uint6
  * stays counted as used), and marks the caller as their owner. */
 typedef void shm_kg_recover_fn(stash_arena *a, uint32_t kg);
 void shm_heap_adopt(stash_arena *a, stash_kg_range range, shm_kg_recover_fn *recover_kg);
+/* Key group kg after a process that wrote it (not its owner) died: what
+ * it was in the middle of finished or undone (recover_kg), and the heap's
+ * counters recounted. */
+int shm_heap_recover(stash_arena *a, uint32_t kg, shm_kg_recover_fn *recover_kg);
 /* Marks the key groups of range as left cleanly. */
 void shm_heap_release(stash_arena *a, stash_kg_range range);
 
@@ -157,6 +161,8 @@ void shm_control_init(stash_arena *a);
 int shm_futex_wait(_Atomic uint32_t *word, uint32_t seen, uint64_t timeout_ns);
 /* Bumps *word and wakes every process sleeping on it. */
 void shm_futex_wake(_Atomic uint32_t *word);
+/* Wakes every process sleeping on word, which the caller changed itself. */
+void shm_futex_wake_as_is(_Atomic uint32_t *word);
 /* Whether a live engine serves the arena; its pid in *pid if so. */
 bool shm_service_alive(const stash_arena *a, int32_t *pid);
 /* Copies len bytes into a new run of spans owned by the control block (any

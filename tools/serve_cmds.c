@@ -170,7 +170,7 @@ int tool_serve(int argc, char **argv)
         "                        [--incremental] [--full-every M] [--lz4] [--memory-cap SIZE]\n"
         "                        [--backend heap|lmdb] [--lmdb-dir DIR] [--path FILE]\n"
         "                        [--size SIZE] [--max-parallelism N] [--restore CHECKPOINT]\n"
-        "                        [--start-empty] [--log-format text|json]\n"
+        "                        [--start-empty] [--lazy-restore] [--log-format text|json]\n"
         "                        [--metrics ADDR:PORT] [--config FILE] [--pool P]\n"
         "                        [--ceph-conf FILE] [--ceph-id ID] [--job JOB]\n"
         "                        [--ceph-timeout DURATION]\n"
@@ -182,8 +182,12 @@ int tool_serve(int argc, char **argv)
         "/var/tmp/stash.NAME.lmdb by default) and restored from the newest complete\n"
         "checkpoint in DIR if there is one (or from the checkpoint or savepoint directory\n"
         "CHECKPOINT with --restore); if DIR holds checkpoints none of which can be used, it\n"
-        "refuses to start, naming each, unless --start-empty. DIR must be writable: a\n"
-        "directory of this user that no other user may write.\n"
+        "refuses to start, naming each, unless --start-empty. With --lazy-restore (heap\n"
+        "backend) a new arena serves at once: each key group is restored when first\n"
+        "touched (whoever touches it waits for that one alone) or when a background pass\n"
+        "reaches it, and a checkpoint first brings the rest; a damaged block then fails\n"
+        "its key group, not the start. DIR must be writable: a directory of this user\n"
+        "that no other user may write.\n"
         "Checkpoints go to DIR (fs, required) or /dev/shm/stash.NAME.checkpoints (memory,\n"
         "each at most SIZE of --memory-cap, 5M by default) or to the RADOS pool P of a\n"
         "Ceph cluster (rados: as objects JOB/chk-ID/..., JOB the arena's name unless\n"
@@ -246,6 +250,9 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
             takes = false;
         } else if (strcmp(a, "--start-empty") == 0) {
             o.start_empty = 1;
+            takes = false;
+        } else if (strcmp(a, "--lazy-restore") == 0) {
+            o.lazy_restore = 1;
             takes = false;
         } else if (a[0] != '-' && !name) {
             name = a;

@@ -54,7 +54,11 @@ int ckpt_drain(ioe_engine *e, unsigned keep, int rc)
     return rc;
 }
 
-static int read_whole(ioe_engine *e, const char *path, size_t limit, uint8_t **out, size_t *len)
+/* Reads bytes from .. to of the file at path into *out (malloc'd), the file
+ * offset of its first byte in *at; to 0: the whole file, which must not be
+ * longer than limit. */
+static int read_span(ioe_engine *e, const char *path, uint64_t from, uint64_t to, size_t limit,
+                     uint8_t **out, size_t *len, uint64_t *at)
 {
     ioe_file *f;
     /* Non-blocking: a FIFO in a file's place must not hang the open. */
@@ -69,13 +73,20 @@ static int read_whole(ioe_engine *e, const char *path, size_t limit, uint8_t **o
         return shm_fail(STASH_ECORRUPT, "%s: not a regular file", path);
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    if ((uint64_t)st.st_size > limit) {
+    if (!to && (uint64_t)st.st_size > limit) {
         ioe_file_close(f);
         return shm_fail(STASH_ECORRUPT, "%s: %lld bytes, more than the %zu its metadata names",
                         path, (long long)st.st_size, limit);
     }
-    *len = (size_t)st.st_size;
+    if (to && (uint64_t)st.st_size < to) {
+        ioe_file_close(f);
+        return shm_fail(STASH_ECORRUPT, "%s: %lld bytes, but its metadata names blocks up to %llu",
+                        path, (long long)st.st_size, (unsigned long long)to);
+    }
     /* Direct reads go whole aligned blocks at a time: the last one past the end. */
+    uint64_t base = to ? from / al.offset * al.offset : 0;
+    *at = base;
+    *len = (size_t)((to ? to : (uint64_t)st.st_size) - base);
     size_t want = (*len + al.offset - 1) / al.offset * al.offset;
     *out = NULL;
     /* A big file goes into huge pages where the kernel has them: a few
@@ -88,12 +99,14 @@ static int read_whole(ioe_engine *e, const char *path, size_t limit, uint8_t **o
     if (want >= HUGE_PAGE) madvise(*out, want / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE);
     for (size_t off = 0; off < want && rc == 0;) {
         size_t n = want - off < CKPT_CHUNK ? want - off : CKPT_CHUNK;
-        int q = ioe_read(f, *out + off, n, off, NULL);
+        int q = ioe_read(f, *out + off, n, base + off, NULL);
         if (q == -EBUSY) {
             rc = ckpt_drain(e, ioe_outstanding(e) - 1, 0);
             continue;
         }
-        if (q < 0) rc = shm_fail(q, "read %s at offset %zu: %s", path, off, stash_strerror(q));
+        if (q < 0)
+            rc = shm_fail(q, "read %s at offset %llu: %s", path, (unsigned long long)(base + off),
+                          stash_strerror(q));
         off += n;
     }
     rc = ckpt_drain(e, 0, rc);
@@ -105,6 +118,12 @@ static int read_whole(ioe_engine *e, const char *path, size_t limit, uint8_t **o
         *len = 0;
     }
     return rc;
+}
+
+static int read_whole(ioe_engine *e, const char *path, size_t limit, uint8_t **out, size_t *len)
+{
+    uint64_t at;
+    return read_span(e, path, 0, 0, limit, out, len, &at);
 }
 
 /* Whether a data file's name stays inside the checkpoint: a plain name, or
@@ -383,6 +402,32 @@ int ckpt_view_load(ckpt_view *v, ioe_engine *e)
     return rc;
 }
 
+int ckpt_view_load_range(ckpt_view *v, ioe_engine *e, stash_kg_range range)
+{
+    if (range.first > range.last || range.last >= v->max_parallelism)
+        return shm_fail(-EINVAL, "%s: key groups %u..%u of %u", v->meta_path, range.first,
+                        range.last, v->max_parallelism);
+    int rc = 0;
+    for (uint32_t f = 0; rc == 0 && f < v->nfiles; f++) {
+        ckpt_file *cf = &v->files[f];
+        uint64_t from = UINT64_MAX, to = 0;
+        for (uint32_t kg = range.first; kg <= range.last; kg++) {
+            md_extent x;
+            memcpy(&x, cf->extents + kg * sizeof x, sizeof x);
+            if (x.offset > UINT64_MAX - x.size)
+                return shm_fail(STASH_ECORRUPT, "%s: key group %u at offset %llu, %llu bytes",
+                                v->meta_path, kg, (unsigned long long)x.offset,
+                                (unsigned long long)x.size);
+            if (x.offset < from) from = x.offset;
+            if (x.offset + x.size > to) to = x.offset + x.size;
+        }
+        /* Blocks need at least their header: an empty span still reads one. */
+        if (to <= from) to = from + 1;
+        rc = read_span(e, cf->path, from, to, 0, &cf->data, &cf->len, &cf->base);
+    }
+    return rc;
+}
+
 int ckpt_view_check_files(ckpt_view *v, ioe_engine *e)
 {
     int rc = 0;
@@ -455,15 +500,15 @@ static int64_t walk_block(const ckpt_view *v, const ckpt_file *f, uint32_t kg, s
 {
     md_extent e;
     memcpy(&e, f->extents + kg * sizeof e, sizeof e);
-    if (e.offset > f->len || e.size > f->len - e.offset)
+    if (e.offset < f->base || e.offset - f->base > f->len || e.size > f->len - (e.offset - f->base))
         return shm_fail(STASH_ECORRUPT,
                         "%s: key group %u at offset %llu, %llu bytes, beyond the "
                         "file's %zu",
                         f->path, kg, (unsigned long long)e.offset, (unsigned long long)e.size,
-                        f->len);
+                        (size_t)(f->base + f->len));
     snap_block b;
-    int rc = (checked ? snap_reread_block : snap_read_block)(f->data + e.offset, e.size, f->path,
-                                                             e.offset, scratch, &b);
+    int rc = (checked ? snap_reread_block : snap_read_block)(f->data + (e.offset - f->base), e.size,
+                                                             f->path, e.offset, scratch, &b);
     if (rc) return rc;
     bool delta = f->flags & CKPT_FILE_DELTA;
     if (b.hdr.kg != kg || b.size != e.size || delta != !!(b.hdr.flags & SNAP_DELTA))

@@ -72,8 +72,9 @@ typedef struct ckpt_file {
     uint32_t crc;           /* with CKPT_FILE_CRC: of its key groups' blocks, in order */
     const uint8_t *extents; /* per key group: offset and size of its block (in the metadata) */
     char path[4096];
-    uint8_t *data; /* the file's bytes */
+    uint8_t *data; /* the file's bytes, from offset base */
     size_t len;
+    uint64_t base; /* 0 but for ckpt_view_load_range */
 } ckpt_file;
 
 /* An opened checkpoint: its metadata checked, its data files read. */
@@ -147,6 +148,10 @@ int ckpt_view_parse(ckpt_view *v);
 int ckpt_open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data);
 /* Reads the data files of a view opened without them. */
 int ckpt_view_load(ckpt_view *v, ioe_engine *e);
+/* Reads of each data file only the bytes holding the blocks of range (its
+ * key groups' blocks lie one after another): a walk of range checks each
+ * block, but no file's checksum as a whole. */
+int ckpt_view_load_range(ckpt_view *v, ioe_engine *e, stash_kg_range range);
 /* Reads each data file of a view opened without them, checks it against the
  * metadata (its length and blocks' CRC32C) and lets it go: one file in
  * memory at a time. */

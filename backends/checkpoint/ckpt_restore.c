@@ -6,9 +6,12 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "backends/checkpoint/ckpt_restore.h"
 #include "backends/state/opstate.h"
@@ -72,7 +75,8 @@ static int64_t apply(ckpt_view *v, stash_kg_range range, const snap_id_map *map,
             md_extent e;
             snap_block_hdr h;
             memcpy(&e, v->files[f].extents + kg * sizeof e, sizeof e);
-            memcpy(&h, v->files[f].data + e.offset, sizeof h); /* checked by the first walk */
+            /* Checked by the first walk. */
+            memcpy(&h, v->files[f].data + (e.offset - v->files[f].base), sizeof h);
             held += h.records;
         }
         n = st->ops->restore_begin(st, kg, held);
@@ -259,6 +263,137 @@ static int restore_newest(stash_arena *a, const char *dir, uint64_t id, stash_kg
     if (rc) ckpt_restored_free(out);
     free(ids);
     return rc;
+}
+
+/* ---- a lazy restore ------------------------------------------------------- */
+
+int ckpt_lazy_begin(stash_arena *a, const char *path, stash_kg_range range, ioe_engine *e,
+                    ckpt_restored *out)
+{
+    shm_control *c = a->control;
+    memset(out, 0, sizeof *out);
+    if (strlen(path) >= sizeof c->lazy_path)
+        return shm_fail(-ENAMETOOLONG, "%s: a path too long for a lazy restore", path);
+    store *st;
+    int rc = store_open(a, 0, range, &st);
+    if (rc) return rc;
+    bool in_arena = st->ops->in_arena;
+    store_close(st);
+    if (!in_arena)
+        return shm_fail(-ENOTSUP, "%s: the %s backend restores whole, not lazily", a->path,
+                        a->hdr->backend == STASH_BACKEND_LMDB ? "lmdb" : "given");
+    ckpt_view v;
+    rc = ckpt_open_view(path, e, &v, false);
+    if (rc) return rc;
+    out->id = v.id;
+    uint16_t ids[SHM_CATALOG_SIZE + 1];
+    snap_id_map map;
+    if (v.max_parallelism != a->hdr->max_parallelism)
+        rc = shm_fail(STASH_ECORRUPT, "%s: a checkpoint of %u key groups for an arena of %u",
+                      v.meta_path, v.max_parallelism, a->hdr->max_parallelism);
+    if (rc == 0) rc = map_states(a, &v, ids, &map);
+    if (rc == 0) rc = copy_opstate(&v, &map, out);
+    ckpt_view_close(&v);
+    if (rc) {
+        ckpt_restored_free(out);
+        return rc;
+    }
+    snprintf(c->lazy_path, sizeof c->lazy_path, "%s", path);
+    atomic_store(&c->lazy_started_ns, shm_now_ns());
+    for (uint32_t kg = range.first; kg <= range.last; kg++)
+        atomic_store(&a->tables[kg].lazy, SHM_LAZY_PENDING);
+    atomic_store(&c->lazy_left, range.last - range.first + 1);
+    return 0;
+}
+
+bool ckpt_lazy_pending(const stash_arena *a)
+{
+    return atomic_load_explicit(&a->control->lazy_left, memory_order_acquire) != 0;
+}
+
+static bool thread_alive(uint32_t tid)
+{
+    return kill((pid_t)tid, 0) == 0 || errno != ESRCH;
+}
+
+/* Restores key group kg, claimed by this thread; after dead, a thread that
+ * died restoring it: its records go first. */
+static int restore_claimed(stash_arena *a, uint32_t kg, bool dead, ioe_engine *e)
+{
+    stash_kg_range one = {kg, kg};
+    store *st;
+    int rc = store_open(a, 0, one, &st);
+    if (rc) return rc;
+    if (dead && (rc = shm_heap_recover(a, kg, shm_table_recover)) == 0)
+        rc = st->ops->clear(st, one);
+    ioe_engine *own = NULL;
+    /* A small engine: a key group's reads go into the view's own buffers. */
+    if (rc == 0 && !e &&
+        (rc = ioe_engine_open(&(ioe_opts){.depth = 8, .buf_count = 1, .buf_size = 4096}, &own)) < 0)
+        rc = shm_fail(rc, "key group %u: no I/O engine for its restore", kg);
+    ckpt_view v;
+    if (rc == 0) rc = ckpt_open_view(a->control->lazy_path, e ? e : own, &v, false);
+    if (rc == 0 && (rc = ckpt_view_load_range(&v, e ? e : own, one)) != 0) ckpt_view_close(&v);
+    ckpt_restored out = {0};
+    bool applying = false;
+    if (rc == 0) rc = restore_view(a, &v, one, &applying, st, NULL, NULL, &out);
+    ckpt_restored_free(&out);
+    if (own) ioe_engine_close(own);
+    if (st->ops->commit) st->ops->commit(st);
+    store_close(st);
+    return rc;
+}
+
+int ckpt_lazy_await(stash_arena *a, uint32_t kg, ioe_engine *e)
+{
+    if (kg >= a->hdr->max_parallelism)
+        return shm_fail(-EINVAL, "%s: key group %u of %u", a->path, kg, a->hdr->max_parallelism);
+    _Atomic uint32_t *word = &a->tables[kg].lazy;
+    for (;;) {
+        uint32_t v = atomic_load_explicit(word, memory_order_acquire);
+        if (v == 0) return 0;
+        if (v == SHM_LAZY_FAILED)
+            return shm_fail(STASH_ECORRUPT,
+                            "%s: key group %u did not restore from %s (its blocks failed their "
+                            "checks; the service's log says how)",
+                            a->path, kg, a->control->lazy_path);
+        bool dead = (v & SHM_LAZY_CLAIMED) && !thread_alive(v & ~SHM_LAZY_CLAIMED);
+        if (v != SHM_LAZY_PENDING && !dead) {
+            /* Another thread restores it: wait, looking now and then
+             * whether it still lives. */
+            shm_futex_wait(word, v, 10000000);
+            continue;
+        }
+        if (!atomic_compare_exchange_strong(word, &v,
+                                            SHM_LAZY_CLAIMED | (uint32_t)syscall(SYS_gettid)))
+            continue;
+        int rc = restore_claimed(a, kg, dead, e);
+        char why[512];
+        if (rc) snprintf(why, sizeof why, "%s", stash_errmsg());
+        /* A damaged block stays damaged; anything else (memory, a read) may
+         * pass: the next touch tries again. */
+        atomic_store_explicit(word,
+                              rc == 0                ? 0
+                              : rc == STASH_ECORRUPT ? SHM_LAZY_FAILED
+                                                     : SHM_LAZY_PENDING,
+                              memory_order_release);
+        if (rc == 0) atomic_fetch_sub(&a->control->lazy_left, 1);
+        shm_futex_wake_as_is(word);
+        if (rc)
+            return shm_fail(rc, "%s: key group %u did not restore from %s: %s", a->path, kg,
+                            a->control->lazy_path, why);
+        return 0;
+    }
+}
+
+int ckpt_lazy_fill(stash_arena *a, ioe_engine *e, const _Atomic int *stop)
+{
+    for (uint32_t kg = 0; kg < a->hdr->max_parallelism && ckpt_lazy_pending(a); kg++) {
+        if (stop && atomic_load(stop)) return 0;
+        int rc = ckpt_lazy_await(a, kg, e);
+        if (rc) return rc;
+    }
+    return 0;
 }
 
 int ckpt_restore_prepared(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,

@@ -19,6 +19,32 @@ typedef struct ckpt_restored {
     uint8_t *op_mem;         /* what the blobs point into */
 } ckpt_restored;
 
+/* ---- a lazy restore (instant recovery) ---------------------------------
+ * The arena serves at once; each key group comes from the checkpoint when
+ * it is first touched or when a background pass reaches it, whichever is
+ * first. The arena's control block names the checkpoint and each table
+ * says whether its key group is there (layout.h: lazy). Heap arenas only. */
+
+/* Begins a lazy restore of range from the checkpoint directory at path:
+ * checks its metadata, registers its states and hands out its operator
+ * state in *out (id, op_*), and marks every key group of range as still to
+ * come. -ENAMETOOLONG if path does not fit the control block, -ENOTSUP for
+ * a store whose records are not the arena's: restore it whole instead. */
+int ckpt_lazy_begin(stash_arena *a, const char *path, stash_kg_range range, ioe_engine *e,
+                    ckpt_restored *out);
+/* Returns once key group kg is in the arena: at once if it is, else after
+ * restoring it here (reading only its blocks) or waiting for the thread
+ * that is; a thread that died at it is taken over (what it wrote cleared
+ * first). e may be NULL: the call opens an engine of its own. A key group
+ * whose blocks fail their checks stays out: STASH_ECORRUPT for everyone
+ * who touches it, naming the checkpoint and the key group. */
+int ckpt_lazy_await(stash_arena *a, uint32_t kg, ioe_engine *e);
+/* Whether a lazy restore still has key groups to bring. */
+bool ckpt_lazy_pending(const stash_arena *a);
+/* The background pass: brings every key group still to come, in order,
+ * until none is left (0), stop becomes non-zero (0), or one fails. */
+int ckpt_lazy_fill(stash_arena *a, ioe_engine *e, const _Atomic int *stop);
+
 /* Frees the operator state a restore handed out. */
 void ckpt_restored_free(ckpt_restored *r);
 

@@ -44,6 +44,11 @@ struct stash_service {
     uint64_t job_done;            /* the newest job checkpoint id run */
     uint64_t wants_sent;          /* requests passed on to the leader */
     uint64_t want_ns;             /* when the last of them was */
+    /* a lazy restore's background pass (start.c) */
+    pthread_t lazy_thread;
+    bool lazy_running;
+    _Atomic int lazy_stop;
+    _Atomic int lazy_said; /* its end was logged */
 };
 
 /* Hands one event to the caller's log: as a record, and as a line. */
@@ -55,6 +60,8 @@ void engine_io_line(void *ctx, const char *line);
 void engine_unpin_all(stash_arena *a, uint32_t *pins);
 /* Adds what the I/O engine did since the last look to the arena's totals. */
 void engine_account_io(stash_service *s);
+/* Brings every key group a lazy restore has yet to bring (before a cut). */
+int engine_lazy_finish(stash_service *s);
 /* The engine's thread (arg: the service) until it is asked to stop. */
 void *engine_main(void *arg);
 

@@ -445,10 +445,12 @@ static void publish(stash_service *s, uint64_t id, uint32_t p, uint64_t t0, cons
                    (double)h->duration_ns / 1e6, r->detail);
 }
 
-/* Whether a live worker is rolling back: it may be reading any checkpoint,
- * so retention waits for the next one. */
+/* Whether a checkpoint is being read: by a lazy restore, or by a live
+ * worker rolling back (any one): retention waits for the next one. */
 static bool rollback_reading(stash_service *s)
 {
+    /* A lazy restore reads its checkpoint until its last key group. */
+    if (ckpt_lazy_pending(s->a)) return true;
     uint32_t hwm = atomic_load(&s->a->hdr->registry_hwm);
     for (uint32_t i = 0; i < hwm && i < STASH_MAX_WORKERS; i++) {
         if (!atomic_load(&s->a->control->workers[i].restoring)) continue;
@@ -535,7 +537,10 @@ static void run_checkpoint(stash_service *s)
      * checkpoint after this one full. */
     uint32_t untracked = atomic_load(&a->hdr->change_untracked);
     uint32_t p = 0;
-    int rc = worker_parallelism(s, &p, &r);
+    /* A cut holds every key group as it is: none may still be coming. */
+    int rc = engine_lazy_finish(s);
+    if (rc) rc = failed(&r, rc, "%s", stash_errmsg());
+    if (rc == 0) rc = worker_parallelism(s, &p, &r);
     if (rc == 0 && p == 0) {
         /* No worker ever joined: the engine cuts every key group itself. */
         uint64_t t = shm_now_ns();

@@ -45,6 +45,20 @@ static int restore_into(stash_service *s, stash_worker *w, const char *from, ckp
     return ckpt_restore_prepared(w->arena, s->dir, 0, w->range, s->e, w->store, NULL, NULL, out);
 }
 
+/* Begins a lazy restore of the checkpoint at path (from, or dir's chk-ID)
+ * into the new arena w owns whole; 1 if its store restores only whole. */
+static int begin_lazy(stash_service *s, stash_worker *w, const char *from, uint64_t id,
+                      ckpt_restored *out)
+{
+    char path[4096];
+    int rc = from ? ckpt_path_of(path, "%s", from)
+                  : ckpt_path_of(path, "%s/chk-%llu", s->dir, (unsigned long long)id);
+    if (rc == 0) rc = ckpt_lazy_begin(w->arena, path, w->range, s->e, out);
+    if (rc != -ENOTSUP && rc != -ENAMETOOLONG) return rc;
+    engine_say(s, STASH_LOG_WARN, "restore", "restoring whole: %s", stash_errmsg());
+    return 1;
+}
+
 /* Creates arena name, filled from the checkpoint or savepoint directory
  * from, or without one from the newest complete checkpoint of s->dir if
  * there is one. It is built under another name and renamed into place, so
@@ -88,7 +102,12 @@ static int build_arena(stash_service *s, const char *name, const char *from)
             name, &(stash_worker_opts){.index = 0, .parallelism = 1, .arena = &ao}, &w);
         ckpt_restored out = {0};
         uint64_t t0 = shm_now_ns();
-        if (rc == 0) rc = restore_into(s, w, from, &out);
+        bool lazy = rc == 0 && s->o.lazy_restore && !s->job_restore;
+        if (lazy && (rc = begin_lazy(s, w, from, id, &out)) == 1) {
+            lazy = false;
+            rc = 0;
+        }
+        if (rc == 0 && !lazy) rc = restore_into(s, w, from, &out);
         if (rc == 0) rc = service_install_opstate(w->arena, &out);
         if (rc == 0) {
             shm_control *c = w->arena->control;
@@ -99,11 +118,18 @@ static int build_arena(stash_service *s, const char *name, const char *from)
             atomic_store(&c->restored_ns, took);
             atomic_store(&c->restored_at_ns, shm_now_ns());
             atomic_store(&c->restored_records, out.records);
-            engine_say(s, STASH_LOG_INFO, "restore",
-                       "restored %s%s%llu (%llu records) in %.1f ms%s%s",
-                       from ? from : "checkpoint ", from ? ", id " : "", (unsigned long long)out.id,
-                       (unsigned long long)out.records, (double)took / 1e6,
-                       out.skipped ? "; passed over: " : "", out.skipped ? out.why : "");
+            if (lazy)
+                engine_say(s, STASH_LOG_INFO, "restore",
+                           "restoring %s%s%llu lazily: serving after %.1f ms, each key group "
+                           "when first touched or in the background",
+                           from ? from : "checkpoint ", from ? ", id " : "",
+                           (unsigned long long)out.id, (double)took / 1e6);
+            else
+                engine_say(
+                    s, STASH_LOG_INFO, "restore", "restored %s%s%llu (%llu records) in %.1f ms%s%s",
+                    from ? from : "checkpoint ", from ? ", id " : "", (unsigned long long)out.id,
+                    (unsigned long long)out.records, (double)took / 1e6,
+                    out.skipped ? "; passed over: " : "", out.skipped ? out.why : "");
         }
         ckpt_restored_free(&out);
         stash_worker_close(w);
@@ -202,8 +228,58 @@ static int claim(stash_service *s)
     return 0;
 }
 
+/* Says, once, that a lazy restore brought its last key group, and counts
+ * it as the arena's restore. */
+static void lazy_done(stash_service *s)
+{
+    stash_arena *a = s->a;
+    shm_control *c = a->control;
+    if (ckpt_lazy_pending(a) || atomic_exchange(&s->lazy_said, 1)) return;
+    uint64_t records = 0, took = shm_now_ns() - atomic_load(&c->lazy_started_ns);
+    for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
+        records += atomic_load(&a->tables[kg].count);
+    atomic_store(&c->restored_ns, took);
+    atomic_store(&c->restored_at_ns, shm_now_ns());
+    atomic_store(&c->restored_records, records);
+    engine_say(s, STASH_LOG_INFO, "restore",
+               "restored checkpoint %llu lazily: every key group in %.1f ms (%llu records)",
+               (unsigned long long)atomic_load(&c->restored_id), (double)took / 1e6,
+               (unsigned long long)records);
+}
+
+int engine_lazy_finish(stash_service *s)
+{
+    if (!ckpt_lazy_pending(s->a)) return 0;
+    int rc = ckpt_lazy_fill(s->a, s->e, NULL);
+    if (rc == 0) lazy_done(s);
+    return rc;
+}
+
+/* A lazy restore's background pass, with an I/O engine of its own. */
+static void *lazy_main(void *arg)
+{
+    stash_service *s = arg;
+    ioe_engine *e;
+    /* Small: a key group's reads go into the view's own buffers. */
+    int rc = ioe_engine_open(&(ioe_opts){.depth = 8, .buf_count = 1, .buf_size = 4096}, &e);
+    if (rc == 0) {
+        rc = ckpt_lazy_fill(s->a, e, &s->lazy_stop);
+        ioe_engine_close(e);
+    }
+    if (rc)
+        engine_say(s, STASH_LOG_ERROR, "restore", "the lazy restore's background pass: %s",
+                   stash_errmsg());
+    else
+        lazy_done(s);
+    return NULL;
+}
+
 static void release(stash_service *s)
 {
+    if (s->lazy_running) {
+        atomic_store(&s->lazy_stop, 1);
+        pthread_join(s->lazy_thread, NULL);
+    }
     if (s->a) {
         shm_control *c = s->a->control;
         if (s->base) engine_unpin_all(s->a, s->base);
@@ -370,6 +446,14 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
     if (rc == 0) {
         rc = -pthread_create(&s->thread, NULL, engine_main, s);
         if (rc) shm_fail(rc, "cannot start the engine thread");
+    }
+    /* A lazy restore begun here or by an engine that died goes on. */
+    if (rc == 0 && ckpt_lazy_pending(s->a)) {
+        s->lazy_running = pthread_create(&s->lazy_thread, NULL, lazy_main, s) == 0;
+        if (!s->lazy_running)
+            engine_say(s, STASH_LOG_WARN, "restore",
+                       "no thread for the lazy restore's background pass: key groups come "
+                       "when touched and before the next checkpoint");
     }
     if (rc) {
         release(s);

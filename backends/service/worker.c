@@ -55,10 +55,22 @@ static void remove_open(stash_worker *w)
 
 /* Opens the keyed store of w's slot and range, and what follows from the
  * arena and the options. */
+/* stash_key_set and the walks, while the arena is restored lazily: a key
+ * group not there yet is restored here or waited for. */
+static int await_lazy_kg(stash_worker *w, uint32_t kg)
+{
+    if (atomic_load_explicit(&w->arena->tables[kg].lazy, memory_order_acquire) == 0) {
+        if (!ckpt_lazy_pending(w->arena)) w->kg_await = NULL;
+        return 0;
+    }
+    return ckpt_lazy_await(w->arena, kg, NULL);
+}
+
 static int attach_store(stash_worker *w, stash_clock_fn *clock, void *clock_ctx)
 {
     int rc = store_open(w->arena, w->slot, w->range, &w->store);
     if (rc < 0) return rc;
+    if (ckpt_lazy_pending(w->arena)) w->kg_await = await_lazy_kg;
     w->store->moves = &w->writes;
     w->records_in_arena = w->store->ops->in_arena;
     w->max_parallelism = w->arena->hdr->max_parallelism;

@@ -93,7 +93,8 @@ STASH_API int stash_kg_keys_iter(stash_state *state, uint32_t kg, const void *ns
                         "worker %u does not own key group %u: a reader (stash_reader_open) "
                         "walks any key group",
                         w->slot, kg);
-    rc = w->store->ops->scan(w->store, kg, state->id, scan_keep, x);
+    rc = state_kg_ready(w, kg);
+    if (rc == 0) rc = w->store->ops->scan(w->store, kg, state->id, scan_keep, x);
     if (rc) return rc;
     x->type = ITER_SCAN;
     x->blob = state->scan;
@@ -125,6 +126,8 @@ static int keys_next(iter_impl *it, stash_bytes *key, stash_bytes *ns)
     store *st = s->w->store;
     for (; it->kg <= it->kg_last; it->kg++) {
         if (it->last != it->kg) {
+            int rc = state_kg_ready(s->w, it->kg);
+            if (rc) return rc;
             it->last = it->kg;
             it->pos = 0;
             it->layout = 0;

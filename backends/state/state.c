@@ -57,6 +57,11 @@ static inline __attribute__((always_inline)) int key_set_hashed(stash_worker *wo
     worker->klen = (uint16_t)len;
     worker->key_hash = hash;
     uint32_t kg = shm_key_group_of(hash, worker->max_parallelism);
+    int rc = state_kg_ready(worker, kg);
+    if (__builtin_expect(rc != 0, 0)) {
+        worker_drop_key(worker);
+        return rc;
+    }
     worker->kg = kg;
     worker->has_key = true;
     worker->last_hash = shm_lookup_hash(worker->key_hash, worker->last_seed);

@@ -34,6 +34,9 @@ struct stash_worker {
     bool has_key;
     uint32_t kg;       /* of the current key */
     uint64_t key_hash; /* of the current key */
+    /* While the arena is restored lazily: returns once key group kg is in
+     * the arena, or an error; NULL once it all is (worker.c sets it). */
+    int (*kg_await)(struct stash_worker *w, uint32_t kg);
     /* The seed of the worker's last lookup, and the current key's lookup
      * hash under it: stash_key_set computes it and prefetches its entry,
      * which the next access most likely looks up again. */
@@ -88,6 +91,13 @@ typedef struct op_entries {
     stash_bytes *values;
     size_t n, cap;
 } op_entries;
+
+/* Returns once key group kg is in the arena (a lazy restore may still be
+ * bringing it), or an error naming it. */
+static inline int state_kg_ready(struct stash_worker *w, uint32_t kg)
+{
+    return __builtin_expect(w->kg_await != NULL, 0) ? w->kg_await(w, kg) : 0;
+}
 
 /* The counter kind (SHM_OPS_*) of a keyed state kind. */
 static inline int state_ops_kind(stash_kind k)

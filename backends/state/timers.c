@@ -480,6 +480,8 @@ STASH_API int stash_timers_iter(stash_timers *timers, int32_t kg, stash_iter *it
     if (!state_owns(s, (uint32_t)kg))
         return shm_fail(STASH_EKEYGROUP, "%s: key group %d is not worker %u's (%u .. %u)", __func__,
                         kg, w->slot, w->range.first, w->range.last);
+    int rc = state_kg_ready(w, (uint32_t)kg);
+    if (rc) return rc;
     x->type = ITER_TIMERS;
     x->state = s;
     x->kg = (uint32_t)kg;

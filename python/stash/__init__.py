@@ -142,7 +142,8 @@ class _ServiceOpts(ctypes.Structure):
                 ("timeout_ms", ctypes.c_uint64), ("retain", ctypes.c_uint32),
                 ("incremental", ctypes.c_int), ("full_every", ctypes.c_uint32),
                 ("lz4", ctypes.c_int), ("restore", ctypes.c_char_p),
-                ("start_empty", ctypes.c_int), ("log", _LOG), ("log_ctx", ctypes.c_void_p),
+                ("start_empty", ctypes.c_int), ("lazy_restore", ctypes.c_int),
+                ("log", _LOG), ("log_ctx", ctypes.c_void_p),
                 ("log_record", _LOG_RECORD), ("pool", ctypes.c_char_p),
                 ("ceph_conf", ctypes.c_char_p), ("ceph_id", ctypes.c_char_p),
                 ("job", ctypes.c_char_p), ("ceph_timeout_ms", ctypes.c_uint32),
@@ -605,7 +606,7 @@ class Service:
                  restore=None, start_empty=False, memory_cap=0, size=0, max_parallelism=0,
                  backend=HEAP, path=None, lmdb_dir=None, log=None, log_record=None, pool=None,
                  ceph_conf=None, ceph_id=None, job=None, ceph_timeout_ms=0, host=None,
-                 workers=None, job_parallelism=0, lease_ms=0):
+                 workers=None, job_parallelism=0, lease_ms=0, lazy_restore=False):
         self._ao = _arena_opts(path, size, max_parallelism, backend, lmdb_dir)
         self._log = _LOG(lambda ctx, line: log(line.decode(errors="replace"))) if log else _LOG()
 
@@ -617,7 +618,8 @@ class Service:
         o = _ServiceOpts(ctypes.pointer(self._ao), storage, dir.encode() if dir else None,
                          memory_cap, interval_ms, min_pause_ms, timeout_ms, retain,
                          int(incremental), full_every, int(lz4),
-                         restore.encode() if restore else None, int(start_empty), self._log,
+                         restore.encode() if restore else None, int(start_empty),
+                         int(lazy_restore), self._log,
                          None, self._log_record, *[x.encode() if x else None
                                                    for x in (pool, ceph_conf, ceph_id, job)],
                          ceph_timeout_ms, host.encode() if host else None,

@@ -398,6 +398,119 @@ static int rewrite_case(ckb *b)
     return 0;
 }
 
+/* ---- instant recovery: a lazy restore beside a whole one ------------------------ */
+
+typedef struct lazy_pass {
+    stash_arena *a;
+    int rc;
+    char why[512];
+} lazy_pass;
+
+/* The background pass, as the service runs it: an I/O engine of its own. */
+static void *lazy_pass_main(void *arg)
+{
+    lazy_pass *p = arg;
+    ioe_engine *e;
+    p->rc = ioe_engine_open(&(ioe_opts){.depth = 8, .buf_count = 1, .buf_size = 4096}, &e);
+    if (p->rc == 0) {
+        p->rc = ckpt_lazy_fill(p->a, e, NULL);
+        ioe_engine_close(e);
+    }
+    if (p->rc) snprintf(p->why, sizeof p->why, "%s", stash_errmsg());
+    return NULL;
+}
+
+/* One lazy restore of dir's checkpoint 1 into a new arena name2: the ms
+ * until a worker's first get of a random key returned (*first) and until
+ * every key group was back while it went on getting random keys (*all);
+ * *ops: the gets done meanwhile. */
+static int lazy_once(ckb *b, uint64_t keys, const char *name2, double *first, double *all,
+                     double *ops)
+{
+    stash_arena *fresh;
+    int rc = create_arena(b, name2, keys);
+    if (rc == 0) rc = stash_arena_open(name2, NULL, &fresh);
+    if (rc) return rc;
+    char path[sizeof b->dir + 16];
+    snprintf(path, sizeof path, "%s/chk-1", b->dir);
+    uint64_t t0 = bench_now_ns(), x = 0x2545f4914f6cdd1dull, n = 0;
+    ckpt_restored res;
+    rc = ckpt_lazy_begin(fresh, path, (stash_kg_range){0, fresh->hdr->max_parallelism - 1}, b->e,
+                         &res);
+    if (rc) {
+        stash_arena_close(fresh);
+        return rc;
+    }
+    ckpt_restored_free(&res);
+    lazy_pass pass = {.a = fresh};
+    pthread_t t;
+    bool background = pthread_create(&t, NULL, lazy_pass_main, &pass) == 0;
+    stash_worker *w = NULL;
+    stash_state *s;
+    rc = stash_worker_open(name2, &(stash_worker_opts){.parallelism = 1}, &w);
+    if (rc == 0) rc = stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s);
+    *first = 0;
+    while (rc == 0) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint64_t k = x % keys;
+        stash_bytes v;
+        rc = stash_key_set(w, &k, sizeof k);
+        if (rc == 0) rc = stash_value_get(s, &v);
+        n++;
+        if (n == 1) *first = (double)(bench_now_ns() - t0) / 1e6;
+        if (!ckpt_lazy_pending(fresh)) break;
+    }
+    *all = (double)(bench_now_ns() - t0) / 1e6;
+    *ops = (double)n;
+    if (background) pthread_join(t, NULL);
+    if (rc == 0 && pass.rc) rc = shm_fail(pass.rc, "%s", pass.why);
+    if (w) stash_worker_close(w);
+    stash_arena_close(fresh);
+    stash_arena_destroy(name2, NULL);
+    return rc;
+}
+
+static int instant_case(ckb *b, uint64_t keys, const char *name)
+{
+    stash_worker *w;
+    stash_state *s;
+    int rc = open_loaded(b, keys, &w, &s);
+    if (rc < 0) return rc;
+    clean_dir(b);
+    stash_arena *a = stash_worker_arena(w);
+    uint32_t *pins = pin_all(a), maxp = a->hdr->max_parallelism;
+    rc = write_checkpoint(w, pins, &(ckpt_opts){.dir = b->dir, .id = 1, .engine = b->e}, NULL);
+    unpin_all(a, pins);
+    close_loaded(b, w);
+    char name2[80];
+    snprintf(name2, sizeof name2, "%s-instant", b->name);
+    double first[MAX_REPS], all[MAX_REPS], whole[MAX_REPS], ops[MAX_REPS];
+    for (int r = 0; r < b->o.reps && rc == 0; r++) {
+        bench_progress(&b->o, "checkpoint: %s, repetition %d of %d", name, r + 1, b->o.reps);
+        stash_arena *fresh;
+        rc = create_arena(b, name2, keys);
+        if (rc == 0) rc = stash_arena_open(name2, NULL, &fresh);
+        if (rc == 0) {
+            ckpt_restored res;
+            uint64_t t0 = bench_now_ns();
+            rc = ckpt_restore(fresh, b->dir, 1, (stash_kg_range){0, maxp - 1}, b->e, &res);
+            whole[r] = (double)(bench_now_ns() - t0) / 1e6;
+            if (rc == 0) ckpt_restored_free(&res);
+            stash_arena_close(fresh);
+            stash_arena_destroy(name2, NULL);
+        }
+        if (rc == 0) rc = lazy_once(b, keys, name2, &first[r], &all[r], &ops[r]);
+    }
+    clean_dir(b);
+    if (rc) return rc;
+    double f = report_reps(b, name, "stash-lazy-first-op", first, "ms");
+    report_reps(b, name, "stash-lazy-every-kg", all, "ms");
+    report_reps(b, name, "stash-lazy-gets-meanwhile", ops, "ops");
+    double w2 = report_reps(b, name, "stash-whole-restore", whole, "ms");
+    report(b, name, "whole/lazy-first-op", w2 / f, "ratio");
+    return 0;
+}
+
 /* ---- the synchronous pause ---------------------------------------------------- */
 
 uint64_t bench_cut_pause(stash_worker *w)
@@ -731,7 +844,11 @@ int bench_checkpoint(int argc, char **argv)
         "the keys changed; a worker's YCSB A throughput and the arena's extra memory while\n"
         "another process writes a checkpoint, beside what Redis BGSAVE's fork copies on write\n"
         "under the same operations (redis-server, when installed). 1M keys of 100 bytes\n"
-        "(--quick: 100K). The checkpoints go to $STASH_BENCH_DIR, or /var/tmp.\n"
+        "(--quick: 100K). instant: a checkpoint of 1M keys and one of 10M (--quick: 100K\n"
+        "and 1M) restored lazily into a new arena while a worker gets random keys: the time\n"
+        "to its first get and until every key group is back (a background pass and the\n"
+        "worker's touches), beside the time of a whole restore. The checkpoints go to\n"
+        "$STASH_BENCH_DIR, or /var/tmp.\n"
         "--backend lmdb: the same of the lmdb backend (10M keys, --quick: 200K; the pause is\n"
         "the cut's commit and the engine's opening of every snapshot; the restore also\n"
         "beside the same records put key by key), its environments beside the\n"
@@ -750,7 +867,8 @@ int bench_checkpoint(int argc, char **argv)
                                  "incremental-1pct", "ycsb-a/during-checkpoint",
                                  "ycsb-a/without",   "extra-memory",
                                  "rewrite",          "rados/write",
-                                 "rados/restore"};
+                                 "rados/restore",    "instant/100k-keys",
+                                 "instant/1m-keys",  "instant/10m-keys"};
     if (rc == 0 && bench_check_case(&b.o, "checkpoint", names, sizeof names / sizeof names[0]) < 0)
         rc = -1;
     if (rc) return rc < 0 ? 2 : 0;
@@ -778,6 +896,16 @@ int bench_checkpoint(int argc, char **argv)
         rc = pause_case(&b, b.o.quick ? 1000000 : 10000000,
                         b.o.quick ? "pause/1m-keys" : "pause/10m-keys");
     if (rc == 0) rc = incremental_case(&b);
+    if (rc == 0 && on_lmdb(&b))
+        report_skip(&b, "instant", "stash",
+                    "a lazy restore is the heap backend's: lmdb restores its environments whole");
+    else if (rc == 0 && bench_selected(&b.o, "instant")) {
+        rc = instant_case(&b, b.o.quick ? 100000 : 1000000,
+                          b.o.quick ? "instant/100k-keys" : "instant/1m-keys");
+        if (rc == 0)
+            rc = instant_case(&b, b.o.quick ? 1000000 : 10000000,
+                              b.o.quick ? "instant/1m-keys" : "instant/10m-keys");
+    }
     if (rc == 0 && on_lmdb(&b))
         report_skip(&b, "rewrite", "stash",
                     "a savepoint is the same on both backends: measured with the heap's");

@@ -1,0 +1,385 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_lazy.c: instant recovery. An arena restored lazily serves at once:
+ * a key group comes from the checkpoint when its owner or a reader first
+ * touches it, and only that one; a process killed while restoring one is
+ * taken over, what it wrote cleared first; a damaged block fails its key
+ * group alone; a service started with lazy_restore serves workers in other
+ * processes, takes a checkpoint that holds every key, and goes on with the
+ * restore after it was killed.
+ */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backends/checkpoint/checkpoints.h"
+#include "tests/helpers.h"
+
+#define KGS 16u
+#define KEYS 40000u
+
+static char dir[128];
+static ioe_engine *eng;
+static char source[96]; /* the arena the checkpoint was taken of */
+
+static uint64_t value_of(uint64_t k)
+{
+    return k * 7 + 3;
+}
+
+static stash_state *value_state(stash_worker *w)
+{
+    stash_state *s;
+    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s), 0,
+                 "%s", stash_errmsg());
+    return s;
+}
+
+/* Checkpoint 1 in dir of KEYS keys, key k holding value_of(k). */
+static void setup(void)
+{
+    snprintf(dir, sizeof dir, "/tmp/stash-test-lazy-%d", (int)getpid());
+    test_remove_dir(dir);
+    cr_assert_eq(mkdir(dir, 0700), 0);
+    stash_arena *a = test_arena_create("lazysrc", 64u << 20, KGS, source);
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(source, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    stash_state *s = value_state(w);
+    for (uint64_t k = 0; k < KEYS; k++) {
+        uint64_t v = value_of(k);
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_put(s, &v, sizeof v), 0);
+    }
+    stash_worker_close(w);
+    cr_assert_eq(ioe_engine_open(&(ioe_opts){0}, &eng), 0);
+    uint32_t pins[KGS];
+    for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(a, kg);
+    cr_assert_eq(ckpt_write(a, pins, &(ckpt_opts){.dir = dir, .id = 1, .engine = eng}, NULL), 0,
+                 "%s", stash_errmsg());
+    for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(a, kg, pins[kg]);
+    stash_arena_close(a);
+    stash_arena_destroy(source, NULL);
+}
+
+static void teardown(void)
+{
+    ioe_engine_close(eng);
+    test_remove_dir(dir);
+}
+
+TestSuite(lazy, .init = setup, .fini = teardown);
+
+/* A new arena with a lazy restore of checkpoint 1 begun: nothing there. */
+static stash_arena *begin(const char *tag, char *name)
+{
+    stash_arena *a = test_arena_create(tag, 64u << 20, KGS, name);
+    char path[256];
+    snprintf(path, sizeof path, "%s/chk-1", dir);
+    ckpt_restored out;
+    cr_assert_eq(ckpt_lazy_begin(a, path, (stash_kg_range){0, KGS - 1}, eng, &out), 0, "%s",
+                 stash_errmsg());
+    cr_assert_eq(out.id, 1);
+    ckpt_restored_free(&out);
+    cr_assert_eq(atomic_load(&a->control->lazy_left), KGS);
+    return a;
+}
+
+/* The key groups not restored yet. */
+static uint32_t left(const stash_arena *a)
+{
+    uint32_t n = 0;
+    for (uint32_t kg = 0; kg < KGS; kg++) n += atomic_load(&a->tables[kg].lazy) != 0;
+    return n;
+}
+
+static void expect_all(stash_worker *w)
+{
+    stash_state *s = value_state(w);
+    for (uint64_t k = 0; k < KEYS; k++) {
+        cr_assert_eq(stash_key_set(w, &k, sizeof k), 0, "key %llu: %s", (unsigned long long)k,
+                     stash_errmsg());
+        stash_bytes b;
+        cr_assert_eq(stash_value_get(s, &b), 0, "key %llu restored", (unsigned long long)k);
+        cr_assert_eq(test_u64(b.data), value_of(k), "key %llu exact", (unsigned long long)k);
+    }
+}
+
+/* A key whose key group is kg. */
+static uint64_t key_in(uint32_t kg)
+{
+    for (uint64_t k = 0;; k++)
+        if (stash_key_group(&k, sizeof k, KGS) == kg) return k;
+}
+
+Test(lazy, a_touch_restores_that_key_group_alone_for_owners_and_readers)
+{
+    char name[96];
+    stash_arena *a = begin("lazy1", name);
+    stash_worker *w, *r;
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    stash_state *s = value_state(w);
+    uint64_t k = key_in(5);
+    stash_bytes b;
+    cr_assert_eq(stash_key_set(w, &k, sizeof k), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_value_get(s, &b), 0);
+    cr_assert_eq(test_u64(b.data), value_of(k));
+    cr_assert_eq(left(a), KGS - 1, "the owner's touch brought key group 5 alone");
+    cr_assert_eq(atomic_load(&a->tables[5].lazy), 0);
+    /* A reader in another process brings the key group it reads. */
+    uint64_t rk = key_in(9);
+    pid_t pid = fork();
+    if (pid == 0) {
+        stash_worker *rd;
+        if (stash_reader_open(name, NULL, &rd)) _exit(1);
+        stash_state *rs;
+        if (stash_state_get(rd, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &rs))
+            _exit(2);
+        stash_bytes v;
+        if (stash_key_set(rd, &rk, sizeof rk) || stash_value_get(rs, &v)) _exit(3);
+        _exit(test_u64(v.data) == value_of(rk) ? 0 : 4);
+    }
+    cr_assert_eq(test_wait(pid), 0, "the reader read key group 9's value");
+    cr_assert_eq(left(a), KGS - 2);
+    /* A worker's walk of a key group brings it too. */
+    stash_iter it;
+    cr_assert_eq(stash_kg_keys_iter(s, 12, NULL, 0, &it), 0, "%s", stash_errmsg());
+    stash_bytes key;
+    uint64_t n = 0;
+    while (stash_iter_next(&it, &key, NULL) == 1) n++;
+    cr_assert_gt(n, 0, "key group 12's keys");
+    cr_assert_eq(left(a), KGS - 3);
+    /* Every other key, through a reader of this process, then the owner. */
+    cr_assert_eq(stash_reader_open(name, NULL, &r), 0);
+    expect_all(r);
+    cr_assert_eq(left(a), 0);
+    cr_assert_not(ckpt_lazy_pending(a));
+    expect_all(w);
+    stash_worker_close(r);
+    stash_worker_close(w);
+    cr_assert_eq(shm_check(a), 0, "%s", stash_errmsg());
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
+
+/* The background pass in a child, killed at a random moment: the pass
+ * started again takes the dead child's key group over and every value is
+ * exact. */
+static int fill(void *arg)
+{
+    stash_arena *a;
+    if (stash_arena_open(arg, NULL, &a)) return 1;
+    return ckpt_lazy_fill(a, NULL, NULL) ? 2 : 0;
+}
+
+Test(lazy, a_restorer_killed_midway_is_taken_over, .timeout = 120)
+{
+    unsigned seed = test_seed("a_restorer_killed_midway_is_taken_over");
+    for (int round = 0; round < 6; round++) {
+        char name[96];
+        stash_arena *a = begin("lazy2", name);
+        pid_t pid = test_fork(fill, name);
+        /* Kill it once it has brought some key groups, at a random instant. */
+        uint32_t after = 1 + (seed + (unsigned)round * 5) % (KGS - 4);
+        while (left(a) > KGS - after) {
+            int st;
+            cr_assert_eq(waitpid(pid, &st, WNOHANG), 0, "the pass ended early");
+            sched_yield();
+        }
+        usleep((seed * 7919u + (unsigned)round * 131u) % 2000u);
+        kill(pid, SIGKILL);
+        test_wait(pid);
+        uint32_t claimed = 0;
+        for (uint32_t kg = 0; kg < KGS; kg++)
+            claimed += (atomic_load(&a->tables[kg].lazy) & SHM_LAZY_CLAIMED) != 0;
+        cr_assert_leq(claimed, 1, "one key group at a time");
+        cr_assert_eq(ckpt_lazy_fill(a, NULL, NULL), 0, "%s", stash_errmsg());
+        cr_assert_eq(left(a), 0);
+        stash_worker *w;
+        cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+        expect_all(w);
+        uint64_t count = 0;
+        for (uint32_t kg = 0; kg < KGS; kg++) count += atomic_load(&a->tables[kg].count);
+        cr_assert_eq(count, KEYS, "no key twice, none left over");
+        stash_worker_close(w);
+        cr_assert_eq(shm_check(a), 0, "%s", stash_errmsg());
+        stash_arena_close(a);
+        stash_arena_destroy(name, NULL);
+    }
+}
+
+Test(lazy, what_a_dead_restorer_wrote_is_cleared_before_the_key_group_comes_again)
+{
+    char name[96];
+    stash_arena *a = begin("lazy3", name);
+    uint64_t k = key_in(3);
+    cr_assert_eq(ckpt_lazy_await(a, 3, NULL), 0, "%s", stash_errmsg());
+    /* A key the checkpoint does not have, then key group 3 as a restorer
+     * that died part-way leaves it: claimed by a thread that is gone. */
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    stash_state *s = value_state(w);
+    uint64_t stray = k, v = 1;
+    while (stash_key_group(&stray, sizeof stray, KGS) != 3 || stray < KEYS) stray++;
+    cr_assert_eq(stash_key_set(w, &stray, sizeof stray), 0);
+    cr_assert_eq(stash_value_put(s, &v, sizeof v), 0);
+    pid_t gone = test_fork(fill, "no such arena");
+    test_wait(gone);
+    atomic_store(&a->tables[3].lazy, SHM_LAZY_CLAIMED | (uint32_t)gone);
+    atomic_fetch_add(&a->control->lazy_left, 1);
+    stash_worker_close(w);
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    s = value_state(w);
+    cr_assert_eq(stash_key_set(w, &stray, sizeof stray), 0, "%s", stash_errmsg());
+    stash_bytes b;
+    cr_assert_eq(stash_value_get(s, &b), STASH_ENOTFOUND, "the dead restorer's record is gone");
+    cr_assert_eq(stash_key_set(w, &k, sizeof k), 0);
+    cr_assert_eq(stash_value_get(s, &b), 0);
+    cr_assert_eq(test_u64(b.data), value_of(k));
+    cr_assert_eq(ckpt_lazy_fill(a, NULL, NULL), 0, "%s", stash_errmsg());
+    expect_all(w);
+    stash_worker_close(w);
+    cr_assert_eq(shm_check(a), 0, "%s", stash_errmsg());
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
+
+Test(lazy, a_damaged_block_fails_its_key_group_alone)
+{
+    /* A byte in the middle of key group 6's block, as the metadata places it. */
+    char path[256];
+    snprintf(path, sizeof path, "%s/chk-1", dir);
+    ckpt_view v;
+    cr_assert_eq(ckpt_open_view(path, eng, &v, false), 0, "%s", stash_errmsg());
+    md_extent x;
+    memcpy(&x, v.files[0].extents + 6 * sizeof x, sizeof x);
+    char data[4200];
+    snprintf(data, sizeof data, "%s", v.files[0].path);
+    ckpt_view_close(&v);
+    int fd = open(data, O_RDWR);
+    cr_assert_geq(fd, 0);
+    uint8_t byte;
+    cr_assert_eq(pread(fd, &byte, 1, (off_t)(x.offset + x.size / 2)), 1);
+    byte ^= 0x5a;
+    cr_assert_eq(pwrite(fd, &byte, 1, (off_t)(x.offset + x.size / 2)), 1);
+    close(fd);
+    char name[96];
+    stash_arena *a = begin("lazy4", name);
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    uint64_t bad = key_in(6), good = key_in(7);
+    int rc = stash_key_set(w, &bad, sizeof bad);
+    cr_assert_eq(rc, STASH_ECORRUPT, "%d: %s", rc, stash_errmsg());
+    cr_assert(strstr(stash_errmsg(), "key group 6"), "%s", stash_errmsg());
+    cr_assert(strstr(stash_errmsg(), "chk-1"), "%s", stash_errmsg());
+    cr_assert_eq(atomic_load(&a->tables[6].lazy), SHM_LAZY_FAILED);
+    rc = stash_key_set(w, &bad, sizeof bad);
+    cr_assert_eq(rc, STASH_ECORRUPT, "it stays failed");
+    cr_assert_eq(stash_key_set(w, &good, sizeof good), 0, "%s", stash_errmsg());
+    stash_bytes b;
+    cr_assert_eq(stash_value_get(value_state(w), &b), 0);
+    cr_assert_eq(test_u64(b.data), value_of(good));
+    cr_assert_eq(ckpt_lazy_fill(a, NULL, NULL), STASH_ECORRUPT);
+    cr_assert(ckpt_lazy_pending(a), "key group 6 is still missing");
+    stash_worker_close(w);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
+
+/* ---- the service ----------------------------------------------------------- */
+
+static const char *svc_name;
+
+static int service_main(void *arg)
+{
+    (void)arg;
+    stash_arena_opts ao = {.size = 64u << 20, .max_parallelism = KGS};
+    stash_service *s;
+    if (stash_service_start(
+            svc_name, &(stash_service_opts){.arena = &ao, .dir = dir, .lazy_restore = 1}, &s) < 0) {
+        fprintf(stderr, "service: %s\n", stash_errmsg());
+        return 20;
+    }
+    while (!stash_service_stopped(s)) usleep(5000);
+    stash_service_stop(s);
+    return 0;
+}
+
+/* Starts the service and waits until it serves (its arena in place). */
+static pid_t start_service(void)
+{
+    pid_t pid = test_fork(service_main, NULL);
+    for (;;) {
+        stash_arena *a;
+        int32_t serving = 0;
+        if (stash_arena_open(svc_name, NULL, &a) == 0) {
+            shm_service_alive(a, &serving);
+            stash_arena_close(a);
+        }
+        if (serving == pid) return pid;
+        int st;
+        cr_assert_eq(waitpid(pid, &st, WNOHANG), 0, "the service exited");
+        usleep(1000);
+    }
+}
+
+static int check_worker(void *arg)
+{
+    (void)arg;
+    stash_worker *w;
+    if (stash_worker_open(svc_name, &(stash_worker_opts){.parallelism = 1}, &w)) return 1;
+    stash_state *s;
+    if (stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s)) return 2;
+    for (uint64_t k = 0; k < KEYS; k++) {
+        stash_bytes b;
+        if (stash_key_set(w, &k, sizeof k) || stash_value_get(s, &b)) return 3;
+        if (test_u64(b.data) != value_of(k)) return 4;
+    }
+    stash_worker_close(w);
+    return 0;
+}
+
+Test(lazy, a_service_serves_at_once_checkpoints_and_survives_a_kill, .timeout = 240)
+{
+    char name[96];
+    snprintf(name, sizeof name, "%s", test_arena_name("lazysvc"));
+    svc_name = name;
+    stash_arena_destroy(name, NULL);
+    pid_t spid = start_service();
+    /* Killed while restoring (or just after): the next one goes on. */
+    kill(spid, SIGKILL);
+    test_wait(spid);
+    spid = start_service();
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    cr_assert_eq(atomic_load(&a->control->restored_id), 1);
+    cr_assert_eq(test_wait(test_fork(check_worker, NULL)), 0, "a worker reads every key exact");
+    /* A checkpoint brings whatever is left first: it holds every key. */
+    stash_checkpoint_info info;
+    cr_assert_eq(stash_checkpoint(a, 30000, &info), 0, "%s", stash_errmsg());
+    cr_assert_not(ckpt_lazy_pending(a));
+    cr_assert_eq(stash_service_request_stop(a, 20000), 0, "%s", stash_errmsg());
+    cr_assert_eq(test_wait(spid), 0);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+    /* The new checkpoint restores whole, every key exact. */
+    char other[96];
+    stash_arena *b = test_arena_create("lazychk", 64u << 20, KGS, other);
+    ckpt_restored out;
+    cr_assert_eq(ckpt_restore(b, dir, info.id, (stash_kg_range){0, KGS - 1}, eng, &out), 0, "%s",
+                 stash_errmsg());
+    cr_assert_eq(out.records, KEYS);
+    ckpt_restored_free(&out);
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(other, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    expect_all(w);
+    stash_worker_close(w);
+    stash_arena_close(b);
+    stash_arena_destroy(other, NULL);
+}
