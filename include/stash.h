@@ -744,9 +744,10 @@ typedef struct stash_service_opts {
                               which restores (without it the start fails, naming each one) */
     int lazy_restore;      /* a new arena (heap backend) serves at once: each key group is
                               restored when first touched (its toucher waits for it alone)
-                              or when a background pass reaches it; a checkpoint first
-                              brings the rest. A damaged block then fails its key group
-                              (STASH_ECORRUPT for whoever touches it) instead of the start */
+                              or when a background pass reaches it; a checkpoint taken
+                              meanwhile copies the blocks of those not back at its cut.
+                              A damaged block then fails its key group (STASH_ECORRUPT
+                              for whoever touches it) instead of the start */
     /* one line per event: local date, time with milliseconds, level,
      * subject and message ("2026-12-04 10:15:02.345 INFO checkpoint 12:
      * complete: ..."); NULL: none */

@@ -279,6 +279,9 @@ typedef struct shm_table {
      * SHM_LAZY_PENDING still in the checkpoint; SHM_LAZY_FAILED its blocks
      * did not restore; else SHM_LAZY_CLAIMED | the thread restoring it. */
     _Atomic uint32_t lazy;
+    /* The epoch when a lazy restore finished bringing it: a pin below it was
+     * taken before (its checkpoint copies the block from the restore's). */
+    _Atomic uint32_t lazy_done_at;
     _Atomic shm_off growing;       /* the index a growth is switching to */
     _Atomic uint32_t growing_log2; /* its groups */
     uint32_t moves_held;           /* moves put off for walkers */

@@ -359,6 +359,14 @@ typedef struct arena_source {
     const ckpt_opts *o;
 } arena_source;
 
+/* Whether key group kg was not whole in the arena when version pin was
+ * pinned: a lazy restore has yet to bring it, or finished after the pin. */
+static bool restored_after(const stash_arena *a, uint32_t kg, uint32_t pin)
+{
+    const shm_table *t = &a->tables[kg];
+    return atomic_load(&t->lazy) != 0 || atomic_load(&t->lazy_done_at) > pin;
+}
+
 static int64_t serialize_kg(void *ctx, uint32_t kg, unsigned thread, snap_buf *block)
 {
     const arena_source *as = ctx;
@@ -366,6 +374,9 @@ static int64_t serialize_kg(void *ctx, uint32_t kg, unsigned thread, snap_buf *b
     const uint32_t *pins = as->pins;
     const ckpt_opts *o = as->o;
     uint32_t slot = thread ? o->reader_slot2 : o->reader_slot;
+    /* Its owner has not written it: the restore's block is its state. */
+    if (o->lazy_from && !o->base_id && restored_after(a, kg, pins[kg]))
+        return ckpt_block_copy(o->lazy_from, kg, block);
     if (o->reader) shm_table_walk_enter(a, kg, slot);
     store_cut cut = {pins[kg], o->base_id ? o->base_pins[kg] : 0, o->base_id};
     int64_t n = snap_write_kg(o->store, kg, &cut, o->lz4, o->filter, block);

@@ -45,6 +45,12 @@ typedef struct ckpt_opts {
      * it stands). Read from two threads at once for different key groups,
      * each announced in its reader slot. */
     store *store;
+    /* A full checkpoint taken while the arena is restored lazily from the
+     * checkpoint at lazy_from (pins taken while it was): a key group not
+     * whole at its pin (still to come, or whole only at a later epoch) gets
+     * its block from there, as it is, not serialized. NULL: every block
+     * serialized. */
+    const char *lazy_from;
 } ckpt_opts;
 
 typedef struct ckpt_written {

@@ -428,6 +428,39 @@ int ckpt_view_load_range(ckpt_view *v, ioe_engine *e, stash_kg_range range)
     return rc;
 }
 
+int64_t ckpt_block_copy(const char *path, uint32_t kg, snap_buf *out)
+{
+    ioe_engine *e;
+    int rc = ioe_engine_open(&(ioe_opts){.depth = 8, .buf_count = 1, .buf_size = 4096}, &e);
+    if (rc < 0) return shm_fail(rc, "key group %u: no I/O engine to copy its block", kg);
+    ckpt_view v;
+    rc = ckpt_open_view(path, e, &v, false);
+    if (rc == 0 &&
+        (v.nfiles != 1 || (v.files[0].flags & CKPT_FILE_DELTA) || kg >= v.max_parallelism))
+        rc = shm_fail(-ENOTSUP, "%s: not one full data file of key group %u", path, kg);
+    if (rc == 0) rc = ckpt_view_load_range(&v, e, (stash_kg_range){kg, kg});
+    int64_t n = rc;
+    if (rc == 0) {
+        const ckpt_file *f = &v.files[0];
+        md_extent x;
+        memcpy(&x, f->extents + kg * sizeof x, sizeof x);
+        snap_buf scratch = {0};
+        snap_block b;
+        const uint8_t *p = f->data + (x.offset - f->base);
+        n = snap_read_block(p, x.size, f->path, x.offset, &scratch, &b);
+        if (n == 0 && (b.hdr.kg != kg || b.size != x.size || (b.hdr.flags & SNAP_DELTA)))
+            n = shm_fail(STASH_ECORRUPT,
+                         "%s: offset %llu: the block of key group %u is not the one the "
+                         "metadata says",
+                         f->path, (unsigned long long)x.offset, kg);
+        if (n == 0) n = snap_buf_put(out, p, x.size) ? -ENOMEM : (int64_t)b.hdr.records;
+        snap_buf_free(&scratch);
+    }
+    ckpt_view_close(&v);
+    ioe_engine_close(e);
+    return n;
+}
+
 int ckpt_view_check_files(ckpt_view *v, ioe_engine *e)
 {
     int rc = 0;

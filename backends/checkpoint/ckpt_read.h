@@ -152,6 +152,10 @@ int ckpt_view_load(ckpt_view *v, ioe_engine *e);
  * key groups' blocks lie one after another): a walk of range checks each
  * block, but no file's checksum as a whole. */
 int ckpt_view_load_range(ckpt_view *v, ioe_engine *e, stash_kg_range range);
+/* Appends key group kg's block of the full checkpoint at path to out, its
+ * bytes as they are once checked; returns its records' count. Reads with an
+ * I/O engine of its own: any thread may call it. */
+int64_t ckpt_block_copy(const char *path, uint32_t kg, snap_buf *out);
 /* Reads each data file of a view opened without them, checks it against the
  * metadata (its length and blocks' CRC32C) and lets it go: one file in
  * memory at a time. */

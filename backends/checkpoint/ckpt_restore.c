@@ -337,6 +337,8 @@ static int restore_claimed(stash_arena *a, uint32_t kg, bool dead, ioe_engine *e
     ckpt_restored out = {0};
     bool applying = false;
     if (rc == 0) rc = restore_view(a, &v, one, &applying, st, NULL, NULL, &out);
+    /* What went in before a failure goes again: the next try starts empty. */
+    if (rc && applying) st->ops->clear(st, one);
     ckpt_restored_free(&out);
     if (own) ioe_engine_close(own);
     if (st->ops->commit) st->ops->commit(st);
@@ -370,6 +372,8 @@ int ckpt_lazy_await(stash_arena *a, uint32_t kg, ioe_engine *e)
         int rc = restore_claimed(a, kg, dead, e);
         char why[512];
         if (rc) snprintf(why, sizeof why, "%s", stash_errmsg());
+        /* A pin below this epoch was taken before the key group was whole. */
+        if (rc == 0) atomic_store(&a->tables[kg].lazy_done_at, atomic_load(&a->tables[kg].epoch));
         /* A damaged block stays damaged; anything else (memory, a read) may
          * pass: the next touch tries again. */
         atomic_store_explicit(word,
@@ -384,6 +388,23 @@ int ckpt_lazy_await(stash_arena *a, uint32_t kg, ioe_engine *e)
                             a->control->lazy_path, why);
         return 0;
     }
+}
+
+int ckpt_lazy_copyable(stash_arena *a, ioe_engine *e)
+{
+    ckpt_view v;
+    int rc = ckpt_open_view(a->control->lazy_path, e, &v, false);
+    if (rc) return rc;
+    bool ok = v.nfiles == 1 && !(v.files[0].flags & CKPT_FILE_DELTA);
+    /* Registered by the restore's start: each finds its own id again. */
+    for (uint32_t i = 0; ok && i < v.nstates; i++) {
+        ckpt_state s = ckpt_view_state(&v, i);
+        ok = shm_catalog_register(a, s.name, s.kind, s.options) == (int)s.id;
+    }
+    ckpt_view_close(&v);
+    return ok ? 0
+              : shm_fail(-ENOTSUP, "%s: its blocks cannot stand in another checkpoint as they are",
+                         a->control->lazy_path);
 }
 
 int ckpt_lazy_fill(stash_arena *a, ioe_engine *e, const _Atomic int *stop)

@@ -39,6 +39,11 @@ int ckpt_lazy_begin(stash_arena *a, const char *path, stash_kg_range range, ioe_
  * whose blocks fail their checks stays out: STASH_ECORRUPT for everyone
  * who touches it, naming the checkpoint and the key group. */
 int ckpt_lazy_await(stash_arena *a, uint32_t kg, ioe_engine *e);
+/* 0 if the lazy restore's checkpoint is one full data file whose states
+ * have the arena's ids, so that a checkpoint taken meanwhile copies the
+ * blocks of key groups not yet restored as they are (ckpt_opts.lazy_from);
+ * -ENOTSUP if not (bring them first: ckpt_lazy_fill). */
+int ckpt_lazy_copyable(stash_arena *a, ioe_engine *e);
 /* Whether a lazy restore still has key groups to bring. */
 bool ckpt_lazy_pending(const stash_arena *a);
 /* The background pass: brings every key group still to come, in order,

@@ -115,6 +115,9 @@ static void ttl_sweep(stash_worker *w)
     w->writes++; /* entries may go: iterators of this worker are stale */
     uint32_t n = w->range.last - w->range.first + 1;
     uint32_t kg = w->range.first + w->ttl_sweep_kg++ % n;
+    /* One a lazy restore has yet to bring has nothing to clean (and may be
+     * being written by whoever brings it). */
+    if (atomic_load(&w->arena->tables[kg].lazy)) return;
     for (stash_state *s = w->states; s; s = s->next)
         if (state_has_ttl(s)) state_ttl_cleanup(s, kg);
 }

@@ -49,6 +49,7 @@ struct stash_service {
     bool lazy_running;
     _Atomic int lazy_stop;
     _Atomic int lazy_said; /* its end was logged */
+    bool lazy_cut;         /* the checkpoint in flight was cut while it ran */
 };
 
 /* Hands one event to the caller's log: as a record, and as a line. */
@@ -60,7 +61,8 @@ void engine_io_line(void *ctx, const char *line);
 void engine_unpin_all(stash_arena *a, uint32_t *pins);
 /* Adds what the I/O engine did since the last look to the arena's totals. */
 void engine_account_io(stash_service *s);
-/* Brings every key group a lazy restore has yet to bring (before a cut). */
+/* Brings every key group a lazy restore has yet to bring (before a cut whose
+ * checkpoint cannot copy their blocks). */
 int engine_lazy_finish(stash_service *s);
 /* The engine's thread (arg: the service) until it is asked to stop. */
 void *engine_main(void *arg);

@@ -344,7 +344,8 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
                    .op_blobs = blobs,
                    .serialized = chain ? NULL : release_cut,
                    .serialized_ctx = s,
-                   .store = s->store};
+                   .store = s->store,
+                   .lazy_from = s->lazy_cut ? a->control->lazy_path : NULL};
     ckpt_written w = {0};
     rc = ckpt_write(a, s->cut, &o, &w);
     if (rc == -E2BIG) {
@@ -537,9 +538,13 @@ static void run_checkpoint(stash_service *s)
      * checkpoint after this one full. */
     uint32_t untracked = atomic_load(&a->hdr->change_untracked);
     uint32_t p = 0;
-    /* A cut holds every key group as it is: none may still be coming. */
-    int rc = engine_lazy_finish(s);
-    if (rc) rc = failed(&r, rc, "%s", stash_errmsg());
+    /* While a lazy restore runs, the key groups not whole at their cut take
+     * their blocks from its checkpoint as they are, where they can stand
+     * in this one; else it brings them first. */
+    int rc = 0;
+    s->lazy_cut = ckpt_lazy_pending(a) && ckpt_lazy_copyable(a, s->e) == 0;
+    if (!s->lazy_cut && (rc = engine_lazy_finish(s)) != 0)
+        rc = failed(&r, rc, "%s", stash_errmsg());
     if (rc == 0) rc = worker_parallelism(s, &p, &r);
     if (rc == 0 && p == 0) {
         /* No worker ever joined: the engine cuts every key group itself. */

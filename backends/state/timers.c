@@ -210,6 +210,8 @@ static int build(stash_timers *t)
     for (uint32_t kg = s->w->range.first; rc == 0 && kg <= s->w->range.last; kg++) {
         store_walk walk = {0};
         store_entry e;
+        /* Every timer is known from the start: its key group must be here. */
+        rc = state_kg_ready(s->w, kg);
         while (rc == 0 && (rc = st->ops->next(st, kg, s->id, &walk, &e)) == 1) {
             rc = 0;
             if (e.resume.len) {
