@@ -282,22 +282,9 @@ int ckpt_lazy_begin(stash_arena *a, const char *path, stash_kg_range range, ioe_
     if (!in_arena)
         return shm_fail(-ENOTSUP, "%s: the %s backend restores whole, not lazily", a->path,
                         a->hdr->backend == STASH_BACKEND_LMDB ? "lmdb" : "given");
-    ckpt_view v;
-    rc = ckpt_open_view(path, e, &v, false);
+    /* Its metadata checked, its states registered, its operator state out. */
+    rc = ckpt_restore_opstate(a, path, e, out);
     if (rc) return rc;
-    out->id = v.id;
-    uint16_t ids[SHM_CATALOG_SIZE + 1];
-    snap_id_map map;
-    if (v.max_parallelism != a->hdr->max_parallelism)
-        rc = shm_fail(STASH_ECORRUPT, "%s: a checkpoint of %u key groups for an arena of %u",
-                      v.meta_path, v.max_parallelism, a->hdr->max_parallelism);
-    if (rc == 0) rc = map_states(a, &v, ids, &map);
-    if (rc == 0) rc = copy_opstate(&v, &map, out);
-    ckpt_view_close(&v);
-    if (rc) {
-        ckpt_restored_free(out);
-        return rc;
-    }
     snprintf(c->lazy_path, sizeof c->lazy_path, "%s", path);
     atomic_store(&c->lazy_started_ns, shm_now_ns());
     for (uint32_t kg = range.first; kg <= range.last; kg++)

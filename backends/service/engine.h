@@ -61,9 +61,9 @@ void engine_io_line(void *ctx, const char *line);
 void engine_unpin_all(stash_arena *a, uint32_t *pins);
 /* Adds what the I/O engine did since the last look to the arena's totals. */
 void engine_account_io(stash_service *s);
-/* Brings every key group a lazy restore has yet to bring (before a cut whose
- * checkpoint cannot copy their blocks). */
-int engine_lazy_finish(stash_service *s);
+/* Says, once, that a lazy restore brought its last key group, and counts
+ * it as the arena's restore. */
+void engine_lazy_done(stash_service *s);
 /* The engine's thread (arg: the service) until it is asked to stop. */
 void *engine_main(void *arg);
 

@@ -228,33 +228,6 @@ static int claim(stash_service *s)
     return 0;
 }
 
-/* Says, once, that a lazy restore brought its last key group, and counts
- * it as the arena's restore. */
-static void lazy_done(stash_service *s)
-{
-    stash_arena *a = s->a;
-    shm_control *c = a->control;
-    if (ckpt_lazy_pending(a) || atomic_exchange(&s->lazy_said, 1)) return;
-    uint64_t records = 0, took = shm_now_ns() - atomic_load(&c->lazy_started_ns);
-    for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
-        records += atomic_load(&a->tables[kg].count);
-    atomic_store(&c->restored_ns, took);
-    atomic_store(&c->restored_at_ns, shm_now_ns());
-    atomic_store(&c->restored_records, records);
-    engine_say(s, STASH_LOG_INFO, "restore",
-               "restored checkpoint %llu lazily: every key group in %.1f ms (%llu records)",
-               (unsigned long long)atomic_load(&c->restored_id), (double)took / 1e6,
-               (unsigned long long)records);
-}
-
-int engine_lazy_finish(stash_service *s)
-{
-    if (!ckpt_lazy_pending(s->a)) return 0;
-    int rc = ckpt_lazy_fill(s->a, s->e, NULL);
-    if (rc == 0) lazy_done(s);
-    return rc;
-}
-
 /* A lazy restore's background pass, with an I/O engine of its own. */
 static void *lazy_main(void *arg)
 {
@@ -270,7 +243,7 @@ static void *lazy_main(void *arg)
         engine_say(s, STASH_LOG_ERROR, "restore", "the lazy restore's background pass: %s",
                    stash_errmsg());
     else
-        lazy_done(s);
+        engine_lazy_done(s);
     return NULL;
 }
 
