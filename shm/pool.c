@@ -101,28 +101,27 @@ int shm_pool_take(stash_arena *a, uint64_t n, uint32_t kg, unsigned cls, uint64_
     uint64_t owned = shm_span_pack(SHM_SPAN_OWNED, cls, kg, n);
     uint64_t bump = atomic_load(&h->pool_bump);
     /* Reuse a freed run before cutting new spans, to keep the bump region whole
-     * for large runs. The head changes before the lists: see the crash rule. */
+     * for large runs. The heads change before the lists, and a run's other
+     * spans before its head: see the crash rule. Until the head says so,
+     * they lie inside the free run or past the bump mark, where no walk of
+     * the heads reads them. */
     uint32_t r = find_free_run(a, n);
-    if (r) {
-        uint64_t i = r - 1, len = shm_span_len(head_word(a, i));
-        if (len > n) {
-            set_head(a, i + n, shm_span_pack(SHM_SPAN_FREE, 0, 0, len - n));
-            set_head(a, i, owned);
-            push_free(a, i + n, len - n);
-        } else {
-            set_head(a, i, owned);
-        }
-        *first = i;
-    } else if (h->nspans - bump >= n) {
-        set_head(a, bump, owned);
-        atomic_store(&h->pool_bump, bump + n);
-        *first = bump;
-    } else {
+    uint64_t at = r ? r - 1 : bump;
+    if (!r && h->nspans - bump < n) {
         shm_lock_release(&h->pool_lock);
         return STASH_EFULL;
     }
-    for (uint64_t j = 1; j < n; j++)
-        set_head(a, *first + j, shm_span_pack(SHM_SPAN_INTERIOR, 0, 0, j));
+    for (uint64_t j = 1; j < n; j++) set_head(a, at + j, shm_span_pack(SHM_SPAN_INTERIOR, 0, 0, j));
+    if (r) {
+        uint64_t len = shm_span_len(head_word(a, at));
+        if (len > n) set_head(a, at + n, shm_span_pack(SHM_SPAN_FREE, 0, 0, len - n));
+        set_head(a, at, owned);
+        if (len > n) push_free(a, at + n, len - n);
+    } else {
+        set_head(a, bump, owned);
+        atomic_store(&h->pool_bump, bump + n);
+    }
+    *first = at;
     atomic_fetch_sub(&h->pool_free_spans, n);
     shm_lock_release(&h->pool_lock);
     return 0;
