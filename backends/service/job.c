@@ -456,10 +456,12 @@ static void run_job_checkpoint(svc_job *j)
     notify(j, "verdict %" PRIu64, id);
     double ms = (double)(shm_now_ns() - t0) / 1e6;
     if (rc == 0) {
-        say(j, STASH_LOG_INFO, "job", "job checkpoint %" PRIu64 " committed: %zu parts in %.1f ms",
-            id, rec->n, ms);
+        /* Retention first: once the line says committed, older records are
+         * gone as retention keeps them. */
         if (ckpt_job_retain(j->o.rados, j->job, j->o.retain ? j->o.retain : 3) < 0)
             say(j, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
+        say(j, STASH_LOG_INFO, "job", "job checkpoint %" PRIu64 " committed: %zu parts in %.1f ms",
+            id, rec->n, ms);
     } else {
         say(j, STASH_LOG_ERROR, "job", "job checkpoint %" PRIu64 " aborted after %.1f ms: %s", id,
             ms, why);
