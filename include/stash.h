@@ -742,7 +742,7 @@ typedef struct stash_service_opts {
                               instead of the newest complete checkpoint of dir */
     int start_empty;       /* a new arena starts empty even when dir holds checkpoints none of
                               which restores (without it the start fails, naming each one) */
-    int lazy_restore;      /* a new arena (heap backend) serves at once: each key group is
+    int lazy_restore;      /* a new arena serves at once: each key group is
                               restored when first touched (its toucher waits for it alone)
                               or when a background pass reaches it; a checkpoint taken
                               meanwhile copies the blocks of those not back at its cut.

@@ -119,6 +119,15 @@ static uint64_t key_in(uint32_t kg)
         if (stash_key_group(&k, sizeof k, KGS) == kg) return k;
 }
 
+/* Whether an lmdb arena's key group kg has its environment file. */
+static bool env_exists(const stash_arena *a, uint32_t kg)
+{
+    char path[SHM_LMDB_DIR + 32];
+    snprintf(path, sizeof path, "%s/kg-%05u.mdb", a->hdr->lmdb_dir, kg);
+    struct stat sb;
+    return stat(path, &sb) == 0;
+}
+
 Test(lazy, a_touch_restores_that_key_group_alone_for_owners_and_readers)
 {
     char name[96];
@@ -133,6 +142,11 @@ Test(lazy, a_touch_restores_that_key_group_alone_for_owners_and_readers)
     cr_assert_eq(test_u64(b.data), value_of(k));
     cr_assert_eq(left(a), KGS - 1, "the owner's touch brought key group 5 alone");
     cr_assert_eq(atomic_load(&a->tables[5].lazy), 0);
+    if (test_backend() == STASH_BACKEND_LMDB) {
+        /* Its environment alone was made from the checkpoint's blocks. */
+        cr_assert(env_exists(a, 5), "key group 5's environment");
+        cr_assert_not(env_exists(a, 7), "no environment for key group 7 yet");
+    }
     /* A reader in another process brings the key group it reads. */
     uint64_t rk = key_in(9);
     pid_t pid = fork();
@@ -179,6 +193,17 @@ static int fill(void *arg)
     return ckpt_lazy_fill(a, NULL, NULL) ? 2 : 0;
 }
 
+/* The entries of every key group, as the arena's store counts them. */
+static int64_t entries(stash_arena *a)
+{
+    store *st;
+    cr_assert_eq(store_open(a, 0, (stash_kg_range){0, KGS - 1}, &st), 0, "%s", stash_errmsg());
+    int64_t n = 0;
+    for (uint32_t kg = 0; kg < KGS; kg++) n += st->ops->kg_entries(st, kg);
+    store_close(st);
+    return n;
+}
+
 Test(lazy, a_restorer_killed_midway_is_taken_over, .timeout = 120)
 {
     unsigned seed = test_seed("a_restorer_killed_midway_is_taken_over");
@@ -205,9 +230,7 @@ Test(lazy, a_restorer_killed_midway_is_taken_over, .timeout = 120)
         stash_worker *w;
         cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
         expect_all(w);
-        uint64_t count = 0;
-        for (uint32_t kg = 0; kg < KGS; kg++) count += atomic_load(&a->tables[kg].count);
-        cr_assert_eq(count, KEYS, "no key twice, none left over");
+        cr_assert_eq(entries(a), KEYS, "no key twice, none left over");
         stash_worker_close(w);
         cr_assert_eq(shm_check(a), 0, "%s", stash_errmsg());
         stash_arena_close(a);
@@ -332,6 +355,8 @@ Test(lazy, a_checkpoint_during_the_restore_copies_the_blocks_not_there_at_its_cu
     /* Key group 5 comes before the cut and changes; 9 only after it. */
     cr_assert_eq(stash_key_set(w, &k5, sizeof k5), 0, "%s", stash_errmsg());
     cr_assert_eq(stash_value_put(s, &v5, sizeof v5), 0);
+    /* The barrier before a cut: an lmdb owner's writes committed. */
+    if (w->store->ops->commit) cr_assert_eq(w->store->ops->commit(w->store), 0);
     uint32_t pins[KGS];
     for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(a, kg);
     cr_assert_eq(stash_key_set(w, &k9, sizeof k9), 0, "%s", stash_errmsg());
@@ -370,6 +395,74 @@ Test(lazy, a_checkpoint_during_the_restore_copies_the_blocks_not_there_at_its_cu
     stash_arena_destroy(other, NULL);
 }
 
+/* Checkpoint 2 of dir: checkpoint 1 with key k7 (of key group 7) holding
+ * v7 and key gone removed. */
+static void write_second(uint64_t k7, uint64_t v7, uint64_t gone)
+{
+    char name[96];
+    stash_arena *a = test_arena_create("lazy6src", 64u << 20, KGS, name);
+    ckpt_restored out;
+    cr_assert_eq(ckpt_restore(a, dir, 1, (stash_kg_range){0, KGS - 1}, eng, &out), 0, "%s",
+                 stash_errmsg());
+    ckpt_restored_free(&out);
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    stash_state *s = value_state(w);
+    cr_assert_eq(stash_key_set(w, &k7, sizeof k7), 0);
+    cr_assert_eq(stash_value_put(s, &v7, sizeof v7), 0);
+    cr_assert_eq(stash_key_set(w, &gone, sizeof gone), 0);
+    cr_assert_eq(stash_state_clear(s), 0);
+    stash_worker_close(w);
+    uint32_t pins[KGS];
+    for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(a, kg);
+    cr_assert_eq(ckpt_write(a, pins, &(ckpt_opts){.dir = dir, .id = 2, .engine = eng}, NULL), 0,
+                 "%s", stash_errmsg());
+    for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(a, kg, pins[kg]);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
+
+/* A whole restore into an arena that a lazy restore fills (a worker's
+ * rollback to the newest checkpoint while the service restores an older
+ * one lazily): the lazy restore's key groups are taken over, and none of
+ * them comes from the older checkpoint afterwards. */
+Test(lazy, a_whole_restore_takes_the_key_groups_of_a_lazy_one)
+{
+    uint64_t k7 = key_in(7), gone = k7 + 1, v7 = 999;
+    while (stash_key_group(&gone, sizeof gone, KGS) != 7) gone++;
+    write_second(k7, v7, gone);
+    char name[96];
+    stash_arena *a = begin("lazy6", name);
+    /* Key group 2 comes from checkpoint 1 first; the others wait. */
+    cr_assert_eq(ckpt_lazy_await(a, 2, NULL), 0, "%s", stash_errmsg());
+    ckpt_restored out;
+    cr_assert_eq(ckpt_restore(a, dir, 2, (stash_kg_range){0, KGS - 1}, eng, &out), 0, "%s",
+                 stash_errmsg());
+    ckpt_restored_free(&out);
+    cr_assert_eq(left(a), 0, "every key group taken over");
+    cr_assert_not(ckpt_lazy_pending(a));
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    stash_state *s = value_state(w);
+    for (uint64_t k = 0; k < KEYS; k++) {
+        stash_bytes b;
+        cr_assert_eq(stash_key_set(w, &k, sizeof k), 0, "%s", stash_errmsg());
+        if (k == gone) {
+            cr_assert_eq(stash_value_get(s, &b), STASH_ENOTFOUND, "key %llu stays removed",
+                         (unsigned long long)k);
+            continue;
+        }
+        cr_assert_eq(stash_value_get(s, &b), 0, "key %llu", (unsigned long long)k);
+        cr_assert_eq(test_u64(b.data), k == k7 ? v7 : value_of(k),
+                     "key %llu as checkpoint 2 has it", (unsigned long long)k);
+    }
+    stash_worker_close(w);
+    cr_assert_eq(entries(a), KEYS - 1, "no key twice");
+    cr_assert_eq(shm_check(a), 0, "%s", stash_errmsg());
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
+
 /* ---- the service ----------------------------------------------------------- */
 
 static const char *svc_name;
@@ -377,7 +470,7 @@ static const char *svc_name;
 static int service_main(void *arg)
 {
     (void)arg;
-    stash_arena_opts ao = {.size = 64u << 20, .max_parallelism = KGS};
+    stash_arena_opts ao = {.size = 64u << 20, .max_parallelism = KGS, .backend = test_backend()};
     stash_service *s;
     if (stash_service_start(
             svc_name, &(stash_service_opts){.arena = &ao, .dir = dir, .lazy_restore = 1}, &s) < 0) {

@@ -171,6 +171,84 @@ static int restore_one(stash_arena *a, const char *dir, uint64_t id, stash_kg_ra
     return rc ? rc : restore_view(a, &v, range, applying, st, prepare, ctx, out);
 }
 
+static bool thread_alive(uint32_t tid)
+{
+    return kill((pid_t)tid, 0) == 0 || errno != ESRCH;
+}
+
+/* Claims key group kg of a lazy restore for this thread: 1 claimed (*dead:
+ * from a thread that died at it, whose unfinished work is the claimant's
+ * to clear), 0 if it is whole, after waiting while another thread holds it
+ * (looking now and then whether that thread still lives). A failed key
+ * group is claimed with take_failed, else STASH_ECORRUPT. */
+static int lazy_claim(stash_arena *a, uint32_t kg, bool take_failed, bool *dead)
+{
+    _Atomic uint32_t *word = &a->tables[kg].lazy;
+    for (;;) {
+        uint32_t v = atomic_load_explicit(word, memory_order_acquire);
+        if (v == 0) return 0;
+        if (v == SHM_LAZY_FAILED && !take_failed)
+            return shm_fail(STASH_ECORRUPT,
+                            "%s: key group %u did not restore from %s (its blocks failed their "
+                            "checks; the service's log says how)",
+                            a->path, kg, a->control->lazy_path);
+        *dead = (v & SHM_LAZY_CLAIMED) && !thread_alive(v & ~SHM_LAZY_CLAIMED);
+        if ((v & SHM_LAZY_CLAIMED) && !*dead) {
+            shm_futex_wait(word, v, 10000000);
+            continue;
+        }
+        if (atomic_compare_exchange_strong(word, &v,
+                                           SHM_LAZY_CLAIMED | (uint32_t)syscall(SYS_gettid)))
+            return 1;
+    }
+}
+
+/* Lets claimed key group kg go as to says (0: whole, SHM_LAZY_PENDING or
+ * SHM_LAZY_FAILED), waking its waiters. */
+static void lazy_release(stash_arena *a, uint32_t kg, uint32_t to)
+{
+    shm_table *t = &a->tables[kg];
+    /* A pin below this epoch was taken before the key group was whole. */
+    if (to == 0) atomic_store(&t->lazy_done_at, atomic_load(&t->epoch));
+    atomic_store_explicit(&t->lazy, to, memory_order_release);
+    if (to == 0) atomic_fetch_sub(&a->control->lazy_left, 1);
+    shm_futex_wake_as_is(&t->lazy);
+}
+
+/* The key groups of range a whole restore covers, within the arena's. */
+static uint32_t range_end(const stash_arena *a, stash_kg_range range)
+{
+    uint32_t maxp = a->hdr->max_parallelism;
+    return range.last < maxp ? range.last : maxp - 1;
+}
+
+/* A whole restore over range while a lazy restore goes on takes the lazy
+ * restore's key groups there first, so that no lazy restorer writes its
+ * older records over the whole restore's: each still to come or failed is
+ * claimed for this thread, and one whose restorer died is recovered and
+ * cleared. */
+static int lazy_take(stash_arena *a, stash_kg_range range, store *st)
+{
+    for (uint32_t kg = range.first; kg <= range_end(a, range) && ckpt_lazy_pending(a); kg++) {
+        bool dead = false;
+        int rc = lazy_claim(a, kg, true, &dead);
+        if (rc > 0 && dead && (rc = shm_heap_recover(a, kg, shm_table_recover)) == 0)
+            rc = st->ops->clear(st, (stash_kg_range){kg, kg});
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
+/* Gives back the key groups lazy_take claimed: whole if the restore
+ * succeeded, else still to come. */
+static void lazy_give(stash_arena *a, stash_kg_range range, bool whole)
+{
+    uint32_t me = SHM_LAZY_CLAIMED | (uint32_t)syscall(SYS_gettid);
+    for (uint32_t kg = range.first; kg <= range_end(a, range); kg++)
+        if (atomic_load_explicit(&a->tables[kg].lazy, memory_order_acquire) == me)
+            lazy_release(a, kg, whole ? 0 : SHM_LAZY_PENDING);
+}
+
 /* The caller's store handle, or else one of the restore's own in *own. */
 static int store_for(stash_arena *a, stash_kg_range range, store *given, store **own)
 {
@@ -185,6 +263,8 @@ int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, io
     store *own;
     memset(out, 0, sizeof *out);
     int rc = store_for(a, range, st, &own);
+    bool taken = rc == 0 && ckpt_lazy_pending(a);
+    if (taken) rc = lazy_take(a, range, st ? st : own);
     if (rc == 0) rc = open_for_restore(a, st ? st : own, path, 0, range, e, &v);
     if (rc == 0) {
         out->id = v.id;
@@ -192,6 +272,7 @@ int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, io
         rc = restore_view(a, &v, range, &applying, st ? st : own, NULL, NULL, out);
         if (rc) ckpt_restored_free(out);
     }
+    if (taken) lazy_give(a, range, rc == 0);
     store_close(own);
     return rc;
 }
@@ -274,16 +355,8 @@ int ckpt_lazy_begin(stash_arena *a, const char *path, stash_kg_range range, ioe_
     memset(out, 0, sizeof *out);
     if (strlen(path) >= sizeof c->lazy_path)
         return shm_fail(-ENAMETOOLONG, "%s: a path too long for a lazy restore", path);
-    store *st;
-    int rc = store_open(a, 0, range, &st);
-    if (rc) return rc;
-    bool in_arena = st->ops->in_arena;
-    store_close(st);
-    if (!in_arena)
-        return shm_fail(-ENOTSUP, "%s: the %s backend restores whole, not lazily", a->path,
-                        a->hdr->backend == STASH_BACKEND_LMDB ? "lmdb" : "given");
     /* Its metadata checked, its states registered, its operator state out. */
-    rc = ckpt_restore_opstate(a, path, e, out);
+    int rc = ckpt_restore_opstate(a, path, e, out);
     if (rc) return rc;
     snprintf(c->lazy_path, sizeof c->lazy_path, "%s", path);
     atomic_store(&c->lazy_started_ns, shm_now_ns());
@@ -298,21 +371,19 @@ bool ckpt_lazy_pending(const stash_arena *a)
     return atomic_load_explicit(&a->control->lazy_left, memory_order_acquire) != 0;
 }
 
-static bool thread_alive(uint32_t tid)
-{
-    return kill((pid_t)tid, 0) == 0 || errno != ESRCH;
-}
-
 /* Restores key group kg, claimed by this thread; after dead, a thread that
- * died restoring it: its records go first. */
+ * died restoring it. What is there already (the dead thread's records, or
+ * a whole restore's that failed) goes first. */
 static int restore_claimed(stash_arena *a, uint32_t kg, bool dead, ioe_engine *e)
 {
     stash_kg_range one = {kg, kg};
     store *st;
     int rc = store_open(a, 0, one, &st);
     if (rc) return rc;
-    if (dead && (rc = shm_heap_recover(a, kg, shm_table_recover)) == 0)
-        rc = st->ops->clear(st, one);
+    if (dead) rc = shm_heap_recover(a, kg, shm_table_recover);
+    int64_t there = rc ? rc : st->ops->kg_entries(st, kg);
+    if (there < 0) rc = (int)there;
+    if (there > 0) rc = st->ops->clear(st, one);
     ioe_engine *own = NULL;
     /* A small engine: a key group's reads go into the view's own buffers. */
     if (rc == 0 && !e &&
@@ -324,8 +395,6 @@ static int restore_claimed(stash_arena *a, uint32_t kg, bool dead, ioe_engine *e
     ckpt_restored out = {0};
     bool applying = false;
     if (rc == 0) rc = restore_view(a, &v, one, &applying, st, NULL, NULL, &out);
-    /* What went in before a failure goes again: the next try starts empty. */
-    if (rc && applying) st->ops->clear(st, one);
     ckpt_restored_free(&out);
     if (own) ioe_engine_close(own);
     if (st->ops->commit) st->ops->commit(st);
@@ -337,44 +406,19 @@ int ckpt_lazy_await(stash_arena *a, uint32_t kg, ioe_engine *e)
 {
     if (kg >= a->hdr->max_parallelism)
         return shm_fail(-EINVAL, "%s: key group %u of %u", a->path, kg, a->hdr->max_parallelism);
-    _Atomic uint32_t *word = &a->tables[kg].lazy;
-    for (;;) {
-        uint32_t v = atomic_load_explicit(word, memory_order_acquire);
-        if (v == 0) return 0;
-        if (v == SHM_LAZY_FAILED)
-            return shm_fail(STASH_ECORRUPT,
-                            "%s: key group %u did not restore from %s (its blocks failed their "
-                            "checks; the service's log says how)",
-                            a->path, kg, a->control->lazy_path);
-        bool dead = (v & SHM_LAZY_CLAIMED) && !thread_alive(v & ~SHM_LAZY_CLAIMED);
-        if (v != SHM_LAZY_PENDING && !dead) {
-            /* Another thread restores it: wait, looking now and then
-             * whether it still lives. */
-            shm_futex_wait(word, v, 10000000);
-            continue;
-        }
-        if (!atomic_compare_exchange_strong(word, &v,
-                                            SHM_LAZY_CLAIMED | (uint32_t)syscall(SYS_gettid)))
-            continue;
-        int rc = restore_claimed(a, kg, dead, e);
-        char why[512];
-        if (rc) snprintf(why, sizeof why, "%s", stash_errmsg());
-        /* A pin below this epoch was taken before the key group was whole. */
-        if (rc == 0) atomic_store(&a->tables[kg].lazy_done_at, atomic_load(&a->tables[kg].epoch));
-        /* A damaged block stays damaged; anything else (memory, a read) may
-         * pass: the next touch tries again. */
-        atomic_store_explicit(word,
-                              rc == 0                ? 0
-                              : rc == STASH_ECORRUPT ? SHM_LAZY_FAILED
-                                                     : SHM_LAZY_PENDING,
-                              memory_order_release);
-        if (rc == 0) atomic_fetch_sub(&a->control->lazy_left, 1);
-        shm_futex_wake_as_is(word);
-        if (rc)
-            return shm_fail(rc, "%s: key group %u did not restore from %s: %s", a->path, kg,
-                            a->control->lazy_path, why);
-        return 0;
-    }
+    bool dead = false;
+    int rc = lazy_claim(a, kg, false, &dead);
+    if (rc <= 0) return rc;
+    rc = restore_claimed(a, kg, dead, e);
+    char why[512];
+    if (rc) snprintf(why, sizeof why, "%s", stash_errmsg());
+    /* A damaged block stays damaged; anything else (memory, a read) may
+     * pass: the next touch tries again. */
+    lazy_release(a, kg, rc == 0 ? 0 : rc == STASH_ECORRUPT ? SHM_LAZY_FAILED : SHM_LAZY_PENDING);
+    if (rc)
+        return shm_fail(rc, "%s: key group %u did not restore from %s: %s", a->path, kg,
+                        a->control->lazy_path, why);
+    return 0;
 }
 
 int ckpt_lazy_copyable(stash_arena *a, ioe_engine *e)
@@ -411,7 +455,10 @@ int ckpt_restore_prepared(stash_arena *a, const char *dir, uint64_t id, stash_kg
     store *own;
     memset(out, 0, sizeof *out);
     int rc = store_for(a, range, st, &own);
+    bool taken = rc == 0 && ckpt_lazy_pending(a);
+    if (taken) rc = lazy_take(a, range, st ? st : own);
     if (rc == 0) rc = restore_newest(a, dir, id, range, e, st ? st : own, prepare, ctx, out);
+    if (taken) lazy_give(a, range, rc == 0);
     store_close(own);
     return rc;
 }

@@ -23,13 +23,16 @@ typedef struct ckpt_restored {
  * The arena serves at once; each key group comes from the checkpoint when
  * it is first touched or when a background pass reaches it, whichever is
  * first. The arena's control block names the checkpoint and each table
- * says whether its key group is there (layout.h: lazy). Heap arenas only. */
+ * says whether its key group is there (layout.h: lazy): with the heap
+ * store its records, with lmdb its environment, made from the key group's
+ * blocks when it comes. A whole restore over key groups still to come
+ * (ckpt_restore*, a rollback) takes them over. */
 
 /* Begins a lazy restore of range from the checkpoint directory at path:
  * checks its metadata, registers its states and hands out its operator
  * state in *out (id, op_*), and marks every key group of range as still to
- * come. -ENAMETOOLONG if path does not fit the control block, -ENOTSUP for
- * a store whose records are not the arena's: restore it whole instead. */
+ * come. -ENAMETOOLONG if path does not fit the control block: restore it
+ * whole instead. */
 int ckpt_lazy_begin(stash_arena *a, const char *path, stash_kg_range range, ioe_engine *e,
                     ckpt_restored *out);
 /* Returns once key group kg is in the arena: at once if it is, else after
@@ -57,7 +60,9 @@ void ckpt_restored_free(ckpt_restored *r);
  * complete one, falling back to older ones past any that fail a check, and
  * saying so in *out). Every block of every file the checkpoint needs is
  * checked before any record is written into the arena, whose key groups no
- * worker may write meanwhile. Never modifies the directory. */
+ * worker may write meanwhile. Key groups of range that a lazy restore has
+ * yet to bring are taken from it first (one it is bringing waited for) and
+ * are whole after a restore that succeeded. Never modifies the directory. */
 int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range, ioe_engine *e,
                  ckpt_restored *out);
 

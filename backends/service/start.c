@@ -46,7 +46,8 @@ static int restore_into(stash_service *s, stash_worker *w, const char *from, ckp
 }
 
 /* Begins a lazy restore of the checkpoint at path (from, or dir's chk-ID)
- * into the new arena w owns whole; 1 if its store restores only whole. */
+ * into the new arena w owns whole; 1 if it cannot be lazy (a path too long
+ * for the control block): restore it whole. */
 static int begin_lazy(stash_service *s, stash_worker *w, const char *from, uint64_t id,
                       ckpt_restored *out)
 {
@@ -54,7 +55,7 @@ static int begin_lazy(stash_service *s, stash_worker *w, const char *from, uint6
     int rc = from ? ckpt_path_of(path, "%s", from)
                   : ckpt_path_of(path, "%s/chk-%llu", s->dir, (unsigned long long)id);
     if (rc == 0) rc = ckpt_lazy_begin(w->arena, path, w->range, s->e, out);
-    if (rc != -ENOTSUP && rc != -ENAMETOOLONG) return rc;
+    if (rc != -ENAMETOOLONG) return rc;
     engine_say(s, STASH_LOG_WARN, "restore", "restoring whole: %s", stash_errmsg());
     return 1;
 }

@@ -53,8 +53,6 @@ static void remove_open(stash_worker *w)
     pthread_mutex_unlock(&open_mu);
 }
 
-/* Opens the keyed store of w's slot and range, and what follows from the
- * arena and the options. */
 /* stash_key_set and the walks, while the arena is restored lazily: a key
  * group not there yet is restored here or waited for. */
 static int await_lazy_kg(stash_worker *w, uint32_t kg)
@@ -66,6 +64,8 @@ static int await_lazy_kg(stash_worker *w, uint32_t kg)
     return ckpt_lazy_await(w->arena, kg, NULL);
 }
 
+/* Opens the keyed store of w's slot and range, and what follows from the
+ * arena and the options. */
 static int attach_store(stash_worker *w, stash_clock_fn *clock, void *clock_ctx)
 {
     int rc = store_open(w->arena, w->slot, w->range, &w->store);

@@ -896,10 +896,7 @@ int bench_checkpoint(int argc, char **argv)
         rc = pause_case(&b, b.o.quick ? 1000000 : 10000000,
                         b.o.quick ? "pause/1m-keys" : "pause/10m-keys");
     if (rc == 0) rc = incremental_case(&b);
-    if (rc == 0 && on_lmdb(&b))
-        report_skip(&b, "instant", "stash",
-                    "a lazy restore is the heap backend's: lmdb restores its environments whole");
-    else if (rc == 0 && bench_selected(&b.o, "instant")) {
+    if (rc == 0 && bench_selected(&b.o, "instant")) {
         rc = instant_case(&b, b.o.quick ? 100000 : 1000000,
                           b.o.quick ? "instant/100k-keys" : "instant/1m-keys");
         if (rc == 0)
