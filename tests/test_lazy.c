@@ -43,6 +43,16 @@ static stash_state *value_state(stash_worker *w)
     return s;
 }
 
+/* Checkpoint id of arena a in dir, every key group pinned. */
+static void checkpoint(stash_arena *a, uint64_t id)
+{
+    uint32_t pins[KGS];
+    for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(a, kg);
+    cr_assert_eq(ckpt_write(a, pins, &(ckpt_opts){.dir = dir, .id = id, .engine = eng}, NULL), 0,
+                 "%s", stash_errmsg());
+    for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(a, kg, pins[kg]);
+}
+
 /* Checkpoint 1 in dir of KEYS keys, key k holding value_of(k). */
 static void setup(void)
 {
@@ -60,11 +70,7 @@ static void setup(void)
     }
     stash_worker_close(w);
     cr_assert_eq(ioe_engine_open(&(ioe_opts){0}, &eng), 0);
-    uint32_t pins[KGS];
-    for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(a, kg);
-    cr_assert_eq(ckpt_write(a, pins, &(ckpt_opts){.dir = dir, .id = 1, .engine = eng}, NULL), 0,
-                 "%s", stash_errmsg());
-    for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(a, kg, pins[kg]);
+    checkpoint(a, 1);
     stash_arena_close(a);
     stash_arena_destroy(source, NULL);
 }
@@ -343,6 +349,17 @@ static bool same_block(uint32_t kg)
     return same;
 }
 
+/* A new arena with checkpoint id of dir restored whole. */
+static stash_arena *restored(const char *tag, uint64_t id, char *name)
+{
+    stash_arena *a = test_arena_create(tag, 64u << 20, KGS, name);
+    ckpt_restored out;
+    cr_assert_eq(ckpt_restore(a, dir, id, (stash_kg_range){0, KGS - 1}, eng, &out), 0, "%s",
+                 stash_errmsg());
+    ckpt_restored_free(&out);
+    return a;
+}
+
 Test(lazy, a_checkpoint_during_the_restore_copies_the_blocks_not_there_at_its_cut)
 {
     char name[96], path[256];
@@ -376,11 +393,7 @@ Test(lazy, a_checkpoint_during_the_restore_copies_the_blocks_not_there_at_its_cu
     stash_arena_close(a);
     stash_arena_destroy(name, NULL);
     char other[96];
-    stash_arena *b = test_arena_create("lazy5r", 64u << 20, KGS, other);
-    ckpt_restored out;
-    cr_assert_eq(ckpt_restore(b, dir, 2, (stash_kg_range){0, KGS - 1}, eng, &out), 0, "%s",
-                 stash_errmsg());
-    ckpt_restored_free(&out);
+    stash_arena *b = restored("lazy5r", 2, other);
     cr_assert_eq(stash_worker_open(other, &(stash_worker_opts){.parallelism = 1}, &w), 0);
     s = value_state(w);
     for (uint64_t k = 0; k < KEYS; k++) {
@@ -400,11 +413,7 @@ Test(lazy, a_checkpoint_during_the_restore_copies_the_blocks_not_there_at_its_cu
 static void write_second(uint64_t k7, uint64_t v7, uint64_t gone)
 {
     char name[96];
-    stash_arena *a = test_arena_create("lazy6src", 64u << 20, KGS, name);
-    ckpt_restored out;
-    cr_assert_eq(ckpt_restore(a, dir, 1, (stash_kg_range){0, KGS - 1}, eng, &out), 0, "%s",
-                 stash_errmsg());
-    ckpt_restored_free(&out);
+    stash_arena *a = restored("lazy6src", 1, name);
     stash_worker *w;
     cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
     stash_state *s = value_state(w);
@@ -413,11 +422,7 @@ static void write_second(uint64_t k7, uint64_t v7, uint64_t gone)
     cr_assert_eq(stash_key_set(w, &gone, sizeof gone), 0);
     cr_assert_eq(stash_state_clear(s), 0);
     stash_worker_close(w);
-    uint32_t pins[KGS];
-    for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(a, kg);
-    cr_assert_eq(ckpt_write(a, pins, &(ckpt_opts){.dir = dir, .id = 2, .engine = eng}, NULL), 0,
-                 "%s", stash_errmsg());
-    for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(a, kg, pins[kg]);
+    checkpoint(a, 2);
     stash_arena_close(a);
     stash_arena_destroy(name, NULL);
 }
