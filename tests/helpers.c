@@ -100,6 +100,24 @@ int test_wait(pid_t pid)
     return WEXITSTATUS(st);
 }
 
+void test_await_serving(const char *name, pid_t pid)
+{
+    for (int i = 0; i < 30000; i++) {
+        stash_arena *a;
+        int32_t serving = 0;
+        if (stash_arena_open(name, NULL, &a) == 0) {
+            shm_service_alive(a, &serving);
+            stash_arena_close(a);
+        }
+        if (serving == pid) return;
+        int st;
+        cr_assert_eq(waitpid(pid, &st, WNOHANG), 0, "pid %d exited before serving %s", (int)pid,
+                     name);
+        usleep(2000);
+    }
+    cr_assert_fail("pid %d never served %s", (int)pid, name);
+}
+
 int test_run_stash(const char *args, char *out, size_t cap)
 {
     char cmd[1024];

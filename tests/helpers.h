@@ -61,6 +61,10 @@ int test_sum_reduce(const stash_bytes *acc, const stash_bytes *in, void *out, si
                     size_t *len, void *ctx);
 /* Waits for pid; returns its exit code, or 128 + signal if it was killed. */
 int test_wait(pid_t pid);
+/* Returns once process pid, a child of this one, serves arena name (its
+ * engine has claimed the arena); fails the test if pid exits first or does
+ * not serve within a minute. */
+void test_await_serving(const char *name, pid_t pid);
 /* Asks for a checkpoint of arena a (stash_checkpoint, 60 s at most) from
  * another thread: test_checkpoint_done() says whether it finished,
  * test_checkpoint_end() waits for it and returns what it returned. */

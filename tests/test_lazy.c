@@ -491,18 +491,8 @@ static int service_main(void *arg)
 static pid_t start_service(void)
 {
     pid_t pid = test_fork(service_main, NULL);
-    for (;;) {
-        stash_arena *a;
-        int32_t serving = 0;
-        if (stash_arena_open(svc_name, NULL, &a) == 0) {
-            shm_service_alive(a, &serving);
-            stash_arena_close(a);
-        }
-        if (serving == pid) return pid;
-        int st;
-        cr_assert_eq(waitpid(pid, &st, WNOHANG), 0, "the service exited");
-        usleep(1000);
-    }
+    test_await_serving(svc_name, pid);
+    return pid;
 }
 
 static int check_worker(void *arg)

@@ -470,12 +470,7 @@ Test(lmdb, incremental_checkpoints_carry_changes_and_deletions, .timeout = 120)
     stash_arena *a = create("lminc", STASH_BACKEND_LMDB, name);
     engine_args x = {name, dir};
     pid_t engine = test_fork(run_engine, &x);
-    int32_t serving = 0;
-    for (int i = 0; i < 5000 && serving != engine; i++) {
-        shm_service_alive(a, &serving);
-        usleep(2000);
-    }
-    cr_assert_eq(serving, engine, "the engine serves");
+    test_await_serving(name, engine);
     write_keys(name, 0, KEYS, 1, false);
     stash_checkpoint_info full, delta;
     cr_assert_eq(stash_checkpoint(a, 60000, &full), 0, "%s", stash_errmsg());

@@ -102,19 +102,7 @@ static int service_main(void *arg)
 static pid_t start_engine(svc_args *v)
 {
     pid_t pid = test_fork(service_main, v);
-    for (int i = 0; i < 5000; i++) {
-        stash_arena *a;
-        int32_t serving = 0;
-        if (stash_arena_open(v->name, NULL, &a) == 0) {
-            shm_service_alive(a, &serving);
-            stash_arena_close(a);
-        }
-        if (serving == pid) return pid;
-        int st;
-        cr_assert_eq(waitpid(pid, &st, WNOHANG), 0, "the engine exited");
-        usleep(2000);
-    }
-    cr_assert_fail("the engine never served %s", v->name);
+    test_await_serving(v->name, pid);
     return pid;
 }
 
@@ -740,16 +728,7 @@ static pid_t serve_as(const char *name, const char *dir, const char *log, const 
               format, (char *)NULL);
         _exit(127);
     }
-    for (int i = 0; i < 5000; i++) {
-        stash_arena *a;
-        int32_t serving = 0;
-        if (stash_arena_open(name, NULL, &a) == 0) {
-            shm_service_alive(a, &serving);
-            stash_arena_close(a);
-        }
-        if (serving == pid) break;
-        usleep(2000);
-    }
+    test_await_serving(name, pid);
     return pid;
 }
 

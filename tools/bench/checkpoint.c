@@ -158,6 +158,26 @@ static void clean_dir(const ckb *b)
 
 /* ---- full checkpoint and restore bandwidth, beside fio ---------------------- */
 
+/* Restores checkpoint 1 of b's directory into a new arena name2 for keys
+ * keys, as after a reboot, and destroys the arena again; *ns: the time the
+ * restore took. */
+static int restore_fresh(ckb *b, const char *name2, uint64_t keys, uint64_t *ns)
+{
+    stash_arena *fresh;
+    int rc = create_arena(b, name2, keys);
+    if (rc == 0 && (rc = stash_arena_open(name2, NULL, &fresh)) == 0) {
+        ckpt_restored res;
+        uint64_t t0 = bench_now_ns();
+        rc = ckpt_restore(fresh, b->dir, 1, (stash_kg_range){0, fresh->hdr->max_parallelism - 1},
+                          b->e, &res);
+        *ns = bench_now_ns() - t0;
+        if (rc == 0) ckpt_restored_free(&res);
+        stash_arena_close(fresh);
+    }
+    stash_arena_destroy(name2, NULL);
+    return rc;
+}
+
 static int bandwidth_cases(ckb *b)
 {
     stash_worker *w;
@@ -180,22 +200,11 @@ static int bandwidth_cases(ckb *b)
         wr[r] = (double)out.data_bytes / ((double)(bench_now_ns() - t0) / 1e9);
         unpin_all(a, pins);
         bytes = out.data_bytes;
-        /* Restore into a second arena, as after a reboot. */
-        stash_arena *fresh;
         char name2[80];
         snprintf(name2, sizeof name2, "%s-restore", b->name);
-        if (rc == 0) rc = create_arena(b, name2, b->keys);
-        if (rc == 0) rc = stash_arena_open(name2, NULL, &fresh);
-        if (rc == 0) {
-            ckpt_restored res;
-            t0 = bench_now_ns();
-            rc = ckpt_restore(fresh, b->dir, 1, (stash_kg_range){0, a->hdr->max_parallelism - 1},
-                              b->e, &res);
-            rd[r] = (double)bytes / ((double)(bench_now_ns() - t0) / 1e9);
-            if (rc == 0) ckpt_restored_free(&res);
-            stash_arena_close(fresh);
-            stash_arena_destroy(name2, NULL);
-        }
+        uint64_t ns = 0;
+        if (rc == 0) rc = restore_fresh(b, name2, b->keys, &ns);
+        rd[r] = (double)bytes / ((double)ns / 1e9);
         char path[1024];
         snprintf(path, sizeof path, "%s/fio.dat", b->dir);
         if (fio && (bench_fio(path, bytes, true, true, &fw[r]) < 0 ||
@@ -478,7 +487,7 @@ static int instant_case(ckb *b, uint64_t keys, const char *name)
     if (rc < 0) return rc;
     clean_dir(b);
     stash_arena *a = stash_worker_arena(w);
-    uint32_t *pins = pin_all(a), maxp = a->hdr->max_parallelism;
+    uint32_t *pins = pin_all(a);
     rc = write_checkpoint(w, pins, &(ckpt_opts){.dir = b->dir, .id = 1, .engine = b->e}, NULL);
     unpin_all(a, pins);
     close_loaded(b, w);
@@ -487,18 +496,9 @@ static int instant_case(ckb *b, uint64_t keys, const char *name)
     double first[MAX_REPS], all[MAX_REPS], whole[MAX_REPS], ops[MAX_REPS];
     for (int r = 0; r < b->o.reps && rc == 0; r++) {
         bench_progress(&b->o, "checkpoint: %s, repetition %d of %d", name, r + 1, b->o.reps);
-        stash_arena *fresh;
-        rc = create_arena(b, name2, keys);
-        if (rc == 0) rc = stash_arena_open(name2, NULL, &fresh);
-        if (rc == 0) {
-            ckpt_restored res;
-            uint64_t t0 = bench_now_ns();
-            rc = ckpt_restore(fresh, b->dir, 1, (stash_kg_range){0, maxp - 1}, b->e, &res);
-            whole[r] = (double)(bench_now_ns() - t0) / 1e6;
-            if (rc == 0) ckpt_restored_free(&res);
-            stash_arena_close(fresh);
-            stash_arena_destroy(name2, NULL);
-        }
+        uint64_t ns = 0;
+        rc = restore_fresh(b, name2, keys, &ns);
+        whole[r] = (double)ns / 1e6;
         if (rc == 0) rc = lazy_once(b, keys, name2, &first[r], &all[r], &ops[r]);
     }
     clean_dir(b);
