@@ -452,8 +452,16 @@ void engine_lazy_done(stash_service *s)
     shm_control *c = a->control;
     if (ckpt_lazy_pending(a) || atomic_exchange(&s->lazy_said, 1)) return;
     uint64_t records = 0, took = shm_now_ns() - atomic_load(&c->lazy_started_ns);
-    for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
-        records += atomic_load(&a->tables[kg].count);
+    /* Counted by a store handle of its own: the engine's is the engine
+     * thread's, and with lmdb the records are not the tables'. */
+    store *st;
+    if (store_open(a, 0, (stash_kg_range){0, a->hdr->max_parallelism - 1}, &st) == 0) {
+        for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++) {
+            int64_t n = st->ops->kg_entries(st, kg);
+            if (n > 0) records += (uint64_t)n;
+        }
+        store_close(st);
+    }
     atomic_store(&c->restored_ns, took);
     atomic_store(&c->restored_at_ns, shm_now_ns());
     atomic_store(&c->restored_records, records);
