@@ -506,6 +506,55 @@ Test(snapshot_api, a_savepoint_is_bootstrapped_from_scratch)
     stash_snapshot_writer_abort(NULL);
 }
 
+/* Empty elements and values of operator state (data NULL, len 0) go in and
+ * come back empty. */
+Test(snapshot_api, a_bootstrapped_savepoint_keeps_empty_operator_state)
+{
+    char to[300];
+    snprintf(to, sizeof to, "%s/sp-empty-op", dir);
+    stash_snapshot_writer *w;
+    cr_assert_eq(
+        stash_snapshot_writer_open(to, &(stash_snapshot_writer_opts){.op_parallelism = 1}, &w), 0,
+        "%s", stash_errmsg());
+    cr_assert_eq(
+        stash_snapshot_writer_state(w, &(stash_state_desc){.name = "u", .kind = STASH_OP_UNION}),
+        0);
+    cr_assert_eq(stash_snapshot_writer_state(
+                     w, &(stash_state_desc){.name = "b", .kind = STASH_OP_BROADCAST}),
+                 0);
+    stash_snapshot_entry e[] = {
+        {.state = "u", .value = {NULL, 0}},
+        {.state = "u", .value = {"x", 1}},
+        {.state = "b", .map_key = {"k", 1}, .value = {NULL, 0}},
+    };
+    for (size_t i = 0; i < sizeof e / sizeof e[0]; i++)
+        cr_assert_eq(stash_snapshot_writer_op_put(w, &e[i]), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_snapshot_writer_commit(w, NULL), 0, "%s", stash_errmsg());
+    restored r;
+    restore_job(&r, to, "empty-op");
+    stash_worker *wk;
+    cr_assert_eq(stash_worker_open(r.job, &(stash_worker_opts){.index = 0, .parallelism = 1}, &wk),
+                 0, "%s", stash_errmsg());
+    stash_state *u, *b;
+    cr_assert_eq(stash_state_get(wk, &(stash_state_desc){.name = "u", .kind = STASH_OP_UNION}, &u),
+                 0, "%s", stash_errmsg());
+    cr_assert_eq(
+        stash_state_get(wk, &(stash_state_desc){.name = "b", .kind = STASH_OP_BROADCAST}, &b), 0,
+        "%s", stash_errmsg());
+    const stash_bytes *el;
+    size_t n;
+    cr_assert_eq(stash_op_list_get(u, &el, &n), 0, "%s", stash_errmsg());
+    cr_assert_eq(n, 2);
+    cr_assert_eq(el[0].len, 0);
+    cr_assert_eq(el[1].len, 1);
+    cr_assert_eq(memcmp(el[1].data, "x", 1), 0);
+    stash_bytes v;
+    cr_assert_eq(stash_broadcast_get(b, "k", 1, &v), 0, "%s", stash_errmsg());
+    cr_assert_eq(v.len, 0);
+    stash_worker_close(wk);
+    end_job(&r);
+}
+
 Test(snapshot_api, a_damaged_source_writes_nothing)
 {
     char path[400], to[300], args[1024];

@@ -235,9 +235,10 @@ STASH_API int stash_snapshot_writer_delete(stash_snapshot_writer *w, const stash
     return stash_state_clear(d->state);
 }
 
-/* Appends n bytes to b. */
+/* Appends n bytes to b (p may be NULL when n is 0: an empty element). */
 static int op_append(op_buf *b, const void *p, size_t n)
 {
+    if (n == 0) return 0;
     if (b->len + n > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n) cap *= 2;
