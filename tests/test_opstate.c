@@ -203,6 +203,31 @@ Test(opstate, union_lists_go_whole_to_every_worker, .timeout = 60)
     stop_job(&j);
 }
 
+/* Empty elements and values (data NULL, length 0) come back empty. */
+Test(opstate, empty_elements_and_values_are_checkpointed, .timeout = 60)
+{
+    job j;
+    start_job(&j);
+    open_workers(&j, 1);
+    cr_assert_eq(stash_op_list_add(state(j.w[0], "l", STASH_OP_LIST), NULL, 0), 0, "%s",
+                 stash_errmsg());
+    cr_assert_eq(stash_broadcast_put(state(j.w[0], "b", STASH_OP_BROADCAST), "k", 1, NULL, 0), 0,
+                 "%s", stash_errmsg());
+    checkpoint(&j);
+    close_workers(&j);
+    open_workers(&j, 1);
+    const stash_bytes *e;
+    size_t n;
+    cr_assert_eq(stash_op_list_get(state(j.w[0], "l", STASH_OP_LIST), &e, &n), 0);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(e[0].len, 0);
+    stash_bytes b;
+    cr_assert_eq(stash_broadcast_get(state(j.w[0], "b", STASH_OP_BROADCAST), "k", 1, &b), 0);
+    cr_assert_eq(b.len, 0);
+    close_workers(&j);
+    stop_job(&j);
+}
+
 /* Every worker of the job sees broadcast state "b" with k -> v. */
 static void expect_broadcast(job *j)
 {

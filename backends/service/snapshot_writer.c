@@ -239,14 +239,7 @@ STASH_API int stash_snapshot_writer_delete(stash_snapshot_writer *w, const stash
 static int op_append(op_buf *b, const void *p, size_t n)
 {
     if (n == 0) return 0;
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n) cap *= 2;
-        uint8_t *d = realloc(b->data, cap);
-        if (!d) return shm_fail(-ENOMEM, "out of memory");
-        b->data = d;
-        b->cap = cap;
-    }
+    if (shm_reserve(&b->data, &b->cap, b->len + n) < 0) return shm_fail(-ENOMEM, "out of memory");
     memcpy(b->data + b->len, p, n);
     b->len += n;
     return 0;
