@@ -222,18 +222,27 @@ static uint32_t range_end(const stash_arena *a, stash_kg_range range)
     return range.last < maxp ? range.last : maxp - 1;
 }
 
+/* Empties key group kg, just claimed, of what a restorer before left in it
+ * (one that failed part-way, or after dead one that died at it, whose
+ * unfinished heap work is mended first). */
+static int lazy_clear_left(stash_arena *a, uint32_t kg, bool dead, store *st)
+{
+    int64_t there = dead ? shm_heap_recover(a, kg, shm_table_recover) : 0;
+    if (there == 0) there = st->ops->kg_entries(st, kg);
+    if (there < 0) return (int)there;
+    return there > 0 ? st->ops->clear(st, (stash_kg_range){kg, kg}) : 0;
+}
+
 /* A whole restore over range while a lazy restore goes on takes the lazy
  * restore's key groups there first, so that no lazy restorer writes its
  * older records over the whole restore's: each still to come or failed is
- * claimed for this thread, and one whose restorer died is recovered and
- * cleared. */
+ * claimed for this thread and emptied of what a restorer left. */
 static int lazy_take(stash_arena *a, stash_kg_range range, store *st)
 {
     for (uint32_t kg = range.first; kg <= range_end(a, range) && ckpt_lazy_pending(a); kg++) {
         bool dead = false;
         int rc = lazy_claim(a, kg, true, &dead);
-        if (rc > 0 && dead && (rc = shm_heap_recover(a, kg, shm_table_recover)) == 0)
-            rc = st->ops->clear(st, (stash_kg_range){kg, kg});
+        if (rc > 0) rc = lazy_clear_left(a, kg, dead, st);
         if (rc < 0) return rc;
     }
     return 0;
@@ -372,18 +381,15 @@ bool ckpt_lazy_pending(const stash_arena *a)
 }
 
 /* Restores key group kg, claimed by this thread; after dead, a thread that
- * died restoring it. What is there already (the dead thread's records, or
- * a whole restore's that failed) goes first. */
+ * died restoring it. What is there already (a dead or failed restorer's
+ * records) goes first. */
 static int restore_claimed(stash_arena *a, uint32_t kg, bool dead, ioe_engine *e)
 {
     stash_kg_range one = {kg, kg};
     store *st;
     int rc = store_open(a, 0, one, &st);
     if (rc) return rc;
-    if (dead) rc = shm_heap_recover(a, kg, shm_table_recover);
-    int64_t there = rc ? rc : st->ops->kg_entries(st, kg);
-    if (there < 0) rc = (int)there;
-    if (there > 0) rc = st->ops->clear(st, one);
+    rc = lazy_clear_left(a, kg, dead, st);
     ioe_engine *own = NULL;
     /* A small engine: a key group's reads go into the view's own buffers. */
     if (rc == 0 && !e &&
