@@ -325,16 +325,22 @@ int ioe_fault_set(ioe_engine *e, const char *spec)
 
 int ioe_file_open(ioe_engine *e, const char *path, int oflags, mode_t mode, ioe_file **out)
 {
-    if (!e || !path || !out) return -EINVAL;
+    return ioe_file_openat(e, AT_FDCWD, path, path, oflags, mode, out);
+}
+
+int ioe_file_openat(ioe_engine *e, int dirfd, const char *name, const char *label, int oflags,
+                    mode_t mode, ioe_file **out)
+{
+    if (!e || !name || !out) return -EINVAL;
     ioe_file *f = calloc(1, sizeof *f);
-    char *p = strdup(path);
+    char *p = strdup(label ? label : name);
     if (!f || !p) {
         free(f);
         free(p);
         return -ENOMEM;
     }
     int fd;
-    do fd = open(path, oflags | O_CLOEXEC, mode);
+    do fd = openat(dirfd, name, oflags | O_CLOEXEC, mode);
     while (fd < 0 && errno == EINTR);
     if (fd < 0) {
         int rc = -errno;

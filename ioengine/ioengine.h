@@ -126,6 +126,10 @@ int ioe_fault_set(ioe_engine *e, const char *spec);
  * O_DIRECT files, the alignment comes from statx (4096 if unknown). Returns 0
  * or -errno; the caller owns *out until ioe_file_close(). */
 int ioe_file_open(ioe_engine *e, const char *path, int oflags, mode_t mode, ioe_file **out);
+/* As ioe_file_open, for name in the directory dirfd (AT_FDCWD: the working
+ * directory); label is the path messages give (NULL: name). */
+int ioe_file_openat(ioe_engine *e, int dirfd, const char *name, const char *label, int oflags,
+                    mode_t mode, ioe_file **out);
 
 /* Closes a file. Returns -EBUSY (and keeps it open) while requests for it are
  * outstanding; otherwise 0 or the error of close(2). The file is gone either way

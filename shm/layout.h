@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "include/stash.h"
 
@@ -411,6 +412,9 @@ struct stash_arena {
     struct shm_control *control;
     char *data;
     char path[256];
+    uid_t owner;    /* the file's */
+    int unnamed_fd; /* a file made without a name, until shm_arena_publish; -1 */
+    int lmdb_lock;  /* a new lmdb arena's directory, locked until it is named; -1 */
 };
 
 static inline void *shm_ptr(const stash_arena *a, shm_off off)

@@ -8,12 +8,14 @@
  * died half-way. Opening validates the header through pread before mapping
  * anything and never writes to a file it refuses.
  */
+#define _GNU_SOURCE /* O_TMPFILE, AT_EMPTY_PATH, memfd_create */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -96,25 +98,117 @@ static void bind_handle(stash_arena *a, void *base, const shm_header *h, const c
     snprintf(a->path, sizeof a->path, "%s", path);
 }
 
-static int open_exclusive(const char *path, mode_t mode, bool replace)
+/* The directory an arena's file lies in, opened as how asks, and the
+ * file's name in it. */
+static int arena_place(const char *path, unsigned how, shm_dir *d, char *base)
 {
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-    if (fd < 0 && errno == EEXIST && replace) {
-        if (unlink(path) < 0 && errno != ENOENT)
-            return shm_fail(-errno, "%s: cannot remove the old arena: %s", path, strerror(errno));
-        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+    const char *slash = strrchr(path, '/');
+    const char *name = slash ? slash + 1 : path;
+    if (!*name || strcmp(name, ".") == 0 || strcmp(name, "..") == 0 || strlen(name) > 255)
+        return shm_fail(-EINVAL, "%s: names no file", path);
+    snprintf(base, 256, "%s", name);
+    char dir[256];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    return shm_dir_open(slash == path ? "/" : dir, how, d);
+}
+
+/* Checks that what fd opened is an arena this user may remove or replace:
+ * a regular file of this user's with the arena magic. */
+static int check_removable(int fd, const char *path, struct stat *st, shm_header *h, ssize_t *got)
+{
+    if (fstat(fd, st) < 0) return shm_fail(-errno, "%s: %s", path, strerror(errno));
+    if (!S_ISREG(st->st_mode)) return shm_fail(STASH_ENOTARENA, "%s: not a regular file", path);
+    if (st->st_uid != geteuid())
+        return shm_fail(-EPERM, "%s: owned by user %u, not by this user (%u): not removed", path,
+                        (unsigned)st->st_uid, (unsigned)geteuid());
+    memset(h, 0, sizeof *h);
+    *got = pread(fd, h, sizeof *h, 0);
+    if (*got < (ssize_t)sizeof h->magic || memcmp(h->magic, SHM_MAGIC, sizeof h->magic) != 0)
+        return shm_fail(STASH_ENOTARENA,
+                        "%s: not a stash arena (no magic at offset 0): not removed", path);
+    return 0;
+}
+
+/* Opens base in d without following a link, as a file to read. */
+static int open_entry(const shm_dir *d, const char *base, const char *path, int flags)
+{
+    int fd = openat(d->fd, base, flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0 && errno == ELOOP)
+        return shm_fail(STASH_ENOTARENA, "%s: a symbolic link, not an arena: refused", path);
+    if (fd < 0) return shm_fail(-errno, "%s: cannot open: %s", path, strerror(errno));
+    return fd;
+}
+
+/* Removes the arena file base of d, once checked (removable, and still the
+ * entry that was checked); h gets its header. */
+static int unlink_arena(const shm_dir *d, const char *base, const char *path, shm_header *h,
+                        ssize_t *got)
+{
+    int fd = open_entry(d, base, path, O_RDONLY);
+    if (fd < 0) return fd;
+    struct stat st, now;
+    int rc = check_removable(fd, path, &st, h, got);
+    close(fd);
+    if (rc) return rc;
+    if (fstatat(d->fd, base, &now, AT_SYMLINK_NOFOLLOW) < 0 || now.st_ino != st.st_ino ||
+        now.st_dev != st.st_dev)
+        return shm_fail(-EAGAIN, "%s: replaced while it was checked: not removed", path);
+    if (unlinkat(d->fd, base, 0) < 0)
+        return shm_fail(-errno, "%s: cannot remove: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Makes the file of a new arena: without a name (O_TMPFILE) where the
+ * filesystem allows, so that a creator that dies leaves nothing and no one
+ * opens it half-made; else exclusively under its name (hugetlbfs), its
+ * header marking it unfinished until creation ends. */
+static int make_file(const shm_dir *d, const char *base, const char *path, mode_t mode,
+                     bool replace, bool *named)
+{
+    *named = false;
+    int fd = openat(d->fd, ".", O_TMPFILE | O_RDWR | O_CLOEXEC, mode);
+    if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR)) {
+        *named = true;
+        shm_header h;
+        ssize_t got;
+        int rc = replace ? unlink_arena(d, base, path, &h, &got) : 0;
+        if (rc && rc != -ENOENT) return rc;
+        fd = openat(d->fd, base, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+        if (fd < 0 && errno == EEXIST)
+            return shm_fail(-EEXIST, "%s: exists (replace it explicitly to recreate)", path);
     }
-    if (fd < 0 && errno == EEXIST)
-        return shm_fail(-EEXIST, "%s: exists (replace it explicitly to recreate)", path);
     if (fd < 0) return shm_fail(-errno, "%s: cannot create: %s", path, strerror(errno));
     /* The umask must not narrow the mode the caller asked for. */
     if (fchmod(fd, mode) < 0) {
         int err = errno;
         close(fd);
-        unlink(path);
+        if (*named) unlinkat(d->fd, base, 0);
         return shm_fail(-err, "%s: cannot set mode: %s", path, strerror(err));
     }
     return fd;
+}
+
+/* Gives the unnamed file fd the name base in d: never over another file,
+ * unless replace and it is an arena of this user's. */
+static int link_file(const shm_dir *d, const char *base, int fd, const char *path, bool replace)
+{
+    for (int tries = 0;; tries++) {
+        int rc = linkat(fd, "", d->fd, base, AT_EMPTY_PATH);
+        if (rc < 0 && errno == ENOENT) {
+            /* Without CAP_DAC_READ_SEARCH: the same file through /proc. */
+            char self[64];
+            snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+            rc = linkat(AT_FDCWD, self, d->fd, base, AT_SYMLINK_FOLLOW);
+        }
+        if (rc == 0) return 0;
+        if (errno != EEXIST) return shm_fail(-errno, "%s: cannot name: %s", path, strerror(errno));
+        if (!replace || tries > 0)
+            return shm_fail(-EEXIST, "%s: exists (replace it explicitly to recreate)", path);
+        shm_header h;
+        ssize_t got;
+        rc = unlink_arena(d, base, path, &h, &got);
+        if (rc && rc != -ENOENT) return rc;
+    }
 }
 
 static int advise_huge_pages(void *base, uint64_t size, bool hugetlbfs)
@@ -147,129 +241,254 @@ static void write_header(stash_arena *a, uint64_t size, uint32_t maxp, uint32_t 
     shm_control_init(a);
 }
 
-/* Another user who made a directory stash writes into first could steer
- * what stash writes and removes there. */
-int shm_own_dir(const char *dir, mode_t mode)
-{
-    if (mkdir(dir, mode) == 0) return 0;
-    if (errno != EEXIST) return shm_fail(-errno, "%s: cannot create: %s", dir, strerror(errno));
-    struct stat st;
-    if (lstat(dir, &st) < 0) return shm_fail(-errno, "%s: %s", dir, strerror(errno));
-    if (S_ISLNK(st.st_mode) && stat(dir, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid())
-        return 0; /* a link the user made to a directory of theirs */
-    if (!S_ISDIR(st.st_mode)) return shm_fail(-ENOTDIR, "%s: not a directory", dir);
-    if (st.st_uid != geteuid())
-        return shm_fail(-EPERM, "%s: owned by user %u, not by this user (%u): refused", dir,
-                        (unsigned)st.st_uid, (unsigned)geteuid());
-    if (st.st_mode & S_IWOTH)
-        return shm_fail(-EPERM, "%s: writable by any user (mode %03o): refused", dir,
-                        (unsigned)(st.st_mode & 0777));
-    return 0;
-}
-
 /* Removes the environment files (kg-*.mdb and their locks) of an lmdb
- * arena's directory. */
-static void clear_lmdb_dir(const char *dir)
+ * arena's directory, opened and checked as this user's own. */
+static void clear_lmdb_dir(const shm_dir *d)
 {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    for (struct dirent *e; (e = readdir(d));) {
+    int fd = openat(d->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!dir) {
+        if (fd >= 0) close(fd);
+        return;
+    }
+    for (struct dirent *e; (e = readdir(dir));) {
         size_t n = strlen(e->d_name);
         bool env = strncmp(e->d_name, "kg-", 3) == 0 &&
                    ((n > 4 && strcmp(e->d_name + n - 4, ".mdb") == 0) ||
                     (n > 9 && strcmp(e->d_name + n - 9, ".mdb-lock") == 0));
-        if (env) unlinkat(dirfd(d), e->d_name, 0);
+        if (env) unlinkat(d->fd, e->d_name, 0);
     }
-    closedir(d);
+    closedir(dir);
+}
+
+/* An lmdb directory's mark: the path of the arena whose environments it
+ * holds, so that neither another arena's creation nor a destroy that read
+ * another directory from a changed header clears it. */
+#define LMDB_MARK "arena"
+
+static bool lmdb_mark_read(const shm_dir *d, char *out, size_t cap)
+{
+    int fd = openat(d->fd, LMDB_MARK, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t n = read(fd, out, cap - 1);
+    close(fd);
+    if (n <= 0 || out[n - 1] != '\n') return false;
+    out[n - 1] = 0;
+    return true;
+}
+
+static int lmdb_mark_write(const shm_dir *d, const char *path)
+{
+    char tmp[64];
+    snprintf(tmp, sizeof tmp, ".%s.%d", LMDB_MARK, (int)getpid());
+    unlinkat(d->fd, tmp, 0);
+    int fd = openat(d->fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return shm_fail(-errno, "%s/%s: %s", d->path, tmp, strerror(errno));
+    size_t n = strlen(path);
+    bool ok = write(fd, path, n) == (ssize_t)n && write(fd, "\n", 1) == 1;
+    close(fd);
+    if (ok && renameat(d->fd, tmp, d->fd, LMDB_MARK) == 0) return 0;
+    int err = ok ? -errno : -EIO;
+    unlinkat(d->fd, tmp, 0);
+    return shm_fail(err, "%s/%s: cannot write: %s", d->path, LMDB_MARK, strerror(-err));
+}
+
+/* Whether the lmdb directory d may hold the environments of the arena at
+ * path: it holds none, or its mark names path, or the arena it names is
+ * gone. */
+static int lmdb_dir_free_for(const shm_dir *d, const char *path)
+{
+    char mark[300];
+    if (!lmdb_mark_read(d, mark, sizeof mark) || strcmp(mark, path) == 0) return 0;
+    struct stat st;
+    if (stat(mark, &st) < 0 && errno == ENOENT) return 0;
+    return shm_fail(-EBUSY, "%s: the lmdb directory of the arena %s: refused", d->path, mark);
+}
+
+/* What a new arena is made of, its options checked. */
+typedef struct arena_plan {
+    uint64_t size;
+    uint32_t maxp;
+    uint32_t flags;
+    stash_backend backend;
+} arena_plan;
+
+static int plan_of(const stash_arena_opts *opts, arena_plan *p)
+{
+    p->size = opts && opts->size ? opts->size : SHM_DEFAULT_SIZE;
+    p->maxp = opts && opts->max_parallelism ? opts->max_parallelism : STASH_DEFAULT_MAX_PARALLELISM;
+    p->flags = opts ? opts->flags : 0;
+    p->backend = opts ? opts->backend : STASH_BACKEND_HEAP;
+    if (p->maxp > STASH_MAX_MAX_PARALLELISM)
+        return shm_fail(-EINVAL, "max parallelism %u above %u", p->maxp, STASH_MAX_MAX_PARALLELISM);
+    if (p->size < SHM_MIN_SIZE || p->size > SHM_MAX_ARENA_SIZE)
+        return shm_fail(-EINVAL, "arena size %llu outside %llu .. %llu",
+                        (unsigned long long)p->size, (unsigned long long)SHM_MIN_SIZE,
+                        (unsigned long long)SHM_MAX_ARENA_SIZE);
+    if (p->backend != STASH_BACKEND_HEAP && p->backend != STASH_BACKEND_LMDB)
+        return shm_fail(-EINVAL, "unknown backend %d", (int)p->backend);
+    return 0;
+}
+
+/* Sizes, maps and initializes the new arena file fd (closed here) as plan
+ * says; the handle's path is path. */
+static int build(int fd, const char *path, arena_plan *p, stash_arena **out)
+{
+    struct statfs fs;
+    bool hugetlbfs = fstatfs(fd, &fs) == 0 && fs.f_type == HUGETLBFS_MAGIC_NUMBER;
+    uint32_t page = hugetlbfs ? (uint32_t)fs.f_bsize : (uint32_t)sysconf(_SC_PAGESIZE);
+    uint64_t size = align_up(p->size, page);
+    shm_header plan = {0};
+    if (plan_layout(&plan, size, p->maxp, page) < 0)
+        return shm_fail(-EINVAL, "%s: %llu bytes cannot hold %u key groups and one span", path,
+                        (unsigned long long)size, p->maxp);
+    /* Reserve the memory now: a full tmpfs must fail here, not as SIGBUS later. */
+    if (ftruncate(fd, (off_t)size) < 0)
+        return shm_fail(-errno, "%s: cannot size to %llu bytes: %s", path, (unsigned long long)size,
+                        strerror(errno));
+    int err = posix_fallocate(fd, 0, (off_t)size);
+    if (err && err != EOPNOTSUPP && err != EINVAL)
+        return shm_fail(-err, "%s: cannot reserve %llu bytes: %s", path, (unsigned long long)size,
+                        strerror(err));
+    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) return shm_fail(-errno, "%s: cannot map: %s", path, strerror(errno));
+    stash_arena *a = calloc(1, sizeof *a);
+    if (!a) {
+        munmap(base, size);
+        return shm_fail(-ENOMEM, "out of memory");
+    }
+    memcpy(base, &plan, sizeof plan);
+    plan.arena_size = size;
+    bind_handle(a, base, &plan, path);
+    a->unnamed_fd = a->lmdb_lock = -1;
+    a->owner = geteuid();
+    write_header(a, size, p->maxp, page, advise_huge_pages(base, size, hugetlbfs));
+    a->hdr->backend = (uint32_t)p->backend;
+    atomic_store_explicit(&a->hdr->initialized, SHM_INIT_MARK, memory_order_release);
+    *out = a;
+    return 0;
+}
+
+/* The lmdb directory of a new arena: opts->lmdb_dir, or NAME.lmdb in this
+ * user's private state directory; made if missing, this user's own, and
+ * locked until the arena is named, so that two creators never clear it
+ * under each other. Its path goes into dir. */
+static int take_lmdb_dir(const char *name, const stash_arena_opts *opts, char *dir, shm_dir *d)
+{
+    int rc = 0;
+    if (opts->lmdb_dir) {
+        if ((size_t)snprintf(dir, SHM_LMDB_DIR, "%s", opts->lmdb_dir) >= SHM_LMDB_DIR)
+            rc = shm_fail(-ENAMETOOLONG, "an lmdb directory of at most %u bytes", SHM_LMDB_DIR - 1);
+    } else {
+        char leaf[128];
+        snprintf(leaf, sizeof leaf, "%s.lmdb", name);
+        rc = shm_private_path(SHM_PRIVATE_STATE, leaf, dir, SHM_LMDB_DIR);
+    }
+    if (rc == 0) rc = shm_dir_open(dir, SHM_DIR_OWN | SHM_DIR_CREATE, d);
+    if (rc == 0 && flock(d->fd, LOCK_EX | LOCK_NB) < 0) {
+        rc = shm_fail(-EBUSY, "%s: another arena is being created with this lmdb directory", dir);
+        shm_dir_close(d);
+    }
+    return rc;
+}
+
+int shm_arena_make(const char *name, const stash_arena_opts *opts, stash_arena **out)
+{
+    char path[256], base[256], lmdb_dir[SHM_LMDB_DIR] = "";
+    arena_plan p;
+    *out = NULL;
+    int rc = shm_arena_path(name, opts, path, sizeof path);
+    if (rc == 0) rc = plan_of(opts, &p);
+    if (rc) return rc;
+    shm_dir d, env = {.fd = -1};
+    if ((rc = arena_place(path, SHM_DIR_PLACE, &d, base)) != 0) return rc;
+    if (p.backend == STASH_BACKEND_LMDB) rc = take_lmdb_dir(name, opts, lmdb_dir, &env);
+    if (rc == 0 && env.fd >= 0) rc = lmdb_dir_free_for(&env, path);
+    /* Taken already: nothing of it (its lmdb environments) may be cleared. */
+    struct stat st;
+    if (rc == 0 && !(p.flags & STASH_ARENA_REPLACE) &&
+        fstatat(d.fd, base, &st, AT_SYMLINK_NOFOLLOW) == 0)
+        rc = shm_fail(-EEXIST, "%s: exists (replace it explicitly to recreate)", path);
+    bool named = false;
+    int fd = rc ? rc
+                : make_file(&d, base, path, p.flags & STASH_ARENA_GROUP ? 0660 : 0600,
+                            p.flags & STASH_ARENA_REPLACE, &named);
+    if (fd < 0) {
+        shm_dir_close(&env);
+        shm_dir_close(&d);
+        return fd;
+    }
+    /* A new arena starts empty: environments an earlier one left go. */
+    if (p.backend == STASH_BACKEND_LMDB) {
+        clear_lmdb_dir(&env);
+        rc = lmdb_mark_write(&env, path);
+    }
+    if (rc == 0) rc = build(fd, path, &p, out);
+    if (rc == 0 && !named) (*out)->unnamed_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (rc == 0 && !named && (*out)->unnamed_fd < 0)
+        rc = shm_fail(-errno, "%s: %s", path, strerror(errno));
+    if (rc == 0) {
+        memcpy((*out)->hdr->lmdb_dir, lmdb_dir, sizeof lmdb_dir);
+        (*out)->lmdb_lock = env.fd;
+        env.fd = -1;
+    } else if (*out) {
+        stash_arena_close(*out);
+        *out = NULL;
+    }
+    close(fd);
+    if (rc && named) unlinkat(d.fd, base, 0);
+    shm_dir_close(&env);
+    shm_dir_close(&d);
+    return rc;
+}
+
+int shm_arena_publish(stash_arena *a, const stash_arena_opts *opts)
+{
+    int rc = 0;
+    if (a->unnamed_fd >= 0) {
+        shm_dir d;
+        char base[256];
+        rc = arena_place(a->path, SHM_DIR_PLACE, &d, base);
+        if (rc == 0) {
+            rc = link_file(&d, base, a->unnamed_fd, a->path,
+                           opts && (opts->flags & STASH_ARENA_REPLACE));
+            shm_dir_close(&d);
+        }
+        if (rc == 0) {
+            close(a->unnamed_fd);
+            a->unnamed_fd = -1;
+        }
+    }
+    if (rc == 0 && a->lmdb_lock >= 0) {
+        close(a->lmdb_lock);
+        a->lmdb_lock = -1;
+    }
+    return rc;
+}
+
+int shm_arena_make_private(const char *label, const stash_arena_opts *opts, stash_arena **out)
+{
+    arena_plan p;
+    int rc = plan_of(opts, &p);
+    if (rc) return rc;
+    if (p.backend != STASH_BACKEND_HEAP)
+        return shm_fail(-EINVAL, "%s: a private arena keeps its state in the heap store", label);
+    int fd = memfd_create("stash", MFD_CLOEXEC);
+    if (fd < 0) return shm_fail(-errno, "%s: no memory file: %s", label, strerror(errno));
+    rc = build(fd, label, &p, out);
+    close(fd);
+    return rc;
 }
 
 STASH_API int stash_arena_create(const char *name, const stash_arena_opts *opts, stash_arena **out)
 {
     shm_clear_error();
     if (!out) return shm_refuse_null(__func__, "out");
-    char path[256];
-    int rc = shm_arena_path(name, opts, path, sizeof path);
-    if (rc) return rc;
-    uint64_t size = opts && opts->size ? opts->size : SHM_DEFAULT_SIZE;
-    uint32_t maxp =
-        opts && opts->max_parallelism ? opts->max_parallelism : STASH_DEFAULT_MAX_PARALLELISM;
-    uint32_t flags = opts ? opts->flags : 0;
-    if (maxp > STASH_MAX_MAX_PARALLELISM)
-        return shm_fail(-EINVAL, "max parallelism %u above %u", maxp, STASH_MAX_MAX_PARALLELISM);
-    if (size < SHM_MIN_SIZE || size > SHM_MAX_ARENA_SIZE)
-        return shm_fail(-EINVAL, "arena size %llu outside %llu .. %llu", (unsigned long long)size,
-                        (unsigned long long)SHM_MIN_SIZE, (unsigned long long)SHM_MAX_ARENA_SIZE);
-
-    stash_backend backend = opts ? opts->backend : STASH_BACKEND_HEAP;
-    char lmdb_dir[SHM_LMDB_DIR] = "";
-    if (backend != STASH_BACKEND_HEAP && backend != STASH_BACKEND_LMDB)
-        return shm_fail(-EINVAL, "unknown backend %d", (int)backend);
-    if (backend == STASH_BACKEND_LMDB) {
-        int n = opts->lmdb_dir
-                    ? snprintf(lmdb_dir, sizeof lmdb_dir, "%s", opts->lmdb_dir)
-                    : snprintf(lmdb_dir, sizeof lmdb_dir, "/var/tmp/stash.%s.lmdb", name);
-        if (n < 0 || (size_t)n >= sizeof lmdb_dir)
-            return shm_fail(-ENAMETOOLONG, "an lmdb directory of at most %u bytes",
-                            SHM_LMDB_DIR - 1);
-        int err = shm_own_dir(lmdb_dir, 0700);
-        if (err) return err;
+    int rc = shm_arena_make(name, opts, out);
+    if (rc == 0 && (rc = shm_arena_publish(*out, opts)) != 0) {
+        stash_arena_close(*out);
+        *out = NULL;
     }
-
-    int fd =
-        open_exclusive(path, flags & STASH_ARENA_GROUP ? 0660 : 0600, flags & STASH_ARENA_REPLACE);
-    if (fd < 0) return fd;
-    /* A new arena starts empty: environments an earlier one left go. */
-    if (backend == STASH_BACKEND_LMDB) clear_lmdb_dir(lmdb_dir);
-
-    struct statfs fs;
-    bool hugetlbfs = fstatfs(fd, &fs) == 0 && fs.f_type == HUGETLBFS_MAGIC_NUMBER;
-    uint32_t page = hugetlbfs ? (uint32_t)fs.f_bsize : (uint32_t)sysconf(_SC_PAGESIZE);
-    size = align_up(size, page);
-
-    shm_header plan = {0};
-    if (plan_layout(&plan, size, maxp, page) < 0) {
-        rc = shm_fail(-EINVAL, "%s: %llu bytes cannot hold %u key groups and one span", path,
-                      (unsigned long long)size, maxp);
-        goto fail_unlink;
-    }
-    /* Reserve the memory now: a full tmpfs must fail here, not as SIGBUS later. */
-    if (ftruncate(fd, (off_t)size) < 0) {
-        rc = shm_fail(-errno, "%s: cannot size to %llu bytes: %s", path, (unsigned long long)size,
-                      strerror(errno));
-        goto fail_unlink;
-    }
-    int err = posix_fallocate(fd, 0, (off_t)size);
-    if (err && err != EOPNOTSUPP && err != EINVAL) {
-        rc = shm_fail(-err, "%s: cannot reserve %llu bytes: %s", path, (unsigned long long)size,
-                      strerror(err));
-        goto fail_unlink;
-    }
-    void *base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (base == MAP_FAILED) {
-        rc = shm_fail(-errno, "%s: cannot map: %s", path, strerror(errno));
-        goto fail_unlink;
-    }
-    close(fd);
-
-    stash_arena *a = calloc(1, sizeof *a);
-    if (!a) {
-        munmap(base, size);
-        unlink(path);
-        return shm_fail(-ENOMEM, "out of memory");
-    }
-    memcpy(base, &plan, sizeof plan);
-    plan.arena_size = size;
-    bind_handle(a, base, &plan, path);
-    write_header(a, size, maxp, page, advise_huge_pages(base, size, hugetlbfs));
-    a->hdr->backend = (uint32_t)backend;
-    memcpy(a->hdr->lmdb_dir, lmdb_dir, sizeof lmdb_dir);
-    atomic_store_explicit(&a->hdr->initialized, SHM_INIT_MARK, memory_order_release);
-    *out = a;
-    return 0;
-
-fail_unlink:
-    close(fd);
-    unlink(path);
     return rc;
 }
 
@@ -346,9 +565,14 @@ STASH_API int stash_arena_open(const char *name, const stash_arena_opts *opts, s
     char path[256];
     int rc = shm_arena_path(name, opts, path, sizeof path);
     if (rc) return rc;
-    /* Non-blocking: a FIFO in the arena's place must not hang the open. */
-    int fd = open(path, O_RDWR | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return shm_fail(-errno, "%s: cannot open: %s", path, strerror(errno));
+    /* The file itself, never a link's target; non-blocking: a FIFO in the
+     * arena's place must not hang the open. */
+    shm_dir d;
+    char file[256];
+    if ((rc = arena_place(path, 0, &d, file)) != 0) return rc;
+    int fd = open_entry(&d, file, path, O_RDWR);
+    shm_dir_close(&d);
+    if (fd < 0) return fd;
     struct stat st;
     if (fstat(fd, &st) < 0) {
         rc = shm_fail(-errno, "%s: cannot stat: %s", path, strerror(errno));
@@ -386,6 +610,8 @@ STASH_API int stash_arena_open(const char *name, const stash_arena_opts *opts, s
     }
     /* From the header as checked: a writer changing it meanwhile moves nothing. */
     bind_handle(a, base, &h, path);
+    a->unnamed_fd = a->lmdb_lock = -1;
+    a->owner = st.st_uid;
     if ((rc = shm_check_attach(a)) != 0) {
         stash_arena_close(a);
         return rc;
@@ -403,50 +629,49 @@ STASH_API void stash_arena_close(stash_arena *arena)
 {
     if (!arena) return;
     munmap(arena->base, arena->size);
+    if (arena->unnamed_fd >= 0) close(arena->unnamed_fd);
+    if (arena->lmdb_lock >= 0) close(arena->lmdb_lock);
     free(arena);
 }
 
-/* Removes the arena file at path with its lmdb environments. Only an arena
- * is removed, or what a creation that stopped before the header left (an
- * empty file, zeros where the magic goes): any other file is refused. */
-static int remove_arena_file(const char *path)
+/* Removes an arena's lmdb directory, dir (read from its header), with the
+ * environments in it: only a directory of this user's that the arena at
+ * path made (its mark names path), never through a link. */
+static void remove_lmdb_dir(const char *dir, const char *path)
 {
-    shm_header h;
-    memset(&h, 0, sizeof h);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    if (fd < 0) return shm_fail(-errno, "%s: cannot remove: %s", path, strerror(errno));
-    struct stat st;
-    ssize_t got = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? pread(fd, &h, sizeof h, 0) : -1;
-    close(fd);
-    static const char zeros[sizeof h.magic];
-    bool arena = got >= (ssize_t)sizeof h.magic && memcmp(h.magic, SHM_MAGIC, sizeof h.magic) == 0;
-    bool unfinished =
-        got == 0 || (got >= (ssize_t)sizeof h.magic && memcmp(h.magic, zeros, sizeof h.magic) == 0);
-    if (!arena && !unfinished)
-        return shm_fail(STASH_ENOTARENA,
-                        "%s: not a stash arena (no magic at offset 0): not removed", path);
-    if (arena && got == (ssize_t)sizeof h && h.backend == STASH_BACKEND_LMDB) {
-        h.lmdb_dir[sizeof h.lmdb_dir - 1] = 0;
-        clear_lmdb_dir(h.lmdb_dir);
-        rmdir(h.lmdb_dir);
+    shm_dir parent, env;
+    char leaf[256];
+    if (arena_place(dir, SHM_DIR_PLACE, &parent, leaf) != 0) return;
+    if (shm_dir_openat(&parent, leaf, SHM_DIR_OWN, &env) == 0) {
+        char mark[300];
+        if (lmdb_mark_read(&env, mark, sizeof mark) && strcmp(mark, path) == 0) {
+            clear_lmdb_dir(&env);
+            unlinkat(env.fd, LMDB_MARK, 0);
+            shm_dir_close(&env);
+            unlinkat(parent.fd, leaf, AT_REMOVEDIR);
+        }
+        shm_dir_close(&env);
     }
-    if (unlink(path) < 0) return shm_fail(-errno, "%s: cannot remove: %s", path, strerror(errno));
-    return 0;
+    shm_dir_close(&parent);
 }
 
 STASH_API int stash_arena_destroy(const char *name, const stash_arena_opts *opts)
 {
     shm_clear_error();
-    char path[256], restoring[300];
+    char path[256], base[256];
     int rc = shm_arena_path(name, opts, path, sizeof path);
     if (rc) return rc;
-    /* A service killed while it restored left the arena it was filling. */
-    snprintf(restoring, sizeof restoring, "%s.restoring", path);
-    bool left = access(restoring, F_OK) == 0;
-    int rrc = left ? remove_arena_file(restoring) : 0;
-    rc = remove_arena_file(path);
-    if (rc == -ENOENT && left) rc = 0; /* what was left of it is gone */
-    return rc ? rc : rrc;
+    shm_dir d;
+    if ((rc = arena_place(path, SHM_DIR_PLACE, &d, base)) != 0) return rc;
+    shm_header h;
+    ssize_t got;
+    rc = unlink_arena(&d, base, path, &h, &got);
+    shm_dir_close(&d);
+    if (rc == 0 && got == (ssize_t)sizeof h && h.backend == STASH_BACKEND_LMDB) {
+        h.lmdb_dir[sizeof h.lmdb_dir - 1] = 0;
+        remove_lmdb_dir(h.lmdb_dir, path);
+    }
+    return rc;
 }
 
 STASH_API int stash_arena_info_get(const stash_arena *arena, stash_arena_info *out)

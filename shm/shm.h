@@ -8,6 +8,7 @@
 #ifndef STASH_SHM_H
 #define STASH_SHM_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/types.h>
@@ -151,6 +152,18 @@ int shm_catalog_find(stash_arena *a, const char *name, uint32_t kind, bool ttl);
 /* The file of arena name: opts->path, or /dev/shm/stash.NAME. Returns 0, or
  * -EINVAL for a bad name, -ENAMETOOLONG. */
 int shm_arena_path(const char *name, const stash_arena_opts *opts, char *path, size_t len);
+/* Creates arena name as stash_arena_create does, but without its name:
+ * its file has none (where the filesystem allows) until shm_arena_publish
+ * gives it, so that no one attaches to it half-filled and a creator that
+ * dies leaves nothing. */
+int shm_arena_make(const char *name, const stash_arena_opts *opts, stash_arena **out);
+/* Names an arena made by shm_arena_make (opts: the same; with
+ * STASH_ARENA_REPLACE over an arena of this user's). Returns 0, -EEXIST. */
+int shm_arena_publish(stash_arena *a, const stash_arena_opts *opts);
+/* A heap arena of this process's alone, in memory with no name anywhere
+ * (a view of a checkpoint, a savepoint writer's heap); label names it in
+ * messages. */
+int shm_arena_make_private(const char *label, const stash_arena_opts *opts, stash_arena **out);
 
 /* ------------------------------------------------------------------------ */
 /* The control block (control.c).                                             */
@@ -195,10 +208,69 @@ bool shm_proc_alive(int32_t pid, uint64_t start);
 /* Nanoseconds since the epoch. */
 uint64_t shm_now_ns(void);
 
-/* Makes dir (mode) or takes the one there: a directory (or a link to one of
- * this user's), this user's own and not writable by others. Returns 0, or
- * -ENOTDIR or -EPERM (or -errno) naming dir and why (segment.c). */
-int shm_own_dir(const char *dir, mode_t mode);
+/* ------------------------------------------------------------------------ */
+/* Directories (dir.c): opened once, checked on the descriptor, used through */
+/* *at() calls. Links on the way are followed only if this user, root or the */
+/* owner of the directory holding them made them.                            */
+
+typedef struct shm_dir {
+    int fd;          /* O_RDONLY | O_DIRECTORY; -1 when closed */
+    uid_t uid;       /* its owner */
+    char path[4096]; /* as it was named: for messages */
+} shm_dir;
+
+enum {
+    /* Written, listed and removed in: this user's own and writable by no
+     * other user; every directory on the way root's or this user's, with
+     * the sticky bit where others may write into it. */
+    SHM_DIR_OWN = 1u,
+    /* New entries made in it, each exclusively: root's or this user's, with
+     * the sticky bit where others may write into it, as is the way there. */
+    SHM_DIR_PLACE = 2u,
+    SHM_DIR_CREATE = 4u, /* made (0700) if missing; its parent must exist */
+    /* With OWN: shared with its group, trusted as the arena's group is
+     * (made 0750; its group may write). */
+    SHM_DIR_GROUP = 8u,
+};
+/* Opens the directory at path for reading (how 0) or as how asks. Returns
+ * 0, or an error naming the path, the component at fault and why. */
+int shm_dir_open(const char *path, unsigned how, shm_dir *out);
+/* Opens directory name in parent (a link there refused), made first with
+ * SHM_DIR_CREATE, checked as how asks. */
+int shm_dir_openat(const shm_dir *parent, const char *name, unsigned how, shm_dir *out);
+/* Opens, to read, a directory whose path an arena holds (nothing read from
+ * an arena is trusted as a path): walked as shm_dir_open walks it, and
+ * refused unless the arena's owner or this user has it and no other user
+ * may write into it. */
+int shm_dir_open_named(const stash_arena *a, const char *path, shm_dir *out);
+/* Closes d (accepts one closed or never opened with fd -1). */
+void shm_dir_close(shm_dir *d);
+/* fsyncs the directory. */
+int shm_dir_sync(const shm_dir *d);
+/* Removes name in d (a file or link itself, never what it points to) and,
+ * if it is a directory, what it holds down to depth levels of
+ * subdirectories. Returns 0 or the first error naming what stayed. */
+int shm_dir_remove(const shm_dir *d, const char *name, int depth);
+/* Checks that this process can create files in d, leaving nothing behind. */
+int shm_dir_probe(const shm_dir *d);
+/* Makes a new directory of this user's in parent, named prefix, this
+ * process's pid, '-' and a random part, locked while it is open: what a
+ * maker that died left under prefix there (its process gone, its lock
+ * free) is removed first. */
+int shm_dir_temp(const shm_dir *parent, const char *prefix, shm_dir *out);
+/* Removes a directory shm_dir_temp made in parent, with what it holds, and
+ * closes it. */
+int shm_dir_temp_remove(const shm_dir *parent, shm_dir *t);
+/* A listing of d (closedir it; d stays open), or NULL and errno. */
+DIR *shm_dir_list(const shm_dir *d);
+
+/* Where stash keeps, for this user alone, what is not given a place:
+ * RUNTIME in memory (/run/stash for root, else $XDG_RUNTIME_DIR/stash or
+ * /dev/shm/stash-UID), STATE on disk (/var/lib/stash for root, else
+ * /var/tmp/stash-UID). Makes that directory (0700) if missing, refuses one
+ * another user has, and writes its path, '/' and name into out. */
+typedef enum shm_private { SHM_PRIVATE_RUNTIME, SHM_PRIVATE_STATE } shm_private;
+int shm_private_path(shm_private kind, const char *name, char *out, size_t cap);
 
 /* ------------------------------------------------------------------------ */
 /* Errors (error.c).                                                          */

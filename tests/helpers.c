@@ -68,6 +68,16 @@ pid_t test_kill_running(int (*fn)(void *arg), void *arg, int ready_fd, unsigned 
     return pid;
 }
 
+const shm_dir *test_ckpt_dir(const char *path)
+{
+    static shm_dir slots[16] = {[0 ... 15] = {.fd = -1}};
+    static _Atomic unsigned next;
+    shm_dir *d = &slots[atomic_fetch_add(&next, 1) % 16];
+    shm_dir_close(d);
+    cr_assert_eq(shm_dir_open(path, SHM_DIR_OWN | SHM_DIR_CREATE, d), 0, "%s", stash_errmsg());
+    return d;
+}
+
 void test_remove_dir(const char *dir)
 {
     char cmd[600];

@@ -49,6 +49,10 @@ pid_t test_fork(int (*fn)(void *arg), void *arg);
  * Returns its pid. */
 pid_t test_kill_running(int (*fn)(void *arg), void *arg, int ready_fd, unsigned min_us,
                         unsigned max_us);
+/* The checkpoint directory at path, opened (made if missing) as the engine
+ * opens its own; asserts. Each call opens it anew into one of a few slots
+ * that later calls reuse. */
+const shm_dir *test_ckpt_dir(const char *path);
 /* Removes the directory dir and everything in it; asserts it went. */
 void test_remove_dir(const char *dir);
 /* Fills buf with len (>= 16) bytes of stamp that end in an 8-byte

@@ -85,8 +85,9 @@ static int checkpoint(job *j, ioe_engine *e, const char *dir, uint64_t id)
         if (v <= 0) return (int)v;
         pins[kg] = (uint32_t)v;
     }
-    int rc = ckpt_write(j->arena, pins,
-                        &(ckpt_opts){.dir = dir, .id = id, .lz4 = id % 2, .engine = e}, NULL);
+    int rc = ckpt_write(
+        j->arena, pins,
+        &(ckpt_opts){.dir = test_ckpt_dir(dir), .id = id, .lz4 = id % 2, .engine = e}, NULL);
     for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j->arena, kg, pins[kg]);
     return rc;
 }
@@ -96,7 +97,7 @@ static void restore_into_new(const char *dir, ioe_engine *e, uint64_t id, uint64
 {
     job r;
     open_job(&r);
-    int rc = ckpt_restore(r.arena, dir, id, (stash_kg_range){0, KGS - 1}, e, out);
+    int rc = ckpt_restore(r.arena, test_ckpt_dir(dir), id, (stash_kg_range){0, KGS - 1}, e, out);
     cr_assert_eq(rc, 0, "restore: %s", stash_errmsg());
     ckpt_restored_free(out);
     cr_assert_eq(out->records, 3000);
@@ -266,7 +267,8 @@ Test(ckpt, a_read_error_costs_one_checkpoint_never_the_restore, .timeout = 120)
             job r;
             open_job(&r);
             ckpt_restored out;
-            rc = ckpt_restore(r.arena, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out);
+            rc =
+                ckpt_restore(r.arena, test_ckpt_dir(dir), 0, (stash_kg_range){0, KGS - 1}, e, &out);
             cr_assert_eq(rc, 0, "%s, engine %d: %s", faults, b, stash_errmsg());
             ckpt_restored_free(&out);
             expect_gen(&r, out.id);
@@ -406,8 +408,9 @@ static void refused_alike(const char *dir, const char *chk, ioe_engine *e, const
     job r;
     open_job(&r);
     ckpt_restored out;
-    cr_assert_eq(ckpt_restore(r.arena, dir, 1, (stash_kg_range){0, KGS - 1}, e, &out),
-                 STASH_ECORRUPT);
+    cr_assert_eq(
+        ckpt_restore(r.arena, test_ckpt_dir(dir), 1, (stash_kg_range){0, KGS - 1}, e, &out),
+        STASH_ECORRUPT);
     cr_assert(strstr(stash_errmsg(), says), "restore says: %s", stash_errmsg());
     close_job(&r);
 }
@@ -420,7 +423,8 @@ static int write_with_opstate(job *j, ioe_engine *e, const char *dir, uint64_t i
     ckpt_blob b = {blob, len};
     uint32_t pins[KGS];
     for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(j->arena, kg);
-    ckpt_opts o = {.dir = dir, .id = id, .engine = e, .op_parallelism = 1, .op_blobs = &b};
+    ckpt_opts o = {
+        .dir = test_ckpt_dir(dir), .id = id, .engine = e, .op_parallelism = 1, .op_blobs = &b};
     int rc = ckpt_write(j->arena, pins, &o, NULL);
     for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j->arena, kg, pins[kg]);
     return rc;
@@ -589,7 +593,9 @@ Test(ckpt, a_checkpoint_without_metadata_does_not_exist, .timeout = 60)
     cr_assert_eq(out.id, 1);
     job r;
     open_job(&r);
-    cr_assert_eq(ckpt_restore(r.arena, dir, 2, (stash_kg_range){0, KGS - 1}, e, &out), -ENOENT);
+    cr_assert_eq(
+        ckpt_restore(r.arena, test_ckpt_dir(dir), 2, (stash_kg_range){0, KGS - 1}, e, &out),
+        -ENOENT);
     cr_assert(strstr(stash_errmsg(), "chk-2/_metadata"), "%s", stash_errmsg());
     close_job(&r);
     close_job(&j);
@@ -608,7 +614,7 @@ Test(ckpt, retention_keeps_the_newest, .timeout = 60)
         put_all(&j, id);
         cr_assert_eq(checkpoint(&j, e, dir, id), 0);
     }
-    cr_assert_eq(ckpt_retain(dir, 3, e), 0);
+    cr_assert_eq(ckpt_retain(test_ckpt_dir(dir), 3, e), 0);
     for (uint64_t id = 1; id <= 5; id++) {
         snprintf(path, sizeof path, "%s/chk-%llu", dir, (unsigned long long)id);
         cr_assert_eq(access(path, F_OK) == 0, id >= 3, "checkpoint %llu", (unsigned long long)id);
@@ -672,7 +678,8 @@ Test(ckpt, a_writer_killed_at_any_moment_leaves_complete_or_invisible, .timeout 
         ckpt_restored out;
         job r;
         open_job(&r);
-        int rc = ckpt_restore(r.arena, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out);
+        int rc =
+            ckpt_restore(r.arena, test_ckpt_dir(dir), 0, (stash_kg_range){0, KGS - 1}, e, &out);
         /* -ENOENT: nothing committed before the kill, and the partial one is invisible. */
         if (rc != -ENOENT) {
             cr_assert_eq(rc, 0, "round %d: %s", round, stash_errmsg());
@@ -715,7 +722,8 @@ Test(ckpt, a_checkpoint_restores_at_another_parallelism, .timeout = 120)
         stash_worker_info info;
         stash_worker_info_get(w[i], &info);
         ckpt_restored out;
-        cr_assert_eq(ckpt_restore(a, dir, 0, info.range, e, &out), 0, "%s", stash_errmsg());
+        cr_assert_eq(ckpt_restore(a, test_ckpt_dir(dir), 0, info.range, e, &out), 0, "%s",
+                     stash_errmsg());
         ckpt_restored_free(&out);
         records += out.records;
     }
@@ -755,10 +763,11 @@ Test(ckpt, a_savepoint_is_self_contained_and_relocatable, .timeout = 60)
     put_all(&j, 4);
     uint32_t pins[KGS];
     for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(j.arena, kg);
-    cr_assert_eq(ckpt_write(j.arena, pins,
-                            &(ckpt_opts){.dir = dir, .id = 9, .savepoint = true, .engine = e},
-                            NULL),
-                 0, "%s", stash_errmsg());
+    cr_assert_eq(
+        ckpt_write(j.arena, pins,
+                   &(ckpt_opts){.dir = test_ckpt_dir(dir), .id = 9, .savepoint = true, .engine = e},
+                   NULL),
+        0, "%s", stash_errmsg());
     for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j.arena, kg, pins[kg]);
     snprintf(from, sizeof from, "%s/savepoint-9", dir);
     snprintf(to, sizeof to, "%s/my-savepoint", moved);
@@ -772,8 +781,9 @@ Test(ckpt, a_savepoint_is_self_contained_and_relocatable, .timeout = 60)
     cr_assert_eq(out.id, 9);
     expect_gen(&r, 4);
     ckpt_restored none;
-    cr_assert_eq(ckpt_restore(r.arena, dir, 0, (stash_kg_range){0, KGS - 1}, e, &none), -ENOENT,
-                 "savepoints are not checkpoints");
+    cr_assert_eq(
+        ckpt_restore(r.arena, test_ckpt_dir(dir), 0, (stash_kg_range){0, KGS - 1}, e, &none),
+        -ENOENT, "savepoints are not checkpoints");
     close_job(&r);
     close_job(&j);
     ioe_engine_close(e);
@@ -794,7 +804,8 @@ Test(ckpt, a_checkpoint_over_the_memory_cap_fails_clearly, .timeout = 60)
     put_all(&j, 1);
     uint32_t pins[KGS];
     for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(j.arena, kg);
-    ckpt_opts o = {.dir = dir, .id = 1, .engine = e, .cap_bytes = CKPT_MEMORY_DEFAULT_CAP};
+    ckpt_opts o = {
+        .dir = test_ckpt_dir(dir), .id = 1, .engine = e, .cap_bytes = CKPT_MEMORY_DEFAULT_CAP};
     cr_assert_eq(ckpt_write(j.arena, pins, &o, NULL), 0, "%s", stash_errmsg());
     o.id = 2;
     o.cap_bytes = 1000;
@@ -843,7 +854,7 @@ static uint64_t incremental(job *j, ioe_engine *e, const char *dir, uint64_t id,
     uint32_t pins[KGS];
     for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(j->arena, kg);
     ckpt_written w;
-    ckpt_opts o = {.dir = dir,
+    ckpt_opts o = {.dir = test_ckpt_dir(dir),
                    .id = id,
                    .engine = e,
                    .incremental = true,
@@ -882,8 +893,9 @@ Test(ckpt, incremental_checkpoints_write_only_the_changes, .timeout = 120)
         job r;
         open_job(&r);
         ckpt_restored out;
-        cr_assert_eq(ckpt_restore(r.arena, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
-                     stash_errmsg());
+        cr_assert_eq(
+            ckpt_restore(r.arena, test_ckpt_dir(dir), 0, (stash_kg_range){0, KGS - 1}, e, &out), 0,
+            "%s", stash_errmsg());
         ckpt_restored_free(&out);
         cr_assert_eq(out.id, 3);
         expect_gens(&r, gens);
@@ -892,7 +904,7 @@ Test(ckpt, incremental_checkpoints_write_only_the_changes, .timeout = 120)
         /* A read error on a kept checkpoint's metadata: what it refers to
          * is unknown, and retention removes nothing. */
         ioe_engine *faulty = engine(backends[b], "read:1:EIO");
-        cr_assert_lt(ckpt_retain(dir, 1, faulty), 0);
+        cr_assert_lt(ckpt_retain(test_ckpt_dir(dir), 1, faulty), 0);
         cr_assert(strstr(stash_errmsg(), "removed nothing") && strstr(stash_errmsg(), "_metadata"),
                   "%s", stash_errmsg());
         ioe_engine_close(faulty);
@@ -902,14 +914,15 @@ Test(ckpt, incremental_checkpoints_write_only_the_changes, .timeout = 120)
         }
 
         /* Retention keeps the files the kept checkpoint still needs. */
-        cr_assert_eq(ckpt_retain(dir, 1, e), 0);
+        cr_assert_eq(ckpt_retain(test_ckpt_dir(dir), 1, e), 0);
         snprintf(path, sizeof path, "%s/chk-1", dir);
         cr_assert_neq(access(path, F_OK), 0);
         snprintf(path, sizeof path, "%s/shared/1.dat", dir);
         cr_assert_eq(access(path, F_OK), 0, "the base's data stays while chk-3 needs it");
         open_job(&r);
-        cr_assert_eq(ckpt_restore(r.arena, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
-                     stash_errmsg());
+        cr_assert_eq(
+            ckpt_restore(r.arena, test_ckpt_dir(dir), 0, (stash_kg_range){0, KGS - 1}, e, &out), 0,
+            "%s", stash_errmsg());
         ckpt_restored_free(&out);
         expect_gens(&r, gens);
         close_job(&r);
@@ -918,7 +931,7 @@ Test(ckpt, incremental_checkpoints_write_only_the_changes, .timeout = 120)
         for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j.arena, kg, base.pins[kg]);
         base.id = 0;
         incremental(&j, e, dir, 4, &base);
-        cr_assert_eq(ckpt_retain(dir, 1, e), 0);
+        cr_assert_eq(ckpt_retain(test_ckpt_dir(dir), 1, e), 0);
         cr_assert_neq(access(path, F_OK), 0, "no checkpoint needs shared/1.dat now");
         for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j.arena, kg, base.pins[kg]);
         close_job(&j);
@@ -946,8 +959,9 @@ Test(ckpt, a_damaged_delta_gives_way_to_the_previous_checkpoint, .timeout = 60)
     job r;
     open_job(&r);
     ckpt_restored out;
-    cr_assert_eq(ckpt_restore(r.arena, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
-                 stash_errmsg());
+    cr_assert_eq(
+        ckpt_restore(r.arena, test_ckpt_dir(dir), 0, (stash_kg_range){0, KGS - 1}, e, &out), 0,
+        "%s", stash_errmsg());
     ckpt_restored_free(&out);
     cr_assert_eq(out.id, 2);
     cr_assert(strstr(out.why, "shared/3.dat"), "%s", out.why);
@@ -975,10 +989,13 @@ static int write_from_another_process(void *arg)
     ioe_engine *e;
     if (stash_arena_open(x->name, NULL, &a) || shm_reader_join(a, &slot)) return 1;
     if (ioe_engine_open(&(ioe_opts){.backend = x->backend}, &e)) return 2;
-    int rc = ckpt_write(
-        a, x->pins,
-        &(ckpt_opts){.dir = x->dir, .id = 1, .engine = e, .reader = true, .reader_slot = slot},
-        NULL);
+    int rc = ckpt_write(a, x->pins,
+                        &(ckpt_opts){.dir = test_ckpt_dir(x->dir),
+                                     .id = 1,
+                                     .engine = e,
+                                     .reader = true,
+                                     .reader_slot = slot},
+                        NULL);
     ioe_engine_close(e);
     shm_reader_leave(a, slot);
     stash_arena_close(a);
@@ -1041,7 +1058,8 @@ Test(ckpt, a_malformed_value_is_refused_before_restoring, .timeout = 60)
     job r;
     open_job(&r);
     ckpt_restored out;
-    cr_assert_eq(ckpt_restore(r.arena, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0);
+    cr_assert_eq(
+        ckpt_restore(r.arena, test_ckpt_dir(dir), 0, (stash_kg_range){0, KGS - 1}, e, &out), 0);
     ckpt_restored_free(&out);
     cr_assert_eq(out.id, 1, "fell back past the malformed checkpoint");
     cr_assert(strstr(out.why, "well-formed state 'm'"), "%s", out.why);
@@ -1109,7 +1127,7 @@ Test(ckpt, big_blocks_restore_and_pins_go_as_their_key_groups_are_written, .time
         cr_assert_eq(shm_reader_join(j.arena, &slot), 0);
         cr_assert_eq(shm_reader_join(j.arena, &slot2), 0);
         cr_assert_eq(ckpt_write(j.arena, pins,
-                                &(ckpt_opts){.dir = dir,
+                                &(ckpt_opts){.dir = test_ckpt_dir(dir),
                                              .id = 1,
                                              .engine = e,
                                              .reader = true,
@@ -1147,8 +1165,9 @@ Test(ckpt, big_blocks_restore_and_pins_go_as_their_key_groups_are_written, .time
         cr_assert_eq(
             stash_state_get(r.w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &r.v), 0);
         ckpt_restored out;
-        cr_assert_eq(ckpt_restore(r.arena, dir, 1, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
-                     stash_errmsg());
+        cr_assert_eq(
+            ckpt_restore(r.arena, test_ckpt_dir(dir), 1, (stash_kg_range){0, KGS - 1}, e, &out), 0,
+            "%s", stash_errmsg());
         ckpt_restored_free(&out);
         cr_assert_eq(out.records, BIG_KEYS);
         for (uint32_t k = 0; k < BIG_KEYS; k++) {

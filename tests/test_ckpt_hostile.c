@@ -54,12 +54,16 @@ TestSuite(hostile, .init = setup, .fini = teardown);
 
 static int write_checkpoint(const char *into, uint64_t id, bool incremental, bool group)
 {
+    shm_dir d;
+    int rc = ckpt_dir_open(into, group, &d);
+    if (rc) return rc;
     uint32_t pins[KGS];
     for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(arena, kg);
     ckpt_opts o = {
-        .dir = into, .id = id, .engine = engine, .incremental = incremental, .group = group};
-    int rc = ckpt_write(arena, pins, &o, NULL);
+        .dir = &d, .id = id, .engine = engine, .incremental = incremental, .group = group};
+    rc = ckpt_write(arena, pins, &o, NULL);
     for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(arena, kg, pins[kg]);
+    shm_dir_close(&d);
     return rc;
 }
 
@@ -99,7 +103,8 @@ Test(hostile, a_directory_another_user_owns_or_anyone_may_write_is_refused)
     cr_assert_eq(write_checkpoint(sub, 1, false, false), -EPERM);
     cr_assert(strstr(stash_errmsg(), sub) && strstr(stash_errmsg(), "owned by user 65534"), "%s",
               stash_errmsg());
-    cr_assert_eq(ckpt_dir_check(sub, false), -EPERM);
+    shm_dir d;
+    cr_assert_eq(ckpt_dir_open(sub, false, &d), -EPERM);
     snprintf(sub, sizeof sub, "%s/anyones", dir);
     cr_assert_eq(mkdir(sub, 0700), 0);
     cr_assert_eq(chmod(sub, 0777), 0);
@@ -163,6 +168,6 @@ Test(hostile, retention_removes_nothing_in_shared_that_stash_did_not_write)
     FILE *f = fopen(mine, "w");
     cr_assert_not_null(f);
     fclose(f);
-    cr_assert_eq(ckpt_retain(dir, 1, engine), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_retain(test_ckpt_dir(dir), 1, engine), 0, "%s", stash_errmsg());
     cr_assert_eq(access(mine, F_OK), 0, "a file stash did not write stays");
 }

@@ -48,8 +48,9 @@ static void checkpoint(stash_arena *a, uint64_t id)
 {
     uint32_t pins[KGS];
     for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(a, kg);
-    cr_assert_eq(ckpt_write(a, pins, &(ckpt_opts){.dir = dir, .id = id, .engine = eng}, NULL), 0,
-                 "%s", stash_errmsg());
+    cr_assert_eq(
+        ckpt_write(a, pins, &(ckpt_opts){.dir = test_ckpt_dir(dir), .id = id, .engine = eng}, NULL),
+        0, "%s", stash_errmsg());
     for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(a, kg, pins[kg]);
 }
 
@@ -354,8 +355,8 @@ static stash_arena *restored(const char *tag, uint64_t id, char *name)
 {
     stash_arena *a = test_arena_create(tag, 64u << 20, KGS, name);
     ckpt_restored out;
-    cr_assert_eq(ckpt_restore(a, dir, id, (stash_kg_range){0, KGS - 1}, eng, &out), 0, "%s",
-                 stash_errmsg());
+    cr_assert_eq(ckpt_restore(a, test_ckpt_dir(dir), id, (stash_kg_range){0, KGS - 1}, eng, &out),
+                 0, "%s", stash_errmsg());
     ckpt_restored_free(&out);
     return a;
 }
@@ -378,10 +379,12 @@ Test(lazy, a_checkpoint_during_the_restore_copies_the_blocks_not_there_at_its_cu
     for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(a, kg);
     cr_assert_eq(stash_key_set(w, &k9, sizeof k9), 0, "%s", stash_errmsg());
     cr_assert_eq(stash_value_put(s, &v9, sizeof v9), 0);
-    cr_assert_eq(ckpt_write(a, pins,
-                            &(ckpt_opts){.dir = dir, .id = 2, .engine = eng, .lazy_from = path},
-                            NULL),
-                 0, "%s", stash_errmsg());
+    cr_assert_eq(
+        ckpt_write(
+            a, pins,
+            &(ckpt_opts){.dir = test_ckpt_dir(dir), .id = 2, .engine = eng, .lazy_from = path},
+            NULL),
+        0, "%s", stash_errmsg());
     for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(a, kg, pins[kg]);
     cr_assert_eq(left(a), KGS - 2, "the checkpoint brought no key group in");
     /* An arena walk would have found 0 and 9 empty at the cut: their blocks
@@ -447,8 +450,8 @@ Test(lazy, a_whole_restore_takes_the_key_groups_of_a_lazy_one)
     atomic_store(&a->tables[7].lazy, SHM_LAZY_PENDING);
     atomic_fetch_add(&a->control->lazy_left, 1);
     ckpt_restored out;
-    cr_assert_eq(ckpt_restore(a, dir, 2, (stash_kg_range){0, KGS - 1}, eng, &out), 0, "%s",
-                 stash_errmsg());
+    cr_assert_eq(ckpt_restore(a, test_ckpt_dir(dir), 2, (stash_kg_range){0, KGS - 1}, eng, &out), 0,
+                 "%s", stash_errmsg());
     ckpt_restored_free(&out);
     cr_assert_eq(left(a), 0, "every key group taken over");
     cr_assert_not(ckpt_lazy_pending(a));
@@ -545,8 +548,9 @@ Test(lazy, a_service_serves_at_once_checkpoints_and_survives_a_kill, .timeout = 
     char other[96];
     stash_arena *b = test_arena_create("lazychk", 64u << 20, KGS, other);
     ckpt_restored out;
-    cr_assert_eq(ckpt_restore(b, dir, info.id, (stash_kg_range){0, KGS - 1}, eng, &out), 0, "%s",
-                 stash_errmsg());
+    cr_assert_eq(
+        ckpt_restore(b, test_ckpt_dir(dir), info.id, (stash_kg_range){0, KGS - 1}, eng, &out), 0,
+        "%s", stash_errmsg());
     cr_assert_eq(out.records, KEYS);
     ckpt_restored_free(&out);
     stash_worker *w;

@@ -128,7 +128,7 @@ static void check(const char *name)
 static void savepoint(stash_arena *a, const char *dir, uint64_t id, ioe_engine *e)
 {
     uint32_t pins[KGS] = {0};
-    ckpt_opts o = {.dir = dir, .id = id, .savepoint = true, .engine = e};
+    ckpt_opts o = {.dir = test_ckpt_dir(dir), .id = id, .savepoint = true, .engine = e};
     for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(a, kg);
     ckpt_written out;
     cr_assert_eq(ckpt_write(a, pins, &o, &out), 0, "%s", stash_errmsg());
@@ -490,8 +490,8 @@ Test(lmdb, incremental_checkpoints_carry_changes_and_deletions, .timeout = 120)
     ioe_engine *e;
     cr_assert_eq(ioe_engine_open(&(ioe_opts){0}, &e), 0);
     ckpt_restored out;
-    cr_assert_eq(ckpt_restore(b, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
-                 stash_errmsg());
+    cr_assert_eq(ckpt_restore(b, test_ckpt_dir(dir), 0, (stash_kg_range){0, KGS - 1}, e, &out), 0,
+                 "%s", stash_errmsg());
     cr_assert_eq(out.id, delta.id);
     ckpt_restored_free(&out);
     ioe_engine_close(e);
@@ -614,8 +614,8 @@ Test(lmdb, two_workers_and_the_engine_in_one_process_share_each_environment, .ti
     ioe_engine *e;
     cr_assert_eq(ioe_engine_open(&(ioe_opts){0}, &e), 0);
     ckpt_restored out;
-    cr_assert_eq(ckpt_restore(b, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
-                 stash_errmsg());
+    cr_assert_eq(ckpt_restore(b, test_ckpt_dir(dir), 0, (stash_kg_range){0, KGS - 1}, e, &out), 0,
+                 "%s", stash_errmsg());
     cr_assert_eq(out.id, x.info.id);
     ckpt_restored_free(&out);
     ioe_engine_close(e);
@@ -704,7 +704,8 @@ Test(lmdb, an_environment_directory_another_user_made_is_refused, .timeout = 60)
     cr_assert_eq(stash_arena_create(name,
                                     &(stash_arena_opts){.size = 16u << 20,
                                                         .max_parallelism = 1,
-                                                        .backend = STASH_BACKEND_LMDB},
+                                                        .backend = STASH_BACKEND_LMDB,
+                                                        .lmdb_dir = envs},
                                     &a),
                  -EPERM);
     cr_assert(strstr(stash_errmsg(), envs) && strstr(stash_errmsg(), "owned by user 65534"), "%s",

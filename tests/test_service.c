@@ -906,8 +906,10 @@ Test(service, a_soak_of_random_kills_loses_no_committed_state, .timeout = 240)
 Test(service, the_memory_storage_caps_each_checkpoint, .timeout = 240)
 {
     const char *name = test_arena_name("svcm");
-    char dir[128];
-    snprintf(dir, sizeof dir, "/dev/shm/stash.%s.checkpoints", name);
+    char dir[4096], leaf[128];
+    /* By default in this user's private directory in memory. */
+    snprintf(leaf, sizeof leaf, "%s.checkpoints", name);
+    cr_assert_eq(shm_private_path(SHM_PRIVATE_RUNTIME, leaf, dir, sizeof dir), 0);
     drop_dir(dir);
     stash_arena_opts ao = {.size = 32u << 20, .max_parallelism = MAXP, .backend = test_backend()};
     stash_service_opts o = {.arena = &ao, .storage = STASH_STORAGE_MEMORY, .memory_cap = 64u << 10};
@@ -1268,7 +1270,7 @@ Test(service, the_engine_keeps_its_options, .timeout = 240)
     stash_arena_close(a);
     /* Retention kept the newest 2 complete checkpoints. */
     uint64_t *ids;
-    int n = ckpt_list(dir, &ids);
+    int n = ckpt_list(test_ckpt_dir(dir), &ids);
     cr_assert_eq(n, 2);
     cr_assert(ids[0] == 5 && ids[1] == 4);
     free(ids);

@@ -36,7 +36,10 @@ static void make_checkpoints(void)
         }
         uint32_t pins[4];
         for (uint32_t kg = 0; kg < 4; kg++) pins[kg] = (uint32_t)shm_table_pin(a, kg);
-        cr_assert_eq(ckpt_write(a, pins, &(ckpt_opts){.dir = dir, .id = id, .engine = e}, NULL), 0);
+        cr_assert_eq(ckpt_write(a, pins,
+                                &(ckpt_opts){.dir = test_ckpt_dir(dir), .id = id, .engine = e},
+                                NULL),
+                     0);
         for (uint32_t kg = 0; kg < 4; kg++) shm_table_unpin(a, kg, pins[kg]);
     }
     /* A savepoint beside them, with the operator state of two workers and
@@ -50,7 +53,7 @@ static void make_checkpoints(void)
     for (uint32_t kg = 0; kg < 4; kg++) pins[kg] = (uint32_t)shm_table_pin(a, kg);
     const ckpt_blob ops[2] = {{NULL, 0}, {NULL, 0}};
     cr_assert_eq(ckpt_write(a, pins,
-                            &(ckpt_opts){.dir = dir,
+                            &(ckpt_opts){.dir = test_ckpt_dir(dir),
                                          .id = 3,
                                          .savepoint = true,
                                          .engine = e,
@@ -235,10 +238,12 @@ Test(tool, dump_and_diff_show_an_incremental_chain_as_of_its_checkpoint)
         cr_assert_eq(stash_value_put(s, "1", 1), 0);
     }
     for (uint32_t kg = 0; kg < 4; kg++) base[kg] = (uint32_t)shm_table_pin(a, kg);
-    cr_assert_eq(ckpt_write(a, base,
-                            &(ckpt_opts){.dir = inc, .id = 1, .engine = e, .incremental = true},
-                            NULL),
-                 0, "%s", stash_errmsg());
+    cr_assert_eq(
+        ckpt_write(
+            a, base,
+            &(ckpt_opts){.dir = test_ckpt_dir(inc), .id = 1, .engine = e, .incremental = true},
+            NULL),
+        0, "%s", stash_errmsg());
     /* Key 0 changes, key 1 goes. */
     uint32_t k = 0;
     stash_key_set(w, &k, sizeof k);
@@ -248,7 +253,7 @@ Test(tool, dump_and_diff_show_an_incremental_chain_as_of_its_checkpoint)
     cr_assert_eq(stash_state_clear(s), 0);
     for (uint32_t kg = 0; kg < 4; kg++) pins[kg] = (uint32_t)shm_table_pin(a, kg);
     cr_assert_eq(ckpt_write(a, pins,
-                            &(ckpt_opts){.dir = inc,
+                            &(ckpt_opts){.dir = test_ckpt_dir(inc),
                                          .id = 2,
                                          .engine = e,
                                          .incremental = true,
@@ -257,10 +262,11 @@ Test(tool, dump_and_diff_show_an_incremental_chain_as_of_its_checkpoint)
                             NULL),
                  0, "%s", stash_errmsg());
     /* A savepoint of the same state. */
-    cr_assert_eq(ckpt_write(a, pins,
-                            &(ckpt_opts){.dir = inc, .id = 3, .savepoint = true, .engine = e},
-                            NULL),
-                 0, "%s", stash_errmsg());
+    cr_assert_eq(
+        ckpt_write(a, pins,
+                   &(ckpt_opts){.dir = test_ckpt_dir(inc), .id = 3, .savepoint = true, .engine = e},
+                   NULL),
+        0, "%s", stash_errmsg());
     for (uint32_t kg = 0; kg < 4; kg++) {
         shm_table_unpin(a, kg, base[kg]);
         shm_table_unpin(a, kg, pins[kg]);

@@ -343,7 +343,8 @@ static ioe_engine *checkpoint_arena(char *dir, uint32_t p)
         blobs[i] = (ckpt_blob){off ? (const uint8_t *)arena->base + off : NULL,
                                off ? atomic_load(&b->len) : 0};
     }
-    ckpt_opts o = {.dir = dir, .id = 1, .engine = e, .op_parallelism = p, .op_blobs = blobs};
+    ckpt_opts o = {
+        .dir = test_ckpt_dir(dir), .id = 1, .engine = e, .op_parallelism = p, .op_blobs = blobs};
     cr_assert_eq(ckpt_write(arena, pins, &o, NULL), 0, "%s", stash_errmsg());
     for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(arena, kg, pins[kg]);
     return e;
@@ -362,8 +363,8 @@ Test(timers, timers_come_back_from_a_checkpoint_in_another_arena, .timeout = 60)
     char name2[96];
     stash_arena *b = test_arena_create("timers3", 32u << 20, KGS, name2);
     ckpt_restored out;
-    cr_assert_eq(ckpt_restore(b, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
-                 stash_errmsg());
+    cr_assert_eq(ckpt_restore(b, test_ckpt_dir(dir), 0, (stash_kg_range){0, KGS - 1}, e, &out), 0,
+                 "%s", stash_errmsg());
     cr_assert_eq(service_install_opstate(b, &out), 0);
     ckpt_restored_free(&out);
     stash_worker *w2;
@@ -401,8 +402,8 @@ static void fire_at_parallelism(const char *dir, ioe_engine *e, uint32_t p, uint
     char name[96];
     stash_arena *b = test_arena_create("timersp", 32u << 20, KGS, name);
     ckpt_restored out;
-    cr_assert_eq(ckpt_restore(b, dir, 0, (stash_kg_range){0, KGS - 1}, e, &out), 0, "%s",
-                 stash_errmsg());
+    cr_assert_eq(ckpt_restore(b, test_ckpt_dir(dir), 0, (stash_kg_range){0, KGS - 1}, e, &out), 0,
+                 "%s", stash_errmsg());
     cr_assert_eq(service_install_opstate(b, &out), 0);
     ckpt_restored_free(&out);
     uint8_t seen[200] = {0};

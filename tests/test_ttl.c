@@ -313,7 +313,7 @@ Test(ttl, a_checkpoint_restores_under_another_duration, .timeout = 60)
     cr_assert_eq(ioe_engine_open(&(ioe_opts){0}, &e), 0);
     uint32_t pins[4] = {0};
     stash_worker_close(w);
-    ckpt_opts o = {.dir = dir, .id = 1, .engine = e};
+    ckpt_opts o = {.dir = test_ckpt_dir(dir), .id = 1, .engine = e};
     for (uint32_t kg = 0; kg < 4; kg++) pins[kg] = (uint32_t)shm_table_pin(arena, kg);
     cr_assert_eq(ckpt_write(arena, pins, &o, NULL), 0, "%s", stash_errmsg());
     for (uint32_t kg = 0; kg < 4; kg++) shm_table_unpin(arena, kg, pins[kg]);
@@ -321,7 +321,8 @@ Test(ttl, a_checkpoint_restores_under_another_duration, .timeout = 60)
     char name2[96];
     stash_arena *b = test_arena_create("ttl2", 32u << 20, 4, name2);
     ckpt_restored out;
-    cr_assert_eq(ckpt_restore(b, dir, 0, (stash_kg_range){0, 3}, e, &out), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_restore(b, test_ckpt_dir(dir), 0, (stash_kg_range){0, 3}, e, &out), 0, "%s",
+                 stash_errmsg());
     ckpt_restored_free(&out);
     cr_assert_eq(
         stash_worker_open(name2, &(stash_worker_opts){.parallelism = 1, .clock = fake_clock}, &w),
@@ -503,7 +504,8 @@ Test(ttl, a_full_checkpoint_leaves_out_what_expired_at_the_cut, .timeout = 120)
     ioe_engine *e;
     cr_assert_eq(ioe_engine_open(&(ioe_opts){0}, &e), 0);
     ckpt_restored out;
-    cr_assert_eq(ckpt_restore(b, dir, 0, (stash_kg_range){0, 3}, e, &out), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_restore(b, test_ckpt_dir(dir), 0, (stash_kg_range){0, 3}, e, &out), 0, "%s",
+                 stash_errmsg());
     ckpt_restored_free(&out);
     ioe_engine_close(e);
     stash_worker *r;

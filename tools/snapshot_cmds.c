@@ -6,9 +6,11 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -68,30 +70,36 @@ typedef int opener_fn(const char *arg, uint64_t id, void *ctx);
 
 static int resolve_with(const char *arg, bool strict, opener_fn *open, void *ctx)
 {
-    char meta[4096];
     if (ckpt_rados_url(arg)) {
         /* Copied from RADOS and opened as a directory; read whole, so that
          * the copy can go at once. */
-        int rc = ckpt_rados_url_fetch(arg, NULL, meta, sizeof meta);
+        ckpt_fetched f;
+        int rc = ckpt_rados_url_fetch(arg, NULL, &f);
         if (rc) return rc;
-        rc = open(meta, 0, ctx);
-        ckpt_rados_url_release(meta);
+        rc = open(f.path, 0, ctx);
+        ckpt_rados_url_release(&f);
         return rc;
     }
-    if (snprintf(meta, sizeof meta, "%s/_metadata", arg) < (int)sizeof meta &&
-        access(meta, F_OK) == 0)
+    shm_dir d;
+    struct stat st;
+    int rc = shm_dir_open(arg, 0, &d);
+    if (rc) return rc;
+    if (fstatat(d.fd, "_metadata", &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        shm_dir_close(&d);
         return open(arg, 0, ctx);
+    }
     uint64_t *ids;
-    int n = ckpt_list(arg, &ids);
-    int rc = n < 0 ? n : -ENOENT;
+    int n = ckpt_list(&d, &ids);
+    rc = n < 0 ? n : -ENOENT;
     for (int i = 0; i < n && rc; i++) {
-        if (!ckpt_has_metadata(arg, ids[i])) continue;
+        if (!ckpt_has_metadata(&d, ids[i])) continue;
         rc = open(arg, ids[i], ctx);
         if (rc == 0 || strict) break;
         fprintf(stderr, "stash snapshot: passed over checkpoint %llu: %s\n",
                 (unsigned long long)ids[i], stash_errmsg());
     }
     if (n >= 0) free(ids);
+    shm_dir_close(&d);
     if (rc == -ENOENT && n >= 0) shm_fail(rc, "%s: no checkpoint", arg);
     return rc;
 }
@@ -101,10 +109,14 @@ typedef struct view_open {
     ckpt_view *v;
 } view_open;
 
+/* Opens arg, or its checkpoint id (checking it is the one its metadata names). */
 static int open_view(const char *arg, uint64_t id, void *ctx)
 {
     view_open *o = ctx;
-    return id ? ckpt_view_open(arg, id, o->e, o->v) : ckpt_view_open_path(arg, o->e, o->v);
+    char path[4096];
+    int rc = id ? ckpt_path_of(path, "%s/chk-%llu", arg, (unsigned long long)id)
+                : ckpt_path_of(path, "%s", arg);
+    return rc ? rc : ckpt_view_open_path(path, o->e, o->v);
 }
 
 static int resolve(const char *arg, ioe_engine *e, bool strict, ckpt_view *v)
@@ -220,16 +232,16 @@ static void ls_line(uint64_t id, const char *path, const char *st, int rc, bool 
 }
 
 /* Lists the savepoint-<id> directories of dir, after its checkpoints. */
-static void list_savepoints(const char *dir, const snap_args *a, ioe_engine *e)
+static void list_savepoints(const shm_dir *dir, const snap_args *a, ioe_engine *e)
 {
-    DIR *d = opendir(dir);
+    DIR *d = shm_dir_list(dir);
     for (struct dirent *de; d && (de = readdir(d));) {
         char *end;
         if (strncmp(de->d_name, "savepoint-", 10) != 0) continue;
         unsigned long long id = strtoull(de->d_name + 10, &end, 10);
         if (*end || end == de->d_name + 10) continue;
         char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (ckpt_path_of(path, "%s/%s", dir->path, de->d_name) < 0) continue;
         ckpt_view v;
         int rc;
         bool verified;
@@ -328,7 +340,9 @@ static int cmd_ls(const snap_args *a, ioe_engine *e)
 {
     if (ckpt_rados_url(a->path[0])) return ls_rados(a);
     uint64_t *ids;
-    int n = ckpt_list(a->path[0], &ids);
+    shm_dir d;
+    int n = shm_dir_open(a->path[0], 0, &d);
+    if (n == 0 && (n = ckpt_list(&d, &ids)) < 0) shm_dir_close(&d);
     if (n < 0) return tool_fail("snapshot ls", n);
     if (!a->json) printf("%-10s %-20s %-24s %10s %s\n", "id", "created", "state", "bytes", "path");
     for (int i = 0; i < n; i++) {
@@ -342,7 +356,8 @@ static int cmd_ls(const snap_args *a, ioe_engine *e)
         if (rc == 0) ckpt_view_close(&v);
     }
     free(ids);
-    list_savepoints(a->path[0], a, e);
+    list_savepoints(&d, a, e);
+    shm_dir_close(&d);
     return 0;
 }
 

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,11 +26,13 @@
  * symbolic link in its place points to. */
 #define NEW_FILE (O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW)
 
-/* Writes len bytes to a new file at path (mode) and makes them durable. */
-static int write_durable(ioe_engine *e, const char *path, mode_t mode, const void *data, size_t len)
+/* Writes len bytes to a new file name in dirfd (path in messages) and
+ * makes them durable. */
+static int write_durable(ioe_engine *e, int dirfd, const char *name, const char *path, mode_t mode,
+                         const void *data, size_t len)
 {
     ioe_file *f;
-    int rc = ioe_file_open(e, path, NEW_FILE, mode, &f);
+    int rc = ioe_file_openat(e, dirfd, name, path, NEW_FILE, mode, &f);
     if (rc < 0) return shm_fail(rc, "%s: cannot create: %s", path, stash_strerror(rc));
     for (size_t off = 0; off < len && rc == 0;) {
         size_t n = len - off < CKPT_CHUNK ? len - off : CKPT_CHUNK;
@@ -118,12 +121,13 @@ static void stream_reap(stream *s, unsigned min)
     }
 }
 
-static int stream_open(stream *s, ioe_engine *e, const char *path, mode_t mode)
+static int stream_open(stream *s, ioe_engine *e, int dirfd, const char *name, const char *path,
+                       mode_t mode)
 {
     ioe_info info;
     ioe_engine_info(e, &info);
     *s = (stream){.e = e, .path = path, .cap = info.buf_size, .align = 1};
-    int rc = ioe_file_open(e, path, NEW_FILE | O_DIRECT, mode, &s->f);
+    int rc = ioe_file_openat(e, dirfd, name, path, NEW_FILE | O_DIRECT, mode, &s->f);
     if (rc == 0) {
         ioe_align al = ioe_file_align(s->f);
         /* Writes go whole filesystem blocks at a time, even where the device
@@ -144,8 +148,8 @@ static int stream_open(stream *s, ioe_engine *e, const char *path, mode_t mode)
     }
     /* A filesystem without direct I/O (tmpfs), which may have created the
      * file before refusing the flag: buffered writes to it made anew. */
-    unlink(path);
-    rc = ioe_file_open(e, path, NEW_FILE, mode, &s->f);
+    unlinkat(dirfd, name, 0);
+    rc = ioe_file_openat(e, dirfd, name, path, NEW_FILE, mode, &s->f);
     return rc < 0 ? shm_fail(rc, "%s: cannot create: %s", path, stash_strerror(rc)) : 0;
 }
 
@@ -274,27 +278,9 @@ static int stream_close(stream *s)
     return s->rc;
 }
 
-static int ckpt_sync_dir(const char *path)
+void ckpt_remove_checkpoint(const shm_dir *dir, const char *name)
 {
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return shm_fail(-errno, "%s: cannot open: %s", path, strerror(errno));
-    int rc = fsync(fd) < 0 ? shm_fail(-errno, "fsync %s: %s", path, strerror(errno)) : 0;
-    close(fd);
-    return rc;
-}
-
-void ckpt_remove_checkpoint(const char *chk)
-{
-    DIR *d = opendir(chk);
-    if (d) {
-        char path[4096];
-        for (struct dirent *de; (de = readdir(d));) {
-            if (de->d_name[0] == '.') continue;
-            if (ckpt_path_of(path, "%s/%s", chk, de->d_name) == 0) unlink(path);
-        }
-        closedir(d);
-    }
-    rmdir(chk);
+    shm_dir_remove(dir, name, 0);
 }
 
 /* ---- writing ---------------------------------------------------------------- */
@@ -539,9 +525,10 @@ static int list_files(uint32_t maxp, const ckpt_opts *o, const char *own, const 
 {
     fl->n = 0;
     if (o->base_id) {
-        char path[4096];
-        int rc = ckpt_path_of(path, "%s/chk-%llu", o->dir, (unsigned long long)o->base_id);
-        if (rc == 0) rc = ckpt_open_view(path, o->engine, base, false);
+        char path[4096], name[64];
+        snprintf(name, sizeof name, "chk-%llu", (unsigned long long)o->base_id);
+        int rc = ckpt_path_of(path, "%s/%s", o->dir->path, name);
+        if (rc == 0) rc = ckpt_open_view_at(o->dir->fd, name, path, o->engine, base, false);
         if (rc) return rc;
         if (base->id != o->base_id || base->max_parallelism != maxp)
             return shm_fail(STASH_ECORRUPT, "%s: not the base checkpoint %llu of this arena",
@@ -588,26 +575,33 @@ static mode_t file_mode(bool group)
     return group ? 0640 : 0600;
 }
 
-int ckpt_dir_check(const char *dir, bool group)
+int ckpt_dir_open(const char *path, bool group, shm_dir *out)
 {
-    int rc = shm_own_dir(dir, dir_mode(group));
-    if (rc == -ENOTDIR) return shm_fail(rc, "%s: the checkpoint directory is not a directory", dir);
-    if (rc) return rc;
-    /* Permissions alone say nothing to root or of a read-only mount: try. */
-    char probe[4096];
-    if (ckpt_path_of(probe, "%s/.stash-probe-XXXXXX", dir) < 0) return -ENAMETOOLONG;
-    int fd = mkstemp(probe);
-    if (fd < 0)
-        return shm_fail(-errno, "%s: cannot write into the checkpoint directory: %s", dir,
-                        strerror(errno));
-    close(fd);
-    unlink(probe);
-    return 0;
+    int rc = shm_dir_open(path, SHM_DIR_OWN | SHM_DIR_CREATE | (group ? SHM_DIR_GROUP : 0), out);
+    if (rc == -ENOTDIR)
+        return shm_fail(rc, "%s: the checkpoint directory is not a directory", path);
+    if (rc == 0 && (rc = shm_dir_probe(out)) != 0) shm_dir_close(out);
+    return rc;
+}
+
+/* The directory a checkpoint is written in, made anew (never one there
+ * already), and locked while it is written: whoever finds it partial and
+ * can take the lock knows its writer is gone. */
+static int make_checkpoint_dir(const ckpt_opts *o, const char *name, shm_dir *chk)
+{
+    if (mkdirat(o->dir->fd, name, dir_mode(o->group)) < 0)
+        return shm_fail(-errno, "%s/%s: cannot create: %s", o->dir->path, name, strerror(errno));
+    int rc = shm_dir_openat(o->dir, name, SHM_DIR_OWN | (o->group ? SHM_DIR_GROUP : 0), chk);
+    if (rc == 0 && flock(chk->fd, LOCK_EX | LOCK_NB) < 0)
+        rc = shm_fail(-errno, "%s: cannot lock: %s", chk->path, strerror(errno));
+    /* The umask must not narrow what the group was given. */
+    if (rc == 0) fchmod(chk->fd, dir_mode(o->group));
+    return rc;
 }
 
 int ckpt_write_source(const ckpt_source *src, const ckpt_opts *o, ckpt_written *out)
 {
-    char chk[4096], path[4096], final[4096], own[64], shared[4096];
+    char name[64], path[4096], own[40];
     if (o->id == 0) return shm_fail(-EINVAL, "a checkpoint id is > 0");
     bool in_shared = o->incremental && !o->savepoint;
     if (o->base_id && (!in_shared || !o->base_pins))
@@ -615,17 +609,24 @@ int ckpt_write_source(const ckpt_source *src, const ckpt_opts *o, ckpt_written *
                         "checkpoint %llu: a delta needs incremental mode and the base's "
                         "pins",
                         (unsigned long long)o->id);
-    int rc = shm_own_dir(o->dir, dir_mode(o->group));
-    if (rc) return rc;
-    if (ckpt_path_of(chk, "%s/%s-%llu", o->dir, o->savepoint ? "savepoint" : "chk",
-                     (unsigned long long)o->id) < 0 ||
-        ckpt_path_of(shared, "%s/%s", o->dir, CKPT_SHARED_DIR) < 0)
-        return -ENAMETOOLONG;
-    if (in_shared && (rc = shm_own_dir(shared, dir_mode(o->group))) != 0) return rc;
-    if (mkdir(chk, dir_mode(o->group)) < 0)
-        return shm_fail(-errno, "%s: cannot create: %s", chk, strerror(errno));
+    snprintf(name, sizeof name, "%s-%llu", o->savepoint ? "savepoint" : "chk",
+             (unsigned long long)o->id);
+    shm_dir chk = {.fd = -1}, shared = {.fd = -1};
+    int rc =
+        in_shared
+            ? shm_dir_openat(o->dir, CKPT_SHARED_DIR,
+                             SHM_DIR_OWN | SHM_DIR_CREATE | (o->group ? SHM_DIR_GROUP : 0), &shared)
+            : 0;
+    if (rc == 0 && in_shared) fchmod(shared.fd, dir_mode(o->group));
+    if (rc == 0) rc = make_checkpoint_dir(o, name, &chk);
+    if (rc) {
+        shm_dir_close(&shared);
+        return rc;
+    }
+    /* The data file: the checkpoint's own, or shared/ID.dat beside it. */
+    const shm_dir *data_dir = in_shared ? &shared : &chk;
     if (in_shared)
-        snprintf(own, sizeof own, "%s/%llu.dat", CKPT_SHARED_DIR, (unsigned long long)o->id);
+        snprintf(own, sizeof own, "%llu.dat", (unsigned long long)o->id);
     else
         snprintf(own, sizeof own, "%s", CKPT_DATA_FILE);
 
@@ -636,32 +637,38 @@ int ckpt_write_source(const ckpt_source *src, const ckpt_opts *o, ckpt_written *
     uint64_t records = 0, data_bytes = 0;
     uint32_t crc = 0;
     stream data;
+    char listed[64];
+    snprintf(listed, sizeof listed, "%s%s%s", in_shared ? CKPT_SHARED_DIR : "",
+             in_shared ? "/" : "", own);
     md_extent *ext = calloc(maxp, sizeof *ext);
-    rc = ext ? ckpt_path_of(path, "%s/%s", in_shared ? o->dir : chk, own) : -ENOMEM;
-    if (rc == 0) rc = stream_open(&data, o->engine, path, file_mode(o->group));
+    rc = ext ? ckpt_path_of(path, "%s/%s", data_dir->path, own) : -ENOMEM;
+    if (rc == 0) rc = stream_open(&data, o->engine, data_dir->fd, own, path, file_mode(o->group));
     if (rc == 0) {
         rc = serialize(src, o, &data, ext, &records, &crc);
         data_bytes = data.end;
         int closed = stream_close(&data);
         if (rc == 0) rc = closed;
     }
-    if (rc == 0) rc = list_files(maxp, o, own, ext, crc, &base, &fl);
-    if (rc == 0 && in_shared) rc = ckpt_sync_dir(shared);
+    if (rc == 0) rc = list_files(maxp, o, listed, ext, crc, &base, &fl);
+    if (rc == 0 && in_shared) rc = shm_dir_sync(&shared);
     if (rc == 0) rc = build_metadata(src, o, &fl, &md);
-    if (rc == 0) rc = ckpt_path_of(path, "%s/_metadata.tmp", chk);
-    if (rc == 0) rc = write_durable(o->engine, path, file_mode(o->group), md.data, md.len);
-    if (rc == 0) rc = ckpt_path_of(final, "%s/_metadata", chk);
-    if (rc == 0 && rename(path, final) < 0)
+    if (rc == 0) rc = ckpt_path_of(path, "%s/_metadata.tmp", chk.path);
+    if (rc == 0)
+        rc = write_durable(o->engine, chk.fd, "_metadata.tmp", path, file_mode(o->group), md.data,
+                           md.len);
+    if (rc == 0 && renameat(chk.fd, "_metadata.tmp", chk.fd, "_metadata") < 0)
         rc = shm_fail(-errno, "rename %s: %s", path, strerror(errno));
-    if (rc == 0) rc = ckpt_sync_dir(chk);
-    if (rc == 0) rc = ckpt_sync_dir(o->dir);
+    if (rc == 0) rc = shm_dir_sync(&chk);
+    if (rc == 0) rc = shm_dir_sync(o->dir);
     if (rc) {
-        ckpt_remove_checkpoint(chk);
-        if (in_shared && ckpt_path_of(path, "%s/%s", o->dir, own) == 0) unlink(path);
+        ckpt_remove_checkpoint(o->dir, name);
+        if (in_shared) unlinkat(shared.fd, own, 0);
     } else if (out) {
         *out = (ckpt_written){data_bytes, records};
     }
     ckpt_view_close(&base);
+    shm_dir_close(&chk);
+    shm_dir_close(&shared);
     free(ext);
     snap_buf_free(&md);
     return rc;
@@ -671,46 +678,49 @@ int ckpt_write_source(const ckpt_source *src, const ckpt_opts *o, ckpt_written *
 
 int ckpt_dest_open(const char *path, ckpt_dest *d)
 {
-    *d = (ckpt_dest){0};
-    struct stat st;
-    if (stat(path, &st) == 0) return shm_fail(-EEXIST, "%s: exists already", path);
-    int rc = ckpt_path_of(d->path, "%s", path);
+    *d = (ckpt_dest){.parent = {.fd = -1}, .tmp = {.fd = -1}};
+    char parent[4096], prefix[300];
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
-    if (!slash)
-        snprintf(d->parent, sizeof d->parent, ".");
-    else if (slash == path)
-        snprintf(d->parent, sizeof d->parent, "/");
-    else
-        snprintf(d->parent, sizeof d->parent, "%.*s", (int)(slash - path), path);
-    if (rc == 0 && !*base) rc = shm_fail(-EINVAL, "%s: names no directory", path);
-    if (rc == 0 && (stat(d->parent, &st) < 0 || !S_ISDIR(st.st_mode)))
-        rc = shm_fail(-ENOENT, "%s: no directory %s to write it in", path, d->parent);
-    if (rc == 0) rc = ckpt_path_of(d->tmp, "%s/.%s.writing-%d", d->parent, base, (int)getpid());
-    if (rc == 0 && mkdir(d->tmp, 0700) < 0)
-        rc = shm_fail(-errno, "%s: %s", d->tmp, strerror(errno));
-    if (rc) d->tmp[0] = 0;
+    if (!*base || strcmp(base, ".") == 0 || strcmp(base, "..") == 0 || strlen(base) > 255)
+        return shm_fail(-EINVAL, "%s: names no directory", path);
+    int rc = ckpt_path_of(d->path, "%s", path);
+    if (rc == 0)
+        rc = ckpt_path_of(parent, "%.*s", slash ? (int)(slash - path) : 1,
+                          !slash          ? "."
+                          : slash == path ? "/"
+                                          : path);
+    snprintf(d->base, sizeof d->base, "%s", base);
+    /* New entries alone are made in the parent, each exclusively: it may be
+     * another's, as /tmp is, if no other user may move them. */
+    if (rc == 0) rc = shm_dir_open(parent, SHM_DIR_PLACE, &d->parent);
+    if (rc == -ENOENT) rc = shm_fail(-ENOENT, "%s: no directory %s to write it in", path, parent);
+    struct stat st;
+    if (rc == 0 && fstatat(d->parent.fd, base, &st, AT_SYMLINK_NOFOLLOW) == 0)
+        rc = shm_fail(-EEXIST, "%s: exists already", path);
+    snprintf(prefix, sizeof prefix, ".%s.writing-", base);
+    if (rc == 0) rc = shm_dir_temp(&d->parent, prefix, &d->tmp);
+    if (rc) ckpt_dest_close(d);
     return rc;
 }
 
 int ckpt_dest_place(ckpt_dest *d, uint64_t id)
 {
-    char made[4096];
-    int rc = ckpt_path_of(made, "%s/savepoint-%llu", d->tmp, (unsigned long long)id);
-    if (rc == 0 && rename(made, d->path) < 0)
-        rc = shm_fail(-errno, "rename %s to %s: %s", made, d->path, strerror(errno));
+    char made[64];
+    snprintf(made, sizeof made, "savepoint-%llu", (unsigned long long)id);
+    /* Never over what came there meanwhile. */
+    int rc = renameat2(d->tmp.fd, made, d->parent.fd, d->base, RENAME_NOREPLACE) < 0
+                 ? shm_fail(-errno, "rename %s/%s to %s: %s", d->tmp.path, made, d->path,
+                            strerror(errno))
+                 : 0;
     /* The rename durable too. */
-    return rc ? rc : ckpt_sync_dir(d->parent);
+    return rc ? rc : shm_dir_sync(&d->parent);
 }
 
-void ckpt_dest_close(ckpt_dest *d, uint64_t id)
+void ckpt_dest_close(ckpt_dest *d)
 {
-    char made[4096];
-    if (!d->tmp[0]) return;
-    if (ckpt_path_of(made, "%s/savepoint-%llu", d->tmp, (unsigned long long)id) == 0)
-        ckpt_remove_checkpoint(made);
-    rmdir(d->tmp);
-    d->tmp[0] = 0;
+    shm_dir_temp_remove(&d->parent, &d->tmp);
+    shm_dir_close(&d->parent);
 }
 
 /* ---- retention ---------------------------------------------------------------- */
@@ -723,51 +733,48 @@ static bool shared_file_name(const char *name)
     return digits > 0 && strcmp(name + digits, ".dat") == 0;
 }
 
-static void remove_unreferenced(const char *dir, const uint64_t *ids, int n, ioe_engine *e)
+static void remove_unreferenced(const shm_dir *dir, const uint64_t *ids, int n, ioe_engine *e)
 {
-    char shared[4096], path[4096];
-    if (ckpt_path_of(shared, "%s/%s", dir, CKPT_SHARED_DIR) < 0) return;
-    DIR *d = opendir(shared);
-    if (!d) return;
+    shm_dir shared;
+    if (shm_dir_openat(dir, CKPT_SHARED_DIR, SHM_DIR_OWN | SHM_DIR_GROUP, &shared) != 0) return;
+    DIR *d = shm_dir_list(&shared);
     ckpt_view *views = calloc((size_t)n + 1, sizeof *views);
     bool *open = calloc((size_t)n + 1, sizeof *open);
-    for (int i = 0; views && open && i < n; i++)
-        open[i] = ckpt_path_of(path, "%s/chk-%llu", dir, (unsigned long long)ids[i]) == 0 &&
-                  ckpt_open_view(path, e, &views[i], false) == 0;
-    for (struct dirent *de; views && open && (de = readdir(d));) {
+    for (int i = 0; d && views && open && i < n; i++)
+        open[i] = ckpt_open_chk(dir, ids[i], e, &views[i], false) == 0;
+    for (struct dirent *de; d && views && open && (de = readdir(d));) {
         /* Never a name stash did not write. */
         if (!shared_file_name(de->d_name)) continue;
         bool used = false;
         for (int i = 0; i < n && !used; i++)
             for (uint32_t f = 0; open[i] && f < views[i].nfiles && !used; f++)
                 used = strcmp(views[i].files[f].name + sizeof CKPT_SHARED_DIR, de->d_name) == 0;
-        if (!used && ckpt_path_of(path, "%s/%s", shared, de->d_name) == 0) unlink(path);
+        if (!used) unlinkat(shared.fd, de->d_name, 0);
     }
     for (int i = 0; views && open && i < n; i++)
         if (open[i]) ckpt_view_close(&views[i]);
     free(views);
     free(open);
-    closedir(d);
-    ckpt_sync_dir(shared);
+    if (d) closedir(d);
+    shm_dir_sync(&shared);
+    shm_dir_close(&shared);
 }
 
 /* Every checkpoint of ids[0 .. n-1] with a _metadata opens: else what one
  * refers to is unknown, and nothing may go. */
-static int every_metadata_opens(const char *dir, const uint64_t *ids, int n, ioe_engine *e)
+static int every_metadata_opens(const shm_dir *dir, const uint64_t *ids, int n, ioe_engine *e)
 {
-    char path[4096];
     for (int i = 0; i < n; i++) {
         ckpt_view v;
         if (!ckpt_has_metadata(dir, ids[i])) continue;
-        int rc = ckpt_path_of(path, "%s/chk-%llu", dir, (unsigned long long)ids[i]);
-        if (rc == 0) rc = ckpt_open_view(path, e, &v, false);
+        int rc = ckpt_open_chk(dir, ids[i], e, &v, false);
         if (rc) return rc;
         ckpt_view_close(&v);
     }
     return 0;
 }
 
-int ckpt_retain(const char *dir, unsigned keep, ioe_engine *e)
+int ckpt_retain(const shm_dir *dir, unsigned keep, ioe_engine *e)
 {
     uint64_t *ids;
     int n = ckpt_list(dir, &ids);
@@ -777,24 +784,45 @@ int ckpt_retain(const char *dir, unsigned keep, ioe_engine *e)
         char why[512];
         snprintf(why, sizeof why, "%s", stash_errmsg());
         free(ids);
-        return shm_fail(rc, "%s: retention removed nothing: %s", dir, why);
+        return shm_fail(rc, "%s: retention removed nothing: %s", dir->path, why);
     }
     unsigned complete = 0;
     int kept = 0;
-    char path[4096];
     for (int i = 0; i < n; i++) {
         bool whole = ckpt_has_metadata(dir, ids[i]);
         /* A partial checkpoint newer than every complete one may be in the making. */
         bool keep_it = whole ? ++complete <= keep : complete == 0;
         if (keep_it) {
             ids[kept++] = ids[i];
-        } else if (ckpt_path_of(path, "%s/chk-%llu", dir, (unsigned long long)ids[i]) == 0) {
-            ckpt_remove_checkpoint(path);
+        } else {
+            char name[64];
+            snprintf(name, sizeof name, "chk-%llu", (unsigned long long)ids[i]);
+            ckpt_remove_checkpoint(dir, name);
         }
     }
     remove_unreferenced(dir, ids, kept, e);
     free(ids);
-    return ckpt_sync_dir(dir);
+    return shm_dir_sync(dir);
+}
+
+int ckpt_remove_abandoned(const shm_dir *dir)
+{
+    DIR *d = shm_dir_list(dir);
+    if (!d) return shm_fail(-errno, "%s: cannot list: %s", dir->path, strerror(errno));
+    int removed = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        if (strncmp(de->d_name, "savepoint-", 10) != 0) continue;
+        shm_dir sp;
+        struct stat st;
+        if (shm_dir_openat(dir, de->d_name, SHM_DIR_OWN | SHM_DIR_GROUP, &sp) != 0) continue;
+        /* Whole, or its writer still at work. */
+        bool left = fstatat(sp.fd, "_metadata", &st, AT_SYMLINK_NOFOLLOW) < 0 &&
+                    flock(sp.fd, LOCK_EX | LOCK_NB) == 0;
+        shm_dir_close(&sp);
+        if (left && shm_dir_remove(dir, de->d_name, 0) == 0) removed++;
+    }
+    closedir(d);
+    return removed;
 }
 
 /* Writes the arena's key groups, each as of its pin, and its catalog's

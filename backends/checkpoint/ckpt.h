@@ -15,12 +15,12 @@
 #define CKPT_MEMORY_DEFAULT_CAP (5ull << 20)
 
 typedef struct ckpt_opts {
-    const char *dir;  /* the checkpoint directory (created if missing) */
-    uint64_t id;      /* the checkpoint's id, > 0 */
-    bool lz4;         /* compress each key group's block */
-    bool savepoint;   /* DIR/savepoint-ID, full and self-contained, never retired */
-    bool incremental; /* data files in DIR/shared/, which later checkpoints reference */
-    uint64_t base_id; /* incremental: write only the changes since this checkpoint */
+    const shm_dir *dir; /* the checkpoint directory (ckpt_dir_open) */
+    uint64_t id;        /* the checkpoint's id, > 0 */
+    bool lz4;           /* compress each key group's block */
+    bool savepoint;     /* DIR/savepoint-ID, full and self-contained, never retired */
+    bool incremental;   /* data files in DIR/shared/, which later checkpoints reference */
+    uint64_t base_id;   /* incremental: write only the changes since this checkpoint */
     const uint32_t
         *base_pins;          /* with base_id: the versions the base was written at, still pinned */
     uint64_t cap_bytes;      /* the memory storage's cap on a checkpoint's bytes; 0: none */
@@ -90,32 +90,41 @@ int ckpt_write_source(const ckpt_source *src, const ckpt_opts *o, ckpt_written *
 /* A savepoint written beside where it goes, then moved into place: the
  * place holds a whole savepoint or nothing. */
 typedef struct ckpt_dest {
-    char path[4096];   /* where it goes */
-    char tmp[4096];    /* the directory beside it it is written in (as DIR) */
-    char parent[4096]; /* path's, synced once it is renamed into place */
+    char path[4096]; /* where it goes */
+    char base[256];  /* its last component */
+    shm_dir parent;  /* path's parent, synced once it is renamed into place */
+    shm_dir tmp;     /* .BASE.writing-PID-R in parent, this process's while open (as DIR) */
 } ckpt_dest;
-/* Checks that path is not there and its parent is, and makes tmp. Returns
- * 0, -EEXIST, -ENOENT or another error naming path. */
+/* Checks that path is not there and its parent is (a directory this user
+ * or root has, sticky if others may write into it), removes what writers
+ * of path that died left there, and makes tmp. Returns 0, -EEXIST, -ENOENT
+ * or another error naming path. */
 int ckpt_dest_open(const char *path, ckpt_dest *d);
-/* Renames tmp/savepoint-ID to path and syncs the parent. */
+/* Renames tmp/savepoint-ID to path (never over anything) and syncs the parent. */
 int ckpt_dest_place(ckpt_dest *d, uint64_t id);
-/* Removes tmp and what a failure left in it. Accepts a d never opened. */
-void ckpt_dest_close(ckpt_dest *d, uint64_t id);
+/* Removes tmp and what a failure left in it. Accepts a d that failed to open. */
+void ckpt_dest_close(ckpt_dest *d);
 
-/* Removes a checkpoint's directory and the files in it (not shared/). */
-void ckpt_remove_checkpoint(const char *chk);
+/* Removes the checkpoint directory name of dir and the files in it (not
+ * shared/), never through a link. */
+void ckpt_remove_checkpoint(const shm_dir *dir, const char *name);
 
-/* Makes sure dir is a directory (created if missing, 0700 or with group
- * 0750; its parent must exist), this user's own and not writable by others,
- * that this process can create files in. Returns 0 or an error naming dir
- * and why. */
-int ckpt_dir_check(const char *dir, bool group);
+/* Opens the checkpoint directory at path (made if missing, 0700 or with
+ * group 0750; its parent must exist): this user's own, not writable by
+ * others, every directory on the way root's or this user's, and one this
+ * process can create files in. Returns 0 or an error naming the path and
+ * why. */
+int ckpt_dir_open(const char *path, bool group, shm_dir *out);
 
 /* Deletes all but the newest keep complete checkpoints of dir, partial ones
  * older than the newest complete one, and the shared files no remaining
  * checkpoint references. If any checkpoint's metadata cannot be read it
  * deletes nothing (what that one refers to is unknown) and returns the
  * error, naming the file. */
-int ckpt_retain(const char *dir, unsigned keep, ioe_engine *e);
+int ckpt_retain(const shm_dir *dir, unsigned keep, ioe_engine *e);
+
+/* Removes the partial savepoints of dir whose writer is gone (no _metadata,
+ * their lock free). Returns how many, or an error. */
+int ckpt_remove_abandoned(const shm_dir *dir);
 
 #endif /* STASH_CKPT_H */

@@ -54,16 +54,19 @@ int ckpt_drain(ioe_engine *e, unsigned keep, int rc)
     return rc;
 }
 
-/* Reads bytes from .. to of the file at path into *out (malloc'd), the file
- * offset of its first byte in *at; to 0: the whole file, which must not be
- * longer than limit. */
-static int read_span(ioe_engine *e, const char *path, uint64_t from, uint64_t to, size_t limit,
-                     uint8_t **out, size_t *len, uint64_t *at)
+/* Reads bytes from .. to of file name in directory dirfd (path in
+ * messages) into *out (malloc'd), the file offset of its first byte in *at;
+ * to 0: the whole file, which must not be longer than limit. */
+static int read_span(ioe_engine *e, int dirfd, const char *name, const char *path, uint64_t from,
+                     uint64_t to, size_t limit, uint8_t **out, size_t *len, uint64_t *at)
 {
     ioe_file *f;
-    /* Non-blocking: a FIFO in a file's place must not hang the open. */
-    int rc = ioe_file_open(e, path, O_RDONLY | O_DIRECT | O_NONBLOCK, 0, &f);
-    if (rc < 0) rc = ioe_file_open(e, path, O_RDONLY | O_NONBLOCK, 0, &f);
+    /* Never a link's target; non-blocking: a FIFO in a file's place must
+     * not hang the open. */
+    const int how = O_RDONLY | O_NONBLOCK | O_NOFOLLOW;
+    int rc = ioe_file_openat(e, dirfd, name, path, how | O_DIRECT, 0, &f);
+    if (rc < 0 && rc != -ELOOP) rc = ioe_file_openat(e, dirfd, name, path, how, 0, &f);
+    if (rc == -ELOOP) return shm_fail(STASH_ECORRUPT, "%s: a symbolic link: refused", path);
     if (rc < 0) return shm_fail(rc, "%s: cannot open: %s", path, stash_strerror(rc));
     ioe_align al = ioe_file_align(f);
     struct stat st;
@@ -120,10 +123,36 @@ static int read_span(ioe_engine *e, const char *path, uint64_t from, uint64_t to
     return rc;
 }
 
-static int read_whole(ioe_engine *e, const char *path, size_t limit, uint8_t **out, size_t *len)
+static int read_whole(ioe_engine *e, int dirfd, const char *name, const char *path, size_t limit,
+                      uint8_t **out, size_t *len)
 {
     uint64_t at;
-    return read_span(e, path, 0, 0, limit, out, len, &at);
+    return read_span(e, dirfd, name, path, 0, 0, limit, out, len, &at);
+}
+
+/* The directory a data file of v lies in (the checkpoint's, or shared/
+ * beside it), opened once, and its name there. */
+static int file_place(ckpt_view *v, const ckpt_file *cf, int *dirfd, const char **name)
+{
+    bool shared = strncmp(cf->name, CKPT_SHARED_DIR "/", sizeof CKPT_SHARED_DIR) == 0;
+    *name = shared ? cf->name + sizeof CKPT_SHARED_DIR : cf->name;
+    if (!shared) {
+        *dirfd = v->dirs->chk;
+        return 0;
+    }
+    if (v->dirs->shared < 0) {
+        int up = openat(v->dirs->chk, "..", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        v->dirs->shared =
+            up < 0 ? -1
+                   : openat(up, CKPT_SHARED_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (up >= 0) close(up);
+        if (v->dirs->shared < 0)
+            return shm_fail(errno == ELOOP ? STASH_ECORRUPT : -errno,
+                            "%s: cannot open its directory: %s", cf->path,
+                            errno == ELOOP ? "a symbolic link" : strerror(errno));
+    }
+    *dirfd = v->dirs->shared;
+    return 0;
 }
 
 /* Whether a data file's name stays inside the checkpoint: a plain name, or
@@ -313,22 +342,57 @@ int ckpt_view_parse(ckpt_view *v)
     return rc ? rc : check_opstate(v);
 }
 
-int ckpt_open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data)
+int ckpt_view_file_open(ckpt_view *v, const ckpt_file *cf)
+{
+    int dirfd;
+    const char *name;
+    int rc = file_place(v, cf, &dirfd, &name);
+    if (rc) return rc;
+    int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return shm_fail(errno == ELOOP ? STASH_ECORRUPT : -errno, "%s: cannot open: %s", cf->path,
+                        errno == ELOOP ? "a symbolic link" : strerror(errno));
+    return fd;
+}
+
+int ckpt_open_view_at(int dirfd, const char *name, const char *path, ioe_engine *e, ckpt_view *v,
+                      bool with_data)
 {
     memset(v, 0, sizeof *v);
-    char parent[4096];
     int rc = ckpt_path_of(v->meta_path, "%s/_metadata", path);
-    if (rc == 0) rc = ckpt_path_of(parent, "%s/..", path);
-    if (rc == 0) rc = read_whole(e, v->meta_path, CKPT_MAX_METADATA, &v->md, &v->md_len);
+    if (rc == 0 && !(v->dirs = malloc(sizeof *v->dirs))) rc = -ENOMEM;
+    if (rc == 0) {
+        *v->dirs = (ckpt_dirs){.shared = -1};
+        v->dirs->chk = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (v->dirs->chk < 0)
+            rc = shm_fail(errno == ELOOP ? STASH_ECORRUPT : -errno, "%s: cannot open: %s", path,
+                          errno == ELOOP ? "a symbolic link" : strerror(errno));
+    }
+    if (rc == 0)
+        rc = read_whole(e, v->dirs->chk, "_metadata", v->meta_path, CKPT_MAX_METADATA, &v->md,
+                        &v->md_len);
     if (rc == 0) rc = ckpt_view_parse(v);
     if (rc == 0) rc = check_dir_names_id(path, v);
     for (uint32_t f = 0; rc == 0 && f < v->nfiles; f++) {
         ckpt_file *cf = &v->files[f];
         bool shared = strncmp(cf->name, CKPT_SHARED_DIR "/", sizeof CKPT_SHARED_DIR) == 0;
-        rc = ckpt_path_of(cf->path, "%s/%s", shared ? parent : path, cf->name);
+        rc = shared ? ckpt_path_of(cf->path, "%s/../%s", path, cf->name)
+                    : ckpt_path_of(cf->path, "%s/%s", path, cf->name);
     }
     if (rc == 0 && with_data) rc = ckpt_view_load(v, e);
     if (rc) ckpt_view_close(v);
+    return rc;
+}
+
+int ckpt_open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data)
+{
+    shm_dir d;
+    int rc = shm_dir_open(path, 0, &d);
+    if (rc == 0)
+        rc = ckpt_open_view_at(d.fd, ".", path, e, v, with_data);
+    else
+        memset(v, 0, sizeof *v);
+    shm_dir_close(&d);
     return rc;
 }
 
@@ -384,8 +448,12 @@ static int check_file_crc(const ckpt_view *v, const ckpt_file *f)
 static int load_file(ckpt_view *v, ckpt_file *cf, ioe_engine *e, bool keep)
 {
     uint64_t named = named_bytes(v, cf);
-    int rc =
-        read_whole(e, cf->path, named < SIZE_MAX ? (size_t)named : SIZE_MAX, &cf->data, &cf->len);
+    int dirfd;
+    const char *name;
+    int rc = file_place(v, cf, &dirfd, &name);
+    if (rc == 0)
+        rc = read_whole(e, dirfd, name, cf->path, named < SIZE_MAX ? (size_t)named : SIZE_MAX,
+                        &cf->data, &cf->len);
     if (rc == 0) rc = check_file_crc(v, cf);
     if (!keep) {
         free(cf->data);
@@ -423,7 +491,11 @@ int ckpt_view_load_range(ckpt_view *v, ioe_engine *e, stash_kg_range range)
         }
         /* Blocks need at least their header: an empty span still reads one. */
         if (to <= from) to = from + 1;
-        rc = read_span(e, cf->path, from, to, 0, &cf->data, &cf->len, &cf->base);
+        int dirfd;
+        const char *name;
+        rc = file_place(v, cf, &dirfd, &name);
+        if (rc == 0)
+            rc = read_span(e, dirfd, name, cf->path, from, to, 0, &cf->data, &cf->len, &cf->base);
     }
     return rc;
 }
@@ -473,12 +545,19 @@ int ckpt_view_open_path(const char *path, ioe_engine *e, ckpt_view *v)
     return ckpt_open_view(path, e, v, true);
 }
 
-int ckpt_view_open(const char *dir, uint64_t id, ioe_engine *e, ckpt_view *v)
+int ckpt_open_chk(const shm_dir *dir, uint64_t id, ioe_engine *e, ckpt_view *v, bool with_data)
 {
-    char chk[4096];
-    int rc = ckpt_path_of(chk, "%s/chk-%llu", dir, (unsigned long long)id);
+    char chk[4096], name[64];
+    snprintf(name, sizeof name, "chk-%llu", (unsigned long long)id);
+    int rc = ckpt_path_of(chk, "%s/%s", dir->path, name);
+    if (rc) memset(v, 0, sizeof *v);
     /* Opening chk-ID checks that its metadata names ID. */
-    return rc ? rc : ckpt_view_open_path(chk, e, v);
+    return rc ? rc : ckpt_open_view_at(dir->fd, name, chk, e, v, with_data);
+}
+
+int ckpt_view_open(const shm_dir *dir, uint64_t id, ioe_engine *e, ckpt_view *v)
+{
+    return ckpt_open_chk(dir, id, e, v, true);
 }
 
 void ckpt_view_close(ckpt_view *v)
@@ -487,6 +566,10 @@ void ckpt_view_close(ckpt_view *v)
     free(v->files);
     free(v->md);
     free(v->op_blobs);
+    if (v->dirs && v->dirs->chk >= 0) close(v->dirs->chk);
+    if (v->dirs && v->dirs->shared >= 0) close(v->dirs->shared);
+    free(v->dirs);
+    v->dirs = NULL;
     v->op_blobs = NULL;
     v->files = NULL;
     v->md = NULL;
@@ -635,10 +718,10 @@ int64_t ckpt_view_walk(const ckpt_view *v, stash_kg_range range, snap_record_fn 
               : ckpt_walk_range_split(v, range, false, NULL, NULL, NULL);
 }
 
-int ckpt_list(const char *dir, uint64_t **ids)
+int ckpt_list(const shm_dir *dir, uint64_t **ids)
 {
-    DIR *d = opendir(dir);
-    if (!d) return shm_fail(-errno, "%s: cannot open: %s", dir, strerror(errno));
+    DIR *d = shm_dir_list(dir);
+    if (!d) return shm_fail(-errno, "%s: cannot list: %s", dir->path, strerror(errno));
     size_t n = 0, cap = 0;
     *ids = NULL;
     for (struct dirent *de; (de = readdir(d));) {
@@ -676,12 +759,11 @@ static uint64_t entry_id(const char *name, const char *prefix)
     return id <= CKPT_MAX_ID ? id : 0;
 }
 
-int ckpt_highest_id(const char *dir, uint64_t *id)
+int ckpt_highest_id(const shm_dir *dir, uint64_t *id)
 {
     *id = 0;
-    DIR *d = opendir(dir);
-    if (!d)
-        return errno == ENOENT ? 0 : shm_fail(-errno, "%s: cannot open: %s", dir, strerror(errno));
+    DIR *d = shm_dir_list(dir);
+    if (!d) return shm_fail(-errno, "%s: cannot list: %s", dir->path, strerror(errno));
     for (struct dirent *de; (de = readdir(d));) {
         uint64_t chk = entry_id(de->d_name, "chk-"), sp = entry_id(de->d_name, "savepoint-");
         if (chk > *id) *id = chk;
@@ -691,11 +773,12 @@ int ckpt_highest_id(const char *dir, uint64_t *id)
     return 0;
 }
 
-bool ckpt_has_metadata(const char *dir, uint64_t id)
+bool ckpt_has_metadata(const shm_dir *dir, uint64_t id)
 {
-    char meta[4096];
-    return ckpt_path_of(meta, "%s/chk-%llu/_metadata", dir, (unsigned long long)id) == 0 &&
-           access(meta, F_OK) == 0;
+    char meta[64];
+    struct stat st;
+    snprintf(meta, sizeof meta, "chk-%llu/_metadata", (unsigned long long)id);
+    return fstatat(dir->fd, meta, &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
 int ckpt_path_info(const char *path, ioe_engine *e, uint64_t *id, uint32_t *max_parallelism)
@@ -710,18 +793,16 @@ int ckpt_path_info(const char *path, ioe_engine *e, uint64_t *id, uint32_t *max_
     return rc;
 }
 
-int ckpt_newest(const char *dir, ioe_engine *e, uint64_t *id, uint32_t *max_parallelism)
+int ckpt_newest(const shm_dir *dir, ioe_engine *e, uint64_t *id, uint32_t *max_parallelism)
 {
     uint64_t *ids;
     int n = ckpt_list(dir, &ids), rc = -ENOENT;
     char why[1024] = "";
     size_t used = 0;
     for (int i = 0; i < n && rc; i++) {
-        char path[4096];
         ckpt_view v;
         if (!ckpt_has_metadata(dir, ids[i])) continue;
-        int err = ckpt_path_of(path, "%s/chk-%llu", dir, (unsigned long long)ids[i]);
-        if (err == 0) err = ckpt_open_view(path, e, &v, false);
+        int err = ckpt_open_chk(dir, ids[i], e, &v, false);
         if (err < 0) {
             /* Each checkpoint that could not be used, and why. */
             int k = snprintf(why + used, sizeof why - used, "%schk-%llu: %s", used ? "; " : "",
@@ -738,7 +819,7 @@ int ckpt_newest(const char *dir, ioe_engine *e, uint64_t *id, uint32_t *max_para
     if (n >= 0) free(ids);
     if (n < 0) return n;
     if (rc == STASH_ECORRUPT)
-        return shm_fail(rc, "%s: no checkpoint's metadata can be used: %s", dir, why);
+        return shm_fail(rc, "%s: no checkpoint's metadata can be used: %s", dir->path, why);
     return rc;
 }
 

@@ -77,6 +77,13 @@ typedef struct ckpt_file {
     uint64_t base; /* 0 but for ckpt_view_load_range */
 } ckpt_file;
 
+/* The directories an opened checkpoint's files are read from: its own and
+ * the shared/ beside it (opened when first needed; -1 until then). */
+typedef struct ckpt_dirs {
+    int chk;
+    int shared;
+} ckpt_dirs;
+
 /* An opened checkpoint: its metadata checked, its data files read. */
 typedef struct ckpt_view {
     uint64_t id;
@@ -91,6 +98,7 @@ typedef struct ckpt_view {
     ckpt_file *files; /* in the order they apply: the full file, then deltas */
     uint32_t op_parallelism;
     ckpt_blob *op_blobs; /* point into md */
+    ckpt_dirs *dirs;     /* NULL in a view not opened from a directory */
 } ckpt_view;
 
 /* Opens the checkpoint or savepoint directory at path (a savepoint wherever
@@ -99,7 +107,9 @@ typedef struct ckpt_view {
  * file and offset. */
 int ckpt_view_open_path(const char *path, ioe_engine *e, ckpt_view *v);
 /* Opens checkpoint id of dir, checking that it is the one its metadata names. */
-int ckpt_view_open(const char *dir, uint64_t id, ioe_engine *e, ckpt_view *v);
+int ckpt_view_open(const shm_dir *dir, uint64_t id, ioe_engine *e, ckpt_view *v);
+/* As ckpt_view_open, with its data files read only if with_data. */
+int ckpt_open_chk(const shm_dir *dir, uint64_t id, ioe_engine *e, ckpt_view *v, bool with_data);
 void ckpt_view_close(ckpt_view *v);
 /* The checkpoint's i-th state (i < nstates). */
 ckpt_state ckpt_view_state(const ckpt_view *v, uint32_t i);
@@ -126,14 +136,14 @@ const ckpt_view *ckpt_snapshot_view(const stash_snapshot *snap);
 
 /* The ids of dir's checkpoints (complete or not), newest first, in *ids
  * (free it). Returns how many or an error. */
-int ckpt_list(const char *dir, uint64_t **ids);
+int ckpt_list(const shm_dir *dir, uint64_t **ids);
 /* Whether DIR/chk-ID has its _metadata (is complete, or damaged). */
-bool ckpt_has_metadata(const char *dir, uint64_t id);
+bool ckpt_has_metadata(const shm_dir *dir, uint64_t id);
 
 /* The highest id any entry of dir names (chk-ID or savepoint-ID, complete,
  * partial or damaged: an id is never used twice), 0 if none or no dir.
  * Returns 0 or an error naming dir. */
-int ckpt_highest_id(const char *dir, uint64_t *id);
+int ckpt_highest_id(const shm_dir *dir, uint64_t *id);
 
 /* Formats a path into out (4096 bytes); -ENAMETOOLONG if it does not fit. */
 int ckpt_path_of(char *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -143,9 +153,16 @@ int ckpt_drain(ioe_engine *e, unsigned keep, int rc);
  * in messages): its files (names and extents, without paths) and operator
  * state. Returns 0 or an error naming meta_path and the offset. */
 int ckpt_view_parse(ckpt_view *v);
-/* Opens the checkpoint directory at path: its metadata checked, and with
- * with_data its data files read. */
+/* Opens the checkpoint directory at path (walked as shm_dir_open walks
+ * it): its metadata checked, and with with_data its data files read. */
 int ckpt_open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data);
+/* As ckpt_open_view, for the checkpoint directory name in dirfd (never a
+ * link), path naming it in messages. */
+int ckpt_open_view_at(int dirfd, const char *name, const char *path, ioe_engine *e, ckpt_view *v,
+                      bool with_data);
+/* Opens data file cf of v, opened from a directory, to read (never a
+ * link). Returns the descriptor or an error naming the file. */
+int ckpt_view_file_open(ckpt_view *v, const ckpt_file *cf);
 /* Reads the data files of a view opened without them. */
 int ckpt_view_load(ckpt_view *v, ioe_engine *e);
 /* Reads of each data file only the bytes holding the blocks of range (its
@@ -179,6 +196,6 @@ int ckpt_path_info(const char *path, ioe_engine *e, uint64_t *id, uint32_t *max_
  * groups. Returns 0, -ENOENT if dir holds no checkpoint (directories without
  * _metadata are none), or STASH_ECORRUPT naming each checkpoint whose
  * metadata could not be used and why when none could. */
-int ckpt_newest(const char *dir, ioe_engine *e, uint64_t *id, uint32_t *max_parallelism);
+int ckpt_newest(const shm_dir *dir, ioe_engine *e, uint64_t *id, uint32_t *max_parallelism);
 
 #endif /* STASH_CKPT_READ_H */

@@ -121,21 +121,14 @@ static void *prefault_main(void *arg)
     return NULL;
 }
 
-/* Opens the checkpoint at path (checkpoint id, or 0 for whichever it is) for
- * a restore of range: while its data files are read, a second thread maps
- * the arena memory the records will fill, which the reading leaves idle,
- * and the reading thread helps once its reads are in. */
-static int open_for_restore(stash_arena *a, const store *st, const char *path, uint64_t id,
-                            stash_kg_range range, ioe_engine *e, ckpt_view *v)
+/* Reads the data files of v (opened without them) for a restore of range:
+ * while they are read, a second thread maps the arena memory the records
+ * will fill, which the reading leaves idle, and the reading thread helps
+ * once its reads are in. Closes v on failure. */
+static int load_for_restore(stash_arena *a, const store *st, stash_kg_range range, ioe_engine *e,
+                            ckpt_view *v)
 {
-    int rc = ckpt_open_view(path, e, v, false);
-    if (rc) return rc;
-    if (id && v->id != id) {
-        rc = shm_fail(STASH_ECORRUPT, "%s: offset 16: names checkpoint %llu", v->meta_path,
-                      (unsigned long long)v->id);
-        ckpt_view_close(v);
-        return rc;
-    }
+    int rc;
     uint64_t bytes = 0;
     for (uint32_t f = 0; f < v->nfiles; f++)
         for (uint32_t kg = range.first; kg <= range.last && kg < v->max_parallelism; kg++) {
@@ -160,14 +153,14 @@ static int open_for_restore(stash_arena *a, const store *st, const char *path, u
     return rc;
 }
 
-static int restore_one(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
+static int restore_one(stash_arena *a, const shm_dir *dir, uint64_t id, stash_kg_range range,
                        ioe_engine *e, bool *applying, store *st, ckpt_prepare_fn *prepare,
                        void *ctx, ckpt_restored *out)
 {
     ckpt_view v;
-    char chk[4096];
-    int rc = ckpt_path_of(chk, "%s/chk-%llu", dir, (unsigned long long)id);
-    if (rc == 0) rc = open_for_restore(a, st, chk, id, range, e, &v);
+    /* Opening chk-ID checks that its metadata names ID. */
+    int rc = ckpt_open_chk(dir, id, e, &v, false);
+    if (rc == 0) rc = load_for_restore(a, st, range, e, &v);
     return rc ? rc : restore_view(a, &v, range, applying, st, prepare, ctx, out);
 }
 
@@ -274,7 +267,8 @@ int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, io
     int rc = store_for(a, range, st, &own);
     bool taken = rc == 0 && ckpt_lazy_pending(a);
     if (taken) rc = lazy_take(a, range, st ? st : own);
-    if (rc == 0) rc = open_for_restore(a, st ? st : own, path, 0, range, e, &v);
+    if (rc == 0 && (rc = ckpt_open_view(path, e, &v, false)) == 0)
+        rc = load_for_restore(a, st ? st : own, range, e, &v);
     if (rc == 0) {
         out->id = v.id;
         bool applying = false;
@@ -305,13 +299,13 @@ int ckpt_restore_opstate(stash_arena *a, const char *path, ioe_engine *e, ckpt_r
     return rc;
 }
 
-int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range, ioe_engine *e,
-                 ckpt_restored *out)
+int ckpt_restore(stash_arena *a, const shm_dir *dir, uint64_t id, stash_kg_range range,
+                 ioe_engine *e, ckpt_restored *out)
 {
     return ckpt_restore_prepared(a, dir, id, range, e, NULL, NULL, NULL, out);
 }
 
-static int restore_newest(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
+static int restore_newest(stash_arena *a, const shm_dir *dir, uint64_t id, stash_kg_range range,
                           ioe_engine *e, store *st, ckpt_prepare_fn *prepare, void *ctx,
                           ckpt_restored *out)
 {
@@ -326,9 +320,8 @@ static int restore_newest(stash_arena *a, const char *dir, uint64_t id, stash_kg
     }
     uint64_t *ids;
     int n = ckpt_list(dir, &ids);
-    if (n == -ENOENT) return shm_fail(n, "%s: no complete checkpoint: no such directory", dir);
     if (n < 0) return n;
-    rc = shm_fail(-ENOENT, "%s: no complete checkpoint", dir);
+    rc = shm_fail(-ENOENT, "%s: no complete checkpoint", dir->path);
     for (int i = 0; i < n; i++) {
         /* Without _metadata a checkpoint does not exist: not a fallback. */
         if (!ckpt_has_metadata(dir, ids[i])) continue;
@@ -343,13 +336,13 @@ static int restore_newest(stash_arena *a, const char *dir, uint64_t id, stash_kg
             rc = shm_fail(rc,
                           "%s: restoring checkpoint %llu failed part-way (%s): the arena "
                           "holds part of it",
-                          dir, (unsigned long long)ids[i], why);
+                          dir->path, (unsigned long long)ids[i], why);
             break;
         }
         if (out->skipped++ == 0) memcpy(out->why, why, sizeof why);
     }
     if (rc && out->skipped)
-        rc = shm_fail(rc, "%s: no checkpoint restores; the newest failed: %s", dir, out->why);
+        rc = shm_fail(rc, "%s: no checkpoint restores; the newest failed: %s", dir->path, out->why);
     if (rc) ckpt_restored_free(out);
     free(ids);
     return rc;
@@ -454,7 +447,7 @@ int ckpt_lazy_fill(stash_arena *a, ioe_engine *e, const _Atomic int *stop)
     return 0;
 }
 
-int ckpt_restore_prepared(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
+int ckpt_restore_prepared(stash_arena *a, const shm_dir *dir, uint64_t id, stash_kg_range range,
                           ioe_engine *e, store *st, ckpt_prepare_fn *prepare, void *ctx,
                           ckpt_restored *out)
 {

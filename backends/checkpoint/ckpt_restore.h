@@ -63,8 +63,8 @@ void ckpt_restored_free(ckpt_restored *r);
  * worker may write meanwhile. Key groups of range that a lazy restore has
  * yet to bring are taken from it first (one it is bringing waited for) and
  * are whole after a restore that succeeded. Never modifies the directory. */
-int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range, ioe_engine *e,
-                 ckpt_restored *out);
+int ckpt_restore(stash_arena *a, const shm_dir *dir, uint64_t id, stash_kg_range range,
+                 ioe_engine *e, ckpt_restored *out);
 
 /* As ckpt_restore(), calling prepare(ctx) once the checkpoint to restore
  * has passed every check and before its first record goes in (a rollback
@@ -73,7 +73,7 @@ int ckpt_restore(stash_arena *a, const char *dir, uint64_t id, stash_kg_range ra
 typedef int ckpt_prepare_fn(void *ctx);
 /* st: the caller's store handle on the arena if it has one (the lmdb store
  * allows one per process), else NULL: the restore opens its own. */
-int ckpt_restore_prepared(stash_arena *a, const char *dir, uint64_t id, stash_kg_range range,
+int ckpt_restore_prepared(stash_arena *a, const shm_dir *dir, uint64_t id, stash_kg_range range,
                           ioe_engine *e, store *st, ckpt_prepare_fn *prepare, void *ctx,
                           ckpt_restored *out);
 

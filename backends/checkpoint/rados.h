@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "ioengine/ioengine.h"
+#include "shm/shm.h"
 
 #define CKPT_RADOS_STRIPE (4u << 20) /* bytes of each object of a striped file */
 #define CKPT_RADOS_DEPTH 8u          /* objects in flight by default */
@@ -116,14 +117,14 @@ int ckpt_rados_notify(ckpt_rados *r, const char *name, const char *msg, uint32_t
  * JOB/ and the file's path in a checkpoint directory, JOB/latest naming
  * the newest complete checkpoint. */
 
-/* Copies the checkpoint or savepoint directory chk (DIR/chk-ID or
- * DIR/savepoint-ID, committed) into the job: its data files (a shared file
+/* Copies the checkpoint or savepoint directory dirname of dirfd (chk-ID or
+ * savepoint-ID, committed; path names it in messages) into the job: its data files (a shared file
  * of an earlier checkpoint that is there already is not copied again),
  * then its metadata; then, for a checkpoint, moves JOB/latest from prev
  * (0: none yet) to its id. Returns 0, -ECANCELED if JOB/latest holds
  * another id (another engine committed), or an error naming the object. */
-int ckpt_rados_upload(ckpt_rados *r, const char *job, const char *chk, uint64_t prev,
-                      ioe_engine *e);
+int ckpt_rados_upload(ckpt_rados *r, const char *job, int dirfd, const char *dirname,
+                      const char *path, uint64_t prev, ioe_engine *e);
 /* The id JOB/latest names. Returns 0, -ENOENT (the job has none), or an
  * error naming the object. */
 int ckpt_rados_latest(ckpt_rados *r, const char *job, uint64_t *id);
@@ -132,7 +133,7 @@ int ckpt_rados_latest(ckpt_rados *r, const char *job, uint64_t *id);
  * unless DIR holds it already: each file moved into place once whole, the
  * checkpoint's directory last. Returns 0 or an error naming the object or
  * the file. */
-int ckpt_rados_fetch(ckpt_rados *r, const char *job, const char *dir, const char *dirname);
+int ckpt_rados_fetch(ckpt_rados *r, const char *job, const shm_dir *dir, const char *dirname);
 /* The job's checkpoints in the pool, newest first: their ids in *ids and
  * whether each one's metadata is there in *committed (free both). */
 int ckpt_rados_checkpoints(ckpt_rados *r, const char *job, uint64_t **ids, bool **committed,
@@ -151,11 +152,17 @@ bool ckpt_rados_url(const char *path);
 /* Connects for url: *r (close it), the job and NAME ("" if none). */
 int ckpt_rados_url_open(const char *url, ckpt_rados **r, char *job, size_t job_cap, char *name,
                         size_t name_cap);
-/* Copies what url names into a new directory under tmp (NULL: /var/tmp):
- * local gets its path, DIR/NAME, which opens as any checkpoint directory.
- * ckpt_rados_url_release(local) removes it. */
-int ckpt_rados_url_fetch(const char *url, const char *tmp, char *local, size_t cap);
-void ckpt_rados_url_release(const char *local);
+/* A checkpoint or savepoint fetched from RADOS into a directory of its own. */
+typedef struct ckpt_fetched {
+    shm_dir parent;  /* where tmp was made */
+    shm_dir tmp;     /* stash-rados-PID-R, this process's while open */
+    char path[4096]; /* tmp/NAME: opens as any checkpoint directory */
+} ckpt_fetched;
+/* Copies what url names into a new directory under under (NULL: /var/tmp).
+ * ckpt_rados_url_release removes it. */
+int ckpt_rados_url_fetch(const char *url, const shm_dir *under, ckpt_fetched *out);
+/* Removes what ckpt_rados_url_fetch fetched (accepts one that failed). */
+void ckpt_rados_url_release(ckpt_fetched *f);
 /* Copies the savepoint directory local into url, whose NAME must be
  * local's own name (savepoint-ID or another, not chk-ID) and not in the
  * job yet. Returns 0, -EEXIST, -EINVAL, or an error naming the object. */

@@ -518,23 +518,22 @@ static void drop_gathered(ckpt_restored *out)
 
 /* Restores what part holds of the key groups of workers (of p). */
 static int restore_part(stash_arena *a, ckpt_rados *r, const char *job, uint64_t id,
-                        const ckpt_job_part *part, const char *dir, uint32_t p,
+                        const ckpt_job_part *part, const shm_dir *dir, uint32_t p,
                         const ckpt_job_workers *workers, ioe_engine *e, store *st,
                         ckpt_restored *out)
 {
-    char sub[1024], local[4096], chk[64], path[4096] = "";
+    char sub[1024], chk[64], path[4096] = "";
     uint32_t maxp = a->hdr->max_parallelism;
     if (part->max_parallelism != maxp)
         return shm_fail(STASH_ECORRUPT, "host %s's part is of %u key groups, the arena of %u",
                         part->host, part->max_parallelism, maxp);
     snprintf(chk, sizeof chk, "chk-%" PRIu64, id);
+    shm_dir parts = {.fd = -1}, local = {.fd = -1};
     int rc = ckpt_job_part_prefix(sub, sizeof sub, job, part->host);
-    if (rc == 0) rc = ckpt_path_of(local, "%s/parts", dir);
-    if (rc == 0) rc = shm_own_dir(local, 0700);
-    if (rc == 0) rc = ckpt_path_of(local, "%s/parts/%s", dir, part->host);
-    if (rc == 0) rc = shm_own_dir(local, 0700);
-    if (rc == 0) rc = ckpt_rados_fetch(r, sub, local, chk);
-    if (rc == 0) rc = ckpt_path_of(path, "%s/%s", local, chk);
+    if (rc == 0) rc = shm_dir_openat(dir, "parts", SHM_DIR_OWN | SHM_DIR_CREATE, &parts);
+    if (rc == 0) rc = shm_dir_openat(&parts, part->host, SHM_DIR_OWN | SHM_DIR_CREATE, &local);
+    if (rc == 0) rc = ckpt_rados_fetch(r, sub, &local, chk);
+    if (rc == 0) rc = ckpt_path_of(path, "%s/%s", local.path, chk);
     bool gathered = false;
     for (uint32_t i = 0; rc == 0 && i < part->workers.n; i++)
         for (uint32_t k = 0; rc == 0 && k < workers->n; k++) {
@@ -559,12 +558,14 @@ static int restore_part(stash_arena *a, ckpt_rados *r, const char *job, uint64_t
         ckpt_restored_free(&got);
     }
     /* The pool keeps it: the local copy served this restore only. */
-    if (path[0]) ckpt_remove_checkpoint(path);
+    if (path[0]) ckpt_remove_checkpoint(&local, chk);
+    shm_dir_close(&local);
+    shm_dir_close(&parts);
     return rc;
 }
 
 int ckpt_job_restore(stash_arena *a, ckpt_rados *r, const char *job, const ckpt_job_record *rec,
-                     const char *dir, uint32_t parallelism, const ckpt_job_workers *workers,
+                     const shm_dir *dir, uint32_t parallelism, const ckpt_job_workers *workers,
                      ioe_engine *e, store *st, ckpt_restored *out)
 {
     memset(out, 0, sizeof *out);

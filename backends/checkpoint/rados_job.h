@@ -104,7 +104,7 @@ int ckpt_job_retain(ckpt_rados *r, const char *job, unsigned keep);
  * restored; the operator state of every part's workers gathered in *out
  * (so every part is read). st: as for ckpt_restore_prepared(). */
 int ckpt_job_restore(stash_arena *a, ckpt_rados *r, const char *job, const ckpt_job_record *rec,
-                     const char *dir, uint32_t parallelism, const ckpt_job_workers *workers,
+                     const shm_dir *dir, uint32_t parallelism, const ckpt_job_workers *workers,
                      ioe_engine *e, store *st, ckpt_restored *out);
 
 #endif /* STASH_CKPT_RADOS_JOB_H */

@@ -40,28 +40,24 @@ static bool rados_has_file(ckpt_rados *r, const char *name)
     return ckpt_rados_file_size(r, name, &len) == 0;
 }
 
-/* Copies the file at path into the objects of name. */
-static int put_file(ckpt_rados *r, const char *name, const char *path)
+/* Copies data file cf of v into the objects of name. */
+static int put_file(ckpt_rados *r, const char *name, ckpt_view *v, const ckpt_file *cf)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = ckpt_view_file_open(v, cf);
+    if (fd < 0) return fd;
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0) {
-        int rc = shm_fail(-errno, "%s: cannot read: %s", path, strerror(errno));
-        if (fd >= 0) close(fd);
-        return rc;
-    }
-    int rc = ckpt_rados_put_fd(r, name, fd, path, (uint64_t)st.st_size);
+    int rc = fstat(fd, &st) < 0 ? shm_fail(-errno, "%s: %s", cf->path, strerror(errno))
+                                : ckpt_rados_put_fd(r, name, fd, cf->path, (uint64_t)st.st_size);
     close(fd);
     return rc;
 }
 
-int ckpt_rados_upload(ckpt_rados *r, const char *job, const char *chk, uint64_t prev, ioe_engine *e)
+int ckpt_rados_upload(ckpt_rados *r, const char *job, int dirfd, const char *dirname,
+                      const char *path, uint64_t prev, ioe_engine *e)
 {
     ckpt_view v;
-    int rc = ckpt_open_view(chk, e, &v, false);
+    int rc = ckpt_open_view_at(dirfd, dirname, path, e, &v, false);
     if (rc) return rc;
-    const char *slash = strrchr(chk, '/');
-    const char *dirname = slash ? slash + 1 : chk;
     bool checkpoint = strncmp(dirname, "chk-", 4) == 0;
     char name[1024], owner[300], host[256] = "";
     /* The id is this engine's before anything of it is written: another
@@ -80,7 +76,7 @@ int ckpt_rados_upload(ckpt_rados *r, const char *job, const char *chk, uint64_t 
         rc = object_of(name, sizeof name, job, dirname, cf->name);
         /* A shared file went up with the checkpoint that wrote it. */
         if (rc == 0 && !(shared && f + 1 < v.nfiles && rados_has_file(r, name)))
-            rc = put_file(r, name, cf->path);
+            rc = put_file(r, name, &v, cf);
     }
     if (rc == 0) rc = object_of(name, sizeof name, job, dirname, "_metadata");
     if (rc == 0) rc = ckpt_rados_write_file(r, name, v.md, v.md_len);
@@ -109,10 +105,12 @@ int ckpt_rados_latest(ckpt_rados *r, const char *job, uint64_t *id)
     return 0;
 }
 
-/* Writes len bytes to the new file path and makes them durable. */
-static int write_new(const char *path, const void *data, size_t len)
+/* Writes len bytes to the new file name of d and makes them durable. */
+static int write_new(const shm_dir *d, const char *name, const void *data, size_t len)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    char path[4096];
+    if (ckpt_path_of(path, "%s/%s", d->path, name) < 0) return -ENAMETOOLONG;
+    int fd = openat(d->fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     int rc = fd < 0 ? shm_fail(-errno, "%s: cannot create: %s", path, strerror(errno)) : 0;
     for (size_t off = 0; rc == 0 && off < len;) {
         ssize_t n = write(fd, (const uint8_t *)data + off, len - off);
@@ -124,10 +122,12 @@ static int write_new(const char *path, const void *data, size_t len)
     return rc;
 }
 
-/* Downloads the objects of name into the new file path, made durable. */
-static int fetch_file(ckpt_rados *r, const char *name, const char *path)
+/* Downloads the objects of name into the new file file of d, made durable. */
+static int fetch_file(ckpt_rados *r, const char *name, const shm_dir *d, const char *file)
 {
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    char path[4096];
+    if (ckpt_path_of(path, "%s/%s", d->path, file) < 0) return -ENAMETOOLONG;
+    int fd = openat(d->fd, file, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return shm_fail(-errno, "%s: cannot create: %s", path, strerror(errno));
     uint64_t len;
     int rc = ckpt_rados_get_fd(r, name, fd, path, &len);
@@ -136,17 +136,18 @@ static int fetch_file(ckpt_rados *r, const char *name, const char *path)
     return rc;
 }
 
-int ckpt_rados_fetch(ckpt_rados *r, const char *job, const char *dir, const char *dirname)
+int ckpt_rados_fetch(ckpt_rados *r, const char *job, const shm_dir *dir, const char *dirname)
 {
-    char chk[4096], stage[4096], path[4096], final[4096], name[1024];
-    int rc = ckpt_path_of(chk, "%s/%s", dir, dirname);
-    if (rc == 0 && ckpt_path_of(path, "%s/_metadata", chk) == 0 && access(path, F_OK) == 0)
-        return 0; /* the local copy */
+    char name[1024], meta[300];
+    struct stat st;
+    snprintf(meta, sizeof meta, "%s/_metadata", dirname);
+    if (fstatat(dir->fd, meta, &st, AT_SYMLINK_NOFOLLOW) == 0) return 0; /* the local copy */
     /* Fetched beside the directory's checkpoints; each file moved into
      * place once whole, the checkpoint's directory last. */
-    if (rc == 0) rc = ckpt_path_of(stage, "%s/.fetch-%s-%d", dir, dirname, (int)getpid());
-    if (rc == 0 && mkdir(stage, 0700) < 0)
-        rc = shm_fail(-errno, "%s: cannot create: %s", stage, strerror(errno));
+    char prefix[300];
+    snprintf(prefix, sizeof prefix, ".fetch-%s-", dirname);
+    shm_dir stage, shared = {.fd = -1};
+    int rc = shm_dir_temp(dir, prefix, &stage);
     if (rc) return rc;
     ckpt_view v = {0};
     rc = object_of(name, sizeof name, job, dirname, "_metadata");
@@ -165,22 +166,27 @@ int ckpt_rados_fetch(ckpt_rados *r, const char *job, const char *dir, const char
         const char *file = v.files[f].name;
         bool in_shared = strncmp(file, CKPT_SHARED_DIR "/", sizeof CKPT_SHARED_DIR) == 0;
         const char *base = in_shared ? file + sizeof CKPT_SHARED_DIR : file;
-        if (in_shared && (rc = ckpt_path_of(path, "%s/%s", dir, CKPT_SHARED_DIR)) == 0)
-            rc = shm_own_dir(path, 0700);
+        if (in_shared && shared.fd < 0)
+            rc = shm_dir_openat(dir, CKPT_SHARED_DIR, SHM_DIR_OWN | SHM_DIR_CREATE | SHM_DIR_GROUP,
+                                &shared);
         if (rc == 0) rc = object_of(name, sizeof name, job, dirname, file);
-        if (rc == 0) rc = ckpt_path_of(final, "%s/%s", dir, file);
-        if (rc == 0 && in_shared && access(final, F_OK) == 0)
+        if (rc == 0 && in_shared && fstatat(shared.fd, base, &st, AT_SYMLINK_NOFOLLOW) == 0)
             continue; /* a chain's file fetched with an earlier checkpoint */
-        if (rc == 0) rc = ckpt_path_of(path, "%s/%s", stage, base);
-        if (rc == 0) rc = fetch_file(r, name, path);
-        if (rc == 0 && in_shared && rename(path, final) < 0)
-            rc = shm_fail(-errno, "rename %s to %s: %s", path, final, strerror(errno));
+        if (rc == 0) rc = fetch_file(r, name, &stage, base);
+        if (rc == 0 && in_shared && renameat(stage.fd, base, shared.fd, base) < 0)
+            rc = shm_fail(-errno, "rename %s/%s to %s/%s: %s", stage.path, base, shared.path, base,
+                          strerror(errno));
     }
-    if (rc == 0) rc = ckpt_path_of(path, "%s/_metadata", stage);
-    if (rc == 0) rc = write_new(path, v.md, v.md_len);
-    if (rc == 0 && rename(stage, chk) < 0)
-        rc = shm_fail(-errno, "rename %s to %s: %s", stage, chk, strerror(errno));
-    if (rc) ckpt_remove_checkpoint(stage);
+    if (rc == 0) rc = write_new(&stage, "_metadata", v.md, v.md_len);
+    const char *made = strrchr(stage.path, '/') + 1;
+    if (rc == 0 && renameat(dir->fd, made, dir->fd, dirname) < 0)
+        rc = shm_fail(-errno, "rename %s to %s/%s: %s", stage.path, dir->path, dirname,
+                      strerror(errno));
+    if (rc)
+        shm_dir_temp_remove(dir, &stage);
+    else
+        shm_dir_close(&stage);
+    shm_dir_close(&shared);
     ckpt_view_close(&v);
     return rc;
 }
@@ -375,39 +381,29 @@ int ckpt_rados_url_open(const char *url, ckpt_rados **r, char *job, size_t job_c
     return ckpt_rados_open(&(ckpt_rados_opts){.pool = pool, .id = id && *id ? id : NULL}, r);
 }
 
-int ckpt_rados_url_fetch(const char *url, const char *tmp, char *local, size_t cap)
+int ckpt_rados_url_fetch(const char *url, const shm_dir *under, ckpt_fetched *out)
 {
+    *out = (ckpt_fetched){.parent = {.fd = -1}, .tmp = {.fd = -1}};
     ckpt_rados *r;
-    char job[256], name[256], dir[4096];
+    char job[256], name[256];
     int rc = ckpt_rados_url_open(url, &r, job, sizeof job, name, sizeof name);
     if (rc) return rc;
     uint64_t id;
     if (!name[0] && (rc = ckpt_rados_latest(r, job, &id)) == 0)
         snprintf(name, sizeof name, "chk-%llu", (unsigned long long)id);
-    if (rc == 0) rc = ckpt_path_of(dir, "%s/stash-rados-XXXXXX", tmp ? tmp : "/var/tmp");
-    if (rc == 0 && !mkdtemp(dir)) rc = shm_fail(-errno, "%s: %s", dir, strerror(errno));
-    if (rc == 0) rc = ckpt_rados_fetch(r, job, dir, name);
-    if (rc == 0 && (size_t)snprintf(local, cap, "%s/%s", dir, name) >= cap)
-        rc = shm_fail(-ENAMETOOLONG, "%s/%s: too long", dir, name);
-    if (rc && dir[0]) ckpt_rados_url_release(dir);
+    if (rc == 0) rc = shm_dir_open(under ? under->path : "/var/tmp", SHM_DIR_PLACE, &out->parent);
+    if (rc == 0) rc = shm_dir_temp(&out->parent, "stash-rados-", &out->tmp);
+    if (rc == 0) rc = ckpt_rados_fetch(r, job, &out->tmp, name);
+    if (rc == 0) rc = ckpt_path_of(out->path, "%s/%s", out->tmp.path, name);
+    if (rc) ckpt_rados_url_release(out);
     ckpt_rados_close(r);
     return rc;
 }
 
-void ckpt_rados_url_release(const char *local)
+void ckpt_rados_url_release(ckpt_fetched *f)
 {
-    /* local is TMP/stash-rados-XXXXXX/NAME, or that directory itself. */
-    char dir[4096], path[4096];
-    snprintf(dir, sizeof dir, "%s", local);
-    char *slash = strrchr(dir, '/');
-    if (slash && strncmp(slash + 1, "stash-rados-", 12) != 0) *slash = 0;
-    DIR *d = opendir(dir);
-    for (struct dirent *de; d && (de = readdir(d));) {
-        if (de->d_name[0] == '.') continue;
-        if (ckpt_path_of(path, "%s/%s", dir, de->d_name) == 0) ckpt_remove_checkpoint(path);
-    }
-    if (d) closedir(d);
-    rmdir(dir);
+    shm_dir_temp_remove(&f->parent, &f->tmp);
+    shm_dir_close(&f->parent);
 }
 
 int ckpt_rados_url_put(const char *local, const char *url, ioe_engine *e)
@@ -425,7 +421,16 @@ int ckpt_rados_url_put(const char *local, const char *url, ioe_engine *e)
     if (rc == 0 && snprintf(md, sizeof md, "%s/%s/_metadata", job, name) > 0 &&
         ckpt_rados_file_size(r, md, &len) == 0)
         rc = shm_fail(-EEXIST, "%s: exists already", url);
-    if (rc == 0) rc = ckpt_rados_upload(r, job, local, 0, e);
+    shm_dir parent = {.fd = -1};
+    char where[4096];
+    if (rc == 0)
+        rc = ckpt_path_of(where, "%.*s", slash ? (int)(slash - local) : 1,
+                          !slash           ? "."
+                          : slash == local ? "/"
+                                           : local);
+    if (rc == 0) rc = shm_dir_open(where, 0, &parent);
+    if (rc == 0) rc = ckpt_rados_upload(r, job, parent.fd, base, local, 0, e);
+    shm_dir_close(&parent);
     ckpt_rados_close(r);
     return rc;
 }

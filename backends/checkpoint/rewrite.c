@@ -204,21 +204,22 @@ static int rewrite_to_rados(stash_snapshot *snap, const char *url,
                             const stash_snapshot_rewrite_opts *opts, stash_snapshot_info *out)
 {
     ckpt_rados *r;
-    char job[256], name[256], tmp[4096], local[4096];
+    char job[256], name[256], local[4096];
     int rc = ckpt_rados_url_open(url, &r, job, sizeof job, name, sizeof name);
     if (rc) return rc;
     ckpt_rados_close(r);
     if (!name[0]) return shm_fail(-EINVAL, "%s: names no savepoint (rados://POOL/JOB/NAME)", url);
-    rc = ckpt_path_of(tmp, "/var/tmp/stash-rados-XXXXXX");
-    if (rc == 0 && !mkdtemp(tmp)) rc = shm_fail(-errno, "%s: %s", tmp, strerror(errno));
-    if (rc) return rc;
+    shm_dir parent, tmp = {.fd = -1};
+    rc = shm_dir_open("/var/tmp", SHM_DIR_PLACE, &parent);
+    if (rc == 0) rc = shm_dir_temp(&parent, "stash-rados-", &tmp);
     ioe_engine *e = NULL;
-    rc = ckpt_path_of(local, "%s/%s", tmp, name);
+    if (rc == 0) rc = ckpt_path_of(local, "%s/%s", tmp.path, name);
     if (rc == 0) rc = stash_snapshot_rewrite(snap, local, opts, out);
     if (rc == 0) rc = ioe_engine_open(NULL, &e);
     if (rc == 0) rc = ckpt_rados_url_put(local, url, e);
     ioe_engine_close(e);
-    ckpt_rados_url_release(tmp);
+    shm_dir_temp_remove(&parent, &tmp);
+    shm_dir_close(&parent);
     return rc;
 }
 
@@ -240,7 +241,7 @@ STASH_API int stash_snapshot_rewrite(stash_snapshot *snap, const char *path,
     op_buf *bufs = calloc(v->op_parallelism ? v->op_parallelism : 1, sizeof *bufs);
     ckpt_blob *blobs = calloc(v->op_parallelism ? v->op_parallelism : 1, sizeof *blobs);
     ioe_engine *e = NULL;
-    ckpt_dest dest = {0};
+    ckpt_dest dest = {.parent = {.fd = -1}, .tmp = {.fd = -1}};
     uint64_t id = o.id ? o.id : v->id;
     int rc = rw && states && bufs && blobs ? 0 : shm_fail(-ENOMEM, "out of memory");
     uint32_t kept = 0;
@@ -271,7 +272,7 @@ STASH_API int stash_snapshot_rewrite(stash_snapshot *snap, const char *path,
                            .ctx = rw,
                            .two_threads = true};
         rc = ckpt_write_source(&src,
-                               &(ckpt_opts){.dir = dest.tmp,
+                               &(ckpt_opts){.dir = &dest.tmp,
                                             .id = id,
                                             .savepoint = true,
                                             .engine = e,
@@ -282,7 +283,7 @@ STASH_API int stash_snapshot_rewrite(stash_snapshot *snap, const char *path,
                                &written);
     }
     if (rc == 0) rc = ckpt_dest_place(&dest, id);
-    ckpt_dest_close(&dest, id);
+    ckpt_dest_close(&dest);
     if (rc == 0 && out)
         *out = (stash_snapshot_info){.id = id,
                                      .created_ns = shm_now_ns(),

@@ -31,11 +31,11 @@ STASH_API int stash_snapshot_open(const char *path, stash_snapshot **out)
     if (rc < 0) shm_fail(rc, "no I/O engine to read %s", path);
     if (rc == 0 && ckpt_rados_url(path)) {
         /* Copied from RADOS, read whole into memory, the copy removed. */
-        char local[4096];
-        rc = ckpt_rados_url_fetch(path, NULL, local, sizeof local);
+        ckpt_fetched f;
+        rc = ckpt_rados_url_fetch(path, NULL, &f);
         if (rc == 0) {
-            rc = ckpt_view_open_path(local, s->e, &s->v);
-            ckpt_rados_url_release(local);
+            rc = ckpt_view_open_path(f.path, s->e, &s->v);
+            ckpt_rados_url_release(&f);
         }
     } else if (rc == 0) {
         rc = ckpt_view_open_path(path, s->e, &s->v);

@@ -86,6 +86,15 @@ static int lmdb_fail(int rc, const char *what, const kg_env *e, uint32_t kg)
 
 static int lmdb_open(stash_arena *a, store **out)
 {
+    /* LMDB opens its files by path: the directory they go in is checked
+     * first as one stash writes into (this user's own, writable by no other
+     * user, every directory on the way root's or this user's, links on the
+     * way trusted ones), so that no other user can change where the path
+     * leads. */
+    shm_dir d;
+    int rc = shm_dir_open(a->hdr->lmdb_dir, SHM_DIR_OWN, &d);
+    if (rc) return rc;
+    shm_dir_close(&d);
     lmdb_store *st = calloc(1, sizeof *st);
     if (!st) return shm_fail(-ENOMEM, "out of memory");
     store_init(&st->base, &lmdb_store_ops, a);

@@ -229,7 +229,10 @@ int worker_rollback(stash_worker *w)
     ckpt_restored out;
     /* Before choosing a checkpoint: retention leaves them all alone until the restore ends. */
     atomic_store(&c->workers[w->slot].restoring, 1);
-    rc = ckpt_restore_prepared(a, dir, 0, w->range, e, w->store, clear_kgs, w, &out);
+    shm_dir d;
+    rc = shm_dir_open_named(a, dir, &d);
+    if (rc == 0) rc = ckpt_restore_prepared(a, &d, 0, w->range, e, w->store, clear_kgs, w, &out);
+    shm_dir_close(&d);
     atomic_store(&c->workers[w->slot].restoring, 0);
     if (rc == 0) {
         atomic_fetch_add(&c->workers[w->slot].rollbacks, 1);

@@ -13,6 +13,7 @@ struct stash_service {
     stash_arena *a;
     ioe_engine *e;
     char dir[SHM_CTL_DETAIL];
+    shm_dir ckpts;    /* dir, opened once and checked: every checkpoint goes through it */
     uint32_t reader;  /* its reader slot (for shm_ebr_enter) */
     uint32_t reader2; /* a second one for a second serializing thread, 0 if none was free */
     uint32_t holder;  /* 1 + the reader slot's index: the holder of its pins */

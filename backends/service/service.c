@@ -287,28 +287,46 @@ static uint64_t cut_clock_ms(stash_service *s, uint64_t id, uint32_t p)
  * is removed from dir too: complete means named by JOB/latest. */
 static int upload(stash_service *s, uint64_t id, bool savepoint, bool shared)
 {
-    char chk[4096], file[4096];
-    int rc = ckpt_path_of(chk, "%s/%s-%llu", s->dir, savepoint ? "savepoint" : "chk",
-                          (unsigned long long)id);
+    char chk[4096], name[64];
+    snprintf(name, sizeof name, "%s-%llu", savepoint ? "savepoint" : "chk", (unsigned long long)id);
+    int rc = ckpt_path_of(chk, "%s/%s", s->dir, name);
     if (rc == 0)
-        rc = ckpt_rados_upload(s->rados, s->job, chk, savepoint ? 0 : s->rados_latest, s->e);
+        rc = ckpt_rados_upload(s->rados, s->job, s->ckpts.fd, name, chk,
+                               savepoint ? 0 : s->rados_latest, s->e);
     if (rc == 0 && !savepoint) s->rados_latest = id;
     if (rc == 0) return 0;
     char why[512];
     snprintf(why, sizeof why, "%s", stash_errmsg());
-    ckpt_remove_checkpoint(chk);
-    if (shared &&
-        ckpt_path_of(file, "%s/%s/%llu.dat", s->dir, CKPT_SHARED_DIR, (unsigned long long)id) == 0)
-        unlink(file);
+    ckpt_remove_checkpoint(&s->ckpts, name);
+    if (shared) {
+        snprintf(name, sizeof name, "%s/%llu.dat", CKPT_SHARED_DIR, (unsigned long long)id);
+        unlinkat(s->ckpts.fd, name, 0);
+    }
     return shm_fail(rc, "not in RADOS: %s", why);
+}
+
+/* Opens the checkpoint directory again, every check made again: a
+ * checkpoint goes to the directory at the path now (one replaced or
+ * mounted over since the last is the new one), and everything it does
+ * there goes through that descriptor. */
+static int reopen_dir(stash_service *s)
+{
+    shm_dir now;
+    int rc = ckpt_dir_open(s->dir, s->group, &now);
+    if (rc) return rc;
+    shm_dir_close(&s->ckpts);
+    s->ckpts = now;
+    return 0;
 }
 
 static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untracked, outcome *r)
 {
     stash_arena *a = s->a;
+    int rc = reopen_dir(s);
+    if (rc < 0) return failed(r, rc, "%s", stash_errmsg());
     uint8_t *mem = NULL;
     ckpt_blob *blobs = calloc(p ? p : 1, sizeof *blobs);
-    int rc = blobs ? copy_opstate(s, p, blobs, &mem) : -ENOMEM;
+    rc = blobs ? copy_opstate(s, p, blobs, &mem) : -ENOMEM;
     if (rc < 0) {
         free(blobs);
         return failed(r, rc, "operator state: %s", stash_strerror(rc));
@@ -324,7 +342,7 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
     ttl_cut *cut = malloc(sizeof *cut);
     snap_filter filter = {ttl_cut_filter, cut};
     bool filtered = cut && ttl_cut_init(a, cut_clock_ms(s, id, p), cut) > 0;
-    ckpt_opts o = {.dir = s->dir,
+    ckpt_opts o = {.dir = &s->ckpts,
                    .filter = filtered ? &filter : NULL,
                    .id = id,
                    .lz4 = s->o.lz4,
@@ -550,10 +568,10 @@ static int await_verdict(stash_service *s, uint64_t id, outcome *r)
 {
     int rc = job_part_done(s->jobs, id);
     if (rc == 0) return 0;
-    char chk[4096], why[512];
+    char chk[64], why[512];
     snprintf(why, sizeof why, "%s", stash_errmsg());
-    if (ckpt_path_of(chk, "%s/chk-%llu", s->dir, (unsigned long long)id) == 0)
-        ckpt_remove_checkpoint(chk);
+    snprintf(chk, sizeof chk, "chk-%llu", (unsigned long long)id);
+    ckpt_remove_checkpoint(&s->ckpts, chk);
     return failed(r, rc, "job %s: %s", s->jobname, why);
 }
 
@@ -618,7 +636,7 @@ static void run_checkpoint(stash_service *s)
     engine_account_io(s);
     publish(s, id, p, t0, &r);
     unsigned keep = s->o.retain ? s->o.retain : DEFAULT_RETAIN;
-    if (rc == 0 && !rollback_reading(s) && ckpt_retain(s->dir, keep, s->e) < 0)
+    if (rc == 0 && !rollback_reading(s) && ckpt_retain(&s->ckpts, keep, s->e) < 0)
         engine_say(s, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
     /* A job's parts are kept by its leader, as its records name them. */
     if (rc == 0 && s->rados && !s->jobs && ckpt_rados_retain(s->rados, s->job, keep) < 0)
@@ -667,7 +685,7 @@ static void take_over(stash_service *s)
     ckpt_restored out = {0};
     int rc = rec ? ckpt_job_latest(s->rados, s->jobname, &id, rec) : -ENOMEM;
     if (rc == 0)
-        rc = ckpt_job_restore(s->a, s->rados, s->jobname, rec, s->dir, s->o.job_parallelism, &w,
+        rc = ckpt_job_restore(s->a, s->rados, s->jobname, rec, &s->ckpts, s->o.job_parallelism, &w,
                               s->e, s->store, &out);
     shm_control *c = s->a->control;
     if (rc == 0 && (rc = shm_lock_acquire(&c->lock, NULL, NULL)) == 0) {

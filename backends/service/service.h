@@ -33,13 +33,17 @@ int worker_record_opstate(stash_worker *w);
  * the checkpoint's workers: what workers opening the arena start from. */
 int service_install_opstate(stash_arena *a, const ckpt_restored *r);
 
-/* Builds an arena of the caller's own at a path it writes into view (cap
- * bytes), filled from the checkpoint or savepoint directory path, or with
- * path NULL from the newest complete checkpoint of the service serving
- * arena name (live: where that arena lives). The caller maps it and
- * removes the file. Returns 0, or an error naming the checkpoint. */
+/* Builds an arena of the caller's own (in memory, named nowhere), filled
+ * from the checkpoint or savepoint directory path, or with path NULL from
+ * the newest complete checkpoint of the service serving arena name (live:
+ * where that arena lives). Returns 0 and *out, or an error naming the
+ * checkpoint. */
 int service_view_create(const char *name, const stash_arena_opts *live, const char *path,
-                        char *view, size_t cap);
+                        stash_arena **out);
+
+/* A worker on arena a (owned by the worker from here, closed on failure),
+ * as stash_worker_open makes one on an arena it opens by name. */
+int service_worker_open_on(stash_arena *a, const stash_worker_opts *opts, stash_worker **out);
 
 /* Releases the pin of every key group's cut (an abandoned checkpoint). */
 void service_release_cuts(stash_arena *a);

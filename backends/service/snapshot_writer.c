@@ -77,35 +77,25 @@ STASH_API void stash_snapshot_writer_abort(stash_snapshot_writer *w)
     if (!w) return;
     stash_worker_close(w->w);
     ioe_engine_close(w->e);
-    ckpt_dest_close(&w->dest, w->id);
+    ckpt_dest_close(&w->dest);
     for (uint32_t i = 0; w->op && i < w->op_p * SHM_CATALOG_SIZE; i++) free(w->op[i].data);
     free(w->op);
     free(w->states);
     free(w);
 }
 
-/* Makes the heap arena the writer builds in and its worker. */
+/* Makes the heap arena the writer builds in (in memory, named nowhere: a
+ * writer that dies leaves nothing) and its worker. */
 static int open_heap(stash_snapshot_writer *w, const stash_snapshot_writer_opts *o)
 {
-    static _Atomic unsigned heaps;
-    char file[96];
-    snprintf(file, sizeof file, "/dev/shm/stash.writer-%d-%u", (int)getpid(),
-             atomic_fetch_add(&heaps, 1));
-    stash_arena_opts ao = {.path = file,
-                           .size = o->size ? o->size : WRITER_DEFAULT_SIZE,
+    stash_arena_opts ao = {.size = o->size ? o->size : WRITER_DEFAULT_SIZE,
                            .max_parallelism = o->max_parallelism,
-                           .flags = STASH_ARENA_REPLACE,
                            .backend = STASH_BACKEND_HEAP};
     stash_arena *a;
-    int rc = stash_arena_create("writer", &ao, &a);
+    int rc = shm_arena_make_private("a savepoint writer's heap", &ao, &a);
     if (rc) return rc;
-    stash_arena_close(a);
-    rc = stash_worker_open(
-        "writer",
-        &(stash_worker_opts){.parallelism = 1, .arena = &ao, .clock = writer_clock, .clock_ctx = w},
-        &w->w);
-    unlink(file);
-    return rc;
+    return service_worker_open_on(
+        a, &(stash_worker_opts){.parallelism = 1, .clock = writer_clock, .clock_ctx = w}, &w->w);
 }
 
 STASH_API int stash_snapshot_writer_open(const char *path, const stash_snapshot_writer_opts *opts,
@@ -317,7 +307,7 @@ static int write_savepoint(stash_snapshot_writer *w, ckpt_written *written)
     }
     if (rc == 0)
         rc = ckpt_write(a, pins,
-                        &(ckpt_opts){.dir = w->dest.tmp,
+                        &(ckpt_opts){.dir = &w->dest.tmp,
                                      .id = w->id,
                                      .savepoint = true,
                                      .engine = w->e,

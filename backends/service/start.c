@@ -39,10 +39,10 @@ int service_install_opstate(stash_arena *a, const ckpt_restored *r)
 static int restore_into(stash_service *s, stash_worker *w, const char *from, ckpt_restored *out)
 {
     if (s->job_restore)
-        return ckpt_job_restore(w->arena, s->rados, s->jobname, s->job_restore, s->dir,
+        return ckpt_job_restore(w->arena, s->rados, s->jobname, s->job_restore, &s->ckpts,
                                 s->o.job_parallelism, &s->job_workers, s->e, w->store, out);
     if (from) return ckpt_restore_path(w->arena, from, w->range, s->e, w->store, out);
-    return ckpt_restore_prepared(w->arena, s->dir, 0, w->range, s->e, w->store, NULL, NULL, out);
+    return ckpt_restore_prepared(w->arena, &s->ckpts, 0, w->range, s->e, w->store, NULL, NULL, out);
 }
 
 /* Begins a lazy restore of the checkpoint at path (from, or dir's chk-ID)
@@ -60,27 +60,67 @@ static int begin_lazy(stash_service *s, stash_worker *w, const char *from, uint6
     return 1;
 }
 
+/* Restores into the new arena a (taken) what it starts from, through a
+ * worker that owns it whole. */
+static int fill_arena(stash_service *s, stash_arena *a, const char *from, uint64_t id)
+{
+    stash_worker *w;
+    int rc = service_worker_open_on(a, &(stash_worker_opts){.index = 0, .parallelism = 1}, &w);
+    if (rc) return rc;
+    ckpt_restored out = {0};
+    uint64_t t0 = shm_now_ns();
+    bool lazy = s->o.lazy_restore && !s->job_restore;
+    if (lazy && (rc = begin_lazy(s, w, from, id, &out)) == 1) {
+        lazy = false;
+        rc = 0;
+    }
+    if (rc == 0 && !lazy) rc = restore_into(s, w, from, &out);
+    if (rc == 0) rc = service_install_opstate(w->arena, &out);
+    if (rc == 0) {
+        shm_control *c = w->arena->control;
+        uint64_t took = shm_now_ns() - t0;
+        atomic_store(&c->completed, out.id);
+        atomic_store(&c->last_id, out.id);
+        atomic_store(&c->restored_id, out.id);
+        atomic_store(&c->restored_ns, took);
+        atomic_store(&c->restored_at_ns, shm_now_ns());
+        atomic_store(&c->restored_records, out.records);
+        if (lazy)
+            engine_say(s, STASH_LOG_INFO, "restore",
+                       "restoring %s%s%llu lazily: serving after %.1f ms, each key group "
+                       "when first touched or in the background",
+                       from ? from : "checkpoint ", from ? ", id " : "", (unsigned long long)out.id,
+                       (double)took / 1e6);
+        else
+            engine_say(s, STASH_LOG_INFO, "restore",
+                       "restored %s%s%llu (%llu records) in %.1f ms%s%s",
+                       from ? from : "checkpoint ", from ? ", id " : "", (unsigned long long)out.id,
+                       (unsigned long long)out.records, (double)took / 1e6,
+                       out.skipped ? "; passed over: " : "", out.skipped ? out.why : "");
+    }
+    ckpt_restored_free(&out);
+    /* Named once whole: no worker attaches to a half-restored arena, and a
+     * service killed meanwhile leaves nothing. */
+    if (rc == 0) rc = shm_arena_publish(w->arena, s->o.arena);
+    stash_worker_close(w);
+    return rc;
+}
+
 /* Creates arena name, filled from the checkpoint or savepoint directory
- * from, or without one from the newest complete checkpoint of s->dir if
- * there is one. It is built under another name and renamed into place, so
- * that no worker attaches to a half-restored arena. */
+ * from, or without one from the newest complete checkpoint of the
+ * checkpoint directory if there is one. */
 static int build_arena(stash_service *s, const char *name, const char *from)
 {
-    char path[256], tmp[300];
-    int rc = shm_arena_path(name, s->o.arena, path, sizeof path);
-    if (rc) return rc;
-    snprintf(tmp, sizeof tmp, "%s.restoring", path);
     stash_arena_opts ao = s->o.arena ? *s->o.arena : (stash_arena_opts){0};
-    ao.path = tmp;
-    ao.flags |= STASH_ARENA_REPLACE;
     uint64_t id = 0;
     uint32_t maxp = 0;
     bool restore = true;
+    int rc = 0;
     if (!from && s->o.host) {
         restore = s->job_restore != NULL;
         if (restore) maxp = s->job_restore->parts[0].max_parallelism;
     } else if (!from) {
-        rc = ckpt_newest(s->dir, s->e, &id, &maxp);
+        rc = ckpt_newest(&s->ckpts, s->e, &id, &maxp);
         /* Checkpoints that all fail to open are not an empty directory:
          * starting empty would lose them, unless asked to. */
         if (rc == STASH_ECORRUPT && s->o.start_empty) {
@@ -94,53 +134,17 @@ static int build_arena(stash_service *s, const char *name, const char *from)
     if (from && (rc = ckpt_path_info(from, s->e, &id, &maxp)) < 0) return rc;
     if (restore) ao.max_parallelism = maxp;
     stash_arena *a;
-    rc = stash_arena_create(name, &ao, &a);
-    if (rc) return rc;
-    stash_arena_close(a);
-    if (restore) {
-        stash_worker *w;
-        rc = stash_worker_open(
-            name, &(stash_worker_opts){.index = 0, .parallelism = 1, .arena = &ao}, &w);
-        ckpt_restored out = {0};
-        uint64_t t0 = shm_now_ns();
-        bool lazy = rc == 0 && s->o.lazy_restore && !s->job_restore;
-        if (lazy && (rc = begin_lazy(s, w, from, id, &out)) == 1) {
-            lazy = false;
-            rc = 0;
-        }
-        if (rc == 0 && !lazy) rc = restore_into(s, w, from, &out);
-        if (rc == 0) rc = service_install_opstate(w->arena, &out);
-        if (rc == 0) {
-            shm_control *c = w->arena->control;
-            uint64_t took = shm_now_ns() - t0;
-            atomic_store(&c->completed, out.id);
-            atomic_store(&c->last_id, out.id);
-            atomic_store(&c->restored_id, out.id);
-            atomic_store(&c->restored_ns, took);
-            atomic_store(&c->restored_at_ns, shm_now_ns());
-            atomic_store(&c->restored_records, out.records);
-            if (lazy)
-                engine_say(s, STASH_LOG_INFO, "restore",
-                           "restoring %s%s%llu lazily: serving after %.1f ms, each key group "
-                           "when first touched or in the background",
-                           from ? from : "checkpoint ", from ? ", id " : "",
-                           (unsigned long long)out.id, (double)took / 1e6);
-            else
-                engine_say(
-                    s, STASH_LOG_INFO, "restore", "restored %s%s%llu (%llu records) in %.1f ms%s%s",
-                    from ? from : "checkpoint ", from ? ", id " : "", (unsigned long long)out.id,
-                    (unsigned long long)out.records, (double)took / 1e6,
-                    out.skipped ? "; passed over: " : "", out.skipped ? out.why : "");
-        }
-        ckpt_restored_free(&out);
-        stash_worker_close(w);
+    rc = shm_arena_make(name, &ao, &a);
+    if (rc == 0 && restore) {
+        rc = fill_arena(s, a, from, id);
+    } else if (rc == 0) {
+        rc = shm_arena_publish(a, &ao);
+        stash_arena_close(a);
     }
-    if (rc == 0 && rename(tmp, path) < 0)
-        rc = shm_fail(-errno, "rename %s to %s: %s", tmp, path, strerror(errno));
     if (rc) {
-        char why[512];
+        char why[512], path[256];
         snprintf(why, sizeof why, "%s", stash_errmsg());
-        unlink(tmp);
+        shm_arena_path(name, &ao, path, sizeof path);
         return shm_fail(rc, "%s: cannot create the arena: %s", path, why);
     }
     return 0;
@@ -155,9 +159,10 @@ static int create_arena(stash_service *s, const char *name)
     char fetched[4096];
     int rc = 0;
     if (from && ckpt_rados_url(from)) {
-        if ((rc = ckpt_rados_url_fetch(from, s->dir, fetched, sizeof fetched)) != 0) return rc;
-        rc = build_arena(s, name, fetched);
-        ckpt_rados_url_release(fetched);
+        ckpt_fetched f;
+        if ((rc = ckpt_rados_url_fetch(from, &s->ckpts, &f)) != 0) return rc;
+        rc = build_arena(s, name, f.path);
+        ckpt_rados_url_release(&f);
         return rc;
     }
     if (!from && s->o.host) {
@@ -178,7 +183,7 @@ static int create_arena(stash_service *s, const char *name)
     if (!from && s->rados_latest) {
         char chk[64];
         snprintf(chk, sizeof chk, "chk-%llu", (unsigned long long)s->rados_latest);
-        rc = ckpt_rados_fetch(s->rados, s->job, s->dir, chk);
+        rc = ckpt_rados_fetch(s->rados, s->job, &s->ckpts, chk);
         if (rc == 0) rc = ckpt_path_of(fetched, "%s/%s", s->dir, chk);
         if (rc) return rc;
         from = fetched;
@@ -267,6 +272,7 @@ static void release(stash_service *s)
         stash_arena_close(s->a);
     }
     ioe_engine_close(s->e);
+    shm_dir_close(&s->ckpts);
     job_close(s->jobs);
     ckpt_rados_close(s->rados);
     free(s->cut);
@@ -364,9 +370,12 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
     stash_service *s = calloc(1, sizeof *s);
     if (!s) return shm_fail(-ENOMEM, "out of memory");
     s->o = opts ? *opts : (stash_service_opts){0};
+    s->ckpts.fd = -1;
     int rc = 0;
+    char leaf[128];
+    snprintf(leaf, sizeof leaf, "%.100s.checkpoints", name);
     if (s->o.storage == STASH_STORAGE_MEMORY && !s->o.dir)
-        snprintf(s->dir, sizeof s->dir, "/dev/shm/stash.%s.checkpoints", name);
+        rc = shm_private_path(SHM_PRIVATE_RUNTIME, leaf, s->dir, sizeof s->dir);
     else if (!s->o.dir)
         rc = shm_fail(-EINVAL, "the fs storage needs a checkpoint directory");
     else if ((size_t)snprintf(s->dir, sizeof s->dir, "%s", s->o.dir) >= sizeof s->dir)
@@ -379,8 +388,11 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
     /* A directory the engine cannot write would fail every checkpoint. */
     if (rc == 0) {
         s->group = group_readable(name, s->o.arena);
-        rc = ckpt_dir_check(s->dir, s->group);
+        rc = ckpt_dir_open(s->dir, s->group, &s->ckpts);
     }
+    /* What savepoints a killed engine was writing left. */
+    if (rc == 0 && ckpt_remove_abandoned(&s->ckpts) > 0)
+        engine_say(s, STASH_LOG_INFO, "service", "removed partial savepoints a killed engine left");
     /* The I/O engine's one line (its fallback from io_uring) is the service's. */
     if (rc == 0) rc = ioe_engine_open(&(ioe_opts){.log = engine_io_line, .log_ctx = s}, &s->e);
     if (rc == 0) {
@@ -409,7 +421,7 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         /* Ids go on after every one the directory names: one a restore
          * passed over, a savepoint, a partial one a killed engine left. */
         uint64_t highest = 0;
-        rc = ckpt_highest_id(s->dir, &highest);
+        rc = ckpt_highest_id(&s->ckpts, &highest);
         uint64_t last = atomic_load(&c->last_id);
         if (s->rados_latest > highest) highest = s->rados_latest;
         s->next_id = (highest > last ? highest : last) + 1;

@@ -31,11 +31,15 @@ static int view_source(const char *name, const stash_arena_opts *live, const cha
     stash_service_info_get(a, &info);
     uint64_t id = 0;
     uint32_t maxp = 0;
+    shm_dir d = {.fd = -1};
     if (!info.dir[0])
         rc = shm_fail(STASH_ENOSERVICE, "%s: no service has written checkpoints of it", a->path);
-    else if ((rc = ckpt_newest(info.dir, e, &id, &maxp)) == -ENOENT)
+    else
+        rc = shm_dir_open_named(a, info.dir, &d);
+    if (rc == 0 && (rc = ckpt_newest(&d, e, &id, &maxp)) == -ENOENT)
         rc = shm_fail(-ENOENT, "%s: no complete checkpoint in %s yet", a->path, info.dir);
     if (rc == 0) rc = ckpt_path_of(out, "%s/chk-%llu", info.dir, (unsigned long long)id);
+    shm_dir_close(&d);
     stash_arena_close(a);
     return rc;
 }
@@ -50,33 +54,42 @@ static int source_bytes(const char *path, ioe_engine *e, uint64_t *bytes, uint32
     *maxp = v.max_parallelism;
     for (uint32_t f = 0; f < v.nfiles; f++) {
         struct stat st;
-        if (stat(v.files[f].path, &st) < 0) {
-            rc = shm_fail(-errno, "%s: %s", v.files[f].path, strerror(errno));
+        int fd = ckpt_view_file_open(&v, &v.files[f]);
+        if (fd < 0) {
+            rc = fd;
             break;
         }
+        rc = fstat(fd, &st) < 0 ? shm_fail(-errno, "%s: %s", v.files[f].path, strerror(errno)) : 0;
+        close(fd);
+        if (rc) break;
         *bytes += (uint64_t)st.st_size;
     }
     ckpt_view_close(&v);
     return rc;
 }
 
-/* Creates the arena at ao->path and restores the checkpoint at path into
- * every key group of it. */
-static int fill(const stash_arena_opts *ao, const char *path, ioe_engine *e)
+/* Creates a private arena as ao says and restores the checkpoint at path
+ * into every key group of it. */
+static int fill(const stash_arena_opts *ao, const char *path, ioe_engine *e, stash_arena **out)
 {
     stash_arena *a;
-    int rc = stash_arena_create("view", ao, &a);
+    char label[300];
+    snprintf(label, sizeof label, "a view of %.200s", path);
+    int rc = shm_arena_make_private(label, ao, &a);
     if (rc) return rc;
-    ckpt_restored out = {0};
+    ckpt_restored got = {0};
     rc =
-        ckpt_restore_path(a, path, (stash_kg_range){0, a->hdr->max_parallelism - 1}, e, NULL, &out);
-    ckpt_restored_free(&out);
-    stash_arena_close(a);
+        ckpt_restore_path(a, path, (stash_kg_range){0, a->hdr->max_parallelism - 1}, e, NULL, &got);
+    ckpt_restored_free(&got);
+    if (rc)
+        stash_arena_close(a);
+    else
+        *out = a;
     return rc;
 }
 
 int service_view_create(const char *name, const stash_arena_opts *live, const char *path,
-                        char *view, size_t cap)
+                        stash_arena **out)
 {
     ioe_engine *e;
     int rc = ioe_engine_open(&(ioe_opts){0}, &e);
@@ -89,17 +102,12 @@ int service_view_create(const char *name, const stash_arena_opts *live, const ch
         return rc;
     }
     rc = source_bytes(src, e, &bytes, &maxp);
-    static _Atomic unsigned views;
-    snprintf(view, cap, "/dev/shm/stash.view-%d-%u", (int)getpid(), atomic_fetch_add(&views, 1));
-    stash_arena_opts ao = {.path = view,
-                           .max_parallelism = maxp,
-                           .flags = STASH_ARENA_REPLACE,
-                           .backend = STASH_BACKEND_HEAP};
+    stash_arena_opts ao = {.max_parallelism = maxp, .backend = STASH_BACKEND_HEAP};
     /* Records take more room in the arena than in a block: the size doubles
      * until the checkpoint fits. */
     ao.size = VIEW_MIN_BYTES + 2 * bytes;
     for (int i = 0; rc == 0 && i < VIEW_TRIES; i++, ao.size *= 2) {
-        rc = fill(&ao, src, e);
+        rc = fill(&ao, src, e, out);
         if (rc != STASH_EFULL) break;
         if (i + 1 < VIEW_TRIES) rc = 0;
     }
@@ -107,7 +115,6 @@ int service_view_create(const char *name, const stash_arena_opts *live, const ch
     if (rc) {
         char why[512];
         snprintf(why, sizeof why, "%s", stash_errmsg());
-        unlink(view);
         return shm_fail(rc, "%s: cannot read it into a view: %s", src, why);
     }
     return 0;

@@ -79,16 +79,17 @@ static int attach_store(stash_worker *w, stash_clock_fn *clock, void *clock_ctx)
     return 0;
 }
 
-STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts, stash_worker **out)
+int service_worker_open_on(stash_arena *a, const stash_worker_opts *opts, stash_worker **out)
 {
-    shm_clear_error();
-    if (!name || !out) return shm_refuse_null(__func__, "name or out");
     stash_worker_opts o = opts ? *opts : (stash_worker_opts){0};
     if (o.parallelism == 0) o.parallelism = 1;
     stash_worker *w = calloc(1, sizeof *w);
-    if (!w) return shm_fail(-ENOMEM, "out of memory");
-    int rc = stash_arena_open(name, o.arena, &w->arena);
-    if (rc == 0) rc = shm_registry_join(w->arena, o.index, o.parallelism, &w->slot);
+    if (!w) {
+        stash_arena_close(a);
+        return shm_fail(-ENOMEM, "out of memory");
+    }
+    w->arena = a;
+    int rc = shm_registry_join(w->arena, o.index, o.parallelism, &w->slot);
     if (rc < 0) {
         stash_arena_close(w->arena);
         free(w);
@@ -126,28 +127,36 @@ STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
     return 0;
 }
 
+STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts, stash_worker **out)
+{
+    shm_clear_error();
+    if (!name || !out) return shm_refuse_null(__func__, "name or out");
+    stash_arena *a;
+    int rc = stash_arena_open(name, opts ? opts->arena : NULL, &a);
+    return rc ? rc : service_worker_open_on(a, opts, out);
+}
+
 STASH_API int stash_reader_open(const char *name, const stash_reader_opts *opts, stash_worker **out)
 {
     shm_clear_error();
     stash_reader_opts o = opts ? *opts : (stash_reader_opts){0};
     if (!o.checkpoint_dir && !name) return shm_refuse_null(__func__, "name");
     if (!out) return shm_refuse_null(__func__, "out");
-    char view[64];
-    stash_arena_opts vo = {.path = view};
-    int rc = 0;
-    if ((o.checkpoint_dir || o.at_checkpoint) &&
-        (rc = service_view_create(name, o.arena, o.checkpoint_dir, view, sizeof view)) < 0)
-        return rc;
-    bool viewing = o.checkpoint_dir || o.at_checkpoint;
+    stash_arena *a;
+    int rc = o.checkpoint_dir || o.at_checkpoint
+                 ? service_view_create(name, o.arena, o.checkpoint_dir, &a)
+                 : stash_arena_open(name, o.arena, &a);
+    if (rc < 0) return rc;
     stash_worker *w = calloc(1, sizeof *w);
-    if (!w) rc = shm_fail(-ENOMEM, "out of memory");
+    if (!w) {
+        stash_arena_close(a);
+        return shm_fail(-ENOMEM, "out of memory");
+    }
+    w->arena = a;
     uint32_t rslot = 0;
-    if (rc == 0) rc = stash_arena_open(viewing ? "view" : name, viewing ? &vo : o.arena, &w->arena);
-    /* The view is this reader's alone: its file goes once it is mapped. */
-    if (viewing) unlink(view);
-    if (rc == 0) rc = shm_reader_join(w->arena, &rslot);
+    rc = shm_reader_join(w->arena, &rslot);
     if (rc < 0) {
-        if (w) stash_arena_close(w->arena);
+        stash_arena_close(w->arena);
         free(w);
         return rc;
     }

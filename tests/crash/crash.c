@@ -622,19 +622,26 @@ static void kill_all(campaign *k)
     for (uint32_t i = 0; i < WORKERS; i++) kill_wait(&k->w[i]);
 }
 
-/* Removes the arena as a power loss does; counts a leftover restoring arena. */
+/* Removes the arena as a power loss does; counts what else a killed
+ * service left in /dev/shm under the arena's name (an arena it was
+ * building has no name until it is whole). */
 static void lose_power(campaign *k)
 {
     kill_all(k);
     stash_arena_opts ao = arena_opts(&k->c);
     stash_arena_destroy(k->c.name, &ao);
-    char path[300];
-    snprintf(path, sizeof path, "/dev/shm/stash.%s.restoring", k->c.name);
-    if (access(path, F_OK) == 0) {
-        problem(k, "%s is left after stash_arena_destroy", path);
+    char prefix[300];
+    snprintf(prefix, sizeof prefix, "stash.%s", k->c.name);
+    DIR *d = opendir("/dev/shm");
+    for (struct dirent *de; d && (de = readdir(d));) {
+        size_t n = strlen(prefix);
+        if (strncmp(de->d_name, prefix, n) != 0 || (de->d_name[n] && de->d_name[n] != '.'))
+            continue;
+        problem(k, "/dev/shm/%s is left after stash_arena_destroy", de->d_name);
         k->n.leaks++;
-        unlink(path);
+        unlinkat(dirfd(d), de->d_name, 0);
     }
+    if (d) closedir(d);
 }
 
 /* Restores after a power loss: the service must come back with a checkpoint
@@ -1010,7 +1017,7 @@ int main(int argc, char **argv)
         printf("%s%llu %s", e ? ", " : "", (unsigned long long)total.events[e], event_names[e]);
     printf(")\nstash-crash: %llu worker starts verified %llu keys; %llu values lost or counted "
            "twice, %llu restores behind a complete checkpoint, %llu ids used twice, %llu "
-           "restoring arenas left; %llu checkpoints complete, %llu failed cleanly, %llu restores "
+           "files left in /dev/shm; %llu checkpoints complete, %llu failed cleanly, %llu restores "
            "fell back past a damaged one; %s\n",
            (unsigned long long)total.verifications, (unsigned long long)total.keys,
            (unsigned long long)total.bad, (unsigned long long)total.regressions,

@@ -8,7 +8,9 @@
  * and the arena's extra memory while another process writes a checkpoint
  * under YCSB A load, against the same worker without one.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -30,7 +32,9 @@
 
 typedef struct ckb {
     bench_opts o;
-    char dir[512];
+    shm_dir parent; /* $STASH_BENCH_DIR or /var/tmp */
+    shm_dir ckd;    /* the bench's own directory in it: where checkpoints go */
+    char dir[4096]; /* its path */
     char name[64];
     uint64_t keys;
     ioe_engine *e;
@@ -149,11 +153,15 @@ static uint64_t arena_used_bytes(const stash_arena *a)
     return n;
 }
 
+/* Removes the checkpoints, shared files and fio's file of the bench's directory. */
 static void clean_dir(const ckb *b)
 {
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'/chk-* '%s'/shared '%s'/fio.dat", b->dir, b->dir, b->dir);
-    if (system(cmd) != 0) fprintf(stderr, "stash bench checkpoint: cannot clean %s\n", b->dir);
+    DIR *d = shm_dir_list(&b->ckd);
+    for (struct dirent *de; d && (de = readdir(d));)
+        if (strncmp(de->d_name, "chk-", 4) == 0 || strcmp(de->d_name, CKPT_SHARED_DIR) == 0 ||
+            strcmp(de->d_name, "fio.dat") == 0)
+            shm_dir_remove(&b->ckd, de->d_name, 1);
+    if (d) closedir(d);
 }
 
 /* ---- full checkpoint and restore bandwidth, beside fio ---------------------- */
@@ -168,7 +176,7 @@ static int restore_fresh(ckb *b, const char *name2, uint64_t keys, uint64_t *ns)
     if (rc == 0 && (rc = stash_arena_open(name2, NULL, &fresh)) == 0) {
         ckpt_restored res;
         uint64_t t0 = bench_now_ns();
-        rc = ckpt_restore(fresh, b->dir, 1, (stash_kg_range){0, fresh->hdr->max_parallelism - 1},
+        rc = ckpt_restore(fresh, &b->ckd, 1, (stash_kg_range){0, fresh->hdr->max_parallelism - 1},
                           b->e, &res);
         *ns = bench_now_ns() - t0;
         if (rc == 0) ckpt_restored_free(&res);
@@ -196,7 +204,7 @@ static int bandwidth_cases(ckb *b)
         uint32_t *pins = pin_all(a);
         ckpt_written out;
         uint64_t t0 = bench_now_ns();
-        rc = write_checkpoint(w, pins, &(ckpt_opts){.dir = b->dir, .id = 1, .engine = b->e}, &out);
+        rc = write_checkpoint(w, pins, &(ckpt_opts){.dir = &b->ckd, .id = 1, .engine = b->e}, &out);
         wr[r] = (double)out.data_bytes / ((double)(bench_now_ns() - t0) / 1e9);
         unpin_all(a, pins);
         bytes = out.data_bytes;
@@ -205,7 +213,7 @@ static int bandwidth_cases(ckb *b)
         uint64_t ns = 0;
         if (rc == 0) rc = restore_fresh(b, name2, b->keys, &ns);
         rd[r] = (double)bytes / ((double)ns / 1e9);
-        char path[1024];
+        char path[sizeof b->dir + 16];
         snprintf(path, sizeof path, "%s/fio.dat", b->dir);
         if (fio && (bench_fio(path, bytes, true, true, &fw[r]) < 0 ||
                     bench_fio(path, bytes, false, true, &fr[r]) < 0))
@@ -247,37 +255,36 @@ static int rados_once(ckb *b, stash_worker *w, ckpt_rados *r, const char *job, u
                       double *wr, double *rd)
 {
     stash_arena *a = stash_worker_arena(w);
-    char chk[sizeof b->dir + 32], down[sizeof b->dir + 32], name2[80];
-    snprintf(chk, sizeof chk, "%s/chk-%llu", b->dir, (unsigned long long)id);
-    snprintf(down, sizeof down, "%s/down", b->dir);
+    char chk[4096], name[64], name2[80];
+    snprintf(name, sizeof name, "chk-%llu", (unsigned long long)id);
+    if (ckpt_path_of(chk, "%s/%s", b->dir, name) < 0) return -ENAMETOOLONG;
     snprintf(name2, sizeof name2, "%s-restore", b->name);
     uint32_t *pins = pin_all(a);
     ckpt_written out = {0};
     uint64_t t0 = bench_now_ns();
-    int rc = write_checkpoint(w, pins, &(ckpt_opts){.dir = b->dir, .id = id, .engine = b->e}, &out);
+    int rc =
+        write_checkpoint(w, pins, &(ckpt_opts){.dir = &b->ckd, .id = id, .engine = b->e}, &out);
     unpin_all(a, pins);
-    if (rc == 0) rc = ckpt_rados_upload(r, job, chk, id > 1 ? id - 1 : 0, b->e);
+    if (rc == 0) rc = ckpt_rados_upload(r, job, b->ckd.fd, name, chk, id > 1 ? id - 1 : 0, b->e);
     *wr = (double)out.data_bytes / ((double)(bench_now_ns() - t0) / 1e9);
-    if (rc == 0 && mkdir(down, 0700) < 0) rc = -errno;
+    shm_dir down = {.fd = -1};
+    if (rc == 0) rc = shm_dir_openat(&b->ckd, "down", SHM_DIR_OWN | SHM_DIR_CREATE, &down);
     stash_arena *fresh = NULL;
     if (rc == 0) rc = create_arena(b, name2, b->keys);
     if (rc == 0) rc = stash_arena_open(name2, NULL, &fresh);
     t0 = bench_now_ns();
-    char name[64];
-    snprintf(name, sizeof name, "chk-%llu", (unsigned long long)id);
-    if (rc == 0) rc = ckpt_rados_fetch(r, job, down, name);
+    if (rc == 0) rc = ckpt_rados_fetch(r, job, &down, name);
     ckpt_restored res;
     if (rc == 0)
-        rc = ckpt_restore(fresh, down, id, (stash_kg_range){0, a->hdr->max_parallelism - 1}, b->e,
+        rc = ckpt_restore(fresh, &down, id, (stash_kg_range){0, a->hdr->max_parallelism - 1}, b->e,
                           &res);
     *rd = (double)out.data_bytes / ((double)(bench_now_ns() - t0) / 1e9);
     if (rc == 0) ckpt_restored_free(&res);
     if (fresh) stash_arena_close(fresh);
     stash_arena_destroy(name2, NULL);
-    char fetched[sizeof down + sizeof name];
-    snprintf(fetched, sizeof fetched, "%s/%s", down, name);
-    ckpt_remove_checkpoint(fetched);
-    rmdir(down);
+    if (down.fd >= 0) ckpt_remove_checkpoint(&down, name);
+    shm_dir_close(&down);
+    unlinkat(b->ckd.fd, "down", AT_REMOVEDIR);
     clean_dir(b);
     return rc;
 }
@@ -361,7 +368,7 @@ static int rewrite_case(ckb *b)
     clean_dir(b);
     if (rc == 0) {
         uint32_t *pins = pin_all(stash_worker_arena(w));
-        rc = write_checkpoint(w, pins, &(ckpt_opts){.dir = b->dir, .id = 1, .engine = b->e}, NULL);
+        rc = write_checkpoint(w, pins, &(ckpt_opts){.dir = &b->ckd, .id = 1, .engine = b->e}, NULL);
         unpin_all(stash_worker_arena(w), pins);
     }
     close_loaded(b, w);
@@ -488,7 +495,7 @@ static int instant_case(ckb *b, uint64_t keys, const char *name)
     clean_dir(b);
     stash_arena *a = stash_worker_arena(w);
     uint32_t *pins = pin_all(a);
-    rc = write_checkpoint(w, pins, &(ckpt_opts){.dir = b->dir, .id = 1, .engine = b->e}, NULL);
+    rc = write_checkpoint(w, pins, &(ckpt_opts){.dir = &b->ckd, .id = 1, .engine = b->e}, NULL);
     unpin_all(a, pins);
     close_loaded(b, w);
     char name2[80];
@@ -564,7 +571,7 @@ static int incremental_case(ckb *b)
     uint32_t *base = pin_all(a);
     ckpt_written full, delta;
     rc = write_checkpoint(
-        w, base, &(ckpt_opts){.dir = b->dir, .id = 1, .engine = b->e, .incremental = true}, &full);
+        w, base, &(ckpt_opts){.dir = &b->ckd, .id = 1, .engine = b->e, .incremental = true}, &full);
     /* lmdb: the owner logs what it changes from here, as under an engine in
      * incremental mode that started checkpoint 1. */
     atomic_store(&a->hdr->change_track, 1);
@@ -578,7 +585,7 @@ static int incremental_case(ckb *b)
     uint32_t *pins = pin_all(a);
     if (rc == 0)
         rc = write_checkpoint(w, pins,
-                              &(ckpt_opts){.dir = b->dir,
+                              &(ckpt_opts){.dir = &b->ckd,
                                            .id = 2,
                                            .engine = b->e,
                                            .incremental = true,
@@ -777,7 +784,7 @@ static int under_load_case(ckb *b)
         bench_cpu_mark_take(&m0, pids, 2);
         uint64_t t0 = bench_now_ns(), ops0 = atomic_load(&run->ops);
         rc = ckpt_write(a, run->pins,
-                        &(ckpt_opts){.dir = b->dir,
+                        &(ckpt_opts){.dir = &b->ckd,
                                      .id = 1,
                                      .engine = b->e,
                                      .reader = true,
@@ -874,20 +881,27 @@ int bench_checkpoint(int argc, char **argv)
     if (rc) return rc < 0 ? 2 : 0;
     if (b.o.reps > MAX_REPS) b.o.reps = MAX_REPS;
     const char *base = getenv("STASH_BENCH_DIR") ? getenv("STASH_BENCH_DIR") : "/var/tmp";
-    snprintf(b.dir, sizeof b.dir, "%s/stash-bench-checkpoint.%d", base, (int)getpid());
     snprintf(b.name, sizeof b.name, "bench-ckpt-%d", (int)getpid());
     b.keys = on_lmdb(&b) ? (b.o.quick ? 200000 : 10000000) : b.o.quick ? 100000 : 1000000;
     bench_header(&b.o, "checkpoint", "%llu keys on the %s backend, checkpoints in %s",
                  (unsigned long long)b.keys, on_lmdb(&b) ? "lmdb" : "heap", base);
     rc = ioe_engine_open(&(ioe_opts){.backend = IOE_AUTO}, &b.e);
     if (rc < 0) return tool_fail("bench checkpoint: I/O engine", rc);
-    if (mkdir(b.dir, 0755) < 0 && errno != EEXIST) return tool_fail(b.dir, -errno);
+    /* A directory of the bench's own, never one another user made. */
+    b.ckd.fd = -1;
+    rc = shm_dir_open(base, SHM_DIR_PLACE, &b.parent);
+    if (rc == 0) rc = shm_dir_temp(&b.parent, "stash-bench-checkpoint.", &b.ckd);
+    if (rc) {
+        ioe_engine_close(b.e);
+        shm_dir_close(&b.parent);
+        return tool_fail("bench checkpoint: its directory", rc);
+    }
+    snprintf(b.dir, sizeof b.dir, "%s", b.ckd.path);
     if (b.o.pool) {
         rc = bench_selected(&b.o, "rados") ? rados_cases(&b) : 0;
         ioe_engine_close(b.e);
-        char cmd[sizeof b.dir + 16];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", b.dir);
-        if (system(cmd) != 0) fprintf(stderr, "stash bench checkpoint: cannot remove %s\n", b.dir);
+        shm_dir_temp_remove(&b.parent, &b.ckd);
+        shm_dir_close(&b.parent);
         return rc < 0 ? tool_fail("bench checkpoint", rc) : 0;
     }
     rc = bandwidth_cases(&b);
@@ -915,9 +929,8 @@ int bench_checkpoint(int argc, char **argv)
     else if (rc == 0)
         rc = under_load_case(&b);
     ioe_engine_close(b.e);
-    char cmd[sizeof b.dir + 16];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", b.dir);
-    if (system(cmd) != 0) fprintf(stderr, "stash bench checkpoint: cannot remove %s\n", b.dir);
+    shm_dir_temp_remove(&b.parent, &b.ckd);
+    shm_dir_close(&b.parent);
     stash_arena_destroy(b.name, NULL);
     return rc < 0 ? tool_fail("bench checkpoint", rc) : 0;
 }
