@@ -13,11 +13,13 @@ import ctypes
 import ctypes.util
 import functools
 import os
+import threading
+import weakref
 from collections import namedtuple
 
 __all__ = [
-    "StashError", "NotFound", "Stale", "Arena", "Worker", "Reader", "Service",
-    "View", "Batch", "Timers", "Event", "as_int", "as_str", "to_bytes",
+    "StashError", "NotFound", "Stale", "Closed", "WrongThread", "Arena", "Worker", "Reader",
+    "Service", "View", "Batch", "Timers", "Event", "as_int", "as_str", "to_bytes",
     "key_group", "kg_range", "version", "strerror", "Snapshot", "SnapshotWriter", "Entry",
 ]
 
@@ -384,6 +386,28 @@ class Stale(StashError):
     showed (STASH_ESTALE)."""
 
 
+class Closed(StashError, ValueError):
+    """A call on a closed handle, or on what it gave out (a state, an
+    iterator, a view, a batch, timers): a ValueError, as Python's files
+    raise after close."""
+
+    def __init__(self, detail, call=None):
+        super().__init__(-22, detail, call)
+
+    def __str__(self):
+        return f"{self.call}: {self.detail}" if self.call else self.detail
+
+
+class WrongThread(StashError, RuntimeError):
+    """A call on a worker or reader from a thread other than the one that
+    holds it: a stash_worker is used by one thread at a time."""
+
+    def __init__(self, detail, call=None):
+        super().__init__(-16, detail, call)
+
+    __str__ = Closed.__str__
+
+
 def strerror(code):
     """Words for an error code."""
     return _lib.stash_strerror(code).decode()
@@ -405,11 +429,151 @@ def _check(rc, call, owner=None):
     return rc
 
 
+# ---- handles: closed, and used by one thread ------------------------------
+#
+# A handle's memory is freed when it closes, and the objects it gave out
+# (states, iterators, views, batches, timers) point into it: each of their
+# calls checks the handle first, so a call after close raises Closed and
+# never reaches freed memory. A worker (or reader) holds a current key
+# between calls, so it is used by one thread at a time: the thread that
+# opened it, until that thread hands it over or ends; a call from another
+# raises WrongThread, which no lock could replace (a key set by one thread
+# and a put by another would write the wrong key, silently). Arenas,
+# services and snapshots may be shared: their calls are counted, and close
+# waits for those in flight.
+
+_claiming = threading.Lock()
+_threads = threading.local()
+_alive = weakref.WeakValueDictionary()  # thread ident -> its token, gone when it ends
+
+
+class _Token:
+    pass
+
+
+def _here():
+    """This thread's ident, noted as alive until the thread ends (its token,
+    thread-local, goes with it)."""
+    me = threading.get_ident()
+    if getattr(_threads, "token", None) is None:
+        _threads.token = _Token()
+    _alive[me] = _threads.token
+    return me
+
+
+def _thread_name(ident):
+    for t in threading.enumerate():
+        if t.ident == ident:
+            return t.name
+    return "unnamed"
+
+
+def _claim(h, call):
+    """The slow path of a worker handle's check (h.get(call)): raises Closed
+    or WrongThread, or takes the handle for this thread if it is free or
+    its thread has ended."""
+    with _claiming:
+        if h.ptr is None:
+            raise Closed(f"{h.label} is closed", call)
+        me = _here()
+        if h.thread not in (0, me) and h.thread in _alive:
+            raise WrongThread(
+                f"{h.label} belongs to thread {h.thread} ({_thread_name(h.thread)}), "
+                f"not to thread {me} ({_thread_name(me)}): a worker is used by one thread "
+                "at a time (hand_over() passes it on; a thread that ends lets it go)", call)
+        h.thread = me
+    return h.ptr
+
+
+class _Owned:
+    """A worker's handle without the C data path: _stash.Handle in Python."""
+
+    __slots__ = ("ptr", "thread", "label")
+
+    def __init__(self, ptr, label, thread):
+        self.ptr, self.label, self.thread = ptr, label, thread
+
+    def get(self, call):
+        if self.ptr is not None and self.thread == threading.get_ident():
+            return self.ptr
+        return _claim(self, call)
+
+    def close(self):
+        self.ptr = None
+
+
+class _Shared:
+    """A handle any thread may call (an arena, a service, a snapshot): its
+    calls are counted in and out, and close waits for those in flight
+    before the handle is freed; a serial one (a snapshot, which keeps state
+    between calls) takes one call at a time."""
+
+    def __init__(self, ptr, label, free, serial=False, ended="is closed"):
+        self.ptr, self.label, self._free, self._ended = ptr, label, free, ended
+        self._calls = 0
+        self._idle = threading.Condition()
+        self._serial = threading.RLock() if serial else None
+
+    def call(self, call, fn, *args):
+        """fn(handle, *args), unless the handle is closed."""
+        with self._idle:
+            if self.ptr is None:
+                raise Closed(f"{self.label} {self._ended}", call)
+            self._calls += 1
+            h = self.ptr
+        try:
+            if self._serial is None:
+                return fn(h, *args)
+            with self._serial:
+                return fn(h, *args)
+        finally:
+            with self._idle:
+                self._calls -= 1
+                if not self._calls:
+                    self._idle.notify_all()
+
+    def take(self, call):
+        """The handle, closed to every other call once those in flight have
+        ended: the caller frees it."""
+        with self._idle:
+            h, self.ptr = self.ptr, None
+            if h is None:
+                raise Closed(f"{self.label} {self._ended}", call)
+            self._idle.wait_for(lambda: not self._calls)
+        return h
+
+    def close(self):
+        try:
+            h = self.take("close")
+        except Closed:
+            return
+        self._free(h)
+
+
+class _Borrowed:
+    """The arena of a worker (Worker.arena()): the worker's, used from its
+    thread while it is open; closing this handle only lets go of it."""
+
+    def __init__(self, worker, ptr):
+        self._w, self.ptr = worker, ptr
+
+    def call(self, call, fn, *args):
+        self._w._handle.get(call)
+        if self.ptr is None:
+            raise Closed(f"this handle on the arena of {self._w._handle.label} is closed", call)
+        return fn(self.ptr, *args)
+
+    def close(self):
+        self.ptr = None
+
+
 try:
     from stash import _stash as _fast
-    _fast.set_errors(StashError, NotFound, Stale)
+    _fast.setup(StashError, NotFound, Stale, _claim)
+    _Handle = _fast.Handle
 except ImportError:  # the module without its C data path: ctypes alone
     _fast = None
+    _Handle = _Owned
 
 
 def version():
@@ -490,10 +654,12 @@ def _checkpoint_dict(ci):
 
 
 class Arena:
-    """A mapped arena: Arena.create(...) or Arena.open(name)."""
+    """A mapped arena: Arena.create(...) or Arena.open(name); any thread may
+    call it, and close() waits for the calls in flight."""
 
     def __init__(self, handle, name):
-        self._h = handle
+        self._g = handle if isinstance(handle, _Borrowed) else _Shared(
+            handle.value, f"arena {name!r}", _lib.stash_arena_close)
         self.name = name
 
     @classmethod
@@ -522,15 +688,8 @@ class Arena:
         if rc != -2:
             _check(rc, "Arena.destroy")
 
-    def _live(self):
-        if not self._h:
-            raise StashError(-22, "the arena is closed", "Arena")
-        return self._h
-
     def close(self):
-        if self._h:
-            _lib.stash_arena_close(self._h)
-            self._h = None
+        self._g.close()
 
     def __enter__(self):
         return self
@@ -540,7 +699,8 @@ class Arena:
 
     def info(self):
         i = _ArenaInfo()
-        _check(_lib.stash_arena_info_get(self._live(), ctypes.byref(i)), "Arena.info")
+        _check(self._g.call("Arena.info", _lib.stash_arena_info_get, ctypes.byref(i)),
+               "Arena.info")
         return {"path": i.path.decode(), "size": i.size, "data_bytes": i.data_bytes,
                 "pool_free_bytes": i.pool_free_bytes, "max_parallelism": i.max_parallelism,
                 "backend": "lmdb" if i.backend == LMDB else "heap",
@@ -549,7 +709,7 @@ class Arena:
     def checkpoint(self, timeout_ms=0):
         """Takes a checkpoint and waits for it: its facts as a dict."""
         ci = _CheckpointInfo()
-        rc = _lib.stash_checkpoint(self._live(), timeout_ms, ctypes.byref(ci))
+        rc = self._g.call("checkpoint", _lib.stash_checkpoint, timeout_ms, ctypes.byref(ci))
         if rc == EABORTED:
             raise StashError(rc, ci.detail.decode(errors="replace"), "checkpoint")
         _check(rc, "checkpoint")
@@ -558,7 +718,7 @@ class Arena:
     def savepoint(self, timeout_ms=0):
         """Takes a savepoint (DIR/savepoint-ID) and waits for it."""
         ci = _CheckpointInfo()
-        rc = _lib.stash_savepoint(self._live(), timeout_ms, ctypes.byref(ci))
+        rc = self._g.call("savepoint", _lib.stash_savepoint, timeout_ms, ctypes.byref(ci))
         if rc == EABORTED:
             raise StashError(rc, ci.detail.decode(errors="replace"), "savepoint")
         _check(rc, "savepoint")
@@ -567,7 +727,7 @@ class Arena:
     def status(self):
         """What the control block says of the service and recent checkpoints."""
         s = _ServiceInfo()
-        _check(_lib.stash_service_info_get(self._live(), ctypes.byref(s)), "status")
+        _check(self._g.call("status", _lib.stash_service_info_get, ctypes.byref(s)), "status")
         return {"pid": s.pid, "dir": s.dir.decode(), "pending": s.pending,
                 "completed": s.completed, "failing": s.failing, "next_ns": s.next_ns,
                 "recent": [_checkpoint_dict(s.recent[i]) for i in range(s.nrecent)],
@@ -581,12 +741,14 @@ class Arena:
         """The state operations of worker index so far (stash_op_counts_get), as a
         dict: value_reads, value_writes, list_..., map_..., merging_..., rollbacks."""
         c = _OpCounts()
-        _check(_lib.stash_op_counts_get(self._live(), index, ctypes.byref(c)), "op_counts")
+        _check(self._g.call("op_counts", _lib.stash_op_counts_get, index, ctypes.byref(c)),
+               "op_counts")
         return {n: getattr(c, n) for n in _OP_COUNTS}
 
     def request_stop(self, timeout_ms=0):
         """Asks the service serving the arena to stop and waits for it."""
-        _check(_lib.stash_service_request_stop(self._live(), timeout_ms), "request_stop")
+        _check(self._g.call("request_stop", _lib.stash_service_request_stop, timeout_ms),
+               "request_stop")
 
 
 LogRecord = namedtuple("LogRecord", "time_ns level subject message")
@@ -624,20 +786,24 @@ class Service:
                                                    for x in (pool, ceph_conf, ceph_id, job)],
                          ceph_timeout_ms, host.encode() if host else None,
                          workers.encode() if workers else None, job_parallelism, lease_ms)
-        self._h = ctypes.c_void_p()
-        _check(_lib.stash_service_start(name.encode(), ctypes.byref(o), ctypes.byref(self._h)),
+        h = ctypes.c_void_p()
+        _check(_lib.stash_service_start(name.encode(), ctypes.byref(o), ctypes.byref(h)),
                "Service")
+        self._g = _Shared(h.value, f"service of {name!r}", _lib.stash_service_stop)
 
     def stop(self):
-        """Lets the checkpoint in flight finish and stops the engine."""
-        if self._h:
-            _lib.stash_service_stop(self._h)
-            self._h = None
+        """Lets the checkpoint in flight finish and stops the engine (once;
+        from any thread, after the calls in flight)."""
+        self._g.close()
 
     def stopped(self):
         """Whether the engine stopped by itself, asked to by a stop request
-        (`stash stop`, Arena.request_stop): stop() then ends it."""
-        return not self._h or bool(_lib.stash_service_stopped(self._h))
+        (`stash stop`, Arena.request_stop): stop() then ends it. True once
+        stop() has."""
+        try:
+            return bool(self._g.call("stopped", _lib.stash_service_stopped))
+        except Closed:
+            return True
 
     def __enter__(self):
         return self
@@ -651,7 +817,10 @@ class Service:
 class View:
     """Bytes in the arena, without a copy: valid until the next call on the
     worker that read them (a write, a read, a key set, a barrier); used
-    after, it raises Stale rather than show memory that may have moved."""
+    after, it raises Stale rather than show memory that may have moved, and
+    once the worker is closed, Closed. It exports no buffer (memoryview()
+    of it raises TypeError): every read through it is checked first, so
+    nothing handed out can outlive the worker's memory."""
 
     __slots__ = ("_owner", "_gen", "_fast_gen", "_data", "_len")
 
@@ -661,8 +830,9 @@ class View:
         self._data, self._len = b.data, b.len
 
     def _valid(self):
+        self._owner._handle.get("View")
         # The C data path's calls are counted there, not on the worker.
-        if (self._owner._gen != self._gen or not self._owner._h or
+        if (self._owner._gen != self._gen or
                 (_fast and _fast.generation() != self._fast_gen)):
             raise Stale(ESTALE, "a view used after the worker's next call", "View")
 
@@ -700,7 +870,7 @@ def _combine_fn(owner, f):
     def call(acc, value, out, cap, length, ctx):
         try:
             a = _copy(acc.contents) if acc and acc.contents.len else None
-            r = to_bytes(f(a, _copy(value.contents)))
+            r = to_bytes(owner._callback(f, a, _copy(value.contents)))
             length[0] = len(r)
             if cap < len(r):
                 return -28  # -ENOSPC: called again with room
@@ -716,7 +886,7 @@ def _produce_fn(owner, f, with_acc):
     def call(acc, out, cap, length, ctx):
         try:
             a = _copy(acc.contents) if with_acc and acc else None
-            r = to_bytes(f(a) if with_acc else f())
+            r = to_bytes(owner._callback(f, a) if with_acc else owner._callback(f))
             length[0] = len(r)
             if cap < len(r):
                 return -28
@@ -738,6 +908,7 @@ class _State:
 
     def _call(self, fn, *args, call=None):
         w = self._w
+        w._handle.get(call or self.name)
         w._gen += 1
         return _check(fn(self._h, *args), call or self.name, w)
 
@@ -745,6 +916,7 @@ class _State:
         """A copy of what fn(state, *args, &bytes) finds, or default."""
         b = _Bytes()
         w = self._w
+        w._handle.get(self.name)
         w._gen += 1
         rc = fn(self._h, *args, ctypes.byref(b))
         if rc == ENOTFOUND:
@@ -779,6 +951,7 @@ def _iterate(w, it, item):
     """A Python iterator over a started stash_iter; each item copied."""
     k, v = _Bytes(), _Bytes()
     while True:
+        w._handle.get("iterator")
         rc = _check(_lib.stash_iter_next(ctypes.byref(it), ctypes.byref(k), ctypes.byref(v)),
                     "iterator", w)
         if rc == 0:
@@ -797,6 +970,7 @@ class ValueState(_State):
         """The current key's value as a View (no copy), or None."""
         b = _Bytes()
         w = self._w
+        w._handle.get(self.name)
         w._gen += 1
         rc = _lib.stash_value_get(self._h, ctypes.byref(b))
         if rc == ENOTFOUND:
@@ -820,38 +994,39 @@ class ValueState(_State):
             super().__init__(worker, handle, name, keep)
             # read and write are the C calls themselves, bound to the
             # handles: a Python method around them would cost more than
-            # the access (they count their calls for views themselves).
-            self.read = functools.partial(_fast.value_get, worker._wh, self._sh)
-            self.write = functools.partial(_fast.value_put, worker._wh, self._sh)
+            # the access (they count their calls for views themselves, and
+            # check the worker's handle as every call does).
+            self.read = functools.partial(_fast.value_get, worker._handle, self._sh)
+            self.write = functools.partial(_fast.value_put, worker._handle, self._sh)
 
         def read(self, key):
             """The value of key (a copy), or None."""
-            return _fast.value_get(self._w._wh, self._sh, key)
+            return _fast.value_get(self._w._handle, self._sh, key)
 
         def write(self, key, value):
             """Stores value for key (None clears)."""
-            _fast.value_put(self._w._wh, self._sh, key, value)
+            _fast.value_put(self._w._handle, self._sh, key, value)
 
         def read_many(self, keys):
             """The value of each key (None if none), in one call: the keys
             run as batches of the worker's, their entries fetched ahead."""
             w = self._w
             w._gen += 1
-            return _fast.values_get(w._wh, self._batch(), _MANY, self._sh, keys)
+            return _fast.values_get(w._handle, self._batch(), _MANY, self._sh, keys)
 
         def write_many(self, keys, values):
             """Stores values[i] for keys[i], in one call, as read_many
             reads; the last key stays current."""
             w = self._w
             w._gen += 1
-            _fast.values_put(w._wh, self._batch(), _MANY, self._sh, keys, values)
+            _fast.values_put(w._handle, self._batch(), _MANY, self._sh, keys, values)
 
         def _batch(self):
             """The batch the many-key calls run through (a reader: none)."""
             if self._many is None and not isinstance(self._w, Reader):
                 o = _BatchOpts(_MANY, ctypes.pointer(ctypes.c_void_p(self._sh)), 1)
                 h = ctypes.c_void_p()
-                _check(_lib.stash_batch_create(self._w._live(), ctypes.byref(o),
+                _check(_lib.stash_batch_create(self._w._live(self.name), ctypes.byref(o),
                                                ctypes.byref(h)), self.name)
                 self._many = h.value
             return self._many
@@ -882,6 +1057,7 @@ class ListState(_State):
         """The current key's elements, a list of bytes ([] if none)."""
         it = _Iter()
         w = self._w
+        w._handle.get(self.name)
         w._gen += 1
         rc = _lib.stash_list_get(self._h, ctypes.byref(it))
         if rc == ENOTFOUND:
@@ -945,6 +1121,7 @@ class MapState(_State):
         """An iterator of (key, value) pairs of the current key's map."""
         it = _Iter()
         w = self._w
+        w._handle.get(self.name)
         w._gen += 1
         rc = _lib.stash_map_iter(self._h, ctypes.byref(it))
         if rc == ENOTFOUND:
@@ -1023,24 +1200,22 @@ _CLASSES = {VALUE: ValueState, LIST: ListState, MAP: MapState, REDUCING: Reducin
 # ---- workers and readers ------------------------------------------------
 
 
-def _closed(*args):
-    raise StashError(-22, "the worker is closed", "Worker")
-
-
-
 class Worker:
     """A worker process's handle: Worker(name, index=0, parallelism=1, ...).
     clock() -> milliseconds for TTL; on_cut(worker, checkpoint_id) is
-    called at each cut before the state is cut."""
+    called at each cut before the state is cut. It is used by one thread
+    at a time: the one that opened it, until hand_over() or that thread's
+    end; a call from another raises WrongThread."""
 
     def __init__(self, name, index=0, parallelism=1, rollback=False, path=None, clock=None,
                  on_cut=None, _reader=None):
-        self._h = None
         self._gen = 0
         self._raised = None
+        self._inside = 0  # Python callbacks running inside a call of the worker's
         self._states = {}
+        self._batches = set()
         self._ao = _arena_opts(path)
-        self._clock = _CLOCK(lambda ctx: int(clock())) if clock else _CLOCK()
+        self._clock = _CLOCK(lambda ctx: int(self._callback(clock))) if clock else _CLOCK()
         self.name = name
         h = ctypes.c_void_p()
         if _reader is not None:
@@ -1050,10 +1225,11 @@ class Worker:
             rc = _lib.stash_reader_open(name.encode() if name else None, ctypes.byref(o),
                                         ctypes.byref(h))
             _check(rc, "Reader")
+            label = f"reader of {name or cdir!r}"
         else:
             def cut(worker, checkpoint_id, ctx):
                 try:
-                    r = on_cut(self, checkpoint_id)
+                    r = self._callback(on_cut, self, checkpoint_id)
                     return int(r) if r else 0
                 except BaseException as e:
                     self._raised = e
@@ -1063,26 +1239,52 @@ class Worker:
                             self._clock, None, int(rollback), self._cut, None)
             _check(_lib.stash_worker_open(name.encode(), ctypes.byref(o), ctypes.byref(h)),
                    "Worker")
-        self._h = h
-        self._wh = h.value
+            label = f"worker {name!r} (index {index} of {parallelism or 1})"
+        self._handle = _Handle(h.value, label, _here())
 
-    def _live(self):
-        if not self._h:
-            raise StashError(-22, "the worker is closed", "Worker")
-        return self._h
+    def _live(self, call="Worker"):
+        """The worker's handle for a call from this thread, or raises."""
+        return self._handle.get(call)
+
+    def _callback(self, fn, *args):
+        """fn(*args) called from inside a call of the worker's: meanwhile the
+        worker may be neither closed nor handed over."""
+        self._inside += 1
+        try:
+            return fn(*args)
+        finally:
+            self._inside -= 1
+
+    def _not_inside(self, call):
+        if self._inside:
+            raise StashError(-16, f"{self._handle.label}: {call} inside a callback of one of "
+                             "its own calls (it returns first)", call)
 
     def close(self):
-        """Leaves the registry (after recording operator state) and detaches."""
-        if self._h:
-            for s in self._states.values():
-                if s._many is not None:
-                    _lib.stash_batch_destroy(s._many)
-                    s._many = None
-                if "read" in s.__dict__:  # bound to the handles: they go now
-                    s.read = s.write = _closed
-            _lib.stash_worker_close(self._h)
-            self._h = self._wh = None
-            self._gen += 1
+        """Leaves the registry (after recording operator state) and detaches;
+        every state, iterator, view, batch and timer service it gave out
+        raises Closed from now on. Closing again does nothing."""
+        if self._handle.ptr is None:
+            return
+        h = self._live("close")
+        self._not_inside("close")
+        self._handle.close()
+        self._gen += 1
+        # Batches go before their worker (stash.h).
+        for b in list(self._batches):
+            b._free()
+        for s in self._states.values():
+            if s._many is not None:
+                _lib.stash_batch_destroy(s._many)
+                s._many = None
+        _lib.stash_worker_close(h)
+
+    def hand_over(self):
+        """Lets the worker go from this thread: the next thread to call it
+        holds it from then on."""
+        self._live("hand_over")
+        self._not_inside("hand_over")
+        self._handle.thread = 0
 
     def __enter__(self):
         return self
@@ -1091,12 +1293,13 @@ class Worker:
         self.close()
 
     def arena(self):
-        """The arena the worker is attached to (not to be closed)."""
-        return Arena(_lib.stash_worker_arena(self._live()), self.name)
+        """The arena the worker is attached to: the worker's, used from its
+        thread while it is open; closing it only lets go of this handle."""
+        return Arena(_Borrowed(self, _lib.stash_worker_arena(self._live("arena"))), self.name)
 
     def info(self):
         i = _WorkerInfo()
-        _check(_lib.stash_worker_info_get(self._live(), ctypes.byref(i)), "info")
+        _check(_lib.stash_worker_info_get(self._live("info"), ctypes.byref(i)), "info")
         return {"index": i.index, "parallelism": i.parallelism, "pid": i.pid,
                 "range": (i.range.first, i.range.last), "generation": i.generation,
                 "previous_pid": i.previous_pid}
@@ -1108,6 +1311,7 @@ class Worker:
         is f(acc or None, value) -> bytes; an aggregating state takes
         create() -> acc, add(acc, value) -> acc, result(acc) -> bytes and
         merge(acc, acc) -> acc."""
+        self._live(name)
         got = self._states.get(name)
         if got is not None and got.kind == kind:
             return got
@@ -1133,7 +1337,8 @@ class Worker:
             keep.append(dv)
             d.default_value = _Bytes(ctypes.cast(ctypes.c_char_p(dv), ctypes.c_void_p), len(dv))
         h = ctypes.c_void_p()
-        _check(_lib.stash_state_get(self._live(), ctypes.byref(d), ctypes.byref(h)),
+        _check(_lib.stash_state_get(self._live(d.name.decode()), ctypes.byref(d),
+                                    ctypes.byref(h)),
                d.name.decode(), self)
         s = _CLASSES[d.kind](self, h, d.name.decode(), keep)
         self._states[s.name] = s
@@ -1143,12 +1348,12 @@ class Worker:
         """Sets the current key: every access until the next call uses it."""
         k = to_bytes(key)
         self._gen += 1
-        _check(_lib.stash_key_set(self._live(), k, len(k)), "key")
+        _check(_lib.stash_key_set(self._handle.get("key"), k, len(k)), "key")
         return self
 
     def key_group(self):
         """The key group of the current key."""
-        return _check(_lib.stash_key_group_current(self._live()), "key_group")
+        return _check(_lib.stash_key_group_current(self._live("key_group")), "key_group")
 
     def barrier(self):
         """Call between records: cuts a requested checkpoint; returns an
@@ -1156,7 +1361,8 @@ class Worker:
         rollback restored one, else None."""
         e = _Event()
         self._gen += 1
-        rc = _check(_lib.stash_barrier(self._live(), ctypes.byref(e)), "barrier", self)
+        rc = _check(_lib.stash_barrier(self._handle.get("barrier"), ctypes.byref(e)), "barrier",
+                    self)
         if rc == 0:
             return None
         return Event(e.kind, e.checkpoint_id, e.detail.decode(errors="replace"))
@@ -1164,7 +1370,7 @@ class Worker:
     def timers(self, name):
         """The worker's timer service called name."""
         h = ctypes.c_void_p()
-        _check(_lib.stash_timers_get(self._live(), name.encode(), ctypes.byref(h)), name)
+        _check(_lib.stash_timers_get(self._live(name), name.encode(), ctypes.byref(h)), name)
         return Timers(self, h, name)
 
     def batch(self, capacity=0, states=None):
@@ -1187,11 +1393,11 @@ class Reader(Worker):
         """The handle on state name as workers registered it (its kind and
         TTL from the arena's catalog); an aggregating state without result
         shows its accumulator."""
+        arena = _lib.stash_worker_arena(self._live(name))
         got = self._states.get(name)
         if got is not None:
             return got
         d = _StateDesc()
-        arena = _lib.stash_worker_arena(self._live())
         _check(_lib.stash_state_describe(arena, name.encode(), ctypes.byref(d)), name)
         d.name = name.encode()
         if d.kind == REDUCING and "reduce" not in kw:
@@ -1219,15 +1425,24 @@ class Batch:
         if states:
             arr = (ctypes.c_void_p * len(states))(*[s._h.value for s in states])
             o.states, o.nstates = ctypes.cast(arr, ctypes.POINTER(ctypes.c_void_p)), len(states)
-        self._h = ctypes.c_void_p()
-        _check(_lib.stash_batch_create(worker._live(), ctypes.byref(o), ctypes.byref(self._h)),
+        h = ctypes.c_void_p()
+        _check(_lib.stash_batch_create(worker._live("Batch"), ctypes.byref(o), ctypes.byref(h)),
                "Batch")
+        self._h = h.value
+        worker._batches.add(self)
         self.capacity = capacity or 32
+
+    def _live(self, call):
+        """The batch's handle for a call, its worker checked first."""
+        self._w._live(call)
+        if self._h is None:
+            raise Closed(f"batch of {self._w._handle.label} is closed", call)
+        return self._h
 
     def add(self, key, event=None):
         """Queues event for key; False if the batch is full."""
         k = to_bytes(key)
-        rc = _lib.stash_batch_add(self._h, k, len(k), len(self._events))
+        rc = _lib.stash_batch_add(self._live("Batch.add"), k, len(k), len(self._events))
         if rc == -28:
             return False
         _check(rc, "Batch.add")
@@ -1235,9 +1450,10 @@ class Batch:
         return True
 
     def __len__(self):
-        return _lib.stash_batch_size(self._h)
+        return _lib.stash_batch_size(self._live("len"))
 
     def run(self, fn):
+        h = self._live("Batch.run")
         events, self._events = self._events, []
         w = self._w
 
@@ -1245,20 +1461,27 @@ class Batch:
             if w._raised is not None:
                 return -125
             try:
-                r = fn(events[ev or 0])
+                r = w._callback(fn, events[ev or 0])
                 return int(r) if r else 0
             except BaseException as e:
                 w._raised = e
                 return -125
         results = (ctypes.c_int * max(len(events), 1))()
         w._gen += 1
-        _check(_lib.stash_batch_run(self._h, _BATCH_FN(call), None, results), "Batch.run", w)
+        _check(_lib.stash_batch_run(h, _BATCH_FN(call), None, results), "Batch.run", w)
         return list(results[:len(events)])
 
-    def close(self):
-        if self._h:
+    def _free(self):
+        if self._h is not None:
             _lib.stash_batch_destroy(self._h)
             self._h = None
+            self._w._batches.discard(self)
+
+    def close(self):
+        """Frees the batch (closing again, or after the worker, does nothing)."""
+        if self._h is not None:
+            self._w._live("Batch.close")
+            self._free()
 
     def __enter__(self):
         return self
@@ -1273,16 +1496,20 @@ class Timers:
     def __init__(self, worker, handle, name):
         self._w, self._h, self.name = worker, handle, name
 
+    def _live(self):
+        """The timer service's handle, its worker checked first."""
+        self._w._live(self.name)
+        self._w._gen += 1
+        return self._h
+
     def register(self, timestamp, ns=b"", domain=EVENT_TIME):
         """A timer for the current key in namespace ns at timestamp."""
         n = to_bytes(ns)
-        self._w._gen += 1
-        _check(_lib.stash_timer_register(self._h, domain, n, len(n), timestamp), self.name)
+        _check(_lib.stash_timer_register(self._live(), domain, n, len(n), timestamp), self.name)
 
     def delete(self, timestamp, ns=b"", domain=EVENT_TIME):
         n = to_bytes(ns)
-        self._w._gen += 1
-        _check(_lib.stash_timer_delete(self._h, domain, n, len(n), timestamp), self.name)
+        _check(_lib.stash_timer_delete(self._live(), domain, n, len(n), timestamp), self.name)
 
     def _fire(self, fn):
         w = self._w
@@ -1290,7 +1517,7 @@ class Timers:
         def call(t, ctx):
             try:
                 tm = t.contents
-                r = fn(Timer(tm.domain, tm.timestamp, _copy(tm.key), _copy(tm.ns)))
+                r = w._callback(fn, Timer(tm.domain, tm.timestamp, _copy(tm.key), _copy(tm.ns)))
                 return int(r) if r else 0
             except BaseException as e:
                 w._raised = e
@@ -1300,24 +1527,23 @@ class Timers:
     def advance(self, watermark, fn):
         """Raises the watermark and calls fn(timer) for each timer due, in
         order, its key current. Returns how many fired."""
-        self._w._gen += 1
-        return _check(_lib.stash_timers_advance(self._h, watermark, self._fire(fn), None),
+        return _check(_lib.stash_timers_advance(self._live(), watermark, self._fire(fn), None),
                       self.name, self._w)
 
     def poll(self, fn):
         """Fires the processing-time timers due by the worker's clock."""
-        self._w._gen += 1
-        return _check(_lib.stash_timers_poll(self._h, self._fire(fn), None), self.name, self._w)
+        return _check(_lib.stash_timers_poll(self._live(), self._fire(fn), None), self.name,
+                      self._w)
 
     @property
     def watermark(self):
+        self._w._live(self.name)
         return _lib.stash_timers_watermark(self._h)
 
     def timers(self, key_group=-1):
         """The timers of an owned key group, or with -1 of the current key."""
         it, t = _Iter(), _Timer()
-        self._w._gen += 1
-        _check(_lib.stash_timers_iter(self._h, key_group, ctypes.byref(it)), self.name)
+        _check(_lib.stash_timers_iter(self._live(), key_group, ctypes.byref(it)), self.name)
         out = []
         while _check(_lib.stash_timers_next(ctypes.byref(it), ctypes.byref(t)), self.name) == 1:
             out.append(Timer(t.domain, t.timestamp, _copy(t.key), _copy(t.ns)))
@@ -1355,17 +1581,18 @@ class Snapshot:
     """A checkpoint or savepoint directory read offline, without an arena
     (Flink's State Processor API reading a savepoint): its states, its
     keyed entries decoded and its operator state; rewrite() writes it anew
-    with changes."""
+    with changes. Any thread may call it, one call at a time; close()
+    waits for the call in flight."""
 
     def __init__(self, path):
         h = ctypes.c_void_p()
         _check(_lib.stash_snapshot_open(os.fsencode(path), ctypes.byref(h)), str(path))
-        self._h, self.path = h, str(path)
+        self.path = str(path)
+        self._g = _Shared(h.value, f"snapshot {self.path!r}", _lib.stash_snapshot_close,
+                          serial=True)
 
     def close(self):
-        if self._h:
-            _lib.stash_snapshot_close(self._h)
-            self._h = None
+        self._g.close()
 
     def __enter__(self):
         return self
@@ -1373,14 +1600,9 @@ class Snapshot:
     def __exit__(self, *exc):
         self.close()
 
-    def _live(self):
-        if not self._h:
-            raise StashError(-22, "the snapshot is closed", "Snapshot")
-        return self._h
-
     def info(self):
         i = _SnapshotInfo()
-        _check(_lib.stash_snapshot_info_get(self._live(), ctypes.byref(i)), "info")
+        _check(self._g.call("info", _lib.stash_snapshot_info_get, ctypes.byref(i)), "info")
         return _snapshot_info(i)
 
     def states(self):
@@ -1388,7 +1610,8 @@ class Snapshot:
         out = []
         for i in range(self.info()["states"]):
             d = _StateDesc()
-            _check(_lib.stash_snapshot_state(self._live(), i, ctypes.byref(d)), "states")
+            _check(self._g.call("states", _lib.stash_snapshot_state, i, ctypes.byref(d)),
+                   "states")
             out.append({"name": d.name.decode(), "kind": d.kind, "ttl_ms": d.ttl.ttl_ms,
                         "ttl_update": d.ttl.update, "ttl_visibility": d.ttl.visibility})
         return out
@@ -1408,12 +1631,13 @@ class Snapshot:
         if last is None:
             last = self.info()["max_parallelism"] - 1
         for kg in range(first, last + 1):
-            yield from self._collect(lambda fn, kg=kg: _lib.stash_snapshot_scan(
-                self._live(), _KgRange(kg, kg), fn, None))
+            yield from self._collect(lambda fn, kg=kg: self._g.call(
+                "entries", _lib.stash_snapshot_scan, _KgRange(kg, kg), fn, None))
 
     def operator_state(self):
         """Every operator-state entry, worker by worker."""
-        return self._collect(lambda fn: _lib.stash_snapshot_op_scan(self._live(), fn, None))
+        return self._collect(lambda fn: self._g.call("operator_state",
+                                                     _lib.stash_snapshot_op_scan, fn, None))
 
     def rewrite(self, path, max_parallelism=0, id=0, drop=(), rename=None, ttl=None):
         """Writes the snapshot anew as a savepoint at path: states in drop
@@ -1442,38 +1666,37 @@ class Snapshot:
         o.max_parallelism, o.id, o.nchanges = max_parallelism, id, len(changes)
         o.changes = ctypes.cast(arr, ctypes.POINTER(_SnapshotChange))
         i = _SnapshotInfo()
-        _check(_lib.stash_snapshot_rewrite(self._live(), os.fsencode(path), ctypes.byref(o),
-                                           ctypes.byref(i)), str(path))
+        _check(self._g.call("rewrite", _lib.stash_snapshot_rewrite, os.fsencode(path),
+                            ctypes.byref(o), ctypes.byref(i)), str(path))
         return _snapshot_info(i)
 
 
 class SnapshotWriter:
     """A savepoint written offline (bootstrap): declare states, put entries,
     commit. Used with `with`, it commits when the block ends and aborts if
-    it raised; path holds a whole savepoint or nothing."""
+    it raised; path holds a whole savepoint or nothing. Any thread may call
+    it, one call at a time."""
 
     def __init__(self, path, max_parallelism=0, size=0, id=0, op_parallelism=0):
         o = _WriterOpts(max_parallelism, size, id, op_parallelism)
         h = ctypes.c_void_p()
         _check(_lib.stash_snapshot_writer_open(os.fsencode(path), ctypes.byref(o),
                                                ctypes.byref(h)), str(path))
-        self._h, self.path = h, str(path)
+        self.path = str(path)
+        self._g = _Shared(h.value, f"snapshot writer of {self.path!r}",
+                          _lib.stash_snapshot_writer_abort, serial=True,
+                          ended="has ended (committed or aborted)")
 
     def __enter__(self):
         return self
 
     def __exit__(self, kind, exc, tb):
-        if not self._h:
+        if self._g.ptr is None:
             return
         if kind is None:
             self.commit()
         else:
             self.abort()
-
-    def _live(self):
-        if not self._h:
-            raise StashError(-22, "the writer has ended", "SnapshotWriter")
-        return self._h
 
     def state(self, name, kind=VALUE, ttl_ms=0, ttl_update=TTL_ON_CREATE_AND_WRITE,
               ttl_visibility=TTL_NEVER_RETURN_EXPIRED):
@@ -1481,7 +1704,7 @@ class SnapshotWriter:
         d = _StateDesc()
         d.name, d.kind = name.encode(), kind
         d.ttl = _ttl_of(ttl_ms, ttl_update, ttl_visibility)
-        _check(_lib.stash_snapshot_writer_state(self._live(), ctypes.byref(d)), name)
+        _check(self._g.call(name, _lib.stash_snapshot_writer_state, ctypes.byref(d)), name)
 
     def _entry(self, state, key=b"", value=b"", ns=b"", map_key=b"", ttl_ms=0,
                domain=EVENT_TIME, timestamp=0, worker=0):
@@ -1500,28 +1723,27 @@ class SnapshotWriter:
         (map_key), or a timer (domain, timestamp); a TTL state's entry keeps
         ttl_ms as when it was written (0: now)."""
         e, keep = self._entry(state, key, value, ns, map_key, ttl_ms, domain, timestamp)
-        _check(_lib.stash_snapshot_writer_put(self._live(), ctypes.byref(e)), state)
+        _check(self._g.call(state, _lib.stash_snapshot_writer_put, ctypes.byref(e)), state)
 
     def delete(self, state, key, ns=b"", map_key=b"", domain=EVENT_TIME, timestamp=0):
         """Removes a value, a whole list, a map entry (the map without
         map_key) or a timer."""
         e, keep = self._entry(state, key, b"", ns, map_key, 0, domain, timestamp)
-        _check(_lib.stash_snapshot_writer_delete(self._live(), ctypes.byref(e)), state)
+        _check(self._g.call(state, _lib.stash_snapshot_writer_delete, ctypes.byref(e)), state)
 
     def op_put(self, state, worker, value=b"", map_key=b"", timestamp=0):
         """An operator-state entry of a worker: a list element, a broadcast
         entry (map_key), or a timer service's watermark (timestamp)."""
         e, keep = self._entry(state, b"", value, b"", map_key, 0, EVENT_TIME, timestamp, worker)
-        _check(_lib.stash_snapshot_writer_op_put(self._live(), ctypes.byref(e)), state)
+        _check(self._g.call(state, _lib.stash_snapshot_writer_op_put, ctypes.byref(e)), state)
 
     def commit(self):
         """Writes and commits the savepoint; returns what was written."""
         i = _SnapshotInfo()
-        h, self._h = self._live(), None
+        h = self._g.take("commit")
         _check(_lib.stash_snapshot_writer_commit(h, ctypes.byref(i)), self.path)
         return _snapshot_info(i)
 
     def abort(self):
-        if self._h:
-            _lib.stash_snapshot_writer_abort(self._h)
-            self._h = None
+        """Writes nothing (after commit or abort, does nothing)."""
+        self._g.close()

@@ -592,5 +592,383 @@ class Kill(Job):
             self.assertGreater(got, completed[max(completed)])
 
 
+# ---- closed handles and threads -------------------------------------------
+
+def run_child(test, body, *args):
+    """Runs body (Python; NAME is the test's arena, ARGS the rest) in a child
+    process, where a crash cannot take the suite with it: what it printed.
+    A child killed by a signal fails the test, naming the signal and the
+    last step it printed."""
+    code = "import os, sys, threading, stash\nNAME, ARGS = sys.argv[1], sys.argv[2:]\n" + body
+    p = subprocess.run([sys.executable, "-c", code, test.name, *map(str, args)],
+                       capture_output=True, text=True, timeout=300)
+    if p.returncode < 0:
+        steps = [line for line in p.stdout.splitlines() if line.startswith("step\t")]
+        test.fail(f"the child was killed by {signal.Signals(-p.returncode).name} "
+                  f"at {steps[-1:] or 'its start'}; stderr: {p.stderr[-2000:]}")
+    test.assertEqual(p.returncode, 0, p.stderr)
+    return p.stdout
+
+
+# Every handle of the module, and what each gave out, called after it is
+# closed: each step prints what it did ("step", then "closed", "other" or
+# "returned" with the exception and its message).
+AFTER_CLOSE = r"""
+import shutil, tempfile
+def step(what, fn):
+    print("step", what, sep="\t", flush=True)
+    try:
+        fn()
+    except stash.Closed as e:
+        print("closed", what, str(e), sep="\t", flush=True)
+    except Exception as e:
+        print("other", what, f"{type(e).__name__}: {e}", sep="\t", flush=True)
+    else:
+        print("returned", what, sep="\t", flush=True)
+
+w = stash.Worker(NAME)
+v = w.state("v")
+lst = w.state("l", stash.LIST)
+m = w.state("m", stash.MAP)
+red = w.state("r", stash.REDUCING, reduce=lambda a, x: x)
+agg = w.state("g", stash.AGGREGATING, create=lambda: b"", add=lambda a, x: x,
+              result=lambda a: a)
+ol = w.state("o", stash.OP_LIST)
+bc = w.state("b", stash.OP_BROADCAST)
+for k in range(50):
+    v.write(k, k)
+w.key(1)
+lst.add(b"x")
+m.put(b"mk", b"mv")
+tm = w.timers("t")
+tm.register(100)
+keys = v.keys(ns=b"")
+next(keys)
+items = m.items()
+view = v.view()
+read, write = v.read, v.write
+batch = w.batch(capacity=8)
+batch.add(1, None)
+borrowed = w.arena()
+own = w.batch()
+own.close()
+step("batch.add after its close", lambda: own.add(1, None))
+step("len(batch) after its close", lambda: len(own))
+step("batch.run after its close", lambda: own.run(lambda e: 0))
+other = w.arena()
+other.close()
+step("a worker after its arena() handle closed", lambda: v.write(1, 1))
+calling = []
+inside = w.state("inside", stash.REDUCING, reduce=lambda a, x: calling[0]())
+for what, fn in (("close", w.close), ("hand_over", w.hand_over)):
+    calling[:] = [fn]
+    w.key(what)
+    inside.add(1)
+    step(f"worker.{what} inside a reduce of its own call", lambda: inside.add(2))
+w.close()
+step("worker.close again", w.close)
+for what, fn in [
+        ("worker.key", lambda: w.key(1)), ("worker.key_group", w.key_group),
+        ("worker.barrier", w.barrier), ("worker.info", w.info), ("worker.arena", w.arena),
+        ("worker.state", lambda: w.state("v")), ("worker.state new", lambda: w.state("new")),
+        ("worker.timers", lambda: w.timers("t")), ("worker.batch", w.batch),
+        ("value.get", v.get), ("value.view", v.view), ("value.put", lambda: v.put(1)),
+        ("value.read", lambda: v.read(1)), ("value.write", lambda: v.write(1, 2)),
+        ("value.read_many", lambda: v.read_many([1, 2])),
+        ("value.write_many", lambda: v.write_many([1], [2])),
+        ("value.namespace", lambda: v.namespace("n")), ("value.clear", v.clear),
+        ("value.keys", lambda: v.keys(ns=b"")),
+        ("read bound before close", lambda: read(1)),
+        ("write bound before close", lambda: write(1, 2)),
+        ("list.get", lst.get), ("list.add", lambda: lst.add(1)),
+        ("list.add_all", lambda: lst.add_all([1])), ("list.update", lambda: lst.update([1])),
+        ("list.merge_namespaces", lambda: lst.merge_namespaces(b"t", [b"s"])),
+        ("map.get", lambda: m.get(b"mk")), ("map.put", lambda: m.put(1, 1)),
+        ("map.put_all", lambda: m.put_all({1: 1})), ("map.remove", lambda: m.remove(1)),
+        ("map.__contains__", lambda: 1 in m), ("map.is_empty", m.is_empty),
+        ("map.items", m.items), ("map.to_dict", m.to_dict),
+        ("reducing.add", lambda: red.add(1)), ("reducing.get", red.get),
+        ("aggregating.add", lambda: agg.add(1)), ("aggregating.get", agg.get),
+        ("op_list.get", ol.get), ("op_list.add", lambda: ol.add(1)),
+        ("op_list.update", lambda: ol.update([1])),
+        ("broadcast.get", lambda: bc.get(1)), ("broadcast.put", lambda: bc.put(1, 1)),
+        ("broadcast.remove", lambda: bc.remove(1)), ("broadcast.to_dict", bc.to_dict),
+        ("keys iterator made before close", lambda: next(keys)),
+        ("items iterator made before close", lambda: next(items)),
+        ("view.tobytes", view.tobytes), ("bytes(view)", lambda: bytes(view)),
+        ("len(view)", lambda: len(view)), ("view[0]", lambda: view[0]),
+        ("view == bytes", lambda: view == b"x"), ("repr(view)", lambda: repr(view)),
+        ("batch.add", lambda: batch.add(2, None)), ("len(batch)", lambda: len(batch)),
+        ("batch.run", lambda: batch.run(lambda e: 0)),
+        ("timers.register", lambda: tm.register(5)), ("timers.delete", lambda: tm.delete(5)),
+        ("timers.advance", lambda: tm.advance(1000, print)),
+        ("timers.poll", lambda: tm.poll(print)), ("timers.watermark", lambda: tm.watermark),
+        ("timers.timers", tm.timers),
+        ("worker arena.info", borrowed.info), ("worker arena.status", borrowed.status),
+        ("worker arena.op_counts", lambda: borrowed.op_counts(0))]:
+    step(what, fn)
+step("batch.close after its worker's", batch.close)
+
+r = stash.Reader(NAME)
+rv = r.state("v")
+rkeys = rv.keys(ns=b"", key_group=stash.key_group(1, 16))
+next(rkeys)
+r.key(1)
+rview = rv.view()
+r.close()
+for what, fn in [
+        ("reader.state", lambda: r.state("v")), ("reader.key", lambda: r.key(1)),
+        ("reader value.get", rv.get), ("reader value.read", lambda: rv.read(1)),
+        ("reader value.read_many", lambda: rv.read_many([1])),
+        ("reader value.keys", lambda: rv.keys(ns=b"", key_group=0)),
+        ("reader keys iterator made before close", lambda: next(rkeys)),
+        ("reader view.tobytes", rview.tobytes)]:
+    step(what, fn)
+
+a = stash.Arena.open(NAME)
+a.close()
+for what, fn in [
+        ("arena.info", a.info), ("arena.status", a.status),
+        ("arena.checkpoint", lambda: a.checkpoint(1)), ("arena.savepoint", lambda: a.savepoint(1)),
+        ("arena.op_counts", lambda: a.op_counts(0)),
+        ("arena.request_stop", lambda: a.request_stop(1))]:
+    step(what, fn)
+
+top = tempfile.mkdtemp(prefix="stash-py-closed-")
+path = os.path.join(top, "sp")
+sw = stash.SnapshotWriter(path, max_parallelism=16)
+sw.state("v")
+sw.put("v", 1, b"one")
+sw.commit()
+for what, fn in [
+        ("writer.state", lambda: sw.state("w")), ("writer.put", lambda: sw.put("v", 2, b"x")),
+        ("writer.delete", lambda: sw.delete("v", 1)),
+        ("writer.op_put", lambda: sw.op_put("o", 0, b"x")), ("writer.commit", sw.commit)]:
+    step(what, fn)
+snap = stash.Snapshot(path)
+entries = snap.entries()
+snap.close()
+for what, fn in [
+        ("snapshot.info", snap.info), ("snapshot.states", snap.states),
+        ("snapshot.entries", lambda: next(snap.entries())),
+        ("snapshot.operator_state", snap.operator_state),
+        ("snapshot.rewrite", lambda: snap.rewrite(os.path.join(top, "sp2"))),
+        ("entries made before close", lambda: next(entries))]:
+    step(what, fn)
+shutil.rmtree(top)
+"""
+
+
+class Closing(Job):
+    """A closed handle, and whatever it gave out, raises Closed (a
+    ValueError) naming what is closed: it never reads freed memory."""
+
+    def test_an_iterator_made_before_its_worker_closed_raises(self):
+        out = run_child(self, """
+w = stash.Worker(NAME)
+s = w.state("v")
+for k in range(10):
+    s.write(k, k)
+it = s.keys(ns=b"")
+w.close()
+try:
+    next(it)
+except ValueError as e:
+    print(type(e).__name__, e)
+""")
+        self.assertIn(f"Closed iterator: worker '{self.name}' (index 0 of 1) is closed", out)
+
+    def test_a_view_asked_of_a_closed_worker_raises(self):
+        out = run_child(self, """
+w = stash.Worker(NAME)
+s = w.state("v")
+s.write(1, 1)
+w.close()
+try:
+    s.view()
+except ValueError as e:
+    print(type(e).__name__, e)
+""")
+        self.assertIn(f"Closed v: worker '{self.name}' (index 0 of 1) is closed", out)
+
+    def test_every_handle_and_what_it_gave_out_raises_once_closed(self):
+        out = run_child(self, AFTER_CLOSE)
+        ran = [line.split("\t") for line in out.splitlines()]
+        outcome = {r[1]: r for r in ran if r[0] != "step"}
+        steps = [r[1] for r in ran if r[0] == "step"]
+        self.assertEqual(len(steps), len(outcome), "every step ended")
+        fine = ("worker.close again", "a worker after its arena() handle closed",
+                "batch.close after its worker's")
+        for what in steps:
+            with self.subTest(what):
+                got = outcome[what]
+                if what in fine:
+                    self.assertEqual(got[0], "returned", got)
+                    continue
+                if "inside" in what:
+                    self.assertEqual(got[0], "other", got)
+                    self.assertIn(f"worker '{self.name}' (index 0 of 1): "
+                                  f"{what.split()[0][7:]} inside a callback", got[2])
+                    continue
+                self.assertEqual(got[0], "closed", got)
+                if what.startswith("writer") or what.startswith("snapshot") or "entries" in what:
+                    self.assertIn("stash-py-closed-", got[2])
+                elif what.endswith("after its close"):
+                    self.assertIn(f"batch of worker '{self.name}'", got[2])
+                else:
+                    self.assertIn(f"'{self.name}'", got[2])
+                self.assertIn("closed" if "writer" not in what else "ended", got[2])
+
+    def test_a_view_is_no_buffer_and_a_closed_worker_view_raises(self):
+        w = stash.Worker(self.name)
+        v = w.state("v")
+        v.write(1, b"bytes")
+        view = v.view()
+        with self.assertRaises(TypeError):
+            memoryview(view)
+        self.assertEqual(bytes(view), b"bytes")
+        w.close()
+        with self.assertRaises(ValueError) as cm:
+            bytes(view)
+        self.assertIsInstance(cm.exception, stash.Closed)
+        self.assertIsInstance(cm.exception, stash.StashError)
+
+    def test_a_service_stopped_says_so_and_stops_once(self):
+        svc = self.service()
+        svc.stop()
+        self.assertTrue(svc.stopped())
+        svc.stop()
+
+
+# Four threads write through one worker, the first of them to call taking
+# it: each write that returned is read back, and each thread that wrote
+# nothing more says why.
+FOUR_THREADS = r"""
+n = int(ARGS[0])
+w = stash.Worker(NAME)
+v = w.state("v")
+w.hand_over()
+start = threading.Barrier(4)
+done, errors = [], []
+def run(t):
+    start.wait()
+    try:
+        for i in range(n):
+            k = t * n + i
+            if i % 2:
+                w.key(k)
+                v.put(k)
+            else:
+                v.write(k, k)
+            done.append(k)
+    except Exception as e:
+        errors.append(f"{type(e).__name__}: {e}")
+threads = [threading.Thread(target=run, args=(t,)) for t in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+lost = [k for k in done if stash.as_int(v.read(k)) != k]
+print("done", len(done), "lost", len(lost), flush=True)
+for e in errors:
+    print("error", e, sep="\t")
+w.close()
+"""
+
+
+class Threads(Job):
+    """A worker is used by one thread at a time: a call from another raises
+    WrongThread (a RuntimeError) naming the worker, and never loses a write."""
+
+    def test_four_threads_writing_through_one_worker_lose_no_write_silently(self):
+        n = 5000
+        out = run_child(self, FOUR_THREADS, n).splitlines()
+        done, lost = int(out[0].split()[1]), int(out[0].split()[3])
+        errors = [line.split("\t", 1)[1] for line in out[1:]]
+        self.assertEqual(lost, 0, f"{lost} of {done} writes lost; errors: {errors}")
+        self.assertEqual(done + n * len(errors), 4 * n, errors)
+        for e in errors:
+            self.assertTrue(e.startswith("WrongThread: "), e)
+            self.assertIn(f"worker '{self.name}' (index 0 of 1) belongs to thread ", e)
+
+    def test_a_worker_passes_to_another_thread_by_hand_over_or_when_its_thread_ends(self):
+        w = self.worker()
+        v = w.state("v")
+        v.write(1, b"main")
+        view = v.view()
+        got, go_on, taken = {}, threading.Event(), threading.Event()
+
+        def other():
+            for what, fn in (("read", lambda: v.read(1)), ("key", lambda: w.key(1)),
+                             ("view", view.tobytes), ("close", w.close)):
+                try:
+                    fn()
+                except RuntimeError as e:
+                    got[what] = e
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        self.assertEqual(sorted(got), ["close", "key", "read", "view"])
+        for e in got.values():
+            self.assertIsInstance(e, stash.WrongThread)
+            self.assertIn(f"worker '{self.name}'", str(e))
+        self.assertEqual(v.read(1), b"main", "the owner goes on")
+
+        def take():
+            v.write(2, b"taken")
+            taken.set()
+            go_on.wait()
+        w.hand_over()
+        t = threading.Thread(target=take)
+        t.start()
+        taken.wait()
+        with self.assertRaises(stash.WrongThread):
+            v.read(2)
+        go_on.set()
+        t.join()
+        self.assertEqual(v.read(2), b"taken", "a thread that ended leaves its worker free")
+
+    def test_threads_each_with_a_worker_of_its_own_write_every_key(self):
+        got = {}
+
+        def run(i):
+            w = stash.Worker(self.name, index=i, parallelism=2)
+            v = w.state("v")
+            first, last = w.info()["range"]
+            mine = [k for k in range(4000) if first <= stash.key_group(k, 16) <= last]
+            for k in mine:
+                v.write(k, k)
+            w.barrier()
+            got[i] = [k for k in mine if u64(v.read(k)) != k], len(mine)
+            w.close()
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(sorted(got), [0, 1])
+        self.assertEqual(got[0][1] + got[1][1], 4000)
+        self.assertEqual(got[0][0] + got[1][0], [], "every write read back")
+
+    def test_a_reader_belongs_to_one_thread_too(self):
+        w = self.worker()
+        w.state("v").write(1, b"one")
+        w.barrier()
+        r = stash.Reader(self.name)
+        self.closing.append(r.close)
+        rv = r.state("v")
+        got = {}
+
+        def other():
+            try:
+                rv.read(1)
+            except RuntimeError as e:
+                got["e"] = e
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        self.assertIsInstance(got["e"], stash.WrongThread)
+        self.assertIn(f"reader of '{self.name}'", str(got["e"]))
+
 if __name__ == "__main__":
     unittest.main()
