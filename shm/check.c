@@ -409,14 +409,39 @@ static int check_span_descriptors(const stash_arena *a, uint64_t bump)
     return 0;
 }
 
+/* The counts of workers that bound loops over the registry's slots and the
+ * control block's per-worker array: the registry's high-water mark (every
+ * scan of the slots stops there), the parallelism of the committed operator
+ * state and of the workers that joined last. None may pass the arrays'
+ * STASH_MAX_WORKERS entries. */
+static int check_worker_counts(const stash_arena *a)
+{
+    const struct {
+        const char *part, *field;
+        uint32_t value;
+    } counts[] = {
+        {"header", "registry_hwm", atomic_load(&a->hdr->registry_hwm)},
+        {"control block", "committed_p", atomic_load(&a->control->committed_p)},
+        {"control block", "parallelism", atomic_load(&a->control->parallelism)},
+    };
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+        if (counts[i].value > STASH_MAX_WORKERS)
+            return shm_fail(STASH_ECORRUPT, "%s: %s field %s is %u, past the %u worker slots",
+                            a->path, counts[i].part, counts[i].field, counts[i].value,
+                            STASH_MAX_WORKERS);
+    return 0;
+}
+
 int shm_check_attach(const stash_arena *a)
 {
     const shm_header *h = a->hdr;
     uint64_t nspans = h->nspans;
+    int rc = check_worker_counts(a);
+    if (rc) return rc;
     if (atomic_load(&h->pool_bump) > nspans)
         return shm_fail(STASH_ECORRUPT, "%s: the page pool claims %llu of %llu spans", a->path,
                         (unsigned long long)atomic_load(&h->pool_bump), (unsigned long long)nspans);
-    int rc = check_span_descriptors(a, atomic_load(&h->pool_bump));
+    rc = check_span_descriptors(a, atomic_load(&h->pool_bump));
     if (rc) return rc;
     for (uint32_t l = 0; l < SHM_POOL_LISTS; l++)
         if (atomic_load(&h->pool_free[l]) > nspans)

@@ -282,6 +282,11 @@ Test(arena, a_corrupted_arena_is_refused_at_attach_naming_the_part)
         {"span 3 links past", h->spans_desc_off + 3 * sizeof(shm_span) + offsetof(shm_span, next),
          (uint32_t)h->nspans + 2, 4},
         {"state catalog entry 0", h->catalog_off + offsetof(shm_catalog_entry, kind), 77, 4},
+        {"registry_hwm", offsetof(shm_header, registry_hwm), 0xffffffffu, 4},
+        {"registry_hwm", offsetof(shm_header, registry_hwm), STASH_MAX_WORKERS + 1, 4},
+        {"committed_p", h->control_off + offsetof(shm_control, committed_p), STASH_MAX_WORKERS + 1,
+         4},
+        {"parallelism", h->control_off + offsetof(shm_control, parallelism), 0x80000000u, 4},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const corruption *c = &cases[i];
@@ -299,6 +304,38 @@ Test(arena, a_corrupted_arena_is_refused_at_attach_naming_the_part)
         stash_arena_close(b);
     }
     stash_worker_close(w);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
+
+/* Attaches to arena arg as a worker and writes: exits 0 if the attach was
+ * refused naming the registry's high-water mark, 1 if it was taken. */
+static int attach_and_write(void *arg)
+{
+    stash_worker *w;
+    stash_state *v;
+    if (stash_worker_open(arg, NULL, &w) != 0)
+        return strstr(stash_errmsg(), "registry_hwm") && strstr(stash_errmsg(), (char *)arg) ? 0
+                                                                                             : 2;
+    uint64_t k = 1;
+    stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v);
+    stash_key_set(w, &k, sizeof k);
+    stash_value_put(v, &k, sizeof k);
+    stash_worker_close(w);
+    return 1;
+}
+
+Test(arena, a_registry_high_water_mark_past_the_slots_is_refused_before_a_worker_writes)
+{
+    char name[96];
+    stash_arena *a = test_arena_create("hwm", 8u << 20, 8, name);
+    atomic_store(&a->hdr->registry_hwm, 0xffffffffu);
+    int rc = test_wait(test_fork(attach_and_write, name));
+    cr_assert_eq(
+        rc, 0, "the worker is refused, naming the field and the file, and does not crash: %d", rc);
+    atomic_store(&a->hdr->registry_hwm, STASH_MAX_WORKERS);
+    rc = test_wait(test_fork(attach_and_write, name));
+    cr_assert_eq(rc, 1, "every slot in use is a mark: %d", rc);
     stash_arena_close(a);
     stash_arena_destroy(name, NULL);
 }
