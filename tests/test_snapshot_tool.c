@@ -2,7 +2,8 @@
 /*
  * test_snapshot_tool.c: `stash snapshot` on real checkpoint directories: ls,
  * info, verify (exit codes, the damaged file and offset named), dump (one
- * JSON line per record), diff, and the usage errors.
+ * JSON line per record), diff, the usage errors, and the savepoint writer
+ * under load.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -287,4 +288,92 @@ Test(tool, dump_and_diff_show_an_incremental_chain_as_of_its_checkpoint)
     snprintf(args, sizeof args, "snapshot diff %s/chk-2 %s/savepoint-3", inc, inc);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "0 entries differ (99 in the first, 99 in the second)"), "%s", out);
+}
+
+/* ---- load and its writer ------------------------------------------------ */
+
+/* Loads lines (--format text) at DIR/name; returns the exit code. */
+static int load_lines(const char *name, const char *lines)
+{
+    char input[200], args[600];
+    snprintf(input, sizeof input, "%s/%s.jsonl", dir, name);
+    FILE *f = fopen(input, "w");
+    cr_assert_not_null(f);
+    fputs(lines, f);
+    fclose(f);
+    snprintf(args, sizeof args, "snapshot load %s/%s --format text < %s", dir, name, input);
+    return test_run_stash(args, out, sizeof out);
+}
+
+/* The writer load runs refuses, as load does, what no reader would take. */
+Test(tool, the_snapshot_writer_refuses_what_a_reader_would_refuse)
+{
+    char to[200];
+    snprintf(to, sizeof to, "%s/sp-writer", dir);
+    stash_snapshot_writer *w;
+    cr_assert_eq(
+        stash_snapshot_writer_open(to, &(stash_snapshot_writer_opts){.id = CKPT_MAX_ID + 1}, &w), 0,
+        "%s", stash_errmsg());
+    cr_assert_eq(stash_snapshot_writer_commit(w, NULL), -EINVAL);
+    cr_assert(strstr(stash_errmsg(), "id"), "%s", stash_errmsg());
+    cr_assert_eq(access(to, F_OK), -1);
+    cr_assert_eq(
+        stash_snapshot_writer_open(
+            to, &(stash_snapshot_writer_opts){.op_parallelism = STASH_MAX_WORKERS + 1}, &w),
+        0, "%s", stash_errmsg());
+    cr_assert_eq(stash_snapshot_writer_commit(w, NULL), -EINVAL);
+    cr_assert(strstr(stash_errmsg(), "workers"), "%s", stash_errmsg());
+    cr_assert_eq(access(to, F_OK), -1);
+    cr_assert_eq(
+        stash_snapshot_writer_open(to, &(stash_snapshot_writer_opts){.op_parallelism = 1}, &w), 0,
+        "%s", stash_errmsg());
+    cr_assert_eq(
+        stash_snapshot_writer_state(
+            w, &(stash_state_desc){.name = "t", .kind = STASH_TIMERS, .ttl = {.ttl_ms = 1000}}),
+        -EINVAL, "a timer service takes no TTL");
+    cr_assert_eq(
+        stash_snapshot_writer_state(w, &(stash_state_desc){.name = "", .kind = STASH_VALUE}),
+        -EINVAL);
+    cr_assert_eq(stash_snapshot_writer_state(w, &(stash_state_desc){.name = "x", .kind = 0}),
+                 -EINVAL);
+    /* Operator state past what metadata may hold. */
+    cr_assert_eq(
+        stash_snapshot_writer_state(w, &(stash_state_desc){.name = "o", .kind = STASH_OP_LIST}), 0);
+    size_t big = CKPT_MAX_METADATA;
+    char *bytes = calloc(1, big);
+    cr_assert_not_null(bytes);
+    stash_snapshot_entry e = {.state = "o", .value = {bytes, big}};
+    cr_assert_eq(stash_snapshot_writer_op_put(w, &e), 0, "%s", stash_errmsg());
+    free(bytes);
+    cr_assert_eq(stash_snapshot_writer_commit(w, NULL), -EFBIG);
+    cr_assert(strstr(stash_errmsg(), "operator state"), "%s", stash_errmsg());
+    cr_assert_eq(access(to, F_OK), -1);
+}
+
+Test(tool, load_keeps_every_entry_of_a_ttl_state_whatever_the_time_it_was_written)
+{
+    const char *clocks[] = {"", ", \"ttl_event_time\": 1"};
+    for (int c = 0; c < 2; c++) {
+        char lines[2048], name[32], args[400];
+        int at = snprintf(lines, sizeof lines,
+                          "{\"declare\": \"v\", \"kind\": \"value\", \"ttl_ms\": 60000%s}\n"
+                          "{\"declare\": \"l\", \"kind\": \"list\", \"ttl_ms\": 60000%s}\n",
+                          clocks[c], clocks[c]);
+        /* Written long ago, then now: the later puts expire none of them. */
+        for (int k = 0; k < 8; k++)
+            at += snprintf(lines + at, sizeof lines - (size_t)at,
+                           "{\"state\": \"%s\", \"kind\": \"%s\", \"key\": \"k%d\", \"value\": "
+                           "\"x\", \"ttl_ms\": %s}\n",
+                           k % 2 ? "l" : "v", k % 2 ? "list" : "value", k,
+                           k < 4 ? "17" : "1000000000000");
+        snprintf(name, sizeof name, "sp-ttl-%d", c);
+        cr_assert_eq(load_lines(name, lines), 0, "%s", out);
+        snprintf(args, sizeof args, "snapshot dump %s/%s --format text", dir, name);
+        cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+        int n = 0;
+        for (char *p = out; (p = strstr(p, "\"ttl_ms\": 17}")); p++) n++;
+        cr_assert_eq(n, 4, "every entry of long ago, at its time: %s", out);
+        for (char *p = out; (p = strstr(p, "\"ttl_ms\": 1000000000000}")); p++) n++;
+        cr_assert_eq(n, 8, "%s", out);
+    }
 }

@@ -137,6 +137,13 @@ STASH_API int stash_snapshot_writer_state(stash_snapshot_writer *w, const stash_
 {
     shm_clear_error();
     if (!w || !desc || !desc->name) return shm_refuse_null(__func__, "w, desc or its name");
+    /* No state a reader refuses: one without a name or kind, or with TTL
+     * options no registration makes (a timer service's included). */
+    if (!desc->name[0]) return shm_fail(-EINVAL, "a state needs a name");
+    if (desc->kind < STASH_VALUE || desc->kind > STASH_TIMERS)
+        return shm_fail(-EINVAL, "state '%s': unknown kind %d", desc->name, (int)desc->kind);
+    int rc = state_ttl_check(desc->name, desc->kind, &desc->ttl);
+    if (rc) return rc;
     declared *d = declared_of(w, desc->name);
     if (d && d->kind != desc->kind)
         return shm_fail(STASH_EKIND, "state '%s' was declared with kind %d, not %d", desc->name,
@@ -149,16 +156,19 @@ STASH_API int stash_snapshot_writer_state(stash_snapshot_writer *w, const stash_
                         SHM_STATE_NAME - 1);
     declared n = {.kind = desc->kind};
     snprintf(n.name, sizeof n.name, "%s", desc->name);
-    int rc;
     if (desc->kind == STASH_TIMERS) {
         rc = stash_timers_get(w->w, desc->name, &n.timers);
         if (rc == 0) n.id = timers_state(n.timers)->id;
     } else {
         stash_state_desc s = {.name = desc->name, .kind = desc->kind, .ttl = desc->ttl};
+        s.ttl.cleanup_every_record = 0;
         if (desc->kind == STASH_REDUCING) s.reduce = no_combine;
         if (desc->kind == STASH_AGGREGATING) s.aggregate = &no_aggregate;
         rc = stash_state_get(w->w, &s, &n.state);
         if (rc == 0) n.id = n.state->id;
+        /* A savepoint holds every entry it is given: a put examines none
+         * for expiry, which another entry's time would make them. */
+        if (rc == 0) n.state->ttl.cleanup_entries = 0;
     }
     if (rc) return rc;
     w->states[w->nstates++] = n;
@@ -202,7 +212,11 @@ STASH_API int stash_snapshot_writer_put(stash_snapshot_writer *w, const stash_sn
     if (!d) return rc;
     if (d->kind == STASH_TIMERS)
         return stash_timer_register(d->timers, e->domain, e->ns.data, e->ns.len, e->timestamp);
+    /* The entry's time is the TTL clock's: the worker's clock, or its
+     * watermark for a TTL by event time. */
+    uint64_t watermark = w->w->watermark;
     w->now_ms = e->ttl_ms;
+    if (e->ttl_ms && d->state->ttl.time == STASH_TTL_EVENT_TIME) w->w->watermark = e->ttl_ms;
     if (d->kind == STASH_LIST)
         rc = stash_list_add(d->state, e->value.data, e->value.len);
     else if (d->kind == STASH_MAP)
@@ -210,6 +224,7 @@ STASH_API int stash_snapshot_writer_put(stash_snapshot_writer *w, const stash_sn
     else
         rc = state_put_raw(d->state, e->value.data, e->value.len);
     w->now_ms = 0;
+    w->w->watermark = watermark;
     return rc;
 }
 
@@ -270,6 +285,20 @@ STASH_API int stash_snapshot_writer_op_put(stash_snapshot_writer *w, const stash
     return rc;
 }
 
+/* Whether the metadata of the savepoint, its operator state blobs in it,
+ * stays within what a reader reads (CKPT_MAX_METADATA). */
+static int metadata_fits(const stash_snapshot_writer *w, uint32_t maxp, const ckpt_blob *blobs)
+{
+    uint64_t op = 8 + 8ull * w->op_p;
+    for (uint32_t i = 0; i < w->op_p; i++) op += ckpt_pad8(blobs[i].len);
+    uint64_t bytes = sizeof(md_header) + (uint64_t)w->nstates * sizeof(ckpt_state) +
+                     sizeof(md_file) + (uint64_t)maxp * sizeof(md_extent) + op + 4;
+    if (bytes <= CKPT_MAX_METADATA) return 0;
+    return shm_fail(-EFBIG,
+                    "operator state of %llu bytes: a savepoint's metadata holds at most %u bytes",
+                    (unsigned long long)op, CKPT_MAX_METADATA);
+}
+
 /* Writes the arena's key groups and the operator state as savepoint id in
  * w->tmp. */
 static int write_savepoint(stash_snapshot_writer *w, ckpt_written *written)
@@ -298,6 +327,7 @@ static int write_savepoint(stash_snapshot_writer *w, ckpt_written *written)
         mem[i] = blob.data;
         if (count) blobs[i] = (ckpt_blob){blob.data, blob.len};
     }
+    if (rc == 0) rc = metadata_fits(w, maxp, blobs);
     for (uint32_t kg = 0; rc == 0 && kg < maxp; kg++) {
         int64_t pin = shm_table_pin(a, kg);
         if (pin < 0)
@@ -327,8 +357,16 @@ STASH_API int stash_snapshot_writer_commit(stash_snapshot_writer *w, stash_snaps
 {
     shm_clear_error();
     if (!w) return shm_refuse_null(__func__, "w");
+    /* The options as a reader takes them (open keeps what it was given). */
+    int rc = 0;
+    if (w->id > CKPT_MAX_ID)
+        rc = shm_fail(-EINVAL, "savepoint id %llu: at most %llu", (unsigned long long)w->id,
+                      (unsigned long long)CKPT_MAX_ID);
+    else if (w->op_p > STASH_MAX_WORKERS)
+        rc = shm_fail(-EINVAL, "operator state of %u workers: at most %u", w->op_p,
+                      STASH_MAX_WORKERS);
     ckpt_written written = {0};
-    int rc = write_savepoint(w, &written);
+    if (rc == 0) rc = write_savepoint(w, &written);
     if (rc == 0) rc = ckpt_dest_place(&w->dest, w->id);
     if (rc == 0 && out) {
         stash_arena *a = stash_worker_arena(w->w);
