@@ -3,12 +3,14 @@
  * test_snapshot_tool.c: `stash snapshot` on real checkpoint directories: ls,
  * info, verify (exit codes, the damaged file and offset named), dump (one
  * JSON line per record), diff, the usage errors, and the savepoint writer
- * under load.
+ * under load and every line load refuses.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backends/checkpoint/checkpoints.h"
@@ -292,6 +294,40 @@ Test(tool, dump_and_diff_show_an_incremental_chain_as_of_its_checkpoint)
 
 /* ---- load and its writer ------------------------------------------------ */
 
+/* Whether directory path holds nothing. */
+static bool empty_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    cr_assert_not_null(d, "%s", path);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n == 0;
+}
+
+/* Loads lines (--format text) into an empty directory of their own: the
+ * load exits 1, its message names stdin's line and the field, and the
+ * directory stays empty. */
+static void expect_load_refused(const char *lines, int line, const char *field)
+{
+    static unsigned n;
+    char sub[200], input[200], args[600], where[96];
+    snprintf(sub, sizeof sub, "%s/load-%u", dir, n);
+    snprintf(input, sizeof input, "%s/lines-%u", dir, n++);
+    cr_assert_eq(mkdir(sub, 0700), 0);
+    FILE *f = fopen(input, "w");
+    cr_assert_not_null(f);
+    fputs(lines, f);
+    fclose(f);
+    snprintf(args, sizeof args, "snapshot load %s/sp --format text < %s", sub, input);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 1, "%s: %s", lines, out);
+    snprintf(where, sizeof where, "stdin line %d: \"%s\": ", line, field);
+    cr_assert(strstr(out, where), "%s: the message names %s: %s", lines, where, out);
+    cr_assert(!strchr(strchr(out, '\n') + 1, '\n'), "one line: %s", out);
+    cr_assert(empty_dir(sub), "%s: nothing is left in %s", lines, sub);
+}
+
 /* Loads lines (--format text) at DIR/name; returns the exit code. */
 static int load_lines(const char *name, const char *lines)
 {
@@ -303,6 +339,240 @@ static int load_lines(const char *name, const char *lines)
     fclose(f);
     snprintf(args, sizeof args, "snapshot load %s/%s --format text < %s", dir, name, input);
     return test_run_stash(args, out, sizeof out);
+}
+
+#define VALUE_STATE "{\"declare\": \"v\", \"kind\": \"value\"}\n"
+
+Test(tool, load_refuses_an_operator_state_of_more_workers_than_a_reader_takes)
+{
+    expect_load_refused("{\"snapshot\": 1, \"max_parallelism\": 8, \"op_parallelism\": 100000}\n"
+                        "{\"declare\": \"v\", \"kind\": \"value\"}\n",
+                        1, "op_parallelism");
+    char lines[200];
+    snprintf(lines, sizeof lines,
+             "{\"snapshot\": 1, \"max_parallelism\": 8, \"op_parallelism\": %u}\n",
+             STASH_MAX_WORKERS + 1);
+    expect_load_refused(lines, 1, "op_parallelism");
+    snprintf(lines, sizeof lines,
+             "{\"snapshot\": 1, \"max_parallelism\": 8, \"op_parallelism\": %u}\n",
+             STASH_MAX_WORKERS);
+    cr_assert_eq(load_lines("sp-most-workers", lines), 0, "%s", out);
+}
+
+Test(tool, load_refuses_a_max_parallelism_that_is_not_an_integer_in_range)
+{
+    const char *bad[] = {"\"8\"", "8.5", "1e3", "0", "-8", "08", "32769", "true", "[8]"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char lines[200];
+        snprintf(lines, sizeof lines,
+                 "{\"snapshot\": 1, \"max_parallelism\": %s, \"op_parallelism\": 0}\n" VALUE_STATE,
+                 bad[i]);
+        expect_load_refused(lines, 1, "max_parallelism");
+    }
+}
+
+Test(tool, load_refuses_a_snapshot_id_that_is_no_checkpoint_id)
+{
+    char lines[200], most[32], past[32];
+    snprintf(most, sizeof most, "%llu", (unsigned long long)CKPT_MAX_ID);
+    snprintf(past, sizeof past, "%llu", (unsigned long long)CKPT_MAX_ID + 1);
+    const char *bad[] = {"-5", "0", "18446744073709551615", "18446744073709551616", past, "1.0"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(lines, sizeof lines,
+                 "{\"snapshot\": %s, \"max_parallelism\": 8, \"op_parallelism\": 0}\n" VALUE_STATE,
+                 bad[i]);
+        expect_load_refused(lines, 1, "snapshot");
+    }
+    snprintf(lines, sizeof lines,
+             "{\"snapshot\": %s, \"max_parallelism\": 8, \"op_parallelism\": 0}\n" VALUE_STATE,
+             most);
+    cr_assert_eq(load_lines("sp-most", lines), 0, "%s", out);
+    char args[400];
+    snprintf(args, sizeof args, "snapshot verify %s/sp-most", dir);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, most), "%s", out);
+}
+
+Test(tool, load_refuses_a_state_name_with_a_nul_byte)
+{
+    expect_load_refused("{\"declare\": \"a\\u0000b\", \"kind\": \"value\"}\n", 1, "declare");
+    expect_load_refused("{\"declare\": \"a\", \"kind\": \"value\"}\n"
+                        "{\"state\": \"a\\u0000b\", \"kind\": \"value\", \"key\": \"k\", "
+                        "\"namespace\": \"\", \"value\": \"x\"}\n",
+                        2, "state");
+    expect_load_refused("{\"declare\": \"a\", \"kind\": \"value\\u0000map\"}\n", 1, "kind");
+    expect_load_refused("{\"declare\": \"\", \"kind\": \"value\"}\n", 1, "declare");
+}
+
+Test(tool, load_refuses_an_entry_of_another_kind_than_its_state)
+{
+    expect_load_refused(VALUE_STATE "{\"kg\": 0, \"state\": \"v\", \"kind\": \"map\", \"key\": "
+                                    "\"k\", \"namespace\": \"\", \"map_key\": \"m\", \"value\": "
+                                    "\"x\"}\n",
+                        2, "kind");
+    expect_load_refused(VALUE_STATE "{\"state\": \"v\", \"key\": \"k\", \"value\": \"x\"}\n", 2,
+                        "kind");
+    expect_load_refused(VALUE_STATE "{\"state\": \"w\", \"kind\": \"value\", \"key\": \"k\", "
+                                    "\"value\": \"x\"}\n",
+                        2, "state");
+    expect_load_refused(VALUE_STATE "{\"declare\": \"v\", \"kind\": \"list\"}\n", 2, "declare");
+}
+
+Test(tool, load_refuses_an_entry_without_what_its_kind_needs)
+{
+    expect_load_refused(VALUE_STATE
+                        "{\"kg\": 0, \"state\": \"v\", \"kind\": \"value\", \"key\": \"k\", "
+                        "\"namespace\": \"\"}\n",
+                        2, "value");
+    expect_load_refused(VALUE_STATE "{\"state\": \"v\", \"kind\": \"value\", \"value\": \"x\"}\n",
+                        2, "key");
+    expect_load_refused("{\"declare\": \"m\", \"kind\": \"map\"}\n"
+                        "{\"state\": \"m\", \"kind\": \"map\", \"key\": \"k\", \"value\": \"x\"}\n",
+                        2, "map_key");
+    expect_load_refused("{\"declare\": \"t\", \"kind\": \"timers\"}\n"
+                        "{\"state\": \"t\", \"kind\": \"timers\", \"key\": \"k\", \"domain\": "
+                        "\"event-time\", \"namespace\": \"\"}\n",
+                        2, "timestamp");
+    expect_load_refused("{\"kind\": \"value\", \"key\": \"k\", \"value\": \"x\"}\n", 1, "state");
+    expect_load_refused("{\"declare\": \"v\"}\n", 1, "kind");
+}
+
+Test(tool, load_refuses_a_field_that_means_nothing_for_the_kind)
+{
+    /* An index on a value; a list's index that is no integer. */
+    expect_load_refused(VALUE_STATE "{\"state\": \"v\", \"kind\": \"value\", \"key\": \"k\", "
+                                    "\"namespace\": \"\", \"index\": 0, \"value\": \"x\"}\n",
+                        2, "index");
+    expect_load_refused("{\"declare\": \"l\", \"kind\": \"list\"}\n"
+                        "{\"state\": \"l\", \"kind\": \"list\", \"key\": \"k\", \"namespace\": "
+                        "\"\", \"index\": [0], \"value\": \"x\"}\n",
+                        2, "index");
+    expect_load_refused("{\"declare\": \"l\", \"kind\": \"list\"}\n"
+                        "{\"state\": \"l\", \"kind\": \"list\", \"key\": \"k\", \"map_key\": "
+                        "\"m\", \"value\": \"x\"}\n",
+                        2, "map_key");
+    expect_load_refused("{\"declare\": \"t\", \"kind\": \"timers\"}\n"
+                        "{\"state\": \"t\", \"kind\": \"timers\", \"key\": \"k\", \"domain\": "
+                        "\"event-time\", \"timestamp\": 5, \"value\": \"x\"}\n",
+                        2, "value");
+    expect_load_refused(VALUE_STATE "{\"state\": \"v\", \"kind\": \"value\", \"key\": \"k\", "
+                                    "\"value\": \"x\", \"ttl_ms\": 5}\n",
+                        2, "ttl_ms");
+    expect_load_refused("{\"snapshot\": 1, \"max_parallelism\": 8, \"op_parallelism\": 1}\n"
+                        "{\"declare\": \"o\", \"kind\": \"op-list\"}\n"
+                        "{\"state\": \"o\", \"kind\": \"op-list\", \"worker\": 0, \"key\": "
+                        "\"k\", \"value\": \"x\"}\n",
+                        3, "key");
+    expect_load_refused(VALUE_STATE "{\"state\": \"v\", \"kind\": \"value\", \"worker\": 0, "
+                                    "\"value\": \"x\"}\n",
+                        2, "worker");
+    expect_load_refused("{\"declare\": \"t\", \"kind\": \"timers\", \"ttl_ms\": 1000}\n", 1,
+                        "ttl_ms");
+    expect_load_refused("{\"declare\": \"v\", \"kind\": \"value\", \"ttl_update\": 1}\n", 1,
+                        "ttl_update");
+}
+
+Test(tool, load_refuses_a_ttl_that_is_negative_or_out_of_range)
+{
+    const char *ttl_state = "{\"declare\": \"v\", \"kind\": \"value\", \"ttl_ms\": 60000}\n";
+    char lines[400];
+    snprintf(lines, sizeof lines,
+             "%s{\"state\": \"v\", \"kind\": \"value\", \"key\": \"k\", \"namespace\": \"\", "
+             "\"value\": \"x\", \"ttl_ms\": -1}\n",
+             ttl_state);
+    expect_load_refused(lines, 2, "ttl_ms");
+    snprintf(lines, sizeof lines,
+             "%s{\"state\": \"v\", \"kind\": \"value\", \"key\": \"k\", \"namespace\": \"\", "
+             "\"value\": \"x\", \"ttl_ms\": 18446744073709551616}\n",
+             ttl_state);
+    expect_load_refused(lines, 2, "ttl_ms");
+    expect_load_refused("{\"declare\": \"v\", \"kind\": \"value\", \"ttl_ms\": -1}\n", 1, "ttl_ms");
+    expect_load_refused("{\"declare\": \"v\", \"kind\": \"value\", \"ttl_ms\": 60000, "
+                        "\"ttl_update\": 2}\n",
+                        1, "ttl_update");
+    expect_load_refused("{\"declare\": \"v\", \"kind\": \"value\", \"ttl_ms\": 60000, "
+                        "\"ttl_event_time\": -1}\n",
+                        1, "ttl_event_time");
+}
+
+Test(tool, load_refuses_an_unknown_or_repeated_field)
+{
+    expect_load_refused("{\"declare\": \"v\", \"kind\": \"value\", \"colour\": \"red\"}\n", 1,
+                        "colour");
+    expect_load_refused(VALUE_STATE "{\"state\": \"v\", \"kind\": \"value\", \"key\": \"k\", "
+                                    "\"value\": \"x\", \"value\": \"y\"}\n",
+                        2, "value");
+    expect_load_refused("{\"snapshot\": 1, \"max_parallelism\": 8, \"op_parallelism\": 0, "
+                        "\"base\": 0}\n",
+                        1, "base");
+}
+
+Test(tool, load_refuses_a_timer_domain_and_a_worker_it_does_not_know)
+{
+    expect_load_refused("{\"declare\": \"t\", \"kind\": \"timers\"}\n"
+                        "{\"state\": \"t\", \"kind\": \"timers\", \"key\": \"k\", \"domain\": "
+                        "\"wall-time\", \"timestamp\": 5, \"namespace\": \"\"}\n",
+                        2, "domain");
+    expect_load_refused("{\"snapshot\": 1, \"max_parallelism\": 8, \"op_parallelism\": 2}\n"
+                        "{\"declare\": \"o\", \"kind\": \"op-list\"}\n"
+                        "{\"state\": \"o\", \"kind\": \"op-list\", \"worker\": 2, \"index\": 0, "
+                        "\"value\": \"x\"}\n",
+                        3, "worker");
+}
+
+Test(tool, load_takes_the_snapshot_line_only_first)
+{
+    expect_load_refused(VALUE_STATE
+                        "{\"snapshot\": 1, \"max_parallelism\": 8, \"op_parallelism\": 0}\n",
+                        2, "snapshot");
+}
+
+Test(tool, load_takes_every_kind_as_dump_writes_it_and_dumps_it_again)
+{
+    const char *lines =
+        "{\"snapshot\": 4, \"max_parallelism\": 8, \"op_parallelism\": 2}\n"
+        "{\"declare\": \"v\", \"kind\": \"value\"}\n"
+        "{\"declare\": \"l\", \"kind\": \"list\", \"ttl_ms\": 60000, \"ttl_update\": 1, "
+        "\"ttl_visibility\": 1, \"ttl_cleanup_full_snapshot\": 0, \"ttl_event_time\": 1}\n"
+        "{\"declare\": \"m\", \"kind\": \"map\"}\n"
+        "{\"declare\": \"r\", \"kind\": \"reducing\"}\n"
+        "{\"declare\": \"t\", \"kind\": \"timers\"}\n"
+        "{\"declare\": \"o\", \"kind\": \"op-union\"}\n"
+        "{\"declare\": \"b\", \"kind\": \"broadcast\"}\n"
+        "{\"kg\": 3, \"state\": \"v\", \"kind\": \"value\", \"key\": \"k\", \"namespace\": \"n\", "
+        "\"value\": \"a\\u0000b\"}\n"
+        "{\"kg\": 3, \"state\": \"l\", \"kind\": \"list\", \"key\": \"k\", \"namespace\": \"\", "
+        "\"index\": 0, \"value\": \"e\", \"ttl_ms\": 17}\n"
+        "{\"kg\": 3, \"state\": \"m\", \"kind\": \"map\", \"key\": \"k\", \"namespace\": \"\", "
+        "\"map_key\": \"mk\", \"value\": \"mv\"}\n"
+        "{\"kg\": 3, \"state\": \"r\", \"kind\": \"reducing\", \"key\": \"k\", \"namespace\": "
+        "\"\", \"value\": \"acc\"}\n"
+        "{\"kg\": 3, \"state\": \"t\", \"kind\": \"timers\", \"key\": \"k\", \"domain\": "
+        "\"processing-time\", \"timestamp\": 99, \"namespace\": \"w\"}\n"
+        "{\"state\": \"o\", \"kind\": \"op-union\", \"worker\": 1, \"index\": 0, \"value\": "
+        "\"u\"}\n"
+        "{\"state\": \"b\", \"kind\": \"broadcast\", \"worker\": 0, \"map_key\": \"bk\", "
+        "\"value\": \"bv\"}\n"
+        "{\"state\": \"t\", \"kind\": \"timers\", \"worker\": 0, \"watermark\": 7}\n";
+    cr_assert_eq(load_lines("sp-every-kind", lines), 0, "%s", out);
+    char args[400];
+    snprintf(args, sizeof args, "snapshot dump %s/sp-every-kind --format text", dir);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    /* Each line again, the key groups recomputed from the keys. */
+    const char *again[] = {
+        "\"state\": \"v\", \"kind\": \"value\", \"key\": \"k\", \"namespace\": \"n\", \"value\": "
+        "\"a\\u0000b\"}",
+        "\"index\": 0, \"value\": \"e\", \"ttl_ms\": 17}",
+        "\"map_key\": \"mk\", \"value\": \"mv\"}",
+        "\"domain\": \"processing-time\", \"timestamp\": 99, \"namespace\": \"w\"}",
+        "\"ttl_ms\": 60000, \"ttl_update\": 1, \"ttl_visibility\": 1, "
+        "\"ttl_cleanup_full_snapshot\": 0, \"ttl_event_time\": 1}",
+        "{\"state\": \"o\", \"kind\": \"op-union\", \"worker\": 1, \"index\": 0, \"value\": "
+        "\"u\"}",
+        "{\"state\": \"t\", \"kind\": \"timers\", \"worker\": 0, \"watermark\": 7}",
+        "{\"snapshot\": 4, \"max_parallelism\": 8, \"op_parallelism\": 2}"};
+    for (size_t i = 0; i < sizeof again / sizeof again[0]; i++)
+        cr_assert(strstr(out, again[i]), "%s in %s", again[i], out);
 }
 
 /* The writer load runs refuses, as load does, what no reader would take. */

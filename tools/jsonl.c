@@ -10,9 +10,14 @@
 
 #include "tools/tools.h"
 
+static bool is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
 static char *skip_space(char *p)
 {
-    while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n') p++;
+    while (is_space(*p)) p++;
     return p;
 }
 
@@ -109,6 +114,7 @@ int tool_json_object(char *line, tool_json_field *f, int cap, size_t *at)
         p = skip_space(p);
         tool_json_field *fl = &f[n++];
         fl->name = name;
+        fl->name_len = nlen;
         if (*p == '"') {
             fl->string = true;
             fl->value = p + 1;
@@ -116,7 +122,7 @@ int tool_json_object(char *line, tool_json_field *f, int cap, size_t *at)
         } else {
             fl->string = false;
             fl->value = p;
-            while (*p && *p != ',' && *p != '}' && *p != ' ') p++;
+            while (*p && *p != ',' && *p != '}' && !is_space(*p)) p++;
             fl->len = (size_t)(p - fl->value);
             if (!fl->len) goto bad;
         }
@@ -139,6 +145,6 @@ bad:
 const tool_json_field *tool_json_get(const tool_json_field *f, int n, const char *name)
 {
     for (int i = 0; i < n; i++)
-        if (strcmp(f[i].name, name) == 0) return &f[i];
+        if (f[i].name_len == strlen(name) && strcmp(f[i].name, name) == 0) return &f[i];
     return NULL;
 }

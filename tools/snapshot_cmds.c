@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -51,8 +52,11 @@ static const char usage[] =
     "moved into its key group of N key groups; DEST holds a whole savepoint or\n"
     "nothing. Savepoints are canonical: there is nothing to convert. load builds a\n"
     "savepoint at DEST from dump's lines on stdin (edited or not; --format as dump was\n"
-    "given), built in a heap of SIZE bytes (256M); a line it cannot take is named by\n"
-    "its number and nothing is written.\n";
+    "given), built in a heap of SIZE bytes (256M); it takes the fields dump writes,\n"
+    "each of the type and in the range a reader takes (docs/format.md), and refuses\n"
+    "any other, one given twice or missing, or one that means nothing for its state's\n"
+    "kind: a line it cannot take is named by its number and field, and nothing is\n"
+    "written.\n";
 
 static const char *kind_name(unsigned kind)
 {
@@ -703,103 +707,355 @@ static int cmd_rewrite(const snap_args *a)
     return 0;
 }
 
-static int kind_of(const char *name)
-{
-    for (int k = STASH_VALUE; k <= STASH_TIMERS; k++)
-        if (strcmp(kind_name((unsigned)k), name) == 0) return k;
-    return -1;
-}
+/* ---- load: dump's lines back into a savepoint --------------------------- */
 
-/* A load in progress: the writer, once the header (or the first other
- * line) said how to open it. */
+/* Every field a line of dump may hold (docs/format.md); load refuses any
+ * other, and any of these where it means nothing. */
+#define LOAD_FIELDS                                                                                \
+    "snapshot max_parallelism op_parallelism declare kind ttl_ms ttl_update ttl_visibility "       \
+    "ttl_cleanup_full_snapshot ttl_event_time kg state key namespace index map_key value domain "  \
+    "timestamp worker watermark"
+
+/* A TTL's settings beside its "ttl_ms", as dump gives them. */
+#define TTL_OPTIONS "ttl_update ttl_visibility ttl_cleanup_full_snapshot ttl_event_time"
+
+/* A state the lines declared: what its entries are checked against. */
+typedef struct load_state {
+    char name[SHM_STATE_NAME];
+    stash_kind kind;
+    bool ttl;
+} load_state;
+
+/* A load in progress: the writer, opened at the first line after the
+ * snapshot's (which says how), and the states declared so far. */
 typedef struct loader {
     const snap_args *a;
     stash_snapshot_writer *w;
     stash_snapshot_writer_opts o;
+    bool begun; /* a line was taken: no snapshot line may come */
+    load_state states[SHM_CATALOG_SIZE];
+    uint32_t nstates;
     uint8_t *bytes[4]; /* decoded fields of the line */
     int nbytes;
 } loader;
 
-/* Decodes field name of the line into *out (empty if absent). */
-static int field_bytes(loader *l, const tool_json_field *f, int n, const char *name,
-                       stash_bytes *out)
+/* One line's fields. */
+typedef struct load_line {
+    const tool_json_field *f;
+    int n;
+} load_line;
+
+/* Refuses field name (len bytes) of the line: its name as given, but for
+ * bytes other than printable ASCII and past the 40th (a name made up is
+ * not echoed whole), then why. */
+static int __attribute__((format(printf, 3, 4)))
+name_fail(const char *name, size_t len, const char *fmt, ...)
 {
-    const tool_json_field *x = tool_json_get(f, n, name);
-    *out = (stash_bytes){0};
-    if (!x) return 0;
-    if (!x->string) return shm_fail(-EINVAL, "\"%s\" is not a string", name);
-    if (l->a->format == TOOL_TEXT) {
-        *out = (stash_bytes){x->value, x->len};
-        return 0;
+    char shown[48], why[256];
+    size_t n = 0;
+    for (size_t i = 0; i < len && n < 40; i++)
+        shown[n++] = name[i] >= ' ' && name[i] <= '~' && name[i] != '"' ? name[i] : '?';
+    if (len > 40) n += (size_t)sprintf(shown + n, "...");
+    shown[n] = '\0';
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    return shm_fail(-EINVAL, "\"%s\": %s", shown, why);
+}
+
+#define field_fail(x, ...) name_fail((x)->name, (x)->name_len, __VA_ARGS__)
+#define refuse(name, ...) name_fail(name, strlen(name), __VA_ARGS__)
+#define missing(name) refuse(name, "missing")
+
+/* Whether name (len bytes) is one of the words of list. */
+static bool one_of(const char *name, size_t len, const char *list)
+{
+    for (const char *p = list; *p;) {
+        size_t w = strcspn(p, " ");
+        if (w == len && memcmp(p, name, len) == 0) return true;
+        p += w + (p[w] == ' ');
     }
-    size_t len;
-    uint8_t *b;
-    if (tool_decode(x->value, l->a->format, &b, &len) < 0)
-        return shm_fail(-EINVAL, "\"%s\" is not %s", name,
-                        l->a->format == TOOL_HEX ? "hex" : "base64");
-    l->bytes[l->nbytes++] = b;
-    *out = (stash_bytes){b, len};
+    return false;
+}
+
+/* Refuses a field given twice, or not one of allowed (where means says
+ * why it means nothing). */
+static int only_fields(const load_line *ln, const char *allowed, const char *means)
+{
+    for (int i = 0; i < ln->n; i++) {
+        const tool_json_field *x = &ln->f[i];
+        for (int j = 0; j < i; j++)
+            if (x->name_len == ln->f[j].name_len &&
+                memcmp(x->name, ln->f[j].name, x->name_len) == 0)
+                return field_fail(x, "given twice");
+        if (!one_of(x->name, x->name_len, LOAD_FIELDS))
+            return field_fail(x, "no field of dump's lines");
+        if (!one_of(x->name, x->name_len, allowed)) return field_fail(x, "means nothing %s", means);
+    }
     return 0;
 }
 
-static uint64_t field_u64(const tool_json_field *f, int n, const char *name)
+/* Refuses the first field of the line that is one of list, saying why. */
+static int none_of(const load_line *ln, const char *list, const char *why)
 {
-    const tool_json_field *x = tool_json_get(f, n, name);
-    return x && !x->string ? strtoull(x->value, NULL, 10) : 0;
+    for (int i = 0; i < ln->n; i++)
+        if (one_of(ln->f[i].name, ln->f[i].name_len, list)) return field_fail(&ln->f[i], "%s", why);
+    return 0;
 }
 
-/* Takes one parsed line. */
-static int load_line(loader *l, const tool_json_field *f, int n)
+/* Field name of the line as a JSON integer from min to max (digits only:
+ * no sign, fraction, exponent, leading zero or quotes) into *out; left as
+ * it is if absent and not needed. */
+static int integer(const load_line *ln, const char *name, bool needed, uint64_t min, uint64_t max,
+                   uint64_t *out)
 {
-    const tool_json_field *hdr = tool_json_get(f, n, "snapshot");
-    if (hdr && !l->w) {
-        l->o.id = field_u64(f, n, "snapshot");
-        if (!l->a->max_parallelism)
-            l->o.max_parallelism = (uint32_t)field_u64(f, n, "max_parallelism");
-        l->o.op_parallelism = (uint32_t)field_u64(f, n, "op_parallelism");
-        return 0;
+    const tool_json_field *x = tool_json_get(ln->f, ln->n, name);
+    if (!x) return needed ? missing(name) : 0;
+    const char *p = x->value;
+    uint64_t v = 0;
+    bool ok = !x->string && *p >= '0' && *p <= '9' && !(p[0] == '0' && p[1]);
+    for (; ok && *p; p++) {
+        unsigned d = (unsigned)(*p - '0');
+        ok = *p >= '0' && *p <= '9' && v <= (UINT64_MAX - d) / 10;
+        v = v * 10 + d;
     }
-    if (hdr) return shm_fail(-EINVAL, "a second snapshot line");
-    if (!l->w) {
-        int rc = stash_snapshot_writer_open(l->a->path[0], &l->o, &l->w);
-        if (rc) return rc;
+    if (!ok || v < min || v > max)
+        return field_fail(x, "not an integer from %llu to %llu", (unsigned long long)min,
+                          (unsigned long long)max);
+    *out = v;
+    return 0;
+}
+
+/* Field name of the line as a string of 1 to max bytes without a NUL
+ * byte: it becomes a C string. */
+static int c_string(const load_line *ln, const char *name, size_t max, const tool_json_field **out)
+{
+    const tool_json_field *x = tool_json_get(ln->f, ln->n, name);
+    if (!x) return missing(name);
+    if (!x->string || x->len == 0 || x->len > max || memchr(x->value, 0, x->len))
+        return field_fail(x, "not a string of 1 to %zu bytes without a NUL byte", max);
+    *out = x;
+    return 0;
+}
+
+/* The line's "kind": one of the kinds' names. */
+static int kind_field(const load_line *ln, stash_kind *out)
+{
+    const tool_json_field *x;
+    int rc = c_string(ln, "kind", 16, &x);
+    for (int k = STASH_VALUE; rc == 0 && k <= STASH_TIMERS; k++)
+        if (strcmp(x->value, kind_name((unsigned)k)) == 0) {
+            *out = (stash_kind)k;
+            return 0;
+        }
+    return rc ? rc : field_fail(x, "names no state kind");
+}
+
+/* Field name of the line, its bytes in the --format given, into *out (at
+ * most most of them); empty if absent and not needed. */
+static int bytes_field(loader *l, const load_line *ln, const char *name, bool needed, size_t most,
+                       stash_bytes *out)
+{
+    const tool_json_field *x = tool_json_get(ln->f, ln->n, name);
+    *out = (stash_bytes){0};
+    if (!x) return needed ? missing(name) : 0;
+    if (!x->string) return field_fail(x, "not a string");
+    if (l->a->format == TOOL_TEXT) {
+        *out = (stash_bytes){x->value, x->len};
+    } else {
+        size_t len;
+        uint8_t *b;
+        int rc =
+            memchr(x->value, 0, x->len) ? -EINVAL : tool_decode(x->value, l->a->format, &b, &len);
+        if (rc == -ENOMEM) return shm_fail(rc, "out of memory");
+        if (rc) return field_fail(x, "not %s", l->a->format == TOOL_HEX ? "hex" : "base64");
+        l->bytes[l->nbytes++] = b;
+        *out = (stash_bytes){b, len};
     }
-    const tool_json_field *kind = tool_json_get(f, n, "kind");
-    int k = kind ? kind_of(kind->value) : -1;
-    if (k < 0) return shm_fail(-EINVAL, "no \"kind\" that names a state kind");
-    const tool_json_field *decl = tool_json_get(f, n, "declare");
-    if (decl) {
-        stash_state_desc d = {.name = decl->value, .kind = (stash_kind)k};
-        d.ttl =
-            (stash_ttl){.ttl_ms = field_u64(f, n, "ttl_ms"),
-                        .update = (int)field_u64(f, n, "ttl_update"),
-                        .visibility = (int)field_u64(f, n, "ttl_visibility"),
-                        .cleanup_full_snapshot = (int)field_u64(f, n, "ttl_cleanup_full_snapshot"),
-                        .time = field_u64(f, n, "ttl_event_time") ? STASH_TTL_EVENT_TIME
-                                                                  : STASH_TTL_PROCESSING_TIME};
-        return stash_snapshot_writer_state(l->w, &d);
-    }
-    const tool_json_field *state = tool_json_get(f, n, "state");
-    if (!state || !state->string) return shm_fail(-EINVAL, "no \"state\"");
-    stash_snapshot_entry e = {.state = state->value, .kind = (stash_kind)k};
-    int rc = field_bytes(l, f, n, "value", &e.value);
-    if (rc == 0) rc = field_bytes(l, f, n, "map_key", &e.map_key);
+    if (out->len > most) return field_fail(x, "%zu bytes, at most %zu", out->len, most);
+    return 0;
+}
+
+/* Whether kind k's states take a TTL: keyed state but timers. */
+static bool takes_ttl(stash_kind k)
+{
+    return k >= STASH_VALUE && k <= STASH_AGGREGATING;
+}
+
+/* The snapshot's line: its id, key groups and operator state's workers,
+ * as a reader takes them. */
+static int load_header(loader *l, const load_line *ln)
+{
+    if (l->begun) return refuse("snapshot", "the snapshot line comes first, and once");
+    int rc = only_fields(ln, "snapshot max_parallelism op_parallelism", "on the snapshot line");
+    uint64_t id = 0, maxp = 0, opp = 0;
+    if (rc == 0) rc = integer(ln, "snapshot", true, 1, CKPT_MAX_ID, &id);
+    if (rc == 0) rc = integer(ln, "max_parallelism", false, 1, STASH_MAX_MAX_PARALLELISM, &maxp);
+    if (rc == 0) rc = integer(ln, "op_parallelism", false, 0, STASH_MAX_WORKERS, &opp);
     if (rc) return rc;
-    if (tool_json_get(f, n, "worker")) {
-        e.worker = (uint32_t)field_u64(f, n, "worker");
-        e.timestamp = field_u64(f, n, "watermark");
-        return stash_snapshot_writer_op_put(l->w, &e);
-    }
-    if (!tool_json_get(f, n, "key")) return shm_fail(-EINVAL, "no \"key\" and no \"worker\"");
-    rc = field_bytes(l, f, n, "key", &e.key);
-    if (rc == 0) rc = field_bytes(l, f, n, "namespace", &e.ns);
+    l->o.id = id;
+    if (!l->a->max_parallelism && maxp) l->o.max_parallelism = (uint32_t)maxp;
+    l->o.op_parallelism = (uint32_t)opp;
+    return 0;
+}
+
+/* A state's declaration: its name, kind and TTL settings (a TTL for keyed
+ * state but timers, its options 0 or 1 as the metadata keeps them). */
+static int load_declare(loader *l, const load_line *ln)
+{
+    const tool_json_field *name;
+    stash_kind k = 0;
+    int rc = c_string(ln, "declare", SHM_STATE_NAME - 1, &name);
+    if (rc == 0) rc = kind_field(ln, &k);
+    for (uint32_t i = 0; rc == 0 && i < l->nstates; i++)
+        if (strcmp(l->states[i].name, name->value) == 0)
+            return field_fail(name, "the state was declared above");
+    if (rc == 0 && l->nstates == SHM_CATALOG_SIZE)
+        return field_fail(name, "a savepoint holds at most %u states", SHM_CATALOG_SIZE);
+    stash_ttl ttl = {0};
+    if (rc == 0 && takes_ttl(k)) rc = integer(ln, "ttl_ms", false, 0, UINT64_MAX, &ttl.ttl_ms);
+    char means[64];
+    snprintf(means, sizeof means, "in a declaration of kind %s", kind_name(k));
+    if (rc == 0 && takes_ttl(k) && !ttl.ttl_ms)
+        rc = none_of(ln, TTL_OPTIONS, "means nothing without a TTL (\"ttl_ms\" above 0)");
+    if (rc == 0)
+        rc = only_fields(ln, takes_ttl(k) ? "declare kind ttl_ms " TTL_OPTIONS : "declare kind",
+                         means);
+    uint64_t opt[4] = {0};
+    static const char *const opts[4] = {"ttl_update", "ttl_visibility", "ttl_cleanup_full_snapshot",
+                                        "ttl_event_time"};
+    for (int i = 0; rc == 0 && i < 4; i++) rc = integer(ln, opts[i], false, 0, 1, &opt[i]);
+    if (rc == 0 && !l->w) rc = stash_snapshot_writer_open(l->a->path[0], &l->o, &l->w);
     if (rc) return rc;
-    e.ttl_ms = field_u64(f, n, "ttl_ms");
-    e.timestamp = field_u64(f, n, "timestamp");
-    const tool_json_field *dom = tool_json_get(f, n, "domain");
-    e.domain = dom && strcmp(dom->value, "processing-time") == 0 ? STASH_PROCESSING_TIME
-                                                                 : STASH_EVENT_TIME;
-    return stash_snapshot_writer_put(l->w, &e);
+    ttl.update = (int)opt[0];
+    ttl.visibility = (int)opt[1];
+    ttl.cleanup_full_snapshot = (int)opt[2];
+    ttl.time = opt[3] ? STASH_TTL_EVENT_TIME : STASH_TTL_PROCESSING_TIME;
+    rc = stash_snapshot_writer_state(
+        l->w, &(stash_state_desc){.name = name->value, .kind = k, .ttl = ttl});
+    if (rc) return rc;
+    load_state *s = &l->states[l->nstates++];
+    memcpy(s->name, name->value, name->len + 1);
+    s->kind = k;
+    s->ttl = ttl.ttl_ms > 0;
+    return 0;
+}
+
+/* The declared state the line's "state" names, which its "kind" must be. */
+static int entry_state(loader *l, const load_line *ln, const load_state **out)
+{
+    const tool_json_field *name;
+    stash_kind k = 0;
+    int rc = c_string(ln, "state", SHM_STATE_NAME - 1, &name);
+    *out = NULL;
+    for (uint32_t i = 0; rc == 0 && i < l->nstates && !*out; i++)
+        if (strcmp(l->states[i].name, name->value) == 0) *out = &l->states[i];
+    if (rc == 0 && !*out) return field_fail(name, "names no state declared above");
+    if (rc == 0) rc = kind_field(ln, &k);
+    if (rc == 0 && k != (*out)->kind)
+        return refuse("kind", "%s, but the state was declared %s", kind_name(k),
+                      kind_name((*out)->kind));
+    return rc;
+}
+
+/* A keyed entry: a value or accumulator, a list's element (its index is
+ * the line's place among its list's lines), a map's entry, or a timer.
+ * Its "kg" is checked, then computed again from the key (of the max
+ * parallelism loaded into). */
+static int load_keyed(loader *l, const load_line *ln, const load_state *s)
+{
+    stash_kind k = s->kind;
+    char allowed[128], means[64];
+    snprintf(allowed, sizeof allowed, "kg state kind key namespace %s%s",
+             k == STASH_TIMERS ? "domain timestamp"
+             : k == STASH_LIST ? "index value"
+             : k == STASH_MAP  ? "map_key value"
+                               : "value",
+             s->ttl ? " ttl_ms" : "");
+    snprintf(means, sizeof means, "for kind %s", kind_name(k));
+    stash_snapshot_entry e = {.state = s->name, .kind = k};
+    uint64_t kg = 0, index = 0, ts = 0;
+    int rc = takes_ttl(k) && !s->ttl
+                 ? none_of(ln, "ttl_ms", "means nothing for a state declared without a TTL")
+                 : 0;
+    if (rc == 0) rc = only_fields(ln, allowed, means);
+    if (rc == 0) rc = integer(ln, "kg", false, 0, STASH_MAX_MAX_PARALLELISM - 1, &kg);
+    if (rc == 0) rc = bytes_field(l, ln, "key", true, UINT16_MAX, &e.key);
+    if (rc == 0)
+        rc = bytes_field(l, ln, "namespace", false,
+                         UINT16_MAX - (k == STASH_TIMERS ? TIMER_NS_PREFIX : 0), &e.ns);
+    if (rc == 0 && k == STASH_LIST) rc = integer(ln, "index", false, 0, UINT32_MAX, &index);
+    if (rc == 0 && k == STASH_MAP) rc = bytes_field(l, ln, "map_key", true, UINT16_MAX, &e.map_key);
+    if (rc == 0 && k != STASH_TIMERS) rc = bytes_field(l, ln, "value", true, UINT32_MAX, &e.value);
+    if (rc == 0 && s->ttl) rc = integer(ln, "ttl_ms", false, 0, UINT64_MAX, &e.ttl_ms);
+    if (rc == 0 && k == STASH_TIMERS) {
+        const tool_json_field *dom;
+        rc = c_string(ln, "domain", 16, &dom);
+        if (rc == 0 && strcmp(dom->value, "event-time") == 0)
+            e.domain = STASH_EVENT_TIME;
+        else if (rc == 0 && strcmp(dom->value, "processing-time") == 0)
+            e.domain = STASH_PROCESSING_TIME;
+        else if (rc == 0)
+            rc = field_fail(dom, "neither event-time nor processing-time");
+        if (rc == 0) rc = integer(ln, "timestamp", true, 0, UINT64_MAX, &ts);
+        e.timestamp = ts;
+    }
+    return rc ? rc : stash_snapshot_writer_put(l->w, &e);
+}
+
+/* An operator-state entry of worker "worker": a list's element, a
+ * broadcast entry, or a timer service's watermark. */
+static int load_op(loader *l, const load_line *ln, const load_state *s)
+{
+    stash_kind k = s->kind;
+    char means[64];
+    snprintf(means, sizeof means, "in operator state of kind %s", kind_name(k));
+    stash_snapshot_entry e = {.state = s->name, .kind = k};
+    uint64_t worker = 0, index = 0;
+    int rc = only_fields(ln,
+                         k == STASH_TIMERS         ? "state kind worker watermark"
+                         : k == STASH_OP_BROADCAST ? "state kind worker map_key value"
+                                                   : "state kind worker index value",
+                         means);
+    if (rc == 0 && !l->o.op_parallelism)
+        return refuse("worker", "the snapshot line gives no operator state");
+    if (rc == 0) rc = integer(ln, "worker", true, 0, l->o.op_parallelism - 1, &worker);
+    if (rc == 0 && k == STASH_TIMERS)
+        rc = integer(ln, "watermark", true, 0, UINT64_MAX, &e.timestamp);
+    if (rc == 0 && k == STASH_OP_BROADCAST)
+        rc = bytes_field(l, ln, "map_key", true, UINT32_MAX, &e.map_key);
+    if (rc == 0 && k != STASH_TIMERS && k != STASH_OP_BROADCAST)
+        rc = integer(ln, "index", false, 0, UINT32_MAX, &index);
+    if (rc == 0 && k != STASH_TIMERS) rc = bytes_field(l, ln, "value", true, UINT32_MAX, &e.value);
+    e.worker = (uint32_t)worker;
+    return rc ? rc : stash_snapshot_writer_op_put(l->w, &e);
+}
+
+/* Takes one parsed line: the snapshot's, a declaration, or an entry of a
+ * state declared above (a field given twice, or unknown, refused first:
+ * what kind of line it is depends on its fields). */
+static int take_line(loader *l, const load_line *ln)
+{
+    int rc = only_fields(ln, LOAD_FIELDS, "");
+    if (rc == 0 && tool_json_get(ln->f, ln->n, "snapshot"))
+        rc = load_header(l, ln);
+    else if (rc == 0 && tool_json_get(ln->f, ln->n, "declare"))
+        rc = load_declare(l, ln);
+    else if (rc == 0) {
+        const load_state *s;
+        rc = entry_state(l, ln, &s);
+        if (rc == 0 && !l->w) rc = stash_snapshot_writer_open(l->a->path[0], &l->o, &l->w);
+        /* A timer service has keyed entries (its timers) and a line of
+         * operator state per worker (its watermark). */
+        if (rc == 0)
+            rc = (s->kind >= STASH_OP_LIST && s->kind <= STASH_OP_BROADCAST) ||
+                         (s->kind == STASH_TIMERS && tool_json_get(ln->f, ln->n, "worker"))
+                     ? load_op(l, ln, s)
+                     : load_keyed(l, ln, s);
+    }
+    l->begun = true;
+    return rc;
 }
 
 static int cmd_load(const snap_args *a)
@@ -812,13 +1068,15 @@ static int cmd_load(const snap_args *a)
     tool_json_field f[32];
     for (ssize_t got; rc == 0 && (got = getline(&line, &cap, stdin)) >= 0;) {
         no++;
-        if (got <= 1) continue;
+        if (strspn(line, " \t\r\n") == (size_t)got) continue;
         size_t at = 0;
-        int n = tool_json_object(line, f, 32, &at);
-        if (n < 0)
+        int n = -1;
+        if (strlen(line) != (size_t)got)
+            rc = shm_fail(-EINVAL, "stdin line %lu: a NUL byte at byte %zu", no, strlen(line));
+        else if ((n = tool_json_object(line, f, 32, &at)) < 0)
             rc = shm_fail(-EINVAL, "stdin line %lu: not a JSON object (at byte %zu)", no, at);
         else
-            rc = load_line(&l, f, n);
+            rc = take_line(&l, &(load_line){f, n});
         for (int i = 0; i < l.nbytes; i++) free(l.bytes[i]);
         l.nbytes = 0;
         if (rc && n >= 0) {

@@ -49,9 +49,12 @@ int tool_fail(const char *what, int err);
 
 /* One name and value of a flat JSON object (jsonl.c): a string's bytes
  * unescaped (len of them, \u00XX the byte XX), or a number's, true's,
- * false's or null's text (NUL-terminated). */
+ * false's or null's text (NUL-terminated). The name is unescaped too
+ * (name_len bytes, NUL-terminated: one holding \u0000 is shorter as a C
+ * string). */
 typedef struct tool_json_field {
     const char *name;
+    size_t name_len;
     char *value;
     size_t len;
     bool string;
@@ -59,7 +62,7 @@ typedef struct tool_json_field {
 /* Parses line, a flat JSON object, in place into f (cap fields). Returns
  * how many, or -EINVAL with *at (if given) the offset of what is wrong. */
 int tool_json_object(char *line, tool_json_field *f, int cap, size_t *at);
-/* The field called name of f[0 .. n-1], or NULL. */
+/* The field called name of f[0 .. n-1] (all of its name), or NULL. */
 const tool_json_field *tool_json_get(const tool_json_field *f, int n, const char *name);
 
 /* Writes the arena's metrics to out in Prometheus' text format (0.0.4);
