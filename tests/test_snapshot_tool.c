@@ -520,6 +520,21 @@ Test(tool, load_refuses_a_timer_domain_and_a_worker_it_does_not_know)
                         3, "worker");
 }
 
+Test(tool, load_refuses_a_broadcast_key_given_twice_to_one_worker)
+{
+    const char *entry = "{\"state\": \"b\", \"kind\": \"broadcast\", \"worker\": %d, "
+                        "\"map_key\": \"k\", \"value\": \"%d\"}\n";
+    char lines[600];
+    int at = snprintf(lines, sizeof lines,
+                      "{\"snapshot\": 1, \"max_parallelism\": 8, \"op_parallelism\": 2}\n"
+                      "{\"declare\": \"b\", \"kind\": \"broadcast\"}\n");
+    at += snprintf(lines + at, sizeof lines - (size_t)at, entry, 0, 1);
+    at += snprintf(lines + at, sizeof lines - (size_t)at, entry, 1, 1);
+    cr_assert_eq(load_lines("sp-broadcast", lines), 0, "one key for each worker: %s", out);
+    snprintf(lines + at, sizeof lines - (size_t)at, entry, 0, 2);
+    expect_load_refused(lines, 5, "map_key");
+}
+
 Test(tool, load_takes_the_snapshot_line_only_first)
 {
     expect_load_refused(VALUE_STATE

@@ -726,8 +726,64 @@ typedef struct load_state {
     bool ttl;
 } load_state;
 
+/* A set of byte strings: open addressing, at most half full. */
+typedef struct seen_key {
+    uint64_t hash;
+    size_t len;
+    uint8_t *bytes; /* owned; NULL: a free slot */
+} seen_key;
+
+typedef struct key_set {
+    seen_key *slot;
+    size_t n, cap; /* cap: 0 or a power of two */
+} key_set;
+
+static void key_set_place(seen_key *slot, size_t cap, seen_key k)
+{
+    size_t j = k.hash & (cap - 1);
+    while (slot[j].bytes) j = (j + 1) & (cap - 1);
+    slot[j] = k;
+}
+
+/* Adds bytes (malloc'd, len > 0; the set takes them) to s: returns 0, 1
+ * if they were in it already (and frees them), or -ENOMEM. */
+static int key_set_add(key_set *s, uint8_t *bytes, size_t len)
+{
+    if (2 * (s->n + 1) > s->cap) {
+        size_t cap = s->cap ? 2 * s->cap : 64;
+        seen_key *grown = calloc(cap, sizeof *grown);
+        if (!grown) {
+            free(bytes);
+            return -ENOMEM;
+        }
+        for (size_t i = 0; i < s->cap; i++)
+            if (s->slot[i].bytes) key_set_place(grown, cap, s->slot[i]);
+        free(s->slot);
+        s->slot = grown;
+        s->cap = cap;
+    }
+    uint64_t h = XXH3_64bits(bytes, len);
+    for (size_t j = h & (s->cap - 1); s->slot[j].bytes; j = (j + 1) & (s->cap - 1))
+        if (s->slot[j].hash == h && s->slot[j].len == len &&
+            !memcmp(s->slot[j].bytes, bytes, len)) {
+            free(bytes);
+            return 1;
+        }
+    key_set_place(s->slot, s->cap, (seen_key){h, len, bytes});
+    s->n++;
+    return 0;
+}
+
+static void key_set_free(key_set *s)
+{
+    for (size_t i = 0; i < s->cap; i++) free(s->slot[i].bytes);
+    free(s->slot);
+}
+
 /* A load in progress: the writer, opened at the first line after the
- * snapshot's (which says how), and the states declared so far. */
+ * snapshot's (which says how), the states declared so far, and the keys
+ * of broadcast state each worker was given (the writer would keep a key
+ * given twice twice). */
 typedef struct loader {
     const snap_args *a;
     stash_snapshot_writer *w;
@@ -735,6 +791,7 @@ typedef struct loader {
     bool begun; /* a line was taken: no snapshot line may come */
     load_state states[SHM_CATALOG_SIZE];
     uint32_t nstates;
+    key_set broadcast; /* state index (4), worker (4), map key */
     uint8_t *bytes[4]; /* decoded fields of the line */
     int nbytes;
 } loader;
@@ -1004,6 +1061,20 @@ static int load_keyed(loader *l, const load_line *ln, const load_state *s)
     return rc ? rc : stash_snapshot_writer_put(l->w, &e);
 }
 
+/* Whether e's key is new to its worker's broadcast state s: a map, where
+ * a key is given once. */
+static int broadcast_key_new(loader *l, const load_state *s, const stash_snapshot_entry *e)
+{
+    uint32_t head[2] = {(uint32_t)(s - l->states), e->worker};
+    uint8_t *k = malloc(sizeof head + e->map_key.len);
+    if (!k) return shm_fail(-ENOMEM, "out of memory");
+    memcpy(k, head, sizeof head);
+    if (e->map_key.len) memcpy(k + sizeof head, e->map_key.data, e->map_key.len);
+    int rc = key_set_add(&l->broadcast, k, sizeof head + e->map_key.len);
+    if (rc < 0) return shm_fail(rc, "out of memory");
+    return rc ? refuse("map_key", "given above for this worker's broadcast state") : 0;
+}
+
 /* An operator-state entry of worker "worker": a list's element, a
  * broadcast entry, or a timer service's watermark. */
 static int load_op(loader *l, const load_line *ln, const load_state *s)
@@ -1029,6 +1100,7 @@ static int load_op(loader *l, const load_line *ln, const load_state *s)
         rc = integer(ln, "index", false, 0, UINT32_MAX, &index);
     if (rc == 0 && k != STASH_TIMERS) rc = bytes_field(l, ln, "value", true, UINT32_MAX, &e.value);
     e.worker = (uint32_t)worker;
+    if (rc == 0 && k == STASH_OP_BROADCAST) rc = broadcast_key_new(l, s, &e);
     return rc ? rc : stash_snapshot_writer_op_put(l->w, &e);
 }
 
@@ -1086,6 +1158,7 @@ static int cmd_load(const snap_args *a)
         }
     }
     free(line);
+    key_set_free(&l.broadcast);
     if (rc == 0 && !l.w) rc = stash_snapshot_writer_open(a->path[0], &l.o, &l.w);
     stash_snapshot_info out;
     if (rc == 0)
