@@ -3,8 +3,9 @@
  * fuzz_load.c: `stash snapshot load` over mutated JSON lines (the first
  * byte picks the format of the bytes: text, hex or base64). Whatever the
  * lines, the load exits 0, 1 or 2; a failed one leaves nothing at the
- * destination or beside it; a savepoint it writes verifies, dumps as JSON
- * lines, and those lines load into a savepoint that dumps the same lines.
+ * destination or beside it; a savepoint it writes opens as a restore opens
+ * it, verifies, shows its info, dumps as JSON lines, and those lines load
+ * into a savepoint that dumps the same lines.
  */
 #include <dirent.h>
 #include <stdint.h>
@@ -14,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "include/stash.h"
 #include "tests/fuzz/fuzz_tool.h"
 
 static char dir[128], input[160], dest[160], again[160];
@@ -104,12 +106,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         expect_nothing_written("a failed load");
         return 0;
     }
-    int verify, dump;
+    /* What load writes, every reader takes. */
+    stash_snapshot *snap;
+    if (stash_snapshot_open(dest, &snap) != 0) {
+        fprintf(stderr, "a loaded savepoint does not open: %s\n", stash_errmsg());
+        abort();
+    }
+    stash_snapshot_close(snap);
+    int verify, info, dump;
     free(fuzz_run_snapshot(&verify, 3, (char *[]){"snapshot", "verify", dest, NULL}));
+    free(fuzz_run_snapshot(&info, 3, (char *[]){"snapshot", "info", dest, NULL}));
     char *first = fuzz_run_snapshot(
         &dump, 5, (char *[]){"snapshot", "dump", dest, "--format", (char *)f, NULL});
-    if (verify != 0 || dump != 0) {
-        fprintf(stderr, "a loaded savepoint: verify exits %d, dump %d\n", verify, dump);
+    if (verify != 0 || info != 0 || dump != 0) {
+        fprintf(stderr, "a loaded savepoint: verify exits %d, info %d, dump %d\n", verify, info,
+                dump);
         abort();
     }
     /* What it dumps loads again into the same savepoint. */
