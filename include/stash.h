@@ -948,7 +948,8 @@ STASH_API int stash_snapshot_writer_open(const char *path, const stash_snapshot_
                                          stash_snapshot_writer **out);
 /* Declares a state of the savepoint: its name, kind (STASH_TIMERS too: a
  * timer service) and TTL; functions and default values are not needed.
- * Returns 0, or STASH_EKIND if the name was declared with another kind. */
+ * Returns 0, STASH_EKIND if the name was declared with another kind, or
+ * -EINVAL for no name, no kind, or TTL options its kind cannot have. */
 STASH_API int stash_snapshot_writer_state(stash_snapshot_writer *w, const stash_state_desc *desc);
 /* Adds one keyed entry to its declared state e->state (e->kg is computed
  * from the key): a value, reducing or aggregating state's value or
@@ -972,7 +973,9 @@ STASH_API int stash_snapshot_writer_delete(stash_snapshot_writer *w, const stash
 STASH_API int stash_snapshot_writer_op_put(stash_snapshot_writer *w, const stash_snapshot_entry *e);
 /* Writes and commits the savepoint at path and ends the writer (also on
  * failure, which leaves nothing at path). out (may be NULL) gets what was
- * written. Returns 0 or the error, naming file and offset. */
+ * written. Returns 0, -EINVAL for an id past 2^53 or operator state of
+ * more than STASH_MAX_WORKERS workers, -EFBIG for metadata (operator state
+ * included) past 64 MiB, or the error, naming file and offset. */
 STASH_API int stash_snapshot_writer_commit(stash_snapshot_writer *w, stash_snapshot_info *out);
 /* Ends the writer without writing anything. Accepts NULL. */
 STASH_API void stash_snapshot_writer_abort(stash_snapshot_writer *w);

@@ -166,8 +166,9 @@ STASH_API int stash_snapshot_writer_state(stash_snapshot_writer *w, const stash_
         if (desc->kind == STASH_AGGREGATING) s.aggregate = &no_aggregate;
         rc = stash_state_get(w->w, &s, &n.state);
         if (rc == 0) n.id = n.state->id;
-        /* A savepoint holds every entry it is given: a put examines none
-         * for expiry, which another entry's time would make them. */
+        /* A savepoint holds every entry it is given: a put examines no
+         * other entry for expiry, as by the put's own time (its entry's)
+         * an older entry may have expired. */
         if (rc == 0) n.state->ttl.cleanup_entries = 0;
     }
     if (rc) return rc;
