@@ -432,11 +432,31 @@ static int check_worker_counts(const stash_arena *a)
     return 0;
 }
 
+/* The paths the arena holds end inside their fields: each is read as a C
+ * string (and then opened as a path, checked as any other). */
+static int check_strings(const stash_arena *a)
+{
+    const struct {
+        const char *part, *field, *at;
+        size_t size;
+    } strings[] = {
+        {"header", "lmdb_dir", a->hdr->lmdb_dir, sizeof a->hdr->lmdb_dir},
+        {"control block", "dir", a->control->dir, sizeof a->control->dir},
+        {"control block", "lazy_path", a->control->lazy_path, sizeof a->control->lazy_path},
+    };
+    for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++)
+        if (!memchr(strings[i].at, 0, strings[i].size))
+            return shm_fail(STASH_ECORRUPT, "%s: %s field %s does not end within its %zu bytes",
+                            a->path, strings[i].part, strings[i].field, strings[i].size);
+    return 0;
+}
+
 int shm_check_attach(const stash_arena *a)
 {
     const shm_header *h = a->hdr;
     uint64_t nspans = h->nspans;
     int rc = check_worker_counts(a);
+    if (rc == 0) rc = check_strings(a);
     if (rc) return rc;
     if (atomic_load(&h->pool_bump) > nspans)
         return shm_fail(STASH_ECORRUPT, "%s: the page pool claims %llu of %llu spans", a->path,

@@ -194,8 +194,9 @@ int shm_check(stash_arena *a);
 /* What attach checks of a mapped arena, in time independent of its state:
  * every offset the fixed parts hold (key groups' indexes, free lists,
  * reclamation rings, operator-state blobs) lies in the data region, worker
- * slots name key groups of the arena, catalog entries name kinds. Returns 0
- * or STASH_ECORRUPT naming the part. */
+ * slots name key groups of the arena, catalog entries name kinds, counts of
+ * workers stay within the slots, the paths it holds end within their
+ * fields. Returns 0 or STASH_ECORRUPT naming the part. */
 int shm_check_attach(const stash_arena *a);
 
 /* ------------------------------------------------------------------------ */

@@ -308,6 +308,36 @@ Test(arena, a_corrupted_arena_is_refused_at_attach_naming_the_part)
     stash_arena_destroy(name, NULL);
 }
 
+Test(arena, a_path_in_the_arena_that_does_not_end_in_its_field_is_refused_at_attach)
+{
+    char name[96], path[128];
+    stash_arena *a = test_arena_create("unended", 8u << 20, 8, name);
+    path_of(name, path);
+    const struct {
+        const char *what;
+        char *at;
+        size_t size;
+    } fields[] = {
+        {"lmdb_dir", a->hdr->lmdb_dir, sizeof a->hdr->lmdb_dir},
+        {"field dir", a->control->dir, sizeof a->control->dir},
+        {"lazy_path", a->control->lazy_path, sizeof a->control->lazy_path},
+    };
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        char saved[SHM_CTL_DETAIL];
+        memcpy(saved, fields[i].at, fields[i].size);
+        memset(fields[i].at, '/', fields[i].size);
+        stash_arena *b = NULL;
+        cr_assert_eq(stash_arena_open(name, NULL, &b), STASH_ECORRUPT, "%s", fields[i].what);
+        cr_assert(strstr(stash_errmsg(), fields[i].what) && strstr(stash_errmsg(), path), "%s",
+                  stash_errmsg());
+        memcpy(fields[i].at, saved, fields[i].size);
+        cr_assert_eq(stash_arena_open(name, NULL, &b), 0, "%s", stash_errmsg());
+        stash_arena_close(b);
+    }
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
+
 /* Attaches to arena arg as a worker and writes: exits 0 if the attach was
  * refused naming the registry's high-water mark, 1 if it was taken. */
 static int attach_and_write(void *arg)

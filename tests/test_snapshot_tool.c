@@ -391,6 +391,19 @@ Test(tool, load_refuses_a_snapshot_id_that_is_no_checkpoint_id)
     snprintf(args, sizeof args, "snapshot verify %s/sp-most", dir);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, most), "%s", out);
+    /* A service restored from it would take ids nobody lists: refused, and
+     * no arena is left. */
+    char from[300], ckpts[300];
+    snprintf(from, sizeof from, "%s/sp-most", dir);
+    snprintf(ckpts, sizeof ckpts, "%s/ckpts", dir);
+    const char *name = test_arena_name("most");
+    stash_service *s;
+    cr_assert_eq(
+        stash_service_start(name, &(stash_service_opts){.dir = ckpts, .restore = from}, &s),
+        -EOVERFLOW);
+    cr_assert(strstr(stash_errmsg(), "last id"), "%s", stash_errmsg());
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), -ENOENT);
 }
 
 Test(tool, load_refuses_a_state_name_with_a_nul_byte)

@@ -60,6 +60,16 @@ static int begin_lazy(stash_service *s, stash_worker *w, const char *from, uint6
     return 1;
 }
 
+/* A checkpoint past the largest id would be listed by no one: a service
+ * whose checkpoints would need one refuses to start. */
+static int last_id_reached(const stash_service *s, uint64_t id)
+{
+    return shm_fail(-EOVERFLOW,
+                    "%s: checkpoint %llu is the last id a checkpoint may have: start from a "
+                    "savepoint of a smaller id (its dump's snapshot line changed, then loaded)",
+                    s->dir, (unsigned long long)id);
+}
+
 /* Restores into the new arena a (taken) what it starts from, through a
  * worker that owns it whole. */
 static int fill_arena(stash_service *s, stash_arena *a, const char *from, uint64_t id)
@@ -132,6 +142,7 @@ static int build_arena(stash_service *s, const char *name, const char *from)
         rc = 0;
     }
     if (from && (rc = ckpt_path_info(from, s->e, &id, &maxp)) < 0) return rc;
+    if (restore && id >= CKPT_MAX_ID) return last_id_reached(s, id);
     if (restore) ao.max_parallelism = maxp;
     stash_arena *a;
     rc = shm_arena_make(name, &ao, &a);
@@ -425,6 +436,7 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         uint64_t last = atomic_load(&c->last_id);
         if (s->rados_latest > highest) highest = s->rados_latest;
         s->next_id = (highest > last ? highest : last) + 1;
+        if (rc == 0 && s->next_id > CKPT_MAX_ID) rc = last_id_reached(s, s->next_id - 1);
         s->last_end_ns = shm_now_ns();
         engine_account_io(s);
     }
