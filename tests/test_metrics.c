@@ -5,16 +5,22 @@
  * against what was done; `stash serve --metrics` over HTTP, its config file,
  * and `stash stop --savepoint`.
  */
+#include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "include/stash.h"
@@ -181,14 +187,17 @@ Test(metrics, checkpoints_the_restore_rollbacks_and_io_are_counted, .timeout = 1
 }
 
 /* Starts `stash serve NAME --dir DIR extra...` with stdout and stderr into
- * log; returns its pid. */
-static pid_t serve(const char *name, const char *dir, const char *log, const char *extra)
+ * log, after the shell command shell (a ulimit, or ""); returns its pid. */
+static pid_t serve(const char *shell, const char *name, const char *dir, const char *log,
+                   const char *extra)
 {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "exec %s serve %s --dir %s %s > %s 2>&1", STASH_BIN, name, dir, extra,
-             log);
+    snprintf(cmd, sizeof cmd, "%s exec %s serve %s --dir %s %s > %s 2>&1", shell, STASH_BIN, name,
+             dir, extra, log);
     pid_t pid = fork();
     if (pid == 0) {
+        /* A test that fails leaves no service behind. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
         execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
         _exit(127);
     }
@@ -237,7 +246,7 @@ Test(metrics, serve_serves_them_over_http_reads_a_config_and_stops_with_a_savepo
     setenv("NOTIFY_SOCKET", sun.sun_path, 1);
     char extra[512], note[256];
     snprintf(extra, sizeof extra, "--config %s", conf);
-    pid_t pid = serve(name, dir, log, extra);
+    pid_t pid = serve("", name, dir, log, extra);
     unsetenv("NOTIFY_SOCKET");
     ssize_t got = recv(nfd, note, sizeof note - 1, 0);
     cr_assert_gt(got, 0);
@@ -305,4 +314,222 @@ Test(metrics, serve_serves_them_over_http_reads_a_config_and_stops_with_a_savepo
     unlink(log);
     unlink(conf);
     test_remove_dir(dir);
+}
+
+/* Raises this process's descriptor limit to at least n, the hard one too
+ * where it may (as root); skips the test if it cannot. */
+static void allow_descriptors(rlim_t n)
+{
+    struct rlimit r;
+    cr_assert_eq(getrlimit(RLIMIT_NOFILE, &r), 0);
+    if (r.rlim_max < n) r.rlim_max = n;
+    if (r.rlim_cur < n) r.rlim_cur = n;
+    if (setrlimit(RLIMIT_NOFILE, &r) != 0)
+        cr_skip_test("cannot open %llu descriptors: %s", (unsigned long long)n, strerror(errno));
+}
+
+/* The port of the URL in the service's "metrics at URL" line. */
+static int port_of(const char *url)
+{
+    return atoi(strrchr(url, ':') + 1);
+}
+
+/* Opens n connections from 127.0.0.1 to 127.0.0.1:port that send nothing. */
+static int *connect_many(int port, int n)
+{
+    int *fd = malloc((size_t)n * sizeof *fd);
+    cr_assert_not_null(fd);
+    struct sockaddr_in to = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    for (int i = 0; i < n; i++) {
+        fd[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        cr_assert_geq(fd[i], 0, "socket %d: %s", i, strerror(errno));
+        int rc = connect(fd[i], (struct sockaddr *)&to, sizeof to);
+        cr_assert(rc == 0 || errno == EINPROGRESS, "connection %d: %s", i, strerror(errno));
+    }
+    return fd;
+}
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* A GET /metrics in flight and what came back of it. */
+typedef struct scrape {
+    int fd;
+    bool done; /* the server ended the reply */
+    size_t len;
+    char out[1 << 16];
+} scrape;
+
+/* Sends GET /metrics to 127.0.0.1:port from the address src (127.0.0.2 is
+ * another client than 127.0.0.1). */
+static void scrape_start(scrape *s, const char *src, int port)
+{
+    *s = (scrape){.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+    cr_assert_geq(s->fd, 0, "%s", strerror(errno));
+    struct sockaddr_in from = {.sin_family = AF_INET},
+                       to = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    inet_pton(AF_INET, src, &from.sin_addr);
+    cr_assert_eq(bind(s->fd, (struct sockaddr *)&from, sizeof from), 0, "%s: %s", src,
+                 strerror(errno));
+    cr_assert_eq(connect(s->fd, (struct sockaddr *)&to, sizeof to), 0, "%s", strerror(errno));
+    static const char req[] = "GET /metrics HTTP/1.0\r\n\r\n";
+    cr_assert_eq(send(s->fd, req, sizeof req - 1, MSG_NOSIGNAL), (ssize_t)(sizeof req - 1));
+}
+
+/* Reads what the server sent of the reply within ms; false if nothing. */
+static bool scrape_read(scrape *s, int ms)
+{
+    struct pollfd p = {.fd = s->fd, .events = POLLIN};
+    if (s->done || poll(&p, 1, ms) <= 0) return false;
+    ssize_t got = read(s->fd, s->out + s->len, sizeof s->out - 1 - s->len);
+    if (got > 0) {
+        s->len += (size_t)got;
+        s->out[s->len] = 0;
+        return true;
+    }
+    close(s->fd);
+    s->done = true;
+    return true;
+}
+
+/* Waits, a minute at most, until the server ended the reply; meanwhile each
+ * of the n sockets of trickle sends the next byte of a request that never
+ * ends whenever half a second passed without a byte of the reply. */
+static void scrape_end(scrape *s, const int *trickle, int n)
+{
+    static const char req[] = "GET /metrics HTTP/1.1\r\nX-Trickle: ";
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (size_t sent = 0; !s->done && seconds_since(&t0) < 60;) {
+        if (scrape_read(s, 500)) continue;
+        char c = sent < sizeof req - 1 ? req[sent] : 'a';
+        for (int i = 0; i < n; i++) send(trickle[i], &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        sent++;
+    }
+}
+
+/* Waits up to ms for the server to close some of the n connections fd;
+ * returns how many it closed (their fd are then -1). */
+static int closed_within(int *fd, int n, int ms)
+{
+    struct pollfd *p = calloc((size_t)n, sizeof *p);
+    cr_assert_not_null(p);
+    for (int i = 0; i < n; i++) p[i] = (struct pollfd){.fd = fd[i], .events = POLLIN};
+    int closed = 0;
+    if (poll(p, (nfds_t)n, ms) > 0)
+        for (int i = 0; i < n; i++) {
+            char c;
+            if (p[i].fd < 0 || !p[i].revents || recv(p[i].fd, &c, 1, MSG_DONTWAIT) > 0) continue;
+            close(fd[i]);
+            fd[i] = -1;
+            closed++;
+        }
+    free(p);
+    return closed;
+}
+
+/* Stops the service pid of arena name and removes what the test made. */
+static void serve_end(const char *name, pid_t pid, const char *dir, const char *log)
+{
+    char cmd[256], out[4096];
+    snprintf(cmd, sizeof cmd, "stop %s --timeout 30s", name);
+    cr_assert_eq(test_run_stash(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(test_wait(pid), 0);
+    stash_arena_destroy(name, NULL);
+    unlink(log);
+    test_remove_dir(dir);
+}
+
+Test(metrics, idle_connections_leave_checkpoints_their_descriptors_and_others_an_answer,
+     .timeout = 180)
+{
+    char name[64], dir[128], log[160], url[256], cmd[256], out[65536];
+    allow_descriptors(4096);
+    make_dir(dir, "idle");
+    snprintf(log, sizeof log, "%s.log", dir);
+    snprintf(name, sizeof name, "%s", test_arena_name("metrics-idle"));
+    /* 1,024 descriptors, soft and hard: the service cannot raise them. */
+    pid_t pid = serve("ulimit -n 1024;", name, dir, log, "--metrics 127.0.0.1:0");
+    cr_assert(await_line(log, "metrics at ", pid, url, sizeof url), "no metrics line in %s", log);
+    int *idle = connect_many(port_of(url), 1100);
+    /* As long as any of them is open, checkpoints of the arena succeed; and
+     * another client is answered. */
+    scrape *other = malloc(sizeof *other);
+    cr_assert_not_null(other);
+    scrape_start(other, "127.0.0.2", port_of(url));
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int open = 1100;
+    for (int round = 0; open > 0 && seconds_since(&t0) < 60; round++) {
+        snprintf(cmd, sizeof cmd, "checkpoint %s --timeout 30s", name);
+        cr_assert_eq(test_run_stash(cmd, out, sizeof out), 0, "round %d, %d open: %s", round, open,
+                     out);
+        scrape_read(other, 0);
+        open -= closed_within(idle, 1100, 100);
+    }
+    scrape_end(other, NULL, 0);
+    cr_assert(strstr(other->out, " 200 OK") && strstr(other->out, "stash_service_up 1"), "%s",
+              other->out);
+    /* Idle ones are timed out: 127.0.0.1 is answered again. */
+    cr_assert_eq(open, 0, "the server closed each idle connection");
+    free(idle);
+    scrape_start(other, "127.0.0.1", port_of(url));
+    scrape_end(other, NULL, 0);
+    cr_assert(strstr(other->out, "stash_checkpoints_completed_total"), "%s", other->out);
+    free(other);
+    serve_end(name, pid, dir, log);
+}
+
+Test(metrics, a_trickling_client_does_not_hold_up_another_clients_scrape, .timeout = 180)
+{
+    char name[64], dir[128], log[160], url[256];
+    allow_descriptors(4096);
+    make_dir(dir, "trickle");
+    snprintf(log, sizeof log, "%s.log", dir);
+    snprintf(name, sizeof name, "%s", test_arena_name("metrics-trickle"));
+    pid_t pid = serve("", name, dir, log, "--metrics :0");
+    cr_assert(await_line(log, "metrics at ", pid, url, sizeof url), "no metrics line in %s", log);
+    cr_assert(strncmp(url, "http://0.0.0.0:", 15) == 0, ":PORT is every IPv4 address: %s", url);
+    int *trickle = connect_many(port_of(url), 1100);
+    scrape *other = malloc(sizeof *other);
+    cr_assert_not_null(other);
+    scrape_start(other, "127.0.0.2", port_of(url));
+    scrape_end(other, trickle, 1100);
+    cr_assert(strstr(other->out, " 200 OK") && strstr(other->out, "stash_service_up 1"), "%s",
+              other->out);
+    free(other);
+    for (int i = 0; i < 1100; i++) close(trickle[i]);
+    free(trickle);
+    serve_end(name, pid, dir, log);
+}
+
+Test(metrics, the_service_raises_its_descriptor_limit_to_the_hard_one, .timeout = 120)
+{
+    char name[64], dir[128], log[160], url[256], path[64], line[256];
+    allow_descriptors(4096);
+    make_dir(dir, "nofile");
+    snprintf(log, sizeof log, "%s.log", dir);
+    snprintf(name, sizeof name, "%s", test_arena_name("metrics-nofile"));
+    pid_t pid = serve("ulimit -Sn 1024;", name, dir, log, "--metrics 127.0.0.1:0");
+    cr_assert(await_line(log, "metrics at ", pid, url, sizeof url), "no metrics line in %s", log);
+    snprintf(path, sizeof path, "/proc/%d/limits", (int)pid);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    unsigned long long soft = 0, hard = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Max open files %llu %llu", &soft, &hard) == 2) break;
+    fclose(f);
+    struct rlimit r;
+    getrlimit(RLIMIT_NOFILE, &r);
+    cr_assert_eq(hard, (unsigned long long)r.rlim_max);
+    cr_assert_eq(soft, hard, "soft %llu, hard %llu", soft, hard);
+    serve_end(name, pid, dir, log);
 }

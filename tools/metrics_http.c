@@ -2,7 +2,9 @@
 /*
  * metrics_http.c: `stash serve --metrics ADDR:PORT`: the arena's metrics at
  * /metrics over HTTP (libmicrohttpd, one thread of its own), for a
- * Prometheus scrape.
+ * Prometheus scrape. Whoever reaches the port may connect, so the server
+ * holds few descriptors whatever clients do: a few connections in all, fewer
+ * per client address, and none idle for long.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -13,6 +15,17 @@
 
 #include "include/stash.h"
 #include "tools/tools.h"
+
+/* At most this many connections at once (the server's descriptors: these,
+ * the listening socket and one for its thread's wake-ups); more wait in the
+ * kernel's backlog until one closes. A scrape needs one. */
+#define METRICS_CONNECTIONS 32u
+/* At most this many of them from one client address: more are closed at
+ * once, so that one client cannot take the others' turn. */
+#define METRICS_PER_CLIENT 4u
+/* A connection that neither sends nor takes a byte for this many seconds
+ * is closed. */
+#define METRICS_IDLE_SECONDS 5u
 
 struct tool_metrics_server {
     struct MHD_Daemon *d;
@@ -84,7 +97,9 @@ int tool_metrics_serve(const char *addr, stash_arena *a, tool_metrics_server **o
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, answer, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                            MHD_OPTION_CONNECTION_TIMEOUT, 10u, MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_LIMIT, METRICS_CONNECTIONS,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, METRICS_PER_CLIENT,
+                            MHD_OPTION_CONNECTION_TIMEOUT, METRICS_IDLE_SECONDS, MHD_OPTION_END);
     char numeric[INET6_ADDRSTRLEN] = "";
     if (ai->ai_family == AF_INET6)
         inet_ntop(AF_INET6, &((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr, numeric,

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <systemd/sd-daemon.h>
 #include <time.h>
 
@@ -57,6 +58,18 @@ static void log_own(bool json, const char *message)
     strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
     printf("%s.%03ld INFO service: %s\n", when, ts.tv_nsec / 1000000, message);
     fflush(stdout);
+}
+
+/* Raises the soft limit on descriptors to the hard one, which any process
+ * may: a checkpoint opens files while the metrics server and the workers
+ * hold descriptors, and the soft limit (1,024 by default) is there for
+ * programs that use select(), which the service does not. */
+static void raise_descriptor_limit(void)
+{
+    struct rlimit r;
+    if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= r.rlim_max) return;
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
 }
 
 /* The options of a config file and the command line, as one argv: argv[0],
@@ -356,6 +369,7 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
         return 2;
     }
     if (json) o.log = NULL, o.log_record = log_json;
+    raise_descriptor_limit();
     /* Blocked before the engine's thread starts, so that it inherits the mask. */
     sigset_t sigs;
     sigemptyset(&sigs);
