@@ -9,7 +9,6 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
-#include <netdb.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,49 +69,94 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
     return reply(conn, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8", body, len);
 }
 
-int tool_metrics_serve(const char *addr, stash_arena *a, tool_metrics_server **out, char *where,
-                       size_t size)
+/* PORT: decimal digits alone, 0 to 65535 (strtoul would take a sign, a
+ * space or more, and getaddrinfo wraps what is larger). */
+static int parse_port(const char *p, uint16_t *port)
 {
-    const char *colon = strrchr(addr, ':');
-    if (!colon || !colon[1]) return -EINVAL;
-    char host[256];
-    size_t hlen = (size_t)(colon - addr);
-    if (hlen >= sizeof host) return -EINVAL;
-    memcpy(host, addr, hlen);
-    host[hlen] = 0;
-    /* [::1]:9187 names an IPv6 address. */
-    char *h = host;
-    if (h[0] == '[' && hlen > 1 && h[hlen - 1] == ']') h[hlen - 1] = 0, h++;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICSERV | AI_PASSIVE},
-                    *ai;
-    if (getaddrinfo(*h ? h : NULL, colon + 1, &hints, &ai) != 0) return -EINVAL;
-    tool_metrics_server *s = calloc(1, sizeof *s);
-    if (!s) {
-        freeaddrinfo(ai);
-        return -ENOMEM;
+    unsigned v = 0;
+    if (!*p) return -EINVAL;
+    for (; *p; p++) {
+        if (*p < '0' || *p > '9') return -EINVAL;
+        v = v * 10 + (unsigned)(*p - '0');
+        if (v > 65535) return -EINVAL;
     }
+    *port = (uint16_t)v;
+    return 0;
+}
+
+/* The address before the port, copied out of s into host; false if longer
+ * than any numeric address. */
+static bool copy_host(const char *s, size_t len, char *host, size_t cap)
+{
+    if (len >= cap) return false;
+    memcpy(host, s, len);
+    host[len] = 0;
+    return true;
+}
+
+int tool_metrics_address(const char *s, struct sockaddr_storage *out, const char **why)
+{
+    char host[INET6_ADDRSTRLEN];
+    uint16_t port;
+    const char *colon;
+    memset(out, 0, sizeof *out);
+    if (s[0] == '[') {
+        struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)out;
+        const char *end = strchr(s, ']');
+        if (!end || end[1] != ':') return *why = "not [IPV6]:PORT", -EINVAL;
+        colon = end + 1;
+        a6->sin6_family = AF_INET6;
+        if (!copy_host(s + 1, (size_t)(end - s - 1), host, sizeof host) ||
+            inet_pton(AF_INET6, host, &a6->sin6_addr) != 1)
+            return *why = "the address in brackets is not a numeric IPv6 address", -EINVAL;
+        if (parse_port(colon + 1, &port) < 0)
+            return *why = "the port is not a number from 0 to 65535", -EINVAL;
+        a6->sin6_port = htons(port);
+        return 0;
+    }
+    struct sockaddr_in *a4 = (struct sockaddr_in *)out;
+    colon = strrchr(s, ':');
+    if (!colon) return *why = "not ADDR:PORT, :PORT or [IPV6]:PORT", -EINVAL;
+    if (memchr(s, ':', (size_t)(colon - s)))
+        return *why = "an IPv6 address goes in brackets: [IPV6]:PORT", -EINVAL;
+    a4->sin_family = AF_INET;
+    /* :PORT is every IPv4 address, as Prometheus exporters read it. */
+    a4->sin_addr.s_addr = htonl(INADDR_ANY);
+    /* inet_pton, not inet_aton: 127.1 and 0x7f.1 are no addresses here. */
+    if (colon > s && (!copy_host(s, (size_t)(colon - s), host, sizeof host) ||
+                      inet_pton(AF_INET, host, &a4->sin_addr) != 1))
+        return *why = "the address is not a numeric IPv4 address A.B.C.D (names are not looked up)",
+               -EINVAL;
+    if (parse_port(colon + 1, &port) < 0)
+        return *why = "the port is not a number from 0 to 65535", -EINVAL;
+    a4->sin_port = htons(port);
+    return 0;
+}
+
+int tool_metrics_serve(const struct sockaddr_storage *addr, stash_arena *a,
+                       tool_metrics_server **out, char *where, size_t size)
+{
+    tool_metrics_server *s = calloc(1, sizeof *s);
+    if (!s) return -ENOMEM;
     s->a = a;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
-    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->d = MHD_start_daemon(flags, 0, NULL, NULL, answer, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+    bool v6 = addr->ss_family == AF_INET6;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | (v6 ? MHD_USE_IPv6 : 0);
+    errno = 0;
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, answer, s, MHD_OPTION_SOCK_ADDR, addr,
                             MHD_OPTION_CONNECTION_LIMIT, METRICS_CONNECTIONS,
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, METRICS_PER_CLIENT,
                             MHD_OPTION_CONNECTION_TIMEOUT, METRICS_IDLE_SECONDS, MHD_OPTION_END);
-    char numeric[INET6_ADDRSTRLEN] = "";
-    if (ai->ai_family == AF_INET6)
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr, numeric,
-                  sizeof numeric);
-    else
-        inet_ntop(AF_INET, &((struct sockaddr_in *)ai->ai_addr)->sin_addr, numeric, sizeof numeric);
-    bool v6 = ai->ai_family == AF_INET6;
-    freeaddrinfo(ai);
     if (!s->d) {
         int err = errno ? errno : EADDRINUSE;
         free(s);
         return -err;
     }
+    char numeric[INET6_ADDRSTRLEN] = "";
+    if (v6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)addr)->sin6_addr, numeric,
+                  sizeof numeric);
+    else
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)addr)->sin_addr, numeric, sizeof numeric);
     const union MHD_DaemonInfo *port = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     snprintf(where, size, "http://%s%s%s:%u/metrics", v6 ? "[" : "", numeric, v6 ? "]" : "",
              port ? port->port : 0u);

@@ -184,7 +184,7 @@ int tool_serve(int argc, char **argv)
         "                        [--backend heap|lmdb] [--lmdb-dir DIR] [--path FILE]\n"
         "                        [--size SIZE] [--max-parallelism N] [--restore CHECKPOINT]\n"
         "                        [--start-empty] [--lazy-restore] [--log-format text|json]\n"
-        "                        [--metrics ADDR:PORT] [--config FILE] [--pool P]\n"
+        "                        [--metrics [ADDR]:PORT] [--config FILE] [--pool P]\n"
         "                        [--ceph-conf FILE] [--ceph-id ID] [--job JOB]\n"
         "                        [--ceph-timeout DURATION]\n"
         "                        [--host HOST --workers A-B --job-parallelism P]\n"
@@ -224,7 +224,11 @@ int tool_serve(int argc, char **argv)
         "over from the newest job checkpoint. A new arena restores its workers' key\n"
         "groups from the job's newest checkpoint, of any number of hosts and workers.\n"
         "--metrics serves the metrics of `stash status --prom` at http://ADDR:PORT/metrics\n"
-        "(:PORT for every address, [V6]:PORT; ?kg=1 adds each key group's bytes).\n"
+        "(?kg=1 adds each key group's bytes). ADDR is a numeric IPv4 address, [IPV6], or\n"
+        "none (:PORT) for every IPv4 address, which anyone who reaches the host may\n"
+        "scrape: 127.0.0.1:PORT keeps it to this host. PORT is 0 (a free one, which the\n"
+        "log names) to 65535. It holds at most 32 connections, 4 per client address, and\n"
+        "closes one idle for 5s.\n"
         "--config FILE reads options from FILE first, one a line as the flags without their\n"
         "dashes (`interval 2s`, `interval = 2s`, `incremental`; # starts a comment); the\n"
         "command line overrides them. Under systemd (Type=notify) it reports ready once\n"
@@ -248,11 +252,12 @@ int tool_serve(int argc, char **argv)
 static int serve(int argc, char **argv, const unsigned *line, const char *config, const char *usage)
 {
     const char *name = NULL, *metrics = NULL;
+    struct sockaddr_storage metrics_addr;
     stash_arena_opts ao = {0};
     stash_service_opts o = {.arena = &ao, .log = log_text};
     bool json = false;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL, *why = NULL;
         uint64_t n;
         bool ok = true, takes = val != NULL;
         if (strcmp(a, "--incremental") == 0) {
@@ -273,6 +278,7 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
         } else if (!val) {
             ok = false;
         } else if (strcmp(a, "--metrics") == 0) {
+            ok = tool_metrics_address(val, &metrics_addr, &why) == 0;
             metrics = val;
         } else if (strcmp(a, "--log-format") == 0) {
             ok = strcmp(val, "text") == 0 || strcmp(val, "json") == 0;
@@ -341,6 +347,10 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
                     config, line[i], a + 2, takes ? " " : "", takes ? val : "");
             return 2;
         }
+        if (!ok && why) {
+            fprintf(stderr, "stash serve: %s %s: %s\n", a, val, why);
+            return 2;
+        }
         if (!ok) {
             fprintf(stderr, "stash serve: bad or incomplete argument '%s%s%s'\n%s", a,
                     takes ? " " : "", takes ? val : "", usage);
@@ -384,9 +394,8 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
     if (metrics) {
         char url[300], line_[400];
         rc = stash_arena_open(name, &ao, &a);
-        if (rc == 0 && (rc = tool_metrics_serve(metrics, a, &http, url, sizeof url)) < 0)
-            fprintf(stderr, "stash serve: --metrics %s: %s\n", metrics,
-                    rc == -EINVAL ? "not an address and port it can resolve" : strerror(-rc));
+        if (rc == 0 && (rc = tool_metrics_serve(&metrics_addr, a, &http, url, sizeof url)) < 0)
+            fprintf(stderr, "stash serve: --metrics %s: %s\n", metrics, strerror(-rc));
         else if (rc < 0)
             tool_fail("serve", rc);
         if (rc < 0) {

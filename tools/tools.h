@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/socket.h>
 
 #include "include/stash.h"
 
@@ -69,14 +70,19 @@ const tool_json_field *tool_json_get(const tool_json_field *f, int n, const char
  * per_kg adds each key group's bytes. Returns 0 or -ENOMEM. */
 int tool_metrics(FILE *out, stash_arena *a, bool per_kg);
 
-/* Serves the metrics of a at http://ADDR:PORT/metrics (addr "ADDR:PORT",
- * ":PORT" for every address, "[V6]:PORT"; port 0 picks a free one) on a
- * thread of its own until tool_metrics_stop(); ?kg=1 adds each key group's
- * bytes. Writes the URL it serves into where. Returns 0, -EINVAL for an
- * address it cannot read or resolve, or the error binding failed with. */
+/* Reads the address of `stash serve --metrics`: "A.B.C.D:PORT", ":PORT"
+ * (every IPv4 address) or "[IPV6]:PORT", numeric, PORT 0 (a free one) to
+ * 65535, into out. Returns 0, or -EINVAL with *why saying what is wrong
+ * (without quoting s). */
+int tool_metrics_address(const char *s, struct sockaddr_storage *out, const char **why);
+/* Serves the metrics of a at http://ADDR:PORT/metrics (addr from
+ * tool_metrics_address) on a thread of its own until tool_metrics_stop(),
+ * to a few connections at once (metrics_http.c); ?kg=1 adds each key
+ * group's bytes. Writes the URL it serves into where. Returns 0 or the error
+ * binding failed with. */
 typedef struct tool_metrics_server tool_metrics_server;
-int tool_metrics_serve(const char *addr, stash_arena *a, tool_metrics_server **out, char *where,
-                       size_t size);
+int tool_metrics_serve(const struct sockaddr_storage *addr, stash_arena *a,
+                       tool_metrics_server **out, char *where, size_t size);
 void tool_metrics_stop(tool_metrics_server *s);
 /* argv with each "--opt=value" split into "--opt" and "value", as the
  * commands read their options; *out_argc its count. The copy and its
