@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -47,6 +48,17 @@ static void make_dir(char *dir, const char *tag)
     snprintf(dir, 128, "/tmp/stash-test-metrics-%s-%d", tag, (int)getpid());
     test_remove_dir(dir);
     mkdir(dir, 0700);
+}
+
+/* Writes len bytes into the config file path and gives it mode. */
+static void write_config(const char *path, const void *bytes, size_t len, mode_t mode)
+{
+    unlink(path);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    cr_assert_geq(fd, 0, "%s: %s", path, strerror(errno));
+    cr_assert_eq(write(fd, bytes, len), (ssize_t)len);
+    cr_assert_eq(fchmod(fd, mode), 0);
+    close(fd);
 }
 
 Test(metrics, every_operation_is_counted_by_its_worker_and_kind, .timeout = 120)
@@ -233,10 +245,9 @@ Test(metrics, serve_serves_them_over_http_reads_a_config_and_stops_with_a_savepo
     snprintf(log, sizeof log, "%s.log", dir);
     snprintf(conf, sizeof conf, "%s.conf", dir);
     snprintf(name, sizeof name, "%s", test_arena_name("metrics-http"));
-    FILE *f = fopen(conf, "w");
-    fprintf(f, "# the service of the test\nretain = 2\n  incremental   # deltas\n"
-               "metrics 127.0.0.1:0\n\nmemory-cap 1M\n");
-    fclose(f);
+    static const char served[] = "# the service of the test\nretain = 2\n  incremental   # deltas\n"
+                                 "metrics 127.0.0.1:0\n\nmemory-cap 1M\n";
+    write_config(conf, served, sizeof served - 1, 0600);
     /* systemd's notification socket: the service says when it is ready. */
     struct sockaddr_un sun = {.sun_family = AF_UNIX};
     snprintf(sun.sun_path, sizeof sun.sun_path, "/tmp/stash-test-notify-%d", (int)getpid());
@@ -293,15 +304,13 @@ Test(metrics, serve_serves_them_over_http_reads_a_config_and_stops_with_a_savepo
     cr_assert_eq(test_run_stash(cmd, out, sizeof out), 1, "%s", out);
     cr_assert(strstr(out, "no service"), "%s", out);
     /* A config file's wrong line is named; so is a missing file. */
-    f = fopen(conf, "w");
-    fprintf(f, "retain 2\ninterval soon\n");
-    fclose(f);
+    static const char wrong[] = "retain 2\ninterval soon\n";
+    write_config(conf, wrong, sizeof wrong - 1, 0600);
     snprintf(cmd, sizeof cmd, "serve %s --dir %s --config %s", name, dir, conf);
     cr_assert_eq(test_run_stash(cmd, out, sizeof out), 2, "%s", out);
-    cr_assert(strstr(out, "line 2") && strstr(out, "interval soon"), "%s", out);
-    f = fopen(conf, "w");
-    fprintf(f, "--retain 2\n");
-    fclose(f);
+    cr_assert(strstr(out, "line 2: bad value for interval") && !strstr(out, "soon"), "%s", out);
+    static const char dashes[] = "--retain 2\n";
+    write_config(conf, dashes, sizeof dashes - 1, 0600);
     cr_assert_eq(test_run_stash(cmd, out, sizeof out), 2, "%s", out);
     cr_assert(strstr(out, "line 1"), "%s", out);
     snprintf(cmd, sizeof cmd, "serve %s --dir %s --config %s.none", name, dir, conf);
@@ -583,4 +592,158 @@ Test(metrics, addresses_out_of_range_or_malformed_are_refused_by_name, .timeout 
         cr_assert_neq(stash_arena_open(name, NULL, &a), 0, "%s", bad[i].addr);
     }
     test_remove_dir(dir);
+}
+
+/* A config file of the test's own and an arena name that no service takes. */
+typedef struct config_case {
+    char name[64], dir[128], conf[160], out[8192];
+} config_case;
+
+static void config_case_init(config_case *c, const char *tag)
+{
+    make_dir(c->dir, tag);
+    snprintf(c->conf, sizeof c->conf, "%s.conf", c->dir);
+    snprintf(c->name, sizeof c->name, "%s", test_arena_name(tag));
+}
+
+static void config_case_end(config_case *c)
+{
+    stash_arena_destroy(c->name, NULL);
+    unlink(c->conf);
+    test_remove_dir(c->dir);
+}
+
+/* Runs stash serve with --config conf (and --dir where dir is set), which
+ * must refuse it at once, naming the file; c->out says why. */
+static void config_refused(config_case *c, const char *conf, bool dir)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "serve %s %s %s --config %s", c->name, dir ? "--dir" : "",
+             dir ? c->dir : "", conf);
+    cr_assert_eq(run_refused(cmd, c->out, sizeof c->out), 2, "%s: %s", conf, c->out);
+    cr_assert(strstr(c->out, conf), "names %s: %s", conf, c->out);
+}
+
+Test(metrics, config_that_is_no_regular_file_is_refused_at_once, .timeout = 120)
+{
+    config_case c;
+    config_case_init(&c, "conf-kind");
+    cr_assert_eq(mkfifo(c.conf, 0600), 0, "%s", strerror(errno));
+    config_refused(&c, c.conf, true);
+    cr_assert(strstr(c.out, "FIFO, not a regular file"), "%s", c.out);
+    config_refused(&c, "/dev/zero", true);
+    cr_assert(strstr(c.out, "character device, not a regular file"), "%s", c.out);
+    config_refused(&c, c.dir, true);
+    cr_assert(strstr(c.out, "directory, not a regular file"), "%s", c.out);
+    config_case_end(&c);
+}
+
+Test(metrics, config_larger_than_64_KiB_is_refused, .timeout = 120)
+{
+    config_case c;
+    config_case_init(&c, "conf-size");
+    /* Comment lines, then a bad one that a read of the whole file reaches. */
+    static char text[65537];
+    memset(text, '#', sizeof text);
+    for (size_t i = 63; i < sizeof text; i += 64) text[i] = '\n';
+    static const char last[] = "interval soon\n";
+    text[sizeof text - sizeof last] = '\n';
+    memcpy(text + sizeof text - sizeof last + 1, last, sizeof last - 1);
+    write_config(c.conf, text, sizeof text, 0600);
+    config_refused(&c, c.conf, true);
+    cr_assert(strstr(c.out, "65537 bytes, more than 65536"), "%s", c.out);
+    /* 65536 bytes are read: the bad line is found. */
+    write_config(c.conf, text + 1, sizeof text - 1, 0600);
+    config_refused(&c, c.conf, true);
+    cr_assert(strstr(c.out, "line 1025: bad value for interval"), "%s", c.out);
+    config_case_end(&c);
+}
+
+Test(metrics, config_that_others_may_write_is_refused, .timeout = 120)
+{
+    config_case c;
+    config_case_init(&c, "conf-mode");
+    static const char text[] = "interval soon\n";
+    write_config(c.conf, text, sizeof text - 1, 0620);
+    config_refused(&c, c.conf, true);
+    cr_assert(strstr(c.out, "writable by its group (mode 0620)"), "%s", c.out);
+    write_config(c.conf, text, sizeof text - 1, 0602);
+    config_refused(&c, c.conf, true);
+    cr_assert(strstr(c.out, "writable by others (mode 0602)"), "%s", c.out);
+    config_case_end(&c);
+}
+
+Test(metrics, config_that_another_user_owns_is_refused, .timeout = 120)
+{
+    if (geteuid() != 0) cr_skip_test("giving a file to another user needs root");
+    config_case c;
+    config_case_init(&c, "conf-owner");
+    static const char text[] = "interval soon\n";
+    write_config(c.conf, text, sizeof text - 1, 0600);
+    /* 65534: nobody, an unused uid. */
+    cr_assert_eq(chown(c.conf, 65534, 65534), 0, "%s", strerror(errno));
+    config_refused(&c, c.conf, true);
+    cr_assert(strstr(c.out, "owned by uid 65534"), "%s", c.out);
+    config_case_end(&c);
+}
+
+Test(metrics, config_with_a_nul_byte_is_refused_naming_the_line, .timeout = 120)
+{
+    config_case c;
+    config_case_init(&c, "conf-nul");
+    static const char text[] = "retain 2\nincremental\0 and then\ninterval soon\n";
+    write_config(c.conf, text, sizeof text - 1, 0600);
+    config_refused(&c, c.conf, true);
+    cr_assert(strstr(c.out, "line 2: a NUL byte"), "%s", c.out);
+    config_case_end(&c);
+}
+
+Test(metrics, config_option_without_its_value_is_an_error, .timeout = 120)
+{
+    config_case c;
+    config_case_init(&c, "conf-novalue");
+    /* No --dir on the command line: the arena's name must not become it. */
+    static const char dir[] = "retain 2\ndir\n";
+    write_config(c.conf, dir, sizeof dir - 1, 0600);
+    config_refused(&c, c.conf, false);
+    cr_assert(strstr(c.out, "line 2: dir needs a value"), "%s", c.out);
+    static const char empty[] = "retain =\n";
+    write_config(c.conf, empty, sizeof empty - 1, 0600);
+    config_refused(&c, c.conf, true);
+    cr_assert(strstr(c.out, "line 1: retain needs a value"), "%s", c.out);
+    static const char flag[] = "incremental yes\n";
+    write_config(c.conf, flag, sizeof flag - 1, 0600);
+    config_refused(&c, c.conf, true);
+    cr_assert(strstr(c.out, "line 1: incremental takes no value"), "%s", c.out);
+    config_case_end(&c);
+}
+
+Test(metrics, config_line_it_cannot_parse_is_not_printed, .timeout = 120)
+{
+    config_case c;
+    config_case_init(&c, "conf-secret");
+    char secret[200];
+    snprintf(secret, sizeof secret, "%s.secret", c.dir);
+    static const struct {
+        const char *text, *said;
+    } lines[] = {
+        {"sk-live-4f9a2c7e\n", "line 1: unknown option"},
+        {"# a comment\nsk-live-4f9a2c7e = 1\n", "line 2: unknown option"},
+        {"interval sk-live-4f9a2c7e\n", "line 1: bad value for interval"},
+        {"--sk-live-4f9a2c7e\n", "line 1: an option is written without its dashes"},
+        {"metrics 127.0.0.1:4f9a2c7e\n", "line 1: metrics: the port is not a number"},
+    };
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+        write_config(secret, lines[i].text, strlen(lines[i].text), 0600);
+        /* Directly, and as a config linked to the secret file. */
+        for (int link = 0; link < 2; link++) {
+            unlink(c.conf);
+            if (link) cr_assert_eq(symlink(secret, c.conf), 0, "%s", strerror(errno));
+            config_refused(&c, link ? c.conf : secret, true);
+            cr_assert(strstr(c.out, lines[i].said), "%s", c.out);
+            cr_assert_null(strstr(c.out, "4f9a2c7e"), "the line is printed: %s", c.out);
+        }
+    }
+    unlink(secret);
+    config_case_end(&c);
 }

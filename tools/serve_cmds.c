@@ -5,12 +5,15 @@
  * through the arena's control block.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "include/stash.h"
 #include "tools/tools.h"
@@ -72,96 +75,227 @@ static void raise_descriptor_limit(void)
     setrlimit(RLIMIT_NOFILE, &r);
 }
 
+/* The options of stash serve and whether each takes a value: the names a
+ * config line may give, and which of the command line's are flags. */
+typedef struct serve_option {
+    const char *name;
+    bool value;
+} serve_option;
+
+static const serve_option serve_options[] = {
+    {"--storage", true},
+    {"--dir", true},
+    {"--interval", true},
+    {"--min-pause", true},
+    {"--timeout", true},
+    {"--retain", true},
+    {"--incremental", false},
+    {"--full-every", true},
+    {"--lz4", false},
+    {"--memory-cap", true},
+    {"--backend", true},
+    {"--lmdb-dir", true},
+    {"--path", true},
+    {"--size", true},
+    {"--max-parallelism", true},
+    {"--restore", true},
+    {"--start-empty", false},
+    {"--lazy-restore", false},
+    {"--log-format", true},
+    {"--metrics", true},
+    {"--pool", true},
+    {"--ceph-conf", true},
+    {"--ceph-id", true},
+    {"--job", true},
+    {"--ceph-timeout", true},
+    {"--host", true},
+    {"--workers", true},
+    {"--job-parallelism", true},
+    {"--lease", true},
+};
+
+/* The option called name (without its dashes), or NULL. */
+static const serve_option *serve_option_find(const char *name)
+{
+    for (size_t i = 0; i < sizeof serve_options / sizeof serve_options[0]; i++)
+        if (strcmp(serve_options[i].name + 2, name) == 0) return &serve_options[i];
+    return NULL;
+}
+
 /* The options of a config file and the command line, as one argv: argv[0],
  * the file's, then the command line's but --config FILE. line[i] is the
- * file's line that gave argument i, 0 for the command line's. */
+ * file's line that gave argument i, 0 for the command line's; the file's
+ * option names are those of serve_options, never its own bytes. */
 typedef struct serve_argv {
     int argc;
     char **argv;
     unsigned *line;
-    char *text;   /* the file's bytes, which values point into */
-    char **names; /* the file's option names with their dashes */
-    int nnames;
+    char *text; /* the file's bytes, which values point into */
     const char *path;
 } serve_argv;
 
 static void serve_argv_free(serve_argv *v)
 {
-    for (int i = 0; i < v->nnames; i++) free(v->names[i]);
-    free(v->names);
     free(v->argv);
     free(v->line);
     free(v->text);
 }
 
-/* Reads FILE's lines (`option value`, `option = value` or `option`; # a
- * comment) into v ahead of the command line. Returns 0, or prints what is
- * wrong and returns 2. */
-static int read_config(int argc, char **argv, serve_argv *v)
+/* A config is a few dozen lines: a larger file is not one. */
+#define CONFIG_MAX_BYTES 65536
+
+/* Whether the config file path, of st, may be read; prints why not. Its
+ * options say where the service writes and what it serves, so it is read
+ * as the ssh client reads its own: a regular file, owned by this user or
+ * root, that no one else may write. */
+static bool config_acceptable(const char *path, const struct stat *st)
 {
-    *v = (serve_argv){0};
-    for (int i = 1; i + 1 < argc; i++)
-        if (strcmp(argv[i], "--config") == 0) v->path = argv[i + 1];
-    size_t len = 0;
-    if (v->path) {
-        FILE *f = fopen(v->path, "r");
-        if (!f) {
-            fprintf(stderr, "stash serve: config %s: %s\n", v->path, strerror(errno));
-            return 2;
-        }
-        FILE *m = open_memstream(&v->text, &len);
-        char buf[4096];
-        size_t n;
-        while (m && (n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, m);
-        bool bad = ferror(f);
-        fclose(f);
-        if (m) fclose(m);
-        if (bad || !m) {
-            fprintf(stderr, "stash serve: config %s: cannot read it\n", v->path);
-            return 2;
-        }
+    static const struct {
+        mode_t type;
+        const char *what;
+    } kinds[] = {{S_IFDIR, "a directory"},
+                 {S_IFCHR, "a character device"},
+                 {S_IFBLK, "a block device"},
+                 {S_IFIFO, "a FIFO"},
+                 {S_IFSOCK, "a socket"}};
+    if (!S_ISREG(st->st_mode)) {
+        const char *what = "something";
+        for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+            if ((st->st_mode & S_IFMT) == kinds[i].type) what = kinds[i].what;
+        fprintf(stderr, "stash serve: config %s: %s, not a regular file\n", path, what);
+        return false;
     }
-    /* At most two arguments a line, plus the command line's. */
-    size_t lines = 1;
-    for (size_t i = 0; i < len; i++) lines += v->text[i] == '\n';
-    size_t cap = 2 * lines + (size_t)argc + 1;
-    v->argv = calloc(cap, sizeof *v->argv);
-    v->line = calloc(cap, sizeof *v->line);
-    v->names = calloc(lines, sizeof *v->names);
-    if (!v->argv || !v->line || !v->names) return 2;
-    v->argv[v->argc++] = argv[0];
+    if (st->st_uid != 0 && st->st_uid != getuid()) {
+        fprintf(stderr,
+                "stash serve: config %s: owned by uid %u, neither this user (uid %u) nor root\n",
+                path, (unsigned)st->st_uid, (unsigned)getuid());
+        return false;
+    }
+    if (st->st_mode & (S_IWGRP | S_IWOTH)) {
+        fprintf(stderr,
+                "stash serve: config %s: writable by %s (mode %04o): another user could choose "
+                "the service's options\n",
+                path, st->st_mode & S_IWOTH ? "others" : "its group",
+                (unsigned)(st->st_mode & 07777));
+        return false;
+    }
+    if (st->st_size > CONFIG_MAX_BYTES) {
+        fprintf(stderr, "stash serve: config %s: %lld bytes, more than %d\n", path,
+                (long long)st->st_size, CONFIG_MAX_BYTES);
+        return false;
+    }
+    return true;
+}
+
+/* Reads the config file path into *text, NUL-terminated, *len its bytes.
+ * Returns 0, or prints why not and returns 2. */
+static int config_load(const char *path, char **text, size_t *len)
+{
+    /* O_NONBLOCK: opening a FIFO would wait for a writer. What is checked is
+     * what was opened, so nothing can be swapped in between. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        fprintf(stderr, "stash serve: config %s: %s\n", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return 2;
+    }
+    char *buf = config_acceptable(path, &st) ? malloc(CONFIG_MAX_BYTES + 2) : NULL;
+    if (!buf) {
+        close(fd);
+        return 2;
+    }
+    /* Up to a byte more than a config may hold, which a file that grew
+     * since fstat would give. */
+    size_t n = 0;
+    ssize_t got = 0;
+    while (n <= CONFIG_MAX_BYTES && (got = read(fd, buf + n, CONFIG_MAX_BYTES + 1 - n)) > 0)
+        n += (size_t)got;
+    int err = got < 0 ? errno : 0;
+    close(fd);
+    *text = buf;
+    buf[n] = 0;
+    if (err || n > CONFIG_MAX_BYTES) {
+        fprintf(stderr, "stash serve: config %s: %s\n", path,
+                err ? strerror(err) : "more than 65536 bytes");
+        return 2;
+    }
+    const char *nul = memchr(buf, 0, n);
+    if (nul) {
+        unsigned line = 1;
+        for (const char *c = buf; c < nul; c++) line += *c == '\n';
+        fprintf(stderr, "stash serve: config %s line %u: a NUL byte, which no text holds\n", path,
+                line);
+        return 2;
+    }
+    *len = n;
+    return 0;
+}
+
+/* Adds the lines of the config file's text (`option value`, `option =
+ * value` or `option`; # starts a comment) to v. Returns 0, or prints which
+ * line is wrong and returns 2; never what the line holds, since the file
+ * may be another one than a config (a link to a secret). */
+static int config_parse(serve_argv *v)
+{
     char *p = v->text;
-    for (unsigned no = 1; p && *p; no++) {
+    for (unsigned no = 1; p; no++) {
         char *end = strchr(p, '\n');
         if (end) *end = 0;
         char *hash = strchr(p, '#');
         if (hash) *hash = 0;
         char *key = p + strspn(p, " \t\r");
         p = end ? end + 1 : NULL;
+        if (!*key) continue;
         size_t klen = strcspn(key, " \t\r=");
-        if (!klen) continue;
         char *val = key + klen;
         val += strspn(val, " \t\r");
         if (*val == '=') val += 1 + strspn(val + 1, " \t\r");
-        key[klen] = 0;
         size_t vlen = strlen(val);
         while (vlen && strchr(" \t\r", val[vlen - 1])) val[--vlen] = 0;
-        if (strcmp(key, "config") == 0 || key[0] == '-') {
-            fprintf(stderr, "stash serve: config %s line %u: '%s' is not an option here\n", v->path,
-                    no, key);
+        key[klen] = 0;
+        const serve_option *opt = klen ? serve_option_find(key) : NULL;
+        const char *why = !klen                        ? "a value without an option"
+                          : key[0] == '-'              ? "an option is written without its dashes"
+                          : strcmp(key, "config") == 0 ? "config is not an option here"
+                          : !opt                       ? "unknown option"
+                          : opt->value && !*val        ? "needs a value"
+                          : !opt->value && *val        ? "takes no value"
+                                                       : NULL;
+        if (why) {
+            /* The option's name where it is one of serve_options. */
+            fprintf(stderr, "stash serve: config %s line %u: %s%s%s\n", v->path, no,
+                    opt ? opt->name + 2 : "", opt ? " " : "", why);
             return 2;
         }
-        char *name = malloc(klen + 3);
-        if (!name) return 2;
-        snprintf(name, klen + 3, "--%s", key);
-        v->names[v->nnames++] = name;
         v->line[v->argc] = no;
-        v->argv[v->argc++] = name;
+        v->argv[v->argc++] = (char *)opt->name;
         if (*val) {
             v->line[v->argc] = no;
             v->argv[v->argc++] = val;
         }
     }
+    return 0;
+}
+
+/* Reads the file of --config FILE into v ahead of the command line.
+ * Returns 0, or prints what is wrong and returns 2. */
+static int read_config(int argc, char **argv, serve_argv *v)
+{
+    *v = (serve_argv){0};
+    for (int i = 1; i + 1 < argc; i++)
+        if (strcmp(argv[i], "--config") == 0) v->path = argv[i + 1];
+    size_t len = 0;
+    if (v->path && config_load(v->path, &v->text, &len)) return 2;
+    /* At most two arguments a line, plus the command line's. */
+    size_t lines = 1;
+    for (size_t i = 0; i < len; i++) lines += v->text[i] == '\n';
+    size_t cap = 2 * lines + (size_t)argc + 1;
+    v->argv = calloc(cap, sizeof *v->argv);
+    v->line = calloc(cap, sizeof *v->line);
+    if (!v->argv || !v->line) return 2;
+    v->argv[v->argc++] = argv[0];
+    if (v->text && config_parse(v)) return 2;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
             i++;
@@ -231,8 +365,11 @@ int tool_serve(int argc, char **argv)
         "closes one idle for 5s.\n"
         "--config FILE reads options from FILE first, one a line as the flags without their\n"
         "dashes (`interval 2s`, `interval = 2s`, `incremental`; # starts a comment); the\n"
-        "command line overrides them. Under systemd (Type=notify) it reports ready once\n"
-        "it serves and stopping when it stops.\n"
+        "command line overrides them. FILE must be a regular file of at most 64 KiB (65536\n"
+        "bytes), owned by this user or root, that no one else may write; an option that\n"
+        "needs a value must have one on its line. A wrong line is named, never printed.\n"
+        "Under systemd (Type=notify) it reports ready once it serves and stopping when it\n"
+        "stops.\n"
         "DURATION: 500ms, 2s, 1m (a plain number is seconds). Options take their value as\n"
         "--opt VALUE or --opt=VALUE.\n";
     if (tool_wants_help(argc, argv)) {
@@ -259,23 +396,19 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL, *why = NULL;
         uint64_t n;
-        bool ok = true, takes = val != NULL;
+        const serve_option *opt = strncmp(a, "--", 2) == 0 ? serve_option_find(a + 2) : NULL;
+        bool ok = true, takes = opt && opt->value;
         if (strcmp(a, "--incremental") == 0) {
             o.incremental = 1;
-            takes = false;
         } else if (strcmp(a, "--lz4") == 0) {
             o.lz4 = 1;
-            takes = false;
         } else if (strcmp(a, "--start-empty") == 0) {
             o.start_empty = 1;
-            takes = false;
         } else if (strcmp(a, "--lazy-restore") == 0) {
             o.lazy_restore = 1;
-            takes = false;
         } else if (a[0] != '-' && !name) {
             name = a;
-            takes = false;
-        } else if (!val) {
+        } else if (!opt || !val) {
             ok = false;
         } else if (strcmp(a, "--metrics") == 0) {
             ok = tool_metrics_address(val, &metrics_addr, &why) == 0;
@@ -342,9 +475,16 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
         } else {
             ok = false;
         }
+        /* A config line's option is a name of serve_options, its value is
+         * not printed. */
+        if (!ok && line[i] && why) {
+            fprintf(stderr, "stash serve: config %s line %u: %s: %s\n", config, line[i], a + 2,
+                    why);
+            return 2;
+        }
         if (!ok && line[i]) {
-            fprintf(stderr, "stash serve: config %s line %u: bad or incomplete option '%s%s%s'\n",
-                    config, line[i], a + 2, takes ? " " : "", takes ? val : "");
+            fprintf(stderr, "stash serve: config %s line %u: bad value for %s\n", config, line[i],
+                    a + 2);
             return 2;
         }
         if (!ok && why) {
@@ -353,7 +493,7 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
         }
         if (!ok) {
             fprintf(stderr, "stash serve: bad or incomplete argument '%s%s%s'\n%s", a,
-                    takes ? " " : "", takes ? val : "", usage);
+                    takes && val ? " " : "", takes && val ? val : "", usage);
             return 2;
         }
         if (takes) i++;
