@@ -2,8 +2,9 @@
 /*
  * test_metrics.c: the counters behind the metrics (each worker's state
  * operations, rollbacks, checkpoint totals, the restore, the engine's I/O)
- * against what was done; `stash serve --metrics` over HTTP, its config file,
- * and `stash stop --savepoint`.
+ * against what was done; `stash serve --metrics` over HTTP (the addresses
+ * it takes, what clients that hold connections cannot do), its config file
+ * (and what it refuses), and `stash stop --savepoint`.
  */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>

@@ -142,10 +142,15 @@ int tool_metrics_serve(const struct sockaddr_storage *addr, stash_arena *a,
     bool v6 = addr->ss_family == AF_INET6;
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | (v6 ? MHD_USE_IPv6 : 0);
     errno = 0;
-    s->d = MHD_start_daemon(flags, 0, NULL, NULL, answer, s, MHD_OPTION_SOCK_ADDR, addr,
-                            MHD_OPTION_CONNECTION_LIMIT, METRICS_CONNECTIONS,
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, METRICS_PER_CLIENT,
-                            MHD_OPTION_CONNECTION_TIMEOUT, METRICS_IDLE_SECONDS, MHD_OPTION_END);
+    struct MHD_OptionItem limits[] = {
+        {MHD_OPTION_CONNECTION_LIMIT, METRICS_CONNECTIONS, NULL},
+        {MHD_OPTION_PER_IP_CONNECTION_LIMIT, METRICS_PER_CLIENT, NULL},
+        {MHD_OPTION_CONNECTION_TIMEOUT, METRICS_IDLE_SECONDS, NULL},
+        {MHD_OPTION_END, 0, NULL},
+    };
+    s->d =
+        MHD_start_daemon(flags, 0, NULL, NULL, answer, s, MHD_OPTION_SOCK_ADDR,
+                         (const struct sockaddr *)addr, MHD_OPTION_ARRAY, limits, MHD_OPTION_END);
     if (!s->d) {
         int err = errno ? errno : EADDRINUSE;
         free(s);
