@@ -800,7 +800,10 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
  * arena stays. Accepts NULL. */
 STASH_API void stash_service_stop(stash_service *service);
 
-/* Whether the engine has stopped by itself (a `stash stop` request). */
+/* Whether the engine has stopped by itself: 1 on a `stash stop` request, a
+ * negative error if a failure it could not get past stopped it (its log
+ * says which: a lazy restore's damaged checkpoint with none to fall back
+ * to), 0 while it runs. */
 STASH_API int stash_service_stopped(const stash_service *service);
 
 /* A finished checkpoint. */

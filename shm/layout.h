@@ -29,7 +29,7 @@
 typedef uint64_t shm_off;
 
 #define SHM_MAGIC "STASHARN"
-#define SHM_LAYOUT_VERSION 8u
+#define SHM_LAYOUT_VERSION 9u
 #define SHM_INIT_MARK 0x54494e49u /* "INIT": written last by the creator */
 #define SHM_HEADER_SIZE 4096u
 #define SHM_SPAN_SHIFT 12u
@@ -353,6 +353,7 @@ typedef struct shm_ctl_worker {
     _Atomic int32_t cut_error;     /* why its last cut failed (arena full, no pin free), or 0 */
     _Atomic uint64_t cut_clock_ms; /* its TTL clock at its last cut */
     _Atomic uint64_t rollbacks;    /* rollbacks the index's workers made */
+    _Atomic uint64_t fallback_seen; /* the arena's fallback (fallback_gen) the index went through */
 } shm_ctl_worker;
 
 typedef struct shm_control {
@@ -387,6 +388,10 @@ typedef struct shm_control {
     _Atomic uint32_t lazy_left;        /* a lazy restore: key groups not restored yet, 0 none */
     char lazy_path[SHM_CTL_DETAIL];    /* the checkpoint they come from */
     _Atomic uint64_t lazy_started_ns;  /* when the lazy restore began, ns since the epoch */
+    _Atomic uint32_t lazy_failed;      /* a key group's blocks failed their checks: fall back */
+    _Atomic uint64_t fallback_gen;     /* the arena's fallbacks to an older checkpoint so far */
+    _Atomic uint64_t fallback_id;      /* the checkpoint the newest one went back to */
+    char fallback_why[SHM_CTL_DETAIL]; /* and why */
     _Atomic uint64_t io_written;       /* bytes the engine wrote */
     _Atomic uint64_t io_read;          /* and read */
     _Atomic uint64_t io_errors;        /* requests that failed */
@@ -396,7 +401,7 @@ typedef struct shm_control {
 
 /* The sizes docs/architecture.md's table of the arena's layout gives. */
 _Static_assert(sizeof(shm_kg_heap) == 736 && sizeof(shm_table) == 768 &&
-                   sizeof(shm_catalog_entry) == 104 && sizeof(shm_control) == 199872,
+                   sizeof(shm_catalog_entry) == 104 && sizeof(shm_control) == 200192,
                "the arena's layout as docs/architecture.md gives it");
 
 /* A process's handle on a mapped arena. */

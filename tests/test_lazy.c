@@ -7,7 +7,9 @@
  * group alone; a checkpoint taken meanwhile copies the blocks of the key
  * groups not whole at its cut; a service started with lazy_restore serves
  * workers in other processes, takes a checkpoint that holds every key, and
- * goes on with the restore after it was killed.
+ * goes on with the restore after it was killed; a damaged block makes the
+ * arena fall back to the newest checkpoint that restores whole (its
+ * workers told so), or stops the service where there is none.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -281,15 +283,16 @@ Test(lazy, what_a_dead_restorer_wrote_is_cleared_before_the_key_group_comes_agai
     stash_arena_destroy(name, NULL);
 }
 
-Test(lazy, a_damaged_block_fails_its_key_group_alone)
+/* Flips a byte in the middle of key group kg's block of checkpoint id, as
+ * the metadata places it. */
+static void damage(uint64_t id, uint32_t kg)
 {
-    /* A byte in the middle of key group 6's block, as the metadata places it. */
     char path[256];
-    snprintf(path, sizeof path, "%s/chk-1", dir);
+    snprintf(path, sizeof path, "%s/chk-%llu", dir, (unsigned long long)id);
     ckpt_view v;
     cr_assert_eq(ckpt_open_view(path, eng, &v, false), 0, "%s", stash_errmsg());
     md_extent x;
-    memcpy(&x, v.files[0].extents + 6 * sizeof x, sizeof x);
+    memcpy(&x, v.files[0].extents + kg * sizeof x, sizeof x);
     char data[4200];
     snprintf(data, sizeof data, "%s", v.files[0].path);
     ckpt_view_close(&v);
@@ -300,6 +303,11 @@ Test(lazy, a_damaged_block_fails_its_key_group_alone)
     byte ^= 0x5a;
     cr_assert_eq(pwrite(fd, &byte, 1, (off_t)(x.offset + x.size / 2)), 1);
     close(fd);
+}
+
+Test(lazy, a_damaged_block_fails_its_key_group_alone)
+{
+    damage(1, 6);
     char name[96];
     stash_arena *a = begin("lazy4", name);
     stash_worker *w;
@@ -491,9 +499,10 @@ static int service_main(void *arg)
         fprintf(stderr, "service: %s\n", stash_errmsg());
         return 20;
     }
-    while (!stash_service_stopped(s)) usleep(5000);
+    int stopped;
+    while (!(stopped = stash_service_stopped(s))) usleep(5000);
     stash_service_stop(s);
-    return 0;
+    return stopped < 0 ? 21 : 0;
 }
 
 /* Starts the service and waits until it serves (its arena in place). */
@@ -559,4 +568,180 @@ Test(lazy, a_service_serves_at_once_checkpoints_and_survives_a_kill, .timeout = 
     stash_worker_close(w);
     stash_arena_close(b);
     stash_arena_destroy(other, NULL);
+}
+
+/* A value other than checkpoint 1's for key k: checkpoint 2's. */
+static uint64_t second_of(uint64_t k)
+{
+    return k * 11 + 5;
+}
+
+/* Writes checkpoint 2 of dir, every key holding second_of(k). */
+static void second_checkpoint(void)
+{
+    char name[96];
+    stash_arena *a = test_arena_create("lazysrc2", 64u << 20, KGS, name);
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    stash_state *s = value_state(w);
+    for (uint64_t k = 0; k < KEYS; k++) {
+        uint64_t v = second_of(k);
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_put(s, &v, sizeof v), 0);
+    }
+    stash_worker_close(w);
+    checkpoint(a, 2);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
+
+/* How a worker of the arena meets the fallback. */
+typedef struct fallback_run {
+    bool before;  /* it opened before: its barrier says STASH_ROLLED_BACK */
+    int ready[2]; /* it writes a byte here once open */
+} fallback_run;
+
+/* A worker of the service's arena: once open, barriers until the arena
+ * has fallen back (at most a minute; with run->before, until its barrier
+ * says so), then finds every key as checkpoint 1 has it and writes each
+ * anew (k * 13). Exits 0, or a code saying what went wrong. */
+static int fallback_worker(void *arg)
+{
+    fallback_run *run = arg;
+    stash_worker *w;
+    if (stash_worker_open(svc_name, &(stash_worker_opts){.parallelism = 1}, &w)) return 1;
+    stash_state *s;
+    if (stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s)) return 2;
+    if (write(run->ready[1], "x", 1) != 1) return 3;
+    stash_arena *a = stash_worker_arena(w);
+    stash_event ev = {0};
+    uint64_t until = shm_now_ns() + 60000000000ull;
+    for (bool seen = false; !seen;) {
+        int rc = stash_barrier(w, &ev);
+        if (rc < 0) return 4;
+        if (rc == 1 && ev.kind == STASH_ROLLED_BACK) {
+            if (!run->before) return 5;
+            if (ev.checkpoint_id != 1 || !strstr(ev.detail, "key group 6")) return 6;
+            seen = true;
+        }
+        if (!run->before && atomic_load(&a->control->fallback_gen)) seen = true;
+        if (shm_now_ns() > until) return 7;
+        if (!seen) usleep(1000);
+    }
+    for (uint64_t k = 0; k < KEYS; k++) {
+        stash_bytes b;
+        if (stash_key_set(w, &k, sizeof k) || stash_value_get(s, &b)) return 8;
+        if (test_u64(b.data) != value_of(k)) return 9;
+        uint64_t v = k * 13;
+        if (stash_value_put(s, &v, sizeof v)) return 10;
+    }
+    if (stash_barrier(w, &ev) < 0) return 11;
+    stash_worker_close(w);
+    return 0;
+}
+
+/* Checkpoint 2 of dir with key group 6's block damaged, restored lazily
+ * by a service into arena name (svc_name) with a worker that opens before
+ * the service starts (before) or after the arena fell back; then a
+ * checkpoint, which holds what the worker wrote after the fallback. */
+static void fall_back_with_a_worker(bool before)
+{
+    second_checkpoint();
+    damage(2, 6);
+    char name[96];
+    snprintf(name, sizeof name, "%s", test_arena_name("lazyfb"));
+    svc_name = name;
+    fallback_run run = {.before = before};
+    cr_assert_eq(pipe(run.ready), 0);
+    pid_t spid = 0, wpid = 0;
+    stash_arena *a;
+    char b1;
+    if (before) {
+        /* The lazy restore of checkpoint 2 begun as a service begins it,
+         * a worker open, then the service that goes on with it. */
+        a = test_arena_create("lazyfb", 64u << 20, KGS, name);
+        char path[256];
+        snprintf(path, sizeof path, "%s/chk-2", dir);
+        ckpt_restored out;
+        cr_assert_eq(ckpt_lazy_begin(a, path, (stash_kg_range){0, KGS - 1}, eng, &out), 0, "%s",
+                     stash_errmsg());
+        ckpt_restored_free(&out);
+        atomic_store(&a->control->restored_id, 2);
+        atomic_store(&a->control->last_id, 2);
+        atomic_store(&a->control->completed, 2);
+        wpid = test_fork(fallback_worker, &run);
+        cr_assert_eq(read(run.ready[0], &b1, 1), 1, "the worker opened");
+        spid = start_service();
+    } else {
+        spid = start_service();
+        cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+        uint64_t until = shm_now_ns() + 60000000000ull;
+        while (!atomic_load(&a->control->fallback_gen) && shm_now_ns() < until) usleep(1000);
+        cr_assert_eq(atomic_load(&a->control->fallback_gen), 1, "the arena fell back");
+        wpid = test_fork(fallback_worker, &run);
+    }
+    cr_assert_eq(test_wait(wpid), 0, "the worker (its exit code says)");
+    cr_assert_eq(atomic_load(&a->control->fallback_id), 1);
+    cr_assert(strstr(a->control->fallback_why, "key group 6") &&
+                  strstr(a->control->fallback_why, "chk-2"),
+              "%s", a->control->fallback_why);
+    stash_checkpoint_info info;
+    cr_assert_eq(stash_checkpoint(a, 30000, &info), 0, "%s", info.detail);
+    cr_assert_eq(stash_service_request_stop(a, 20000), 0, "%s", stash_errmsg());
+    cr_assert_eq(test_wait(spid), 0);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+    close(run.ready[0]);
+    close(run.ready[1]);
+    char other[96];
+    stash_arena *b = restored("lazyfb2", info.id, other);
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(other, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    stash_state *s = value_state(w);
+    for (uint64_t k = 0; k < KEYS; k++) {
+        stash_bytes v;
+        cr_assert_eq(stash_key_set(w, &k, sizeof k), 0);
+        cr_assert_eq(stash_value_get(s, &v), 0, "key %llu", (unsigned long long)k);
+        cr_assert_eq(test_u64(v.data), k * 13, "key %llu as the worker wrote it after the fallback",
+                     (unsigned long long)k);
+    }
+    stash_worker_close(w);
+    stash_arena_close(b);
+    stash_arena_destroy(other, NULL);
+}
+
+Test(lazy, a_damaged_block_rolls_every_worker_back_to_the_newest_checkpoint_that_restores_whole,
+     .timeout = 240)
+{
+    fall_back_with_a_worker(true);
+}
+
+Test(lazy, a_worker_that_opens_after_the_fallback_starts_from_that_checkpoint, .timeout = 240)
+{
+    fall_back_with_a_worker(false);
+}
+
+Test(lazy, a_damaged_checkpoint_restored_lazily_with_nothing_to_fall_back_to_stops_the_service,
+     .timeout = 120)
+{
+    damage(1, 6);
+    char own[160], from[160], name[96];
+    snprintf(own, sizeof own, "%s/own", dir);
+    snprintf(from, sizeof from, "%s/chk-1", dir);
+    snprintf(name, sizeof name, "%s", test_arena_name("lazystop"));
+    stash_arena_opts ao = {.size = 64u << 20, .max_parallelism = KGS, .backend = test_backend()};
+    stash_service *s;
+    cr_assert_eq(
+        stash_service_start(
+            name,
+            &(stash_service_opts){.arena = &ao, .dir = own, .restore = from, .lazy_restore = 1},
+            &s),
+        0, "%s", stash_errmsg());
+    /* The background pass meets key group 6: the engine stops, saying why. */
+    uint64_t until = shm_now_ns() + 60000000000ull;
+    int stopped;
+    while (!(stopped = stash_service_stopped(s)) && shm_now_ns() < until) usleep(2000);
+    cr_assert_eq(stopped, STASH_ECORRUPT, "the engine stopped on the damage: %d", stopped);
+    stash_service_stop(s);
+    stash_arena_destroy(name, NULL);
 }

@@ -548,16 +548,18 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
     }
     sd_notify(0, "READY=1\nSTATUS=serving");
     const struct timespec tick = {0, 200000000};
-    int sig = -1;
-    while (sig < 0 && !stash_service_stopped(svc)) sig = sigtimedwait(&sigs, NULL, &tick);
+    int sig = -1, stopped = 0;
+    while (sig < 0 && !(stopped = stash_service_stopped(svc)))
+        sig = sigtimedwait(&sigs, NULL, &tick);
     sd_notify(0, "STOPPING=1");
-    log_own(json, sig > 0 ? (sig == SIGTERM ? "SIGTERM: stopping" : "SIGINT: stopping")
-                          : "stop requested: stopping");
+    log_own(json, sig > 0       ? (sig == SIGTERM ? "SIGTERM: stopping" : "SIGINT: stopping")
+                  : stopped < 0 ? "the engine stopped on a failure (its log says which)"
+                                : "stop requested: stopping");
     tool_metrics_stop(http);
     stash_arena_close(a);
     stash_service_stop(svc);
     log_own(json, "stopped");
-    return 0;
+    return stopped < 0 ? 1 : 0;
 }
 
 /* Parses NAME [--path FILE] [--timeout DURATION] [--json]. */

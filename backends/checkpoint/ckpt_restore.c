@@ -169,6 +169,17 @@ static bool thread_alive(uint32_t tid)
     return kill((pid_t)tid, 0) == 0 || errno != ESRCH;
 }
 
+/* The checkpoint the lazy restore brings its key groups from, copied out
+ * under the control block's lock (a fallback rewrites it). */
+static void lazy_source(stash_arena *a, char *out)
+{
+    shm_control *c = a->control;
+    bool locked = shm_lock_acquire(&c->lock, NULL, NULL) >= 0;
+    memcpy(out, c->lazy_path, sizeof c->lazy_path);
+    if (locked) shm_lock_release(&c->lock);
+    out[sizeof c->lazy_path - 1] = 0;
+}
+
 /* Claims key group kg of a lazy restore for this thread: 1 claimed (*dead:
  * from a thread that died at it, whose unfinished work is the claimant's
  * to clear), 0 if it is whole, after waiting while another thread holds it
@@ -180,11 +191,14 @@ static int lazy_claim(stash_arena *a, uint32_t kg, bool take_failed, bool *dead)
     for (;;) {
         uint32_t v = atomic_load_explicit(word, memory_order_acquire);
         if (v == 0) return 0;
-        if (v == SHM_LAZY_FAILED && !take_failed)
+        if (v == SHM_LAZY_FAILED && !take_failed) {
+            char from[SHM_CTL_DETAIL];
+            lazy_source(a, from);
             return shm_fail(STASH_ECORRUPT,
                             "%s: key group %u did not restore from %s (its blocks failed their "
                             "checks; the service's log says how)",
-                            a->path, kg, a->control->lazy_path);
+                            a->path, kg, from);
+        }
         *dead = (v & SHM_LAZY_CLAIMED) && !thread_alive(v & ~SHM_LAZY_CLAIMED);
         if ((v & SHM_LAZY_CLAIMED) && !*dead) {
             shm_futex_wait(word, v, 10000000);
@@ -197,15 +211,41 @@ static int lazy_claim(stash_arena *a, uint32_t kg, bool take_failed, bool *dead)
 }
 
 /* Lets claimed key group kg go as to says (0: whole, SHM_LAZY_PENDING or
- * SHM_LAZY_FAILED), waking its waiters. */
+ * SHM_LAZY_FAILED), waking its waiters. A key group that failed tells the
+ * engine, which makes the arena fall back to a checkpoint that restores
+ * whole. */
 static void lazy_release(stash_arena *a, uint32_t kg, uint32_t to)
 {
     shm_table *t = &a->tables[kg];
+    shm_control *c = a->control;
     /* A pin below this epoch was taken before the key group was whole. */
     if (to == 0) atomic_store(&t->lazy_done_at, atomic_load(&t->epoch));
     atomic_store_explicit(&t->lazy, to, memory_order_release);
-    if (to == 0) atomic_fetch_sub(&a->control->lazy_left, 1);
+    if (to == 0) atomic_fetch_sub(&c->lazy_left, 1);
     shm_futex_wake_as_is(&t->lazy);
+    if (to == SHM_LAZY_FAILED) {
+        atomic_store(&c->lazy_failed, 1);
+        shm_futex_wake(&c->wake);
+    }
+}
+
+/* Claims key group kg whatever its state (whole, still to come, failed),
+ * waiting while a live thread holds it; *whole says whether it was whole,
+ * *dead whether its holder died. */
+static void lazy_claim_any(stash_arena *a, uint32_t kg, bool *whole, bool *dead)
+{
+    _Atomic uint32_t *word = &a->tables[kg].lazy;
+    uint32_t me = SHM_LAZY_CLAIMED | (uint32_t)syscall(SYS_gettid);
+    for (;;) {
+        uint32_t v = atomic_load_explicit(word, memory_order_acquire);
+        *dead = (v & SHM_LAZY_CLAIMED) && !thread_alive(v & ~SHM_LAZY_CLAIMED);
+        if ((v & SHM_LAZY_CLAIMED) && !*dead) {
+            shm_futex_wait(word, v, 10000000);
+            continue;
+        }
+        *whole = v == 0;
+        if (atomic_compare_exchange_strong(word, &v, me)) return;
+    }
 }
 
 /* The key groups of range a whole restore covers, within the arena's. */
@@ -373,6 +413,38 @@ bool ckpt_lazy_pending(const stash_arena *a)
     return atomic_load_explicit(&a->control->lazy_left, memory_order_acquire) != 0;
 }
 
+int ckpt_lazy_rebase(stash_arena *a, const char *path)
+{
+    shm_control *c = a->control;
+    if (strlen(path) >= sizeof c->lazy_path)
+        return shm_fail(-ENAMETOOLONG, "%s: a path too long for a lazy restore", path);
+    int rc = shm_lock_acquire(&c->lock, NULL, NULL);
+    if (rc < 0) return rc;
+    snprintf(c->lazy_path, sizeof c->lazy_path, "%s", path);
+    shm_lock_release(&c->lock);
+    atomic_store(&c->lazy_started_ns, shm_now_ns());
+    return 0;
+}
+
+int ckpt_lazy_renew(stash_arena *a, stash_kg_range range, bool failed_only, store *st)
+{
+    int rc = 0;
+    uint32_t me = SHM_LAZY_CLAIMED | (uint32_t)syscall(SYS_gettid);
+    for (uint32_t kg = range.first; kg <= range_end(a, range); kg++) {
+        bool whole = false, dead = false;
+        uint32_t failed = SHM_LAZY_FAILED;
+        if (failed_only && !atomic_compare_exchange_strong(&a->tables[kg].lazy, &failed, me))
+            continue;
+        if (!failed_only) lazy_claim_any(a, kg, &whole, &dead);
+        if (whole) atomic_fetch_add(&a->control->lazy_left, 1);
+        int err = lazy_clear_left(a, kg, dead, st);
+        if (err && !rc) rc = err;
+        lazy_release(a, kg, SHM_LAZY_PENDING);
+    }
+    if (st->ops->commit) st->ops->commit(st);
+    return rc;
+}
+
 /* Restores key group kg, claimed by this thread; after dead, a thread that
  * died restoring it. What is there already (a dead or failed restorer's
  * records) goes first. */
@@ -389,7 +461,9 @@ static int restore_claimed(stash_arena *a, uint32_t kg, bool dead, ioe_engine *e
         (rc = ioe_engine_open(&(ioe_opts){.depth = 8, .buf_count = 1, .buf_size = 4096}, &own)) < 0)
         rc = shm_fail(rc, "key group %u: no I/O engine for its restore", kg);
     ckpt_view v;
-    if (rc == 0) rc = ckpt_open_view(a->control->lazy_path, e ? e : own, &v, false);
+    char from[SHM_CTL_DETAIL];
+    lazy_source(a, from);
+    if (rc == 0) rc = ckpt_open_view(from, e ? e : own, &v, false);
     if (rc == 0 && (rc = ckpt_view_load_range(&v, e ? e : own, one)) != 0) ckpt_view_close(&v);
     ckpt_restored out = {0};
     bool applying = false;
@@ -414,16 +488,20 @@ int ckpt_lazy_await(stash_arena *a, uint32_t kg, ioe_engine *e)
     /* A damaged block stays damaged; anything else (memory, a read) may
      * pass: the next touch tries again. */
     lazy_release(a, kg, rc == 0 ? 0 : rc == STASH_ECORRUPT ? SHM_LAZY_FAILED : SHM_LAZY_PENDING);
-    if (rc)
-        return shm_fail(rc, "%s: key group %u did not restore from %s: %s", a->path, kg,
-                        a->control->lazy_path, why);
+    if (rc) {
+        char from[SHM_CTL_DETAIL];
+        lazy_source(a, from);
+        return shm_fail(rc, "%s: key group %u did not restore from %s: %s", a->path, kg, from, why);
+    }
     return 0;
 }
 
 int ckpt_lazy_copyable(stash_arena *a, ioe_engine *e)
 {
     ckpt_view v;
-    int rc = ckpt_open_view(a->control->lazy_path, e, &v, false);
+    char from[SHM_CTL_DETAIL];
+    lazy_source(a, from);
+    int rc = ckpt_open_view(from, e, &v, false);
     if (rc) return rc;
     bool ok = v.nfiles == 1 && !(v.files[0].flags & CKPT_FILE_DELTA);
     /* Registered by the restore's start: each finds its own id again. */
@@ -434,7 +512,7 @@ int ckpt_lazy_copyable(stash_arena *a, ioe_engine *e)
     ckpt_view_close(&v);
     return ok ? 0
               : shm_fail(-ENOTSUP, "%s: its blocks cannot stand in another checkpoint as they are",
-                         a->control->lazy_path);
+                         from);
 }
 
 int ckpt_lazy_fill(stash_arena *a, ioe_engine *e, const _Atomic int *stop)

@@ -49,6 +49,18 @@ int ckpt_lazy_await(stash_arena *a, uint32_t kg, ioe_engine *e);
 int ckpt_lazy_copyable(stash_arena *a, ioe_engine *e);
 /* Whether a lazy restore still has key groups to bring. */
 bool ckpt_lazy_pending(const stash_arena *a);
+/* Makes the checkpoint directory at path the one the lazy restore brings
+ * key groups from (a fallback: the checkpoint before was found damaged).
+ * Restorers at work finish from the old one; ckpt_lazy_renew their key
+ * groups after. Returns 0 or -ENAMETOOLONG. */
+int ckpt_lazy_rebase(stash_arena *a, const char *path);
+/* Makes every key group of range still to come: each claimed whatever its
+ * state (one a thread is bringing waited for), emptied through st (the
+ * caller must be its owner, or none may own it), and left pending; with
+ * failed_only, only those that failed (whose owner can have written
+ * nothing). Returns 0 or the first error emptying one (pending all the
+ * same). */
+int ckpt_lazy_renew(stash_arena *a, stash_kg_range range, bool failed_only, store *st);
 /* The background pass: brings every key group still to come, in order,
  * until none is left (0), stop becomes non-zero (0), or one fails. */
 int ckpt_lazy_fill(stash_arena *a, ioe_engine *e, const _Atomic int *stop);

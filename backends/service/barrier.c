@@ -148,6 +148,14 @@ STASH_API int stash_barrier(stash_worker *worker, stash_event *event)
                         worker->slot);
     shm_control *c = worker->arena->control;
     heartbeat(worker);
+    /* Before a cut: what it pins is the state the arena fell back to. */
+    if (__builtin_expect(
+            atomic_load_explicit(&c->fallback_gen, memory_order_acquire) !=
+                atomic_load_explicit(&c->workers[worker->slot].fallback_seen, memory_order_relaxed),
+            0)) {
+        int rc = worker_fall_back(worker);
+        if (rc < 0) return rc;
+    }
     uint64_t pending = atomic_load_explicit(&c->pending, memory_order_acquire);
     if (pending && pending != worker->cut_id) {
         shm_clear_error();
@@ -247,6 +255,37 @@ int worker_rollback(stash_worker *w)
     }
     ioe_engine_close(e);
     return rc;
+}
+
+int worker_fall_back(stash_worker *w)
+{
+    stash_arena *a = w->arena;
+    shm_control *c = a->control;
+    uint64_t gen = atomic_load_explicit(&c->fallback_gen, memory_order_acquire);
+    if (gen == atomic_load(&c->workers[w->slot].fallback_seen)) return 0;
+    /* What this worker wrote goes: its key groups come again from the
+     * checkpoint the arena fell back to, first touch or background pass. */
+    int rc = worker_commit(w, true);
+    worker_drop_key(w);
+    if (rc == 0) rc = ckpt_lazy_renew(a, w->range, false, w->store);
+    worker_watch_lazy(w);
+    /* Its operator state is the checkpoint's (the engine dropped what the
+     * workers recorded since). */
+    free(w->op_blobs);
+    free(w->op_mem);
+    w->op_blobs = NULL;
+    w->op_mem = NULL;
+    for (stash_state *s = w->states; rc == 0 && s; s = s->next)
+        if (opstate_recorded(s->kind)) rc = opstate_load_committed(s);
+    if (rc == 0) rc = timers_rebuild_all(w);
+    if (rc < 0) return rc;
+    if ((rc = shm_lock_acquire(&c->lock, NULL, NULL)) < 0) return rc;
+    w->rolled_back_to = atomic_load(&c->fallback_id);
+    snprintf(w->rollback_why, sizeof w->rollback_why, "%s", c->fallback_why);
+    shm_lock_release(&c->lock);
+    atomic_fetch_add(&c->workers[w->slot].rollbacks, 1);
+    atomic_store(&c->workers[w->slot].fallback_seen, gen);
+    return 0;
 }
 
 /* ---- control requests ---------------------------------------------------- */

@@ -50,6 +50,7 @@ struct stash_service {
     bool lazy_running;
     _Atomic int lazy_stop;
     _Atomic int lazy_said; /* its end was logged */
+    int failure;           /* what stopped the engine by itself, 0 none (a `stash stop`) */
     bool lazy_cut;         /* the checkpoint in flight was cut while it ran */
 };
 
@@ -62,6 +63,10 @@ void engine_io_line(void *ctx, const char *line);
 void engine_unpin_all(stash_arena *a, uint32_t *pins);
 /* Adds what the I/O engine did since the last look to the arena's totals. */
 void engine_account_io(stash_service *s);
+/* Starts a lazy restore's background pass (none running): key groups
+ * still to come are brought in order. */
+void engine_lazy_start(stash_service *s);
+
 /* Says, once, that a lazy restore brought its last key group, and counts
  * it as the arena's restore. */
 void engine_lazy_done(stash_service *s);

@@ -499,6 +499,176 @@ static int lazy_finish(stash_service *s)
     return rc;
 }
 
+/* ---- a lazy restore that found a damaged block ------------------------------ *
+ * The arena falls back to the newest checkpoint of the directory that
+ * restores whole, as a whole restore would have: a service that serves but
+ * can never checkpoint (each one fails on the damaged key group) is worse
+ * than one that loses the workers' writes since the restore, which the
+ * workers hear of (STASH_ROLLED_BACK) and replay. */
+
+/* The first key group of the lazy restore that failed, or UINT32_MAX. */
+static uint32_t failed_kg(const stash_arena *a)
+{
+    for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
+        if (atomic_load(&a->tables[kg].lazy) == SHM_LAZY_FAILED) return kg;
+    return UINT32_MAX;
+}
+
+/* The newest checkpoint of the directory below id whose every block passes
+ * its checks, in *out; -ENOENT if none. */
+static int newest_whole(stash_service *s, uint64_t below, uint64_t *out)
+{
+    uint64_t *ids;
+    int n = ckpt_list(&s->ckpts, &ids), rc = -ENOENT;
+    for (int i = 0; i < n && rc; i++) {
+        if (ids[i] >= below || !ckpt_has_metadata(&s->ckpts, ids[i])) continue;
+        ckpt_view v;
+        int64_t got = ckpt_open_chk(&s->ckpts, ids[i], s->e, &v, true);
+        if (got == 0) {
+            got = ckpt_view_walk(&v, (stash_kg_range){0, v.max_parallelism - 1}, NULL, NULL);
+            if (got >= 0 && v.max_parallelism != s->a->hdr->max_parallelism)
+                got = shm_fail(STASH_ECORRUPT, "%s: %u key groups, the arena's %u", v.meta_path,
+                               v.max_parallelism, s->a->hdr->max_parallelism);
+            ckpt_view_close(&v);
+        }
+        if (got >= 0) {
+            *out = ids[i];
+            rc = 0;
+        } else {
+            engine_say(s, STASH_LOG_WARN, "restore", "passed over checkpoint %llu: %s",
+                       (unsigned long long)ids[i], stash_errmsg());
+        }
+    }
+    if (n >= 0) free(ids);
+    return n < 0 ? n : rc;
+}
+
+/* The operator state of the checkpoint the arena falls back to becomes the
+ * committed one of every worker index, and what workers recorded since the
+ * restore goes. */
+static int fallback_opstate(stash_service *s, const ckpt_restored *r)
+{
+    stash_arena *a = s->a;
+    shm_control *c = a->control;
+    int rc = shm_lock_acquire(&c->lock, NULL, NULL);
+    if (rc < 0) return rc;
+    for (uint32_t i = 0; i < STASH_MAX_WORKERS; i++) {
+        shm_blob_free(a, atomic_exchange(&c->workers[i].committed.off, 0));
+        shm_blob_free(a, atomic_exchange(&c->workers[i].pending.off, 0));
+        atomic_store(&c->workers[i].committed.len, 0);
+        atomic_store(&c->workers[i].pending.len, 0);
+    }
+    for (uint32_t i = 0; rc == 0 && i < r->op_parallelism; i++) {
+        shm_off off = 0;
+        if (r->op_blobs[i].len) rc = shm_blob_put(a, r->op_blobs[i].data, r->op_blobs[i].len, &off);
+        atomic_store(&c->workers[i].committed.len, rc ? 0 : r->op_blobs[i].len);
+        atomic_store(&c->workers[i].committed.off, off);
+    }
+    atomic_store(&c->committed_p, rc ? 0 : r->op_parallelism);
+    shm_lock_release(&c->lock);
+    return rc;
+}
+
+/* Makes the lazy restore bring every key group again from checkpoint id of
+ * the directory: the key groups of no worker now, emptied here; a worker's
+ * own, by the worker at its next barrier (or by its replacement when it
+ * opens: worker_fall_back), who alone may write them. */
+static int fall_back_to(stash_service *s, uint64_t id, const char *why)
+{
+    stash_arena *a = s->a;
+    shm_control *c = a->control;
+    char path[4096];
+    ckpt_restored out = {0};
+    int rc = ckpt_path_of(path, "%s/chk-%llu", s->dir, (unsigned long long)id);
+    if (rc == 0) rc = ckpt_restore_opstate(a, path, s->e, &out);
+    if (rc == 0) rc = fallback_opstate(s, &out);
+    ckpt_restored_free(&out);
+    if (rc == 0) rc = ckpt_lazy_rebase(a, path);
+    if (rc == 0) rc = shm_lock_acquire(&a->hdr->registry_lock, NULL, NULL);
+    if (rc < 0) return rc;
+    uint64_t gen = atomic_load(&c->fallback_gen) + 1;
+    uint32_t maxp = a->hdr->max_parallelism;
+    bool *owned = calloc(maxp, sizeof *owned);
+    if (!owned) rc = shm_fail(-ENOMEM, "out of memory");
+    uint32_t hwm = atomic_load(&a->hdr->registry_hwm);
+    for (uint32_t i = 0; rc == 0 && i < STASH_MAX_WORKERS; i++) {
+        stash_worker_info info;
+        if (i < hwm) shm_registry_describe(a, i, &info);
+        bool held = i < hwm && (info.state == STASH_WORKER_LIVE || info.state == STASH_WORKER_DEAD);
+        for (uint32_t kg = info.range.first; held && kg <= info.range.last && kg < maxp; kg++)
+            owned[kg] = true;
+        /* An index no worker holds has nothing of its own to go through. */
+        if (!held) atomic_store(&c->workers[i].fallback_seen, gen);
+    }
+    /* A worker's key group that failed was never written: it comes again too. */
+    for (uint32_t kg = 0; rc == 0 && kg < maxp; kg++)
+        rc = ckpt_lazy_renew(a, (stash_kg_range){kg, kg}, owned[kg], s->store);
+    free(owned);
+    if (rc == 0 && (rc = shm_lock_acquire(&c->lock, NULL, NULL)) >= 0) {
+        snprintf(c->fallback_why, sizeof c->fallback_why, "%s", why);
+        atomic_store(&c->fallback_id, id);
+        atomic_store(&c->restored_id, id);
+        atomic_store(&c->fallback_gen, gen);
+        shm_lock_release(&c->lock);
+        rc = 0;
+    }
+    shm_lock_release(&a->hdr->registry_lock);
+    return rc;
+}
+
+/* What a key group of the lazy restore that failed its checks sets off: the
+ * arena's fallback, or, where no checkpoint of the directory older than the
+ * one restored restores whole, the engine's stop. */
+static void fall_back(stash_service *s)
+{
+    stash_arena *a = s->a;
+    shm_control *c = a->control;
+    atomic_store(&c->lazy_failed, 0);
+    uint32_t kg = failed_kg(a);
+    if (kg == UINT32_MAX) return;
+    if (s->lazy_running) {
+        atomic_store(&s->lazy_stop, 1);
+        pthread_join(s->lazy_thread, NULL);
+        s->lazy_running = false;
+    }
+    uint64_t from_id = atomic_load(&c->restored_id), to = 0;
+    char from[SHM_CTL_DETAIL], mine[4200], why[SHM_CTL_DETAIL];
+    if (shm_lock_acquire(&c->lock, NULL, NULL) >= 0) {
+        memcpy(from, c->lazy_path, sizeof from);
+        shm_lock_release(&c->lock);
+    }
+    from[sizeof from - 1] = 0;
+    /* Checked again here for the message, which the thread that failed it kept. */
+    snap_buf b = {0};
+    int64_t n = ckpt_block_copy(from, kg, &b);
+    snap_buf_free(&b);
+    snprintf(why, sizeof why, "key group %u of %s did not restore: %s", kg, from,
+             n < 0 ? stash_errmsg() : "its blocks failed their checks");
+    snprintf(mine, sizeof mine, "%s/chk-%llu", s->dir, (unsigned long long)from_id);
+    bool ours = strcmp(mine, from) == 0;
+    int rc = ours ? newest_whole(s, from_id, &to) : -ENOENT;
+    if (rc == 0) rc = fall_back_to(s, to, why);
+    if (rc == 0) {
+        engine_say(s, STASH_LOG_WARN, "restore",
+                   "%s: the arena falls back to checkpoint %llu (restored lazily); each worker "
+                   "rolls back to it at its next barrier",
+                   why, (unsigned long long)to);
+        atomic_store(&s->lazy_said, 0);
+        engine_lazy_start(s);
+        return;
+    }
+    if (rc == -ENOENT)
+        engine_say(s, STASH_LOG_ERROR, "restore",
+                   "%s; %s: stopping, since every checkpoint would fail on it", why,
+                   ours ? "no older checkpoint of the directory restores whole"
+                        : "it is no checkpoint of the directory, which has none to fall back to");
+    else
+        engine_say(s, STASH_LOG_ERROR, "restore", "%s; falling back failed: %s: stopping", why,
+                   stash_errmsg());
+    s->failure = rc == -ENOENT ? STASH_ECORRUPT : rc;
+    atomic_store(&s->quit, 1);
+}
+
 /* Whether a checkpoint is being read: by a lazy restore, or by a live
  * worker rolling back (any one): retention waits for the next one. */
 static bool rollback_reading(stash_service *s)
@@ -767,6 +937,10 @@ void *engine_main(void *arg)
     shm_control *c = s->a->control;
     while (!stopping(s)) {
         watch_workers(s);
+        if (atomic_load(&c->lazy_failed)) {
+            fall_back(s);
+            continue;
+        }
         uint32_t seen = atomic_load(&c->wake);
         uint64_t now = shm_now_ns();
         uint64_t earliest = s->last_end_ns + s->o.min_pause_ms * 1000000ull;

@@ -21,6 +21,16 @@
  * index already cut has ended. */
 int worker_rollback(stash_worker *w);
 
+/* Takes the worker through the arena's newest fallback to an older
+ * checkpoint (a lazy restore found a damaged block), if its index has not
+ * been through it: its key groups emptied, to come again from that
+ * checkpoint, its operator state and timers the checkpoint's; its next
+ * barrier says STASH_ROLLED_BACK. At a barrier, or when it opens. */
+int worker_fall_back(stash_worker *w);
+
+/* Makes the worker wait for key groups a lazy restore has yet to bring. */
+void worker_watch_lazy(stash_worker *w);
+
 /* Waits until the checkpoint the worker's index cut last (acked) has
  * completed or failed, or no engine runs. */
 void worker_await_cut_end(stash_worker *w);

@@ -256,12 +256,23 @@ static void *lazy_main(void *arg)
         rc = ckpt_lazy_fill(s->a, e, &s->lazy_stop);
         ioe_engine_close(e);
     }
-    if (rc)
+    /* A damaged block: the engine makes the arena fall back, and says so. */
+    if (rc && rc != STASH_ECORRUPT)
         engine_say(s, STASH_LOG_ERROR, "restore", "the lazy restore's background pass: %s",
                    stash_errmsg());
-    else
+    else if (rc == 0)
         engine_lazy_done(s);
     return NULL;
+}
+
+void engine_lazy_start(stash_service *s)
+{
+    atomic_store(&s->lazy_stop, 0);
+    s->lazy_running = pthread_create(&s->lazy_thread, NULL, lazy_main, s) == 0;
+    if (!s->lazy_running)
+        engine_say(s, STASH_LOG_WARN, "restore",
+                   "no thread for the lazy restore's background pass: key groups come "
+                   "when touched and before the next checkpoint");
 }
 
 static void release(stash_service *s)
@@ -446,13 +457,7 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         if (rc) shm_fail(rc, "cannot start the engine thread");
     }
     /* A lazy restore begun here or by an engine that died goes on. */
-    if (rc == 0 && ckpt_lazy_pending(s->a)) {
-        s->lazy_running = pthread_create(&s->lazy_thread, NULL, lazy_main, s) == 0;
-        if (!s->lazy_running)
-            engine_say(s, STASH_LOG_WARN, "restore",
-                       "no thread for the lazy restore's background pass: key groups come "
-                       "when touched and before the next checkpoint");
-    }
+    if (rc == 0 && ckpt_lazy_pending(s->a)) engine_lazy_start(s);
     if (rc) {
         release(s);
         return rc;
@@ -476,5 +481,6 @@ STASH_API void stash_service_stop(stash_service *service)
 STASH_API int stash_service_stopped(const stash_service *service)
 {
     if (!service) return shm_refuse_null(__func__, "service");
-    return atomic_load(&service->stopped);
+    if (!atomic_load(&service->stopped)) return 0;
+    return service->failure ? service->failure : 1;
 }

@@ -58,19 +58,25 @@ static void remove_open(stash_worker *w)
 static int await_lazy_kg(stash_worker *w, uint32_t kg)
 {
     if (atomic_load_explicit(&w->arena->tables[kg].lazy, memory_order_acquire) == 0) {
-        if (!ckpt_lazy_pending(w->arena)) w->kg_await = NULL;
+        if (!ckpt_lazy_pending(w->arena) && !w->reader) w->kg_await = NULL;
         return 0;
     }
     return ckpt_lazy_await(w->arena, kg, NULL);
 }
 
+void worker_watch_lazy(stash_worker *w)
+{
+    w->kg_await = await_lazy_kg;
+}
+
 /* Opens the keyed store of w's slot and range, and what follows from the
- * arena and the options. */
+ * arena and the options. A reader keeps watching for key groups to come: a
+ * fallback may make them come again at any time, and it has no barrier. */
 static int attach_store(stash_worker *w, stash_clock_fn *clock, void *clock_ctx)
 {
     int rc = store_open(w->arena, w->slot, w->range, &w->store);
     if (rc < 0) return rc;
-    if (ckpt_lazy_pending(w->arena)) w->kg_await = await_lazy_kg;
+    if (ckpt_lazy_pending(w->arena) || w->reader) w->kg_await = await_lazy_kg;
     w->store->moves = &w->writes;
     w->records_in_arena = w->store->ops->in_arena;
     w->max_parallelism = w->arena->hdr->max_parallelism;
@@ -118,7 +124,10 @@ int service_worker_open_on(stash_arena *a, const stash_worker_opts *opts, stash_
     w->cut_id = atomic_load(&c->workers[w->slot].acked);
     w->ops = &c->workers[w->slot].ops;
     add_open(w);
-    if (o.rollback) rc = worker_rollback(w);
+    /* A fallback of the arena that this index's last worker died before
+     * going through: this one goes through it first. */
+    rc = worker_fall_back(w);
+    if (rc == 0 && o.rollback) rc = worker_rollback(w);
     if (rc < 0) {
         stash_worker_close(w);
         return rc;

@@ -461,6 +461,9 @@ bool timer_record_valid(const uint8_t *ns, size_t nslen, uint32_t vlen);
 int state_get_timers(stash_worker *worker, const char *name, stash_state **out);
 /* Frees the worker's timer services. */
 void timers_free_all(stash_worker *w);
+/* Builds each timer service's heaps again from its key groups' records
+ * (they changed under it: a fallback to an older checkpoint). */
+int timers_rebuild_all(stash_worker *w);
 
 /* Iterators (iter.c): the layout behind stash_iter. */
 enum { ITER_LIST = 1, ITER_MAP = 2, ITER_KEYS = 3, ITER_TIMERS = 4, ITER_SCAN = 5 };

@@ -264,6 +264,13 @@ STASH_API int stash_timers_get(stash_worker *worker, const char *name, stash_tim
     return 0;
 }
 
+int timers_rebuild_all(stash_worker *w)
+{
+    int rc = 0;
+    for (stash_timers *t = w->timers; t && rc == 0; t = t->next) rc = build(t);
+    return rc;
+}
+
 void timers_free_all(stash_worker *w)
 {
     while (w->timers) {
