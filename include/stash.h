@@ -134,7 +134,9 @@ typedef struct stash_arena_opts {
     uint32_t flags;           /* STASH_ARENA_* */
     stash_backend backend;    /* create: where keyed state lives */
     /* create, lmdb: the directory of the environments (created if missing,
-     * at most 255 bytes); NULL: /var/tmp/stash.NAME.lmdb */
+     * at most 255 bytes; this user's own, writable by no other user); NULL:
+     * NAME.lmdb in this user's private state directory (/var/lib/stash for
+     * root, $STATE_DIRECTORY, else /var/tmp/stash-UID) */
     const char *lmdb_dir;
 } stash_arena_opts;
 
@@ -727,7 +729,9 @@ typedef struct stash_service_opts {
                                       if the service creates it */
     stash_storage storage;
     const char *dir;       /* fs and rados: the checkpoint directory (required); memory:
-                              NULL is /dev/shm/stash.NAME.checkpoints */
+                              NULL is NAME.checkpoints in this user's private directory
+                              in memory (/run/stash for root, $RUNTIME_DIRECTORY,
+                              $XDG_RUNTIME_DIR/stash, else /dev/shm/stash-UID) */
     uint64_t memory_cap;   /* memory: bytes a checkpoint may take; 0: 5 MiB */
     uint64_t interval_ms;  /* a checkpoint this often; 0: only when requested. From the
                               third failure in a row the wait doubles with each failure

@@ -407,21 +407,38 @@ int shm_dir_temp_remove(const shm_dir *parent, shm_dir *t)
     return rc ? shm_fail(rc, "%s: cannot remove: %s", t->path, strerror(-rc)) : 0;
 }
 
+/* The first directory of a list systemd gives a service in var (its
+ * RuntimeDirectory= or StateDirectory=, absolute, colon-separated). */
+static bool systemd_dir(const char *var, char *out, size_t cap)
+{
+    const char *v = getenv(var);
+    if (!v || v[0] != '/') return false;
+    size_t n = strcspn(v, ":");
+    if (n >= cap) return false;
+    snprintf(out, cap, "%.*s", (int)n, v);
+    return true;
+}
+
 int shm_private_path(shm_private kind, const char *name, char *out, size_t cap)
 {
     char base[256];
     const char *xdg = getenv("XDG_RUNTIME_DIR");
     uid_t uid = geteuid();
-    if (kind == SHM_PRIVATE_RUNTIME && uid == 0)
-        snprintf(base, sizeof base, "/run/stash");
-    else if (kind == SHM_PRIVATE_RUNTIME && xdg && xdg[0] == '/' && strlen(xdg) < 200)
-        snprintf(base, sizeof base, "%s/stash", xdg);
-    else if (kind == SHM_PRIVATE_RUNTIME)
-        snprintf(base, sizeof base, "/dev/shm/stash-%u", (unsigned)uid);
-    else if (uid == 0)
-        snprintf(base, sizeof base, "/var/lib/stash");
-    else
-        snprintf(base, sizeof base, "/var/tmp/stash-%u", (unsigned)uid);
+    if (kind == SHM_PRIVATE_RUNTIME) {
+        if (systemd_dir("RUNTIME_DIRECTORY", base, sizeof base))
+            ;
+        else if (uid == 0)
+            snprintf(base, sizeof base, "/run/stash");
+        else if (xdg && xdg[0] == '/' && strlen(xdg) < 200)
+            snprintf(base, sizeof base, "%s/stash", xdg);
+        else
+            snprintf(base, sizeof base, "/dev/shm/stash-%u", (unsigned)uid);
+    } else if (!systemd_dir("STATE_DIRECTORY", base, sizeof base)) {
+        if (uid == 0)
+            snprintf(base, sizeof base, "/var/lib/stash");
+        else
+            snprintf(base, sizeof base, "/var/tmp/stash-%u", (unsigned)uid);
+    }
     shm_dir d;
     int rc = shm_dir_open(base, SHM_DIR_OWN | SHM_DIR_CREATE, &d);
     if (rc) return rc;

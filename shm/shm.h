@@ -266,10 +266,11 @@ int shm_dir_temp_remove(const shm_dir *parent, shm_dir *t);
 DIR *shm_dir_list(const shm_dir *d);
 
 /* Where stash keeps, for this user alone, what is not given a place:
- * RUNTIME in memory (/run/stash for root, else $XDG_RUNTIME_DIR/stash or
- * /dev/shm/stash-UID), STATE on disk (/var/lib/stash for root, else
- * /var/tmp/stash-UID). Makes that directory (0700) if missing, refuses one
- * another user has, and writes its path, '/' and name into out. */
+ * RUNTIME in memory (systemd's $RUNTIME_DIRECTORY, else /run/stash for
+ * root, $XDG_RUNTIME_DIR/stash or /dev/shm/stash-UID), STATE on disk
+ * ($STATE_DIRECTORY, else /var/lib/stash for root, /var/tmp/stash-UID).
+ * Makes that directory (0700) if missing, refuses one another user has or
+ * others may write, and writes its path, '/' and name into out. */
 typedef enum shm_private { SHM_PRIVATE_RUNTIME, SHM_PRIVATE_STATE } shm_private;
 int shm_private_path(shm_private kind, const char *name, char *out, size_t cap);
 

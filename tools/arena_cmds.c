@@ -88,7 +88,10 @@ int tool_create(int argc, char **argv)
         "Creates the arena NAME (/dev/shm/stash.NAME unless --path): SIZE bytes (64M),\n"
         "N key groups (128, at most 32768), mode 0600 (0660 with --group). Keyed state\n"
         "lives in the arena (heap) or in an LMDB environment per key group in DIR\n"
-        "(lmdb; /var/tmp/stash.NAME.lmdb by default), emptied if it held any.\n";
+        "(lmdb; NAME.lmdb of the user's private state directory by default: /var/lib/stash\n"
+        "for root, /var/tmp/stash-UID otherwise), emptied if it held any; a directory\n"
+        "holding another existing arena's environments is refused. The arena is named\n"
+        "once whole, never over a file there (--replace: over an arena of this user's).\n";
     arena_args args;
     int rc = parse_arena_args(argc, argv, usage, true, &args);
     if (rc) return rc < 0 ? 0 : rc;
@@ -108,9 +111,12 @@ int tool_create(int argc, char **argv)
 
 int tool_destroy(int argc, char **argv)
 {
-    static const char usage[] = "usage: stash destroy NAME [--path FILE]\n"
-                                "Removes the arena NAME; processes that map it keep their "
-                                "mapping until they close it.\n";
+    static const char usage[] =
+        "usage: stash destroy NAME [--path FILE]\n"
+        "Removes the arena NAME (with its lmdb environments, if its lmdb directory's mark\n"
+        "names it); processes that map it keep their mapping until they close it. Only an\n"
+        "arena of this user's is removed: another user's file, an empty one or one without\n"
+        "the arena magic is refused and left as it was.\n";
     arena_args args;
     int rc = parse_arena_args(argc, argv, usage, false, &args);
     if (rc) return rc < 0 ? 0 : rc;
