@@ -973,6 +973,55 @@ Test(service, a_failed_fsync_fails_that_checkpoint_and_keeps_the_others, .timeou
     drop_dir(dir);
 }
 
+/* Asks the service of arena arg for a savepoint and waits for it. */
+static int ask_savepoint(void *arg)
+{
+    stash_arena *a;
+    if (stash_arena_open(arg, NULL, &a)) return 1;
+    stash_checkpoint_info info;
+    stash_savepoint(a, 120000, &info);
+    stash_arena_close(a);
+    return 0;
+}
+
+Test(service, a_savepoint_a_killed_engine_left_partial_is_removed_by_the_next, .timeout = 240)
+{
+    char dir[128], sp[200], meta[240];
+    make_dir(dir, "sppart");
+    const char *name = test_arena_name("svcsp");
+    /* Every completion held a minute: the savepoint stops at its first write. */
+    svc_args sv = {.dir = dir, .faults = "delay:60000"};
+    snprintf(sv.name, sizeof sv.name, "%s", name);
+    pid_t spid = start_engine(&sv);
+    pid_t asker = test_fork(ask_savepoint, (void *)name);
+    snprintf(sp, sizeof sp, "%s/savepoint-1", dir);
+    snprintf(meta, sizeof meta, "%s/_metadata", sp);
+    for (int i = 0; i < 60000 && access(sp, F_OK) != 0; i++) usleep(1000);
+    cr_assert_eq(access(sp, F_OK), 0, "the savepoint began");
+    kill(spid, SIGKILL);
+    test_wait(spid);
+    kill(asker, SIGKILL);
+    test_wait(asker);
+    cr_assert_neq(access(meta, F_OK), 0, "it is partial");
+    /* Another's partial savepoint is not the engine's to remove. */
+    char theirs[200];
+    snprintf(theirs, sizeof theirs, "%s/savepoint-7", dir);
+    cr_assert_eq(mkdir(theirs, 0700), 0);
+    cr_assert_eq(chown(theirs, 65534, 65534), 0);
+    spid = start_service(name, dir, 0);
+    cr_assert_neq(access(sp, F_OK), 0, "%s is left", sp);
+    cr_assert_eq(access(theirs, F_OK), 0, "another user's directory stays");
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_checkpoint_info info;
+    cr_assert_eq(stash_checkpoint(a, 60000, &info), 0, "%s", info.detail);
+    cr_assert_gt(info.id, 7, "ids go on after every one the directory names");
+    stash_arena_close(a);
+    stop_service(name, spid);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
+
 Test(service, a_savepoint_moves_and_restores_elsewhere, .timeout = 240)
 {
     char dir[128], dir2[128], moved[200], path[300];

@@ -412,9 +412,6 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         s->group = group_readable(name, s->o.arena);
         rc = ckpt_dir_open(s->dir, s->group, &s->ckpts);
     }
-    /* What savepoints a killed engine was writing left. */
-    if (rc == 0 && ckpt_remove_abandoned(&s->ckpts) > 0)
-        engine_say(s, STASH_LOG_INFO, "service", "removed partial savepoints a killed engine left");
     /* The I/O engine's one line (its fallback from io_uring) is the service's. */
     if (rc == 0) rc = ioe_engine_open(&(ioe_opts){.log = engine_io_line, .log_ctx = s}, &s->e);
     if (rc == 0) {
@@ -448,6 +445,11 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         if (s->rados_latest > highest) highest = s->rados_latest;
         s->next_id = (highest > last ? highest : last) + 1;
         if (rc == 0 && s->next_id > CKPT_MAX_ID) rc = last_id_reached(s, s->next_id - 1);
+        /* What savepoints a killed engine was writing left (their ids
+         * counted above: never used again). */
+        if (rc == 0 && ckpt_remove_abandoned(&s->ckpts) > 0)
+            engine_say(s, STASH_LOG_INFO, "service",
+                       "removed partial savepoints a killed engine left");
         s->last_end_ns = shm_now_ns();
         engine_account_io(s);
     }
