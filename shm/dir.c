@@ -340,26 +340,33 @@ int shm_dir_probe(const shm_dir *d)
 }
 
 /* Whether the process whose pid follows prefix in name is gone. */
-static bool maker_gone(const char *name, size_t prefix)
+/* Whether name holds marker followed by a maker's part (its pid, '-' and
+ * 8 hex digits, as shm_dir_temp makes them) and that process is gone. */
+static bool maker_gone(const char *name, const char *marker)
 {
+    const char *at = strstr(name, marker);
+    if (!at) return false;
     char *end;
-    long pid = strtol(name + prefix, &end, 10);
-    if (pid <= 0 || *end != '-') return false;
+    long pid = strtol(at + strlen(marker), &end, 10);
+    if (pid <= 0 || *end != '-' || strlen(end + 1) != 8 || strspn(end + 1, "0123456789abcdef") != 8)
+        return false;
     char proc[32];
     snprintf(proc, sizeof proc, "/proc/%ld", pid);
     return access(proc, F_OK) != 0 && errno == ENOENT;
 }
 
-/* Removes what makers of temporary directories (prefix) in parent that
- * died left there: this user's directories whose maker is gone and whose
- * lock no one holds. */
-static void remove_left(const shm_dir *parent, const char *prefix)
+/* Removes what makers of temporary directories that died left in parent:
+ * this user's directories whose name starts with prefix (with anchored) or
+ * holds it, followed by a maker's part, whose maker is gone and whose lock
+ * no one holds. */
+static void remove_left(const shm_dir *parent, const char *prefix, bool anchored)
 {
     DIR *d = shm_dir_list(parent);
     if (!d) return;
     size_t n = strlen(prefix);
     for (struct dirent *de; (de = readdir(d));) {
-        if (strncmp(de->d_name, prefix, n) != 0 || !maker_gone(de->d_name, n)) continue;
+        if ((anchored && strncmp(de->d_name, prefix, n) != 0) || !maker_gone(de->d_name, prefix))
+            continue;
         shm_dir left;
         if (shm_dir_openat(parent, de->d_name, SHM_DIR_OWN, &left) != 0) continue;
         bool free = flock(left.fd, LOCK_EX | LOCK_NB) == 0;
@@ -369,10 +376,15 @@ static void remove_left(const shm_dir *parent, const char *prefix)
     closedir(d);
 }
 
+void shm_dir_remove_left(const shm_dir *parent, const char *marker)
+{
+    remove_left(parent, marker, false);
+}
+
 int shm_dir_temp(const shm_dir *parent, const char *prefix, shm_dir *out)
 {
     *out = (shm_dir){.fd = -1};
-    remove_left(parent, prefix);
+    remove_left(parent, prefix, true);
     for (int tries = 0; tries < 16; tries++) {
         uint32_t r = 0;
         if (getrandom(&r, sizeof r, 0) != sizeof r) r = (uint32_t)rand();

@@ -259,6 +259,10 @@ int shm_dir_probe(const shm_dir *d);
  * maker that died left under prefix there (its process gone, its lock
  * free) is removed first. */
 int shm_dir_temp(const shm_dir *parent, const char *prefix, shm_dir *out);
+/* Removes what any maker of temporary directories whose names hold marker
+ * (then the maker's pid and random part) left in parent, as shm_dir_temp
+ * does for its prefix. */
+void shm_dir_remove_left(const shm_dir *parent, const char *marker);
 /* Removes a directory shm_dir_temp made in parent, with what it holds, and
  * closes it. */
 int shm_dir_temp_remove(const shm_dir *parent, shm_dir *t);

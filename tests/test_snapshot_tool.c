@@ -7,6 +7,7 @@
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -674,4 +675,46 @@ Test(tool, load_keeps_every_entry_of_a_ttl_state_whatever_the_time_it_was_writte
         for (char *p = out; (p = strstr(p, "\"ttl_ms\": 1000000000000}")); p++) n++;
         cr_assert_eq(n, 8, "%s", out);
     }
+}
+
+/* Whether dir holds an entry whose name starts with prefix. */
+static bool holds(const char *prefix)
+{
+    DIR *d = opendir(dir);
+    bool found = false;
+    for (struct dirent *de; d && !found && (de = readdir(d));)
+        found = strncmp(de->d_name, prefix, strlen(prefix)) == 0;
+    if (d) closedir(d);
+    return found;
+}
+
+Test(tool, what_a_killed_load_left_beside_its_destination_goes_with_the_next_load)
+{
+    char dest[200];
+    snprintf(dest, sizeof dest, "%s/killed", dir);
+    int in[2];
+    cr_assert_eq(pipe(in), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        dup2(in[0], 0);
+        close(in[1]);
+        execl(STASH_BIN, "stash", "snapshot", "load", dest, "--format", "text", (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    /* An entry opens its writer; stdin left open keeps it writing. */
+    const char *lines = VALUE_STATE "{\"state\": \"v\", \"kind\": \"value\", \"key\": \"k\", "
+                                    "\"namespace\": \"\", \"value\": \"x\"}\n";
+    cr_assert_eq(write(in[1], lines, strlen(lines)), (ssize_t)strlen(lines));
+    for (int i = 0; i < 60000 && !holds(".killed.writing-"); i++) usleep(1000);
+    cr_assert(holds(".killed.writing-"), "the load writes beside its destination");
+    kill(pid, SIGKILL);
+    test_wait(pid);
+    close(in[1]);
+    cr_assert(holds(".killed.writing-"), "what the killed load was writing is there");
+    /* The next load, to any destination there, removes it. */
+    cr_assert_eq(load_lines("after", VALUE_STATE), 0, "%s", out);
+    cr_assert(!holds(".killed.writing-"), "what the killed load left is gone");
+    cr_assert(!holds("killed"), "nothing at its destination");
 }

@@ -676,6 +676,10 @@ int ckpt_write_source(const ckpt_source *src, const ckpt_opts *o, ckpt_written *
 
 /* ---- savepoints moved into place ---- */
 
+/* What follows a destination's name in the directory its savepoint is
+ * written in beside it. */
+#define WRITING ".writing-"
+
 int ckpt_dest_open(const char *path, ckpt_dest *d)
 {
     *d = (ckpt_dest){.parent = {.fd = -1}, .tmp = {.fd = -1}};
@@ -698,7 +702,9 @@ int ckpt_dest_open(const char *path, ckpt_dest *d)
     struct stat st;
     if (rc == 0 && fstatat(d->parent.fd, base, &st, AT_SYMLINK_NOFOLLOW) == 0)
         rc = shm_fail(-EEXIST, "%s: exists already", path);
-    snprintf(prefix, sizeof prefix, ".%s.writing-", base);
+    snprintf(prefix, sizeof prefix, ".%s" WRITING, base);
+    /* What writers of any destination here left when killed goes too. */
+    if (rc == 0) shm_dir_remove_left(&d->parent, WRITING);
     if (rc == 0) rc = shm_dir_temp(&d->parent, prefix, &d->tmp);
     if (rc) ckpt_dest_close(d);
     return rc;
