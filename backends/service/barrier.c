@@ -264,7 +264,9 @@ int worker_fall_back(stash_worker *w)
     uint64_t gen = atomic_load_explicit(&c->fallback_gen, memory_order_acquire);
     if (gen == atomic_load(&c->workers[w->slot].fallback_seen)) return 0;
     /* What this worker wrote goes: its key groups come again from the
-     * checkpoint the arena fell back to, first touch or background pass. */
+     * checkpoint the arena fell back to, first touch or background pass;
+     * a checkpoint it cut before reads them until it ends. */
+    worker_await_cut_end(w);
     int rc = worker_commit(w, true);
     worker_drop_key(w);
     if (rc == 0) rc = ckpt_lazy_renew(a, w->range, false, w->store);
