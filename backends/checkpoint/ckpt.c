@@ -617,7 +617,6 @@ int ckpt_write_source(const ckpt_source *src, const ckpt_opts *o, ckpt_written *
             ? shm_dir_openat(o->dir, CKPT_SHARED_DIR,
                              SHM_DIR_OWN | SHM_DIR_CREATE | (o->group ? SHM_DIR_GROUP : 0), &shared)
             : 0;
-    if (rc == 0 && in_shared) fchmod(shared.fd, dir_mode(o->group));
     if (rc == 0) rc = make_checkpoint_dir(o, name, &chk);
     if (rc) {
         shm_dir_close(&shared);

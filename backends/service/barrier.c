@@ -257,6 +257,22 @@ int worker_rollback(stash_worker *w)
     return rc;
 }
 
+/* stash_key_set and the walks, while the arena is restored lazily: a key
+ * group not there yet is restored here or waited for. */
+static int await_lazy_kg(stash_worker *w, uint32_t kg)
+{
+    if (atomic_load_explicit(&w->arena->tables[kg].lazy, memory_order_acquire) == 0) {
+        if (!ckpt_lazy_pending(w->arena) && !w->reader) w->kg_await = NULL;
+        return 0;
+    }
+    return ckpt_lazy_await(w->arena, kg, NULL);
+}
+
+void worker_watch_lazy(stash_worker *w)
+{
+    w->kg_await = await_lazy_kg;
+}
+
 int worker_fall_back(stash_worker *w)
 {
     stash_arena *a = w->arena;

@@ -45,7 +45,7 @@ struct stash_service {
     uint64_t job_done;            /* the newest job checkpoint id run */
     uint64_t wants_sent;          /* requests passed on to the leader */
     uint64_t want_ns;             /* when the last of them was */
-    /* a lazy restore's background pass (start.c) */
+    /* a lazy restore's background pass (service.c) */
     pthread_t lazy_thread;
     bool lazy_running;
     _Atomic int lazy_stop;

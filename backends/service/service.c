@@ -489,6 +489,36 @@ void engine_lazy_done(stash_service *s)
                (unsigned long long)records);
 }
 
+/* A lazy restore's background pass, with an I/O engine of its own. */
+static void *lazy_main(void *arg)
+{
+    stash_service *s = arg;
+    ioe_engine *e;
+    /* Small: a key group's reads go into the view's own buffers. */
+    int rc = ioe_engine_open(&(ioe_opts){.depth = 8, .buf_count = 1, .buf_size = 4096}, &e);
+    if (rc == 0) {
+        rc = ckpt_lazy_fill(s->a, e, &s->lazy_stop);
+        ioe_engine_close(e);
+    }
+    /* A damaged block: the engine makes the arena fall back, and says so. */
+    if (rc && rc != STASH_ECORRUPT)
+        engine_say(s, STASH_LOG_ERROR, "restore", "the lazy restore's background pass: %s",
+                   stash_errmsg());
+    else if (rc == 0)
+        engine_lazy_done(s);
+    return NULL;
+}
+
+void engine_lazy_start(stash_service *s)
+{
+    atomic_store(&s->lazy_stop, 0);
+    s->lazy_running = pthread_create(&s->lazy_thread, NULL, lazy_main, s) == 0;
+    if (!s->lazy_running)
+        engine_say(s, STASH_LOG_WARN, "restore",
+                   "no thread for the lazy restore's background pass: key groups come "
+                   "when touched and before the next checkpoint");
+}
+
 /* Brings every key group a lazy restore has yet to bring (before a cut whose
  * checkpoint cannot copy their blocks). */
 static int lazy_finish(stash_service *s)
@@ -605,7 +635,8 @@ static int fall_back_to(stash_service *s, uint64_t id, const char *why)
         rc = ckpt_lazy_renew(a, (stash_kg_range){kg, kg}, owned[kg], s->store);
     free(owned);
     if (rc == 0 && (rc = shm_lock_acquire(&c->lock, NULL, NULL)) >= 0) {
-        snprintf(c->fallback_why, sizeof c->fallback_why, "%s", why);
+        snprintf(c->fallback_why, sizeof c->fallback_why, "%.*s", (int)sizeof c->fallback_why - 1,
+                 why);
         atomic_store(&c->fallback_id, id);
         atomic_store(&c->restored_id, id);
         atomic_store(&c->fallback_gen, gen);
@@ -632,7 +663,7 @@ static void fall_back(stash_service *s)
         s->lazy_running = false;
     }
     uint64_t from_id = atomic_load(&c->restored_id), to = 0;
-    char from[SHM_CTL_DETAIL], mine[4200], why[SHM_CTL_DETAIL];
+    char from[SHM_CTL_DETAIL], mine[4200], why[1024];
     if (shm_lock_acquire(&c->lock, NULL, NULL) >= 0) {
         memcpy(from, c->lazy_path, sizeof from);
         shm_lock_release(&c->lock);

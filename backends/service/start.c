@@ -245,36 +245,6 @@ static int claim(stash_service *s)
     return 0;
 }
 
-/* A lazy restore's background pass, with an I/O engine of its own. */
-static void *lazy_main(void *arg)
-{
-    stash_service *s = arg;
-    ioe_engine *e;
-    /* Small: a key group's reads go into the view's own buffers. */
-    int rc = ioe_engine_open(&(ioe_opts){.depth = 8, .buf_count = 1, .buf_size = 4096}, &e);
-    if (rc == 0) {
-        rc = ckpt_lazy_fill(s->a, e, &s->lazy_stop);
-        ioe_engine_close(e);
-    }
-    /* A damaged block: the engine makes the arena fall back, and says so. */
-    if (rc && rc != STASH_ECORRUPT)
-        engine_say(s, STASH_LOG_ERROR, "restore", "the lazy restore's background pass: %s",
-                   stash_errmsg());
-    else if (rc == 0)
-        engine_lazy_done(s);
-    return NULL;
-}
-
-void engine_lazy_start(stash_service *s)
-{
-    atomic_store(&s->lazy_stop, 0);
-    s->lazy_running = pthread_create(&s->lazy_thread, NULL, lazy_main, s) == 0;
-    if (!s->lazy_running)
-        engine_say(s, STASH_LOG_WARN, "restore",
-                   "no thread for the lazy restore's background pass: key groups come "
-                   "when touched and before the next checkpoint");
-}
-
 static void release(stash_service *s)
 {
     if (s->lazy_running) {

@@ -53,22 +53,6 @@ static void remove_open(stash_worker *w)
     pthread_mutex_unlock(&open_mu);
 }
 
-/* stash_key_set and the walks, while the arena is restored lazily: a key
- * group not there yet is restored here or waited for. */
-static int await_lazy_kg(stash_worker *w, uint32_t kg)
-{
-    if (atomic_load_explicit(&w->arena->tables[kg].lazy, memory_order_acquire) == 0) {
-        if (!ckpt_lazy_pending(w->arena) && !w->reader) w->kg_await = NULL;
-        return 0;
-    }
-    return ckpt_lazy_await(w->arena, kg, NULL);
-}
-
-void worker_watch_lazy(stash_worker *w)
-{
-    w->kg_await = await_lazy_kg;
-}
-
 /* Opens the keyed store of w's slot and range, and what follows from the
  * arena and the options. A reader keeps watching for key groups to come: a
  * fallback may make them come again at any time, and it has no barrier. */
@@ -76,7 +60,7 @@ static int attach_store(stash_worker *w, stash_clock_fn *clock, void *clock_ctx)
 {
     int rc = store_open(w->arena, w->slot, w->range, &w->store);
     if (rc < 0) return rc;
-    if (ckpt_lazy_pending(w->arena) || w->reader) w->kg_await = await_lazy_kg;
+    if (ckpt_lazy_pending(w->arena) || w->reader) worker_watch_lazy(w);
     w->store->moves = &w->writes;
     w->records_in_arena = w->store->ops->in_arena;
     w->max_parallelism = w->arena->hdr->max_parallelism;
