@@ -192,14 +192,29 @@ int shm_dir_open(const char *path, unsigned how, shm_dir *out)
     if ((size_t)snprintf(out->path, sizeof out->path, "%s", path) >= sizeof out->path)
         return shm_fail(-ENAMETOOLONG, "%.64s...: a path longer than %zu bytes", path,
                         sizeof out->path - 1);
+    /* A relative path is walked from / through the working directory, so
+     * that the directories leading to it are checked as an absolute path's
+     * are: a working directory of another user's must not let a link of
+     * theirs lead stash's writes into another of this user's directories. */
+    char abs[sizeof out->path];
+    const char *walked = path;
+    if (path[0] != '/' && (how & (SHM_DIR_OWN | SHM_DIR_PLACE))) {
+        char cwd[PATH_MAX];
+        if (!getcwd(cwd, sizeof cwd))
+            return shm_fail(-errno, "%s: the working directory: %s", path, strerror(errno));
+        if ((size_t)snprintf(abs, sizeof abs, "%s/%s", cwd, path) >= sizeof abs)
+            return shm_fail(-ENAMETOOLONG, "%s/%.64s...: a path longer than %zu bytes", cwd, path,
+                            sizeof abs - 1);
+        walked = abs;
+    }
     walk w = {.how = how, .whole = path};
     int pfd = -1, rc;
     char last[NAME_MAX + 1];
     size_t plen;
     bool made = false;
-    if ((how & SHM_DIR_CREATE) && split_last(path, last, &plen) == 0) {
+    if ((how & SHM_DIR_CREATE) && split_last(walked, last, &plen) == 0) {
         char parent[sizeof out->path];
-        snprintf(parent, sizeof parent, "%.*s", (int)plen, path);
+        snprintf(parent, sizeof parent, "%.*s", (int)plen, walked);
         int at = -1;
         rc = walk_path(&w, AT_FDCWD, plen ? parent : ".", true, &at);
         if (rc == 0) {
@@ -212,7 +227,7 @@ int shm_dir_open(const char *path, unsigned how, shm_dir *out)
         if (rc == 0) rc = walk_path(&w, at, last, false, &pfd);
         if (at >= 0) close(at);
     } else {
-        rc = walk_path(&w, AT_FDCWD, path, false, &pfd);
+        rc = walk_path(&w, AT_FDCWD, walked, false, &pfd);
     }
     if (rc) return rc;
     out->fd = openat(pfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -946,6 +946,48 @@ Test(hostile_user, a_checkpoint_directory_another_user_planted_is_refused)
     sentinel_intact("a directory anyone may write into");
 }
 
+Test(hostile_user, a_relative_path_is_checked_all_the_way_as_an_absolute_one)
+{
+    for (int v = 0; v < 2; v++) {
+        const who *u = victims[v];
+        /* The victim's checkpoints of another arena. */
+        const char *other = test_arena_name("hu-other");
+        char theirs[300], mine[300];
+        snprintf(mine, sizeof mine, "%s/%s.ck", area[v], other);
+        proc *p = serve(u, "%s --dir %s --restore %s " ARENA, other, mine, good[v]);
+        run_ok(u, "$S checkpoint %s && $S checkpoint %s", other, other);
+        stop(u, other, p);
+        run_ok(u, "$S destroy %s", other);
+        const char *roots[] = {mine};
+        char *then = listing_of(roots, 1);
+        /* The attacker's directory, where the victim works, with links
+         * to it and to the victim's other lmdb directory. */
+        const char *name = test_arena_name("hu-rel");
+        snprintf(theirs, sizeof theirs, "%s/%s.cwd", mal_area, name);
+        if (links_skipped) cr_skip_test("%s", getenv(NO_LINKS_ENV));
+        run_ok(&mal, "mkdir %s && ln -s %s %s/ck && ln -s %s %s/lmdb", theirs, mine, theirs,
+               l1dir[v], theirs);
+        note_plant("%s: a directory of its own, where the victim works; in it ck, a symbolic "
+                   "link to %s, and lmdb, to %s\n",
+                   theirs, mine, l1dir[v]);
+        run(u, "cd %s && exec $S serve %s --dir ck --retain 1 " ARENA, theirs, name);
+        refused("ck", why_owner);
+        run(u, "cd %s && exec $S create %s --backend lmdb --lmdb-dir lmdb " ARENA, theirs, name);
+        refused("lmdb", why_owner);
+        run(u, "cd %s && exec $S snapshot load sp --format text --size 8M < %s/lines-good", theirs,
+            base);
+        refused(".", why_owner);
+        char *now = listing_of(roots, 1);
+        cr_assert_str_eq(now, then, "the victim's checkpoints changed\nplanted:\n%s", planted);
+        free(now);
+        free(then);
+        never_reads_evil(u, name);
+        cr_assert_neq(last_rc, 0, "%s was made:\n%s", name, last.log);
+        unplant(theirs);
+        sentinel_intact("a relative path");
+    }
+}
+
 Test(hostile_user, retention_removes_nothing_through_another_users_link)
 {
     share_private_places();
