@@ -135,6 +135,12 @@ static int open_entry(const shm_dir *d, const char *base, const char *path, int 
     int fd = openat(d->fd, base, flags | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0 && errno == ELOOP)
         return shm_fail(STASH_ENOTARENA, "%s: a symbolic link, not an arena: refused", path);
+    /* Another user's file this one may not read: say whose it is. */
+    struct stat st;
+    if (fd < 0 && errno == EACCES && fstatat(d->fd, base, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        st.st_uid != geteuid())
+        return shm_fail(-EACCES, "%s: owned by user %u, not by this user (%u): refused", path,
+                        (unsigned)st.st_uid, (unsigned)geteuid());
     if (fd < 0) return shm_fail(-errno, "%s: cannot open: %s", path, strerror(errno));
     return fd;
 }

@@ -691,12 +691,6 @@ static const char *dir_refusal(int kind)
     return why_owner;
 }
 
-/* Why victim v may not have an arena file of the attacker's (mode 0600). */
-static const char *their_arena_refusal(int v)
-{
-    return v ? "Permission denied" : why_owner;
-}
-
 /* The last command failed (exited non-zero, not killed) and its message
  * named path and why. */
 static void refused(const char *path, const char *why)
@@ -1126,12 +1120,12 @@ Test(hostile_user, a_checkpoint_another_user_planted_is_never_restored)
         stop(&mal, name, p);
         note_plant("%s: an arena of its own, key k \"evil\"\n", arena);
         never_reads_evil(u, name);
-        refused(arena, their_arena_refusal(v));
+        refused(arena, why_owner);
         snprintf(ck, sizeof ck, "%s/%s.ck", area[v], name);
         run(u, "$S serve %s --dir %s " ARENA, name, ck);
-        refused(arena, their_arena_refusal(v));
+        refused(arena, why_owner);
         run(u, "$S create %s --replace " ARENA, name);
-        refused(arena, their_arena_refusal(v));
+        refused(arena, why_owner);
         cr_assert(owned_by(arena, &mal), "%s: the attacker's arena went", arena);
         unplant(arena);
         sentinel_intact("planted checkpoints");
@@ -1181,9 +1175,9 @@ Test(hostile_user, destroy_never_trusts_an_arena_another_user_made)
         note_plant("%s: an lmdb arena of its own whose header names %s\n", arena, l1dir[v]);
         file_digest(arena, digest, sizeof digest);
         run(u, "$S destroy %s", name);
-        refused(arena, their_arena_refusal(v));
+        refused(arena, why_owner);
         run(u, "$S destroy any --path %s", arena);
-        refused(arena, their_arena_refusal(v));
+        refused(arena, why_owner);
         file_digest(arena, now, sizeof now);
         cr_assert_str_eq(now, digest, "the attacker's arena changed");
         sentinel_intact("destroy of the attacker's arena");
@@ -1241,7 +1235,7 @@ Test(hostile_user, destroy_path_removes_only_an_arena_of_its_user)
             const char *path, *named, *why;
         } cases[] = {{empty, empty, "not a stash arena"},
                      {zeros, zeros, "not a stash arena"},
-                     {theirs, theirs, their_arena_refusal(v)},
+                     {theirs, theirs, why_owner},
                      {behind, way, why_owner}};
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
             char digest[512], now[512];
@@ -1698,8 +1692,8 @@ Test(hostile_user, the_python_module_refuses_what_the_command_line_refuses)
             const char *what, *path, *why;
         } calls[] = {{"create: refused", link, links_skipped ? "No such file" : why_link},
                      {"service: refused", their_dir, why_owner},
-                     {"open: refused", arena, their_arena_refusal(v)},
-                     {"destroy: refused", arena, their_arena_refusal(v)}};
+                     {"open: refused", arena, why_owner},
+                     {"destroy: refused", arena, why_owner}};
         for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
             const char *line = strstr(last.log, calls[i].what);
             size_t n = line ? strcspn(line, "\n") : 0;
