@@ -1253,6 +1253,9 @@ Test(hostile_user, destroy_path_removes_only_an_arena_of_its_user)
         cr_assert(!exists(mine), "%s is still there", mine);
         sentinel_intact("destroy --path");
     }
+    run_ok(&root_u, "$S destroy --help");
+    cr_assert(strstr(last.log, "a file of this user's") && strstr(last.log, "another user's file"),
+              "the help does not say what destroy removes:\n%s", last.log);
 }
 
 Test(hostile_user, destroy_removes_the_arena_it_names_and_leaves_NAME_restoring_alone)
@@ -1585,6 +1588,10 @@ Test(hostile_user, what_a_victim_makes_is_its_own_and_private_whatever_its_umask
         all_private(sp, u);
         run_ok(u, "$S destroy %s", name);
     }
+    run_ok(&root_u, "$S create --help");
+    cr_assert(strstr(last.log, "/var/lib/stash/NAME.lmdb") &&
+                  strstr(last.log, "/var/tmp/stash-UID/NAME.lmdb"),
+              "the help does not name where lmdb environments go:\n%s", last.log);
 }
 
 /* ---- FIFOs ---------------------------------------------------------------------- */

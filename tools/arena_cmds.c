@@ -88,10 +88,12 @@ int tool_create(int argc, char **argv)
         "Creates the arena NAME (/dev/shm/stash.NAME unless --path): SIZE bytes (64M),\n"
         "N key groups (128, at most 32768), mode 0600 (0660 with --group). Keyed state\n"
         "lives in the arena (heap) or in an LMDB environment per key group in DIR\n"
-        "(lmdb; NAME.lmdb of the user's private state directory by default: /var/lib/stash\n"
-        "for root, /var/tmp/stash-UID otherwise), emptied if it held any; a directory\n"
-        "holding another existing arena's environments is refused. The arena is named\n"
-        "once whole, never over a file there (--replace: over an arena of this user's).\n";
+        "(lmdb; /var/lib/stash/NAME.lmdb for root, /var/tmp/stash-UID/NAME.lmdb for\n"
+        "other users by default), made if missing, emptied if it held any: a directory\n"
+        "of this user's that no other user may write, reached through directories of\n"
+        "root's or this user's (with the sticky bit where others may write); one holding\n"
+        "another existing arena's environments is refused. The arena is named once\n"
+        "whole, never over a file there (--replace: over an arena of this user's).\n";
     arena_args args;
     int rc = parse_arena_args(argc, argv, usage, true, &args);
     if (rc) return rc < 0 ? 0 : rc;
@@ -113,10 +115,10 @@ int tool_destroy(int argc, char **argv)
 {
     static const char usage[] =
         "usage: stash destroy NAME [--path FILE]\n"
-        "Removes the arena NAME (with its lmdb environments, if its lmdb directory's mark\n"
-        "names it); processes that map it keep their mapping until they close it. Only an\n"
-        "arena of this user's is removed: another user's file, an empty one or one without\n"
-        "the arena magic is refused and left as it was.\n";
+        "Removes the arena NAME: a file of this user's with an arena's header, never a\n"
+        "symbolic link or another user's file; for lmdb, with the directory of its\n"
+        "environments if that directory's mark names this arena. Processes that map it\n"
+        "keep their mapping until they close it.\n";
     arena_args args;
     int rc = parse_arena_args(argc, argv, usage, false, &args);
     if (rc) return rc < 0 ? 0 : rc;
