@@ -900,7 +900,7 @@ Test(hostile_user, private_places_another_user_made_first_are_refused)
     sentinel_intact("serving with the private places");
 }
 
-/* Says whether the victim u reads key k of arena name: never the
+/* The victim u reads key k of arena name (or fails to): never the
  * attacker's "evil". */
 static void never_reads_evil(const who *u, const char *name)
 {
