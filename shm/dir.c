@@ -185,6 +185,22 @@ static int check_final(const char *path, int fd, unsigned how, uid_t *uid)
     return 0;
 }
 
+int shm_path_absolute(const char *path, char *out, size_t cap)
+{
+    if (path[0] == '/') {
+        if ((size_t)snprintf(out, cap, "%s", path) >= cap)
+            return shm_fail(-ENAMETOOLONG, "%.64s...: a path longer than %zu bytes", path, cap - 1);
+        return 0;
+    }
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd))
+        return shm_fail(-errno, "%s: the working directory: %s", path, strerror(errno));
+    if ((size_t)snprintf(out, cap, "%s/%s", cwd, path) >= cap)
+        return shm_fail(-ENAMETOOLONG, "%s/%.64s...: a path longer than %zu bytes", cwd, path,
+                        cap - 1);
+    return 0;
+}
+
 int shm_dir_open(const char *path, unsigned how, shm_dir *out)
 {
     *out = (shm_dir){.fd = -1};
@@ -199,12 +215,8 @@ int shm_dir_open(const char *path, unsigned how, shm_dir *out)
     char abs[sizeof out->path];
     const char *walked = path;
     if (path[0] != '/' && (how & (SHM_DIR_OWN | SHM_DIR_PLACE))) {
-        char cwd[PATH_MAX];
-        if (!getcwd(cwd, sizeof cwd))
-            return shm_fail(-errno, "%s: the working directory: %s", path, strerror(errno));
-        if ((size_t)snprintf(abs, sizeof abs, "%s/%s", cwd, path) >= sizeof abs)
-            return shm_fail(-ENAMETOOLONG, "%s/%.64s...: a path longer than %zu bytes", cwd, path,
-                            sizeof abs - 1);
+        int rc = shm_path_absolute(path, abs, sizeof abs);
+        if (rc) return rc;
         walked = abs;
     }
     walk w = {.how = how, .whole = path};

@@ -46,8 +46,9 @@ int shm_arena_path(const char *name, const stash_arena_opts *opts, char *path, s
 {
     int rc = check_name(name);
     if (rc) return rc;
-    int n = opts && opts->path ? snprintf(path, len, "%s", opts->path)
-                               : snprintf(path, len, "/dev/shm/stash.%s", name);
+    /* Absolute: the lmdb directory's mark names it for every process. */
+    if (opts && opts->path) return shm_path_absolute(opts->path, path, len);
+    int n = snprintf(path, len, "/dev/shm/stash.%s", name);
     if (n < 0 || (size_t)n >= len) return shm_fail(-ENAMETOOLONG, "arena path too long");
     return 0;
 }
@@ -383,8 +384,8 @@ static int take_lmdb_dir(const char *name, const stash_arena_opts *opts, char *d
 {
     int rc = 0;
     if (opts->lmdb_dir) {
-        if ((size_t)snprintf(dir, SHM_LMDB_DIR, "%s", opts->lmdb_dir) >= SHM_LMDB_DIR)
-            rc = shm_fail(-ENAMETOOLONG, "an lmdb directory of at most %u bytes", SHM_LMDB_DIR - 1);
+        /* Absolute: every process of the arena opens it from the header. */
+        rc = shm_path_absolute(opts->lmdb_dir, dir, SHM_LMDB_DIR);
     } else {
         char leaf[128];
         snprintf(leaf, sizeof leaf, "%s.lmdb", name);

@@ -233,6 +233,10 @@ enum {
      * (made 0750; its group may write). */
     SHM_DIR_GROUP = 8u,
 };
+/* The absolute form of path (a relative one after the working directory),
+ * so that a path kept for other processes leads where it led here. Returns
+ * 0 or -ENAMETOOLONG. */
+int shm_path_absolute(const char *path, char *out, size_t cap);
 /* Opens the directory at path for reading (how 0) or as how asks. Returns
  * 0, or an error naming the path, the component at fault and why. */
 int shm_dir_open(const char *path, unsigned how, shm_dir *out);

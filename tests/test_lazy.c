@@ -283,6 +283,34 @@ Test(lazy, what_a_dead_restorer_wrote_is_cleared_before_the_key_group_comes_agai
     stash_arena_destroy(name, NULL);
 }
 
+Test(lazy, a_relative_path_is_kept_absolute_for_processes_that_run_elsewhere)
+{
+    /* Begun from dir's parent with a relative path, touched from /. */
+    char here[4096], parent[128];
+    cr_assert_not_null(getcwd(here, sizeof here));
+    snprintf(parent, sizeof parent, "%s", dir);
+    *strrchr(parent, '/') = 0;
+    cr_assert_eq(chdir(parent), 0);
+    char name[96], rel[200];
+    stash_arena *a = test_arena_create("lazyrel", 64u << 20, KGS, name);
+    snprintf(rel, sizeof rel, "%s/chk-1", strrchr(dir, '/') + 1);
+    ckpt_restored out;
+    cr_assert_eq(ckpt_lazy_begin(a, rel, (stash_kg_range){0, KGS - 1}, eng, &out), 0, "%s",
+                 stash_errmsg());
+    ckpt_restored_free(&out);
+    cr_assert_eq(chdir("/"), 0);
+    char want[300];
+    snprintf(want, sizeof want, "%s/chk-1", dir);
+    cr_assert_str_eq(a->control->lazy_path, want);
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    expect_all(w);
+    stash_worker_close(w);
+    cr_assert_eq(chdir(here), 0);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
+
 /* Flips a byte in the middle of key group kg's block of checkpoint id, as
  * the metadata places it. */
 static void damage(uint64_t id, uint32_t kg)

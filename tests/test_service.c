@@ -1425,3 +1425,27 @@ Test(service, the_io_engine_s_fallback_line_goes_to_the_service_s_log)
     cr_assert(strstr(l.fallback, " WARN io: io_uring_setup failed"),
               "the service logged %d lines, none the fallback", l.lines);
 }
+
+Test(service, a_relative_checkpoint_directory_is_named_absolute_in_the_arena, .timeout = 60)
+{
+    char dir[128], here[4096];
+    make_dir(dir, "rel");
+    cr_assert_not_null(getcwd(here, sizeof here));
+    cr_assert_eq(chdir("/tmp"), 0);
+    const char *name = test_arena_name("svcrel");
+    stash_arena_opts ao = {.size = 32u << 20, .max_parallelism = MAXP, .backend = test_backend()};
+    stash_service *s;
+    cr_assert_eq(stash_service_start(name, &(stash_service_opts){.arena = &ao, .dir = dir + 5}, &s),
+                 0, "%s", stash_errmsg());
+    cr_assert_eq(chdir(here), 0);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_service_info info;
+    cr_assert_eq(stash_service_info_get(a, &info), 0);
+    /* Workers rolling back read it from wherever they run. */
+    cr_assert_str_eq(info.dir, dir);
+    stash_arena_close(a);
+    stash_service_stop(s);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}

@@ -395,12 +395,14 @@ int ckpt_lazy_begin(stash_arena *a, const char *path, stash_kg_range range, ioe_
 {
     shm_control *c = a->control;
     memset(out, 0, sizeof *out);
-    if (strlen(path) >= sizeof c->lazy_path)
+    /* Absolute: whoever touches a key group opens it, from anywhere. */
+    char abs[sizeof c->lazy_path];
+    if (shm_path_absolute(path, abs, sizeof abs) < 0)
         return shm_fail(-ENAMETOOLONG, "%s: a path too long for a lazy restore", path);
     /* Its metadata checked, its states registered, its operator state out. */
-    int rc = ckpt_restore_opstate(a, path, e, out);
+    int rc = ckpt_restore_opstate(a, abs, e, out);
     if (rc) return rc;
-    snprintf(c->lazy_path, sizeof c->lazy_path, "%s", path);
+    snprintf(c->lazy_path, sizeof c->lazy_path, "%s", abs);
     atomic_store(&c->lazy_started_ns, shm_now_ns());
     for (uint32_t kg = range.first; kg <= range.last; kg++)
         atomic_store(&a->tables[kg].lazy, SHM_LAZY_PENDING);
@@ -416,11 +418,12 @@ bool ckpt_lazy_pending(const stash_arena *a)
 int ckpt_lazy_rebase(stash_arena *a, const char *path)
 {
     shm_control *c = a->control;
-    if (strlen(path) >= sizeof c->lazy_path)
+    char abs[sizeof c->lazy_path];
+    if (shm_path_absolute(path, abs, sizeof abs) < 0)
         return shm_fail(-ENAMETOOLONG, "%s: a path too long for a lazy restore", path);
     int rc = shm_lock_acquire(&c->lock, NULL, NULL);
     if (rc < 0) return rc;
-    snprintf(c->lazy_path, sizeof c->lazy_path, "%s", path);
+    snprintf(c->lazy_path, sizeof c->lazy_path, "%s", abs);
     shm_lock_release(&c->lock);
     atomic_store(&c->lazy_started_ns, shm_now_ns());
     return 0;

@@ -370,7 +370,8 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         rc = shm_private_path(SHM_PRIVATE_RUNTIME, leaf, s->dir, sizeof s->dir);
     else if (!s->o.dir)
         rc = shm_fail(-EINVAL, "the fs storage needs a checkpoint directory");
-    else if ((size_t)snprintf(s->dir, sizeof s->dir, "%s", s->o.dir) >= sizeof s->dir)
+    /* Absolute: the arena names it to workers, which may run elsewhere. */
+    else if (shm_path_absolute(s->o.dir, s->dir, sizeof s->dir) < 0)
         rc = shm_fail(-ENAMETOOLONG, "%s: a checkpoint directory of at most %u bytes", s->o.dir,
                       SHM_CTL_DETAIL - 1);
     if (rc == 0 && s->o.storage != STASH_STORAGE_FS && s->o.storage != STASH_STORAGE_MEMORY &&
