@@ -130,8 +130,14 @@ void test_await_serving(const char *name, pid_t pid)
 
 int test_run_stash(const char *args, char *out, size_t cap)
 {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s %s 2>&1", STASH_BIN, args);
+    return test_run_stash_within(args, 0, out, cap);
+}
+
+int test_run_stash_within(const char *args, unsigned seconds, char *out, size_t cap)
+{
+    char cmd[1024], limit[32] = "";
+    if (seconds) snprintf(limit, sizeof limit, "timeout %u ", seconds);
+    snprintf(cmd, sizeof cmd, "%s%s %s 2>&1", limit, STASH_BIN, args);
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p, "popen %s", cmd);
     size_t n = fread(out, 1, cap - 1, p);

@@ -91,6 +91,9 @@ unsigned test_seed(const char *test);
 /* Runs this build's stash binary with args (stderr joined to stdout); returns
  * its exit code, or 128 if it did not exit, with its output in out. */
 int test_run_stash(const char *args, char *out, size_t cap);
+/* As test_run_stash(), killing it after seconds (0: never): a command
+ * that should answer at once and hangs fails the test instead. */
+int test_run_stash_within(const char *args, unsigned seconds, char *out, size_t cap);
 
 /* A single-node Ceph cluster of the test's own (tests/ceph/cluster.sh: one
  * monitor, one OSD on BlueStore in a sparse file, on 127.0.0.1 and a port

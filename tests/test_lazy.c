@@ -30,7 +30,6 @@
 
 static char dir[128];
 static ioe_engine *eng;
-static char source[96]; /* the arena the checkpoint was taken of */
 
 static uint64_t value_of(uint64_t k)
 {
@@ -56,26 +55,33 @@ static void checkpoint(stash_arena *a, uint64_t id)
     for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(a, kg, pins[kg]);
 }
 
+/* Checkpoint id in dir of an arena of KEYS keys, key k holding value(k). */
+static void checkpoint_of(uint64_t id, uint64_t (*value)(uint64_t))
+{
+    char name[96];
+    stash_arena *a = test_arena_create("lazysrc", 64u << 20, KGS, name);
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    stash_state *s = value_state(w);
+    for (uint64_t k = 0; k < KEYS; k++) {
+        uint64_t v = value(k);
+        stash_key_set(w, &k, sizeof k);
+        cr_assert_eq(stash_value_put(s, &v, sizeof v), 0);
+    }
+    stash_worker_close(w);
+    checkpoint(a, id);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+}
+
 /* Checkpoint 1 in dir of KEYS keys, key k holding value_of(k). */
 static void setup(void)
 {
     snprintf(dir, sizeof dir, "/tmp/stash-test-lazy-%d", (int)getpid());
     test_remove_dir(dir);
     cr_assert_eq(mkdir(dir, 0700), 0);
-    stash_arena *a = test_arena_create("lazysrc", 64u << 20, KGS, source);
-    stash_worker *w;
-    cr_assert_eq(stash_worker_open(source, &(stash_worker_opts){.parallelism = 1}, &w), 0);
-    stash_state *s = value_state(w);
-    for (uint64_t k = 0; k < KEYS; k++) {
-        uint64_t v = value_of(k);
-        stash_key_set(w, &k, sizeof k);
-        cr_assert_eq(stash_value_put(s, &v, sizeof v), 0);
-    }
-    stash_worker_close(w);
     cr_assert_eq(ioe_engine_open(&(ioe_opts){0}, &eng), 0);
-    checkpoint(a, 1);
-    stash_arena_close(a);
-    stash_arena_destroy(source, NULL);
+    checkpoint_of(1, value_of);
 }
 
 static void teardown(void)
@@ -604,25 +610,6 @@ static uint64_t second_of(uint64_t k)
     return k * 11 + 5;
 }
 
-/* Writes checkpoint 2 of dir, every key holding second_of(k). */
-static void second_checkpoint(void)
-{
-    char name[96];
-    stash_arena *a = test_arena_create("lazysrc2", 64u << 20, KGS, name);
-    stash_worker *w;
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
-    stash_state *s = value_state(w);
-    for (uint64_t k = 0; k < KEYS; k++) {
-        uint64_t v = second_of(k);
-        stash_key_set(w, &k, sizeof k);
-        cr_assert_eq(stash_value_put(s, &v, sizeof v), 0);
-    }
-    stash_worker_close(w);
-    checkpoint(a, 2);
-    stash_arena_close(a);
-    stash_arena_destroy(name, NULL);
-}
-
 /* How a worker of the arena meets the fallback. */
 typedef struct fallback_run {
     bool before;  /* it opened before: its barrier says STASH_ROLLED_BACK */
@@ -674,7 +661,7 @@ static int fallback_worker(void *arg)
  * checkpoint, which holds what the worker wrote after the fallback. */
 static void fall_back_with_a_worker(bool before)
 {
-    second_checkpoint();
+    checkpoint_of(2, second_of);
     damage(2, 6);
     char name[96];
     snprintf(name, sizeof name, "%s", test_arena_name("lazyfb"));

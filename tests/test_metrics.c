@@ -541,20 +541,6 @@ Test(metrics, the_service_raises_its_descriptor_limit_to_the_hard_one, .timeout 
     serve_end(name, pid, dir, log);
 }
 
-/* Runs `stash args` as test_run_stash does, but gives up after 30 s: a
- * refusal comes at once, and a command that hangs instead fails the test. */
-static int run_refused(const char *args, char *out, size_t cap)
-{
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "timeout 30 %s %s 2>&1", STASH_BIN, args);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p, "popen %s", cmd);
-    size_t n = fread(out, 1, cap - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
-}
-
 Test(metrics, addresses_out_of_range_or_malformed_are_refused_by_name, .timeout = 120)
 {
     static const struct {
@@ -584,7 +570,8 @@ Test(metrics, addresses_out_of_range_or_malformed_are_refused_by_name, .timeout 
     snprintf(name, sizeof name, "%s", test_arena_name("metrics-addr"));
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(cmd, sizeof cmd, "serve %s --dir %s --metrics '%s'", name, dir, bad[i].addr);
-        cr_assert_eq(run_refused(cmd, out, sizeof out), 2, "%s: %s", bad[i].addr, out);
+        cr_assert_eq(test_run_stash_within(cmd, 30, out, sizeof out), 2, "%s: %s", bad[i].addr,
+                     out);
         char said[128];
         snprintf(said, sizeof said, "--metrics %s: ", bad[i].addr);
         cr_assert(strstr(out, said) && strstr(out, bad[i].what), "%s: %s", bad[i].addr, out);
@@ -621,7 +608,7 @@ static void config_refused(config_case *c, const char *conf, bool dir)
     char cmd[512];
     snprintf(cmd, sizeof cmd, "serve %s %s %s --config %s", c->name, dir ? "--dir" : "",
              dir ? c->dir : "", conf);
-    cr_assert_eq(run_refused(cmd, c->out, sizeof c->out), 2, "%s: %s", conf, c->out);
+    cr_assert_eq(test_run_stash_within(cmd, 30, c->out, sizeof c->out), 2, "%s: %s", conf, c->out);
     cr_assert(strstr(c->out, conf), "names %s: %s", conf, c->out);
 }
 
