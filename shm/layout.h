@@ -345,14 +345,14 @@ _Static_assert(sizeof(shm_ctl_ops) == 64, "a worker's counters fill one cache li
 
 typedef struct shm_ctl_worker {
     shm_ctl_ops ops;
-    _Atomic uint64_t acked;        /* the newest checkpoint this index cut */
-    _Atomic uint64_t pause_ns;     /* how long that cut took */
-    shm_op_blob pending;           /* its newest operator state: at its last cut or its close */
-    shm_op_blob committed;         /* as of the newest completed checkpoint or restore */
-    _Atomic uint32_t restoring;    /* reading checkpoints (a rollback): retention waits */
-    _Atomic int32_t cut_error;     /* why its last cut failed (arena full, no pin free), or 0 */
-    _Atomic uint64_t cut_clock_ms; /* its TTL clock at its last cut */
-    _Atomic uint64_t rollbacks;    /* rollbacks the index's workers made */
+    _Atomic uint64_t acked;         /* the newest checkpoint this index cut */
+    _Atomic uint64_t pause_ns;      /* how long that cut took */
+    shm_op_blob pending;            /* its newest operator state: at its last cut or its close */
+    shm_op_blob committed;          /* as of the newest completed checkpoint or restore */
+    _Atomic uint32_t restoring;     /* reading checkpoints (a rollback): retention waits */
+    _Atomic int32_t cut_error;      /* why its last cut failed (arena full, no pin free), or 0 */
+    _Atomic uint64_t cut_clock_ms;  /* its TTL clock at its last cut */
+    _Atomic uint64_t rollbacks;     /* rollbacks the index's workers made */
     _Atomic uint64_t fallback_seen; /* the arena's fallback (fallback_gen) the index went through */
 } shm_ctl_worker;
 
