@@ -337,7 +337,7 @@ static int plan_of(const stash_arena_opts *opts, arena_plan *p)
     return 0;
 }
 
-/* Sizes, maps and initializes the new arena file fd (closed here) as plan
+/* Sizes, maps and initializes the new arena file fd (the caller keeps it) as plan
  * says; the handle's path is path. */
 static int build(int fd, const char *path, arena_plan *p, stash_arena **out)
 {
@@ -431,18 +431,14 @@ int shm_arena_make(const char *name, const stash_arena_opts *opts, stash_arena *
         rc = lmdb_mark_write(&env, path);
     }
     if (rc == 0) rc = build(fd, path, &p, out);
-    if (rc == 0 && !named) (*out)->unnamed_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-    if (rc == 0 && !named && (*out)->unnamed_fd < 0)
-        rc = shm_fail(-errno, "%s: %s", path, strerror(errno));
     if (rc == 0) {
         memcpy((*out)->hdr->lmdb_dir, lmdb_dir, sizeof lmdb_dir);
         (*out)->lmdb_lock = env.fd;
         env.fd = -1;
-    } else if (*out) {
-        stash_arena_close(*out);
-        *out = NULL;
+        /* Kept until shm_arena_publish names it. */
+        if (!named) (*out)->unnamed_fd = fd;
     }
-    close(fd);
+    if (rc || named) close(fd);
     if (rc && named) unlinkat(d.fd, base, 0);
     shm_dir_close(&env);
     shm_dir_close(&d);
