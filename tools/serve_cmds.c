@@ -165,10 +165,10 @@ static bool config_acceptable(const char *path, const struct stat *st)
         fprintf(stderr, "stash serve: config %s: %s, not a regular file\n", path, what);
         return false;
     }
-    if (st->st_uid != 0 && st->st_uid != getuid()) {
+    if (st->st_uid != 0 && st->st_uid != geteuid()) {
         fprintf(stderr,
                 "stash serve: config %s: owned by uid %u, neither this user (uid %u) nor root\n",
-                path, (unsigned)st->st_uid, (unsigned)getuid());
+                path, (unsigned)st->st_uid, (unsigned)geteuid());
         return false;
     }
     if (st->st_mode & (S_IWGRP | S_IWOTH)) {
