@@ -61,6 +61,7 @@ enum {
     STASH_ENOSERVICE = -1015,   /* no live service serves the arena */
     STASH_EABORTED = -1016,     /* the checkpoint failed; stash_errmsg() says why */
     STASH_EFORK = -1017,        /* a worker handle used in a process forked from its opener */
+    STASH_EFENCED = -1018,      /* the arena's host lost its place in its job to another */
 };
 
 /* Words for an error code; never NULL, never to be freed. */

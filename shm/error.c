@@ -63,6 +63,8 @@ STASH_API const char *stash_strerror(int err)
         return "worker handle of another process (opened before a fork)";
     case STASH_EABORTED:
         return "checkpoint aborted";
+    case STASH_EFENCED:
+        return "fenced off the job: another service serves these workers";
     default:
         break;
     }

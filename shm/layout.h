@@ -29,7 +29,7 @@
 typedef uint64_t shm_off;
 
 #define SHM_MAGIC "STASHARN"
-#define SHM_LAYOUT_VERSION 9u
+#define SHM_LAYOUT_VERSION 10u
 #define SHM_INIT_MARK 0x54494e49u /* "INIT": written last by the creator */
 #define SHM_HEADER_SIZE 4096u
 #define SHM_SPAN_SHIFT 12u
@@ -395,13 +395,20 @@ typedef struct shm_control {
     _Atomic uint64_t io_written;       /* bytes the engine wrote */
     _Atomic uint64_t io_read;          /* and read */
     _Atomic uint64_t io_errors;        /* requests that failed */
+    /* A host of a job that spans hosts: the sub-job its parts go to
+     * (JOB/part/HOST/EPOCH: the service that last served the arena), and
+     * whether that service was fenced off the job (workers get
+     * STASH_EFENCED), and why. */
+    char job_part[SHM_CTL_DETAIL];
+    _Atomic uint32_t fenced;
+    char fenced_why[SHM_CTL_DETAIL];
     shm_ctl_result history[SHM_CTL_HISTORY];
     shm_ctl_worker workers[STASH_MAX_WORKERS];
 } shm_control;
 
 /* The sizes docs/architecture.md's table of the arena's layout gives. */
 _Static_assert(sizeof(shm_kg_heap) == 736 && sizeof(shm_table) == 768 &&
-                   sizeof(shm_catalog_entry) == 104 && sizeof(shm_control) == 200192,
+                   sizeof(shm_catalog_entry) == 104 && sizeof(shm_control) == 200704,
                "the arena's layout as docs/architecture.md gives it");
 
 /* A process's handle on a mapped arena. */

@@ -208,6 +208,9 @@ uint64_t shm_proc_start_time(int32_t pid);
 bool shm_proc_alive(int32_t pid, uint64_t start);
 /* Nanoseconds since the epoch. */
 uint64_t shm_now_ns(void);
+/* A clock no step of the wall clock moves (CLOCK_MONOTONIC), in ns: what
+ * intervals, deadlines and leases are measured on. */
+uint64_t shm_clock_ns(void);
 
 /* ------------------------------------------------------------------------ */
 /* Directories (dir.c): opened once, checked on the descriptor, used through */

@@ -375,7 +375,7 @@ static int count_object(void *ctx, const char *name)
 {
     pool_count *c = ctx;
     const char *rest = name + strlen(c->prefix);
-    if (strncmp(rest, "job-", 4) == 0 && !strchr(rest, '.')) c->records++;
+    if (strncmp(rest, "job-", 4) == 0) c->records++;
     if (strncmp(rest, "part/", 5) == 0 && strstr(rest, "/_metadata.0")) c->parts++;
     return 0;
 }
@@ -475,19 +475,29 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     cr_assert_eq(ckpt_rados_list(r, prefix, count_object, &pc), 0);
     cr_assert_eq(pc.records, 2, "records kept: %u", pc.records);
     cr_assert_eq(pc.parts, 6, "parts kept: %u", pc.parts);
+    /* Each part reads as a checkpoint: JOB/part/HOST/EPOCH/chk-ID. */
+    ckpt_job_record *rec = malloc(sizeof *rec);
+    cr_assert_eq(ckpt_job_record_read(r, job, info.id, rec), 0, "%s", stash_errmsg());
+    uint64_t epoch_b = 0, epoch_c = 0;
+    for (size_t k = 0; k < rec->n; k++) {
+        if (strcmp(rec->parts[k].host, "b") == 0) epoch_b = rec->parts[k].epoch;
+        if (strcmp(rec->parts[k].host, "c") == 0) epoch_c = rec->parts[k].epoch;
+    }
+    free(rec);
+    cr_assert(epoch_b && epoch_c && epoch_b != epoch_c, "epochs %llu %llu",
+              (unsigned long long)epoch_b, (unsigned long long)epoch_c);
     ckpt_rados_close(r);
-    /* Each part reads as a checkpoint. */
     setenv("CEPH_CONF", conf, 1);
     char url[256];
-    snprintf(url, sizeof url, "snapshot verify rados://stash/%s/part/b/chk-%llu", job,
-             (unsigned long long)info.id);
+    snprintf(url, sizeof url, "snapshot verify rados://stash/%s/part/b/%llu/chk-%llu", job,
+             (unsigned long long)epoch_b, (unsigned long long)info.id);
     cr_assert_eq(test_run_stash(url, out, sizeof out), 0, "%s", out);
     /* ls lists the job's checkpoints with their parts. */
     snprintf(url, sizeof url, "snapshot ls rados://stash/%s", job);
     cr_assert_eq(test_run_stash(url, out, sizeof out), 0, "%s", out);
     char line[256];
-    snprintf(line, sizeof line, "rados://stash/%s/part/c/chk-%llu (workers 2-2 of 3) (latest)", job,
-             (unsigned long long)info.id);
+    snprintf(line, sizeof line, "rados://stash/%s/part/c/%llu/chk-%llu (workers 2-2 of 3) (latest)",
+             job, (unsigned long long)epoch_c, (unsigned long long)info.id);
     cr_assert(strstr(out, line), "%s", out);
     snprintf(url, sizeof url, "snapshot ls rados://stash/%s --json", job);
     cr_assert_eq(test_run_stash(url, out, sizeof out), 0, "%s", out);
@@ -506,7 +516,17 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     size_t taker = await_logged(url);
     cr_assert_eq(taker, 0, "host %s took them, not a", hosts[taker].name);
     kill(hosts[frozen].pid, SIGCONT);
-    await_logged("was taken for lost");
+    await_logged("was fenced off");
+    /* Its worker hears it at a barrier: its workers are served elsewhere. */
+    stash_event ev2;
+    int brc = 0;
+    for (unsigned ms = 0; ms < WAIT_MS && brc != STASH_EFENCED; ms += 20) {
+        brc = stash_barrier(w[frozen], &ev2);
+        struct timespec ts = {0, 20000000};
+        if (brc != STASH_EFENCED) nanosleep(&ts, NULL);
+    }
+    cr_assert_eq(brc, STASH_EFENCED, "%d: %s", brc, stash_errmsg());
+    cr_assert(strstr(stash_errmsg(), "fenced off"), "%s", stash_errmsg());
     stash_worker_close(w[frozen]);
     w[frozen] = open_worker(&hosts[taker], (uint32_t)frozen, 3);
     check_round(w[frozen], (uint32_t)frozen, 3, 3);

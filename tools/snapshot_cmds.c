@@ -35,7 +35,7 @@ static const char usage[] =
     "rados://POOL/JOB/chk-ID or /NAME of a savepoint, or rados://POOL/JOB for the one\n"
     "JOB/latest names (the cluster of $CEPH_CONF or /etc/ceph/ceph.conf, the client\n"
     "$STASH_CEPH_ID or admin); ls rados://POOL/JOB lists the job's checkpoints (of a\n"
-    "job that spans hosts, each with its parts: rados://POOL/JOB/part/HOST/chk-ID), and\n"
+    "job that spans hosts, each with its parts: rados://POOL/JOB/part/HOST/EPOCH/chk-ID), and\n"
     "rewrite's DEST may be rados://POOL/JOB/NAME (a savepoint copied into RADOS;\n"
     "NAME not chk-ID). ls lists DIR's\n"
     "checkpoints, then its savepoints, as complete (unverified: its metadata\n"
@@ -277,9 +277,11 @@ static int ls_job(const snap_args *a, ckpt_rados *r, const char *job, uint64_t l
             printf("{\"id\": %llu, \"state\": \"%s\", \"latest\": %s, \"parts\": [",
                    (unsigned long long)ids[i], st, ids[i] == latest ? "true" : "false");
         for (size_t k = 0; rc == 0 && k < rec->n; k++) {
-            char url[1024], workers[512];
-            snprintf(url, sizeof url, "%s/part/%s/chk-%llu", a->path[0], rec->parts[k].host,
-                     (unsigned long long)ids[i]);
+            char url[1024], workers[512], epoch[32] = "";
+            if (rec->parts[k].epoch)
+                snprintf(epoch, sizeof epoch, "/%llu", (unsigned long long)rec->parts[k].epoch);
+            snprintf(url, sizeof url, "%s/part/%s%s/chk-%llu", a->path[0], rec->parts[k].host,
+                     epoch, (unsigned long long)ids[i]);
             ckpt_job_workers_format(&rec->parts[k].workers, workers, sizeof workers);
             if (a->json) {
                 printf("%s{\"host\": ", k ? ", " : "");

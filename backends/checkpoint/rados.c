@@ -18,7 +18,7 @@
 #include "shm/shm.h"
 
 #define LEN_XATTR "stash.len" /* on NAME.0: the file's length, 8 bytes */
-#define PTR_XATTR "stash.ptr" /* on a pointer object: its value */
+#define PTR_XATTR CKPT_RADOS_VALUE
 
 struct ckpt_rados {
     rados_t cluster;
@@ -426,6 +426,76 @@ int ckpt_rados_pointer(ckpt_rados *r, const char *name, char *buf, size_t cap)
     return 0;
 }
 
+int ckpt_rados_update(ckpt_rados *r, const char *name, const ckpt_rados_attr *expect,
+                      size_t nexpect, const ckpt_rados_attr *set, size_t nset)
+{
+    rados_write_op_t op = rados_create_write_op();
+    if (!op) return shm_fail(-ENOMEM, "out of memory");
+    /* An attribute that is absent compares as the empty string. */
+    for (size_t i = 0; i < nexpect; i++) {
+        const char *v = expect[i].value ? expect[i].value : "";
+        rados_write_op_cmpxattr(op, expect[i].name, LIBRADOS_CMPXATTR_OP_EQ, v, strlen(v));
+    }
+    for (size_t i = 0; i < nset; i++)
+        if (set[i].value)
+            rados_write_op_setxattr(op, set[i].name, set[i].value, strlen(set[i].value));
+        else
+            rados_write_op_rmxattr(op, set[i].name);
+    int rc = rados_write_op_operate(op, r->io, name, NULL, 0);
+    rados_release_write_op(op);
+    if (rc == -ECANCELED || (nexpect && rc == -ENOENT))
+        return shm_fail(-ECANCELED, "rados://%s/%s: changed by another", r->pool, name);
+    return rc < 0 ? fail(r, rc, name, "update") : 0;
+}
+
+int ckpt_rados_remove_if(ckpt_rados *r, const char *name, const ckpt_rados_attr *expect)
+{
+    rados_write_op_t op = rados_create_write_op();
+    if (!op) return shm_fail(-ENOMEM, "out of memory");
+    const char *v = expect->value ? expect->value : "";
+    rados_write_op_cmpxattr(op, expect->name, LIBRADOS_CMPXATTR_OP_EQ, v, strlen(v));
+    rados_write_op_remove(op);
+    int rc = rados_write_op_operate(op, r->io, name, NULL, 0);
+    rados_release_write_op(op);
+    if (rc == -ECANCELED || rc == -ENOENT)
+        return shm_fail(-ECANCELED, "rados://%s/%s: changed by another", r->pool, name);
+    return rc < 0 ? fail(r, rc, name, "remove") : 0;
+}
+
+int ckpt_rados_touch(ckpt_rados *r, const char *name)
+{
+    rados_write_op_t op = rados_create_write_op();
+    if (!op) return shm_fail(-ENOMEM, "out of memory");
+    rados_write_op_create(op, LIBRADOS_CREATE_IDEMPOTENT, NULL);
+    int rc = rados_write_op_operate(op, r->io, name, NULL, 0);
+    rados_release_write_op(op);
+    return rc < 0 ? fail(r, rc, name, "create") : 0;
+}
+
+int ckpt_rados_attrs(ckpt_rados *r, const char *name, ckpt_rados_attr_fn *fn, void *ctx)
+{
+    rados_xattrs_iter_t it;
+    int rc = rados_getxattrs(r->io, name, &it);
+    if (rc == -ENOENT) return shm_fail(rc, "rados://%s/%s: no such object", r->pool, name);
+    if (rc < 0) return fail(r, rc, name, "read");
+    char value[CKPT_RADOS_ATTR_MAX + 1];
+    for (;;) {
+        const char *key, *val;
+        size_t len;
+        if ((rc = rados_getxattrs_next(it, &key, &val, &len)) < 0) {
+            rc = fail(r, rc, name, "read");
+            break;
+        }
+        if (!key) break;
+        if (len > CKPT_RADOS_ATTR_MAX) len = CKPT_RADOS_ATTR_MAX;
+        memcpy(value, val, len);
+        value[len] = 0;
+        if ((rc = fn(ctx, key, value)) != 0) break;
+    }
+    rados_getxattrs_end(it);
+    return rc;
+}
+
 int ckpt_rados_list(ckpt_rados *r, const char *prefix, int (*fn)(void *ctx, const char *name),
                     void *ctx)
 {
@@ -473,6 +543,20 @@ int ckpt_rados_lock(ckpt_rados *r, const char *name, const char *cookie, uint32_
     if (rc == -EBUSY || rc == -EEXIST)
         return shm_fail(-EBUSY, "rados://%s/%s: held by another", r->pool, name);
     return rc < 0 ? fail(r, rc, name, "lock") : 0;
+}
+
+int ckpt_rados_lease_held(ckpt_rados *r, const char *name)
+{
+    int exclusive;
+    char tag[64], clients[512], cookies[512], addrs[512];
+    size_t tag_len = sizeof tag, clients_len = sizeof clients, cookies_len = sizeof cookies,
+           addrs_len = sizeof addrs;
+    /* The class lists a lease only while it lasts: a lapsed one is no holder. */
+    ssize_t n = rados_list_lockers(r->io, name, LOCK_NAME, &exclusive, tag, &tag_len, clients,
+                                   &clients_len, cookies, &cookies_len, addrs, &addrs_len);
+    if (n == -ENOENT) return 0;
+    if (n < 0) return fail(r, (int)n, name, "list the lease of");
+    return n > 0;
 }
 
 int ckpt_rados_unlock(ckpt_rados *r, const char *name, const char *cookie)

@@ -72,6 +72,30 @@ int ckpt_rados_swap(ckpt_rados *r, const char *name, const char *expect, const c
 /* Sets the pointer object name to value whatever it holds (its writer
  * holds a lease on it). */
 int ckpt_rados_set(ckpt_rados *r, const char *name, const char *value);
+/* An attribute of an object: its name and value (NULL: absent). */
+#define CKPT_RADOS_VALUE "stash.ptr" /* a pointer object's value */
+#define CKPT_RADOS_ATTR_MAX 1023u    /* bytes of an attribute's value read back */
+typedef struct ckpt_rados_attr {
+    const char *name;
+    const char *value;
+} ckpt_rados_attr;
+/* Sets (value NULL: removes) the attributes set of object name if each of
+ * expect holds the value given now (NULL: is absent), in one atomic
+ * operation on the object: of two writers that read the same values, only
+ * one changes them. Returns 0, -ECANCELED if one does not hold (or the
+ * object is absent), or an error naming the object. */
+int ckpt_rados_update(ckpt_rados *r, const char *name, const ckpt_rados_attr *expect,
+                      size_t nexpect, const ckpt_rados_attr *set, size_t nset);
+/* Removes object name if its attribute expect holds the value given, in
+ * one operation. Returns 0, -ECANCELED, or an error naming the object. */
+int ckpt_rados_remove_if(ckpt_rados *r, const char *name, const ckpt_rados_attr *expect);
+/* Makes object name (empty) if it is absent. */
+int ckpt_rados_touch(ckpt_rados *r, const char *name);
+/* Calls fn(ctx, attribute, value) for each attribute of object name, all
+ * read at once (values cut at CKPT_RADOS_ATTR_MAX bytes); a non-zero
+ * return stops and is returned. -ENOENT if the object is absent. */
+typedef int ckpt_rados_attr_fn(void *ctx, const char *attr, const char *value);
+int ckpt_rados_attrs(ckpt_rados *r, const char *name, ckpt_rados_attr_fn *fn, void *ctx);
 /* Reads the pointer object name into buf (cap bytes, NUL-terminated).
  * Returns 0, -ENOENT, or an error naming the object. */
 int ckpt_rados_pointer(ckpt_rados *r, const char *name, char *buf, size_t cap);
@@ -93,6 +117,9 @@ int ckpt_rados_remove(ckpt_rados *r, const char *name);
  * 0, -EBUSY while another connection or cookie holds it, or an error
  * naming the object. */
 int ckpt_rados_lock(ckpt_rados *r, const char *name, const char *cookie, uint32_t lease_ms);
+/* Whether anyone holds the lease on object name now (1) or not (0): read
+ * only, as the cluster's clock judges it. */
+int ckpt_rados_lease_held(ckpt_rados *r, const char *name);
 /* Gives a lease up. Giving up one not held is no error. */
 int ckpt_rados_unlock(ckpt_rados *r, const char *name, const char *cookie);
 

@@ -1,11 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * rados_job.c: the objects of a job that spans hosts (rados_job.h). A
- * part's note and the job's record are small pointer objects written once
- * (exclusive create): a line "HOST P MAXP WORKERS" per part. The record of
- * checkpoint ID is JOB/job-ID, its abort JOB/job-ID.aborted, the notes
- * JOB/job-ID.part.HOST; committed means the record is there and JOB/latest
- * has been moved to ID or past it.
+ * rados_job.c: the objects of a job that spans hosts (rados_job.h).
+ *   JOB/latest        the job's state: attributes stash.ptr (the committed
+ *                     checkpoint), stash.leader (the leader's epoch),
+ *                     stash.done.ID and stash.abort.ID (the one decision on
+ *                     ID), stash.floor (decisions below it are forgotten)
+ *   JOB/job-ID        the record of checkpoint ID: a line "HOST P MAXP
+ *                     WORKERS EPOCH" per part, written before its commit
+ *   JOB/hosts/HOST    a member: its lease, its line (stash.ptr), the epoch
+ *                     of the service serving it (stash.epoch) and its last
+ *                     note (stash.note, "ID LINE")
+ *   JOB/ids, JOB/epochs   counters moved by compare-and-swap
+ * Every change to the state or a member compares what its writer's claim
+ * rests on in the same operation, so a writer that lost it changes nothing.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -90,9 +97,10 @@ int ckpt_job_object(char *out, size_t cap, const char *job, const char *what)
     return n > 0 && (size_t)n < cap ? 0 : shm_fail(-ENAMETOOLONG, "%s/%s: too long", job, what);
 }
 
-int ckpt_job_part_prefix(char *out, size_t cap, const char *job, const char *host)
+int ckpt_job_part_prefix(char *out, size_t cap, const char *job, const char *host, uint64_t epoch)
 {
-    int n = snprintf(out, cap, "%s/part/%s", job, host);
+    int n = epoch ? snprintf(out, cap, "%s/part/%s/%" PRIu64, job, host, epoch)
+                  : snprintf(out, cap, "%s/part/%s", job, host);
     return n > 0 && (size_t)n < cap ? 0
                                     : shm_fail(-ENAMETOOLONG, "%s/part/%s: too long", job, host);
 }
@@ -103,34 +111,25 @@ void ckpt_job_part_format(const ckpt_job_part *p, char *buf, size_t cap)
 {
     char w[512];
     ckpt_job_workers_format(&p->workers, w, sizeof w);
-    snprintf(buf, cap, "%s %u %u %s\n", p->host, p->parallelism, p->max_parallelism, w);
+    snprintf(buf, cap, "%s %u %u %s %" PRIu64 "\n", p->host, p->parallelism, p->max_parallelism, w,
+             p->epoch);
 }
 
 static int parse_part(const char *line, ckpt_job_part *p, const char *what)
 {
     char host[CKPT_JOB_HOST_MAX + 2], w[512];
     memset(p, 0, sizeof *p);
-    if (sscanf(line, "%64s %u %u %511s", host, &p->parallelism, &p->max_parallelism, w) != 4 ||
-        !ckpt_job_host_ok(host) || p->parallelism == 0 || p->max_parallelism == 0 ||
-        ckpt_job_workers_parse(w, &p->workers) < 0)
+    /* Parts before epochs have four fields: epoch 0, their objects under JOB/part/HOST. */
+    int n = sscanf(line, "%64s %u %u %511s %" SCNu64, host, &p->parallelism, &p->max_parallelism, w,
+                   &p->epoch);
+    if ((n != 4 && n != 5) || !ckpt_job_host_ok(host) || p->parallelism == 0 ||
+        p->max_parallelism == 0 || ckpt_job_workers_parse(w, &p->workers) < 0)
         return shm_fail(STASH_ECORRUPT, "%s: not a part: '%.80s'", what, line);
     memcpy(p->host, host, strlen(host) + 1); /* checked: at most CKPT_JOB_HOST_MAX */
     return 0;
 }
 
-int ckpt_job_part_read(ckpt_rados *r, const char *name, ckpt_job_part *p)
-{
-    char text[700], what[1300];
-    snprintf(what, sizeof what, "rados://%.128s/%.1023s", ckpt_rados_pool(r), name);
-    int rc = ckpt_rados_pointer(r, name, text, sizeof text);
-    if (rc) return rc;
-    char *nl = strchr(text, '\n');
-    if (!nl || nl[1]) return shm_fail(STASH_ECORRUPT, "%s: not one line: '%.80s'", what, text);
-    *nl = 0;
-    return parse_part(text, p, what);
-}
-
-/* Reads the record (or note) object name into rec (appending its parts). */
+/* Reads the record object name into rec (appending its parts). */
 static int read_parts(ckpt_rados *r, const char *name, ckpt_job_record *rec)
 {
     char *text = malloc(RECORD_MAX), what[1300];
@@ -152,28 +151,28 @@ static int read_parts(ckpt_rados *r, const char *name, ckpt_job_record *rec)
     return rc;
 }
 
-static void job_name(char *out, size_t cap, const char *job, uint64_t id, const char *suffix)
+static void job_name(char *out, size_t cap, const char *job, uint64_t id)
 {
-    snprintf(out, cap, "%s/job-%" PRIu64 "%s", job, id, suffix);
+    snprintf(out, cap, "%s/job-%" PRIu64, job, id);
 }
 
-/* ---- ids, notes, commit ------------------------------------------------------- */
+/* ---- counters ------------------------------------------------------------------- */
 
-int ckpt_job_next_id(ckpt_rados *r, const char *job, uint64_t *id)
+/* Moves the counter JOB/what up by one (at least past floor): *n. */
+static int count_up(ckpt_rados *r, const char *job, const char *what, uint64_t floor, uint64_t *n)
 {
     char name[1024], was[32], now[32];
-    uint64_t latest = 0;
-    int rc = ckpt_job_object(name, sizeof name, job, "ids");
+    int rc = ckpt_job_object(name, sizeof name, job, what);
     if (rc) return rc;
     for (int tries = 0; tries < 16; tries++) {
         rc = ckpt_rados_pointer(r, name, was, sizeof was);
         if (rc && rc != -ENOENT) return rc;
-        uint64_t n = rc == 0 ? strtoull(was, NULL, 10) : 0;
-        if (ckpt_rados_latest(r, job, &latest) == 0 && latest > n) n = latest;
-        snprintf(now, sizeof now, "%" PRIu64, n + 1);
+        uint64_t v = rc == 0 ? strtoull(was, NULL, 10) : 0;
+        if (floor > v) v = floor;
+        snprintf(now, sizeof now, "%" PRIu64, v + 1);
         rc = ckpt_rados_swap(r, name, rc == 0 ? was : NULL, now);
         if (rc == 0) {
-            *id = n + 1;
+            *n = v + 1;
             return 0;
         }
         if (rc != -ECANCELED) return rc;
@@ -182,24 +181,195 @@ int ckpt_job_next_id(ckpt_rados *r, const char *job, uint64_t *id)
                     name);
 }
 
+int ckpt_job_next_id(ckpt_rados *r, const char *job, uint64_t *id)
+{
+    uint64_t latest = 0;
+    int rc = ckpt_rados_latest(r, job, &latest);
+    if (rc && rc != -ENOENT) return rc;
+    return count_up(r, job, "ids", latest, id);
+}
+
+/* ---- members ---------------------------------------------------------------------- */
+
+#define EPOCH_ATTR "stash.epoch"
+#define NOTE_ATTR "stash.note"
+#define TAKEN "taken " /* an epoch's text while HOST takes the member's workers over */
+
+static int member_name(char *out, size_t cap, const char *job, const char *host)
+{
+    char what[CKPT_JOB_HOST_MAX + 8];
+    snprintf(what, sizeof what, "hosts/%s", host);
+    return ckpt_job_object(out, cap, job, what);
+}
+
+typedef struct member_read {
+    ckpt_job_member *m;
+    const char *what;
+    bool line;
+    int rc;
+} member_read;
+
+static int take_attr(void *ctx, const char *attr, const char *value)
+{
+    member_read *mr = ctx;
+    ckpt_job_member *m = mr->m;
+    char line[CKPT_RADOS_ATTR_MAX + 1];
+    snprintf(line, sizeof line, "%s", value);
+    char *nl = strchr(line, '\n');
+    if (nl) *nl = 0;
+    if (strcmp(attr, CKPT_RADOS_VALUE) == 0) {
+        mr->line = true;
+        return parse_part(line, &m->m, mr->what);
+    }
+    if (strcmp(attr, EPOCH_ATTR) == 0) {
+        snprintf(m->epoch, sizeof m->epoch, "%.95s", line);
+        return 0;
+    }
+    if (strcmp(attr, NOTE_ATTR) == 0) {
+        char *end;
+        m->note_id = strtoull(line, &end, 10);
+        if (end == line || *end != ' ')
+            return shm_fail(STASH_ECORRUPT, "%s: a note '%.80s'", mr->what, line);
+        return parse_part(end + 1, &m->note, mr->what);
+    }
+    return 0;
+}
+
+int ckpt_job_member_read(ckpt_rados *r, const char *name, ckpt_job_member *m)
+{
+    char what[1300];
+    snprintf(what, sizeof what, "rados://%s/%s", ckpt_rados_pool(r), name);
+    memset(m, 0, sizeof *m);
+    member_read mr = {m, what, false, 0};
+    int rc = ckpt_rados_attrs(r, name, take_attr, &mr);
+    if (rc == 0 && !mr.line) rc = shm_fail(-ENOENT, "%s: no member (only its lease)", what);
+    return rc;
+}
+
+uint64_t ckpt_job_member_epoch(const ckpt_job_member *m)
+{
+    char *end;
+    uint64_t e = strtoull(m->epoch, &end, 10);
+    return end != m->epoch && *end == 0 ? e : 0;
+}
+
+int ckpt_job_join(ckpt_rados *r, const char *job, ckpt_job_part *self, const char *cookie,
+                  uint32_t lease_ms)
+{
+    char name[1024], line[700], epoch[32];
+    int rc = member_name(name, sizeof name, job, self->host);
+    if (rc) return rc;
+    rc = ckpt_rados_lock(r, name, cookie, lease_ms);
+    if (rc == -EBUSY)
+        return shm_fail(-EBUSY,
+                        "job %s: host %s is served by another service (its lease lasts up to %u "
+                        "ms)",
+                        job, self->host, lease_ms);
+    if (rc) return rc;
+    /* The epoch the member had: a service that still thinks it serves the
+     * host compares it in every write, and fails from the next one on. */
+    ckpt_job_member was;
+    rc = ckpt_job_member_read(r, name, &was);
+    if (rc && rc != -ENOENT) return rc;
+    if (strncmp(was.epoch, TAKEN, strlen(TAKEN)) == 0)
+        return shm_fail(-EBUSY,
+                        "job %s: host %s's workers are being %s over: start it again once done",
+                        job, self->host, was.epoch);
+    if ((rc = count_up(r, job, "epochs", 0, &self->epoch)) != 0) return rc;
+    ckpt_job_part_format(self, line, sizeof line);
+    snprintf(epoch, sizeof epoch, "%" PRIu64, self->epoch);
+    ckpt_rados_attr expect = {EPOCH_ATTR, was.epoch[0] ? was.epoch : NULL};
+    ckpt_rados_attr set[] = {{CKPT_RADOS_VALUE, line}, {EPOCH_ATTR, epoch}, {NOTE_ATTR, NULL}};
+    rc = ckpt_rados_update(r, name, &expect, 1, set, 3);
+    if (rc == -ECANCELED)
+        return shm_fail(-EBUSY, "job %s: host %s changed hands while it joined: start it again",
+                        job, self->host);
+    return rc;
+}
+
+static int fenced(ckpt_rados *r, const char *name, const ckpt_job_part *self)
+{
+    ckpt_job_member now;
+    int rc = ckpt_job_member_read(r, name, &now);
+    char why[128] = "its member is gone";
+    if (rc == 0) snprintf(why, sizeof why, "its member's epoch is %s now", now.epoch);
+    return shm_fail(STASH_EFENCED, "job: host %s's service of epoch %" PRIu64 " is fenced off: %s",
+                    self->host, self->epoch, why);
+}
+
+int ckpt_job_member_set(ckpt_rados *r, const char *job, const ckpt_job_part *self)
+{
+    char name[1024], line[700], epoch[32];
+    int rc = member_name(name, sizeof name, job, self->host);
+    if (rc) return rc;
+    ckpt_job_part_format(self, line, sizeof line);
+    snprintf(epoch, sizeof epoch, "%" PRIu64, self->epoch);
+    ckpt_rados_attr expect = {EPOCH_ATTR, epoch}, set = {CKPT_RADOS_VALUE, line};
+    rc = ckpt_rados_update(r, name, &expect, 1, &set, 1);
+    return rc == -ECANCELED ? fenced(r, name, self) : rc;
+}
+
 int ckpt_job_note(ckpt_rados *r, const char *job, uint64_t id, const ckpt_job_part *part)
 {
-    char name[1024], suffix[96], line[700];
-    snprintf(suffix, sizeof suffix, ".part.%s", part->host);
-    job_name(name, sizeof name, job, id, suffix);
+    char name[1024], line[700], note[760], epoch[32];
+    int rc = member_name(name, sizeof name, job, part->host);
+    if (rc) return rc;
     ckpt_job_part_format(part, line, sizeof line);
-    return ckpt_rados_swap(r, name, NULL, line);
+    snprintf(note, sizeof note, "%" PRIu64 " %s", id, line);
+    snprintf(epoch, sizeof epoch, "%" PRIu64, part->epoch);
+    ckpt_rados_attr expect = {EPOCH_ATTR, epoch}, set = {NOTE_ATTR, note};
+    rc = ckpt_rados_update(r, name, &expect, 1, &set, 1);
+    return rc == -ECANCELED ? fenced(r, name, part) : rc;
+}
+
+int ckpt_job_claim(ckpt_rados *r, const char *job, const char *lost, const char *seen,
+                   const char *taker)
+{
+    char name[1024], epoch[CKPT_JOB_HOST_MAX + 16];
+    int rc = member_name(name, sizeof name, job, lost);
+    if (rc) return rc;
+    snprintf(epoch, sizeof epoch, TAKEN "by %s", taker);
+    ckpt_rados_attr expect = {EPOCH_ATTR, seen[0] ? seen : NULL}, set = {EPOCH_ATTR, epoch};
+    return ckpt_rados_update(r, name, &expect, 1, &set, 1);
+}
+
+int ckpt_job_unclaim(ckpt_rados *r, const char *job, const char *lost, const char *taker)
+{
+    char name[1024], epoch[CKPT_JOB_HOST_MAX + 16];
+    int rc = member_name(name, sizeof name, job, lost);
+    if (rc) return rc;
+    snprintf(epoch, sizeof epoch, TAKEN "by %s", taker);
+    ckpt_rados_attr expect = {EPOCH_ATTR, epoch}, set = {EPOCH_ATTR, "lost"};
+    rc = ckpt_rados_update(r, name, &expect, 1, &set, 1);
+    return rc == -ECANCELED ? 0 : rc; /* claimed by no one any more */
+}
+
+bool ckpt_job_member_taken(const ckpt_job_member *m)
+{
+    return strncmp(m->epoch, TAKEN, strlen(TAKEN)) == 0;
 }
 
 typedef struct notes {
     ckpt_rados *r;
+    const char *prefix;
+    uint64_t id;
     ckpt_job_record *rec;
 } notes;
 
 static int take_note(void *ctx, const char *name)
 {
     notes *n = ctx;
-    return read_parts(n->r, name, n->rec);
+    if (!ckpt_job_host_ok(name + strlen(n->prefix))) return 0;
+    ckpt_job_member m;
+    int rc = ckpt_job_member_read(n->r, name, &m);
+    if (rc == -ENOENT) return 0; /* removed meanwhile, or only its lease is left */
+    if (rc) return rc;
+    /* Only the note of the service that serves the member now counts. */
+    if (m.note_id != n->id || !m.note.epoch || m.note.epoch != ckpt_job_member_epoch(&m)) return 0;
+    if (n->rec->n == CKPT_JOB_HOSTS)
+        return shm_fail(STASH_ECORRUPT, "job: more than %u hosts noted a part", CKPT_JOB_HOSTS);
+    n->rec->parts[n->rec->n++] = m.note;
+    return 0;
 }
 
 int ckpt_job_notes(ckpt_rados *r, const char *job, uint64_t id, ckpt_job_record *rec)
@@ -207,8 +377,9 @@ int ckpt_job_notes(ckpt_rados *r, const char *job, uint64_t id, ckpt_job_record 
     char prefix[1024];
     memset(rec, 0, sizeof *rec);
     rec->id = id;
-    job_name(prefix, sizeof prefix, job, id, ".part.");
-    return ckpt_rados_list(r, prefix, take_note, &(notes){r, rec});
+    int rc = ckpt_job_object(prefix, sizeof prefix, job, "hosts/");
+    if (rc) return rc;
+    return ckpt_rados_list(r, prefix, take_note, &(notes){r, prefix, id, rec});
 }
 
 int ckpt_job_covered(const ckpt_job_record *rec)
@@ -241,9 +412,119 @@ int ckpt_job_covered(const ckpt_job_record *rec)
     return 0;
 }
 
-int ckpt_job_commit(ckpt_rados *r, const char *job, const ckpt_job_record *rec, uint64_t prev)
+/* ---- the state: leader, decisions, the committed checkpoint ------------------------ */
+
+#define LEADER_ATTR "stash.leader"
+#define FLOOR_ATTR "stash.floor"
+#define DONE_ATTR "stash.done."
+#define ABORT_ATTR "stash.abort."
+
+/* JOB/latest as read at once, with the decision on id. */
+typedef struct job_state {
+    char latest[32], leader[32], floor[32]; /* as read ("" absent), for compares */
+    uint64_t latest_id, leader_epoch, floor_id;
+    int outcome; /* of id: 1 committed, -1 aborted, 0 undecided */
+    char why[256];
+    uint64_t id;
+    uint64_t *done; /* with a list: the committed ids still decided */
+    size_t ndone, cap;
+    int rc;
+} job_state;
+
+static int take_state(void *ctx, const char *attr, const char *value)
 {
-    char name[1024], was[32], now[32];
+    job_state *st = ctx;
+    char *end;
+    if (strcmp(attr, CKPT_RADOS_VALUE) == 0) {
+        snprintf(st->latest, sizeof st->latest, "%s", value);
+        st->latest_id = strtoull(value, NULL, 10);
+    } else if (strcmp(attr, LEADER_ATTR) == 0) {
+        snprintf(st->leader, sizeof st->leader, "%s", value);
+        st->leader_epoch = strtoull(value, NULL, 10);
+    } else if (strcmp(attr, FLOOR_ATTR) == 0) {
+        snprintf(st->floor, sizeof st->floor, "%s", value);
+        st->floor_id = strtoull(value, NULL, 10);
+    } else if (strncmp(attr, DONE_ATTR, strlen(DONE_ATTR)) == 0) {
+        uint64_t id = strtoull(attr + strlen(DONE_ATTR), &end, 10);
+        if (id == st->id) st->outcome = 1;
+        if (!st->done && st->id) return 0;
+        if (st->ndone == st->cap) {
+            size_t cap = st->cap ? 2 * st->cap : 16;
+            uint64_t *d = realloc(st->done, cap * sizeof *d);
+            if (!d) return shm_fail(-ENOMEM, "out of memory");
+            st->done = d;
+            st->cap = cap;
+        }
+        st->done[st->ndone++] = id;
+    } else if (strncmp(attr, ABORT_ATTR, strlen(ABORT_ATTR)) == 0) {
+        if (strtoull(attr + strlen(ABORT_ATTR), &end, 10) == st->id && st->id) {
+            st->outcome = -1;
+            snprintf(st->why, sizeof st->why, "%s", value);
+        }
+    }
+    return 0;
+}
+
+/* Reads JOB/latest (made if absent) with the decision on id (0: none) and,
+ * with list, the committed ids decided (free st->done). */
+static int job_state_read(ckpt_rados *r, const char *job, uint64_t id, bool list, job_state *st)
+{
+    char name[1024];
+    memset(st, 0, sizeof *st);
+    st->id = id;
+    if (list && !(st->done = malloc(16 * sizeof *st->done)))
+        return shm_fail(-ENOMEM, "out of memory");
+    if (list) st->cap = 16;
+    int rc = ckpt_job_object(name, sizeof name, job, "latest");
+    if (rc == 0) rc = ckpt_rados_attrs(r, name, take_state, st);
+    if (rc == -ENOENT) {
+        shm_clear_error();
+        rc = ckpt_rados_touch(r, name);
+    }
+    if (rc) free(st->done);
+    return rc;
+}
+
+static void attr_of(char *out, size_t cap, const char *prefix, uint64_t id)
+{
+    snprintf(out, cap, "%s%" PRIu64, prefix, id);
+}
+
+int ckpt_job_lead(ckpt_rados *r, const char *job, uint64_t *epoch)
+{
+    char name[1024], now[32];
+    int rc = ckpt_job_object(name, sizeof name, job, "latest");
+    for (int tries = 0; rc == 0 && tries < 16; tries++) {
+        job_state st;
+        if ((rc = job_state_read(r, job, 0, false, &st)) != 0) return rc;
+        snprintf(now, sizeof now, "%" PRIu64, st.leader_epoch + 1);
+        ckpt_rados_attr expect = {LEADER_ATTR, st.leader[0] ? st.leader : NULL},
+                        set = {LEADER_ATTR, now};
+        rc = ckpt_rados_update(r, name, &expect, 1, &set, 1);
+        if (rc == 0) *epoch = st.leader_epoch + 1;
+        if (rc != -ECANCELED) return rc;
+        rc = 0;
+    }
+    return rc ? rc
+              : shm_fail(-EBUSY, "rados://%s/%s: the lead changed 16 times in a row",
+                         ckpt_rados_pool(r), name);
+}
+
+int ckpt_job_commit(ckpt_rados *r, const char *job, const ckpt_job_record *rec, uint64_t leader)
+{
+    char name[1024], latest[1024], done[64], abort_[64], now[32], mine[32];
+    job_state st;
+    int rc = job_state_read(r, job, rec->id, false, &st);
+    if (rc) return rc;
+    if (st.outcome < 0)
+        return shm_fail(-ECANCELED, "job checkpoint %" PRIu64 " was aborted: %s", rec->id, st.why);
+    if (st.leader_epoch != leader)
+        return shm_fail(-ECANCELED, "the lead passed on (epoch %" PRIu64 ", not %" PRIu64 ")",
+                        st.leader_epoch, leader);
+    if (st.latest_id >= rec->id)
+        return shm_fail(-ECANCELED, "job checkpoint %" PRIu64 " was passed over by %" PRIu64,
+                        rec->id, st.latest_id);
+    /* The record first: it names the parts once the decision is made. */
     char *text = malloc(RECORD_MAX);
     if (!text) return shm_fail(-ENOMEM, "out of memory");
     size_t len = 0;
@@ -251,42 +532,76 @@ int ckpt_job_commit(ckpt_rados *r, const char *job, const ckpt_job_record *rec, 
         ckpt_job_part_format(&rec->parts[i], text + len, RECORD_MAX - len);
         len += strlen(text + len);
     }
-    job_name(name, sizeof name, job, rec->id, "");
-    int rc = len < RECORD_MAX - 1 ? ckpt_rados_swap(r, name, NULL, text)
-                                  : shm_fail(-E2BIG, "%s: a record too long", name);
+    job_name(name, sizeof name, job, rec->id);
+    rc = len < RECORD_MAX - 1 ? ckpt_rados_set(r, name, text)
+                              : shm_fail(-E2BIG, "%s: a record too long", name);
     free(text);
-    snprintf(was, sizeof was, "%" PRIu64, prev);
+    if (rc == 0) rc = ckpt_job_object(latest, sizeof latest, job, "latest");
+    if (rc) return rc;
+    /* The decision: the leader's epoch, the committed id and no abort of
+     * this one compared in the same operation that makes it. */
+    attr_of(done, sizeof done, DONE_ATTR, rec->id);
+    attr_of(abort_, sizeof abort_, ABORT_ATTR, rec->id);
     snprintf(now, sizeof now, "%" PRIu64, rec->id);
-    if (rc == 0) rc = ckpt_job_object(name, sizeof name, job, "latest");
-    if (rc == 0) rc = ckpt_rados_swap(r, name, prev ? was : NULL, now);
-    return rc;
+    snprintf(mine, sizeof mine, "%" PRIu64, leader);
+    ckpt_rados_attr expect[] = {
+        {LEADER_ATTR, mine}, {CKPT_RADOS_VALUE, st.latest[0] ? st.latest : NULL}, {abort_, NULL}};
+    ckpt_rados_attr set[] = {{done, "committed"}, {CKPT_RADOS_VALUE, now}};
+    rc = ckpt_rados_update(r, latest, expect, 3, set, 2);
+    if (rc != -ECANCELED) return rc;
+    /* Why not, as the state says now. */
+    if ((rc = job_state_read(r, job, rec->id, false, &st)) != 0) return rc;
+    if (st.outcome < 0)
+        return shm_fail(-ECANCELED, "job checkpoint %" PRIu64 " was aborted: %s", rec->id, st.why);
+    if (st.leader_epoch != leader)
+        return shm_fail(-ECANCELED, "the lead passed on (epoch %" PRIu64 ", not %" PRIu64 ")",
+                        st.leader_epoch, leader);
+    return shm_fail(-ECANCELED, "job checkpoint %" PRIu64 " was passed over by %" PRIu64, rec->id,
+                    st.latest_id);
 }
 
-int ckpt_job_abort(ckpt_rados *r, const char *job, uint64_t id)
+int ckpt_job_abort(ckpt_rados *r, const char *job, uint64_t id, const char *why)
 {
-    char name[1024];
-    job_name(name, sizeof name, job, id, ".aborted");
-    int rc = ckpt_rados_swap(r, name, NULL, "aborted");
-    return rc == -ECANCELED ? 0 : rc; /* aborted already */
+    char latest[1024], done[64], abort_[64], text[200];
+    int rc = ckpt_job_object(latest, sizeof latest, job, "latest");
+    attr_of(done, sizeof done, DONE_ATTR, id);
+    attr_of(abort_, sizeof abort_, ABORT_ATTR, id);
+    snprintf(text, sizeof text, "%.190s", why && *why ? why : "aborted");
+    for (int tries = 0; rc == 0 && tries < 16; tries++) {
+        job_state st;
+        if ((rc = job_state_read(r, job, id, false, &st)) != 0) return rc;
+        if (st.outcome) return st.outcome > 0;
+        if (id < st.floor_id)
+            return shm_fail(-ESTALE, "job checkpoint %" PRIu64 ": its decision is forgotten", id);
+        ckpt_rados_attr expect[] = {{done, NULL}, {FLOOR_ATTR, st.floor[0] ? st.floor : NULL}};
+        ckpt_rados_attr set = {abort_, text};
+        rc = ckpt_rados_update(r, latest, expect, 2, &set, 1);
+        if (rc != -ECANCELED) return rc;
+        rc = 0;
+    }
+    return rc ? rc
+              : shm_fail(-EBUSY, "rados://%s/%s: changed 16 times in a row", ckpt_rados_pool(r),
+                         latest);
 }
 
 int ckpt_job_verdict(ckpt_rados *r, const char *job, uint64_t id)
 {
-    char name[1024], buf[64];
-    uint64_t latest = 0;
-    int rc = ckpt_rados_latest(r, job, &latest);
-    if (rc && rc != -ENOENT) return rc;
-    job_name(name, sizeof name, job, id, "");
-    if (latest >= id) {
-        rc = ckpt_rados_pointer(r, name, buf, sizeof buf);
-        if (rc == 0 || rc == -ERANGE) return 1;
-        if (rc != -ENOENT) return rc;
-        return shm_fail(-ECANCELED, "job checkpoint %" PRIu64 " was passed over", id);
-    }
-    job_name(name, sizeof name, job, id, ".aborted");
-    rc = ckpt_rados_pointer(r, name, buf, sizeof buf);
-    if (rc == 0) return shm_fail(-ECANCELED, "the leader aborted job checkpoint %" PRIu64, id);
-    return rc == -ENOENT ? 0 : rc;
+    job_state st;
+    int rc = job_state_read(r, job, id, false, &st);
+    if (rc) return rc;
+    if (st.outcome > 0) return 1;
+    if (st.outcome < 0)
+        return shm_fail(-ECANCELED, "job checkpoint %" PRIu64 " was aborted: %s", id, st.why);
+    if (id < st.floor_id)
+        return shm_fail(-ESTALE, "job checkpoint %" PRIu64 ": its decision is forgotten", id);
+    if (st.latest_id < id) return 0;
+    /* Passed over by a later one: no commit of it can follow; the abort is
+     * written all the same, so that every host reads one decision. */
+    rc = ckpt_job_abort(r, job, id, "passed over by a later checkpoint");
+    if (rc == 1) return 1;
+    if (rc < 0) return rc;
+    return shm_fail(-ECANCELED, "job checkpoint %" PRIu64 " was passed over by %" PRIu64, id,
+                    st.latest_id);
 }
 
 int ckpt_job_record_read(ckpt_rados *r, const char *job, uint64_t id, ckpt_job_record *rec)
@@ -294,7 +609,7 @@ int ckpt_job_record_read(ckpt_rados *r, const char *job, uint64_t id, ckpt_job_r
     char name[1024];
     memset(rec, 0, sizeof *rec);
     rec->id = id;
-    job_name(name, sizeof name, job, id, "");
+    job_name(name, sizeof name, job, id);
     return read_parts(r, name, rec);
 }
 
@@ -311,29 +626,6 @@ int ckpt_job_latest(ckpt_rados *r, const char *job, uint64_t *id, ckpt_job_recor
     return rc;
 }
 
-typedef struct records {
-    const char *job;
-    uint64_t *ids;
-    size_t n, cap;
-} records;
-
-static int take_record(void *ctx, const char *name)
-{
-    records *c = ctx;
-    char *end;
-    uint64_t id = strtoull(name + strlen(c->job) + strlen("/job-"), &end, 10);
-    if (!id || *end) return 0; /* a note or an abort */
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? 2 * c->cap : 16;
-        uint64_t *ids = realloc(c->ids, cap * sizeof *ids);
-        if (!ids) return shm_fail(-ENOMEM, "out of memory");
-        c->ids = ids;
-        c->cap = cap;
-    }
-    c->ids[c->n++] = id;
-    return 0;
-}
-
 static int newest_first(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -342,17 +634,12 @@ static int newest_first(const void *a, const void *b)
 
 int ckpt_job_records(ckpt_rados *r, const char *job, uint64_t **ids, size_t *n)
 {
-    char prefix[1024];
-    snprintf(prefix, sizeof prefix, "%s/job-", job);
-    records c = {job, NULL, 0, 0};
-    int rc = ckpt_rados_list(r, prefix, take_record, &c);
-    if (rc) {
-        free(c.ids);
-        return rc;
-    }
-    if (c.n) qsort(c.ids, c.n, sizeof *c.ids, newest_first);
-    *ids = c.ids;
-    *n = c.n;
+    job_state st;
+    int rc = job_state_read(r, job, 0, true, &st);
+    if (rc) return rc;
+    if (st.ndone) qsort(st.done, st.ndone, sizeof *st.done, newest_first);
+    *ids = st.done;
+    *n = st.ndone;
     return 0;
 }
 
@@ -375,12 +662,13 @@ static bool kept_id(const sweep *s, uint64_t id)
     return false;
 }
 
-static bool kept_part(const sweep *s, const char *host, size_t hlen, uint64_t id)
+static bool kept_part(const sweep *s, const char *host, size_t hlen, uint64_t epoch, uint64_t id)
 {
     for (size_t i = 0; i < s->nkept; i++)
         for (size_t k = 0; s->kept[i].id == id && k < s->kept[i].n; k++)
             if (strlen(s->kept[i].parts[k].host) == hlen &&
-                memcmp(s->kept[i].parts[k].host, host, hlen) == 0)
+                memcmp(s->kept[i].parts[k].host, host, hlen) == 0 &&
+                s->kept[i].parts[k].epoch == epoch)
                 return true;
     return false;
 }
@@ -399,9 +687,9 @@ static int add_gone(sweep *s, const char *name)
     return 0;
 }
 
-/* Collects what retention removes: records and their notes and aborts
- * below latest that are not kept, and parts below latest no kept record
- * names. */
+/* Collects what retention removes: records below latest that are not
+ * kept, and parts below latest no kept record names
+ * (JOB/part/HOST[/EPOCH]/chk-ID/...). */
 static int take_gone(void *ctx, const char *name)
 {
     sweep *s = ctx;
@@ -409,19 +697,78 @@ static int take_gone(void *ctx, const char *name)
     char *end;
     if (strncmp(rest, "job-", 4) == 0) {
         uint64_t id = strtoull(rest + 4, &end, 10);
-        if (id && id <= s->latest && !kept_id(s, id)) return add_gone(s, name);
+        if (id && !*end && id <= s->latest && !kept_id(s, id)) return add_gone(s, name);
         return 0;
     }
     if (strncmp(rest, "part/", 5) != 0) return 0;
     const char *host = rest + 5, *slash = strchr(host, '/');
-    if (!slash || strncmp(slash, "/chk-", 5) != 0) return 0;
-    uint64_t id = strtoull(slash + 5, &end, 10);
-    if (!id || *end != '/' || id > s->latest || kept_part(s, host, (size_t)(slash - host), id))
+    if (!slash) return 0;
+    uint64_t epoch = 0;
+    const char *chk = slash + 1;
+    if (*chk >= '0' && *chk <= '9') {
+        epoch = strtoull(chk, &end, 10);
+        if (*end != '/') return 0;
+        chk = end + 1;
+    }
+    if (strncmp(chk, "chk-", 4) != 0) return 0;
+    uint64_t id = strtoull(chk + 4, &end, 10);
+    if (!id || *end != '/' || id > s->latest ||
+        kept_part(s, host, (size_t)(slash - host), epoch, id))
         return 0;
     return add_gone(s, name);
 }
 
-int ckpt_job_retain(ckpt_rados *r, const char *job, unsigned keep)
+/* The decisions below a floor, to be forgotten. */
+typedef struct forget {
+    uint64_t floor;
+    char (*names)[48];
+    size_t n, cap;
+} forget;
+
+static int take_forget(void *ctx, const char *attr, const char *value)
+{
+    (void)value;
+    forget *f = ctx;
+    const char *num = NULL;
+    if (strncmp(attr, DONE_ATTR, strlen(DONE_ATTR)) == 0) num = attr + strlen(DONE_ATTR);
+    if (strncmp(attr, ABORT_ATTR, strlen(ABORT_ATTR)) == 0) num = attr + strlen(ABORT_ATTR);
+    if (!num || strtoull(num, NULL, 10) >= f->floor || strlen(attr) >= sizeof f->names[0]) return 0;
+    if (f->n == f->cap) {
+        size_t cap = f->cap ? 2 * f->cap : 32;
+        char(*names)[48] = realloc(f->names, cap * sizeof *names);
+        if (!names) return shm_fail(-ENOMEM, "out of memory");
+        f->names = names;
+        f->cap = cap;
+    }
+    snprintf(f->names[f->n++], sizeof f->names[0], "%s", attr);
+    return 0;
+}
+
+/* Forgets the decisions below floor (the oldest kept checkpoint), as the
+ * leader of epoch leader: a verdict asked of one says it is forgotten. */
+static int forget_decisions(ckpt_rados *r, const char *job, uint64_t floor, uint64_t leader)
+{
+    char latest[1024], mine[32], now[32];
+    forget f = {floor, NULL, 0, 0};
+    int rc = ckpt_job_object(latest, sizeof latest, job, "latest");
+    if (rc == 0) rc = ckpt_rados_attrs(r, latest, take_forget, &f);
+    ckpt_rados_attr *set = rc == 0 ? calloc(f.n + 1, sizeof *set) : NULL;
+    if (rc == 0 && !set) rc = shm_fail(-ENOMEM, "out of memory");
+    if (rc == 0) {
+        for (size_t i = 0; i < f.n; i++) set[i] = (ckpt_rados_attr){f.names[i], NULL};
+        snprintf(now, sizeof now, "%" PRIu64, floor);
+        snprintf(mine, sizeof mine, "%" PRIu64, leader);
+        set[f.n] = (ckpt_rados_attr){FLOOR_ATTR, now};
+        ckpt_rados_attr expect = {LEADER_ATTR, mine};
+        rc = ckpt_rados_update(r, latest, &expect, 1, set, f.n + 1);
+        if (rc == -ECANCELED) rc = shm_fail(-ECANCELED, "job %s: the lead passed on", job);
+    }
+    free(set);
+    free(f.names);
+    return rc;
+}
+
+int ckpt_job_retain(ckpt_rados *r, const char *job, unsigned keep, uint64_t leader)
 {
     uint64_t latest;
     int rc = ckpt_rados_latest(r, job, &latest);
@@ -430,7 +777,7 @@ int ckpt_job_retain(ckpt_rados *r, const char *job, unsigned keep)
     ckpt_job_record *kept = calloc(keep ? keep : 1, sizeof *kept);
     if (!kept) return shm_fail(-ENOMEM, "out of memory");
     size_t nkept = 0;
-    /* The newest keep committed ones: records at or below latest. */
+    /* The newest keep committed ones. */
     uint64_t *ids = NULL;
     size_t n = 0;
     rc = ckpt_job_records(r, job, &ids, &n);
@@ -441,6 +788,8 @@ int ckpt_job_retain(ckpt_rados *r, const char *job, unsigned keep)
         if (rc == -ENOENT) rc = 0; /* removed meanwhile */
     }
     free(ids);
+    /* The decisions go first: a record retention removes is one no verdict names. */
+    if (rc == 0 && nkept) rc = forget_decisions(r, job, kept[nkept - 1].id, leader);
     char prefix[1024];
     snprintf(prefix, sizeof prefix, "%s/", job);
     sweep s = {job, latest, kept, nkept, NULL, 0, 0, 0};
@@ -529,7 +878,7 @@ static int restore_part(stash_arena *a, ckpt_rados *r, const char *job, uint64_t
                         part->host, part->max_parallelism, maxp);
     snprintf(chk, sizeof chk, "chk-%" PRIu64, id);
     shm_dir parts = {.fd = -1}, local = {.fd = -1};
-    int rc = ckpt_job_part_prefix(sub, sizeof sub, job, part->host);
+    int rc = ckpt_job_part_prefix(sub, sizeof sub, job, part->host, part->epoch);
     if (rc == 0) rc = shm_dir_openat(dir, "parts", SHM_DIR_OWN | SHM_DIR_CREATE, &parts);
     if (rc == 0) rc = shm_dir_openat(&parts, part->host, SHM_DIR_OWN | SHM_DIR_CREATE, &local);
     if (rc == 0) rc = ckpt_rados_fetch(r, sub, &local, chk);

@@ -1,12 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * rados_job.h: a job that spans hosts, as objects of its RADOS pool
- * (rados_job.c). Each host's service writes its part of a checkpoint as a
- * checkpoint of its own arena (JOB/part/HOST/chk-ID, rados_mirror.c) and a
- * note naming the workers it serves; the leader commits the job's
- * checkpoint ID by writing its record (the parts and their workers) and
- * moving JOB/latest to ID by compare-and-swap, or aborts it. A restore
- * takes each key group from the part of the host that served it.
+ * (rados_job.c). Each host's service joins as a member under a lease and
+ * an epoch of its own, writes its part of a checkpoint as a checkpoint of
+ * its own arena (JOB/part/HOST/EPOCH/chk-ID, rados_mirror.c) and notes it
+ * in its member; the leader, under an epoch of its own, gathers the notes,
+ * writes the record (the parts and their workers) and commits it. The one
+ * decision on each checkpoint, committed or aborted, the pointer to the
+ * committed one and the leader's epoch are attributes of one object,
+ * JOB/latest, changed only by operations that compare what they rest on:
+ * a service that lost its lease or its epoch, however long it was paused,
+ * changes nothing. A restore takes each key group from the part of the
+ * host that served it.
  */
 #ifndef STASH_CKPT_RADOS_JOB_H
 #define STASH_CKPT_RADOS_JOB_H
@@ -41,6 +46,7 @@ typedef struct ckpt_job_part {
     uint32_t parallelism;     /* the job's workers, of which it serves workers */
     uint32_t max_parallelism; /* the job's key groups */
     ckpt_job_workers workers;
+    uint64_t epoch; /* of the service that wrote it (0: before epochs: JOB/part/HOST) */
 } ckpt_job_part;
 
 /* The parts of job checkpoint id. */
@@ -50,53 +56,101 @@ typedef struct ckpt_job_record {
     ckpt_job_part parts[CKPT_JOB_HOSTS];
 } ckpt_job_record;
 
-/* A part's line, "HOST P MAXP WORKERS\n" (a note's, a member's), into buf. */
+/* A part's line, "HOST P MAXP WORKERS EPOCH\n" (a record's, a member's), into buf. */
 void ckpt_job_part_format(const ckpt_job_part *p, char *buf, size_t cap);
-/* Reads the one-line object name (a member of the job) into *p. Returns 0,
- * -ENOENT, STASH_ECORRUPT naming it, or an error naming it. */
-int ckpt_job_part_read(ckpt_rados *r, const char *name, ckpt_job_part *p);
 
 /* Whether name is a host's name: 1 to CKPT_JOB_HOST_MAX bytes of letters,
  * digits, '.', '_' and '-'. */
 bool ckpt_job_host_ok(const char *name);
 
-/* The sub-job a host's parts are written into: JOB/part/HOST. */
-int ckpt_job_part_prefix(char *out, size_t cap, const char *job, const char *host);
+/* The sub-job a host's parts are written into: JOB/part/HOST/EPOCH
+ * (JOB/part/HOST for epoch 0). */
+int ckpt_job_part_prefix(char *out, size_t cap, const char *job, const char *host, uint64_t epoch);
 /* Object names: JOB/ctl (watched: the leader's requests and verdicts),
- * JOB/leader (its lease), JOB/hosts/HOST (a host's lease and workers). */
+ * JOB/leader (its lease), JOB/hosts/HOST (a member), JOB/latest. */
 int ckpt_job_object(char *out, size_t cap, const char *job, const char *what);
 
 /* A new id for the job's next checkpoint, above every one used before
  * (one compare-and-swap of the counter JOB/ids). */
 int ckpt_job_next_id(ckpt_rados *r, const char *job, uint64_t *id);
-/* Notes that part->host's part of checkpoint id is in the pool (written
- * once). */
+
+/* ---- members ---- */
+
+/* A member JOB/hosts/HOST as read at once. */
+typedef struct ckpt_job_member {
+    ckpt_job_part m;    /* the host and the workers it serves */
+    char epoch[96];     /* the epoch of the service serving it, or "taken by HOST", or "lost" */
+    uint64_t note_id;   /* the checkpoint its last note names (0: none) */
+    ckpt_job_part note; /* that note's part */
+} ckpt_job_member;
+/* Reads member object name. Returns 0, -ENOENT (absent, or only its lease
+ * is there), STASH_ECORRUPT naming it, or an error naming it. */
+int ckpt_job_member_read(ckpt_rados *r, const char *name, ckpt_job_member *m);
+/* The epoch of the service serving m (0: none: taken over or lost). */
+uint64_t ckpt_job_member_epoch(const ckpt_job_member *m);
+/* Whether another host is taking m's workers over. */
+bool ckpt_job_member_taken(const ckpt_job_member *m);
+/* Joins the job as host self->host serving self's workers: the member's
+ * lease taken under cookie for lease_ms, then a new epoch (self->epoch,
+ * from the counter JOB/epochs, never used before) set in the member with
+ * its line, so that a service of an older epoch is fenced off. Returns 0,
+ * -EBUSY (a live service holds the lease, or a takeover of the host's
+ * workers is under way), or an error naming the object. */
+int ckpt_job_join(ckpt_rados *r, const char *job, ckpt_job_part *self, const char *cookie,
+                  uint32_t lease_ms);
+/* Sets the member's line to self (the workers it serves changed), if the
+ * member's epoch is still self->epoch. STASH_EFENCED if not. */
+int ckpt_job_member_set(ckpt_rados *r, const char *job, const ckpt_job_part *self);
+/* Notes that part's part of checkpoint id is in the pool, if the member's
+ * epoch is still part->epoch. STASH_EFENCED if not. */
 int ckpt_job_note(ckpt_rados *r, const char *job, uint64_t id, const ckpt_job_part *part);
-/* The notes of checkpoint id written so far, into rec. */
+/* Claims lost's workers for taker, if the member's epoch still reads seen:
+ * the service of that epoch is fenced off from then on. Returns 0,
+ * -ECANCELED (it changed), or an error naming the object. */
+int ckpt_job_claim(ckpt_rados *r, const char *job, const char *lost, const char *seen,
+                   const char *taker);
+/* Gives taker's claim of lost's workers up (its takeover failed): lost,
+ * for the leader to ask again. */
+int ckpt_job_unclaim(ckpt_rados *r, const char *job, const char *lost, const char *taker);
+/* The notes of checkpoint id by the services serving the members now, into rec. */
 int ckpt_job_notes(ckpt_rados *r, const char *job, uint64_t id, ckpt_job_record *rec);
 /* Whether the parts of rec serve each of the job's workers exactly once:
  * 0, -EAGAIN naming the first worker no part serves yet, or -EINVAL naming
  * a worker two parts serve or a part of another parallelism. */
 int ckpt_job_covered(const ckpt_job_record *rec);
-/* Commits job checkpoint rec->id: its record written, then JOB/latest
- * moved from prev (0: none yet). Returns 0, -ECANCELED (another leader
- * moved it), or an error naming the object. */
-int ckpt_job_commit(ckpt_rados *r, const char *job, const ckpt_job_record *rec, uint64_t prev);
-/* Aborts job checkpoint id (no commit can follow). */
-int ckpt_job_abort(ckpt_rados *r, const char *job, uint64_t id);
-/* What became of checkpoint id: 1 committed, 0 not yet decided,
- * -ECANCELED aborted, or an error naming the object. */
+
+/* ---- the leader and the decisions ---- */
+
+/* Takes the next leader's epoch (*epoch): a leader of an older one commits
+ * nothing from then on. Called by the holder of JOB/leader's lease. */
+int ckpt_job_lead(ckpt_rados *r, const char *job, uint64_t *epoch);
+/* Commits job checkpoint rec->id as the leader of epoch leader: its record
+ * written, then in one operation on JOB/latest, if the leader's epoch is
+ * still leader, JOB/latest still names what it was read to name (below
+ * rec->id) and nobody aborted rec->id, rec->id committed and named.
+ * Returns 0, -ECANCELED saying which of those failed, or an error naming
+ * the object. */
+int ckpt_job_commit(ckpt_rados *r, const char *job, const ckpt_job_record *rec, uint64_t leader);
+/* Aborts job checkpoint id (anyone may: no commit can follow) unless it
+ * was committed. Returns 0 (aborted, now or before), 1 (committed),
+ * -ESTALE (a decision forgotten), or an error naming the object. */
+int ckpt_job_abort(ckpt_rados *r, const char *job, uint64_t id, const char *why);
+/* The decision on checkpoint id: 1 committed, 0 none yet, -ECANCELED
+ * aborted (one passed over by a later commit is aborted here), -ESTALE
+ * (forgotten: below the oldest kept one), or an error naming the object. */
 int ckpt_job_verdict(ckpt_rados *r, const char *job, uint64_t id);
 /* The id JOB/latest names (-ENOENT: none yet) and, with rec, its record. */
 int ckpt_job_latest(ckpt_rados *r, const char *job, uint64_t *id, ckpt_job_record *rec);
 /* Reads the record of job checkpoint id into rec (-ENOENT: none). */
 int ckpt_job_record_read(ckpt_rados *r, const char *job, uint64_t id, ckpt_job_record *rec);
-/* The ids of the job's records in the pool, newest first (*ids: free it). */
+/* The ids of the job's committed checkpoints whose decisions are kept,
+ * newest first (*ids: free it). */
 int ckpt_job_records(ckpt_rados *r, const char *job, uint64_t **ids, size_t *n);
-/* Keeps the newest keep committed job checkpoints at or below JOB/latest
- * and the parts they name; removes older records, aborted and undecided
- * ones below it, and every part below it that no kept record names. */
-int ckpt_job_retain(ckpt_rados *r, const char *job, unsigned keep);
+/* As the leader of epoch leader: keeps the newest keep committed job
+ * checkpoints and the parts they name; forgets the decisions below the
+ * oldest kept; removes older records and every part below JOB/latest that
+ * no kept record names. */
+int ckpt_job_retain(ckpt_rados *r, const char *job, unsigned keep, uint64_t leader);
 
 /* Restores into a the key groups of workers (of parallelism, the job's
  * max parallelism being the arena's) from job checkpoint rec: each part

@@ -135,6 +135,18 @@ static void heartbeat(stash_worker *w)
         atomic_store_explicit(beat, now, memory_order_relaxed);
 }
 
+int worker_fenced(stash_worker *w)
+{
+    shm_control *c = w->arena->control;
+    char why[SHM_CTL_DETAIL];
+    int rc = shm_lock_acquire(&c->lock, NULL, NULL);
+    if (rc < 0) return rc;
+    memcpy(why, c->fenced_why, sizeof why);
+    shm_lock_release(&c->lock);
+    why[sizeof why - 1] = 0;
+    return shm_fail(STASH_EFENCED, "%s: worker %u: %s", w->arena->path, w->slot, why);
+}
+
 STASH_API int stash_barrier(stash_worker *worker, stash_event *event)
 {
     if (__builtin_expect(!worker || !event, 0)) return shm_refuse_null(__func__, "worker or event");
@@ -148,6 +160,9 @@ STASH_API int stash_barrier(stash_worker *worker, stash_event *event)
                         worker->slot);
     shm_control *c = worker->arena->control;
     heartbeat(worker);
+    /* Its host's service lost its place in the job: another serves these workers. */
+    if (__builtin_expect(atomic_load_explicit(&c->fenced, memory_order_acquire), 0))
+        return worker_fenced(worker);
     /* Before a cut: what it pins is the state the arena fell back to. */
     if (__builtin_expect(
             atomic_load_explicit(&c->fallback_gen, memory_order_acquire) !=

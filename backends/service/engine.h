@@ -41,6 +41,8 @@ struct stash_service {
     svc_job *jobs;
     char jobname[256];            /* the job's prefix */
     ckpt_job_workers job_workers; /* the workers this host serves at the start */
+    bool replace;                 /* the arena is behind its job: made anew over it */
+    bool fenced_told;             /* the fence published to the workers */
     ckpt_job_record *job_restore; /* a new arena: the job checkpoint it restores */
     uint64_t job_done;            /* the newest job checkpoint id run */
     uint64_t wants_sent;          /* requests passed on to the leader */

@@ -1,17 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * job.c: a service as one host of a job that spans hosts (job.h). The
- * job's objects: JOB/hosts/HOST (a member: the workers it serves, under
- * its lease), JOB/taken/HOST (a lost host's workers claimed by the host
- * taking them over), JOB/leader (the leader's lease), JOB/ctl (watched by
- * every host). Notifications on JOB/ctl, each a line:
+ * job's objects (rados_job.h): JOB/hosts/HOST (a member: the workers it
+ * serves, under its lease and the epoch of the service serving it),
+ * JOB/leader (the leader's lease), JOB/latest (the leader's epoch, the
+ * decisions, the committed checkpoint), JOB/ctl (watched by every host).
+ * Notifications on JOB/ctl, each a line:
  *   checkpoint ID        the leader asks every host for its part of ID
  *   part ID HOST         HOST's part of ID is in (wakes the leader)
  *   verdict ID           ID is committed or aborted (read it from the pool)
  *   want                 a host asks the leader for a checkpoint now
  *   takeover LOST HOST   HOST is to take the lost host's workers over
  * Every receiver also polls what it waits for: a notification lost with
- * a watch only delays it.
+ * a watch only delays it. Leases are the cluster's; what a service may
+ * write rests on its epochs, compared in the writes themselves; its own
+ * waits are on the monotonic clock.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -21,22 +24,25 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backends/service/job.h"
 
 #define POLL_NS 200000000ull         /* the longest wait between two looks at the pool */
 #define HOSTS_EVERY_NS 1000000000ull /* looks for lost hosts while a checkpoint waits */
 #define NOTIFY_MS 5000u /* acknowledgements of a notification awaited in the background */
-#define PROBE "probe"   /* the cookie a lease is tested with */
-#define SETTLE_MAX 64u  /* undecided ids a new leader aborts, at most */
+#define SETTLE_MAX 64u  /* undecided ids a new leader or member aborts, at most */
 
 struct svc_job {
     svc_job_opts o;
     char job[256];
     char host[CKPT_JOB_HOST_MAX + 1];
-    char member[1024], leader[1024], ctl[1024], hosts[1024], taken[1024];
-    bool joined;         /* the member object written */
-    _Atomic bool fenced; /* taken for lost, its workers served elsewhere */
+    char cookie[96]; /* this service's, on its leases */
+    char member[1024], leader[1024], ctl[1024], hosts[1024];
+    uint64_t epoch;      /* this service's member epoch */
+    bool joined;         /* the member's lease taken and its epoch set */
+    _Atomic bool fenced; /* its epoch is not the member's any more */
+    _Atomic uint32_t *wake;
     ckpt_rados_watch *watch;
     pthread_t thread;
     bool started;
@@ -49,9 +55,11 @@ struct svc_job {
     bool take_pending;
     char take_lost[CKPT_JOB_HOST_MAX + 1];
     bool quit;
+    char fenced_why[256];
     _Atomic uint64_t requested;
     /* the thread's own */
     bool leading;
+    uint64_t leader_epoch; /* while leading */
     uint64_t next_due_ns;
     uint64_t leases_ns;
     uint64_t hosts_ns;
@@ -79,8 +87,10 @@ __attribute__((format(printf, 4, 5))) static void say(svc_job *j, stash_log_leve
 /* This host serving workers w, as its member object and notes say. */
 static ckpt_job_part self_part(const svc_job *j, const ckpt_job_workers *w)
 {
-    ckpt_job_part part = {
-        .parallelism = j->o.parallelism, .max_parallelism = j->o.max_parallelism, .workers = *w};
+    ckpt_job_part part = {.parallelism = j->o.parallelism,
+                          .max_parallelism = j->o.max_parallelism,
+                          .workers = *w,
+                          .epoch = j->epoch};
     memcpy(part.host, j->host, sizeof part.host);
     return part;
 }
@@ -115,7 +125,7 @@ static void on_notify(void *ctx, const char *msg)
     }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    if (wake_engine) shm_futex_wake(j->o.wake);
+    if (wake_engine && j->wake) shm_futex_wake(j->wake);
 }
 
 static void notify(svc_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -134,7 +144,7 @@ static void notify(svc_job *j, const char *fmt, ...)
 static void await_event(svc_job *j, uint32_t seen, uint64_t ns)
 {
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
+    clock_gettime(CLOCK_MONOTONIC, &until); /* the condition variable's clock */
     uint64_t at = (uint64_t)until.tv_nsec + ns;
     until.tv_sec += (time_t)(at / 1000000000ull);
     until.tv_nsec = (long)(at % 1000000000ull);
@@ -164,8 +174,8 @@ static bool quitting(svc_job *j)
 
 typedef struct member {
     char name[1024]; /* its object */
-    ckpt_job_part m;
-    bool alive;
+    ckpt_job_member m;
+    bool alive; /* its lease is held */
 } member;
 
 typedef struct members {
@@ -173,17 +183,6 @@ typedef struct members {
     member *v;
     size_t n, cap;
 } members;
-
-/* Whether the lease on member object name is held: taken under PROBE and
- * given back at once if it lapsed. */
-static int lease_held(svc_job *j, const char *name)
-{
-    int rc = ckpt_rados_lock(j->o.rados, name, PROBE, 1000);
-    if (rc == -EBUSY) return 1;
-    if (rc < 0) return rc;
-    ckpt_rados_unlock(j->o.rados, name, PROBE);
-    return 0;
-}
 
 static int take_member(void *ctx, const char *name)
 {
@@ -200,16 +199,16 @@ static int take_member(void *ctx, const char *name)
     member *m = &ms->v[ms->n];
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", name);
-    int rc = ckpt_job_part_read(ms->j->o.rados, name, &m->m);
+    int rc = ckpt_job_member_read(ms->j->o.rados, name, &m->m);
     if (rc == -ENOENT) return 0; /* removed meanwhile, or only its lease is left */
     if (rc == STASH_ECORRUPT) {
         say(ms->j, STASH_LOG_WARN, "job", "%s", stash_errmsg());
         return 0;
     }
     if (rc < 0) return rc;
-    if (strcmp(m->m.host, ms->j->host) == 0)
+    if (strcmp(m->m.m.host, ms->j->host) == 0)
         m->alive = true;
-    else if ((rc = lease_held(ms->j, name)) < 0)
+    else if ((rc = ckpt_rados_lease_held(ms->j->o.rados, name)) < 0)
         return rc;
     else
         m->alive = rc == 1;
@@ -233,20 +232,22 @@ static const member *served_by(const members *ms, uint32_t p, uint32_t w, const 
 {
     for (size_t i = 0; i < ms->n; i++) {
         const member *m = &ms->v[i];
-        if (m->alive && m->m.parallelism == p && strcmp(m->m.host, skip) != 0 &&
-            ckpt_job_workers_has(&m->m.workers, w))
+        if (m->alive && m->m.m.parallelism == p && strcmp(m->m.m.host, skip) != 0 &&
+            ckpt_job_workers_has(&m->m.m.workers, w))
             return m;
     }
     return NULL;
 }
 
-/* Whether host's lease has been seen lapsed for a whole lease: a host that
- * could not renew while the cluster was out of reach renews within a
- * third of a lease once it is back, and is no lost host. */
-static bool lapsed_long(svc_job *j, const char *host, uint64_t now, uint64_t lease_ns)
+/* Whether host's lease has been seen lapsed for half a lease: after an
+ * outage of the cluster every lease lapsed, and a live host renews within
+ * a third of a lease once the cluster is back. A takeover so follows a
+ * lost host within a lease and a half plus one look at the hosts. */
+static bool lapsed_long(svc_job *j, const char *host, uint64_t now)
 {
+    uint64_t grace = lease_ms(j) * 1000000ull / 2;
     for (size_t i = 0; i < j->nlapsed; i++)
-        if (strcmp(j->lapsed[i].host, host) == 0) return now - j->lapsed[i].since_ns >= lease_ns;
+        if (strcmp(j->lapsed[i].host, host) == 0) return now - j->lapsed[i].since_ns >= grace;
     if (j->nlapsed < CKPT_JOB_HOSTS) {
         snprintf(j->lapsed[j->nlapsed].host, sizeof j->lapsed[0].host, "%s", host);
         j->lapsed[j->nlapsed++].since_ns = now;
@@ -261,7 +262,7 @@ static void forget_lapsed(svc_job *j, const member *v, size_t n)
     for (size_t i = 0; i < j->nlapsed; i++) {
         bool still = false;
         for (size_t k = 0; k < n; k++)
-            if (!v[k].alive && strcmp(v[k].m.host, j->lapsed[i].host) == 0) still = true;
+            if (!v[k].alive && strcmp(v[k].m.m.host, j->lapsed[i].host) == 0) still = true;
         if (still) j->lapsed[kept++] = j->lapsed[i];
     }
     j->nlapsed = kept;
@@ -277,8 +278,9 @@ static uint32_t count_workers(const ckpt_job_workers *w)
 /* The leader's look at the hosts: a member whose lease lapsed is stale
  * if live hosts serve all its workers (or it served another parallelism),
  * and is removed; else it is lost, and the live host serving the fewest
- * workers is asked to take its workers over. Returns the number of lost
- * hosts (the first one named in why, cap bytes). */
+ * workers is asked to take its workers over (which fences the lost
+ * host's service off, whatever it does once it wakes). Returns the number
+ * of lost hosts (the first one named in why, cap bytes). */
 static unsigned check_hosts(svc_job *j, char *why, size_t cap)
 {
     members ms;
@@ -287,49 +289,46 @@ static unsigned check_hosts(svc_job *j, char *why, size_t cap)
         say(j, STASH_LOG_WARN, "job", "looking at the hosts: %s", stash_errmsg());
         return 0;
     }
-    uint64_t now = shm_now_ns(), lease_ns = lease_ms(j) * 1000000ull;
+    uint64_t now = shm_clock_ns();
     forget_lapsed(j, ms.v, ms.n);
     for (size_t i = 0; i < ms.n; i++) {
         const member *m = &ms.v[i];
-        if (m->alive || !lapsed_long(j, m->m.host, now, lease_ns)) continue;
+        const ckpt_job_part *mp = &m->m.m;
+        if (m->alive || !lapsed_long(j, mp->host, now)) continue;
         bool covered = true;
-        for (uint32_t k = 0; k < m->m.workers.n && covered; k++)
-            for (uint32_t w = m->m.workers.r[k].first; w <= m->m.workers.r[k].last; w++)
-                if (!served_by(&ms, m->m.parallelism, w, m->m.host)) {
+        for (uint32_t k = 0; k < mp->workers.n && covered; k++)
+            for (uint32_t w = mp->workers.r[k].first; w <= mp->workers.r[k].last; w++)
+                if (!served_by(&ms, mp->parallelism, w, mp->host)) {
                     covered = false;
                     break;
                 }
-        if (covered || m->m.parallelism != j->o.parallelism) {
+        if (covered || mp->parallelism != j->o.parallelism) {
             say(j, STASH_LOG_INFO, "job", "host %s is gone and its workers are served: forgotten",
-                m->m.host);
+                mp->host);
             ckpt_rados_remove(j->o.rados, m->name);
             continue;
         }
         char ws[512];
-        ckpt_job_workers_format(&m->m.workers, ws, sizeof ws);
+        ckpt_job_workers_format(&mp->workers, ws, sizeof ws);
         if (lost++ == 0)
-            snprintf(why, cap, "host %s is lost: workers %.200s wait for a takeover", m->m.host,
-                     ws);
-        char claim[1100], buf[80];
-        snprintf(claim, sizeof claim, "%s%s", j->taken, m->m.host);
-        if (ckpt_rados_pointer(j->o.rados, claim, buf, sizeof buf) == 0) continue; /* under way */
+            snprintf(why, cap, "host %s is lost: workers %.200s wait for a takeover", mp->host, ws);
+        if (ckpt_job_member_taken(&m->m)) continue; /* under way */
         const member *to = NULL;
         for (size_t k = 0; k < ms.n; k++) {
             const member *c = &ms.v[k];
-            if (!c->alive || c->m.parallelism != j->o.parallelism) continue;
-            if (!to || count_workers(&c->m.workers) < count_workers(&to->m.workers) ||
-                (count_workers(&c->m.workers) == count_workers(&to->m.workers) &&
-                 strcmp(c->m.host, to->m.host) < 0))
-                to = c;
+            if (!c->alive || c->m.m.parallelism != j->o.parallelism) continue;
+            uint32_t nc = count_workers(&c->m.m.workers);
+            uint32_t nt = to ? count_workers(&to->m.m.workers) : 0;
+            if (!to || nc < nt || (nc == nt && strcmp(c->m.m.host, to->m.m.host) < 0)) to = c;
         }
         if (!to) continue;
         /* Said once; asked again at each look, in case the notification was lost. */
-        if (strcmp(j->announced, m->m.host) != 0)
+        if (strcmp(j->announced, mp->host) != 0)
             say(j, STASH_LOG_WARN, "job",
-                "host %s is lost (its lease lapsed): host %s takes workers %s", m->m.host,
-                to->m.host, ws);
-        snprintf(j->announced, sizeof j->announced, "%s", m->m.host);
-        notify(j, "takeover %s %s", m->m.host, to->m.host);
+                "host %s is lost (its lease lapsed): host %s takes workers %s", mp->host,
+                to->m.m.host, ws);
+        snprintf(j->announced, sizeof j->announced, "%s", mp->host);
+        notify(j, "takeover %s %s", mp->host, to->m.m.host);
     }
     free(ms.v);
     return lost;
@@ -337,9 +336,11 @@ static unsigned check_hosts(svc_job *j, char *why, size_t cap)
 
 /* ---- leases -------------------------------------------------------------------- */
 
-/* Ids a leader before this one asked for and left undecided: aborted, so
- * that the hosts waiting on them stop waiting. */
-static void settle(svc_job *j)
+/* Aborts the ids a leader before this one (or a service of this host
+ * before this one) asked for and left undecided, so that the hosts
+ * waiting on them stop waiting and no part of a service fenced off since
+ * is committed. */
+static void settle(svc_job *j, const char *why)
 {
     char name[1024], buf[32];
     uint64_t latest = 0;
@@ -351,45 +352,68 @@ static void settle(svc_job *j)
     uint64_t top = strtoull(buf, NULL, 10);
     for (uint64_t id = top; id > latest && top - id < SETTLE_MAX; id--)
         if (ckpt_job_verdict(j->o.rados, j->job, id) == 0 &&
-            ckpt_job_abort(j->o.rados, j->job, id) == 0) {
+            ckpt_job_abort(j->o.rados, j->job, id, why) == 0) {
             say(j, STASH_LOG_WARN, "job",
-                "job checkpoint %" PRIu64 " was left undecided by the last leader: aborted", id);
+                "job checkpoint %" PRIu64 " was left undecided: aborted (%s)", id, why);
             notify(j, "verdict %" PRIu64, id);
         }
+}
+
+/* This service is fenced off the job: said once, and the engine woken to
+ * tell the workers. */
+static void fence(svc_job *j, const char *why)
+{
+    if (atomic_exchange(&j->fenced, true)) return;
+    pthread_mutex_lock(&j->mu);
+    snprintf(j->fenced_why, sizeof j->fenced_why, "%s", why);
+    pthread_mutex_unlock(&j->mu);
+    say(j, STASH_LOG_ERROR, "job", "%s: this service takes no part in the job any more (stop it)",
+        why);
+    if (j->wake) shm_futex_wake(j->wake);
 }
 
 /* Renews this host's lease and takes or renews the leader's, a third of
  * a lease after the last time. */
 static void keep_leases(svc_job *j)
 {
-    uint64_t now = shm_now_ns(), every = lease_ms(j) * 1000000ull / 3;
+    uint64_t now = shm_clock_ns(), every = lease_ms(j) * 1000000ull / 3;
     if (j->leases_ns && now - j->leases_ns < every) return;
     j->leases_ns = now;
-    char value[700];
-    if (ckpt_rados_lock(j->o.rados, j->member, j->host, lease_ms(j)) < 0) {
+    if (atomic_load(&j->fenced)) {
+        if (j->leading) ckpt_rados_unlock(j->o.rados, j->leader, j->cookie);
+        j->leading = false;
+        return;
+    }
+    if (ckpt_rados_lock(j->o.rados, j->member, j->cookie, lease_ms(j)) < 0) {
         say(j, STASH_LOG_WARN, "job", "this host's lease: %s", stash_errmsg());
         /* Out of reach of the cluster ourselves: what was seen lapsed may
          * have been out of reach too. */
         j->nlapsed = 0;
-    } else if (!atomic_load(&j->fenced) &&
-               ckpt_rados_pointer(j->o.rados, j->member, value, sizeof value) == -ENOENT) {
-        /* The lease lapsed for long enough that another host took this
-         * one's workers over: they are served there now, not here. */
-        atomic_store(&j->fenced, true);
-        say(j, STASH_LOG_ERROR, "job",
-            "host %s was taken for lost and its workers were taken over: it takes no part in "
-            "the job's checkpoints any more (stop it)",
-            j->host);
+    }
+    ckpt_job_member m;
+    int rc = ckpt_job_member_read(j->o.rados, j->member, &m);
+    if ((rc == 0 && ckpt_job_member_epoch(&m) != j->epoch) || rc == -ENOENT) {
+        char why[256];
+        snprintf(why, sizeof why,
+                 "host %s's service of epoch %" PRIu64 " was fenced off: the member's epoch is %s",
+                 j->host, j->epoch, rc == 0 ? m.epoch : "gone (its workers were taken over)");
+        fence(j, why);
+        return;
     }
     if (ckpt_rados_watch_check(j->watch) < 0)
         say(j, STASH_LOG_WARN, "job", "watching the job: %s", stash_errmsg());
-    int rc = ckpt_rados_lock(j->o.rados, j->leader, j->host, lease_ms(j));
+    rc = ckpt_rados_lock(j->o.rados, j->leader, j->cookie, lease_ms(j));
     bool was = j->leading;
+    if (rc == 0 && !was) {
+        /* A new epoch first: a leader before this one commits nothing more. */
+        rc = ckpt_job_lead(j->o.rados, j->job, &j->leader_epoch);
+        if (rc) ckpt_rados_unlock(j->o.rados, j->leader, j->cookie);
+    }
     j->leading = rc == 0;
     if (j->leading && !was) {
-        say(j, STASH_LOG_INFO, "job", "host %s leads job %s (lease %u ms)", j->host, j->job,
-            lease_ms(j));
-        settle(j);
+        say(j, STASH_LOG_INFO, "job", "host %s leads job %s (lease %u ms, epoch %" PRIu64 ")",
+            j->host, j->job, lease_ms(j), j->leader_epoch);
+        settle(j, "left undecided by the last leader");
         j->nlapsed = 0;
         j->next_due_ns = now + j->o.interval_ms * 1000000ull;
         j->hosts_ns = 0;
@@ -403,7 +427,7 @@ static void keep_leases(svc_job *j)
 
 static void run_job_checkpoint(svc_job *j)
 {
-    uint64_t id, t0 = shm_now_ns();
+    uint64_t id, t0 = shm_clock_ns();
     uint64_t timeout = (j->o.timeout_ms ? j->o.timeout_ms : 60000) * 1000000ull;
     if (ckpt_job_next_id(j->o.rados, j->job, &id) < 0) {
         say(j, STASH_LOG_ERROR, "job", "no checkpoint id: %s", stash_errmsg());
@@ -417,18 +441,13 @@ static void run_job_checkpoint(svc_job *j)
         uint32_t seen = events(j);
         rc = ckpt_job_notes(j->o.rados, j->job, id, rec);
         if (rc == 0) rc = ckpt_job_covered(rec);
-        if (rc == 0) {
-            uint64_t latest = 0;
-            rc = ckpt_rados_latest(j->o.rados, j->job, &latest);
-            if (rc == -ENOENT) rc = 0;
-            if (rc == 0) rc = ckpt_job_commit(j->o.rados, j->job, rec, latest);
-        }
+        if (rc == 0) rc = ckpt_job_commit(j->o.rados, j->job, rec, j->leader_epoch);
         if (rc != -EAGAIN) {
             if (rc) snprintf(why, sizeof why, "%s", stash_errmsg());
             break;
         }
         snprintf(why, sizeof why, "%s", stash_errmsg());
-        uint64_t now = shm_now_ns();
+        uint64_t now = shm_clock_ns();
         if (now - t0 >= timeout) {
             rc = -ETIMEDOUT;
             break;
@@ -451,14 +470,17 @@ static void run_job_checkpoint(svc_job *j)
         await_event(j, seen, POLL_NS);
     }
     if (rc == -EAGAIN) snprintf(why, sizeof why, "the service is stopping");
-    if (rc && ckpt_job_abort(j->o.rados, j->job, id) < 0)
-        say(j, STASH_LOG_ERROR, "job", "%s", stash_errmsg());
+    if (rc) {
+        int was = ckpt_job_abort(j->o.rados, j->job, id, why);
+        if (was < 0) say(j, STASH_LOG_ERROR, "job", "%s", stash_errmsg());
+        if (was == 1) rc = 0; /* committed after all: the one decision says so */
+    }
     notify(j, "verdict %" PRIu64, id);
-    double ms = (double)(shm_now_ns() - t0) / 1e6;
+    double ms = (double)(shm_clock_ns() - t0) / 1e6;
     if (rc == 0) {
         /* Retention first: once the line says committed, older records are
          * gone as retention keeps them. */
-        if (ckpt_job_retain(j->o.rados, j->job, j->o.retain ? j->o.retain : 3) < 0)
+        if (ckpt_job_retain(j->o.rados, j->job, j->o.retain ? j->o.retain : 3, j->leader_epoch) < 0)
             say(j, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
         say(j, STASH_LOG_INFO, "job", "job checkpoint %" PRIu64 " committed: %zu parts in %.1f ms",
             id, rec->n, ms);
@@ -475,7 +497,7 @@ static void *job_main(void *arg)
     while (!quitting(j)) {
         uint32_t seen = events(j);
         keep_leases(j);
-        uint64_t now = shm_now_ns();
+        uint64_t now = shm_clock_ns();
         pthread_mutex_lock(&j->mu);
         bool want = j->want;
         j->want = false;
@@ -488,7 +510,7 @@ static void *job_main(void *arg)
         bool due = j->o.interval_ms && now >= j->next_due_ns;
         if (j->leading && (want || due)) {
             run_job_checkpoint(j);
-            j->next_due_ns = shm_now_ns() + j->o.interval_ms * 1000000ull;
+            j->next_due_ns = shm_clock_ns() + j->o.interval_ms * 1000000ull;
             continue;
         }
         uint64_t wait = lease_ms(j) * 1000000ull / 3;
@@ -518,30 +540,53 @@ void job_workers(svc_job *j, ckpt_job_workers *out)
     pthread_mutex_unlock(&j->mu);
 }
 
+uint64_t job_epoch(const svc_job *j)
+{
+    return j->epoch;
+}
+
+bool job_fenced(svc_job *j, char *why, size_t cap)
+{
+    if (!atomic_load(&j->fenced)) return false;
+    pthread_mutex_lock(&j->mu);
+    snprintf(why, cap, "%s", j->fenced_why);
+    pthread_mutex_unlock(&j->mu);
+    return true;
+}
+
 int job_part_done(svc_job *j, uint64_t id)
 {
-    if (atomic_load(&j->fenced))
-        return shm_fail(-ECANCELED, "host %s was taken for lost: its workers are served elsewhere",
-                        j->host);
+    char why[256];
+    if (job_fenced(j, why, sizeof why)) return shm_fail(STASH_EFENCED, "%s", why);
     ckpt_job_workers w;
     job_workers(j, &w);
     ckpt_job_part part = self_part(j, &w);
     int rc = ckpt_job_note(j->o.rados, j->job, id, &part);
+    if (rc == STASH_EFENCED) {
+        snprintf(why, sizeof why, "%s", stash_errmsg());
+        fence(j, why);
+        return shm_fail(STASH_EFENCED, "%s", why);
+    }
     if (rc) return rc;
     notify(j, "part %" PRIu64 " %s", id, j->host);
-    uint64_t t0 = shm_now_ns();
+    uint64_t t0 = shm_clock_ns();
     uint64_t deadline = ((j->o.timeout_ms ? j->o.timeout_ms : 60000) + lease_ms(j)) * 1000000ull;
     for (;;) {
         uint32_t seen = events(j);
         rc = ckpt_job_verdict(j->o.rados, j->job, id);
         if (rc == 1) return 0;
-        if (rc == -ECANCELED) return rc;
+        if (rc == -ECANCELED || rc == -ESTALE) return rc;
         if (quitting(j)) return shm_fail(-ECANCELED, "the service is stopping");
-        if (shm_now_ns() - t0 >= deadline)
-            return shm_fail(-ETIMEDOUT,
-                            "no verdict on job checkpoint %" PRIu64
-                            " from the leader within %llu ms",
-                            id, (unsigned long long)(deadline / 1000000ull));
+        if (shm_clock_ns() - t0 >= deadline) {
+            /* No leader decided in time: this host decides, the one way
+             * that needs no lead, and reads what was decided. */
+            snprintf(why, sizeof why, "no verdict from the leader within %llu ms (host %s)",
+                     (unsigned long long)(deadline / 1000000ull), j->host);
+            rc = ckpt_job_abort(j->o.rados, j->job, id, why);
+            if (rc == 1) return 0;
+            notify(j, "verdict %" PRIu64, id);
+            return rc < 0 ? rc : shm_fail(-ETIMEDOUT, "job checkpoint %" PRIu64 ": %s", id, why);
+        }
         await_event(j, seen, POLL_NS);
     }
 }
@@ -554,7 +599,7 @@ bool job_takeover(svc_job *j, char *lost, size_t cap, ckpt_job_workers *workers)
     snprintf(name, sizeof name, "%s", j->take_lost);
     j->take_pending = false;
     pthread_mutex_unlock(&j->mu);
-    if (!pending) return false;
+    if (!pending || atomic_load(&j->fenced)) return false;
     members ms;
     if (list_members(j, &ms) < 0) {
         say(j, STASH_LOG_WARN, "job", "taking over %s: %s", name, stash_errmsg());
@@ -562,14 +607,17 @@ bool job_takeover(svc_job *j, char *lost, size_t cap, ckpt_job_workers *workers)
     }
     const member *m = NULL;
     for (size_t i = 0; i < ms.n; i++)
-        if (strcmp(ms.v[i].m.host, name) == 0) m = &ms.v[i];
-    bool take = m && !m->alive && m->m.parallelism == j->o.parallelism;
+        if (strcmp(ms.v[i].m.m.host, name) == 0) m = &ms.v[i];
+    bool take =
+        m && !m->alive && !ckpt_job_member_taken(&m->m) && m->m.m.parallelism == j->o.parallelism;
+    /* The claim replaces the lost host's epoch: its service, should it
+     * wake, can note nothing more. */
+    if (take) take = ckpt_job_claim(j->o.rados, j->job, name, m->m.epoch, j->host) == 0;
     if (take) {
-        char claim[1100];
-        snprintf(claim, sizeof claim, "%s%s", j->taken, m->m.host);
-        take = ckpt_rados_swap(j->o.rados, claim, NULL, j->host) == 0;
-        *workers = m->m.workers;
+        *workers = m->m.m.workers;
         snprintf(lost, cap, "%s", name);
+        /* What the lost host's service may still have had in flight is decided now. */
+        settle(j, "its host was lost");
     }
     free(ms.v);
     return take;
@@ -577,9 +625,7 @@ bool job_takeover(svc_job *j, char *lost, size_t cap, ckpt_job_workers *workers)
 
 void job_takeover_failed(svc_job *j, const char *lost)
 {
-    char name[1100];
-    snprintf(name, sizeof name, "%s%s", j->taken, lost);
-    if (ckpt_rados_remove(j->o.rados, name) < 0)
+    if (ckpt_job_unclaim(j->o.rados, j->job, lost, j->host) < 0)
         say(j, STASH_LOG_ERROR, "job", "%s", stash_errmsg());
 }
 
@@ -589,61 +635,42 @@ int job_takeover_done(svc_job *j, const char *lost, const ckpt_job_workers *work
     ckpt_job_workers w = j->workers;
     int rc = ckpt_job_workers_add(&w, workers);
     pthread_mutex_unlock(&j->mu);
-    char value[700], name[1100];
     if (rc == 0) {
         ckpt_job_part self = self_part(j, &w);
-        ckpt_job_part_format(&self, value, sizeof value);
-        rc = ckpt_rados_set(j->o.rados, j->member, value);
+        rc = ckpt_job_member_set(j->o.rados, j->job, &self);
+        if (rc == STASH_EFENCED) fence(j, stash_errmsg());
     }
     if (rc) return rc;
     pthread_mutex_lock(&j->mu);
     j->workers = w;
     pthread_mutex_unlock(&j->mu);
+    char name[1100], taken[CKPT_JOB_HOST_MAX + 16];
     snprintf(name, sizeof name, "%s%s", j->hosts, lost);
-    rc = ckpt_rados_remove(j->o.rados, name);
-    snprintf(name, sizeof name, "%s%s", j->taken, lost);
-    if (rc == 0) rc = ckpt_rados_remove(j->o.rados, name);
-    return rc;
+    snprintf(taken, sizeof taken, "taken by %s", j->host);
+    rc = ckpt_rados_remove_if(j->o.rados, name, &(ckpt_rados_attr){"stash.epoch", taken});
+    return rc == -ECANCELED ? 0 : rc; /* gone already */
 }
 
 /* ---- join and leave -------------------------------------------------------------- */
 
-/* Refuses a host whose workers a live host serves, or whose name a live
- * service holds. */
+/* Refuses a host whose workers a live host serves. */
 static int check_join(svc_job *j)
 {
     members ms;
     int rc = list_members(j, &ms);
     for (size_t i = 0; rc == 0 && i < ms.n; i++) {
         const member *m = &ms.v[i];
-        if (!m->alive || strcmp(m->m.host, j->host) == 0) continue;
-        if (m->m.parallelism != j->o.parallelism)
+        const ckpt_job_part *mp = &m->m.m;
+        if (!m->alive || strcmp(mp->host, j->host) == 0) continue;
+        if (mp->parallelism != j->o.parallelism)
             rc = shm_fail(-EBUSY, "job %s: live host %s serves workers of %u, not %u", j->job,
-                          m->m.host, m->m.parallelism, j->o.parallelism);
+                          mp->host, mp->parallelism, j->o.parallelism);
         for (uint32_t w = 0; rc == 0 && w < j->o.parallelism; w++)
-            if (ckpt_job_workers_has(&j->workers, w) && ckpt_job_workers_has(&m->m.workers, w))
+            if (ckpt_job_workers_has(&j->workers, w) && ckpt_job_workers_has(&mp->workers, w))
                 rc = shm_fail(-EBUSY, "job %s: worker %u is served by live host %s", j->job, w,
-                              m->m.host);
+                              mp->host);
     }
     free(ms.v);
-    return rc;
-}
-
-/* Writes this host's member object and takes its lease. */
-static int join(svc_job *j)
-{
-    char value[700];
-    ckpt_job_part self = self_part(j, &j->workers);
-    ckpt_job_part_format(&self, value, sizeof value);
-    int rc = ckpt_rados_lock(j->o.rados, j->member, j->host, lease_ms(j));
-    if (rc == -EBUSY)
-        return shm_fail(-EBUSY,
-                        "job %s: host %s is served by another service (its lease lasts "
-                        "up to %u ms)",
-                        j->job, j->host, lease_ms(j));
-    if (rc) return rc;
-    rc = ckpt_rados_set(j->o.rados, j->member, value);
-    j->joined = rc == 0;
     return rc;
 }
 
@@ -665,24 +692,30 @@ int job_open(const svc_job_opts *o, svc_job **out)
     j->workers = o->workers;
     snprintf(j->job, sizeof j->job, "%s", o->job);
     snprintf(j->host, sizeof j->host, "%s", o->host);
+    snprintf(j->cookie, sizeof j->cookie, "%s.%d", j->host, (int)getpid());
     j->o.job = j->job;
     j->o.host = j->host;
     pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&j->cv, &ca);
+    pthread_condattr_destroy(&ca);
     char what[1100];
     snprintf(what, sizeof what, "hosts/%s", j->host);
     int rc = ckpt_job_object(j->member, sizeof j->member, j->job, what);
     if (rc == 0) rc = ckpt_job_object(j->leader, sizeof j->leader, j->job, "leader");
     if (rc == 0) rc = ckpt_job_object(j->ctl, sizeof j->ctl, j->job, "ctl");
     if (rc == 0) rc = ckpt_job_object(j->hosts, sizeof j->hosts, j->job, "hosts/");
-    if (rc == 0) rc = ckpt_job_object(j->taken, sizeof j->taken, j->job, "taken/");
     if (rc == 0) rc = check_join(j);
-    if (rc == 0) rc = join(j);
-    if (rc == 0) rc = ckpt_rados_watch_start(j->o.rados, j->ctl, on_notify, j, &j->watch);
+    ckpt_job_part self = self_part(j, &j->workers);
+    if (rc == 0) rc = ckpt_job_join(j->o.rados, j->job, &self, j->cookie, lease_ms(j));
     if (rc == 0) {
-        rc = -pthread_create(&j->thread, NULL, job_main, j);
-        if (rc) shm_fail(rc, "cannot start the job's thread");
-        j->started = rc == 0;
+        j->joined = true;
+        j->epoch = self.epoch;
+        /* What a service of this host before this one left in flight is
+         * decided before this one restores anything. */
+        settle(j, "its host's service changed");
     }
     if (rc) {
         job_close(j);
@@ -690,6 +723,21 @@ int job_open(const svc_job_opts *o, svc_job **out)
     }
     *out = j;
     return 0;
+}
+
+int job_start(svc_job *j, uint32_t max_parallelism, _Atomic uint32_t *wake)
+{
+    j->o.max_parallelism = max_parallelism;
+    j->wake = wake;
+    ckpt_job_part self = self_part(j, &j->workers);
+    int rc = ckpt_job_member_set(j->o.rados, j->job, &self);
+    if (rc == 0) rc = ckpt_rados_watch_start(j->o.rados, j->ctl, on_notify, j, &j->watch);
+    if (rc == 0) {
+        rc = -pthread_create(&j->thread, NULL, job_main, j);
+        if (rc) shm_fail(rc, "cannot start the job's thread");
+        j->started = rc == 0;
+    }
+    return rc;
 }
 
 void job_quit(svc_job *j)
@@ -707,12 +755,15 @@ void job_close(svc_job *j)
     job_quit(j);
     if (j->started) pthread_join(j->thread, NULL);
     ckpt_rados_watch_stop(j->watch);
-    if (j->leading) ckpt_rados_unlock(j->o.rados, j->leader, j->host);
+    if (j->leading) ckpt_rados_unlock(j->o.rados, j->leader, j->cookie);
     /* A host that leaves on purpose is no lost host: nobody takes its
-     * workers over, and the job's checkpoints wait for it to come back. */
-    if (j->joined) {
-        ckpt_rados_remove(j->o.rados, j->member);
-        ckpt_rados_unlock(j->o.rados, j->member, j->host);
+     * workers over, and the job's checkpoints wait for it to come back.
+     * A fenced one leaves the member to the service that serves it now. */
+    if (j->joined && !atomic_load(&j->fenced)) {
+        char epoch[32];
+        snprintf(epoch, sizeof epoch, "%" PRIu64, j->epoch);
+        ckpt_rados_remove_if(j->o.rados, j->member, &(ckpt_rados_attr){"stash.epoch", epoch});
+        ckpt_rados_unlock(j->o.rados, j->member, j->cookie);
     }
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);

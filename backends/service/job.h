@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * job.h: one service's side of a job that spans hosts (job.c). Each
- * service is a host of the job: it holds a lease on its member object
- * naming the workers it serves, watches the job's control object, and
- * competes for the leader's lease. The leader asks every host for
- * checkpoint ID (a notification), waits until the hosts' notes serve
- * every worker of the job, commits the job's checkpoint (rados_job.h) or
- * aborts it at the timeout, and tells every host. A host whose lease
- * lapsed and whose workers nobody else serves is lost: the leader asks
- * the live host serving the fewest workers to take them over.
+ * service is a host of the job: it joins under a lease on its member
+ * object and an epoch of its own (a service of that host before it is
+ * fenced off from then on), watches the job's control object, and
+ * competes for the leader's lease. The leader, under an epoch of its own,
+ * asks every host for checkpoint ID (a notification), waits until the
+ * notes of the services serving the members cover every worker of the
+ * job, commits the job's checkpoint (rados_job.h) or aborts it, and tells
+ * every host. A host whose lease lapsed and whose workers nobody else
+ * serves is lost: the leader asks the live host serving the fewest
+ * workers to take them over, which fences the lost host's service off.
  */
 #ifndef STASH_SERVICE_JOB_H
 #define STASH_SERVICE_JOB_H
@@ -33,16 +35,25 @@ typedef struct svc_job_opts {
     uint64_t interval_ms;     /* the leader's checkpoint interval (0: only when asked) */
     uint64_t timeout_ms;      /* a job checkpoint not in from every host by then aborts */
     unsigned retain;          /* committed job checkpoints kept */
-    _Atomic uint32_t *wake;   /* the engine's futex, woken for a request or a takeover */
     svc_job_log_fn *log;
     void *log_ctx;
 } svc_job_opts;
 
 /* Joins the job as host o->host: refused (-EBUSY) while a live host
- * serves one of its workers; then its member lease, the watch and the
- * thread that keeps the leases and, while it leads, runs the job's
- * checkpoints. */
+ * serves one of its workers or the host's lease is held; then the
+ * member's lease and a new epoch, and what a service of the host before
+ * this one left undecided aborted. Nothing runs yet: job_start(). */
 int job_open(const svc_job_opts *o, svc_job **out);
+/* The member's line set with the arena's key groups, the watch and the
+ * thread that keeps the leases and, while it leads, runs the job's
+ * checkpoints; wake is the engine's futex, woken for a request, a
+ * takeover or a fence. */
+int job_start(svc_job *j, uint32_t max_parallelism, _Atomic uint32_t *wake);
+/* This service's member epoch. */
+uint64_t job_epoch(const svc_job *j);
+/* Whether this service is fenced off the job (why: cap bytes): another
+ * service of its host joined, or its workers were taken over. */
+bool job_fenced(svc_job *j, char *why, size_t cap);
 /* Tells a job's waits to end (the service stops). Accepts NULL. */
 void job_quit(svc_job *j);
 /* Leaves the job: the thread stopped, the leases given up. Accepts NULL. */
@@ -53,15 +64,16 @@ uint64_t job_requested(svc_job *j);
 /* Asks the leader for a checkpoint now (a control command's request). */
 void job_want(svc_job *j);
 /* This host's part of checkpoint id is in the pool: notes it, then waits
- * for the leader's verdict. Returns 0 (committed), -ECANCELED (aborted, or
- * this host was taken for lost and its workers taken over: it is fenced
- * off the job) or -ETIMEDOUT (no verdict), the reason in stash_errmsg(). */
+ * for the decision. Returns 0 (committed), -ECANCELED (aborted),
+ * STASH_EFENCED (this service is fenced off the job), or -ETIMEDOUT (no
+ * decision in time: this host aborted it), the reason in stash_errmsg(). */
 int job_part_done(svc_job *j, uint64_t id);
 /* The workers this host serves now. */
 void job_workers(svc_job *j, ckpt_job_workers *out);
 
 /* A takeover the leader asked of this host: the lost host's name and
- * workers. Returns true once for each (claimed in the pool first). */
+ * workers. Returns true once for each (claimed in the pool first, which
+ * fences the lost host's service off). */
 bool job_takeover(svc_job *j, char *lost, size_t cap, ckpt_job_workers *workers);
 /* The takeover of lost's workers failed: the claim goes, so that the
  * leader asks again. */

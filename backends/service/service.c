@@ -926,6 +926,30 @@ static void take_over(stash_service *s)
 static bool job_host_turn(stash_service *s)
 {
     shm_control *c = s->a->control;
+    char why[256];
+    if (job_fenced(s->jobs, why, sizeof why)) {
+        if (!s->fenced_told) {
+            /* The workers learn it at their next barrier; nothing of this
+             * arena goes into the job again. */
+            s->fenced_told = true;
+            if (shm_lock_acquire(&c->lock, NULL, NULL) == 0) {
+                snprintf(c->fenced_why, sizeof c->fenced_why, "%s", why);
+                atomic_store(&c->fenced, 1);
+                shm_lock_release(&c->lock);
+            }
+            atomic_fetch_add(&c->finished, 1);
+            shm_futex_wake(&c->finished);
+        }
+        uint64_t requests = atomic_load(&c->requests);
+        uint64_t sp = atomic_load(&c->savepoint_ticket);
+        if (requests <= s->served && sp <= s->savepoint_done) return false;
+        outcome r = {.savepoint = sp > s->savepoint_done};
+        s->served = requests;
+        s->savepoint_done = sp;
+        failed(&r, STASH_EFENCED, "%s", why);
+        publish(s, 0, 0, shm_now_ns(), &r);
+        return true;
+    }
     take_over(s);
     uint64_t requests = atomic_load(&c->requests);
     uint64_t sp = atomic_load(&c->savepoint_ticket);

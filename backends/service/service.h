@@ -28,6 +28,9 @@ int worker_rollback(stash_worker *w);
  * barrier says STASH_ROLLED_BACK. At a barrier, or when it opens. */
 int worker_fall_back(stash_worker *w);
 
+/* STASH_EFENCED naming why: the arena's host was fenced off its job. */
+int worker_fenced(stash_worker *w);
+
 /* Makes the worker wait for key groups a lazy restore has yet to bring. */
 void worker_watch_lazy(stash_worker *w);
 

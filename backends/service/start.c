@@ -72,7 +72,8 @@ static int last_id_reached(const stash_service *s, uint64_t id)
 
 /* Restores into the new arena a (taken) what it starts from, through a
  * worker that owns it whole. */
-static int fill_arena(stash_service *s, stash_arena *a, const char *from, uint64_t id)
+static int fill_arena(stash_service *s, stash_arena *a, const stash_arena_opts *ao,
+                      const char *from, uint64_t id)
 {
     stash_worker *w;
     int rc = service_worker_open_on(a, &(stash_worker_opts){.index = 0, .parallelism = 1}, &w);
@@ -111,7 +112,7 @@ static int fill_arena(stash_service *s, stash_arena *a, const char *from, uint64
     ckpt_restored_free(&out);
     /* Named once whole: no worker attaches to a half-restored arena, and a
      * service killed meanwhile leaves nothing. */
-    if (rc == 0) rc = shm_arena_publish(w->arena, s->o.arena);
+    if (rc == 0) rc = shm_arena_publish(w->arena, ao);
     stash_worker_close(w);
     return rc;
 }
@@ -122,6 +123,7 @@ static int fill_arena(stash_service *s, stash_arena *a, const char *from, uint64
 static int build_arena(stash_service *s, const char *name, const char *from)
 {
     stash_arena_opts ao = s->o.arena ? *s->o.arena : (stash_arena_opts){0};
+    if (s->replace) ao.flags |= STASH_ARENA_REPLACE;
     uint64_t id = 0;
     uint32_t maxp = 0;
     bool restore = true;
@@ -147,7 +149,7 @@ static int build_arena(stash_service *s, const char *name, const char *from)
     stash_arena *a;
     rc = shm_arena_make(name, &ao, &a);
     if (rc == 0 && restore) {
-        rc = fill_arena(s, a, from, id);
+        rc = fill_arena(s, a, &ao, from, id);
     } else if (rc == 0) {
         rc = shm_arena_publish(a, &ao);
         stash_arena_close(a);
@@ -273,7 +275,7 @@ static void release(stash_service *s)
     free(s);
 }
 
-/* A host of a job: its options checked, its parts' prefix JOB/part/HOST. */
+/* A host of a job: its options checked. */
 static int check_host_opts(stash_service *s)
 {
     if (!ckpt_job_host_ok(s->o.host))
@@ -292,7 +294,35 @@ static int check_host_opts(stash_service *s)
             rc = shm_fail(-EINVAL, "host %s: worker %u of a job of %u workers", s->o.host,
                           s->job_workers.r[i].last, s->o.job_parallelism);
     snprintf(s->jobname, sizeof s->jobname, "%s", s->job);
-    if (rc == 0) rc = ckpt_job_part_prefix(s->job, sizeof s->job, s->jobname, s->o.host);
+    return rc;
+}
+
+static void job_log(void *ctx, stash_log_level level, const char *subject, const char *message)
+{
+    engine_say(ctx, level, subject, "%s", message);
+}
+
+/* Joins the job as host s->o.host, before any arena is made or touched:
+ * a refused host leaves nothing. Its parts go to JOB/part/HOST/EPOCH. */
+static int open_job(stash_service *s)
+{
+    uint32_t maxp = s->o.arena && s->o.arena->max_parallelism ? s->o.arena->max_parallelism
+                                                              : STASH_DEFAULT_MAX_PARALLELISM;
+    svc_job_opts o = {.rados = s->rados,
+                      .job = s->jobname,
+                      .host = s->o.host,
+                      .parallelism = s->o.job_parallelism,
+                      .max_parallelism = maxp > s->o.job_parallelism ? maxp : s->o.job_parallelism,
+                      .workers = s->job_workers,
+                      .lease_ms = s->o.lease_ms,
+                      .interval_ms = s->o.interval_ms,
+                      .timeout_ms = s->o.timeout_ms,
+                      .retain = s->o.retain,
+                      .log = job_log,
+                      .log_ctx = s};
+    int rc = job_open(&o, &s->jobs);
+    if (rc == 0)
+        rc = ckpt_job_part_prefix(s->job, sizeof s->job, s->jobname, s->o.host, job_epoch(s->jobs));
     return rc;
 }
 
@@ -312,6 +342,7 @@ static int connect_rados(stash_service *s, const char *name)
                                                 .pool = s->o.pool,
                                                 .timeout_ms = s->o.ceph_timeout_ms},
                              &s->rados);
+    if (rc == 0 && s->o.host) rc = open_job(s);
     if (rc) return rc;
     rc = ckpt_rados_latest(s->rados, s->job, &s->rados_latest);
     return rc == -ENOENT ? 0 : rc; /* a job without checkpoints yet */
@@ -328,30 +359,72 @@ static bool group_readable(const char *name, const stash_arena_opts *ao)
     return ao && (ao->flags & STASH_ARENA_GROUP);
 }
 
-static void job_log(void *ctx, stash_log_level level, const char *subject, const char *message)
+/* Starts the job's side of a host once its arena is claimed: the arena
+ * names the sub-job its parts go to. */
+static int start_job(stash_service *s)
 {
-    engine_say(ctx, level, subject, "%s", message);
-}
-
-/* Joins the job as host s->o.host: ids go on from the job's. */
-static int join_job(stash_service *s)
-{
-    svc_job_opts o = {.rados = s->rados,
-                      .job = s->jobname,
-                      .host = s->o.host,
-                      .parallelism = s->o.job_parallelism,
-                      .max_parallelism = s->a->hdr->max_parallelism,
-                      .workers = s->job_workers,
-                      .lease_ms = s->o.lease_ms,
-                      .interval_ms = s->o.interval_ms,
-                      .timeout_ms = s->o.timeout_ms,
-                      .retain = s->o.retain,
-                      .wake = &s->a->control->wake,
-                      .log = job_log,
-                      .log_ctx = s};
+    shm_control *c = s->a->control;
+    int rc = shm_lock_acquire(&c->lock, NULL, NULL);
+    if (rc < 0) return rc;
+    snprintf(c->job_part, sizeof c->job_part, "%s", s->job);
+    atomic_store(&c->fenced, 0);
+    c->fenced_why[0] = 0;
+    shm_lock_release(&c->lock);
     /* A request made before the service started is the leader's to answer too. */
     s->wants_sent = s->served;
-    return job_open(&o, &s->jobs);
+    return job_start(s->jobs, s->a->hdr->max_parallelism, &c->wake);
+}
+
+/* Whether the existing arena of a job's host is behind the job: the job's
+ * newest checkpoint holds no part of this host written from this arena
+ * for the same workers (its workers were taken over, or it took others
+ * over, or the job went on without it). Such an arena is restored anew
+ * from the job; one another host or job served is refused. */
+static int job_arena_behind(stash_service *s, bool *behind)
+{
+    shm_control *c = s->a->control;
+    char had[SHM_CTL_DETAIL], mine[1024], prefix[1024], want[512], got[512];
+    int rc = shm_lock_acquire(&c->lock, NULL, NULL);
+    if (rc < 0) return rc;
+    memcpy(had, c->job_part, sizeof had);
+    shm_lock_release(&c->lock);
+    had[sizeof had - 1] = 0;
+    *behind = false;
+    snprintf(mine, sizeof mine, "%s/part/%s/", s->jobname, s->o.host);
+    if (had[0] && strncmp(had, mine, strlen(mine)) != 0)
+        return shm_fail(-EBUSY, "%s: the arena served %s, not host %s of job %s", s->a->path, had,
+                        s->o.host, s->jobname);
+    ckpt_job_record *rec = malloc(sizeof *rec);
+    uint64_t id = 0;
+    rc = rec ? ckpt_job_latest(s->rados, s->jobname, &id, rec) : shm_fail(-ENOMEM, "out of memory");
+    if (rc == -ENOENT) {
+        free(rec);
+        return 0; /* no job checkpoint yet: nothing to be behind */
+    }
+    const ckpt_job_part *part = NULL;
+    for (size_t i = 0; rc == 0 && i < rec->n; i++)
+        if (strcmp(rec->parts[i].host, s->o.host) == 0) part = &rec->parts[i];
+    if (rc == 0 && part) {
+        ckpt_job_part_prefix(prefix, sizeof prefix, s->jobname, part->host, part->epoch);
+        ckpt_job_workers_format(&part->workers, got, sizeof got);
+        ckpt_job_workers_format(&s->job_workers, want, sizeof want);
+    }
+    if (rc == 0 && !part)
+        engine_say(s, STASH_LOG_WARN, "restore",
+                   "%s: job checkpoint %llu holds no part of host %s: restored anew from it",
+                   s->a->path, (unsigned long long)id, s->o.host);
+    else if (rc == 0 && strcmp(prefix, had) != 0)
+        engine_say(s, STASH_LOG_WARN, "restore",
+                   "%s: job checkpoint %llu holds host %s's part from %s, not from this arena "
+                   "(%s): restored anew from it",
+                   s->a->path, (unsigned long long)id, s->o.host, prefix, had[0] ? had : "none");
+    else if (rc == 0 && strcmp(got, want) != 0)
+        engine_say(s, STASH_LOG_WARN, "restore",
+                   "%s: host %s served workers %s in job checkpoint %llu, now %s: restored anew",
+                   s->a->path, s->o.host, got, (unsigned long long)id, want);
+    *behind = rc == 0 && (!part || strcmp(prefix, had) != 0 || strcmp(got, want) != 0);
+    free(rec);
+    return rc;
 }
 
 STASH_API int stash_service_start(const char *name, const stash_service_opts *opts,
@@ -387,6 +460,16 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
     if (rc == 0) rc = ioe_engine_open(&(ioe_opts){.log = engine_io_line, .log_ctx = s}, &s->e);
     if (rc == 0) {
         rc = stash_arena_open(name, s->o.arena, &s->a);
+        bool behind = false;
+        if (rc == 0 && s->jobs) rc = job_arena_behind(s, &behind);
+        if (rc == 0 && behind && shm_service_alive(s->a, NULL))
+            rc = shm_fail(STASH_EBUSY, "%s: a live service serves the arena", s->a->path);
+        if (rc == 0 && behind) {
+            stash_arena_close(s->a);
+            s->a = NULL;
+            s->replace = true;
+            rc = -ENOENT;
+        }
         if (rc == -ENOENT) {
             rc = create_arena(s, name);
             if (rc == 0) rc = stash_arena_open(name, s->o.arena, &s->a);
@@ -424,7 +507,7 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         s->last_end_ns = shm_now_ns();
         engine_account_io(s);
     }
-    if (rc == 0 && s->o.host) rc = join_job(s);
+    if (rc == 0 && s->jobs) rc = start_job(s);
     if (rc == 0) {
         rc = -pthread_create(&s->thread, NULL, engine_main, s);
         if (rc) shm_fail(rc, "cannot start the engine thread");

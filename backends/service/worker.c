@@ -110,7 +110,7 @@ int service_worker_open_on(stash_arena *a, const stash_worker_opts *opts, stash_
     add_open(w);
     /* A fallback of the arena that this index's last worker died before
      * going through: this one goes through it first. */
-    rc = worker_fall_back(w);
+    rc = atomic_load(&c->fenced) ? worker_fenced(w) : worker_fall_back(w);
     if (rc == 0 && o.rollback) rc = worker_rollback(w);
     if (rc < 0) {
         stash_worker_close(w);

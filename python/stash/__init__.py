@@ -355,7 +355,8 @@ STORAGE_FS, STORAGE_MEMORY, STORAGE_RADOS = 0, 1, 2
 
 _MANY = 64  # keys a batch of the many-key calls takes at a time
 
-ENOTFOUND, EKEYGROUP, EKIND, ESTALE, ENOKEY, EABORTED = -1008, -1009, -1010, -1011, -1012, -1016
+ENOTFOUND, EKEYGROUP, EKIND, ESTALE, ENOKEY, EABORTED, EFENCED = (
+    -1008, -1009, -1010, -1011, -1012, -1016, -1018)
 
 # ---- errors -------------------------------------------------------------
 
