@@ -64,14 +64,15 @@ static void stop_all(void)
 
 TestSuite(rados_job, .init = start_cluster, .fini = stop_all, .timeout = 300);
 
-/* Starts host name serving workers of parallelism p. */
-static host *start_host(const char *name, const char *workers, uint32_t p)
+/* Starts host name serving workers of parallelism p, on the arena and
+ * directory of tag. */
+static host *start_host_on(const char *name, const char *tag, const char *workers, uint32_t p)
 {
     host *h = &hosts[nhosts++];
     snprintf(h->name, sizeof h->name, "%s", name);
-    snprintf(h->arena, sizeof h->arena, "t-job-%s-%d", name, (int)getpid());
-    snprintf(h->dir, sizeof h->dir, "%s/host-%s", dir, name);
-    snprintf(h->log, sizeof h->log, "%s/host-%s.log", dir, name);
+    snprintf(h->arena, sizeof h->arena, "t-job-%s-%d", tag, (int)getpid());
+    snprintf(h->dir, sizeof h->dir, "%s/host-%s", dir, tag);
+    snprintf(h->log, sizeof h->log, "%s/host-%s-%zu.log", dir, tag, nhosts);
     char p_arg[16], maxp_arg[16];
     snprintf(p_arg, sizeof p_arg, "%u", p);
     snprintf(maxp_arg, sizeof maxp_arg, "%u", MAXP);
@@ -89,6 +90,11 @@ static host *start_host(const char *name, const char *workers, uint32_t p)
         _exit(127);
     }
     return h;
+}
+
+static host *start_host(const char *name, const char *workers, uint32_t p)
+{
+    return start_host_on(name, name, workers, p);
 }
 
 /* Whether host h's log holds text. */
@@ -196,6 +202,10 @@ static int checkpoint(const host *h, stash_worker *const *w, size_t n, stash_che
     cr_assert_eq(stash_arena_open(h->arena, NULL, &a), 0, "%s", stash_errmsg());
     int rc = test_checkpoint_at_barriers(a, w, n, info);
     stash_arena_close(a);
+    if (rc) {
+        fprintf(stderr, "checkpoint of host %s: %d: %s\n", h->name, rc, stash_errmsg());
+        dump_logs();
+    }
     return rc;
 }
 
@@ -406,6 +416,10 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     cr_assert_eq(stash_serve("--host a --workers 0-0 --job-parallelism 3", out, sizeof out), 1,
                  "%s", out);
     cr_assert(strstr(out, "host a is served by another service"), "%s", out);
+    /* Refused before anything was made: no arena is left behind. */
+    char refused[96];
+    snprintf(refused, sizeof refused, "/dev/shm/stash.t-job-refused-%d", (int)getpid());
+    cr_assert_eq(access(refused, F_OK), -1, "%s was left behind", refused);
     cr_assert_eq(stash_serve("--host x --job-parallelism 3", out, sizeof out), 2, "%s", out);
     cr_assert_eq(stash_serve("--host x --workers 2-1 --job-parallelism 3", out, sizeof out), 1,
                  "%s", out);
@@ -546,4 +560,214 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     cr_assert_eq(checkpoint(e, v, 4, &info), 0, "%s", stash_errmsg());
     await_committed(info.id, 2);
     for (uint32_t i = 0; i < 4; i++) stash_worker_close(v[i]);
+}
+
+/* Waits until nobody holds the lease on object name (it lapsed). */
+static void await_lapsed(ckpt_rados *r, const char *name)
+{
+    int held = 1;
+    for (unsigned ms = 0; ms < WAIT_MS && held == 1; ms += 50) {
+        held = ckpt_rados_lease_held(r, name);
+        struct timespec ts = {0, 50000000};
+        if (held == 1) nanosleep(&ts, NULL);
+    }
+    cr_assert_eq(held, 0, "%s: the lease never lapsed (%d)", name, held);
+}
+
+Test(rados_job, one_decision_and_fences_made_by_the_pool)
+{
+    /* Two services as two processes would be: each its own connection.
+     * What the test pauses is the order of their calls, not time. */
+    ckpt_rados *ra, *rb;
+    cr_assert_eq(ckpt_rados_open(&(ckpt_rados_opts){.conf = conf, .pool = "stash"}, &ra), 0);
+    cr_assert_eq(ckpt_rados_open(&(ckpt_rados_opts){.conf = conf, .pool = "stash"}, &rb), 0);
+    ckpt_job_part pa = {.host = "h1", .parallelism = 1, .max_parallelism = MAXP};
+    cr_assert_eq(ckpt_job_workers_parse("0", &pa.workers), 0);
+    ckpt_job_part pb = pa;
+    cr_assert_eq(ckpt_job_join(ra, job, &pa, "A", 1000), 0, "%s", stash_errmsg());
+    cr_assert_gt(pa.epoch, 0);
+    ckpt_job_record *rec = malloc(sizeof *rec);
+
+    /* A leader paused past its lease: the next one's epoch fences it; the
+     * undecided checkpoint is aborted, and its commit fails. */
+    uint64_t la, lb, id1, id2, id3, id4, id5;
+    cr_assert_eq(ckpt_job_lead(ra, job, &la), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_job_next_id(ra, job, &id1), 0);
+    cr_assert_eq(ckpt_job_note(ra, job, id1, &pa), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_job_notes(ra, job, id1, rec), 0);
+    cr_assert_eq(rec->n, 1);
+    cr_assert_eq(ckpt_job_covered(rec), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_job_lead(rb, job, &lb), 0);
+    cr_assert_eq(lb, la + 1);
+    cr_assert_eq(ckpt_job_verdict(rb, job, id1), 0, "undecided");
+    cr_assert_eq(ckpt_job_abort(rb, job, id1, "left undecided by the last leader"), 0);
+    cr_assert_eq(ckpt_job_commit(ra, job, rec, la), -ECANCELED);
+    cr_assert(strstr(stash_errmsg(), "was aborted: left undecided"), "%s", stash_errmsg());
+    cr_assert_eq(ckpt_job_verdict(ra, job, id1), -ECANCELED);
+    uint64_t latest = 0;
+    cr_assert_eq(ckpt_job_latest(ra, job, &latest, NULL), -ENOENT, "nothing committed");
+    /* Deposed without an abort in its way: the epoch alone refuses it. */
+    cr_assert_eq(ckpt_job_next_id(ra, job, &id2), 0);
+    cr_assert_eq(ckpt_job_note(ra, job, id2, &pa), 0);
+    cr_assert_eq(ckpt_job_notes(ra, job, id2, rec), 0);
+    cr_assert_eq(ckpt_job_commit(ra, job, rec, la), -ECANCELED);
+    cr_assert(strstr(stash_errmsg(), "the lead passed on"), "%s", stash_errmsg());
+    /* The leader of the newest epoch commits it; an abort after that
+     * learns it was committed, and so does every verdict. */
+    cr_assert_eq(ckpt_job_commit(rb, job, rec, lb), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_job_abort(ra, job, id2, "too late"), 1);
+    cr_assert_eq(ckpt_job_verdict(ra, job, id2), 1);
+    cr_assert_eq(ckpt_job_latest(ra, job, &latest, rec), 0);
+    cr_assert_eq(latest, id2);
+    cr_assert_eq(rec->n, 1);
+    cr_assert_eq(rec->parts[0].epoch, pa.epoch);
+    /* A host's abort (no verdict in time) first: the commit fails. */
+    cr_assert_eq(ckpt_job_next_id(rb, job, &id3), 0);
+    cr_assert_eq(ckpt_job_note(ra, job, id3, &pa), 0);
+    cr_assert_eq(ckpt_job_notes(rb, job, id3, rec), 0);
+    cr_assert_eq(ckpt_job_abort(ra, job, id3, "no verdict in time"), 0);
+    cr_assert_eq(ckpt_job_commit(rb, job, rec, lb), -ECANCELED);
+    cr_assert_eq(ckpt_job_verdict(rb, job, id3), -ECANCELED);
+    cr_assert(strstr(stash_errmsg(), "no verdict in time"), "%s", stash_errmsg());
+    /* One passed over by a later commit is aborted, and stays so; no
+     * commit goes below the committed id. */
+    cr_assert_eq(ckpt_job_next_id(rb, job, &id4), 0);
+    cr_assert_eq(ckpt_job_next_id(rb, job, &id5), 0);
+    cr_assert_eq(ckpt_job_note(ra, job, id5, &pa), 0);
+    cr_assert_eq(ckpt_job_notes(rb, job, id5, rec), 0);
+    cr_assert_eq(ckpt_job_commit(rb, job, rec, lb), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_job_verdict(ra, job, id4), -ECANCELED);
+    cr_assert(strstr(stash_errmsg(), "passed over"), "%s", stash_errmsg());
+    cr_assert_eq(ckpt_job_verdict(rb, job, id4), -ECANCELED);
+    cr_assert(strstr(stash_errmsg(), "passed over"), "%s", stash_errmsg());
+    rec->id = id4;
+    cr_assert_eq(ckpt_job_commit(rb, job, rec, lb), -ECANCELED);
+
+    /* A second service of host h1 once the first one's lease lapsed (the
+     * first paused): a new epoch; the first one's notes and member
+     * changes fail from then on, and only the new one's note counts. */
+    char member[256];
+    snprintf(member, sizeof member, "%s/hosts/h1", job);
+    cr_assert_eq(ckpt_job_join(rb, job, &pb, "B", 1000), -EBUSY, "the first one's lease holds");
+    await_lapsed(rb, member);
+    cr_assert_eq(ckpt_job_join(rb, job, &pb, "B", 1000), 0, "%s", stash_errmsg());
+    cr_assert_gt(pb.epoch, pa.epoch);
+    uint64_t id6;
+    cr_assert_eq(ckpt_job_next_id(rb, job, &id6), 0);
+    cr_assert_eq(ckpt_job_note(ra, job, id6, &pa), STASH_EFENCED);
+    cr_assert(strstr(stash_errmsg(), "is fenced off"), "%s", stash_errmsg());
+    cr_assert_eq(ckpt_job_member_set(ra, job, &pa), STASH_EFENCED);
+    cr_assert_eq(ckpt_rados_lock(ra, member, "A", 1000), -EBUSY);
+    cr_assert_eq(ckpt_job_notes(rb, job, id6, rec), 0);
+    cr_assert_eq(rec->n, 0, "the fenced service's note does not count");
+    cr_assert_eq(ckpt_job_note(rb, job, id6, &pb), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_job_notes(rb, job, id6, rec), 0);
+    cr_assert_eq(rec->n, 1);
+    cr_assert_eq(rec->parts[0].epoch, pb.epoch);
+    /* A takeover's claim replaces the epoch: the second service is fenced
+     * off too; a claim on what changed meanwhile fails. */
+    char seen[32];
+    snprintf(seen, sizeof seen, "%llu", (unsigned long long)pb.epoch);
+    cr_assert_eq(ckpt_job_claim(ra, job, "h1", seen, "h2"), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_job_claim(ra, job, "h1", seen, "h3"), -ECANCELED);
+    cr_assert_eq(ckpt_job_note(rb, job, id6, &pb), STASH_EFENCED);
+    ckpt_job_member m;
+    cr_assert_eq(ckpt_job_member_read(ra, member, &m), 0);
+    cr_assert(ckpt_job_member_taken(&m));
+    cr_assert_eq(ckpt_job_member_epoch(&m), 0);
+
+    /* Retention keeps the newest committed one and forgets the decisions
+     * below it: a verdict on one says so. */
+    cr_assert_eq(ckpt_job_retain(rb, job, 1, lb), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_job_verdict(ra, job, id2), -ESTALE);
+    cr_assert_eq(ckpt_job_verdict(ra, job, id5), 1);
+    uint64_t *ids;
+    size_t n;
+    cr_assert_eq(ckpt_job_records(ra, job, &ids, &n), 0);
+    cr_assert_eq(n, 1);
+    cr_assert_eq(ids[0], id5);
+    free(ids);
+    /* Retention by a leader whose lead passed on removes nothing. */
+    cr_assert_eq(ckpt_job_retain(ra, job, 1, la), -ECANCELED);
+    cr_assert(strstr(stash_errmsg(), "the lead passed on"), "%s", stash_errmsg());
+    cr_assert_eq(ckpt_job_verdict(ra, job, id5), 1);
+    free(rec);
+    ckpt_rados_close(ra);
+    ckpt_rados_close(rb);
+}
+
+Test(rados_job, a_second_service_of_a_host_fences_the_first_and_stale_arenas_restore)
+{
+    /* One host: nobody takes its worker over while its service is paused. */
+    host *b = start_host("b", "0-0", 1);
+    await_logged("host b leads job");
+    stash_worker *w = open_worker(b, 0, 1);
+    write_round(w, 0, 1, 1);
+    stash_checkpoint_info info;
+    cr_assert_eq(checkpoint(b, &w, 1, &info), 0, "%s", stash_errmsg());
+    await_committed(info.id, 1);
+    write_round(w, 0, 1, 2);
+
+    /* Its service paused past its lease (its worker runs on); a second
+     * service of host b on another arena joins under a new epoch and
+     * restores round 1. */
+    kill(b->pid, SIGSTOP);
+    ckpt_rados *r;
+    cr_assert_eq(ckpt_rados_open(&(ckpt_rados_opts){.conf = conf, .pool = "stash"}, &r), 0);
+    char member[256];
+    snprintf(member, sizeof member, "%s/hosts/b", job);
+    await_lapsed(r, member);
+    host *b2 = start_host_on("b", "b2", "0-0", 1);
+    stash_worker *w2 = open_worker(b2, 0, 1);
+    check_round(w2, 0, 1, 1);
+    /* The first one wakes: fenced off, its worker told so. */
+    kill(b->pid, SIGCONT);
+    await_logged("was fenced off");
+    stash_event ev;
+    int brc = 0;
+    for (unsigned ms = 0; ms < WAIT_MS && brc != STASH_EFENCED; ms += 20) {
+        brc = stash_barrier(w, &ev);
+        struct timespec ts = {0, 20000000};
+        if (brc != STASH_EFENCED) nanosleep(&ts, NULL);
+    }
+    cr_assert_eq(brc, STASH_EFENCED, "%d: %s", brc, stash_errmsg());
+    stash_worker_close(w);
+    cr_assert_eq(
+        stash_worker_open(b->arena, &(stash_worker_opts){.index = 0, .parallelism = 1}, &w),
+        STASH_EFENCED, "a worker opening on the fenced arena");
+    /* The job goes on with the second one: its parts are committed. */
+    write_round(w2, 0, 1, 3);
+    cr_assert_eq(checkpoint(b2, &w2, 1, &info), 0, "%s", stash_errmsg());
+    char text[128];
+    snprintf(text, sizeof text, "job checkpoint %llu committed", (unsigned long long)info.id);
+    await_logged(text);
+    ckpt_job_record *rec = malloc(sizeof *rec);
+    uint64_t latest;
+    cr_assert_eq(ckpt_job_latest(r, job, &latest, rec), 0, "%s", stash_errmsg());
+    cr_assert_eq(latest, info.id);
+    cr_assert_eq(rec->n, 1);
+    uint64_t second = rec->parts[0].epoch;
+    stash_worker_close(w2);
+
+    /* Both stopped, the first one started again on its own arena: that
+     * arena is behind the job (its part is not in the newest checkpoint)
+     * and is restored anew: round 3, not round 2. */
+    kill(b->pid, SIGKILL);
+    cr_assert_eq(test_wait(b->pid), 128 + SIGKILL);
+    b->pid = -1;
+    stop_host(b2);
+    host *b3 = start_host("b", "0-0", 1);
+    await_logged("restored anew from it");
+    w = open_worker(b3, 0, 1);
+    check_round(w, 0, 1, 3);
+    write_round(w, 0, 1, 4);
+    cr_assert_eq(checkpoint(b3, &w, 1, &info), 0, "%s", stash_errmsg());
+    snprintf(text, sizeof text, "job checkpoint %llu committed", (unsigned long long)info.id);
+    await_logged(text);
+    cr_assert_eq(ckpt_job_latest(r, job, &latest, rec), 0);
+    cr_assert_gt(rec->parts[0].epoch, second);
+    stash_worker_close(w);
+    free(rec);
+    ckpt_rados_close(r);
+    stop_host(b3);
 }

@@ -75,7 +75,7 @@ static int cut(stash_worker *w, uint64_t id)
     w->cut_id = id;
     /* An engine that died leaves its request behind: nobody would release the pins. */
     if (!shm_service_alive(a, NULL)) return 0;
-    uint64_t t0 = shm_now_ns();
+    uint64_t t0 = shm_clock_ns();
     /* What on_cut writes is in this checkpoint: not so where the engine's
      * cut stands (with an operator state recorded before). */
     bool engine_cut = cut_by_engine(w);
@@ -96,7 +96,7 @@ static int cut(stash_worker *w, uint64_t id)
     atomic_store(&cw->cut_error, err);
     /* The time full snapshots of TTL states leave expired entries out by. */
     atomic_store(&cw->cut_clock_ms, worker_clock_ms(w));
-    atomic_store(&cw->pause_ns, shm_now_ns() - t0);
+    atomic_store(&cw->pause_ns, shm_clock_ns() - t0);
     atomic_store(&cw->acked, id);
     if (atomic_load(&c->aborted) >= id) release_own_cuts(w);
     shm_futex_wake(&c->wake);
@@ -109,7 +109,7 @@ static int cut(stash_worker *w, uint64_t id)
 #define TTL_SWEEP_MS 50u
 static void ttl_sweep(stash_worker *w)
 {
-    uint64_t now = shm_now_ns();
+    uint64_t now = shm_clock_ns();
     if (w->range.first > w->range.last || now - w->ttl_swept_ns < TTL_SWEEP_MS * 1000000ull) return;
     w->ttl_swept_ns = now;
     w->writes++; /* entries may go: iterators of this worker are stale */
@@ -373,7 +373,7 @@ static int request(stash_arena *arena, bool savepoint, uint64_t timeout_ms,
          !atomic_compare_exchange_weak(&c->savepoint_ticket, &t, ticket);)
         ;
     shm_futex_wake(&c->wake);
-    uint64_t deadline = timeout_ms ? shm_now_ns() + timeout_ms * 1000000ull : 0;
+    uint64_t deadline = timeout_ms ? shm_clock_ns() + timeout_ms * 1000000ull : 0;
     for (;;) {
         uint32_t seen = atomic_load(&c->finished);
         if (find_result(c, ticket, savepoint, out))
@@ -383,7 +383,7 @@ static int request(stash_arena *arena, bool savepoint, uint64_t timeout_ms,
         if (!shm_service_alive(arena, NULL))
             return shm_fail(STASH_ENOSERVICE, "%s: the service stopped before the checkpoint",
                             arena->path);
-        uint64_t now = shm_now_ns();
+        uint64_t now = shm_clock_ns();
         if (deadline && now >= deadline)
             return shm_fail(-ETIMEDOUT, "%s: no checkpoint finished within %llu ms", arena->path,
                             (unsigned long long)timeout_ms);
@@ -412,9 +412,9 @@ STASH_API int stash_service_request_stop(stash_arena *arena, uint64_t timeout_ms
         return shm_fail(STASH_ENOSERVICE, "%s: no service runs", arena->path);
     atomic_store(&c->stop, 1);
     shm_futex_wake(&c->wake);
-    uint64_t deadline = timeout_ms ? shm_now_ns() + timeout_ms * 1000000ull : 0;
+    uint64_t deadline = timeout_ms ? shm_clock_ns() + timeout_ms * 1000000ull : 0;
     while (shm_service_alive(arena, NULL)) {
-        if (deadline && shm_now_ns() >= deadline)
+        if (deadline && shm_clock_ns() >= deadline)
             return shm_fail(-ETIMEDOUT, "%s: the service (pid %d) did not stop within %llu ms",
                             arena->path, pid, (unsigned long long)timeout_ms);
         uint32_t seen = atomic_load(&c->finished);

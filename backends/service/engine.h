@@ -23,9 +23,9 @@ struct stash_service {
     uint64_t next_id;
     uint64_t served;         /* requests answered by checkpoints started so far */
     uint64_t savepoint_done; /* the savepoint ticket the last savepoint answered */
-    uint64_t last_end_ns;
-    uint32_t *cut;  /* per key group: the version the checkpoint in flight reads */
-    uint32_t *base; /* incremental: the versions of base_id, still pinned */
+    uint64_t last_end_ns;    /* when the last checkpoint ended (shm_clock_ns) */
+    uint32_t *cut;           /* per key group: the version the checkpoint in flight reads */
+    uint32_t *base;          /* incremental: the versions of base_id, still pinned */
     uint64_t base_id;
     uint32_t since_full;     /* incremental checkpoints since the last full one */
     uint32_t untracked_seen; /* the change log's misses the chain's base saw */
@@ -46,7 +46,7 @@ struct stash_service {
     ckpt_job_record *job_restore; /* a new arena: the job checkpoint it restores */
     uint64_t job_done;            /* the newest job checkpoint id run */
     uint64_t wants_sent;          /* requests passed on to the leader */
-    uint64_t want_ns;             /* when the last of them was */
+    uint64_t want_ns;             /* when the last of them was (shm_clock_ns) */
     /* a lazy restore's background pass (service.c) */
     pthread_t lazy_thread;
     bool lazy_running;

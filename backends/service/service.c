@@ -842,7 +842,7 @@ static void run_checkpoint(stash_service *s)
     /* A job's parts are kept by its leader, as its records name them. */
     if (rc == 0 && s->rados && !s->jobs && ckpt_rados_retain(s->rados, s->job, keep) < 0)
         engine_say(s, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
-    s->last_end_ns = shm_now_ns();
+    s->last_end_ns = shm_clock_ns();
 }
 
 /* Logs what changed in the registry since the last look: workers that
@@ -965,7 +965,7 @@ static bool job_host_turn(stash_service *s)
     }
     if (requests > s->wants_sent) {
         s->wants_sent = requests;
-        s->want_ns = shm_now_ns();
+        s->want_ns = shm_clock_ns();
         job_want(s->jobs);
     }
     if (job_requested(s->jobs) > s->job_done) {
@@ -975,7 +975,7 @@ static bool job_host_turn(stash_service *s)
     /* No leader answered (none is elected, or the cluster is out of reach):
      * the request fails rather than waiting for ever. */
     uint64_t timeout = (s->o.timeout_ms ? s->o.timeout_ms : DEFAULT_TIMEOUT_MS) * 1000000ull;
-    if (requests > s->served && shm_now_ns() - s->want_ns >= timeout) {
+    if (requests > s->served && shm_clock_ns() - s->want_ns >= timeout) {
         s->served = requests;
         outcome r = {0};
         failed(&r, -ETIMEDOUT, "job %s: the leader started no checkpoint within %llu ms",
@@ -997,10 +997,12 @@ void *engine_main(void *arg)
             continue;
         }
         uint32_t seen = atomic_load(&c->wake);
-        uint64_t now = shm_now_ns();
+        /* Scheduled on the monotonic clock; shown on the wall's. */
+        uint64_t now = shm_clock_ns();
         uint64_t earliest = s->last_end_ns + s->o.min_pause_ms * 1000000ull;
         uint64_t due = s->o.interval_ms ? s->last_end_ns + interval_ns(s) : UINT64_MAX;
-        atomic_store(&c->next_due_ns, s->o.interval_ms ? due : 0);
+        atomic_store(&c->next_due_ns,
+                     !s->o.interval_ms ? 0 : shm_now_ns() + (due > now ? due - now : 0));
         bool asked = atomic_load(&c->requests) > s->served ||
                      atomic_load(&c->savepoint_ticket) > s->savepoint_done;
         if (s->jobs) {

@@ -504,7 +504,7 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         if (rc == 0 && ckpt_remove_abandoned(&s->ckpts) > 0)
             engine_say(s, STASH_LOG_INFO, "service",
                        "removed partial savepoints a killed engine left");
-        s->last_end_ns = shm_now_ns();
+        s->last_end_ns = shm_clock_ns();
         engine_account_io(s);
     }
     if (rc == 0 && s->jobs) rc = start_job(s);
