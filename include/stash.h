@@ -699,8 +699,11 @@ typedef struct stash_event {
  * notifyCheckpointComplete: commit side effects up to it), or, at the first
  * barrier after a rollback, which checkpoint it restored (STASH_ROLLED_BACK:
  * a sink that committed up to a newer id learns that it went back); 0 if
- * nothing happened, or a negative error. No syscall unless a checkpoint is
- * pending. */
+ * nothing happened, or a negative error. STASH_EFENCED when the arena's
+ * service, a host of a job that spans hosts, lost its place in the job
+ * (another service serves this worker's index now): the worker should stop
+ * and let that one's worker go on; opening a worker on such an arena fails
+ * the same way. No syscall unless a checkpoint is pending. */
 STASH_API int stash_barrier(stash_worker *worker, stash_event *event);
 
 typedef enum stash_storage {
