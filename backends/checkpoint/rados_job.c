@@ -447,7 +447,7 @@ static int take_state(void *ctx, const char *attr, const char *value)
     } else if (strncmp(attr, DONE_ATTR, strlen(DONE_ATTR)) == 0) {
         uint64_t id = strtoull(attr + strlen(DONE_ATTR), &end, 10);
         if (id == st->id) st->outcome = 1;
-        if (!st->done && st->id) return 0;
+        if (!st->done) return 0; /* no list asked for */
         if (st->ndone == st->cap) {
             size_t cap = st->cap ? 2 * st->cap : 16;
             uint64_t *d = realloc(st->done, cap * sizeof *d);
@@ -465,7 +465,7 @@ static int take_state(void *ctx, const char *attr, const char *value)
     return 0;
 }
 
-/* Reads JOB/latest (made if absent) with the decision on id (0: none) and,
+/* Reads JOB/latest (empty if absent) with the decision on id (0: none) and,
  * with list, the committed ids decided (free st->done). */
 static int job_state_read(ckpt_rados *r, const char *job, uint64_t id, bool list, job_state *st)
 {
@@ -477,9 +477,9 @@ static int job_state_read(ckpt_rados *r, const char *job, uint64_t id, bool list
     if (list) st->cap = 16;
     int rc = ckpt_job_object(name, sizeof name, job, "latest");
     if (rc == 0) rc = ckpt_rados_attrs(r, name, take_state, st);
-    if (rc == -ENOENT) {
+    if (rc == -ENOENT) { /* no leader yet: nothing decided */
         shm_clear_error();
-        rc = ckpt_rados_touch(r, name);
+        rc = 0;
     }
     if (rc) free(st->done);
     return rc;
@@ -494,6 +494,7 @@ int ckpt_job_lead(ckpt_rados *r, const char *job, uint64_t *epoch)
 {
     char name[1024], now[32];
     int rc = ckpt_job_object(name, sizeof name, job, "latest");
+    if (rc == 0) rc = ckpt_rados_touch(r, name); /* compares need the object */
     for (int tries = 0; rc == 0 && tries < 16; tries++) {
         job_state st;
         if ((rc = job_state_read(r, job, 0, false, &st)) != 0) return rc;
@@ -567,6 +568,7 @@ int ckpt_job_abort(ckpt_rados *r, const char *job, uint64_t id, const char *why)
     attr_of(done, sizeof done, DONE_ATTR, id);
     attr_of(abort_, sizeof abort_, ABORT_ATTR, id);
     snprintf(text, sizeof text, "%.190s", why && *why ? why : "aborted");
+    if (rc == 0) rc = ckpt_rados_touch(r, latest); /* compares need the object */
     for (int tries = 0; rc == 0 && tries < 16; tries++) {
         job_state st;
         if ((rc = job_state_read(r, job, id, false, &st)) != 0) return rc;
