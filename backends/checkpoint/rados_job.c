@@ -511,6 +511,14 @@ int ckpt_job_lead(ckpt_rados *r, const char *job, uint64_t *epoch)
                          ckpt_rados_pool(r), name);
 }
 
+int ckpt_job_leader(ckpt_rados *r, const char *job, uint64_t *epoch)
+{
+    job_state st;
+    int rc = job_state_read(r, job, 0, false, &st);
+    if (rc == 0) *epoch = st.leader_epoch;
+    return rc;
+}
+
 int ckpt_job_commit(ckpt_rados *r, const char *job, const ckpt_job_record *rec, uint64_t leader)
 {
     char name[1024], latest[1024], done[64], abort_[64], now[32], mine[32];

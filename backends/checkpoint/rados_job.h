@@ -124,6 +124,8 @@ int ckpt_job_covered(const ckpt_job_record *rec);
 /* Takes the next leader's epoch (*epoch): a leader of an older one commits
  * nothing from then on. Called by the holder of JOB/leader's lease. */
 int ckpt_job_lead(ckpt_rados *r, const char *job, uint64_t *epoch);
+/* The leader's epoch now (0: none yet). */
+int ckpt_job_leader(ckpt_rados *r, const char *job, uint64_t *epoch);
 /* Commits job checkpoint rec->id as the leader of epoch leader: its record
  * written, then in one operation on JOB/latest, if the leader's epoch is
  * still leader, JOB/latest still names what it was read to name (below

@@ -398,6 +398,8 @@ static void keep_leases(svc_job *j)
                  "host %s's service of epoch %" PRIu64 " was fenced off: the member's epoch is %s",
                  j->host, j->epoch, rc == 0 ? m.epoch : "gone (its workers were taken over)");
         fence(j, why);
+        if (j->leading) ckpt_rados_unlock(j->o.rados, j->leader, j->cookie);
+        j->leading = false;
         return;
     }
     if (ckpt_rados_watch_check(j->watch) < 0)
@@ -427,8 +429,17 @@ static void keep_leases(svc_job *j)
 
 static void run_job_checkpoint(svc_job *j)
 {
-    uint64_t id, t0 = shm_clock_ns();
+    uint64_t id, t0 = shm_clock_ns(), epoch = 0;
     uint64_t timeout = (j->o.timeout_ms ? j->o.timeout_ms : 60000) * 1000000ull;
+    /* A leader that was paused may hold a lease that lapsed meanwhile: it
+     * asks the pool first (its commit would be refused anyway). */
+    if (ckpt_job_leader(j->o.rados, j->job, &epoch) < 0 || epoch != j->leader_epoch) {
+        say(j, STASH_LOG_WARN, "job", "host %s no longer leads: the leader's epoch is %" PRIu64,
+            j->host, epoch);
+        ckpt_rados_unlock(j->o.rados, j->leader, j->cookie);
+        j->leading = false;
+        return;
+    }
     if (ckpt_job_next_id(j->o.rados, j->job, &id) < 0) {
         say(j, STASH_LOG_ERROR, "job", "no checkpoint id: %s", stash_errmsg());
         return;
@@ -508,7 +519,7 @@ static void *job_main(void *arg)
             check_hosts(j, why, sizeof why);
         }
         bool due = j->o.interval_ms && now >= j->next_due_ns;
-        if (j->leading && (want || due)) {
+        if (j->leading && !atomic_load(&j->fenced) && (want || due)) {
             run_job_checkpoint(j);
             j->next_due_ns = shm_clock_ns() + j->o.interval_ms * 1000000ull;
             continue;
