@@ -359,6 +359,13 @@ static void settle(svc_job *j, const char *why)
         }
 }
 
+/* Gives the lead up (the lease, for another to take at once). */
+static void step_down(svc_job *j)
+{
+    if (j->leading) ckpt_rados_unlock(j->o.rados, j->leader, j->cookie);
+    j->leading = false;
+}
+
 /* This service is fenced off the job: said once, and the engine woken to
  * tell the workers. */
 static void fence(svc_job *j, const char *why)
@@ -380,8 +387,7 @@ static void keep_leases(svc_job *j)
     if (j->leases_ns && now - j->leases_ns < every) return;
     j->leases_ns = now;
     if (atomic_load(&j->fenced)) {
-        if (j->leading) ckpt_rados_unlock(j->o.rados, j->leader, j->cookie);
-        j->leading = false;
+        step_down(j);
         return;
     }
     if (ckpt_rados_lock(j->o.rados, j->member, j->cookie, lease_ms(j)) < 0) {
@@ -398,8 +404,7 @@ static void keep_leases(svc_job *j)
                  "host %s's service of epoch %" PRIu64 " was fenced off: the member's epoch is %s",
                  j->host, j->epoch, rc == 0 ? m.epoch : "gone (its workers were taken over)");
         fence(j, why);
-        if (j->leading) ckpt_rados_unlock(j->o.rados, j->leader, j->cookie);
-        j->leading = false;
+        step_down(j);
         return;
     }
     if (ckpt_rados_watch_check(j->watch) < 0)
@@ -436,8 +441,7 @@ static void run_job_checkpoint(svc_job *j)
     if (ckpt_job_leader(j->o.rados, j->job, &epoch) < 0 || epoch != j->leader_epoch) {
         say(j, STASH_LOG_WARN, "job", "host %s no longer leads: the leader's epoch is %" PRIu64,
             j->host, epoch);
-        ckpt_rados_unlock(j->o.rados, j->leader, j->cookie);
-        j->leading = false;
+        step_down(j);
         return;
     }
     if (ckpt_job_next_id(j->o.rados, j->job, &id) < 0) {
@@ -766,7 +770,7 @@ void job_close(svc_job *j)
     job_quit(j);
     if (j->started) pthread_join(j->thread, NULL);
     ckpt_rados_watch_stop(j->watch);
-    if (j->leading) ckpt_rados_unlock(j->o.rados, j->leader, j->cookie);
+    step_down(j);
     /* A host that leaves on purpose is no lost host: nobody takes its
      * workers over, and the job's checkpoints wait for it to come back.
      * A fenced one leaves the member to the service that serves it now. */

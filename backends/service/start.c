@@ -409,20 +409,20 @@ static int job_arena_behind(stash_service *s, bool *behind)
         ckpt_job_workers_format(&part->workers, got, sizeof got);
         ckpt_job_workers_format(&s->job_workers, want, sizeof want);
     }
+    char why[1600] = "";
     if (rc == 0 && !part)
-        engine_say(s, STASH_LOG_WARN, "restore",
-                   "%s: job checkpoint %llu holds no part of host %s: restored anew from it",
-                   s->a->path, (unsigned long long)id, s->o.host);
+        snprintf(why, sizeof why, "job checkpoint %llu holds no part of host %s",
+                 (unsigned long long)id, s->o.host);
     else if (rc == 0 && strcmp(prefix, had) != 0)
-        engine_say(s, STASH_LOG_WARN, "restore",
-                   "%s: job checkpoint %llu holds host %s's part from %s, not from this arena "
-                   "(%s): restored anew from it",
-                   s->a->path, (unsigned long long)id, s->o.host, prefix, had[0] ? had : "none");
+        snprintf(why, sizeof why,
+                 "job checkpoint %llu holds host %s's part from %s, not from this arena (%s)",
+                 (unsigned long long)id, s->o.host, prefix, had[0] ? had : "none");
     else if (rc == 0 && strcmp(got, want) != 0)
-        engine_say(s, STASH_LOG_WARN, "restore",
-                   "%s: host %s served workers %s in job checkpoint %llu, now %s: restored anew",
-                   s->a->path, s->o.host, got, (unsigned long long)id, want);
-    *behind = rc == 0 && (!part || strcmp(prefix, had) != 0 || strcmp(got, want) != 0);
+        snprintf(why, sizeof why, "host %s served workers %s in job checkpoint %llu, now %s",
+                 s->o.host, got, (unsigned long long)id, want);
+    *behind = why[0] != 0;
+    if (*behind)
+        engine_say(s, STASH_LOG_WARN, "restore", "%s: %s: restored anew from it", s->a->path, why);
     free(rec);
     return rc;
 }
