@@ -9,7 +9,8 @@ CMAKE_ARGS ?=
 
 DEPS = liburing-dev liblmdb-dev libcriterion-dev libxxhash-dev liblz4-dev \
        pkg-config cmake build-essential python3 python3-dev libmicrohttpd-dev \
-       libsystemd-dev prometheus gnuplot-nox librados-dev ceph-mon ceph-osd ceph-common
+       libsystemd-dev prometheus gnuplot-nox librados-dev ceph-mon ceph-osd ceph-common \
+       nftables iproute2
 BENCH_DEPS = fio redis-server librocksdb-dev libhiredis-dev python3-lmdb python3-redis
 FUZZ_DEPS = clang libclang-rt-14-dev
 
@@ -58,10 +59,12 @@ demo: deps build
 bench: deps build
 	$(BUILD)/tools/stash bench all
 
-# The crash campaign for MINUTES minutes (SEED=N replays a sequence of events).
+# The crash campaigns for MINUTES minutes each, one host then a job across
+# hosts in namespaces of their own (SEED=N replays a sequence of events).
 MINUTES ?= 60
 soak: deps build
 	$(BUILD)/tests/crash/stash-crash --minutes $(MINUTES) $(if $(SEED),--seed $(SEED))
+	$(BUILD)/tests/crash/stash-nemesis --minutes $(MINUTES) $(if $(SEED),--seed $(SEED))
 
 # The fuzz targets' seed corpus, written again from real checkpoints.
 fuzz-corpus: fuzz-build

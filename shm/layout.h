@@ -354,6 +354,11 @@ typedef struct shm_ctl_worker {
     _Atomic uint64_t cut_clock_ms;  /* its TTL clock at its last cut */
     _Atomic uint64_t rollbacks;     /* rollbacks the index's workers made */
     _Atomic uint64_t fallback_seen; /* the arena's fallback (fallback_gen) the index went through */
+    /* The job checkpoint the index's key groups were last restored from
+     * (a takeover, a new arena of a job's host; 0 none): a rollback before
+     * a checkpoint of this arena holds them reads the copies that restore
+     * left (DIR/parts). */
+    _Atomic uint64_t job_restored;
 } shm_ctl_worker;
 
 typedef struct shm_control {

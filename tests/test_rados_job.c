@@ -209,12 +209,18 @@ static int checkpoint(const host *h, stash_worker *const *w, size_t n, stash_che
     return rc;
 }
 
-/* Kills host h: its service with SIGKILL, its arena and directory removed. */
-static void lose_host(host *h)
+/* Kills host h's service with SIGKILL, its arena and directory kept. */
+static void kill_service(host *h)
 {
     kill(h->pid, SIGKILL);
     cr_assert_eq(test_wait(h->pid), 128 + SIGKILL);
     h->pid = -1;
+}
+
+/* Kills host h: its service with SIGKILL, its arena and directory removed. */
+static void lose_host(host *h)
+{
+    kill_service(h);
     cr_assert_eq(stash_arena_destroy(h->arena, NULL), 0, "%s", stash_errmsg());
     test_remove_dir(h->dir);
 }
@@ -318,6 +324,7 @@ Test(rados_job, three_hosts_a_host_lost_and_the_leader_killed)
     size_t by = leader == 2 ? 0 : 2;
     cr_assert_eq(checkpoint(&hosts[by], jw.w, 3, &info), 0, "%s", stash_errmsg());
     await_committed(info.id, 3);
+    uint64_t first = info.id;
     /* Every host's workers get the verdict. */
     for (size_t i = 0; i < 3; i++) await_completed(&hosts[i], info.id);
     /* Round 2 is in no checkpoint: a worker's replacement rolls back to
@@ -335,15 +342,35 @@ Test(rados_job, three_hosts_a_host_lost_and_the_leader_killed)
      * from the newest job checkpoint (round 1) while the others run on. */
     size_t lost = leader == 0 ? 1 : 0;
     close_workers_on(&jw, lost);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     lose_host(&hosts[lost]);
     char text[128];
     snprintf(text, sizeof text, "workers %zu-%zu of lost host %s over", lost, lost,
              hosts[lost].name);
     size_t taker = await_logged(text);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    fprintf(stderr, "three_hosts: the lost host's worker was taken over %.1f s after its loss\n",
+            (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
     /* The live host serving the fewest workers takes them, the first by
      * name of those serving as few. */
     cr_assert_eq(taker, lost == 0 ? 1u : 0u, "host %s took them", hosts[taker].name);
     move_workers(&jw, lost, taker, 1);
+    /* Before a checkpoint of the taker's arena holds the taken worker, its
+     * replacement rolls back from the copies the takeover's restore left:
+     * round 1, of the job's checkpoint. */
+    write_round(jw.w[lost], (uint32_t)lost, 3, 2);
+    stash_worker_close(jw.w[lost]);
+    cr_assert_eq(stash_worker_open(
+                     hosts[taker].arena,
+                     &(stash_worker_opts){.index = (uint32_t)lost, .parallelism = 3, .rollback = 1},
+                     &jw.w[lost]),
+                 0, "%s", stash_errmsg());
+    stash_event ev;
+    cr_assert_eq(stash_barrier(jw.w[lost], &ev), 1, "%s", stash_errmsg());
+    cr_assert_eq(ev.kind, STASH_ROLLED_BACK);
+    cr_assert_eq(ev.checkpoint_id, first);
+    check_round(jw.w[lost], (uint32_t)lost, 3, 1);
     for (uint32_t i = 0; i < 3; i++)
         if (i != lost) check_round(jw.w[i], i, 3, 2);
     write_all(&jw, 3);
@@ -446,8 +473,10 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     for (uint32_t i = 0; i < 3; i++) write_round(w[i], i, 3, 2);
 
     /* The OSD stopped mid-checkpoint: once the leader triggered it (host
-     * c's worker holds it up), the OSD goes; it aborts on every host and
-     * the next one commits once the OSD is back. */
+     * c's worker holds it up), the OSD goes. Host c, which cannot write its
+     * part, fails it at once; the hosts that noted theirs wait for the
+     * pool's decision, which they read once the OSD is back: aborted, on
+     * every host. The next one commits. */
     stash_arena *asked_of;
     cr_assert_eq(stash_arena_open(a->arena, NULL, &asked_of), 0);
     test_pending *q = test_checkpoint_begin(asked_of, &info);
@@ -462,6 +491,16 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     } while (!si.pending);
     uint64_t failed = si.pending;
     cr_assert_eq(test_ceph("osd-stop"), 0);
+    char text[128];
+    snprintf(text, sizeof text, "checkpoint %llu: failed", (unsigned long long)failed);
+    for (unsigned ms = 0; ms < WAIT_MS && !logged(&hosts[2], text); ms += 20) {
+        for (uint32_t i = 0; i < 3; i++) stash_barrier(w[i], &ev);
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert(logged(&hosts[2], text), "host c never failed checkpoint %llu",
+              (unsigned long long)failed);
+    cr_assert_eq(test_ceph("osd-start"), 0, "the OSD did not start again");
     while (!test_checkpoint_done(q))
         for (uint32_t i = 0; i < 3; i++) stash_barrier(w[i], &ev);
     int qrc = test_checkpoint_end(q);
@@ -470,7 +509,6 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     stash_arena_close(held);
     cr_assert_eq(info.id, failed, "answered by %llu: %s", (unsigned long long)info.id, info.detail);
     for (size_t i = 0; i < 3; i++) await_failed(&hosts[i], failed);
-    cr_assert_eq(test_ceph("osd-start"), 0, "the OSD did not start again");
     for (uint32_t i = 0; i < 3; i++) write_round(w[i], i, 3, 3);
     cr_assert_eq(checkpoint(&hosts[1], w, 3, &info), 0, "%s", stash_errmsg());
     cr_assert_gt(info.id, failed);
@@ -752,9 +790,7 @@ Test(rados_job, a_second_service_of_a_host_fences_the_first_and_stale_arenas_res
     /* Both stopped, the first one started again on its own arena: that
      * arena is behind the job (its part is not in the newest checkpoint)
      * and is restored anew: round 3, not round 2. */
-    kill(b->pid, SIGKILL);
-    cr_assert_eq(test_wait(b->pid), 128 + SIGKILL);
-    b->pid = -1;
+    kill_service(b);
     stop_host(b2);
     host *b3 = start_host("b", "0-0", 1);
     await_logged("restored anew from it");
@@ -766,8 +802,67 @@ Test(rados_job, a_second_service_of_a_host_fences_the_first_and_stale_arenas_res
     await_logged(text);
     cr_assert_eq(ckpt_job_latest(r, job, &latest, rec), 0);
     cr_assert_gt(rec->parts[0].epoch, second);
+
+    /* That service killed, its worker still attached; the job goes on
+     * with another service of host b. The killed one started again on the
+     * kept arena restores it anew, and the worker left on the arena it
+     * replaced is told to stop (it would go on unseen). */
+    kill_service(b3);
+    await_lapsed(r, member);
+    host *b4 = start_host_on("b", "b2", "0-0", 1);
+    w2 = open_worker(b4, 0, 1);
+    check_round(w2, 0, 1, 4);
+    write_round(w2, 0, 1, 5);
+    cr_assert_eq(checkpoint(b4, &w2, 1, &info), 0, "%s", stash_errmsg());
+    snprintf(text, sizeof text, "job checkpoint %llu committed", (unsigned long long)info.id);
+    await_logged(text);
+    stash_worker_close(w2);
+    stop_host(b4);
+    host *b5 = start_host("b", "0-0", 1);
+    await_logged("restored anew from it");
+    brc = 0;
+    for (unsigned ms = 0; ms < WAIT_MS && brc != STASH_EFENCED; ms += 20) {
+        brc = stash_barrier(w, &ev);
+        struct timespec ts = {0, 20000000};
+        if (brc != STASH_EFENCED) nanosleep(&ts, NULL);
+    }
+    cr_assert_eq(brc, STASH_EFENCED, "%d: %s", brc, stash_errmsg());
+    cr_assert(strstr(stash_errmsg(), "restored anew"), "%s", stash_errmsg());
+    stash_worker_close(w);
+    w = open_worker(b5, 0, 1);
+    check_round(w, 0, 1, 5);
     stash_worker_close(w);
     free(rec);
     ckpt_rados_close(r);
-    stop_host(b3);
+    stop_host(b5);
+}
+
+Test(rados_job, a_claim_whose_taker_is_gone_is_given_up_and_asked_again)
+{
+    /* Host z served worker 2; host y claimed its workers and was gone before
+     * it took them (it has no member). Nobody would serve worker 2 again
+     * unless the leader gives that claim up. */
+    ckpt_rados *r;
+    cr_assert_eq(ckpt_rados_open(&(ckpt_rados_opts){.conf = conf, .pool = "stash"}, &r), 0);
+    ckpt_job_part z = {.host = "z", .parallelism = 3, .max_parallelism = MAXP};
+    cr_assert_eq(ckpt_job_workers_parse("2-2", &z.workers), 0);
+    cr_assert_eq(ckpt_job_join(r, job, &z, "Z", 1000), 0, "%s", stash_errmsg());
+    char seen[32], member[256];
+    snprintf(seen, sizeof seen, "%llu", (unsigned long long)z.epoch);
+    cr_assert_eq(ckpt_job_claim(r, job, "z", seen, "y"), 0, "%s", stash_errmsg());
+    snprintf(member, sizeof member, "%s/hosts/z", job);
+    await_lapsed(r, member);
+    stash_worker *w[3];
+    host *a = start_host("a", "0-0", 3), *b = start_host("b", "1-1", 3);
+    await_logged("host y, which was taking host z's workers over, is gone");
+    size_t taker = await_logged("took workers 2-2 of lost host z over");
+    w[0] = open_worker(a, 0, 3);
+    w[1] = open_worker(b, 1, 3);
+    w[2] = open_worker(&hosts[taker], 2, 3);
+    for (uint32_t i = 0; i < 3; i++) write_round(w[i], i, 3, 1);
+    stash_checkpoint_info info;
+    cr_assert_eq(checkpoint(a, w, 3, &info), 0, "%s", stash_errmsg());
+    await_committed(info.id, 2);
+    for (uint32_t i = 0; i < 3; i++) stash_worker_close(w[i]);
+    ckpt_rados_close(r);
 }

@@ -342,12 +342,12 @@ int ckpt_restore_opstate(stash_arena *a, const char *path, ioe_engine *e, ckpt_r
 int ckpt_restore(stash_arena *a, const shm_dir *dir, uint64_t id, stash_kg_range range,
                  ioe_engine *e, ckpt_restored *out)
 {
-    return ckpt_restore_prepared(a, dir, id, range, e, NULL, NULL, NULL, out);
+    return ckpt_restore_prepared(a, dir, id, UINT64_MAX, range, e, NULL, NULL, NULL, out);
 }
 
-static int restore_newest(stash_arena *a, const shm_dir *dir, uint64_t id, stash_kg_range range,
-                          ioe_engine *e, store *st, ckpt_prepare_fn *prepare, void *ctx,
-                          ckpt_restored *out)
+static int restore_newest(stash_arena *a, const shm_dir *dir, uint64_t id, uint64_t upto,
+                          stash_kg_range range, ioe_engine *e, store *st, ckpt_prepare_fn *prepare,
+                          void *ctx, ckpt_restored *out)
 {
     memset(out, 0, sizeof *out);
     bool applying = false;
@@ -364,7 +364,7 @@ static int restore_newest(stash_arena *a, const shm_dir *dir, uint64_t id, stash
     rc = shm_fail(-ENOENT, "%s: no complete checkpoint", dir->path);
     for (int i = 0; i < n; i++) {
         /* Without _metadata a checkpoint does not exist: not a fallback. */
-        if (!ckpt_has_metadata(dir, ids[i])) continue;
+        if (ids[i] > upto || !ckpt_has_metadata(dir, ids[i])) continue;
         rc = restore_one(a, dir, ids[i], range, e, &applying, st, prepare, ctx, out);
         if (rc == 0) {
             out->id = ids[i];
@@ -528,16 +528,16 @@ int ckpt_lazy_fill(stash_arena *a, ioe_engine *e, const _Atomic int *stop)
     return 0;
 }
 
-int ckpt_restore_prepared(stash_arena *a, const shm_dir *dir, uint64_t id, stash_kg_range range,
-                          ioe_engine *e, store *st, ckpt_prepare_fn *prepare, void *ctx,
-                          ckpt_restored *out)
+int ckpt_restore_prepared(stash_arena *a, const shm_dir *dir, uint64_t id, uint64_t upto,
+                          stash_kg_range range, ioe_engine *e, store *st, ckpt_prepare_fn *prepare,
+                          void *ctx, ckpt_restored *out)
 {
     store *own;
     memset(out, 0, sizeof *out);
     int rc = store_for(a, range, st, &own);
     bool taken = rc == 0 && ckpt_lazy_pending(a);
     if (taken) rc = lazy_take(a, range, st ? st : own);
-    if (rc == 0) rc = restore_newest(a, dir, id, range, e, st ? st : own, prepare, ctx, out);
+    if (rc == 0) rc = restore_newest(a, dir, id, upto, range, e, st ? st : own, prepare, ctx, out);
     if (taken) lazy_give(a, range, rc == 0);
     store_close(own);
     return rc;

@@ -84,10 +84,13 @@ int ckpt_restore(stash_arena *a, const shm_dir *dir, uint64_t id, stash_kg_range
  * them as they were). A failure of prepare fails the restore. */
 typedef int ckpt_prepare_fn(void *ctx);
 /* st: the caller's store handle on the arena if it has one (the lmdb store
- * allows one per process), else NULL: the restore opens its own. */
-int ckpt_restore_prepared(stash_arena *a, const shm_dir *dir, uint64_t id, stash_kg_range range,
-                          ioe_engine *e, store *st, ckpt_prepare_fn *prepare, void *ctx,
-                          ckpt_restored *out);
+ * allows one per process), else NULL: the restore opens its own. upto
+ * (without id): none newer than it (a job's host: a checkpoint of its
+ * directory is complete once the job committed it, which the arena says);
+ * UINT64_MAX: any. */
+int ckpt_restore_prepared(stash_arena *a, const shm_dir *dir, uint64_t id, uint64_t upto,
+                          stash_kg_range range, ioe_engine *e, store *st, ckpt_prepare_fn *prepare,
+                          void *ctx, ckpt_restored *out);
 
 /* Restores the key groups of range from the checkpoint or savepoint
  * directory at path, as ckpt_restore() does for one checkpoint (store: as

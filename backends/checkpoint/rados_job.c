@@ -14,12 +14,15 @@
  * Every change to the state or a member compares what its writer's claim
  * rests on in the same operation, so a writer that lost it changes nothing.
  */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "backends/checkpoint/ckpt.h"
 #include "backends/checkpoint/rados_job.h"
@@ -347,6 +350,13 @@ int ckpt_job_unclaim(ckpt_rados *r, const char *job, const char *lost, const cha
 bool ckpt_job_member_taken(const ckpt_job_member *m)
 {
     return strncmp(m->epoch, TAKEN, strlen(TAKEN)) == 0;
+}
+
+const char *ckpt_job_member_taker(const ckpt_job_member *m)
+{
+    return ckpt_job_member_taken(m) && strncmp(m->epoch, TAKEN "by ", strlen(TAKEN "by ")) == 0
+               ? m->epoch + strlen(TAKEN "by ")
+               : "";
 }
 
 typedef struct notes {
@@ -916,11 +926,146 @@ static int restore_part(stash_arena *a, ckpt_rados *r, const char *job, uint64_t
         if (rc == 0) rc = gather_opstate(part, &got, out);
         ckpt_restored_free(&got);
     }
-    /* The pool keeps it: the local copy served this restore only. */
-    if (path[0]) ckpt_remove_checkpoint(&local, chk);
+    /* Kept for the rollbacks of the workers restored from it, until a
+     * checkpoint of this arena holds them (ckpt_job_copies_drop). */
     shm_dir_close(&local);
     shm_dir_close(&parts);
     return rc;
+}
+
+/* ---- the copies a restore leaves, for rollbacks ---------------------------------- */
+
+#define COPIES "parts" /* DIR/parts/HOST/chk-ID: the parts a restore read; DIR/parts/job-ID */
+
+/* Writes rec beside the copies of its parts (DIR/parts/job-ID), whole or
+ * not at all. */
+static int record_copy_write(const shm_dir *dir, const ckpt_job_record *rec)
+{
+    char text[CKPT_JOB_HOSTS * 640] = "", name[64], tmp[80];
+    size_t n = 0;
+    for (size_t i = 0; i < rec->n && n < sizeof text; i++) {
+        ckpt_job_part_format(&rec->parts[i], text + n, sizeof text - n);
+        n += strlen(text + n);
+    }
+    snprintf(name, sizeof name, "job-%" PRIu64, rec->id);
+    snprintf(tmp, sizeof tmp, ".%s.tmp", name);
+    shm_dir parts;
+    int rc = shm_dir_openat(dir, COPIES, SHM_DIR_OWN | SHM_DIR_CREATE, &parts);
+    if (rc) return rc;
+    unlinkat(parts.fd, tmp, 0);
+    int fd = openat(parts.fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) rc = shm_fail(-errno, "%s/%s: %s", parts.path, tmp, strerror(errno));
+    if (rc == 0 && write(fd, text, n) != (ssize_t)n)
+        rc = shm_fail(-EIO, "%s/%s: a short write", parts.path, tmp);
+    if (rc == 0 && fsync(fd) < 0)
+        rc = shm_fail(-errno, "%s/%s: %s", parts.path, tmp, strerror(errno));
+    if (fd >= 0) close(fd);
+    if (rc == 0 && renameat(parts.fd, tmp, parts.fd, name) < 0)
+        rc = shm_fail(-errno, "%s/%s: %s", parts.path, name, strerror(errno));
+    if (rc) unlinkat(parts.fd, tmp, 0);
+    shm_dir_close(&parts);
+    return rc;
+}
+
+/* Reads the record copy of job checkpoint id in parts into rec. */
+static int record_copy_read(const shm_dir *parts, uint64_t id, ckpt_job_record *rec)
+{
+    char name[64], what[4200], text[CKPT_JOB_HOSTS * 640];
+    snprintf(name, sizeof name, "job-%" PRIu64, id);
+    snprintf(what, sizeof what, "%s/%s", parts->path, name);
+    memset(rec, 0, sizeof *rec);
+    rec->id = id;
+    int fd = openat(parts->fd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return shm_fail(-errno, "%s: %s", what, strerror(errno));
+    ssize_t n = read(fd, text, sizeof text - 1);
+    close(fd);
+    if (n < 0) return shm_fail(-EIO, "%s: cannot read", what);
+    text[n] = 0;
+    int rc = 0;
+    for (char *line = text, *nl; rc == 0 && *line; line = nl + 1) {
+        if (!(nl = strchr(line, '\n')))
+            return shm_fail(STASH_ECORRUPT, "%s: a line without its end", what);
+        *nl = 0;
+        if (rec->n == CKPT_JOB_HOSTS)
+            return shm_fail(STASH_ECORRUPT, "%s: more than %u parts", what, CKPT_JOB_HOSTS);
+        rc = parse_part(line, &rec->parts[rec->n++], what);
+    }
+    return rc;
+}
+
+int ckpt_job_restore_copies(stash_arena *a, const shm_dir *dir, uint64_t id, stash_kg_range range,
+                            ioe_engine *e, store *st, uint64_t *records)
+{
+    *records = 0;
+    shm_dir parts;
+    int rc = shm_dir_openat(dir, COPIES, SHM_DIR_OWN, &parts);
+    ckpt_job_record *rec = rc ? NULL : malloc(sizeof *rec);
+    if (rc == 0 && !rec) rc = shm_fail(-ENOMEM, "out of memory");
+    if (rc == 0) rc = record_copy_read(&parts, id, rec);
+    uint32_t maxp = a->hdr->max_parallelism;
+    for (size_t i = 0; rc == 0 && i < rec->n; i++) {
+        const ckpt_job_part *part = &rec->parts[i];
+        for (uint32_t k = 0; rc == 0 && k < part->workers.n; k++) {
+            stash_kg_range have =
+                span(maxp, part->parallelism, part->workers.r[k].first, part->workers.r[k].last);
+            stash_kg_range both = {have.first > range.first ? have.first : range.first,
+                                   have.last < range.last ? have.last : range.last};
+            if (both.first > both.last) continue;
+            char path[4096];
+            ckpt_restored got = {0};
+            rc = ckpt_path_of(path, "%s/%s/chk-%" PRIu64, parts.path, part->host, id);
+            if (rc == 0) rc = ckpt_restore_path(a, path, both, e, st, &got);
+            if (rc == 0) *records += got.records;
+            ckpt_restored_free(&got);
+        }
+    }
+    free(rec);
+    if (parts.fd >= 0) shm_dir_close(&parts);
+    return rc;
+}
+
+/* Whether name is "chk-ID" or "job-ID" of an id below the bound. */
+static bool copy_below(const char *name, uint64_t below)
+{
+    const char *digits =
+        strncmp(name, "chk-", 4) == 0 || strncmp(name, "job-", 4) == 0 ? name + 4 : NULL;
+    char *end;
+    uint64_t id = digits ? strtoull(digits, &end, 10) : 0;
+    return digits && *digits && !*end && id < below;
+}
+
+int ckpt_job_copies_drop(const shm_dir *dir, uint64_t below)
+{
+    shm_dir parts;
+    int rc = shm_dir_openat(dir, COPIES, SHM_DIR_OWN, &parts);
+    if (rc == -ENOENT) return 0;
+    if (rc) return rc;
+    int fd = dup(parts.fd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d && fd >= 0) close(fd);
+    struct dirent *ent;
+    while (d && (ent = readdir(d))) {
+        if (ent->d_name[0] == '.') continue;
+        if (copy_below(ent->d_name, below)) {
+            shm_dir_remove(&parts, ent->d_name, 0);
+            continue;
+        }
+        shm_dir host;
+        if (!ckpt_job_host_ok(ent->d_name) ||
+            shm_dir_openat(&parts, ent->d_name, SHM_DIR_OWN, &host) != 0)
+            continue;
+        int hfd = dup(host.fd);
+        DIR *hd = hfd >= 0 ? fdopendir(hfd) : NULL;
+        if (!hd && hfd >= 0) close(hfd);
+        struct dirent *c;
+        while (hd && (c = readdir(hd)))
+            if (copy_below(c->d_name, below)) ckpt_remove_checkpoint(&host, c->d_name);
+        if (hd) closedir(hd);
+        shm_dir_close(&host);
+    }
+    if (d) closedir(d);
+    shm_dir_close(&parts);
+    return 0;
 }
 
 int ckpt_job_restore(stash_arena *a, ckpt_rados *r, const char *job, const ckpt_job_record *rec,
@@ -934,6 +1079,7 @@ int ckpt_job_restore(stash_arena *a, ckpt_rados *r, const char *job, const ckpt_
     for (size_t i = 0; rc == 0 && i < rec->n; i++)
         rc =
             restore_part(a, r, job, rec->id, &rec->parts[i], dir, parallelism, workers, e, st, out);
+    if (rc == 0) rc = record_copy_write(dir, rec);
     if (rc == 0) rc = pack_opstate(out);
     if (rc) drop_gathered(out);
     return rc;

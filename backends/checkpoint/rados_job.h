@@ -90,6 +90,8 @@ int ckpt_job_member_read(ckpt_rados *r, const char *name, ckpt_job_member *m);
 uint64_t ckpt_job_member_epoch(const ckpt_job_member *m);
 /* Whether another host is taking m's workers over. */
 bool ckpt_job_member_taken(const ckpt_job_member *m);
+/* The host taking m's workers over ("" if none is). */
+const char *ckpt_job_member_taker(const ckpt_job_member *m);
 /* Joins the job as host self->host serving self's workers: the member's
  * lease taken under cookie for lease_ms, then a new epoch (self->epoch,
  * from the counter JOB/epochs, never used before) set in the member with
@@ -158,9 +160,18 @@ int ckpt_job_retain(ckpt_rados *r, const char *job, unsigned keep, uint64_t lead
  * max parallelism being the arena's) from job checkpoint rec: each part
  * that served any of them copied into DIR/parts/HOST, then its share
  * restored; the operator state of every part's workers gathered in *out
- * (so every part is read). st: as for ckpt_restore_prepared(). */
+ * (so every part is read). The copies and the record stay in DIR/parts
+ * for rollbacks. st: as for ckpt_restore_prepared(). */
 int ckpt_job_restore(stash_arena *a, ckpt_rados *r, const char *job, const ckpt_job_record *rec,
                      const shm_dir *dir, uint32_t parallelism, const ckpt_job_workers *workers,
                      ioe_engine *e, store *st, ckpt_restored *out);
+/* A rollback's restore of the key groups range from what the restore of
+ * job checkpoint id into dir left (its parts' copies in DIR/parts/HOST and
+ * its record, DIR/parts/job-ID); the records restored in *records. */
+int ckpt_job_restore_copies(stash_arena *a, const shm_dir *dir, uint64_t id, stash_kg_range range,
+                            ioe_engine *e, store *st, uint64_t *records);
+/* Removes from dir the copies of job checkpoints below id (a checkpoint of
+ * the arena holds what they restored). */
+int ckpt_job_copies_drop(const shm_dir *dir, uint64_t below);
 
 #endif /* STASH_CKPT_RADOS_JOB_H */

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backends/checkpoint/rados_job.h"
 #include "backends/state/opstate.h"
 #include "backends/service/service.h"
 
@@ -229,6 +230,48 @@ void worker_await_cut_end(stash_worker *w)
     }
 }
 
+/* The committed operator state, as the restore that put it there left it,
+ * into out (a rollback's). */
+static int committed_opstate(stash_worker *w, ckpt_restored *out)
+{
+    shm_control *c = w->arena->control;
+    int rc = shm_lock_acquire(&c->lock, NULL, NULL);
+    if (rc < 0) return rc;
+    uint32_t p = atomic_load(&c->committed_p);
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < p; i++) total += atomic_load(&c->workers[i].committed.len);
+    out->op_parallelism = p;
+    out->op_blobs = calloc(p ? p : 1, sizeof *out->op_blobs);
+    out->op_mem = malloc(total ? total : 1);
+    uint8_t *at = out->op_mem;
+    for (uint32_t i = 0; out->op_blobs && at && i < p; i++) {
+        shm_off off = atomic_load(&c->workers[i].committed.off);
+        uint64_t len = off ? atomic_load(&c->workers[i].committed.len) : 0;
+        if (len) memcpy(at, (const uint8_t *)w->arena->base + off, len);
+        out->op_blobs[i] = (ckpt_blob){len ? at : NULL, len};
+        at += len;
+    }
+    shm_lock_release(&c->lock);
+    if (!out->op_blobs || !out->op_mem) return shm_fail(-ENOMEM, "out of memory");
+    return 0;
+}
+
+/* A rollback of key groups a restore from the job put into this arena
+ * (a takeover, a new arena of the job's host) before any checkpoint of
+ * the arena holds them: from the copies of the parts that restore read,
+ * and the operator state it committed. */
+static int rollback_from_job(stash_worker *w, const shm_dir *d, uint64_t id, ioe_engine *e,
+                             ckpt_restored *out)
+{
+    int rc = clear_kgs(w);
+    if (rc == 0)
+        rc = ckpt_job_restore_copies(w->arena, d, id, w->range, e, w->store, &out->records);
+    if (rc == 0) rc = committed_opstate(w, out);
+    out->id = id;
+    if (rc) ckpt_restored_free(out);
+    return rc;
+}
+
 int worker_rollback(stash_worker *w)
 {
     stash_arena *a = w->arena;
@@ -245,16 +288,23 @@ int worker_rollback(stash_worker *w)
     int rc = shm_lock_acquire(&c->lock, NULL, NULL);
     if (rc < 0) return rc;
     memcpy(dir, c->dir, sizeof dir);
+    /* A job's host writes a checkpoint into its directory before the job
+     * decides on it: only those it published complete are. */
+    uint64_t upto = c->job_part[0] ? atomic_load(&c->completed) : UINT64_MAX;
     shm_lock_release(&c->lock);
     ioe_engine *e;
     rc = ioe_engine_open(&(ioe_opts){0}, &e);
     if (rc < 0) return shm_fail(rc, "worker %u: no I/O engine for the rollback", w->slot);
-    ckpt_restored out;
+    ckpt_restored out = {0};
     /* Before choosing a checkpoint: retention leaves them all alone until the restore ends. */
     atomic_store(&c->workers[w->slot].restoring, 1);
     shm_dir d;
     rc = shm_dir_open_named(a, dir, &d);
-    if (rc == 0) rc = ckpt_restore_prepared(a, &d, 0, w->range, e, w->store, clear_kgs, w, &out);
+    uint64_t from_job = atomic_load(&c->workers[w->slot].job_restored);
+    if (rc == 0 && from_job && upto <= from_job)
+        rc = rollback_from_job(w, &d, from_job, e, &out);
+    else if (rc == 0)
+        rc = ckpt_restore_prepared(a, &d, 0, upto, w->range, e, w->store, clear_kgs, w, &out);
     shm_dir_close(&d);
     atomic_store(&c->workers[w->slot].restoring, 0);
     if (rc == 0) {

@@ -44,7 +44,7 @@ struct svc_job {
     _Atomic bool fenced; /* its epoch is not the member's any more */
     _Atomic uint32_t *wake;
     ckpt_rados_watch *watch;
-    pthread_t thread;
+    pthread_t thread, leases; /* the job's work; the leases' renewals, apart */
     bool started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -57,19 +57,17 @@ struct svc_job {
     bool quit;
     char fenced_why[256];
     _Atomic uint64_t requested;
-    /* the thread's own */
-    bool leading;
-    uint64_t leader_epoch; /* while leading */
+    /* set by the leases' thread */
+    _Atomic bool leading;
+    _Atomic uint64_t leader_epoch; /* while leading */
+    _Atomic bool new_lead;         /* the lead was taken: the job's thread starts afresh */
+    _Atomic uint64_t clean_ns;     /* since when this host's own renewals succeed (monotonic) */
+    uint64_t leases_ns;            /* its last renewal */
+    /* the job's thread's own */
     uint64_t next_due_ns;
-    uint64_t leases_ns;
     uint64_t hosts_ns;
+    bool wanted;                           /* a checkpoint asked for, not run yet */
     char announced[CKPT_JOB_HOST_MAX + 1]; /* the lost host last said to be lost */
-    /* members seen with their lease lapsed, and since when (the leader's) */
-    struct {
-        char host[CKPT_JOB_HOST_MAX + 1];
-        uint64_t since_ns;
-    } lapsed[CKPT_JOB_HOSTS];
-    size_t nlapsed;
 };
 
 __attribute__((format(printf, 4, 5))) static void say(svc_job *j, stash_log_level level,
@@ -141,7 +139,9 @@ static void notify(svc_job *j, const char *fmt, ...)
 }
 
 /* Waits until a notification arrives, quit, or ns pass. */
-static void await_event(svc_job *j, uint32_t seen, uint64_t ns)
+/* Waits up to ns for a notification, a request or the end (any: the
+ * leases' thread waits for the end alone). */
+static void await_wake(svc_job *j, uint32_t seen, uint64_t ns, bool any)
 {
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until); /* the condition variable's clock */
@@ -149,9 +149,14 @@ static void await_event(svc_job *j, uint32_t seen, uint64_t ns)
     until.tv_sec += (time_t)(at / 1000000000ull);
     until.tv_nsec = (long)(at % 1000000000ull);
     pthread_mutex_lock(&j->mu);
-    while (j->events == seen && !j->quit && !j->want)
+    while (!j->quit && (!any || (j->events == seen && !j->want)))
         if (pthread_cond_timedwait(&j->cv, &j->mu, &until) == ETIMEDOUT) break;
     pthread_mutex_unlock(&j->mu);
+}
+
+static void await_event(svc_job *j, uint32_t seen, uint64_t ns)
+{
+    await_wake(j, seen, ns, true);
 }
 
 static uint32_t events(svc_job *j)
@@ -239,33 +244,38 @@ static const member *served_by(const members *ms, uint32_t p, uint32_t w, const 
     return NULL;
 }
 
-/* Whether host's lease has been seen lapsed for half a lease: after an
- * outage of the cluster every lease lapsed, and a live host renews within
- * a third of a lease once the cluster is back. A takeover so follows a
- * lost host within a lease and a half plus one look at the hosts. */
-static bool lapsed_long(svc_job *j, const char *host, uint64_t now)
+/* Whether a member whose lease lapsed is lost: this host's own renewals
+ * have succeeded long enough that the cluster answered all along, and a
+ * live host's renewals (every third of a lease, on a thread that does
+ * nothing else; one stuck in a call when the cluster came back ends
+ * within the call's timeout) would have kept its lease too. After an
+ * outage of the cluster, or of this host's link to it, every lease may
+ * have lapsed: none is lost until then. A takeover so follows a lost host
+ * within one lease and one look at the hosts. */
+static bool lost_now(const svc_job *j, uint64_t now)
 {
-    uint64_t grace = lease_ms(j) * 1000000ull / 2;
-    for (size_t i = 0; i < j->nlapsed; i++)
-        if (strcmp(j->lapsed[i].host, host) == 0) return now - j->lapsed[i].since_ns >= grace;
-    if (j->nlapsed < CKPT_JOB_HOSTS) {
-        snprintf(j->lapsed[j->nlapsed].host, sizeof j->lapsed[0].host, "%s", host);
-        j->lapsed[j->nlapsed++].since_ns = now;
-    }
-    return false;
+    uint64_t lease = lease_ms(j) * 1000000ull;
+    uint64_t call = (j->o.call_ms ? j->o.call_ms : 10000) * 1000000ull + lease / 3;
+    return now - atomic_load(&j->clean_ns) >= (call > lease ? call : lease);
 }
 
-/* Forgets the lapsed members that are alive again or gone. */
-static void forget_lapsed(svc_job *j, const member *v, size_t n)
+/* Whether the host taking lost's workers over can no longer finish: its
+ * member is gone, or its service was fenced off (its epoch replaced, so it
+ * can list nothing more) before it listed any of them. Its claim is then
+ * given up for the leader to ask another host; one whose member lists
+ * them already is taken over with it. */
+static bool taker_gone(const members *ms, const ckpt_job_member *lost)
 {
-    size_t kept = 0;
-    for (size_t i = 0; i < j->nlapsed; i++) {
-        bool still = false;
-        for (size_t k = 0; k < n; k++)
-            if (!v[k].alive && strcmp(v[k].m.m.host, j->lapsed[i].host) == 0) still = true;
-        if (still) j->lapsed[kept++] = j->lapsed[i];
+    const char *taker = ckpt_job_member_taker(lost);
+    for (size_t i = 0; i < ms->n; i++) {
+        const ckpt_job_member *t = &ms->v[i].m;
+        if (strcmp(t->m.host, taker) != 0) continue;
+        if (ckpt_job_member_epoch(t) != 0) return false;
+        for (uint32_t k = 0; k < lost->m.workers.n; k++)
+            for (uint32_t w = lost->m.workers.r[k].first; w <= lost->m.workers.r[k].last; w++)
+                if (ckpt_job_workers_has(&t->m.workers, w)) return false;
     }
-    j->nlapsed = kept;
+    return true;
 }
 
 static uint32_t count_workers(const ckpt_job_workers *w)
@@ -289,12 +299,11 @@ static unsigned check_hosts(svc_job *j, char *why, size_t cap)
         say(j, STASH_LOG_WARN, "job", "looking at the hosts: %s", stash_errmsg());
         return 0;
     }
-    uint64_t now = shm_clock_ns();
-    forget_lapsed(j, ms.v, ms.n);
+    bool sure = lost_now(j, shm_clock_ns());
     for (size_t i = 0; i < ms.n; i++) {
         const member *m = &ms.v[i];
         const ckpt_job_part *mp = &m->m.m;
-        if (m->alive || !lapsed_long(j, mp->host, now)) continue;
+        if (m->alive || !sure) continue;
         bool covered = true;
         for (uint32_t k = 0; k < mp->workers.n && covered; k++)
             for (uint32_t w = mp->workers.r[k].first; w <= mp->workers.r[k].last; w++)
@@ -312,7 +321,16 @@ static unsigned check_hosts(svc_job *j, char *why, size_t cap)
         ckpt_job_workers_format(&mp->workers, ws, sizeof ws);
         if (lost++ == 0)
             snprintf(why, cap, "host %s is lost: workers %.200s wait for a takeover", mp->host, ws);
-        if (ckpt_job_member_taken(&m->m)) continue; /* under way */
+        if (ckpt_job_member_taken(&m->m) && !taker_gone(&ms, &m->m)) continue; /* under way */
+        if (ckpt_job_member_taken(&m->m)) {
+            say(j, STASH_LOG_WARN, "job",
+                "host %s, which was taking host %s's workers over, is gone: they are asked for "
+                "again",
+                ckpt_job_member_taker(&m->m), mp->host);
+            if (ckpt_job_unclaim(j->o.rados, j->job, mp->host, ckpt_job_member_taker(&m->m)) < 0)
+                say(j, STASH_LOG_ERROR, "job", "%s", stash_errmsg());
+            continue;
+        }
         const member *to = NULL;
         for (size_t k = 0; k < ms.n; k++) {
             const member *c = &ms.v[k];
@@ -362,8 +380,7 @@ static void settle(svc_job *j, const char *why)
 /* Gives the lead up (the lease, for another to take at once). */
 static void step_down(svc_job *j)
 {
-    if (j->leading) ckpt_rados_unlock(j->o.rados, j->leader, j->cookie);
-    j->leading = false;
+    if (atomic_exchange(&j->leading, false)) ckpt_rados_unlock(j->o.rados, j->leader, j->cookie);
 }
 
 /* This service is fenced off the job: said once, and the engine woken to
@@ -390,14 +407,22 @@ static void keep_leases(svc_job *j)
         step_down(j);
         return;
     }
-    if (ckpt_rados_lock(j->o.rados, j->member, j->cookie, lease_ms(j)) < 0) {
+    int rc = ckpt_rados_lock(j->o.rados, j->member, j->cookie, lease_ms(j));
+    uint64_t done = shm_clock_ns();
+    /* Out of reach of the cluster ourselves, or reached late: the others
+     * may have been out of reach too. */
+    if (rc < 0 || done - now > every) j->clean_ns = done;
+    if (rc < 0) {
         say(j, STASH_LOG_WARN, "job", "this host's lease: %s", stash_errmsg());
-        /* Out of reach of the cluster ourselves: what was seen lapsed may
-         * have been out of reach too. */
-        j->nlapsed = 0;
+        /* Renewed again without the calls below, which would wait as long:
+         * at once after a timeout, else a third of a lease later. */
+        if (rc != -EBUSY) {
+            if (done - now >= every) j->leases_ns = 0;
+            return;
+        }
     }
     ckpt_job_member m;
-    int rc = ckpt_job_member_read(j->o.rados, j->member, &m);
+    rc = ckpt_job_member_read(j->o.rados, j->member, &m);
     if ((rc == 0 && ckpt_job_member_epoch(&m) != j->epoch) || rc == -ENOENT) {
         char why[256];
         snprintf(why, sizeof why,
@@ -410,21 +435,25 @@ static void keep_leases(svc_job *j)
     if (ckpt_rados_watch_check(j->watch) < 0)
         say(j, STASH_LOG_WARN, "job", "watching the job: %s", stash_errmsg());
     rc = ckpt_rados_lock(j->o.rados, j->leader, j->cookie, lease_ms(j));
-    bool was = j->leading;
+    bool was = atomic_load(&j->leading);
+    uint64_t epoch = atomic_load(&j->leader_epoch);
     if (rc == 0 && !was) {
         /* A new epoch first: a leader before this one commits nothing more. */
-        rc = ckpt_job_lead(j->o.rados, j->job, &j->leader_epoch);
+        rc = ckpt_job_lead(j->o.rados, j->job, &epoch);
         if (rc) ckpt_rados_unlock(j->o.rados, j->leader, j->cookie);
     }
-    j->leading = rc == 0;
-    if (j->leading && !was) {
+    atomic_store(&j->leader_epoch, epoch);
+    atomic_store(&j->leading, rc == 0);
+    if (rc == 0 && !was) {
         say(j, STASH_LOG_INFO, "job", "host %s leads job %s (lease %u ms, epoch %" PRIu64 ")",
-            j->host, j->job, lease_ms(j), j->leader_epoch);
+            j->host, j->job, lease_ms(j), epoch);
         settle(j, "left undecided by the last leader");
-        j->nlapsed = 0;
-        j->next_due_ns = now + j->o.interval_ms * 1000000ull;
-        j->hosts_ns = 0;
-    } else if (was && !j->leading) {
+        atomic_store(&j->new_lead, true);
+        pthread_mutex_lock(&j->mu);
+        j->events++;
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
+    } else if (was && rc != 0) {
         say(j, STASH_LOG_WARN, "job", "host %s no longer leads: %s", j->host,
             rc == -EBUSY ? "another holds the lease" : stash_errmsg());
     }
@@ -434,11 +463,11 @@ static void keep_leases(svc_job *j)
 
 static void run_job_checkpoint(svc_job *j)
 {
-    uint64_t id, t0 = shm_clock_ns(), epoch = 0;
+    uint64_t id, t0 = shm_clock_ns(), epoch = 0, leader = j->leader_epoch;
     uint64_t timeout = (j->o.timeout_ms ? j->o.timeout_ms : 60000) * 1000000ull;
     /* A leader that was paused may hold a lease that lapsed meanwhile: it
      * asks the pool first (its commit would be refused anyway). */
-    if (ckpt_job_leader(j->o.rados, j->job, &epoch) < 0 || epoch != j->leader_epoch) {
+    if (ckpt_job_leader(j->o.rados, j->job, &epoch) < 0 || epoch != leader) {
         say(j, STASH_LOG_WARN, "job", "host %s no longer leads: the leader's epoch is %" PRIu64,
             j->host, epoch);
         step_down(j);
@@ -456,7 +485,7 @@ static void run_job_checkpoint(svc_job *j)
         uint32_t seen = events(j);
         rc = ckpt_job_notes(j->o.rados, j->job, id, rec);
         if (rc == 0) rc = ckpt_job_covered(rec);
-        if (rc == 0) rc = ckpt_job_commit(j->o.rados, j->job, rec, j->leader_epoch);
+        if (rc == 0) rc = ckpt_job_commit(j->o.rados, j->job, rec, leader);
         if (rc != -EAGAIN) {
             if (rc) snprintf(why, sizeof why, "%s", stash_errmsg());
             break;
@@ -467,7 +496,6 @@ static void run_job_checkpoint(svc_job *j)
             rc = -ETIMEDOUT;
             break;
         }
-        keep_leases(j);
         if (!j->leading) {
             snprintf(why, sizeof why, "the leader lost its lease");
             rc = -ECANCELED;
@@ -485,17 +513,22 @@ static void run_job_checkpoint(svc_job *j)
         await_event(j, seen, POLL_NS);
     }
     if (rc == -EAGAIN) snprintf(why, sizeof why, "the service is stopping");
-    if (rc) {
-        int was = ckpt_job_abort(j->o.rados, j->job, id, why);
-        if (was < 0) say(j, STASH_LOG_ERROR, "job", "%s", stash_errmsg());
-        if (was == 1) rc = 0; /* committed after all: the one decision says so */
+    int was = rc ? ckpt_job_abort(j->o.rados, j->job, id, why) : 1;
+    if (was < 0) {
+        /* Undecided: whoever next reaches the pool decides (a host that
+         * waits for it, or the next leader). */
+        say(j, STASH_LOG_ERROR, "job", "job checkpoint %" PRIu64 " left undecided (%s): %s", id,
+            why, stash_errmsg());
+        free(rec);
+        return;
     }
+    if (was == 1) rc = 0; /* committed after all: the one decision says so */
     notify(j, "verdict %" PRIu64, id);
     double ms = (double)(shm_clock_ns() - t0) / 1e6;
     if (rc == 0) {
         /* Retention first: once the line says committed, older records are
          * gone as retention keeps them. */
-        if (ckpt_job_retain(j->o.rados, j->job, j->o.retain ? j->o.retain : 3, j->leader_epoch) < 0)
+        if (ckpt_job_retain(j->o.rados, j->job, j->o.retain ? j->o.retain : 3, leader) < 0)
             say(j, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
         say(j, STASH_LOG_INFO, "job", "job checkpoint %" PRIu64 " committed: %zu parts in %.1f ms",
             id, rec->n, ms);
@@ -511,10 +544,14 @@ static void *job_main(void *arg)
     svc_job *j = arg;
     while (!quitting(j)) {
         uint32_t seen = events(j);
-        keep_leases(j);
         uint64_t now = shm_clock_ns();
+        if (atomic_exchange(&j->new_lead, false)) {
+            j->next_due_ns = now + j->o.interval_ms * 1000000ull;
+            j->hosts_ns = 0;
+        }
         pthread_mutex_lock(&j->mu);
-        bool want = j->want;
+        /* Kept while another leads or none does: this host may lead next. */
+        j->wanted = j->wanted || j->want;
         j->want = false;
         pthread_mutex_unlock(&j->mu);
         if (j->leading && (now - j->hosts_ns >= HOSTS_EVERY_NS)) {
@@ -523,7 +560,8 @@ static void *job_main(void *arg)
             check_hosts(j, why, sizeof why);
         }
         bool due = j->o.interval_ms && now >= j->next_due_ns;
-        if (j->leading && !atomic_load(&j->fenced) && (want || due)) {
+        if (j->leading && !atomic_load(&j->fenced) && (j->wanted || due)) {
+            j->wanted = false;
             run_job_checkpoint(j);
             j->next_due_ns = shm_clock_ns() + j->o.interval_ms * 1000000ull;
             continue;
@@ -532,6 +570,20 @@ static void *job_main(void *arg)
         if (j->leading && j->o.interval_ms && j->next_due_ns > now && j->next_due_ns - now < wait)
             wait = j->next_due_ns - now;
         await_event(j, seen, wait < POLL_NS * 5 ? wait : POLL_NS * 5);
+    }
+    return NULL;
+}
+
+/* Keeps the leases, apart from the job's work: a call to the cluster that
+ * waits there never holds a renewal up for longer than its own timeout. */
+static void *leases_main(void *arg)
+{
+    svc_job *j = arg;
+    uint64_t every = lease_ms(j) * 1000000ull / 3;
+    while (!quitting(j)) {
+        keep_leases(j);
+        uint64_t next = j->leases_ns + every, now = shm_clock_ns();
+        if (next > now) await_wake(j, 0, next - now, false);
     }
     return NULL;
 }
@@ -569,6 +621,29 @@ bool job_fenced(svc_job *j, char *why, size_t cap)
     return true;
 }
 
+/* Whether committed job checkpoint id holds this service's part: a service
+ * fenced off after it noted its part finds another's in its place, and
+ * its workers must not learn that their state was committed. */
+static int part_committed(svc_job *j, uint64_t id)
+{
+    ckpt_job_record *rec = malloc(sizeof *rec);
+    int rc = rec ? ckpt_job_record_read(j->o.rados, j->job, id, rec)
+                 : shm_fail(-ENOMEM, "out of memory");
+    bool mine = false;
+    for (size_t i = 0; rc == 0 && i < rec->n; i++)
+        mine =
+            mine || (strcmp(rec->parts[i].host, j->host) == 0 && rec->parts[i].epoch == j->epoch);
+    free(rec);
+    if (rc || mine) return rc;
+    char why[256];
+    snprintf(why, sizeof why,
+             "host %s's service of epoch %" PRIu64 " was fenced off: job checkpoint %" PRIu64
+             " was committed without its part",
+             j->host, j->epoch, id);
+    fence(j, why);
+    return shm_fail(STASH_EFENCED, "%s", why);
+}
+
 int job_part_done(svc_job *j, uint64_t id)
 {
     char why[256];
@@ -586,21 +661,27 @@ int job_part_done(svc_job *j, uint64_t id)
     notify(j, "part %" PRIu64 " %s", id, j->host);
     uint64_t t0 = shm_clock_ns();
     uint64_t deadline = ((j->o.timeout_ms ? j->o.timeout_ms : 60000) + lease_ms(j)) * 1000000ull;
+    /* The workers learn the pool's decision, never a guess: while the pool
+     * does not answer, this waits (a host cut off for longer than its
+     * lease is fenced, and its workers stop without an outcome). */
     for (;;) {
         uint32_t seen = events(j);
         rc = ckpt_job_verdict(j->o.rados, j->job, id);
-        if (rc == 1) return 0;
+        if (rc == 1 && ((rc = part_committed(j, id)) == 0 || rc == STASH_EFENCED)) return rc;
         if (rc == -ECANCELED || rc == -ESTALE) return rc;
+        if (job_fenced(j, why, sizeof why)) return shm_fail(STASH_EFENCED, "%s", why);
         if (quitting(j)) return shm_fail(-ECANCELED, "the service is stopping");
-        if (shm_clock_ns() - t0 >= deadline) {
+        if (rc == 0 && shm_clock_ns() - t0 >= deadline) {
             /* No leader decided in time: this host decides, the one way
              * that needs no lead, and reads what was decided. */
             snprintf(why, sizeof why, "no verdict from the leader within %llu ms (host %s)",
                      (unsigned long long)(deadline / 1000000ull), j->host);
             rc = ckpt_job_abort(j->o.rados, j->job, id, why);
-            if (rc == 1) return 0;
-            notify(j, "verdict %" PRIu64, id);
-            return rc < 0 ? rc : shm_fail(-ETIMEDOUT, "job checkpoint %" PRIu64 ": %s", id, why);
+            if (rc == 1 && ((rc = part_committed(j, id)) == 0 || rc == STASH_EFENCED)) return rc;
+            if (rc == 0) {
+                notify(j, "verdict %" PRIu64, id);
+                return shm_fail(-ETIMEDOUT, "job checkpoint %" PRIu64 ": %s", id, why);
+            }
         }
         await_event(j, seen, POLL_NS);
     }
@@ -744,14 +825,18 @@ int job_start(svc_job *j, uint32_t max_parallelism, _Atomic uint32_t *wake)
 {
     j->o.max_parallelism = max_parallelism;
     j->wake = wake;
+    j->clean_ns = shm_clock_ns();
     ckpt_job_part self = self_part(j, &j->workers);
     int rc = ckpt_job_member_set(j->o.rados, j->job, &self);
     if (rc == 0) rc = ckpt_rados_watch_start(j->o.rados, j->ctl, on_notify, j, &j->watch);
-    if (rc == 0) {
-        rc = -pthread_create(&j->thread, NULL, job_main, j);
-        if (rc) shm_fail(rc, "cannot start the job's thread");
-        j->started = rc == 0;
+    if (rc == 0 && (rc = -pthread_create(&j->leases, NULL, leases_main, j)) != 0)
+        return shm_fail(rc, "cannot start the job's threads");
+    if (rc == 0 && (rc = -pthread_create(&j->thread, NULL, job_main, j)) != 0) {
+        job_quit(j);
+        pthread_join(j->leases, NULL);
+        return shm_fail(rc, "cannot start the job's threads");
     }
+    j->started = rc == 0;
     return rc;
 }
 
@@ -768,7 +853,10 @@ void job_close(svc_job *j)
 {
     if (!j) return;
     job_quit(j);
-    if (j->started) pthread_join(j->thread, NULL);
+    if (j->started) {
+        pthread_join(j->thread, NULL);
+        pthread_join(j->leases, NULL);
+    }
     ckpt_rados_watch_stop(j->watch);
     step_down(j);
     /* A host that leaves on purpose is no lost host: nobody takes its

@@ -32,6 +32,7 @@ typedef struct svc_job_opts {
     uint32_t max_parallelism; /* the job's key groups */
     ckpt_job_workers workers; /* those this host serves */
     uint32_t lease_ms;        /* of the leader and of each host (0: JOB_DEFAULT_LEASE_MS) */
+    uint32_t call_ms;         /* the longest a call to the cluster waits (0: 10 s) */
     uint64_t interval_ms;     /* the leader's checkpoint interval (0: only when asked) */
     uint64_t timeout_ms;      /* a job checkpoint not in from every host by then aborts */
     unsigned retain;          /* committed job checkpoints kept */

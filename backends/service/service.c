@@ -839,6 +839,8 @@ static void run_checkpoint(stash_service *s)
     unsigned keep = s->o.retain ? s->o.retain : DEFAULT_RETAIN;
     if (rc == 0 && !rollback_reading(s) && ckpt_retain(&s->ckpts, keep, s->e) < 0)
         engine_say(s, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
+    if (rc == 0 && s->jobs && !rollback_reading(s) && ckpt_job_copies_drop(&s->ckpts, id) < 0)
+        engine_say(s, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
     /* A job's parts are kept by its leader, as its records name them. */
     if (rc == 0 && s->rados && !s->jobs && ckpt_rados_retain(s->rados, s->job, keep) < 0)
         engine_say(s, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
@@ -903,6 +905,10 @@ static void take_over(stash_service *s)
         shm_lock_release(&c->lock);
     }
     if (rc == -ENOENT) rc = 0; /* no job checkpoint yet: the workers start empty */
+    /* Their rollbacks read the copies the restore left until a checkpoint
+     * of this arena holds them. */
+    for (uint32_t i = 0; rc == 0 && i < STASH_MAX_WORKERS; i++)
+        if (ckpt_job_workers_has(&w, i)) atomic_store(&c->workers[i].job_restored, id);
     if (rc == 0) rc = job_takeover_done(s->jobs, lost, &w);
     if (rc == 0)
         engine_say(

@@ -42,7 +42,8 @@ static int restore_into(stash_service *s, stash_worker *w, const char *from, ckp
         return ckpt_job_restore(w->arena, s->rados, s->jobname, s->job_restore, &s->ckpts,
                                 s->o.job_parallelism, &s->job_workers, s->e, w->store, out);
     if (from) return ckpt_restore_path(w->arena, from, w->range, s->e, w->store, out);
-    return ckpt_restore_prepared(w->arena, &s->ckpts, 0, w->range, s->e, w->store, NULL, NULL, out);
+    return ckpt_restore_prepared(w->arena, &s->ckpts, 0, UINT64_MAX, w->range, s->e, w->store, NULL,
+                                 NULL, out);
 }
 
 /* Begins a lazy restore of the checkpoint at path (from, or dir's chk-ID)
@@ -96,6 +97,11 @@ static int fill_arena(stash_service *s, stash_arena *a, const stash_arena_opts *
         atomic_store(&c->restored_ns, took);
         atomic_store(&c->restored_at_ns, shm_now_ns());
         atomic_store(&c->restored_records, out.records);
+        /* Rolled back from the copies the restore left until a checkpoint
+         * of this arena holds them. */
+        for (uint32_t i = 0; s->job_restore && i < STASH_MAX_WORKERS; i++)
+            if (ckpt_job_workers_has(&s->job_workers, i))
+                atomic_store(&c->workers[i].job_restored, out.id);
         if (lazy)
             engine_say(s, STASH_LOG_INFO, "restore",
                        "restoring %s%s%llu lazily: serving after %.1f ms, each key group "
@@ -315,6 +321,7 @@ static int open_job(stash_service *s)
                       .max_parallelism = maxp > s->o.job_parallelism ? maxp : s->o.job_parallelism,
                       .workers = s->job_workers,
                       .lease_ms = s->o.lease_ms,
+                      .call_ms = s->o.ceph_timeout_ms,
                       .interval_ms = s->o.interval_ms,
                       .timeout_ms = s->o.timeout_ms,
                       .retain = s->o.retain,
@@ -464,6 +471,17 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         if (rc == 0 && s->jobs) rc = job_arena_behind(s, &behind);
         if (rc == 0 && behind && shm_service_alive(s->a, NULL))
             rc = shm_fail(STASH_EBUSY, "%s: a live service serves the arena", s->a->path);
+        if (rc == 0 && behind) {
+            /* Workers still on it would go on unseen: they are told to stop. */
+            shm_control *c = s->a->control;
+            if ((rc = shm_lock_acquire(&c->lock, NULL, NULL)) == 0) {
+                snprintf(c->fenced_why, sizeof c->fenced_why,
+                         "%.110s: the arena was restored anew from job %.100s", s->a->path,
+                         s->jobname);
+                atomic_store(&c->fenced, 1);
+                shm_lock_release(&c->lock);
+            }
+        }
         if (rc == 0 && behind) {
             stash_arena_close(s->a);
             s->a = NULL;

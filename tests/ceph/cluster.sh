@@ -1,22 +1,33 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # A single-node Ceph cluster for the tests: one monitor and one OSD (no
-# manager) on 127.0.0.1, everything under DIR.
+# manager) on 127.0.0.1 (or on the address CEPH_ADDR names), everything
+# under DIR, with a disk of CEPH_DISK_BYTES (4 GiB by default: size it from
+# what the run writes). Its full ratio is 80% and its failsafe 90% (past
+# which it drops writes), long before BlueStore runs out of space and the
+# OSD aborts.
 #   cluster.sh start DIR [PORT] [memstore|bluestore]   prints DIR/ceph.conf once a write works
 #   cluster.sh stop DIR                                stops both daemons
 #   cluster.sh osd-stop DIR | osd-start DIR            the OSD alone
+#   cluster.sh mon-stop DIR | mon-start DIR            the monitor alone
 # The client's keyring is DIR/client.keyring ([client] in the conf, so that
 # the daemons keep their own); pools of one replica are allowed.
 set -eu
 cmd=$1 dir=$2
 port=${3:-6789}
 store=${4:-memstore}
+addr=${CEPH_ADDR:-127.0.0.1}
+disk=${CEPH_DISK_BYTES:-4294967296}
 conf=$dir/ceph.conf
 
 t() { timeout 20 "$@"; } # the ceph CLI waits forever for a monitor that is gone
 
 osd_start() {
     ceph-osd -c "$conf" -i 0 --pid-file "$dir/osd.pid" >>"$dir/osd.out" 2>&1
+}
+
+mon_start() {
+    ceph-mon -c "$conf" -i a --pid-file "$dir/mon.pid" >>"$dir/mon.out" 2>&1
 }
 
 fail() {
@@ -42,8 +53,9 @@ start)
     cat >"$conf" <<CONF
 [global]
 fsid = $fsid
-mon host = 127.0.0.1:$port
-public addr = 127.0.0.1
+mon host = $addr:$port
+public addr = $addr
+cluster addr = $addr
 auth cluster required = cephx
 auth service required = cephx
 auth client required = cephx
@@ -53,15 +65,19 @@ mon allow pool size one = true
 mon allow pool delete = true
 mon data avail warn = 2
 mon data avail crit = 1
+mon osd nearfull ratio = .70
+mon osd backfillfull ratio = .75
+mon osd full ratio = .80
+osd failsafe full ratio = .90
 osd objectstore = $store
 osd data = $dir/osd
 mon data = $dir/mon
 run dir = $dir/run
 log file = $dir/\$name.log
 admin socket = $dir/run/\$name.asok
-memstore device bytes = 2147483648
+memstore device bytes = $disk
 bluestore block path = $dir/osd.block
-bluestore block size = 4294967296
+bluestore block size = $disk
 bluestore block create = true
 bluestore cache autotune = false
 bluestore cache size = 67108864
@@ -85,11 +101,10 @@ CONF
     ceph-authtool --create-keyring "$dir/client.keyring" --gen-key -n client.admin \
         --cap mon 'allow *' --cap osd 'allow *' --cap mgr 'allow *' >/dev/null
     ceph-authtool "$dir/mon.keyring" --import-keyring "$dir/client.keyring" >/dev/null
-    monmaptool --create --add a "127.0.0.1:$port" --fsid "$fsid" "$dir/monmap" >/dev/null
+    monmaptool --create --add a "$addr:$port" --fsid "$fsid" "$dir/monmap" >/dev/null
     ceph-mon -c "$conf" --mkfs -i a --monmap "$dir/monmap" --keyring "$dir/mon.keyring" \
         >>"$dir/mon.out" 2>&1 || fail "the monitor's mkfs failed" mon.out
-    ceph-mon -c "$conf" -i a --pid-file "$dir/mon.pid" >>"$dir/mon.out" 2>&1 ||
-        fail "the monitor did not start" mon.out
+    mon_start || fail "the monitor did not start" mon.out
     ceph-authtool --create-keyring "$dir/osd.keyring" --gen-key -n osd.0 >/dev/null
     t ceph -c "$conf" auth add osd.0 osd 'allow *' mon 'allow profile osd' -i "$dir/osd.keyring" >/dev/null 2>&1
     t ceph -c "$conf" osd create >/dev/null
@@ -113,8 +128,10 @@ stop)
     ;;
 osd-stop) stop_pid "$dir/osd.pid" ;;
 osd-start) osd_start ;;
+mon-stop) stop_pid "$dir/mon.pid" ;;
+mon-start) mon_start ;;
 *)
-    echo "usage: cluster.sh start|stop|osd-stop|osd-start DIR [PORT] [memstore|bluestore]" >&2
+    echo "usage: cluster.sh start|stop|osd-stop|osd-start|mon-stop|mon-start DIR [PORT] [memstore|bluestore]" >&2
     exit 2
     ;;
 esac

@@ -36,80 +36,13 @@
 #include <unistd.h>
 
 #include "include/stash.h"
+#include "tests/crash/workload.h"
 
 #define WORKERS 2u
 #define MAXP 32u
-#define KEYS 4096u
-#define CLASSES 4u
-#define MARK_EVERY 64u         /* every 64th event appends its offset to the key's list */
 #define RATE 20000u            /* events a worker scans per second */
 #define WAIT_NS 60000000000ull /* the longest wait for one step: longer is a failure */
 #define INTERVAL_MS 50u
-
-/* ------------------------------------------------------------------------ */
-/* The workload and its model.                                              */
-
-static uint64_t mix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-static uint64_t key_of(uint64_t i)
-{
-    return mix64(i) % KEYS;
-}
-static uint64_t weight_of(uint64_t i)
-{
-    return mix64(i ^ 0x5bd1e995ull);
-}
-
-/* A key's ValueState: how many events it saw and the sum of their weights. */
-typedef struct sum {
-    uint64_t count, total;
-} sum;
-
-typedef struct model {
-    sum sums[KEYS];
-    uint64_t classes[KEYS][CLASSES];
-    uint64_t *marks;          /* every key's marks, key after key */
-    uint64_t first[KEYS + 1]; /* key k's marks are marks[first[k] .. first[k+1]) */
-} model;
-
-/* The state every key has after events [0, offset). */
-static model *model_at(uint64_t offset)
-{
-    model *m = calloc(1, sizeof *m);
-    if (!m) return NULL;
-    uint64_t nmarks[KEYS] = {0};
-    for (uint64_t i = 0; i < offset; i++) {
-        uint64_t k = key_of(i);
-        m->sums[k].count++;
-        m->sums[k].total += weight_of(i);
-        m->classes[k][i % CLASSES]++;
-        nmarks[k] += i % MARK_EVERY == 0;
-    }
-    for (uint32_t k = 0; k < KEYS; k++) m->first[k + 1] = m->first[k] + nmarks[k];
-    m->marks = malloc((m->first[KEYS] + 1) * sizeof *m->marks);
-    if (!m->marks) {
-        free(m);
-        return NULL;
-    }
-    memset(nmarks, 0, sizeof nmarks);
-    for (uint64_t i = 0; i < offset; i += MARK_EVERY) {
-        uint64_t k = key_of(i);
-        m->marks[m->first[k] + nmarks[k]++] = i;
-    }
-    return m;
-}
-
-static void model_free(model *m)
-{
-    if (m) free(m->marks);
-    free(m);
-}
 
 /* ------------------------------------------------------------------------ */
 /* Reports: fixed-size records on one pipe (atomic below PIPE_BUF).          */
@@ -170,101 +103,6 @@ static uint64_t now_ns(void)
 /* ------------------------------------------------------------------------ */
 /* The worker process.                                                      */
 
-typedef struct job {
-    stash_worker *w;
-    stash_state *sums, *classes, *marks, *offset;
-    stash_kg_range range;
-} job;
-
-static bool owned(job *j, uint64_t key)
-{
-    uint32_t kg = stash_key_group(&key, sizeof key, MAXP);
-    return kg >= j->range.first && kg <= j->range.last;
-}
-
-/* Compares every key the worker owns with the model at offset; the number of
- * values that differ (a key's sum, a class count, a mark). */
-static int check_keys(job *j, uint64_t offset, uint64_t *keys, uint64_t *bad)
-{
-    model *m = model_at(offset);
-    if (!m) return -ENOMEM;
-    *keys = *bad = 0;
-    int rc = 0;
-    for (uint64_t k = 0; k < KEYS && rc == 0; k++) {
-        if (!owned(j, k)) continue;
-        (*keys)++;
-        if ((rc = stash_key_set(j->w, &k, sizeof k)) < 0) break;
-        stash_bytes v;
-        sum s = {0};
-        rc = stash_value_get(j->sums, &v);
-        if (rc == 0 && v.len == sizeof s)
-            memcpy(&s, v.data, sizeof s);
-        else if (rc == 0)
-            s.count = UINT64_MAX;
-        else if (rc != STASH_ENOTFOUND)
-            break;
-        *bad += s.count != m->sums[k].count || s.total != m->sums[k].total;
-        for (uint8_t c = 0; c < CLASSES; c++) {
-            uint64_t n = 0;
-            rc = stash_map_get(j->classes, &c, 1, &v);
-            if (rc == 0)
-                memcpy(&n, v.data, v.len == sizeof n ? sizeof n : 0);
-            else if (rc != STASH_ENOTFOUND)
-                break;
-            *bad += n != m->classes[k][c] || (rc == 0 && v.len != sizeof n);
-        }
-        if (rc < 0 && rc != STASH_ENOTFOUND) break;
-        stash_iter it;
-        uint64_t at = m->first[k], end = m->first[k + 1];
-        rc = stash_list_get(j->marks, &it);
-        if (rc == 0) {
-            while ((rc = stash_iter_next(&it, NULL, &v)) == 1) {
-                uint64_t i;
-                memcpy(&i, v.data, v.len == sizeof i ? sizeof i : 0);
-                *bad += at >= end || v.len != sizeof i || i != m->marks[at];
-                at++;
-            }
-            if (rc < 0) break;
-        } else if (rc != STASH_ENOTFOUND) {
-            break;
-        }
-        *bad += at < end ? end - at : 0;
-        rc = 0;
-    }
-    model_free(m);
-    return rc;
-}
-
-/* Applies event i to its key, if the worker owns it. */
-static int apply(job *j, uint64_t i)
-{
-    uint64_t k = key_of(i);
-    if (!owned(j, k)) return 0;
-    int rc = stash_key_set(j->w, &k, sizeof k);
-    if (rc < 0) return rc;
-    stash_bytes v;
-    sum s = {0};
-    rc = stash_value_get(j->sums, &v);
-    if (rc == 0)
-        memcpy(&s, v.data, v.len == sizeof s ? sizeof s : 0);
-    else if (rc != STASH_ENOTFOUND)
-        return rc;
-    s.count++;
-    s.total += weight_of(i);
-    if ((rc = stash_value_put(j->sums, &s, sizeof s)) < 0) return rc;
-    uint8_t c = (uint8_t)(i % CLASSES);
-    uint64_t n = 0;
-    rc = stash_map_get(j->classes, &c, 1, &v);
-    if (rc == 0)
-        memcpy(&n, v.data, v.len == sizeof n ? sizeof n : 0);
-    else if (rc != STASH_ENOTFOUND)
-        return rc;
-    n++;
-    if ((rc = stash_map_put(j->classes, &c, 1, &n, sizeof n)) < 0) return rc;
-    if (i % MARK_EVERY == 0) rc = stash_list_add(j->marks, &i, sizeof i);
-    return rc < 0 ? rc : 0;
-}
-
 static int worker_main(const config *c, uint32_t index, bool rollback, const char *fault)
 {
     report r = {.index = index};
@@ -273,42 +111,23 @@ static int worker_main(const config *c, uint32_t index, bool rollback, const cha
     else
         unsetenv("STASH_IO_FAULT");
     stash_arena_opts ao = arena_opts(c);
-    job j = {0};
+    stash_worker *w;
     int rc = stash_worker_open(
         c->name,
         &(stash_worker_opts){
             .index = index, .parallelism = WORKERS, .arena = &ao, .rollback = rollback},
-        &j.w);
+        &w);
     if (rc < 0) {
         send_report(&r, R_FAILED, "worker %u: open: %s", index, stash_errmsg());
         return 1;
     }
-    stash_worker_info info;
-    stash_worker_info_get(j.w, &info);
-    j.range = info.range;
-    const struct {
-        const char *name;
-        stash_kind kind;
-        stash_state **out;
-    } states[] = {{"sums", STASH_VALUE, &j.sums},
-                  {"classes", STASH_MAP, &j.classes},
-                  {"marks", STASH_LIST, &j.marks},
-                  {"offset", STASH_OP_LIST, &j.offset}};
-    for (size_t s = 0; s < sizeof states / sizeof states[0]; s++) {
-        rc = stash_state_get(j.w,
-                             &(stash_state_desc){.name = states[s].name, .kind = states[s].kind},
-                             states[s].out);
-        if (rc < 0) {
-            send_report(&r, R_FAILED, "worker %u: register %s: %s", index, states[s].name,
-                        stash_errmsg());
-            return 1;
-        }
+    wl_job j;
+    const char *what;
+    if ((rc = wl_open(&j, w, MAXP, &what)) < 0) {
+        send_report(&r, R_FAILED, "worker %u: register %s: %s", index, what, stash_errmsg());
+        return 1;
     }
-    const stash_bytes *el;
-    size_t n;
-    uint64_t start = 0;
-    if ((rc = stash_op_list_get(j.offset, &el, &n)) == 0 && n == 1 && el[0].len == sizeof start)
-        memcpy(&start, el[0].data, sizeof start);
+    uint64_t start = wl_offset(&j);
     /* A replacement learns at its first barriers which checkpoint it rolled back to. */
     stash_event ev;
     while ((rc = stash_barrier(j.w, &ev)) == 1)
@@ -318,21 +137,14 @@ static int worker_main(const config *c, uint32_t index, bool rollback, const cha
         return 1;
     }
     r.offset = start;
-    if ((rc = check_keys(&j, start, &r.keys, &r.bad)) < 0) {
+    if ((rc = wl_check(&j, start, &r.keys, &r.bad)) < 0) {
         send_report(&r, R_FAILED, "worker %u: read its keys: %s", index, stash_errmsg());
         return 1;
     }
     send_report(&r, R_VERIFIED, "worker %u", index);
     uint64_t begun = now_ns();
     for (uint64_t i = start;; i++) {
-        const char *what = "apply an event";
-        rc = apply(&j, i);
-        uint64_t next = i + 1;
-        stash_bytes b = {&next, sizeof next};
-        if (rc == 0) {
-            what = "record its offset";
-            rc = stash_op_list_update(j.offset, &b, 1);
-        }
+        rc = wl_step(&j, i, &what);
         if (rc == 0) {
             what = "pass a barrier";
             rc = stash_barrier(j.w, &ev);
@@ -439,7 +251,7 @@ typedef struct campaign {
 static uint64_t rnd(campaign *k, uint64_t bound)
 {
     k->rng = k->rng * 6364136223846793005ull + 1442695040888963407ull;
-    return bound ? mix64(k->rng) % bound : 0;
+    return bound ? wl_mix64(k->rng) % bound : 0;
 }
 
 __attribute__((format(printf, 2, 3))) static void problem(campaign *k, const char *fmt, ...)
@@ -958,7 +770,7 @@ int main(int argc, char **argv)
     if (!have_seed) {
         struct timespec t;
         clock_gettime(CLOCK_REALTIME, &t);
-        seed = mix64((uint64_t)t.tv_nsec ^ ((uint64_t)getpid() << 32));
+        seed = wl_mix64((uint64_t)t.tv_nsec ^ ((uint64_t)getpid() << 32));
     }
     printf("stash-crash: seed %llu (replay with --seed %llu)\n", (unsigned long long)seed,
            (unsigned long long)seed);
@@ -978,7 +790,7 @@ int main(int argc, char **argv)
             stash_backend b = cfg / 2 ? STASH_BACKEND_LMDB : STASH_BACKEND_HEAP;
             int inc = cfg % 2;
             if (!(backends & (1 << (int)b)) || !(modes & (1 << inc))) continue;
-            campaign k = {.rng = mix64(seed + (uint64_t)cfg + 4ull * round),
+            campaign k = {.rng = wl_mix64(seed + (uint64_t)cfg + 4ull * round),
                           .rfd = pfd[0],
                           .ledger = ledger,
                           .verbose = verbose};
