@@ -9,8 +9,8 @@ CMAKE_ARGS ?=
 
 DEPS = liburing-dev liblmdb-dev libcriterion-dev libxxhash-dev liblz4-dev \
        pkg-config cmake build-essential python3 python3-dev libmicrohttpd-dev \
-       libsystemd-dev prometheus gnuplot-nox librados-dev ceph-mon ceph-osd ceph-common \
-       nftables iproute2
+       libsystemd-dev prometheus gnuplot-nox librados-dev ceph-mon ceph-osd ceph-mgr \
+       ceph-common nftables iproute2
 BENCH_DEPS = fio redis-server librocksdb-dev libhiredis-dev python3-lmdb python3-redis
 FUZZ_DEPS = clang libclang-rt-14-dev
 

@@ -5,14 +5,16 @@
  * on bluestore in a sparse file, so that it keeps its data when it
  * restarts) that each test starts on a port of its own and stops:
  * striped files round-trip, a pointer moves only from the value it holds,
- * listing by prefix, and a cluster whose OSD is down
- * fails calls within their timeout instead of hanging them.
+ * listing by prefix, a cluster whose OSD is down fails calls within their
+ * timeout instead of hanging them, and a full pool says so at once.
  */
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backends/checkpoint/checkpoints.h"
@@ -219,8 +221,14 @@ Test(rados, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_from
     uint64_t third = info.id;
     cr_assert_eq(latest_of("wordcount"), third, "the pointer names the newest");
     ckpt_rados *r = connect_to("stash", 0);
-    cr_assert_eq(count_prefix(r, "wordcount/chk-"), 6,
-                 "two kept, each its claim, metadata and data");
+    /* Retention follows the checkpoint's completion. */
+    unsigned objects = count_prefix(r, "wordcount/chk-");
+    for (int tries = 0; objects != 6 && tries < 200; tries++) {
+        struct timespec ts = {0, 50000000};
+        nanosleep(&ts, NULL);
+        objects = count_prefix(r, "wordcount/chk-");
+    }
+    cr_assert_eq(objects, 6, "two kept, each its claim, metadata and data (%u objects)", objects);
     /* The OSD down: the checkpoint fails, the pointer stays, nothing is
      * left of it locally; back up, the next one completes. */
     cr_assert_eq(test_ceph("osd-stop"), 0);
@@ -486,4 +494,82 @@ Test(rados, a_stale_engine_never_writes_over_a_newer_one)
     stash_arena_close(b);
     stash_arena_destroy(a_name, NULL);
     stash_arena_destroy(b_name, NULL);
+}
+
+/* Runs the ceph command line on the test's cluster: its exit code. */
+static int ceph_cli(const char *args)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "timeout 20 ceph -c %s %s >/dev/null 2>&1", conf, args);
+    return WEXITSTATUS(system(cmd));
+}
+
+/* Writes small objects until one fails (the monitor learns how full the
+ * pool is from the manager within seconds), for a minute at most: the
+ * failing call's result, or 0. */
+static int write_until_refused(ckpt_rados *r)
+{
+    for (int i = 0; i < 600; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "full/%d", i);
+        int rc = ckpt_rados_write_file(r, name, "x", 1);
+        if (rc < 0) return rc;
+        struct timespec ts = {0, 100000000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+Test(rados, a_full_pool_is_said_so_at_once)
+{
+    /* A write that waited for space would end in its timeout (ETIMEDOUT). */
+    ckpt_rados *r = connect_to("stash", 0);
+    char name[96], local[256];
+    snprintf(local, sizeof local, "%s/local", dir);
+    stash_arena *a = test_arena_create("full", 16u << 20, 32, name);
+    stash_service_opts so = rados_opts(local, "full");
+    stash_service *svc;
+    cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    stash_checkpoint_info info;
+    put_all(w, 100, 1);
+    cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", info.detail);
+
+    /* The pool's quota reached. */
+    cr_assert_eq(ceph_cli("osd pool set-quota stash max_objects 8"), 0);
+    int rc = write_until_refused(r);
+    cr_assert_eq(rc, -EDQUOT, "%d: %s", rc, stash_errmsg());
+    cr_assert(strstr(stash_errmsg(), "the pool is full (its quota is reached)"), "%s",
+              stash_errmsg());
+    put_all(w, 100, 2);
+    cr_assert_neq(test_checkpoint_at_barriers(a, &w, 1, &info), 0);
+    cr_assert(strstr(info.detail, "the pool is full"), "%s", info.detail);
+    cr_assert_eq(ceph_cli("osd pool set-quota stash max_objects 0"), 0);
+
+    /* The OSD past its full ratio. */
+    cr_assert_eq(ceph_cli("osd set-nearfull-ratio 0.01"), 0);
+    cr_assert_eq(ceph_cli("osd set-backfillfull-ratio 0.02"), 0);
+    cr_assert_eq(ceph_cli("osd set-full-ratio 0.03"), 0);
+    rc = write_until_refused(r);
+    cr_assert_eq(rc, -ENOSPC, "%d: %s", rc, stash_errmsg());
+    cr_assert(strstr(stash_errmsg(), "the pool is full (an OSD is past its full ratio)"), "%s",
+              stash_errmsg());
+
+    /* Space again: the next checkpoint goes in. */
+    cr_assert_eq(ceph_cli("osd set-full-ratio 0.80"), 0);
+    cr_assert_eq(ceph_cli("osd set-backfillfull-ratio 0.75"), 0);
+    cr_assert_eq(ceph_cli("osd set-nearfull-ratio 0.70"), 0);
+    rc = -1;
+    for (int tries = 0; rc != 0 && tries < 60; tries++) {
+        rc = test_checkpoint_at_barriers(a, &w, 1, &info);
+        struct timespec ts = {0, 500000000};
+        if (rc) nanosleep(&ts, NULL);
+    }
+    cr_assert_eq(rc, 0, "%s", info.detail);
+    stash_worker_close(w);
+    stash_service_stop(svc);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+    ckpt_rados_close(r);
 }

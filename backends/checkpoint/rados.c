@@ -62,6 +62,9 @@ static void reap(ckpt_rados *r, bool all)
 /* Fails with rc naming the object. */
 static int fail(const ckpt_rados *r, int rc, const char *oid, const char *what)
 {
+    if (rc == -ENOSPC || rc == -EDQUOT)
+        return shm_fail(rc, "rados://%s/%s: %s: the pool is full (%s)", r->pool, oid, what,
+                        rc == -EDQUOT ? "its quota is reached" : "an OSD is past its full ratio");
     return shm_fail(rc, "rados://%s/%s: %s: %s", r->pool, oid, what, strerror(-rc));
 }
 
@@ -115,6 +118,9 @@ int ckpt_rados_open(const ckpt_rados_opts *o, ckpt_rados **out)
         r->io = NULL;
         shm_fail(rc, "rados://%s: cannot open the pool: %s", o->pool, strerror(-rc));
     }
+    /* A write to a full pool fails at once (ENOSPC, EDQUOT) rather than
+     * wait, unseen, for space until it times out. */
+    if (rc == 0) rados_set_pool_full_try(r->io);
     if (rc) {
         ckpt_rados_close(r);
         return rc;

@@ -670,8 +670,12 @@ int job_part_done(svc_job *j, uint64_t id)
         if (rc == 1 && ((rc = part_committed(j, id)) == 0 || rc == STASH_EFENCED)) return rc;
         if (rc == -ECANCELED || rc == -ESTALE) return rc;
         if (job_fenced(j, why, sizeof why)) return shm_fail(STASH_EFENCED, "%s", why);
-        if (quitting(j)) return shm_fail(-ECANCELED, "the service is stopping");
-        if (rc == 0 && shm_clock_ns() - t0 >= deadline) {
+        bool late = shm_clock_ns() - t0 >= deadline;
+        /* A service that stops still learns the decision (its workers may
+         * run on); it gives up only once the pool has not answered. */
+        if (quitting(j) && late && rc < 0)
+            return shm_fail(rc, "the service is stopping: %s", stash_errmsg());
+        if (rc == 0 && late) {
             /* No leader decided in time: this host decides, the one way
              * that needs no lead, and reads what was decided. */
             snprintf(why, sizeof why, "no verdict from the leader within %llu ms (host %s)",
@@ -683,7 +687,13 @@ int job_part_done(svc_job *j, uint64_t id)
                 return shm_fail(-ETIMEDOUT, "job checkpoint %" PRIu64 ": %s", id, why);
             }
         }
-        await_event(j, seen, POLL_NS);
+        if (!quitting(j)) {
+            await_event(j, seen, POLL_NS);
+            continue;
+        }
+        /* Stopping: the waits end at once, so a look every 50 ms. */
+        struct timespec pause = {0, (long)(POLL_NS / 4)};
+        nanosleep(&pause, NULL);
     }
 }
 

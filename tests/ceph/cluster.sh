@@ -1,7 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# A single-node Ceph cluster for the tests: one monitor and one OSD (no
-# manager) on 127.0.0.1 (or on the address CEPH_ADDR names), everything
+# A single-node Ceph cluster for the tests: one monitor, one OSD and a
+# manager (which tells the monitor how full the OSD and the pools are) on
+# 127.0.0.1 (or on the address CEPH_ADDR names), everything
 # under DIR, with a disk of CEPH_DISK_BYTES (4 GiB by default: size it from
 # what the run writes). Its full ratio is 80% and its failsafe 90% (past
 # which it drops writes), long before BlueStore runs out of space and the
@@ -30,6 +31,10 @@ mon_start() {
     ceph-mon -c "$conf" -i a --pid-file "$dir/mon.pid" >>"$dir/mon.out" 2>&1
 }
 
+mgr_start() {
+    ceph-mgr -c "$conf" -i x --pid-file "$dir/mgr.pid" >>"$dir/mgr.out" 2>&1
+}
+
 fail() {
     echo "ceph: $1 (see $dir/$2)" >&2
     exit 1
@@ -48,7 +53,7 @@ stop_pid() {
 case $cmd in
 start)
     rm -rf "$dir"
-    mkdir -p "$dir/mon" "$dir/osd" "$dir/run"
+    mkdir -p "$dir/mon" "$dir/osd" "$dir/mgr" "$dir/run"
     fsid=$(cat /proc/sys/kernel/random/uuid)
     cat >"$conf" <<CONF
 [global]
@@ -96,6 +101,9 @@ client mount timeout = 10
 keyring = $dir/mon.keyring
 [osd]
 keyring = $dir/osd.keyring
+[mgr]
+keyring = $dir/mgr.keyring
+mgr data = $dir/mgr
 CONF
     ceph-authtool --create-keyring "$dir/mon.keyring" --gen-key -n mon. --cap mon 'allow *' >/dev/null
     ceph-authtool --create-keyring "$dir/client.keyring" --gen-key -n client.admin \
@@ -112,8 +120,11 @@ CONF
         fail "the OSD's mkfs failed" osd.out
     t ceph -c "$conf" osd crush add osd.0 1.0 host=localhost root=default >/dev/null 2>&1 || true
     osd_start || fail "the OSD did not start" osd.out
+    t ceph -c "$conf" auth get-or-create mgr.x mon 'allow profile mgr' osd 'allow *' \
+        >"$dir/mgr.keyring" 2>/dev/null || fail "no key for the manager" mon.a.log
+    mgr_start || fail "the manager did not start" mgr.out
     t ceph -c "$conf" osd pool create stash 8 >/dev/null 2>&1 || fail "no pool could be made" mon.a.log
-    # Ready when a write is: health warns without a manager.
+    # Ready when a write is (health warns of the one replica).
     i=0
     until echo ok | t rados -c "$conf" -p stash put ready - 2>/dev/null; do
         i=$((i + 1))
@@ -123,6 +134,7 @@ CONF
     echo "$conf"
     ;;
 stop)
+    stop_pid "$dir/mgr.pid"
     stop_pid "$dir/osd.pid"
     stop_pid "$dir/mon.pid"
     ;;
