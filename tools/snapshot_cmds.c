@@ -34,8 +34,10 @@ static const char usage[] =
     "ones, saying so; verify takes the newest, damaged or not), or one in Ceph,\n"
     "rados://POOL/JOB/chk-ID or /NAME of a savepoint, or rados://POOL/JOB for the one\n"
     "JOB/latest names (the cluster of $CEPH_CONF or /etc/ceph/ceph.conf, the client\n"
-    "$STASH_CEPH_ID or admin); ls rados://POOL/JOB lists the job's checkpoints (of a\n"
-    "job that spans hosts, each with its parts: rados://POOL/JOB/part/HOST/EPOCH/chk-ID), and\n"
+    "$STASH_CEPH_ID or admin); of a job that spans hosts, rados://POOL/JOB/job-ID (or\n"
+    "rados://POOL/JOB for its newest) reads a job checkpoint as one, its parts merged;\n"
+    "ls rados://POOL/JOB lists the job's checkpoints (of a job that spans hosts, each\n"
+    "with its parts: rados://POOL/JOB/part/HOST/EPOCH/chk-ID), and\n"
     "rewrite's DEST may be rados://POOL/JOB/NAME (a savepoint copied into RADOS;\n"
     "NAME not chk-ID). ls lists DIR's\n"
     "checkpoints, then its savepoints, as complete (unverified: its metadata\n"
@@ -78,7 +80,7 @@ static int resolve_with(const char *arg, bool strict, opener_fn *open, void *ctx
         /* Copied from RADOS and opened as a directory; read whole, so that
          * the copy can go at once. */
         ckpt_fetched f;
-        int rc = ckpt_rados_url_fetch(arg, NULL, &f);
+        int rc = ckpt_url_fetch(arg, NULL, &f);
         if (rc) return rc;
         rc = open(f.path, 0, ctx);
         ckpt_rados_url_release(&f);

@@ -4,14 +4,16 @@
  * (the engine, the tools, the tests): snapshot blocks (snapshot.h),
  * reading a checkpoint directory (ckpt_read.h), writing and retaining
  * checkpoints (ckpt.h), restoring them (ckpt_restore.h), checkpoint
- * files as objects of a RADOS pool (rados.h), and the checkpoints of a
- * job that spans hosts (rados_job.h).
+ * files as objects of a RADOS pool (rados.h), the checkpoints of a job
+ * that spans hosts (rados_job.h) and a job checkpoint read as one
+ * (job_merge.h).
  */
 #ifndef STASH_CHECKPOINTS_H
 #define STASH_CHECKPOINTS_H
 
 #include "backends/checkpoint/ckpt.h"
 #include "backends/checkpoint/ckpt_restore.h"
+#include "backends/checkpoint/job_merge.h"
 #include "backends/checkpoint/rados.h"
 #include "backends/checkpoint/rados_job.h"
 

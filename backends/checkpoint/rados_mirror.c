@@ -363,7 +363,7 @@ int ckpt_rados_url_open(const char *url, ckpt_rados **r, char *job, size_t job_c
                         size_t name_cap)
 {
     /* rados://POOL/JOB[/NAME]: JOB may hold slashes; NAME is chk-ID,
-     * savepoint-ID or another savepoint's name. */
+     * savepoint-ID or job-ID (a job checkpoint of a job that spans hosts). */
     const char *p = url + sizeof CKPT_RADOS_URL - 1, *slash = strchr(p, '/');
     char pool[128];
     if (!slash || slash == p || (size_t)(slash - p) >= sizeof pool || !slash[1])
@@ -371,7 +371,8 @@ int ckpt_rados_url_open(const char *url, ckpt_rados **r, char *job, size_t job_c
     snprintf(pool, sizeof pool, "%.*s", (int)(slash - p), p);
     const char *rest = slash + 1, *last = strrchr(rest, '/');
     bool named = last && last[1] &&
-                 (strncmp(last + 1, "chk-", 4) == 0 || strncmp(last + 1, "savepoint-", 10) == 0);
+                 (strncmp(last + 1, "chk-", 4) == 0 || strncmp(last + 1, "savepoint-", 10) == 0 ||
+                  strncmp(last + 1, "job-", 4) == 0);
     size_t jlen = named ? (size_t)(last - rest) : strlen(rest);
     while (jlen && rest[jlen - 1] == '/') jlen--;
     if (!jlen || jlen >= job_cap) return shm_fail(-EINVAL, "%s: no job named", url);

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "backends/checkpoint/ckpt_read.h"
-#include "backends/checkpoint/rados.h"
+#include "backends/checkpoint/job_merge.h"
 #include "backends/state/state.h"
 
 struct stash_snapshot {
@@ -32,7 +32,7 @@ STASH_API int stash_snapshot_open(const char *path, stash_snapshot **out)
     if (rc == 0 && ckpt_rados_url(path)) {
         /* Copied from RADOS, read whole into memory, the copy removed. */
         ckpt_fetched f;
-        rc = ckpt_rados_url_fetch(path, NULL, &f);
+        rc = ckpt_url_fetch(path, NULL, &f);
         if (rc == 0) {
             rc = ckpt_view_open_path(f.path, s->e, &s->v);
             ckpt_rados_url_release(&f);

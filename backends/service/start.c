@@ -179,7 +179,7 @@ static int create_arena(stash_service *s, const char *name)
     int rc = 0;
     if (from && ckpt_rados_url(from)) {
         ckpt_fetched f;
-        if ((rc = ckpt_rados_url_fetch(from, &s->ckpts, &f)) != 0) return rc;
+        if ((rc = ckpt_url_fetch(from, &s->ckpts, &f)) != 0) return rc;
         rc = build_arena(s, name, f.path);
         ckpt_rados_url_release(&f);
         return rc;
@@ -293,6 +293,11 @@ static int check_host_opts(stash_service *s)
                         s->o.host);
     if (s->o.incremental)
         return shm_fail(-EINVAL, "host %s: a job's parts are full checkpoints: not incremental",
+                        s->o.host);
+    if (s->o.restore)
+        return shm_fail(-EINVAL,
+                        "host %s: a job's hosts restore from its newest job checkpoint, "
+                        "not from --restore",
                         s->o.host);
     int rc = ckpt_job_workers_parse(s->o.workers, &s->job_workers);
     for (uint32_t i = 0; rc == 0 && i < s->job_workers.n; i++)

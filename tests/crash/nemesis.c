@@ -62,10 +62,13 @@
 #define HOSTS 3u
 #define MAXP 32u
 #define LEASE_MS 2000u
-#define RATE 2000u                    /* events a worker scans per second */
-#define SETTLE_NS 120000000000ull     /* the longest wait for a commit after a step */
-#define ARENA "nemesis"               /* every host's arena, each in its own /dev/shm */
-#define HOST_DIR "/var/tmp/stash-job" /* every host's checkpoint directory, its own */
+#define RATE 2000u                /* events a worker scans per second */
+#define SETTLE_NS 120000000000ull /* the longest wait for a commit after a step */
+/* A host's arena (in its own /dev/shm) and checkpoint directory (in its
+ * own /var/tmp): one of two places, a second service of the host taking
+ * the other. */
+#define ARENA "nemesis-%u"
+#define HOST_DIR "/var/tmp/stash-job-%u"
 
 /* ------------------------------------------------------------------------ */
 /* The world: the campaign's directory, addresses and namespaces.           */
@@ -82,6 +85,7 @@ typedef struct host {
     uint64_t next_start_ns; /* a service refused is started again a lease later */
     int64_t *clock;         /* the wall clock's step, shared with its processes */
     bool cut;               /* an nftables table is in place */
+    unsigned place;         /* of its arena and directory (ARENA, HOST_DIR) */
 } host;
 
 typedef struct worker {
@@ -401,12 +405,14 @@ static void start_service(unsigned i, const char *workers)
     char log[sizeof h->log];
     snprintf(log, sizeof log, "%s/%s-%u.log", W.dir, h->name, ++h->starts);
     memcpy(h->log, log, sizeof log);
-    char p[16], maxp[16], lease[16];
+    char p[16], maxp[16], lease[16], arena[32], dir[64];
+    snprintf(arena, sizeof arena, ARENA, h->place);
+    snprintf(dir, sizeof dir, HOST_DIR, h->place);
     snprintf(p, sizeof p, "%u", HOSTS);
     snprintf(maxp, sizeof maxp, "%u", MAXP);
     snprintf(lease, sizeof lease, "%ums", LEASE_MS);
     const char *argv[] = {STASH_BIN, "serve",
-                          ARENA,     "--storage",
+                          arena,     "--storage",
                           "rados",   "--pool",
                           "stash",   "--ceph-conf",
                           W.conf,    "--job",
@@ -415,7 +421,7 @@ static void start_service(unsigned i, const char *workers)
                           workers,   "--job-parallelism",
                           p,         "--max-parallelism",
                           maxp,      "--dir",
-                          HOST_DIR,  "--interval",
+                          dir,       "--interval",
                           "1s",      "--timeout",
                           "6s",      "--lease",
                           lease,     "--retain",
@@ -503,14 +509,15 @@ static void observe_event(const stash_event *ev)
 /* Worker index of the job on the arena of host on (this one): exits 0 on
  * SIGTERM, 2 when fenced, 3 when a key differs from the replay, 1 on any
  * other error. What it is told goes to obs, a line each, after its host. */
-static int worker_main(uint32_t index, const char *on, bool rollback, const char *obs)
+static int worker_main(uint32_t index, const char *on, const char *arena, bool rollback,
+                       const char *obs)
 {
     obs_host = on;
     obs_fd = open(obs, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (obs_fd < 0) return 1;
     stash_worker *w;
     int rc = stash_worker_open(
-        ARENA, &(stash_worker_opts){.index = index, .parallelism = HOSTS, .rollback = rollback},
+        arena, &(stash_worker_opts){.index = index, .parallelism = HOSTS, .rollback = rollback},
         &w);
     if (rc == STASH_EFENCED) {
         observe("fenced at open: %s", stash_errmsg());
@@ -565,9 +572,11 @@ static void start_worker(uint32_t index, unsigned i)
     char idx[16], log[300];
     snprintf(idx, sizeof idx, "%u", index);
     snprintf(log, sizeof log, "%s/w%u.log", W.dir, index);
-    const char *argv[] = {
-        "/proc/self/exe", "--worker", idx, W.hosts[i].name, k->starts ? "rollback" : "fresh",
-        k->obs,           NULL};
+    char arena[32];
+    snprintf(arena, sizeof arena, ARENA, W.hosts[i].place);
+    const char *argv[] = {"/proc/self/exe", "--worker", idx,
+                          W.hosts[i].name,  arena,      k->starts ? "rollback" : "fresh",
+                          k->obs,           NULL};
     static char self[300];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) die("readlink /proc/self/exe: %s", strerror(errno));
@@ -868,6 +877,48 @@ static void cut(unsigned i, const char *rules)
     h->cut = true;
 }
 
+/* Whether host i's member lease is held (1), not (0), or an error. */
+static int member_held(unsigned i)
+{
+    char name[160], what[32];
+    snprintf(what, sizeof what, "hosts/%s", W.hosts[i].name);
+    ckpt_job_object(name, sizeof name, W.job, what);
+    return ckpt_rados_lease_held(W.rados, name);
+}
+
+/* Host i's service paused past its lease while a second service of the
+ * host, on the other arena and directory, joins and serves its workers;
+ * the first, woken, must fence itself off. */
+static void twin(unsigned i, unsigned hold)
+{
+    host *h = &W.hosts[i];
+    if (!serving(i)) return;
+    pid_t first = h->serve;
+    char first_log[sizeof h->log];
+    memcpy(first_log, h->log, sizeof first_log);
+    kill(first, SIGSTOP);
+    uint64_t t0 = now_ns();
+    while (member_held(i) != 0 && now_ns() - t0 < SETTLE_NS) nap_ms(100);
+    h->place ^= 1;
+    h->serve = 0;
+    char serves[sizeof h->serves];
+    memcpy(serves, h->serves, sizeof serves);
+    start_service(i, serves);
+    /* It may be refused: the job may have taken the host's workers over. */
+    for (t0 = now_ns(); h->serve > 0 && !serving(i) && now_ns() - t0 < SETTLE_NS; nap_ms(100))
+        if (waitpid(h->serve, NULL, WNOHANG) == h->serve) h->serve = 0;
+    nap_ms(hold);
+    kill(first, SIGCONT);
+    for (t0 = now_ns(); !file_has(first_log, "was fenced off") && now_ns() - t0 < SETTLE_NS;)
+        nap_ms(100);
+    if (!file_has(first_log, "was fenced off"))
+        problem("host %s's first service, woken beside a second one, was not fenced off (see %s)",
+                h->name, first_log);
+    kill(first, SIGTERM);
+    for (t0 = now_ns(); waitpid(first, NULL, WNOHANG) != first; nap_ms(20))
+        if (now_ns() - t0 > 10000000000ull) kill(first, SIGKILL);
+}
+
 enum {
     F_KILL_SERVICE,
     F_PAUSE,
@@ -881,13 +932,24 @@ enum {
     F_MON_STOP,
     F_KILL_WORKER,
     F_RESTART_ALL,
+    F_TWIN,
     F_KINDS
 };
 
 static const char *fault_names[F_KINDS] = {
-    "service killed",       "service paused",  "host lost",     "host cut off the cluster",
-    "host cut off its OSD", "packets lost",    "link slowed",   "wall clock stepped",
-    "OSD stopped",          "monitor stopped", "worker killed", "every host restarted",
+    "service killed",
+    "service paused",
+    "host lost",
+    "host cut off the cluster",
+    "host cut off its OSD",
+    "packets lost",
+    "link slowed",
+    "wall clock stepped",
+    "OSD stopped",
+    "monitor stopped",
+    "worker killed",
+    "every host restarted",
+    "a second service of a host",
 };
 
 static uint64_t fault_counts[F_KINDS];
@@ -968,6 +1030,9 @@ static void step(void)
         }
         break;
     }
+    case F_TWIN:
+        twin(i, hold);
+        break;
     case F_RESTART_ALL:
         for (unsigned w = 0; w < HOSTS; w++)
             if (W.workers[w].pid > 0) {
@@ -998,9 +1063,9 @@ static void usage(FILE *to)
 
 int main(int argc, char **argv)
 {
-    if (argc == 6 && strcmp(argv[1], "--worker") == 0)
-        return worker_main((uint32_t)atoi(argv[2]), argv[3], strcmp(argv[4], "rollback") == 0,
-                           argv[5]);
+    if (argc == 7 && strcmp(argv[1], "--worker") == 0)
+        return worker_main((uint32_t)atoi(argv[2]), argv[3], argv[4],
+                           strcmp(argv[5], "rollback") == 0, argv[6]);
     uint64_t events = 0, minutes = 0, seed = 0;
     bool seeded = false;
     static const struct option opts[] = {{"events", required_argument, NULL, 'e'},
