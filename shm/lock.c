@@ -7,6 +7,7 @@
  * lives but never lets go (stopped, or stuck) is not waited for forever:
  * after SHM_LOCK_TIMEOUT_S the taker gives up and names it.
  */
+#define _GNU_SOURCE /* pthread_mutex_clocklock */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -48,10 +49,12 @@ static void holder_of(int tid, int *pid, char *name, size_t cap)
 
 int shm_lock_acquire(shm_lock *lock, shm_repair_fn *repair, void *arg)
 {
+    /* On the monotonic clock: a step of the wall clock neither ends the
+     * wait at once nor makes it longer. */
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
+    clock_gettime(CLOCK_MONOTONIC, &until);
     until.tv_sec += SHM_LOCK_TIMEOUT_S;
-    int rc = pthread_mutex_timedlock(&lock->mutex, &until);
+    int rc = pthread_mutex_clocklock(&lock->mutex, CLOCK_MONOTONIC, &until);
     if (rc == 0) return 0;
     if (rc == ETIMEDOUT) {
         int pid;

@@ -992,4 +992,26 @@ Test(rados_job, a_job_checkpoint_reads_and_restores_as_one)
     stash_worker_close(all);
     stash_service_stop(one);
     stash_arena_destroy(name, NULL);
+
+    /* Two hosts that disagree on a state (host b's "other" is a map) make
+     * no one snapshot: refused, naming both. */
+    for (uint32_t i = 0; i < 3; i++) w[i] = open_worker(&hosts[i], i, 3);
+    cr_assert_eq(
+        stash_state_get(w[1], &(stash_state_desc){.name = "other", .kind = STASH_MAP}, &other), 0);
+    char mine[16];
+    int len = 0;
+    for (unsigned k = 0; k < 1000; k++) {
+        len = snprintf(mine, sizeof mine, "m%u", k);
+        if (stash_kg_owner(stash_key_group(mine, (size_t)len, MAXP), MAXP, 3) == 1) break;
+    }
+    cr_assert_eq(stash_key_set(w[1], mine, (size_t)len), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_map_put(other, "k", 1, "v", 1), 0, "%s", stash_errmsg());
+    cr_assert_eq(checkpoint(a, w, 3, &info), 0, "%s", stash_errmsg());
+    await_committed(info.id, 3);
+    for (uint32_t i = 0; i < 3; i++) stash_worker_close(w[i]);
+    snprintf(url, sizeof url, "rados://stash/%s/job-%llu", job, (unsigned long long)info.id);
+    cr_assert_eq(stash_snapshot_open(url, &snap), STASH_ECORRUPT);
+    cr_assert(strstr(stash_errmsg(), "state 'other' is of another kind or options than in host "
+                                     "a's part"),
+              "%s", stash_errmsg());
 }

@@ -26,6 +26,7 @@ typedef struct merge {
     uint16_t **ids;     /* per part: its state id -> the savepoint's (0: none) */
     int32_t *owner;     /* per key group: the part holding it, -1 none */
     ckpt_state *states; /* the savepoint's */
+    uint32_t *named_by; /* per state of the savepoint: the first part that holds it */
     uint32_t nstates;
 } merge;
 
@@ -81,12 +82,13 @@ static int name_states(merge *m, uint32_t p)
                                 v->meta_path);
             m->states[k] = s;
             m->states[k].id = (uint16_t)(k + 1);
+            m->named_by[k] = p;
             m->nstates++;
         } else if (m->states[k].kind != s.kind ||
                    memcmp(m->states[k].options, s.options, sizeof s.options) != 0) {
             return shm_fail(STASH_ECORRUPT,
                             "%s: state '%s' is of another kind or options than in host %s's part",
-                            v->meta_path, s.name, m->rec->parts[0].host);
+                            v->meta_path, s.name, m->rec->parts[m->named_by[k]].host);
         }
         m->ids[p][s.id] = m->states[k].id;
     }
@@ -151,9 +153,10 @@ int ckpt_job_merge(const ckpt_job_record *rec, const shm_dir *parts, const char 
     m.ids = calloc(rec->n ? rec->n : 1, sizeof *m.ids);
     m.owner = calloc(maxp ? maxp : 1, sizeof *m.owner);
     m.states = calloc(IDS, sizeof *m.states);
+    m.named_by = calloc(IDS, sizeof *m.named_by);
     ckpt_blob *blobs = calloc(p ? p : 1, sizeof *blobs);
     uint8_t **mem = calloc(p ? p : 1, sizeof *mem);
-    if (rc == 0 && (!m.views || !m.ids || !m.owner || !m.states || !blobs || !mem))
+    if (rc == 0 && (!m.views || !m.ids || !m.owner || !m.states || !m.named_by || !blobs || !mem))
         rc = shm_fail(-ENOMEM, "out of memory");
     for (; rc == 0 && opened < rec->n; opened++) {
         char dir[4096];
@@ -199,6 +202,7 @@ int ckpt_job_merge(const ckpt_job_record *rec, const shm_dir *parts, const char 
     free(m.ids);
     free(m.owner);
     free(m.states);
+    free(m.named_by);
     free(blobs);
     free(mem);
     return rc;

@@ -737,6 +737,11 @@ static void check(void)
                             w, at, bad, keys);
             } else if (strncmp(line, "fenced", 6) == 0) {
                 K.fenced++;
+            } else if (strncmp(line, "error", 5) == 0 && strstr(line, "not letting go") &&
+                       strstr(line, "(stash-nemesis)")) {
+                /* Workers are never paused: such a wait ended early (a
+                 * lock's deadline on the wall clock, which was stepped). */
+                problem("worker %u: %s", w, line);
             } else if (strncmp(line, "error", 5) == 0) {
                 say("worker %u: %s", w, line);
             }
