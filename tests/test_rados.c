@@ -49,6 +49,19 @@ static unsigned count_prefix(ckpt_rados *r, const char *prefix)
     return n;
 }
 
+/* The objects under prefix once retention, which follows a checkpoint's
+ * completion, has left want of them (or ten seconds passed). */
+static unsigned retained(ckpt_rados *r, const char *prefix, unsigned want)
+{
+    unsigned n = count_prefix(r, prefix);
+    for (int tries = 0; n != want && tries < 200; tries++) {
+        struct timespec ts = {0, 50000000};
+        nanosleep(&ts, NULL);
+        n = count_prefix(r, prefix);
+    }
+    return n;
+}
+
 Test(rados, files_pointers_and_listing)
 {
     ckpt_rados *r = connect_to("stash", 0);
@@ -221,14 +234,8 @@ Test(rados, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_from
     uint64_t third = info.id;
     cr_assert_eq(latest_of("wordcount"), third, "the pointer names the newest");
     ckpt_rados *r = connect_to("stash", 0);
-    /* Retention follows the checkpoint's completion. */
-    unsigned objects = count_prefix(r, "wordcount/chk-");
-    for (int tries = 0; objects != 6 && tries < 200; tries++) {
-        struct timespec ts = {0, 50000000};
-        nanosleep(&ts, NULL);
-        objects = count_prefix(r, "wordcount/chk-");
-    }
-    cr_assert_eq(objects, 6, "two kept, each its claim, metadata and data (%u objects)", objects);
+    cr_assert_eq(retained(r, "wordcount/chk-", 6), 6,
+                 "two kept, each its claim, metadata and data");
     /* The OSD down: the checkpoint fails, the pointer stays, nothing is
      * left of it locally; back up, the next one completes. */
     cr_assert_eq(test_ceph("osd-stop"), 0);
@@ -420,8 +427,8 @@ Test(rados, an_incremental_chain_goes_up_once_a_file_and_comes_back_whole)
     /* Each shared file once: the full one and three deltas, all still listed
      * by the two kept checkpoints. */
     ckpt_rados *r = connect_to("stash", 0);
-    cr_assert_eq(count_prefix(r, "chain/shared/"), 4, "one object each (small files)");
-    cr_assert_eq(count_prefix(r, "chain/chk-"), 4, "two kept, each its claim and metadata");
+    cr_assert_eq(retained(r, "chain/shared/", 4), 4, "one object each (small files)");
+    cr_assert_eq(retained(r, "chain/chk-", 4), 4, "two kept, each its claim and metadata");
     ckpt_rados_close(r);
     lose_all(name, a, w, svc, local);
     cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
