@@ -410,6 +410,19 @@ Test(rados_job, three_hosts_a_host_lost_and_the_leader_killed)
     stop_host(&hosts[other]);
 }
 
+/* Passes worker w's barriers until one returns STASH_EFENCED, or fails. */
+static void await_fenced(stash_worker *w)
+{
+    stash_event ev;
+    int rc = 0;
+    for (unsigned ms = 0; ms < WAIT_MS && rc != STASH_EFENCED; ms += 20) {
+        rc = stash_barrier(w, &ev);
+        struct timespec ts = {0, 20000000};
+        if (rc != STASH_EFENCED) nanosleep(&ts, NULL);
+    }
+    cr_assert_eq(rc, STASH_EFENCED, "%d: %s", rc, stash_errmsg());
+}
+
 /* The job's committed records in the pool (JOB/job-ID objects). */
 typedef struct pool_count {
     const char *prefix;
@@ -589,14 +602,7 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     kill(hosts[frozen].pid, SIGCONT);
     await_logged("was fenced off");
     /* Its worker hears it at a barrier: its workers are served elsewhere. */
-    stash_event ev2;
-    int brc = 0;
-    for (unsigned ms = 0; ms < WAIT_MS && brc != STASH_EFENCED; ms += 20) {
-        brc = stash_barrier(w[frozen], &ev2);
-        struct timespec ts = {0, 20000000};
-        if (brc != STASH_EFENCED) nanosleep(&ts, NULL);
-    }
-    cr_assert_eq(brc, STASH_EFENCED, "%d: %s", brc, stash_errmsg());
+    await_fenced(w[frozen]);
     cr_assert(strstr(stash_errmsg(), "fenced off"), "%s", stash_errmsg());
     stash_worker_close(w[frozen]);
     w[frozen] = open_worker(&hosts[taker], (uint32_t)frozen, 3);
@@ -780,14 +786,7 @@ Test(rados_job, a_second_service_of_a_host_fences_the_first_and_stale_arenas_res
     /* The first one wakes: fenced off, its worker told so. */
     kill(b->pid, SIGCONT);
     await_logged("was fenced off");
-    stash_event ev;
-    int brc = 0;
-    for (unsigned ms = 0; ms < WAIT_MS && brc != STASH_EFENCED; ms += 20) {
-        brc = stash_barrier(w, &ev);
-        struct timespec ts = {0, 20000000};
-        if (brc != STASH_EFENCED) nanosleep(&ts, NULL);
-    }
-    cr_assert_eq(brc, STASH_EFENCED, "%d: %s", brc, stash_errmsg());
+    await_fenced(w);
     stash_worker_close(w);
     cr_assert_eq(
         stash_worker_open(b->arena, &(stash_worker_opts){.index = 0, .parallelism = 1}, &w),
@@ -839,13 +838,7 @@ Test(rados_job, a_second_service_of_a_host_fences_the_first_and_stale_arenas_res
     stop_host(b4);
     host *b5 = start_host("b", "0-0", 1);
     await_logged("restored anew from it");
-    brc = 0;
-    for (unsigned ms = 0; ms < WAIT_MS && brc != STASH_EFENCED; ms += 20) {
-        brc = stash_barrier(w, &ev);
-        struct timespec ts = {0, 20000000};
-        if (brc != STASH_EFENCED) nanosleep(&ts, NULL);
-    }
-    cr_assert_eq(brc, STASH_EFENCED, "%d: %s", brc, stash_errmsg());
+    await_fenced(w);
     cr_assert(strstr(stash_errmsg(), "restored anew"), "%s", stash_errmsg());
     stash_worker_close(w);
     w = open_worker(b5, 0, 1);

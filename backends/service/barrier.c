@@ -285,19 +285,25 @@ int worker_rollback(stash_worker *w)
      * restored here reaches a checkpoint that has the predecessor's offsets
      * (a cut the engine opens is read when the engine takes it). */
     worker_await_cut_end(w);
-    int rc = shm_lock_acquire(&c->lock, NULL, NULL);
-    if (rc < 0) return rc;
+    ioe_engine *e;
+    int rc = ioe_engine_open(&(ioe_opts){0}, &e);
+    if (rc < 0) return shm_fail(rc, "worker %u: no I/O engine for the rollback", w->slot);
+    /* Before choosing a checkpoint (and reading the newest published one):
+     * retention, of checkpoints and of a job restore's copies, leaves them
+     * all alone until the restore ends. */
+    atomic_store(&c->workers[w->slot].restoring, 1);
+    rc = shm_lock_acquire(&c->lock, NULL, NULL);
+    if (rc < 0) {
+        atomic_store(&c->workers[w->slot].restoring, 0);
+        ioe_engine_close(e);
+        return rc;
+    }
     memcpy(dir, c->dir, sizeof dir);
     /* A job's host writes a checkpoint into its directory before the job
      * decides on it: only those it published complete are. */
     uint64_t upto = c->job_part[0] ? atomic_load(&c->completed) : UINT64_MAX;
     shm_lock_release(&c->lock);
-    ioe_engine *e;
-    rc = ioe_engine_open(&(ioe_opts){0}, &e);
-    if (rc < 0) return shm_fail(rc, "worker %u: no I/O engine for the rollback", w->slot);
     ckpt_restored out = {0};
-    /* Before choosing a checkpoint: retention leaves them all alone until the restore ends. */
-    atomic_store(&c->workers[w->slot].restoring, 1);
     shm_dir d;
     rc = shm_dir_open_named(a, dir, &d);
     uint64_t from_job = atomic_load(&c->workers[w->slot].job_restored);
