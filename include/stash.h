@@ -842,6 +842,16 @@ STASH_API int stash_savepoint(stash_arena *arena, uint64_t timeout_ms, stash_che
  * timeout_ms; 0: no limit). Returns 0, STASH_ENOSERVICE or -ETIMEDOUT. */
 STASH_API int stash_service_request_stop(stash_arena *arena, uint64_t timeout_ms);
 
+/* Stops with a savepoint, as one step: the engine serving arena takes a
+ * savepoint (as stash_savepoint()) and stops once it is complete, with no
+ * checkpoint between. The engine of a job's host takes a savepoint of the
+ * whole job (*out's detail: rados://POOL/JOB/job-ID, what restores it), and
+ * every host's engine stops once it is committed. If the savepoint fails,
+ * nothing stops. Waits (at most timeout_ms; 0: no limit) for the savepoint
+ * and then for this engine to stop. Returns as stash_savepoint() does. */
+STASH_API int stash_stop_with_savepoint(stash_arena *arena, uint64_t timeout_ms,
+                                        stash_checkpoint_info *out);
+
 typedef struct stash_service_info {
     int32_t pid;                     /* of the live engine; 0 if none */
     uint64_t since_ns;               /* when it started */

@@ -361,6 +361,10 @@ typedef struct shm_ctl_worker {
     _Atomic uint64_t job_restored;
 } shm_ctl_worker;
 
+/* What `stash stop` asks of the engine: exit now, or once the savepoint
+ * asked for next is complete (a job's: every host's engine exits). */
+enum { SHM_STOP_NOW = 1, SHM_STOP_AFTER_SAVEPOINT = 2 };
+
 typedef struct shm_control {
     shm_lock lock;                   /* results, operator-state sets */
     _Atomic int32_t service_pid;     /* the live engine's process, 0 none */
@@ -370,7 +374,7 @@ typedef struct shm_control {
     char dir[SHM_CTL_DETAIL];          /* where its checkpoints go (workers roll back from it) */
     _Atomic uint32_t wake;             /* futex: the engine sleeps on it */
     _Atomic uint32_t finished;         /* futex: bumped when a checkpoint ends */
-    _Atomic uint32_t stop;             /* `stash stop`: the engine exits */
+    _Atomic uint32_t stop;             /* `stash stop`: SHM_STOP_NOW, SHM_STOP_AFTER_SAVEPOINT */
     _Atomic uint32_t committed_p;      /* the parallelism of the committed operator state, 0 none */
     _Atomic uint32_t parallelism;      /* of the workers that joined last */
     _Atomic uint64_t savepoint_ticket; /* the newest request that asks for a savepoint */

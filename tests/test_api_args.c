@@ -129,6 +129,8 @@ Test(args, null_handles_and_out_parameters_are_refused)
     refused(stash_checkpoint(arena, 0, NULL), "checkpoint out");
     refused(stash_savepoint(NULL, 0, &ci), "savepoint arena");
     refused(stash_service_request_stop(NULL, 0), "request_stop arena");
+    refused(stash_stop_with_savepoint(NULL, 0, &ci), "stop_with_savepoint arena");
+    refused(stash_stop_with_savepoint(arena, 0, NULL), "stop_with_savepoint out");
     refused(stash_service_info_get(NULL, &si), "service_info_get arena");
     refused(stash_service_info_get(arena, NULL), "service_info_get out");
     refused(stash_service_start(NULL, NULL, NULL), "service_start");

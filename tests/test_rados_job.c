@@ -13,7 +13,9 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,9 +66,10 @@ static void stop_all(void)
 
 TestSuite(rados_job, .init = start_cluster, .fini = stop_all, .timeout = 300);
 
-/* Starts host name serving workers of parallelism p, on the arena and
- * directory of tag. */
-static host *start_host_on(const char *name, const char *tag, const char *workers, uint32_t p)
+/* Starts host name of job jobname serving workers of parallelism p, on
+ * the arena and directory of tag; with restore, --restore restore. */
+static host *start_host_of(const char *jobname, const char *name, const char *tag,
+                           const char *workers, uint32_t p, const char *restore)
 {
     host *h = &hosts[nhosts++];
     snprintf(h->name, sizeof h->name, "%s", name);
@@ -82,14 +85,31 @@ static host *start_host_on(const char *name, const char *tag, const char *worker
         int fd = open(h->log, O_WRONLY | O_CREAT | O_APPEND, 0600);
         dup2(fd, 1);
         dup2(fd, 2);
-        execl(STASH_BIN, "stash", "serve", h->arena, "--storage", "rados", "--pool", "stash",
-              "--ceph-conf", conf, "--job", job, "--host", name, "--workers", workers,
-              "--job-parallelism", p_arg, "--max-parallelism", maxp_arg, "--dir", h->dir,
-              "--timeout", "6s", "--lease", "2s", "--retain", "2", "--ceph-timeout", "3s",
-              (char *)NULL);
+        const char *argv[] = {"stash",  "serve",
+                              h->arena, "--storage",
+                              "rados",  "--pool",
+                              "stash",  "--ceph-conf",
+                              conf,     "--job",
+                              jobname,  "--host",
+                              name,     "--workers",
+                              workers,  "--job-parallelism",
+                              p_arg,    "--max-parallelism",
+                              maxp_arg, "--dir",
+                              h->dir,   "--timeout",
+                              "6s",     "--lease",
+                              "2s",     "--retain",
+                              "2",      "--ceph-timeout",
+                              "3s",     restore ? "--restore" : NULL,
+                              restore,  NULL};
+        execv(STASH_BIN, (char *const *)argv);
         _exit(127);
     }
     return h;
+}
+
+static host *start_host_on(const char *name, const char *tag, const char *workers, uint32_t p)
+{
+    return start_host_of(job, name, tag, workers, p, NULL);
 }
 
 static host *start_host(const char *name, const char *workers, uint32_t p)
@@ -484,13 +504,18 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     cr_assert_eq(stash_serve("--host x --workers 0 --job-parallelism 3 --restore /nonexistent", out,
                              sizeof out),
                  1, "%s", out);
-    cr_assert(strstr(out, "not from --restore"), "%s", out);
-    stash_arena *ar;
+    cr_assert(strstr(out, "/nonexistent: not rados://POOL/JOB"), "%s", out);
+    cr_assert_eq(stash_serve("--host x --workers 0 --job-parallelism 3 --restore "
+                             "rados://other/j/job-3",
+                             out, sizeof out),
+                 1, "%s", out);
+    cr_assert(strstr(out, "a job's hosts restore from a job of their own pool (stash)"), "%s", out);
+    cr_assert_eq(stash_serve("--host x --workers 0 --job-parallelism 3 --restore "
+                             "rados://stash/j/chk-3",
+                             out, sizeof out),
+                 1, "%s", out);
+    cr_assert(strstr(out, "not a job checkpoint"), "%s", out);
     stash_checkpoint_info info;
-    cr_assert_eq(stash_arena_open(a->arena, NULL, &ar), 0);
-    cr_assert_eq(stash_savepoint(ar, 10000, &info), STASH_EABORTED);
-    cr_assert(strstr(stash_errmsg(), "takes no savepoint"), "%s", stash_errmsg());
-    stash_arena_close(ar);
 
     for (uint32_t i = 0; i < 3; i++) write_round(w[i], i, 3, 1);
     cr_assert_eq(checkpoint(a, w, 3, &info), 0, "%s", stash_errmsg());
@@ -576,18 +601,24 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     snprintf(url, sizeof url, "snapshot verify rados://stash/%s/part/b/%llu/chk-%llu", job,
              (unsigned long long)epoch_b, (unsigned long long)info.id);
     cr_assert_eq(test_run_stash(url, out, sizeof out), 0, "%s", out);
-    /* ls lists the job's checkpoints with their parts. */
+    /* ls lists each job checkpoint once, as what restores it; its parts
+     * with --json. */
     snprintf(url, sizeof url, "snapshot ls rados://stash/%s", job);
     cr_assert_eq(test_run_stash(url, out, sizeof out), 0, "%s", out);
     char line[256];
-    snprintf(line, sizeof line, "rados://stash/%s/part/c/%llu/chk-%llu (workers 2-2 of 3) (latest)",
-             job, (unsigned long long)epoch_c, (unsigned long long)info.id);
+    snprintf(line, sizeof line, "complete     3      rados://stash/%s/job-%llu (latest)", job,
+             (unsigned long long)info.id);
     cr_assert(strstr(out, line), "%s", out);
+    cr_assert(!strstr(out, "/part/"), "%s", out);
     snprintf(url, sizeof url, "snapshot ls rados://stash/%s --json", job);
     cr_assert_eq(test_run_stash(url, out, sizeof out), 0, "%s", out);
     snprintf(line, sizeof line,
-             "{\"id\": %llu, \"state\": \"complete\", \"latest\": true, \"parts\": [",
-             (unsigned long long)info.id);
+             "{\"id\": %llu, \"state\": \"complete\", \"savepoint\": false, \"latest\": true, "
+             "\"url\": \"rados://stash/%s/job-%llu\", \"parts\": [",
+             (unsigned long long)info.id, job, (unsigned long long)info.id);
+    cr_assert(strstr(out, line), "%s", out);
+    snprintf(line, sizeof line, "\"url\": \"rados://stash/%s/part/c/%llu/chk-%llu\"", job,
+             (unsigned long long)epoch_c, (unsigned long long)info.id);
     cr_assert(strstr(out, line), "%s", out);
 
     /* A host frozen past its lease is taken for lost: its worker goes to a
@@ -754,6 +785,28 @@ Test(rados_job, one_decision_and_fences_made_by_the_pool)
     cr_assert_eq(ckpt_job_retain(ra, job, 1, la), -ECANCELED);
     cr_assert(strstr(stash_errmsg(), "the lead passed on"), "%s", stash_errmsg());
     cr_assert_eq(ckpt_job_verdict(ra, job, id5), 1);
+
+    /* A savepoint is kept past retention, and so is its decision. */
+    uint64_t id7, id8;
+    cr_assert_eq(ckpt_job_next_id(rb, job, &id7), 0);
+    rec->id = id7;
+    rec->savepoint = true;
+    cr_assert_eq(ckpt_job_commit(rb, job, rec, lb), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_job_next_id(rb, job, &id8), 0);
+    rec->id = id8;
+    rec->savepoint = false;
+    cr_assert_eq(ckpt_job_commit(rb, job, rec, lb), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_job_retain(rb, job, 1, lb), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_job_verdict(ra, job, id5), -ESTALE);
+    cr_assert_eq(ckpt_job_verdict(ra, job, id7), 1);
+    cr_assert_eq(ckpt_job_abort(ra, job, id7, "too late"), 1);
+    cr_assert_eq(ckpt_job_records(ra, job, &ids, &n), 0);
+    cr_assert_eq(n, 2);
+    cr_assert(ids[0] == id8 && ids[1] == id7);
+    free(ids);
+    cr_assert_eq(ckpt_job_record_read(ra, job, id7, rec), 0, "%s", stash_errmsg());
+    cr_assert(rec->savepoint);
+    cr_assert_eq(ckpt_job_record_read(ra, job, id5, rec), -ENOENT);
     free(rec);
     ckpt_rados_close(ra);
     ckpt_rados_close(rb);
@@ -1010,4 +1063,168 @@ Test(rados_job, a_job_checkpoint_reads_and_restores_as_one)
     cr_assert((strstr(why, "parts/a/") && strstr(why, "host b's part")) ||
                   (strstr(why, "parts/b/") && strstr(why, "host a's part")),
               "%s", why);
+}
+
+/* A command run from another thread while workers reach barriers. */
+typedef struct command {
+    const char *args;
+    char *out;
+    size_t cap;
+    int rc;
+    atomic_bool done;
+} command;
+
+static void *run_command(void *arg)
+{
+    command *c = arg;
+    c->rc = test_run_stash(c->args, c->out, c->cap);
+    atomic_store(&c->done, true);
+    return NULL;
+}
+
+/* Runs `stash args` while the n workers w reach barriers; its exit code,
+ * its output in out. */
+static int run_at_barriers(const char *args, stash_worker *const *w, size_t n, char *out,
+                           size_t cap)
+{
+    command c = {args, out, cap, 0, false};
+    pthread_t t;
+    cr_assert_eq(pthread_create(&t, NULL, run_command, &c), 0);
+    stash_event ev;
+    while (!atomic_load(&c.done))
+        for (size_t i = 0; i < n; i++) stash_barrier(w[i], &ev);
+    pthread_join(t, NULL);
+    return c.rc;
+}
+
+/* The id a command's --json output names. */
+static uint64_t id_of(const char *out)
+{
+    const char *at = strstr(out, "\"id\": ");
+    unsigned long long id = 0;
+    cr_assert(at && sscanf(at, "\"id\": %llu", &id) == 1, "no id in %s", out);
+    return id;
+}
+
+static int count_savepoint_part(void *ctx, const char *name)
+{
+    const char *want = ((const char **)ctx)[0];
+    if (strstr(name, "/part/") && strstr(name, want)) (*(unsigned *)((const char **)ctx)[1])++;
+    return 0;
+}
+
+/* Objects JOB/part/.../savepoint-ID/_metadata.0 of the job's parts. */
+static unsigned savepoint_parts(ckpt_rados *r, const char *jobname, uint64_t id)
+{
+    char prefix[96], want[64];
+    unsigned n = 0;
+    snprintf(prefix, sizeof prefix, "%s/part/", jobname);
+    snprintf(want, sizeof want, "/savepoint-%llu/_metadata.0", (unsigned long long)id);
+    const char *ctx[2] = {want, (const char *)&n};
+    cr_assert_eq(ckpt_rados_list(r, prefix, count_savepoint_part, ctx), 0);
+    return n;
+}
+
+Test(rados_job, savepoints_of_a_job_start_a_new_one_and_stop_every_host)
+{
+    host *a = start_host("a", "0-0", 2), *b = start_host("b", "1-1", 2);
+    await_logged("leads job");
+    stash_worker *w[2] = {open_worker(a, 0, 2), open_worker(b, 1, 2)};
+    for (uint32_t i = 0; i < 2; i++) write_round(w[i], i, 2, 1);
+    stash_checkpoint_info info;
+    cr_assert_eq(checkpoint(a, w, 2, &info), 0, "%s", stash_errmsg());
+    uint64_t first = info.id;
+    await_committed(first, 2);
+
+    /* A savepoint asked of any host is the whole job's: each host's part
+     * a savepoint of its arena, the record what restores it. */
+    for (uint32_t i = 0; i < 2; i++) write_round(w[i], i, 2, 2);
+    char out[8192], args[512], text[1024];
+    snprintf(args, sizeof args, "checkpoint %s --savepoint --json", b->arena);
+    cr_assert_eq(run_at_barriers(args, w, 2, out, sizeof out), 0, "%s", out);
+    uint64_t sp = id_of(out);
+    char source[256];
+    snprintf(source, sizeof source, "rados://stash/%s/job-%llu", job, (unsigned long long)sp);
+    snprintf(text, sizeof text, "\"savepoint\": true");
+    cr_assert(strstr(out, text), "%s", out);
+    snprintf(text, sizeof text, "\"path\": \"%s\"", source);
+    cr_assert(strstr(out, text), "%s", out);
+    snprintf(text, sizeof text, "job savepoint %llu committed: 2 parts", (unsigned long long)sp);
+    await_logged(text);
+    await_completed(a, sp);
+
+    /* Checkpoints past retention (2 kept) keep it and its parts. */
+    for (uint32_t i = 0; i < 2; i++) write_round(w[i], i, 2, 3);
+    for (int k = 0; k < 3; k++) {
+        cr_assert_eq(checkpoint(a, w, 2, &info), 0, "%s", stash_errmsg());
+        await_committed(info.id, 2);
+    }
+    uint64_t newest = info.id;
+    for (uint32_t i = 0; i < 2; i++) stash_worker_close(w[i]);
+    ckpt_rados *r;
+    cr_assert_eq(ckpt_rados_open(&(ckpt_rados_opts){.conf = conf, .pool = "stash"}, &r), 0);
+    ckpt_job_record *rec = malloc(sizeof *rec);
+    cr_assert_eq(ckpt_job_record_read(r, job, sp, rec), 0, "%s", stash_errmsg());
+    cr_assert(rec->savepoint);
+    cr_assert_eq(rec->n, 2);
+    cr_assert_eq(ckpt_job_verdict(r, job, sp), 1, "a savepoint stays committed");
+    cr_assert_eq(savepoint_parts(r, job, sp), 2);
+    cr_assert_eq(ckpt_job_record_read(r, job, first, rec), -ENOENT, "checkpoint %llu retired",
+                 (unsigned long long)first);
+    setenv("CEPH_CONF", conf, 1);
+    snprintf(args, sizeof args, "snapshot ls rados://stash/%s", job);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    snprintf(text, sizeof text, "savepoint    2      %s\n", source);
+    cr_assert(strstr(out, text), "%s", out);
+    stop_host(a);
+    stop_host(b);
+
+    /* A new job started from it: every host of its first start restores
+     * the same one (another refused), with the workers split otherwise. */
+    char job2[96], other[256];
+    snprintf(job2, sizeof job2, "%s-b", job);
+    snprintf(other, sizeof other, "rados://stash/%s/job-%llu", job, (unsigned long long)newest);
+    host *c = start_host_of(job2, "c", "c", "0-0", 2, source);
+    host *d = start_host_of(job2, "d", "d", "1-1", 2, other);
+    cr_assert_neq(test_wait(d->pid), 0, "a host started from another checkpoint serves");
+    d->pid = -1;
+    snprintf(text, sizeof text, "job %s was first started from %s, not %s", job2, source, other);
+    cr_assert(logged(d, text), "see %s", d->log);
+    d = start_host_of(job2, "d", "d", "1-1", 2, source);
+    stash_worker *v[2] = {open_worker(c, 0, 2), open_worker(d, 1, 2)};
+    for (uint32_t i = 0; i < 2; i++) check_round(v[i], i, 2, 2);
+    for (uint32_t i = 0; i < 2; i++) write_round(v[i], i, 2, 4);
+    cr_assert_eq(checkpoint(c, v, 2, &info), 0, "%s", stash_errmsg());
+    cr_assert_gt(info.id, sp, "the new job's ids go on above what it started from");
+    await_committed(info.id, 2);
+
+    /* Stopped with a savepoint: of the whole job, and every host stops. */
+    snprintf(args, sizeof args, "stop %s --savepoint --json", d->arena);
+    cr_assert_eq(run_at_barriers(args, v, 2, out, sizeof out), 0, "%s", out);
+    uint64_t sp2 = id_of(out);
+    snprintf(text, sizeof text, "\"path\": \"rados://stash/%s/job-%llu\"", job2,
+             (unsigned long long)sp2);
+    cr_assert(strstr(out, text), "%s", out);
+    for (uint32_t i = 0; i < 2; i++) stash_worker_close(v[i]);
+    cr_assert_eq(test_wait(c->pid), 0, "see %s", c->log);
+    cr_assert_eq(test_wait(d->pid), 0, "see %s", d->log);
+    c->pid = d->pid = -1;
+    uint64_t latest = 0;
+    cr_assert_eq(ckpt_job_latest(r, job2, &latest, rec), 0, "%s", stash_errmsg());
+    cr_assert_eq(latest, sp2);
+    cr_assert(rec->savepoint);
+    cr_assert_eq(savepoint_parts(r, job2, sp2), 2);
+
+    /* Started again as their unit says (--restore and all): the job goes on
+     * from its newest, the savepoint, not from what it first started from. */
+    c = start_host_of(job2, "c", "c", "0-0", 2, source);
+    d = start_host_of(job2, "d", "d", "1-1", 2, source);
+    v[0] = open_worker(c, 0, 2);
+    v[1] = open_worker(d, 1, 2);
+    for (uint32_t i = 0; i < 2; i++) check_round(v[i], i, 2, 4);
+    snprintf(text, sizeof text, "has committed checkpoint %llu since", (unsigned long long)sp2);
+    await_logged(text);
+    for (uint32_t i = 0; i < 2; i++) stash_worker_close(v[i]);
+    free(rec);
+    ckpt_rados_close(r);
 }

@@ -974,6 +974,41 @@ Test(service, a_failed_fsync_fails_that_checkpoint_and_keeps_the_others, .timeou
     drop_dir(dir);
 }
 
+Test(service, a_stop_with_a_savepoint_stops_after_it_and_a_failed_one_stops_nothing, .timeout = 240)
+{
+    char dir[128], path[200];
+    make_dir(dir, "stopsp");
+    const char *name = test_arena_name("svcss");
+    /* Checkpoint 1 syncs its data file and its metadata; savepoint 2 fails at its first. */
+    svc_args sv = {.dir = dir, .faults = "fsync:3:ENOSPC"};
+    snprintf(sv.name, sizeof sv.name, "%s", name);
+    pid_t spid = start_engine(&sv);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_checkpoint_info info;
+    cr_assert_eq(stash_checkpoint(a, 60000, &info), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_stop_with_savepoint(a, 60000, &info), STASH_EABORTED);
+    cr_assert(info.savepoint && info.id == 2, "savepoint %llu", (unsigned long long)info.id);
+    /* Nothing stopped: the service goes on as before. */
+    cr_assert_eq(stash_checkpoint(a, 60000, &info), 0, "%s", stash_errmsg());
+    cr_assert_eq(info.id, 3);
+    cr_assert(!info.savepoint);
+    cr_assert_eq(stash_stop_with_savepoint(a, 60000, &info), 0, "%s", stash_errmsg());
+    cr_assert(info.savepoint && info.id == 4, "savepoint %llu", (unsigned long long)info.id);
+    snprintf(path, sizeof path, "%s/savepoint-4", dir);
+    cr_assert_str_eq(info.detail, path);
+    cr_assert_eq(test_wait(spid), 0, "the engine stopped cleanly");
+    /* The savepoint was its last: no checkpoint after it. */
+    stash_service_info si;
+    cr_assert_eq(stash_service_info_get(a, &si), 0);
+    cr_assert_eq(si.pid, 0);
+    cr_assert_eq(si.completed, 4);
+    cr_assert_eq(si.recent[0].id, 4);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
+
 /* Asks the service of arena arg for a savepoint and waits for it. */
 static int ask_savepoint(void *arg)
 {

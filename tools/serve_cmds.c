@@ -360,9 +360,11 @@ int tool_serve(int argc, char **argv)
         "every --interval, commits it once every worker's part is in or aborts it after\n"
         "--timeout; a host whose lease lapses is lost and a live one takes its workers\n"
         "over from the newest job checkpoint. A new arena restores its workers' key\n"
-        "groups from the job's newest checkpoint, of any number of hosts and workers\n"
-        "(--restore is refused with --host). A job checkpoint restores on one machine as\n"
-        "one: --restore rados://POOL/JOB/job-ID, or rados://POOL/JOB for the newest.\n"
+        "groups from the job's newest checkpoint, of any number of hosts and workers;\n"
+        "with --restore rados://POOL/OTHER/job-ID the job's first start restores that\n"
+        "job checkpoint or savepoint instead (every host the same; once the job has\n"
+        "committed one of its own, its newest). Without --host a job checkpoint restores\n"
+        "on one machine as one: --restore rados://POOL/JOB/job-ID, or rados://POOL/JOB.\n"
         "--metrics serves the metrics of `stash status --prom` at http://ADDR:PORT/metrics\n"
         "(?kg=1 adds each key group's bytes). ADDR is a numeric IPv4 address, [IPV6], or\n"
         "none (:PORT) for every IPv4 address, which anyone who reaches the host may\n"
@@ -638,8 +640,10 @@ int tool_checkpoint(int argc, char **argv)
         "Asks the service of the arena NAME for a checkpoint and waits until it is complete\n"
         "(at most --timeout; none by default); prints its id and directory. --savepoint\n"
         "takes a savepoint: DIR/savepoint-ID, full and self-contained (restore it anywhere\n"
-        "with stash serve --restore), never removed by retention. Exit code 1 if it failed\n"
-        "(the reason is printed), no service runs, or the time ran out.\n";
+        "with stash serve --restore), never removed by retention. On a host of a job that\n"
+        "spans hosts both are the whole job's (the leader's); a savepoint prints as\n"
+        "rados://POOL/JOB/job-ID. Exit code 1 if it failed (the reason is printed), no\n"
+        "service runs, or the time ran out.\n";
     control_args args = {0};
     int rc = parse_control(argc, argv, usage, &args);
     if (rc) return rc < 0 ? 0 : rc;
@@ -658,22 +662,24 @@ int tool_stop(int argc, char **argv)
         "usage: stash stop NAME [--savepoint [--json]] [--path FILE] [--timeout DURATION]\n"
         "Asks the service of the arena NAME to stop (a checkpoint in flight finishes or\n"
         "fails first) and waits until it has (at most --timeout; none by default).\n"
-        "--savepoint takes a savepoint first, as `stash checkpoint --savepoint` does, and\n"
-        "prints it; if it fails the service is not stopped (exit code 1). Workers are not\n"
-        "stopped: what they write after the savepoint is in none.\n";
+        "--savepoint takes a savepoint first, as `stash checkpoint --savepoint` does, with\n"
+        "no checkpoint between it and the stop, and prints it; if it fails the service is\n"
+        "not stopped (exit code 1). On a host of a job that spans hosts it is a savepoint\n"
+        "of the whole job (printed as rados://POOL/JOB/job-ID, what --restore takes) and\n"
+        "every host's service stops once it is committed. Workers are not stopped: what\n"
+        "they write after the savepoint is in none.\n";
     control_args args = {0};
     int rc = parse_control(argc, argv, usage, &args);
     if (rc) return rc < 0 ? 0 : rc;
     stash_arena *a = NULL;
     rc = stash_arena_open(args.name, &args.opts, &a);
     if (rc == 0 && args.savepoint) {
-        stash_checkpoint_info info;
-        rc = stash_savepoint(a, args.timeout_ms, &info);
-        int code = print_outcome("stop", &args, rc, &info);
-        if (code) {
-            stash_arena_close(a);
-            return code;
-        }
+        stash_checkpoint_info info = {0};
+        rc = stash_stop_with_savepoint(a, args.timeout_ms, &info);
+        /* A savepoint taken but a stop that timed out: both said. */
+        int code = print_outcome("stop", &args, rc == -ETIMEDOUT && info.id ? 0 : rc, &info);
+        stash_arena_close(a);
+        return code ? code : rc < 0 ? tool_fail("stop", rc) : 0;
     }
     if (rc == 0) rc = stash_service_request_stop(a, args.timeout_ms);
     stash_arena_close(a);

@@ -258,47 +258,55 @@ static void list_savepoints(const shm_dir *dir, const snap_args *a, ioe_engine *
     if (d) closedir(d);
 }
 
-/* ls of a job in RADOS: each checkpoint, complete (its metadata there) or
- * partial, and the one JOB/latest names. */
-/* The checkpoints of a job that spans hosts, each with its parts (a
- * checkpoint each, read as any other); closes r. */
+/* The checkpoints and savepoints of a job that spans hosts, each one line
+ * (what restores it: rados://POOL/JOB/job-ID); its parts, each a host's
+ * checkpoint of its own arena, only with --json. Closes r. */
 static int ls_job(const snap_args *a, ckpt_rados *r, const char *job, uint64_t latest)
 {
     uint64_t *ids = NULL;
     size_t n = 0;
     ckpt_job_record *rec = malloc(sizeof *rec);
     int rc = rec ? ckpt_job_records(r, job, &ids, &n) : -ENOMEM;
+    if (rc == 0 && !a->json) printf("%-10s %-12s %-6s %s\n", "id", "state", "parts", "url");
     for (size_t i = 0; rc == 0 && i < n; i++) {
         rc = ckpt_job_record_read(r, job, ids[i], rec);
         if (rc == -ENOENT) {
             rc = 0; /* removed meanwhile */
             continue;
         }
-        const char *st = ids[i] > latest ? "uncommitted" : "complete";
-        if (rc == 0 && a->json)
-            printf("{\"id\": %llu, \"state\": \"%s\", \"latest\": %s, \"parts\": [",
-                   (unsigned long long)ids[i], st, ids[i] == latest ? "true" : "false");
-        for (size_t k = 0; rc == 0 && k < rec->n; k++) {
-            char url[1024], workers[512], epoch[32] = "";
+        if (rc) break;
+        const char *st = ids[i] > latest  ? "uncommitted"
+                         : rec->savepoint ? "savepoint"
+                                          : "complete";
+        char url[1024];
+        snprintf(url, sizeof url, "%s/job-%llu", a->path[0], (unsigned long long)ids[i]);
+        if (!a->json) {
+            printf("%-10llu %-12s %-6zu %s%s\n", (unsigned long long)ids[i], st, rec->n, url,
+                   ids[i] == latest ? " (latest)" : "");
+            continue;
+        }
+        printf("{\"id\": %llu, \"state\": \"%s\", \"savepoint\": %s, \"latest\": %s, \"url\": ",
+               (unsigned long long)ids[i], st, rec->savepoint ? "true" : "false",
+               ids[i] == latest ? "true" : "false");
+        tool_json_string(url);
+        printf(", \"parts\": [");
+        char name[64];
+        ckpt_job_part_name(rec, name, sizeof name);
+        for (size_t k = 0; k < rec->n; k++) {
+            char part[1024], workers[512], epoch[32] = "";
             if (rec->parts[k].epoch)
                 snprintf(epoch, sizeof epoch, "/%llu", (unsigned long long)rec->parts[k].epoch);
-            snprintf(url, sizeof url, "%s/part/%s%s/chk-%llu", a->path[0], rec->parts[k].host,
-                     epoch, (unsigned long long)ids[i]);
+            snprintf(part, sizeof part, "%s/part/%s%s/%s", a->path[0], rec->parts[k].host, epoch,
+                     name);
             ckpt_job_workers_format(&rec->parts[k].workers, workers, sizeof workers);
-            if (a->json) {
-                printf("%s{\"host\": ", k ? ", " : "");
-                tool_json_string(rec->parts[k].host);
-                printf(", \"workers\": \"%s\", \"parallelism\": %u, \"url\": ", workers,
-                       rec->parts[k].parallelism);
-                tool_json_string(url);
-                printf("}");
-            } else {
-                printf("%-10llu %-10s %s (workers %s of %u)%s\n", (unsigned long long)ids[i], st,
-                       url, workers, rec->parts[k].parallelism,
-                       ids[i] == latest ? " (latest)" : "");
-            }
+            printf("%s{\"host\": ", k ? ", " : "");
+            tool_json_string(rec->parts[k].host);
+            printf(", \"workers\": \"%s\", \"parallelism\": %u, \"url\": ", workers,
+                   rec->parts[k].parallelism);
+            tool_json_string(part);
+            printf("}");
         }
-        if (rc == 0 && a->json) printf("]}\n");
+        printf("]}\n");
     }
     ckpt_rados_close(r);
     free(rec);

@@ -158,9 +158,11 @@ int ckpt_job_merge(const ckpt_job_record *rec, const shm_dir *parts, const char 
     uint8_t **mem = calloc(p ? p : 1, sizeof *mem);
     if (rc == 0 && (!m.views || !m.ids || !m.owner || !m.states || !m.named_by || !blobs || !mem))
         rc = shm_fail(-ENOMEM, "out of memory");
+    char chk[64];
+    ckpt_job_part_name(rec, chk, sizeof chk);
     for (; rc == 0 && opened < rec->n; opened++) {
         char dir[4096];
-        rc = ckpt_path_of(dir, "%s/%s/chk-%" PRIu64, parts->path, rec->parts[opened].host, rec->id);
+        rc = ckpt_path_of(dir, "%s/%s/%s", parts->path, rec->parts[opened].host, chk);
         if (rc == 0) rc = ckpt_view_open_path(dir, e, &m.views[opened]);
         if (rc) break;
         if (m.views[opened].max_parallelism != maxp)
@@ -208,34 +210,18 @@ int ckpt_job_merge(const ckpt_job_record *rec, const shm_dir *parts, const char 
     return rc;
 }
 
-/* Whether checkpoint id of job is committed: its decision in the job's
- * state, read only. */
-static int committed(ckpt_rados *r, const char *job, uint64_t id)
-{
-    uint64_t *ids;
-    size_t n;
-    int rc = ckpt_job_records(r, job, &ids, &n);
-    if (rc) return rc;
-    bool found = false;
-    for (size_t i = 0; i < n; i++) found = found || ids[i] == id;
-    free(ids);
-    return found ? 0
-                 : shm_fail(-ENOENT, "rados://%s/%s/job-%" PRIu64 ": no committed job checkpoint",
-                            ckpt_rados_pool(r), job, id);
-}
-
 /* Fetches the parts of job checkpoint id into DIR/parts/HOST and merges
  * them into DIR/job-ID. */
 static int fetch_merged(ckpt_rados *r, const char *job, uint64_t id, ckpt_fetched *out)
 {
     ckpt_job_record *rec = malloc(sizeof *rec);
-    int rc = rec ? committed(r, job, id) : shm_fail(-ENOMEM, "out of memory");
+    int rc = rec ? ckpt_job_committed(r, job, id) : shm_fail(-ENOMEM, "out of memory");
     if (rc == 0) rc = ckpt_job_record_read(r, job, id, rec);
     ioe_engine *e = NULL;
     shm_dir parts = {.fd = -1};
     if (rc == 0) rc = shm_dir_openat(&out->tmp, "parts", SHM_DIR_OWN | SHM_DIR_CREATE, &parts);
-    char chk[64];
-    snprintf(chk, sizeof chk, "chk-%" PRIu64, id);
+    char chk[64] = "";
+    if (rc == 0) ckpt_job_part_name(rec, chk, sizeof chk);
     for (size_t i = 0; rc == 0 && i < rec->n; i++) {
         char sub[1024];
         shm_dir host;

@@ -10,7 +10,7 @@
 #include "backends/checkpoint/rados_job.h"
 
 /* Merges the parts of job checkpoint rec, each the checkpoint directory
- * HOST/chk-ID of parts, into the savepoint at path (which must not exist):
+ * HOST/chk-ID (HOST/savepoint-ID) of parts, into the savepoint at path (which must not exist):
  * id rec->id, the parts' key groups and the job's workers' operator state,
  * the states named as in the parts (each host's arena numbered them its own
  * way: the savepoint numbers them anew). Returns 0, STASH_ECORRUPT naming

@@ -176,6 +176,10 @@ int ckpt_rados_retain(ckpt_rados *r, const char *job, unsigned keep);
  * /etc/ceph/ceph.conf), the client $STASH_CEPH_ID or admin. */
 #define CKPT_RADOS_URL "rados://"
 bool ckpt_rados_url(const char *path);
+/* Splits url into its pool, job and NAME ("" if none), each in a buffer
+ * of the size given. Returns 0 or -EINVAL naming it. */
+int ckpt_rados_url_parse(const char *url, char *pool, size_t pool_cap, char *job, size_t job_cap,
+                         char *name, size_t name_cap);
 /* Connects for url: *r (close it), the job and NAME ("" if none). */
 int ckpt_rados_url_open(const char *url, ckpt_rados **r, char *job, size_t job_cap, char *name,
                         size_t name_cap);

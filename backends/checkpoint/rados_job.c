@@ -110,6 +110,11 @@ int ckpt_job_part_prefix(char *out, size_t cap, const char *job, const char *hos
 
 /* ---- text of notes and records ------------------------------------------------ */
 
+void ckpt_job_part_name(const ckpt_job_record *rec, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s-%" PRIu64, rec->savepoint ? "savepoint" : "chk", rec->id);
+}
+
 void ckpt_job_part_format(const ckpt_job_part *p, char *buf, size_t cap)
 {
     char w[512];
@@ -132,24 +137,46 @@ static int parse_part(const char *line, ckpt_job_part *p, const char *what)
     return 0;
 }
 
-/* Reads the record object name into rec (appending its parts). */
+#define SAVEPOINT_LINE "savepoint" /* a record's first line: the job's savepoint */
+
+/* A record's text: its parts' lines, after SAVEPOINT_LINE for a savepoint.
+ * Returns its length, or -E2BIG. */
+static int record_format(const ckpt_job_record *rec, char *text, size_t cap)
+{
+    size_t len = (size_t)snprintf(text, cap, "%s", rec->savepoint ? SAVEPOINT_LINE "\n" : "");
+    for (size_t i = 0; i < rec->n && len < cap; i++) {
+        ckpt_job_part_format(&rec->parts[i], text + len, cap - len);
+        len += strlen(text + len);
+    }
+    return len < cap - 1 ? (int)len : shm_fail(-E2BIG, "a record of %zu parts: too long", rec->n);
+}
+
+/* Parses a record's text (changed in place) into rec; what names it. */
+static int record_parse(char *text, ckpt_job_record *rec, const char *what)
+{
+    int rc = 0;
+    for (char *line = text, *nl; rc == 0 && *line; line = nl + 1) {
+        if (!(nl = strchr(line, '\n')))
+            return shm_fail(STASH_ECORRUPT, "%s: a line without its end", what);
+        *nl = 0;
+        if (line == text && strcmp(line, SAVEPOINT_LINE) == 0)
+            rec->savepoint = true;
+        else if (rec->n == CKPT_JOB_HOSTS)
+            rc = shm_fail(STASH_ECORRUPT, "%s: more than %u parts", what, CKPT_JOB_HOSTS);
+        else
+            rc = parse_part(line, &rec->parts[rec->n++], what);
+    }
+    return rc;
+}
+
+/* Reads the record object name into rec. */
 static int read_parts(ckpt_rados *r, const char *name, ckpt_job_record *rec)
 {
     char *text = malloc(RECORD_MAX), what[1300];
     if (!text) return shm_fail(-ENOMEM, "out of memory");
     snprintf(what, sizeof what, "rados://%s/%s", ckpt_rados_pool(r), name);
     int rc = ckpt_rados_pointer(r, name, text, RECORD_MAX);
-    for (char *line = text, *nl; rc == 0 && *line; line = nl + 1) {
-        if (!(nl = strchr(line, '\n'))) {
-            rc = shm_fail(STASH_ECORRUPT, "%s: a line without its end", what);
-            break;
-        }
-        *nl = 0;
-        if (rec->n == CKPT_JOB_HOSTS)
-            rc = shm_fail(STASH_ECORRUPT, "%s: more than %u parts", what, CKPT_JOB_HOSTS);
-        else
-            rc = parse_part(line, &rec->parts[rec->n++], what);
-    }
+    if (rc == 0) rc = record_parse(text, rec, what);
     free(text);
     return rc;
 }
@@ -190,6 +217,74 @@ int ckpt_job_next_id(ckpt_rados *r, const char *job, uint64_t *id)
     int rc = ckpt_rados_latest(r, job, &latest);
     if (rc && rc != -ENOENT) return rc;
     return count_up(r, job, "ids", latest, id);
+}
+
+int ckpt_job_ids_above(ckpt_rados *r, const char *job, uint64_t floor)
+{
+    uint64_t id;
+    return count_up(r, job, "ids", floor, &id);
+}
+
+int ckpt_job_started_from(ckpt_rados *r, const char *job, const char *source)
+{
+    char name[1024], had[1024];
+    int rc = ckpt_job_object(name, sizeof name, job, "started-from");
+    if (rc == 0) rc = ckpt_rados_swap(r, name, NULL, source);
+    if (rc != -ECANCELED) return rc;
+    if ((rc = ckpt_rados_pointer(r, name, had, sizeof had)) != 0) return rc;
+    if (strcmp(had, source) == 0) return 0;
+    return shm_fail(-EEXIST, "job %s was first started from %s, not %s", job, had, source);
+}
+
+int ckpt_job_origin(ckpt_rados *r, const char *job, char *buf, size_t cap)
+{
+    char name[1024];
+    int rc = ckpt_job_object(name, sizeof name, job, "started-from");
+    return rc ? rc : ckpt_rados_pointer(r, name, buf, cap);
+}
+
+int ckpt_job_source_parse(const char *pool, const char *source, char *job, size_t cap, uint64_t *id)
+{
+    char in[128], name[256], *end = NULL;
+    int rc = ckpt_rados_url_parse(source, in, sizeof in, job, cap, name, sizeof name);
+    if (rc) return rc;
+    if (strcmp(in, pool) != 0)
+        return shm_fail(-EINVAL, "%s: a job's hosts restore from a job of their own pool (%s)",
+                        source, pool);
+    *id = strncmp(name, "job-", 4) == 0 ? strtoull(name + 4, &end, 10) : 0;
+    if (!*id || *end)
+        return shm_fail(-EINVAL, "%s: not a job checkpoint (rados://POOL/JOB/job-ID)", source);
+    return 0;
+}
+
+int ckpt_job_committed(ckpt_rados *r, const char *job, uint64_t id)
+{
+    uint64_t *ids;
+    size_t n;
+    int rc = ckpt_job_records(r, job, &ids, &n);
+    if (rc) return rc;
+    bool found = false;
+    for (size_t i = 0; i < n; i++) found = found || ids[i] == id;
+    free(ids);
+    return found ? 0
+                 : shm_fail(-ENOENT, "rados://%s/%s/job-%" PRIu64 ": no committed job checkpoint",
+                            ckpt_rados_pool(r), job, id);
+}
+
+int ckpt_job_source(ckpt_rados *r, const char *job, char *from, size_t cap, ckpt_job_record *rec)
+{
+    uint64_t id;
+    snprintf(from, cap, "%s", job);
+    int rc = ckpt_job_latest(r, job, &id, rec);
+    if (rc != -ENOENT) return rc;
+    char source[1024];
+    if ((rc = ckpt_job_origin(r, job, source, sizeof source)) != 0) return rc;
+    if ((rc = ckpt_job_source_parse(ckpt_rados_pool(r), source, from, cap, &id)) != 0) return rc;
+    rc = ckpt_job_record_read(r, from, id, rec);
+    return rc == -ENOENT
+               ? shm_fail(-ENOENT, "%s: job %s was started from it, and its record is gone", source,
+                          job)
+               : rc;
 }
 
 /* ---- members ---------------------------------------------------------------------- */
@@ -428,6 +523,7 @@ int ckpt_job_covered(const ckpt_job_record *rec)
 #define FLOOR_ATTR "stash.floor"
 #define DONE_ATTR "stash.done."
 #define ABORT_ATTR "stash.abort."
+#define SAVED_ATTR "stash.savepoint." /* a committed savepoint: never forgotten */
 
 /* JOB/latest as read at once, with the decision on id. */
 typedef struct job_state {
@@ -436,10 +532,27 @@ typedef struct job_state {
     int outcome; /* of id: 1 committed, -1 aborted, 0 undecided */
     char why[256];
     uint64_t id;
-    uint64_t *done; /* with a list: the committed ids still decided */
+    bool list;
+    uint64_t *done; /* with a list: the committed ids still decided, and the savepoints */
     size_t ndone, cap;
+    uint64_t *saved; /* with a list: the committed savepoints */
+    size_t nsaved, scap;
     int rc;
 } job_state;
+
+/* Appends id to the list *v of *n (room for *cap). */
+static int list_add(uint64_t **v, size_t *n, size_t *cap, uint64_t id)
+{
+    if (*n == *cap) {
+        size_t more = *cap ? 2 * *cap : 16;
+        uint64_t *d = realloc(*v, more * sizeof *d);
+        if (!d) return shm_fail(-ENOMEM, "out of memory");
+        *v = d;
+        *cap = more;
+    }
+    (*v)[(*n)++] = id;
+    return 0;
+}
 
 static int take_state(void *ctx, const char *attr, const char *value)
 {
@@ -457,15 +570,11 @@ static int take_state(void *ctx, const char *attr, const char *value)
     } else if (strncmp(attr, DONE_ATTR, strlen(DONE_ATTR)) == 0) {
         uint64_t id = strtoull(attr + strlen(DONE_ATTR), &end, 10);
         if (id == st->id) st->outcome = 1;
-        if (!st->done) return 0; /* no list asked for */
-        if (st->ndone == st->cap) {
-            size_t cap = st->cap ? 2 * st->cap : 16;
-            uint64_t *d = realloc(st->done, cap * sizeof *d);
-            if (!d) return shm_fail(-ENOMEM, "out of memory");
-            st->done = d;
-            st->cap = cap;
-        }
-        st->done[st->ndone++] = id;
+        if (st->list) return list_add(&st->done, &st->ndone, &st->cap, id);
+    } else if (strncmp(attr, SAVED_ATTR, strlen(SAVED_ATTR)) == 0) {
+        uint64_t id = strtoull(attr + strlen(SAVED_ATTR), &end, 10);
+        if (id == st->id && id) st->outcome = 1;
+        if (st->list) return list_add(&st->saved, &st->nsaved, &st->scap, id);
     } else if (strncmp(attr, ABORT_ATTR, strlen(ABORT_ATTR)) == 0) {
         if (strtoull(attr + strlen(ABORT_ATTR), &end, 10) == st->id && st->id) {
             st->outcome = -1;
@@ -476,22 +585,24 @@ static int take_state(void *ctx, const char *attr, const char *value)
 }
 
 /* Reads JOB/latest (empty if absent) with the decision on id (0: none) and,
- * with list, the committed ids decided (free st->done). */
+ * with list, the committed ids decided and the savepoints (free st->done,
+ * st->saved). */
 static int job_state_read(ckpt_rados *r, const char *job, uint64_t id, bool list, job_state *st)
 {
     char name[1024];
     memset(st, 0, sizeof *st);
     st->id = id;
-    if (list && !(st->done = malloc(16 * sizeof *st->done)))
-        return shm_fail(-ENOMEM, "out of memory");
-    if (list) st->cap = 16;
+    st->list = list;
     int rc = ckpt_job_object(name, sizeof name, job, "latest");
     if (rc == 0) rc = ckpt_rados_attrs(r, name, take_state, st);
     if (rc == -ENOENT) { /* no leader yet: nothing decided */
         shm_clear_error();
         rc = 0;
     }
-    if (rc) free(st->done);
+    if (rc) {
+        free(st->done);
+        free(st->saved);
+    }
     return rc;
 }
 
@@ -531,7 +642,7 @@ int ckpt_job_leader(ckpt_rados *r, const char *job, uint64_t *epoch)
 
 int ckpt_job_commit(ckpt_rados *r, const char *job, const ckpt_job_record *rec, uint64_t leader)
 {
-    char name[1024], latest[1024], done[64], abort_[64], now[32], mine[32];
+    char name[1024], latest[1024], done[64], abort_[64], saved[64], now[32], mine[32];
     job_state st;
     int rc = job_state_read(r, job, rec->id, false, &st);
     if (rc) return rc;
@@ -546,14 +657,9 @@ int ckpt_job_commit(ckpt_rados *r, const char *job, const ckpt_job_record *rec, 
     /* The record first: it names the parts once the decision is made. */
     char *text = malloc(RECORD_MAX);
     if (!text) return shm_fail(-ENOMEM, "out of memory");
-    size_t len = 0;
-    for (size_t i = 0; i < rec->n && len < RECORD_MAX; i++) {
-        ckpt_job_part_format(&rec->parts[i], text + len, RECORD_MAX - len);
-        len += strlen(text + len);
-    }
     job_name(name, sizeof name, job, rec->id);
-    rc = len < RECORD_MAX - 1 ? ckpt_rados_set(r, name, text)
-                              : shm_fail(-E2BIG, "%s: a record too long", name);
+    rc = record_format(rec, text, RECORD_MAX);
+    if (rc >= 0) rc = ckpt_rados_set(r, name, text);
     free(text);
     if (rc == 0) rc = ckpt_job_object(latest, sizeof latest, job, "latest");
     if (rc) return rc;
@@ -565,8 +671,9 @@ int ckpt_job_commit(ckpt_rados *r, const char *job, const ckpt_job_record *rec, 
     snprintf(mine, sizeof mine, "%" PRIu64, leader);
     ckpt_rados_attr expect[] = {
         {LEADER_ATTR, mine}, {CKPT_RADOS_VALUE, st.latest[0] ? st.latest : NULL}, {abort_, NULL}};
-    ckpt_rados_attr set[] = {{done, "committed"}, {CKPT_RADOS_VALUE, now}};
-    rc = ckpt_rados_update(r, latest, expect, 3, set, 2);
+    attr_of(saved, sizeof saved, SAVED_ATTR, rec->id);
+    ckpt_rados_attr set[] = {{done, "committed"}, {CKPT_RADOS_VALUE, now}, {saved, "committed"}};
+    rc = ckpt_rados_update(r, latest, expect, 3, set, rec->savepoint ? 3 : 2);
     if (rc != -ECANCELED) return rc;
     /* Why not, as the state says now. */
     if ((rc = job_state_read(r, job, rec->id, false, &st)) != 0) return rc;
@@ -656,7 +763,17 @@ int ckpt_job_records(ckpt_rados *r, const char *job, uint64_t **ids, size_t *n)
 {
     job_state st;
     int rc = job_state_read(r, job, 0, true, &st);
-    if (rc) return rc;
+    /* A savepoint's decision may be forgotten; its mark is not. */
+    for (size_t i = 0; rc == 0 && i < st.nsaved; i++) {
+        bool listed = false;
+        for (size_t k = 0; k < st.ndone; k++) listed = listed || st.done[k] == st.saved[i];
+        if (!listed) rc = list_add(&st.done, &st.ndone, &st.cap, st.saved[i]);
+    }
+    free(st.saved);
+    if (rc) {
+        free(st.done);
+        return rc;
+    }
     if (st.ndone) qsort(st.done, st.ndone, sizeof *st.done, newest_first);
     *ids = st.done;
     *n = st.ndone;
@@ -709,7 +826,7 @@ static int add_gone(sweep *s, const char *name)
 
 /* Collects what retention removes: records below latest that are not
  * kept, and parts below latest no kept record names
- * (JOB/part/HOST[/EPOCH]/chk-ID/...). */
+ * (JOB/part/HOST[/EPOCH]/chk-ID/... or savepoint-ID/...). */
 static int take_gone(void *ctx, const char *name)
 {
     sweep *s = ctx;
@@ -730,8 +847,9 @@ static int take_gone(void *ctx, const char *name)
         if (*end != '/') return 0;
         chk = end + 1;
     }
-    if (strncmp(chk, "chk-", 4) != 0) return 0;
-    uint64_t id = strtoull(chk + 4, &end, 10);
+    size_t skip = strncmp(chk, "chk-", 4) == 0 ? 4 : strncmp(chk, "savepoint-", 10) == 0 ? 10 : 0;
+    if (!skip) return 0;
+    uint64_t id = strtoull(chk + skip, &end, 10);
     if (!id || *end != '/' || id > s->latest ||
         kept_part(s, host, (size_t)(slash - host), epoch, id))
         return 0;
@@ -794,22 +912,31 @@ int ckpt_job_retain(ckpt_rados *r, const char *job, unsigned keep, uint64_t lead
     int rc = ckpt_rados_latest(r, job, &latest);
     if (rc == -ENOENT) return 0;
     if (rc) return rc;
-    ckpt_job_record *kept = calloc(keep ? keep : 1, sizeof *kept);
-    if (!kept) return shm_fail(-ENOMEM, "out of memory");
-    size_t nkept = 0;
-    /* The newest keep committed ones. */
-    uint64_t *ids = NULL;
-    size_t n = 0;
-    rc = ckpt_job_records(r, job, &ids, &n);
-    for (size_t i = 0; rc == 0 && i < n && nkept < keep; i++) {
-        if (ids[i] > latest) continue;
-        rc = ckpt_job_record_read(r, job, ids[i], &kept[nkept]);
-        if (rc == 0) nkept++;
+    job_state st;
+    if ((rc = job_state_read(r, job, 0, true, &st)) != 0) return rc;
+    ckpt_job_record *kept = calloc(keep + st.nsaved + 1, sizeof *kept);
+    if (!kept) rc = shm_fail(-ENOMEM, "out of memory");
+    size_t nkept = 0, nchk = 0;
+    uint64_t floor = 0;
+    /* The newest keep committed checkpoints, then every savepoint. */
+    if (st.ndone) qsort(st.done, st.ndone, sizeof *st.done, newest_first);
+    for (size_t i = 0; rc == 0 && i < st.ndone && nchk < keep; i++) {
+        bool saved = false;
+        for (size_t k = 0; k < st.nsaved; k++) saved = saved || st.saved[k] == st.done[i];
+        if (st.done[i] > latest || saved) continue;
+        rc = ckpt_job_record_read(r, job, st.done[i], &kept[nkept]);
+        if (rc == 0) floor = kept[nkept].id;
+        if (rc == 0) nkept++, nchk++;
         if (rc == -ENOENT) rc = 0; /* removed meanwhile */
     }
-    free(ids);
+    for (size_t i = 0; rc == 0 && i < st.nsaved; i++) {
+        rc = ckpt_job_record_read(r, job, st.saved[i], &kept[nkept]);
+        if (rc == 0) nkept++;
+    }
+    free(st.done);
+    free(st.saved);
     /* The decisions go first: a record retention removes is one no verdict names. */
-    if (rc == 0 && nkept) rc = forget_decisions(r, job, kept[nkept - 1].id, leader);
+    if (rc == 0 && floor) rc = forget_decisions(r, job, floor, leader);
     char prefix[1024];
     snprintf(prefix, sizeof prefix, "%s/", job);
     sweep s = {job, latest, kept, nkept, NULL, 0, 0, 0};
@@ -886,7 +1013,7 @@ static void drop_gathered(ckpt_restored *out)
 }
 
 /* Restores what part holds of the key groups of workers (of p). */
-static int restore_part(stash_arena *a, ckpt_rados *r, const char *job, uint64_t id,
+static int restore_part(stash_arena *a, ckpt_rados *r, const char *job, const ckpt_job_record *rec,
                         const ckpt_job_part *part, const shm_dir *dir, uint32_t p,
                         const ckpt_job_workers *workers, ioe_engine *e, store *st,
                         ckpt_restored *out)
@@ -896,7 +1023,7 @@ static int restore_part(stash_arena *a, ckpt_rados *r, const char *job, uint64_t
     if (part->max_parallelism != maxp)
         return shm_fail(STASH_ECORRUPT, "host %s's part is of %u key groups, the arena of %u",
                         part->host, part->max_parallelism, maxp);
-    snprintf(chk, sizeof chk, "chk-%" PRIu64, id);
+    ckpt_job_part_name(rec, chk, sizeof chk);
     shm_dir parts = {.fd = -1}, local = {.fd = -1};
     int rc = ckpt_job_part_prefix(sub, sizeof sub, job, part->host, part->epoch);
     if (rc == 0) rc = shm_dir_openat(dir, "parts", SHM_DIR_OWN | SHM_DIR_CREATE, &parts);
@@ -941,12 +1068,10 @@ static int restore_part(stash_arena *a, ckpt_rados *r, const char *job, uint64_t
  * not at all. */
 static int record_copy_write(const shm_dir *dir, const ckpt_job_record *rec)
 {
-    char text[CKPT_JOB_HOSTS * 640] = "", name[64], tmp[80];
-    size_t n = 0;
-    for (size_t i = 0; i < rec->n && n < sizeof text; i++) {
-        ckpt_job_part_format(&rec->parts[i], text + n, sizeof text - n);
-        n += strlen(text + n);
-    }
+    char text[RECORD_MAX], name[64], tmp[80];
+    int len = record_format(rec, text, sizeof text);
+    if (len < 0) return len;
+    size_t n = (size_t)len;
     snprintf(name, sizeof name, "job-%" PRIu64, rec->id);
     snprintf(tmp, sizeof tmp, ".%s.tmp", name);
     shm_dir parts;
@@ -970,7 +1095,7 @@ static int record_copy_write(const shm_dir *dir, const ckpt_job_record *rec)
 /* Reads the record copy of job checkpoint id in parts into rec. */
 static int record_copy_read(const shm_dir *parts, uint64_t id, ckpt_job_record *rec)
 {
-    char name[64], what[4200], text[CKPT_JOB_HOSTS * 640];
+    char name[64], what[4200], text[RECORD_MAX];
     snprintf(name, sizeof name, "job-%" PRIu64, id);
     snprintf(what, sizeof what, "%s/%s", parts->path, name);
     memset(rec, 0, sizeof *rec);
@@ -981,16 +1106,7 @@ static int record_copy_read(const shm_dir *parts, uint64_t id, ckpt_job_record *
     close(fd);
     if (n < 0) return shm_fail(-EIO, "%s: cannot read", what);
     text[n] = 0;
-    int rc = 0;
-    for (char *line = text, *nl; rc == 0 && *line; line = nl + 1) {
-        if (!(nl = strchr(line, '\n')))
-            return shm_fail(STASH_ECORRUPT, "%s: a line without its end", what);
-        *nl = 0;
-        if (rec->n == CKPT_JOB_HOSTS)
-            return shm_fail(STASH_ECORRUPT, "%s: more than %u parts", what, CKPT_JOB_HOSTS);
-        rc = parse_part(line, &rec->parts[rec->n++], what);
-    }
-    return rc;
+    return record_parse(text, rec, what);
 }
 
 int ckpt_job_restore_copies(stash_arena *a, const shm_dir *dir, uint64_t id, stash_kg_range range,
@@ -1011,9 +1127,10 @@ int ckpt_job_restore_copies(stash_arena *a, const shm_dir *dir, uint64_t id, sta
             stash_kg_range both = {have.first > range.first ? have.first : range.first,
                                    have.last < range.last ? have.last : range.last};
             if (both.first > both.last) continue;
-            char path[4096];
+            char path[4096], chk[64];
             ckpt_restored got = {0};
-            rc = ckpt_path_of(path, "%s/%s/chk-%" PRIu64, parts.path, part->host, id);
+            ckpt_job_part_name(rec, chk, sizeof chk);
+            rc = ckpt_path_of(path, "%s/%s/%s", parts.path, part->host, chk);
             if (rc == 0) rc = ckpt_restore_path(a, path, both, e, st, &got);
             if (rc == 0) *records += got.records;
             ckpt_restored_free(&got);
@@ -1024,11 +1141,12 @@ int ckpt_job_restore_copies(stash_arena *a, const shm_dir *dir, uint64_t id, sta
     return rc;
 }
 
-/* Whether name is "chk-ID" or "job-ID" of an id below the bound. */
+/* Whether name is "chk-ID", "savepoint-ID" or "job-ID" of an id below the bound. */
 static bool copy_below(const char *name, uint64_t below)
 {
-    const char *digits =
-        strncmp(name, "chk-", 4) == 0 || strncmp(name, "job-", 4) == 0 ? name + 4 : NULL;
+    const char *digits = strncmp(name, "chk-", 4) == 0 || strncmp(name, "job-", 4) == 0 ? name + 4
+                         : strncmp(name, "savepoint-", 10) == 0                         ? name + 10
+                                                                                        : NULL;
     char *end;
     uint64_t id = digits ? strtoull(digits, &end, 10) : 0;
     return digits && *digits && !*end && id < below;
@@ -1077,8 +1195,7 @@ int ckpt_job_restore(stash_arena *a, ckpt_rados *r, const char *job, const ckpt_
     int rc = ckpt_job_covered(rec);
     if (rc == -EAGAIN) rc = STASH_ECORRUPT;
     for (size_t i = 0; rc == 0 && i < rec->n; i++)
-        rc =
-            restore_part(a, r, job, rec->id, &rec->parts[i], dir, parallelism, workers, e, st, out);
+        rc = restore_part(a, r, job, rec, &rec->parts[i], dir, parallelism, workers, e, st, out);
     if (rc == 0) rc = record_copy_write(dir, rec);
     if (rc == 0) rc = pack_opstate(out);
     if (rc) drop_gathered(out);

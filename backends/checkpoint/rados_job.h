@@ -52,12 +52,17 @@ typedef struct ckpt_job_part {
 /* The parts of job checkpoint id. */
 typedef struct ckpt_job_record {
     uint64_t id;
+    bool savepoint; /* a savepoint of the job: each part HOST's savepoint-ID, kept for good */
     size_t n;
     ckpt_job_part parts[CKPT_JOB_HOSTS];
 } ckpt_job_record;
 
 /* A part's line, "HOST P MAXP WORKERS EPOCH\n" (a record's, a member's), into buf. */
 void ckpt_job_part_format(const ckpt_job_part *p, char *buf, size_t cap);
+
+/* The name of each part's checkpoint directory of rec: chk-ID, or
+ * savepoint-ID for a savepoint. */
+void ckpt_job_part_name(const ckpt_job_record *rec, char *buf, size_t cap);
 
 /* Whether name is a host's name: 1 to CKPT_JOB_HOST_MAX bytes of letters,
  * digits, '.', '_' and '-'. */
@@ -73,6 +78,31 @@ int ckpt_job_object(char *out, size_t cap, const char *job, const char *what);
 /* A new id for the job's next checkpoint, above every one used before
  * (one compare-and-swap of the counter JOB/ids). */
 int ckpt_job_next_id(ckpt_rados *r, const char *job, uint64_t *id);
+
+/* Moves the job's ids past floor: its next checkpoint's id is above it. */
+int ckpt_job_ids_above(ckpt_rados *r, const char *job, uint64_t floor);
+
+/* Notes in the pool that job was first started from source (a job
+ * checkpoint's URL, rados://POOL/JOB/job-ID): one exclusive create, so
+ * that every host of its first start restores the same. Returns 0 (noted
+ * now, or before with the same source), or -EEXIST naming the source it
+ * was started from. */
+int ckpt_job_started_from(ckpt_rados *r, const char *job, const char *source);
+/* The source job was first started from, into buf (cap bytes): 0, or
+ * -ENOENT (none: it started empty or from its own checkpoints). */
+int ckpt_job_origin(ckpt_rados *r, const char *job, char *buf, size_t cap);
+/* Splits source (rados://POOL/JOB/job-ID) into its job (cap bytes) and
+ * id, if POOL is pool. Returns 0 or -EINVAL naming what is wrong. */
+int ckpt_job_source_parse(const char *pool, const char *source, char *job, size_t cap,
+                          uint64_t *id);
+/* Whether id is a committed checkpoint or savepoint of job whose record is
+ * kept: 0, or -ENOENT naming it. The job's state is read, never written. */
+int ckpt_job_committed(ckpt_rados *r, const char *job, uint64_t id);
+/* The job checkpoint a host of job restores from: the one JOB/latest
+ * names, or while the job has none, the one it was first started from
+ * (ckpt_job_started_from); its job in from (cap bytes), its record in rec.
+ * Returns 0, -ENOENT (neither: the job starts empty) or an error. */
+int ckpt_job_source(ckpt_rados *r, const char *job, char *from, size_t cap, ckpt_job_record *rec);
 
 /* ---- members ---- */
 
@@ -131,7 +161,8 @@ int ckpt_job_leader(ckpt_rados *r, const char *job, uint64_t *epoch);
 /* Commits job checkpoint rec->id as the leader of epoch leader: its record
  * written, then in one operation on JOB/latest, if the leader's epoch is
  * still leader, JOB/latest still names what it was read to name (below
- * rec->id) and nobody aborted rec->id, rec->id committed and named.
+ * rec->id) and nobody aborted rec->id, rec->id committed and named (a
+ * savepoint noted as one too, a mark no retention forgets).
  * Returns 0, -ECANCELED saying which of those failed, or an error naming
  * the object. */
 int ckpt_job_commit(ckpt_rados *r, const char *job, const ckpt_job_record *rec, uint64_t leader);
@@ -147,13 +178,13 @@ int ckpt_job_verdict(ckpt_rados *r, const char *job, uint64_t id);
 int ckpt_job_latest(ckpt_rados *r, const char *job, uint64_t *id, ckpt_job_record *rec);
 /* Reads the record of job checkpoint id into rec (-ENOENT: none). */
 int ckpt_job_record_read(ckpt_rados *r, const char *job, uint64_t id, ckpt_job_record *rec);
-/* The ids of the job's committed checkpoints whose decisions are kept,
- * newest first (*ids: free it). */
+/* The ids of the job's committed checkpoints whose decisions are kept and
+ * of every committed savepoint, newest first (*ids: free it). */
 int ckpt_job_records(ckpt_rados *r, const char *job, uint64_t **ids, size_t *n);
 /* As the leader of epoch leader: keeps the newest keep committed job
- * checkpoints and the parts they name; forgets the decisions below the
- * oldest kept; removes older records and every part below JOB/latest that
- * no kept record names. */
+ * checkpoints, every committed savepoint and the parts they name; forgets
+ * the decisions below the oldest kept checkpoint; removes older records and
+ * every part below JOB/latest that no kept record names. */
 int ckpt_job_retain(ckpt_rados *r, const char *job, unsigned keep, uint64_t leader);
 
 /* Restores into a the key groups of workers (of parallelism, the job's
@@ -167,7 +198,9 @@ int ckpt_job_restore(stash_arena *a, ckpt_rados *r, const char *job, const ckpt_
                      ioe_engine *e, store *st, ckpt_restored *out);
 /* A rollback's restore of the key groups range from what the restore of
  * job checkpoint id into dir left (its parts' copies in DIR/parts/HOST and
- * its record, DIR/parts/job-ID); the records restored in *records. */
+ * its record, DIR/parts/job-ID); the records restored in *records. Also
+ * from the parts of a job checkpoint of another job (a job's first start
+ * from it) and of a savepoint. */
 int ckpt_job_restore_copies(stash_arena *a, const shm_dir *dir, uint64_t id, stash_kg_range range,
                             ioe_engine *e, store *st, uint64_t *records);
 /* Removes from dir the copies of job checkpoints below id (a checkpoint of

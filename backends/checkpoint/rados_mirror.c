@@ -359,16 +359,16 @@ bool ckpt_rados_url(const char *path)
     return strncmp(path, CKPT_RADOS_URL, sizeof CKPT_RADOS_URL - 1) == 0;
 }
 
-int ckpt_rados_url_open(const char *url, ckpt_rados **r, char *job, size_t job_cap, char *name,
-                        size_t name_cap)
+int ckpt_rados_url_parse(const char *url, char *pool, size_t pool_cap, char *job, size_t job_cap,
+                         char *name, size_t name_cap)
 {
     /* rados://POOL/JOB[/NAME]: JOB may hold slashes; NAME is chk-ID,
      * savepoint-ID or job-ID (a job checkpoint of a job that spans hosts). */
+    if (!ckpt_rados_url(url)) return shm_fail(-EINVAL, "%s: not rados://POOL/JOB[/chk-ID]", url);
     const char *p = url + sizeof CKPT_RADOS_URL - 1, *slash = strchr(p, '/');
-    char pool[128];
-    if (!slash || slash == p || (size_t)(slash - p) >= sizeof pool || !slash[1])
+    if (!slash || slash == p || (size_t)(slash - p) >= pool_cap || !slash[1])
         return shm_fail(-EINVAL, "%s: not rados://POOL/JOB[/chk-ID]", url);
-    snprintf(pool, sizeof pool, "%.*s", (int)(slash - p), p);
+    snprintf(pool, pool_cap, "%.*s", (int)(slash - p), p);
     const char *rest = slash + 1, *last = strrchr(rest, '/');
     bool named = last && last[1] &&
                  (strncmp(last + 1, "chk-", 4) == 0 || strncmp(last + 1, "savepoint-", 10) == 0 ||
@@ -378,6 +378,15 @@ int ckpt_rados_url_open(const char *url, ckpt_rados **r, char *job, size_t job_c
     if (!jlen || jlen >= job_cap) return shm_fail(-EINVAL, "%s: no job named", url);
     snprintf(job, job_cap, "%.*s", (int)jlen, rest);
     snprintf(name, name_cap, "%s", named ? last + 1 : "");
+    return 0;
+}
+
+int ckpt_rados_url_open(const char *url, ckpt_rados **r, char *job, size_t job_cap, char *name,
+                        size_t name_cap)
+{
+    char pool[128];
+    int rc = ckpt_rados_url_parse(url, pool, sizeof pool, job, job_cap, name, name_cap);
+    if (rc) return rc;
     const char *id = getenv("STASH_CEPH_ID");
     return ckpt_rados_open(&(ckpt_rados_opts){.pool = pool, .id = id && *id ? id : NULL}, r);
 }

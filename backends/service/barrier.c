@@ -272,6 +272,18 @@ static int rollback_from_job(stash_worker *w, const shm_dir *d, uint64_t id, ioe
     return rc;
 }
 
+/* Whether dir holds a checkpoint (not a savepoint: rollbacks read none)
+ * of an id in (above, upto]. */
+static bool has_checkpoint_in(const shm_dir *d, uint64_t above, uint64_t upto)
+{
+    uint64_t *ids;
+    int n = ckpt_list(d, &ids);
+    bool found = false;
+    for (int i = 0; i < n; i++) found = found || (ids[i] > above && ids[i] <= upto);
+    if (n >= 0) free(ids);
+    return found;
+}
+
 int worker_rollback(stash_worker *w)
 {
     stash_arena *a = w->arena;
@@ -307,7 +319,7 @@ int worker_rollback(stash_worker *w)
     shm_dir d;
     rc = shm_dir_open_named(a, dir, &d);
     uint64_t from_job = atomic_load(&c->workers[w->slot].job_restored);
-    if (rc == 0 && from_job && upto <= from_job)
+    if (rc == 0 && from_job && !has_checkpoint_in(&d, from_job, upto))
         rc = rollback_from_job(w, &d, from_job, e, &out);
     else if (rc == 0)
         rc = ckpt_restore_prepared(a, &d, 0, upto, w->range, e, w->store, clear_kgs, w, &out);
@@ -458,17 +470,10 @@ STASH_API int stash_savepoint(stash_arena *arena, uint64_t timeout_ms, stash_che
     return request(arena, true, timeout_ms, out);
 }
 
-STASH_API int stash_service_request_stop(stash_arena *arena, uint64_t timeout_ms)
+/* Waits until the engine (pid) stopped, until deadline (0: none). */
+static int await_stopped(stash_arena *arena, int32_t pid, uint64_t deadline, uint64_t timeout_ms)
 {
-    shm_clear_error();
-    if (!arena) return shm_refuse_null(__func__, "arena");
     shm_control *c = arena->control;
-    int32_t pid;
-    if (!shm_service_alive(arena, &pid))
-        return shm_fail(STASH_ENOSERVICE, "%s: no service runs", arena->path);
-    atomic_store(&c->stop, 1);
-    shm_futex_wake(&c->wake);
-    uint64_t deadline = timeout_ms ? shm_clock_ns() + timeout_ms * 1000000ull : 0;
     while (shm_service_alive(arena, NULL)) {
         if (deadline && shm_clock_ns() >= deadline)
             return shm_fail(-ETIMEDOUT, "%s: the service (pid %d) did not stop within %llu ms",
@@ -477,6 +482,42 @@ STASH_API int stash_service_request_stop(stash_arena *arena, uint64_t timeout_ms
         shm_futex_wait(&c->finished, seen, 50000000ull);
     }
     return 0;
+}
+
+STASH_API int stash_service_request_stop(stash_arena *arena, uint64_t timeout_ms)
+{
+    shm_clear_error();
+    if (!arena) return shm_refuse_null(__func__, "arena");
+    shm_control *c = arena->control;
+    int32_t pid;
+    if (!shm_service_alive(arena, &pid))
+        return shm_fail(STASH_ENOSERVICE, "%s: no service runs", arena->path);
+    atomic_store(&c->stop, SHM_STOP_NOW);
+    shm_futex_wake(&c->wake);
+    return await_stopped(arena, pid, timeout_ms ? shm_clock_ns() + timeout_ms * 1000000ull : 0,
+                         timeout_ms);
+}
+
+STASH_API int stash_stop_with_savepoint(stash_arena *arena, uint64_t timeout_ms,
+                                        stash_checkpoint_info *out)
+{
+    shm_clear_error();
+    if (!arena || !out) return shm_refuse_null(__func__, "arena or out");
+    shm_control *c = arena->control;
+    int32_t pid;
+    if (!shm_service_alive(arena, &pid))
+        return shm_fail(STASH_ENOSERVICE, "%s: no service runs", arena->path);
+    uint64_t t0 = shm_clock_ns();
+    /* Before the request: the engine that takes the savepoint sees it. */
+    uint32_t none = 0;
+    atomic_compare_exchange_strong(&c->stop, &none, SHM_STOP_AFTER_SAVEPOINT);
+    int rc = request(arena, true, timeout_ms, out);
+    if (rc) {
+        uint32_t after = SHM_STOP_AFTER_SAVEPOINT;
+        atomic_compare_exchange_strong(&c->stop, &after, 0);
+        return rc;
+    }
+    return await_stopped(arena, pid, timeout_ms ? t0 + timeout_ms * 1000000ull : 0, timeout_ms);
 }
 
 STASH_API int stash_service_info_get(stash_arena *arena, stash_service_info *out)

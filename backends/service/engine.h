@@ -44,8 +44,10 @@ struct stash_service {
     bool replace;                 /* the arena is behind its job: made anew over it */
     bool fenced_told;             /* the fence published to the workers */
     ckpt_job_record *job_restore; /* a new arena: the job checkpoint it restores */
+    char job_from[256];           /* the job whose checkpoint that is */
     uint64_t job_done;            /* the newest job checkpoint id run */
     uint64_t wants_sent;          /* requests passed on to the leader */
+    uint64_t savepoint_sent;      /* the savepoint ticket passed on to the leader */
     uint64_t want_ns;             /* when the last of them was (shm_clock_ns) */
     /* a lazy restore's background pass (service.c) */
     pthread_t lazy_thread;

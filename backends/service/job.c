@@ -7,9 +7,11 @@
  * decisions, the committed checkpoint), JOB/ctl (watched by every host).
  * Notifications on JOB/ctl, each a line:
  *   checkpoint ID        the leader asks every host for its part of ID
+ *   savepoint ID [stop]  the same for a savepoint of the job (then every host stops)
  *   part ID HOST         HOST's part of ID is in (wakes the leader)
  *   verdict ID           ID is committed or aborted (read it from the pool)
- *   want                 a host asks the leader for a checkpoint now
+ *   want [savepoint|stop] a host asks the leader for a checkpoint now (a savepoint;
+ *                        a savepoint after which the job stops)
  *   takeover LOST HOST   HOST is to take the lost host's workers over
  * Every receiver also polls what it waits for: a notification lost with
  * a watch only delays it. Leases are the cluster's; what a service may
@@ -52,11 +54,15 @@ struct svc_job {
     ckpt_job_workers workers;
     uint32_t events; /* bumped by each notification */
     bool want;
+    unsigned want_sp; /* 1: a savepoint asked for, 2: one after which the job stops */
     bool take_pending;
     char take_lost[CKPT_JOB_HOST_MAX + 1];
     bool quit;
     char fenced_why[256];
     _Atomic uint64_t requested;
+    _Atomic uint64_t requested_sp; /* the newest savepoint the leader asked for */
+    _Atomic uint64_t stop_id;      /* the savepoint after which the job stops (0: none) */
+    _Atomic bool stopped;          /* that one was committed: the job does no more */
     /* set by the leases' thread */
     _Atomic bool leading;
     _Atomic uint64_t leader_epoch; /* while leading */
@@ -67,6 +73,7 @@ struct svc_job {
     uint64_t next_due_ns;
     uint64_t hosts_ns;
     bool wanted;                           /* a checkpoint asked for, not run yet */
+    unsigned wanted_sp;                    /* a savepoint (2: then stop), not run yet */
     char announced[CKPT_JOB_HOST_MAX + 1]; /* the lost host last said to be lost */
 };
 
@@ -100,6 +107,14 @@ static uint32_t lease_ms(const svc_job *j)
 
 /* ---- notifications ------------------------------------------------------------ */
 
+/* Moves *v up to id. */
+static void raise_to(_Atomic uint64_t *v, uint64_t id)
+{
+    uint64_t was = atomic_load(v);
+    while (id > was && !atomic_compare_exchange_weak(v, &was, id)) {
+    }
+}
+
 static void on_notify(void *ctx, const char *msg)
 {
     svc_job *j = ctx;
@@ -109,12 +124,20 @@ static void on_notify(void *ctx, const char *msg)
     pthread_mutex_lock(&j->mu);
     j->events++;
     if (sscanf(msg, "checkpoint %" SCNu64, &id) == 1) {
-        uint64_t was = atomic_load(&j->requested);
-        while (id > was && !atomic_compare_exchange_weak(&j->requested, &was, id)) {
-        }
+        raise_to(&j->requested, id);
+        wake_engine = true;
+    } else if (sscanf(msg, "savepoint %" SCNu64 " %5s", &id, a) >= 1) {
+        /* Its kind first: the engine that sees the id sees what it is. */
+        raise_to(&j->requested_sp, id);
+        if (strcmp(a, "stop") == 0) raise_to(&j->stop_id, id);
+        raise_to(&j->requested, id);
         wake_engine = true;
     } else if (strcmp(msg, "want") == 0) {
         j->want = true;
+    } else if (strcmp(msg, "want savepoint") == 0) {
+        j->want_sp = j->want_sp > 1 ? j->want_sp : 1;
+    } else if (strcmp(msg, "want stop") == 0) {
+        j->want_sp = 2;
     } else if (sscanf(msg, "takeover %64s %64s", a, b) == 2 && strcmp(b, j->host) == 0 &&
                ckpt_job_host_ok(a) && !j->take_pending) {
         memcpy(j->take_lost, a, strlen(a) + 1); /* checked: at most CKPT_JOB_HOST_MAX */
@@ -149,7 +172,7 @@ static void await_wake(svc_job *j, uint32_t seen, uint64_t ns, bool any)
     until.tv_sec += (time_t)(at / 1000000000ull);
     until.tv_nsec = (long)(at % 1000000000ull);
     pthread_mutex_lock(&j->mu);
-    while (!j->quit && (!any || (j->events == seen && !j->want)))
+    while (!j->quit && (!any || (j->events == seen && !j->want && !j->want_sp)))
         if (pthread_cond_timedwait(&j->cv, &j->mu, &until) == ETIMEDOUT) break;
     pthread_mutex_unlock(&j->mu);
 }
@@ -461,8 +484,11 @@ static void keep_leases(svc_job *j)
 
 /* ---- the leader's checkpoint ---------------------------------------------------- */
 
-static void run_job_checkpoint(svc_job *j)
+/* Runs job checkpoint ID, or with sp a savepoint of the job (2: after
+ * which the job stops). */
+static void run_job_checkpoint(svc_job *j, unsigned sp)
 {
+    const char *what = sp ? "savepoint" : "checkpoint";
     uint64_t id, t0 = shm_clock_ns(), epoch = 0, leader = j->leader_epoch;
     uint64_t timeout = (j->o.timeout_ms ? j->o.timeout_ms : 60000) * 1000000ull;
     /* A leader that was paused may hold a lease that lapsed meanwhile: it
@@ -477,13 +503,17 @@ static void run_job_checkpoint(svc_job *j)
         say(j, STASH_LOG_ERROR, "job", "no checkpoint id: %s", stash_errmsg());
         return;
     }
-    notify(j, "checkpoint %" PRIu64, id);
+    if (sp)
+        notify(j, "savepoint %" PRIu64 "%s", id, sp > 1 ? " stop" : "");
+    else
+        notify(j, "checkpoint %" PRIu64, id);
     ckpt_job_record *rec = malloc(sizeof *rec);
     char why[512] = "out of memory";
     int rc = rec ? -EAGAIN : -ENOMEM;
     while (rec && rc == -EAGAIN && !quitting(j)) {
         uint32_t seen = events(j);
         rc = ckpt_job_notes(j->o.rados, j->job, id, rec);
+        rec->savepoint = sp != 0;
         if (rc == 0) rc = ckpt_job_covered(rec);
         if (rc == 0) rc = ckpt_job_commit(j->o.rados, j->job, rec, leader);
         if (rc != -EAGAIN) {
@@ -517,12 +547,13 @@ static void run_job_checkpoint(svc_job *j)
     if (was < 0) {
         /* Undecided: whoever next reaches the pool decides (a host that
          * waits for it, or the next leader). */
-        say(j, STASH_LOG_ERROR, "job", "job checkpoint %" PRIu64 " left undecided (%s): %s", id,
-            why, stash_errmsg());
+        say(j, STASH_LOG_ERROR, "job", "job %s %" PRIu64 " left undecided (%s): %s", what, id, why,
+            stash_errmsg());
         free(rec);
         return;
     }
     if (was == 1) rc = 0; /* committed after all: the one decision says so */
+    if (rc == 0 && sp > 1) atomic_store(&j->stopped, true);
     notify(j, "verdict %" PRIu64, id);
     double ms = (double)(shm_clock_ns() - t0) / 1e6;
     if (rc == 0) {
@@ -530,13 +561,26 @@ static void run_job_checkpoint(svc_job *j)
          * gone as retention keeps them. */
         if (ckpt_job_retain(j->o.rados, j->job, j->o.retain ? j->o.retain : 3, leader) < 0)
             say(j, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
-        say(j, STASH_LOG_INFO, "job", "job checkpoint %" PRIu64 " committed: %zu parts in %.1f ms",
-            id, rec->n, ms);
+        say(j, STASH_LOG_INFO, "job", "job %s %" PRIu64 " committed: %zu parts in %.1f ms%s", what,
+            id, rec->n, ms, sp > 1 ? "; the job stops" : "");
     } else {
-        say(j, STASH_LOG_ERROR, "job", "job checkpoint %" PRIu64 " aborted after %.1f ms: %s", id,
-            ms, why);
+        say(j, STASH_LOG_ERROR, "job", "job %s %" PRIu64 " aborted after %.1f ms: %s", what, id, ms,
+            why);
     }
     free(rec);
+}
+
+/* Whether the job stops after a savepoint: once it is committed, nothing
+ * more is started (no checkpoint, no takeover of the hosts that stop);
+ * while it is undecided, nothing either. */
+static bool job_stopping(svc_job *j)
+{
+    uint64_t id = atomic_load(&j->stop_id);
+    if (!id || atomic_load(&j->stopped)) return id != 0;
+    int rc = ckpt_job_verdict(j->o.rados, j->job, id);
+    if (rc == 1) atomic_store(&j->stopped, true);
+    if (rc == -ECANCELED || rc == -ESTALE) atomic_compare_exchange_strong(&j->stop_id, &id, 0);
+    return atomic_load(&j->stop_id) != 0;
 }
 
 static void *job_main(void *arg)
@@ -551,9 +595,15 @@ static void *job_main(void *arg)
         }
         pthread_mutex_lock(&j->mu);
         /* Kept while another leads or none does: this host may lead next. */
-        j->wanted = j->wanted || j->want;
+        j->wanted = j->wanted || j->want || j->want_sp;
+        j->wanted_sp = j->want_sp > j->wanted_sp ? j->want_sp : j->wanted_sp;
         j->want = false;
+        j->want_sp = 0;
         pthread_mutex_unlock(&j->mu);
+        if (job_stopping(j)) {
+            await_event(j, seen, POLL_NS * 5);
+            continue;
+        }
         if (j->leading && (now - j->hosts_ns >= HOSTS_EVERY_NS)) {
             char why[256];
             j->hosts_ns = now;
@@ -561,8 +611,10 @@ static void *job_main(void *arg)
         }
         bool due = j->o.interval_ms && now >= j->next_due_ns;
         if (j->leading && !atomic_load(&j->fenced) && (j->wanted || due)) {
+            unsigned sp = j->wanted_sp;
             j->wanted = false;
-            run_job_checkpoint(j);
+            j->wanted_sp = 0;
+            run_job_checkpoint(j, sp);
             j->next_due_ns = shm_clock_ns() + j->o.interval_ms * 1000000ull;
             continue;
         }
@@ -595,9 +647,15 @@ uint64_t job_requested(svc_job *j)
     return atomic_load(&j->requested);
 }
 
-void job_want(svc_job *j)
+void job_want(svc_job *j, unsigned savepoint)
 {
-    notify(j, "want");
+    notify(j, "want%s", savepoint > 1 ? " stop" : savepoint ? " savepoint" : "");
+}
+
+unsigned job_savepoint(svc_job *j, uint64_t id)
+{
+    if (atomic_load(&j->requested_sp) != id) return 0;
+    return atomic_load(&j->stop_id) == id ? 2 : 1;
 }
 
 void job_workers(svc_job *j, ckpt_job_workers *out)

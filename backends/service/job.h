@@ -62,8 +62,13 @@ void job_close(svc_job *j);
 
 /* The newest checkpoint id the leader asked for (0: none yet). */
 uint64_t job_requested(svc_job *j);
-/* Asks the leader for a checkpoint now (a control command's request). */
-void job_want(svc_job *j);
+/* Whether the leader asked for id as a savepoint of the job: 0 no, 1 yes,
+ * 2 one after which every host stops. */
+unsigned job_savepoint(svc_job *j, uint64_t id);
+/* Asks the leader for a checkpoint now (a control command's request); with
+ * savepoint 1 for a savepoint of the job, 2 for one after which the job
+ * stops. */
+void job_want(svc_job *j, unsigned savepoint);
 /* This host's part of checkpoint id is in the pool: notes it, then waits
  * for the decision. Returns 0 (committed), -ECANCELED (aborted),
  * STASH_EFENCED (this service is fenced off the job), or -ETIMEDOUT (no

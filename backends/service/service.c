@@ -73,7 +73,7 @@ void engine_io_line(void *ctx, const char *line)
 
 static bool stopping(stash_service *s)
 {
-    return atomic_load(&s->quit) || atomic_load(&s->a->control->stop);
+    return atomic_load(&s->quit) || atomic_load(&s->a->control->stop) == SHM_STOP_NOW;
 }
 
 void engine_unpin_all(stash_arena *a, uint32_t *pins)
@@ -768,12 +768,32 @@ void engine_account_io(stash_service *s)
 static int await_verdict(stash_service *s, uint64_t id, outcome *r)
 {
     int rc = job_part_done(s->jobs, id);
+    if (rc == 0 && r->savepoint) {
+        /* The job's savepoint is the record of all its parts: what restores it. */
+        snprintf(r->detail, sizeof r->detail, "rados://%.80s/%.120s/job-%llu",
+                 ckpt_rados_pool(s->rados), s->jobname, (unsigned long long)id);
+    }
     if (rc == 0) return 0;
     char chk[64], why[512];
     snprintf(why, sizeof why, "%s", stash_errmsg());
-    snprintf(chk, sizeof chk, "chk-%llu", (unsigned long long)id);
+    snprintf(chk, sizeof chk, "%s-%llu", r->savepoint ? "savepoint" : "chk",
+             (unsigned long long)id);
     ckpt_remove_checkpoint(&s->ckpts, chk);
     return failed(r, rc, "job %s: %s", s->jobname, why);
+}
+
+/* A savepoint that was to stop the engine ended: it stops (done), or the
+ * request to stop after it is dropped (failed: nothing stops). */
+static void stop_after(stash_service *s, bool done)
+{
+    shm_control *c = s->a->control;
+    uint32_t after = SHM_STOP_AFTER_SAVEPOINT;
+    if (!done) {
+        atomic_compare_exchange_strong(&c->stop, &after, 0);
+        return;
+    }
+    atomic_store(&c->stop, SHM_STOP_NOW);
+    engine_say(s, STASH_LOG_INFO, "service", "stopping after the savepoint");
 }
 
 static void run_checkpoint(stash_service *s)
@@ -785,8 +805,11 @@ static void run_checkpoint(stash_service *s)
     atomic_store(&c->last_id, id);
     uint64_t sp = atomic_load(&c->savepoint_ticket);
     s->served = atomic_load(&c->requests);
-    bool savepoint = sp > s->savepoint_done;
-    if (savepoint) s->savepoint_done = sp;
+    /* A job's savepoints are the leader's: each host's part of one. */
+    unsigned kind = s->jobs ? job_savepoint(s->jobs, id) : sp > s->savepoint_done;
+    bool savepoint = kind != 0;
+    bool then_stop = s->jobs ? kind > 1 : atomic_load(&c->stop) == SHM_STOP_AFTER_SAVEPOINT;
+    if (savepoint) s->savepoint_done = sp > s->savepoint_done ? sp : s->savepoint_done;
     outcome r = {.savepoint = savepoint};
     /* Read before anything is cut: a rollback from here on makes the next
      * checkpoint after this one full. */
@@ -836,10 +859,14 @@ static void run_checkpoint(stash_service *s)
     count_outcome(s, id, rc);
     engine_account_io(s);
     publish(s, id, p, t0, &r);
+    if (savepoint) stop_after(s, rc == 0 && then_stop);
     unsigned keep = s->o.retain ? s->o.retain : DEFAULT_RETAIN;
     if (rc == 0 && !rollback_reading(s) && ckpt_retain(&s->ckpts, keep, s->e) < 0)
         engine_say(s, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
-    if (rc == 0 && s->jobs && !rollback_reading(s) && ckpt_job_copies_drop(&s->ckpts, id) < 0)
+    /* Until a checkpoint of the arena holds what a job restore put in
+     * (rollbacks read no savepoint), its copies stay. */
+    if (rc == 0 && s->jobs && !savepoint && !rollback_reading(s) &&
+        ckpt_job_copies_drop(&s->ckpts, id) < 0)
         engine_say(s, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
     /* A job's parts are kept by its leader, as its records name them. */
     if (rc == 0 && s->rados && !s->jobs && ckpt_rados_retain(s->rados, s->job, keep) < 0)
@@ -886,10 +913,13 @@ static void take_over(stash_service *s)
     uint64_t id = 0, t0 = shm_now_ns();
     ckpt_job_record *rec = malloc(sizeof *rec);
     ckpt_restored out = {0};
-    int rc = rec ? ckpt_job_latest(s->rados, s->jobname, &id, rec) : -ENOMEM;
-    if (rc == 0)
-        rc = ckpt_job_restore(s->a, s->rados, s->jobname, rec, &s->ckpts, s->o.job_parallelism, &w,
-                              s->e, s->store, &out);
+    char from[256];
+    int rc = rec ? ckpt_job_source(s->rados, s->jobname, from, sizeof from, rec) : -ENOMEM;
+    if (rc == 0) {
+        id = rec->id;
+        rc = ckpt_job_restore(s->a, s->rados, from, rec, &s->ckpts, s->o.job_parallelism, &w, s->e,
+                              s->store, &out);
+    }
     shm_control *c = s->a->control;
     if (rc == 0 && (rc = shm_lock_acquire(&c->lock, NULL, NULL)) == 0) {
         for (uint32_t i = 0; rc == 0 && i < out.op_parallelism; i++) {
@@ -954,25 +984,23 @@ static bool job_host_turn(stash_service *s)
         s->savepoint_done = sp;
         failed(&r, STASH_EFENCED, "%s", why);
         publish(s, 0, 0, shm_now_ns(), &r);
+        if (r.savepoint) stop_after(s, false);
         return true;
     }
     take_over(s);
     uint64_t requests = atomic_load(&c->requests);
     uint64_t sp = atomic_load(&c->savepoint_ticket);
-    if (sp > s->savepoint_done) {
-        s->savepoint_done = sp;
-        /* The refusal answers every request made so far: none goes to the leader. */
-        s->served = requests;
-        s->wants_sent = requests;
-        outcome r = {.savepoint = true};
-        failed(&r, -ENOTSUP, "job %s: a job that spans hosts takes no savepoint", s->jobname);
-        publish(s, 0, 0, shm_now_ns(), &r);
-        return true;
-    }
-    if (requests > s->wants_sent) {
+    if (sp > s->savepoint_sent) {
+        /* A savepoint of the whole job, and with `stash stop --savepoint`
+         * one after which every host stops. */
+        s->savepoint_sent = sp;
         s->wants_sent = requests;
         s->want_ns = shm_clock_ns();
-        job_want(s->jobs);
+        job_want(s->jobs, atomic_load(&c->stop) == SHM_STOP_AFTER_SAVEPOINT ? 2 : 1);
+    } else if (requests > s->wants_sent) {
+        s->wants_sent = requests;
+        s->want_ns = shm_clock_ns();
+        job_want(s->jobs, 0);
     }
     if (job_requested(s->jobs) > s->job_done) {
         run_checkpoint(s);
@@ -981,12 +1009,16 @@ static bool job_host_turn(stash_service *s)
     /* No leader answered (none is elected, or the cluster is out of reach):
      * the request fails rather than waiting for ever. */
     uint64_t timeout = (s->o.timeout_ms ? s->o.timeout_ms : DEFAULT_TIMEOUT_MS) * 1000000ull;
-    if (requests > s->served && shm_clock_ns() - s->want_ns >= timeout) {
+    bool late = shm_clock_ns() - s->want_ns >= timeout;
+    if ((requests > s->served || sp > s->savepoint_done) && late) {
+        /* A savepoint asked for is not answered by a checkpoint run since. */
+        outcome r = {.savepoint = sp > s->savepoint_done};
         s->served = requests;
-        outcome r = {0};
+        s->savepoint_done = sp;
         failed(&r, -ETIMEDOUT, "job %s: the leader started no checkpoint within %llu ms",
                s->jobname, (unsigned long long)(timeout / 1000000ull));
         publish(s, 0, 0, shm_now_ns(), &r);
+        if (r.savepoint) stop_after(s, false);
         return true;
     }
     return false;

@@ -39,7 +39,7 @@ int service_install_opstate(stash_arena *a, const ckpt_restored *r)
 static int restore_into(stash_service *s, stash_worker *w, const char *from, ckpt_restored *out)
 {
     if (s->job_restore)
-        return ckpt_job_restore(w->arena, s->rados, s->jobname, s->job_restore, &s->ckpts,
+        return ckpt_job_restore(w->arena, s->rados, s->job_from, s->job_restore, &s->ckpts,
                                 s->o.job_parallelism, &s->job_workers, s->e, w->store, out);
     if (from) return ckpt_restore_path(w->arena, from, w->range, s->e, w->store, out);
     return ckpt_restore_prepared(w->arena, &s->ckpts, 0, UINT64_MAX, w->range, s->e, w->store, NULL,
@@ -177,18 +177,20 @@ static int create_arena(stash_service *s, const char *name)
     const char *from = s->o.restore;
     char fetched[4096];
     int rc = 0;
-    if (from && ckpt_rados_url(from)) {
+    if (from && ckpt_rados_url(from) && !s->o.host) {
         ckpt_fetched f;
         if ((rc = ckpt_url_fetch(from, &s->ckpts, &f)) != 0) return rc;
         rc = build_arena(s, name, f.path);
         ckpt_rados_url_release(&f);
         return rc;
     }
-    if (!from && s->o.host) {
-        /* A host restores from the job's newest checkpoint, not its own parts. */
-        uint64_t id;
+    if (s->o.host) {
+        /* A host restores from the job's newest checkpoint, not its own
+         * parts (or from what the job was started from). */
         s->job_restore = malloc(sizeof *s->job_restore);
-        rc = s->job_restore ? ckpt_job_latest(s->rados, s->jobname, &id, s->job_restore) : -ENOMEM;
+        rc = s->job_restore ? ckpt_job_source(s->rados, s->jobname, s->job_from, sizeof s->job_from,
+                                              s->job_restore)
+                            : -ENOMEM;
         if (rc == -ENOENT) {
             free(s->job_restore);
             s->job_restore = NULL;
@@ -294,12 +296,13 @@ static int check_host_opts(stash_service *s)
     if (s->o.incremental)
         return shm_fail(-EINVAL, "host %s: a job's parts are full checkpoints: not incremental",
                         s->o.host);
-    if (s->o.restore)
-        return shm_fail(-EINVAL,
-                        "host %s: a job's hosts restore from its newest job checkpoint, "
-                        "not from --restore",
-                        s->o.host);
     int rc = ckpt_job_workers_parse(s->o.workers, &s->job_workers);
+    if (rc == 0 && s->o.restore) {
+        /* Refused before the job is joined. */
+        char from[256];
+        uint64_t id;
+        rc = ckpt_job_source_parse(s->o.pool, s->o.restore, from, sizeof from, &id);
+    }
     for (uint32_t i = 0; rc == 0 && i < s->job_workers.n; i++)
         if (s->job_workers.r[i].last >= s->o.job_parallelism)
             rc = shm_fail(-EINVAL, "host %s: worker %u of a job of %u workers", s->o.host,
@@ -338,6 +341,38 @@ static int open_job(stash_service *s)
     return rc;
 }
 
+/* A host of a job started with --restore rados://POOL/FROM/job-ID: the
+ * job's first start restores that job checkpoint (every host the same,
+ * noted in the pool, the job's ids going on above it); once the job has
+ * committed a checkpoint, its hosts restore from the newest as always. */
+static int job_start_from(stash_service *s)
+{
+    const char *url = s->o.restore;
+    char from[256], had[1024];
+    uint64_t id, latest;
+    int rc = ckpt_job_source_parse(ckpt_rados_pool(s->rados), url, from, sizeof from, &id);
+    if (rc) return rc;
+    if ((rc = ckpt_rados_latest(s->rados, s->jobname, &latest)) == 0) {
+        rc = ckpt_job_origin(s->rados, s->jobname, had, sizeof had);
+        if (rc == 0 && strcmp(had, url) == 0) {
+            engine_say(s, STASH_LOG_INFO, "restore",
+                       "job %s was started from %s and has committed checkpoint %llu since: "
+                       "restoring from that",
+                       s->jobname, url, (unsigned long long)latest);
+            return 0;
+        }
+        if (rc && rc != -ENOENT) return rc;
+        return shm_fail(-EEXIST,
+                        "job %s has committed checkpoint %llu: --restore %s starts a new job "
+                        "(another --job), or leave --restore out to go on from the newest",
+                        s->jobname, (unsigned long long)latest, url);
+    }
+    if (rc != -ENOENT) return rc;
+    if ((rc = ckpt_job_committed(s->rados, from, id)) != 0) return rc;
+    if ((rc = ckpt_job_started_from(s->rados, s->jobname, url)) != 0) return rc;
+    return ckpt_job_ids_above(s->rados, s->jobname, id);
+}
+
 /* The rados storage: the connection, and the checkpoint JOB/latest names. */
 static int connect_rados(stash_service *s, const char *name)
 {
@@ -355,6 +390,7 @@ static int connect_rados(stash_service *s, const char *name)
                                                 .timeout_ms = s->o.ceph_timeout_ms},
                              &s->rados);
     if (rc == 0 && s->o.host) rc = open_job(s);
+    if (rc == 0 && s->o.host && s->o.restore) rc = job_start_from(s);
     if (rc) return rc;
     rc = ckpt_rados_latest(s->rados, s->job, &s->rados_latest);
     return rc == -ENOENT ? 0 : rc; /* a job without checkpoints yet */
@@ -384,6 +420,7 @@ static int start_job(stash_service *s)
     shm_lock_release(&c->lock);
     /* A request made before the service started is the leader's to answer too. */
     s->wants_sent = s->served;
+    s->savepoint_sent = s->savepoint_done;
     return job_start(s->jobs, s->a->hdr->max_parallelism, &c->wake);
 }
 

@@ -318,6 +318,7 @@ _SIGNATURES = {
     "stash_checkpoint": (_int, [_vp, _u64, ctypes.POINTER(_CheckpointInfo)]),
     "stash_savepoint": (_int, [_vp, _u64, ctypes.POINTER(_CheckpointInfo)]),
     "stash_service_request_stop": (_int, [_vp, _u64]),
+    "stash_stop_with_savepoint": (_int, [_vp, _u64, ctypes.POINTER(_CheckpointInfo)]),
     "stash_service_info_get": (_int, [_vp, ctypes.POINTER(_ServiceInfo)]),
     "stash_op_counts_get": (_int, [_vp, _u32, ctypes.POINTER(_OpCounts)]),
     "stash_snapshot_open": (_int, [_cp, ctypes.POINTER(_vp)]),
@@ -750,6 +751,17 @@ class Arena:
         """Asks the service serving the arena to stop and waits for it."""
         _check(self._g.call("request_stop", _lib.stash_service_request_stop, timeout_ms),
                "request_stop")
+
+    def stop_with_savepoint(self, timeout_ms=0):
+        """Takes a savepoint and stops the service once it is complete (on a
+        job's host: a savepoint of the whole job, and every host stops)."""
+        ci = _CheckpointInfo()
+        rc = self._g.call("stop_with_savepoint", _lib.stash_stop_with_savepoint, timeout_ms,
+                          ctypes.byref(ci))
+        if rc == EABORTED:
+            raise StashError(rc, ci.detail.decode(errors="replace"), "stop_with_savepoint")
+        _check(rc, "stop_with_savepoint")
+        return _checkpoint_dict(ci)
 
 
 LogRecord = namedtuple("LogRecord", "time_ns level subject message")

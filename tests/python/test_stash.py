@@ -381,6 +381,22 @@ class Control(Job):
         self.assertEqual((serving[0].level, serving[0].subject), (stash.LOG_INFO, "service"))
         self.assertTrue(stash.version().count(".") == 2)
 
+    def test_a_stop_with_a_savepoint(self):
+        svc = stash.Service(self.name, dir=os.path.join(self.dir, "chk"))
+        done = {}
+        asked = threading.Thread(
+            target=lambda: done.update(sp=self.arena.stop_with_savepoint(60000)))
+        asked.start()
+        while not svc.stopped():
+            asked.join(0.01)
+        svc.stop()
+        asked.join()
+        self.assertTrue(done["sp"]["savepoint"], done)
+        self.assertTrue(done["sp"]["detail"].endswith(f"savepoint-{done['sp']['id']}"), done)
+        status = self.arena.status()
+        self.assertEqual(status["pid"], 0)
+        self.assertEqual(status["completed"], done["sp"]["id"])
+
 
 class Snapshots(Job):
     """A checkpoint read, rewritten and bootstrapped offline."""
@@ -731,7 +747,8 @@ for what, fn in [
         ("arena.info", a.info), ("arena.status", a.status),
         ("arena.checkpoint", lambda: a.checkpoint(1)), ("arena.savepoint", lambda: a.savepoint(1)),
         ("arena.op_counts", lambda: a.op_counts(0)),
-        ("arena.request_stop", lambda: a.request_stop(1))]:
+        ("arena.request_stop", lambda: a.request_stop(1)),
+        ("arena.stop_with_savepoint", lambda: a.stop_with_savepoint(1))]:
     step(what, fn)
 
 top = tempfile.mkdtemp(prefix="stash-py-closed-")
