@@ -938,6 +938,7 @@ enum {
     F_KILL_WORKER,
     F_RESTART_ALL,
     F_TWIN,
+    F_STOP_SAVEPOINT,
     F_KINDS
 };
 
@@ -955,9 +956,47 @@ static const char *fault_names[F_KINDS] = {
     "worker killed",
     "every host restarted",
     "a second service of a host",
+    "the job stopped with a savepoint",
 };
 
 static uint64_t fault_counts[F_KINDS];
+
+/* `stash stop --savepoint` on host i, as an operator stops the whole job:
+ * once its savepoint is committed, every host that was told so stops by
+ * itself; if it fails, nothing stops. The repair starts them again. */
+static void stop_with_savepoint(unsigned i)
+{
+    host *h = &W.hosts[i];
+    if (!serving(i)) return;
+    char arena[32], log[300], text[64];
+    snprintf(arena, sizeof arena, ARENA, h->place);
+    snprintf(log, sizeof log, "%s/stop-%" PRIu64 ".log", W.dir, K.steps);
+    const char *argv[] = {STASH_BIN, "stop", arena, "--savepoint", "--timeout", "60s", NULL};
+    int st = 0;
+    pid_t pid = start_in(i, log, argv);
+    waitpid(pid, &st, 0);
+    FILE *f = fopen(log, "r");
+    unsigned long long id = 0;
+    if (!f || fscanf(f, "savepoint %llu", &id) != 1) id = 0;
+    if (f) fclose(f);
+    say("stop with a savepoint on host %s: %s", h->name,
+        WIFEXITED(st) && WEXITSTATUS(st) == 0 && id ? "the job stops" : "failed: nothing stops");
+    if (!id) return;
+    snprintf(text, sizeof text, "savepoint %llu: complete", id);
+    for (unsigned j = 0; j < HOSTS; j++) {
+        host *o = &W.hosts[j];
+        for (unsigned ms = 0; o->serve > 0 && ms < 30000; ms += 20) {
+            if (waitpid(o->serve, &st, WNOHANG) == o->serve) o->serve = 0;
+            if (o->serve > 0) nap_ms(20);
+        }
+        if (o->serve <= 0) continue;
+        /* One that was told the savepoint completed must have stopped. */
+        if (file_has(o->log, text))
+            problem("host %s's service was told savepoint %llu completed and did not stop", o->name,
+                    id);
+        stop_service(j, SIGTERM);
+    }
+}
 
 /* One step: a fault drawn, held, healed. */
 static void step(void)
@@ -1038,6 +1077,9 @@ static void step(void)
     case F_TWIN:
         twin(i, hold);
         break;
+    case F_STOP_SAVEPOINT:
+        stop_with_savepoint(i);
+        break;
     case F_RESTART_ALL:
         for (unsigned w = 0; w < HOSTS; w++)
             if (W.workers[w].pid > 0) {
@@ -1060,9 +1102,10 @@ static void usage(FILE *to)
             "bridge of the campaign's, against a single-node Ceph cluster it starts: faults\n"
             "drawn from the seed (services killed and paused, hosts lost, partitions, packet\n"
             "loss, slow links, wall-clock steps, the OSD and the monitor stopped, workers\n"
-            "killed, every host restarted), each healed and followed by a committed job\n"
-            "checkpoint; every key checked against a replay, every outcome a worker was told\n"
-            "against the pool's decision. Needs root. Exits 1 on any problem.\n",
+            "killed, every host restarted, the job stopped with a savepoint), each healed and\n"
+            "followed by a committed job checkpoint; every key checked against a replay,\n"
+            "every outcome a worker was told against the pool's decision. Needs root. Exits 1\n"
+            "on any problem.\n",
             HOSTS);
 }
 
