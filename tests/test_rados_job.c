@@ -67,9 +67,10 @@ static void stop_all(void)
 TestSuite(rados_job, .init = start_cluster, .fini = stop_all, .timeout = 300);
 
 /* Starts host name of job jobname serving workers of parallelism p, on
- * the arena and directory of tag; with restore, --restore restore. */
+ * the arena and directory of tag; with opt, the option opt (and its value
+ * val, if any). */
 static host *start_host_of(const char *jobname, const char *name, const char *tag,
-                           const char *workers, uint32_t p, const char *restore)
+                           const char *workers, uint32_t p, const char *opt, const char *val)
 {
     host *h = &hosts[nhosts++];
     snprintf(h->name, sizeof h->name, "%s", name);
@@ -99,8 +100,8 @@ static host *start_host_of(const char *jobname, const char *name, const char *ta
                               "6s",     "--lease",
                               "2s",     "--retain",
                               "2",      "--ceph-timeout",
-                              "3s",     restore ? "--restore" : NULL,
-                              restore,  NULL};
+                              "3s",     opt,
+                              val,      NULL};
         execv(STASH_BIN, (char *const *)argv);
         _exit(127);
     }
@@ -109,7 +110,7 @@ static host *start_host_of(const char *jobname, const char *name, const char *ta
 
 static host *start_host_on(const char *name, const char *tag, const char *workers, uint32_t p)
 {
-    return start_host_of(job, name, tag, workers, p, NULL);
+    return start_host_of(job, name, tag, workers, p, NULL, NULL);
 }
 
 static host *start_host(const char *name, const char *workers, uint32_t p)
@@ -497,10 +498,6 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     cr_assert(strstr(out, "worker 3 of a job of 3 workers"), "%s", out);
     cr_assert_eq(stash_serve("--host x/y --workers 0 --job-parallelism 3", out, sizeof out), 1,
                  "%s", out);
-    cr_assert_eq(
-        stash_serve("--host x --workers 0 --job-parallelism 3 --incremental", out, sizeof out), 1,
-        "%s", out);
-    cr_assert(strstr(out, "not incremental"), "%s", out);
     cr_assert_eq(stash_serve("--host x --workers 0 --job-parallelism 3 --restore /nonexistent", out,
                              sizeof out),
                  1, "%s", out);
@@ -1184,13 +1181,17 @@ Test(rados_job, savepoints_of_a_job_start_a_new_one_and_stop_every_host)
     char job2[96], other[256];
     snprintf(job2, sizeof job2, "%s-b", job);
     snprintf(other, sizeof other, "rados://stash/%s/job-%llu", job, (unsigned long long)newest);
-    host *c = start_host_of(job2, "c", "c", "0-0", 2, source);
-    host *d = start_host_of(job2, "d", "d", "1-1", 2, other);
+    host *c = start_host_of(job2, "c", "c", "0-0", 2, "--restore", source);
+    for (unsigned ms = 0; ms < WAIT_MS && !logged(c, "serving /"); ms += 50) {
+        struct timespec ts = {0, 50000000};
+        nanosleep(&ts, NULL);
+    }
+    host *d = start_host_of(job2, "d", "d", "1-1", 2, "--restore", other);
     cr_assert_neq(test_wait(d->pid), 0, "a host started from another checkpoint serves");
     d->pid = -1;
     snprintf(text, sizeof text, "job %s was first started from %s, not %s", job2, source, other);
     cr_assert(logged(d, text), "see %s", d->log);
-    d = start_host_of(job2, "d", "d", "1-1", 2, source);
+    d = start_host_of(job2, "d", "d", "1-1", 2, "--restore", source);
     stash_worker *v[2] = {open_worker(c, 0, 2), open_worker(d, 1, 2)};
     for (uint32_t i = 0; i < 2; i++) check_round(v[i], i, 2, 2);
     for (uint32_t i = 0; i < 2; i++) write_round(v[i], i, 2, 4);
@@ -1217,8 +1218,8 @@ Test(rados_job, savepoints_of_a_job_start_a_new_one_and_stop_every_host)
 
     /* Started again as their unit says (--restore and all): the job goes on
      * from its newest, the savepoint, not from what it first started from. */
-    c = start_host_of(job2, "c", "c", "0-0", 2, source);
-    d = start_host_of(job2, "d", "d", "1-1", 2, source);
+    c = start_host_of(job2, "c", "c", "0-0", 2, "--restore", source);
+    d = start_host_of(job2, "d", "d", "1-1", 2, "--restore", source);
     v[0] = open_worker(c, 0, 2);
     v[1] = open_worker(d, 1, 2);
     for (uint32_t i = 0; i < 2; i++) check_round(v[i], i, 2, 4);
@@ -1227,4 +1228,126 @@ Test(rados_job, savepoints_of_a_job_start_a_new_one_and_stop_every_host)
     for (uint32_t i = 0; i < 2; i++) stash_worker_close(v[i]);
     free(rec);
     ckpt_rados_close(r);
+}
+
+/* Rewrites one key worker index of p owns with the value of round. */
+static void touch_one(stash_worker *w, uint32_t index, uint32_t p, uint64_t round)
+{
+    stash_state *s = count_of(w);
+    char key[32];
+    for (uint32_t k = 0; k < KEYS; k++) {
+        int n = snprintf(key, sizeof key, "key-%u", k);
+        if ((uint32_t)stash_kg_owner(stash_key_group(key, (size_t)n, MAXP), MAXP, p) != index)
+            continue;
+        uint64_t v = round * 100000 + k;
+        cr_assert_eq(stash_key_set(w, key, (size_t)n), 0);
+        cr_assert_eq(stash_value_put(s, &v, sizeof v), 0, "%s", stash_errmsg());
+        return;
+    }
+}
+
+/* The newest result host h's arena recorded for checkpoint id. */
+static stash_checkpoint_info result_of(const host *h, uint64_t id)
+{
+    await_completed(h, id);
+    stash_arena *ar;
+    stash_service_info si;
+    cr_assert_eq(stash_arena_open(h->arena, NULL, &ar), 0);
+    cr_assert_eq(stash_service_info_get(ar, &si), 0);
+    stash_arena_close(ar);
+    for (size_t k = 0; k < si.nrecent; k++)
+        if (si.recent[k].id == id) return si.recent[k];
+    cr_assert_fail("host %s has no result of %llu", h->name, (unsigned long long)id);
+    return si.recent[0];
+}
+
+static int count_prefix(void *ctx, const char *name)
+{
+    (void)name;
+    (*(unsigned *)ctx)++;
+    return 0;
+}
+
+/* The objects whose names start with JOB/what. */
+static unsigned objects_of(ckpt_rados *r, const char *what)
+{
+    char prefix[128];
+    unsigned n = 0;
+    snprintf(prefix, sizeof prefix, "%s/%s", job, what);
+    cr_assert_eq(ckpt_rados_list(r, prefix, count_prefix, &n), 0);
+    return n;
+}
+
+Test(rados_job, incremental_parts_restore_after_a_takeover_and_retire_their_shared_files)
+{
+    host *a = start_host_of(job, "a", "a", "0-0", 3, "--incremental", NULL);
+    host *b = start_host_of(job, "b", "b", "1-1", 3, "--incremental", NULL);
+    host *c = start_host_of(job, "c", "c", "2-2", 3, "--incremental", NULL);
+    await_logged("leads job");
+    job_workers jw = {{open_worker(a, 0, 3), open_worker(b, 1, 3), open_worker(c, 2, 3)},
+                      {0, 1, 2}};
+    write_all(&jw, 1);
+    stash_checkpoint_info info;
+    cr_assert_eq(checkpoint(a, jw.w, 3, &info), 0, "%s", stash_errmsg());
+    await_committed(info.id, 3);
+    cr_assert(!info.incremental, "the first part is full");
+    uint64_t full_bytes = info.bytes;
+    /* One key changed on each host: each part a delta of it alone. */
+    for (uint32_t i = 0; i < 3; i++) touch_one(jw.w[i], i, 3, 1);
+    cr_assert_eq(checkpoint(a, jw.w, 3, &info), 0, "%s", stash_errmsg());
+    await_committed(info.id, 3);
+    cr_assert(info.incremental);
+    cr_assert_lt(info.bytes * 10, full_bytes, "a delta of one key: %llu bytes, the full %llu",
+                 (unsigned long long)info.bytes, (unsigned long long)full_bytes);
+    stash_checkpoint_info of_c = result_of(c, info.id);
+    cr_assert(of_c.incremental);
+    write_all(&jw, 2);
+    cr_assert_eq(checkpoint(a, jw.w, 3, &info), 0, "%s", stash_errmsg());
+    await_committed(info.id, 3);
+    cr_assert(result_of(c, info.id).incremental);
+
+    /* Host c lost after two deltas: its workers come back from its chain
+     * (the full part and both deltas, their shared files fetched). */
+    close_workers_on(&jw, 2);
+    lose_host(c);
+    size_t taker = await_logged("of lost host c over");
+    move_workers(&jw, 2, taker, 2);
+    /* The taker's next part is full (the key groups it restored are in no
+     * change log); the other host's a delta. */
+    cr_assert_eq(checkpoint(a, jw.w, 3, &info), 0, "%s", stash_errmsg());
+    await_committed(info.id, 2);
+    cr_assert(!result_of(&hosts[taker], info.id).incremental, "full after a takeover");
+    cr_assert(result_of(&hosts[taker == 0 ? 1 : 0], info.id).incremental);
+
+    /* Past retention (2 kept), the lost host's parts and shared files go;
+     * what the kept deltas rest on stays, and the job reads whole. */
+    for (int k = 0; k < 2; k++) {
+        for (uint32_t i = 0; i < 3; i++) touch_one(jw.w[i], i, 3, 2);
+        cr_assert_eq(checkpoint(a, jw.w, 3, &info), 0, "%s", stash_errmsg());
+        await_committed(info.id, 2);
+    }
+    ckpt_rados *r;
+    cr_assert_eq(ckpt_rados_open(&(ckpt_rados_opts){.conf = conf, .pool = "stash"}, &r), 0);
+    for (unsigned ms = 0; ms < WAIT_MS && objects_of(r, "part/c/"); ms += 100) {
+        struct timespec ts = {0, 100000000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_eq(objects_of(r, "part/c/"), 0, "the lost host's parts and shared files are gone");
+    ckpt_rados_close(r);
+    setenv("CEPH_CONF", conf, 1);
+    char args[256], out[8192];
+    snprintf(args, sizeof args, "snapshot verify rados://stash/%s", job);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    /* A new arena of the other host, stopped and its directory gone,
+     * restores its chain from the pool. */
+    size_t other = taker == 0 ? 1 : 0;
+    close_workers_on(&jw, other);
+    stop_host(&hosts[other]);
+    test_remove_dir(hosts[other].dir);
+    host *back = start_host_of(job, hosts[other].name, hosts[other].name,
+                               other == 0 ? "0-0" : "1-1", 3, "--incremental", NULL);
+    stash_worker *again = open_worker(back, (uint32_t)other, 3);
+    check_round(again, (uint32_t)other, 3, 2);
+    stash_worker_close(again);
+    close_workers_on(&jw, taker);
 }

@@ -161,6 +161,10 @@ int ckpt_rados_latest(ckpt_rados *r, const char *job, uint64_t *id);
  * checkpoint's directory last. Returns 0 or an error naming the object or
  * the file. */
 int ckpt_rados_fetch(ckpt_rados *r, const char *job, const shm_dir *dir, const char *dirname);
+/* Appends to *names (of *n; free each and the array) the shared files
+ * ("shared/ID.dat") checkpoint dirname of the job lists. */
+int ckpt_rados_shared_of(ckpt_rados *r, const char *job, const char *dirname, char ***names,
+                         size_t *n);
 /* The job's checkpoints in the pool, newest first: their ids in *ids and
  * whether each one's metadata is there in *committed (free both). */
 int ckpt_rados_checkpoints(ckpt_rados *r, const char *job, uint64_t **ids, bool **committed,

@@ -787,6 +787,10 @@ typedef struct sweep {
     uint64_t latest;
     const ckpt_job_record *kept;
     size_t nkept;
+    char **shared; /* PART/shared/ID.dat each kept part lists; PART/shared/: all */
+    size_t nshared;
+    char **pointers; /* PART/latest of parts no kept record names */
+    size_t npointers;
     char **gone; /* metadata objects first, then the rest */
     size_t n, cap;
     int rc;
@@ -799,10 +803,12 @@ static bool kept_id(const sweep *s, uint64_t id)
     return false;
 }
 
+/* Whether a kept record names a part of host (hlen bytes) of epoch, of
+ * id (any id: UINT64_MAX). */
 static bool kept_part(const sweep *s, const char *host, size_t hlen, uint64_t epoch, uint64_t id)
 {
     for (size_t i = 0; i < s->nkept; i++)
-        for (size_t k = 0; s->kept[i].id == id && k < s->kept[i].n; k++)
+        for (size_t k = 0; (s->kept[i].id == id || id == UINT64_MAX) && k < s->kept[i].n; k++)
             if (strlen(s->kept[i].parts[k].host) == hlen &&
                 memcmp(s->kept[i].parts[k].host, host, hlen) == 0 &&
                 s->kept[i].parts[k].epoch == epoch)
@@ -824,9 +830,38 @@ static int add_gone(sweep *s, const char *name)
     return 0;
 }
 
+/* Whether the shared file object name (PART/shared/ID.dat.K) is one a
+ * kept part lists, or of an id above latest (a checkpoint in flight). */
+static bool kept_shared(const sweep *s, const char *name, const char *file)
+{
+    char *end;
+    uint64_t id = strtoull(file + strlen(CKPT_SHARED_DIR "/"), &end, 10);
+    const char *dot = strrchr(name, '.');
+    if (id > s->latest || strncmp(end, ".dat.", 5) != 0 || !dot) return true;
+    size_t len = (size_t)(dot - name);
+    for (size_t i = 0; i < s->nshared; i++) {
+        size_t n = strlen(s->shared[i]);
+        bool all = n && s->shared[i][n - 1] == '/';
+        if ((all || n == len) && strncmp(s->shared[i], name, all ? n : len) == 0) return true;
+    }
+    return false;
+}
+
+static int list_add_name(char ***v, size_t *n, const char *name)
+{
+    char **grown = realloc(*v, (*n + 1) * sizeof *grown);
+    if (!grown) return shm_fail(-ENOMEM, "out of memory");
+    *v = grown;
+    if (!(grown[*n] = strdup(name))) return shm_fail(-ENOMEM, "out of memory");
+    (*n)++;
+    return 0;
+}
+
 /* Collects what retention removes: records below latest that are not
- * kept, and parts below latest no kept record names
- * (JOB/part/HOST[/EPOCH]/chk-ID/... or savepoint-ID/...). */
+ * kept, parts below latest no kept record names
+ * (JOB/part/HOST[/EPOCH]/chk-ID/... or savepoint-ID/...), and the shared
+ * files of incremental parts (JOB/part/HOST[/EPOCH]/shared/ID.dat) no kept
+ * part lists. */
 static int take_gone(void *ctx, const char *name)
 {
     sweep *s = ctx;
@@ -847,6 +882,11 @@ static int take_gone(void *ctx, const char *name)
         if (*end != '/') return 0;
         chk = end + 1;
     }
+    if (strncmp(chk, CKPT_SHARED_DIR "/", sizeof CKPT_SHARED_DIR) == 0)
+        return kept_shared(s, name, chk) ? 0 : add_gone(s, name);
+    if (strcmp(chk, "latest") == 0 &&
+        !kept_part(s, host, (size_t)(slash - host), epoch, UINT64_MAX))
+        return list_add_name(&s->pointers, &s->npointers, name);
     size_t skip = strncmp(chk, "chk-", 4) == 0 ? 4 : strncmp(chk, "savepoint-", 10) == 0 ? 10 : 0;
     if (!skip) return 0;
     uint64_t id = strtoull(chk + skip, &end, 10);
@@ -906,6 +946,36 @@ static int forget_decisions(ckpt_rados *r, const char *job, uint64_t floor, uint
     return rc;
 }
 
+/* Adds the shared files part of rec lists to s->shared, as object names
+ * (PART/shared/ID.dat). */
+static int list_part_shared(ckpt_rados *r, const char *job, const ckpt_job_record *rec,
+                            const ckpt_job_part *part, sweep *s)
+{
+    char sub[1024], dirname[64];
+    int rc = ckpt_job_part_prefix(sub, sizeof sub, job, part->host, part->epoch);
+    ckpt_job_part_name(rec, dirname, sizeof dirname);
+    size_t from = s->nshared;
+    if (rc == 0) rc = ckpt_rados_shared_of(r, sub, dirname, &s->shared, &s->nshared);
+    if (rc == -ENOENT) {
+        /* A kept part without its metadata: what it rests on is unknown,
+         * and every shared file of its prefix stays. */
+        shm_clear_error();
+        rc = list_add_name(&s->shared, &s->nshared, CKPT_SHARED_DIR "/");
+    }
+    for (size_t i = from; rc == 0 && i < s->nshared; i++) {
+        size_t len = strlen(sub) + strlen(s->shared[i]) + 2;
+        char *full = malloc(len);
+        if (!full) {
+            rc = shm_fail(-ENOMEM, "out of memory");
+            break;
+        }
+        snprintf(full, len, "%s/%s", sub, s->shared[i]);
+        free(s->shared[i]);
+        s->shared[i] = full;
+    }
+    return rc;
+}
+
 int ckpt_job_retain(ckpt_rados *r, const char *job, unsigned keep, uint64_t leader)
 {
     uint64_t latest;
@@ -935,19 +1005,35 @@ int ckpt_job_retain(ckpt_rados *r, const char *job, unsigned keep, uint64_t lead
     }
     free(st.done);
     free(st.saved);
+    sweep s = {job, latest, kept, nkept, NULL, 0, NULL, 0, NULL, 0, 0, 0};
+    /* The shared files the kept incremental parts list. */
+    for (size_t i = 0; rc == 0 && i < nkept; i++)
+        for (size_t k = 0; rc == 0 && !kept[i].savepoint && k < kept[i].n; k++)
+            rc = list_part_shared(r, job, &kept[i], &kept[i].parts[k], &s);
     /* The decisions go first: a record retention removes is one no verdict names. */
     if (rc == 0 && floor) rc = forget_decisions(r, job, floor, leader);
     char prefix[1024];
     snprintf(prefix, sizeof prefix, "%s/", job);
-    sweep s = {job, latest, kept, nkept, NULL, 0, 0, 0};
     if (rc == 0) rc = ckpt_rados_list(r, prefix, take_gone, &s);
     /* Each part's metadata first: a part half removed is one no longer. */
     for (size_t i = 0; rc == 0 && i < s.n; i++)
         if (strstr(s.gone[i], "/_metadata.")) rc = ckpt_rados_remove(r, s.gone[i]);
     for (size_t i = 0; rc == 0 && i < s.n; i++)
         if (!strstr(s.gone[i], "/_metadata.")) rc = ckpt_rados_remove(r, s.gone[i]);
+    /* The pointer of a part no kept record names, once nothing of it is in
+     * flight (a live service's parts are in every record). */
+    for (size_t i = 0; rc == 0 && i < s.npointers; i++) {
+        char at[32];
+        rc = ckpt_rados_pointer(r, s.pointers[i], at, sizeof at);
+        if (rc == 0 && strtoull(at, NULL, 10) <= latest) rc = ckpt_rados_remove(r, s.pointers[i]);
+        if (rc == -ENOENT) rc = 0;
+    }
+    for (size_t i = 0; i < s.npointers; i++) free(s.pointers[i]);
+    free(s.pointers);
     for (size_t i = 0; i < s.n; i++) free(s.gone[i]);
+    for (size_t i = 0; i < s.nshared; i++) free(s.shared[i]);
     free(s.gone);
+    free(s.shared);
     free(kept);
     return rc;
 }
@@ -1176,9 +1262,15 @@ int ckpt_job_copies_drop(const shm_dir *dir, uint64_t below)
         DIR *hd = hfd >= 0 ? fdopendir(hfd) : NULL;
         if (!hd && hfd >= 0) close(hfd);
         struct dirent *c;
-        while (hd && (c = readdir(hd)))
-            if (copy_below(c->d_name, below)) ckpt_remove_checkpoint(&host, c->d_name);
+        bool left = false; /* a copy of an incremental part needs its shared files */
+        while (hd && (c = readdir(hd))) {
+            if (copy_below(c->d_name, below))
+                ckpt_remove_checkpoint(&host, c->d_name);
+            else
+                left = left || strncmp(c->d_name, "chk-", 4) == 0;
+        }
         if (hd) closedir(hd);
+        if (!left) shm_dir_remove(&host, CKPT_SHARED_DIR, 1);
         shm_dir_close(&host);
     }
     if (d) closedir(d);

@@ -226,11 +226,11 @@ static int take_id(void *ctx, const char *name)
     return 0;
 }
 
-/* The shared files checkpoint id of the job lists, appended to names. */
-static int list_shared(ckpt_rados *r, const char *job, uint64_t id, char ***names, size_t *n)
+int ckpt_rados_shared_of(ckpt_rados *r, const char *job, const char *dirname, char ***names,
+                         size_t *n)
 {
     char name[1024];
-    snprintf(name, sizeof name, "%s/chk-%llu/_metadata", job, (unsigned long long)id);
+    snprintf(name, sizeof name, "%s/%s/_metadata", job, dirname);
     ckpt_view v = {0};
     snprintf(v.meta_path, sizeof v.meta_path, "rados://%s/%s", ckpt_rados_pool(r), name);
     int rc = ckpt_rados_read_file(r, name, CKPT_MAX_METADATA, &v.md, &v.md_len);
@@ -328,7 +328,8 @@ int ckpt_rados_retain(ckpt_rados *r, const char *job, unsigned keep)
             if (f.committed[i] && f.ids[i] <= latest && (best == f.n || f.ids[i] > f.ids[best]))
                 best = i;
         if (best == f.n) break;
-        rc = list_shared(r, job, f.ids[best], &shared, &nshared);
+        snprintf(name, sizeof name, "chk-%llu", (unsigned long long)f.ids[best]);
+        rc = ckpt_rados_shared_of(r, job, name, &shared, &nshared);
         f.ids[best] = 0; /* kept: not removed below */
     }
     for (size_t i = 0; rc == 0 && i < f.n; i++) {

@@ -319,6 +319,14 @@ static int reopen_dir(stash_service *s)
     return 0;
 }
 
+/* Makes the next checkpoint full: a delta would rest on what the job may
+ * not hold (a base it aborted, key groups a takeover restored, which no
+ * change log noted, a chain a failure broke). */
+static void full_next(stash_service *s)
+{
+    s->since_full = s->o.full_every ? s->o.full_every : DEFAULT_FULL_EVERY;
+}
+
 static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untracked, outcome *r)
 {
     stash_arena *a = s->a;
@@ -380,7 +388,7 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
     if (rc && delta) {
         /* Whatever failed it (the base's metadata damaged or replaced, a
          * file of the chain unreadable), the next one depends on nothing. */
-        s->since_full = full_every;
+        full_next(s);
         char why[512];
         snprintf(why, sizeof why, "%s", stash_errmsg());
         return failed(r, rc, "%s; the next checkpoint is full", why);
@@ -774,6 +782,7 @@ static int await_verdict(stash_service *s, uint64_t id, outcome *r)
                  ckpt_rados_pool(s->rados), s->jobname, (unsigned long long)id);
     }
     if (rc == 0) return 0;
+    full_next(s);
     char chk[64], why[512];
     snprintf(why, sizeof why, "%s", stash_errmsg());
     snprintf(chk, sizeof chk, "%s-%llu", r->savepoint ? "savepoint" : "chk",
@@ -940,6 +949,7 @@ static void take_over(stash_service *s)
     for (uint32_t i = 0; rc == 0 && i < STASH_MAX_WORKERS; i++)
         if (ckpt_job_workers_has(&w, i)) atomic_store(&c->workers[i].job_restored, id);
     if (rc == 0) rc = job_takeover_done(s->jobs, lost, &w);
+    if (rc == 0) full_next(s);
     if (rc == 0)
         engine_say(
             s, STASH_LOG_INFO, "job",

@@ -293,9 +293,6 @@ static int check_host_opts(stash_service *s)
         return shm_fail(-EINVAL,
                         "host %s: a job's host needs its workers and the job's parallelism",
                         s->o.host);
-    if (s->o.incremental)
-        return shm_fail(-EINVAL, "host %s: a job's parts are full checkpoints: not incremental",
-                        s->o.host);
     int rc = ckpt_job_workers_parse(s->o.workers, &s->job_workers);
     if (rc == 0 && s->o.restore) {
         /* Refused before the job is joined. */

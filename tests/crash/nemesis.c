@@ -107,6 +107,7 @@ static struct world {
     worker workers[HOSTS];
     ckpt_rados *rados; /* the checker's connection, never cut */
     uint64_t rng;
+    bool incremental; /* the hosts' parts: deltas (odd seeds) or full */
 } W;
 
 /* What the campaign counted. */
@@ -426,7 +427,8 @@ static void start_service(unsigned i, const char *workers)
                           "6s",      "--lease",
                           lease,     "--retain",
                           "500",     "--ceph-timeout",
-                          "3s",      NULL};
+                          "3s",      W.incremental ? "--incremental" : NULL,
+                          NULL};
     h->serve = start_in(i, h->log, argv);
     h->fenced = false;
 }
@@ -1145,7 +1147,9 @@ int main(int argc, char **argv)
         seed = wl_mix64((uint64_t)t.tv_nsec ^ ((uint64_t)getpid() << 32));
     }
     W.rng = seed;
-    say("seed %" PRIu64 " (--seed %" PRIu64 " replays the sequence of faults)", seed, seed);
+    W.incremental = seed & 1;
+    say("seed %" PRIu64 " (--seed %" PRIu64 " replays the sequence of faults); %s parts", seed,
+        seed, W.incremental ? "incremental" : "full");
     if (geteuid() != 0) {
         fprintf(stderr, "stash-nemesis: needs root (namespaces, links, nftables)\n");
         return 1;
