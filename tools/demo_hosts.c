@@ -314,7 +314,9 @@ int demo_hosts(unsigned n, const char *ceph_conf, const char *ceph_pool)
     if (pipe(pipefd) < 0) return tool_fail("demo", -errno);
     s.fd = pipefd[0];
     demo_say("== job %s on %u hosts, checkpoints in rados://%s/%s every second; each host a "
-             "`stash serve --host` with an arena of its own, its log in %s/hN.log\n",
+             "`stash serve --host` with an arena of its own, its log in %s/hN.log; the hosts "
+             "share this machine's network and /dev/shm (in namespaces of their own, as "
+             "docs/operations.md's campaign runs them, they would be machines apart)\n",
              job, n, pool, job, demo_dir);
     for (uint32_t i = 0; i < WORKERS; i++) pids[i] = -1;
     bool ok = tell(&s, pipefd[1]);
