@@ -173,7 +173,10 @@ Test(arena, an_arena_of_another_user_is_refused_unless_shared_with_a_group_of_ou
     stash_arena_close(a);
     cr_assert_eq(chmod(path, 0600), 0);
     cr_assert_eq(stash_arena_open(name, NULL, &a), -EPERM);
-    stash_arena_destroy(name, NULL);
+    /* Nor is it destroyed: its owner removes it (here, the test). */
+    cr_assert_eq(stash_arena_destroy(name, NULL), -EPERM);
+    cr_assert_eq(access(path, F_OK), 0);
+    unlink(path);
 }
 
 Test(arena, a_device_or_fifo_in_place_of_the_arena_is_refused, .timeout = 30)
@@ -393,7 +396,9 @@ Test(arena, an_unfinished_creation_is_refused)
     cr_assert_eq(truncate(path, 0), 0);
     stash_arena *a;
     cr_assert_eq(stash_arena_open(name, NULL, &a), STASH_EINCOMPLETE);
-    stash_arena_destroy(name, NULL);
+    /* Emptied, it is no arena destroy may remove: the test removes it. */
+    cr_assert_eq(stash_arena_destroy(name, NULL), STASH_ENOTARENA);
+    unlink(path);
 }
 
 Test(arena, bad_names_and_sizes_are_refused)

@@ -35,6 +35,11 @@ static void remove_tree(const char *path)
     rmdir(path);
 }
 
+static void remove_dir(void)
+{
+    remove_tree(dir);
+}
+
 /* Aborts if dir holds anything but the input file. */
 static void expect_nothing_written(const char *why)
 {
@@ -84,8 +89,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!dir[0]) {
-        snprintf(dir, sizeof dir, "/tmp/stash-fuzz-load-%d", (int)getpid());
-        mkdir(dir, 0700);
+        /* A directory of its own, made anew (another user may plant
+         * anything under /tmp), and gone when the run ends. */
+        snprintf(dir, sizeof dir, "/tmp/stash-fuzz-load-XXXXXX");
+        if (!mkdtemp(dir)) abort();
+        atexit(remove_dir);
         snprintf(input, sizeof input, "%s/input", dir);
         snprintf(dest, sizeof dest, "%s/sp", dir);
         snprintf(again, sizeof again, "%s/sp-again", dir);
