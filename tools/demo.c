@@ -91,10 +91,14 @@ int tool_demo(int argc, char **argv)
                "says where.\n"
                "--hosts N (2 to %u) runs the same job on N hosts, each a `stash serve --host`\n"
                "with an arena of its own, checkpointing into the RADOS pool P (stash) of a\n"
-               "Ceph cluster (--ceph-conf; without it a single-node cluster on 127.0.0.1 that\n"
-               "the demo starts and stops): a host is lost with its service, worker and arena\n"
-               "and a live host takes its worker over from the newest job checkpoint, then\n"
-               "the leader is lost and the lead moves; every count and window exactly right.\n",
+               "Ceph cluster (--ceph-conf; without it a single-node cluster that the demo\n"
+               "starts and stops): a host is lost with its service, worker and arena and a\n"
+               "live host takes its worker over from the newest job checkpoint, then the\n"
+               "leader is lost and the lead moves; every count and window exactly right. With\n"
+               "its own cluster and as root, each host is a machine of its own (network and\n"
+               "mount namespaces, an address on a bridge of the demo's, a /dev/shm of its\n"
+               "own) and the cluster listens on the bridge's uplink; otherwise the hosts share\n"
+               "this machine, and the demo says why.\n",
                WORKERS, WORKERS);
         return 0;
     }
@@ -143,7 +147,7 @@ int tool_demo(int argc, char **argv)
         WORKERS, EVENTS, WORDS, demo_dir);
     pid_t pids[WORKERS];
     for (uint32_t i = 0; i < WORKERS; i++)
-        pids[i] = demo_start_worker(demo_name, i, false, pipefd[1]);
+        pids[i] = demo_start_worker(demo_name, i, false, pipefd[1], 0);
     if (await_checkpoint(&s, 2) < 0) return 1;
 
     uint64_t done = service_info().completed;
@@ -152,7 +156,7 @@ int tool_demo(int argc, char **argv)
     demo_kill_wait(pids[1]);
     /* The service notices within a quarter of a second; then the replacement. */
     for (uint64_t t = demo_now_ns(); demo_now_ns() - t < 400000000ull;) demo_relay(&s, 50);
-    pids[1] = demo_start_worker(demo_name, 1, true, pipefd[1]);
+    pids[1] = demo_start_worker(demo_name, 1, true, pipefd[1], 0);
     if (await_checkpoint(&s, done + 2) < 0) return 1;
 
     done = service_info().completed;
@@ -182,7 +186,7 @@ int tool_demo(int argc, char **argv)
              "offsets\n",
              restore_ms, WORKERS);
     for (uint32_t i = 0; i < WORKERS; i++)
-        pids[i] = demo_start_worker(demo_name, i, false, pipefd[1]);
+        pids[i] = demo_start_worker(demo_name, i, false, pipefd[1], 0);
     for (uint64_t t = demo_now_ns();
          s.finished + s.bad < WORKERS && demo_now_ns() - t < 4 * STEP_TIMEOUT_NS;)
         demo_relay(&s, 100);

@@ -37,8 +37,9 @@ uint64_t demo_now_ns(void);
 /* The word of event i: a deterministic stream every process can replay. */
 uint64_t demo_word_of(uint64_t i);
 /* Forks worker index of WORKERS on arena (rolling its key groups back
- * first if asked), reporting to fd. */
-pid_t demo_start_worker(const char *arena, uint32_t index, bool rollback, int fd);
+ * first if asked), reporting to fd, on the machine whose namespaces
+ * process machine holds (machines.h; 0: this one). */
+pid_t demo_start_worker(const char *arena, uint32_t index, bool rollback, int fd, pid_t machine);
 /* Relays report lines that arrive within ms. */
 void demo_relay(story *s, int ms);
 void demo_kill_wait(pid_t pid);

@@ -1,13 +1,17 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * demo_hosts.c: `stash demo --hosts N`: the demo's job on N hosts, each a
- * `stash serve` of its own arena (simulated on this machine), checkpointing
- * into a Ceph cluster: a single-node one the demo starts (one monitor, one
- * OSD on 127.0.0.1) unless given one. Workers count the stream as in the
- * single-host demo. A host is lost with its service, worker and arena: a
- * live host takes its worker over from the newest job checkpoint while
- * the others run on; then the leader is killed and the lead moves within
- * the lease. Every count and window ends exactly right.
+ * `stash serve` of its own arena, checkpointing into a Ceph cluster: a
+ * single-node one the demo starts (one monitor, one OSD) unless given one.
+ * With the demo's own cluster and as root, each host is a machine of its
+ * own (machines.h: network and mount namespaces, an address on a bridge of
+ * the demo's, a /dev/shm of its own) and the cluster listens on the
+ * bridge's uplink; otherwise the hosts share this machine, and the demo
+ * says so. Workers count the stream as in the single-host demo. A host is
+ * lost with its service, worker and arena: a live host takes its worker
+ * over from the newest job checkpoint while the others run on; then the
+ * leader is lost and the lead moves within the lease. Every count and
+ * window ends exactly right.
  */
 #include <errno.h>
 #include <signal.h>
@@ -20,6 +24,7 @@
 
 #include "tools/demo.h"
 #include "tools/demo_windows.h"
+#include "tools/machines.h"
 
 #define LEASE "3s"
 #define MAX_HOSTS WORKERS
@@ -29,6 +34,7 @@ typedef struct host {
     char arena[48];
     char log[300];
     pid_t pid;
+    pid_t machine; /* holds its namespaces; 0: it shares this machine */
     bool lost;
 } host;
 
@@ -36,6 +42,8 @@ static host hosts[MAX_HOSTS];
 static unsigned nhosts;
 static const char *conf, *pool;
 static char job[32];
+static machines net;        /* the switch, when the hosts are machines apart */
+static bool apart;          /* whether they are */
 static pid_t pids[WORKERS]; /* the workers' processes, -1 once gone */
 static int on[WORKERS];     /* the host each worker runs on */
 
@@ -48,10 +56,10 @@ static pid_t start_host(host *h, unsigned index)
     unsigned first = index * WORKERS / nhosts, last = (index + 1) * WORKERS / nhosts - 1;
     snprintf(workers, sizeof workers, "%u-%u", first, last);
     fflush(NULL);
-    pid_t pid = fork();
+    pid_t pid = machines_fork_bound();
     if (pid == 0) {
         FILE *f = freopen(h->log, "a", stdout);
-        if (!f) _exit(127);
+        if (!f || (h->machine > 0 && machines_enter(h->machine) < 0)) _exit(127);
         char p[16];
         snprintf(p, sizeof p, "%u", WORKERS);
         char *argv[] = {"stash",
@@ -130,15 +138,31 @@ static int await_logged(story *s, const char *text)
     return -1;
 }
 
+/* The newest checkpoint host h completed, read from its arena (on its
+ * machine, by a process that enters it); 0 if none or unread. */
 static uint64_t completed(const host *h)
 {
-    stash_service_info info = {0};
-    stash_arena *a;
-    if (stash_arena_open(h->arena, NULL, &a) == 0) {
-        stash_service_info_get(a, &info);
-        stash_arena_close(a);
+    int p[2];
+    if (pipe(p) < 0) return 0;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(p[0]);
+        stash_service_info info = {0};
+        stash_arena *a;
+        if ((h->machine == 0 || machines_enter(h->machine) == 0) &&
+            stash_arena_open(h->arena, NULL, &a) == 0) {
+            stash_service_info_get(a, &info);
+            stash_arena_close(a);
+        }
+        _exit(write(p[1], &info.completed, sizeof info.completed) == sizeof info.completed ? 0 : 1);
     }
-    return info.completed;
+    close(p[1]);
+    uint64_t id = 0;
+    if (pid < 0 || read(p[0], &id, sizeof id) != sizeof id) id = 0;
+    close(p[0]);
+    if (pid > 0) waitpid(pid, NULL, 0);
+    return id;
 }
 
 /* Waits, relaying reports, until host h completed checkpoint id or a later one. */
@@ -169,7 +193,8 @@ static int leader(story *s)
 }
 
 /* Loses host h: its service and workers killed with SIGKILL, its arena and
- * directory gone, as when a machine dies. */
+ * directory gone (its machine's namespaces with them), as when a machine
+ * dies. */
 static void lose(host *h, unsigned index)
 {
     demo_kill_wait(h->pid);
@@ -179,7 +204,12 @@ static void lose(host *h, unsigned index)
             pids[i] = -1;
         }
     h->lost = true;
-    stash_arena_destroy(h->arena, NULL);
+    if (h->machine > 0) {
+        demo_kill_wait(h->machine);
+        h->machine = 0;
+    } else {
+        stash_arena_destroy(h->arena, NULL);
+    }
     char cmd[400];
     snprintf(cmd, sizeof cmd, "rm -rf '%s/%s'", demo_dir, h->name);
     if (system(cmd) != 0) demo_say("demo: could not remove %s/%s\n", demo_dir, h->name);
@@ -196,7 +226,7 @@ static int resume_workers(story *s, const host *h, unsigned index, int fd)
     for (uint32_t i = 0; i < WORKERS; i++)
         if (on[i] == (int)index) {
             on[i] = to;
-            pids[i] = demo_start_worker(hosts[to].arena, i, false, fd);
+            pids[i] = demo_start_worker(hosts[to].arena, i, false, fd, hosts[to].machine);
         }
     return to;
 }
@@ -206,8 +236,10 @@ static int run_cluster(const char *verb)
     char cmd[700];
     const char *script = STASH_CEPH_CLUSTER;
     if (access(script, R_OK) != 0) script = STASH_CEPH_CLUSTER_INSTALLED;
-    snprintf(cmd, sizeof cmd, "sh '%s' %s '%s/ceph' %d bluestore >>'%s/ceph.out' 2>&1", script,
-             verb, demo_dir, 10000 + (int)getpid() % 20000, demo_dir);
+    char addr[32] = "";
+    if (apart) snprintf(addr, sizeof addr, "CEPH_ADDR=%s1 ", net.net);
+    snprintf(cmd, sizeof cmd, "%ssh '%s' %s '%s/ceph' %d bluestore >>'%s/ceph.out' 2>&1", addr,
+             script, verb, demo_dir, 10000 + (int)getpid() % 20000, demo_dir);
     return system(cmd) == 0 ? 0 : -1;
 }
 
@@ -220,6 +252,11 @@ static bool tell(story *s, int fd)
         snprintf(h->name, sizeof h->name, "h%u", i);
         snprintf(h->arena, sizeof h->arena, "%.31s-h%u", job, i);
         snprintf(h->log, sizeof h->log, "%.255s/h%u.log", demo_dir, i);
+        if (apart && (h->machine = machines_add(&net, i, 1, 0, 0)) < 0) {
+            h->machine = 0;
+            demo_say("demo: %s\n", net.why);
+            return false;
+        }
         h->pid = start_host(h, i);
     }
     int lead = leader(s);
@@ -228,7 +265,16 @@ static bool tell(story *s, int fd)
     for (uint32_t i = 0; i < WORKERS; i++) {
         on[i] = host_of(i);
         if (await_serving(s, &hosts[on[i]]) < 0) return false;
-        pids[i] = demo_start_worker(hosts[on[i]].arena, i, false, fd);
+        pids[i] = demo_start_worker(hosts[on[i]].arena, i, false, fd, hosts[on[i]].machine);
+    }
+    /* Machines apart: no host's arena is in this machine's /dev/shm. */
+    for (unsigned i = 0; apart && i < nhosts; i++) {
+        stash_arena *a;
+        if (stash_arena_open(hosts[i].arena, NULL, &a) == 0) {
+            stash_arena_close(a);
+            demo_say("demo: host %s's arena is in this machine's /dev/shm\n", hosts[i].name);
+            return false;
+        }
     }
     demo_say("== %u workers count %u events over %u words, windows to %s/windows-N.out\n", WORKERS,
              EVENTS, WORDS, demo_dir);
@@ -294,8 +340,20 @@ int demo_hosts(unsigned n, const char *ceph_conf, const char *ceph_pool)
     pool = ceph_pool ? ceph_pool : "stash";
     snprintf(job, sizeof job, "demo-%d", (int)getpid());
     bool own = !conf;
+    /* Machines apart need root, and the hosts reach only the demo's own
+     * cluster from their namespaces. */
+    static char machines_log[300];
+    char why[200] = "given a cluster, they reach it through this machine's network";
+    if (own && geteuid() != 0) {
+        snprintf(why, sizeof why, "machines of their own need root");
+    } else if (own) {
+        snprintf(machines_log, sizeof machines_log, "%.255s/machines.log", demo_dir);
+        apart = machines_open(&net, machines_log) == 0;
+        if (!apart) snprintf(why, sizeof why, "%s", net.why);
+    }
     if (own) {
-        demo_say("== a single-node Ceph cluster (one monitor, one OSD) in %s/ceph\n", demo_dir);
+        demo_say("== a single-node Ceph cluster (one monitor, one OSD) in %s/ceph, on %s%s\n",
+                 demo_dir, apart ? net.net : "127.0.0.1", apart ? "1" : "");
         if (access(STASH_CEPH_CLUSTER, R_OK) != 0 &&
             access(STASH_CEPH_CLUSTER_INSTALLED, R_OK) != 0) {
             fprintf(stderr, "stash demo: %s is missing: give a cluster with --ceph-conf FILE\n",
@@ -314,22 +372,32 @@ int demo_hosts(unsigned n, const char *ceph_conf, const char *ceph_pool)
     if (pipe(pipefd) < 0) return tool_fail("demo", -errno);
     s.fd = pipefd[0];
     demo_say("== job %s on %u hosts, checkpoints in rados://%s/%s every second; each host a "
-             "`stash serve --host` with an arena of its own, its log in %s/hN.log; the hosts "
-             "share this machine's network and /dev/shm (in namespaces of their own, as "
-             "docs/operations.md's campaign runs them, they would be machines apart)\n",
+             "`stash serve --host` with an arena of its own, its log in %s/hN.log\n",
              job, n, pool, job, demo_dir);
+    if (apart)
+        demo_say("== each host a machine of its own: network and mount namespaces, the address "
+                 "%s1N on a bridge of the demo's, a /dev/shm of its own\n",
+                 net.net);
+    else
+        demo_say("== the hosts share this machine's network and /dev/shm (%s)\n", why);
     for (uint32_t i = 0; i < WORKERS; i++) pids[i] = -1;
     bool ok = tell(&s, pipefd[1]);
     /* Whatever the story came to, nothing of it stays running. */
     for (uint32_t i = 0; i < WORKERS; i++)
         if (pids[i] > 0) demo_kill_wait(pids[i]);
-    for (unsigned i = 0; i < n; i++)
-        if (!hosts[i].lost) {
-            kill(hosts[i].pid, SIGTERM);
-            waitpid(hosts[i].pid, NULL, 0);
-            stash_arena_destroy(hosts[i].arena, NULL);
+    for (unsigned i = 0; i < n; i++) {
+        host *h = &hosts[i];
+        if (!h->lost && h->pid > 0) {
+            kill(h->pid, SIGTERM);
+            waitpid(h->pid, NULL, 0);
         }
+        if (h->machine > 0)
+            demo_kill_wait(h->machine);
+        else if (!h->lost)
+            stash_arena_destroy(h->arena, NULL);
+    }
     if (own) run_cluster("stop");
+    if (apart) demo_kill_wait(net.sw);
     demo_say("== %s; the hosts' logs and the windows stay in %s\n",
              ok ? "every count and window exactly right" : "FAILED", demo_dir);
     return ok ? 0 : 1;

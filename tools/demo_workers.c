@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "tools/demo.h"
+#include "tools/machines.h"
 #include "tools/demo_windows.h"
 
 /* The demo's directory, made new by the story. */
@@ -254,11 +255,15 @@ static int worker_main(const char *arena, uint32_t index, bool rollback, int fd)
     return wrong ? 1 : 0;
 }
 
-pid_t demo_start_worker(const char *arena, uint32_t index, bool rollback, int fd)
+pid_t demo_start_worker(const char *arena, uint32_t index, bool rollback, int fd, pid_t machine)
 {
     fflush(NULL);
-    pid_t pid = fork();
-    if (pid == 0) _exit(worker_main(arena, index, rollback, fd));
+    pid_t pid = machines_fork_bound();
+    if (pid == 0) {
+        if (machine > 0 && machines_enter(machine) < 0)
+            _exit(fail(fd, index, "enter its machine", -errno));
+        _exit(worker_main(arena, index, rollback, fd));
+    }
     return pid;
 }
 

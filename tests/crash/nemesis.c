@@ -32,14 +32,11 @@
  * next run.
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <ifaddrs.h>
 #include <inttypes.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -48,8 +45,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/mount.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -58,6 +53,7 @@
 #include "backends/checkpoint/rados_job.h"
 #include "include/stash.h"
 #include "tests/crash/workload.h"
+#include "tools/machines.h"
 
 #define HOSTS 3u
 #define MAXP 32u
@@ -99,10 +95,9 @@ typedef struct worker {
 
 static struct world {
     char dir[128], conf[200], job[32];
-    char net[16]; /* "10.213.X." */
+    char log[160]; /* the commands' output */
+    machines m;    /* the switch: W.m.net is "10.213.X." */
     unsigned port;
-    pid_t sw; /* the switch's namespace */
-    char uplink[16];
     host hosts[HOSTS];
     worker workers[HOSTS];
     ckpt_rados *rados; /* the checker's connection, never cut */
@@ -173,148 +168,27 @@ static uint64_t draw(uint64_t bound)
     return bound ? W.rng % bound : 0;
 }
 
-/* Runs argv (a NULL-terminated list) and waits: its exit code; what it
- * printed goes to the run's log. */
-static int run(const char *const *argv)
-{
-    pid_t pid = fork();
-    if (pid < 0) die("fork: %s", strerror(errno));
-    if (pid == 0) {
-        char path[200];
-        snprintf(path, sizeof path, "%s/commands.log", W.dir);
-        int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        execvp(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    int st;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-    }
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-#define RUN(...) run((const char *const[]){__VA_ARGS__, NULL})
+#define RUN(...) machines_run(&W.m, 0, (const char *const[]){__VA_ARGS__, NULL})
 
 /* Runs a command in the network namespace of pid; dies if it fails. */
 static void in_net(pid_t pid, const char *const *argv)
 {
-    const char *full[24] = {"nsenter", "-t", NULL, "-n"};
-    char t[16];
-    snprintf(t, sizeof t, "%d", (int)pid);
-    full[2] = t;
-    size_t n = 4;
-    for (size_t i = 0; argv[i] && n < 23; i++) full[n++] = argv[i];
-    full[n] = NULL;
-    int rc = run(full);
+    int rc = machines_run(&W.m, pid, argv);
     if (rc != 0)
         die("'%s %s %s' in the namespace of %d failed (%d)", argv[0], argv[1], argv[2], pid, rc);
 }
 
 #define IN_NET(pid, ...) in_net(pid, (const char *const[]){__VA_ARGS__, NULL})
 
-/* A child that dies with the campaign: a SIGKILL as soon as its parent ends. */
-static pid_t fork_bound(void)
-{
-    pid_t parent = getpid(), pid = fork();
-    if (pid < 0) die("fork: %s", strerror(errno));
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(0);
-    }
-    return pid;
-}
-
-/* Makes a process that holds new namespaces (flags) until the campaign ends;
- * a host's also gets a /dev/shm and /var/tmp of its own, and a monotonic
- * clock days apart from the others'. Returns its pid once they exist. */
-static pid_t holder(int flags, unsigned days)
-{
-    int p[2];
-    if (pipe(p) < 0) die("pipe: %s", strerror(errno));
-    pid_t pid = fork_bound();
-    if (pid == 0) {
-        close(p[0]);
-        char ok = 1;
-        if (unshare(flags) < 0) ok = 0;
-        if (ok && (flags & CLONE_NEWNS)) {
-            ok = mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
-                 mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") == 0 &&
-                 mount("tmpfs", "/var/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") == 0;
-        }
-        if (ok && (flags & CLONE_NEWTIME)) {
-            char off[96];
-            int n = snprintf(off, sizeof off, "monotonic %u 0\nboottime %u 0\n", days * 86400u,
-                             days * 86400u);
-            int fd = open("/proc/self/timens_offsets", O_WRONLY);
-            ok = fd >= 0 && write(fd, off, (size_t)n) == n;
-            if (fd >= 0) close(fd);
-        }
-        if (write(p[1], &ok, 1) != 1) _exit(1);
-        for (;;) pause();
-    }
-    close(p[1]);
-    char ok = 0;
-    if (read(p[0], &ok, 1) != 1 || !ok)
-        die("no namespaces could be made (root, and a kernel with network, mount and time "
-            "namespaces, are needed)");
-    close(p[0]);
-    return pid;
-}
-
-/* Whether a.b.c.0/24 holds none of this machine's addresses. */
-static bool subnet_free(unsigned c)
-{
-    struct ifaddrs *ifs, *i;
-    if (getifaddrs(&ifs) < 0) return false;
-    bool free_ = true;
-    for (i = ifs; i; i = i->ifa_next) {
-        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET) continue;
-        uint32_t a = ntohl(((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr);
-        if ((a >> 8) == ((10u << 16) | (213u << 8) | c)) free_ = false;
-    }
-    freeifaddrs(ifs);
-    return free_;
-}
-
-/* A switch of the campaign's own: a bridge in a namespace of its own, with
- * this namespace on it at NET.1, where the cluster listens. */
-static void make_switch(void)
-{
-    unsigned c = (unsigned)getpid() % 250u;
-    for (unsigned tries = 0; tries < 250 && !subnet_free(c); tries++) c = (c + 1) % 250u;
-    if (!subnet_free(c)) die("no free subnet in 10.213.0.0/16");
-    snprintf(W.net, sizeof W.net, "10.213.%u.", c);
-    W.sw = holder(CLONE_NEWNET, 0);
-    char swpid[16], addr[32];
-    snprintf(swpid, sizeof swpid, "%d", (int)W.sw);
-    snprintf(W.uplink, sizeof W.uplink, "stn%d", (int)getpid() % 1000000);
-    snprintf(addr, sizeof addr, "%s1/24", W.net);
-    IN_NET(W.sw, "ip", "link", "add", "br0", "type", "bridge");
-    IN_NET(W.sw, "ip", "link", "set", "br0", "up");
-    if (RUN("ip", "link", "add", W.uplink, "type", "veth", "peer", "name", "up0", "netns", swpid) ||
-        RUN("ip", "addr", "add", addr, "dev", W.uplink) || RUN("ip", "link", "set", W.uplink, "up"))
-        die("the link to the switch could not be made");
-    IN_NET(W.sw, "ip", "link", "set", "up0", "master", "br0", "up");
-}
-
-/* A new machine for host i: namespaces, an address (NET.10+i) on the switch. */
+/* A new machine for host i: namespaces, an address (NET.10+i) on the
+ * switch, a /var/tmp and a monotonic clock days apart of its own. */
 static void make_machine(unsigned i)
 {
     host *h = &W.hosts[i];
     h->machine++;
-    h->holder = holder(CLONE_NEWNET | CLONE_NEWNS | CLONE_NEWTIME, 1000u * (i + 1) + h->machine);
-    char hpid[16], port[16], addr[32];
-    snprintf(hpid, sizeof hpid, "%d", (int)h->holder);
-    snprintf(port, sizeof port, "d%ux%u", i, h->machine);
-    snprintf(addr, sizeof addr, "%s%u/24", W.net, 10 + i);
-    IN_NET(W.sw, "ip", "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", hpid);
-    IN_NET(W.sw, "ip", "link", "set", port, "master", "br0", "up");
-    IN_NET(h->holder, "ip", "addr", "add", addr, "dev", "eth0");
-    IN_NET(h->holder, "ip", "link", "set", "eth0", "up");
-    IN_NET(h->holder, "ip", "link", "set", "lo", "up");
+    h->holder = machines_add(&W.m, i, h->machine, MACHINE_VAR_TMP | MACHINE_CLOCK,
+                             1000u * (i + 1) + h->machine);
+    if (h->holder < 0) die("%s", W.m.why);
     h->cut = false;
     *h->clock = 0;
 }
@@ -325,18 +199,10 @@ static pid_t start_in(unsigned i, const char *log, const char *const *argv)
     host *h = &W.hosts[i];
     char clock[200];
     snprintf(clock, sizeof clock, "%s/clock-%s", W.dir, h->name);
-    pid_t pid = fork_bound();
+    pid_t pid = machines_fork_bound();
+    if (pid < 0) die("fork: %s", strerror(errno));
     if (pid == 0) {
-        const char *ns[] = {"net", "mnt", "time_for_children"};
-        int kinds[] = {CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWTIME};
-        for (size_t k = 0; k < 3; k++) {
-            char path[64];
-            snprintf(path, sizeof path, "/proc/%d/ns/%s", (int)h->holder, ns[k]);
-            int fd = open(path, O_RDONLY | O_CLOEXEC);
-            if (fd < 0 || setns(fd, kinds[k]) < 0) _exit(126);
-            close(fd);
-        }
-        if (chdir("/") < 0) _exit(126);
+        if (machines_enter(h->holder) < 0) _exit(126);
         int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
         if (fd < 0) _exit(126);
         dup2(fd, 1);
@@ -371,7 +237,7 @@ static int cluster(const char *verb)
     char cdir[160], port[16], addr[32];
     snprintf(cdir, sizeof cdir, "%s/ceph", W.dir);
     snprintf(port, sizeof port, "%u", W.port);
-    snprintf(addr, sizeof addr, "%s1", W.net);
+    snprintf(addr, sizeof addr, "%s1", W.m.net);
     setenv("CEPH_ADDR", addr, 1);
     return RUN("sh", script, verb, cdir, port, "bluestore");
 }
@@ -1027,15 +893,15 @@ static void step(void)
         nap_ms(hold);
         break;
     case F_PARTITION:
-        snprintf(rule, sizeof rule, "ip daddr %s1 drop; ip saddr %s1 drop;", W.net, W.net);
+        snprintf(rule, sizeof rule, "ip daddr %s1 drop; ip saddr %s1 drop;", W.m.net, W.m.net);
         cut(i, rule);
         nap_ms(hold);
         cut(i, NULL);
         break;
     case F_PARTITION_OSD:
         snprintf(rule, sizeof rule,
-                 "ip daddr %s1 tcp dport != %u drop; ip saddr %s1 tcp sport != %u drop;", W.net,
-                 W.port, W.net, W.port);
+                 "ip daddr %s1 tcp dport != %u drop; ip saddr %s1 tcp sport != %u drop;", W.m.net,
+                 W.port, W.m.net, W.port);
         cut(i, rule);
         nap_ms(hold);
         cut(i, NULL);
@@ -1162,8 +1028,9 @@ int main(int argc, char **argv)
     snprintf(W.conf, sizeof W.conf, "%s/ceph/ceph.conf", W.dir);
     snprintf(W.job, sizeof W.job, "nemesis%d", (int)getpid());
     W.port = 10000u + (unsigned)getpid() % 20000u;
-    make_switch();
-    if (cluster("start") != 0) die("the cluster did not start (see %s/commands.log)", W.dir);
+    snprintf(W.log, sizeof W.log, "%s/commands.log", W.dir);
+    if (machines_open(&W.m, W.log) < 0) die("%s", W.m.why);
+    if (cluster("start") != 0) die("the cluster did not start (see %s)", W.log);
     if (ckpt_rados_open(&(ckpt_rados_opts){.conf = W.conf, .pool = "stash"}, &W.rados) < 0)
         die("the checker cannot reach the cluster: %s", stash_errmsg());
     for (unsigned i = 0; i < HOSTS; i++) {
