@@ -6,6 +6,7 @@
  * draws its pictures.
  */
 #include <criterion/criterion.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,7 +96,7 @@ Test(bench_tool, bench_timers_runs_every_case_beside_its_peers, .timeout = 240)
     timers_run("lmdb");
 }
 
-/* A batched case reports stash batched and not, and the raw table batched
+/* A batched case reports stash batched and not, and the raw tables batched
  * and not, each with a rate, and their ratios. */
 Test(bench_tool, a_batched_keyed_case_runs_beside_the_raw_table_batched_and_not, .timeout = 240)
 {
@@ -104,8 +105,9 @@ Test(bench_tool, a_batched_keyed_case_runs_beside_the_raw_table_batched_and_not,
                                 "value/ycsb-c/uniform/batch32",
                                 big, sizeof big),
                  0, "%s", big);
-    const char *systems[] = {"stash", "stash-unbatched", "raw-table", "raw-table-batched"};
-    for (size_t s = 0; s < 4; s++) {
+    const char *systems[] = {"stash",  "stash-unbatched", "raw-table", "raw-table-batched",
+                             "raw-lp", "raw-lp-batched"};
+    for (size_t s = 0; s < 6; s++) {
         char row[160];
         snprintf(row, sizeof row,
                  "\"case\": \"value/ycsb-c/uniform/batch32\", \"system\": \"%s\", \"value\"",
@@ -114,6 +116,56 @@ Test(bench_tool, a_batched_keyed_case_runs_beside_the_raw_table_batched_and_not,
     }
     cr_assert_not_null(strstr(big, "\"system\": \"stash/raw-table-batched\""), "%s", big);
     cr_assert_not_null(strstr(big, "\"system\": \"stash/stash-unbatched\""), "%s", big);
+}
+
+/* Checks every row of a keyed report in big: each system's rate comes from
+ * passes of the case's whole sequence (ops), none failed its reads' check
+ * unless it is named by bad, and each of that one's rows did. */
+static void every_row_ran_all_and_read_right(const char *big, const char *bad)
+{
+    int rows = 0, failed = 0;
+    for (const char *at = strstr(big, "{\"bench\": \"keyed\""); at;
+         at = strstr(at + 1, "{\"bench\": \"keyed\"")) {
+        const char *end = strchr(at, '\n');
+        int len = (int)(end ? end - at : (ptrdiff_t)strlen(at));
+        char row[1024];
+        snprintf(row, sizeof row, "%.*s", len, at);
+        if (bad && strstr(row, bad)) {
+            cr_assert_not_null(strstr(row, "a read returned wrong contents"), "%s", row);
+            failed++;
+            continue;
+        }
+        cr_assert_null(strstr(row, "failed"), "%s", row);
+        if (!strstr(row, "\"unit\": \"ops/s\"")) continue;
+        cr_assert_not_null(strstr(row, "\"ops\": 200000,"), "the whole sequence: %s", row);
+        rows++;
+    }
+    cr_assert_gt(rows, 2, "%s", big);
+    cr_assert(!bad || failed, "no row of %s failed: %s", bad, big);
+}
+
+/* Every system runs every pass of a case whole, throughput and latency in
+ * passes of their own, and every read is checked against a replay of the
+ * writes: a value changed behind the bench's back fails that system's row
+ * and no other. */
+Test(bench_tool, every_keyed_pass_runs_the_whole_sequence_and_its_reads_are_checked, .timeout = 300)
+{
+    static char big[32768];
+    const char *cases[] = {"value/ycsb-f/uniform", "value/ycsb-a/zipfian", "map/get",
+                           "value/ycsb-c/uniform/batch8"};
+    for (size_t c = 0; c < 4; c++) {
+        char args[160];
+        snprintf(args, sizeof args, "bench keyed --quick --reps %d --json --case %s", c ? 1 : 2,
+                 cases[c]);
+        cr_assert_eq(test_run_stash(args, big, sizeof big), 0, "%s", big);
+        every_row_ran_all_and_read_right(big, NULL);
+    }
+    setenv("STASH_BENCH_CORRUPT", "raw-lp", 1);
+    int rc = test_run_stash(
+        "bench keyed --quick --reps 1 --json --case value/ycsb-c/uniform/batch8", big, sizeof big);
+    unsetenv("STASH_BENCH_CORRUPT");
+    cr_assert_eq(rc, 0, "%s", big);
+    every_row_ran_all_and_read_right(big, "\"system\": \"raw-lp");
 }
 
 Test(bench_tool, a_memory_budget_is_for_the_lmdb_backend_and_takes_bytes)

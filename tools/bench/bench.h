@@ -33,6 +33,7 @@ typedef struct bench_result {
     bool latency;       /* whether the p50/p99/p999 fields apply */
     double p50_us, p99_us, p999_us;
     const char *skipped; /* non-NULL: the peer could not run, and why */
+    uint64_t ops;        /* operations each repetition ran; 0: not said */
 } bench_result;
 
 /* A memory budget (budget.c): the process in a memory cgroup of its own. */

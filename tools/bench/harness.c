@@ -212,7 +212,7 @@ void bench_report(const bench_opts *o, const bench_result *r)
 {
     if (!bench_selected(o, r->name)) return;
     if (o->progress) fputs("\r\033[K", stderr);
-    bool spread = r->max > 0 && strcmp(r->unit ? r->unit : "", "ratio") != 0;
+    bool spread = r->max > 0;
     if (o->csv) {
         /* Names are the benches' own: no commas or quotes in them; a reason
          * to skip is quoted. */
@@ -247,6 +247,7 @@ void bench_report(const bench_opts *o, const bench_result *r)
             printf(", \"value\": %.6g, \"unit\": ", r->value);
             tool_json_string(r->unit);
             if (spread) printf(", \"min\": %.6g, \"max\": %.6g", r->min, r->max);
+            if (r->ops) printf(", \"ops\": %llu", (unsigned long long)r->ops);
             if (r->latency)
                 printf(", \"p50_us\": %.3f, \"p99_us\": %.3f, \"p999_us\": %.3f", r->p50_us,
                        r->p99_us, r->p999_us);

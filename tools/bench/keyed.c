@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <ftw.h>
+#include <sched.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 
 #include "include/stash.h"
 #include "tools/bench/peers.h"
+#include "tools/bench/raw.h"
 #include "tools/bench/bench.h"
 #include "tools/bench/ycsb.h"
 
@@ -32,14 +34,13 @@
 #define MAP_ENTRIES 10           /* user keys per map */
 #define PIPELINE 64              /* commands per batch for redis-pipelined */
 #define BATCH_MAX 128            /* the largest batch of the batched cases */
-#define SAMPLE_EVERY 16          /* one latency sample per this many operations */
 #define READ_CAP 65536           /* what one read may copy out */
 #define VALUE_POOL 4096          /* distinct random values that writes cycle through */
 #define ARENA_NAME "bench-keyed" /* only checked: the arena lives at the path given */
 
-enum { SYS_STASH, SYS_RAW, SYS_RAW_INDEX, SYS_LMDB, SYS_ROCKSDB, SYS_REDIS, SYS_REDIS_PIPE, NSYS };
-static const char *const sys_names[NSYS] = {"stash",   "raw-table", "raw-index",      "lmdb",
-                                            "rocksdb", "redis",     "redis-pipelined"};
+enum { SYS_STASH, SYS_RAW, SYS_RAW_LP, SYS_LMDB, SYS_ROCKSDB, SYS_ROCKSDB_FLINK, SYS_REDIS, NSYS };
+static const char *const sys_names[NSYS] = {"stash",   "raw-table",     "raw-lp",         "lmdb",
+                                            "rocksdb", "rocksdb-flink", "redis-pipelined"};
 
 enum { GROUP_VALUE, GROUP_LIST, GROUP_MAP, NGROUPS };
 static const char *const group_names[NGROUPS] = {"value", "list", "map"};
@@ -96,9 +97,20 @@ typedef struct lat_pool {
     uint64_t n, cap;
 } lat_pool;
 
+/* What one system should hold, replayed after each of its passes: per
+ * entry (a key's value, or one map entry) the first 8 bytes of its value
+ * and the value of the pool the rest is from. Lists are never changed
+ * where they are read (list/add appends to lists of fresh keys). */
+typedef struct model {
+    uint64_t *first8;
+    uint16_t *pool;
+    uint64_t n;
+} model;
+
 /* One system in the current group: running, or why not. */
 typedef struct sys_run {
     kv_sys *sys;
+    model m;
     char why[320];
 } sys_run;
 
@@ -106,8 +118,7 @@ typedef struct keyed_bench {
     bench_opts o;
     stash_backend backend; /* lmdb: stash's lmdb backend beside LMDB and RocksDB, on disk */
     uint64_t keys;         /* key indices 0 .. keys-1 */
-    uint64_t ops;          /* operations in a case's sequence */
-    uint64_t cap_ns;       /* a timed pass stops here even if its sequence is not done */
+    uint64_t ops;          /* operations in a case's sequence: every pass runs them all */
     char dir[512];
     char arena_dir[64]; /* lmdb: the arena, in memory, beside the environments on disk */
     peer_redis_server *redis;
@@ -121,8 +132,10 @@ typedef struct keyed_bench {
     uint8_t buf[READ_CAP];
 } keyed_bench;
 
+/* What a pass did: operations, nanoseconds, and the sum of its reads'
+ * checksums (bench_checksum). */
 typedef struct pass_out {
-    uint64_t done, ns;
+    uint64_t done, ns, sum;
 } pass_out;
 
 /* ------------------------------------------------------------------------ */
@@ -134,6 +147,9 @@ typedef struct stash_sys {
     stash_state *value, *list, *map;
     stash_batch *batch; /* of value state accesses, BATCH_MAX events */
     bool in_batch;      /* the batch sets each operation's key */
+    /* With the lmdb store: a barrier (a commit) after this many writes, as
+     * often as the LMDB peer commits; 0 on the heap. */
+    unsigned commit_every, writes;
     stash_arena_opts aopts;
     char path[PATH_MAX];
     char lmdb_dir[PATH_MAX];
@@ -169,12 +185,23 @@ static int stash_sys_value_get(kv_sys *s, uint64_t key, void *out, size_t cap, s
     return rc ? stash_sys_fail(s, "stash_value_get", rc) : copy_view(&v, out, cap, len);
 }
 
+static int stash_sys_sync(kv_sys *s);
+
+/* Counts a write; with the lmdb store, commits every commit_every (a
+ * batch's after the batch). */
+static int stash_sys_wrote(stash_sys *t)
+{
+    if (!t->commit_every || ++t->writes < t->commit_every || t->in_batch) return 0;
+    t->writes = 0;
+    return stash_sys_sync(&t->base);
+}
+
 static int stash_sys_value_put(kv_sys *s, uint64_t key, const void *v, size_t len)
 {
     stash_sys *t = (stash_sys *)s;
     int rc = stash_sys_key(t, key);
     if (rc == 0) rc = stash_value_put(t->value, v, len);
-    return rc ? stash_sys_fail(s, "stash_value_put", rc) : 0;
+    return rc ? stash_sys_fail(s, "stash_value_put", rc) : stash_sys_wrote(t);
 }
 
 static int stash_sys_list_add(kv_sys *s, uint64_t key, const void *v, size_t len)
@@ -250,6 +277,10 @@ static int stash_sys_run_batch(kv_sys *s, const uint64_t *keys, size_t n, kv_bat
     if (rc < 0) return stash_sys_fail(s, "stash_batch_run", rc);
     for (size_t i = 0; rc > 0 && i < n; i++)
         if (results[i] < 0) return results[i]; /* the operation said what failed */
+    if (t->commit_every && t->writes >= t->commit_every) {
+        t->writes = 0;
+        return stash_sys_sync(s);
+    }
     return 0;
 }
 
@@ -315,6 +346,7 @@ static int stash_sys_open(const char *path, uint64_t size, uint32_t index, uint3
                                   .size = size,
                                   .backend = lmdb_dir ? STASH_BACKEND_LMDB : STASH_BACKEND_HEAP,
                                   .lmdb_dir = lmdb_dir ? t->lmdb_dir : NULL};
+    t->commit_every = lmdb_dir ? PEER_LMDB_COMMIT_EVERY : 0;
     const char *what = "stash_arena_create";
     int rc = 0;
     if (size) {
@@ -350,49 +382,68 @@ static int stash_sys_open(const char *path, uint64_t size, uint32_t index, uint3
 }
 
 /* ------------------------------------------------------------------------ */
-/* Passes: one system replays a sequence.                                    */
+/* Passes: one system replays a sequence. Each system's pass is a loop of    */
+/* its own (PASS below), the operations' calls resolved when it is compiled  */
+/* for stash and the raw tables, whose operations take tens of nanoseconds; */
+/* the other peers' take microseconds and go through their table.           */
 
-static int do_op(keyed_bench *b, kv_sys *s, const ycsb_op *op, uint64_t space, uint64_t i)
+/* What a pass replays: ops[i] on the key keys[i]; batched > 1 in batches of
+ * that many; lat non-NULL: the latency pass, every step (an operation, a
+ * pipelined batch or a batch) timed, never a throughput pass. */
+typedef struct pass_in {
+    const ycsb_op *ops;
+    const uint64_t *keys;
+    uint64_t n;
+    unsigned batched;
+    lat_pool *lat;
+} pass_in;
+
+static inline __attribute__((always_inline)) int do_op(keyed_bench *b, kv_sys *s, const kv_ops *k,
+                                                       const ycsb_op *op, uint64_t key, uint64_t i,
+                                                       uint64_t *sum)
 {
-    const kv_ops *k = s->ops;
     size_t len = 0, want = VALUE_LEN;
     int rc = 0;
     uint8_t *value = b->values[i % VALUE_POOL];
     memcpy(value, &i, sizeof i); /* every write differs from the last */
     switch ((ycsb_kind)op->kind) {
     case YCSB_GET:
-        rc = k->value_get(s, op->key, b->buf, sizeof b->buf, &len);
+        rc = k->value_get(s, key, b->buf, sizeof b->buf, &len);
         break;
     case YCSB_PUT:
-        return k->value_put(s, op->key, value, VALUE_LEN);
+        return k->value_put(s, key, value, VALUE_LEN);
     case YCSB_RMW:
-        rc = k->value_get(s, op->key, b->buf, sizeof b->buf, &len);
+        rc = k->value_get(s, key, b->buf, sizeof b->buf, &len);
         if (rc == 0) {
+            *sum += bench_checksum(b->buf, len);
             uint64_t x;
             memcpy(&x, b->buf, sizeof x);
             x++;
             memcpy(b->buf, &x, sizeof x);
-            rc = k->value_put(s, op->key, b->buf, len);
+            return k->value_put(s, key, b->buf, len);
         }
         break;
     case YCSB_LIST_ADD:
-        return k->list_add(s, space | op->key, value, VALUE_LEN);
+        return k->list_add(s, key, value, VALUE_LEN);
     case YCSB_LIST_GET:
-        rc = k->list_get(s, op->key, b->buf, sizeof b->buf, &len);
+        rc = k->list_get(s, key, b->buf, sizeof b->buf, &len);
         want = LIST_LEN * VALUE_LEN;
         break;
     case YCSB_MAP_PUT:
-        return k->map_put(s, op->key, op->sub, value, VALUE_LEN);
+        return k->map_put(s, key, op->sub, value, VALUE_LEN);
     case YCSB_MAP_GET:
-        rc = k->map_get(s, op->key, op->sub, b->buf, sizeof b->buf, &len);
+        rc = k->map_get(s, key, op->sub, b->buf, sizeof b->buf, &len);
         break;
     }
-    if (rc == -ENOENT) snprintf(s->error, sizeof s->error, "key %u: not found", op->key);
-    /* A pipelined read only queues its command: its reply is checked by sync(). */
-    if (rc == 0 && s->batch == 1 && len != want) {
-        snprintf(s->error, sizeof s->error, "key %u: read %zu bytes, expected %zu", op->key, len,
-                 want);
-        rc = -EIO;
+    if (rc == -ENOENT) snprintf(s->error, sizeof s->error, "key index %u: not found", op->key);
+    /* A pipelined read only queues its command: sync() sums its reply. */
+    if (rc == 0 && s->batch == 1) {
+        if (len != want) {
+            snprintf(s->error, sizeof s->error, "key index %u: read %zu bytes, expected %zu",
+                     op->key, len, want);
+            return -EIO;
+        }
+        *sum += bench_checksum(b->buf, len);
     }
     return rc;
 }
@@ -401,54 +452,152 @@ static int do_op(keyed_bench *b, kv_sys *s, const ycsb_op *op, uint64_t space, u
 typedef struct batch_ops {
     keyed_bench *b;
     const ycsb_op *ops;
-    uint64_t space, first;
+    const uint64_t *keys;
+    uint64_t first, sum;
 } batch_ops;
 
-static int batch_op(kv_sys *s, size_t i, void *ctx)
-{
-    batch_ops *o = ctx;
-    return do_op(o->b, s, &o->ops[i], o->space, o->first + i);
-}
+typedef int pass_fn(keyed_bench *b, kv_sys *s, const pass_in *in, pass_out *out);
 
-/* Runs ops[first .. end-1] on s as one batch of the system's own. */
-static int run_batch(keyed_bench *b, kv_sys *s, const ycsb_op *ops, uint64_t space, uint64_t first,
-                     uint64_t end)
+/* A system's pass over in->ops, its operations k (a constant where the
+ * compiler can resolve its calls), each batch's operations run by op. */
+static inline __attribute__((always_inline)) int pass_loop(keyed_bench *b, kv_sys *s,
+                                                           const kv_ops *k, kv_batch_fn *op,
+                                                           const pass_in *in, pass_out *out)
 {
-    uint64_t keys[BATCH_MAX];
-    for (uint64_t i = first; i < end; i++) keys[i - first] = ops[i].key;
-    batch_ops o = {b, ops + first, space, first};
-    return s->ops->run_batch(s, keys, end - first, batch_op, &o);
-}
-
-/* Runs ops[0 .. n-1] on s until done or cap_ns has passed: one at a time,
- * pipelined s->batch at a time, or with batched > 1 in batches of that
- * many (run_batch); samples the latency of one operation (or batch) in
- * SAMPLE_EVERY into lat when given. */
-static int run_pass(keyed_bench *b, kv_sys *s, unsigned batched, const ycsb_op *ops, uint64_t n,
-                    uint64_t cap_ns, lat_pool *lat, pass_out *out)
-{
-    uint64_t space = ++b->keyspace << 32, t0 = bench_now_ns(), deadline = t0 + cap_ns, i = 0;
-    unsigned step = batched > 1 ? batched : s->batch;
+    uint64_t i = 0, n = in->n, sum = 0, replies = s->sum;
+    unsigned step = in->batched > 1 ? in->batched : s->batch;
+    lat_pool *lat = in->lat;
     int rc = 0;
+    uint64_t t0 = bench_now_ns();
     while (i < n && rc == 0) {
-        if (i % 1024 < step && (must_stop() || bench_now_ns() > deadline)) {
-            if (must_stop()) rc = -EINTR;
+        if ((i & 65535) < step && must_stop()) {
+            rc = -EINTR;
             break;
         }
         uint64_t end = i + step < n ? i + step : n;
-        bool timed = lat && i % SAMPLE_EVERY < step && lat->n < lat->cap;
-        uint64_t t = timed ? bench_now_ns() : 0;
-        if (batched > 1) {
-            rc = run_batch(b, s, ops, space, i, end);
+        uint64_t t = lat ? bench_now_ns() : 0;
+        if (in->batched > 1) {
+            batch_ops o = {b, in->ops + i, in->keys + i, i, 0};
+            rc = k->run_batch(s, in->keys + i, end - i, op, &o);
+            sum += o.sum;
             i = end;
         }
-        for (; i < end && rc == 0; i++) rc = do_op(b, s, &ops[i], space, i);
-        if (s->batch > 1 && rc == 0) rc = s->ops->sync(s);
-        if (timed) lat->ns[lat->n++] = bench_now_ns() - t;
+        for (; i < end && rc == 0; i++) rc = do_op(b, s, k, &in->ops[i], in->keys[i], i, &sum);
+        if (s->batch > 1 && rc == 0) rc = k->sync(s);
+        if (lat && lat->n < lat->cap) lat->ns[lat->n++] = bench_now_ns() - t;
     }
-    if (rc == 0) rc = s->ops->sync(s);
-    *out = (pass_out){.done = i, .ns = bench_now_ns() - t0};
+    if (rc == 0) rc = k->sync(s);
+    *out = (pass_out){.done = i, .ns = bench_now_ns() - t0, .sum = sum + s->sum - replies};
     return rc;
+}
+
+/* The pass of a system whose operations are OPS (an expression of s). */
+#define PASS(NAME, OPS)                                                                            \
+    static int NAME##_batch_op(kv_sys *s, size_t i, void *ctx)                                     \
+    {                                                                                              \
+        batch_ops *o = ctx;                                                                        \
+        return do_op(o->b, s, OPS, &o->ops[i], o->keys[i], o->first + i, &o->sum);                 \
+    }                                                                                              \
+    static __attribute__((noinline)) int NAME##_pass(keyed_bench *b, kv_sys *s, const pass_in *in, \
+                                                     pass_out *out)                                \
+    {                                                                                              \
+        return pass_loop(b, s, OPS, NAME##_batch_op, in, out);                                     \
+    }
+
+PASS(stash, &stash_sys_ops)
+PASS(raw_direct, &raw_direct_ops)
+PASS(raw_lp, &raw_lp_ops)
+PASS(peer, s->ops)
+
+/* The pass that runs system s. */
+static pass_fn *pass_of(const kv_sys *s)
+{
+    return s->ops == &stash_sys_ops    ? stash_pass
+           : s->ops == &raw_direct_ops ? raw_direct_pass
+           : s->ops == &raw_lp_ops     ? raw_lp_pass
+                                       : peer_pass;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Checks: every read of every pass summed, and the sum compared with what  */
+/* a replay of the system's writes on its model says it must be.            */
+
+static void model_free(model *m)
+{
+    free(m->first8);
+    free(m->pool);
+    *m = (model){0};
+}
+
+/* The model of a group's data as load_one writes it. */
+static int model_init(model *m, const keyed_bench *b, int group)
+{
+    m->n = group == GROUP_MAP ? b->keys * MAP_ENTRIES : group == GROUP_VALUE ? b->keys : 0;
+    m->first8 = malloc(m->n * sizeof *m->first8 + 1);
+    m->pool = malloc(m->n * sizeof *m->pool + 1);
+    if (!m->first8 || !m->pool) return model_free(m), -ENOMEM;
+    for (uint64_t e = 0; e < m->n; e++) {
+        uint64_t index = group == GROUP_MAP ? e / MAP_ENTRIES : e;
+        m->first8[e] = index;
+        m->pool[e] = (uint16_t)(index % VALUE_POOL);
+    }
+    return 0;
+}
+
+/* Entry e's value as the model has it, VALUE_LEN bytes into out. */
+static void model_value(const keyed_bench *b, const model *m, uint64_t e, uint8_t *out)
+{
+    memcpy(out, b->values[m->pool[e]], VALUE_LEN);
+    memcpy(out, &m->first8[e], sizeof m->first8[e]);
+}
+
+/* Replays in on m: the sum of the checksums its reads must have. */
+static uint64_t model_pass(const keyed_bench *b, model *m, const pass_in *in)
+{
+    uint8_t buf[LIST_LEN * VALUE_LEN];
+    uint64_t sum = 0;
+    for (uint64_t i = 0; i < in->n; i++) {
+        const ycsb_op *op = &in->ops[i];
+        uint64_t e = op->kind == YCSB_MAP_GET || op->kind == YCSB_MAP_PUT
+                         ? (uint64_t)op->key * MAP_ENTRIES + op->sub
+                         : op->key;
+        switch ((ycsb_kind)op->kind) {
+        case YCSB_GET:
+        case YCSB_MAP_GET:
+            model_value(b, m, e, buf);
+            sum += bench_checksum(buf, VALUE_LEN);
+            break;
+        case YCSB_RMW:
+            model_value(b, m, e, buf);
+            sum += bench_checksum(buf, VALUE_LEN);
+            m->first8[e]++;
+            break;
+        case YCSB_PUT:
+        case YCSB_MAP_PUT:
+            m->first8[e] = i;
+            m->pool[e] = (uint16_t)(i % VALUE_POOL);
+            break;
+        case YCSB_LIST_GET:
+            for (unsigned j = 0; j < LIST_LEN; j++) {
+                uint64_t index = op->key;
+                memcpy(buf + j * VALUE_LEN, b->values[index % VALUE_POOL], VALUE_LEN);
+                memcpy(buf + j * VALUE_LEN, &index, sizeof index);
+            }
+            sum += bench_checksum(buf, sizeof buf);
+            break;
+        case YCSB_LIST_ADD:
+            break;
+        }
+    }
+    return sum;
+}
+
+/* Fills keys[0 .. n-1] with the keys of ops: list/add's in a key space
+ * of their own each pass (fresh lists), the others' the loaded ones. */
+static void fill_keys(keyed_bench *b, const ycsb_op *ops, uint64_t n, uint64_t *keys)
+{
+    uint64_t space = n && ops[0].kind == YCSB_LIST_ADD ? ++b->keyspace << 32 : 0;
+    for (uint64_t i = 0; i < n; i++) keys[i] = bench_key(space | ops[i].key);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -468,6 +617,45 @@ static void fail_sys(sys_run *r, const char *stage)
     snprintf(r->why, sizeof r->why, "failed: %s: %s", stage, r->sys->error);
     r->sys->ops->close(r->sys);
     r->sys = NULL;
+    model_free(&r->m);
+}
+
+/* One pass of ops on run's system (batched > 1 in batches), its reads
+ * checked against its model; lat: the latency pass. Returns 0 with *out,
+ * or -1 after failing the system (what names the pass). */
+static int run_row(keyed_bench *b, sys_run *run, unsigned batched, const ycsb_op *ops,
+                   uint64_t *keys, lat_pool *lat, pass_out *out, const char *what)
+{
+    fill_keys(b, ops, b->ops, keys);
+    pass_in in = {ops, keys, b->ops, batched, lat};
+    kv_sys *s = run->sys;
+    /* For the tests of the checks: STASH_BENCH_CORRUPT names a system whose
+     * value of the first key read is changed behind its model's back. */
+    const char *corrupt = getenv("STASH_BENCH_CORRUPT");
+    for (uint64_t i = 0; corrupt && strcmp(corrupt, s->name) == 0 && i < b->ops; i++)
+        if (ops[i].kind == YCSB_GET || ops[i].kind == YCSB_MAP_GET) {
+            uint8_t wrong[VALUE_LEN] = {0xEE};
+            int rc = ops[i].kind == YCSB_GET
+                         ? s->ops->value_put(s, keys[i], wrong, VALUE_LEN)
+                         : s->ops->map_put(s, keys[i], ops[i].sub, wrong, VALUE_LEN);
+            if (rc == 0) rc = s->ops->sync(s);
+            if (rc < 0) return fail_sys(run, what), -1;
+            break;
+        }
+    if (pass_of(s)(b, s, &in, out) < 0) {
+        fail_sys(run, what);
+        return -1;
+    }
+    uint64_t want = model_pass(b, &run->m, &in);
+    if (out->sum != want) {
+        snprintf(s->error, sizeof s->error,
+                 "the reads' checksum is %016llx where a replay of the writes expects %016llx: "
+                 "a read returned wrong contents",
+                 (unsigned long long)out->sum, (unsigned long long)want);
+        fail_sys(run, what);
+        return -1;
+    }
+    return 0;
 }
 
 /* With --backend lmdb: stash's lmdb backend beside LMDB and RocksDB, which
@@ -475,7 +663,7 @@ static void fail_sys(sys_run *r, const char *stage)
 static bool peer_compared(const keyed_bench *b, int sys)
 {
     return b->backend == STASH_BACKEND_HEAP || sys == SYS_STASH || sys == SYS_LMDB ||
-           sys == SYS_ROCKSDB;
+           sys == SYS_ROCKSDB || sys == SYS_ROCKSDB_FLINK;
 }
 
 static void open_group(keyed_bench *b, int group, sys_run runs[NSYS])
@@ -490,11 +678,12 @@ static void open_group(keyed_bench *b, int group, sys_run runs[NSYS])
         kv_plan plan = {.dir = dir,
                         .entries = group == GROUP_MAP ? b->keys * MAP_ENTRIES : b->keys,
                         .bytes = payload_bytes(b, group),
-                        .value_len = VALUE_LEN};
+                        .value_len = VALUE_LEN,
+                        .integer_keys = group != GROUP_MAP};
         char *why = runs[i].why;
         size_t wl = sizeof runs[i].why;
         runs[i].sys = NULL;
-        if (i != SYS_REDIS && i != SYS_REDIS_PIPE && mkdir(dir, 0700) < 0) {
+        if (i != SYS_REDIS && mkdir(dir, 0700) < 0) {
             snprintf(why, wl, "mkdir %.200s: %s", dir, strerror(errno));
             continue;
         }
@@ -508,40 +697,50 @@ static void open_group(keyed_bench *b, int group, sys_run runs[NSYS])
             snprintf(path, sizeof path, "%s/arena", dir);
             stash_sys_open(path, plan.bytes * 2 + (256ull << 20), 0, 1, NULL, &runs[i].sys, why,
                            wl);
-        } else if ((i == SYS_RAW || i == SYS_RAW_INDEX) && group == GROUP_LIST) {
+        } else if ((i == SYS_RAW || i == SYS_RAW_LP) && group == GROUP_LIST) {
             snprintf(why, wl, "its slots hold one %d-byte value: no lists", VALUE_LEN);
-        } else if (i == SYS_RAW || i == SYS_RAW_INDEX) {
-            peer_raw_open(&plan, i == SYS_RAW_INDEX, &runs[i].sys, why, wl);
+        } else if (i == SYS_RAW || i == SYS_RAW_LP) {
+            raw_open(&plan, i == SYS_RAW, group == GROUP_MAP ? MAP_ENTRIES : 1, &runs[i].sys, why,
+                     wl);
         } else if (i == SYS_LMDB) {
             peer_lmdb_open(&plan, &runs[i].sys, why, wl);
-        } else if (i == SYS_ROCKSDB && b->budget_bytes) {
+        } else if ((i == SYS_ROCKSDB || i == SYS_ROCKSDB_FLINK) && b->budget_bytes) {
             snprintf(why, wl,
                      "not under --memory-budget: its block cache of 256 MiB alone is "
                      "memory the budget would have to hold");
-        } else if (i == SYS_ROCKSDB) {
-            peer_rocksdb_open(&plan, &runs[i].sys, why, wl);
+        } else if (i == SYS_ROCKSDB || i == SYS_ROCKSDB_FLINK) {
+            peer_rocksdb_open(&plan, i == SYS_ROCKSDB_FLINK, &runs[i].sys, why, wl);
         } else if (!b->redis) {
             snprintf(why, wl, "%s", b->redis_why);
+        } else {
+            peer_redis_open(b->redis, PIPELINE, &runs[i].sys, why, wl);
         }
     }
-    /* The pipelined connection loads the data both Redis systems read. */
-    if (b->redis && peer_redis_open(b->redis, PIPELINE, &runs[SYS_REDIS_PIPE].sys,
-                                    runs[SYS_REDIS_PIPE].why, sizeof runs[SYS_REDIS_PIPE].why) == 0)
-        peer_redis_open(b->redis, 1, &runs[SYS_REDIS].sys, runs[SYS_REDIS].why,
-                        sizeof runs[SYS_REDIS].why);
-    else if (b->redis)
-        memcpy(runs[SYS_REDIS].why, runs[SYS_REDIS_PIPE].why, sizeof runs[SYS_REDIS].why);
 }
 
+/* Loads key indices 0 .. keys-1 in a random order (a permutation drawn
+ * from a fixed seed): each key's value (or each of its list's elements,
+ * or its map's entries) the pool's value of its index, the index in its
+ * first 8 bytes. */
 static int load_one(keyed_bench *b, kv_sys *s, int group)
 {
     const kv_ops *k = s->ops;
     unsigned pending = 0;
     int rc = 0;
-    for (uint64_t key = 0; key < b->keys && rc == 0; key++) {
-        if (key % 1024 == 0 && must_stop()) return -EINTR;
-        uint8_t *value = b->values[key % VALUE_POOL];
-        memcpy(value, &key, sizeof key);
+    uint64_t *order = malloc(b->keys * sizeof *order);
+    if (!order) return snprintf(s->error, sizeof s->error, "out of memory"), -ENOMEM;
+    for (uint64_t i = 0; i < b->keys; i++) order[i] = i;
+    uint64_t x = 0x2545F4914F6CDD1Dull;
+    for (uint64_t i = b->keys - 1; i > 0; i--) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint64_t j = x % (i + 1), t = order[i];
+        order[i] = order[j], order[j] = t;
+    }
+    for (uint64_t n = 0; n < b->keys && rc == 0; n++) {
+        if (n % 1024 == 0 && must_stop()) rc = -EINTR;
+        uint64_t index = order[n], key = bench_key(index);
+        uint8_t *value = b->values[index % VALUE_POOL];
+        memcpy(value, &index, sizeof index);
         unsigned writes = group == GROUP_VALUE ? 1 : group == GROUP_LIST ? LIST_LEN : MAP_ENTRIES;
         for (unsigned j = 0; j < writes && rc == 0; j++) {
             rc = group == GROUP_VALUE  ? k->value_put(s, key, value, VALUE_LEN)
@@ -550,15 +749,20 @@ static int load_one(keyed_bench *b, kv_sys *s, int group)
             if (rc == 0 && ++pending == s->batch) rc = k->sync(s), pending = 0;
         }
     }
+    free(order);
     return rc ? rc : k->sync(s);
 }
 
 static void load_group(keyed_bench *b, int group, sys_run runs[NSYS])
 {
     for (int i = 0; i < NSYS && !must_stop(); i++) {
-        if (!runs[i].sys || runs[i].sys->shares_data) continue;
+        if (!runs[i].sys) continue;
         bench_progress(&b->o, "keyed: loading %s into %s", group_names[group], sys_names[i]);
-        if (load_one(b, runs[i].sys, group) < 0) fail_sys(&runs[i], "load");
+        if (load_one(b, runs[i].sys, group) < 0)
+            fail_sys(&runs[i], "load");
+        else if (model_init(&runs[i].m, b, group) < 0)
+            snprintf(runs[i].sys->error, sizeof runs[i].sys->error, "out of memory"),
+                fail_sys(&runs[i], "its model");
     }
 }
 
@@ -614,11 +818,76 @@ static int apply_budget(keyed_bench *b, const sys_run runs[NSYS])
 }
 
 /* Each system's data beyond the keys' and values' own bytes, per entry. */
+/* Pins the calling process to processor cpu (the cpu-th of those it may use). */
+static void pin_to(const cpu_set_t *allowed, int cpu)
+{
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int c = 0, seen = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, allowed) && seen++ == cpu) {
+            CPU_SET(c, &one);
+            sched_setaffinity(0, sizeof one, &one);
+            return;
+        }
+}
+
+/* The machine's round trip between two processes through two pipes, a byte
+ * each way, the two on different processors (cross) or on one: the least
+ * any request to a server on this machine waits. Microseconds a round
+ * trip, or -1 (one processor only, or a failure). */
+static double round_trip_us(bool cross)
+{
+    enum { TRIPS = 20000, WARM = 1000 };
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) < 0 || (cross && CPU_COUNT(&allowed) < 2))
+        return -1;
+    int there[2], back[2];
+    if (pipe(there) < 0) return -1;
+    if (pipe(back) < 0) return close(there[0]), close(there[1]), -1;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(there[1]), close(back[0]);
+        pin_to(&allowed, cross ? 1 : 0);
+        char c;
+        while (read(there[0], &c, 1) == 1 && write(back[1], &c, 1) == 1) {
+        }
+        _exit(0);
+    }
+    close(there[0]), close(back[1]);
+    pin_to(&allowed, 0);
+    uint64_t t0 = 0;
+    bool ok = pid > 0;
+    for (int i = 0; ok && i < WARM + TRIPS; i++) {
+        if (i == WARM) t0 = bench_now_ns();
+        char c = 'x';
+        ok = write(there[1], &c, 1) == 1 && read(back[0], &c, 1) == 1;
+    }
+    double us = ok ? (double)(bench_now_ns() - t0) / 1e3 / TRIPS : -1;
+    close(there[1]), close(back[0]);
+    if (pid > 0) waitpid(pid, NULL, 0);
+    sched_setaffinity(0, sizeof allowed, &allowed);
+    return us;
+}
+
+/* Beside Redis: the round trips every one of its requests pays. */
+static void report_round_trips(const keyed_bench *b)
+{
+    for (int cross = 1; cross >= 0; cross--) {
+        bench_result res = {.bench = "keyed",
+                            .name = "machine/round-trip",
+                            .system = cross ? "cross-cpu" : "same-cpu",
+                            .unit = "us"};
+        res.value = round_trip_us(cross);
+        if (res.value < 0) res.skipped = cross ? "one processor" : "pipes failed";
+        bench_report(&b->o, &res);
+    }
+}
+
 static void report_footprints(keyed_bench *b, sys_run runs[NSYS])
 {
     bench_result res = {.bench = "keyed", .name = "value/bytes-per-entry", .unit = "bytes"};
     for (int i = 0; i < NSYS; i++) {
-        if (i == SYS_REDIS_PIPE) continue; /* the same server as redis */
         kv_sys *s = runs[i].sys;
         uint64_t bytes = 0;
         res.system = sys_names[i];
@@ -650,6 +919,7 @@ static void close_group(keyed_bench *b, int group, sys_run runs[NSYS])
     for (int i = 0; i < NSYS; i++) {
         if (runs[i].sys) runs[i].sys->ops->close(runs[i].sys);
         runs[i].sys = NULL;
+        model_free(&runs[i].m);
         char dir[1024];
         snprintf(dir, sizeof dir, "%s/%s-%s", b->dir, group_names[group], sys_names[i]);
         remove_tree(dir);
@@ -666,17 +936,21 @@ typedef struct case_row {
     const char *name;
 } case_row;
 
+#define ROWS_MAX 8
+
 /* The rows of case c: every system; for a batched case stash and the raw
- * table batched and not, and LMDB. Returns how many. */
-static int case_rows(const keyed_case *c, case_row rows[NSYS])
+ * tables batched and not, and LMDB. Returns how many. */
+static int case_rows(const keyed_case *c, case_row rows[ROWS_MAX])
 {
     if (c->batch > 1) {
         rows[0] = (case_row){SYS_STASH, c->batch, "stash"};
         rows[1] = (case_row){SYS_STASH, 0, "stash-unbatched"};
         rows[2] = (case_row){SYS_RAW, 0, "raw-table"};
         rows[3] = (case_row){SYS_RAW, c->batch, "raw-table-batched"};
-        rows[4] = (case_row){SYS_LMDB, 0, "lmdb"};
-        return 5;
+        rows[4] = (case_row){SYS_RAW_LP, 0, "raw-lp"};
+        rows[5] = (case_row){SYS_RAW_LP, c->batch, "raw-lp-batched"};
+        rows[6] = (case_row){SYS_LMDB, 0, "lmdb"};
+        return 7;
     }
     for (int i = 0; i < NSYS; i++) rows[i] = (case_row){i, 0, sys_names[i]};
     return NSYS;
@@ -693,39 +967,69 @@ static const char *case_skip(const keyed_case *c, const case_row *row, const sys
     return NULL;
 }
 
-static void report_ratio(const bench_opts *o, const char *name, const char *system, double num,
-                         double den)
+/* Reports stash's rate over another row's: the median of the repetitions'
+ * ratios (each of one repetition's passes), with their lowest and highest. */
+static void report_ratio(const bench_opts *o, const char *name, const char *system,
+                         const double *num, const double *den, int reps)
 {
-    if (num <= 0 || den <= 0) return;
-    bench_report(
-        o,
-        &(bench_result){
-            .bench = "keyed", .name = name, .system = system, .value = num / den, .unit = "ratio"});
+    double *v = malloc((size_t)reps * sizeof *v);
+    bool all = v != NULL;
+    for (int r = 0; all && r < reps; r++) {
+        all = num[r] > 0 && den[r] > 0;
+        if (all) v[r] = num[r] / den[r];
+    }
+    bench_result res = {.bench = "keyed", .name = name, .system = system, .unit = "ratio"};
+    if (all) {
+        res = bench_spread(res, v, reps);
+        bench_report(o, &res);
+    }
+    free(v);
 }
 
-/* Writes every file's dirty pages out before a pass, so that no system's
- * pass pays for the writeback of another's writes (the data each loaded,
- * or its last pass); under --memory-budget, then drops the data's cached
- * pages, so that no pass finds the pages the one before it brought in. */
-static void settle(const keyed_bench *b)
+/* Before a pass: waits for every system's background work (RocksDB's
+ * flushes and compactions) and writes every file's dirty pages out, so
+ * that no system's pass pays for another's; under --memory-budget, then
+ * drops the data's cached pages, so that no pass finds the pages the one
+ * before it brought in. */
+static void settle(const keyed_bench *b, sys_run runs[NSYS])
 {
+    for (int i = 0; i < NSYS; i++)
+        if (runs[i].sys && runs[i].sys->ops->quiesce && runs[i].sys->ops->quiesce(runs[i].sys) < 0)
+            fail_sys(&runs[i], "waiting for its background work");
     sync();
     bench_budget_evict(&b->budget);
 }
 
+/* The order of the rows in repetition r: shuffled, from a seed of the
+ * case's and r (a pass first, or right after another system's, is not
+ * always the same system's). */
+static void shuffle_rows(int *order, int n, uint64_t seed, int r)
+{
+    uint64_t x = bench_key(seed << 16 | (uint64_t)r) | 1;
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int j = (int)(x % (uint64_t)(i + 1)), t = order[i];
+        order[i] = order[j], order[j] = t;
+    }
+}
+
 /* Runs one case on every row and reports it, with the ratios of stash to
- * the other rows. */
+ * the other rows: a warm-up pass of each row on a sequence of other keys,
+ * reps throughput passes of each in a shuffled order (no clock read inside
+ * one), then a latency pass of each, every step timed. Every pass runs the
+ * whole sequence, and every pass's reads are checked. */
 static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run runs[NSYS])
 {
-    case_row rows[NSYS];
-    int nrows = case_rows(c, rows);
-    ycsb_op *ops = malloc(b->ops * sizeof *ops);
-    double *rates = calloc((size_t)NSYS * b->o.reps, sizeof *rates);
-    lat_pool lat[NSYS] = {{0}};
-    uint64_t lat_cap = (uint64_t)b->o.reps * (b->ops / SAMPLE_EVERY + 1);
-    bool ok = ops && rates;
+    case_row rows[ROWS_MAX];
+    int nrows = case_rows(c, rows), reps = b->o.reps, order[ROWS_MAX];
+    ycsb_op *ops = malloc(b->ops * sizeof *ops), *warm = malloc(b->ops * sizeof *warm);
+    uint64_t *keys = malloc(b->ops * sizeof *keys);
+    double *rates = calloc((size_t)(ROWS_MAX + 2) * reps, sizeof *rates);
+    lat_pool lat[ROWS_MAX] = {{0}};
+    bool ok = ops && warm && keys && rates;
     for (int i = 0; i < nrows && ok; i++) {
-        lat[i] = (lat_pool){.ns = malloc(lat_cap * sizeof(uint64_t)), .cap = lat_cap};
+        lat[i] = (lat_pool){.ns = malloc(b->ops * sizeof(uint64_t)), .cap = b->ops};
         ok = lat[i].ns != NULL;
     }
     ycsb_spec spec = {.keys = b->keys,
@@ -737,37 +1041,57 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
                       .seed = seed};
     bench_progress(&b->o, "keyed: %s: generating", c->name);
     if (ok) ok = ycsb_generate(&spec, ops, b->ops) == 0;
+    spec.seed = bench_key(seed) | 1u << 31; /* the warm-up's keys: another draw */
+    if (ok) ok = ycsb_generate(&spec, warm, b->ops) == 0;
+    char what[96];
+    pass_out p;
+    bool reads_only =
+        (c->first == YCSB_GET || c->first == YCSB_LIST_GET || c->first == YCSB_MAP_GET) &&
+        c->second == c->first;
+    for (int i = 0; i < NSYS && ok && reads_only && !must_stop(); i++) {
+        kv_sys *s = runs[i].sys;
+        if (!s || !s->ops->ready_reads) continue;
+        bench_progress(&b->o, "keyed: %s: %s: compacting", c->name, sys_names[i]);
+        if (s->ops->ready_reads(s) < 0) fail_sys(&runs[i], "compacting");
+    }
     for (int i = 0; i < nrows && ok && !must_stop(); i++) {
         if (case_skip(c, &rows[i], runs)) continue;
-        pass_out p;
         bench_progress(&b->o, "keyed: %s: %s: warm-up", c->name, rows[i].name);
-        settle(b);
-        if (run_pass(b, runs[rows[i].sys].sys, rows[i].batched, ops, b->ops, b->cap_ns / 2, NULL,
-                     &p) < 0)
-            fail_sys(&runs[rows[i].sys], c->name);
+        settle(b, runs);
+        snprintf(what, sizeof what, "%s warm-up", c->name);
+        run_row(b, &runs[rows[i].sys], rows[i].batched, warm, keys, NULL, &p, what);
     }
-    for (int r = 0; r < b->o.reps && ok && !must_stop(); r++) {
-        for (int i = 0; i < nrows && !must_stop(); i++) {
+    for (int r = 0; r < reps && ok && !must_stop(); r++) {
+        shuffle_rows(order, nrows, seed, r);
+        for (int k = 0; k < nrows && !must_stop(); k++) {
+            int i = order[k];
             if (case_skip(c, &rows[i], runs)) continue;
-            pass_out p;
             bench_progress(&b->o, "keyed: %s: %s: repetition %d of %d", c->name, rows[i].name,
-                           r + 1, b->o.reps);
-            settle(b);
-            if (run_pass(b, runs[rows[i].sys].sys, rows[i].batched, ops, b->ops, b->cap_ns, &lat[i],
-                         &p) < 0)
-                fail_sys(&runs[rows[i].sys], c->name);
-            else
-                rates[i * b->o.reps + r] = (double)p.done / ((double)p.ns / 1e9);
+                           r + 1, reps);
+            settle(b, runs);
+            snprintf(what, sizeof what, "%s repetition %d", c->name, r + 1);
+            if (run_row(b, &runs[rows[i].sys], rows[i].batched, ops, keys, NULL, &p, what) == 0)
+                rates[i * reps + r] = (double)p.done / ((double)p.ns / 1e9);
         }
     }
-    double median[NSYS] = {0};
+    shuffle_rows(order, nrows, seed, reps);
+    for (int k = 0; k < nrows && ok && !must_stop(); k++) {
+        int i = order[k];
+        if (case_skip(c, &rows[i], runs)) continue;
+        bench_progress(&b->o, "keyed: %s: %s: latency", c->name, rows[i].name);
+        settle(b, runs);
+        snprintf(what, sizeof what, "%s latency pass", c->name);
+        run_row(b, &runs[rows[i].sys], rows[i].batched, ops, keys, &lat[i], &p, what);
+    }
     for (int i = 0; i < nrows && ok && !must_stop(); i++) {
         if (!peer_compared(b, rows[i].sys)) continue;
         bench_result res = {.bench = "keyed", .name = c->name, .system = rows[i].name};
         res.skipped = case_skip(c, &rows[i], runs);
         if (!res.skipped) {
-            res = bench_spread(res, &rates[i * b->o.reps], b->o.reps);
-            median[i] = res.value, res.unit = "ops/s", res.latency = true;
+            double *v = &rates[(ROWS_MAX + 1) * reps]; /* bench_spread sorts: a copy */
+            memcpy(v, &rates[i * reps], (size_t)reps * sizeof *v);
+            res = bench_spread(res, v, reps);
+            res.unit = "ops/s", res.latency = true, res.ops = b->ops;
             res.p50_us = bench_percentile_us(lat[i].ns, lat[i].n, 0.5);
             res.p99_us = bench_percentile_us(lat[i].ns, lat[i].n, 0.99);
             res.p999_us = bench_percentile_us(lat[i].ns, lat[i].n, 0.999);
@@ -781,13 +1105,15 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
         int sys = rows[i].sys;
         char system[64];
         snprintf(system, sizeof system, "stash/%s", rows[i].name);
-        if (peer_compared(b, sys) &&
-            (all || sys == SYS_RAW || sys == SYS_RAW_INDEX || sys == SYS_LMDB))
-            report_ratio(&b->o, c->name, system, median[0], median[i]);
+        if (peer_compared(b, sys) && !case_skip(c, &rows[i], runs) &&
+            (all || sys == SYS_RAW || sys == SYS_RAW_LP || sys == SYS_LMDB || sys == SYS_ROCKSDB))
+            report_ratio(&b->o, c->name, system, &rates[0], &rates[i * reps], reps);
     }
     if (!ok) fprintf(stderr, "stash bench keyed: %s: out of memory\n", c->name);
-    for (int i = 0; i < NSYS; i++) free(lat[i].ns);
+    for (int i = 0; i < ROWS_MAX; i++) free(lat[i].ns);
     free(rates);
+    free(keys);
+    free(warm);
     free(ops);
 }
 
@@ -795,6 +1121,7 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
 static int check_case(const keyed_bench *b)
 {
     static const char *const heap_only[] = {"value/bytes-per-entry",
+                                            "machine/round-trip",
                                             "value/ycsb-a/uniform/1proc",
                                             "value/ycsb-a/uniform/2proc",
                                             "value/ycsb-a/uniform/scaling",
@@ -820,35 +1147,51 @@ static int check_case(const keyed_bench *b)
 typedef struct scale_page {
     _Atomic int ready, go;
     uint64_t start_ns[2], end_ns[2], done[2];
+    uint64_t sums[2][2]; /* each worker's warm-up's and timed pass's reads */
     char error[2][320];
 } scale_page;
 
+/* A worker of the scaling rows: a warm-up pass of warm (nw operations on
+ * other keys), then, once every worker is warm, a timed pass of ops (n). */
 static void scale_child(keyed_bench *b, const char *path, uint32_t index, uint32_t p,
-                        unsigned batched, const ycsb_op *ops, uint64_t n, scale_page *pg)
+                        unsigned batched, const ycsb_op *warm, uint64_t nw, const ycsb_op *ops,
+                        uint64_t n, scale_page *pg)
 {
     kv_sys *s = NULL;
-    pass_out warm, timed = {0};
-    int rc = stash_sys_open(path, 0, index, p, NULL, &s, pg->error[index], sizeof pg->error[index]);
-    if (rc == 0) rc = run_pass(b, s, batched, ops, n, b->cap_ns / 2, NULL, &warm);
+    pass_out out = {0};
+    uint64_t *keys = malloc((n > nw ? n : nw + 1) * sizeof *keys);
+    int rc = keys ? 0 : -ENOMEM;
+    if (rc == 0)
+        rc = stash_sys_open(path, 0, index, p, NULL, &s, pg->error[index], sizeof pg->error[index]);
+    if (rc == 0) {
+        fill_keys(b, warm, nw, keys);
+        rc = stash_pass(b, s, &(pass_in){warm, keys, nw, batched, NULL}, &out);
+        pg->sums[index][0] = out.sum;
+        fill_keys(b, ops, n, keys);
+    }
     atomic_fetch_add(&pg->ready, 1);
     while (!atomic_load(&pg->go)) {
     }
     if (rc == 0) {
         pg->start_ns[index] = bench_now_ns();
-        rc = run_pass(b, s, batched, ops, n, b->cap_ns, NULL, &timed);
-        pg->end_ns[index] = pg->start_ns[index] + timed.ns;
-        pg->done[index] = timed.done;
+        rc = stash_pass(b, s, &(pass_in){ops, keys, n, batched, NULL}, &out);
+        pg->end_ns[index] = pg->start_ns[index] + out.ns;
+        pg->done[index] = out.done;
+        pg->sums[index][1] = out.sum;
     }
+    free(keys);
     if (rc < 0 && s) snprintf(pg->error[index], sizeof pg->error[index], "%s", s->error);
     if (s) s->ops->close(s);
     _exit(rc < 0);
 }
 
-/* Runs p worker processes at once, worker i on parts[i]; returns their
+/* Runs p worker processes at once, worker i on parts[i] after a warm-up
+ * on warms[i], and checks their reads against the model m; returns their
  * operations per second over the span from the first start to the last end,
  * or -1 with why set. */
 static double run_scale(keyed_bench *b, const char *path, uint32_t p, unsigned batched,
-                        ycsb_op *const parts[2], const uint64_t n[2], char *why, size_t whylen)
+                        ycsb_op *const warms[2], const uint64_t nw[2], ycsb_op *const parts[2],
+                        const uint64_t n[2], model *m, char *why, size_t whylen)
 {
     scale_page *pg =
         mmap(NULL, sizeof *pg, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -859,7 +1202,7 @@ static double run_scale(keyed_bench *b, const char *path, uint32_t p, unsigned b
     bool reaped[2] = {false, false};
     for (uint32_t i = 0; i < p; i++) {
         pids[i] = fork();
-        if (pids[i] == 0) scale_child(b, path, i, p, batched, parts[i], n[i], pg);
+        if (pids[i] == 0) scale_child(b, path, i, p, batched, warms[i], nw[i], parts[i], n[i], pg);
         if (pids[i] < 0) snprintf(pg->error[i], sizeof pg->error[i], "fork: %s", strerror(errno));
         reaped[i] = pids[i] < 0;
     }
@@ -888,6 +1231,18 @@ static double run_scale(keyed_bench *b, const char *path, uint32_t p, unsigned b
         if (pg->start_ns[i] < start) start = pg->start_ns[i];
         if (pg->end_ns[i] > end) end = pg->end_ns[i];
         done += pg->done[i];
+        /* The workers' key groups are apart: each part replays on its own. */
+        for (int k = 0; k < 2 && !bad; k++) {
+            uint64_t want = model_pass(
+                b, m, &(pass_in){k ? parts[i] : warms[i], NULL, k ? n[i] : nw[i], 0, NULL});
+            if (pg->sums[i][k] != want) {
+                snprintf(why, whylen,
+                         "failed: worker %u: the reads' checksum is %016llx where a replay of "
+                         "the writes expects %016llx: a read returned wrong contents",
+                         i, (unsigned long long)pg->sums[i][k], (unsigned long long)want);
+                bad = true;
+            }
+        }
     }
     munmap(pg, sizeof *pg);
     return bad ? -1 : (double)done / ((double)(end - start) / 1e9);
@@ -900,13 +1255,26 @@ static void run_scaling(keyed_bench *b, uint64_t seed, unsigned batched)
     char dir[600], path[640], why[320] = "";
     snprintf(dir, sizeof dir, "%s/scaling", b->dir);
     snprintf(path, sizeof path, "%s/arena", dir);
-    ycsb_op *ops = malloc(b->ops * sizeof *ops), *parts[2] = {NULL, NULL};
-    if (ops) parts[0] = malloc(b->ops * sizeof *ops), parts[1] = malloc(b->ops * sizeof *ops);
-    double *v = calloc((size_t)2 * b->o.reps, sizeof *v);
-    ycsb_spec spec = {
-        .keys = b->keys, .first = YCSB_GET, .second = YCSB_PUT, .first_share = 0.5, .seed = seed};
+    /* [0] the sequence and [1] the warm-up's; each split in two by owner */
+    ycsb_op *seq[2], *parts[2][2];
+    bool ok = true;
+    for (int k = 0; k < 2; k++) {
+        seq[k] = malloc(b->ops * sizeof *seq[k]);
+        parts[k][0] = malloc(b->ops * sizeof *seq[k]);
+        parts[k][1] = malloc(b->ops * sizeof *seq[k]);
+        ok = ok && seq[k] && parts[k][0] && parts[k][1];
+    }
+    double *v = calloc((size_t)3 * b->o.reps, sizeof *v);
+    model m = {0};
     kv_sys *s = NULL;
-    bool ok = parts[0] && parts[1] && v && ycsb_generate(&spec, ops, b->ops) == 0;
+    for (int k = 0; k < 2 && ok; k++) {
+        ycsb_spec spec = {.keys = b->keys,
+                          .first = YCSB_GET,
+                          .second = YCSB_PUT,
+                          .first_share = 0.5,
+                          .seed = k ? bench_key(seed) | 1u << 31 : seed};
+        ok = v && ycsb_generate(&spec, seq[k], b->ops) == 0;
+    }
     if (!ok)
         snprintf(why, sizeof why, "out of memory");
     else if (mkdir(dir, 0700) < 0)
@@ -917,49 +1285,54 @@ static void run_scaling(keyed_bench *b, uint64_t seed, unsigned batched)
     bench_progress(&b->o, "keyed: scaling: loading");
     if (ok && load_one(b, s, GROUP_VALUE) < 0)
         snprintf(why, sizeof why, "failed: load: %s", s->error), ok = false;
+    if (ok && model_init(&m, b, GROUP_VALUE) < 0)
+        snprintf(why, sizeof why, "out of memory"), ok = false;
     if (s) s->ops->close(s); /* the workers below join at another parallelism */
-    uint64_t n2[2] = {0, 0};
-    for (uint64_t i = 0; ok && i < b->ops; i++) {
-        uint64_t key = ops[i].key;
-        uint32_t kg = stash_key_group(&key, KEY_LEN, STASH_DEFAULT_MAX_PARALLELISM);
-        int w = stash_kg_owner(kg, STASH_DEFAULT_MAX_PARALLELISM, 2);
-        parts[w][n2[w]++] = ops[i];
-    }
-    ycsb_op *whole[2] = {ops, NULL};
+    uint64_t n2[2][2] = {{0, 0}, {0, 0}};
+    for (int k = 0; k < 2 && ok; k++)
+        for (uint64_t i = 0; i < b->ops; i++) {
+            uint64_t key = bench_key(seq[k][i].key);
+            uint32_t kg = stash_key_group(&key, KEY_LEN, STASH_DEFAULT_MAX_PARALLELISM);
+            int w = stash_kg_owner(kg, STASH_DEFAULT_MAX_PARALLELISM, 2);
+            parts[k][w][n2[k][w]++] = seq[k][i];
+        }
+    ycsb_op *whole[2] = {seq[0], NULL}, *whole_warm[2] = {seq[1], NULL};
     uint64_t n1[2] = {b->ops, 0};
     for (int r = 0; r < b->o.reps && ok && !must_stop(); r++) {
         bench_progress(&b->o, "keyed: scaling: repetition %d of %d", r + 1, b->o.reps);
-        v[r] = run_scale(b, path, 1, batched, whole, n1, why, sizeof why);
-        v[b->o.reps + r] = run_scale(b, path, 2, batched, parts, n2, why, sizeof why);
+        v[r] = run_scale(b, path, 1, batched, whole_warm, n1, whole, n1, &m, why, sizeof why);
+        v[b->o.reps + r] = v[r] > 0 ? run_scale(b, path, 2, batched, parts[1], n2[1], parts[0],
+                                                n2[0], &m, why, sizeof why)
+                                    : -1;
         ok = v[r] > 0 && v[b->o.reps + r] > 0;
     }
     if (!must_stop()) {
         bench_result res = {.bench = "keyed", .system = "stash", .unit = "ops/s"};
         char prefix[64], name[96];
         snprintf(prefix, sizeof prefix, "value/ycsb-a/uniform%s", batched > 1 ? "/batch32" : "");
-        double m[2] = {0, 0};
         for (int p = 0; p < 2; p++) {
             snprintf(name, sizeof name, "%s/%dproc", prefix, p + 1);
             res.name = name;
             res.skipped = ok ? NULL : why;
-            if (ok) res = bench_spread(res, &v[p * b->o.reps], b->o.reps);
-            m[p] = ok ? res.value : 0;
+            double *copy = &v[2 * b->o.reps]; /* bench_spread sorts: a copy */
+            memcpy(copy, &v[p * b->o.reps], (size_t)b->o.reps * sizeof *copy);
+            if (ok) res = bench_spread(res, copy, b->o.reps);
             bench_report(&b->o, &res);
         }
         snprintf(name, sizeof name, "%s/scaling", prefix);
-        report_ratio(&b->o, name, "stash-2p/1p", m[1], m[0]);
+        if (ok) report_ratio(&b->o, name, "stash-2p/1p", &v[b->o.reps], v, b->o.reps);
     }
     remove_tree(dir);
+    model_free(&m);
     free(v);
-    free(parts[0]);
-    free(parts[1]);
-    free(ops);
+    for (int k = 0; k < 2; k++) free(seq[k]), free(parts[k][0]), free(parts[k][1]);
 }
 
 /* Whether --case selects anything the group measures. */
 static bool group_selected(const keyed_bench *b, int g)
 {
     if (g == GROUP_VALUE && (bench_selected(&b->o, "value/bytes-per-entry") ||
+                             bench_selected(&b->o, "machine/round-trip") ||
                              bench_selected(&b->o, "value/ycsb-a/uniform/1proc") ||
                              bench_selected(&b->o, "value/ycsb-a/uniform/batch32/1proc")))
         return true;
@@ -1039,7 +1412,6 @@ int bench_keyed(int argc, char **argv)
     bool lmdb = b->backend == STASH_BACKEND_LMDB;
     b->keys = lmdb ? (b->o.quick ? 200000 : 10000000) : b->o.quick ? 100000 : 1000000;
     b->ops = b->o.quick ? 200000 : 1000000;
-    b->cap_ns = b->o.quick ? 150000000 : 1000000000;
     bench_header(
         &b->o, "keyed", "%llu keys of %d-byte values on the %s backend, %llu operations a pass",
         (unsigned long long)b->keys, VALUE_LEN, lmdb ? "lmdb" : "heap", (unsigned long long)b->ops);
@@ -1095,6 +1467,7 @@ int bench_keyed(int argc, char **argv)
         open_group(b, g, runs);
         load_group(b, g, runs);
         if (g == GROUP_VALUE && !lmdb && !must_stop()) report_footprints(b, runs);
+        if (g == GROUP_VALUE && !lmdb && !must_stop()) report_round_trips(b);
         if (b->budget_bytes && !must_stop() && apply_budget(b, runs) < 0) {
             close_group(b, g, runs);
             break;

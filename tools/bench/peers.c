@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * peers.c: the keyed bench's peers, each used the way its own users
- * would hold keyed state: a raw open-addressing table in a shared mapping of
- * a /dev/shm file (the speed limit), LMDB with batched write transactions,
- * RocksDB with the WAL off (as Flink runs it); Redis is in redis.c.
+ * would hold keyed state: LMDB with batched write transactions, RocksDB
+ * with the WAL off (as Flink runs it); the raw tables are in raw.h, Redis
+ * in redis.c.
  * Reads copy the value out, as a caller that deserializes it would.
  */
 #define _GNU_SOURCE
@@ -32,204 +32,14 @@ static void encode_map_key(uint64_t key, uint64_t ukey, uint8_t out[16])
 }
 
 /* ------------------------------------------------------------------------ */
-/* The raw table: fixed slots of an 8-byte key and an inline value, linear   */
-/* probing, at most 3/4 full. No versions, no locks, no reclamation: what    */
-/* a table in shared memory costs when it does nothing else. Its indexed     */
-/* form keeps the slots apart, in order of insertion, behind an index of     */
-/* (hash, slot number) pairs: a lookup's two dependent misses, the index's   */
-/* and the record's, with nothing else, as any table of records that are     */
-/* not in the index itself pays.                                             */
-
-typedef struct raw_sys {
-    kv_sys base;
-    uint8_t *slots;
-    uint64_t nslots, used;
-    size_t slot_size, value_len, map_len;
-    uint64_t *index; /* indexed: hash << 32 | slot number + 1, 0 empty */
-    uint64_t nindex;
-} raw_sys;
-
-static uint64_t raw_hash(uint64_t key)
-{
-    return (key + 1) * 0x9E3779B97F4A7C15ull;
-}
-
-/* The slot holding key, or NULL; with add, a new slot for it if absent
- * (NULL if the table is full). Key 0 marks an empty slot, so keys are
- * stored plus one. */
-static uint8_t *raw_find(raw_sys *t, uint64_t key, bool add)
-{
-    uint64_t stored = key + 1, h = raw_hash(key);
-    if (!t->index) {
-        uint64_t i = (uint64_t)(((unsigned __int128)h * t->nslots) >> 64);
-        for (;;) {
-            uint8_t *slot = t->slots + i * t->slot_size;
-            uint64_t k;
-            memcpy(&k, slot, 8);
-            if (k == stored) return slot;
-            if (k == 0) return add && t->used < t->nslots * 3 / 4 ? slot : NULL;
-            if (++i == t->nslots) i = 0;
-        }
-    }
-    uint32_t tag = (uint32_t)(h >> 32) | 1;
-    uint64_t i = (uint64_t)(((unsigned __int128)h * t->nindex) >> 64);
-    for (;;) {
-        uint64_t e = t->index[i];
-        if (e == 0) break;
-        if ((uint32_t)(e >> 32) == tag) {
-            uint8_t *slot = t->slots + ((uint32_t)e - 1) * t->slot_size;
-            uint64_t k;
-            memcpy(&k, slot, 8);
-            if (k == stored) return slot;
-        }
-        if (++i == t->nindex) i = 0;
-    }
-    if (!add || t->used == t->nslots) return NULL;
-    t->index[i] = (uint64_t)tag << 32 | (t->used + 1);
-    return t->slots + t->used * t->slot_size;
-}
-
-/* The batched raw table: every key's home slot fetched first (it holds the
- * value inline: one step; indexed, the index entry alone), then the
- * operations in order. */
-static int raw_run_batch(kv_sys *s, const uint64_t *keys, size_t n, kv_batch_fn *fn, void *ctx)
-{
-    raw_sys *t = (raw_sys *)s;
-    for (size_t i = 0; i < n; i++) {
-        unsigned __int128 h = raw_hash(keys[i]);
-        if (t->index) {
-            __builtin_prefetch(&t->index[(uint64_t)((h * t->nindex) >> 64)]);
-            continue;
-        }
-        const uint8_t *p = t->slots + (uint64_t)((h * t->nslots) >> 64) * t->slot_size;
-        __builtin_prefetch(p);
-        __builtin_prefetch(p + t->slot_size - 1);
-    }
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) rc = fn(s, i, ctx);
-    return rc;
-}
-
-static int raw_get(raw_sys *t, uint64_t key, void *out, size_t cap, size_t *len)
-{
-    uint8_t *slot = raw_find(t, key, false);
-    if (!slot) return -ENOENT;
-    return copy_out(slot + 8, t->value_len, out, cap, len);
-}
-
-static int raw_put(raw_sys *t, uint64_t key, const void *v, size_t len)
-{
-    if (len != t->value_len) {
-        snprintf(t->base.error, sizeof t->base.error, "slots hold %zu-byte values", t->value_len);
-        return -EINVAL;
-    }
-    uint8_t *slot = raw_find(t, key, true);
-    if (!slot) {
-        snprintf(t->base.error, sizeof t->base.error, "table full");
-        return -ENOSPC;
-    }
-    uint64_t k;
-    memcpy(&k, slot, 8);
-    if (k == 0) {
-        t->used++;
-        k = key + 1;
-        memcpy(slot, &k, 8);
-    }
-    memcpy(slot + 8, v, len);
-    return 0;
-}
-
-static int raw_value_get(kv_sys *s, uint64_t key, void *out, size_t cap, size_t *len)
-{
-    return raw_get((raw_sys *)s, key, out, cap, len);
-}
-
-static int raw_value_put(kv_sys *s, uint64_t key, const void *v, size_t len)
-{
-    return raw_put((raw_sys *)s, key, v, len);
-}
-
-/* A map entry is a slot of its own under (key, user key) in one word. */
-static int raw_map_put(kv_sys *s, uint64_t key, uint64_t ukey, const void *v, size_t len)
-{
-    return raw_put((raw_sys *)s, key << 16 | ukey, v, len);
-}
-
-static int raw_map_get(kv_sys *s, uint64_t key, uint64_t ukey, void *out, size_t cap, size_t *len)
-{
-    return raw_get((raw_sys *)s, key << 16 | ukey, out, cap, len);
-}
-
-static int raw_sync(kv_sys *s)
-{
-    (void)s;
-    return 0;
-}
-
-static int raw_footprint(kv_sys *s, uint64_t *bytes)
-{
-    *bytes = ((raw_sys *)s)->map_len;
-    return 0;
-}
-
-static void raw_close(kv_sys *s)
-{
-    raw_sys *t = (raw_sys *)s;
-    munmap(t->slots, t->map_len);
-    free(t);
-}
-
-static const kv_ops raw_ops = {
-    .value_get = raw_value_get,
-    .value_put = raw_value_put,
-    .map_put = raw_map_put,
-    .map_get = raw_map_get,
-    .run_batch = raw_run_batch,
-    .sync = raw_sync,
-    .footprint = raw_footprint,
-    .close = raw_close,
-};
-
-int peer_raw_open(const kv_plan *plan, bool indexed, kv_sys **out, char *why, size_t whylen)
-{
-    raw_sys *t = calloc(1, sizeof *t);
-    if (!t) return WHY("out of memory");
-    t->base = (kv_sys){.ops = &raw_ops, .name = indexed ? "raw-index" : "raw-table", .batch = 1};
-    t->value_len = plan->value_len;
-    t->slot_size = (8 + plan->value_len + 7) & ~(size_t)7;
-    /* Slots for every entry (in order) behind an index 3/4 full at most, or
-     * slots that are the index. */
-    t->nslots = indexed ? plan->entries : plan->entries * 4 / 3 + 1;
-    t->nindex = indexed ? plan->entries * 4 / 3 + 1 : 0;
-    size_t slot_bytes = t->nslots * t->slot_size;
-    t->map_len = slot_bytes + t->nindex * sizeof *t->index;
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", plan->dir, t->base.name);
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    int rc = fd < 0 ? errno : posix_fallocate(fd, 0, (off_t)t->map_len);
-    if (rc == 0) {
-        t->slots = mmap(NULL, t->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (t->slots == MAP_FAILED) rc = errno;
-    }
-    if (fd >= 0) close(fd);
-    if (rc) {
-        free(t);
-        return WHY("%s: %s", path, strerror(rc));
-    }
-    if (indexed) t->index = (uint64_t *)(t->slots + slot_bytes);
-    *out = &t->base;
-    return 0;
-}
-
-/* ------------------------------------------------------------------------ */
-/* LMDB: one environment, MDB_NOSYNC | MDB_WRITEMAP | MDB_NORDAHEAD (as      */
-/* stash's own: random reads of a map larger than memory read no pages they  */
-/* do not ask for), writes committed in transactions of LMDB_BATCH; reads go */
-/* through the open write transaction                                        */
-/* (to see its writes) or a reused read-only one. A list is one value: its   */
-/* elements one after another, rewritten on append.                          */
-
-#define LMDB_BATCH 1000
+/* LMDB at its best for this work: one environment, MDB_NOSYNC (no durable   */
+/* commits, as stash's lmdb store between checkpoints), MDB_WRITEMAP (writes */
+/* straight into the map), MDB_NORDAHEAD (random reads of a map larger than  */
+/* memory read no pages they do not ask for), MDB_INTEGERKEY where every key */
+/* is 8 bytes; writes committed in transactions of PEER_LMDB_COMMIT_EVERY;   */
+/* reads go through the open write transaction (to see its writes) or a     */
+/* reused read-only one. A list is one value: its elements one after       */
+/* another, rewritten on append.                                            */
 
 typedef struct lmdb_sys {
     kv_sys base;
@@ -305,7 +115,7 @@ static int lmdb_write(lmdb_sys *l, const void *k, size_t klen, const void *head,
     if (rc) return lmdb_fail(l, "mdb_put", rc);
     if (hlen) memcpy(v.mv_data, head, hlen);
     memcpy((uint8_t *)v.mv_data + hlen, tail, tlen);
-    return ++l->writes >= LMDB_BATCH ? lmdb_commit(l) : 0;
+    return ++l->writes >= PEER_LMDB_COMMIT_EVERY ? lmdb_commit(l) : 0;
 }
 
 static int lmdb_value_get(kv_sys *s, uint64_t key, void *out, size_t cap, size_t *len)
@@ -423,7 +233,7 @@ int peer_lmdb_open(const kv_plan *plan, kv_sys **out, char *why, size_t whylen)
         what = "opening the database";
         rc = mdb_txn_begin(l->env, NULL, 0, &txn);
     }
-    if (rc == 0) rc = mdb_dbi_open(txn, NULL, 0, &l->dbi);
+    if (rc == 0) rc = mdb_dbi_open(txn, NULL, plan->integer_keys ? MDB_INTEGERKEY : 0, &l->dbi);
     if (rc == 0) {
         rc = mdb_txn_commit(txn);
         txn = NULL;
@@ -441,7 +251,12 @@ int peer_lmdb_open(const kv_plan *plan, kv_sys **out, char *why, size_t whylen)
 /* ------------------------------------------------------------------------ */
 /* RocksDB: the WAL off and no sync, as Flink's RocksDB backend writes; a    */
 /* 256 MiB block cache; a list is one value grown by a merge operator that   */
-/* appends (Flink's ListState on RocksDB does the same).                     */
+/* appends (Flink's ListState on RocksDB does the same). At its best, as     */
+/* db_bench's readrandom is run: a full bloom filter of 10 bits a key, and   */
+/* the data flushed and compacted before a case that only reads. As Flink    */
+/* sets it up: no bloom filter, reads wherever the writes left the data.     */
+/* Either way its flushes and compactions are waited for between passes,    */
+/* not inside one.                                                          */
 
 #ifdef STASH_HAVE_ROCKSDB
 
@@ -452,6 +267,7 @@ typedef struct rocks_sys {
     rocksdb_writeoptions_t *wopts;
     rocksdb_readoptions_t *ropts;
     rocksdb_cache_t *cache;
+    bool flink;
 } rocks_sys;
 
 static char *concat(const char *head, size_t hlen, const char *const *parts, const size_t *lens,
@@ -567,10 +383,15 @@ static int rocks_map_get(kv_sys *s, uint64_t key, uint64_t ukey, void *out, size
     return rocks_read((rocks_sys *)s, k, sizeof k, out, cap, len);
 }
 
-/* The end of a pass waits for the flushes and compactions its writes set
- * off: on two cores they would otherwise run during the next system's pass,
- * slowing it and hiding their cost from RocksDB's own figure. */
 static int rocks_sync(kv_sys *s)
+{
+    (void)s;
+    return 0;
+}
+
+/* Waits for the flushes and compactions the writes set off: on two cores
+ * they would otherwise run during the next pass, whichever system's. */
+static int rocks_quiesce(kv_sys *s)
 {
     rocks_sys *r = (rocks_sys *)s;
     static const char *const busy[] = {"rocksdb.num-running-compactions",
@@ -586,6 +407,22 @@ static int rocks_sync(kv_sys *s)
         nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
     }
     return 0;
+}
+
+/* At its best: the memtable flushed and everything compacted into one
+ * level, so that a read finds a key in one file, its filter first. */
+static int rocks_ready_reads(kv_sys *s)
+{
+    rocks_sys *r = (rocks_sys *)s;
+    if (r->flink) return 0;
+    char *err = NULL;
+    rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
+    rocksdb_flushoptions_set_wait(fo, 1);
+    rocksdb_flush(r->db, fo, &err);
+    rocksdb_flushoptions_destroy(fo);
+    if (err) return rocks_fail(r, "rocksdb_flush", err);
+    rocksdb_compact_range(r->db, NULL, 0, NULL, 0);
+    return rocks_quiesce(s);
 }
 
 static void rocks_close(kv_sys *s)
@@ -607,14 +444,17 @@ static const kv_ops rocks_ops = {
     .map_put = rocks_map_put,
     .map_get = rocks_map_get,
     .sync = rocks_sync,
+    .quiesce = rocks_quiesce,
+    .ready_reads = rocks_ready_reads,
     .close = rocks_close,
 };
 
-int peer_rocksdb_open(const kv_plan *plan, kv_sys **out, char *why, size_t whylen)
+int peer_rocksdb_open(const kv_plan *plan, bool flink, kv_sys **out, char *why, size_t whylen)
 {
     rocks_sys *r = calloc(1, sizeof *r);
     if (!r) return WHY("out of memory");
-    r->base = (kv_sys){.ops = &rocks_ops, .name = "rocksdb", .batch = 1};
+    r->base = (kv_sys){.ops = &rocks_ops, .name = flink ? "rocksdb-flink" : "rocksdb", .batch = 1};
+    r->flink = flink;
     r->opts = rocksdb_options_create();
     rocksdb_options_set_create_if_missing(r->opts, 1);
     rocksdb_options_set_max_background_jobs(r->opts, 2);
@@ -624,6 +464,9 @@ int peer_rocksdb_open(const kv_plan *plan, kv_sys **out, char *why, size_t whyle
     r->cache = rocksdb_cache_create_lru(256u << 20);
     rocksdb_block_based_table_options_t *table = rocksdb_block_based_options_create();
     rocksdb_block_based_options_set_block_cache(table, r->cache);
+    if (!flink)
+        rocksdb_block_based_options_set_filter_policy(table,
+                                                      rocksdb_filterpolicy_create_bloom_full(10));
     rocksdb_options_set_block_based_table_factory(r->opts, table);
     rocksdb_block_based_options_destroy(table);
     r->wopts = rocksdb_writeoptions_create();
@@ -645,9 +488,9 @@ int peer_rocksdb_open(const kv_plan *plan, kv_sys **out, char *why, size_t whyle
 
 #else
 
-int peer_rocksdb_open(const kv_plan *plan, kv_sys **out, char *why, size_t whylen)
+int peer_rocksdb_open(const kv_plan *plan, bool flink, kv_sys **out, char *why, size_t whylen)
 {
-    (void)plan, (void)out;
+    (void)plan, (void)flink, (void)out;
     return WHY("built without RocksDB (librocksdb-dev not found)");
 }
 

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * peers.h: the systems the keyed bench measures stash against, behind
- * one small interface: a raw open-addressing table in shared memory (the
- * speed limit), LMDB, RocksDB and Redis. Each holds values, lists and maps
+ * one small interface: raw tables in shared memory (raw.h: the speed
+ * limit, and a plain table), LMDB, RocksDB and Redis. Each holds values, lists and maps
  * under 8-byte keys the way its users would store Flink-style keyed state.
  */
 #ifndef STASH_TOOLS_BENCH_PEERS_H
@@ -21,8 +21,56 @@
 /* Fills the caller's why (whylen bytes) and evaluates to -1. */
 #define WHY(...) (snprintf(why, whylen, __VA_ARGS__), -1)
 
-/* Keys as their users would write them: the key index in 8 bytes; a map
- * entry is the key followed by the user key (Flink's RocksDB layout). */
+/* The key of key index i: splitmix64's finalizer of i, a bijection, so
+ * that keys are arbitrary 8-byte keys as users' are (not dense indices
+ * that one hash spreads perfectly and another badly), distinct, and the
+ * same for every system. */
+static inline uint64_t bench_key(uint64_t i)
+{
+    uint64_t z = i + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static inline uint64_t bench_unshift(uint64_t y, unsigned s)
+{
+    for (unsigned t = s; t < 64; t += t) y ^= y >> t;
+    return y;
+}
+
+/* The key index of a key: bench_key undone (the multipliers' inverses mod
+ * 2^64). Only the raw table that is the one-miss limit uses it. */
+static inline uint64_t bench_key_index(uint64_t key)
+{
+    uint64_t z = bench_unshift(key, 31) * 0x319642B2D24D8EC3ull;
+    z = bench_unshift(z, 27) * 0x96DE1B173F119089ull;
+    return bench_unshift(z, 30) - 0x9E3779B97F4A7C15ull;
+}
+
+/* A read's checksum: its bytes as 8-byte words (the last one padded with
+ * zeros), each times an odd constant of its place, summed, and its length;
+ * every system's reads pass through it, in the same pass. */
+static inline uint64_t bench_checksum(const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    uint64_t sum = n, k = 0x9E3779B97F4A7C15ull;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8, k += 0x632BE59BD9B4E019ull) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        sum += w * (k | 1);
+    }
+    if (i < n) {
+        uint64_t w = 0;
+        memcpy(&w, b + i, n - i);
+        sum += w * (k | 1);
+    }
+    return sum;
+}
+
+/* Keys as their users would write them: 8 bytes; a map entry is the key
+ * followed by the user key (Flink's RocksDB layout). */
 static inline void encode_key(uint64_t key, uint8_t out[8])
 {
     memcpy(out, &key, 8);
@@ -61,6 +109,14 @@ typedef struct kv_ops {
     /* Completes what is pending: a batch of pipelined commands, a write
      * transaction. Called after every batch and at the end of each pass. */
     int (*sync)(kv_sys *s);
+    /* Optional, outside every timed pass: waits for the work the system
+     * does in the background (flushes, compactions), so that it takes no
+     * processor from the next pass, whichever system's. */
+    int (*quiesce)(kv_sys *s);
+    /* Optional, outside every timed pass, before a case that only reads:
+     * puts the data in the shape the system reads fastest (RocksDB:
+     * flushed and compacted into one level). */
+    int (*ready_reads)(kv_sys *s);
     /* Bytes the system holds for its data, for the per-entry overhead; NULL
      * where no honest figure exists. */
     int (*footprint)(kv_sys *s, uint64_t *bytes);
@@ -72,24 +128,30 @@ struct kv_sys {
     const kv_ops *ops;
     const char *name; /* the "system" of the report */
     unsigned batch;   /* operations issued before sync() collects them: 1 unless pipelined */
-    bool shares_data; /* another system loads the data it reads (same server) */
     char error[256];  /* what went wrong last */
+    uint64_t sum;     /* pipelined: the checksums of the replies sync() took */
 };
 
 /* What a system is opened for: one group of cases, on fresh data. */
 typedef struct kv_plan {
-    const char *dir;  /* an empty private directory for files */
-    uint64_t entries; /* values, or map entries, the load writes */
-    uint64_t bytes;   /* payload bytes the group may write in all (sizes maps) */
-    size_t value_len; /* the fixed value size: what the raw table's slots hold */
+    const char *dir;   /* an empty private directory for files */
+    uint64_t entries;  /* values, or map entries, the load writes */
+    uint64_t bytes;    /* payload bytes the group may write in all (sizes maps) */
+    size_t value_len;  /* the fixed value size: what the raw table's slots hold */
+    bool integer_keys; /* every key is 8 bytes (no map entries) */
 } kv_plan;
 
+/* Writes per LMDB write transaction: the LMDB peer commits this often, and
+ * so does stash's lmdb store in the same comparison. */
+#define PEER_LMDB_COMMIT_EVERY 1000
+
 /* Each opener returns 0 and *out, or a negative code with why[] saying what
- * is missing or failed (reported as "skipped"). The raw table indexed keeps
- * its slots behind an index: two dependent misses a lookup, nothing else. */
-int peer_raw_open(const kv_plan *plan, bool indexed, kv_sys **out, char *why, size_t whylen);
+ * is missing or failed (reported as "skipped"). */
 int peer_lmdb_open(const kv_plan *plan, kv_sys **out, char *why, size_t whylen);
-int peer_rocksdb_open(const kv_plan *plan, kv_sys **out, char *why, size_t whylen);
+/* RocksDB at its best (flink false: a 10-bit bloom filter, compacted before
+ * a case that only reads), or as Flink's RocksDB backend sets it up (no
+ * bloom filter, reads wherever the data lies). */
+int peer_rocksdb_open(const kv_plan *plan, bool flink, kv_sys **out, char *why, size_t whylen);
 
 /* A redis-server started by the bench on a free loopback port, with no
  * persistence, in dir; stopped (and waited for) by peer_redis_stop. */
