@@ -68,6 +68,9 @@ int bench_parse(int argc, char **argv, const char *usage, bench_opts *out);
  * object {"header": ...} in JSON. */
 void bench_header(const bench_opts *o, const char *bench, const char *sizes, ...)
     __attribute__((format(printf, 3, 4)));
+/* Prints how a system is set up (a peer's configuration), after the
+ * header: a comment in a table or CSV, an object {"setup": ...} in JSON. */
+void bench_setup(const bench_opts *o, const char *system, const char *setup);
 /* Refuses --backend lmdb for a bench that measures the heap only: -1
  * after saying so, else 0. */
 int bench_heap_only(const bench_opts *o, const char *cmd);

@@ -155,10 +155,20 @@ void bench_header(const bench_opts *o, const char *bench, const char *sizes, ...
                "# machine: %s, %ld cores, %.1f GiB, %s\n",
                stash_version(), STASH_BUILD_TYPE, bench, what, o->reps, m.cpu, m.cores,
                (double)m.memory / (1u << 30), m.kernel);
-        /* One column line, however many benches follow. */
-        static bool columns;
-        if (o->csv && !columns) puts(CSV_COLUMNS);
-        columns = true;
+    }
+    fflush(stdout);
+}
+
+void bench_setup(const bench_opts *o, const char *system, const char *setup)
+{
+    if (o->json) {
+        printf("{\"setup\": {\"system\": ");
+        tool_json_string(system);
+        printf(", \"how\": ");
+        tool_json_string(setup);
+        printf("}}\n");
+    } else {
+        printf("# %s: %s\n", system, setup);
     }
     fflush(stdout);
 }
@@ -212,6 +222,10 @@ void bench_report(const bench_opts *o, const bench_result *r)
 {
     if (!bench_selected(o, r->name)) return;
     if (o->progress) fputs("\r\033[K", stderr);
+    /* One column line before the first row, however many benches follow. */
+    static bool columns;
+    if (o->csv && !columns) puts(CSV_COLUMNS);
+    columns = true;
     bool spread = r->max > 0;
     if (o->csv) {
         /* Names are the benches' own: no commas or quotes in them; a reason

@@ -60,10 +60,13 @@ int bench_python(int argc, char **argv)
     static const char usage[] =
         "Value reads and writes from Python through stash's module: one key a call\n"
         "(value-read/one, value-write/one: ValueState.read and .write) and 32 keys a call\n"
-        "(value-read/batch32, value-write/batch32: .read_many and .write_many), 200K keys\n"
-        "(--quick: 10K) of 100-byte values, beside python3-lmdb (a transaction a call)\n"
-        "and python3-redis (GET and SET, MGET and MSET, over a Unix socket) in the same\n"
-        "run, with Debian's python3; ratios stash/peer. Each figure the median of --reps.\n";
+        "(value-read/batch32, value-write/batch32: .read_many and .write_many), 200K\n"
+        "arbitrary 8-byte keys (--quick: 10K) in a random order, 100-byte values, beside\n"
+        "python3-lmdb (a transaction a call; writemap, no sync, in /dev/shm) and\n"
+        "python3-redis (GET and SET, MGET and MSET, over a Unix socket) in the same run,\n"
+        "with Debian's python3: every read checked, the systems interleaved in a new\n"
+        "order each repetition; ratios stash/peer with their spread. Each figure the\n"
+        "median of --reps.\n";
     static const char *const cases[] = {"value-read/one", "value-write/one", "value-read/batch32",
                                         "value-write/batch32"};
     bench_opts o;
