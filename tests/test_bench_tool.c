@@ -73,9 +73,9 @@ static void timers_run(const char *backend)
     snprintf(args, sizeof args, "bench timers --quick --reps 1 --json --backend %s", backend);
     cr_assert_eq(test_run_stash(args, big, sizeof big), 0, "%s", big);
     const char *cases[] = {"register-fire", "register-delete", "advance-1pct"};
-    const char *systems[] = {"stash", "private-heap", "lmdb", "rocksdb"};
+    const char *systems[] = {"stash", "inline-heap", "private-heap", "lmdb", "rocksdb"};
     for (size_t c = 0; c < 3; c++)
-        for (size_t s = 0; s < 4; s++) {
+        for (size_t s = 0; s < 5; s++) {
             char row[128];
             snprintf(row, sizeof row, "\"case\": \"%s\", \"system\": \"%s\"", cases[c], systems[s]);
             const char *at = strstr(big, row);
