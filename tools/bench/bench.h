@@ -137,8 +137,9 @@ void bench_plot_bar(const char *name, const char *system, double value, const ch
  * after saying what failed (gnuplot missing or failing). */
 int bench_plot_draw(void);
 
-/* Runs fio on path: size bytes in 1 MiB blocks, io_uring, depth 16, fsync at
- * the end of a write; *bps its bandwidth. Returns 0 or -EIO. */
+/* Runs fio on path: a file of size bytes, for two seconds over and over, in
+ * 1 MiB blocks, io_uring, depth 16, fsync at the end of a write; *bps its
+ * bandwidth. Returns 0 or -EIO. */
 int bench_fio(const char *path, uint64_t size, bool writing, bool direct, double *bps);
 /* Whether fio runs here. */
 bool bench_fio_installed(void);

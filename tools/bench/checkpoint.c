@@ -8,6 +8,7 @@
  * and the arena's extra memory while another process writes a checkpoint
  * under YCSB A load, against the same worker without one.
  */
+#define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -25,6 +26,8 @@
 #include "tools/bench/bench.h"
 #include "tools/bench/peers.h"
 #include "tools/bench/ycsb.h"
+
+#include <liburing.h>
 
 #define VALUE_BYTES 100u
 #define MAX_REPS 100
@@ -166,6 +169,123 @@ static void clean_dir(const ckb *b)
 
 /* ---- full checkpoint and restore bandwidth, beside fio ---------------------- */
 
+#define COPY_BLOCK (1u << 20)
+#define COPY_DEPTH 8u
+
+/* The physical work of a restore with nothing of stash's in it: every file
+ * of checkpoint 1 read with O_DIRECT, COPY_DEPTH blocks of COPY_BLOCK in
+ * flight through io_uring, each block copied as it lands into fresh pages
+ * of a new file in /dev/shm (what a restore writes its records into).
+ * Returns 0 with its bytes per second in *bps, or an error. */
+static int copy_peer(const ckb *b, double *bps)
+{
+    char dir[sizeof b->dir + 16], shm[64];
+    snprintf(dir, sizeof dir, "%s/chk-1", b->dir);
+    snprintf(shm, sizeof shm, "/dev/shm/stash-bench-copy.%d", (int)getpid());
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return -errno;
+    DIR *d = fdopendir(dfd);
+    if (!d) return close(dfd), -errno;
+    enum { FILES_MAX = 4096 };
+    static char names[FILES_MAX][256];
+    static uint64_t sizes[FILES_MAX];
+    size_t nfiles = 0;
+    uint64_t total = 0;
+    for (struct dirent *de; (de = readdir(d)) && nfiles < FILES_MAX;) {
+        struct stat st;
+        if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+            continue;
+        snprintf(names[nfiles], sizeof names[nfiles], "%s", de->d_name);
+        sizes[nfiles++] = (uint64_t)st.st_size;
+        total += (uint64_t)st.st_size;
+    }
+    int out = open(shm, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int rc = out < 0 ? -errno : ftruncate(out, (off_t)(total ? total : 1)) < 0 ? -errno : 0;
+    uint8_t *dst = rc == 0
+                       ? mmap(NULL, total ? total : 1, PROT_READ | PROT_WRITE, MAP_SHARED, out, 0)
+                       : MAP_FAILED;
+    if (rc == 0 && dst == MAP_FAILED) rc = -errno;
+    uint8_t *bufs = NULL;
+    struct io_uring ring;
+    bool ring_up = false;
+    if (rc == 0 && posix_memalign((void **)&bufs, 4096, (size_t)COPY_DEPTH * COPY_BLOCK) != 0)
+        rc = -ENOMEM;
+    if (rc == 0) rc = io_uring_queue_init(COPY_DEPTH, &ring, 0);
+    ring_up = rc == 0;
+    uint64_t t0 = bench_now_ns(), base = 0;
+    for (size_t f = 0; f < nfiles && rc == 0; base += sizes[f++]) {
+        int fd = openat(dfd, names[f], O_RDONLY | O_DIRECT | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0) {
+            rc = -errno;
+            break;
+        }
+        uint64_t next = 0, done = 0;
+        unsigned inflight = 0;
+        uint64_t at[COPY_DEPTH];
+        bool busy[COPY_DEPTH] = {false};
+        while (rc == 0 && done < sizes[f]) {
+            for (unsigned k = 0; k < COPY_DEPTH && next < sizes[f]; k++) {
+                if (busy[k]) continue;
+                struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+                io_uring_prep_read(sqe, fd, bufs + (size_t)k * COPY_BLOCK, COPY_BLOCK, (__u64)next);
+                io_uring_sqe_set_data64(sqe, k);
+                busy[k] = true, at[k] = next, next += COPY_BLOCK, inflight++;
+            }
+            io_uring_submit(&ring);
+            struct io_uring_cqe *cqe;
+            if ((rc = io_uring_wait_cqe(&ring, &cqe)) < 0) break;
+            unsigned k = (unsigned)io_uring_cqe_get_data64(cqe);
+            int res = cqe->res;
+            io_uring_cqe_seen(&ring, cqe);
+            busy[k] = false, inflight--;
+            uint64_t want = sizes[f] - at[k] < COPY_BLOCK ? sizes[f] - at[k] : COPY_BLOCK;
+            if (res < 0 || (uint64_t)res < want) {
+                rc = res < 0 ? res : -EIO;
+                break;
+            }
+            memcpy(dst + base + at[k], bufs + (size_t)k * COPY_BLOCK, want);
+            done += want;
+        }
+        while (inflight > 0) { /* a failure leaves reads to collect */
+            struct io_uring_cqe *cqe;
+            if (io_uring_wait_cqe(&ring, &cqe) < 0) break;
+            io_uring_cqe_seen(&ring, cqe);
+            inflight--;
+        }
+        close(fd);
+    }
+    uint64_t ns = bench_now_ns() - t0;
+    if (ring_up) io_uring_queue_exit(&ring);
+    free(bufs);
+    if (dst != MAP_FAILED) munmap(dst, total ? total : 1);
+    if (out >= 0) close(out), unlink(shm);
+    closedir(d);
+    if (rc == 0) *bps = (double)total / ((double)ns / 1e9);
+    return rc;
+}
+
+/* What writing the first byte of a fresh page of a /dev/shm file costs
+ * (the kernel allocating and zeroing it), over 256 MiB: microseconds. */
+static double first_touch_us(void)
+{
+    const size_t bytes = 256u << 20, page = 4096;
+    char shm[64];
+    snprintf(shm, sizeof shm, "/dev/shm/stash-bench-touch.%d", (int)getpid());
+    int fd = open(shm, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return -1;
+    unlink(shm);
+    uint8_t *p = ftruncate(fd, (off_t)bytes) == 0
+                     ? mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                     : MAP_FAILED;
+    close(fd);
+    if (p == MAP_FAILED) return -1;
+    uint64_t t0 = bench_now_ns();
+    for (size_t i = 0; i < bytes; i += page) p[i] = 1;
+    double us = (double)(bench_now_ns() - t0) / 1e3 / (double)(bytes / page);
+    munmap(p, bytes);
+    return us;
+}
+
 /* Restores checkpoint 1 of b's directory into a new arena name2 for keys
  * keys, as after a reboot, and destroys the arena again; *ns: the time the
  * restore took. */
@@ -195,9 +315,10 @@ static int bandwidth_cases(ckb *b)
     load_ns = bench_now_ns() - load_ns;
     if (rc < 0) return rc;
     stash_arena *a = stash_worker_arena(w);
-    double wr[MAX_REPS], rd[MAX_REPS], fw[MAX_REPS], fr[MAX_REPS];
+    double wr[MAX_REPS], rd[MAX_REPS], fw[MAX_REPS], fr[MAX_REPS], cp[MAX_REPS];
     uint64_t bytes = 0;
     bool fio = bench_fio_installed();
+    int copied = 0;
     for (int r = 0; r < b->o.reps && rc == 0; r++) {
         bench_progress(&b->o, "checkpoint: bandwidth, repetition %d of %d", r + 1, b->o.reps);
         clean_dir(b);
@@ -213,6 +334,7 @@ static int bandwidth_cases(ckb *b)
         uint64_t ns = 0;
         if (rc == 0) rc = restore_fresh(b, name2, b->keys, &ns);
         rd[r] = (double)bytes / ((double)ns / 1e9);
+        if (rc == 0 && copy_peer(b, &cp[r]) == 0) copied++;
         char path[sizeof b->dir + 16];
         snprintf(path, sizeof path, "%s/fio.dat", b->dir);
         if (fio && (bench_fio(path, bytes, true, true, &fw[r]) < 0 ||
@@ -224,6 +346,14 @@ static int bandwidth_cases(ckb *b)
     if (rc < 0) return rc;
     double mw = report_reps(b, "full/write", "stash-uring", wr, "bytes/s");
     double mr = report_reps(b, "restore/read", "stash-uring", rd, "bytes/s");
+    if (copied == b->o.reps) {
+        double mc = report_reps(b, "restore/read", "read-and-copy", cp, "bytes/s");
+        report(b, "restore/read", "stash/read-and-copy", mr / mc, "ratio");
+    } else {
+        report_skip(b, "restore/read", "read-and-copy", "the checkpoint's files could not be read");
+    }
+    double touch = first_touch_us();
+    if (touch > 0) report(b, "restore/first-touch", "kernel", touch, "us/page");
     if (on_lmdb(b)) {
         /* Beside the same records put key by key through the API (the load). */
         double put = (double)bytes / ((double)load_ns / 1e9);
@@ -250,9 +380,11 @@ static int bandwidth_cases(ckb *b)
 
 /* One checkpoint of w's arena into the pool (written in b->dir, then copied
  * up and committed) and its restore into a fresh arena (copied down, then
- * restored): their bytes per second in *wr and *rd. */
+ * restored): bytes per second of the whole write and restore in *wr and
+ * *rd, and of their steps in ph[0] (the local write), ph[1] (the upload),
+ * ph[2] (the fetch) and ph[3] (the local restore). */
 static int rados_once(ckb *b, stash_worker *w, ckpt_rados *r, const char *job, uint64_t id,
-                      double *wr, double *rd)
+                      double *wr, double *rd, double ph[4])
 {
     stash_arena *a = stash_worker_arena(w);
     char chk[4096], name[64], name2[80];
@@ -265,8 +397,13 @@ static int rados_once(ckb *b, stash_worker *w, ckpt_rados *r, const char *job, u
     int rc =
         write_checkpoint(w, pins, &(ckpt_opts){.dir = &b->ckd, .id = id, .engine = b->e}, &out);
     unpin_all(a, pins);
+    uint64_t t1 = bench_now_ns();
     if (rc == 0) rc = ckpt_rados_upload(r, job, b->ckd.fd, name, chk, id > 1 ? id - 1 : 0, b->e);
-    *wr = (double)out.data_bytes / ((double)(bench_now_ns() - t0) / 1e9);
+    uint64_t t2 = bench_now_ns();
+    double bytes = (double)out.data_bytes;
+    *wr = bytes / ((double)(t2 - t0) / 1e9);
+    ph[0] = bytes / ((double)(t1 - t0) / 1e9);
+    ph[1] = bytes / ((double)(t2 - t1) / 1e9);
     shm_dir down = {.fd = -1};
     if (rc == 0) rc = shm_dir_openat(&b->ckd, "down", SHM_DIR_OWN | SHM_DIR_CREATE, &down);
     stash_arena *fresh = NULL;
@@ -274,11 +411,15 @@ static int rados_once(ckb *b, stash_worker *w, ckpt_rados *r, const char *job, u
     if (rc == 0) rc = stash_arena_open(name2, NULL, &fresh);
     t0 = bench_now_ns();
     if (rc == 0) rc = ckpt_rados_fetch(r, job, &down, name);
+    t1 = bench_now_ns();
     ckpt_restored res;
     if (rc == 0)
         rc = ckpt_restore(fresh, &down, id, (stash_kg_range){0, a->hdr->max_parallelism - 1}, b->e,
                           &res);
-    *rd = (double)out.data_bytes / ((double)(bench_now_ns() - t0) / 1e9);
+    t2 = bench_now_ns();
+    *rd = bytes / ((double)(t2 - t0) / 1e9);
+    ph[2] = bytes / ((double)(t1 - t0) / 1e9);
+    ph[3] = bytes / ((double)(t2 - t1) / 1e9);
     if (rc == 0) ckpt_restored_free(&res);
     if (fresh) stash_arena_close(fresh);
     stash_arena_destroy(name2, NULL);
@@ -299,11 +440,13 @@ static int rados_cases(ckb *b)
     stash_worker *w = NULL;
     stash_state *s;
     rc = open_loaded(b, b->keys, &w, &s);
-    double wr[MAX_REPS], rd[MAX_REPS], pw[MAX_REPS], pr[MAX_REPS];
+    double wr[MAX_REPS], rd[MAX_REPS], pw[MAX_REPS], pr[MAX_REPS], ph[4][MAX_REPS];
     bool peer = true;
     for (int i = 0; i < b->o.reps && rc == 0; i++) {
         bench_progress(&b->o, "checkpoint: rados, repetition %d of %d", i + 1, b->o.reps);
-        rc = rados_once(b, w, r, job, (uint64_t)i + 1, &wr[i], &rd[i]);
+        double one[4] = {0};
+        rc = rados_once(b, w, r, job, (uint64_t)i + 1, &wr[i], &rd[i], one);
+        for (int k = 0; k < 4; k++) ph[k][i] = one[k];
         if (peer && (bench_rados_bench(b->o.pool, true, &pw[i]) < 0 ||
                      bench_rados_bench(b->o.pool, false, &pr[i]) < 0))
             peer = false;
@@ -316,7 +459,11 @@ static int rados_cases(ckb *b)
     ckpt_rados_close(r);
     if (rc) return rc;
     double mw = report_reps(b, "rados/write", "stash", wr, "bytes/s");
+    report_reps(b, "rados/write", "stash-local-write", ph[0], "bytes/s");
+    double up = report_reps(b, "rados/write", "stash-upload", ph[1], "bytes/s");
     double mr = report_reps(b, "rados/restore", "stash", rd, "bytes/s");
+    double down = report_reps(b, "rados/restore", "stash-fetch", ph[2], "bytes/s");
+    report_reps(b, "rados/restore", "stash-local-restore", ph[3], "bytes/s");
     if (!peer) {
         report_skip(b, "rados/write", "rados-bench", "rados bench failed (ceph-common)");
         return 0;
@@ -324,7 +471,9 @@ static int rados_cases(ckb *b)
     double mpw = report_reps(b, "rados/write", "rados-bench", pw, "bytes/s");
     double mpr = report_reps(b, "rados/restore", "rados-bench", pr, "bytes/s");
     report(b, "rados/write", "stash/rados-bench", mw / mpw, "ratio");
+    report(b, "rados/write", "stash-upload/rados-bench", up / mpw, "ratio");
     report(b, "rados/restore", "stash/rados-bench", mr / mpr, "ratio");
+    report(b, "rados/restore", "stash-fetch/rados-bench", down / mpr, "ratio");
     return 0;
 }
 
@@ -869,13 +1018,21 @@ int bench_checkpoint(int argc, char **argv)
         "time, in the same run.\n";
     ckb b = {0};
     int rc = bench_parse(argc, argv, usage, &b.o);
-    const char *const names[] = {"full/write",       "restore/read",
-                                 "pause/100k-keys",  b.o.quick ? "pause/1m-keys" : "pause/10m-keys",
-                                 "incremental-1pct", "ycsb-a/during-checkpoint",
-                                 "ycsb-a/without",   "extra-memory",
-                                 "rewrite",          "rados/write",
-                                 "rados/restore",    "instant/100k-keys",
-                                 "instant/1m-keys",  "instant/10m-keys"};
+    const char *const names[] = {"full/write",
+                                 "restore/read",
+                                 "restore/first-touch",
+                                 "pause/100k-keys",
+                                 b.o.quick ? "pause/1m-keys" : "pause/10m-keys",
+                                 "incremental-1pct",
+                                 "ycsb-a/during-checkpoint",
+                                 "ycsb-a/without",
+                                 "extra-memory",
+                                 "rewrite",
+                                 "rados/write",
+                                 "rados/restore",
+                                 "instant/100k-keys",
+                                 "instant/1m-keys",
+                                 "instant/10m-keys"};
     if (rc == 0 && bench_check_case(&b.o, "checkpoint", names, sizeof names / sizeof names[0]) < 0)
         rc = -1;
     if (rc) return rc < 0 ? 2 : 0;

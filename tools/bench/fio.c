@@ -64,18 +64,12 @@ int bench_fio(const char *path, uint64_t size, bool writing, bool direct, double
     snprintf(dir, sizeof dir, "--direct=%d", direct);
     char filename[600];
     snprintf(filename, sizeof filename, "--filename=%s", path);
-    char *argv[] = {"fio",
-                    "--name=stash-bench",
-                    filename,
-                    writing ? "--rw=write" : "--rw=read",
-                    "--bs=1M",
-                    sz,
-                    "--ioengine=io_uring",
-                    "--iodepth=16",
-                    dir,
-                    writing ? "--end_fsync=1" : "--invalidate=1",
-                    "--output-format=json",
-                    NULL};
+    char *argv[] = {"fio", "--name=stash-bench", filename, writing ? "--rw=write" : "--rw=read",
+                    "--bs=1M", sz, "--ioengine=io_uring", "--iodepth=16",
+                    /* Two seconds over the file, however small, so that the
+                     * figure is steady. */
+                    "--time_based=1", "--runtime=2", dir,
+                    writing ? "--end_fsync=1" : "--invalidate=1", "--output-format=json", NULL};
     int st = run_capture(argv, out, 1 << 20);
     *bps = st == 0 ? fio_bandwidth(out, writing ? "write" : "read") : -1;
     free(out);
