@@ -29,12 +29,11 @@
 #include "tools/bench/ycsb.h"
 
 #define KEY_LEN 8
-#define VALUE_LEN 100
+#define VALUE_LEN BENCH_VALUE_LEN
 #define LIST_LEN 4               /* elements of each list that list/get reads */
 #define MAP_ENTRIES 10           /* user keys per map */
 #define PIPELINE 64              /* commands per batch for redis-pipelined */
 #define BATCH_MAX 128            /* the largest batch of the batched cases */
-#define READ_CAP 65536           /* what one read may copy out */
 #define VALUE_POOL 4096          /* distinct random values that writes cycle through */
 #define ARENA_NAME "bench-keyed" /* only checked: the arena lives at the path given */
 
@@ -129,7 +128,8 @@ typedef struct keyed_bench {
     uint64_t budget_bytes;
     bench_budget budget;
     uint8_t values[VALUE_POOL][VALUE_LEN]; /* random: no system may compress them away */
-    uint8_t buf[READ_CAP];
+    uint8_t buf[VALUE_LEN];
+    uint8_t *log; /* the read log of a pass: ops reads of up to a list's bytes */
 } keyed_bench;
 
 /* What a pass did: operations, nanoseconds, and the sum of its reads'
@@ -164,10 +164,7 @@ static int stash_sys_fail(kv_sys *s, const char *what, int rc)
 
 static int copy_view(const stash_bytes *v, void *out, size_t cap, size_t *len)
 {
-    if (v->len > cap) return -EMSGSIZE;
-    memcpy(out, v->data, v->len);
-    *len = v->len;
-    return 0;
+    return copy_out(v->data, v->len, out, cap, len);
 }
 
 /* Sets the operation's key, unless a batch did. */
@@ -389,50 +386,63 @@ static int stash_sys_open(const char *path, uint64_t size, uint32_t index, uint3
 
 /* What a pass replays: ops[i] on the key keys[i]; batched > 1 in batches of
  * that many; lat non-NULL: the latency pass, every step (an operation, a
- * pipelined batch or a batch) timed, never a throughput pass. */
+ * pipelined batch or a batch) timed, never a throughput pass. Every read
+ * copies its value into the read log, one after another (log_len bytes
+ * each: a value, or a list's elements), as a caller that deserializes it
+ * would; the log is checked once the pass is over (check_log), so that no
+ * check takes the processor inside the timed loop. */
 typedef struct pass_in {
     const ycsb_op *ops;
     const uint64_t *keys;
     uint64_t n;
     unsigned batched;
     lat_pool *lat;
+    uint8_t *log;
 } pass_in;
+
+/* The bytes each read of a sequence copies into the log. */
+static size_t read_len(const ycsb_op *ops)
+{
+    return ops[0].kind == YCSB_LIST_GET ? LIST_LEN * VALUE_LEN : VALUE_LEN;
+}
 
 static inline __attribute__((always_inline)) int do_op(keyed_bench *b, kv_sys *s, const kv_ops *k,
                                                        const ycsb_op *op, uint64_t key, uint64_t i,
-                                                       uint64_t *sum)
+                                                       uint8_t **log)
 {
     size_t len = 0, want = VALUE_LEN;
     int rc = 0;
     uint8_t *value = b->values[i % VALUE_POOL];
-    memcpy(value, &i, sizeof i); /* every write differs from the last */
     switch ((ycsb_kind)op->kind) {
     case YCSB_GET:
-        rc = k->value_get(s, key, b->buf, sizeof b->buf, &len);
+        rc = k->value_get(s, key, *log, VALUE_LEN, &len);
         break;
     case YCSB_PUT:
+        memcpy(value, &i, sizeof i); /* every write differs from the last */
         return k->value_put(s, key, value, VALUE_LEN);
     case YCSB_RMW:
-        rc = k->value_get(s, key, b->buf, sizeof b->buf, &len);
-        if (rc == 0) {
-            *sum += bench_checksum(b->buf, len);
+        rc = k->value_get(s, key, *log, VALUE_LEN, &len);
+        if (rc == 0 && len == VALUE_LEN) {
             uint64_t x;
+            memcpy(b->buf, *log, VALUE_LEN);
             memcpy(&x, b->buf, sizeof x);
             x++;
             memcpy(b->buf, &x, sizeof x);
-            return k->value_put(s, key, b->buf, len);
+            rc = k->value_put(s, key, b->buf, VALUE_LEN);
         }
         break;
     case YCSB_LIST_ADD:
+        memcpy(value, &i, sizeof i);
         return k->list_add(s, key, value, VALUE_LEN);
     case YCSB_LIST_GET:
-        rc = k->list_get(s, key, b->buf, sizeof b->buf, &len);
+        rc = k->list_get(s, key, *log, LIST_LEN * VALUE_LEN, &len);
         want = LIST_LEN * VALUE_LEN;
         break;
     case YCSB_MAP_PUT:
+        memcpy(value, &i, sizeof i);
         return k->map_put(s, key, op->sub, value, VALUE_LEN);
     case YCSB_MAP_GET:
-        rc = k->map_get(s, key, op->sub, b->buf, sizeof b->buf, &len);
+        rc = k->map_get(s, key, op->sub, *log, VALUE_LEN, &len);
         break;
     }
     if (rc == -ENOENT) snprintf(s->error, sizeof s->error, "key index %u: not found", op->key);
@@ -443,9 +453,17 @@ static inline __attribute__((always_inline)) int do_op(keyed_bench *b, kv_sys *s
                      op->key, len, want);
             return -EIO;
         }
-        *sum += bench_checksum(b->buf, len);
+        *log += want;
     }
     return rc;
+}
+
+/* The sum of the checksums of the reads a pass logged, from log to end. */
+static uint64_t check_log(const uint8_t *log, const uint8_t *end, size_t len)
+{
+    uint64_t sum = 0;
+    for (; log + len <= end; log += len) sum += bench_checksum(log, len);
+    return sum;
 }
 
 /* The operations of one batch: ops[i] is the batch's i-th. */
@@ -453,55 +471,93 @@ typedef struct batch_ops {
     keyed_bench *b;
     const ycsb_op *ops;
     const uint64_t *keys;
-    uint64_t first, sum;
+    uint64_t first;
+    uint8_t *log;
 } batch_ops;
 
 typedef int pass_fn(keyed_bench *b, kv_sys *s, const pass_in *in, pass_out *out);
 
+/* One step of a pass: ops[i] to ops[end - 1], as one batch of the
+ * system's (batched), or one at a time and then, pipelined, their replies
+ * collected. */
+static inline __attribute__((always_inline)) int
+pass_step(keyed_bench *b, kv_sys *s, const kv_ops *k, kv_batch_fn *op, const pass_in *in,
+          bool batched, bool piped, uint64_t i, uint64_t end, uint8_t **log)
+{
+    int rc = 0;
+    if (batched) {
+        batch_ops o = {b, in->ops + i, in->keys + i, i, *log};
+        rc = k->run_batch(s, in->keys + i, end - i, op, &o);
+        *log = o.log;
+        return rc;
+    }
+    for (; i < end && rc == 0; i++) rc = do_op(b, s, k, &in->ops[i], in->keys[i], i, log);
+    return rc == 0 && piped ? k->sync(s) : rc;
+}
+
 /* A system's pass over in->ops, its operations k (a constant where the
- * compiler can resolve its calls), each batch's operations run by op. */
+ * compiler can resolve its calls), each batch's operations run by op.
+ * timed, batched and piped are constants where it is inlined, so that a
+ * throughput pass's loop holds nothing but the operations: no clock read,
+ * and a look at whether to stop only every CHUNK operations. */
+#define CHUNK 4096u
 static inline __attribute__((always_inline)) int pass_loop(keyed_bench *b, kv_sys *s,
                                                            const kv_ops *k, kv_batch_fn *op,
-                                                           const pass_in *in, pass_out *out)
+                                                           const pass_in *in, bool timed,
+                                                           bool batched, bool piped, pass_out *out)
 {
-    uint64_t i = 0, n = in->n, sum = 0, replies = s->sum;
-    unsigned step = in->batched > 1 ? in->batched : s->batch;
+    uint64_t i = 0, n = in->n, replies = s->sum;
+    unsigned step = batched ? in->batched : piped ? s->batch : 1;
     lat_pool *lat = in->lat;
+    uint8_t *log = in->log;
     int rc = 0;
     uint64_t t0 = bench_now_ns();
     while (i < n && rc == 0) {
-        if ((i & 65535) < step && must_stop()) {
+        if (must_stop()) {
             rc = -EINTR;
             break;
         }
-        uint64_t end = i + step < n ? i + step : n;
-        uint64_t t = lat ? bench_now_ns() : 0;
-        if (in->batched > 1) {
-            batch_ops o = {b, in->ops + i, in->keys + i, i, 0};
-            rc = k->run_batch(s, in->keys + i, end - i, op, &o);
-            sum += o.sum;
+        uint64_t stop = i + CHUNK < n ? i + CHUNK : n;
+        while (i < stop && rc == 0) {
+            uint64_t end = i + step < n ? i + step : n;
+            if (!timed) {
+                rc = pass_step(b, s, k, op, in, batched, piped, i, end, &log);
+            } else {
+                uint64_t t = bench_now_ns();
+                rc = pass_step(b, s, k, op, in, batched, piped, i, end, &log);
+                if (lat->n < lat->cap) lat->ns[lat->n++] = bench_now_ns() - t;
+            }
             i = end;
         }
-        for (; i < end && rc == 0; i++) rc = do_op(b, s, k, &in->ops[i], in->keys[i], i, &sum);
-        if (s->batch > 1 && rc == 0) rc = k->sync(s);
-        if (lat && lat->n < lat->cap) lat->ns[lat->n++] = bench_now_ns() - t;
     }
     if (rc == 0) rc = k->sync(s);
-    *out = (pass_out){.done = i, .ns = bench_now_ns() - t0, .sum = sum + s->sum - replies};
+    uint64_t ns = bench_now_ns() - t0;
+    *out = (pass_out){.done = rc == 0 ? i : 0,
+                      .ns = ns,
+                      .sum = check_log(in->log, log, read_len(in->ops)) + s->sum - replies};
     return rc;
 }
 
-/* The pass of a system whose operations are OPS (an expression of s). */
+/* The pass of a system whose operations are OPS (an expression of s), in
+ * the variant its row needs. */
 #define PASS(NAME, OPS)                                                                            \
     static int NAME##_batch_op(kv_sys *s, size_t i, void *ctx)                                     \
     {                                                                                              \
         batch_ops *o = ctx;                                                                        \
-        return do_op(o->b, s, OPS, &o->ops[i], o->keys[i], o->first + i, &o->sum);                 \
+        return do_op(o->b, s, OPS, &o->ops[i], o->keys[i], o->first + i, &o->log);                 \
     }                                                                                              \
     static __attribute__((noinline)) int NAME##_pass(keyed_bench *b, kv_sys *s, const pass_in *in, \
                                                      pass_out *out)                                \
     {                                                                                              \
-        return pass_loop(b, s, OPS, NAME##_batch_op, in, out);                                     \
+        bool timed = in->lat != NULL, batched = in->batched > 1, piped = s->batch > 1;             \
+        if (piped)                                                                                 \
+            return timed ? pass_loop(b, s, OPS, NAME##_batch_op, in, true, false, true, out)       \
+                         : pass_loop(b, s, OPS, NAME##_batch_op, in, false, false, true, out);     \
+        if (batched)                                                                               \
+            return timed ? pass_loop(b, s, OPS, NAME##_batch_op, in, true, true, false, out)       \
+                         : pass_loop(b, s, OPS, NAME##_batch_op, in, false, true, false, out);     \
+        return timed ? pass_loop(b, s, OPS, NAME##_batch_op, in, true, false, false, out)          \
+                     : pass_loop(b, s, OPS, NAME##_batch_op, in, false, false, false, out);        \
     }
 
 PASS(stash, &stash_sys_ops)
@@ -627,7 +683,7 @@ static int run_row(keyed_bench *b, sys_run *run, unsigned batched, const ycsb_op
                    uint64_t *keys, lat_pool *lat, pass_out *out, const char *what)
 {
     fill_keys(b, ops, b->ops, keys);
-    pass_in in = {ops, keys, b->ops, batched, lat};
+    pass_in in = {ops, keys, b->ops, batched, lat, b->log};
     kv_sys *s = run->sys;
     /* For the tests of the checks: STASH_BENCH_CORRUPT names a system whose
      * value of the first key read is changed behind its model's back. */
@@ -1160,12 +1216,17 @@ static void scale_child(keyed_bench *b, const char *path, uint32_t index, uint32
     kv_sys *s = NULL;
     pass_out out = {0};
     uint64_t *keys = malloc((n > nw ? n : nw + 1) * sizeof *keys);
-    int rc = keys ? 0 : -ENOMEM;
+    /* A read log of its own, its pages there before any pass: the parent's
+     * would be copied on write inside the timed pass. */
+    size_t log_bytes = (n > nw ? n : nw + 1) * VALUE_LEN;
+    uint8_t *log = mmap(NULL, log_bytes, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    int rc = keys && log != MAP_FAILED ? 0 : -ENOMEM;
     if (rc == 0)
         rc = stash_sys_open(path, 0, index, p, NULL, &s, pg->error[index], sizeof pg->error[index]);
     if (rc == 0) {
         fill_keys(b, warm, nw, keys);
-        rc = stash_pass(b, s, &(pass_in){warm, keys, nw, batched, NULL}, &out);
+        rc = stash_pass(b, s, &(pass_in){warm, keys, nw, batched, NULL, log}, &out);
         pg->sums[index][0] = out.sum;
         fill_keys(b, ops, n, keys);
     }
@@ -1174,12 +1235,13 @@ static void scale_child(keyed_bench *b, const char *path, uint32_t index, uint32
     }
     if (rc == 0) {
         pg->start_ns[index] = bench_now_ns();
-        rc = stash_pass(b, s, &(pass_in){ops, keys, n, batched, NULL}, &out);
+        rc = stash_pass(b, s, &(pass_in){ops, keys, n, batched, NULL, log}, &out);
         pg->end_ns[index] = pg->start_ns[index] + out.ns;
         pg->done[index] = out.done;
         pg->sums[index][1] = out.sum;
     }
     free(keys);
+    if (log != MAP_FAILED) munmap(log, log_bytes);
     if (rc < 0 && s) snprintf(pg->error[index], sizeof pg->error[index], "%s", s->error);
     if (s) s->ops->close(s);
     _exit(rc < 0);
@@ -1234,7 +1296,7 @@ static double run_scale(keyed_bench *b, const char *path, uint32_t p, unsigned b
         /* The workers' key groups are apart: each part replays on its own. */
         for (int k = 0; k < 2 && !bad; k++) {
             uint64_t want = model_pass(
-                b, m, &(pass_in){k ? parts[i] : warms[i], NULL, k ? n[i] : nw[i], 0, NULL});
+                b, m, &(pass_in){k ? parts[i] : warms[i], NULL, k ? n[i] : nw[i], 0, NULL, NULL});
             if (pg->sums[i][k] != want) {
                 snprintf(why, whylen,
                          "failed: worker %u: the reads' checksum is %016llx where a replay of "
@@ -1436,6 +1498,14 @@ int bench_keyed(int argc, char **argv)
     bool lmdb = b->backend == STASH_BACKEND_LMDB;
     b->keys = lmdb ? (b->o.quick ? 200000 : 10000000) : b->o.quick ? 100000 : 1000000;
     b->ops = b->o.quick ? 200000 : 1000000;
+    /* The read log, its pages there before the first pass. */
+    size_t log_bytes = b->ops * LIST_LEN * VALUE_LEN;
+    b->log = mmap(NULL, log_bytes, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (b->log == MAP_FAILED) {
+        free(b);
+        return tool_fail("bench keyed: the read log", -ENOMEM);
+    }
     bench_header(
         &b->o, "keyed", "%llu keys of %d-byte values on the %s backend, %llu operations a pass",
         (unsigned long long)b->keys, VALUE_LEN, lmdb ? "lmdb" : "heap", (unsigned long long)b->ops);
@@ -1454,6 +1524,7 @@ int bench_keyed(int argc, char **argv)
                          lmdb ? disk : "/dev/shm") >= sizeof b->dir ||
         !mkdtemp(b->dir)) {
         fprintf(stderr, "stash bench keyed: cannot create %s: %s\n", b->dir, strerror(errno));
+        munmap(b->log, log_bytes);
         free(b);
         return 1;
     }
@@ -1461,6 +1532,7 @@ int bench_keyed(int argc, char **argv)
     if (lmdb && !mkdtemp(b->arena_dir)) {
         rc = -errno;
         remove_tree(b->dir);
+        munmap(b->log, log_bytes);
         free(b);
         return tool_fail("bench keyed: mkdtemp /dev/shm", rc);
     }
@@ -1469,6 +1541,7 @@ int bench_keyed(int argc, char **argv)
         fprintf(stderr, "stash bench keyed: --memory-budget: %s\n", why);
         remove_tree(b->dir);
         if (lmdb) remove_tree(b->arena_dir);
+        munmap(b->log, log_bytes);
         free(b);
         return 1;
     }
@@ -1522,6 +1595,7 @@ int bench_keyed(int argc, char **argv)
     if (b->o.progress) fputs("\r\033[K", stderr);
     rc = interrupted ? 130 : ferror(stdout) ? 1 : 0;
     if (interrupted) fprintf(stderr, "stash bench keyed: interrupted; removed %s\n", b->dir);
+    munmap(b->log, log_bytes);
     free(b);
     return rc;
 }

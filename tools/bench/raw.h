@@ -45,7 +45,8 @@ static inline uint64_t raw_lp_stored(uint64_t key)
     return key ^ (1ull << 63);
 }
 
-static inline uint8_t *raw_direct_slot(raw_sys *t, uint64_t key, uint64_t ukey)
+static inline __attribute__((always_inline)) uint8_t *raw_direct_slot(raw_sys *t, uint64_t key,
+                                                                      uint64_t ukey)
 {
     uint64_t i = bench_key_index(key) * t->subkeys + ukey;
     return i < t->nslots ? t->slots + i * RAW_DIRECT_SLOT : NULL;
@@ -61,7 +62,8 @@ static inline uint64_t raw_lp_home(const raw_sys *t, uint64_t key, uint64_t ukey
 
 /* raw-lp's slot of (key, ukey), or NULL; with add, a free slot for it if
  * absent. A map entry's slot keeps the user key after the key. */
-static inline uint8_t *raw_lp_slot(raw_sys *t, uint64_t key, uint64_t ukey, bool add)
+static inline __attribute__((always_inline)) uint8_t *raw_lp_slot(raw_sys *t, uint64_t key,
+                                                                  uint64_t ukey, bool add)
 {
     uint64_t stored = raw_lp_stored(key), i = raw_lp_home(t, key, ukey);
     size_t koff = t->subkeys > 1 ? 16 : 8;
@@ -76,8 +78,8 @@ static inline uint8_t *raw_lp_slot(raw_sys *t, uint64_t key, uint64_t ukey, bool
     }
 }
 
-static inline int raw_get(raw_sys *t, bool direct, uint64_t key, uint64_t ukey, void *out,
-                          size_t cap, size_t *len)
+static inline __attribute__((always_inline)) int
+raw_get(raw_sys *t, bool direct, uint64_t key, uint64_t ukey, void *out, size_t cap, size_t *len)
 {
     size_t koff = direct ? 8 : t->subkeys > 1 ? 16 : 8;
     uint8_t *slot = direct ? raw_direct_slot(t, key, ukey) : raw_lp_slot(t, key, ukey, false);
@@ -87,8 +89,8 @@ static inline int raw_get(raw_sys *t, bool direct, uint64_t key, uint64_t ukey, 
     return copy_out(slot + koff, t->value_len, out, cap, len);
 }
 
-static inline int raw_put(raw_sys *t, bool direct, uint64_t key, uint64_t ukey, const void *v,
-                          size_t len)
+static inline __attribute__((always_inline)) int raw_put(raw_sys *t, bool direct, uint64_t key,
+                                                         uint64_t ukey, const void *v, size_t len)
 {
     if (len != t->value_len || key == (1ull << 63)) {
         snprintf(t->base.error, sizeof t->base.error, "slots hold %zu-byte values", t->value_len);
