@@ -343,13 +343,13 @@ int demo_hosts(unsigned n, const char *ceph_conf, const char *ceph_pool)
     /* Machines apart need root, and the hosts reach only the demo's own
      * cluster from their namespaces. */
     static char machines_log[300];
-    char why[200] = "given a cluster, they reach it through this machine's network";
+    const char *why = "given a cluster, they reach it through this machine's network";
     if (own && geteuid() != 0) {
-        snprintf(why, sizeof why, "machines of their own need root");
+        why = "machines of their own need root";
     } else if (own) {
         snprintf(machines_log, sizeof machines_log, "%.255s/machines.log", demo_dir);
         apart = machines_open(&net, machines_log) == 0;
-        if (!apart) snprintf(why, sizeof why, "%s", net.why);
+        if (!apart) why = net.why;
     }
     if (own) {
         demo_say("== a single-node Ceph cluster (one monitor, one OSD) in %s/ceph, on %s%s\n",

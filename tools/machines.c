@@ -106,7 +106,7 @@ static pid_t holder(machines *m, int flags, int what, unsigned days)
     if (got > 0 && msg[0] == '\0') return pid;
     if (got > 0) msg[got] = '\0';
     snprintf(m->why, sizeof m->why,
-             "no namespaces could be made (%s): root and a kernel with network, mount and time "
+             "no namespaces could be made (%.120s): root and a kernel with network, mount and time "
              "namespaces are needed",
              pid < 0 ? strerror(errno) : msg);
     if (pid > 0) {

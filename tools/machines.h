@@ -23,7 +23,7 @@ typedef struct machines {
     char net[16];    /* "10.213.X." */
     char uplink[16]; /* this namespace's end of the link to the switch */
     const char *log; /* where the commands' output goes (appended) */
-    char why[160];   /* what failed, when a call returns -1 */
+    char why[320];   /* what failed, when a call returns -1 */
 } machines;
 
 /* What a machine has of its own besides its network and /dev/shm. */

@@ -94,6 +94,15 @@ static int create_arena(ckb *b, const char *name, uint64_t keys)
     return rc;
 }
 
+/* The next key's value, as the load wrote it: xorshift64 from *x. */
+static void next_value(uint64_t *x, uint8_t val[VALUE_BYTES])
+{
+    for (unsigned i = 0; i < VALUE_BYTES; i += 8) {
+        *x ^= *x << 13, *x ^= *x >> 7, *x ^= *x << 17;
+        memcpy(val + i, x, VALUE_BYTES - i < 8 ? VALUE_BYTES - i : 8);
+    }
+}
+
 static int open_loaded(ckb *b, uint64_t keys, stash_worker **w, stash_state **s)
 {
     int rc = create_arena(b, b->name, keys);
@@ -103,10 +112,7 @@ static int open_loaded(ckb *b, uint64_t keys, stash_worker **w, stash_state **s)
     uint8_t val[VALUE_BYTES];
     uint64_t x = 0x9e3779b97f4a7c15ull;
     for (uint64_t k = 0; rc == 0 && k < keys; k++) {
-        for (unsigned i = 0; i < VALUE_BYTES; i += 8) {
-            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-            memcpy(val + i, &x, VALUE_BYTES - i < 8 ? VALUE_BYTES - i : 8);
-        }
+        next_value(&x, val);
         stash_key_set(*w, &k, sizeof k);
         rc = stash_value_put(*s, val, sizeof val);
         if (k % 65536 == 0)
@@ -286,22 +292,51 @@ static double first_touch_us(void)
     return us;
 }
 
+/* Checks, untimed, that the arena name2 holds the keys 0 .. keys-1 with
+ * the values the load gave them, and nothing else (records: what the
+ * restore put). Returns 0, or -EIO with the first key that differs said. */
+static int check_restored(const char *name2, uint64_t keys, uint64_t records)
+{
+    if (records != keys)
+        return shm_fail(-EIO, "the restore put %llu records, not %llu", (unsigned long long)records,
+                        (unsigned long long)keys);
+    stash_worker *w;
+    stash_state *s;
+    int rc = stash_worker_open(name2, &(stash_worker_opts){.parallelism = 1}, &w);
+    if (rc) return rc;
+    rc = stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s);
+    uint8_t val[VALUE_BYTES];
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (uint64_t k = 0; rc == 0 && k < keys; k++) {
+        next_value(&x, val);
+        stash_bytes v;
+        if ((rc = stash_key_set(w, &k, sizeof k)) == 0) rc = stash_value_get(s, &v);
+        if (rc == 0 && (v.len != VALUE_BYTES || memcmp(v.data, val, VALUE_BYTES) != 0))
+            rc = shm_fail(-EIO, "key %llu: the restored value differs from the one written",
+                          (unsigned long long)k);
+    }
+    stash_worker_close(w);
+    return rc;
+}
+
 /* Restores checkpoint 1 of b's directory into a new arena name2 for keys
- * keys, as after a reboot, and destroys the arena again; *ns: the time the
- * restore took. */
+ * keys, as after a reboot, checks every key (untimed) and destroys the
+ * arena again; *ns: the time the restore took. */
 static int restore_fresh(ckb *b, const char *name2, uint64_t keys, uint64_t *ns)
 {
     stash_arena *fresh;
     int rc = create_arena(b, name2, keys);
+    uint64_t records = 0;
     if (rc == 0 && (rc = stash_arena_open(name2, NULL, &fresh)) == 0) {
         ckpt_restored res;
         uint64_t t0 = bench_now_ns();
         rc = ckpt_restore(fresh, &b->ckd, 1, (stash_kg_range){0, fresh->hdr->max_parallelism - 1},
                           b->e, &res);
         *ns = bench_now_ns() - t0;
-        if (rc == 0) ckpt_restored_free(&res);
+        if (rc == 0) records = res.records, ckpt_restored_free(&res);
         stash_arena_close(fresh);
     }
+    if (rc == 0) rc = check_restored(name2, keys, records);
     stash_arena_destroy(name2, NULL);
     return rc;
 }
