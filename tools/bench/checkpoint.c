@@ -187,7 +187,7 @@ static int copy_peer(const ckb *b, double *bps)
 {
     char dir[sizeof b->dir + 16], shm[64];
     snprintf(dir, sizeof dir, "%s/chk-1", b->dir);
-    snprintf(shm, sizeof shm, "/dev/shm/stash-bench-copy.%d", (int)getpid());
+    snprintf(shm, sizeof shm, "/dev/shm/stash-bench-copy.XXXXXX");
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0) return -errno;
     DIR *d = fdopendir(dfd);
@@ -205,7 +205,9 @@ static int copy_peer(const ckb *b, double *bps)
         sizes[nfiles++] = (uint64_t)st.st_size;
         total += (uint64_t)st.st_size;
     }
-    int out = open(shm, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    /* A name nobody can have taken first; gone at once, the descriptor kept. */
+    int out = mkostemp(shm, O_CLOEXEC);
+    if (out >= 0) unlink(shm);
     int rc = out < 0 ? -errno : ftruncate(out, (off_t)(total ? total : 1)) < 0 ? -errno : 0;
     uint8_t *dst = rc == 0
                        ? mmap(NULL, total ? total : 1, PROT_READ | PROT_WRITE, MAP_SHARED, out, 0)
@@ -264,7 +266,7 @@ static int copy_peer(const ckb *b, double *bps)
     if (ring_up) io_uring_queue_exit(&ring);
     free(bufs);
     if (dst != MAP_FAILED) munmap(dst, total ? total : 1);
-    if (out >= 0) close(out), unlink(shm);
+    if (out >= 0) close(out);
     closedir(d);
     if (rc == 0) *bps = (double)total / ((double)ns / 1e9);
     return rc;
@@ -276,8 +278,8 @@ static double first_touch_us(void)
 {
     const size_t bytes = 256u << 20, page = 4096;
     char shm[64];
-    snprintf(shm, sizeof shm, "/dev/shm/stash-bench-touch.%d", (int)getpid());
-    int fd = open(shm, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    snprintf(shm, sizeof shm, "/dev/shm/stash-bench-touch.XXXXXX");
+    int fd = mkostemp(shm, O_CLOEXEC);
     if (fd < 0) return -1;
     unlink(shm);
     uint8_t *p = ftruncate(fd, (off_t)bytes) == 0
