@@ -218,6 +218,12 @@ Test(bench_tool, every_report_starts_with_its_header_and_gives_each_figure_s_spr
     cr_assert_eq(strncmp(big, want, strlen(want)), 0, "%s", big);
     cr_assert_not_null(strstr(big, "\"cores\": "), "%s", big);
     cr_assert_not_null(strstr(big, "\"min\": "), "%s", big);
+    /* A ratio too: the median of the repetitions' own ratios, with theirs. */
+    const char *ratio = strstr(big, "\"system\": \"stash/malloc\"");
+    cr_assert_not_null(ratio, "%s", big);
+    const char *ratio_end = strchr(ratio, '\n');
+    const char *ratio_min = strstr(ratio, "\"min\": ");
+    cr_assert(ratio_min && ratio_end && ratio_min < ratio_end, "%s", big);
     cr_assert_eq(
         test_run_stash("bench arena --quick --reps 2 --csv --case alloc-free/1", big, sizeof big),
         0, "%s", big);

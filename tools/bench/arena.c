@@ -112,7 +112,7 @@ static double run_procs(const char *name, uint32_t p, const op_seq *seqs)
             atomic_fetch_add(&clk->ready, 1);
             while (!atomic_load(&clk->go)) {
             }
-            uint64_t ns;
+            uint64_t ns = 0;
             clk->start_ns[i] = bench_now_ns();
             int rc = name ? run_stash(name, i, p, &seqs[i], &ns) : run_malloc(&seqs[i], &ns);
             clk->end_ns[i] = clk->start_ns[i] + ns;
@@ -145,7 +145,8 @@ int bench_arena(int argc, char **argv)
 {
     static const char usage[] =
         "Allocate+free pairs per second in one arena (sizes 16..512 B, 4096 live blocks),\n"
-        "one process and two, beside glibc malloc on the same sequence.\n";
+        "one process and two, beside glibc malloc on the same sequence; the four run in\n"
+        "a new order each repetition.\n";
     bench_opts o;
     int rc = bench_parse(argc, argv, usage, &o);
     static const char *const names[] = {"alloc-free/1proc", "alloc-free/2proc",
@@ -169,12 +170,14 @@ int bench_arena(int argc, char **argv)
     double v[NCASES][1000];
     for (int r = 0; r < o.reps && rc == 0; r++) {
         bench_progress(&o, "arena: repetition %d of %d", r + 1, o.reps);
-        v[STASH_1][r] = run_procs(name, 1, seqs);
-        v[MALLOC_1][r] = run_procs(NULL, 1, seqs);
-        v[STASH_2][r] = run_procs(name, 2, seqs);
-        v[MALLOC_2][r] = run_procs(NULL, 2, seqs);
-        for (int c = 0; c < NCASES; c++)
+        int order[NCASES];
+        bench_shuffle(order, NCASES, 1, r);
+        for (int k = 0; k < NCASES; k++) {
+            int c = order[k];
+            v[c][r] = run_procs(c == STASH_1 || c == STASH_2 ? name : NULL,
+                                c == STASH_2 || c == MALLOC_2 ? 2 : 1, seqs);
             if (v[c][r] < 0) rc = -EIO;
+        }
     }
     stash_arena_destroy(name, NULL);
     free(seqs[0].size), free(seqs[0].kg), free(seqs[1].size), free(seqs[1].kg);
@@ -188,23 +191,18 @@ int bench_arena(int argc, char **argv)
         [STASH_2] = {"alloc-free/2proc", "stash"},
         [MALLOC_2] = {"alloc-free/2proc", "malloc"},
     };
-    double m[NCASES];
     for (int c = 0; c < NCASES; c++) {
+        double sorted[1000];
+        memcpy(sorted, v[c], (size_t)o.reps * sizeof *sorted);
         bench_result row = bench_spread(
             (bench_result){
                 .bench = "arena", .name = rows[c].name, .system = rows[c].system, .unit = "ops/s"},
-            v[c], o.reps);
-        m[c] = row.value;
+            sorted, o.reps);
         bench_report(&o, &row);
     }
-    bench_result res = {.bench = "arena", .unit = "ratio"};
-    res.system = "stash/malloc";
-    res.name = "alloc-free/1proc";
-    res.value = m[STASH_1] / m[MALLOC_1];
-    bench_report(&o, &res);
-    res.system = "stash-2p/1p";
-    res.name = "alloc-free/scaling";
-    res.value = m[STASH_2] / m[STASH_1];
-    bench_report(&o, &res);
+    bench_report_ratio(&o, "arena", "alloc-free/1proc", "stash/malloc", v[STASH_1], v[MALLOC_1],
+                       o.reps);
+    bench_report_ratio(&o, "arena", "alloc-free/scaling", "stash-2p/1p", v[STASH_2], v[STASH_1],
+                       o.reps);
     return 0;
 }

@@ -86,6 +86,15 @@ void bench_progress(const bench_opts *o, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* r with the median, lowest and highest of v[0 .. n-1] (reorders v). */
 bench_result bench_spread(bench_result r, double *v, int n);
+/* Fills order[0 .. n-1] with 0 .. n-1 in the order of repetition r,
+ * shuffled from seed and r: no system always runs first, or always after
+ * the same other. */
+void bench_shuffle(int *order, int n, uint64_t seed, int r);
+/* Reports system's ratio in case name of bench: the median of the
+ * repetitions' ratios num[i] / den[i] (each from passes of one repetition),
+ * with their lowest and highest; nothing if a repetition lacks either. */
+void bench_report_ratio(const bench_opts *o, const char *bench, const char *name,
+                        const char *system, const double *num, const double *den, int reps);
 /* Monotonic nanoseconds. */
 uint64_t bench_now_ns(void);
 /* What the machine's processors did up to a moment: their busy time and
@@ -137,10 +146,17 @@ void bench_plot_bar(const char *name, const char *system, double value, const ch
  * after saying what failed (gnuplot missing or failing). */
 int bench_plot_draw(void);
 
-/* Runs fio on path: a file of size bytes, for two seconds over and over, in
- * 1 MiB blocks, io_uring, depth 16, fsync at the end of a write; *bps its
- * bandwidth. Returns 0 or -EIO. */
+/* Runs fio on path: a file of size bytes (a new one when writing) in 1 MiB
+ * blocks, io_uring with registered buffers and file, depth 16, fsync at the
+ * end of a write; *bps its bandwidth. Returns 0 or -EIO. */
 int bench_fio(const char *path, uint64_t size, bool writing, bool direct, double *bps);
+/* The bytes a fio pass beside a transfer of n bytes moves: n, or 1 GiB if
+ * that is more (a shorter pass is not steady). */
+#define BENCH_FIO_BYTES(n) ((n) > (1ull << 30) ? (n) : (1ull << 30))
+/* How bench_fio sets fio up, for a bench's header (bench_setup). */
+#define BENCH_FIO_SETUP                                                                            \
+    "io_uring, 1 MiB blocks, 16 in flight, buffers and file registered (--fixedbufs "              \
+    "--registerfiles), once over a new file when writing, an fsync at its end"
 /* Whether fio runs here. */
 bool bench_fio_installed(void);
 /* `rados bench` on pool (the cluster of $CEPH_CONF): 5 s of writing 4 MiB

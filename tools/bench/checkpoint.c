@@ -52,13 +52,22 @@ static void report(const ckb *b, const char *name, const char *system, double va
             .bench = "checkpoint", .name = name, .system = system, .value = value, .unit = unit});
 }
 
+/* stash's rate over a peer's: the median of the repetitions' ratios. */
+static void report_ratio(const ckb *b, const char *name, const char *system, const double *num,
+                         const double *den)
+{
+    bench_report_ratio(&b->o, "checkpoint", name, system, num, den, b->o.reps);
+}
+
 /* Reports the median of the repetitions v (with their lowest and highest)
- * and returns it. */
-static double report_reps(const ckb *b, const char *name, const char *system, double *v,
+ * and returns it; v is left as it was. */
+static double report_reps(const ckb *b, const char *name, const char *system, const double *v,
                           const char *unit)
 {
+    double sorted[MAX_REPS];
+    memcpy(sorted, v, (size_t)b->o.reps * sizeof *sorted);
     bench_result r = bench_spread(
-        (bench_result){.bench = "checkpoint", .name = name, .system = system, .unit = unit}, v,
+        (bench_result){.bench = "checkpoint", .name = name, .system = system, .unit = unit}, sorted,
         b->o.reps);
     bench_report(&b->o, &r);
     return r.value;
@@ -366,17 +375,26 @@ static int bandwidth_cases(ckb *b)
         wr[r] = (double)out.data_bytes / ((double)(bench_now_ns() - t0) / 1e9);
         unpin_all(a, pins);
         bytes = out.data_bytes;
-        char name2[80];
-        snprintf(name2, sizeof name2, "%s-restore", b->name);
-        uint64_t ns = 0;
-        if (rc == 0) rc = restore_fresh(b, name2, b->keys, &ns);
-        rd[r] = (double)bytes / ((double)ns / 1e9);
-        if (rc == 0 && copy_peer(b, &cp[r]) == 0) copied++;
-        char path[sizeof b->dir + 16];
-        snprintf(path, sizeof path, "%s/fio.dat", b->dir);
-        if (fio && (bench_fio(path, bytes, true, true, &fw[r]) < 0 ||
-                    bench_fio(path, bytes, false, true, &fr[r]) < 0))
-            fio = false;
+        /* The restore and its peers, which read what the write left, in a
+         * new order each repetition. */
+        int order[3];
+        bench_shuffle(order, 3, 5, r);
+        for (int k = 0; k < 3 && rc == 0; k++) {
+            if (order[k] == 0) {
+                char name2[80];
+                snprintf(name2, sizeof name2, "%s-restore", b->name);
+                uint64_t ns = 0;
+                rc = restore_fresh(b, name2, b->keys, &ns);
+                rd[r] = (double)bytes / ((double)ns / 1e9);
+            } else if (order[k] == 1) {
+                if (copy_peer(b, &cp[r]) == 0) copied++;
+            } else if (fio) {
+                char path[sizeof b->dir + 16];
+                snprintf(path, sizeof path, "%s/fio.dat", b->dir);
+                fio = bench_fio(path, BENCH_FIO_BYTES(bytes), true, true, &fw[r]) == 0 &&
+                      bench_fio(path, BENCH_FIO_BYTES(bytes), false, true, &fr[r]) == 0;
+            }
+        }
     }
     close_loaded(b, w);
     clean_dir(b);
@@ -384,8 +402,8 @@ static int bandwidth_cases(ckb *b)
     double mw = report_reps(b, "full/write", "stash-uring", wr, "bytes/s");
     double mr = report_reps(b, "restore/read", "stash-uring", rd, "bytes/s");
     if (copied == b->o.reps) {
-        double mc = report_reps(b, "restore/read", "read-and-copy", cp, "bytes/s");
-        report(b, "restore/read", "stash/read-and-copy", mr / mc, "ratio");
+        report_reps(b, "restore/read", "read-and-copy", cp, "bytes/s");
+        report_ratio(b, "restore/read", "stash/read-and-copy", rd, cp);
     } else {
         report_skip(b, "restore/read", "read-and-copy", "the checkpoint's files could not be read");
     }
@@ -403,8 +421,8 @@ static int bandwidth_cases(ckb *b)
     }
     double mfw = report_reps(b, "full/write", "fio", fw, "bytes/s");
     double mfr = report_reps(b, "restore/read", "fio", fr, "bytes/s");
-    report(b, "full/write", "stash/fio", mw / mfw, "ratio");
-    report(b, "restore/read", "stash/fio", mr / mfr, "ratio");
+    report_ratio(b, "full/write", "stash/fio", wr, fw);
+    report_ratio(b, "restore/read", "stash/fio", rd, fr);
     const char *bw = "checkpoint bandwidth beside fio (MB/s)";
     bench_plot_bar(bw, "checkpoint write: stash", mw / 1e6, "MB/s");
     bench_plot_bar(bw, "checkpoint write: fio", mfw / 1e6, "MB/s");
@@ -481,12 +499,18 @@ static int rados_cases(ckb *b)
     bool peer = true;
     for (int i = 0; i < b->o.reps && rc == 0; i++) {
         bench_progress(&b->o, "checkpoint: rados, repetition %d of %d", i + 1, b->o.reps);
-        double one[4] = {0};
-        rc = rados_once(b, w, r, job, (uint64_t)i + 1, &wr[i], &rd[i], one);
-        for (int k = 0; k < 4; k++) ph[k][i] = one[k];
-        if (peer && (bench_rados_bench(b->o.pool, true, &pw[i]) < 0 ||
-                     bench_rados_bench(b->o.pool, false, &pr[i]) < 0))
-            peer = false;
+        int order[2];
+        bench_shuffle(order, 2, 7, i);
+        for (int k = 0; k < 2 && rc == 0; k++) {
+            if (order[k] == 0) {
+                double one[4] = {0};
+                rc = rados_once(b, w, r, job, (uint64_t)i + 1, &wr[i], &rd[i], one);
+                for (int p = 0; p < 4; p++) ph[p][i] = one[p];
+            } else if (peer) {
+                peer = bench_rados_bench(b->o.pool, true, &pw[i]) == 0 &&
+                       bench_rados_bench(b->o.pool, false, &pr[i]) == 0;
+            }
+        }
     }
     char prefix[80];
     snprintf(prefix, sizeof prefix, "%s/", job);
@@ -495,22 +519,22 @@ static int rados_cases(ckb *b)
     if (w) close_loaded(b, w);
     ckpt_rados_close(r);
     if (rc) return rc;
-    double mw = report_reps(b, "rados/write", "stash", wr, "bytes/s");
+    report_reps(b, "rados/write", "stash", wr, "bytes/s");
     report_reps(b, "rados/write", "stash-local-write", ph[0], "bytes/s");
-    double up = report_reps(b, "rados/write", "stash-upload", ph[1], "bytes/s");
-    double mr = report_reps(b, "rados/restore", "stash", rd, "bytes/s");
-    double down = report_reps(b, "rados/restore", "stash-fetch", ph[2], "bytes/s");
+    report_reps(b, "rados/write", "stash-upload", ph[1], "bytes/s");
+    report_reps(b, "rados/restore", "stash", rd, "bytes/s");
+    report_reps(b, "rados/restore", "stash-fetch", ph[2], "bytes/s");
     report_reps(b, "rados/restore", "stash-local-restore", ph[3], "bytes/s");
     if (!peer) {
         report_skip(b, "rados/write", "rados-bench", "rados bench failed (ceph-common)");
         return 0;
     }
-    double mpw = report_reps(b, "rados/write", "rados-bench", pw, "bytes/s");
-    double mpr = report_reps(b, "rados/restore", "rados-bench", pr, "bytes/s");
-    report(b, "rados/write", "stash/rados-bench", mw / mpw, "ratio");
-    report(b, "rados/write", "stash-upload/rados-bench", up / mpw, "ratio");
-    report(b, "rados/restore", "stash/rados-bench", mr / mpr, "ratio");
-    report(b, "rados/restore", "stash-fetch/rados-bench", down / mpr, "ratio");
+    report_reps(b, "rados/write", "rados-bench", pw, "bytes/s");
+    report_reps(b, "rados/restore", "rados-bench", pr, "bytes/s");
+    report_ratio(b, "rados/write", "stash/rados-bench", wr, pw);
+    report_ratio(b, "rados/write", "stash-upload/rados-bench", ph[1], pw);
+    report_ratio(b, "rados/restore", "stash/rados-bench", rd, pr);
+    report_ratio(b, "rados/restore", "stash-fetch/rados-bench", ph[2], pr);
     return 0;
 }
 
@@ -568,35 +592,43 @@ static int rewrite_case(ckb *b)
     }
     double mine[MAX_REPS], fio[MAX_REPS];
     bool with_fio = bench_fio_installed();
-    for (int r = 0; r < b->o.reps && rc == 0; r++) {
-        bench_progress(&b->o, "checkpoint: rewrite, repetition %d of %d", r + 1, b->o.reps);
-        char cmd[sizeof dst + 16];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dst);
-        if (system(cmd) != 0) return -EIO;
-        uint64_t t0 = bench_now_ns();
-        rc = rewrite_once(src, dst, &dst_bytes);
-        mine[r] = (double)(src_bytes + dst_bytes) / ((double)(bench_now_ns() - t0) / 1e9);
-        double fr = 0, fw = 0;
-        if (with_fio && (bench_fio(fio_path, src_bytes, false, true, &fr) < 0 ||
-                         bench_fio(fio_path, dst_bytes, true, true, &fw) < 0))
-            with_fio = false;
-        /* fio reading the source's bytes, then writing the result's. */
-        if (with_fio)
-            fio[r] =
-                (double)(src_bytes + dst_bytes) / ((double)src_bytes / fr + (double)dst_bytes / fw);
-    }
-    clean_dir(b);
     char cmd[sizeof dst + 16];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dst);
+    /* A rewrite untimed first: a warm-up, and the bytes fio is to write. */
+    if (rc == 0) rc = rewrite_once(src, dst, &dst_bytes);
+    for (int r = 0; r < b->o.reps && rc == 0; r++) {
+        bench_progress(&b->o, "checkpoint: rewrite, repetition %d of %d", r + 1, b->o.reps);
+        if (system(cmd) != 0) return -EIO;
+        int order[2];
+        bench_shuffle(order, 2, 11, r);
+        for (int k = 0; k < 2 && rc == 0; k++) {
+            if (order[k] == 0) {
+                uint64_t t0 = bench_now_ns();
+                rc = rewrite_once(src, dst, &dst_bytes);
+                mine[r] = (double)(src_bytes + dst_bytes) / ((double)(bench_now_ns() - t0) / 1e9);
+                continue;
+            }
+            /* fio reading the source's bytes, then writing the result's. */
+            double fr = 0, fw = 0;
+            if (with_fio &&
+                (bench_fio(fio_path, BENCH_FIO_BYTES(src_bytes), false, true, &fr) < 0 ||
+                 bench_fio(fio_path, BENCH_FIO_BYTES(dst_bytes), true, true, &fw) < 0))
+                with_fio = false;
+            if (with_fio)
+                fio[r] = (double)(src_bytes + dst_bytes) /
+                         ((double)src_bytes / fr + (double)dst_bytes / fw);
+        }
+    }
+    clean_dir(b);
     if (system(cmd) != 0) fprintf(stderr, "stash bench checkpoint: cannot remove %s\n", dst);
     if (rc < 0) return rc;
-    double m = report_reps(b, "rewrite", "stash", mine, "bytes/s");
+    report_reps(b, "rewrite", "stash", mine, "bytes/s");
     if (!with_fio) {
         report_skip(b, "rewrite", "fio", "fio is not installed or failed (apt-get install fio)");
         return 0;
     }
-    double f = report_reps(b, "rewrite", "fio", fio, "bytes/s");
-    report(b, "rewrite", "stash/fio", m / f, "ratio");
+    report_reps(b, "rewrite", "fio", fio, "bytes/s");
+    report_ratio(b, "rewrite", "stash/fio", mine, fio);
     return 0;
 }
 
@@ -1009,9 +1041,9 @@ static int under_load_case(ckb *b)
         free(ops);
         return rc;
     }
-    double mw = report_reps(b, "ycsb-a/during-checkpoint", "stash", with, "ops/s");
-    double mo = report_reps(b, "ycsb-a/without", "stash", without, "ops/s");
-    report(b, "ycsb-a/during-checkpoint", "during/without", mw / mo, "ratio");
+    report_reps(b, "ycsb-a/during-checkpoint", "stash", with, "ops/s");
+    report_reps(b, "ycsb-a/without", "stash", without, "ops/s");
+    report_ratio(b, "ycsb-a/during-checkpoint", "during/without", with, without);
     /* Whether the second core was free for the engine: what other processes
      * took of the machine's processors in the same windows. */
     double bw = report_reps(b, "ycsb-a/during-checkpoint", "other-processes", busy_with, "cores");
@@ -1079,6 +1111,17 @@ int bench_checkpoint(int argc, char **argv)
     b.keys = on_lmdb(&b) ? (b.o.quick ? 200000 : 10000000) : b.o.quick ? 100000 : 1000000;
     bench_header(&b.o, "checkpoint", "%llu keys on the %s backend, checkpoints in %s",
                  (unsigned long long)b.keys, on_lmdb(&b) ? "lmdb" : "heap", base);
+    if (b.o.pool) {
+        bench_setup(&b.o, "rados-bench",
+                    "rados bench on the same pool: 4 MiB objects, 8 in flight, 5 s of writes, "
+                    "then seq reading them back");
+    } else {
+        bench_setup(&b.o, "fio", BENCH_FIO_SETUP "; at least 1 GiB a pass");
+        bench_setup(&b.o, "read-and-copy",
+                    "the checkpoint's files read with O_DIRECT, 8 blocks of 1 MiB in flight "
+                    "through io_uring, each copied as it lands into fresh pages of a new "
+                    "/dev/shm file");
+    }
     rc = ioe_engine_open(&(ioe_opts){.backend = IOE_AUTO}, &b.e);
     if (rc < 0) return tool_fail("bench checkpoint: I/O engine", rc);
     /* A directory of the bench's own, never one another user made. */

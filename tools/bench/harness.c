@@ -320,6 +320,37 @@ bench_result bench_spread(bench_result r, double *v, int n)
     return r;
 }
 
+void bench_shuffle(int *order, int n, uint64_t seed, int r)
+{
+    uint64_t x = (seed << 16 | (uint64_t)r) + 0x9E3779B97F4A7C15ull; /* splitmix64's finalizer */
+    x = (x ^ x >> 30) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ x >> 27) * 0x94D049BB133111EBull;
+    x = (x ^ x >> 31) | 1;
+    for (int i = 0; i < n; i++) order[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        int j = (int)(x % (uint64_t)(i + 1)), t = order[i];
+        order[i] = order[j], order[j] = t;
+    }
+}
+
+void bench_report_ratio(const bench_opts *o, const char *bench, const char *name,
+                        const char *system, const double *num, const double *den, int reps)
+{
+    double *v = malloc((size_t)reps * sizeof *v);
+    bool all = v != NULL;
+    for (int r = 0; all && r < reps; r++) {
+        all = num[r] > 0 && den[r] > 0;
+        if (all) v[r] = num[r] / den[r];
+    }
+    if (all) {
+        bench_result res = {.bench = bench, .name = name, .system = system, .unit = "ratio"};
+        res = bench_spread(res, v, reps);
+        bench_report(o, &res);
+    }
+    free(v);
+}
+
 static int cmp_u64(const void *x, const void *y)
 {
     uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;

@@ -179,7 +179,6 @@ static bool direct_supported(const char *path)
 
 static void report(io_bench *b)
 {
-    double m[NCASES][NSYS];
     for (int c = 0; c < NCASES; c++) {
         for (int s = 0; s < NSYS; s++) {
             bench_result res = {.bench = "io",
@@ -187,21 +186,21 @@ static void report(io_bench *b)
                                 .system = system_names[s],
                                 .unit = "bytes/s",
                                 .skipped = b->skipped[c][s]};
-            if (!res.skipped) res = bench_spread(res, b->v[c][s], b->o.reps);
-            m[c][s] = res.skipped ? -1 : res.value;
+            if (!res.skipped) {
+                double sorted[MAX_REPS];
+                memcpy(sorted, b->v[c][s], (size_t)b->o.reps * sizeof *sorted);
+                res = bench_spread(res, sorted, b->o.reps);
+            }
             bench_report(&b->o, &res);
         }
     }
-    bench_result res = {.bench = "io", .unit = "ratio"};
     for (int c = 0; c < NCASES; c++) {
-        if (m[c][SYS_FIO] <= 0) continue;
-        res.name = case_names[c];
-        for (int s = SYS_URING; s <= SYS_THREADS; s++) {
-            if (m[c][s] <= 0) continue;
-            res.system = s == SYS_URING ? "stash-uring/fio" : "stash-threads/fio";
-            res.value = m[c][s] / m[c][SYS_FIO];
-            bench_report(&b->o, &res);
-        }
+        if (b->skipped[c][SYS_FIO]) continue;
+        for (int s = SYS_URING; s <= SYS_THREADS; s++)
+            if (!b->skipped[c][s])
+                bench_report_ratio(&b->o, "io", case_names[c],
+                                   s == SYS_URING ? "stash-uring/fio" : "stash-threads/fio",
+                                   b->v[c][s], b->v[c][SYS_FIO], b->o.reps);
     }
 }
 
@@ -257,6 +256,7 @@ int bench_io(int argc, char **argv)
     b->run.size = ioe_align_up(size, BLOCK);
     bench_header(&b->o, "io", "a file of %llu MiB in %s, 1 MiB blocks",
                  (unsigned long long)(b->run.size >> 20), dir);
+    bench_setup(&b->o, "fio", BENCH_FIO_SETUP);
     char path[512];
     snprintf(path, sizeof path, "%s/stash-bench-io.%d", dir, (int)getpid());
     b->run.path = path;
@@ -267,16 +267,17 @@ int bench_io(int argc, char **argv)
         if (!have_direct && (c == WRITE_DIRECT || c == READ_DIRECT))
             for (int s = 0; s < NSYS; s++) b->skipped[c][s] = "the directory has no O_DIRECT";
     }
-    /* Each repetition starts with another system: the machine is noisy, and
-     * the first pass after a pause tends to be slow. */
+    /* The systems in a new order each repetition: the machine is noisy,
+     * and the first pass after a pause tends to be slow. */
     remove_file(path);
     for (int rep = 0; rep < b->o.reps; rep++)
-        for (int direct = 0; direct <= 1; direct++)
-            for (int i = 0; i < NSYS; i++) {
-                int s = (rep + i) % NSYS;
-                if (!b->skipped[direct ? WRITE_DIRECT : WRITE_BUFFERED][s])
-                    measure(b, s, direct, rep);
-            }
+        for (int direct = 0; direct <= 1; direct++) {
+            int order[NSYS];
+            bench_shuffle(order, NSYS, (uint64_t)direct, rep);
+            for (int i = 0; i < NSYS; i++)
+                if (!b->skipped[direct ? WRITE_DIRECT : WRITE_BUFFERED][order[i]])
+                    measure(b, order[i], direct, rep);
+        }
     report(b);
     free(b);
     return 0;

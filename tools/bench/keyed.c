@@ -1023,25 +1023,6 @@ static const char *case_skip(const keyed_case *c, const case_row *row, const sys
     return NULL;
 }
 
-/* Reports stash's rate over another row's: the median of the repetitions'
- * ratios (each of one repetition's passes), with their lowest and highest. */
-static void report_ratio(const bench_opts *o, const char *name, const char *system,
-                         const double *num, const double *den, int reps)
-{
-    double *v = malloc((size_t)reps * sizeof *v);
-    bool all = v != NULL;
-    for (int r = 0; all && r < reps; r++) {
-        all = num[r] > 0 && den[r] > 0;
-        if (all) v[r] = num[r] / den[r];
-    }
-    bench_result res = {.bench = "keyed", .name = name, .system = system, .unit = "ratio"};
-    if (all) {
-        res = bench_spread(res, v, reps);
-        bench_report(o, &res);
-    }
-    free(v);
-}
-
 /* Before a pass: waits for every system's background work (RocksDB's
  * flushes and compactions) and writes every file's dirty pages out, so
  * that no system's pass pays for another's; under --memory-budget, then
@@ -1054,20 +1035,6 @@ static void settle(const keyed_bench *b, sys_run runs[NSYS])
             fail_sys(&runs[i], "waiting for its background work");
     sync();
     bench_budget_evict(&b->budget);
-}
-
-/* The order of the rows in repetition r: shuffled, from a seed of the
- * case's and r (a pass first, or right after another system's, is not
- * always the same system's). */
-static void shuffle_rows(int *order, int n, uint64_t seed, int r)
-{
-    uint64_t x = bench_key(seed << 16 | (uint64_t)r) | 1;
-    for (int i = 0; i < n; i++) order[i] = i;
-    for (int i = n - 1; i > 0; i--) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        int j = (int)(x % (uint64_t)(i + 1)), t = order[i];
-        order[i] = order[j], order[j] = t;
-    }
 }
 
 /* Runs one case on every row and reports it, with the ratios of stash to
@@ -1118,7 +1085,7 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
         run_row(b, &runs[rows[i].sys], rows[i].batched, warm, keys, NULL, &p, what);
     }
     for (int r = 0; r < reps && ok && !must_stop(); r++) {
-        shuffle_rows(order, nrows, seed, r);
+        bench_shuffle(order, nrows, seed, r);
         for (int k = 0; k < nrows && !must_stop(); k++) {
             int i = order[k];
             if (case_skip(c, &rows[i], runs)) continue;
@@ -1130,7 +1097,7 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
                 rates[i * reps + r] = (double)p.done / ((double)p.ns / 1e9);
         }
     }
-    shuffle_rows(order, nrows, seed, reps);
+    bench_shuffle(order, nrows, seed, reps);
     for (int k = 0; k < nrows && ok && !must_stop(); k++) {
         int i = order[k];
         if (case_skip(c, &rows[i], runs)) continue;
@@ -1163,7 +1130,7 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
         snprintf(system, sizeof system, "stash/%s", rows[i].name);
         if (peer_compared(b, sys) && !case_skip(c, &rows[i], runs) &&
             (all || sys == SYS_RAW || sys == SYS_RAW_LP || sys == SYS_LMDB || sys == SYS_ROCKSDB))
-            report_ratio(&b->o, c->name, system, &rates[0], &rates[i * reps], reps);
+            bench_report_ratio(&b->o, "keyed", c->name, system, &rates[0], &rates[i * reps], reps);
     }
     if (!ok) fprintf(stderr, "stash bench keyed: %s: out of memory\n", c->name);
     for (int i = 0; i < ROWS_MAX; i++) free(lat[i].ns);
@@ -1382,7 +1349,8 @@ static void run_scaling(keyed_bench *b, uint64_t seed, unsigned batched)
             bench_report(&b->o, &res);
         }
         snprintf(name, sizeof name, "%s/scaling", prefix);
-        if (ok) report_ratio(&b->o, name, "stash-2p/1p", &v[b->o.reps], v, b->o.reps);
+        if (ok)
+            bench_report_ratio(&b->o, "keyed", name, "stash-2p/1p", &v[b->o.reps], v, b->o.reps);
     }
     remove_tree(dir);
     model_free(&m);
@@ -1460,7 +1428,8 @@ int bench_keyed(int argc, char **argv)
         "YCSB A, B and C, 10M keys (--quick: 200K), everything on disk in $STASH_BENCH_DIR\n"
         "or /var/tmp. --memory-budget auto|BYTES (with --backend lmdb): once loaded, the\n"
         "data's cached pages are held to a quarter of its payload (auto) or BYTES, in a\n"
-        "memory cgroup of the bench's own (RocksDB, whose cache alone is larger, left out).\n"
+        "memory cgroup of the bench's own (RocksDB, whose cache alone is larger, left out),\n"
+        "and a pass runs a tenth of the operations.\n"
         "The .../batchN cases run the same sequences in batches of N (stash_batch_run),\n"
         "beside stash one at a time and the raw table batched with the same prefetching\n"
         "and not.\n";
@@ -1498,6 +1467,9 @@ int bench_keyed(int argc, char **argv)
     bool lmdb = b->backend == STASH_BACKEND_LMDB;
     b->keys = lmdb ? (b->o.quick ? 200000 : 10000000) : b->o.quick ? 100000 : 1000000;
     b->ops = b->o.quick ? 200000 : 1000000;
+    /* Under a budget most operations wait for the disk: a tenth as many a
+     * pass keeps a case within minutes. */
+    if (b->budget_bytes) b->ops /= 10;
     /* The read log, its pages there before the first pass. */
     size_t log_bytes = b->ops * LIST_LEN * VALUE_LEN;
     b->log = mmap(NULL, log_bytes, PROT_READ | PROT_WRITE,
@@ -1510,7 +1482,8 @@ int bench_keyed(int argc, char **argv)
         &b->o, "keyed", "%llu keys of %d-byte values on the %s backend, %llu operations a pass",
         (unsigned long long)b->keys, VALUE_LEN, lmdb ? "lmdb" : "heap", (unsigned long long)b->ops);
     for (size_t i = 0; i < sizeof setups / sizeof setups[0]; i++)
-        if (!lmdb || strncmp(setups[i][0], "raw", 3) != 0)
+        if (!lmdb ||
+            (strncmp(setups[i][0], "raw", 3) != 0 && strncmp(setups[i][0], "redis", 5) != 0))
             bench_setup(&b->o, setups[i][0], lmdb && i == 0 ? setups[i][2] : setups[i][1]);
     uint64_t x = 0x243F6A8885A308D3ull; /* xorshift64: fixed, so every run writes the same */
     for (size_t i = 0; i < sizeof b->values; i++) {

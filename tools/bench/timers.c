@@ -795,46 +795,60 @@ static void report(const tbench *b, const char *name, const char *system, double
                                         .skipped = skipped});
 }
 
+/* Runs every case on every system: all of them open at once, a warm-up
+ * repetition and then reps measured ones, the systems in a new order each
+ * repetition. One system serves all of a case's repetitions: each ends
+ * with no timer, and the next runs on memory the system already has, as a
+ * timer service that runs for long does. */
 static void rate_cases(const tbench *b)
 {
     for (int c = 0; c < NCASES; c++) {
         if (!bench_selected(&b->o, case_names[c])) continue;
-        double med[NSYS] = {0};
-        for (int which = 0; which < NSYS; which++) {
-            char why[512] = "";
-            double rates[100];
-            int reps = 0;
-            tsys *s;
-            /* One system for all repetitions: each ends with no timer, and
-             * the next runs on memory the system already has, as a timer
-             * service that runs for long does. A first one warms it. */
-            if (open_sys(b, which, &s, why, sizeof why) == 0) {
-                for (; reps <= b->o.reps; reps++) {
-                    bench_progress(&b->o, "timers: %s, %s, rep %d of %d", case_names[c],
-                                   sys_names[which], reps, b->o.reps);
-                    if (run_case(b, s, (case_kind)c, &rates[reps ? reps - 1 : 0]) < 0) {
-                        snprintf(why, sizeof why, "%s", s->error);
-                        break;
-                    }
+        tsys *s[NSYS] = {0};
+        char why[NSYS][512] = {{0}};
+        static double rates[NSYS][100];
+        for (int which = 0; which < NSYS; which++)
+            if (open_sys(b, which, &s[which], why[which], sizeof why[which]) < 0) s[which] = NULL;
+        for (int r = 0; r <= b->o.reps; r++) {
+            int order[NSYS];
+            bench_shuffle(order, NSYS, (uint64_t)c, r);
+            for (int k = 0; k < NSYS; k++) {
+                int which = order[k];
+                if (!s[which]) continue;
+                bench_progress(&b->o, "timers: %s, %s, rep %d of %d", case_names[c],
+                               sys_names[which], r, b->o.reps);
+                double rate;
+                if (run_case(b, s[which], (case_kind)c, &rate) < 0) {
+                    snprintf(why[which], sizeof why[which], "%s", s[which]->error);
+                    s[which]->ops->close(s[which]);
+                    s[which] = NULL;
+                } else if (r > 0) {
+                    rates[which][r - 1] = rate;
                 }
-                reps--;
-                s->ops->close(s);
             }
-            bench_result r = {.bench = "timers", .name = case_names[c], .system = sys_names[which]};
-            r.skipped = reps < b->o.reps ? why : NULL;
-            if (!r.skipped) {
-                r = bench_spread(r, rates, reps);
-                r.unit = c == CASE_ADVANCE ? "advances/s" : "timers/s";
-                med[which] = r.value;
+        }
+        for (int which = 0; which < NSYS; which++) {
+            bench_result row = {
+                .bench = "timers", .name = case_names[c], .system = sys_names[which]};
+            if (s[which]) {
+                double v[100];
+                memcpy(v, rates[which], (size_t)b->o.reps * sizeof *v);
+                row = bench_spread(row, v, b->o.reps);
+                row.unit = c == CASE_ADVANCE ? "advances/s" : "timers/s";
+            } else {
+                row.skipped = why[which];
             }
-            bench_report(&b->o, &r);
+            bench_report(&b->o, &row);
         }
         for (int peer = SYS_INLINE; peer < NSYS; peer++) {
             char name[64];
             snprintf(name, sizeof name, "stash/%s", sys_names[peer]);
-            if (med[SYS_STASH] > 0 && med[peer] > 0)
-                report(b, case_names[c], name, med[SYS_STASH] / med[peer], "ratio", NULL);
+            if (s[SYS_STASH] && s[peer])
+                bench_report_ratio(&b->o, "timers", case_names[c], name, rates[SYS_STASH],
+                                   rates[peer], b->o.reps);
         }
+        for (int which = 0; which < NSYS; which++)
+            if (s[which]) s[which]->ops->close(s[which]);
     }
 }
 
@@ -890,6 +904,7 @@ int bench_timers(int argc, char **argv)
         "same in private memory, deleting lazily (inline-heap); a heap of timer slots\n"
         "with a hash set, as Flink's heap timers (private-heap); LMDB and RocksDB holding\n"
         "timers as ordered keys (time, then key; Flink's RocksDB timers), in /dev/shm.\n"
+        "Every system runs a warm-up repetition, then each repetition in a new order.\n"
         "Also a checkpoint's synchronous pause with 10K and with 1M (--quick: 100K) timers.\n"
         "--backend lmdb: stash's lmdb backend, its environments in /dev/shm too.\n";
     tbench b = {0};
