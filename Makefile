@@ -7,7 +7,7 @@ FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-DEPS = liburing-dev liblmdb-dev libcriterion-dev libxxhash-dev liblz4-dev \
+DEPS = jq liburing-dev liblmdb-dev libcriterion-dev libxxhash-dev liblz4-dev \
        pkg-config cmake build-essential python3 python3-dev libmicrohttpd-dev \
        libsystemd-dev prometheus gnuplot-nox librados-dev ceph-mon ceph-osd ceph-mgr \
        ceph-common nftables iproute2

@@ -157,6 +157,128 @@ Test(tool, diff_tells_what_changed)
     cr_assert(strstr(out, "99 entries differ"), "key 0 is 0 in both: %s", out);
 }
 
+/* A savepoint of one MapState of 1000 entries (10 keys of 100), each value
+ * its map key times mult, the entries put in the order given by step. */
+static void write_map_savepoint(const char *path, uint64_t mult, uint32_t step)
+{
+    stash_snapshot_writer *w;
+    cr_assert_eq(
+        stash_snapshot_writer_open(path, &(stash_snapshot_writer_opts){.max_parallelism = 4}, &w),
+        0, "%s", stash_errmsg());
+    cr_assert_eq(
+        stash_snapshot_writer_state(w, &(stash_state_desc){.name = "m", .kind = STASH_MAP}), 0,
+        "%s", stash_errmsg());
+    for (uint32_t i = 0; i < 1000; i++) {
+        uint32_t at = i * step % 1000, key = at / 100, mk = at % 100;
+        uint64_t v = mk * mult;
+        stash_snapshot_entry e = {.state = "m",
+                                  .kind = STASH_MAP,
+                                  .key = {&key, sizeof key},
+                                  .map_key = {&mk, sizeof mk},
+                                  .value = {&v, sizeof v}};
+        cr_assert_eq(stash_snapshot_writer_put(w, &e), 0, "%s", stash_errmsg());
+    }
+    cr_assert_eq(stash_snapshot_writer_commit(w, NULL), 0, "%s", stash_errmsg());
+}
+
+/* diff compares what two snapshots hold, not how their records lie: a
+ * savepoint dumped and loaded back, or one whose maps were filled in
+ * another order, holds the same state; a changed entry shows both values. */
+Test(tool, diff_compares_entries_not_how_records_are_laid_out)
+{
+    char src[256], other[256], back[256], changed[256], lines[256], args[1024];
+    snprintf(src, sizeof src, "%s/sp-map", dir);
+    snprintf(other, sizeof other, "%s/sp-map-reordered", dir);
+    snprintf(back, sizeof back, "%s/sp-map-back", dir);
+    snprintf(changed, sizeof changed, "%s/sp-map-changed", dir);
+    snprintf(lines, sizeof lines, "%s/lines", dir);
+    write_map_savepoint(src, 1, 1);
+    write_map_savepoint(other, 1, 7); /* 7 and 1000 share no factor: every entry, reordered */
+    snprintf(args, sizeof args, "snapshot dump %s > %s", src, lines);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    snprintf(args, sizeof args, "snapshot load %s < %s", back, lines);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    const char *pairs[][2] = {{src, back}, {src, other}};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(args, sizeof args, "snapshot diff %s %s", pairs[i][0], pairs[i][1]);
+        cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+        cr_assert(strstr(out, "0 entries differ (1000 in the first, 1000 in the second)"), "%s",
+                  out);
+    }
+    /* Every value doubled but map key 0's (0 either way). */
+    write_map_savepoint(changed, 2, 1);
+    snprintf(args, sizeof args, "snapshot diff %s %s", src, changed);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "990 entries differ"), "%s", out);
+    /* Key 3, map key 5: 5 before, 10 after. */
+    cr_assert(strstr(out, "~ m 03000000  map_key=05000000: 0500000000000000 -> 0a00000000000000\n"),
+              "%.2000s", out);
+    snprintf(args, sizeof args, "snapshot diff %s %s --format text", src, changed);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 1, "%s", out);
+    cr_assert(strstr(out, "~ m \\x03\\x00\\x00\\x00  map_key=\\x05\\x00\\x00\\x00: "
+                          "\\x05\\x00\\x00\\x00\\x00\\x00\\x00\\x00 -> \\x0a"),
+              "%.2000s", out);
+}
+
+/* Dump's text goes through other people's JSON tools and comes back the
+ * same: bytes that are no UTF-8 (0xe7 alone is not ç), control bytes,
+ * characters of two and four bytes (Python writes the latter as a
+ * surrogate pair), a NUL. */
+Test(tool, text_survives_python_s_json_and_jq)
+{
+    static const char *const keys[] = {"plain",
+                                       "\xe7",
+                                       "\xc3\xa7",
+                                       "a\x01"
+                                       "b\x7f",
+                                       "\xf0\x9f\x98\x80",
+                                       "\xff\xfe",
+                                       "tab\there",
+                                       "\xed\xa0\x80"};
+    char src[256], args[2048];
+    snprintf(src, sizeof src, "%s/sp-bytes", dir);
+    stash_snapshot_writer *w;
+    cr_assert_eq(
+        stash_snapshot_writer_open(src, &(stash_snapshot_writer_opts){.max_parallelism = 4}, &w), 0,
+        "%s", stash_errmsg());
+    cr_assert_eq(
+        stash_snapshot_writer_state(w, &(stash_state_desc){.name = "m", .kind = STASH_MAP}), 0,
+        "%s", stash_errmsg());
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        for (size_t j = 0; j < sizeof keys / sizeof keys[0]; j++) {
+            char value[16] = {'v', (char)i, 0, (char)j}; /* a NUL inside */
+            stash_snapshot_entry e = {.state = "m",
+                                      .kind = STASH_MAP,
+                                      .key = {keys[i], strlen(keys[i])},
+                                      .ns = {keys[j], strlen(keys[j])},
+                                      .map_key = {keys[j], strlen(keys[j])},
+                                      .value = {value, 4}};
+            cr_assert_eq(stash_snapshot_writer_put(w, &e), 0, "%s", stash_errmsg());
+        }
+    cr_assert_eq(stash_snapshot_writer_commit(w, NULL), 0, "%s", stash_errmsg());
+    const char *tools[] = {
+        "python3 -c 'import json, sys\nfor l in sys.stdin: print(json.dumps(json.loads(l)))'",
+        "jq -c ."};
+    for (size_t t = 0; t < 2; t++) {
+        char back[256];
+        snprintf(back, sizeof back, "%s/sp-bytes-%zu", dir, t);
+        snprintf(args, sizeof args,
+                 "snapshot dump %s --format text | %s | %s snapshot load %s --format text", src,
+                 tools[t], STASH_BIN, back);
+        cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s: %s", tools[t], out);
+        snprintf(args, sizeof args, "snapshot diff %s %s", src, back);
+        cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s: %s", tools[t], out);
+        cr_assert(strstr(out, "0 entries differ (64 in the first, 64 in the second)"), "%s: %s",
+                  tools[t], out);
+    }
+    /* What is not UTF-8 is in hex; what is, a string. */
+    snprintf(args, sizeof args, "snapshot dump %s --format text", src);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "\"key\": {\"hex\": \"e7\"}"), "%.2000s", out);
+    cr_assert(strstr(out, "\"key\": \"\xc3\xa7\""), "%.2000s", out);
+    cr_assert(strstr(out, "\"key\": {\"hex\": \"eda080\"}"), "a surrogate's bytes: %.2000s", out);
+}
+
 Test(tool, usage_errors)
 {
     cr_assert_eq(test_run_stash("snapshot", out, sizeof out), 2);

@@ -129,6 +129,19 @@ void tool_json_bytes(const void *bytes, size_t len)
     putchar('"');
 }
 
+bool tool_utf8_valid(const void *bytes, size_t len)
+{
+    const unsigned char *p = bytes, *end = p + len;
+    while (p < end) {
+        unsigned char tail[4] = {0};
+        memcpy(tail, p, (size_t)(end - p) < 4 ? (size_t)(end - p) : 4);
+        size_t n = utf8_sequence(tail);
+        if (n == 0) return false;
+        p += n;
+    }
+    return true;
+}
+
 void tool_json_string(const char *s)
 {
     tool_json_bytes(s, strlen(s));
@@ -195,37 +208,49 @@ bad:
     return -EINVAL;
 }
 
-void tool_print_bytes(const void *bytes, size_t n, tool_format f, bool json)
+void tool_fprint_bytes(FILE *out, const void *bytes, size_t n, tool_format f)
 {
     static const char hex[] = "0123456789abcdef";
     const uint8_t *p = bytes;
-    if (f == TOOL_TEXT && json) {
-        tool_json_bytes(p, n);
-        return;
-    }
-    if (json) putchar('"');
     if (f == TOOL_TEXT) {
         /* One line per entry: what is not printable is escaped. */
         for (size_t i = 0; i < n; i++) {
             if (p[i] == '\\')
-                fputs("\\\\", stdout);
+                fputs("\\\\", out);
             else if (p[i] < 0x20 || p[i] == 0x7f)
-                printf("\\x%02x", p[i]);
+                fprintf(out, "\\x%02x", p[i]);
             else
-                putchar(p[i]);
+                fputc(p[i], out);
         }
     } else if (f == TOOL_HEX) {
-        for (size_t i = 0; i < n; i++) putchar(hex[p[i] >> 4]), putchar(hex[p[i] & 15]);
+        for (size_t i = 0; i < n; i++) fputc(hex[p[i] >> 4], out), fputc(hex[p[i] & 15], out);
     } else {
         for (size_t i = 0; i < n; i += 3) {
             uint32_t w = (uint32_t)p[i] << 16 | (i + 1 < n ? (uint32_t)p[i + 1] << 8 : 0) |
                          (i + 2 < n ? p[i + 2] : 0);
-            putchar(b64[w >> 18 & 63]);
-            putchar(b64[w >> 12 & 63]);
-            putchar(i + 1 < n ? b64[w >> 6 & 63] : '=');
-            putchar(i + 2 < n ? b64[w & 63] : '=');
+            fputc(b64[w >> 18 & 63], out);
+            fputc(b64[w >> 12 & 63], out);
+            fputc(i + 1 < n ? b64[w >> 6 & 63] : '=', out);
+            fputc(i + 2 < n ? b64[w & 63] : '=', out);
         }
     }
+}
+
+void tool_print_bytes(const void *bytes, size_t n, tool_format f, bool json)
+{
+    if (f == TOOL_TEXT && json) {
+        /* A JSON string holds characters, not bytes: other bytes in hex. */
+        if (tool_utf8_valid(bytes, n)) {
+            tool_json_bytes(bytes, n);
+        } else {
+            fputs("{\"hex\": \"", stdout);
+            tool_fprint_bytes(stdout, bytes, n, TOOL_HEX);
+            fputs("\"}", stdout);
+        }
+        return;
+    }
+    if (json) putchar('"');
+    tool_fprint_bytes(stdout, bytes, n, f);
     if (json) putchar('"');
 }
 

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * jsonl.c: one line of JSON lines read back: a flat object whose values are
- * strings, numbers, true, false or null, as stash's own JSON output writes
- * them (`stash snapshot dump`), or as an editor left them.
+ * strings, numbers, true, false, null or bytes as {"hex": "..."}, as
+ * stash's own JSON output writes them (`stash snapshot dump`), or as an
+ * editor or any JSON tool left them.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -36,10 +37,31 @@ static int hex4(const char *p)
     return v;
 }
 
+/* Writes code point v as UTF-8 at out; returns the byte after it. */
+static char *put_utf8(char *out, unsigned v)
+{
+    if (v < 0x80) {
+        *out++ = (char)v;
+    } else if (v < 0x800) {
+        *out++ = (char)(0xc0 | v >> 6);
+        *out++ = (char)(0x80 | (v & 0x3f));
+    } else if (v < 0x10000) {
+        *out++ = (char)(0xe0 | v >> 12);
+        *out++ = (char)(0x80 | (v >> 6 & 0x3f));
+        *out++ = (char)(0x80 | (v & 0x3f));
+    } else {
+        *out++ = (char)(0xf0 | v >> 18);
+        *out++ = (char)(0x80 | (v >> 12 & 0x3f));
+        *out++ = (char)(0x80 | (v >> 6 & 0x3f));
+        *out++ = (char)(0x80 | (v & 0x3f));
+    }
+    return out;
+}
+
 /* Unescapes the string starting after its opening quote at p, in place;
  * sets *len and returns the character after the closing quote, or NULL.
- * \u00XX gives the byte XX (how stash writes a byte that is no UTF-8),
- * any other \uXXXX its UTF-8. */
+ * \uXXXX gives its character's UTF-8, a surrogate pair (\uD8xx\uDCxx) the
+ * character the two stand for; a lone surrogate is refused. */
 static char *string_at(char *p, size_t *len)
 {
     char *out = p, *start = p;
@@ -72,18 +94,15 @@ static char *string_at(char *p, size_t *len)
             break;
         case 'u': {
             int v = hex4(p + 1);
-            if (v < 0) return NULL;
-            if (v < 0x100) {
-                *out++ = (char)v;
-            } else if (v < 0x800) {
-                *out++ = (char)(0xc0 | v >> 6);
-                *out++ = (char)(0x80 | (v & 0x3f));
-            } else {
-                *out++ = (char)(0xe0 | v >> 12);
-                *out++ = (char)(0x80 | (v >> 6 & 0x3f));
-                *out++ = (char)(0x80 | (v & 0x3f));
-            }
+            if (v < 0 || (v >= 0xdc00 && v < 0xe000)) return NULL;
             p += 4;
+            if (v >= 0xd800 && v < 0xdc00) {
+                int lo = p[1] == '\\' && p[2] == 'u' ? hex4(p + 3) : -1;
+                if (lo < 0xdc00 || lo >= 0xe000) return NULL;
+                v = 0x10000 + ((v - 0xd800) << 10) + (lo - 0xdc00);
+                p += 6;
+            }
+            out = put_utf8(out, (unsigned)v);
             break;
         }
         default:
@@ -94,6 +113,39 @@ static char *string_at(char *p, size_t *len)
     if (*p != '"') return NULL;
     *len = (size_t)(out - start);
     return p + 1;
+}
+
+static int nibble(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* The object {"hex": "..."} starting after its brace at p: its bytes
+ * decoded in place at *value (*len of them); returns the character after
+ * its closing brace, or NULL. */
+static char *hex_object_at(char *p, char **value, size_t *len)
+{
+    p = skip_space(p);
+    size_t nlen;
+    char *name = p + 1;
+    if (*p != '"' || !(p = string_at(name, &nlen)) || nlen != 3 || memcmp(name, "hex", 3) != 0)
+        return NULL;
+    p = skip_space(p);
+    if (*p++ != ':') return NULL;
+    p = skip_space(p);
+    size_t slen;
+    char *hex = p + 1;
+    if (*p != '"' || !(p = string_at(hex, &slen)) || slen % 2) return NULL;
+    for (size_t i = 0; i < slen; i += 2) {
+        int hi = nibble(hex[i]), lo = nibble(hex[i + 1]);
+        if (hi < 0 || lo < 0) return NULL;
+        hex[i / 2] = (char)(hi << 4 | lo);
+    }
+    p = skip_space(p);
+    if (*p++ != '}') return NULL;
+    *value = hex;
+    *len = slen / 2;
+    return p;
 }
 
 int tool_json_object(char *line, tool_json_field *f, int cap, size_t *at)
@@ -115,12 +167,15 @@ int tool_json_object(char *line, tool_json_field *f, int cap, size_t *at)
         tool_json_field *fl = &f[n++];
         fl->name = name;
         fl->name_len = nlen;
+        fl->string = fl->bytes = false;
         if (*p == '"') {
             fl->string = true;
             fl->value = p + 1;
             if (!(p = string_at(p + 1, &fl->len))) goto bad;
+        } else if (*p == '{') {
+            fl->bytes = true;
+            if (!(p = hex_object_at(p + 1, &fl->value, &fl->len))) goto bad;
         } else {
-            fl->string = false;
             fl->value = p;
             while (*p && *p != ',' && *p != '}' && !is_space(*p)) p++;
             fl->len = (size_t)(p - fl->value);

@@ -24,7 +24,7 @@ static const char usage[] =
     "       stash snapshot info CHECKPOINT [--json]\n"
     "       stash snapshot verify CHECKPOINT\n"
     "       stash snapshot dump CHECKPOINT [--format hex|text|base64]\n"
-    "       stash snapshot diff CHECKPOINT CHECKPOINT\n"
+    "       stash snapshot diff CHECKPOINT CHECKPOINT [--format hex|text|base64]\n"
     "       stash snapshot load DEST [--format hex|text|base64] [--max-parallelism N]\n"
     "                           [--size SIZE] < LINES\n"
     "       stash snapshot rewrite CHECKPOINT DEST [--drop-state S]... [--rename-state A=B]...\n"
@@ -45,11 +45,15 @@ static const char usage[] =
     "does. info shows the states and each worker's operator state. Nothing in\n"
     "the directory is ever changed. verify exits 0 if intact, 1 if damaged; diff\n"
     "0 if the two hold the same state, 1 if not; both 2 on trouble (a bad\n"
-    "argument, a directory that cannot be read). dump prints one JSON object per\n"
+    "argument, a directory that cannot be read). diff compares the entries dump\n"
+    "prints (decoded, however each snapshot lays its records out) and prints each\n"
+    "that differs: - only in the first, + only in the second, ~ old -> new (bytes\n"
+    "as --format says). dump prints one JSON object per\n"
     "value, list element (with its index) and map entry (with its map_key), a timer\n"
     "as its domain, timestamp and namespace, and with TTL the time an entry was\n"
-    "written (ttl_ms); bytes in hex, or as --format says (text: UTF-8 with JSON\n"
-    "escapes). rewrite writes a new savepoint at DEST (which must not exist) from\n"
+    "written (ttl_ms); bytes in hex, or as --format says (text: a JSON string where\n"
+    "the bytes are UTF-8, else {\"hex\": \"...\"}, so that any JSON tool keeps them).\n"
+    "rewrite writes a new savepoint at DEST (which must not exist) from\n"
     "CHECKPOINT: states dropped, renamed, their TTL set or removed, and every key\n"
     "moved into its key group of N key groups; DEST holds a whole savepoint or\n"
     "nothing. Savepoints are canonical: there is nothing to convert. load builds a\n"
@@ -156,21 +160,6 @@ static int damage_or_trouble(const char *what, int err)
     return err == STASH_ECORRUPT || err == STASH_EFORMAT ? 1 : 2;
 }
 
-static const char *state_name_of(const ckpt_view *v, uint16_t id, unsigned *kind)
-{
-    static char name[SHM_STATE_NAME];
-    for (uint32_t i = 0; i < v->nstates; i++) {
-        ckpt_state s = ckpt_view_state(v, i);
-        if (s.id == id) {
-            memcpy(name, s.name, sizeof name);
-            *kind = s.kind;
-            return name;
-        }
-    }
-    *kind = 0;
-    return "?";
-}
-
 /* The bytes of a checkpoint's data files (its chain included). */
 static size_t data_bytes(const ckpt_view *v)
 {
@@ -184,7 +173,7 @@ static size_t data_bytes(const ckpt_view *v)
 typedef struct snap_args {
     bool json;
     bool verify;
-    tool_format format; /* dump's */
+    tool_format format; /* dump's, diff's and load's */
     const char *path[2];
     /* rewrite's: states dropped, renamed (A=B), TTLs set (S=DURATION|none) */
     const char *drop[SNAP_MAX_CHANGES], *rename[SNAP_MAX_CHANGES], *ttl[SNAP_MAX_CHANGES];
@@ -541,50 +530,86 @@ static int cmd_dump(const snap_args *a)
     return rc ? tool_fail("snapshot dump", rc) : 0;
 }
 
-/* A record reduced to what diff compares: state name, key, namespace, value. */
+/* An entry reduced to what diff compares: its identity (state, key,
+ * namespace, and the timer, list index, map key or operator state's worker
+ * that tell it apart) and its value (with TTL, the time it was written),
+ * both as text in the --format given. */
 typedef struct entry {
-    uint64_t id_hash; /* of name, key and namespace */
-    uint64_t value_hash;
-    char *label; /* "state key(hex) namespace(hex)" */
+    uint64_t id_hash, value_hash;
+    char *label, *value;
 } entry;
 
 typedef struct collector {
-    const ckpt_view *v;
+    tool_format format;
     entry *e;
     size_t n, cap;
 } collector;
 
-static int collect(void *ctx, uint32_t kg, const snap_record *r)
+/* Bytes shown of a value; the hash compares all of them. */
+#define DIFF_SHOWN 64u
+
+static void put_bytes(FILE *f, const char *sep, stash_bytes b, tool_format format, size_t max)
 {
-    collector *c = ctx;
-    (void)kg;
+    fputs(sep, f);
+    tool_fprint_bytes(f, b.data, b.len < max ? b.len : max, format);
+    if (b.len > max) fprintf(f, "... (%zu bytes)", b.len);
+}
+
+static int collect_entry(collector *c, const stash_snapshot_entry *e, bool op)
+{
     if (c->n == c->cap) {
         entry *grown = realloc(c->e, (c->cap = c->cap ? c->cap * 2 : 1024) * sizeof *grown);
         if (!grown) return -ENOMEM;
         c->e = grown;
     }
-    unsigned kind;
-    const char *name = state_name_of(c->v, r->state, &kind);
-    /* A timer: its domain and time in words, then the user's namespace. */
-    bool timer = kind == STASH_TIMERS && timer_record_valid(r->ns, r->nslen, r->vlen);
-    size_t skip = timer ? TIMER_NS_PREFIX : 0;
-    size_t len = strlen(name) + 2 * (r->klen + r->nslen) + 64;
-    char *label = malloc(len), *p = label;
-    if (!label) return -ENOMEM;
-    p += sprintf(p, "%s ", name);
-    for (uint16_t i = 0; i < r->klen; i++) p += sprintf(p, "%02x", r->key[i]);
-    *p++ = ' ';
-    if (timer) {
-        uint64_t ts = 0;
-        for (size_t i = 1; i < TIMER_NS_PREFIX; i++) ts = ts << 8 | r->ns[i];
-        p += sprintf(p, "%s@%llu ", r->ns[0] == STASH_EVENT_TIME ? "event-time" : "processing-time",
-                     (unsigned long long)ts);
+    entry *x = &c->e[c->n];
+    size_t len;
+    FILE *f = open_memstream(&x->label, &len);
+    if (!f) return -ENOMEM;
+    fputs(e->state, f);
+    if (op) {
+        fprintf(f, " worker=%u", e->worker);
+    } else {
+        put_bytes(f, " ", e->key, c->format, SIZE_MAX);
+        if (e->kind == STASH_TIMERS)
+            fprintf(f, " %s@%llu", e->domain == STASH_EVENT_TIME ? "event-time" : "processing-time",
+                    (unsigned long long)e->timestamp);
+        put_bytes(f, " ", e->ns, c->format, SIZE_MAX);
     }
-    for (size_t i = skip; i < r->nslen; i++) p += sprintf(p, "%02x", r->ns[i]);
-    *p = '\0';
-    c->e[c->n++] =
-        (entry){XXH3_64bits(label, strlen(label)), XXH3_64bits(r->value, r->vlen), label};
+    if (e->kind == STASH_MAP || e->kind == STASH_OP_BROADCAST)
+        put_bytes(f, " map_key=", e->map_key, c->format, SIZE_MAX);
+    if (e->kind == STASH_LIST || e->kind == STASH_OP_LIST || e->kind == STASH_OP_UNION)
+        fprintf(f, " [%u]", e->index);
+    if (fclose(f) != 0) return -ENOMEM;
+    x->value = NULL; /* a timer is all identity */
+    uint64_t h = 0;
+    if (e->kind != STASH_TIMERS || op) {
+        f = open_memstream(&x->value, &len);
+        if (!f) return free(x->label), -ENOMEM;
+        if (e->kind == STASH_TIMERS) {
+            fprintf(f, "watermark %llu", (unsigned long long)e->timestamp);
+            h = e->timestamp;
+        } else {
+            put_bytes(f, "", e->value, c->format, DIFF_SHOWN);
+            if (e->ttl_ms) fprintf(f, " (written at %llu ms)", (unsigned long long)e->ttl_ms);
+            h = XXH3_64bits_withSeed(e->value.data, e->value.len, e->ttl_ms);
+        }
+        if (fclose(f) != 0) return free(x->label), -ENOMEM;
+    }
+    x->id_hash = XXH3_64bits(x->label, strlen(x->label));
+    x->value_hash = h;
+    c->n++;
     return 0;
+}
+
+static int collect_keyed(void *ctx, const stash_snapshot_entry *e)
+{
+    return collect_entry(ctx, e, false);
+}
+
+static int collect_op(void *ctx, const stash_snapshot_entry *e)
+{
+    return collect_entry(ctx, e, true);
 }
 
 static int by_id(const void *x, const void *y)
@@ -594,45 +619,65 @@ static int by_id(const void *x, const void *y)
     return strcmp(a->label, b->label);
 }
 
-static int load_entries(const char *arg, ioe_engine *e, collector *c)
+/* Every entry of the snapshot arg names, keyed and operator state, as
+ * stash_snapshot_scan decodes them: two snapshots that hold the same state
+ * give the same entries, however their records are laid out. */
+static int load_entries(const char *arg, tool_format format, collector *c)
 {
-    ckpt_view v;
-    int rc = resolve(arg, e, false, &v);
+    stash_snapshot *snap;
+    *c = (collector){.format = format};
+    int rc = resolve_with(arg, false, open_snapshot, &snap);
     if (rc) return rc;
-    *c = (collector){.v = &v};
-    int64_t n = ckpt_view_walk_latest(&v, (stash_kg_range){0, v.max_parallelism - 1}, collect, c);
-    ckpt_view_close(&v);
-    if (n < 0) return (int)n;
-    qsort(c->e, c->n, sizeof *c->e, by_id);
-    return 0;
+    stash_snapshot_info info;
+    stash_snapshot_info_get(snap, &info);
+    rc = stash_snapshot_scan(snap, (stash_kg_range){0, info.max_parallelism - 1}, collect_keyed, c);
+    if (rc == 0) rc = stash_snapshot_op_scan(snap, collect_op, c);
+    stash_snapshot_close(snap);
+    if (rc == 0) qsort(c->e, c->n, sizeof *c->e, by_id);
+    return rc;
 }
 
 static void free_entries(collector *c)
 {
-    for (size_t i = 0; i < c->n; i++) free(c->e[i].label);
+    for (size_t i = 0; i < c->n; i++) free(c->e[i].label), free(c->e[i].value);
     free(c->e);
 }
 
-static int cmd_diff(const snap_args *args, ioe_engine *e)
+static void print_one(char sign, const entry *x)
+{
+    if (x->value)
+        printf("%c %s = %s\n", sign, x->label, x->value);
+    else
+        printf("%c %s\n", sign, x->label);
+}
+
+static int cmd_diff(const snap_args *args)
 {
     collector a, b;
-    int rc = load_entries(args->path[0], e, &a);
-    if (rc) return damage_or_trouble("snapshot diff", rc);
-    if ((rc = load_entries(args->path[1], e, &b))) {
+    int rc = load_entries(args->path[0], args->format, &a);
+    if (rc) {
         free_entries(&a);
+        return damage_or_trouble("snapshot diff", rc);
+    }
+    if ((rc = load_entries(args->path[1], args->format, &b))) {
+        free_entries(&a);
+        free_entries(&b);
         return damage_or_trouble("snapshot diff", rc);
     }
     size_t i = 0, j = 0, differ = 0;
     while (i < a.n || j < b.n) {
         int c = i == a.n ? 1 : j == b.n ? -1 : by_id(&a.e[i], &b.e[j]);
-        if (c < 0)
-            printf("- %s\n", a.e[i++].label);
-        else if (c > 0)
-            printf("+ %s\n", b.e[j++].label);
-        else if (a.e[i++].value_hash != b.e[j++].value_hash)
-            printf("~ %s\n", a.e[i - 1].label);
-        else
+        if (c < 0) {
+            print_one('-', &a.e[i++]);
+        } else if (c > 0) {
+            print_one('+', &b.e[j++]);
+        } else if (a.e[i].value_hash != b.e[j].value_hash) {
+            printf("~ %s: %s -> %s\n", a.e[i].label, a.e[i].value, b.e[j].value);
+            i++, j++;
+        } else {
+            i++, j++;
             continue;
+        }
         differ++;
     }
     printf("%zu entries differ (%zu in the first, %zu in the second)\n", differ, a.n, b.n);
@@ -929,8 +974,8 @@ static int bytes_field(loader *l, const load_line *ln, const char *name, bool ne
     const tool_json_field *x = tool_json_get(ln->f, ln->n, name);
     *out = (stash_bytes){0};
     if (!x) return needed ? missing(name) : 0;
-    if (!x->string) return field_fail(x, "not a string");
-    if (l->a->format == TOOL_TEXT) {
+    if (!x->string && !x->bytes) return field_fail(x, "not a string or {\"hex\": ...}");
+    if (l->a->format == TOOL_TEXT || x->bytes) {
         *out = (stash_bytes){x->value, x->len};
     } else {
         size_t len;
@@ -1271,7 +1316,7 @@ int tool_snapshot(int argc, char **argv)
         int paths;
         const struct option *opts;
     } cmds[] = {{"ls", 1, ls_opts},     {"info", 1, info_opts}, {"verify", 1, no_opts},
-                {"dump", 1, dump_opts}, {"diff", 2, no_opts},   {"rewrite", 2, rewrite_opts},
+                {"dump", 1, dump_opts}, {"diff", 2, dump_opts}, {"rewrite", 2, rewrite_opts},
                 {"load", 1, load_opts}};
     if (argc < 2 || tool_wants_help(argc, argv)) {
         fputs(usage, argc < 2 ? stderr : stdout);
@@ -1308,7 +1353,7 @@ int tool_snapshot(int argc, char **argv)
         rc = cmd_dump(&a);
         break;
     case 4:
-        rc = cmd_diff(&a, e);
+        rc = cmd_diff(&a);
         break;
     case 5:
         rc = cmd_rewrite(&a);

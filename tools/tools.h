@@ -42,14 +42,22 @@ int tool_parse_format(const char *s, tool_format *out);
 /* The bytes s stands for in format f, in *out (the caller frees it) and
  * *len. Returns 0, -EINVAL if s is not of that format, or -ENOMEM. */
 int tool_decode(const char *s, tool_format f, uint8_t **out, size_t *len);
-/* Prints n bytes in format f on stdout: as a JSON string with json, else
- * bare (text with a backslash and control bytes escaped as \\ and \xNN). */
+/* Whether len bytes are well-formed UTF-8. */
+bool tool_utf8_valid(const void *bytes, size_t len);
+/* Prints n bytes in format f on stdout: with json as a JSON string (in
+ * text, one of the characters the bytes encode; bytes that are not UTF-8
+ * as the object {"hex": "..."} instead, so that any JSON tool keeps them),
+ * else bare (text with a backslash and control bytes escaped as \\ and
+ * \xNN). */
 void tool_print_bytes(const void *bytes, size_t n, tool_format f, bool json);
+/* Prints n bytes bare in format f on out, as tool_print_bytes() without json. */
+void tool_fprint_bytes(FILE *out, const void *bytes, size_t n, tool_format f);
 /* Prints "stash: <what>: <error words> (<detail>)" to stderr; returns 1. */
 int tool_fail(const char *what, int err);
 
 /* One name and value of a flat JSON object (jsonl.c): a string's bytes
- * unescaped (len of them, \u00XX the byte XX), or a number's, true's,
+ * unescaped (len of them, each \uXXXX, or surrogate pair, the UTF-8 of its
+ * character), the bytes of an object {"hex": "..."}, or a number's, true's,
  * false's or null's text (NUL-terminated). The name is unescaped too
  * (name_len bytes, NUL-terminated: one holding \u0000 is shorter as a C
  * string). */
@@ -58,7 +66,8 @@ typedef struct tool_json_field {
     size_t name_len;
     char *value;
     size_t len;
-    bool string;
+    bool string; /* a JSON string: its characters' UTF-8 */
+    bool bytes;  /* the object {"hex": "..."}: the bytes it spells */
 } tool_json_field;
 /* Parses line, a flat JSON object, in place into f (cap fields). Returns
  * how many, or -EINVAL with *at (if given) the offset of what is wrong. */
