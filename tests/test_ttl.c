@@ -463,6 +463,59 @@ Test(ttl, map_iteration_refreshes_entries_when_reads_do)
     cr_assert_eq(stash_map_get(s, "b", 1, &v), 0);
 }
 
+/* The newest checkpoint in dir restored into a new arena (in *b, named
+ * name2), and a worker of it on the fake clock. */
+static stash_worker *restored_worker(const char *dir, stash_arena **b, char *name2)
+{
+    *b = test_arena_create("ttlfull", 32u << 20, 4, name2);
+    ioe_engine *e;
+    cr_assert_eq(ioe_engine_open(&(ioe_opts){0}, &e), 0);
+    ckpt_restored out;
+    cr_assert_eq(ckpt_restore(*b, test_ckpt_dir(dir), 0, (stash_kg_range){0, 3}, e, &out), 0, "%s",
+                 stash_errmsg());
+    ckpt_restored_free(&out);
+    ioe_engine_close(e);
+    stash_worker *r;
+    cr_assert_eq(
+        stash_worker_open(name2, &(stash_worker_opts){.parallelism = 1, .clock = fake_clock}, &r),
+        0);
+    return r;
+}
+
+/* Flink's TtlStateTestBase snapshots with a manual clock that starts at 0:
+ * a clock that reads 0 is the cut's time like any other, not "no clock"
+ * (which would cut by the real time and leave out what is alive). */
+Test(ttl, a_clock_that_reads_zero_is_the_time_of_the_cut, .timeout = 120)
+{
+    char dir[] = "/var/tmp/stash-ttl-zero-XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    stash_service *svc;
+    cr_assert_eq(stash_service_start(arena_name, &(stash_service_opts){.dir = dir}, &svc), 0, "%s",
+                 stash_errmsg());
+    stash_state_desc d = {
+        .name = "zero", .kind = STASH_VALUE, .ttl = {.ttl_ms = 100, .cleanup_full_snapshot = 1}};
+    stash_state *v;
+    cr_assert_eq(stash_state_get(w, &d, &v), 0, "%s", stash_errmsg());
+    fake_now = 0; /* written at 0 and cut at 0: alive until 100 */
+    stash_key_set(w, "k", 1);
+    cr_assert_eq(stash_value_put(v, "x", 1), 0);
+    stash_checkpoint_info info;
+    cr_assert_eq(test_checkpoint_at_barriers(arena, &w, 1, &info), 0, "%s", info.detail);
+    stash_service_stop(svc);
+    char name2[96];
+    stash_arena *b;
+    stash_worker *r = restored_worker(dir, &b, name2);
+    cr_assert_eq(stash_state_get(r, &d, &v), 0);
+    stash_bytes got;
+    stash_key_set(r, "k", 1);
+    cr_assert_eq(stash_value_get(v, &got), 0, "alive at the cut, so in the checkpoint");
+    cr_assert(got.len == 1 && *(const char *)got.data == 'x');
+    stash_worker_close(r);
+    stash_arena_close(b);
+    stash_arena_destroy(name2, NULL);
+    test_remove_dir(dir);
+}
+
 /* Flink's cleanupFullSnapshot: a checkpoint leaves out what expired at its
  * cut; restored with the clock set back, it stays gone. */
 Test(ttl, a_full_checkpoint_leaves_out_what_expired_at_the_cut, .timeout = 120)
@@ -500,18 +553,8 @@ Test(ttl, a_full_checkpoint_leaves_out_what_expired_at_the_cut, .timeout = 120)
     stash_service_stop(svc);
     /* Restored into a new arena, read with the clock set back to 1000. */
     char name2[96];
-    stash_arena *b = test_arena_create("ttlfull", 32u << 20, 4, name2);
-    ioe_engine *e;
-    cr_assert_eq(ioe_engine_open(&(ioe_opts){0}, &e), 0);
-    ckpt_restored out;
-    cr_assert_eq(ckpt_restore(b, test_ckpt_dir(dir), 0, (stash_kg_range){0, 3}, e, &out), 0, "%s",
-                 stash_errmsg());
-    ckpt_restored_free(&out);
-    ioe_engine_close(e);
-    stash_worker *r;
-    cr_assert_eq(
-        stash_worker_open(name2, &(stash_worker_opts){.parallelism = 1, .clock = fake_clock}, &r),
-        0);
+    stash_arena *b;
+    stash_worker *r = restored_worker(dir, &b, name2);
     d.name = "full", d.kind = STASH_VALUE;
     cr_assert_eq(stash_state_get(r, &d, &v), 0);
     d.name = "fulllist", d.kind = STASH_LIST;

@@ -274,13 +274,14 @@ static void release_cut(void *ctx, uint32_t kg)
  * workers that cut it (what is expired by it expired for all), else now. */
 static uint64_t cut_clock_ms(stash_service *s, uint64_t id, uint32_t p)
 {
-    uint64_t at = 0;
+    uint64_t at = UINT64_MAX;
+    bool cut = false; /* a clock that reads 0 is a time like any other */
     for (uint32_t i = 0; i < p; i++) {
         shm_ctl_worker *w = &s->a->control->workers[i];
         uint64_t ms = atomic_load(&w->cut_clock_ms);
-        if (atomic_load(&w->acked) == id && (at == 0 || ms < at)) at = ms;
+        if (atomic_load(&w->acked) == id && ms <= at) at = ms, cut = true;
     }
-    return at ? at : shm_now_ns() / 1000000ull;
+    return cut ? at : shm_now_ns() / 1000000ull;
 }
 
 /* Copies the checkpoint just committed in dir into RADOS; on failure it
@@ -865,10 +866,8 @@ static void run_checkpoint(stash_service *s)
          * pin held for the engine goes but its base's. */
         shm_table_release_holder(a, s->holder, s->base);
     }
-    count_outcome(s, id, rc);
-    engine_account_io(s);
-    publish(s, id, p, t0, &r);
-    if (savepoint) stop_after(s, rc == 0 && then_stop);
+    /* Retention before the announcement: whoever reads the storage once a
+     * checkpoint is complete finds the older ones it retires gone. */
     unsigned keep = s->o.retain ? s->o.retain : DEFAULT_RETAIN;
     if (rc == 0 && !rollback_reading(s) && ckpt_retain(&s->ckpts, keep, s->e) < 0)
         engine_say(s, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
@@ -880,6 +879,10 @@ static void run_checkpoint(stash_service *s)
     /* A job's parts are kept by its leader, as its records name them. */
     if (rc == 0 && s->rados && !s->jobs && ckpt_rados_retain(s->rados, s->job, keep) < 0)
         engine_say(s, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
+    count_outcome(s, id, rc);
+    engine_account_io(s);
+    publish(s, id, p, t0, &r);
+    if (savepoint) stop_after(s, rc == 0 && then_stop);
     s->last_end_ns = shm_clock_ns();
 }
 
