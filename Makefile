@@ -3,6 +3,7 @@
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 RELEASE_BUILD ?= build-release
+WERROR_BUILD ?= build-release-werror
 FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
@@ -14,7 +15,7 @@ DEPS = jq liburing-dev liblmdb-dev libcriterion-dev libxxhash-dev liblz4-dev \
 BENCH_DEPS = fio redis-server librocksdb-dev libhiredis-dev python3-lmdb python3-redis
 FUZZ_DEPS = clang libclang-rt-14-dev
 
-.PHONY: all deps bench-deps fuzz-deps build asan fuzz-build test sanitize demo bench soak fuzz fuzz-corpus install clean format
+.PHONY: all deps bench-deps fuzz-deps build asan fuzz-build release-check test sanitize demo bench soak fuzz fuzz-corpus install clean format
 
 all: build
 
@@ -51,9 +52,16 @@ fuzz-build: fuzz-deps $(FUZZ_BUILD)/CMakeCache.txt
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The sanitizer passes: every test again under ASan and UBSan (those that
-# only drive daemons and namespaces left out), and each fuzz target for 30 s.
-sanitize: deps asan fuzz-build
+# The Release build with warnings as errors: its optimizer finds warnings the
+# other builds do not (make install builds Release without -Werror).
+release-check: deps
+	cmake -S . -B $(WERROR_BUILD) -DCMAKE_BUILD_TYPE=Release -DSTASH_WERROR=ON $(CMAKE_ARGS)
+	cmake --build $(WERROR_BUILD) -j $(JOBS)
+
+# The sanitizer passes: the Release build's warnings, every test again under
+# ASan and UBSan (those that only drive daemons and namespaces left out), and
+# each fuzz target for 30 s.
+sanitize: deps release-check asan fuzz-build
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -LE nosan
 	cd $(FUZZ_BUILD) && ctest --output-on-failure -j $(JOBS)
 
@@ -91,4 +99,4 @@ format:
 	clang-format -i include/*.h shm/*.[ch] ioengine/*.[ch] backends/*/*.[ch] tools/*.[ch] tests/*.[ch]
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(RELEASE_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(RELEASE_BUILD) $(WERROR_BUILD)

@@ -61,6 +61,18 @@ Test(bench_tool, bad_arguments_are_refused)
     cr_assert_eq(test_run_stash("bench arena --backend lmdb", out, sizeof out), 2, "%s", out);
     cr_assert_eq(test_run_stash("bench keyed --frobnicate", out, sizeof out), 2, "%s", out);
     cr_assert_not_null(strstr(out, "unknown argument '--frobnicate'"), "%s", out);
+    cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "one line: %s", out);
+    cr_assert_eq(test_run_stash("bench frobnicate", out, sizeof out), 2, "%s", out);
+    cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "one line: %s", out);
+    /* Every bench's own options are in its help, and in the list's. */
+    cr_assert_eq(test_run_stash("bench keyed --help", out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "--memory-budget") && strstr(out, "--backend"), "%s", out);
+    cr_assert_eq(test_run_stash("bench checkpoint --help", out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "--storage fs|rados --pool P"), "%s", out);
+    cr_assert_eq(test_run_stash("bench --help", out, sizeof out), 0, "%s", out);
+    cr_assert(strstr(out, "stash bench BENCH") && strstr(out, "--memory-budget") &&
+                  strstr(out, "--storage") && strstr(out, "--size"),
+              "%s", out);
 }
 
 /* Every case reports stash and each peer, or says why a peer was skipped;

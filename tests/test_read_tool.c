@@ -95,6 +95,25 @@ static int run(char *out, const char *fmt)
     return test_run_stash(args, out, 4096);
 }
 
+/* Text never hands a terminal a byte it could act on: control bytes (C0
+ * and C1) and bytes that are no UTF-8 come out escaped, characters as they
+ * are; in JSON, bytes that are no UTF-8 are {"hex": ...}. */
+Test(read_tool, text_escapes_what_a_terminal_would_act_on)
+{
+    static const char value[] = "a\xff\x1b[2J\xc2\x9b"
+                                "z\xc3\xa7";
+    cr_assert_eq(stash_key_set(w, "term", 4), 0);
+    cr_assert_eq(stash_value_put(v, value, sizeof value - 1), 0);
+    if (test_backend() == STASH_BACKEND_LMDB) usleep(2 * LMDB_COMMIT_MS * 1000);
+    stash_event ev;
+    cr_assert_geq(stash_barrier(w, &ev), 0);
+    char out[4096];
+    cr_assert_eq(run(out, "get %s --state v --key term"), 0, "%s", out);
+    cr_assert_str_eq(out, "a\\xff\\x1b[2J\\xc2\\x9bz\xc3\xa7\n");
+    cr_assert_eq(run(out, "get %s --state v --key term --json"), 0, "%s", out);
+    cr_assert(strstr(out, "\"value\":{\"hex\": \"61ff1b5b324ac29b7ac3a7\"}"), "%s", out);
+}
+
 Test(read_tool, get_reads_every_keyed_kind)
 {
     char out[4096];
@@ -115,13 +134,13 @@ Test(read_tool, get_reads_every_keyed_kind)
     cr_assert_eq(run(out, "get %s --state v --key Af8= --format base64"), 0, "%s", out);
     cr_assert_str_eq(out, "AH8=\n");
     cr_assert_eq(run(out, "get %s --state v --key 01ff --format hex --json"), 0, "%s", out);
-    cr_assert_str_eq(out, "{\"state\":\"v\",\"kind\":\"value\",\"key\":\"01ff\",\"ns\":\"\","
+    cr_assert_str_eq(out, "{\"state\":\"v\",\"kind\":\"value\",\"key\":\"01ff\",\"namespace\":\"\","
                           "\"value\":\"007f\"}\n");
     cr_assert_eq(run(out, "get %s --state m --key alice --json"), 0, "%s", out);
-    cr_assert_str_eq(out, "{\"state\":\"m\",\"kind\":\"map\",\"key\":\"alice\",\"ns\":\"\","
+    cr_assert_str_eq(out, "{\"state\":\"m\",\"kind\":\"map\",\"key\":\"alice\",\"namespace\":\"\","
                           "\"entries\":[{\"map_key\":\"x\",\"value\":\"10\"}]}\n");
     cr_assert_eq(run(out, "get %s --state l --key alice --json"), 0, "%s", out);
-    cr_assert_str_eq(out, "{\"state\":\"l\",\"kind\":\"list\",\"key\":\"alice\",\"ns\":\"\","
+    cr_assert_str_eq(out, "{\"state\":\"l\",\"kind\":\"list\",\"key\":\"alice\",\"namespace\":\"\","
                           "\"elements\":[\"a\",\"b\\u0009c\"]}\n");
     /* Absent: exit 1, saying so on stderr. */
     cr_assert_eq(run(out, "get %s --state v --key carol"), 1, "%s", out);
@@ -140,7 +159,7 @@ Test(read_tool, get_reads_as_of_the_checkpoint_or_a_checkpoint_directory)
     snprintf(args, sizeof args, "scan --checkpoint %s/chk-1 --state v", dir);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "alice\t\tone\n") && strstr(out, "bob\tn1\tin n1\n") &&
-                  strstr(out, "bob\t\ttwo\n") && strstr(out, "\\x01\xff\t\t\\x00\\x7f\n"),
+                  strstr(out, "bob\t\ttwo\n") && strstr(out, "\\x01\\xff\t\t\\x00\\x7f\n"),
               "%s", out);
 }
 
@@ -153,8 +172,9 @@ Test(read_tool, scan_lists_every_entry_of_a_state)
     cr_assert_eq(lines, 4, "%s", out);
     cr_assert(strstr(out, "alice\t\tafter\n"), "%s", out);
     cr_assert_eq(run(out, "scan %s --state v --ns n1 --json"), 0, "%s", out);
-    cr_assert_str_eq(out, "{\"state\":\"v\",\"kind\":\"value\",\"key\":\"bob\",\"ns\":\"n1\","
-                          "\"value\":\"in n1\"}\n");
+    cr_assert_str_eq(out,
+                     "{\"state\":\"v\",\"kind\":\"value\",\"key\":\"bob\",\"namespace\":\"n1\","
+                     "\"value\":\"in n1\"}\n");
     cr_assert_eq(run(out, "scan %s --state m"), 0, "%s", out);
     cr_assert_str_eq(out, "alice\t\tx\t10\n");
     char args[64];

@@ -88,9 +88,22 @@ Test(tool, ls_info_and_verify)
     cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "chk-1") && strstr(out, "chk-2") && strstr(out, "complete"), "%s", out);
     cr_assert(strstr(out, "savepoint-3") && strstr(out, " savepoint "), "%s", out);
+    /* The same size in text and in JSON: chk-1's files and metadata. */
+    unsigned long long text_bytes = 0, json_bytes = 0;
+    const char *line = strstr(out, "chk-1\n");
+    cr_assert_not_null(line, "%s", out);
+    while (line > out && line[-1] != '\n') line--;
+    cr_assert_eq(sscanf(line, "%*s %*s %*s %*s %*s %llu", &text_bytes), 1, "%s", line);
+    snprintf(args, sizeof args, "snapshot ls %s --json", dir);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
+    const char *obj = strstr(out, "{\"id\": 1,");
+    cr_assert_not_null(obj, "%s", out);
+    cr_assert_eq(sscanf(strstr(obj, "\"bytes\": "), "\"bytes\": %llu", &json_bytes), 1, "%s", obj);
+    cr_assert_eq(text_bytes, json_bytes, "%s", out);
     snprintf(args, sizeof args, "snapshot info %s/savepoint-3", dir);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "operator state: 2 workers, 0 bytes"), "%s", out);
+    cr_assert(strstr(out, "no ttl") && !strstr(out, "ttl 0 ms"), "%s", out);
     snprintf(args, sizeof args, "snapshot info %s --json", dir);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "\"id\": 2") && strstr(out, "\"name\": \"clicks\""), "%s", out);
@@ -285,6 +298,11 @@ Test(tool, usage_errors)
     cr_assert_eq(test_run_stash("snapshot frobnicate x", out, sizeof out), 2);
     cr_assert(strstr(out, "unknown subcommand"));
     cr_assert_eq(test_run_stash("snapshot --help", out, sizeof out), 0);
+    /* The command's list names every subcommand; an unknown command is one line. */
+    cr_assert_eq(test_run_stash("--help", out, sizeof out), 0);
+    cr_assert(strstr(out, "load") && strstr(out, "rewrite"), "%s", out);
+    cr_assert_eq(test_run_stash("frobnicate", out, sizeof out), 2);
+    cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "one line: %s", out);
     /* Trouble, not damage: diff(1)'s 2. */
     cr_assert_eq(test_run_stash("snapshot verify /nonexistent-dir", out, sizeof out), 2);
     cr_assert_eq(test_run_stash("snapshot diff /nonexistent-dir /nonexistent-dir", out, sizeof out),

@@ -213,14 +213,24 @@ void tool_fprint_bytes(FILE *out, const void *bytes, size_t n, tool_format f)
     static const char hex[] = "0123456789abcdef";
     const uint8_t *p = bytes;
     if (f == TOOL_TEXT) {
-        /* One line per entry: what is not printable is escaped. */
-        for (size_t i = 0; i < n; i++) {
-            if (p[i] == '\\')
+        /* One line per entry: control bytes (C0 and C1) and bytes that are
+         * no UTF-8 escaped, so that none reaches a terminal as it is. */
+        for (size_t i = 0; i < n;) {
+            unsigned char tail[4] = {0};
+            memcpy(tail, p + i, n - i < 4 ? n - i : 4);
+            size_t len = utf8_sequence(tail);
+            bool c1 = len == 2 && p[i] == 0xc2 && p[i + 1] < 0xa0; /* U+0080..U+009F */
+            if (p[i] == '\\') {
                 fputs("\\\\", out);
-            else if (p[i] < 0x20 || p[i] == 0x7f)
+            } else if (p[i] < 0x20 || p[i] == 0x7f || len == 0) {
                 fprintf(out, "\\x%02x", p[i]);
-            else
-                fputc(p[i], out);
+                len = 1;
+            } else if (c1) {
+                fprintf(out, "\\x%02x\\x%02x", p[i], p[i + 1]);
+            } else {
+                fwrite(p + i, 1, len, out);
+            }
+            i += len;
         }
     } else if (f == TOOL_HEX) {
         for (size_t i = 0; i < n; i++) fputc(hex[p[i] >> 4], out), fputc(hex[p[i] & 15], out);

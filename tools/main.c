@@ -28,7 +28,8 @@ static const tool_cmd commands[] = {
     {"destroy", tool_destroy, "remove an arena"},
     {"get", tool_get, "read one key's entry of a state (--json)"},
     {"scan", tool_scan, "list a state's keys and entries (--json)"},
-    {"snapshot", tool_snapshot, "look into checkpoints: ls, info, verify, dump, diff"},
+    {"snapshot", tool_snapshot,
+     "checkpoints and savepoints: ls, info, verify, dump, diff, load, rewrite"},
     {"bench", bench_main, "measure stash beside its peers (--json, --quick)"},
     {"demo", tool_demo, "run the demonstration job"},
 };
@@ -89,8 +90,7 @@ int main(int argc, char **argv)
     if (tool_version(2, argv)) return 0;
     const tool_cmd *c = find(commands, COUNT(commands), argv[1]);
     if (!c) {
-        fprintf(stderr, "stash: unknown command '%s'\n", argv[1]);
-        usage(stderr, title, commands, COUNT(commands));
+        fprintf(stderr, "stash: unknown command '%s' (stash --help lists them)\n", argv[1]);
         return 2;
     }
     return run(c, argc - 1, argv + 1);

@@ -212,7 +212,7 @@ static int print_entry(stash_state *s, stash_kind kind, const read_args *a, stas
         tool_json_string(a->state);
         printf(",\"kind\":\"%s\"", kind_name(kind));
         field("key", key->data, key->len, a);
-        field("ns", ns->data, ns->len, a);
+        field("namespace", ns->data, ns->len, a);
     } else if (scan) {
         tool_print_bytes(key->data, key->len, a->format, false);
         putchar('\t');

@@ -201,11 +201,13 @@ static const char *ls_open(const char *path, const snap_args *a, ioe_engine *e, 
     return *rc == 0 ? "complete" : *rc == -ENOENT ? "partial" : "damaged";
 }
 
-/* One line of ls: id, time, state, bytes, path. */
+/* One line of ls: id, time, state, bytes (its data files and metadata),
+ * path. */
 static void ls_line(uint64_t id, const char *path, const char *st, int rc, bool verified,
                     const ckpt_view *v, bool json, bool savepoint)
 {
     char when[32] = "-", state[40];
+    size_t bytes = rc == 0 ? data_bytes(v) + v->md_len : 0;
     if (rc == 0) {
         time_t t = (time_t)(v->created_ns / 1000000000ull);
         strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&t));
@@ -215,15 +217,14 @@ static void ls_line(uint64_t id, const char *path, const char *st, int rc, bool 
                "\"created_ns\": %llu, \"bytes\": %zu, \"path\": ",
                (unsigned long long)id, st, savepoint ? "true" : "false",
                verified ? "true" : "false", rc == 0 ? (unsigned long long)v->created_ns : 0ull,
-               rc == 0 ? data_bytes(v) : 0);
+               bytes);
         tool_json_string(path);
         printf("}\n");
         return;
     }
     snprintf(state, sizeof state, "%s%s%s", savepoint && rc == 0 ? "savepoint" : st,
              rc == 0 ? (verified ? " (verified)" : " (unverified)") : "", "");
-    printf("%-10llu %-20s %-24s %10zu %s\n", (unsigned long long)id, when, state,
-           rc == 0 ? data_bytes(v) + v->md_len : 0, path);
+    printf("%-10llu %-20s %-24s %10zu %s\n", (unsigned long long)id, when, state, bytes, path);
 }
 
 /* Lists the savepoint-<id> directories of dir, after its checkpoints. */
@@ -409,13 +410,16 @@ static int cmd_info(const snap_args *a, ioe_engine *e)
             ckpt_state s = ckpt_view_state(&v, i);
             uint64_t ttl;
             memcpy(&ttl, s.options, sizeof ttl);
-            printf("  %-24s %-12s ttl %llu ms\n", s.name, kind_name(s.kind),
-                   (unsigned long long)ttl);
+            if (ttl)
+                printf("  %-24s %-12s ttl %llu ms\n", s.name, kind_name(s.kind),
+                       (unsigned long long)ttl);
+            else
+                printf("  %-24s %-12s no ttl\n", s.name, kind_name(s.kind));
         }
         uint64_t op = 0;
         for (uint32_t i = 0; i < v.op_parallelism; i++) op += v.op_blobs[i].len;
-        printf("operator state: %u workers, %llu bytes\n", v.op_parallelism,
-               (unsigned long long)op);
+        printf("operator state: %u worker%s, %llu bytes\n", v.op_parallelism,
+               v.op_parallelism == 1 ? "" : "s", (unsigned long long)op);
     }
     ckpt_view_close(&v);
     return 0;

@@ -47,8 +47,8 @@ bool tool_utf8_valid(const void *bytes, size_t len);
 /* Prints n bytes in format f on stdout: with json as a JSON string (in
  * text, one of the characters the bytes encode; bytes that are not UTF-8
  * as the object {"hex": "..."} instead, so that any JSON tool keeps them),
- * else bare (text with a backslash and control bytes escaped as \\ and
- * \xNN). */
+ * else bare (text with a backslash escaped as \\, and control bytes and
+ * bytes that are no UTF-8 as \xNN). */
 void tool_print_bytes(const void *bytes, size_t n, tool_format f, bool json);
 /* Prints n bytes bare in format f on out, as tool_print_bytes() without json. */
 void tool_fprint_bytes(FILE *out, const void *bytes, size_t n, tool_format f);

@@ -344,8 +344,8 @@ int ckpt_view_parse(ckpt_view *v)
 
 int ckpt_view_file_open(ckpt_view *v, const ckpt_file *cf)
 {
-    int dirfd;
-    const char *name;
+    int dirfd = -1;
+    const char *name = NULL;
     int rc = file_place(v, cf, &dirfd, &name);
     if (rc) return rc;
     int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
@@ -448,8 +448,8 @@ static int check_file_crc(const ckpt_view *v, const ckpt_file *f)
 static int load_file(ckpt_view *v, ckpt_file *cf, ioe_engine *e, bool keep)
 {
     uint64_t named = named_bytes(v, cf);
-    int dirfd;
-    const char *name;
+    int dirfd = -1;
+    const char *name = NULL;
     int rc = file_place(v, cf, &dirfd, &name);
     if (rc == 0)
         rc = read_whole(e, dirfd, name, cf->path, named < SIZE_MAX ? (size_t)named : SIZE_MAX,

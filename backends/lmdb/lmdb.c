@@ -549,7 +549,7 @@ static void lmdb_fetch_ahead(store *base, const shm_lookup *l, size_t n, int ste
     }
     for (size_t i = 0; i < n; i++) {
         kg_env *e;
-        MDB_val k;
+        MDB_val k = {0};
         if (env_for(st, l[i].kg, &e) < 0 || encode_lookup(st, &l[i], &k) < 0) {
             shm_clear_error();
             continue;

@@ -90,7 +90,8 @@ static bool on_lmdb(const ckb *b)
 static int create_arena(ckb *b, const char *name, uint64_t keys)
 {
     char envs[sizeof b->dir + 80];
-    snprintf(envs, sizeof envs, "%s/%s.lmdb", b->dir, name);
+    if ((size_t)snprintf(envs, sizeof envs, "%s/%s.lmdb", b->dir, name) >= sizeof envs)
+        return -ENAMETOOLONG;
     stash_arena *a;
     int rc = stash_arena_create(
         name,

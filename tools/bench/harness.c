@@ -15,6 +15,18 @@
 
 #include "tools/bench/bench.h"
 
+/* The options of bench name's own, for its usage line. */
+static const char *own_options(const char *name)
+{
+    return strcmp(name, "keyed") == 0
+               ? " [--backend heap|lmdb]\n       [--memory-budget auto|BYTES]"
+           : strcmp(name, "checkpoint") == 0
+               ? " [--backend heap|lmdb]\n       [--storage fs|rados --pool P]"
+           : strcmp(name, "timers") == 0 ? " [--backend heap|lmdb]"
+           : strcmp(name, "io") == 0     ? " [--dir DIR] [--size N]"
+                                         : "";
+}
+
 int bench_parse(int argc, char **argv, const char *usage, bench_opts *out)
 {
     *out = (bench_opts){.reps = 5};
@@ -59,20 +71,17 @@ int bench_parse(int argc, char **argv, const char *usage, bench_opts *out)
                 return -1;
             }
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("usage: stash bench %s [--json | --csv] [--quick] [--reps N] "
-                   "[--backend heap|lmdb] [--case PREFIX] [--plot DIR]\n%s"
+            printf("usage: stash bench %s [--json | --csv] [--quick] [--reps N] [--case PREFIX]\n"
+                   "       [--plot DIR]%s\n%s"
                    "--case PREFIX: only the cases whose name starts with PREFIX. Each figure is\n"
                    "the median of the repetitions, shown with their lowest and highest.\n"
                    "--plot DIR: PNGs drawn by gnuplot in DIR, with their data: latency CDFs per\n"
                    "case, throughput over time around a checkpoint, bandwidth beside fio.\n",
-                   argv[0], usage);
+                   argv[0], own_options(argv[0]), usage);
             return 1;
         } else {
-            fprintf(stderr,
-                    "stash bench %s: unknown argument '%s'\nusage: stash bench %s "
-                    "[--json | --csv] [--quick] [--reps N] [--backend heap|lmdb] [--case "
-                    "PREFIX] [--plot DIR]\n%s",
-                    argv[0], argv[i], argv[0], usage);
+            fprintf(stderr, "stash bench %s: unknown argument '%s' (stash bench %s --help)\n",
+                    argv[0], argv[i], argv[0]);
             return -1;
         }
     }
@@ -176,7 +185,7 @@ void bench_setup(const bench_opts *o, const char *system, const char *setup)
 int bench_heap_only(const bench_opts *o, const char *cmd)
 {
     if (o->backend == STASH_BACKEND_HEAP) return 0;
-    fprintf(stderr, "stash bench %s: --backend lmdb is for keyed and checkpoint\n", cmd);
+    fprintf(stderr, "stash bench %s: --backend lmdb is for keyed, checkpoint and timers\n", cmd);
     return -1;
 }
 

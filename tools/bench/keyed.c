@@ -1250,7 +1250,7 @@ static double run_scale(keyed_bench *b, const char *path, uint32_t p, unsigned b
     for (uint32_t i = 0; i < p; i++) {
         if (!reaped[i]) waitpid(pids[i], &status[i], 0);
         if (pids[i] < 0 || !WIFEXITED(status[i]) || WEXITSTATUS(status[i]) != 0) {
-            snprintf(why, whylen, "failed: worker %u: %s", i,
+            snprintf(why, whylen, "failed: worker %u: %.200s", i,
                      *pg->error[i] ? pg->error[i] : "died");
             bad = true;
         }

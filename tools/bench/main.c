@@ -34,9 +34,15 @@ static const bench_cmd benches[] = {
 
 static void usage(FILE *f)
 {
-    fputs("usage: stash bench NAME [--json | --csv] [--quick] [--reps N] [--case PREFIX]\n"
-          "                       [--plot DIR]\n"
-          "Each figure is printed beside peers measured in the same run.\nbenches:\n",
+    fputs("usage: stash bench BENCH [--json | --csv] [--quick] [--reps N] [--case PREFIX]\n"
+          "                        [--plot DIR] [BENCH'S OPTIONS]\n"
+          "Each figure is printed beside peers measured in the same run. The benches' own\n"
+          "options (stash bench BENCH --help says more):\n"
+          "  keyed       --backend heap|lmdb  --memory-budget auto|BYTES (with lmdb)\n"
+          "  checkpoint  --backend heap|lmdb  --storage fs|rados --pool P\n"
+          "  timers      --backend heap|lmdb\n"
+          "  io          --dir DIR  --size N\n"
+          "benches:\n",
           f);
     for (size_t i = 0; i < COUNT(benches); i++)
         fprintf(f, "  %-10s %s\n", benches[i].name, benches[i].summary);
@@ -60,8 +66,7 @@ static int run_bench(int argc, char **argv)
     }
     for (size_t i = 0; i < COUNT(benches); i++)
         if (strcmp(argv[1], benches[i].name) == 0) return benches[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "stash bench: unknown bench '%s'\n", argv[1]);
-    usage(stderr);
+    fprintf(stderr, "stash bench: unknown bench '%s' (stash bench --help lists them)\n", argv[1]);
     return 2;
 }
 
