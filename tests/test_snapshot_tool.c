@@ -305,6 +305,8 @@ Test(tool, usage_errors)
     cr_assert_eq(strchr(out, '\n'), out + strlen(out) - 1, "one line: %s", out);
     /* Trouble, not damage: diff(1)'s 2. */
     cr_assert_eq(test_run_stash("snapshot verify /nonexistent-dir", out, sizeof out), 2);
+    /* Every error line starts "stash COMMAND: ". */
+    cr_assert_eq(strncmp(out, "stash snapshot verify: ", 23), 0, "%s", out);
     cr_assert_eq(test_run_stash("snapshot diff /nonexistent-dir /nonexistent-dir", out, sizeof out),
                  2);
     /* A sign does not wrap around into a small number. */

@@ -64,9 +64,9 @@ int tool_fail(const char *what, int err)
 {
     const char *detail = stash_errmsg();
     if (detail[0])
-        fprintf(stderr, "stash: %s: %s (%s)\n", what, stash_strerror(err), detail);
+        fprintf(stderr, "stash %s: %s (%s)\n", what, stash_strerror(err), detail);
     else
-        fprintf(stderr, "stash: %s: %s\n", what, stash_strerror(err));
+        fprintf(stderr, "stash %s: %s\n", what, stash_strerror(err));
     return 1;
 }
 

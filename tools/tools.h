@@ -52,7 +52,9 @@ bool tool_utf8_valid(const void *bytes, size_t len);
 void tool_print_bytes(const void *bytes, size_t n, tool_format f, bool json);
 /* Prints n bytes bare in format f on out, as tool_print_bytes() without json. */
 void tool_fprint_bytes(FILE *out, const void *bytes, size_t n, tool_format f);
-/* Prints "stash: <what>: <error words> (<detail>)" to stderr; returns 1. */
+/* Prints "stash <what>: <error words> (<detail>)" to stderr, what being the
+ * command ("snapshot dump"), as every error line of the tools starts;
+ * returns 1. */
 int tool_fail(const char *what, int err);
 
 /* One name and value of a flat JSON object (jsonl.c): a string's bytes
