@@ -22,15 +22,19 @@ static char *skip_space(char *p)
     return p;
 }
 
+static int nibble(char c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
 static int hex4(const char *p)
 {
     int v = 0;
     for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        int d = c >= '0' && c <= '9'   ? c - '0'
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                : c >= 'A' && c <= 'F' ? c - 'A' + 10
-                                       : -1;
+        int d = nibble(p[i]);
         if (d < 0) return -1;
         v = v << 4 | d;
     }
@@ -113,11 +117,6 @@ static char *string_at(char *p, size_t *len)
     if (*p != '"') return NULL;
     *len = (size_t)(out - start);
     return p + 1;
-}
-
-static int nibble(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
 /* The object {"hex": "..."} starting after its brace at p: its bytes
