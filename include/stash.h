@@ -7,7 +7,8 @@
  * negative code otherwise (-errno for system errors, STASH_E* for ours);
  * stash_strerror() turns a code into words and stash_errmsg() gives the detail
  * of the last failure in the calling thread (which file, which worker).
- * Options are structs whose zero value means "default". Out-parameters come
+ * Options are structs whose zero value means "default", except their first
+ * member, sz (see "A stable ABI" below). Out-parameters come
  * last. Every object has an open/close or create/destroy pair, and the close
  * functions accept NULL. A NULL handle or out-parameter, and bytes given as
  * NULL with a non-zero length, are refused with -EINVAL (stash_errmsg()
@@ -30,6 +31,31 @@ extern "C" {
 #define STASH_VERSION_MAJOR 0
 #define STASH_VERSION_MINOR 1
 #define STASH_VERSION_PATCH 0
+
+/*
+ * A stable ABI. A program built against this header runs against any later
+ * libstash.so.0: the soname's number changes only when a function is
+ * removed or changes its meaning, and every function is exported under the
+ * version node of the release that added it (STASH_0.1 for this one), so a
+ * program needing a newer function fails at load time, not at the call.
+ *
+ * Every struct a caller fills and passes by pointer (the *_opts structs,
+ * stash_state_desc, stash_aggregate_fns) starts with size_t sz, which the
+ * caller sets to the struct's size as it was built:
+ *
+ *     stash_worker_opts o = {.sz = sizeof(stash_worker_opts), .parallelism = 4};
+ *
+ * A later release adds members only at a struct's end. The library reads a
+ * smaller struct (an older program's) as if the members it lacks were zero,
+ * and refuses a larger one (a newer program's) with -EINVAL if a member it
+ * does not know is non-zero. sz 0 is refused with -EINVAL (stash_errmsg()
+ * names the struct). Structs embedded by value (stash_ttl, stash_bytes) and
+ * the elements of arrays (stash_snapshot_change, stash_kg_range) never
+ * change. Structs the library fills (the *_info structs, stash_kg_usage,
+ * stash_op_counts, stash_snapshot_entry, stash_timer, stash_event) change
+ * only with a new version of each function that fills them; the old
+ * version, still exported, fills the old layout.
+ */
 
 /* The version of the library linked, "MAJOR.MINOR.PATCH" (the macros above
  * are the header's): a program can compare the two at start. */
@@ -129,6 +155,7 @@ typedef enum stash_backend {
 } stash_backend;
 
 typedef struct stash_arena_opts {
+    size_t sz;        /* sizeof(stash_arena_opts) */
     const char *path; /* the backing file; NULL: /dev/shm/stash.NAME (may be on hugetlbfs) */
     uint64_t size;    /* create: bytes, fixed for the arena's life; 0: 64 MiB */
     uint32_t max_parallelism; /* create: key groups; 0: 128; at most 32768 */
@@ -200,6 +227,7 @@ typedef uint64_t stash_clock_fn(void *ctx);
 typedef int stash_cut_fn(stash_worker *worker, uint64_t checkpoint_id, void *ctx);
 
 typedef struct stash_worker_opts {
+    size_t sz;                     /* sizeof(stash_worker_opts) */
     uint32_t index;                /* this worker's index, 0 .. parallelism-1 */
     uint32_t parallelism;          /* number of workers; 0: 1 */
     const stash_arena_opts *arena; /* where the arena lives; NULL: defaults */
@@ -230,6 +258,7 @@ STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
 STASH_API void stash_worker_close(stash_worker *worker);
 
 typedef struct stash_reader_opts {
+    size_t sz;                     /* sizeof(stash_reader_opts) */
     const stash_arena_opts *arena; /* where the arena lives; NULL: defaults */
     stash_clock_fn *clock;         /* the TTL clock its reads expire by; NULL: CLOCK_REALTIME */
     void *clock_ctx;
@@ -375,6 +404,7 @@ typedef int stash_produce_fn(const stash_bytes *acc, void *out, size_t cap, size
 
 /* Flink's AggregateFunction: IN, ACC and OUT as bytes. */
 typedef struct stash_aggregate_fns {
+    size_t sz;                /* sizeof(stash_aggregate_fns) */
     stash_produce_fn *create; /* a new accumulator (acc is NULL) */
     stash_combine_fn *add;    /* accumulator + input -> accumulator */
     stash_produce_fn *result; /* accumulator -> result */
@@ -382,6 +412,7 @@ typedef struct stash_aggregate_fns {
 } stash_aggregate_fns;
 
 typedef struct stash_state_desc {
+    size_t sz;        /* sizeof(stash_state_desc) */
     const char *name; /* unique per arena, at most 63 bytes */
     stash_kind kind;
     stash_ttl ttl;                        /* zero: no TTL */
@@ -534,6 +565,7 @@ typedef struct stash_batch stash_batch;
 typedef int stash_batch_fn(stash_worker *worker, void *event, void *ctx);
 
 typedef struct stash_batch_opts {
+    size_t sz;         /* sizeof(stash_batch_opts) */
     uint32_t capacity; /* events a batch holds; 0: 32; at most 4096 */
     /* the states whose entries the handler reads or writes, fetched ahead
      * in the namespace each has when the batch runs (at most 8); NULL:
@@ -729,6 +761,7 @@ typedef struct stash_log_record {
 } stash_log_record;
 
 typedef struct stash_service_opts {
+    size_t sz;                     /* sizeof(stash_service_opts) */
     const stash_arena_opts *arena; /* where the arena lives; its size and max parallelism
                                       if the service creates it */
     stash_storage storage;
@@ -957,6 +990,7 @@ STASH_API int stash_snapshot_op_scan(stash_snapshot *snap, stash_snapshot_fn *fn
 typedef struct stash_snapshot_writer stash_snapshot_writer;
 
 typedef struct stash_snapshot_writer_opts {
+    size_t sz;                /* sizeof(stash_snapshot_writer_opts) */
     uint32_t max_parallelism; /* its key groups; 0: STASH_DEFAULT_MAX_PARALLELISM */
     uint64_t size;            /* bytes of the heap it builds in; 0: 256M */
     uint64_t id;              /* the savepoint's id; 0: 1 */
@@ -1011,6 +1045,7 @@ typedef struct stash_snapshot_change {
 } stash_snapshot_change;
 
 typedef struct stash_snapshot_rewrite_opts {
+    size_t sz;                /* sizeof(stash_snapshot_rewrite_opts) */
     uint32_t max_parallelism; /* 0: the source's; else every entry goes to its key group of these */
     uint64_t id;              /* the savepoint's id; 0: the source's */
     const stash_snapshot_change *changes; /* each names a state by its name in the source */

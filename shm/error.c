@@ -94,6 +94,27 @@ int shm_refuse_null(const char *fn, const char *what)
     return shm_fail(-EINVAL, "%s: %s is NULL", fn, what);
 }
 
+int shm_take_opts(const char *fn, const char *type, const void *src, void *dst, size_t size)
+{
+    memset(dst, 0, size);
+    *(size_t *)dst = size;
+    if (!src) return 0;
+    size_t sz;
+    memcpy(&sz, src, sizeof sz);
+    if (sz < sizeof sz)
+        return shm_fail(-EINVAL, "%s: %s.sz is %zu: set it to sizeof(%s)", fn, type, sz, type);
+    const unsigned char *b = src;
+    for (size_t i = size; i < sz; i++)
+        if (b[i])
+            return shm_fail(-EINVAL,
+                            "%s: %s of %zu bytes sets byte %zu, past the %zu bytes library %s "
+                            "knows",
+                            fn, type, sz, i, size, stash_version());
+    memcpy(dst, src, sz < size ? sz : size);
+    *(size_t *)dst = size;
+    return 0;
+}
+
 void shm_clear_error(void)
 {
     last_detail[0] = '\0';

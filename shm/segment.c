@@ -487,8 +487,11 @@ STASH_API int stash_arena_create(const char *name, const stash_arena_opts *opts,
 {
     shm_clear_error();
     if (!out) return shm_refuse_null(__func__, "out");
-    int rc = shm_arena_make(name, opts, out);
-    if (rc == 0 && (rc = shm_arena_publish(*out, opts)) != 0) {
+    stash_arena_opts o;
+    int rc = SHM_TAKE_OPTS(__func__, stash_arena_opts, opts, &o);
+    if (rc) return rc;
+    rc = shm_arena_make(name, &o, out);
+    if (rc == 0 && (rc = shm_arena_publish(*out, &o)) != 0) {
         stash_arena_close(*out);
         *out = NULL;
     }
@@ -565,9 +568,11 @@ STASH_API int stash_arena_open(const char *name, const stash_arena_opts *opts, s
 {
     shm_clear_error();
     if (!out) return shm_refuse_null(__func__, "out");
-    char path[256];
-    int rc = shm_arena_path(name, opts, path, sizeof path);
+    stash_arena_opts o;
+    int rc = SHM_TAKE_OPTS(__func__, stash_arena_opts, opts, &o);
     if (rc) return rc;
+    char path[256];
+    if ((rc = shm_arena_path(name, &o, path, sizeof path)) != 0) return rc;
     /* The file itself, never a link's target; non-blocking: a FIFO in the
      * arena's place must not hang the open. */
     shm_dir d;
@@ -661,9 +666,11 @@ static void remove_lmdb_dir(const char *dir, const char *path)
 STASH_API int stash_arena_destroy(const char *name, const stash_arena_opts *opts)
 {
     shm_clear_error();
-    char path[256], base[256];
-    int rc = shm_arena_path(name, opts, path, sizeof path);
+    stash_arena_opts o;
+    int rc = SHM_TAKE_OPTS(__func__, stash_arena_opts, opts, &o);
     if (rc) return rc;
+    char path[256], base[256];
+    if ((rc = shm_arena_path(name, &o, path, sizeof path)) != 0) return rc;
     shm_dir d;
     if ((rc = arena_place(path, SHM_DIR_PLACE, &d, base)) != 0) return rc;
     shm_header h;

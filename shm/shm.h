@@ -294,6 +294,13 @@ int shm_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 void shm_clear_error(void);
 /* -EINVAL for a NULL argument of a public function: "fn: what is NULL". */
 int shm_refuse_null(const char *fn, const char *what);
+/* Copies the caller's struct src (NULL: all defaults), whose first member is
+ * its size_t sz, into dst of this library's size: members an older
+ * program's smaller struct lacks read as zero, and dst's sz is its size.
+ * -EINVAL naming fn and type if sz is below sizeof(size_t), or a newer
+ * program's larger struct has a non-zero byte this library does not know. */
+int shm_take_opts(const char *fn, const char *type, const void *src, void *dst, size_t size);
+#define SHM_TAKE_OPTS(fn, type, src, dst) shm_take_opts(fn, #type, src, dst, sizeof(type))
 /* Whether bytes (p, len) are NULL with a length: never a valid argument. */
 static inline bool shm_null_bytes(const void *p, size_t len)
 {

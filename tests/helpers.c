@@ -35,9 +35,12 @@ stash_arena *test_arena_create(const char *tag, uint64_t size, uint32_t maxp, ch
 {
     const char *name = test_arena_name(tag);
     stash_arena *a = NULL;
-    int rc = stash_arena_create(
-        name, &(stash_arena_opts){.size = size, .max_parallelism = maxp, .backend = test_backend()},
-        &a);
+    int rc = stash_arena_create(name,
+                                &(stash_arena_opts){.sz = sizeof(stash_arena_opts),
+                                                    .size = size,
+                                                    .max_parallelism = maxp,
+                                                    .backend = test_backend()},
+                                &a);
     cr_assert_eq(rc, 0, "create %s: %s (%s)", name, stash_strerror(rc), stash_errmsg());
     if (name_out) snprintf(name_out, 96, "%s", name);
     return a;

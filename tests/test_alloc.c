@@ -15,7 +15,10 @@
 static stash_worker *join(const char *name, uint32_t index, uint32_t p)
 {
     stash_worker *w;
-    int rc = stash_worker_open(name, &(stash_worker_opts){.index = index, .parallelism = p}, &w);
+    int rc = stash_worker_open(
+        name,
+        &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = index, .parallelism = p},
+        &w);
     cr_assert_eq(rc, 0, "join %u of %u: %s (%s)", index, p, stash_strerror(rc), stash_errmsg());
     return w;
 }
@@ -166,7 +169,10 @@ static int churn(void *arg)
 {
     stamp_args *s = arg;
     stash_worker *w;
-    if (stash_worker_open(s->name, &(stash_worker_opts){.index = s->index, .parallelism = 2}, &w))
+    if (stash_worker_open(s->name,
+                          &(stash_worker_opts){
+                              .sz = sizeof(stash_worker_opts), .index = s->index, .parallelism = 2},
+                          &w))
         return 10;
     stash_arena *a = stash_worker_arena(w);
     stash_worker_info info;

@@ -33,8 +33,11 @@ static stash_state *get(const char *n, stash_kind kind)
 {
     stash_state *s;
     cr_assert_eq(
-        stash_state_get(w, &(stash_state_desc){.name = n, .kind = kind, .reduce = sum}, &s), 0,
-        "%s", stash_errmsg());
+        stash_state_get(w,
+                        &(stash_state_desc){
+                            .sz = sizeof(stash_state_desc), .name = n, .kind = kind, .reduce = sum},
+                        &s),
+        0, "%s", stash_errmsg());
     return s;
 }
 
@@ -97,10 +100,16 @@ Test(args, null_handles_and_out_parameters_are_refused)
     refused(stash_registry_list(NULL, &wi, 1, &n), "registry_list arena");
     refused(stash_registry_list(arena, NULL, 1, &n), "registry_list out");
     refused(stash_registry_list(arena, &wi, 1, NULL), "registry_list n");
-    refused(stash_state_get(NULL, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s),
+    refused(stash_state_get(NULL,
+                            &(stash_state_desc){
+                                .sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+                            &s),
             "state_get worker");
     refused(stash_state_get(w, NULL, &s), "state_get desc");
-    refused(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, NULL),
+    refused(stash_state_get(w,
+                            &(stash_state_desc){
+                                .sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+                            NULL),
             "state_get out");
     refused(stash_key_set(NULL, "k", 1), "key_set worker");
     refused(stash_key_group_current(NULL), "key_group_current");

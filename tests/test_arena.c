@@ -112,8 +112,11 @@ Test(arena, mode_is_0600_by_default_and_0660_with_group)
     stash_arena_destroy(name, NULL);
 
     const char *g = test_arena_name("group");
-    cr_assert_eq(stash_arena_create(
-                     g, &(stash_arena_opts){.size = 2u << 20, .flags = STASH_ARENA_GROUP}, &a),
+    cr_assert_eq(stash_arena_create(g,
+                                    &(stash_arena_opts){.sz = sizeof(stash_arena_opts),
+                                                        .size = 2u << 20,
+                                                        .flags = STASH_ARENA_GROUP},
+                                    &a),
                  0);
     path_of(g, path);
     cr_assert_eq(stat(path, &st), 0);
@@ -128,11 +131,17 @@ Test(arena, an_existing_name_is_refused_unless_replaced)
     stash_arena *a = test_arena_create("exists", 2u << 20, 0, name), *b = NULL;
     path_of(name, path);
     *(uint64_t *)a->data = 42;
-    cr_assert_eq(stash_arena_create(name, &(stash_arena_opts){.size = 2u << 20}, &b), -EEXIST);
+    cr_assert_eq(
+        stash_arena_create(
+            name, &(stash_arena_opts){.sz = sizeof(stash_arena_opts), .size = 2u << 20}, &b),
+        -EEXIST);
     cr_assert(strstr(stash_errmsg(), path));
     cr_assert_eq(*(uint64_t *)a->data, 42, "the existing arena is untouched");
-    cr_assert_eq(stash_arena_create(
-                     name, &(stash_arena_opts){.size = 2u << 20, .flags = STASH_ARENA_REPLACE}, &b),
+    cr_assert_eq(stash_arena_create(name,
+                                    &(stash_arena_opts){.sz = sizeof(stash_arena_opts),
+                                                        .size = 2u << 20,
+                                                        .flags = STASH_ARENA_REPLACE},
+                                    &b),
                  0);
     cr_assert_eq(*(uint64_t *)b->data, 0, "the replacement is a new arena");
     stash_arena_close(b);
@@ -182,13 +191,17 @@ Test(arena, an_arena_of_another_user_is_refused_unless_shared_with_a_group_of_ou
 Test(arena, a_device_or_fifo_in_place_of_the_arena_is_refused, .timeout = 30)
 {
     stash_arena *a = NULL;
-    cr_assert_eq(stash_arena_open("zero", &(stash_arena_opts){.path = "/dev/zero"}, &a),
-                 STASH_ENOTARENA);
+    cr_assert_eq(
+        stash_arena_open(
+            "zero", &(stash_arena_opts){.sz = sizeof(stash_arena_opts), .path = "/dev/zero"}, &a),
+        STASH_ENOTARENA);
     cr_assert(strstr(stash_errmsg(), "not a regular file"), "%s", stash_errmsg());
     char fifo[128];
     snprintf(fifo, sizeof fifo, "/dev/shm/stash.%s", test_arena_name("fifo"));
     cr_assert_eq(mkfifo(fifo, 0600), 0);
-    cr_assert_eq(stash_arena_open("fifo", &(stash_arena_opts){.path = fifo}, &a), STASH_ENOTARENA);
+    cr_assert_eq(stash_arena_open(
+                     "fifo", &(stash_arena_opts){.sz = sizeof(stash_arena_opts), .path = fifo}, &a),
+                 STASH_ENOTARENA);
     unlink(fifo);
 }
 
@@ -198,9 +211,15 @@ Test(arena, destroy_removes_the_arena_it_names_and_no_other)
     char other[128];
     snprintf(other, sizeof other, "%s.restoring", name);
     stash_arena *a;
-    cr_assert_eq(stash_arena_create(name, &(stash_arena_opts){.size = 2u << 20}, &a), 0);
+    cr_assert_eq(
+        stash_arena_create(
+            name, &(stash_arena_opts){.sz = sizeof(stash_arena_opts), .size = 2u << 20}, &a),
+        0);
     stash_arena_close(a);
-    cr_assert_eq(stash_arena_create(other, &(stash_arena_opts){.size = 2u << 20}, &a), 0);
+    cr_assert_eq(
+        stash_arena_create(
+            other, &(stash_arena_opts){.sz = sizeof(stash_arena_opts), .size = 2u << 20}, &a),
+        0);
     stash_arena_close(a);
     cr_assert_eq(stash_arena_destroy(name, NULL), 0, "%s", stash_errmsg());
     cr_assert_eq(stash_arena_destroy(name, NULL), -ENOENT);
@@ -246,7 +265,12 @@ Test(arena, a_corrupted_arena_is_refused_at_attach_naming_the_part)
     stash_worker *w;
     stash_state *v;
     cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &v),
+        0);
     for (uint64_t k = 0; k < 100; k++) {
         stash_key_set(w, &k, sizeof k);
         cr_assert_eq(stash_value_put(v, &k, sizeof k), 0);
@@ -351,7 +375,9 @@ static int attach_and_write(void *arg)
         return strstr(stash_errmsg(), "registry_hwm") && strstr(stash_errmsg(), (char *)arg) ? 0
                                                                                              : 2;
     uint64_t k = 1;
-    stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v);
+    stash_state_get(
+        w, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+        &v);
     stash_key_set(w, &k, sizeof k);
     stash_value_put(v, &k, sizeof k);
     stash_worker_close(w);
@@ -409,11 +435,19 @@ Test(arena, bad_names_and_sizes_are_refused)
     cr_assert(strstr(stash_errmsg(), "a/b"));
     cr_assert_eq(stash_arena_create(".hidden", NULL, &a), -EINVAL);
     const char *name = test_arena_name("small");
-    cr_assert_eq(stash_arena_create(name, &(stash_arena_opts){.size = 4096}, &a), -EINVAL);
-    cr_assert_eq(stash_arena_create(name, &(stash_arena_opts){.max_parallelism = 40000}, &a),
+    cr_assert_eq(stash_arena_create(
+                     name, &(stash_arena_opts){.sz = sizeof(stash_arena_opts), .size = 4096}, &a),
                  -EINVAL);
     cr_assert_eq(stash_arena_create(
-                     name, &(stash_arena_opts){.size = 1u << 20, .max_parallelism = 32768}, &a),
+                     name,
+                     &(stash_arena_opts){.sz = sizeof(stash_arena_opts), .max_parallelism = 40000},
+                     &a),
+                 -EINVAL);
+    cr_assert_eq(stash_arena_create(name,
+                                    &(stash_arena_opts){.sz = sizeof(stash_arena_opts),
+                                                        .size = 1u << 20,
+                                                        .max_parallelism = 32768},
+                                    &a),
                  -EINVAL, "1 MiB cannot hold 32768 key-group heaps");
     cr_assert_eq(stash_arena_open(name, NULL, &a), -ENOENT, "a refused create leaves no file");
 }
@@ -422,7 +456,7 @@ Test(arena, an_explicit_path_is_used)
 {
     char path[128];
     snprintf(path, sizeof path, "/tmp/stash-test-%d.arena", (int)getpid());
-    stash_arena_opts o = {.path = path, .size = 2u << 20};
+    stash_arena_opts o = {.sz = sizeof(stash_arena_opts), .path = path, .size = 2u << 20};
     stash_arena *a, *b;
     cr_assert_eq(stash_arena_create("custom", &o, &a), 0, "%s", stash_errmsg());
     cr_assert_eq(access(path, F_OK), 0);
@@ -442,7 +476,9 @@ Test(arena, huge_pages_on_hugetlbfs)
     char path[128];
     snprintf(path, sizeof path, "%s/stash-test-%d", mount, (int)getpid());
     stash_arena *a;
-    int rc = stash_arena_create("huge", &(stash_arena_opts){.path = path, .size = 4u << 20}, &a);
+    int rc = stash_arena_create(
+        "huge", &(stash_arena_opts){.sz = sizeof(stash_arena_opts), .path = path, .size = 4u << 20},
+        &a);
     if (rc == -ENOMEM || rc == -ENOSPC) cr_skip_test("no huge pages reserved (vm.nr_hugepages)");
     cr_assert_eq(rc, 0, "%s", stash_errmsg());
     stash_arena_info info;
@@ -460,7 +496,10 @@ static int write_keys_and_die(void *arg)
     stash_worker *w;
     stash_state *v;
     if (stash_worker_open(name, NULL, &w) ||
-        stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v))
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &v))
         return 1;
     for (uint64_t k = 0; k < 100; k++) {
         stash_key_set(w, &k, sizeof k);
@@ -488,7 +527,12 @@ Test(arena, a_takeover_drops_an_index_slot_that_leads_outside_the_arena)
     stash_worker *w;
     stash_state *v;
     cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &v),
+        0);
     unsigned found = 0;
     for (uint64_t k = 0; k < 100; k++) {
         stash_bytes b;

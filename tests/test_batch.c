@@ -26,7 +26,11 @@ static stash_worker *join(const char *name, uint32_t index, uint32_t p, stash_cl
                           void *ctx)
 {
     stash_worker *w;
-    stash_worker_opts o = {.index = index, .parallelism = p, .clock = clock, .clock_ctx = ctx};
+    stash_worker_opts o = {.sz = sizeof(stash_worker_opts),
+                           .index = index,
+                           .parallelism = p,
+                           .clock = clock,
+                           .clock_ctx = ctx};
     int rc = stash_worker_open(name, &o, &w);
     cr_assert_eq(rc, 0, "join %s: %s", name, stash_errmsg());
     return w;
@@ -145,7 +149,8 @@ static int mean_result(const stash_bytes *acc, void *out, size_t cap, size_t *le
     return 0;
 }
 
-static const stash_aggregate_fns mean_fns = {mean_create, mean_add, mean_result, NULL};
+static const stash_aggregate_fns mean_fns = {
+    .sz = sizeof(stash_aggregate_fns), mean_create, mean_add, mean_result, NULL};
 
 static void digest(mix_run *r, const void *p, size_t n)
 {
@@ -170,23 +175,35 @@ static void mix_open(mix_run *r, const char *tag)
     snprintf(r->dir, sizeof r->dir, "/tmp/stash-test-batch-%d-%s", (int)getpid(), tag);
     mkdir(r->dir, 0700);
     snprintf(r->name, sizeof r->name, "%s", test_arena_name(tag));
-    stash_arena_opts ao = {.size = 64u << 20, .max_parallelism = KGS, .backend = test_backend()};
-    stash_service_opts so = {.arena = &ao, .dir = r->dir};
+    stash_arena_opts ao = {.sz = sizeof(stash_arena_opts),
+                           .size = 64u << 20,
+                           .max_parallelism = KGS,
+                           .backend = test_backend()};
+    stash_service_opts so = {.sz = sizeof(stash_service_opts), .arena = &ao, .dir = r->dir};
     int rc = stash_service_start(r->name, &so, &r->svc);
     cr_assert_eq(rc, 0, "service: %s", stash_errmsg());
     cr_assert_eq(stash_arena_open(r->name, NULL, &r->arena), 0);
     r->now = 1000;
     /* Worker 0 of 2: the events of the other half's keys are foreign. */
     r->w = join(r->name, 0, 2, mix_clock, r);
-    r->value = get_state(r->w, &(stash_state_desc){.name = "value", .kind = STASH_VALUE});
-    r->list = get_state(r->w, &(stash_state_desc){.name = "list", .kind = STASH_LIST});
-    r->map = get_state(r->w, &(stash_state_desc){.name = "map", .kind = STASH_MAP});
-    r->sum = get_state(
-        r->w, &(stash_state_desc){.name = "sum", .kind = STASH_REDUCING, .reduce = sum_fn});
-    r->mean = get_state(
+    r->value = get_state(
         r->w,
-        &(stash_state_desc){.name = "mean", .kind = STASH_AGGREGATING, .aggregate = &mean_fns});
-    r->ttl = get_state(r->w, &(stash_state_desc){.name = "ttl",
+        &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "value", .kind = STASH_VALUE});
+    r->list = get_state(
+        r->w,
+        &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "list", .kind = STASH_LIST});
+    r->map = get_state(r->w, &(stash_state_desc){
+                                 .sz = sizeof(stash_state_desc), .name = "map", .kind = STASH_MAP});
+    r->sum = get_state(r->w, &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                 .name = "sum",
+                                                 .kind = STASH_REDUCING,
+                                                 .reduce = sum_fn});
+    r->mean = get_state(r->w, &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                  .name = "mean",
+                                                  .kind = STASH_AGGREGATING,
+                                                  .aggregate = &mean_fns});
+    r->ttl = get_state(r->w, &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                 .name = "ttl",
                                                  .kind = STASH_VALUE,
                                                  .ttl = {.ttl_ms = 50, .cleanup_entries = 3}});
     cr_assert_eq(stash_timers_get(r->w, "timers", &r->timers), 0, "%s", stash_errmsg());
@@ -351,13 +368,18 @@ Test(batch_mix, batches_leave_the_state_of_running_their_events_one_at_a_time, .
 
     stash_batch *b;
     stash_state *some[] = {batched.value, batched.map};
-    cr_assert_eq(stash_batch_create(batched.w, &(stash_batch_opts){.capacity = 128}, &b), 0, "%s",
-                 stash_errmsg());
-    stash_batch *b2;
     cr_assert_eq(
-        stash_batch_create(batched.w,
-                           &(stash_batch_opts){.capacity = 16, .states = some, .nstates = 2}, &b2),
+        stash_batch_create(
+            batched.w, &(stash_batch_opts){.sz = sizeof(stash_batch_opts), .capacity = 128}, &b),
         0, "%s", stash_errmsg());
+    stash_batch *b2;
+    cr_assert_eq(stash_batch_create(batched.w,
+                                    &(stash_batch_opts){.sz = sizeof(stash_batch_opts),
+                                                        .capacity = 16,
+                                                        .states = some,
+                                                        .nstates = 2},
+                                    &b2),
+                 0, "%s", stash_errmsg());
     for (int i = 0; i < N;) {
         /* Batches of 1 to 128 events, some fetching ahead only two states. */
         stash_batch *use = rand() % 3 == 0 ? b2 : b;
@@ -416,7 +438,8 @@ static void setup(void)
 {
     arena = test_arena_create("batch", 32u << 20, KGS, arena_name);
     w = join(arena_name, 0, 2, NULL, NULL);
-    list = get_state(w, &(stash_state_desc){.name = "list", .kind = STASH_LIST});
+    list = get_state(
+        w, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "list", .kind = STASH_LIST});
 }
 
 static void teardown(void)
@@ -482,7 +505,9 @@ Test(batch, events_of_one_key_run_in_the_order_they_were_added)
 Test(batch, an_event_of_a_foreign_key_or_a_failing_handler_fails_alone)
 {
     stash_batch *b;
-    cr_assert_eq(stash_batch_create(w, &(stash_batch_opts){.capacity = 4}, &b), 0);
+    cr_assert_eq(stash_batch_create(
+                     w, &(stash_batch_opts){.sz = sizeof(stash_batch_opts), .capacity = 4}, &b),
+                 0);
     uint64_t mine = key_where(true, 0), theirs = key_where(false, 0);
     cr_assert_eq(stash_batch_add(b, &mine, sizeof mine, (void *)(uintptr_t)1), 0);
     cr_assert_eq(stash_batch_add(b, &theirs, sizeof theirs, (void *)(uintptr_t)2), 0);
@@ -500,7 +525,8 @@ Test(batch, an_event_of_a_foreign_key_or_a_failing_handler_fails_alone)
     list_is(theirs, NULL, 0);
     /* A batch whose last event was foreign leaves no key current, for the
      * one-step value paths too (the event before it set an 8-byte key). */
-    stash_state *v = get_state(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE});
+    stash_state *v = get_state(
+        w, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE});
     uint32_t x = 9;
     stash_key_set(w, &mine, sizeof mine);
     cr_assert_eq(stash_value_put(v, &x, sizeof x), 0);
@@ -542,15 +568,26 @@ Test(batch, bad_arguments_are_refused_by_name)
 {
     stash_batch *b = NULL;
     stash_state *opl;
-    cr_assert_eq(
-        stash_state_get(w, &(stash_state_desc){.name = "ops", .kind = STASH_OP_LIST}, &opl), 0);
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "ops",
+                                                     .kind = STASH_OP_LIST},
+                                 &opl),
+                 0);
     cr_assert_eq(stash_batch_create(NULL, NULL, &b), -EINVAL);
     cr_assert_eq(stash_batch_create(w, NULL, NULL), -EINVAL);
-    cr_assert_eq(stash_batch_create(w, &(stash_batch_opts){.capacity = 5000}, &b), -EINVAL);
+    cr_assert_eq(stash_batch_create(
+                     w, &(stash_batch_opts){.sz = sizeof(stash_batch_opts), .capacity = 5000}, &b),
+                 -EINVAL);
     cr_assert(strstr(stash_errmsg(), "5000"), "%s", stash_errmsg());
-    cr_assert_eq(stash_batch_create(w, &(stash_batch_opts){.nstates = 1}, &b), -EINVAL);
-    cr_assert_eq(stash_batch_create(w, &(stash_batch_opts){.states = &opl, .nstates = 1}, &b),
-                 STASH_EKIND);
+    cr_assert_eq(stash_batch_create(
+                     w, &(stash_batch_opts){.sz = sizeof(stash_batch_opts), .nstates = 1}, &b),
+                 -EINVAL);
+    cr_assert_eq(
+        stash_batch_create(
+            w, &(stash_batch_opts){.sz = sizeof(stash_batch_opts), .states = &opl, .nstates = 1},
+            &b),
+        STASH_EKIND);
     cr_assert_eq(stash_batch_create(w, NULL, &b), 0);
     cr_assert_eq(stash_batch_add(NULL, "k", 1, NULL), -EINVAL);
     cr_assert_eq(stash_batch_add(b, NULL, 3, NULL), -EINVAL);
@@ -611,12 +648,22 @@ static int batch_forever(void *arg)
 {
     killed_args *ka = arg;
     stash_worker *kw;
-    if (stash_worker_open(ka->name, &(stash_worker_opts){.parallelism = 1}, &kw)) return 1;
-    if (stash_state_get(kw, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &kv) ||
-        stash_state_get(kw, &(stash_state_desc){.name = "l", .kind = STASH_LIST}, &kl))
+    if (stash_worker_open(
+            ka->name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &kw))
+        return 1;
+    if (stash_state_get(
+            kw,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &kv) ||
+        stash_state_get(
+            kw,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "l", .kind = STASH_LIST},
+            &kl))
         return 2;
     stash_batch *b;
-    if (stash_batch_create(kw, &(stash_batch_opts){.capacity = 64}, &b)) return 3;
+    if (stash_batch_create(kw, &(stash_batch_opts){.sz = sizeof(stash_batch_opts), .capacity = 64},
+                           &b))
+        return 3;
     static killed_event ev[64];
     uint64_t x = (uint64_t)getpid() * 7919 + 1;
     for (uint64_t round = 0;; round++) {
@@ -647,8 +694,12 @@ Test(batch_procs, a_worker_killed_in_the_middle_of_batches_leaves_key_groups_tha
         test_kill_running(batch_forever, &ka, ka.ready[0], 0, 20000);
         stash_worker *nw = join(name, 0, 1, NULL, NULL);
         cr_assert_eq(shm_check(a), 0, "seed %u round %d: %s", seed, round, stash_errmsg());
-        stash_state *v = get_state(nw, &(stash_state_desc){.name = "v", .kind = STASH_VALUE});
-        stash_state *l = get_state(nw, &(stash_state_desc){.name = "l", .kind = STASH_LIST});
+        stash_state *v = get_state(
+            nw,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE});
+        stash_state *l = get_state(
+            nw,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "l", .kind = STASH_LIST});
         for (uint32_t k = 0; k < 2000; k++) {
             stash_key_set(nw, &k, sizeof k);
             stash_bytes b;

@@ -44,9 +44,17 @@ typedef struct job {
 static void open_job(job *j)
 {
     j->arena = test_arena_create("ckpt", 32u << 20, KGS, j->name);
-    cr_assert_eq(stash_worker_open(j->name, &(stash_worker_opts){.parallelism = 1}, &j->w), 0);
     cr_assert_eq(
-        stash_state_get(j->w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &j->v), 0);
+        stash_worker_open(j->name,
+                          &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1},
+                          &j->w),
+        0);
+    cr_assert_eq(
+        stash_state_get(
+            j->w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &j->v),
+        0);
 }
 
 static void close_job(job *j)
@@ -638,9 +646,15 @@ static int checkpoint_forever(void *arg)
     looper *lp = arg;
     job j;
     snprintf(j.name, sizeof j.name, "%s", lp->name);
-    if (stash_worker_open(j.name, &(stash_worker_opts){.parallelism = 1}, &j.w)) return 1;
+    if (stash_worker_open(
+            j.name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &j.w))
+        return 1;
     j.arena = stash_worker_arena(j.w);
-    if (stash_state_get(j.w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &j.v)) return 2;
+    if (stash_state_get(
+            j.w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &j.v))
+        return 2;
     ioe_engine *e;
     if (ioe_engine_open(&(ioe_opts){.backend = IOE_THREADS}, &e)) return 3;
     if (write(lp->ready[1], "x", 1) != 1) return 4;
@@ -718,7 +732,11 @@ Test(ckpt, a_checkpoint_restores_at_another_parallelism, .timeout = 120)
     stash_worker *w[3];
     for (uint32_t i = 0; i < 3; i++) {
         cr_assert_eq(
-            stash_worker_open(name, &(stash_worker_opts){.index = i, .parallelism = 3}, &w[i]), 0);
+            stash_worker_open(
+                name,
+                &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = i, .parallelism = 3},
+                &w[i]),
+            0);
         stash_worker_info info;
         stash_worker_info_get(w[i], &info);
         ckpt_restored out;
@@ -730,8 +748,12 @@ Test(ckpt, a_checkpoint_restores_at_another_parallelism, .timeout = 120)
     cr_assert_eq(records, 3000, "every key restored by exactly one worker");
     for (uint32_t i = 0; i < 3; i++) {
         stash_state *v;
-        cr_assert_eq(
-            stash_state_get(w[i], &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+        cr_assert_eq(stash_state_get(w[i],
+                                     &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                         .name = "v",
+                                                         .kind = STASH_VALUE},
+                                     &v),
+                     0);
         stash_worker_info info;
         stash_worker_info_get(w[i], &info);
         for (uint32_t k = 0; k < 3000; k++) {
@@ -1043,7 +1065,12 @@ Test(ckpt, a_malformed_value_is_refused_before_restoring, .timeout = 60)
     put_all(&j, 1);
     cr_assert_eq(checkpoint(&j, e, dir, 1), 0);
     stash_state *m;
-    cr_assert_eq(stash_state_get(j.w, &(stash_state_desc){.name = "m", .kind = STASH_MAP}, &m), 0);
+    cr_assert_eq(
+        stash_state_get(
+            j.w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "m", .kind = STASH_MAP},
+            &m),
+        0);
     uint32_t k = 5;
     stash_key_set(j.w, &k, sizeof k);
     cr_assert_eq(stash_map_put(m, "a", 1, "b", 1), 0);
@@ -1113,9 +1140,17 @@ Test(ckpt, big_blocks_restore_and_pins_go_as_their_key_groups_are_written, .time
         ioe_engine *e = engine(backends[b], NULL);
         job j;
         j.arena = test_arena_create("ckbig", 64u << 20, KGS, j.name);
-        cr_assert_eq(stash_worker_open(j.name, &(stash_worker_opts){.parallelism = 1}, &j.w), 0);
-        cr_assert_eq(
-            stash_state_get(j.w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &j.v), 0);
+        cr_assert_eq(stash_worker_open(
+                         j.name,
+                         &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1},
+                         &j.w),
+                     0);
+        cr_assert_eq(stash_state_get(j.w,
+                                     &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                         .name = "v",
+                                                         .kind = STASH_VALUE},
+                                     &j.v),
+                     0);
         put_big(&j, 1);
         uint32_t pins[KGS];
         for (uint32_t kg = 0; kg < KGS; kg++) pins[kg] = (uint32_t)shm_table_pin(j.arena, kg);
@@ -1161,9 +1196,17 @@ Test(ckpt, big_blocks_restore_and_pins_go_as_their_key_groups_are_written, .time
          * notwithstanding. */
         job r;
         r.arena = test_arena_create("ckbig", 64u << 20, KGS, r.name);
-        cr_assert_eq(stash_worker_open(r.name, &(stash_worker_opts){.parallelism = 1}, &r.w), 0);
-        cr_assert_eq(
-            stash_state_get(r.w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &r.v), 0);
+        cr_assert_eq(stash_worker_open(
+                         r.name,
+                         &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1},
+                         &r.w),
+                     0);
+        cr_assert_eq(stash_state_get(r.w,
+                                     &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                         .name = "v",
+                                                         .kind = STASH_VALUE},
+                                     &r.v),
+                     0);
         ckpt_restored out;
         cr_assert_eq(
             ckpt_restore(r.arena, test_ckpt_dir(dir), 1, (stash_kg_range){0, KGS - 1}, e, &out), 0,

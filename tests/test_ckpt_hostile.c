@@ -31,7 +31,12 @@ static void setup(void)
     stash_worker *w;
     cr_assert_eq(stash_worker_open(name, NULL, &w), 0);
     stash_state *v;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &v),
+        0);
     for (uint64_t k = 0; k < 100; k++) {
         stash_key_set(w, &k, sizeof k);
         cr_assert_eq(stash_value_put(v, &k, sizeof k), 0);

@@ -77,8 +77,12 @@ Test(crash, a_holder_of_the_registry_lock_killed)
     stash_arena *a = test_arena_create("reglock", 4u << 20, 8, name);
     kill_while_holding(name, hold_registry_lock);
     stash_worker *w;
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w), 0,
-                 "%s", stash_errmsg());
+    cr_assert_eq(
+        stash_worker_open(
+            name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 2},
+            &w),
+        0, "%s", stash_errmsg());
     stash_worker_close(w);
     stash_arena_close(a);
     stash_arena_destroy(name, NULL);
@@ -95,15 +99,23 @@ Test(crash, a_live_holder_of_a_lock_that_never_lets_go_is_named, .timeout = 120)
     cr_assert_eq(read(c.ready[0], &b, 1), 1, "the child took the lock");
     /* Alive, holding the lock, and never letting go. */
     stash_worker *w;
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w),
-                 -ETIMEDOUT);
+    cr_assert_eq(
+        stash_worker_open(
+            name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 2},
+            &w),
+        -ETIMEDOUT);
     snprintf(pid_text, sizeof pid_text, "process %d", (int)pid);
     cr_assert(strstr(stash_errmsg(), pid_text), "%s", stash_errmsg());
     /* Once it is gone, the lock is taken over. */
     kill(pid, SIGKILL);
     cr_assert_eq(test_wait(pid), 128 + SIGKILL);
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w), 0,
-                 "%s", stash_errmsg());
+    cr_assert_eq(
+        stash_worker_open(
+            name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 2},
+            &w),
+        0, "%s", stash_errmsg());
     stash_worker_close(w);
     close(c.ready[0]);
     close(c.ready[1]);
@@ -116,7 +128,10 @@ static int churn_forever(void *arg)
 {
     crash_args *c = arg;
     stash_worker *w;
-    if (stash_worker_open(c->name, &(stash_worker_opts){.index = 0, .parallelism = 1}, &w))
+    if (stash_worker_open(
+            c->name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 1},
+            &w))
         return 1;
     stash_arena *a = stash_worker_arena(w);
     if (write(c->ready[1], "x", 1) != 1) return 2;
@@ -148,8 +163,11 @@ Test(crash, owners_killed_at_random_moments_leave_a_consistent_arena, .timeout =
         /* A replacement takes the dead owner's key groups over and recovers them. */
         stash_worker *w;
         cr_assert_eq(
-            stash_worker_open(name, &(stash_worker_opts){.index = 0, .parallelism = 1}, &w), 0,
-            "round %d: %s", round, stash_errmsg());
+            stash_worker_open(
+                name,
+                &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 1},
+                &w),
+            0, "round %d: %s", round, stash_errmsg());
         stash_worker_info info;
         stash_worker_info_get(w, &info);
         cr_assert_eq(info.previous_pid, pid, "the slot was taken over from the dead worker");

@@ -43,7 +43,8 @@ static stash_service *start(const char *name, const stash_service_opts *o)
     return s;
 }
 
-static const stash_arena_opts arena_opts = {.size = 16u << 20, .max_parallelism = 8};
+static const stash_arena_opts arena_opts = {
+    .sz = sizeof(stash_arena_opts), .size = 16u << 20, .max_parallelism = 8};
 
 Test(engine, ids_go_on_after_every_checkpoint_and_savepoint_in_the_directory, .timeout = 120)
 {
@@ -52,7 +53,7 @@ Test(engine, ids_go_on_after_every_checkpoint_and_savepoint_in_the_directory, .t
     const char *name = test_arena_name("ids");
     stash_arena_opts ao = arena_opts;
     ao.backend = test_backend();
-    stash_service_opts o = {.arena = &ao, .dir = dir};
+    stash_service_opts o = {.sz = sizeof(stash_service_opts), .arena = &ao, .dir = dir};
     stash_service *s = start(name, &o);
     stash_arena *a;
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
@@ -91,7 +92,7 @@ Test(engine, checkpoints_whose_metadata_is_all_damaged_refuse_a_start, .timeout 
     const char *name = test_arena_name("dmg");
     stash_arena_opts ao = arena_opts;
     ao.backend = test_backend();
-    stash_service_opts o = {.arena = &ao, .dir = dir};
+    stash_service_opts o = {.sz = sizeof(stash_service_opts), .arena = &ao, .dir = dir};
     stash_service *s = start(name, &o);
     stash_arena *a;
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
@@ -136,8 +137,9 @@ Test(engine, a_delta_that_fails_on_its_base_is_followed_by_a_full_checkpoint, .t
     const char *name = test_arena_name("base");
     stash_arena_opts ao = arena_opts;
     ao.backend = test_backend();
-    stash_service *s =
-        start(name, &(stash_service_opts){.arena = &ao, .dir = dir, .incremental = 1});
+    stash_service *s = start(
+        name, &(stash_service_opts){
+                  .sz = sizeof(stash_service_opts), .arena = &ao, .dir = dir, .incremental = 1});
     stash_arena *a;
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
     stash_checkpoint_info info;
@@ -183,14 +185,22 @@ Test(engine, a_delta_never_depends_on_a_shared_file_damaged_after_it_was_written
     const char *name = test_arena_name("shd");
     stash_arena_opts ao = arena_opts;
     ao.backend = test_backend();
-    stash_service *s =
-        start(name, &(stash_service_opts){.arena = &ao, .dir = dir, .incremental = 1, .retain = 1});
+    stash_service *s = start(name, &(stash_service_opts){.sz = sizeof(stash_service_opts),
+                                                         .arena = &ao,
+                                                         .dir = dir,
+                                                         .incremental = 1,
+                                                         .retain = 1});
     stash_arena *a;
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
     stash_worker *w;
     stash_state *v;
     cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &v),
+        0);
     for (uint64_t k = 0; k < 64; k++) {
         stash_key_set(w, &k, sizeof k);
         cr_assert_eq(stash_value_put(v, &k, sizeof k), 0);
@@ -217,9 +227,16 @@ Test(engine, a_delta_never_depends_on_a_shared_file_damaged_after_it_was_written
     stash_arena_close(a);
     /* A power loss: the newest checkpoint, the only one retained, restores. */
     stash_arena_destroy(name, NULL);
-    s = start(name, &(stash_service_opts){.arena = &ao, .dir = dir, .incremental = 1});
+    s = start(name,
+              &(stash_service_opts){
+                  .sz = sizeof(stash_service_opts), .arena = &ao, .dir = dir, .incremental = 1});
     cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &v),
+        0);
     for (uint64_t k = 0; k < 64; k++) {
         stash_bytes b;
         stash_key_set(w, &k, sizeof k);
@@ -236,9 +253,16 @@ Test(engine, a_delta_never_depends_on_a_shared_file_damaged_after_it_was_written
 static stash_worker *open_worker(const char *name, bool rollback, stash_state **v)
 {
     stash_worker *w;
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.rollback = rollback}, &w), 0, "%s",
-                 stash_errmsg());
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, v), 0);
+    cr_assert_eq(
+        stash_worker_open(
+            name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .rollback = rollback}, &w),
+        0, "%s", stash_errmsg());
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            v),
+        0);
     return w;
 }
 
@@ -261,7 +285,8 @@ Test(engine, a_rollback_says_which_checkpoint_it_restored_and_why_not_a_newer, .
     const char *name = test_arena_name("rb");
     stash_arena_opts ao = arena_opts;
     ao.backend = test_backend();
-    stash_service *s = start(name, &(stash_service_opts){.arena = &ao, .dir = dir});
+    stash_service *s = start(
+        name, &(stash_service_opts){.sz = sizeof(stash_service_opts), .arena = &ao, .dir = dir});
     stash_arena *a;
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
     put_checkpoint(name, a, 1);
@@ -310,7 +335,10 @@ Test(engine, a_checkpoint_directory_that_is_a_file_is_refused_at_start, .timeout
     fclose(f);
     const char *name = test_arena_name("file");
     stash_service *s = NULL;
-    cr_assert_eq(stash_service_start(name, &(stash_service_opts){.dir = file}, &s), -ENOTDIR);
+    cr_assert_eq(
+        stash_service_start(
+            name, &(stash_service_opts){.sz = sizeof(stash_service_opts), .dir = file}, &s),
+        -ENOTDIR);
     cr_assert(strstr(stash_errmsg(), file), "%s", stash_errmsg());
     cr_assert_eq(stash_arena_destroy(name, NULL), -ENOENT, "no arena was created");
     snprintf(args, sizeof args, "serve %s --dir %s", name, file);
@@ -356,7 +384,9 @@ Test(engine, a_read_only_checkpoint_directory_is_refused_at_start, .timeout = 60
     mount_tmpfs(dir, sizeof dir, "ro");
     remount_read_only(dir);
     stash_service *s = NULL;
-    int rc = stash_service_start(test_arena_name("ro"), &(stash_service_opts){.dir = dir}, &s);
+    int rc = stash_service_start(
+        test_arena_name("ro"), &(stash_service_opts){.sz = sizeof(stash_service_opts), .dir = dir},
+        &s);
     cr_assert_eq(rc, -EROFS, "%s", stash_strerror(rc));
     cr_assert(strstr(stash_errmsg(), dir) && strstr(stash_errmsg(), "cannot write"), "%s",
               stash_errmsg());
@@ -394,7 +424,8 @@ Test(engine, checkpoints_failing_in_a_row_back_off_and_say_so, .timeout = 120)
     stash_arena_opts ao = arena_opts;
     ao.backend = test_backend();
     const uint64_t interval_ms = 60000;
-    stash_service *s = start(name, &(stash_service_opts){.arena = &ao,
+    stash_service *s = start(name, &(stash_service_opts){.sz = sizeof(stash_service_opts),
+                                                         .arena = &ao,
                                                          .dir = dir,
                                                          .interval_ms = interval_ms,
                                                          .log = keep_line,
@@ -472,12 +503,17 @@ Test(engine, the_longest_cut_is_of_that_checkpoint_only, .timeout = 120)
     const char *name = test_arena_name("cut");
     stash_arena_opts ao = arena_opts;
     ao.backend = test_backend();
-    stash_service *s = start(name, &(stash_service_opts){.arena = &ao, .dir = dir});
+    stash_service *s = start(
+        name, &(stash_service_opts){.sz = sizeof(stash_service_opts), .arena = &ao, .dir = dir});
     stash_worker *w;
     cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
     stash_state *offsets;
     cr_assert_eq(
-        stash_state_get(w, &(stash_state_desc){.name = "o", .kind = STASH_OP_LIST}, &offsets), 0);
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "o", .kind = STASH_OP_LIST},
+            &offsets),
+        0);
     /* Operator state to record makes the worker's cut take a while. */
     static uint8_t element[4096];
     for (int i = 0; i < 2000; i++)

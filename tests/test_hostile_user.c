@@ -453,14 +453,21 @@ static int make_other_arena(void *arg)
     stash_worker *w;
     stash_state *s;
     if (stash_arena_create(l1[v],
-                           &(stash_arena_opts){.size = 8u << 20,
+                           &(stash_arena_opts){.sz = sizeof(stash_arena_opts),
+                                               .size = 8u << 20,
                                                .max_parallelism = 4,
                                                .backend = STASH_BACKEND_LMDB,
                                                .lmdb_dir = l1dir[v]},
                            &a) != 0)
         return 1;
-    if (stash_worker_open(l1[v], &(stash_worker_opts){.parallelism = 1}, &w) != 0) return 2;
-    if (stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s) != 0)
+    if (stash_worker_open(l1[v],
+                          &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1},
+                          &w) != 0)
+        return 2;
+    if (stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &s) != 0)
         return 3;
     for (uint64_t k = 0; k < 64; k++)
         if (stash_key_set(w, &k, sizeof k) != 0 || stash_value_put(s, &k, sizeof k) != 0) return 4;

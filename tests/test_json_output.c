@@ -29,16 +29,21 @@ static void setup(void)
     cr_assert_not_null(mkdtemp(base));
     snprintf(dir, sizeof dir, "%s/ck " HOSTILE, base);
     snprintf(name, sizeof name, "%s", test_arena_name("json"));
-    stash_arena_opts ao = {.size = 16u << 20, .max_parallelism = 4};
+    stash_arena_opts ao = {.sz = sizeof(stash_arena_opts), .size = 16u << 20, .max_parallelism = 4};
     cr_assert_eq(
-        stash_service_start(name, &(stash_service_opts){.arena = &ao, .dir = dir}, &service), 0,
-        "%s", stash_errmsg());
+        stash_service_start(
+            name, &(stash_service_opts){.sz = sizeof(stash_service_opts), .arena = &ao, .dir = dir},
+            &service),
+        0, "%s", stash_errmsg());
     stash_worker *w;
     cr_assert_eq(stash_worker_open(name, NULL, &w), 0);
     stash_state *s;
-    cr_assert_eq(
-        stash_state_get(w, &(stash_state_desc){.name = "st " HOSTILE, .kind = STASH_VALUE}, &s), 0,
-        "%s", stash_errmsg());
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "st " HOSTILE,
+                                                     .kind = STASH_VALUE},
+                                 &s),
+                 0, "%s", stash_errmsg());
     stash_key_set(w, "k", 1);
     cr_assert_eq(stash_value_put(s, "v", 1), 0);
     stash_worker_close(w);

@@ -19,7 +19,11 @@ static void setup(void)
 {
     arena = test_arena_create("keyed", 64u << 20, 128, arena_name);
     cr_assert_eq(
-        stash_worker_open(arena_name, &(stash_worker_opts){.index = 0, .parallelism = 1}, &w), 0);
+        stash_worker_open(
+            arena_name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 1},
+            &w),
+        0);
 }
 
 static void teardown(void)
@@ -35,7 +39,8 @@ TestSuite(keyed, .init = setup, .fini = teardown);
 static stash_state *state(const char *name, stash_kind kind)
 {
     stash_state *s;
-    int rc = stash_state_get(w, &(stash_state_desc){.name = name, .kind = kind}, &s);
+    int rc = stash_state_get(
+        w, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = name, .kind = kind}, &s);
     cr_assert_eq(rc, 0, "%s: %s", name, stash_errmsg());
     return s;
 }
@@ -90,11 +95,13 @@ Test(keyed, value_default_is_a_copy)
 {
     char def[] = "default";
     stash_state *s;
-    cr_assert_eq(
-        stash_state_get(
-            w, &(stash_state_desc){.name = "d", .kind = STASH_VALUE, .default_value = {def, 7}},
-            &s),
-        0);
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "d",
+                                                     .kind = STASH_VALUE,
+                                                     .default_value = {def, 7}},
+                                 &s),
+                 0);
     def[0] = 'X';
     key("k");
     expect_value(s, "default");
@@ -436,10 +443,13 @@ static int sum_reduce(const stash_bytes *acc, const stash_bytes *in, void *out, 
 Test(keyed, reducing_state_reduces)
 {
     stash_state *s;
-    cr_assert_eq(
-        stash_state_get(
-            w, &(stash_state_desc){.name = "r", .kind = STASH_REDUCING, .reduce = sum_reduce}, &s),
-        0);
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "r",
+                                                     .kind = STASH_REDUCING,
+                                                     .reduce = sum_reduce},
+                                 &s),
+                 0);
     key("k");
     stash_bytes v;
     cr_assert_eq(stash_merging_get(s, &v), STASH_ENOTFOUND);
@@ -496,16 +506,19 @@ static int avg_result(const stash_bytes *acc, void *out, size_t cap, size_t *len
     memcpy(out, &r, sizeof r);
     return 0;
 }
-static const stash_aggregate_fns avg_fns = {avg_create, avg_add, avg_result, avg_merge};
+static const stash_aggregate_fns avg_fns = {
+    .sz = sizeof(stash_aggregate_fns), avg_create, avg_add, avg_result, avg_merge};
 
 Test(keyed, aggregating_state_aggregates_and_merges_namespaces)
 {
     stash_state *s;
-    cr_assert_eq(
-        stash_state_get(
-            w, &(stash_state_desc){.name = "avg", .kind = STASH_AGGREGATING, .aggregate = &avg_fns},
-            &s),
-        0);
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "avg",
+                                                     .kind = STASH_AGGREGATING,
+                                                     .aggregate = &avg_fns},
+                                 &s),
+                 0);
     key("k");
     stash_state_namespace(s, "w1", 2);
     for (int64_t i = 1; i <= 4; i++) stash_merging_add(s, &i, sizeof i);
@@ -575,18 +588,29 @@ Test(keyed, keys_of_a_state_in_one_or_all_namespaces)
 Test(keyed, registration_is_shared_and_kinds_must_agree)
 {
     stash_state *a = state("shared", STASH_MAP), *b;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "shared", .kind = STASH_VALUE}, &b),
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "shared",
+                                                     .kind = STASH_VALUE},
+                                 &b),
                  STASH_EKIND);
     cr_assert(strstr(stash_errmsg(), "shared"));
-    cr_assert_eq(
-        stash_state_get(
-            w, &(stash_state_desc){.name = "shared", .kind = STASH_MAP, .ttl = {.ttl_ms = 5}}, &b),
-        STASH_EKIND, "other TTL options are another state");
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "shared",
+                                                     .kind = STASH_MAP,
+                                                     .ttl = {.ttl_ms = 5}},
+                                 &b),
+                 STASH_EKIND, "other TTL options are another state");
     b = state("shared", STASH_MAP);
     key("k");
     stash_map_put(a, "x", 1, "y", 1);
     cr_assert_eq(stash_map_contains(b, "x", 1), 1, "both handles see the same state");
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "r", .kind = STASH_REDUCING}, &b),
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "r",
+                                                     .kind = STASH_REDUCING},
+                                 &b),
                  -EINVAL, "a reducing state needs its function");
     cr_assert_eq(stash_value_put(a, "v", 1), STASH_EKIND, "a map is not a value");
 }
@@ -595,7 +619,11 @@ Test(keyed, writes_to_foreign_key_groups_are_refused)
 {
     stash_worker_close(w);
     cr_assert_eq(
-        stash_worker_open(arena_name, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w), 0);
+        stash_worker_open(
+            arena_name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 2},
+            &w),
+        0);
     stash_state *s = state("own", STASH_VALUE), *l = state("ownl", STASH_LIST),
                 *m = state("ownm", STASH_MAP);
     int foreign = -1;

@@ -39,7 +39,10 @@ static bool value_whole(const void *p, size_t len)
 static stash_worker *join(const char *name, uint32_t index, uint32_t p)
 {
     stash_worker *w;
-    int rc = stash_worker_open(name, &(stash_worker_opts){.index = index, .parallelism = p}, &w);
+    int rc = stash_worker_open(
+        name,
+        &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = index, .parallelism = p},
+        &w);
     cr_assert_eq(rc, 0, "%s", stash_errmsg());
     return w;
 }
@@ -47,7 +50,8 @@ static stash_worker *join(const char *name, uint32_t index, uint32_t p)
 static stash_state *get_state(stash_worker *w, const char *name, stash_kind kind)
 {
     stash_state *s = NULL;
-    stash_state_get(w, &(stash_state_desc){.name = name, .kind = kind}, &s);
+    stash_state_get(
+        w, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = name, .kind = kind}, &s);
     return s;
 }
 
@@ -80,7 +84,10 @@ static int read_foreign(void *arg)
 {
     reader_args *r = arg;
     stash_worker *w;
-    if (stash_worker_open(r->name, &(stash_worker_opts){.index = 1, .parallelism = 2}, &w))
+    if (stash_worker_open(
+            r->name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 1, .parallelism = 2},
+            &w))
         return 1;
     stash_state *v = get_state(w, "v", STASH_VALUE), *l = get_state(w, "l", STASH_LIST);
     if (!v || !l) return 2;
@@ -168,7 +175,10 @@ typedef struct finder_args {
 static int find_keys(finder_args *f)
 {
     stash_worker *w;
-    if (stash_worker_open(f->name, &(stash_worker_opts){.index = 1, .parallelism = 2}, &w))
+    if (stash_worker_open(
+            f->name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 1, .parallelism = 2},
+            &w))
         return 1;
     stash_state *v = get_state(w, "v", STASH_VALUE);
     if (!v) return 2;
@@ -261,7 +271,10 @@ static int write_forever(void *arg)
 {
     writer_args *wa = arg;
     stash_worker *w;
-    if (stash_worker_open(wa->name, &(stash_worker_opts){.index = 0, .parallelism = 1}, &w))
+    if (stash_worker_open(
+            wa->name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 1},
+            &w))
         return 1;
     stash_state *v = get_state(w, "v", STASH_VALUE), *l = get_state(w, "l", STASH_LIST),
                 *m = get_state(w, "m", STASH_MAP);
@@ -343,7 +356,11 @@ Test(procs, an_owner_killed_mid_write_leaves_a_consistent_table, .timeout = 600)
 static int write_and_die(void *arg)
 {
     stash_worker *w;
-    if (stash_worker_open(arg, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w)) return 1;
+    if (stash_worker_open(
+            arg,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 2},
+            &w))
+        return 1;
     stash_state *v = get_state(w, "v", STASH_VALUE);
     for (uint32_t k = 0; k < 100; k++) {
         stash_key_set(w, &k, sizeof k);
@@ -397,8 +414,10 @@ static int use_parents_handle(void *arg)
     if (stash_value_put(f->v, &v, sizeof v) != STASH_ENOKEY) return 4;
     if (stash_barrier(f->w, &ev) != STASH_EFORK) return 5;
     stash_state *s;
-    if (stash_state_get(f->w, &(stash_state_desc){.name = "x", .kind = STASH_VALUE}, &s) !=
-        STASH_EFORK)
+    if (stash_state_get(
+            f->w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "x", .kind = STASH_VALUE},
+            &s) != STASH_EFORK)
         return 6;
     stash_worker_close(f->w);
     return 0;
@@ -410,8 +429,12 @@ Test(procs, a_handle_used_in_a_forked_child_is_refused_and_the_parent_goes_on, .
     stash_arena *a = test_arena_create("forked", 0, 8, name);
     forked_use f;
     cr_assert_eq(stash_worker_open(name, NULL, &f.w), 0);
-    cr_assert_eq(stash_state_get(f.w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &f.v),
-                 0);
+    cr_assert_eq(
+        stash_state_get(
+            f.w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &f.v),
+        0);
     uint64_t k = 1, v = 7;
     stash_key_set(f.w, &k, sizeof k);
     cr_assert_eq(stash_value_put(f.v, &v, sizeof v), 0);

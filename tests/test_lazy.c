@@ -39,8 +39,12 @@ static uint64_t value_of(uint64_t k)
 static stash_state *value_state(stash_worker *w)
 {
     stash_state *s;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s), 0,
-                 "%s", stash_errmsg());
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &s),
+        0, "%s", stash_errmsg());
     return s;
 }
 
@@ -61,7 +65,10 @@ static void checkpoint_of(uint64_t id, uint64_t (*value)(uint64_t))
     char name[96];
     stash_arena *a = test_arena_create("lazysrc", 64u << 20, KGS, name);
     stash_worker *w;
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    cr_assert_eq(
+        stash_worker_open(
+            name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w),
+        0);
     stash_state *s = value_state(w);
     for (uint64_t k = 0; k < KEYS; k++) {
         uint64_t v = value(k);
@@ -148,7 +155,10 @@ Test(lazy, a_touch_restores_that_key_group_alone_for_owners_and_readers)
     char name[96];
     stash_arena *a = begin("lazy1", name);
     stash_worker *w, *r;
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    cr_assert_eq(
+        stash_worker_open(
+            name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w),
+        0);
     stash_state *s = value_state(w);
     uint64_t k = key_in(5);
     stash_bytes b;
@@ -169,7 +179,10 @@ Test(lazy, a_touch_restores_that_key_group_alone_for_owners_and_readers)
         stash_worker *rd;
         if (stash_reader_open(name, NULL, &rd)) _exit(1);
         stash_state *rs;
-        if (stash_state_get(rd, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &rs))
+        if (stash_state_get(rd,
+                            &(stash_state_desc){
+                                .sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+                            &rs))
             _exit(2);
         stash_bytes v;
         if (stash_key_set(rd, &rk, sizeof rk) || stash_value_get(rs, &v)) _exit(3);
@@ -243,7 +256,10 @@ Test(lazy, a_restorer_killed_midway_is_taken_over, .timeout = 120)
         cr_assert_eq(ckpt_lazy_fill(a, NULL, NULL), 0, "%s", stash_errmsg());
         cr_assert_eq(left(a), 0);
         stash_worker *w;
-        cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+        cr_assert_eq(
+            stash_worker_open(
+                name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w),
+            0);
         expect_all(w);
         cr_assert_eq(entries(a), KEYS, "no key twice, none left over");
         stash_worker_close(w);
@@ -262,7 +278,10 @@ Test(lazy, what_a_dead_restorer_wrote_is_cleared_before_the_key_group_comes_agai
     /* A key the checkpoint does not have, then key group 3 as a restorer
      * that died part-way leaves it: claimed by a thread that is gone. */
     stash_worker *w;
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    cr_assert_eq(
+        stash_worker_open(
+            name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w),
+        0);
     stash_state *s = value_state(w);
     uint64_t stray = k, v = 1;
     while (stash_key_group(&stray, sizeof stray, KGS) != 3 || stray < KEYS) stray++;
@@ -273,7 +292,10 @@ Test(lazy, what_a_dead_restorer_wrote_is_cleared_before_the_key_group_comes_agai
     atomic_store(&a->tables[3].lazy, SHM_LAZY_CLAIMED | (uint32_t)gone);
     atomic_fetch_add(&a->control->lazy_left, 1);
     stash_worker_close(w);
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    cr_assert_eq(
+        stash_worker_open(
+            name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w),
+        0);
     s = value_state(w);
     cr_assert_eq(stash_key_set(w, &stray, sizeof stray), 0, "%s", stash_errmsg());
     stash_bytes b;
@@ -309,7 +331,10 @@ Test(lazy, a_relative_path_is_kept_absolute_for_processes_that_run_elsewhere)
     snprintf(want, sizeof want, "%s/chk-1", dir);
     cr_assert_str_eq(a->control->lazy_path, want);
     stash_worker *w;
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    cr_assert_eq(
+        stash_worker_open(
+            name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w),
+        0);
     expect_all(w);
     stash_worker_close(w);
     cr_assert_eq(chdir(here), 0);
@@ -345,7 +370,10 @@ Test(lazy, a_damaged_block_fails_its_key_group_alone)
     char name[96];
     stash_arena *a = begin("lazy4", name);
     stash_worker *w;
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    cr_assert_eq(
+        stash_worker_open(
+            name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w),
+        0);
     uint64_t bad = key_in(6), good = key_in(7);
     int rc = stash_key_set(w, &bad, sizeof bad);
     cr_assert_eq(rc, STASH_ECORRUPT, "%d: %s", rc, stash_errmsg());
@@ -409,7 +437,10 @@ Test(lazy, a_checkpoint_during_the_restore_copies_the_blocks_not_there_at_its_cu
     snprintf(path, sizeof path, "%s/chk-1", dir);
     stash_arena *a = begin("lazy5", name);
     stash_worker *w;
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    cr_assert_eq(
+        stash_worker_open(
+            name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w),
+        0);
     stash_state *s = value_state(w);
     uint64_t k5 = key_in(5), k9 = key_in(9), v5 = 111, v9 = 222;
     /* Key group 5 comes before the cut and changes; 9 only after it. */
@@ -439,7 +470,10 @@ Test(lazy, a_checkpoint_during_the_restore_copies_the_blocks_not_there_at_its_cu
     stash_arena_destroy(name, NULL);
     char other[96];
     stash_arena *b = restored("lazy5r", 2, other);
-    cr_assert_eq(stash_worker_open(other, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    cr_assert_eq(
+        stash_worker_open(
+            other, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w),
+        0);
     s = value_state(w);
     for (uint64_t k = 0; k < KEYS; k++) {
         stash_bytes got;
@@ -460,7 +494,10 @@ static void write_second(uint64_t k7, uint64_t v7, uint64_t gone)
     char name[96];
     stash_arena *a = restored("lazy6src", 1, name);
     stash_worker *w;
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    cr_assert_eq(
+        stash_worker_open(
+            name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w),
+        0);
     stash_state *s = value_state(w);
     cr_assert_eq(stash_key_set(w, &k7, sizeof k7), 0);
     cr_assert_eq(stash_value_put(s, &v7, sizeof v7), 0);
@@ -498,7 +535,10 @@ Test(lazy, a_whole_restore_takes_the_key_groups_of_a_lazy_one)
     cr_assert_eq(left(a), 0, "every key group taken over");
     cr_assert_not(ckpt_lazy_pending(a));
     stash_worker *w;
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    cr_assert_eq(
+        stash_worker_open(
+            name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w),
+        0);
     stash_state *s = value_state(w);
     for (uint64_t k = 0; k < KEYS; k++) {
         stash_bytes b;
@@ -526,10 +566,16 @@ static const char *svc_name;
 static int service_main(void *arg)
 {
     (void)arg;
-    stash_arena_opts ao = {.size = 64u << 20, .max_parallelism = KGS, .backend = test_backend()};
+    stash_arena_opts ao = {.sz = sizeof(stash_arena_opts),
+                           .size = 64u << 20,
+                           .max_parallelism = KGS,
+                           .backend = test_backend()};
     stash_service *s;
     if (stash_service_start(
-            svc_name, &(stash_service_opts){.arena = &ao, .dir = dir, .lazy_restore = 1}, &s) < 0) {
+            svc_name,
+            &(stash_service_opts){
+                .sz = sizeof(stash_service_opts), .arena = &ao, .dir = dir, .lazy_restore = 1},
+            &s) < 0) {
         fprintf(stderr, "service: %s\n", stash_errmsg());
         return 20;
     }
@@ -551,9 +597,15 @@ static int check_worker(void *arg)
 {
     (void)arg;
     stash_worker *w;
-    if (stash_worker_open(svc_name, &(stash_worker_opts){.parallelism = 1}, &w)) return 1;
+    if (stash_worker_open(
+            svc_name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w))
+        return 1;
     stash_state *s;
-    if (stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s)) return 2;
+    if (stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &s))
+        return 2;
     for (uint64_t k = 0; k < KEYS; k++) {
         stash_bytes b;
         if (stash_key_set(w, &k, sizeof k) || stash_value_get(s, &b)) return 3;
@@ -597,7 +649,10 @@ Test(lazy, a_service_serves_at_once_checkpoints_and_survives_a_kill, .timeout = 
     cr_assert_eq(out.records, KEYS);
     ckpt_restored_free(&out);
     stash_worker *w;
-    cr_assert_eq(stash_worker_open(other, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    cr_assert_eq(
+        stash_worker_open(
+            other, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w),
+        0);
     expect_all(w);
     stash_worker_close(w);
     stash_arena_close(b);
@@ -624,9 +679,15 @@ static int fallback_worker(void *arg)
 {
     fallback_run *run = arg;
     stash_worker *w;
-    if (stash_worker_open(svc_name, &(stash_worker_opts){.parallelism = 1}, &w)) return 1;
+    if (stash_worker_open(
+            svc_name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w))
+        return 1;
     stash_state *s;
-    if (stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s)) return 2;
+    if (stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &s))
+        return 2;
     if (write(run->ready[1], "x", 1) != 1) return 3;
     stash_arena *a = stash_worker_arena(w);
     stash_event ev = {0};
@@ -711,7 +772,10 @@ static void fall_back_with_a_worker(bool before)
     char other[96];
     stash_arena *b = restored("lazyfb2", info.id, other);
     stash_worker *w;
-    cr_assert_eq(stash_worker_open(other, &(stash_worker_opts){.parallelism = 1}, &w), 0);
+    cr_assert_eq(
+        stash_worker_open(
+            other, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w),
+        0);
     stash_state *s = value_state(w);
     for (uint64_t k = 0; k < KEYS; k++) {
         stash_bytes v;
@@ -744,14 +808,19 @@ Test(lazy, a_damaged_checkpoint_restored_lazily_with_nothing_to_fall_back_to_sto
     snprintf(own, sizeof own, "%s/own", dir);
     snprintf(from, sizeof from, "%s/chk-1", dir);
     snprintf(name, sizeof name, "%s", test_arena_name("lazystop"));
-    stash_arena_opts ao = {.size = 64u << 20, .max_parallelism = KGS, .backend = test_backend()};
+    stash_arena_opts ao = {.sz = sizeof(stash_arena_opts),
+                           .size = 64u << 20,
+                           .max_parallelism = KGS,
+                           .backend = test_backend()};
     stash_service *s;
-    cr_assert_eq(
-        stash_service_start(
-            name,
-            &(stash_service_opts){.arena = &ao, .dir = own, .restore = from, .lazy_restore = 1},
-            &s),
-        0, "%s", stash_errmsg());
+    cr_assert_eq(stash_service_start(name,
+                                     &(stash_service_opts){.sz = sizeof(stash_service_opts),
+                                                           .arena = &ao,
+                                                           .dir = own,
+                                                           .restore = from,
+                                                           .lazy_restore = 1},
+                                     &s),
+                 0, "%s", stash_errmsg());
     /* The background pass meets key group 6: the engine stops, saying why. */
     uint64_t until = shm_now_ns() + 60000000000ull;
     int stopped;

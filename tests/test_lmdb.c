@@ -32,8 +32,12 @@ static stash_arena *create_kgs(const char *tag, stash_backend backend, uint32_t 
     const char *n = test_arena_name(tag);
     snprintf(name, 96, "%s", n);
     stash_arena *a;
-    int rc = stash_arena_create(
-        n, &(stash_arena_opts){.size = 16u << 20, .max_parallelism = maxp, .backend = backend}, &a);
+    int rc = stash_arena_create(n,
+                                &(stash_arena_opts){.sz = sizeof(stash_arena_opts),
+                                                    .size = 16u << 20,
+                                                    .max_parallelism = maxp,
+                                                    .backend = backend},
+                                &a);
     cr_assert_eq(rc, 0, "create %s: %s", n, stash_errmsg());
     return a;
 }
@@ -52,8 +56,10 @@ static void destroy(stash_arena *a, const char *name)
 static stash_state *state(stash_worker *w, const char *name, stash_kind kind)
 {
     stash_state *s;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = name, .kind = kind}, &s), 0, "%s",
-                 stash_errmsg());
+    cr_assert_eq(
+        stash_state_get(
+            w, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = name, .kind = kind}, &s),
+        0, "%s", stash_errmsg());
     return s;
 }
 
@@ -187,7 +193,9 @@ typedef struct writer {
 static int child_value(const char *name, const char *state, stash_worker **w, stash_state **v)
 {
     if (stash_worker_open(name, NULL, w) < 0) return -1;
-    return stash_state_get(*w, &(stash_state_desc){.name = state, .kind = STASH_VALUE}, v);
+    return stash_state_get(
+        *w, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = state, .kind = STASH_VALUE},
+        v);
 }
 
 /* Forks fn with x, waits for its byte, and kills it with -9 up to
@@ -381,7 +389,10 @@ static int large_state(void *arg)
     stash_worker *w;
     if (stash_worker_open(name, NULL, &w) < 0) return 10;
     stash_state *v;
-    if (stash_state_get(w, &(stash_state_desc){.name = "large", .kind = STASH_VALUE}, &v) < 0)
+    if (stash_state_get(w,
+                        &(stash_state_desc){
+                            .sz = sizeof(stash_state_desc), .name = "large", .kind = STASH_VALUE},
+                        &v) < 0)
         return 11;
     static uint8_t value[1000];
     for (uint64_t k = 0; k < STATE_KEYS; k++) {
@@ -439,8 +450,10 @@ static int run_engine(void *arg)
 {
     engine_args *x = arg;
     stash_service *s;
-    if (stash_service_start(x->name, &(stash_service_opts){.dir = x->dir, .incremental = 1}, &s) <
-        0)
+    if (stash_service_start(x->name,
+                            &(stash_service_opts){
+                                .sz = sizeof(stash_service_opts), .dir = x->dir, .incremental = 1},
+                            &s) < 0)
         return 20;
     while (!stash_service_stopped(s)) usleep(5000);
     stash_service_stop(s);
@@ -524,7 +537,8 @@ Test(lmdb, a_full_disk_fails_the_write_and_keeps_what_was_committed, .timeout = 
     snprintf(name, sizeof name, "%s", test_arena_name("lmfull"));
     stash_arena *a;
     cr_assert_eq(stash_arena_create(name,
-                                    &(stash_arena_opts){.size = 16u << 20,
+                                    &(stash_arena_opts){.sz = sizeof(stash_arena_opts),
+                                                        .size = 16u << 20,
                                                         .max_parallelism = 1,
                                                         .backend = STASH_BACKEND_LMDB,
                                                         .lmdb_dir = envs},
@@ -588,12 +602,16 @@ Test(lmdb, two_workers_and_the_engine_in_one_process_share_each_environment, .ti
     cr_assert_not_null(mkdtemp(dir));
     in_process x = {.a = create("lmproc", STASH_BACKEND_LMDB, name)};
     stash_service *s;
-    cr_assert_eq(stash_service_start(name, &(stash_service_opts){.dir = dir}, &s), 0, "%s",
-                 stash_errmsg());
+    cr_assert_eq(stash_service_start(
+                     name, &(stash_service_opts){.sz = sizeof(stash_service_opts), .dir = dir}, &s),
+                 0, "%s", stash_errmsg());
     for (uint32_t i = 0; i < 2; i++) {
         cr_assert_eq(
-            stash_worker_open(name, &(stash_worker_opts){.index = i, .parallelism = 2}, &x.w[i]), 0,
-            "%s", stash_errmsg());
+            stash_worker_open(
+                name,
+                &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = i, .parallelism = 2},
+                &x.w[i]),
+            0, "%s", stash_errmsg());
         x.v[i] = state(x.w[i], "v", STASH_VALUE);
     }
     for (uint64_t k = 0; k < KEYS; k++) put_owned(&x, k, k * 7);
@@ -645,10 +663,14 @@ static void *read_key_group_0(void *arg)
 {
     reader_args *r = arg;
     stash_worker *w;
-    r->rc = stash_worker_open(r->name, &(stash_worker_opts){.index = 1, .parallelism = 2}, &w);
+    r->rc = stash_worker_open(
+        r->name,
+        &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 1, .parallelism = 2}, &w);
     if (r->rc) return NULL;
     stash_state *v;
-    r->rc = stash_state_get(w, &(stash_state_desc){.name = "big", .kind = STASH_VALUE}, &v);
+    r->rc = stash_state_get(
+        w, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "big", .kind = STASH_VALUE},
+        &v);
     for (uint64_t k = 0; r->rc == 0 && !atomic_load(&r->stop); k = (k + 1) % 64, r->reads++) {
         stash_bytes b;
         stash_key_set(w, &k, sizeof k);
@@ -665,8 +687,12 @@ Test(lmdb, a_map_grows_while_another_thread_of_the_process_reads_it, .timeout = 
     char name[96];
     stash_arena *a = create_kgs("lmremap", STASH_BACKEND_LMDB, 2, name);
     stash_worker *w;
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w),
-                 0);
+    cr_assert_eq(
+        stash_worker_open(
+            name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 2},
+            &w),
+        0);
     stash_state *v = state(w, "big", STASH_VALUE);
     reader_args r = {.name = name};
     pthread_t t;
@@ -702,7 +728,8 @@ Test(lmdb, an_environment_directory_another_user_made_is_refused, .timeout = 60)
     cr_assert_eq(symlink("/var/tmp/stash-lmown-target", planted), 0);
     stash_arena *a;
     cr_assert_eq(stash_arena_create(name,
-                                    &(stash_arena_opts){.size = 16u << 20,
+                                    &(stash_arena_opts){.sz = sizeof(stash_arena_opts),
+                                                        .size = 16u << 20,
                                                         .max_parallelism = 1,
                                                         .backend = STASH_BACKEND_LMDB,
                                                         .lmdb_dir = envs},

@@ -31,7 +31,7 @@
 static stash_state *state_of(stash_worker *w, const char *name, stash_kind kind)
 {
     stash_state *s;
-    stash_state_desc d = {.name = name, .kind = kind};
+    stash_state_desc d = {.sz = sizeof(stash_state_desc), .name = name, .kind = kind};
     if (kind == STASH_REDUCING) d.reduce = test_sum_reduce;
     cr_assert_eq(stash_state_get(w, &d, &s), 0, "%s", stash_errmsg());
     return s;
@@ -67,10 +67,18 @@ Test(metrics, every_operation_is_counted_by_its_worker_and_kind, .timeout = 120)
     char name[96], check[1024], out[65536];
     stash_arena *a = test_arena_create("metrics", 64u << 20, 128, name);
     stash_worker *w0, *w1;
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w0),
-                 0);
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 1, .parallelism = 2}, &w1),
-                 0);
+    cr_assert_eq(
+        stash_worker_open(
+            name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 2},
+            &w0),
+        0);
+    cr_assert_eq(
+        stash_worker_open(
+            name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 1, .parallelism = 2},
+            &w1),
+        0);
     stash_state *v = state_of(w0, "v", STASH_VALUE), *l = state_of(w0, "l", STASH_LIST),
                 *m = state_of(w0, "m", STASH_MAP), *r = state_of(w0, "r", STASH_REDUCING);
     stash_bytes b;
@@ -148,8 +156,10 @@ Test(metrics, checkpoints_the_restore_rollbacks_and_io_are_counted, .timeout = 1
     make_dir(dir, "totals");
     stash_arena *a = test_arena_create("metrics-totals", 64u << 20, 128, name);
     stash_service *svc;
-    cr_assert_eq(stash_service_start(name, &(stash_service_opts){.dir = dir}, &svc), 0, "%s",
-                 stash_errmsg());
+    cr_assert_eq(
+        stash_service_start(
+            name, &(stash_service_opts){.sz = sizeof(stash_service_opts), .dir = dir}, &svc),
+        0, "%s", stash_errmsg());
     stash_worker *w;
     cr_assert_eq(stash_worker_open(name, NULL, &w), 0);
     stash_state *v = state_of(w, "v", STASH_VALUE);
@@ -175,8 +185,10 @@ Test(metrics, checkpoints_the_restore_rollbacks_and_io_are_counted, .timeout = 1
     cr_assert(strstr(out, "\"completed_total\": 2, \"failed_total\": 0,"), "%s", out);
     /* A replacement that rolls back counts a rollback for its index. */
     stash_worker_close(w);
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.rollback = 1}, &w), 0, "%s",
-                 stash_errmsg());
+    cr_assert_eq(
+        stash_worker_open(name,
+                          &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .rollback = 1}, &w),
+        0, "%s", stash_errmsg());
     cr_assert_eq(ops_of(a, 0).rollbacks, 1);
     cr_assert_eq(ops_of(a, 0).value_writes, 1000, "the index's counts go on");
     stash_worker_close(w);
@@ -184,8 +196,10 @@ Test(metrics, checkpoints_the_restore_rollbacks_and_io_are_counted, .timeout = 1
     stash_arena_close(a);
     stash_arena_destroy(name, NULL);
     /* A service that creates the arena from the checkpoint says so. */
-    cr_assert_eq(stash_service_start(name, &(stash_service_opts){.dir = dir}, &svc), 0, "%s",
-                 stash_errmsg());
+    cr_assert_eq(
+        stash_service_start(
+            name, &(stash_service_opts){.sz = sizeof(stash_service_opts), .dir = dir}, &svc),
+        0, "%s", stash_errmsg());
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
     stash_service_info_get(a, &sv);
     cr_assert_eq(sv.restored_id, info.id);

@@ -31,10 +31,16 @@ static void start_job(job *j)
     snprintf(j->name, sizeof j->name, "%s", n);
     snprintf(j->dir, sizeof j->dir, "/var/tmp/stash-opstate-XXXXXX");
     cr_assert_not_null(mkdtemp(j->dir));
-    stash_arena_opts ao = {.size = 16u << 20, .max_parallelism = MAXP, .backend = test_backend()};
-    cr_assert_eq(stash_service_start(j->name, &(stash_service_opts){.arena = &ao, .dir = j->dir},
-                                     &j->service),
-                 0, "%s", stash_errmsg());
+    stash_arena_opts ao = {.sz = sizeof(stash_arena_opts),
+                           .size = 16u << 20,
+                           .max_parallelism = MAXP,
+                           .backend = test_backend()};
+    cr_assert_eq(
+        stash_service_start(
+            j->name,
+            &(stash_service_opts){.sz = sizeof(stash_service_opts), .arena = &ao, .dir = j->dir},
+            &j->service),
+        0, "%s", stash_errmsg());
     cr_assert_eq(stash_arena_open(j->name, NULL, &j->arena), 0);
 }
 
@@ -50,9 +56,12 @@ static void open_workers(job *j, uint32_t p)
 {
     j->p = p;
     for (uint32_t i = 0; i < p; i++)
-        cr_assert_eq(stash_worker_open(j->name, &(stash_worker_opts){.index = i, .parallelism = p},
-                                       &j->w[i]),
-                     0, "worker %u of %u: %s", i, p, stash_errmsg());
+        cr_assert_eq(
+            stash_worker_open(
+                j->name,
+                &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = i, .parallelism = p},
+                &j->w[i]),
+            0, "worker %u of %u: %s", i, p, stash_errmsg());
 }
 
 static void close_workers(job *j)
@@ -63,8 +72,10 @@ static void close_workers(job *j)
 static stash_state *state(stash_worker *w, const char *name, stash_kind kind)
 {
     stash_state *s;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = name, .kind = kind}, &s), 0, "%s",
-                 stash_errmsg());
+    cr_assert_eq(
+        stash_state_get(
+            w, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = name, .kind = kind}, &s),
+        0, "%s", stash_errmsg());
     return s;
 }
 
@@ -260,3 +271,4 @@ Test(opstate, every_new_worker_gets_the_broadcast_state_one_old_worker_had, .tim
         stop_job(&j);
     }
 }
+

@@ -162,7 +162,12 @@ Test(rados, calls_fail_within_their_timeout_while_the_osd_is_down)
 static void put_all(stash_worker *w, uint64_t n, uint64_t mult)
 {
     stash_state *v;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &v),
+        0);
     for (uint64_t k = 0; k < n; k++) {
         uint64_t x = k * mult;
         stash_key_set(w, &k, sizeof k);
@@ -174,7 +179,12 @@ static void put_all(stash_worker *w, uint64_t n, uint64_t mult)
 static void check_all(stash_worker *w, uint64_t n, uint64_t mult)
 {
     stash_state *v;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &v),
+        0);
     for (uint64_t k = 0; k < n; k++) {
         stash_bytes b;
         stash_key_set(w, &k, sizeof k);
@@ -207,7 +217,8 @@ static void lose_all(const char *name, stash_arena *a, stash_worker *w, stash_se
 /* A service's options for the rados storage of job, its copy in local. */
 static stash_service_opts rados_opts(const char *local, const char *job)
 {
-    return (stash_service_opts){.storage = STASH_STORAGE_RADOS,
+    return (stash_service_opts){.sz = sizeof(stash_service_opts),
+                                .storage = STASH_STORAGE_RADOS,
                                 .dir = local,
                                 .pool = "stash",
                                 .ceph_conf = conf,
@@ -256,8 +267,10 @@ Test(rados, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_from
      * checkpoint in the pool (from the directory's copy of it). */
     put_all(w, 1000, 5);
     stash_worker_close(w);
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.rollback = 1}, &w), 0, "%s",
-                 stash_errmsg());
+    cr_assert_eq(
+        stash_worker_open(name,
+                          &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .rollback = 1}, &w),
+        0, "%s", stash_errmsg());
     check_all(w, 1000, 4);
     /* The arena and its local copies lost: a new one comes back from RADOS. */
     lose_all(name, a, w, svc, local);
@@ -266,10 +279,17 @@ Test(rados, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_from
     unsigned found = 0;
     for (uint32_t i = 0; i < 3; i++) {
         cr_assert_eq(
-            stash_worker_open(name, &(stash_worker_opts){.index = i, .parallelism = 3}, &w), 0,
-            "%s", stash_errmsg());
+            stash_worker_open(
+                name,
+                &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = i, .parallelism = 3},
+                &w),
+            0, "%s", stash_errmsg());
         stash_state *v;
-        cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v),
+        cr_assert_eq(stash_state_get(w,
+                                     &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                         .name = "v",
+                                                         .kind = STASH_VALUE},
+                                     &v),
                      0);
         stash_worker_info me;
         stash_worker_info_get(w, &me);
@@ -348,7 +368,7 @@ Test(rados, the_snapshot_tool_reads_and_writes_rados_urls)
     snprintf(restore, sizeof restore, "rados://stash/moved/savepoint-%llu",
              (unsigned long long)info.id);
     test_remove_dir(local);
-    stash_service_opts fs = {.dir = local, .restore = restore};
+    stash_service_opts fs = {.sz = sizeof(stash_service_opts), .dir = local, .restore = restore};
     cr_assert_eq(stash_service_start(name, &fs, &svc), 0, "%s", stash_errmsg());
     cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
     check_all(w, 100, 7);
@@ -407,7 +427,12 @@ Test(rados, an_incremental_chain_goes_up_once_a_file_and_comes_back_whole)
     stash_worker *w;
     cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
     stash_state *v;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &v),
+        0);
     put_all(w, 500, 1);
     stash_checkpoint_info info;
     cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", info.detail);
@@ -443,7 +468,12 @@ Test(rados, an_incremental_chain_goes_up_once_a_file_and_comes_back_whole)
     lose_all(name, a, w, svc, local);
     cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
     cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &v),
+        0);
     for (uint64_t k = 0; k < 500; k++) {
         stash_bytes b;
         stash_key_set(w, &k, sizeof k);

@@ -167,15 +167,22 @@ static stash_worker *open_worker(const host *h, uint32_t index, uint32_t p)
     }
     stash_worker *w;
     cr_assert_eq(
-        stash_worker_open(h->arena, &(stash_worker_opts){.index = index, .parallelism = p}, &w), 0,
-        "%s: %s", h->arena, stash_errmsg());
+        stash_worker_open(
+            h->arena,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = index, .parallelism = p},
+            &w),
+        0, "%s: %s", h->arena, stash_errmsg());
     return w;
 }
 
 static stash_state *count_of(stash_worker *w)
 {
     stash_state *s;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE}, &s),
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "count",
+                                                     .kind = STASH_VALUE},
+                                 &s),
                  0, "%s", stash_errmsg());
     return s;
 }
@@ -373,10 +380,13 @@ Test(rados_job, three_hosts_a_host_lost_and_the_leader_killed)
      * round 1 from its host's part of the job's newest checkpoint. */
     write_all(&jw, 2);
     stash_worker_close(jw.w[1]);
-    cr_assert_eq(
-        stash_worker_open(
-            b->arena, &(stash_worker_opts){.index = 1, .parallelism = 3, .rollback = 1}, &jw.w[1]),
-        0, "%s", stash_errmsg());
+    cr_assert_eq(stash_worker_open(b->arena,
+                                   &(stash_worker_opts){.sz = sizeof(stash_worker_opts),
+                                                        .index = 1,
+                                                        .parallelism = 3,
+                                                        .rollback = 1},
+                                   &jw.w[1]),
+                 0, "%s", stash_errmsg());
     check_round(jw.w[1], 1, 3, 1);
     write_round(jw.w[1], 1, 3, 2);
 
@@ -403,10 +413,12 @@ Test(rados_job, three_hosts_a_host_lost_and_the_leader_killed)
      * round 1, of the job's checkpoint. */
     write_round(jw.w[lost], (uint32_t)lost, 3, 2);
     stash_worker_close(jw.w[lost]);
-    cr_assert_eq(stash_worker_open(
-                     hosts[taker].arena,
-                     &(stash_worker_opts){.index = (uint32_t)lost, .parallelism = 3, .rollback = 1},
-                     &jw.w[lost]),
+    cr_assert_eq(stash_worker_open(hosts[taker].arena,
+                                   &(stash_worker_opts){.sz = sizeof(stash_worker_opts),
+                                                        .index = (uint32_t)lost,
+                                                        .parallelism = 3,
+                                                        .rollback = 1},
+                                   &jw.w[lost]),
                  0, "%s", stash_errmsg());
     stash_event ev;
     cr_assert_eq(stash_barrier(jw.w[lost], &ev), 1, "%s", stash_errmsg());
@@ -852,7 +864,10 @@ Test(rados_job, a_second_service_of_a_host_fences_the_first_and_stale_arenas_res
     await_fenced(w);
     stash_worker_close(w);
     cr_assert_eq(
-        stash_worker_open(b->arena, &(stash_worker_opts){.index = 0, .parallelism = 1}, &w),
+        stash_worker_open(
+            b->arena,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 1},
+            &w),
         STASH_EFENCED, "a worker opening on the fenced arena");
     /* The job goes on with the second one: its parts are committed. */
     write_round(w2, 0, 1, 3);
@@ -984,15 +999,20 @@ Test(rados_job, a_job_checkpoint_reads_and_restores_as_one)
     /* Host a's arena numbers its states otherwise than the others': a
      * state of its own first. Each worker keeps an offset in operator state. */
     stash_state *other, *offset;
-    cr_assert_eq(
-        stash_state_get(w[0], &(stash_state_desc){.name = "other", .kind = STASH_VALUE}, &other),
-        0);
+    cr_assert_eq(stash_state_get(w[0],
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "other",
+                                                     .kind = STASH_VALUE},
+                                 &other),
+                 0);
     cr_assert_eq(stash_key_set(w[0], "x", 1), 0);
     cr_assert_eq(stash_value_put(other, "y", 1), 0);
     for (uint32_t i = 0; i < 3; i++) {
         write_round(w[i], i, 3, 1);
         cr_assert_eq(stash_state_get(w[i],
-                                     &(stash_state_desc){.name = "offset", .kind = STASH_OP_LIST},
+                                     &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                         .name = "offset",
+                                                         .kind = STASH_OP_LIST},
                                      &offset),
                      0);
         stash_bytes at = {&i, sizeof i};
@@ -1035,13 +1055,16 @@ Test(rados_job, a_job_checkpoint_reads_and_restores_as_one)
     snprintf(local, sizeof local, "%s/one", dir);
     snprintf(url, sizeof url, "rados://stash/%s", job);
     stash_service *one;
-    cr_assert_eq(stash_service_start(
-                     name,
-                     &(stash_service_opts){.dir = local,
-                                           .restore = url,
-                                           .arena = &(stash_arena_opts){.max_parallelism = MAXP}},
-                     &one),
-                 0, "%s", stash_errmsg());
+    cr_assert_eq(
+        stash_service_start(
+            name,
+            &(stash_service_opts){.sz = sizeof(stash_service_opts),
+                                  .dir = local,
+                                  .restore = url,
+                                  .arena = &(stash_arena_opts){.sz = sizeof(stash_arena_opts),
+                                                               .max_parallelism = MAXP}},
+            &one),
+        0, "%s", stash_errmsg());
     stash_worker *all;
     cr_assert_eq(stash_worker_open(name, NULL, &all), 0, "%s", stash_errmsg());
     check_round(all, 0, 1, 1);
@@ -1053,7 +1076,11 @@ Test(rados_job, a_job_checkpoint_reads_and_restores_as_one)
      * no one snapshot: refused, naming both. */
     for (uint32_t i = 0; i < 3; i++) w[i] = open_worker(&hosts[i], i, 3);
     cr_assert_eq(
-        stash_state_get(w[1], &(stash_state_desc){.name = "other", .kind = STASH_MAP}, &other), 0);
+        stash_state_get(
+            w[1],
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "other", .kind = STASH_MAP},
+            &other),
+        0);
     char mine[16];
     int len = 0;
     for (unsigned k = 0; k < 1000; k++) {

@@ -43,15 +43,31 @@ static void setup(void)
     arena = test_arena_create("readtool", 16u << 20, 8, name);
     snprintf(dir, sizeof dir, "/tmp/stash-test-readtool-%d", (int)getpid());
     mkdir(dir, 0700);
-    cr_assert_eq(stash_service_start(name, &(stash_service_opts){.dir = dir}, &svc), 0, "%s",
-                 stash_errmsg());
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
-    stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v);
-    stash_state_get(w, &(stash_state_desc){.name = "l", .kind = STASH_LIST}, &l);
-    stash_state_get(w, &(stash_state_desc){.name = "m", .kind = STASH_MAP}, &m);
-    stash_state_get(w, &(stash_state_desc){.name = "r", .kind = STASH_REDUCING, .reduce = concat},
-                    &r);
-    stash_state_get(w, &(stash_state_desc){.name = "ops", .kind = STASH_OP_LIST}, &ops);
+    cr_assert_eq(
+        stash_service_start(
+            name, &(stash_service_opts){.sz = sizeof(stash_service_opts), .dir = dir}, &svc),
+        0, "%s", stash_errmsg());
+    cr_assert_eq(
+        stash_worker_open(
+            name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w),
+        0);
+    stash_state_get(
+        w, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+        &v);
+    stash_state_get(
+        w, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "l", .kind = STASH_LIST},
+        &l);
+    stash_state_get(
+        w, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "m", .kind = STASH_MAP}, &m);
+    stash_state_get(
+        w,
+        &(stash_state_desc){
+            .sz = sizeof(stash_state_desc), .name = "r", .kind = STASH_REDUCING, .reduce = concat},
+        &r);
+    stash_state_get(
+        w,
+        &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "ops", .kind = STASH_OP_LIST},
+        &ops);
     put(v, "alice", "one");
     put(v, "bob", "two");
     cr_assert_eq(stash_state_namespace(v, "n1", 2), 0);

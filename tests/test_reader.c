@@ -30,8 +30,10 @@ static stash_worker *w;
 static void setup(void)
 {
     arena = test_arena_create("reader", 32u << 20, KGS, name);
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0, "%s",
-                 stash_errmsg());
+    cr_assert_eq(
+        stash_worker_open(
+            name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w),
+        0, "%s", stash_errmsg());
 }
 
 static void teardown(void)
@@ -46,7 +48,11 @@ TestSuite(reader, .init = setup, .fini = teardown);
 static stash_state *state_of(stash_worker *h, const char *n, stash_kind kind)
 {
     stash_state *s = NULL;
-    int rc = stash_state_get(h, &(stash_state_desc){.name = n, .kind = kind, .reduce = NULL}, &s);
+    int rc = stash_state_get(
+        h,
+        &(stash_state_desc){
+            .sz = sizeof(stash_state_desc), .name = n, .kind = kind, .reduce = NULL},
+        &s);
     cr_assert_eq(rc, 0, "%s: %s", n, stash_errmsg());
     return s;
 }
@@ -84,10 +90,13 @@ Test(reader, reads_every_keyed_kind_as_the_worker_wrote_it_and_writes_nothing)
 {
     stash_state *v = state_of(w, "v", STASH_VALUE), *l = state_of(w, "l", STASH_LIST),
                 *m = state_of(w, "m", STASH_MAP), *s, *ops = state_of(w, "ops", STASH_OP_LIST);
-    cr_assert_eq(
-        stash_state_get(
-            w, &(stash_state_desc){.name = "sum", .kind = STASH_REDUCING, .reduce = sum}, &s),
-        0);
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "sum",
+                                                     .kind = STASH_REDUCING,
+                                                     .reduce = sum},
+                                 &s),
+                 0);
     (void)ops;
     for (uint64_t k = 0; k < 200; k++) {
         stash_key_set(w, &k, sizeof k);
@@ -105,10 +114,13 @@ Test(reader, reads_every_keyed_kind_as_the_worker_wrote_it_and_writes_nothing)
     stash_worker *r = open_reader();
     stash_state *rv = state_of(r, "v", STASH_VALUE), *rl = state_of(r, "l", STASH_LIST),
                 *rm = state_of(r, "m", STASH_MAP), *rs;
-    cr_assert_eq(
-        stash_state_get(
-            r, &(stash_state_desc){.name = "sum", .kind = STASH_REDUCING, .reduce = sum}, &rs),
-        0);
+    cr_assert_eq(stash_state_get(r,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "sum",
+                                                     .kind = STASH_REDUCING,
+                                                     .reduce = sum},
+                                 &rs),
+                 0);
     cr_assert_eq(stash_state_namespace(rv, "n", 1), 0);
     for (uint64_t k = 0; k < 200; k++) {
         stash_bytes b, key;
@@ -156,26 +168,46 @@ Test(reader, finds_only_what_workers_registered)
     state_of(w, "v", STASH_VALUE);
     stash_worker *r = open_reader();
     stash_state *s;
-    cr_assert_eq(stash_state_get(r, &(stash_state_desc){.name = "nope", .kind = STASH_VALUE}, &s),
+    cr_assert_eq(stash_state_get(r,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "nope",
+                                                     .kind = STASH_VALUE},
+                                 &s),
                  STASH_ENOTFOUND);
     cr_assert(strstr(stash_errmsg(), "nope"), "%s", stash_errmsg());
-    cr_assert_eq(stash_state_get(r, &(stash_state_desc){.name = "v", .kind = STASH_LIST}, &s),
+    cr_assert_eq(
+        stash_state_get(
+            r, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_LIST},
+            &s),
+        STASH_EKIND);
+    cr_assert_eq(stash_state_get(r,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "v",
+                                                     .kind = STASH_VALUE,
+                                                     .ttl.ttl_ms = 5},
+                                 &s),
                  STASH_EKIND);
-    cr_assert_eq(stash_state_get(
-                     r, &(stash_state_desc){.name = "v", .kind = STASH_VALUE, .ttl.ttl_ms = 5}, &s),
-                 STASH_EKIND);
-    cr_assert_eq(stash_state_get(r, &(stash_state_desc){.name = "o", .kind = STASH_OP_LIST}, &s),
-                 -EINVAL);
+    cr_assert_eq(
+        stash_state_get(
+            r,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "o", .kind = STASH_OP_LIST},
+            &s),
+        -EINVAL);
     stash_timers *t;
     cr_assert_eq(stash_timers_get(r, "t", &t), -EINVAL);
     cr_assert(strstr(stash_errmsg(), "timer"), "%s", stash_errmsg());
     /* Nothing of the reader's asking reached the catalog. */
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "nope", .kind = STASH_LIST}, &s), 0,
-                 "a worker registers 'nope' with any kind: %s", stash_errmsg());
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "nope", .kind = STASH_LIST},
+            &s),
+        0, "a worker registers 'nope' with any kind: %s", stash_errmsg());
     /* What the catalog says of a state, for a tool that did not register it. */
     stash_state *ts;
     cr_assert_eq(stash_state_get(w,
-                                 &(stash_state_desc){.name = "t",
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "t",
                                                      .kind = STASH_MAP,
                                                      .ttl = {.ttl_ms = 5000,
                                                              .update = STASH_TTL_ON_READ_AND_WRITE,
@@ -207,8 +239,10 @@ Test(reader, a_checkpoint_completes_with_readers_attached, .timeout = 120)
     snprintf(dir, sizeof dir, "/tmp/stash-test-reader-%d", (int)getpid());
     mkdir(dir, 0700);
     stash_service *svc;
-    cr_assert_eq(stash_service_start(name, &(stash_service_opts){.dir = dir}, &svc), 0, "%s",
-                 stash_errmsg());
+    cr_assert_eq(
+        stash_service_start(
+            name, &(stash_service_opts){.sz = sizeof(stash_service_opts), .dir = dir}, &svc),
+        0, "%s", stash_errmsg());
     stash_state *v = state_of(w, "v", STASH_VALUE);
     uint64_t k = 1;
     stash_key_set(w, &k, sizeof k);
@@ -318,9 +352,16 @@ Test(reader, a_worker_walks_only_the_key_groups_it_owns)
     stash_worker_close(w);
     w = NULL;
     stash_worker *w0, *w1;
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 2}, &w0), 0);
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 1, .parallelism = 2}, &w1),
-                 0);
+    cr_assert_eq(
+        stash_worker_open(
+            name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 2}, &w0),
+        0);
+    cr_assert_eq(
+        stash_worker_open(
+            name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 1, .parallelism = 2},
+            &w1),
+        0);
     stash_state *v = state_of(w0, "v", STASH_VALUE);
     stash_iter it;
     cr_assert_eq(stash_kg_keys_iter(v, 0, NULL, 0, &it), 0);
@@ -351,14 +392,21 @@ Test(reader, reads_as_of_the_newest_complete_checkpoint_or_a_checkpoint_director
     snprintf(dir, sizeof dir, "/tmp/stash-test-reader-chk-%d", (int)getpid());
     mkdir(dir, 0700);
     stash_worker *r;
-    cr_assert_eq(stash_reader_open(name, &(stash_reader_opts){.at_checkpoint = 1}, &r),
-                 STASH_ENOSERVICE, "no service has written checkpoints");
+    cr_assert_eq(
+        stash_reader_open(
+            name, &(stash_reader_opts){.sz = sizeof(stash_reader_opts), .at_checkpoint = 1}, &r),
+        STASH_ENOSERVICE, "no service has written checkpoints");
     stash_service *svc;
     cr_assert_eq(
-        stash_service_start(name, &(stash_service_opts){.dir = dir, .incremental = 1}, &svc), 0,
-        "%s", stash_errmsg());
-    cr_assert_eq(stash_reader_open(name, &(stash_reader_opts){.at_checkpoint = 1}, &r), -ENOENT,
-                 "no checkpoint is complete yet");
+        stash_service_start(
+            name,
+            &(stash_service_opts){.sz = sizeof(stash_service_opts), .dir = dir, .incremental = 1},
+            &svc),
+        0, "%s", stash_errmsg());
+    cr_assert_eq(
+        stash_reader_open(
+            name, &(stash_reader_opts){.sz = sizeof(stash_reader_opts), .at_checkpoint = 1}, &r),
+        -ENOENT, "no checkpoint is complete yet");
     stash_state *v = state_of(w, "v", STASH_VALUE);
     stash_checkpoint_info info;
     for (uint64_t round = 1; round <= 3; round++) {
@@ -371,14 +419,20 @@ Test(reader, reads_as_of_the_newest_complete_checkpoint_or_a_checkpoint_director
     }
     publish();
     stash_worker *live = open_reader(), *pinned;
-    cr_assert_eq(stash_reader_open(name, &(stash_reader_opts){.at_checkpoint = 1}, &pinned), 0,
-                 "%s", stash_errmsg());
+    cr_assert_eq(
+        stash_reader_open(name,
+                          &(stash_reader_opts){.sz = sizeof(stash_reader_opts), .at_checkpoint = 1},
+                          &pinned),
+        0, "%s", stash_errmsg());
     /* The checkpoint directory alone, without an arena. */
     uint64_t id = info.id;
     snprintf(chk, sizeof chk, "%s/chk-%llu", dir, (unsigned long long)id);
     stash_worker *offline;
-    cr_assert_eq(stash_reader_open(NULL, &(stash_reader_opts){.checkpoint_dir = chk}, &offline), 0,
-                 "%s", stash_errmsg());
+    cr_assert_eq(stash_reader_open(
+                     NULL,
+                     &(stash_reader_opts){.sz = sizeof(stash_reader_opts), .checkpoint_dir = chk},
+                     &offline),
+                 0, "%s", stash_errmsg());
     for (uint64_t k = 0; k < 100; k++) {
         cr_assert_eq(read_value(live, k), k * 10 + 3);
         cr_assert_eq(read_value(pinned, k), k * 10 + 2, "as of checkpoint %llu",
@@ -412,16 +466,20 @@ Test(reader, reads_as_of_the_newest_complete_checkpoint_or_a_checkpoint_director
     cr_assert_eq(stat(path, &st), 0, "%s", path);
     {
         cr_assert_eq(truncate(path, st.st_size / 2), 0);
-        int rc = stash_reader_open(NULL, &(stash_reader_opts){.checkpoint_dir = chk}, &offline);
+        int rc = stash_reader_open(
+            NULL, &(stash_reader_opts){.sz = sizeof(stash_reader_opts), .checkpoint_dir = chk},
+            &offline);
         cr_assert(rc == STASH_ECORRUPT || rc == STASH_ETRUNCATED, "rc %d: %s", rc, stash_errmsg());
         char file[32];
         snprintf(file, sizeof file, "shared/%llu.dat", (unsigned long long)id);
         cr_assert(strstr(stash_errmsg(), file) && strstr(stash_errmsg(), "offset"), "%s",
                   stash_errmsg());
     }
-    cr_assert_eq(
-        stash_reader_open(NULL, &(stash_reader_opts){.checkpoint_dir = "/nonexistent"}, &offline),
-        -ENOENT, "%s", stash_errmsg());
+    cr_assert_eq(stash_reader_open(NULL,
+                                   &(stash_reader_opts){.sz = sizeof(stash_reader_opts),
+                                                        .checkpoint_dir = "/nonexistent"},
+                                   &offline),
+                 -ENOENT, "%s", stash_errmsg());
     cr_assert(strstr(stash_errmsg(), "/nonexistent"), "%s", stash_errmsg());
     stash_service_stop(svc);
     test_remove_dir(dir);
@@ -441,7 +499,11 @@ static stash_state *child_reader(const char *arena_name, stash_worker **r)
 {
     stash_state *v;
     if (stash_reader_open(arena_name, NULL, r)) return NULL;
-    if (stash_state_get(*r, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v)) return NULL;
+    if (stash_state_get(
+            *r,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &v))
+        return NULL;
     return v;
 }
 

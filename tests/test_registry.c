@@ -14,7 +14,9 @@
 
 static int open_worker(const char *name, uint32_t index, uint32_t p, stash_worker **w)
 {
-    return stash_worker_open(name, &(stash_worker_opts){.index = index, .parallelism = p}, w);
+    return stash_worker_open(
+        name,
+        &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = index, .parallelism = p}, w);
 }
 
 Test(registry, workers_get_flinks_ranges_and_are_listed)

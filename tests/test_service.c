@@ -81,8 +81,12 @@ typedef struct svc_args {
 static int service_main(void *arg)
 {
     svc_args *v = arg;
-    stash_arena_opts ao = {.size = 32u << 20, .max_parallelism = MAXP, .backend = test_backend()};
-    stash_service_opts o = {.arena = &ao,
+    stash_arena_opts ao = {.sz = sizeof(stash_arena_opts),
+                           .size = 32u << 20,
+                           .max_parallelism = MAXP,
+                           .backend = test_backend()};
+    stash_service_opts o = {.sz = sizeof(stash_service_opts),
+                            .arena = &ao,
                             .dir = v->dir,
                             .timeout_ms = v->timeout_ms,
                             .interval_ms = v->interval_ms,
@@ -230,14 +234,23 @@ static int worker_main(void *arg)
 {
     job *j = arg;
     stash_worker *w;
-    stash_worker_opts wo = {.index = j->index, .parallelism = j->p, .rollback = j->rollback};
+    stash_worker_opts wo = {.sz = sizeof(stash_worker_opts),
+                            .index = j->index,
+                            .parallelism = j->p,
+                            .rollback = j->rollback};
     if (stash_worker_open(j->name, &wo, &w) < 0) {
         fprintf(stderr, "worker %u: %s\n", j->index, stash_errmsg());
         return 10;
     }
     stash_state *count, *offsets;
-    if (stash_state_get(w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE}, &count) ||
-        stash_state_get(w, &(stash_state_desc){.name = "offsets", .kind = STASH_OP_UNION},
+    if (stash_state_get(w,
+                        &(stash_state_desc){
+                            .sz = sizeof(stash_state_desc), .name = "count", .kind = STASH_VALUE},
+                        &count) ||
+        stash_state_get(w,
+                        &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                            .name = "offsets",
+                                            .kind = STASH_OP_UNION},
                         &offsets))
         return 11;
     if (j->ready && write(j->ready, "", 1) != 1) return 15;
@@ -289,12 +302,23 @@ static int worker_main(void *arg)
 static void verify_counts(const char *name, uint32_t old_p, uint64_t *offs)
 {
     stash_worker *w;
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 0, .parallelism = 1}, &w), 0,
-                 "%s", stash_errmsg());
-    stash_state *count, *offsets;
     cr_assert_eq(
-        stash_state_get(w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE}, &count), 0);
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "offsets", .kind = STASH_OP_UNION},
+        stash_worker_open(
+            name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 1},
+            &w),
+        0, "%s", stash_errmsg());
+    stash_state *count, *offsets;
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "count",
+                                                     .kind = STASH_VALUE},
+                                 &count),
+                 0);
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "offsets",
+                                                     .kind = STASH_OP_UNION},
                                  &offsets),
                  0);
     const stash_bytes *el;
@@ -488,10 +512,17 @@ Test(service, a_killed_worker_is_replaced_live_or_rolled_back, .timeout = 240)
     /* Worker 1's key groups now hold exactly checkpoint good's counts:
      * compare with a restore of it. */
     stash_worker *w;
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 1, .parallelism = 2}, &w),
-                 0);
+    cr_assert_eq(
+        stash_worker_open(
+            name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 1, .parallelism = 2},
+            &w),
+        0);
     stash_state *count;
-    stash_state_get(w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE}, &count);
+    stash_state_get(
+        w,
+        &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "count", .kind = STASH_VALUE},
+        &count);
     uint64_t live[KEYS], keys[KEYS];
     keys_of(1, 2, keys);
     for (uint32_t k = 0; k < KEYS; k++) {
@@ -507,9 +538,16 @@ Test(service, a_killed_worker_is_replaced_live_or_rolled_back, .timeout = 240)
     stash_service_info_get(a, &si);
     cr_assert_eq(si.completed, good);
     stash_arena_close(a);
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 1, .parallelism = 2}, &w),
-                 0);
-    stash_state_get(w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE}, &count);
+    cr_assert_eq(
+        stash_worker_open(
+            name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 1, .parallelism = 2},
+            &w),
+        0);
+    stash_state_get(
+        w,
+        &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "count", .kind = STASH_VALUE},
+        &count);
     for (uint32_t k = 0; k < KEYS; k++) {
         stash_bytes v;
         stash_key_set(w, &keys[k], sizeof keys[k]);
@@ -570,13 +608,27 @@ static int opstate_worker(void *arg)
 {
     job *j = arg;
     stash_worker *w;
-    if (stash_worker_open(j->name, &(stash_worker_opts){.index = j->index, .parallelism = j->p},
+    if (stash_worker_open(j->name,
+                          &(stash_worker_opts){.sz = sizeof(stash_worker_opts),
+                                               .index = j->index,
+                                               .parallelism = j->p},
                           &w) < 0)
         return 10;
     stash_state *list, *uni, *bc;
-    if (stash_state_get(w, &(stash_state_desc){.name = "list", .kind = STASH_OP_LIST}, &list) ||
-        stash_state_get(w, &(stash_state_desc){.name = "union", .kind = STASH_OP_UNION}, &uni) ||
-        stash_state_get(w, &(stash_state_desc){.name = "bc", .kind = STASH_OP_BROADCAST}, &bc))
+    if (stash_state_get(w,
+                        &(stash_state_desc){
+                            .sz = sizeof(stash_state_desc), .name = "list", .kind = STASH_OP_LIST},
+                        &list) ||
+        stash_state_get(w,
+                        &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                            .name = "union",
+                                            .kind = STASH_OP_UNION},
+                        &uni) ||
+        stash_state_get(w,
+                        &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                            .name = "bc",
+                                            .kind = STASH_OP_BROADCAST},
+                        &bc))
         return 11;
     for (uint32_t k = 0; k < 10 + j->index; k++) {
         uint32_t el[2] = {j->index, k};
@@ -620,13 +672,27 @@ static void redistribute(uint32_t from, uint32_t to)
     for (uint32_t i = 0; i < from; i++) total += 10 + i;
     for (uint32_t i = 0; i < to; i++) {
         stash_worker *w;
-        cr_assert_eq(
-            stash_worker_open(name, &(stash_worker_opts){.index = i, .parallelism = to}, &w), 0,
-            "%s", stash_errmsg());
+        cr_assert_eq(stash_worker_open(name,
+                                       &(stash_worker_opts){.sz = sizeof(stash_worker_opts),
+                                                            .index = i,
+                                                            .parallelism = to},
+                                       &w),
+                     0, "%s", stash_errmsg());
         stash_state *list, *uni, *bc;
-        stash_state_get(w, &(stash_state_desc){.name = "list", .kind = STASH_OP_LIST}, &list);
-        stash_state_get(w, &(stash_state_desc){.name = "union", .kind = STASH_OP_UNION}, &uni);
-        stash_state_get(w, &(stash_state_desc){.name = "bc", .kind = STASH_OP_BROADCAST}, &bc);
+        stash_state_get(w,
+                        &(stash_state_desc){
+                            .sz = sizeof(stash_state_desc), .name = "list", .kind = STASH_OP_LIST},
+                        &list);
+        stash_state_get(w,
+                        &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                            .name = "union",
+                                            .kind = STASH_OP_UNION},
+                        &uni);
+        stash_state_get(w,
+                        &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                            .name = "bc",
+                                            .kind = STASH_OP_BROADCAST},
+                        &bc);
         const stash_bytes *el;
         size_t n;
         cr_assert_eq(stash_op_list_get(list, &el, &n), 0);
@@ -677,16 +743,31 @@ Test(service, operator_state_api_refuses_other_kinds, .timeout = 240)
     stash_worker *w;
     cr_assert_eq(stash_worker_open(name, NULL, &w), 0);
     stash_state *list, *bc, *val;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "l", .kind = STASH_OP_LIST}, &list),
-                 0);
     cr_assert_eq(
-        stash_state_get(w, &(stash_state_desc){.name = "b", .kind = STASH_OP_BROADCAST}, &bc), 0);
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &val),
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "l", .kind = STASH_OP_LIST},
+            &list),
+        0);
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "b",
+                                                     .kind = STASH_OP_BROADCAST},
+                                 &bc),
                  0);
     cr_assert_eq(
         stash_state_get(
-            w, &(stash_state_desc){.name = "t", .kind = STASH_OP_LIST, .ttl = {.ttl_ms = 5}}, &val),
-        -EINVAL);
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &val),
+        0);
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "t",
+                                                     .kind = STASH_OP_LIST,
+                                                     .ttl = {.ttl_ms = 5}},
+                                 &val),
+                 -EINVAL);
     stash_bytes v;
     cr_assert_eq(stash_broadcast_get(list, "k", 1, &v), STASH_EKIND);
     cr_assert_eq(stash_op_list_add(bc, "x", 1), STASH_EKIND);
@@ -709,8 +790,12 @@ Test(service, operator_state_api_refuses_other_kinds, .timeout = 240)
     stash_checkpoint_info info;
     cr_assert_eq(stash_checkpoint(w->arena, 100, &info), STASH_ENOSERVICE);
     stash_worker_close(w);
-    cr_assert_eq(stash_worker_open(
-                     name, &(stash_worker_opts){.index = 0, .parallelism = 1, .rollback = 1}, &w),
+    cr_assert_eq(stash_worker_open(name,
+                                   &(stash_worker_opts){.sz = sizeof(stash_worker_opts),
+                                                        .index = 0,
+                                                        .parallelism = 1,
+                                                        .rollback = 1},
+                                   &w),
                  STASH_ENOSERVICE);
     stash_arena_destroy(name, NULL);
 }
@@ -912,14 +997,25 @@ Test(service, the_memory_storage_caps_each_checkpoint, .timeout = 240)
     snprintf(leaf, sizeof leaf, "%s.checkpoints", name);
     cr_assert_eq(shm_private_path(SHM_PRIVATE_RUNTIME, leaf, dir, sizeof dir), 0);
     drop_dir(dir);
-    stash_arena_opts ao = {.size = 32u << 20, .max_parallelism = MAXP, .backend = test_backend()};
-    stash_service_opts o = {.arena = &ao, .storage = STASH_STORAGE_MEMORY, .memory_cap = 64u << 10};
+    stash_arena_opts ao = {.sz = sizeof(stash_arena_opts),
+                           .size = 32u << 20,
+                           .max_parallelism = MAXP,
+                           .backend = test_backend()};
+    stash_service_opts o = {.sz = sizeof(stash_service_opts),
+                            .arena = &ao,
+                            .storage = STASH_STORAGE_MEMORY,
+                            .memory_cap = 64u << 10};
     stash_service *s;
     cr_assert_eq(stash_service_start(name, &o, &s), 0, "%s", stash_errmsg());
     stash_worker *w;
     cr_assert_eq(stash_worker_open(name, NULL, &w), 0);
     stash_state *v;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &v),
+        0);
     uint8_t value[1000];
     for (uint64_t k = 0; k < 1000; k++) {
         memset(value, (int)k, sizeof value);
@@ -1118,7 +1214,10 @@ static int write_and_die(void *arg)
     stash_worker *w;
     stash_state *v;
     if (stash_worker_open(j->name, NULL, &w) < 0 ||
-        stash_state_get(w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE}, &v) < 0)
+        stash_state_get(w,
+                        &(stash_state_desc){
+                            .sz = sizeof(stash_state_desc), .name = "count", .kind = STASH_VALUE},
+                        &v) < 0)
         return 10;
     uint64_t k = 7, x = 42;
     stash_key_set(w, &k, sizeof k);
@@ -1142,12 +1241,19 @@ Test(service, a_rollback_without_a_checkpoint_changes_nothing, .timeout = 240)
     snprintf(j.name, sizeof j.name, "%s", name);
     cr_assert_eq(test_wait(test_fork(write_and_die, &j)), 128 + SIGKILL);
     stash_worker *w;
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.rollback = 1}, &w), -ENOENT);
+    cr_assert_eq(
+        stash_worker_open(name,
+                          &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .rollback = 1}, &w),
+        -ENOENT);
     cr_assert(strstr(stash_errmsg(), "no complete checkpoint"), "%s", stash_errmsg());
     /* The live state the dead worker left is still there. */
     cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
     stash_state *v;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE}, &v),
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "count",
+                                                     .kind = STASH_VALUE},
+                                 &v),
                  0);
     uint64_t k = 7;
     stash_bytes b;
@@ -1211,7 +1317,10 @@ static int fill_then_barrier(void *arg)
     stash_worker *w;
     stash_state *v;
     if (stash_worker_open(j->name, NULL, &w) < 0 ||
-        stash_state_get(w, &(stash_state_desc){.name = "fill", .kind = STASH_VALUE}, &v) < 0)
+        stash_state_get(w,
+                        &(stash_state_desc){
+                            .sz = sizeof(stash_state_desc), .name = "fill", .kind = STASH_VALUE},
+                        &v) < 0)
         return 10;
     static uint8_t value[16384];
     uint64_t k = 0;
@@ -1276,13 +1385,21 @@ static int log_cut(stash_worker *w, uint64_t id, void *ctx)
 
 static void open_logged(const char *name, int rollback, cut_log *l, stash_worker **w)
 {
-    stash_worker_opts o = {.rollback = rollback, .on_cut = log_cut, .cut_ctx = l};
+    stash_worker_opts o = {
+        .sz = sizeof(stash_worker_opts), .rollback = rollback, .on_cut = log_cut, .cut_ctx = l};
     cr_assert_eq(stash_worker_open(name, &o, w), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_state_get(*w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "cuts",
+                                                     .kind = STASH_OP_LIST},
+                                 &l->cuts),
+                 0);
     cr_assert_eq(
-        stash_state_get(*w, &(stash_state_desc){.name = "cuts", .kind = STASH_OP_LIST}, &l->cuts),
+        stash_state_get(
+            *w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &l->value),
         0);
-    cr_assert_eq(
-        stash_state_get(*w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &l->value), 0);
 }
 
 Test(service, what_on_cut_writes_is_in_the_checkpoint_it_cuts_and_its_failure_fails_it,
@@ -1334,8 +1451,12 @@ Test(service, the_engine_keeps_its_options, .timeout = 240)
     char dir[128];
     make_dir(dir, "opts");
     const char *name = test_arena_name("svcopt");
-    stash_arena_opts ao = {.size = 32u << 20, .max_parallelism = MAXP, .backend = test_backend()};
-    stash_service_opts o = {.arena = &ao,
+    stash_arena_opts ao = {.sz = sizeof(stash_arena_opts),
+                           .size = 32u << 20,
+                           .max_parallelism = MAXP,
+                           .backend = test_backend()};
+    stash_service_opts o = {.sz = sizeof(stash_service_opts),
+                            .arena = &ao,
                             .dir = dir,
                             .incremental = 1,
                             .full_every = 2,
@@ -1423,8 +1544,10 @@ Test(service, a_rolled_back_worker_gets_its_timers_as_of_the_checkpoint, .timeou
     cr_assert_eq(test_wait(test_fork(timers_then_die, &j)), 128 + SIGKILL);
     stash_worker *w;
     stash_timers *t;
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.rollback = 1}, &w), 0, "%s",
-                 stash_errmsg());
+    cr_assert_eq(
+        stash_worker_open(name,
+                          &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .rollback = 1}, &w),
+        0, "%s", stash_errmsg());
     cr_assert_eq(stash_timers_get(w, "windows", &t), 0);
     cr_assert_eq(stash_timers_watermark(t), 50, "the watermark as of the checkpoint");
     uint64_t seen = 0;
@@ -1453,14 +1576,22 @@ Test(service, the_io_engine_s_fallback_line_goes_to_the_service_s_log)
     char dir[128], name[96];
     make_dir(dir, "fallback-log");
     snprintf(name, sizeof name, "%s", test_arena_name("fallback-log"));
-    stash_arena_opts ao = {.size = 16u << 20, .max_parallelism = MAXP, .backend = test_backend()};
+    stash_arena_opts ao = {.sz = sizeof(stash_arena_opts),
+                           .size = 16u << 20,
+                           .max_parallelism = MAXP,
+                           .backend = test_backend()};
     line_log l = {0};
     /* Each test runs in a process of its own: its environment is its own. */
     unsetenv("STASH_IO");
     setenv("STASH_IO_FAULT", "setup:EPERM", 1);
     stash_service *s;
-    int rc = stash_service_start(
-        name, &(stash_service_opts){.arena = &ao, .dir = dir, .log = keep_line, .log_ctx = &l}, &s);
+    int rc = stash_service_start(name,
+                                 &(stash_service_opts){.sz = sizeof(stash_service_opts),
+                                                       .arena = &ao,
+                                                       .dir = dir,
+                                                       .log = keep_line,
+                                                       .log_ctx = &l},
+                                 &s);
     cr_assert_eq(rc, 0, "%s", stash_errmsg());
     stash_service_stop(s);
     stash_arena_destroy(name, &ao);
@@ -1476,10 +1607,17 @@ Test(service, a_relative_checkpoint_directory_is_named_absolute_in_the_arena, .t
     cr_assert_not_null(getcwd(here, sizeof here));
     cr_assert_eq(chdir("/tmp"), 0);
     const char *name = test_arena_name("svcrel");
-    stash_arena_opts ao = {.size = 32u << 20, .max_parallelism = MAXP, .backend = test_backend()};
+    stash_arena_opts ao = {.sz = sizeof(stash_arena_opts),
+                           .size = 32u << 20,
+                           .max_parallelism = MAXP,
+                           .backend = test_backend()};
     stash_service *s;
-    cr_assert_eq(stash_service_start(name, &(stash_service_opts){.arena = &ao, .dir = dir + 5}, &s),
-                 0, "%s", stash_errmsg());
+    cr_assert_eq(
+        stash_service_start(
+            name,
+            &(stash_service_opts){.sz = sizeof(stash_service_opts), .arena = &ao, .dir = dir + 5},
+            &s),
+        0, "%s", stash_errmsg());
     cr_assert_eq(chdir(here), 0);
     stash_arena *a;
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);

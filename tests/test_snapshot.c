@@ -81,10 +81,20 @@ typedef struct side {
 static void open_side(side *s, const char *tag)
 {
     s->arena = test_arena_create(tag, 64u << 20, KGS, s->name);
-    cr_assert_eq(stash_worker_open(s->name, &(stash_worker_opts){.parallelism = 1}, &s->w), 0);
-    stash_state_get(s->w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s->v);
-    stash_state_get(s->w, &(stash_state_desc){.name = "l", .kind = STASH_LIST}, &s->l);
-    stash_state_get(s->w, &(stash_state_desc){.name = "m", .kind = STASH_MAP}, &s->m);
+    cr_assert_eq(
+        stash_worker_open(s->name,
+                          &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1},
+                          &s->w),
+        0);
+    stash_state_get(
+        s->w, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+        &s->v);
+    stash_state_get(
+        s->w, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "l", .kind = STASH_LIST},
+        &s->l);
+    stash_state_get(
+        s->w, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "m", .kind = STASH_MAP},
+        &s->m);
 }
 
 static void close_side(side *s)

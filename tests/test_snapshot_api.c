@@ -32,15 +32,20 @@ static void write_job(void)
     mkdir(dir, 0700);
     stash_arena *a = test_arena_create("snapapi", 32u << 20, MAXP, name);
     stash_service *svc;
-    cr_assert_eq(stash_service_start(name, &(stash_service_opts){.dir = dir}, &svc), 0, "%s",
-                 stash_errmsg());
+    cr_assert_eq(
+        stash_service_start(
+            name, &(stash_service_opts){.sz = sizeof(stash_service_opts), .dir = dir}, &svc),
+        0, "%s", stash_errmsg());
     stash_worker *w;
     cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
     stash_state *v, *l, *m, *r, *t;
-    stash_state_desc dv = {.name = "v", .kind = STASH_VALUE},
-                     dl = {.name = "l", .kind = STASH_LIST}, dm = {.name = "m", .kind = STASH_MAP},
-                     dr = {.name = "r", .kind = STASH_REDUCING, .reduce = test_sum_reduce},
-                     dt = {.name = "t", .kind = STASH_VALUE, .ttl = {.ttl_ms = 3600000}};
+    stash_state_desc dv = {.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+                     dl = {.sz = sizeof(stash_state_desc), .name = "l", .kind = STASH_LIST},
+                     dm = {.sz = sizeof(stash_state_desc), .name = "m", .kind = STASH_MAP},
+                     dr = {.sz = sizeof(stash_state_desc), .name = "r", .kind = STASH_REDUCING,
+                           .reduce = test_sum_reduce},
+                     dt = {.sz = sizeof(stash_state_desc), .name = "t", .kind = STASH_VALUE,
+                           .ttl = {.ttl_ms = 3600000}};
     cr_assert_eq(stash_state_get(w, &dv, &v), 0);
     cr_assert_eq(stash_state_get(w, &dl, &l), 0);
     cr_assert_eq(stash_state_get(w, &dm, &m), 0);
@@ -49,9 +54,12 @@ static void write_job(void)
     stash_timers *tm;
     cr_assert_eq(stash_timers_get(w, "windows", &tm), 0);
     stash_state *offsets;
-    cr_assert_eq(
-        stash_state_get(w, &(stash_state_desc){.name = "offsets", .kind = STASH_OP_LIST}, &offsets),
-        0);
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "offsets",
+                                                     .kind = STASH_OP_LIST},
+                                 &offsets),
+                 0);
     cr_assert_eq(stash_op_list_add(offsets, "offset-42", 9), 0);
     for (uint64_t k = 0; k < KEYS; k++) {
         uint64_t twice = 2 * k;
@@ -294,11 +302,14 @@ static void restore_job(restored *r, const char *sp, const char *suffix)
     char sdir[300];
     snprintf(r->job, sizeof r->job, "%s-%s", name, suffix);
     snprintf(sdir, sizeof sdir, "%s/%s-svc", dir, suffix);
-    r->ao = (stash_arena_opts){.backend = test_backend()};
-    cr_assert_eq(
-        stash_service_start(
-            r->job, &(stash_service_opts){.dir = sdir, .restore = sp, .arena = &r->ao}, &r->svc),
-        0, "%s", stash_errmsg());
+    r->ao = (stash_arena_opts){.sz = sizeof(stash_arena_opts), .backend = test_backend()};
+    cr_assert_eq(stash_service_start(r->job,
+                                     &(stash_service_opts){.sz = sizeof(stash_service_opts),
+                                                           .dir = sdir,
+                                                           .restore = sp,
+                                                           .arena = &r->ao},
+                                     &r->svc),
+                 0, "%s", stash_errmsg());
 }
 
 static void end_job(restored *r)
@@ -335,10 +346,19 @@ Test(snapshot_api, rewrite_moves_every_key_to_its_key_group_at_another_max_paral
     restore_job(&r, to96, "restored");
     const char *name2 = r.job;
     stash_worker *w;
-    cr_assert_eq(stash_worker_open(name2, &(stash_worker_opts){.index = 1, .parallelism = 2}, &w),
-                 0, "%s", stash_errmsg());
+    cr_assert_eq(
+        stash_worker_open(
+            name2,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 1, .parallelism = 2},
+            &w),
+        0, "%s", stash_errmsg());
     stash_state *v;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &v),
+        0);
     stash_worker_info me;
     stash_worker_info_get(w, &me);
     unsigned mine = 0;
@@ -352,18 +372,28 @@ Test(snapshot_api, rewrite_moves_every_key_to_its_key_group_at_another_max_paral
     }
     cr_assert_gt(mine, 0);
     stash_state *offsets;
-    cr_assert_eq(
-        stash_state_get(w, &(stash_state_desc){.name = "offsets", .kind = STASH_OP_LIST}, &offsets),
-        0);
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "offsets",
+                                                     .kind = STASH_OP_LIST},
+                                 &offsets),
+                 0);
     const stash_bytes *el;
     size_t n;
     cr_assert_eq(stash_op_list_get(offsets, &el, &n), 0);
     stash_worker_close(w);
     stash_worker *w0;
-    cr_assert_eq(stash_worker_open(name2, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w0),
-                 0);
+    cr_assert_eq(
+        stash_worker_open(
+            name2,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 2},
+            &w0),
+        0);
     stash_state *offsets0;
-    cr_assert_eq(stash_state_get(w0, &(stash_state_desc){.name = "offsets", .kind = STASH_OP_LIST},
+    cr_assert_eq(stash_state_get(w0,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "offsets",
+                                                     .kind = STASH_OP_LIST},
                                  &offsets0),
                  0);
     const stash_bytes *el0;
@@ -427,15 +457,21 @@ Test(snapshot_api, a_savepoint_is_bootstrapped_from_scratch)
     char to[300];
     snprintf(to, sizeof to, "%s/sp-bootstrap", dir);
     stash_snapshot_writer *w;
+    cr_assert_eq(stash_snapshot_writer_open(
+                     to,
+                     &(stash_snapshot_writer_opts){.sz = sizeof(stash_snapshot_writer_opts),
+                                                   .max_parallelism = 32,
+                                                   .size = 16u << 20,
+                                                   .id = 7},
+                     &w),
+                 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_snapshot_writer_state(w, &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                                    .name = "v",
+                                                                    .kind = STASH_VALUE}),
+                 0);
     cr_assert_eq(
-        stash_snapshot_writer_open(
-            to, &(stash_snapshot_writer_opts){.max_parallelism = 32, .size = 16u << 20, .id = 7},
-            &w),
-        0, "%s", stash_errmsg());
-    cr_assert_eq(
-        stash_snapshot_writer_state(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}), 0);
-    cr_assert_eq(
-        stash_snapshot_writer_state(w, &(stash_state_desc){.name = "v", .kind = STASH_MAP}),
+        stash_snapshot_writer_state(
+            w, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_MAP}),
         STASH_EKIND);
     for (uint64_t k = 0; k < KEYS; k++) {
         uint64_t twice = 2 * k;
@@ -468,10 +504,17 @@ Test(snapshot_api, a_savepoint_is_bootstrapped_from_scratch)
     for (uint32_t i = 0; i < 3; i++) {
         stash_worker *wk;
         cr_assert_eq(
-            stash_worker_open(job, &(stash_worker_opts){.index = i, .parallelism = 3}, &wk), 0,
-            "%s", stash_errmsg());
+            stash_worker_open(
+                job,
+                &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = i, .parallelism = 3},
+                &wk),
+            0, "%s", stash_errmsg());
         stash_state *v;
-        cr_assert_eq(stash_state_get(wk, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v),
+        cr_assert_eq(stash_state_get(wk,
+                                     &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                         .name = "v",
+                                                         .kind = STASH_VALUE},
+                                     &v),
                      0);
         stash_worker_info me;
         stash_worker_info_get(wk, &me);
@@ -513,14 +556,19 @@ Test(snapshot_api, a_bootstrapped_savepoint_keeps_empty_operator_state)
     char to[300];
     snprintf(to, sizeof to, "%s/sp-empty-op", dir);
     stash_snapshot_writer *w;
-    cr_assert_eq(
-        stash_snapshot_writer_open(to, &(stash_snapshot_writer_opts){.op_parallelism = 1}, &w), 0,
-        "%s", stash_errmsg());
-    cr_assert_eq(
-        stash_snapshot_writer_state(w, &(stash_state_desc){.name = "u", .kind = STASH_OP_UNION}),
-        0);
-    cr_assert_eq(stash_snapshot_writer_state(
-                     w, &(stash_state_desc){.name = "b", .kind = STASH_OP_BROADCAST}),
+    cr_assert_eq(stash_snapshot_writer_open(
+                     to,
+                     &(stash_snapshot_writer_opts){.sz = sizeof(stash_snapshot_writer_opts),
+                                                   .op_parallelism = 1},
+                     &w),
+                 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_snapshot_writer_state(w, &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                                    .name = "u",
+                                                                    .kind = STASH_OP_UNION}),
+                 0);
+    cr_assert_eq(stash_snapshot_writer_state(w, &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                                    .name = "b",
+                                                                    .kind = STASH_OP_BROADCAST}),
                  0);
     stash_snapshot_entry e[] = {
         {.state = "u", .value = {NULL, 0}},
@@ -533,14 +581,25 @@ Test(snapshot_api, a_bootstrapped_savepoint_keeps_empty_operator_state)
     restored r;
     restore_job(&r, to, "empty-op");
     stash_worker *wk;
-    cr_assert_eq(stash_worker_open(r.job, &(stash_worker_opts){.index = 0, .parallelism = 1}, &wk),
-                 0, "%s", stash_errmsg());
-    stash_state *u, *b;
-    cr_assert_eq(stash_state_get(wk, &(stash_state_desc){.name = "u", .kind = STASH_OP_UNION}, &u),
-                 0, "%s", stash_errmsg());
     cr_assert_eq(
-        stash_state_get(wk, &(stash_state_desc){.name = "b", .kind = STASH_OP_BROADCAST}, &b), 0,
-        "%s", stash_errmsg());
+        stash_worker_open(
+            r.job,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 1},
+            &wk),
+        0, "%s", stash_errmsg());
+    stash_state *u, *b;
+    cr_assert_eq(stash_state_get(wk,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "u",
+                                                     .kind = STASH_OP_UNION},
+                                 &u),
+                 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_state_get(wk,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "b",
+                                                     .kind = STASH_OP_BROADCAST},
+                                 &b),
+                 0, "%s", stash_errmsg());
     const stash_bytes *el;
     size_t n;
     cr_assert_eq(stash_op_list_get(u, &el, &n), 0, "%s", stash_errmsg());
@@ -661,7 +720,10 @@ static int rewrite_to(const char *src, const char *dst, const stash_snapshot_cha
     stash_snapshot *snap;
     cr_assert_eq(stash_snapshot_open(src, &snap), 0, "%s", stash_errmsg());
     int rc = stash_snapshot_rewrite(
-        snap, dst, &(stash_snapshot_rewrite_opts){.changes = ch, .nchanges = n}, NULL);
+        snap, dst,
+        &(stash_snapshot_rewrite_opts){
+            .sz = sizeof(stash_snapshot_rewrite_opts), .changes = ch, .nchanges = n},
+        NULL);
     stash_snapshot_close(snap);
     return rc;
 }
@@ -686,12 +748,20 @@ Test(snapshot_api, a_ttl_switched_on_stamps_every_element_and_entry_and_off_take
     stash_worker *w;
     cr_assert_eq(stash_worker_open(r.job, NULL, &w), 0, "%s", stash_errmsg());
     stash_state *l, *m;
-    cr_assert_eq(
-        stash_state_get(w, &(stash_state_desc){.name = "l", .kind = STASH_LIST, .ttl = hour}, &l),
-        0, "%s", stash_errmsg());
-    cr_assert_eq(
-        stash_state_get(w, &(stash_state_desc){.name = "m", .kind = STASH_MAP, .ttl = hour}, &m), 0,
-        "%s", stash_errmsg());
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "l",
+                                                     .kind = STASH_LIST,
+                                                     .ttl = hour},
+                                 &l),
+                 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "m",
+                                                     .kind = STASH_MAP,
+                                                     .ttl = hour},
+                                 &m),
+                 0, "%s", stash_errmsg());
     uint64_t k = 1;
     stash_key_set(w, &k, sizeof k);
     stash_iter it;
@@ -767,12 +837,17 @@ Test(snapshot_api, a_rewrite_drops_operator_state_and_refuses_what_it_cannot_wri
     cr_assert_eq(stash_snapshot_rewrite(snap, NULL, NULL, NULL), -EINVAL);
     char other[300];
     snprintf(other, sizeof other, "%s/sp-too-many", dir);
-    cr_assert_eq(stash_snapshot_rewrite(snap, other,
-                                        &(stash_snapshot_rewrite_opts){.max_parallelism = 1u << 20},
-                                        NULL),
+    cr_assert_eq(stash_snapshot_rewrite(
+                     snap, other,
+                     &(stash_snapshot_rewrite_opts){.sz = sizeof(stash_snapshot_rewrite_opts),
+                                                    .max_parallelism = 1u << 20},
+                     NULL),
                  -EINVAL);
     cr_assert_eq(
-        stash_snapshot_rewrite(snap, other, &(stash_snapshot_rewrite_opts){.nchanges = 1}, NULL),
+        stash_snapshot_rewrite(snap, other,
+                               &(stash_snapshot_rewrite_opts){
+                                   .sz = sizeof(stash_snapshot_rewrite_opts), .nchanges = 1},
+                               NULL),
         -EINVAL, "changes NULL");
     stash_snapshot_close(snap);
     cr_assert_eq(access(other, F_OK), -1);
@@ -797,12 +872,20 @@ Test(snapshot_api, an_incremental_checkpoint_is_rewritten_as_of_its_chain)
     stash_arena *a = test_arena_create("snapinc", 16u << 20, MAXP, job);
     stash_service *svc;
     cr_assert_eq(
-        stash_service_start(job, &(stash_service_opts){.dir = sdir, .incremental = 1}, &svc), 0,
-        "%s", stash_errmsg());
+        stash_service_start(
+            job,
+            &(stash_service_opts){.sz = sizeof(stash_service_opts), .dir = sdir, .incremental = 1},
+            &svc),
+        0, "%s", stash_errmsg());
     stash_worker *w;
     cr_assert_eq(stash_worker_open(job, NULL, &w), 0, "%s", stash_errmsg());
     stash_state *v;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &v),
+        0);
     for (uint64_t k = 0; k < KEYS; k++) {
         uint64_t twice = 2 * k;
         stash_key_set(w, &k, sizeof k);

@@ -27,8 +27,15 @@ static void make_checkpoints(void)
     stash_arena *a = test_arena_create("tool", 16u << 20, 4, name);
     stash_worker *w;
     stash_state *s;
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.parallelism = 1}, &w), 0);
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "clicks", .kind = STASH_VALUE}, &s),
+    cr_assert_eq(
+        stash_worker_open(
+            name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w),
+        0);
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "clicks",
+                                                     .kind = STASH_VALUE},
+                                 &s),
                  0);
     ioe_engine *e;
     cr_assert_eq(ioe_engine_open(&(ioe_opts){.backend = IOE_THREADS}, &e), 0);
@@ -175,12 +182,16 @@ Test(tool, diff_tells_what_changed)
 static void write_map_savepoint(const char *path, uint64_t mult, uint32_t step)
 {
     stash_snapshot_writer *w;
+    cr_assert_eq(stash_snapshot_writer_open(
+                     path,
+                     &(stash_snapshot_writer_opts){.sz = sizeof(stash_snapshot_writer_opts),
+                                                   .max_parallelism = 4},
+                     &w),
+                 0, "%s", stash_errmsg());
     cr_assert_eq(
-        stash_snapshot_writer_open(path, &(stash_snapshot_writer_opts){.max_parallelism = 4}, &w),
+        stash_snapshot_writer_state(
+            w, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "m", .kind = STASH_MAP}),
         0, "%s", stash_errmsg());
-    cr_assert_eq(
-        stash_snapshot_writer_state(w, &(stash_state_desc){.name = "m", .kind = STASH_MAP}), 0,
-        "%s", stash_errmsg());
     for (uint32_t i = 0; i < 1000; i++) {
         uint32_t at = i * step % 1000, key = at / 100, mk = at % 100;
         uint64_t v = mk * mult;
@@ -251,12 +262,16 @@ Test(tool, text_survives_python_s_json_and_jq)
     char src[256], args[2048];
     snprintf(src, sizeof src, "%s/sp-bytes", dir);
     stash_snapshot_writer *w;
+    cr_assert_eq(stash_snapshot_writer_open(
+                     src,
+                     &(stash_snapshot_writer_opts){.sz = sizeof(stash_snapshot_writer_opts),
+                                                   .max_parallelism = 4},
+                     &w),
+                 0, "%s", stash_errmsg());
     cr_assert_eq(
-        stash_snapshot_writer_open(src, &(stash_snapshot_writer_opts){.max_parallelism = 4}, &w), 0,
-        "%s", stash_errmsg());
-    cr_assert_eq(
-        stash_snapshot_writer_state(w, &(stash_state_desc){.name = "m", .kind = STASH_MAP}), 0,
-        "%s", stash_errmsg());
+        stash_snapshot_writer_state(
+            w, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "m", .kind = STASH_MAP}),
+        0, "%s", stash_errmsg());
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         for (size_t j = 0; j < sizeof keys / sizeof keys[0]; j++) {
             char value[16] = {'v', (char)i, 0, (char)j}; /* a NUL inside */
@@ -377,7 +392,12 @@ Test(tool, dump_and_diff_show_an_incremental_chain_as_of_its_checkpoint)
     stash_worker *w;
     stash_state *s;
     cr_assert_eq(stash_worker_open(name, NULL, &w), 0);
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s), 0);
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &s),
+        0);
     ioe_engine *e;
     cr_assert_eq(ioe_engine_open(&(ioe_opts){.backend = IOE_THREADS}, &e), 0);
     uint32_t base[4], pins[4];
@@ -544,7 +564,10 @@ Test(tool, load_refuses_a_snapshot_id_that_is_no_checkpoint_id)
     const char *name = test_arena_name("most");
     stash_service *s;
     cr_assert_eq(
-        stash_service_start(name, &(stash_service_opts){.dir = ckpts, .restore = from}, &s),
+        stash_service_start(
+            name,
+            &(stash_service_opts){.sz = sizeof(stash_service_opts), .dir = ckpts, .restore = from},
+            &s),
         -EOVERFLOW);
     cr_assert(strstr(stash_errmsg(), "last id"), "%s", stash_errmsg());
     stash_arena *a;
@@ -754,34 +777,48 @@ Test(tool, the_snapshot_writer_refuses_what_a_reader_would_refuse)
     char to[200];
     snprintf(to, sizeof to, "%s/sp-writer", dir);
     stash_snapshot_writer *w;
-    cr_assert_eq(
-        stash_snapshot_writer_open(to, &(stash_snapshot_writer_opts){.id = CKPT_MAX_ID + 1}, &w), 0,
-        "%s", stash_errmsg());
+    cr_assert_eq(stash_snapshot_writer_open(
+                     to,
+                     &(stash_snapshot_writer_opts){.sz = sizeof(stash_snapshot_writer_opts),
+                                                   .id = CKPT_MAX_ID + 1},
+                     &w),
+                 0, "%s", stash_errmsg());
     cr_assert_eq(stash_snapshot_writer_commit(w, NULL), -EINVAL);
     cr_assert(strstr(stash_errmsg(), "id"), "%s", stash_errmsg());
     cr_assert_eq(access(to, F_OK), -1);
-    cr_assert_eq(
-        stash_snapshot_writer_open(
-            to, &(stash_snapshot_writer_opts){.op_parallelism = STASH_MAX_WORKERS + 1}, &w),
-        0, "%s", stash_errmsg());
+    cr_assert_eq(stash_snapshot_writer_open(
+                     to,
+                     &(stash_snapshot_writer_opts){.sz = sizeof(stash_snapshot_writer_opts),
+                                                   .op_parallelism = STASH_MAX_WORKERS + 1},
+                     &w),
+                 0, "%s", stash_errmsg());
     cr_assert_eq(stash_snapshot_writer_commit(w, NULL), -EINVAL);
     cr_assert(strstr(stash_errmsg(), "workers"), "%s", stash_errmsg());
     cr_assert_eq(access(to, F_OK), -1);
-    cr_assert_eq(
-        stash_snapshot_writer_open(to, &(stash_snapshot_writer_opts){.op_parallelism = 1}, &w), 0,
-        "%s", stash_errmsg());
+    cr_assert_eq(stash_snapshot_writer_open(
+                     to,
+                     &(stash_snapshot_writer_opts){.sz = sizeof(stash_snapshot_writer_opts),
+                                                   .op_parallelism = 1},
+                     &w),
+                 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_snapshot_writer_state(w, &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                                    .name = "t",
+                                                                    .kind = STASH_TIMERS,
+                                                                    .ttl = {.ttl_ms = 1000}}),
+                 -EINVAL, "a timer service takes no TTL");
+    cr_assert_eq(stash_snapshot_writer_state(w, &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                                    .name = "",
+                                                                    .kind = STASH_VALUE}),
+                 -EINVAL);
     cr_assert_eq(
         stash_snapshot_writer_state(
-            w, &(stash_state_desc){.name = "t", .kind = STASH_TIMERS, .ttl = {.ttl_ms = 1000}}),
-        -EINVAL, "a timer service takes no TTL");
-    cr_assert_eq(
-        stash_snapshot_writer_state(w, &(stash_state_desc){.name = "", .kind = STASH_VALUE}),
+            w, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "x", .kind = 0}),
         -EINVAL);
-    cr_assert_eq(stash_snapshot_writer_state(w, &(stash_state_desc){.name = "x", .kind = 0}),
-                 -EINVAL);
     /* Operator state past what metadata may hold. */
-    cr_assert_eq(
-        stash_snapshot_writer_state(w, &(stash_state_desc){.name = "o", .kind = STASH_OP_LIST}), 0);
+    cr_assert_eq(stash_snapshot_writer_state(w, &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                                    .name = "o",
+                                                                    .kind = STASH_OP_LIST}),
+                 0);
     size_t big = CKPT_MAX_METADATA;
     char *bytes = calloc(1, big);
     cr_assert_not_null(bytes);

@@ -33,7 +33,10 @@ static void setup(void)
     fake_now = 1000;
     arena = test_arena_create("timers", 32u << 20, KGS, arena_name);
     cr_assert_eq(stash_worker_open(arena_name,
-                                   &(stash_worker_opts){.parallelism = 1, .clock = fake_clock}, &w),
+                                   &(stash_worker_opts){.sz = sizeof(stash_worker_opts),
+                                                        .parallelism = 1,
+                                                        .clock = fake_clock},
+                                   &w),
                  0, "%s", stash_errmsg());
     cr_assert_eq(stash_timers_get(w, "windows", &tm), 0, "%s", stash_errmsg());
 }
@@ -145,7 +148,12 @@ Test(timers, deleting_most_timers_compacts_the_heap_and_keeps_the_current_key, .
         reg(k, ns, 1000 + k);
     }
     stash_state *v;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v), 0);
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &v),
+        0);
     /* Deleted in reverse, so that none of them comes up first: more than
      * half the heap and the slack are left behind, and it is compacted. */
     uint64_t last = 0;
@@ -234,8 +242,12 @@ static int emit_count(const stash_timer *t, void *ctx)
 
 Test(timers, the_handler_has_the_timers_key_current_and_reads_and_clears_its_state)
 {
-    cr_assert_eq(
-        stash_state_get(w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE}, &count), 0);
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "count",
+                                                     .kind = STASH_VALUE},
+                                 &count),
+                 0);
     for (uint64_t k = 1; k <= 3; k++) {
         set_key(k);
         uint64_t n = k * 10;
@@ -285,8 +297,12 @@ Test(timers, a_timer_of_a_key_group_the_worker_does_not_own_is_refused)
     stash_worker *w2;
     char name[96];
     stash_arena *a = test_arena_create("timers2", 32u << 20, KGS, name);
-    cr_assert_eq(stash_worker_open(name, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w2),
-                 0);
+    cr_assert_eq(
+        stash_worker_open(
+            name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 2},
+            &w2),
+        0);
     stash_timers *t2;
     cr_assert_eq(stash_timers_get(w2, "windows", &t2), 0);
     stash_worker_info info;
@@ -315,11 +331,18 @@ Test(timers, bad_arguments_and_names_are_refused)
     cr_assert_eq(stash_timers_advance(tm, 1, NULL, NULL), -EINVAL);
     cr_assert_eq(stash_timers_poll(NULL, record, NULL), -EINVAL);
     stash_state *s;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "y", .kind = STASH_TIMERS}, &s),
-                 -EINVAL);
     cr_assert_eq(
-        stash_state_get(w, &(stash_state_desc){.name = "windows", .kind = STASH_VALUE}, &s),
-        STASH_EKIND, "a state cannot take a timer service's name");
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "y", .kind = STASH_TIMERS},
+            &s),
+        -EINVAL);
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "windows",
+                                                     .kind = STASH_VALUE},
+                                 &s),
+                 STASH_EKIND, "a state cannot take a timer service's name");
     stash_timers *again;
     cr_assert_eq(stash_timers_get(w, "windows", &again), 0);
     cr_assert_eq(again, tm);
@@ -412,8 +435,11 @@ static void fire_at_parallelism(const char *dir, ioe_engine *e, uint32_t p, uint
         stash_worker *wi;
         stash_timers *ti;
         cr_assert_eq(
-            stash_worker_open(name, &(stash_worker_opts){.index = i, .parallelism = p}, &wi), 0,
-            "%s", stash_errmsg());
+            stash_worker_open(
+                name,
+                &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = i, .parallelism = p},
+                &wi),
+            0, "%s", stash_errmsg());
         cr_assert_eq(stash_timers_get(wi, "windows", &ti), 0);
         cr_assert_eq(stash_timers_watermark(ti), 500,
                      "at another parallelism, the lowest of the old workers' watermarks");
@@ -453,7 +479,10 @@ static void rescale(uint32_t p, const uint32_t *fire_ps, size_t n)
     for (uint32_t i = 0; i < p; i++) {
         stash_worker *wi;
         cr_assert_eq(
-            stash_worker_open(arena_name, &(stash_worker_opts){.index = i, .parallelism = p}, &wi),
+            stash_worker_open(
+                arena_name,
+                &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = i, .parallelism = p},
+                &wi),
             0);
         stash_timers *ti;
         cr_assert_eq(stash_timers_get(wi, "windows", &ti), 0);

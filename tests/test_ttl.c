@@ -31,7 +31,10 @@ static void setup(void)
     fake_now = 1000;
     arena = test_arena_create("ttl", 32u << 20, 4, arena_name);
     cr_assert_eq(stash_worker_open(arena_name,
-                                   &(stash_worker_opts){.parallelism = 1, .clock = fake_clock}, &w),
+                                   &(stash_worker_opts){.sz = sizeof(stash_worker_opts),
+                                                        .parallelism = 1,
+                                                        .clock = fake_clock},
+                                   &w),
                  0);
 }
 
@@ -49,7 +52,8 @@ static stash_state *ttl_state(const char *name, stash_kind kind, uint64_t ttl, i
                               int visibility)
 {
     stash_state *s;
-    stash_state_desc d = {.name = name,
+    stash_state_desc d = {.sz = sizeof(stash_state_desc),
+                          .name = name,
                           .kind = kind,
                           .ttl = {.ttl_ms = ttl, .update = update, .visibility = visibility}};
     cr_assert_eq(stash_state_get(w, &d, &s), 0, "%s", stash_errmsg());
@@ -191,8 +195,10 @@ Test(ttl, keys_iteration_skips_expired_entries)
 Test(ttl, barriers_clean_expired_entries_nobody_touches)
 {
     stash_state *s;
-    stash_state_desc d = {
-        .name = "bg", .kind = STASH_VALUE, .ttl = {.ttl_ms = 10, .cleanup_entries = 100}};
+    stash_state_desc d = {.sz = sizeof(stash_state_desc),
+                          .name = "bg",
+                          .kind = STASH_VALUE,
+                          .ttl = {.ttl_ms = 10, .cleanup_entries = 100}};
     cr_assert_eq(stash_state_get(w, &d, &s), 0, "%s", stash_errmsg());
     for (uint32_t i = 0; i < 200; i++) {
         stash_key_set(w, &i, sizeof i);
@@ -233,7 +239,8 @@ Test(ttl, empty_values_in_every_mode_read_before_and_after_expiry)
             stash_state *s[4];
             for (int k = 0; k < 4; k++) {
                 snprintf(name[k], sizeof name[k], "e%d%d%d", update, vis, k);
-                stash_state_desc d = {.name = name[k],
+                stash_state_desc d = {.sz = sizeof(stash_state_desc),
+                                      .name = name[k],
                                       .kind = kinds[k],
                                       .reduce = sum_empty,
                                       .ttl = {.ttl_ms = 100, .update = update, .visibility = vis}};
@@ -271,7 +278,10 @@ static void reopen_worker(void)
 {
     stash_worker_close(w);
     cr_assert_eq(stash_worker_open(arena_name,
-                                   &(stash_worker_opts){.parallelism = 1, .clock = fake_clock}, &w),
+                                   &(stash_worker_opts){.sz = sizeof(stash_worker_opts),
+                                                        .parallelism = 1,
+                                                        .clock = fake_clock},
+                                   &w),
                  0);
 }
 
@@ -292,10 +302,14 @@ Test(ttl, a_state_registered_again_with_another_duration_keeps_its_timestamps)
     /* Switching TTL off (or on) is another state. */
     reopen_worker();
     stash_state *off;
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "d", .kind = STASH_VALUE}, &off),
-                 STASH_EKIND);
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "d", .kind = STASH_VALUE},
+            &off),
+        STASH_EKIND);
     cr_assert(strstr(stash_errmsg(), "with TTL"), "%s", stash_errmsg());
-    stash_state_desc on = {.name = "plain", .kind = STASH_VALUE};
+    stash_state_desc on = {.sz = sizeof(stash_state_desc), .name = "plain", .kind = STASH_VALUE};
     cr_assert_eq(stash_state_get(w, &on, &off), 0);
     reopen_worker();
     on.ttl.ttl_ms = 10;
@@ -324,9 +338,12 @@ Test(ttl, a_checkpoint_restores_under_another_duration, .timeout = 60)
     cr_assert_eq(ckpt_restore(b, test_ckpt_dir(dir), 0, (stash_kg_range){0, 3}, e, &out), 0, "%s",
                  stash_errmsg());
     ckpt_restored_free(&out);
-    cr_assert_eq(
-        stash_worker_open(name2, &(stash_worker_opts){.parallelism = 1, .clock = fake_clock}, &w),
-        0);
+    cr_assert_eq(stash_worker_open(name2,
+                                   &(stash_worker_opts){.sz = sizeof(stash_worker_opts),
+                                                        .parallelism = 1,
+                                                        .clock = fake_clock},
+                                   &w),
+                 0);
     s = ttl_state("r", STASH_MAP, 1000, 0, 0);
     stash_key_set(w, "k", 1);
     stash_bytes v;
@@ -339,15 +356,20 @@ Test(ttl, a_checkpoint_restores_under_another_duration, .timeout = 60)
     stash_arena_destroy(name2, NULL);
     ioe_engine_close(e);
     cr_assert_eq(stash_worker_open(arena_name,
-                                   &(stash_worker_opts){.parallelism = 1, .clock = fake_clock}, &w),
+                                   &(stash_worker_opts){.sz = sizeof(stash_worker_opts),
+                                                        .parallelism = 1,
+                                                        .clock = fake_clock},
+                                   &w),
                  0);
     test_remove_dir(dir);
 }
 
 Test(ttl, cleanup_for_every_record_empties_a_state_whose_keys_are_each_set_once)
 {
-    stash_state_desc d = {
-        .name = "every", .kind = STASH_VALUE, .ttl = {.ttl_ms = 100, .cleanup_every_record = 1}};
+    stash_state_desc d = {.sz = sizeof(stash_state_desc),
+                          .name = "every",
+                          .kind = STASH_VALUE,
+                          .ttl = {.ttl_ms = 100, .cleanup_every_record = 1}};
     stash_state *s;
     cr_assert_eq(stash_state_get(w, &d, &s), 0, "%s", stash_errmsg());
     for (uint32_t k = 0; k < 970; k++) {
@@ -476,9 +498,12 @@ static stash_worker *restored_worker(const char *dir, stash_arena **b, char *nam
     ckpt_restored_free(&out);
     ioe_engine_close(e);
     stash_worker *r;
-    cr_assert_eq(
-        stash_worker_open(name2, &(stash_worker_opts){.parallelism = 1, .clock = fake_clock}, &r),
-        0);
+    cr_assert_eq(stash_worker_open(name2,
+                                   &(stash_worker_opts){.sz = sizeof(stash_worker_opts),
+                                                        .parallelism = 1,
+                                                        .clock = fake_clock},
+                                   &r),
+                 0);
     return r;
 }
 
@@ -490,10 +515,14 @@ Test(ttl, a_clock_that_reads_zero_is_the_time_of_the_cut, .timeout = 120)
     char dir[] = "/var/tmp/stash-ttl-zero-XXXXXX";
     cr_assert_not_null(mkdtemp(dir));
     stash_service *svc;
-    cr_assert_eq(stash_service_start(arena_name, &(stash_service_opts){.dir = dir}, &svc), 0, "%s",
-                 stash_errmsg());
-    stash_state_desc d = {
-        .name = "zero", .kind = STASH_VALUE, .ttl = {.ttl_ms = 100, .cleanup_full_snapshot = 1}};
+    cr_assert_eq(
+        stash_service_start(
+            arena_name, &(stash_service_opts){.sz = sizeof(stash_service_opts), .dir = dir}, &svc),
+        0, "%s", stash_errmsg());
+    stash_state_desc d = {.sz = sizeof(stash_state_desc),
+                          .name = "zero",
+                          .kind = STASH_VALUE,
+                          .ttl = {.ttl_ms = 100, .cleanup_full_snapshot = 1}};
     stash_state *v;
     cr_assert_eq(stash_state_get(w, &d, &v), 0, "%s", stash_errmsg());
     fake_now = 0; /* written at 0 and cut at 0: alive until 100 */
@@ -523,9 +552,11 @@ Test(ttl, a_full_checkpoint_leaves_out_what_expired_at_the_cut, .timeout = 120)
     char dir[] = "/var/tmp/stash-ttl-full-XXXXXX";
     cr_assert_not_null(mkdtemp(dir));
     stash_service *svc;
-    cr_assert_eq(stash_service_start(arena_name, &(stash_service_opts){.dir = dir}, &svc), 0, "%s",
-                 stash_errmsg());
-    stash_state_desc d = {.name = "full", .kind = STASH_VALUE};
+    cr_assert_eq(
+        stash_service_start(
+            arena_name, &(stash_service_opts){.sz = sizeof(stash_service_opts), .dir = dir}, &svc),
+        0, "%s", stash_errmsg());
+    stash_state_desc d = {.sz = sizeof(stash_state_desc), .name = "full", .kind = STASH_VALUE};
     d.ttl = (stash_ttl){.ttl_ms = 100, .cleanup_full_snapshot = 1};
     stash_state *v, *l, *m;
     cr_assert_eq(stash_state_get(w, &d, &v), 0, "%s", stash_errmsg());
@@ -590,8 +621,10 @@ static int no_timer(const stash_timer *t, void *ctx)
 Test(ttl, an_event_time_ttl_expires_by_the_watermark_not_the_clock)
 {
     stash_state *s;
-    stash_state_desc d = {
-        .name = "et", .kind = STASH_VALUE, .ttl = {.ttl_ms = 100, .time = STASH_TTL_EVENT_TIME}};
+    stash_state_desc d = {.sz = sizeof(stash_state_desc),
+                          .name = "et",
+                          .kind = STASH_VALUE,
+                          .ttl = {.ttl_ms = 100, .time = STASH_TTL_EVENT_TIME}};
     cr_assert_eq(stash_state_get(w, &d, &s), 0, "%s", stash_errmsg());
     stash_timers *t;
     cr_assert_eq(stash_timers_get(w, "wm", &t), 0);
@@ -606,7 +639,8 @@ Test(ttl, an_event_time_ttl_expires_by_the_watermark_not_the_clock)
     cr_assert_eq(stash_timers_advance(t, 5100, no_timer, NULL), 0);
     cr_assert_eq(stash_value_get(s, &v), STASH_ENOTFOUND, "expired at 5000 + 100");
     cr_assert_eq(stash_state_get(w,
-                                 &(stash_state_desc){.name = "bad",
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "bad",
                                                      .kind = STASH_VALUE,
                                                      .ttl = {.ttl_ms = 1, .time = 7}},
                                  &s),

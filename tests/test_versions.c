@@ -23,8 +23,17 @@ static void setup(void)
 {
     arena = test_arena_create("ver", 128u << 20, 8, arena_name);
     cr_assert_eq(
-        stash_worker_open(arena_name, &(stash_worker_opts){.index = 0, .parallelism = 1}, &w), 0);
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s), 0);
+        stash_worker_open(
+            arena_name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 1},
+            &w),
+        0);
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &s),
+        0);
 }
 
 static void teardown(void)
@@ -258,8 +267,12 @@ static void growth_entry(stash_state *const st[2], uint32_t i, stash_state **at,
 Test(versions, growth_places_every_entry_by_its_state_key_and_namespace)
 {
     stash_state *st[2] = {s, NULL};
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "g", .kind = STASH_VALUE}, &st[1]),
-                 0);
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "g", .kind = STASH_VALUE},
+            &st[1]),
+        0);
     enum { N = 30000 };
     uint32_t pins[8];
     for (uint32_t i = 0; i < N; i++) {
@@ -302,9 +315,16 @@ static int read_pinned(void *arg)
     pinned_args *p = arg;
     stash_worker *rw;
     stash_state *rs;
-    if (stash_worker_open(p->name, &(stash_worker_opts){.index = 1, .parallelism = 2}, &rw))
+    if (stash_worker_open(
+            p->name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 1, .parallelism = 2},
+            &rw))
         return 1;
-    if (stash_state_get(rw, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &rs)) return 2;
+    if (stash_state_get(
+            rw,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &rs))
+        return 2;
     stash_arena *a = stash_worker_arena(rw);
     static uint32_t keys[3000];
     for (uint32_t k = 0, n = 0; n < 3000; k++) {
@@ -332,8 +352,17 @@ Test(versions, a_pinned_reader_in_another_process_sees_its_version, .timeout = 1
 {
     stash_worker_close(w);
     cr_assert_eq(
-        stash_worker_open(arena_name, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w), 0);
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s), 0);
+        stash_worker_open(
+            arena_name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 2},
+            &w),
+        0);
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &s),
+        0);
     /* Worker 0 of 2 owns key groups 0..3: use keys that fall there. */
     pinned_args p = {.name = arena_name};
     cr_assert_eq(pipe(p.ready), 0);
@@ -363,7 +392,10 @@ static int announce_and_stop(void *arg)
 {
     stuck_args *p = arg;
     stash_worker *rw;
-    if (stash_worker_open(p->name, &(stash_worker_opts){.index = 1, .parallelism = 2}, &rw))
+    if (stash_worker_open(
+            p->name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 1, .parallelism = 2},
+            &rw))
         return 1;
     shm_ebr_enter(stash_worker_arena(rw), 1);
     if (write(p->ready[1], "x", 1) != 1) return 2;
@@ -385,8 +417,17 @@ Test(versions, memory_held_back_by_a_dead_reader_is_freed, .timeout = 120)
 {
     stash_worker_close(w);
     cr_assert_eq(
-        stash_worker_open(arena_name, &(stash_worker_opts){.index = 0, .parallelism = 2}, &w), 0);
-    cr_assert_eq(stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s), 0);
+        stash_worker_open(
+            arena_name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 2},
+            &w),
+        0);
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &s),
+        0);
     uint32_t key = 0;
     for (key_in(w, key); stash_key_group_current(w) >= 4;) {
         key++;

@@ -24,7 +24,7 @@ typedef struct arena_args {
 static int parse_arena_args(int argc, char **argv, const char *usage, bool creating,
                             arena_args *out)
 {
-    *out = (arena_args){0};
+    *out = (arena_args){.opts.sz = sizeof(stash_arena_opts)};
     if (tool_wants_help(argc, argv)) {
         fputs(usage, stdout);
         return -1;

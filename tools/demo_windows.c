@@ -173,10 +173,15 @@ static int commit_outbox(demo_windows *d, uint64_t id, bool restored)
 int demo_windows_open(demo_windows *d, stash_worker *w, uint32_t index, const char *dir)
 {
     *d = (demo_windows){.w = w, .out = -1};
-    int rc =
-        stash_state_get(w, &(stash_state_desc){.name = "windows", .kind = STASH_VALUE}, &d->counts);
+    int rc = stash_state_get(
+        w,
+        &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "windows", .kind = STASH_VALUE},
+        &d->counts);
     if (rc == 0)
-        rc = stash_state_get(w, &(stash_state_desc){.name = "outbox", .kind = STASH_OP_LIST},
+        rc = stash_state_get(w,
+                             &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                 .name = "outbox",
+                                                 .kind = STASH_OP_LIST},
                              &d->outbox);
     if (rc == 0) rc = stash_timers_get(w, "window-ends", &d->timers);
     if (rc < 0) return rc;

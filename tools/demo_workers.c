@@ -166,7 +166,8 @@ static int worker_main(const char *arena, uint32_t index, bool rollback, int fd)
     demo_windows win = {.out = -1};
     uint64_t t0 = demo_now_ns();
     int rc = stash_worker_open(arena,
-                               &(stash_worker_opts){.index = index,
+                               &(stash_worker_opts){.sz = sizeof(stash_worker_opts),
+                                                    .index = index,
                                                     .parallelism = WORKERS,
                                                     .rollback = rollback,
                                                     .on_cut = demo_windows_cut,
@@ -181,11 +182,20 @@ static int worker_main(const char *arena, uint32_t index, bool rollback, int fd)
     stash_arena_info_get(stash_worker_arena(j.w), &ai);
     j.max_parallelism = ai.max_parallelism;
     j.win = &win;
-    if ((rc = stash_state_get(j.w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE},
+    if ((rc = stash_state_get(j.w,
+                              &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                  .name = "count",
+                                                  .kind = STASH_VALUE},
                               &j.count)) < 0 ||
-        (rc = stash_state_get(j.w, &(stash_state_desc){.name = "stretches", .kind = STASH_MAP},
+        (rc = stash_state_get(j.w,
+                              &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                  .name = "stretches",
+                                                  .kind = STASH_MAP},
                               &j.stretches)) < 0 ||
-        (rc = stash_state_get(j.w, &(stash_state_desc){.name = "offsets", .kind = STASH_OP_LIST},
+        (rc = stash_state_get(j.w,
+                              &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                  .name = "offsets",
+                                                  .kind = STASH_OP_LIST},
                               &j.offsets)) < 0)
         return fail(fd, index, "register its states", rc);
     if ((rc = demo_windows_open(&win, j.w, index, demo_dir)) < 0)
@@ -205,7 +215,8 @@ static int worker_main(const char *arena, uint32_t index, bool rollback, int fd)
      * handler sets: fetched ahead in another, they would be fetched for
      * nothing. */
     stash_state *fetched[] = {j.count, j.stretches};
-    stash_batch_opts bo = {.capacity = BATCH, .states = fetched, .nstates = 2};
+    stash_batch_opts bo = {
+        .sz = sizeof(stash_batch_opts), .capacity = BATCH, .states = fetched, .nstates = 2};
     if ((rc = stash_batch_create(j.w, &bo, &batch)) < 0)
         return fail(fd, index, "make its batch", rc);
     uint64_t begun = demo_now_ns(), completions = 0;

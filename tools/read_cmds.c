@@ -33,7 +33,7 @@ typedef struct read_args {
  * --map-key); returns 0, -1 after --help, or the exit code 2. */
 static int parse_read_args(int argc, char **argv, const char *usage, bool scan, read_args *out)
 {
-    *out = (read_args){0};
+    *out = (read_args){.arena.sz = sizeof(stash_arena_opts)};
     if (tool_wants_help(argc, argv)) {
         fputs(usage, stdout);
         return -1;
@@ -115,7 +115,8 @@ static int accumulator(const stash_bytes *acc, void *out, size_t cap, size_t *le
     return 0;
 }
 
-static const stash_aggregate_fns shown_as_accumulator = {no_create, not_here, accumulator, NULL};
+static const stash_aggregate_fns shown_as_accumulator = {
+    .sz = sizeof(stash_aggregate_fns), no_create, not_here, accumulator, NULL};
 
 static const char *kind_name(stash_kind k)
 {
@@ -140,7 +141,8 @@ static const char *kind_name(stash_kind k)
 static int open_state(const read_args *a, const char *cmd, stash_worker **r, stash_state **s,
                       stash_kind *kind)
 {
-    stash_reader_opts o = {.arena = a->has_arena ? &a->arena : NULL,
+    stash_reader_opts o = {.sz = sizeof(stash_reader_opts),
+                           .arena = a->has_arena ? &a->arena : NULL,
                            .at_checkpoint = a->at_checkpoint,
                            .checkpoint_dir = a->checkpoint};
     int rc = stash_reader_open(a->name, &o, r);

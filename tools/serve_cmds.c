@@ -398,8 +398,8 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
 {
     const char *name = NULL, *metrics = NULL;
     struct sockaddr_storage metrics_addr;
-    stash_arena_opts ao = {0};
-    stash_service_opts o = {.arena = &ao, .log = log_text};
+    stash_arena_opts ao = {.sz = sizeof(stash_arena_opts)};
+    stash_service_opts o = {.sz = sizeof(stash_service_opts), .arena = &ao, .log = log_text};
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL, *why = NULL;
@@ -644,7 +644,7 @@ int tool_checkpoint(int argc, char **argv)
         "spans hosts both are the whole job's (the leader's); a savepoint prints as\n"
         "rados://POOL/JOB/job-ID. Exit code 1 if it failed (the reason is printed), no\n"
         "service runs, or the time ran out.\n";
-    control_args args = {0};
+    control_args args = {.opts.sz = sizeof(stash_arena_opts)};
     int rc = parse_control(argc, argv, usage, &args);
     if (rc) return rc < 0 ? 0 : rc;
     stash_arena *a;
@@ -668,7 +668,7 @@ int tool_stop(int argc, char **argv)
         "of the whole job (printed as rados://POOL/JOB/job-ID, what --restore takes) and\n"
         "every host's service stops once it is committed. Workers are not stopped: what\n"
         "they write after the savepoint is in none.\n";
-    control_args args = {0};
+    control_args args = {.opts.sz = sizeof(stash_arena_opts)};
     int rc = parse_control(argc, argv, usage, &args);
     if (rc) return rc < 0 ? 0 : rc;
     stash_arena *a = NULL;

@@ -752,6 +752,7 @@ static int cmd_rewrite(const snap_args *a)
         rc =
             stash_snapshot_rewrite(snap, a->path[1],
                                    &(stash_snapshot_rewrite_opts){
+                                       .sz = sizeof(stash_snapshot_rewrite_opts),
                                        .max_parallelism = a->max_parallelism,
                                        .changes = ch,
                                        .nchanges = n,
@@ -1051,7 +1052,8 @@ static int load_declare(loader *l, const load_line *ln)
     ttl.cleanup_full_snapshot = (int)opt[2];
     ttl.time = opt[3] ? STASH_TTL_EVENT_TIME : STASH_TTL_PROCESSING_TIME;
     rc = stash_snapshot_writer_state(
-        l->w, &(stash_state_desc){.name = name->value, .kind = k, .ttl = ttl});
+        l->w, &(stash_state_desc){
+                  .sz = sizeof(stash_state_desc), .name = name->value, .kind = k, .ttl = ttl});
     if (rc) return rc;
     load_state *s = &l->states[l->nstates++];
     memcpy(s->name, name->value, name->len + 1);
@@ -1193,7 +1195,10 @@ static int take_line(loader *l, const load_line *ln)
 
 static int cmd_load(const snap_args *a)
 {
-    loader l = {.a = a, .o = {.max_parallelism = a->max_parallelism, .size = a->size}};
+    loader l = {.a = a,
+                .o = {.sz = sizeof(stash_snapshot_writer_opts),
+                      .max_parallelism = a->max_parallelism,
+                      .size = a->size}};
     char *line = NULL;
     size_t cap = 0;
     int rc = 0;

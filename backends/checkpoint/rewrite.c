@@ -229,8 +229,10 @@ STASH_API int stash_snapshot_rewrite(stash_snapshot *snap, const char *path,
 {
     shm_clear_error();
     if (!snap || !path) return shm_refuse_null(__func__, "snap or path");
-    if (ckpt_rados_url(path)) return rewrite_to_rados(snap, path, opts, out);
-    stash_snapshot_rewrite_opts o = opts ? *opts : (stash_snapshot_rewrite_opts){0};
+    stash_snapshot_rewrite_opts o;
+    int rc = SHM_TAKE_OPTS(__func__, stash_snapshot_rewrite_opts, opts, &o);
+    if (rc) return rc;
+    if (ckpt_rados_url(path)) return rewrite_to_rados(snap, path, &o, out);
     if (o.nchanges && !o.changes) return shm_refuse_null(__func__, "changes");
     if (o.max_parallelism > STASH_MAX_MAX_PARALLELISM)
         return shm_fail(-EINVAL, "a savepoint of %u key groups: at most %u", o.max_parallelism,
@@ -243,7 +245,7 @@ STASH_API int stash_snapshot_rewrite(stash_snapshot *snap, const char *path,
     ioe_engine *e = NULL;
     ckpt_dest dest = {.parent = {.fd = -1}, .tmp = {.fd = -1}};
     uint64_t id = o.id ? o.id : v->id;
-    int rc = rw && states && bufs && blobs ? 0 : shm_fail(-ENOMEM, "out of memory");
+    rc = rw && states && bufs && blobs ? 0 : shm_fail(-ENOMEM, "out of memory");
     uint32_t kept = 0;
     if (rc == 0) {
         *rw = (rewrite){.v = v,

@@ -97,7 +97,8 @@ STASH_API int stash_snapshot_state(const stash_snapshot *snap, uint32_t i, stash
     if (!snap || !out) return shm_refuse_null(__func__, "snap or out");
     if (i >= snap->v.nstates)
         return shm_fail(-EINVAL, "state %u of a snapshot of %u states", i, snap->v.nstates);
-    *out = (stash_state_desc){.name = snap->states[i].name,
+    *out = (stash_state_desc){.sz = sizeof(stash_state_desc),
+                              .name = snap->states[i].name,
                               .kind = (stash_kind)snap->states[i].kind,
                               .ttl = snap->ttls[i]};
     return 0;

@@ -9,7 +9,8 @@
 #include "backends/service/job.h"
 
 struct stash_service {
-    stash_service_opts o;
+    stash_service_opts o;        /* o.arena points at arena_opts */
+    stash_arena_opts arena_opts; /* the caller's, as this library's struct */
     stash_arena *a;
     ioe_engine *e;
     char dir[SHM_CTL_DETAIL];

@@ -70,7 +70,8 @@ static int no_produce(const stash_bytes *acc, void *out, size_t cap, size_t *len
     return shm_fail(-ENOTSUP, "a savepoint writer stores accumulators, it does not make them");
 }
 
-static const stash_aggregate_fns no_aggregate = {no_produce, no_combine, no_produce, no_combine};
+static const stash_aggregate_fns no_aggregate = {
+    .sz = sizeof(stash_aggregate_fns), no_produce, no_combine, no_produce, no_combine};
 
 STASH_API void stash_snapshot_writer_abort(stash_snapshot_writer *w)
 {
@@ -88,14 +89,19 @@ STASH_API void stash_snapshot_writer_abort(stash_snapshot_writer *w)
  * writer that dies leaves nothing) and its worker. */
 static int open_heap(stash_snapshot_writer *w, const stash_snapshot_writer_opts *o)
 {
-    stash_arena_opts ao = {.size = o->size ? o->size : WRITER_DEFAULT_SIZE,
+    stash_arena_opts ao = {.sz = sizeof(stash_arena_opts),
+                           .size = o->size ? o->size : WRITER_DEFAULT_SIZE,
                            .max_parallelism = o->max_parallelism,
                            .backend = STASH_BACKEND_HEAP};
     stash_arena *a;
     int rc = shm_arena_make_private("a savepoint writer's heap", &ao, &a);
     if (rc) return rc;
-    return service_worker_open_on(
-        a, &(stash_worker_opts){.parallelism = 1, .clock = writer_clock, .clock_ctx = w}, &w->w);
+    return service_worker_open_on(a,
+                                  &(stash_worker_opts){.sz = sizeof(stash_worker_opts),
+                                                       .parallelism = 1,
+                                                       .clock = writer_clock,
+                                                       .clock_ctx = w},
+                                  &w->w);
 }
 
 STASH_API int stash_snapshot_writer_open(const char *path, const stash_snapshot_writer_opts *opts,
@@ -103,14 +109,16 @@ STASH_API int stash_snapshot_writer_open(const char *path, const stash_snapshot_
 {
     shm_clear_error();
     if (!path || !out) return shm_refuse_null(__func__, "path or out");
-    stash_snapshot_writer_opts o = opts ? *opts : (stash_snapshot_writer_opts){0};
+    stash_snapshot_writer_opts o;
+    int rc = SHM_TAKE_OPTS(__func__, stash_snapshot_writer_opts, opts, &o);
+    if (rc) return rc;
     if (o.max_parallelism > STASH_MAX_MAX_PARALLELISM)
         return shm_fail(-EINVAL, "a savepoint of %u key groups: at most %u", o.max_parallelism,
                         STASH_MAX_MAX_PARALLELISM);
     stash_snapshot_writer *w = calloc(1, sizeof *w);
     if (!w) return shm_fail(-ENOMEM, "out of memory");
     w->id = o.id ? o.id : 1;
-    int rc = ckpt_dest_open(path, &w->dest);
+    rc = ckpt_dest_open(path, &w->dest);
     w->op_p = o.op_parallelism;
     if (rc == 0 && w->op_p && !(w->op = calloc((size_t)w->op_p * SHM_CATALOG_SIZE, sizeof *w->op)))
         rc = shm_fail(-ENOMEM, "out of memory");
@@ -133,17 +141,21 @@ static declared *declared_of(stash_snapshot_writer *w, const char *name)
     return NULL;
 }
 
-STASH_API int stash_snapshot_writer_state(stash_snapshot_writer *w, const stash_state_desc *desc)
+STASH_API int stash_snapshot_writer_state(stash_snapshot_writer *w, const stash_state_desc *given)
 {
     shm_clear_error();
-    if (!w || !desc || !desc->name) return shm_refuse_null(__func__, "w, desc or its name");
+    stash_state_desc d0;
+    if (!w || !given) return shm_refuse_null(__func__, "w or desc");
+    int rc = SHM_TAKE_OPTS(__func__, stash_state_desc, given, &d0);
+    if (rc) return rc;
+    const stash_state_desc *desc = &d0;
+    if (!desc->name) return shm_refuse_null(__func__, "desc->name");
     /* No state a reader refuses: one without a name or kind, or with TTL
      * options no registration makes (a timer service's included). */
     if (!desc->name[0]) return shm_fail(-EINVAL, "a state needs a name");
     if (desc->kind < STASH_VALUE || desc->kind > STASH_TIMERS)
         return shm_fail(-EINVAL, "state '%s': unknown kind %d", desc->name, (int)desc->kind);
-    int rc = state_ttl_check(desc->name, desc->kind, &desc->ttl);
-    if (rc) return rc;
+    if ((rc = state_ttl_check(desc->name, desc->kind, &desc->ttl)) != 0) return rc;
     declared *d = declared_of(w, desc->name);
     if (d && d->kind != desc->kind)
         return shm_fail(STASH_EKIND, "state '%s' was declared with kind %d, not %d", desc->name,
@@ -160,7 +172,10 @@ STASH_API int stash_snapshot_writer_state(stash_snapshot_writer *w, const stash_
         rc = stash_timers_get(w->w, desc->name, &n.timers);
         if (rc == 0) n.id = timers_state(n.timers)->id;
     } else {
-        stash_state_desc s = {.name = desc->name, .kind = desc->kind, .ttl = desc->ttl};
+        stash_state_desc s = {.sz = sizeof(stash_state_desc),
+                              .name = desc->name,
+                              .kind = desc->kind,
+                              .ttl = desc->ttl};
         s.ttl.cleanup_every_record = 0;
         if (desc->kind == STASH_REDUCING) s.reduce = no_combine;
         if (desc->kind == STASH_AGGREGATING) s.aggregate = &no_aggregate;

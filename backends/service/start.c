@@ -77,7 +77,8 @@ static int fill_arena(stash_service *s, stash_arena *a, const stash_arena_opts *
                       const char *from, uint64_t id)
 {
     stash_worker *w;
-    int rc = service_worker_open_on(a, &(stash_worker_opts){.index = 0, .parallelism = 1}, &w);
+    int rc = service_worker_open_on(
+        a, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 1}, &w);
     if (rc) return rc;
     ckpt_restored out = {0};
     uint64_t t0 = shm_now_ns();
@@ -128,7 +129,7 @@ static int fill_arena(stash_service *s, stash_arena *a, const stash_arena_opts *
  * checkpoint directory if there is one. */
 static int build_arena(stash_service *s, const char *name, const char *from)
 {
-    stash_arena_opts ao = s->o.arena ? *s->o.arena : (stash_arena_opts){0};
+    stash_arena_opts ao = s->arena_opts;
     if (s->replace) ao.flags |= STASH_ARENA_REPLACE;
     uint64_t id = 0;
     uint32_t maxp = 0;
@@ -317,8 +318,8 @@ static void job_log(void *ctx, stash_log_level level, const char *subject, const
  * a refused host leaves nothing. Its parts go to JOB/part/HOST/EPOCH. */
 static int open_job(stash_service *s)
 {
-    uint32_t maxp = s->o.arena && s->o.arena->max_parallelism ? s->o.arena->max_parallelism
-                                                              : STASH_DEFAULT_MAX_PARALLELISM;
+    uint32_t maxp =
+        s->o.arena->max_parallelism ? s->o.arena->max_parallelism : STASH_DEFAULT_MAX_PARALLELISM;
     svc_job_opts o = {.rados = s->rados,
                       .job = s->jobname,
                       .host = s->o.host,
@@ -401,7 +402,7 @@ static bool group_readable(const char *name, const stash_arena_opts *ao)
     struct stat st;
     if (shm_arena_path(name, ao, path, sizeof path) == 0 && stat(path, &st) == 0)
         return (st.st_mode & S_IRGRP) != 0;
-    return ao && (ao->flags & STASH_ARENA_GROUP);
+    return (ao->flags & STASH_ARENA_GROUP) != 0;
 }
 
 /* Starts the job's side of a host once its arena is claimed: the arena
@@ -480,12 +481,15 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
     if (!name || !out) return shm_refuse_null(__func__, "name or out");
     stash_service *s = calloc(1, sizeof *s);
     if (!s) return shm_fail(-ENOMEM, "out of memory");
-    s->o = opts ? *opts : (stash_service_opts){0};
     s->ckpts.fd = -1;
-    int rc = 0;
+    int rc = SHM_TAKE_OPTS(__func__, stash_service_opts, opts, &s->o);
+    if (rc == 0) rc = SHM_TAKE_OPTS(__func__, stash_arena_opts, s->o.arena, &s->arena_opts);
+    s->o.arena = &s->arena_opts;
     char leaf[128];
     snprintf(leaf, sizeof leaf, "%.100s.checkpoints", name);
-    if (s->o.storage == STASH_STORAGE_MEMORY && !s->o.dir)
+    if (rc)
+        ;
+    else if (s->o.storage == STASH_STORAGE_MEMORY && !s->o.dir)
         rc = shm_private_path(SHM_PRIVATE_RUNTIME, leaf, s->dir, sizeof s->dir);
     else if (!s->o.dir)
         rc = shm_fail(-EINVAL, "the fs storage needs a checkpoint directory");

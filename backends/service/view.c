@@ -102,7 +102,8 @@ int service_view_create(const char *name, const stash_arena_opts *live, const ch
         return rc;
     }
     rc = source_bytes(src, e, &bytes, &maxp);
-    stash_arena_opts ao = {.max_parallelism = maxp, .backend = STASH_BACKEND_HEAP};
+    stash_arena_opts ao = {
+        .sz = sizeof(stash_arena_opts), .max_parallelism = maxp, .backend = STASH_BACKEND_HEAP};
     /* Records take more room in the arena than in a block: the size doubles
      * until the checkpoint fits. */
     ao.size = VIEW_MIN_BYTES + 2 * bytes;

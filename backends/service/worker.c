@@ -71,7 +71,7 @@ static int attach_store(stash_worker *w, stash_clock_fn *clock, void *clock_ctx)
 
 int service_worker_open_on(stash_arena *a, const stash_worker_opts *opts, stash_worker **out)
 {
-    stash_worker_opts o = opts ? *opts : (stash_worker_opts){0};
+    stash_worker_opts o = *opts;
     if (o.parallelism == 0) o.parallelism = 1;
     stash_worker *w = calloc(1, sizeof *w);
     if (!w) {
@@ -124,21 +124,27 @@ STASH_API int stash_worker_open(const char *name, const stash_worker_opts *opts,
 {
     shm_clear_error();
     if (!name || !out) return shm_refuse_null(__func__, "name or out");
+    stash_worker_opts o;
+    int rc = SHM_TAKE_OPTS(__func__, stash_worker_opts, opts, &o);
+    if (rc) return rc;
     stash_arena *a;
-    int rc = stash_arena_open(name, opts ? opts->arena : NULL, &a);
-    return rc ? rc : service_worker_open_on(a, opts, out);
+    rc = stash_arena_open(name, o.arena, &a);
+    return rc ? rc : service_worker_open_on(a, &o, out);
 }
 
 STASH_API int stash_reader_open(const char *name, const stash_reader_opts *opts, stash_worker **out)
 {
     shm_clear_error();
-    stash_reader_opts o = opts ? *opts : (stash_reader_opts){0};
+    stash_reader_opts o;
+    stash_arena_opts ao;
+    int rc = SHM_TAKE_OPTS(__func__, stash_reader_opts, opts, &o);
+    if (rc == 0) rc = SHM_TAKE_OPTS(__func__, stash_arena_opts, o.arena, &ao);
+    if (rc) return rc;
     if (!o.checkpoint_dir && !name) return shm_refuse_null(__func__, "name");
     if (!out) return shm_refuse_null(__func__, "out");
     stash_arena *a;
-    int rc = o.checkpoint_dir || o.at_checkpoint
-                 ? service_view_create(name, o.arena, o.checkpoint_dir, &a)
-                 : stash_arena_open(name, o.arena, &a);
+    rc = o.checkpoint_dir || o.at_checkpoint ? service_view_create(name, &ao, o.checkpoint_dir, &a)
+                                             : stash_arena_open(name, &ao, &a);
     if (rc < 0) return rc;
     stash_worker *w = calloc(1, sizeof *w);
     if (!w) {

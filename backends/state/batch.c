@@ -104,7 +104,9 @@ STASH_API int stash_batch_create(stash_worker *worker, const stash_batch_opts *o
 {
     if (!worker || !out) return shm_refuse_null(__func__, "worker or out");
     if (worker->forked) return worker_refuse_forked(worker, __func__);
-    stash_batch_opts o = opts ? *opts : (stash_batch_opts){0};
+    stash_batch_opts o;
+    int rc = SHM_TAKE_OPTS(__func__, stash_batch_opts, opts, &o);
+    if (rc) return rc;
     if (o.capacity == 0) o.capacity = BATCH_DEFAULT;
     if (o.capacity > BATCH_MAX)
         return shm_fail(-EINVAL, "%s: a capacity of %u events (at most %u)", __func__, o.capacity,

@@ -51,7 +51,8 @@ STASH_API int stash_state_describe(stash_arena *arena, const char *name, stash_s
         const shm_catalog_entry *e = &arena->catalog[i];
         if (!atomic_load_explicit(&e->used, memory_order_acquire) || strcmp(e->name, name) != 0)
             continue;
-        *out = (stash_state_desc){.name = name, .kind = (stash_kind)e->kind};
+        *out = (stash_state_desc){
+            .sz = sizeof(stash_state_desc), .name = name, .kind = (stash_kind)e->kind};
         state_ttl_of_options(e->options, &out->ttl);
         return 0;
     }
@@ -147,11 +148,21 @@ STASH_API int stash_state_get(stash_worker *worker, const stash_state_desc *desc
     shm_clear_error();
     if (!worker || !desc || !out) return shm_refuse_null(__func__, "worker, desc or out");
     if (worker->forked) return worker_refuse_forked(worker, __func__);
-    int rc = check_desc(desc);
-    return rc ? rc : get_state(worker, desc, out);
+    stash_state_desc d;
+    stash_aggregate_fns agg;
+    int rc = SHM_TAKE_OPTS(__func__, stash_state_desc, desc, &d);
+    if (rc == 0 && d.aggregate) {
+        rc = SHM_TAKE_OPTS(__func__, stash_aggregate_fns, d.aggregate, &agg);
+        d.aggregate = &agg;
+    }
+    if (rc == 0) rc = check_desc(&d);
+    return rc ? rc : get_state(worker, &d, out);
 }
 
 int state_get_timers(stash_worker *worker, const char *name, stash_state **out)
 {
-    return get_state(worker, &(stash_state_desc){.name = name, .kind = STASH_TIMERS}, out);
+    return get_state(
+        worker,
+        &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = name, .kind = STASH_TIMERS},
+        out);
 }

@@ -70,8 +70,16 @@ class _Iter(ctypes.Structure):
     _fields_ = [("opaque", ctypes.c_uint64 * 12)]
 
 
-class _ArenaOpts(ctypes.Structure):
-    _fields_ = [("path", ctypes.c_char_p), ("size", ctypes.c_uint64),
+class _Sized(ctypes.Structure):
+    """A struct the caller fills that starts with its own size, sz (the
+    header's rule for a stable ABI): set here, before the other fields."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(ctypes.sizeof(self), *args, **kwargs)
+
+
+class _ArenaOpts(_Sized):
+    _fields_ = [("sz", ctypes.c_size_t), ("path", ctypes.c_char_p), ("size", ctypes.c_uint64),
                 ("max_parallelism", ctypes.c_uint32), ("flags", ctypes.c_uint32),
                 ("backend", ctypes.c_int), ("lmdb_dir", ctypes.c_char_p)]
 
@@ -94,15 +102,15 @@ class _LogRecord(ctypes.Structure):
 _LOG_RECORD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(_LogRecord))
 
 
-class _WorkerOpts(ctypes.Structure):
-    _fields_ = [("index", ctypes.c_uint32), ("parallelism", ctypes.c_uint32),
+class _WorkerOpts(_Sized):
+    _fields_ = [("sz", ctypes.c_size_t), ("index", ctypes.c_uint32), ("parallelism", ctypes.c_uint32),
                 ("arena", ctypes.POINTER(_ArenaOpts)), ("clock", _CLOCK),
                 ("clock_ctx", ctypes.c_void_p), ("rollback", ctypes.c_int),
                 ("on_cut", _CUT), ("cut_ctx", ctypes.c_void_p)]
 
 
-class _ReaderOpts(ctypes.Structure):
-    _fields_ = [("arena", ctypes.POINTER(_ArenaOpts)), ("clock", _CLOCK),
+class _ReaderOpts(_Sized):
+    _fields_ = [("sz", ctypes.c_size_t), ("arena", ctypes.POINTER(_ArenaOpts)), ("clock", _CLOCK),
                 ("clock_ctx", ctypes.c_void_p), ("at_checkpoint", ctypes.c_int),
                 ("checkpoint_dir", ctypes.c_char_p)]
 
@@ -114,13 +122,13 @@ class _Ttl(ctypes.Structure):
                 ("time", ctypes.c_int)]
 
 
-class _AggregateFns(ctypes.Structure):
-    _fields_ = [("create", _PRODUCE), ("add", _COMBINE), ("result", _PRODUCE),
+class _AggregateFns(_Sized):
+    _fields_ = [("sz", ctypes.c_size_t), ("create", _PRODUCE), ("add", _COMBINE), ("result", _PRODUCE),
                 ("merge", _COMBINE)]
 
 
-class _StateDesc(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char_p), ("kind", ctypes.c_int), ("ttl", _Ttl),
+class _StateDesc(_Sized):
+    _fields_ = [("sz", ctypes.c_size_t), ("name", ctypes.c_char_p), ("kind", ctypes.c_int), ("ttl", _Ttl),
                 ("reduce", _COMBINE), ("aggregate", ctypes.POINTER(_AggregateFns)),
                 ("ctx", ctypes.c_void_p), ("default_value", _Bytes)]
 
@@ -137,8 +145,8 @@ class _CheckpointInfo(ctypes.Structure):
                 ("pause_ns", ctypes.c_uint64), ("detail", ctypes.c_char * 256)]
 
 
-class _ServiceOpts(ctypes.Structure):
-    _fields_ = [("arena", ctypes.POINTER(_ArenaOpts)), ("storage", ctypes.c_int),
+class _ServiceOpts(_Sized):
+    _fields_ = [("sz", ctypes.c_size_t), ("arena", ctypes.POINTER(_ArenaOpts)), ("storage", ctypes.c_int),
                 ("dir", ctypes.c_char_p), ("memory_cap", ctypes.c_uint64),
                 ("interval_ms", ctypes.c_uint64), ("min_pause_ms", ctypes.c_uint64),
                 ("timeout_ms", ctypes.c_uint64), ("retain", ctypes.c_uint32),
@@ -194,8 +202,8 @@ class _WorkerInfo(ctypes.Structure):
                 ("generation", ctypes.c_uint32), ("previous_pid", ctypes.c_int32)]
 
 
-class _BatchOpts(ctypes.Structure):
-    _fields_ = [("capacity", ctypes.c_uint32), ("states", ctypes.POINTER(ctypes.c_void_p)),
+class _BatchOpts(_Sized):
+    _fields_ = [("sz", ctypes.c_size_t), ("capacity", ctypes.c_uint32), ("states", ctypes.POINTER(ctypes.c_void_p)),
                 ("nstates", ctypes.c_uint32)]
 
 
@@ -233,14 +241,14 @@ class _SnapshotChange(ctypes.Structure):
 _PROGRESS = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32)
 
 
-class _RewriteOpts(ctypes.Structure):
-    _fields_ = [("max_parallelism", ctypes.c_uint32), ("id", ctypes.c_uint64),
+class _RewriteOpts(_Sized):
+    _fields_ = [("sz", ctypes.c_size_t), ("max_parallelism", ctypes.c_uint32), ("id", ctypes.c_uint64),
                 ("changes", ctypes.POINTER(_SnapshotChange)), ("nchanges", ctypes.c_uint32),
                 ("progress", _PROGRESS), ("progress_ctx", ctypes.c_void_p)]
 
 
-class _WriterOpts(ctypes.Structure):
-    _fields_ = [("max_parallelism", ctypes.c_uint32), ("size", ctypes.c_uint64),
+class _WriterOpts(_Sized):
+    _fields_ = [("sz", ctypes.c_size_t), ("max_parallelism", ctypes.c_uint32), ("size", ctypes.c_uint64),
                 ("id", ctypes.c_uint64), ("op_parallelism", ctypes.c_uint32)]
 
 

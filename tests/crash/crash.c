@@ -87,7 +87,8 @@ typedef struct config {
 
 static stash_arena_opts arena_opts(const config *c)
 {
-    return (stash_arena_opts){.size = 256u << 20,
+    return (stash_arena_opts){.sz = sizeof(stash_arena_opts),
+                              .size = 256u << 20,
                               .max_parallelism = MAXP,
                               .backend = c->backend,
                               .lmdb_dir = c->backend == STASH_BACKEND_LMDB ? c->lmdb_dir : NULL};
@@ -112,11 +113,13 @@ static int worker_main(const config *c, uint32_t index, bool rollback, const cha
         unsetenv("STASH_IO_FAULT");
     stash_arena_opts ao = arena_opts(c);
     stash_worker *w;
-    int rc = stash_worker_open(
-        c->name,
-        &(stash_worker_opts){
-            .index = index, .parallelism = WORKERS, .arena = &ao, .rollback = rollback},
-        &w);
+    int rc = stash_worker_open(c->name,
+                               &(stash_worker_opts){.sz = sizeof(stash_worker_opts),
+                                                    .index = index,
+                                                    .parallelism = WORKERS,
+                                                    .arena = &ao,
+                                                    .rollback = rollback},
+                               &w);
     if (rc < 0) {
         send_report(&r, R_FAILED, "worker %u: open: %s", index, stash_errmsg());
         return 1;
@@ -179,7 +182,8 @@ static int service_main(const config *c, const char *fault)
     stash_arena_opts ao = arena_opts(c);
     stash_service *s;
     int rc = stash_service_start(c->name,
-                                 &(stash_service_opts){.arena = &ao,
+                                 &(stash_service_opts){.sz = sizeof(stash_service_opts),
+                                                       .arena = &ao,
                                                        .dir = c->dir,
                                                        .interval_ms = INTERVAL_MS,
                                                        .timeout_ms = 5000,

@@ -384,9 +384,12 @@ static int worker_main(uint32_t index, const char *on, const char *arena, bool r
     obs_fd = open(obs, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (obs_fd < 0) return 1;
     stash_worker *w;
-    int rc = stash_worker_open(
-        arena, &(stash_worker_opts){.index = index, .parallelism = HOSTS, .rollback = rollback},
-        &w);
+    int rc = stash_worker_open(arena,
+                               &(stash_worker_opts){.sz = sizeof(stash_worker_opts),
+                                                    .index = index,
+                                                    .parallelism = HOSTS,
+                                                    .rollback = rollback},
+                               &w);
     if (rc == STASH_EFENCED) {
         observe("fenced at open: %s", stash_errmsg());
         return 2;

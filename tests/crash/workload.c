@@ -173,8 +173,11 @@ int wl_open(wl_job *j, stash_worker *w, uint32_t maxp, const char **what)
                   {"offset", STASH_OP_LIST, &j->offset}};
     for (size_t s = 0; s < sizeof states / sizeof states[0]; s++) {
         *what = states[s].name;
-        int rc = stash_state_get(
-            w, &(stash_state_desc){.name = states[s].name, .kind = states[s].kind}, states[s].out);
+        int rc = stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = states[s].name,
+                                                     .kind = states[s].kind},
+                                 states[s].out);
         if (rc < 0) return rc;
     }
     return 0;

@@ -39,7 +39,8 @@ static void make_image(void)
     snprintf(path, sizeof path, "/dev/shm/stash.%s", name);
     stash_arena *a;
     if (stash_arena_create(name,
-                           &(stash_arena_opts){.size = 4u << 20,
+                           &(stash_arena_opts){.sz = sizeof(stash_arena_opts),
+                                               .size = 4u << 20,
                                                .max_parallelism = 8,
                                                .flags = STASH_ARENA_REPLACE},
                            &a) != 0)
@@ -51,7 +52,10 @@ static void make_image(void)
         stash_worker *w;
         stash_state *v;
         if (stash_worker_open(name, NULL, &w) ||
-            stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v))
+            stash_state_get(w,
+                            &(stash_state_desc){
+                                .sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+                            &v))
             _exit(1);
         for (uint64_t k = 0; k < KEYS; k++) {
             stash_key_set(w, &k, sizeof k);
@@ -121,7 +125,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     stash_worker *w;
     stash_state *v;
     if (stash_worker_open(name, NULL, &w) == 0) {
-        if (stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &v) == 0) {
+        if (stash_state_get(w,
+                            &(stash_state_desc){
+                                .sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+                            &v) == 0) {
             for (uint64_t k = 0; k < KEYS; k++) {
                 stash_bytes b;
                 stash_key_set(w, &k, sizeof k);

@@ -89,7 +89,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     stash_arena *a = NULL;
     if (rc == 0)
         rc = stash_arena_create(name,
-                                &(stash_arena_opts){.size = 64u << 20,
+                                &(stash_arena_opts){.sz = sizeof(stash_arena_opts),
+                                                    .size = 64u << 20,
                                                     .max_parallelism = restore_maxp,
                                                     .flags = STASH_ARENA_REPLACE},
                                 &a);

@@ -121,13 +121,16 @@ static void open_job(const char *name, job *j)
     int rc = stash_worker_open(name, NULL, &j->w);
     if (rc) die("worker", rc);
     const stash_state_desc d[] = {
-        {.name = "value", .kind = STASH_VALUE},
-        {.name = "list", .kind = STASH_LIST},
-        {.name = "map", .kind = STASH_MAP},
-        {.name = "sum", .kind = STASH_REDUCING, .reduce = sum_u64},
-        {.name = "ttl-map", .kind = STASH_MAP, .ttl = {.ttl_ms = 3600000}},
-        {.name = "offsets", .kind = STASH_OP_LIST},
-        {.name = "rules", .kind = STASH_OP_BROADCAST},
+        {.sz = sizeof(stash_state_desc), .name = "value", .kind = STASH_VALUE},
+        {.sz = sizeof(stash_state_desc), .name = "list", .kind = STASH_LIST},
+        {.sz = sizeof(stash_state_desc), .name = "map", .kind = STASH_MAP},
+        {.sz = sizeof(stash_state_desc), .name = "sum", .kind = STASH_REDUCING, .reduce = sum_u64},
+        {.sz = sizeof(stash_state_desc),
+         .name = "ttl-map",
+         .kind = STASH_MAP,
+         .ttl = {.ttl_ms = 3600000}},
+        {.sz = sizeof(stash_state_desc), .name = "offsets", .kind = STASH_OP_LIST},
+        {.sz = sizeof(stash_state_desc), .name = "rules", .kind = STASH_OP_BROADCAST},
     };
     stash_state **out[] = {&j->v, &j->l, &j->m, &j->r, &j->ttl, &j->ol, &j->b};
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
@@ -201,11 +204,14 @@ static void run(const char *out, const char *tag, int incremental, int lz4)
     snprintf(dir, sizeof dir, "/tmp/stash-fuzz-seed-XXXXXX");
     if (!mkdtemp(dir)) die("mkdtemp", -errno);
     stash_service *s;
-    stash_arena_opts ao = {.size = 16u << 20, .max_parallelism = 8};
-    int rc = stash_service_start(
-        name,
-        &(stash_service_opts){.arena = &ao, .dir = dir, .incremental = incremental, .lz4 = lz4},
-        &s);
+    stash_arena_opts ao = {.sz = sizeof(stash_arena_opts), .size = 16u << 20, .max_parallelism = 8};
+    int rc = stash_service_start(name,
+                                 &(stash_service_opts){.sz = sizeof(stash_service_opts),
+                                                       .arena = &ao,
+                                                       .dir = dir,
+                                                       .incremental = incremental,
+                                                       .lz4 = lz4},
+                                 &s);
     if (rc) die("service", rc);
     job j;
     open_job(name, &j);

@@ -41,10 +41,16 @@ int main(int argc, char **argv)
     uint64_t keys = strtoull(argv[4], NULL, 10), rounds = strtoull(argv[5], NULL, 10);
     stash_worker *w;
     int rc = stash_worker_open(
-        argv[1], &(stash_worker_opts){.index = index, .parallelism = p, .on_cut = on_cut}, &w);
+        argv[1],
+        &(stash_worker_opts){
+            .sz = sizeof(stash_worker_opts), .index = index, .parallelism = p, .on_cut = on_cut},
+        &w);
     if (rc) return fail("open", rc);
     stash_state *count;
-    rc = stash_state_get(w, &(stash_state_desc){.name = "count", .kind = STASH_VALUE}, &count);
+    rc = stash_state_get(
+        w,
+        &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "count", .kind = STASH_VALUE},
+        &count);
     if (rc) return fail("state", rc);
     stash_arena_info info;
     stash_arena_info_get(stash_worker_arena(w), &info);

@@ -52,7 +52,10 @@ typedef struct shared_clock {
 static int run_stash(const char *name, uint32_t index, uint32_t p, const op_seq *s, uint64_t *ns)
 {
     stash_worker *w;
-    int rc = stash_worker_open(name, &(stash_worker_opts){.index = index, .parallelism = p}, &w);
+    int rc = stash_worker_open(
+        name,
+        &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = index, .parallelism = p},
+        &w);
     if (rc < 0) return rc;
     stash_arena *a = stash_worker_arena(w);
     stash_worker_info info;
@@ -163,7 +166,8 @@ int bench_arena(int argc, char **argv)
     char name[64];
     snprintf(name, sizeof name, "bench-arena-%d", (int)getpid());
     stash_arena *a;
-    rc = stash_arena_create(name, &(stash_arena_opts){.size = 256ull << 20}, &a);
+    rc = stash_arena_create(
+        name, &(stash_arena_opts){.sz = sizeof(stash_arena_opts), .size = 256ull << 20}, &a);
     if (rc < 0) return tool_fail("bench arena", rc);
     stash_arena_close(a);
 

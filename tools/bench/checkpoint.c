@@ -95,7 +95,8 @@ static int create_arena(ckb *b, const char *name, uint64_t keys)
     stash_arena *a;
     int rc = stash_arena_create(
         name,
-        &(stash_arena_opts){.size = on_lmdb(b) ? 256ull << 20 : keys * 256 + (64ull << 20),
+        &(stash_arena_opts){.sz = sizeof(stash_arena_opts),
+                            .size = on_lmdb(b) ? 256ull << 20 : keys * 256 + (64ull << 20),
                             .flags = STASH_ARENA_REPLACE,
                             .backend = b->o.backend,
                             .lmdb_dir = envs},
@@ -117,8 +118,13 @@ static int open_loaded(ckb *b, uint64_t keys, stash_worker **w, stash_state **s)
 {
     int rc = create_arena(b, b->name, keys);
     if (rc < 0) return rc;
-    rc = stash_worker_open(b->name, &(stash_worker_opts){.parallelism = 1}, w);
-    if (rc == 0) rc = stash_state_get(*w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, s);
+    rc = stash_worker_open(
+        b->name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, w);
+    if (rc == 0)
+        rc = stash_state_get(
+            *w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            s);
     uint8_t val[VALUE_BYTES];
     uint64_t x = 0x9e3779b97f4a7c15ull;
     for (uint64_t k = 0; rc == 0 && k < keys; k++) {
@@ -314,9 +320,12 @@ static int check_restored(const char *name2, uint64_t keys, uint64_t records)
                         (unsigned long long)keys);
     stash_worker *w;
     stash_state *s;
-    int rc = stash_worker_open(name2, &(stash_worker_opts){.parallelism = 1}, &w);
+    int rc = stash_worker_open(
+        name2, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w);
     if (rc) return rc;
-    rc = stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s);
+    rc = stash_state_get(
+        w, &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+        &s);
     uint8_t val[VALUE_BYTES];
     uint64_t x = 0x9e3779b97f4a7c15ull;
     for (uint64_t k = 0; rc == 0 && k < keys; k++) {
@@ -551,8 +560,10 @@ static int rewrite_once(const char *src, const char *dst, uint64_t *dst_bytes)
     stash_snapshot_info out;
     rc = stash_snapshot_rewrite(
         snap, dst,
-        &(stash_snapshot_rewrite_opts){
-            .changes = &(stash_snapshot_change){.state = "dropped", .drop = 1}, .nchanges = 1},
+        &(stash_snapshot_rewrite_opts){.sz = sizeof(stash_snapshot_rewrite_opts),
+                                       .changes =
+                                           &(stash_snapshot_change){.state = "dropped", .drop = 1},
+                                       .nchanges = 1},
         &out);
     stash_snapshot_close(snap);
     if (rc == 0) *dst_bytes = out.data_bytes;
@@ -565,7 +576,10 @@ static int rewrite_case(ckb *b)
     stash_state *s, *dropped;
     int rc = open_loaded(b, b->keys, &w, &s);
     if (rc == 0)
-        rc = stash_state_get(w, &(stash_state_desc){.name = "dropped", .kind = STASH_VALUE},
+        rc = stash_state_get(w,
+                             &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                 .name = "dropped",
+                                                 .kind = STASH_VALUE},
                              &dropped);
     uint8_t val[VALUE_BYTES] = {0};
     for (uint64_t k = 0; rc == 0 && k < b->keys / 10; k++) {
@@ -682,8 +696,13 @@ static int lazy_once(ckb *b, uint64_t keys, const char *name2, double *first, do
     bool background = pthread_create(&t, NULL, lazy_pass_main, &pass) == 0;
     stash_worker *w = NULL;
     stash_state *s;
-    rc = stash_worker_open(name2, &(stash_worker_opts){.parallelism = 1}, &w);
-    if (rc == 0) rc = stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s);
+    rc = stash_worker_open(
+        name2, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w);
+    if (rc == 0)
+        rc = stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &s);
     *first = 0;
     while (rc == 0) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
@@ -840,8 +859,12 @@ static int load_worker(ckb *b, shared_run *run, const ycsb_op *ops, uint64_t nop
 {
     stash_worker *w;
     stash_state *s;
-    if (stash_worker_open(b->name, &(stash_worker_opts){.parallelism = 1}, &w) ||
-        stash_state_get(w, &(stash_state_desc){.name = "v", .kind = STASH_VALUE}, &s))
+    if (stash_worker_open(
+            b->name, &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .parallelism = 1}, &w) ||
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
+            &s))
         return 1;
     stash_arena *a = stash_worker_arena(w);
     uint8_t val[VALUE_BYTES] = {0}, copy[VALUE_BYTES];

@@ -339,7 +339,8 @@ static int stash_sys_open(const char *path, uint64_t size, uint32_t index, uint3
     t->base = (kv_sys){.ops = &stash_sys_ops, .name = "stash", .batch = 1};
     snprintf(t->path, sizeof t->path, "%s", path);
     snprintf(t->lmdb_dir, sizeof t->lmdb_dir, "%s", lmdb_dir ? lmdb_dir : "");
-    t->aopts = (stash_arena_opts){.path = t->path,
+    t->aopts = (stash_arena_opts){.sz = sizeof(stash_arena_opts),
+                                  .path = t->path,
                                   .size = size,
                                   .backend = lmdb_dir ? STASH_BACKEND_LMDB : STASH_BACKEND_HEAP,
                                   .lmdb_dir = lmdb_dir ? t->lmdb_dir : NULL};
@@ -353,12 +354,14 @@ static int stash_sys_open(const char *path, uint64_t size, uint32_t index, uint3
     }
     if (rc == 0) {
         what = "stash_worker_open";
-        stash_worker_opts wopts = {.index = index, .parallelism = p, .arena = &t->aopts};
+        stash_worker_opts wopts = {
+            .sz = sizeof(stash_worker_opts), .index = index, .parallelism = p, .arena = &t->aopts};
         rc = stash_worker_open(ARENA_NAME, &wopts, &t->w);
     }
-    const stash_state_desc descs[] = {{.name = "value", .kind = STASH_VALUE},
-                                      {.name = "list", .kind = STASH_LIST},
-                                      {.name = "map", .kind = STASH_MAP}};
+    const stash_state_desc descs[] = {
+        {.sz = sizeof(stash_state_desc), .name = "value", .kind = STASH_VALUE},
+        {.sz = sizeof(stash_state_desc), .name = "list", .kind = STASH_LIST},
+        {.sz = sizeof(stash_state_desc), .name = "map", .kind = STASH_MAP}};
     stash_state **states[] = {&t->value, &t->list, &t->map};
     for (int i = 0; i < 3 && rc == 0; i++) {
         what = "stash_state_get";
@@ -366,7 +369,10 @@ static int stash_sys_open(const char *path, uint64_t size, uint32_t index, uint3
     }
     if (rc == 0) {
         what = "stash_batch_create";
-        stash_batch_opts bo = {.capacity = BATCH_MAX, .states = &t->value, .nstates = 1};
+        stash_batch_opts bo = {.sz = sizeof(stash_batch_opts),
+                               .capacity = BATCH_MAX,
+                               .states = &t->value,
+                               .nstates = 1};
         rc = stash_batch_create(t->w, &bo, &t->batch);
     }
     if (rc < 0) {

@@ -107,7 +107,8 @@ static int stash_open(const tbench *b, tsys **out)
     snprintf(envs, sizeof envs, "%s/%s.lmdb", b->dir, b->arena);
     stash_arena *a;
     int rc = stash_arena_create(b->arena,
-                                &(stash_arena_opts){.size = b->n * 256 + (64ull << 20),
+                                &(stash_arena_opts){.sz = sizeof(stash_arena_opts),
+                                                    .size = b->n * 256 + (64ull << 20),
                                                     .flags = STASH_ARENA_REPLACE,
                                                     .backend = b->o.backend,
                                                     .lmdb_dir = envs},
