@@ -5,55 +5,76 @@ A thin layer over libstash (ctypes): the same calls as include/stash.h,
 bytes in and bytes out. Keys, namespaces and values may be given as bytes
 (or any buffer), str (UTF-8) or int (8 bytes, little-endian, two's
 complement); what comes back is bytes, with as_int() and as_str() to turn
-it back. Errors raise StashError, which carries the code, stash_strerror()'s
-words and stash_errmsg()'s detail. docs/python.md describes the module.
+it back. The header's constants are IntEnums (Kind, Backend, Error, ...),
+each member also a name of the module: stash.VALUE is stash.Kind.VALUE. A
+failed call raises the StashError subclass of its code (NotFound, Busy,
+Corrupt, FileNotFound, InvalidArgument, ...), which is also the built-in
+exception Python would raise for it (KeyError, FileNotFoundError,
+ValueError, ...) and carries the code, the errno, stash_strerror()'s words
+and stash_errmsg()'s detail. docs/python.md describes the module.
 """
 
 import ctypes
-import ctypes.util
+import enum
+import errno as _errno
 import functools
 import os
 import threading
+import types
 import weakref
 from collections import namedtuple
 
+try:
+    from stash import _installed
+except ImportError:  # the source tree's package, which no build wrote
+    _installed = None
+
 __all__ = [
-    "StashError", "NotFound", "Stale", "Closed", "WrongThread", "Arena", "Worker", "Reader",
-    "Service", "View", "Batch", "Timers", "Event", "as_int", "as_str", "to_bytes",
-    "key_group", "kg_range", "version", "strerror", "Snapshot", "SnapshotWriter", "Entry",
+    # handles
+    "Arena", "Service", "Worker", "Reader", "ValueState", "ListState", "MapState",
+    "ReducingState", "AggregatingState", "OpListState", "BroadcastState", "View", "Batch",
+    "Timers", "Snapshot", "SnapshotWriter", "Event", "Timer", "Entry", "LogRecord",
+    # functions
+    "version", "strerror", "to_bytes", "as_int", "as_str", "key_group", "kg_range",
+    # constants: each enum's members are added below, as names of the module
+    "Kind", "Backend", "ArenaFlag", "WorkerState", "TtlUpdate", "TtlVisibility", "TtlTime",
+    "TimeDomain", "EventKind", "Storage", "LogLevel", "Error", "HEAP", "LMDB",
+    "DEFAULT_MAX_PARALLELISM", "MAX_MAX_PARALLELISM", "MAX_WORKERS",
+    # errors
+    "StashError", "StashOSError", "FileNotFound", "FileExists", "PermissionDenied", "TimedOut",
+    "NotADirectory", "TryAgain", "InvalidArgument", "NotArena", "WrongVersion", "Truncated",
+    "Incomplete", "Full", "TooBig", "Busy", "WrongParallelism", "NotFound", "WrongKeyGroup",
+    "WrongKind", "Stale", "NoKey", "Corrupt", "WrongFormat", "NoService", "Aborted", "Forked",
+    "Fenced", "Closed", "WrongThread",
 ]
 
 # ---- the library --------------------------------------------------------
 
 
 def _load():
-    """libstash: $STASH_LIBRARY, else the one installed with this package,
-    else the loader's search."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    candidates = [os.environ.get("STASH_LIBRARY")]
-    try:
-        from stash._installed import LIBRARY
-        candidates.append(os.path.join(here, LIBRARY))
-    except ImportError:  # the source tree's package: no install beside it
-        pass
-    candidates.append(ctypes.util.find_library("stash"))
-    candidates.append("libstash.so.0")
+    """libstash: $STASH_LIBRARY if it is set, else the one the build that
+    installed this package put where _installed says (CMake's install),
+    else libstash.so.0 wherever the system's loader finds it (a wheel's)."""
+    given = os.environ.get("STASH_LIBRARY")
+    candidates = [given] if given else []
+    if not given and _installed is not None and _installed.LIBRARY:
+        beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), _installed.LIBRARY)
+        if os.path.exists(beside):
+            candidates.append(beside)
+    if not given:
+        candidates.append("libstash.so.0")
     errors = []
     for c in candidates:
-        if not c:
-            continue
-        if os.sep in c and not os.path.exists(c):
-            continue
         try:
             # Global: the C data path (_stash) links the same library.
-            return ctypes.CDLL(c, mode=ctypes.RTLD_GLOBAL)
+            return c, ctypes.CDLL(c, mode=ctypes.RTLD_GLOBAL)
         except OSError as e:
             errors.append(str(e))
-    raise ImportError("stash: cannot load libstash.so (set STASH_LIBRARY): " +
-                      "; ".join(errors))
+    raise ImportError("stash: cannot load libstash.so.0 (install it, or set STASH_LIBRARY to "
+                      "its path): " + "; ".join(errors))
 
 
-_lib = _load()
+_path, _dll = _load()
 
 _u8p = ctypes.POINTER(ctypes.c_uint8)
 _size_p = ctypes.POINTER(ctypes.c_size_t)
@@ -103,16 +124,16 @@ _LOG_RECORD = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(_LogRecord)
 
 
 class _WorkerOpts(_Sized):
-    _fields_ = [("sz", ctypes.c_size_t), ("index", ctypes.c_uint32), ("parallelism", ctypes.c_uint32),
-                ("arena", ctypes.POINTER(_ArenaOpts)), ("clock", _CLOCK),
-                ("clock_ctx", ctypes.c_void_p), ("rollback", ctypes.c_int),
+    _fields_ = [("sz", ctypes.c_size_t), ("index", ctypes.c_uint32),
+                ("parallelism", ctypes.c_uint32), ("arena", ctypes.POINTER(_ArenaOpts)),
+                ("clock", _CLOCK), ("clock_ctx", ctypes.c_void_p), ("rollback", ctypes.c_int),
                 ("on_cut", _CUT), ("cut_ctx", ctypes.c_void_p)]
 
 
 class _ReaderOpts(_Sized):
-    _fields_ = [("sz", ctypes.c_size_t), ("arena", ctypes.POINTER(_ArenaOpts)), ("clock", _CLOCK),
-                ("clock_ctx", ctypes.c_void_p), ("at_checkpoint", ctypes.c_int),
-                ("checkpoint_dir", ctypes.c_char_p)]
+    _fields_ = [("sz", ctypes.c_size_t), ("arena", ctypes.POINTER(_ArenaOpts)),
+                ("clock", _CLOCK), ("clock_ctx", ctypes.c_void_p),
+                ("at_checkpoint", ctypes.c_int), ("checkpoint_dir", ctypes.c_char_p)]
 
 
 class _Ttl(ctypes.Structure):
@@ -123,13 +144,13 @@ class _Ttl(ctypes.Structure):
 
 
 class _AggregateFns(_Sized):
-    _fields_ = [("sz", ctypes.c_size_t), ("create", _PRODUCE), ("add", _COMBINE), ("result", _PRODUCE),
-                ("merge", _COMBINE)]
+    _fields_ = [("sz", ctypes.c_size_t), ("create", _PRODUCE), ("add", _COMBINE),
+                ("result", _PRODUCE), ("merge", _COMBINE)]
 
 
 class _StateDesc(_Sized):
-    _fields_ = [("sz", ctypes.c_size_t), ("name", ctypes.c_char_p), ("kind", ctypes.c_int), ("ttl", _Ttl),
-                ("reduce", _COMBINE), ("aggregate", ctypes.POINTER(_AggregateFns)),
+    _fields_ = [("sz", ctypes.c_size_t), ("name", ctypes.c_char_p), ("kind", ctypes.c_int),
+                ("ttl", _Ttl), ("reduce", _COMBINE), ("aggregate", ctypes.POINTER(_AggregateFns)),
                 ("ctx", ctypes.c_void_p), ("default_value", _Bytes)]
 
 
@@ -146,14 +167,14 @@ class _CheckpointInfo(ctypes.Structure):
 
 
 class _ServiceOpts(_Sized):
-    _fields_ = [("sz", ctypes.c_size_t), ("arena", ctypes.POINTER(_ArenaOpts)), ("storage", ctypes.c_int),
-                ("dir", ctypes.c_char_p), ("memory_cap", ctypes.c_uint64),
-                ("interval_ms", ctypes.c_uint64), ("min_pause_ms", ctypes.c_uint64),
-                ("timeout_ms", ctypes.c_uint64), ("retain", ctypes.c_uint32),
-                ("incremental", ctypes.c_int), ("full_every", ctypes.c_uint32),
-                ("lz4", ctypes.c_int), ("restore", ctypes.c_char_p),
-                ("start_empty", ctypes.c_int), ("lazy_restore", ctypes.c_int),
-                ("log", _LOG), ("log_ctx", ctypes.c_void_p),
+    _fields_ = [("sz", ctypes.c_size_t), ("arena", ctypes.POINTER(_ArenaOpts)),
+                ("storage", ctypes.c_int), ("dir", ctypes.c_char_p),
+                ("memory_cap", ctypes.c_uint64), ("interval_ms", ctypes.c_uint64),
+                ("min_pause_ms", ctypes.c_uint64), ("timeout_ms", ctypes.c_uint64),
+                ("retain", ctypes.c_uint32), ("incremental", ctypes.c_int),
+                ("full_every", ctypes.c_uint32), ("lz4", ctypes.c_int),
+                ("restore", ctypes.c_char_p), ("start_empty", ctypes.c_int),
+                ("lazy_restore", ctypes.c_int), ("log", _LOG), ("log_ctx", ctypes.c_void_p),
                 ("log_record", _LOG_RECORD), ("pool", ctypes.c_char_p),
                 ("ceph_conf", ctypes.c_char_p), ("ceph_id", ctypes.c_char_p),
                 ("job", ctypes.c_char_p), ("ceph_timeout_ms", ctypes.c_uint32),
@@ -191,6 +212,10 @@ class _ArenaInfo(ctypes.Structure):
                 ("backend", ctypes.c_int), ("lmdb_dir", ctypes.c_char * 256)]
 
 
+class _KgUsage(ctypes.Structure):
+    _fields_ = [("used_bytes", ctypes.c_uint64), ("free_bytes", ctypes.c_uint64)]
+
+
 class _KgRange(ctypes.Structure):
     _fields_ = [("first", ctypes.c_uint32), ("last", ctypes.c_uint32)]
 
@@ -203,8 +228,8 @@ class _WorkerInfo(ctypes.Structure):
 
 
 class _BatchOpts(_Sized):
-    _fields_ = [("sz", ctypes.c_size_t), ("capacity", ctypes.c_uint32), ("states", ctypes.POINTER(ctypes.c_void_p)),
-                ("nstates", ctypes.c_uint32)]
+    _fields_ = [("sz", ctypes.c_size_t), ("capacity", ctypes.c_uint32),
+                ("states", ctypes.POINTER(ctypes.c_void_p)), ("nstates", ctypes.c_uint32)]
 
 
 class _Timer(ctypes.Structure):
@@ -242,14 +267,16 @@ _PROGRESS = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_ui
 
 
 class _RewriteOpts(_Sized):
-    _fields_ = [("sz", ctypes.c_size_t), ("max_parallelism", ctypes.c_uint32), ("id", ctypes.c_uint64),
-                ("changes", ctypes.POINTER(_SnapshotChange)), ("nchanges", ctypes.c_uint32),
-                ("progress", _PROGRESS), ("progress_ctx", ctypes.c_void_p)]
+    _fields_ = [("sz", ctypes.c_size_t), ("max_parallelism", ctypes.c_uint32),
+                ("id", ctypes.c_uint64), ("changes", ctypes.POINTER(_SnapshotChange)),
+                ("nchanges", ctypes.c_uint32), ("progress", _PROGRESS),
+                ("progress_ctx", ctypes.c_void_p)]
 
 
 class _WriterOpts(_Sized):
-    _fields_ = [("sz", ctypes.c_size_t), ("max_parallelism", ctypes.c_uint32), ("size", ctypes.c_uint64),
-                ("id", ctypes.c_uint64), ("op_parallelism", ctypes.c_uint32)]
+    _fields_ = [("sz", ctypes.c_size_t), ("max_parallelism", ctypes.c_uint32),
+                ("size", ctypes.c_uint64), ("id", ctypes.c_uint64),
+                ("op_parallelism", ctypes.c_uint32)]
 
 
 _vp, _cp, _sz, _int = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int
@@ -266,6 +293,7 @@ _SIGNATURES = {
     "stash_arena_close": (None, [_vp]),
     "stash_arena_destroy": (_int, [_cp, ctypes.POINTER(_ArenaOpts)]),
     "stash_arena_info_get": (_int, [_vp, ctypes.POINTER(_ArenaInfo)]),
+    "stash_kg_usage_get": (_int, [_vp, _u32, ctypes.POINTER(_KgUsage)]),
     "stash_worker_open": (_int, [_cp, ctypes.POINTER(_WorkerOpts), ctypes.POINTER(_vp)]),
     "stash_reader_open": (_int, [_cp, ctypes.POINTER(_ReaderOpts), ctypes.POINTER(_vp)]),
     "stash_worker_close": (None, [_vp]),
@@ -346,80 +374,456 @@ _SIGNATURES = {
     "stash_snapshot_writer_commit": (_int, [_vp, ctypes.POINTER(_SnapshotInfo)]),
     "stash_snapshot_writer_abort": (None, [_vp]),
 }
-for _name, (_res, _args) in _SIGNATURES.items():
-    _fn = getattr(_lib, _name)
-    _fn.restype = _res
-    _fn.argtypes = _args
+
+# Every function above was added in the first release, exported under the
+# version node STASH_0.1 (libstash.map); one added later gives its own.
+_NODE = "STASH_0.1"
+
+
+def _bind():
+    """The functions of _SIGNATURES, each at the version node this module
+    was written for, as the linker binds a C program's calls: a later
+    library that gives a function a new version (a struct it fills grew)
+    still gives this module the one whose structs it mirrors, and a library
+    without it fails the import, naming what is missing."""
+    try:
+        dlvsym = ctypes.CDLL(None).dlvsym
+    except AttributeError:  # a C library without symbol versions
+        dlvsym = None
+    else:
+        dlvsym.restype = ctypes.c_void_p
+        dlvsym.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
+    fns = {}
+    for name, (res, args) in _SIGNATURES.items():
+        if dlvsym is None:
+            fn = getattr(_dll, name)
+            fn.restype, fn.argtypes = res, args
+        else:
+            address = dlvsym(_dll._handle, name.encode(), _NODE.encode())
+            if not address:
+                raise ImportError(f"stash: {_path} has no {name} of version {_NODE}: this "
+                                  f"module needs a libstash.so.0 of release {_NODE[6:]} or later")
+            fn = ctypes.CFUNCTYPE(res, *args)(address)
+        fns[name] = fn
+    return types.SimpleNamespace(**fns)
+
+
+_lib = _bind()
 
 # ---- constants ----------------------------------------------------------
+#
+# Every constant of include/stash.h is a member of an IntEnum below and a
+# name of the module: STASH_X is stash.X (STASH_VALUE: stash.VALUE, which is
+# stash.Kind.VALUE). Being ints, they go wherever an int went before.
 
-VALUE, LIST, MAP, REDUCING, AGGREGATING = 1, 2, 3, 4, 5
-OP_LIST, OP_UNION, OP_BROADCAST, TIMERS = 6, 7, 8, 9
-HEAP, LMDB = 0, 1
-EVENT_TIME, PROCESSING_TIME = 0, 1
-CHECKPOINT_COMPLETE, CHECKPOINT_ABORTED, ROLLED_BACK = 1, 2, 3
-TTL_ON_CREATE_AND_WRITE, TTL_ON_READ_AND_WRITE = 0, 1
-TTL_NEVER_RETURN_EXPIRED, TTL_RETURN_EXPIRED_IF_NOT_CLEANED = 0, 1
-STORAGE_FS, STORAGE_MEMORY, STORAGE_RADOS = 0, 1, 2
+
+class Kind(enum.IntEnum):
+    """The kind of a state (stash_kind): Flink's keyed state kinds, its
+    operator state kinds, and a timer service's timers."""
+
+    VALUE = 1  # ValueState: one value per key and namespace
+    LIST = 2  # ListState: a list of elements
+    MAP = 3  # MapState: a map of user keys to values
+    REDUCING = 4  # ReducingState: values combined by a reduce function
+    AGGREGATING = 5  # AggregatingState: an AggregateFunction's accumulator
+    OP_LIST = 6  # operator ListState: split evenly on restore at another parallelism
+    OP_UNION = 7  # operator UnionListState: every worker gets the whole list
+    OP_BROADCAST = 8  # BroadcastState: a map, the same on every worker
+    TIMERS = 9  # a timer service's timers (keyed state)
+
+
+class Backend(enum.IntEnum):
+    """Where an arena keeps keyed state (stash_backend)."""
+
+    HEAP = 0  # in the arena's own memory
+    LMDB = 1  # in LMDB environments on disk, one per key group: larger than RAM
+
+
+class ArenaFlag(enum.IntFlag):
+    """Flags of an arena's creation (STASH_ARENA_*); Arena.create() takes
+    them as replace= and group=."""
+
+    REPLACE = 1  # remove an existing arena of that name first
+    GROUP = 2  # mode 0660 instead of 0600
+
+
+class WorkerState(enum.IntEnum):
+    """The state of a worker's registry slot (STASH_WORKER_*)."""
+
+    FREE = 0  # the slot is unused
+    LIVE = 1  # a live process holds the slot
+    DEAD = 2  # the holder died without leaving: the slot can be taken over
+
+
+class TtlUpdate(enum.IntEnum):
+    """When a TTL state's timestamp moves (STASH_TTL_ON_*)."""
+
+    ON_CREATE_AND_WRITE = 0  # on writes
+    ON_READ_AND_WRITE = 1  # on reads too
+
+
+class TtlVisibility(enum.IntEnum):
+    """Whether a read may return an expired entry not yet cleaned up."""
+
+    NEVER_RETURN_EXPIRED = 0
+    RETURN_EXPIRED_IF_NOT_CLEANED = 1
+
+
+class TtlTime(enum.IntEnum):
+    """The time a TTL state's entries are stamped and expire by."""
+
+    PROCESSING_TIME = 0  # the worker's clock (Flink's only one)
+    EVENT_TIME = 1  # the worker's watermark (Timers.advance)
+
+
+class TimeDomain(enum.IntEnum):
+    """The domain of a timer (stash_time_domain)."""
+
+    EVENT_TIME = 0  # fired as the watermark passes it
+    PROCESSING_TIME = 1  # fired as the worker's clock does
+
+
+class EventKind(enum.IntEnum):
+    """What a barrier reports (stash_event_kind): Event.kind."""
+
+    CHECKPOINT_COMPLETE = 1  # every file of the checkpoint is durable and committed
+    CHECKPOINT_ABORTED = 2  # the checkpoint failed: it will never complete
+    ROLLED_BACK = 3  # this worker's rollback restored the checkpoint
+
+
+class Storage(enum.IntEnum):
+    """Where a service writes checkpoints (stash_storage)."""
+
+    FS = 0  # a directory on disk
+    MEMORY = 1  # shared memory (tmpfs), each checkpoint capped in size
+    RADOS = 2  # a pool of a Ceph cluster, with a copy in a directory
+
+
+class LogLevel(enum.IntEnum):
+    """How much an event of the persistence engine matters (LogRecord.level)."""
+
+    INFO = 0  # what it did: a checkpoint complete, a worker joined
+    WARN = 1  # what went wrong and was dealt with: a worker died, a retry
+    ERROR = 2  # what failed: a checkpoint, retention
+
+
+class Error(enum.IntEnum):
+    """stash's own error codes (STASH_E*), negative as the calls return them;
+    a system error is returned as -errno instead. Each raises its own
+    StashError subclass (Error.ENOTFOUND: NotFound)."""
+
+    ENOTARENA = -1000  # the file is not a stash arena (bad magic)
+    EVERSION = -1001  # the arena has another layout version
+    ETRUNCATED = -1002  # the arena file is shorter than its header says
+    EINCOMPLETE = -1003  # the arena's creation never finished
+    EFULL = -1004  # the arena has no memory left for this allocation
+    ETOOBIG = -1005  # the record is larger than the largest allocation
+    EBUSY = -1006  # the worker index is held by a live process
+    EPARALLELISM = -1007  # the parallelism differs from the live workers'
+    ENOTFOUND = -1008  # no value for this key and namespace
+    EKEYGROUP = -1009  # a write to a key group this worker does not own
+    EKIND = -1010  # the state is registered with another kind or options
+    ESTALE = -1011  # the iterator was invalidated by a write
+    ENOKEY = -1012  # no current key is set
+    ECORRUPT = -1013  # a snapshot's bytes fail a check (checksum, length, magic)
+    EFORMAT = -1014  # a snapshot of another format version
+    ENOSERVICE = -1015  # no live service serves the arena
+    EABORTED = -1016  # the checkpoint failed; the detail says why
+    EFORK = -1017  # a worker handle used in a process forked from its opener
+    EFENCED = -1018  # the arena's host lost its place in its job to another
+
+
+# The module's names of the members: STASH_ and the rest of the C name.
+_NAMES = ((Kind, ""), (Backend, "BACKEND_"), (ArenaFlag, "ARENA_"), (WorkerState, "WORKER_"),
+          (TtlUpdate, "TTL_"), (TtlVisibility, "TTL_"), (TtlTime, "TTL_"), (TimeDomain, ""),
+          (EventKind, ""), (Storage, "STORAGE_"), (LogLevel, "LOG_"), (Error, ""))
+for _group, _prefix in _NAMES:
+    for _member in _group:
+        globals()[_prefix + _member.name] = _member
+        __all__.append(_prefix + _member.name)
+del _group, _prefix, _member
+HEAP, LMDB = Backend.HEAP, Backend.LMDB  # as the module named them first
+
+DEFAULT_MAX_PARALLELISM = 128  # key groups of an arena created without a number
+MAX_MAX_PARALLELISM = 32768  # the most key groups an arena can have
+MAX_WORKERS = 1024  # worker indices an arena has
 
 _MANY = 64  # keys a batch of the many-key calls takes at a time
 
-ENOTFOUND, EKEYGROUP, EKIND, ESTALE, ENOKEY, EABORTED, EFENCED = (
-    -1008, -1009, -1010, -1011, -1012, -1016, -1018)
+
+def _enum(group, value):
+    """value as a member of group, or as the int it is if this module does
+    not know it (a newer library's)."""
+    try:
+        return group(value)
+    except ValueError:
+        return value
 
 # ---- errors -------------------------------------------------------------
+#
+# A failed call raises the class of its code: each of stash's own codes has
+# one (Error.ENOTFOUND: NotFound, also a KeyError); a system error (-errno)
+# raises the class of the OSError Python raises for that errno (-ENOENT:
+# FileNotFound, a FileNotFoundError), else StashOSError; -EINVAL raises
+# InvalidArgument, a ValueError. Every one is a StashError.
+
+_BY_CODE = {}  # a code -> the class raised for it
+
+
+def _raised_for(code):
+    """Makes a class the one raised for code."""
+    def mark(cls):
+        _BY_CODE[code] = cls
+        return cls
+    return mark
 
 
 class StashError(Exception):
-    """A failed call: code (negative, as stash.h returns it), words
-    (stash_strerror) and detail (stash_errmsg: the file, key group or
-    worker concerned)."""
+    """A call of libstash that failed; what is raised is the subclass of its
+    code (NotFound for Error.ENOTFOUND, FileNotFound for -ENOENT, ...).
+
+    Attributes: code, the negative code the call returned (an Error member
+    for stash's own codes, -errno for a system error); errno, that errno
+    (positive, as OSError's) or None for stash's own codes; words,
+    stash_strerror() of the code; detail, stash_errmsg(): what the failure
+    concerns (the file, offset, key group or worker), "" if nothing; call,
+    the call of the module that failed.
+
+    StashError(code, detail=None, call=None) makes one; without a detail
+    it takes stash_errmsg() of the calling thread's last failed call."""
 
     def __init__(self, code, detail=None, call=None):
-        self.code = code
+        super().__init__()
+        self._fill(code, _errmsg() if detail is None else detail, call)
+
+    def _fill(self, code, detail, call):
+        self.code = _enum(Error, code)
+        self.errno = -code if -1000 < code < 0 else None
         self.words = strerror(code)
-        self.detail = _errmsg() if detail is None else detail
-        self.call = call
-        where = f"{call}: " if call else ""
+        self.detail, self.call = detail, call
+        if isinstance(self, OSError):
+            self.strerror = self.words
+        self.args = (self._describe(),)
+
+    def _describe(self):
+        where = f"{self.call}: " if self.call else ""
         more = f" ({self.detail})" if self.detail else ""
-        super().__init__(f"{where}{self.words}{more}")
-
-
-class NotFound(StashError, KeyError):
-    """STASH_ENOTFOUND where a lookup cannot answer None."""
-
-    __str__ = Exception.__str__
-
-
-class Stale(StashError):
-    """A view or iterator used after the worker's next call moved what it
-    showed (STASH_ESTALE)."""
-
-
-class Closed(StashError, ValueError):
-    """A call on a closed handle, or on what it gave out (a state, an
-    iterator, a view, a batch, timers): a ValueError, as Python's files
-    raise after close."""
-
-    def __init__(self, detail, call=None):
-        super().__init__(-22, detail, call)
+        return f"{where}{self.words}{more}"
 
     def __str__(self):
+        return self._describe()
+
+    def __reduce__(self):
+        return _restore, (type(self), int(self.code), self.detail, self.call)
+
+
+def _restore(cls, code, detail, call):
+    """A StashError unpickled: its class, code, detail and call as they were."""
+    e = cls.__new__(cls)
+    StashError._fill(e, code, detail, call)
+    return e
+
+
+# ---- system errors: the built-in exceptions of their errno
+
+class StashOSError(StashError, OSError):
+    """A system error (-errno) of a call, also an OSError (errno, strerror).
+    The errnos Python gives an OSError subclass of its own raise a subclass
+    that is both: FileNotFound, FileExists, PermissionDenied, TimedOut,
+    NotADirectory, TryAgain; -EINVAL raises InvalidArgument."""
+
+
+class FileNotFound(StashOSError, FileNotFoundError):
+    """-ENOENT: no such arena, file or directory, or no complete checkpoint
+    to read or roll back to; a FileNotFoundError."""
+
+
+class FileExists(StashOSError, FileExistsError):
+    """-EEXIST: the arena (created without replace) or the path a savepoint
+    is to be written at exists; a FileExistsError."""
+
+
+class PermissionDenied(StashOSError, PermissionError):
+    """-EACCES or -EPERM: another user's arena, file or directory; a
+    PermissionError."""
+
+
+class TimedOut(StashOSError, TimeoutError):
+    """-ETIMEDOUT: a checkpoint, savepoint or stop took longer than the
+    timeout given; a TimeoutError."""
+
+
+class NotADirectory(StashOSError, NotADirectoryError):
+    """-ENOTDIR: a path that must be a directory is not; a NotADirectoryError."""
+
+
+class TryAgain(StashOSError, BlockingIOError):
+    """-EAGAIN: a read of a key group whose owner died in the middle of a
+    change, until a new owner has recovered it; a BlockingIOError."""
+
+
+_OS_CLASSES = {FileNotFoundError: FileNotFound, FileExistsError: FileExists,
+               PermissionError: PermissionDenied, TimeoutError: TimedOut,
+               NotADirectoryError: NotADirectory, BlockingIOError: TryAgain}
+
+
+@_raised_for(-_errno.EINVAL)
+class InvalidArgument(StashError, ValueError):
+    """-EINVAL: an argument out of range or of the wrong form (the detail
+    names it); a ValueError."""
+
+
+# ---- stash's own codes
+
+@_raised_for(Error.ENOTARENA)
+class NotArena(StashError):
+    """Error.ENOTARENA: the file is not a stash arena (bad magic)."""
+
+
+@_raised_for(Error.EVERSION)
+class WrongVersion(StashError):
+    """Error.EVERSION: the arena has another layout version."""
+
+
+@_raised_for(Error.ETRUNCATED)
+class Truncated(StashError):
+    """Error.ETRUNCATED: the arena file is shorter than its header says."""
+
+
+@_raised_for(Error.EINCOMPLETE)
+class Incomplete(StashError):
+    """Error.EINCOMPLETE: the arena's creation never finished."""
+
+
+@_raised_for(Error.EFULL)
+class Full(StashError):
+    """Error.EFULL: the arena (or a snapshot writer's heap) has no memory
+    left for this allocation."""
+
+
+@_raised_for(Error.ETOOBIG)
+class TooBig(StashError):
+    """Error.ETOOBIG: the record is larger than the largest allocation."""
+
+
+@_raised_for(Error.EBUSY)
+class Busy(StashError):
+    """Error.EBUSY: the worker index is held by a live process (or every
+    reader slot, or the arena's engine, by another)."""
+
+
+@_raised_for(Error.EPARALLELISM)
+class WrongParallelism(StashError):
+    """Error.EPARALLELISM: the parallelism differs from the live workers'."""
+
+
+@_raised_for(Error.ENOTFOUND)
+class NotFound(StashError, KeyError):
+    """Error.ENOTFOUND: no value for this key and namespace, no state of
+    that name, or no state a change names; also a KeyError. The reads that
+    can answer "nothing" answer None instead of raising it."""
+
+
+@_raised_for(Error.EKEYGROUP)
+class WrongKeyGroup(StashError):
+    """Error.EKEYGROUP: a write to a key group this worker does not own (a
+    reader's write, or a key of another worker's)."""
+
+
+@_raised_for(Error.EKIND)
+class WrongKind(StashError):
+    """Error.EKIND: the state is registered with another kind or TTL, or a
+    call of one kind was made on a state of another."""
+
+
+@_raised_for(Error.ESTALE)
+class Stale(StashError):
+    """Error.ESTALE: an iterator or a View used after a write of its worker
+    moved what it showed."""
+
+
+@_raised_for(Error.ENOKEY)
+class NoKey(StashError):
+    """Error.ENOKEY: a keyed access with no current key (Worker.key() sets
+    one)."""
+
+
+@_raised_for(Error.ECORRUPT)
+class Corrupt(StashError):
+    """Error.ECORRUPT: a checkpoint's or snapshot's bytes fail a check
+    (checksum, length, magic); the detail names the file and offset."""
+
+
+@_raised_for(Error.EFORMAT)
+class WrongFormat(StashError):
+    """Error.EFORMAT: a snapshot of another format version."""
+
+
+@_raised_for(Error.ENOSERVICE)
+class NoService(StashError):
+    """Error.ENOSERVICE: no live service serves the arena."""
+
+
+@_raised_for(Error.EABORTED)
+class Aborted(StashError):
+    """Error.EABORTED: the checkpoint or savepoint failed; the detail says
+    why."""
+
+
+@_raised_for(Error.EFORK)
+class Forked(StashError):
+    """Error.EFORK: a worker used in a process forked from the one that
+    opened it."""
+
+
+@_raised_for(Error.EFENCED)
+class Fenced(StashError):
+    """Error.EFENCED: the arena's host lost its place in its job to another
+    host, which serves this worker's index now: the worker should stop."""
+
+
+# ---- the module's own
+
+class Closed(InvalidArgument):
+    """A call on a closed handle, or on what it gave out (a state, an
+    iterator, a view, a batch, timers): a ValueError, as Python's files
+    raise after close, with the code -EINVAL. Closed(detail, call=None)."""
+
+    def __init__(self, detail, call=None):
+        super().__init__(-_errno.EINVAL, detail, call)
+
+    def _describe(self):
         return f"{self.call}: {self.detail}" if self.call else self.detail
 
 
 class WrongThread(StashError, RuntimeError):
     """A call on a worker or reader from a thread other than the one that
-    holds it: a stash_worker is used by one thread at a time."""
+    holds it (a stash_worker is used by one thread at a time): a
+    RuntimeError, with the code -EBUSY. WrongThread(detail, call=None)."""
 
     def __init__(self, detail, call=None):
-        super().__init__(-16, detail, call)
+        super().__init__(-_errno.EBUSY, detail, call)
 
-    __str__ = Closed.__str__
+    _describe = Closed._describe
+
+
+def _class_of(code):
+    """The class raised for code."""
+    cls = _BY_CODE.get(code)
+    if cls is None and -1000 < code < 0:
+        cls = _OS_CLASSES.get(type(OSError(-code, "")), StashOSError)
+    return cls or StashError
+
+
+def _error(code, detail=None, call=None):
+    """The exception for code, which a call returned (detail None: the
+    thread's stash_errmsg())."""
+    return _class_of(code)(code, detail, call)
 
 
 def strerror(code):
-    """Words for an error code."""
+    """Words for an error code (stash_strerror): "not found" for
+    Error.ENOTFOUND, the system's words for -errno."""
     return _lib.stash_strerror(code).decode()
 
 
@@ -429,13 +833,12 @@ def _errmsg():
 
 def _check(rc, call, owner=None):
     """rc if it is no error, else raises: the exception a Python callback
-    raised during the call first, then StashError."""
+    raised during the call first, then the code's."""
     if owner is not None and owner._raised is not None:
         e, owner._raised = owner._raised, None
         raise e
     if rc < 0:
-        cls = NotFound if rc == ENOTFOUND else Stale if rc == ESTALE else StashError
-        raise cls(rc, call=call)
+        raise _error(rc, call=call)
     return rc
 
 
@@ -579,7 +982,7 @@ class _Borrowed:
 
 try:
     from stash import _stash as _fast
-    _fast.setup(StashError, NotFound, Stale, _claim)
+    _fast.setup(_error, _claim)
     _Handle = _fast.Handle
 except ImportError:  # the module without its C data path: ctypes alone
     _fast = None
@@ -587,15 +990,24 @@ except ImportError:  # the module without its C data path: ctypes alone
 
 
 def version():
-    """The version of the libstash loaded, "MAJOR.MINOR.PATCH"."""
+    """The version of the libstash loaded, "MAJOR.MINOR.PATCH": that of the
+    library, where __version__ is the package's."""
     return _lib.stash_version().decode()
+
+
+# The version of stash the package was built from, written by the build
+# (CMake, setup.py) from include/stash.h's STASH_VERSION_*: stash_version()
+# is to it what the header's macros are to a C program's stash_version().
+# The source tree's package, which no build wrote, is the library's.
+__version__ = _installed.VERSION if _installed is not None else version()
 
 # ---- bytes --------------------------------------------------------------
 
 
 def to_bytes(x):
-    """bytes of a key, namespace or value: bytes-like as is, str as UTF-8,
-    int as 8 bytes little-endian (two's complement)."""
+    """The bytes of a key, namespace or value: bytes (or any buffer) as is,
+    str as UTF-8, int as 8 bytes little-endian (two's complement), None as
+    b"". Raises TypeError for anything else, a bool included."""
     if isinstance(x, bytes):
         return x
     if isinstance(x, str):
@@ -610,12 +1022,14 @@ def to_bytes(x):
 
 
 def as_int(b, signed=False):
-    """The int of up to 8 little-endian bytes (None stays None)."""
+    """The int of up to 8 little-endian bytes, as to_bytes() writes an int
+    (signed: two's complement); None stays None."""
     return None if b is None else int.from_bytes(bytes(b), "little", signed=signed)
 
 
 def as_str(b):
-    """The str of UTF-8 bytes (None stays None)."""
+    """The str of UTF-8 bytes (None stays None); raises UnicodeDecodeError
+    for bytes that are not UTF-8."""
     return None if b is None else bytes(b).decode()
 
 
@@ -632,26 +1046,34 @@ def _array(values):
     return arr, items, len(items)
 
 
-def key_group(key, max_parallelism=128):
-    """The key group of key (Flink's formula over XXH3)."""
+def key_group(key, max_parallelism=DEFAULT_MAX_PARALLELISM):
+    """The key group of key among max_parallelism (Flink's formula over
+    XXH3: stash_key_group). Raises InvalidArgument for a max_parallelism
+    outside 1 .. MAX_MAX_PARALLELISM."""
     k = to_bytes(key)
     kg = _lib.stash_key_group(k, len(k), max_parallelism)
     if kg == 0xFFFFFFFF:
-        raise StashError(-22, f"max_parallelism {max_parallelism} out of range", "key_group")
+        raise _error(-_errno.EINVAL, f"max_parallelism {max_parallelism} out of range",
+                     "key_group")
     return kg
 
 
 def kg_range(max_parallelism, parallelism, index):
-    """The (first, last) key groups worker index of parallelism owns."""
+    """The (first, last) key groups worker index of parallelism owns
+    (stash_kg_range_of). Raises InvalidArgument for arguments out of
+    range."""
     r = _KgRange()
-    _check(_lib.stash_kg_range_of(max_parallelism, parallelism, index, ctypes.byref(r)),
-           "kg_range")
+    if _lib.stash_kg_range_of(max_parallelism, parallelism, index, ctypes.byref(r)) < 0:
+        # The library leaves stash_errmsg() as it was: the detail is ours.
+        raise _error(-_errno.EINVAL, f"index {index} of parallelism {parallelism} of "
+                     f"max_parallelism {max_parallelism} out of range", "kg_range")
     return (r.first, r.last)
 
 # ---- arenas and the service ---------------------------------------------
 
 
-def _arena_opts(path=None, size=0, max_parallelism=0, backend=HEAP, lmdb_dir=None, flags=0):
+def _arena_opts(path=None, size=0, max_parallelism=0, backend=Backend.HEAP, lmdb_dir=None,
+                flags=0):
     return _ArenaOpts(path.encode() if path else None, size, max_parallelism, flags, backend,
                       lmdb_dir.encode() if lmdb_dir else None)
 
@@ -663,42 +1085,93 @@ def _checkpoint_dict(ci):
             "detail": ci.detail.decode(errors="replace")}
 
 
-class Arena:
-    """A mapped arena: Arena.create(...) or Arena.open(name); any thread may
-    call it, and close() waits for the calls in flight."""
+class _Made:
+    """A class whose objects the module makes, by the call its docstring
+    names: calling the class raises TypeError instead of making a handle
+    without its C object."""
 
-    def __init__(self, handle, name):
-        self._g = handle if isinstance(handle, _Borrowed) else _Shared(
-            handle.value, f"arena {name!r}", _lib.stash_arena_close)
-        self.name = name
+    __slots__ = ()
+    _made_by = "the module"
+
+    def __init__(self, *args, **kwargs):
+        """Not called: the class's docstring names the call that makes one."""
+        raise TypeError(f"stash.{type(self).__name__} is made by {self._made_by}, "
+                        "not by calling the class")
 
     @classmethod
-    def create(cls, name, size=0, max_parallelism=0, backend=HEAP, path=None, lmdb_dir=None,
+    def _new(cls, *args):
+        self = cls.__new__(cls)
+        self._setup(*args)
+        return self
+
+
+class Arena(_Made):
+    """A mapped arena, the shared memory the workers of a job attach to:
+    Arena.create(name, ...) makes one, Arena.open(name) maps an existing
+    one, Worker.arena() is a worker's. Through it a program asks the
+    arena's service for checkpoints and reads what it reports. Any thread
+    may call it; close() waits for the calls in flight. A context manager.
+    A call after close() raises Closed."""
+
+    _made_by = "Arena.create(), Arena.open() or Worker.arena()"
+
+    def _setup(self, guard, name):
+        self._g, self.name = guard, name
+
+    @classmethod
+    def _mapped(cls, handle, name):
+        return cls._new(_Shared(handle.value, f"arena {name!r}", _lib.stash_arena_close), name)
+
+    @classmethod
+    def create(cls, name, size=0, max_parallelism=0, backend=Backend.HEAP, path=None,
+               lmdb_dir=None,
                replace=False, group=False):
+        """Creates the arena name and maps it (stash_arena_create).
+
+        size: bytes, fixed for the arena's life (0: 64 MiB);
+        max_parallelism: its key groups (0: DEFAULT_MAX_PARALLELISM, at
+        most MAX_MAX_PARALLELISM); backend: Backend.HEAP or Backend.LMDB;
+        path: the backing file (None: /dev/shm/stash.NAME); lmdb_dir: the
+        LMDB environments' directory (None: NAME.lmdb in this user's state
+        directory); replace: remove an existing arena of that name first;
+        group: mode 0660 instead of 0600.
+
+        Raises FileExists if the arena exists (without replace),
+        InvalidArgument for a bad name or size, PermissionDenied for
+        another user's file or directory."""
         o = _arena_opts(path, size, max_parallelism, backend, lmdb_dir,
-                        (1 if replace else 0) | (2 if group else 0))
+                        (ArenaFlag.REPLACE if replace else 0) | (ArenaFlag.GROUP if group else 0))
         h = ctypes.c_void_p()
         _check(_lib.stash_arena_create(name.encode(), ctypes.byref(o), ctypes.byref(h)),
                "Arena.create")
-        return cls(h, name)
+        return cls._mapped(h, name)
 
     @classmethod
     def open(cls, name, path=None):
+        """Maps the existing arena name (stash_arena_open); path: its backing
+        file if it is not /dev/shm/stash.NAME.
+
+        Raises FileNotFound, NotArena, WrongVersion, Truncated or
+        Incomplete, and changes nothing in the file."""
         o = _arena_opts(path)
         h = ctypes.c_void_p()
         _check(_lib.stash_arena_open(name.encode(), ctypes.byref(o), ctypes.byref(h)),
                "Arena.open")
-        return cls(h, name)
+        return cls._mapped(h, name)
 
     @staticmethod
     def destroy(name, path=None):
-        """Removes the arena's file (absent: no error)."""
+        """Removes the arena name's file (stash_arena_destroy); one that is
+        absent is no error. Processes that have it mapped keep it until
+        they close it. Raises PermissionDenied for another user's arena."""
         o = _arena_opts(path)
         rc = _lib.stash_arena_destroy(name.encode(), ctypes.byref(o))
-        if rc != -2:
+        if rc != -_errno.ENOENT:
             _check(rc, "Arena.destroy")
 
     def close(self):
+        """Unmaps the arena once the calls in flight have ended; its
+        contents stay. Closing again does nothing."""
         self._g.close()
 
     def __enter__(self):
@@ -708,34 +1181,63 @@ class Arena:
         self.close()
 
     def info(self):
+        """The arena's header facts as a dict: path, size, data_bytes,
+        pool_free_bytes, max_parallelism, backend ("heap" or "lmdb"),
+        lmdb_dir, page_size, huge_pages, layout_version, creator_pid and
+        created_ns."""
         i = _ArenaInfo()
         _check(self._g.call("Arena.info", _lib.stash_arena_info_get, ctypes.byref(i)),
                "Arena.info")
         return {"path": i.path.decode(), "size": i.size, "data_bytes": i.data_bytes,
                 "pool_free_bytes": i.pool_free_bytes, "max_parallelism": i.max_parallelism,
                 "backend": "lmdb" if i.backend == LMDB else "heap",
-                "lmdb_dir": i.lmdb_dir.decode(), "page_size": i.page_size}
+                "lmdb_dir": i.lmdb_dir.decode(), "page_size": i.page_size,
+                "huge_pages": i.huge_pages, "layout_version": i.layout_version,
+                "creator_pid": i.creator_pid, "created_ns": i.created_ns}
+
+    def kg_usage(self, kg):
+        """The memory of key group kg as a dict: used_bytes (handed out to
+        records) and free_bytes (held by its heap for reuse). Raises
+        InvalidArgument for a key group out of range."""
+        u = _KgUsage()
+        _check(self._g.call("kg_usage", _lib.stash_kg_usage_get, kg, ctypes.byref(u)),
+               "kg_usage")
+        return {"used_bytes": u.used_bytes, "free_bytes": u.free_bytes}
+
+    def _finished(self, call, fn, timeout_ms):
+        """fn's checkpoint or savepoint as a dict, or raises: an aborted one
+        with why it failed as its detail."""
+        ci = _CheckpointInfo()
+        rc = self._g.call(call, fn, timeout_ms, ctypes.byref(ci))
+        if rc == Error.EABORTED:
+            raise _error(rc, ci.detail.decode(errors="replace"), call)
+        _check(rc, call)
+        return _checkpoint_dict(ci)
 
     def checkpoint(self, timeout_ms=0):
-        """Takes a checkpoint and waits for it: its facts as a dict."""
-        ci = _CheckpointInfo()
-        rc = self._g.call("checkpoint", _lib.stash_checkpoint, timeout_ms, ctypes.byref(ci))
-        if rc == EABORTED:
-            raise StashError(rc, ci.detail.decode(errors="replace"), "checkpoint")
-        _check(rc, "checkpoint")
-        return _checkpoint_dict(ci)
+        """Asks the service serving the arena for a checkpoint and waits
+        until one that started after the request has finished (at most
+        timeout_ms; 0: no limit). Returns its facts as a dict: id, status,
+        incremental, savepoint, started_ns, duration_ns, bytes, pause_ns
+        and detail (its directory).
+
+        Raises Aborted (the detail says why it failed), NoService, or
+        TimedOut."""
+        return self._finished("checkpoint", _lib.stash_checkpoint, timeout_ms)
 
     def savepoint(self, timeout_ms=0):
-        """Takes a savepoint (DIR/savepoint-ID) and waits for it."""
-        ci = _CheckpointInfo()
-        rc = self._g.call("savepoint", _lib.stash_savepoint, timeout_ms, ctypes.byref(ci))
-        if rc == EABORTED:
-            raise StashError(rc, ci.detail.decode(errors="replace"), "savepoint")
-        _check(rc, "savepoint")
-        return _checkpoint_dict(ci)
+        """As checkpoint(), for a savepoint: DIR/savepoint-ID, full and
+        self-contained, never removed by retention. Raises as checkpoint()."""
+        return self._finished("savepoint", _lib.stash_savepoint, timeout_ms)
 
     def status(self):
-        """What the control block says of the service and recent checkpoints."""
+        """What the control block says of the service and its recent
+        checkpoints, as a dict: pid (0 if no service is live), dir,
+        pending, completed, failing, next_ns, recent (checkpoint dicts,
+        newest first), completed_total, failed_total, the restore that
+        filled the arena (restored_id, restored_ns, restored_at_ns,
+        restored_records) and the engine's I/O (io_backend,
+        io_bytes_written, io_bytes_read, io_errors)."""
         s = _ServiceInfo()
         _check(self._g.call("status", _lib.stash_service_info_get, ctypes.byref(s)), "status")
         return {"pid": s.pid, "dir": s.dir.decode(), "pending": s.pending,
@@ -748,46 +1250,70 @@ class Arena:
                 "io_bytes_read": s.io_bytes_read, "io_errors": s.io_errors}
 
     def op_counts(self, index):
-        """The state operations of worker index so far (stash_op_counts_get), as a
-        dict: value_reads, value_writes, list_..., map_..., merging_..., rollbacks."""
+        """The state operations of worker index so far, also once its worker
+        left (stash_op_counts_get), as a dict: value_reads, value_writes,
+        list_reads, list_writes, map_reads, map_writes, merging_reads,
+        merging_writes and rollbacks. Raises InvalidArgument for an index
+        of MAX_WORKERS or more."""
         c = _OpCounts()
         _check(self._g.call("op_counts", _lib.stash_op_counts_get, index, ctypes.byref(c)),
                "op_counts")
         return {n: getattr(c, n) for n in _OP_COUNTS}
 
     def request_stop(self, timeout_ms=0):
-        """Asks the service serving the arena to stop and waits for it."""
+        """Asks the service serving the arena to stop and waits for it (at
+        most timeout_ms; 0: no limit). Raises NoService or TimedOut."""
         _check(self._g.call("request_stop", _lib.stash_service_request_stop, timeout_ms),
                "request_stop")
 
     def stop_with_savepoint(self, timeout_ms=0):
-        """Takes a savepoint and stops the service once it is complete (on a
-        job's host: a savepoint of the whole job, and every host stops)."""
-        ci = _CheckpointInfo()
-        rc = self._g.call("stop_with_savepoint", _lib.stash_stop_with_savepoint, timeout_ms,
-                          ctypes.byref(ci))
-        if rc == EABORTED:
-            raise StashError(rc, ci.detail.decode(errors="replace"), "stop_with_savepoint")
-        _check(rc, "stop_with_savepoint")
-        return _checkpoint_dict(ci)
+        """Takes a savepoint and stops the service once it is complete, with
+        no checkpoint between (on a job's host: a savepoint of the whole
+        job, and every host stops). If the savepoint fails nothing stops.
+        Returns the savepoint as checkpoint() does and raises as it does."""
+        return self._finished("stop_with_savepoint", _lib.stash_stop_with_savepoint,
+                              timeout_ms)
 
 
 LogRecord = namedtuple("LogRecord", "time_ns level subject message")
-LOG_INFO, LOG_WARN, LOG_ERROR = 0, 1, 2
+LogRecord.__doc__ = """One event of the persistence engine, as Service's log_record receives
+it: time_ns (ns since the epoch), level (a LogLevel), subject ("checkpoint
+12", "worker 3", "service", ...) and message."""
 
 
 class Service:
-    """The persistence engine of an arena, in a thread of this process
-    (stash_service_start): Service(name, dir=..., interval_ms=..., ...);
-    with storage=STORAGE_RADOS and host=, workers=, job_parallelism= it is
-    one host of a job that spans hosts.
-    log(line) receives each event as a line, log_record(LogRecord) as a
-    record (time_ns, level, subject, message)."""
+    """The persistence engine of arena name, in a thread of this process
+    (stash_service_start): it cuts checkpoints at the workers' barriers and
+    writes them. An existing arena is reattached; a missing one is created
+    (size, max_parallelism, backend, path, lmdb_dir as Arena.create takes
+    them) and restored from the newest complete checkpoint in dir.
 
-    def __init__(self, name, dir=None, storage=STORAGE_FS, interval_ms=0, min_pause_ms=0,
+    dir: the checkpoint directory (required but for storage=STORAGE_MEMORY);
+    storage: a Storage; interval_ms: a checkpoint this often (0: only when
+    asked); min_pause_ms: at least this long between one's end and the
+    next; timeout_ms: a checkpoint not cut by every worker in time fails (0:
+    60 s); retain: complete checkpoints kept (0: 3); incremental: write the
+    changes since the previous one, a full one every full_every (0: 10);
+    lz4: compress each key group's block; restore: restore this checkpoint
+    or savepoint directory instead; start_empty: start empty when no
+    checkpoint of dir restores; lazy_restore: serve at once, each key group
+    restored when first touched; memory_cap: STORAGE_MEMORY's bytes per
+    checkpoint (0: 5 MiB); log(line) receives each event as a line,
+    log_record(LogRecord) as a record. STORAGE_RADOS writes to pool (with
+    ceph_conf, ceph_id, job, ceph_timeout_ms); with host, workers ("A-B"),
+    job_parallelism and lease_ms the service is one host of a job that
+    spans hosts.
+
+    Raises Busy if a live engine serves the arena, Corrupt naming each
+    checkpoint if none restores (without start_empty), NotADirectory,
+    PermissionDenied or another StashOSError naming an unusable dir. Any
+    thread may call it; a context manager that stops it."""
+
+    def __init__(self, name, dir=None, storage=Storage.FS, interval_ms=0, min_pause_ms=0,
                  timeout_ms=0, retain=0, incremental=False, full_every=0, lz4=False,
                  restore=None, start_empty=False, memory_cap=0, size=0, max_parallelism=0,
-                 backend=HEAP, path=None, lmdb_dir=None, log=None, log_record=None, pool=None,
+                 backend=Backend.HEAP, path=None, lmdb_dir=None, log=None, log_record=None,
+                 pool=None,
                  ceph_conf=None, ceph_id=None, job=None, ceph_timeout_ms=0, host=None,
                  workers=None, job_parallelism=0, lease_ms=0, lazy_restore=False):
         self._ao = _arena_opts(path, size, max_parallelism, backend, lmdb_dir)
@@ -795,7 +1321,8 @@ class Service:
 
         def record(ctx, r):
             c = r.contents
-            log_record(LogRecord(c.time_ns, c.level, c.subject.decode(errors="replace"),
+            log_record(LogRecord(c.time_ns, _enum(LogLevel, c.level),
+                                 c.subject.decode(errors="replace"),
                                  c.message.decode(errors="replace")))
         self._log_record = _LOG_RECORD(record) if log_record else _LOG_RECORD()
         o = _ServiceOpts(ctypes.pointer(self._ao), storage, dir.encode() if dir else None,
@@ -813,8 +1340,9 @@ class Service:
         self._g = _Shared(h.value, f"service of {name!r}", _lib.stash_service_stop)
 
     def stop(self):
-        """Lets the checkpoint in flight finish and stops the engine (once;
-        from any thread, after the calls in flight)."""
+        """Lets the checkpoint in flight finish and stops the engine, once
+        the calls other threads have in flight have ended; the arena stays.
+        Stopping again does nothing."""
         self._g.close()
 
     def stopped(self):
@@ -835,17 +1363,20 @@ class Service:
 # ---- views --------------------------------------------------------------
 
 
-class View:
-    """Bytes in the arena, without a copy: valid until the next call on the
-    worker that read them (a write, a read, a key set, a barrier); used
-    after, it raises Stale rather than show memory that may have moved, and
-    once the worker is closed, Closed. It exports no buffer (memoryview()
-    of it raises TypeError): every read through it is checked first, so
-    nothing handed out can outlive the worker's memory."""
+class View(_Made):
+    """Bytes in the arena, without a copy (ValueState.view() makes one):
+    valid until the next call on the worker that read them (a write, a
+    read, a key set, a barrier); used after, it raises Stale rather than
+    show memory that may have moved, and once the worker is closed,
+    Closed. bytes(view) or view.tobytes() copies its bytes out; len(),
+    indexing and comparison with bytes work as on bytes. It exports no
+    buffer (memoryview() of it raises TypeError): every read through it is
+    checked first, so nothing handed out can outlive the worker's memory."""
 
     __slots__ = ("_owner", "_gen", "_fast_gen", "_data", "_len")
+    _made_by = "ValueState.view()"
 
-    def __init__(self, owner, b):
+    def _setup(self, owner, b):
         self._owner, self._gen = owner, owner._gen
         self._fast_gen = _fast.generation() if _fast else 0
         self._data, self._len = b.data, b.len
@@ -855,9 +1386,11 @@ class View:
         # The C data path's calls are counted there, not on the worker.
         if (self._owner._gen != self._gen or
                 (_fast and _fast.generation() != self._fast_gen)):
-            raise Stale(ESTALE, "a view used after the worker's next call", "View")
+            raise Stale(Error.ESTALE, "a view used after the worker's next call", "View")
 
     def tobytes(self):
+        """A copy of the bytes. Raises Stale after the worker's next call,
+        Closed once it is closed."""
         self._valid()
         return ctypes.string_at(self._data, self._len) if self._len else b""
 
@@ -881,7 +1414,12 @@ class View:
 
 
 Event = namedtuple("Event", "kind checkpoint_id detail")
+Event.__doc__ = """What Worker.barrier() reports: kind (an EventKind: CHECKPOINT_COMPLETE,
+CHECKPOINT_ABORTED or ROLLED_BACK), checkpoint_id, and detail (for a
+rollback, why newer complete checkpoints were passed over; "" if none)."""
 Timer = namedtuple("Timer", "domain timestamp key ns")
+Timer.__doc__ = """A timer: domain (a TimeDomain), timestamp (ms), key and namespace
+(bytes)."""
 
 # ---- state --------------------------------------------------------------
 
@@ -894,12 +1432,12 @@ def _combine_fn(owner, f):
             r = to_bytes(owner._callback(f, a, _copy(value.contents)))
             length[0] = len(r)
             if cap < len(r):
-                return -28  # -ENOSPC: called again with room
+                return -_errno.ENOSPC  # called again with room
             ctypes.memmove(out, r, len(r))
             return 0
         except BaseException as e:  # carried across C, raised when the call returns
             owner._raised = e
-            return -125  # -ECANCELED
+            return -_errno.ECANCELED
     return _COMBINE(call)
 
 
@@ -910,19 +1448,23 @@ def _produce_fn(owner, f, with_acc):
             r = to_bytes(owner._callback(f, a) if with_acc else owner._callback(f))
             length[0] = len(r)
             if cap < len(r):
-                return -28
+                return -_errno.ENOSPC
             ctypes.memmove(out, r, len(r))
             return 0
         except BaseException as e:
             owner._raised = e
-            return -125
+            return -_errno.ECANCELED
     return _PRODUCE(call)
 
 
-class _State:
-    kind = 0
+class _State(_Made):
+    """What every state handle has: its name and kind, and for keyed state
+    namespace(), clear() and keys()."""
 
-    def __init__(self, worker, handle, name, keep):
+    kind = 0
+    _made_by = "Worker.state() or Reader.state()"
+
+    def _setup(self, worker, handle, name, keep):
         self._w, self._h, self.name, self._keep = worker, handle, name, keep
         self._sh = handle.value
         self._many = None  # the batch of ValueState's many-key calls
@@ -940,24 +1482,35 @@ class _State:
         w._handle.get(self.name)
         w._gen += 1
         rc = fn(self._h, *args, ctypes.byref(b))
-        if rc == ENOTFOUND:
+        if rc == Error.ENOTFOUND:
             return default
         _check(rc, self.name, w)
         return _copy(b)
 
     def namespace(self, ns):
-        """Sets the namespace of this state's accesses (None: the empty one)."""
+        """Sets the namespace of this state's accesses from now on (None or
+        b"": the default, empty one; at most 65535 bytes) and returns the
+        state, so that lst.namespace("w1").add(x) reads as one step. Raises
+        InvalidArgument for a longer namespace, which leaves it as it was."""
         n = to_bytes(ns)
         self._call(_lib.stash_state_namespace, n, len(n))
         return self
 
     def clear(self):
-        """Removes the current key's entry in the current namespace."""
+        """Removes the current key's entry in the current namespace (a
+        value, a whole list or map, an accumulator). Raises NoKey without a
+        current key, WrongKeyGroup for a key of another worker's key group,
+        WrongKind on operator state."""
         self._call(_lib.stash_state_clear)
 
     def keys(self, ns=None, key_group=None):
-        """The keys of the worker's key groups (or of key_group: a reader's
-        any), in namespace ns, or (key, namespace) pairs of all with ns None."""
+        """An iterator of the keys of this state in the worker's key groups
+        (Flink's getKeys): in namespace ns, or with ns None (key, namespace)
+        pairs of every namespace. key_group: that key group's alone, one
+        the worker owns (a reader: any, as a copy taken now). Each item is
+        a copy. A write of the worker that adds a key or namespace makes
+        the iterator raise Stale; WrongKeyGroup for a key group a worker
+        does not own, InvalidArgument for one out of range."""
         n = None if ns is None else to_bytes(ns)
         it = _Iter()
         if key_group is None:
@@ -981,26 +1534,42 @@ def _iterate(w, it, item):
 
 
 class ValueState(_State):
-    kind = VALUE
+    """Flink's ValueState: one value per key and namespace (Kind.VALUE),
+    made by Worker.state(name) or Reader.state(name).
+
+    get(), view(), put() and clear() act on the worker's current key
+    (Worker.key()) in the state's namespace; read(key), write(key, value),
+    read_many(keys) and write_many(keys, values) set the key and access it
+    in one call. Values are bytes; a value given may be bytes, str or int
+    (to_bytes). The calls raise NoKey without a current key,
+    WrongKeyGroup for a write of a key in another worker's key group (and
+    for any write of a reader), Full when the arena has no memory left,
+    TooBig for a value larger than the largest allocation, Closed once
+    the worker is closed and WrongThread from a thread other than the
+    worker's."""
+
+    kind = Kind.VALUE
 
     def get(self, default=None):
-        """The current key's value (a copy), or the state's default, or default."""
+        """The current key's value (a copy), or the default value the state
+        was registered with, or default if it has none."""
         return self._lookup(_lib.stash_value_get, default)
 
     def view(self):
-        """The current key's value as a View (no copy), or None."""
+        """The current key's value as a View, without a copy (valid until the
+        worker's next call), or None if it has none."""
         b = _Bytes()
         w = self._w
         w._handle.get(self.name)
         w._gen += 1
         rc = _lib.stash_value_get(self._h, ctypes.byref(b))
-        if rc == ENOTFOUND:
+        if rc == Error.ENOTFOUND:
             return None
         _check(rc, self.name, w)
-        return View(w, b)
+        return View._new(w, b)
 
     def put(self, value):
-        """Stores a copy of value; None clears."""
+        """Stores a copy of value for the current key; None clears it."""
         if value is None:
             return self._call(_lib.stash_value_put, None, 0)
         v = to_bytes(value)
@@ -1011,8 +1580,8 @@ class ValueState(_State):
     # where it is built, else through ctypes.
 
     if _fast:
-        def __init__(self, worker, handle, name, keep):
-            super().__init__(worker, handle, name, keep)
+        def _setup(self, worker, handle, name, keep):
+            super()._setup(worker, handle, name, keep)
             # read and write are the C calls themselves, bound to the
             # handles: a Python method around them would cost more than
             # the access (they count their calls for views themselves, and
@@ -1021,23 +1590,28 @@ class ValueState(_State):
             self.write = functools.partial(_fast.value_put, worker._handle, self._sh)
 
         def read(self, key):
-            """The value of key (a copy), or None."""
+            """Sets key as the worker's current key and returns its value (a
+            copy), or None: w.key(key) and get() in one call."""
             return _fast.value_get(self._w._handle, self._sh, key)
 
         def write(self, key, value):
-            """Stores value for key (None clears)."""
+            """Sets key as the worker's current key and stores value for it
+            (None clears): w.key(key) and put(value) in one call."""
             _fast.value_put(self._w._handle, self._sh, key, value)
 
         def read_many(self, keys):
-            """The value of each key (None if none), in one call: the keys
-            run as batches of the worker's, their entries fetched ahead."""
+            """The value of each key of keys (None where it has none), as a
+            list, in one call: the keys run as batches of the worker's (64 at
+            a time), their entries fetched ahead. A key of another worker's
+            key group is read as a copy. The last key stays current."""
             w = self._w
             w._gen += 1
             return _fast.values_get(w._handle, self._batch(), _MANY, self._sh, keys)
 
         def write_many(self, keys, values):
-            """Stores values[i] for keys[i], in one call, as read_many
-            reads; the last key stays current."""
+            """Stores values[i] for keys[i] (None clears), in one call, as
+            read_many() reads; the last key stays current. Raises ValueError
+            if there are not as many values as keys."""
             w = self._w
             w._gen += 1
             _fast.values_put(w._handle, self._batch(), _MANY, self._sh, keys, values)
@@ -1053,17 +1627,26 @@ class ValueState(_State):
             return self._many
     else:
         def read(self, key):
+            """Sets key as the worker's current key and returns its value (a
+            copy), or None: w.key(key) and get() in one call."""
             self._w.key(key)
             return self.get()
 
         def write(self, key, value):
+            """Sets key as the worker's current key and stores value for it
+            (None clears): w.key(key) and put(value) in one call."""
             self._w.key(key)
             self.put(value)
 
         def read_many(self, keys):
+            """The value of each key of keys (None where it has none), as a
+            list; the last key stays current."""
             return [self.read(k) for k in keys]
 
         def write_many(self, keys, values):
+            """Stores values[i] for keys[i] (None clears); the last key stays
+            current. Raises ValueError if there are not as many values as
+            keys."""
             keys, values = list(keys), list(values)
             if len(keys) != len(values):
                 raise ValueError("as many values as keys")
@@ -1071,35 +1654,54 @@ class ValueState(_State):
                 self.write(k, v)
 
 
+_RAISES = """The calls act on the worker's current key (Worker.key()) in the state's
+    namespace and raise NoKey without one, WrongKeyGroup for a write of a
+    key in another worker's key group (and for any write of a reader),
+    Full when the arena has no memory left, Closed once the worker is
+    closed and WrongThread from a thread other than the worker's."""
+
+
 class ListState(_State):
-    kind = LIST
+    """Flink's ListState: a list of elements per key and namespace
+    (Kind.LIST), made by Worker.state(name, Kind.LIST).
+
+    {raises}"""
+
+    kind = Kind.LIST
 
     def get(self):
-        """The current key's elements, a list of bytes ([] if none)."""
+        """The current key's elements in insertion order, a list of bytes
+        ([] if it has none)."""
         it = _Iter()
         w = self._w
         w._handle.get(self.name)
         w._gen += 1
         rc = _lib.stash_list_get(self._h, ctypes.byref(it))
-        if rc == ENOTFOUND:
+        if rc == Error.ENOTFOUND:
             return []
         _check(rc, self.name, w)
         return list(_iterate(w, it, lambda k, v: _copy(v)))
 
     def add(self, value):
+        """Appends a copy of value to the current key's list."""
         v = to_bytes(value)
         self._call(_lib.stash_list_add, v, len(v))
 
     def add_all(self, values):
+        """Appends copies of every element of values, in order."""
         arr, keep, n = _array(values)
         self._call(_lib.stash_list_add_all, arr, n)
 
     def update(self, values):
-        """Replaces the list; an empty one deletes it."""
+        """Replaces the current key's list with copies of values; an empty
+        one deletes it."""
         arr, keep, n = _array(values)
         self._call(_lib.stash_list_update, arr, n)
 
     def merge_namespaces(self, target, sources):
+        """Appends the current key's lists in the namespaces of sources, in
+        order, to its list in namespace target and deletes them (Flink's
+        mergeNamespaces, for session windows)."""
         _merge(self, target, sources)
 
 
@@ -1110,24 +1712,34 @@ def _merge(state, target, sources):
 
 
 class MapState(_State):
-    kind = MAP
+    """Flink's MapState: a map of user keys to values per key and
+    namespace (Kind.MAP), made by Worker.state(name, Kind.MAP). mk in m
+    says whether user key mk is present.
+
+    {raises}"""
+
+    kind = Kind.MAP
 
     def get(self, k, default=None):
+        """The value of user key k in the current key's map (a copy), or
+        default."""
         kb = to_bytes(k)
         return self._lookup(_lib.stash_map_get, default, kb, len(kb))
 
     def put(self, k, value):
+        """Puts a copy of (k, value) in the current key's map."""
         kb, v = to_bytes(k), to_bytes(value)
         self._call(_lib.stash_map_put, kb, len(kb), v, len(v))
 
     def put_all(self, entries):
-        """Puts every (key, value) of a dict or of pairs."""
+        """Puts every (user key, value) of a dict or of an iterable of pairs."""
         pairs = list(entries.items() if hasattr(entries, "items") else entries)
         ka, kk, n = _array(p[0] for p in pairs)
         va, vk, _ = _array(p[1] for p in pairs)
         self._call(_lib.stash_map_put_all, ka, va, n)
 
     def remove(self, k):
+        """Removes user key k from the current key's map (absent: no error)."""
         kb = to_bytes(k)
         self._call(_lib.stash_map_remove, kb, len(kb))
 
@@ -1136,100 +1748,184 @@ class MapState(_State):
         return self._call(_lib.stash_map_contains, kb, len(kb)) == 1
 
     def is_empty(self):
+        """Whether the current key's map is empty (or absent)."""
         return self._call(_lib.stash_map_is_empty) == 1
 
     def items(self):
-        """An iterator of (key, value) pairs of the current key's map."""
+        """An iterator of the (user key, value) pairs of the current key's
+        map, each a copy, in no particular order. A put of a new user key
+        or another current key makes it raise Stale."""
         it = _Iter()
         w = self._w
         w._handle.get(self.name)
         w._gen += 1
         rc = _lib.stash_map_iter(self._h, ctypes.byref(it))
-        if rc == ENOTFOUND:
+        if rc == Error.ENOTFOUND:
             return iter(())
         _check(rc, self.name, w)
         return _iterate(w, it, lambda k, v: (_copy(k), _copy(v)))
 
     def to_dict(self):
+        """The current key's map as a dict of bytes to bytes."""
         return dict(self.items())
 
 
 class _MergingState(_State):
     def add(self, value):
+        """Adds value to the current key's entry through the state's
+        function; an exception the function raised is raised here."""
         v = to_bytes(value)
         self._call(_lib.stash_merging_add, v, len(v))
 
     def get(self, default=None):
+        """The current key's result (a copy), or default if nothing was
+        added."""
         return self._lookup(_lib.stash_merging_get, default)
 
     def merge_namespaces(self, target, sources):
+        """Merges the current key's entries in the namespaces of sources
+        into namespace target through the state's function and deletes
+        them (Flink's mergeNamespaces, for session windows)."""
         _merge(self, target, sources)
 
 
 class ReducingState(_MergingState):
-    kind = REDUCING
+    """Flink's ReducingState: values combined per key and namespace by the
+    reduce(acc, value) -> bytes it was registered with (Kind.REDUCING),
+    made by Worker.state(name, Kind.REDUCING, reduce=f). get() is the
+    reduced value.
+
+    {raises}"""
+
+    kind = Kind.REDUCING
 
 
 class AggregatingState(_MergingState):
-    kind = AGGREGATING
+    """Flink's AggregatingState: an AggregateFunction's accumulator per
+    key and namespace (Kind.AGGREGATING), made by Worker.state(name,
+    Kind.AGGREGATING, create=, add=, result=, merge=). add(value) goes
+    through add(acc, value); get() is result(accumulator).
+
+    {raises}"""
+
+    kind = Kind.AGGREGATING
 
 
 class OpListState(_State):
-    """Operator list state (kind OP_LIST or OP_UNION)."""
-    kind = OP_LIST
+    """Flink's operator ListState (Kind.OP_LIST, split evenly among the
+    workers on a restore at another parallelism) or UnionListState
+    (Kind.OP_UNION, whole on every worker): a list per worker, not per key,
+    made by Worker.state(name, Kind.OP_LIST). Raises Closed once the worker
+    is closed, WrongThread from another thread."""
+
+    kind = Kind.OP_LIST
 
     def get(self):
+        """The worker's elements, in order: a list of bytes."""
         p, n = _BytesP(), ctypes.c_size_t()
         self._call(_lib.stash_op_list_get, ctypes.byref(p), ctypes.byref(n))
         return [_copy(p[i]) for i in range(n.value)]
 
     def add(self, value):
+        """Appends a copy of value."""
         v = to_bytes(value)
         self._call(_lib.stash_op_list_add, v, len(v))
 
     def update(self, values):
+        """Replaces the list with copies of values (empty: empties it)."""
         arr, keep, n = _array(values)
         self._call(_lib.stash_op_list_update, arr, n)
 
 
 class BroadcastState(_State):
-    kind = OP_BROADCAST
+    """Flink's BroadcastState: a map per worker, the same on every worker
+    (Kind.OP_BROADCAST), made by Worker.state(name, Kind.OP_BROADCAST).
+    Raises Closed once the worker is closed, WrongThread from another
+    thread."""
+
+    kind = Kind.OP_BROADCAST
 
     def get(self, k, default=None):
+        """The value of key k (a copy), or default."""
         kb = to_bytes(k)
         return self._lookup(_lib.stash_broadcast_get, default, kb, len(kb))
 
     def put(self, k, value):
+        """Puts a copy of (k, value)."""
         kb, v = to_bytes(k), to_bytes(value)
         self._call(_lib.stash_broadcast_put, kb, len(kb), v, len(v))
 
     def remove(self, k):
+        """Removes key k (absent: no error)."""
         kb = to_bytes(k)
         self._call(_lib.stash_broadcast_remove, kb, len(kb))
 
     def to_dict(self):
+        """Every entry, as a dict of bytes to bytes."""
         ks, vs, n = _BytesP(), _BytesP(), ctypes.c_size_t()
         self._call(_lib.stash_broadcast_entries, ctypes.byref(ks), ctypes.byref(vs),
                    ctypes.byref(n))
         return {_copy(ks[i]): _copy(vs[i]) for i in range(n.value)}
 
 
-_CLASSES = {VALUE: ValueState, LIST: ListState, MAP: MapState, REDUCING: ReducingState,
-            AGGREGATING: AggregatingState, OP_LIST: OpListState, OP_UNION: OpListState,
-            OP_BROADCAST: BroadcastState}
+for _cls in (ListState, MapState, ReducingState, AggregatingState):
+    _cls.__doc__ = _cls.__doc__.format(raises=_RAISES)
+del _cls
+
+_CLASSES = {Kind.VALUE: ValueState, Kind.LIST: ListState, Kind.MAP: MapState,
+            Kind.REDUCING: ReducingState, Kind.AGGREGATING: AggregatingState,
+            Kind.OP_LIST: OpListState, Kind.OP_UNION: OpListState,
+            Kind.OP_BROADCAST: BroadcastState}
 
 # ---- workers and readers ------------------------------------------------
 
 
 class Worker:
-    """A worker process's handle: Worker(name, index=0, parallelism=1, ...).
-    clock() -> milliseconds for TTL; on_cut(worker, checkpoint_id) is
-    called at each cut before the state is cut. It is used by one thread
-    at a time: the one that opened it, until hand_over() or that thread's
-    end; a call from another raises WrongThread."""
+    """A worker of arena name: a process (or thread) that joins the arena's
+    registry as worker index of parallelism and owns the key groups of
+    that index (stash_worker_open). It sets a current key (key()) and reads
+    and writes state through the handles state() gives, calls barrier()
+    between records, and close() when it is done. A context manager.
+
+    rollback: restore the worker's key groups and operator state from the
+    service's newest complete checkpoint (a replacement after a failure);
+    path: the arena's backing file if it is not /dev/shm/stash.NAME;
+    clock() -> milliseconds, the TTL clock (default: the real time);
+    on_cut(worker, checkpoint_id) is called at each checkpoint's cut of
+    this worker, before its state is cut (a non-zero return fails the
+    checkpoint).
+
+    Raises FileNotFound for no such arena, Busy if a live process holds the
+    index, WrongParallelism if live workers run at another parallelism,
+    NoService or FileNotFound for a rollback with no service or no
+    checkpoint, Fenced if the arena's host lost its place in its job.
+
+    A worker is used by one thread at a time: the one that opened it, until
+    hand_over() or that thread's end; a call from another, on the worker or
+    on anything it gave out, raises WrongThread."""
 
     def __init__(self, name, index=0, parallelism=1, rollback=False, path=None, clock=None,
-                 on_cut=None, _reader=None):
+                 on_cut=None):
+        self._prepare(name, path, clock)
+
+        def cut(worker, checkpoint_id, ctx):
+            try:
+                r = self._callback(on_cut, self, checkpoint_id)
+                return int(r) if r else 0
+            except BaseException as e:
+                self._raised = e
+                return -_errno.ECANCELED
+        self._cut = _CUT(cut) if on_cut else _CUT()
+        o = _WorkerOpts(index, parallelism, ctypes.pointer(self._ao) if path else None,
+                        self._clock, None, int(rollback), self._cut, None)
+        h = ctypes.c_void_p()
+        _check(_lib.stash_worker_open(name.encode(), ctypes.byref(o), ctypes.byref(h)),
+               "Worker", self)
+        self._handle = _Handle(h.value, f"worker {name!r} (index {index} of {parallelism or 1})",
+                               _here())
+
+    def _prepare(self, name, path, clock):
+        """What a worker and a reader hold before their handle opens."""
         self._gen = 0
         self._raised = None
         self._inside = 0  # Python callbacks running inside a call of the worker's
@@ -1238,30 +1934,6 @@ class Worker:
         self._ao = _arena_opts(path)
         self._clock = _CLOCK(lambda ctx: int(self._callback(clock))) if clock else _CLOCK()
         self.name = name
-        h = ctypes.c_void_p()
-        if _reader is not None:
-            at, cdir = _reader
-            o = _ReaderOpts(ctypes.pointer(self._ao) if path else None, self._clock, None,
-                            int(at), cdir.encode() if cdir else None)
-            rc = _lib.stash_reader_open(name.encode() if name else None, ctypes.byref(o),
-                                        ctypes.byref(h))
-            _check(rc, "Reader")
-            label = f"reader of {name or cdir!r}"
-        else:
-            def cut(worker, checkpoint_id, ctx):
-                try:
-                    r = self._callback(on_cut, self, checkpoint_id)
-                    return int(r) if r else 0
-                except BaseException as e:
-                    self._raised = e
-                    return -125
-            self._cut = _CUT(cut) if on_cut else _CUT()
-            o = _WorkerOpts(index, parallelism, ctypes.pointer(self._ao) if path else None,
-                            self._clock, None, int(rollback), self._cut, None)
-            _check(_lib.stash_worker_open(name.encode(), ctypes.byref(o), ctypes.byref(h)),
-                   "Worker")
-            label = f"worker {name!r} (index {index} of {parallelism or 1})"
-        self._handle = _Handle(h.value, label, _here())
 
     def _live(self, call="Worker"):
         """The worker's handle for a call from this thread, or raises."""
@@ -1278,13 +1950,15 @@ class Worker:
 
     def _not_inside(self, call):
         if self._inside:
-            raise StashError(-16, f"{self._handle.label}: {call} inside a callback of one of "
-                             "its own calls (it returns first)", call)
+            raise _error(-_errno.EBUSY, f"{self._handle.label}: {call} inside a callback of "
+                         "one of its own calls (it returns first)", call)
 
     def close(self):
         """Leaves the registry (after recording operator state) and detaches;
         every state, iterator, view, batch and timer service it gave out
-        raises Closed from now on. Closing again does nothing."""
+        raises Closed from now on. Closing again does nothing; closing from
+        inside a callback of one of the worker's own calls raises
+        StashOSError (-EBUSY)."""
         if self._handle.ptr is None:
             return
         h = self._live("close")
@@ -1316,22 +1990,48 @@ class Worker:
     def arena(self):
         """The arena the worker is attached to: the worker's, used from its
         thread while it is open; closing it only lets go of this handle."""
-        return Arena(_Borrowed(self, _lib.stash_worker_arena(self._live("arena"))), self.name)
+        return Arena._new(_Borrowed(self, _lib.stash_worker_arena(self._live("arena"))),
+                          self.name)
 
     def info(self):
+        """Facts of the worker's registry slot as a dict: index,
+        parallelism, pid, state (a WorkerState), range (the first and last
+        key group it owns), joined_ns, heartbeat_ns, generation (how many
+        times the slot was joined) and previous_pid (the dead worker it
+        took over from, or 0)."""
         i = _WorkerInfo()
         _check(_lib.stash_worker_info_get(self._live("info"), ctypes.byref(i)), "info")
         return {"index": i.index, "parallelism": i.parallelism, "pid": i.pid,
-                "range": (i.range.first, i.range.last), "generation": i.generation,
-                "previous_pid": i.previous_pid}
+                "state": _enum(WorkerState, i.state), "range": (i.range.first, i.range.last),
+                "joined_ns": i.joined_ns, "heartbeat_ns": i.heartbeat_ns,
+                "generation": i.generation, "previous_pid": i.previous_pid}
 
-    def state(self, name, kind=VALUE, ttl_ms=0, ttl_update=TTL_ON_CREATE_AND_WRITE,
-              ttl_visibility=TTL_NEVER_RETURN_EXPIRED, reduce=None, create=None, add=None,
-              result=None, merge=None, default=None):
-        """The worker's handle on state name, registered if need be: reduce
-        is f(acc or None, value) -> bytes; an aggregating state takes
-        create() -> acc, add(acc, value) -> acc, result(acc) -> bytes and
-        merge(acc, acc) -> acc."""
+    def state(self, name, kind=Kind.VALUE, ttl_ms=0, ttl_update=TtlUpdate.ON_CREATE_AND_WRITE,
+              ttl_visibility=TtlVisibility.NEVER_RETURN_EXPIRED, reduce=None, create=None,
+              add=None, result=None, merge=None, default=None, ttl_time=TtlTime.PROCESSING_TIME,
+              ttl_cleanup_entries=0, ttl_cleanup_every_record=False,
+              ttl_cleanup_full_snapshot=False):
+        """The worker's handle on state name (at most 63 bytes), registered
+        in the arena if no process has (stash_state_get): a ValueState,
+        ListState, MapState, ReducingState, AggregatingState, OpListState
+        or BroadcastState as kind (a Kind) says. Asked again, it is the
+        same handle.
+
+        ttl_ms: entries expire this long after they were written (0:
+        never), with ttl_update, ttl_visibility, ttl_time (TtlTime:
+        processing or event time), ttl_cleanup_entries (entries examined
+        per write; 0: 5), ttl_cleanup_every_record and
+        ttl_cleanup_full_snapshot as Flink's StateTtlConfig has them.
+        reduce(acc or None, value) -> bytes combines a reducing state's
+        values; an aggregating state takes create() -> acc, add(acc,
+        value) -> acc, result(acc) -> bytes and merge(acc, acc) -> acc; a
+        value state's default is read for a key that has none. The
+        functions are this process's; an exception one raises is raised by
+        the call that ran it.
+
+        Raises WrongKind if name is registered with another kind or TTL,
+        InvalidArgument for no name, a kind unknown or a function missing,
+        Full when the arena's catalog is full."""
         self._live(name)
         got = self._states.get(name)
         if got is not None and got.kind == kind:
@@ -1339,6 +2039,9 @@ class Worker:
         d = _StateDesc()
         d.name, d.kind = name.encode(), kind
         d.ttl.ttl_ms, d.ttl.update, d.ttl.visibility = ttl_ms, ttl_update, ttl_visibility
+        d.ttl.time, d.ttl.cleanup_entries = ttl_time, ttl_cleanup_entries
+        d.ttl.cleanup_every_record = int(ttl_cleanup_every_record)
+        d.ttl.cleanup_full_snapshot = int(ttl_cleanup_full_snapshot)
         return self._register(d, reduce, create, add, result, merge, default)
 
     def _register(self, d, reduce, create, add, result, merge, default):
@@ -1361,59 +2064,88 @@ class Worker:
         _check(_lib.stash_state_get(self._live(d.name.decode()), ctypes.byref(d),
                                     ctypes.byref(h)),
                d.name.decode(), self)
-        s = _CLASSES[d.kind](self, h, d.name.decode(), keep)
+        s = _CLASSES[d.kind]._new(self, h, d.name.decode(), keep)
         self._states[s.name] = s
         return s
 
     def key(self, key):
-        """Sets the current key: every access until the next call uses it."""
+        """Sets the current key (bytes, str or int; at most 65535 bytes):
+        every state access until the next key() uses it. Returns the
+        worker. Raises InvalidArgument for a longer key, after which no key
+        is current."""
         k = to_bytes(key)
         self._gen += 1
         _check(_lib.stash_key_set(self._handle.get("key"), k, len(k)), "key")
         return self
 
     def key_group(self):
-        """The key group of the current key."""
+        """The key group of the current key. Raises NoKey if none is set."""
         return _check(_lib.stash_key_group_current(self._live("key_group")), "key_group")
 
     def barrier(self):
-        """Call between records: cuts a requested checkpoint; returns an
-        Event (kind, checkpoint_id, detail) when one completed, aborted or a
-        rollback restored one, else None."""
+        """Call between records: if the service asked for a checkpoint this
+        worker has not cut yet, cuts it here (calling on_cut first). Returns
+        an Event when a checkpoint completed or aborted since the last one,
+        or at the first barrier after a rollback which checkpoint it
+        restored; else None. Raises Fenced when the arena's host lost its
+        place in its job (the worker should stop), or the exception on_cut
+        raised."""
         e = _Event()
         self._gen += 1
         rc = _check(_lib.stash_barrier(self._handle.get("barrier"), ctypes.byref(e)), "barrier",
                     self)
         if rc == 0:
             return None
-        return Event(e.kind, e.checkpoint_id, e.detail.decode(errors="replace"))
+        return Event(_enum(EventKind, e.kind), e.checkpoint_id, e.detail.decode(errors="replace"))
 
     def timers(self, name):
-        """The worker's timer service called name."""
+        """The worker's timer service called name (Flink's
+        InternalTimerService), registered in the arena's catalog on first
+        use: a Timers. Raises WrongKind if a state has that name."""
         h = ctypes.c_void_p()
         _check(_lib.stash_timers_get(self._live(name), name.encode(), ctypes.byref(h)), name)
-        return Timers(self, h, name)
+        return Timers._new(self, h, name)
 
     def batch(self, capacity=0, states=None):
-        """A Batch of this worker's, fetching ahead the entries of states
-        (default: every keyed state registered, the first 8)."""
+        """A Batch of this worker's events (capacity: how many it holds; 0:
+        32, at most 4096), fetching ahead the entries of states (at most 8;
+        default: every keyed state registered, the first 8)."""
         return Batch(self, capacity, states)
 
 
 class Reader(Worker):
-    """A reader of arena name: no worker slot, no key group, no barrier; it
-    reads any key of any key group, never blocking a worker or a checkpoint.
-    at_checkpoint reads as of the newest complete checkpoint; checkpoint_dir
-    reads a checkpoint or savepoint directory without an arena (name None)."""
+    """A reader of arena name (stash_reader_open): a worker handle that
+    takes no worker slot, owns no key group and joins no barrier, so it
+    never blocks a worker or a checkpoint. It reads any key of any key
+    group, as a copy; its writes raise WrongKeyGroup. at_checkpoint: read
+    as of the service's newest complete checkpoint, fixed for the
+    reader's life; checkpoint_dir: read that checkpoint or savepoint
+    directory instead of an arena (name None); path and clock as Worker
+    takes them.
+
+    Raises FileNotFound (no arena, or no complete checkpoint), NoService
+    (at_checkpoint with no service's checkpoints), Busy when every reader
+    slot is taken, Corrupt naming the file of a damaged checkpoint. Used by
+    one thread at a time, as a Worker is."""
 
     def __init__(self, name=None, at_checkpoint=False, checkpoint_dir=None, path=None,
                  clock=None):
-        super().__init__(name, path=path, clock=clock, _reader=(at_checkpoint, checkpoint_dir))
+        self._prepare(name, path, clock)
+        o = _ReaderOpts(ctypes.pointer(self._ao) if path else None, self._clock, None,
+                        int(at_checkpoint), checkpoint_dir.encode() if checkpoint_dir else None)
+        h = ctypes.c_void_p()
+        _check(_lib.stash_reader_open(name.encode() if name else None, ctypes.byref(o),
+                                      ctypes.byref(h)), "Reader", self)
+        self._handle = _Handle(h.value, f"reader of {name or checkpoint_dir!r}", _here())
 
-    def state(self, name, **kw):
-        """The handle on state name as workers registered it (its kind and
-        TTL from the arena's catalog); an aggregating state without result
-        shows its accumulator."""
+    def state(self, name, reduce=None, create=None, add=None, result=None, merge=None,
+              default=None):
+        """The handle on state name as the workers registered it, its kind
+        and TTL from the arena's catalog (stash_state_describe). A reducing
+        or aggregating state may be given the workers' functions as
+        Worker.state() takes them; without result, an aggregating state's
+        get() shows its accumulator. Raises NotFound if no process
+        registered name."""
         arena = _lib.stash_worker_arena(self._live(name))
         got = self._states.get(name)
         if got is not None:
@@ -1421,23 +2153,26 @@ class Reader(Worker):
         d = _StateDesc()
         _check(_lib.stash_state_describe(arena, name.encode(), ctypes.byref(d)), name)
         d.name = name.encode()
-        if d.kind == REDUCING and "reduce" not in kw:
-            kw["reduce"] = lambda acc, v: v
-        if d.kind == AGGREGATING:
-            kw.setdefault("create", lambda: b"")
-            kw.setdefault("add", lambda acc, v: v)
-            kw.setdefault("result", lambda acc: acc)
-        return self._register(d, kw.get("reduce"), kw.get("create"), kw.get("add"),
-                              kw.get("result"), kw.get("merge"), kw.get("default"))
+        if d.kind == Kind.REDUCING and reduce is None:
+            reduce = lambda acc, v: v  # noqa: E731
+        if d.kind == Kind.AGGREGATING:
+            create = create or (lambda: b"")
+            add = add or (lambda acc, v: v)
+            result = result or (lambda acc: acc)
+        return self._register(d, reduce, create, add, result, merge, default)
 
 # ---- batches and timers -------------------------------------------------
 
 
 class Batch:
-    """Events of many keys, their state fetched ahead, then run in order:
-    add(key, event) each, then run(fn) calls fn(event) with the event's key
-    current and returns the events' results (0 or a negative error; fn's
-    exceptions are raised once the batch has run)."""
+    """Events of many keys of worker's, their state fetched ahead, then run
+    in order (stash_batch_*; Worker.batch() makes one too): add(key, event)
+    queues each, then run(fn) calls fn(event) with the event's key current.
+    capacity: events it holds (0: 32, at most 4096); states: the state
+    handles whose entries fn reads or writes, fetched ahead (at most 8;
+    default: every keyed state the worker registered, the first 8). A
+    context manager that closes it. Raises InvalidArgument for a capacity
+    or states out of range, Closed once it or its worker is closed."""
 
     def __init__(self, worker, capacity=0, states=None):
         self._w = worker
@@ -1461,10 +2196,12 @@ class Batch:
         return self._h
 
     def add(self, key, event=None):
-        """Queues event for key; False if the batch is full."""
+        """Queues event (any object, handed to run()'s fn) for key (copied,
+        at most 65535 bytes). Returns False if the batch is full, else
+        True."""
         k = to_bytes(key)
         rc = _lib.stash_batch_add(self._live("Batch.add"), k, len(k), len(self._events))
-        if rc == -28:
+        if rc == -_errno.ENOSPC:
             return False
         _check(rc, "Batch.add")
         self._events.append(event)
@@ -1474,23 +2211,31 @@ class Batch:
         return _lib.stash_batch_size(self._live("len"))
 
     def run(self, fn):
+        """Runs the queued events and empties the batch: fetches ahead what
+        their accesses will touch, then calls fn(event) for each in the
+        order they were added, its key the worker's current key (the
+        outcome is that of setting each key and calling fn one at a time).
+        Returns each event's result: 0, fn's int return, or
+        Error.EKEYGROUP for an event of a key group the worker does not own
+        (fn not called). An exception fn raised stops the run and is raised
+        here."""
         h = self._live("Batch.run")
         events, self._events = self._events, []
         w = self._w
 
         def call(worker, ev, ctx):
             if w._raised is not None:
-                return -125
+                return -_errno.ECANCELED
             try:
                 r = w._callback(fn, events[ev or 0])
                 return int(r) if r else 0
             except BaseException as e:
                 w._raised = e
-                return -125
+                return -_errno.ECANCELED
         results = (ctypes.c_int * max(len(events), 1))()
         w._gen += 1
         _check(_lib.stash_batch_run(h, _BATCH_FN(call), None, results), "Batch.run", w)
-        return list(results[:len(events)])
+        return [_enum(Error, r) if r <= -1000 else r for r in results[:len(events)]]
 
     def _free(self):
         if self._h is not None:
@@ -1499,7 +2244,8 @@ class Batch:
             self._w._batches.discard(self)
 
     def close(self):
-        """Frees the batch (closing again, or after the worker, does nothing)."""
+        """Frees the batch and its queued events (closing again, or after the
+        worker, does nothing)."""
         if self._h is not None:
             self._w._live("Batch.close")
             self._free()
@@ -1511,10 +2257,19 @@ class Batch:
         self.close()
 
 
-class Timers:
-    """A timer service of a worker (Flink's InternalTimerService)."""
+class Timers(_Made):
+    """A timer service of a worker (Flink's InternalTimerService), made by
+    Worker.timers(name): timers per key and namespace, in event time (fired
+    as the watermark passes them, advance()) or processing time (fired as
+    the worker's clock does, poll()). A timer is keyed state of its key's
+    key group: the key group's owner registers and fires it, checkpoints
+    carry it. Raises NoKey where a current key is needed and there is
+    none, WrongKeyGroup for a key of another worker's key group, Closed
+    once the worker is closed."""
 
-    def __init__(self, worker, handle, name):
+    _made_by = "Worker.timers()"
+
+    def _setup(self, worker, handle, name):
         self._w, self._h, self.name = worker, handle, name
 
     def _live(self):
@@ -1523,12 +2278,16 @@ class Timers:
         self._w._gen += 1
         return self._h
 
-    def register(self, timestamp, ns=b"", domain=EVENT_TIME):
-        """A timer for the current key in namespace ns at timestamp."""
+    def register(self, timestamp, ns=b"", domain=TimeDomain.EVENT_TIME):
+        """Registers a timer for the current key in namespace ns at timestamp
+        (ms) in domain (a TimeDomain); the same timer registered twice is
+        one."""
         n = to_bytes(ns)
         _check(_lib.stash_timer_register(self._live(), domain, n, len(n), timestamp), self.name)
 
-    def delete(self, timestamp, ns=b"", domain=EVENT_TIME):
+    def delete(self, timestamp, ns=b"", domain=TimeDomain.EVENT_TIME):
+        """Deletes the current key's timer in namespace ns at timestamp (an
+        absent one is no error)."""
         n = to_bytes(ns)
         _check(_lib.stash_timer_delete(self._live(), domain, n, len(n), timestamp), self.name)
 
@@ -1538,36 +2297,45 @@ class Timers:
         def call(t, ctx):
             try:
                 tm = t.contents
-                r = w._callback(fn, Timer(tm.domain, tm.timestamp, _copy(tm.key), _copy(tm.ns)))
+                r = w._callback(fn, Timer(_enum(TimeDomain, tm.domain), tm.timestamp,
+                                          _copy(tm.key), _copy(tm.ns)))
                 return int(r) if r else 0
             except BaseException as e:
                 w._raised = e
-                return -125
+                return -_errno.ECANCELED
         return _TIMER_FN(call)
 
     def advance(self, watermark, fn):
-        """Raises the watermark and calls fn(timer) for each timer due, in
-        order, its key current. Returns how many fired."""
+        """Raises the service's watermark to watermark (it never goes back)
+        and calls fn(timer) for each event-time timer at or before it, in
+        timestamp order, with the timer's key current (fn may register
+        timers). Returns how many fired; an exception fn raised stops the
+        firing and is raised here."""
         return _check(_lib.stash_timers_advance(self._live(), watermark, self._fire(fn), None),
                       self.name, self._w)
 
     def poll(self, fn):
-        """Fires the processing-time timers due by the worker's clock."""
+        """As advance(), for the processing-time timers due by the worker's
+        clock now. Returns how many fired."""
         return _check(_lib.stash_timers_poll(self._live(), self._fire(fn), None), self.name,
                       self._w)
 
     @property
     def watermark(self):
+        """The service's watermark: the highest advance() was given, 0
+        before the first."""
         self._w._live(self.name)
         return _lib.stash_timers_watermark(self._h)
 
     def timers(self, key_group=-1):
-        """The timers of an owned key group, or with -1 of the current key."""
+        """A list of the timers of key group key_group, one the worker owns,
+        or with -1 those of the current key (order unspecified)."""
         it, t = _Iter(), _Timer()
         _check(_lib.stash_timers_iter(self._live(), key_group, ctypes.byref(it)), self.name)
         out = []
         while _check(_lib.stash_timers_next(ctypes.byref(it), ctypes.byref(t)), self.name) == 1:
-            out.append(Timer(t.domain, t.timestamp, _copy(t.key), _copy(t.ns)))
+            out.append(Timer(_enum(TimeDomain, t.domain), t.timestamp, _copy(t.key),
+                             _copy(t.ns)))
         return out
 
 
@@ -1575,15 +2343,17 @@ class Timers:
 
 Entry = namedtuple("Entry", "kg state kind key ns map_key value index ttl_ms domain timestamp "
                             "worker")
-Entry.__doc__ = """One entry of a snapshot: a value (or accumulator), a list element
-(index), a map entry (map_key), a timer (domain, timestamp), or an
-operator-state entry of a worker; ttl_ms is when a TTL state's entry was
-written (0 without TTL)."""
+Entry.__doc__ = """One entry of a snapshot (stash_snapshot_entry): a value (or the
+accumulator of a reducing or aggregating state), a list element (index), a
+map entry (map_key), a timer (domain, timestamp), or an operator-state entry
+of worker; kg is its key group, state its state's name, kind a Kind; ttl_ms
+is when a TTL state's entry was written (0 without TTL)."""
 
 
 def _entry(e):
-    return Entry(e.kg, e.state.decode(), e.kind, _copy(e.key), _copy(e.ns), _copy(e.map_key),
-                 _copy(e.value), e.index, e.ttl_ms, e.domain, e.timestamp, e.worker)
+    return Entry(e.kg, e.state.decode(), _enum(Kind, e.kind), _copy(e.key), _copy(e.ns),
+                 _copy(e.map_key), _copy(e.value), e.index, e.ttl_ms,
+                 _enum(TimeDomain, e.domain), e.timestamp, e.worker)
 
 
 def _snapshot_info(i):
@@ -1599,11 +2369,16 @@ def _ttl_of(ttl_ms, update, visibility):
 
 
 class Snapshot:
-    """A checkpoint or savepoint directory read offline, without an arena
-    (Flink's State Processor API reading a savepoint): its states, its
-    keyed entries decoded and its operator state; rewrite() writes it anew
-    with changes. Any thread may call it, one call at a time; close()
-    waits for the call in flight."""
+    """A checkpoint or savepoint directory at path read offline, without an
+    arena or a service (Flink's State Processor API reading a savepoint):
+    its states, its keyed entries decoded and its operator state;
+    rewrite() writes it anew with changes. Iterating over it gives every
+    keyed entry, as entries() does. Opening it checks its metadata and
+    every data file's checksums, as a restore does: raises FileNotFound
+    for no such directory, Corrupt naming the file and offset of damage.
+
+    Any thread may call it, one call at a time; close() waits for the call
+    in flight. A context manager; a call after close() raises Closed."""
 
     def __init__(self, path):
         h = ctypes.c_void_p()
@@ -1613,6 +2388,7 @@ class Snapshot:
                           serial=True)
 
     def close(self):
+        """Releases the snapshot (closing again does nothing)."""
         self._g.close()
 
     def __enter__(self):
@@ -1621,20 +2397,29 @@ class Snapshot:
     def __exit__(self, *exc):
         self.close()
 
+    def __iter__(self):
+        return self.entries()
+
     def info(self):
+        """The snapshot's facts as a dict: id, created_ns, base_id (an
+        incremental checkpoint's base; 0 for a full one), max_parallelism,
+        states (how many), op_parallelism and data_bytes."""
         i = _SnapshotInfo()
         _check(self._g.call("info", _lib.stash_snapshot_info_get, ctypes.byref(i)), "info")
         return _snapshot_info(i)
 
     def states(self):
-        """Each state: name, kind and TTL setting."""
+        """Each state of the snapshot as a dict: name, kind (a Kind), ttl_ms,
+        ttl_update, ttl_visibility and ttl_time."""
         out = []
         for i in range(self.info()["states"]):
             d = _StateDesc()
             _check(self._g.call("states", _lib.stash_snapshot_state, i, ctypes.byref(d)),
                    "states")
-            out.append({"name": d.name.decode(), "kind": d.kind, "ttl_ms": d.ttl.ttl_ms,
-                        "ttl_update": d.ttl.update, "ttl_visibility": d.ttl.visibility})
+            out.append({"name": d.name.decode(), "kind": _enum(Kind, d.kind),
+                        "ttl_ms": d.ttl.ttl_ms, "ttl_update": _enum(TtlUpdate, d.ttl.update),
+                        "ttl_visibility": _enum(TtlVisibility, d.ttl.visibility),
+                        "ttl_time": _enum(TtlTime, d.ttl.time)})
         return out
 
     def _collect(self, scan):
@@ -1647,8 +2432,12 @@ class Snapshot:
         return got
 
     def entries(self, first=0, last=None):
-        """The keyed entries of key groups first..last (all by default), as
-        of the snapshot, one key group's at a time."""
+        """An iterator of the keyed entries (Entry) of key groups first to
+        last (all by default), as of the snapshot (of an incremental
+        checkpoint, each entry's newest version in its chain), key group
+        by key group as stash_snapshot_scan gives them. Raises
+        InvalidArgument for a range beyond the key groups, Corrupt naming
+        the file and offset of damage found."""
         if last is None:
             last = self.info()["max_parallelism"] - 1
         for kg in range(first, last + 1):
@@ -1656,15 +2445,25 @@ class Snapshot:
                 "entries", _lib.stash_snapshot_scan, _KgRange(kg, kg), fn, None))
 
     def operator_state(self):
-        """Every operator-state entry, worker by worker."""
+        """A list of every operator-state entry (Entry), worker by worker: an
+        element of a list or union list (index, value), a broadcast entry
+        (map_key, value) and a timer service's watermark (kind
+        Kind.TIMERS, timestamp). Raises Corrupt for damaged metadata."""
         return self._collect(lambda fn: self._g.call("operator_state",
                                                      _lib.stash_snapshot_op_scan, fn, None))
 
     def rewrite(self, path, max_parallelism=0, id=0, drop=(), rename=None, ttl=None):
-        """Writes the snapshot anew as a savepoint at path: states in drop
-        left out, rename {old: new}, ttl {state: ms, 0 for none}, every entry
-        re-hashed into max_parallelism key groups if given. Returns what was
-        written."""
+        """Writes the snapshot anew as a savepoint at path, which must not
+        exist (its parent must), whole or not at all: the states named in
+        drop left out, rename {old: new}, ttl {state: ms, 0 for none}, every
+        entry re-hashed into max_parallelism key groups if given (0: the
+        snapshot's), its id id (0: the snapshot's). Returns what was
+        written, as info() does.
+
+        Raises FileExists, FileNotFound (no parent), NotFound for a change
+        naming no state of the snapshot, InvalidArgument (two states left
+        with one name, a TTL for operator state), or the I/O error naming
+        the file."""
         rename, ttl = rename or {}, ttl or {}
         current = {s["name"]: s for s in self.states()}
         changes, keep = [], []
@@ -1693,10 +2492,19 @@ class Snapshot:
 
 
 class SnapshotWriter:
-    """A savepoint written offline (bootstrap): declare states, put entries,
-    commit. Used with `with`, it commits when the block ends and aborts if
-    it raised; path holds a whole savepoint or nothing. Any thread may call
-    it, one call at a time."""
+    """A savepoint written offline, from scratch (bootstrap): declare its
+    states with state(), add entries with put(), delete() and op_put(),
+    then commit() writes it at path, which must not exist (its parent
+    must): path holds a whole savepoint or nothing. Its entries are built
+    in a heap of the writer's own of size bytes (0: 256 MiB).
+    max_parallelism: its key groups (0: DEFAULT_MAX_PARALLELISM); id: the
+    savepoint's id (0: 1); op_parallelism: the workers its operator state
+    is of (0: none).
+
+    Used with `with`, it commits when the block ends and aborts if the
+    block raised. Raises FileExists, FileNotFound (no parent) or another
+    error naming path. Any thread may call it, one call at a time; a call
+    after commit() or abort() raises Closed."""
 
     def __init__(self, path, max_parallelism=0, size=0, id=0, op_parallelism=0):
         o = _WriterOpts(max_parallelism, size, id, op_parallelism)
@@ -1719,16 +2527,20 @@ class SnapshotWriter:
         else:
             self.abort()
 
-    def state(self, name, kind=VALUE, ttl_ms=0, ttl_update=TTL_ON_CREATE_AND_WRITE,
-              ttl_visibility=TTL_NEVER_RETURN_EXPIRED):
-        """Declares a state (TIMERS: a timer service)."""
+    def state(self, name, kind=Kind.VALUE, ttl_ms=0, ttl_update=TtlUpdate.ON_CREATE_AND_WRITE,
+              ttl_visibility=TtlVisibility.NEVER_RETURN_EXPIRED):
+        """Declares state name of kind (a Kind; Kind.TIMERS: a timer
+        service) with its TTL setting; functions and default values are the
+        job's, not the savepoint's. Raises WrongKind if name was declared
+        with another kind, InvalidArgument for no name or TTL options its
+        kind cannot have."""
         d = _StateDesc()
         d.name, d.kind = name.encode(), kind
         d.ttl = _ttl_of(ttl_ms, ttl_update, ttl_visibility)
         _check(self._g.call(name, _lib.stash_snapshot_writer_state, ctypes.byref(d)), name)
 
     def _entry(self, state, key=b"", value=b"", ns=b"", map_key=b"", ttl_ms=0,
-               domain=EVENT_TIME, timestamp=0, worker=0):
+               domain=TimeDomain.EVENT_TIME, timestamp=0, worker=0):
         e, keep = _SnapshotEntry(), []
         e.state = state.encode()
         for field, x in (("key", key), ("value", value), ("ns", ns), ("map_key", map_key)):
@@ -1738,33 +2550,51 @@ class SnapshotWriter:
         e.ttl_ms, e.domain, e.timestamp, e.worker = ttl_ms, domain, timestamp, worker
         return e, keep
 
-    def put(self, state, key, value=b"", ns=b"", map_key=b"", ttl_ms=0, domain=EVENT_TIME,
-            timestamp=0):
-        """A value (replacing one), a list element appended, a map entry
-        (map_key), or a timer (domain, timestamp); a TTL state's entry keeps
-        ttl_ms as when it was written (0: now)."""
+    def put(self, state, key, value=b"", ns=b"", map_key=b"", ttl_ms=0,
+            domain=TimeDomain.EVENT_TIME, timestamp=0):
+        """Adds one keyed entry of key in namespace ns to the declared state
+        state: a value, or a reducing or aggregating state's accumulator
+        (replacing one there), an element appended to a list, a map entry
+        (map_key, replacing one), or a timer (domain, timestamp). A TTL
+        state's entry keeps ttl_ms as when it was written (0: now). Raises
+        NotFound for an undeclared state, WrongKind for operator state,
+        Full when the writer's heap is full (give a larger size)."""
         e, keep = self._entry(state, key, value, ns, map_key, ttl_ms, domain, timestamp)
         _check(self._g.call(state, _lib.stash_snapshot_writer_put, ctypes.byref(e)), state)
 
-    def delete(self, state, key, ns=b"", map_key=b"", domain=EVENT_TIME, timestamp=0):
-        """Removes a value, a whole list, a map entry (the map without
-        map_key) or a timer."""
+    def delete(self, state, key, ns=b"", map_key=b"", domain=TimeDomain.EVENT_TIME, timestamp=0):
+        """Removes what put() would have added for key in namespace ns: the
+        value or accumulator, the whole list, the map entry of map_key (the
+        whole map without one), or the timer (domain, timestamp). What is
+        absent is no error. Raises NotFound for an undeclared state,
+        WrongKind for operator state."""
         e, keep = self._entry(state, key, b"", ns, map_key, 0, domain, timestamp)
         _check(self._g.call(state, _lib.stash_snapshot_writer_delete, ctypes.byref(e)), state)
 
     def op_put(self, state, worker, value=b"", map_key=b"", timestamp=0):
-        """An operator-state entry of a worker: a list element, a broadcast
-        entry (map_key), or a timer service's watermark (timestamp)."""
-        e, keep = self._entry(state, b"", value, b"", map_key, 0, EVENT_TIME, timestamp, worker)
+        """Adds an operator-state entry of worker worker (< op_parallelism) to
+        the declared state state: an element appended to a list or union
+        list, a broadcast entry (map_key, value), or a timer service's
+        watermark (timestamp). Raises NotFound for an undeclared state,
+        WrongKind for keyed state, InvalidArgument for a worker beyond the
+        operator state's parallelism."""
+        e, keep = self._entry(state, b"", value, b"", map_key, 0, TimeDomain.EVENT_TIME,
+                              timestamp, worker)
         _check(self._g.call(state, _lib.stash_snapshot_writer_op_put, ctypes.byref(e)), state)
 
     def commit(self):
-        """Writes and commits the savepoint; returns what was written."""
+        """Writes and commits the savepoint at path and ends the writer,
+        also if it fails, which leaves nothing at path. Returns what was
+        written, as Snapshot.info() does. Raises InvalidArgument (an id past
+        2**53, operator state of more than MAX_WORKERS workers),
+        StashOSError (-EFBIG for metadata past 64 MiB) or the error naming
+        the file."""
         i = _SnapshotInfo()
         h = self._g.take("commit")
         _check(_lib.stash_snapshot_writer_commit(h, ctypes.byref(i)), self.path)
         return _snapshot_info(i)
 
     def abort(self):
-        """Writes nothing (after commit or abort, does nothing)."""
+        """Ends the writer without writing anything (after commit() or
+        abort(), does nothing)."""
         self._g.close()

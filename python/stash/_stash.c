@@ -15,7 +15,9 @@
 
 #include "stash.h"
 
-static PyObject *error_classes[3]; /* StashError, NotFound, Stale */
+/* The Python side's error(code, detail, call): the exception of a code,
+ * of the class __init__.py raises for it. */
+static PyObject *error_fn;
 
 /* The Python side's claim(handle, call): the slow path of a Handle's check. */
 static PyObject *claim_fn;
@@ -27,16 +29,13 @@ static unsigned long long calls;
 /* Raises the module's exception for rc, as _check() in __init__.py does. */
 static PyObject *raise(int rc, const char *call)
 {
-    PyObject *cls = rc == STASH_ENOTFOUND ? error_classes[1]
-                    : rc == STASH_ESTALE  ? error_classes[2]
-                                          : error_classes[0];
-    if (!cls) {
+    if (!error_fn) {
         PyErr_Format(PyExc_RuntimeError, "%s: %s (%s)", call, stash_strerror(rc), stash_errmsg());
         return NULL;
     }
-    PyObject *e = PyObject_CallFunction(cls, "iss", rc, stash_errmsg(), call);
+    PyObject *e = PyObject_CallFunction(error_fn, "iss", rc, stash_errmsg(), call);
     if (e) {
-        PyErr_SetObject(cls, e);
+        PyErr_SetObject((PyObject *)Py_TYPE(e), e);
         Py_DECREF(e);
     }
     return NULL;
@@ -446,19 +445,17 @@ static PyObject *generation(PyObject *self, PyObject *unused)
     return PyLong_FromUnsignedLongLong(calls);
 }
 
-/* setup(StashError, NotFound, Stale, claim): the classes raised, and the
- * slow path of a Handle's check. */
+/* setup(error, claim): what makes the exception of a code, and the slow
+ * path of a Handle's check. */
 static PyObject *setup(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *c[3], *fn;
-    if (!PyArg_ParseTuple(args, "OOOO", &c[0], &c[1], &c[2], &fn)) return NULL;
-    for (int i = 0; i < 3; i++) {
-        Py_INCREF(c[i]);
-        Py_XSETREF(error_classes[i], c[i]);
-    }
-    Py_INCREF(fn);
-    Py_XSETREF(claim_fn, fn);
+    PyObject *error, *claim;
+    if (!PyArg_ParseTuple(args, "OO", &error, &claim)) return NULL;
+    Py_INCREF(error);
+    Py_XSETREF(error_fn, error);
+    Py_INCREF(claim);
+    Py_XSETREF(claim_fn, claim);
     Py_RETURN_NONE;
 }
 
@@ -471,7 +468,7 @@ static PyMethodDef methods[] = {
      "values_get(handle, batch, capacity, state, keys): each key's value or None"},
     {"values_put", (PyCFunction)(void (*)(void))values_put, METH_FASTCALL,
      "values_put(handle, batch, capacity, state, keys, values)"},
-    {"setup", setup, METH_VARARGS, "setup(StashError, NotFound, Stale, claim)"},
+    {"setup", setup, METH_VARARGS, "setup(error, claim)"},
     {"generation", generation, METH_NOARGS, "generation(): the calls made so far"},
     {NULL, NULL, 0, NULL},
 };
