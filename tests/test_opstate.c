@@ -272,3 +272,84 @@ Test(opstate, every_new_worker_gets_the_broadcast_state_one_old_worker_had, .tim
     }
 }
 
+/* Rounds of workers that register only "other": each adds one element,
+ * cuts a checkpoint and closes. */
+static void only_other(job *j, uint32_t p, uint32_t round)
+{
+    open_workers(j, p);
+    for (uint32_t i = 0; i < p; i++) {
+        const uint32_t x[] = {100 * round + i};
+        add_u32s(state(j->w[i], "other", STASH_OP_LIST), x, 1);
+    }
+    checkpoint(j);
+    close_workers(j);
+}
+
+/* The elements of list state name over the job's workers, sorted. */
+static size_t all_u32s(job *j, const char *name, stash_kind kind, uint32_t *out, size_t cap)
+{
+    size_t n = 0;
+    for (uint32_t i = 0; i < j->p; i++)
+        n += list_u32s(state(j->w[i], name, kind), out + n, cap - n);
+    for (size_t a = 0; a < n; a++)
+        for (size_t b = a + 1; b < n; b++)
+            if (out[b] < out[a]) {
+                uint32_t t = out[a];
+                out[a] = out[b];
+                out[b] = t;
+            }
+    return n;
+}
+
+/* Flink's DefaultOperatorStateBackend keeps the restored states nobody
+ * registers (OperatorStateBackendTest: every restored name is registered
+ * before any is asked for), and so do the workers: a split list, a union
+ * list and broadcast state pass through rounds of workers, at 3 and at 2
+ * and across a restore from the directory, that register none of them. */
+Test(opstate, state_no_worker_registers_is_kept, .timeout = 120)
+{
+    job j;
+    start_job(&j);
+    open_workers(&j, 2);
+    const uint32_t o0[] = {1, 2}, o1[] = {3}, u0[] = {10}, u1[] = {11};
+    add_u32s(state(j.w[0], "offsets", STASH_OP_LIST), o0, 2);
+    add_u32s(state(j.w[1], "offsets", STASH_OP_LIST), o1, 1);
+    add_u32s(state(j.w[0], "u", STASH_OP_UNION), u0, 1);
+    add_u32s(state(j.w[1], "u", STASH_OP_UNION), u1, 1);
+    cr_assert_eq(stash_broadcast_put(state(j.w[1], "b", STASH_OP_BROADCAST), "k", 1, "v", 1), 0);
+    checkpoint(&j);
+    close_workers(&j);
+    only_other(&j, 3, 1);
+    only_other(&j, 2, 2);
+    only_other(&j, 2, 3);
+
+    /* A new arena restored from the directory's newest checkpoint. */
+    stash_service_stop(j.service);
+    stash_arena_close(j.arena);
+    stash_arena_destroy(j.name, NULL);
+    stash_arena_opts ao = {.sz = sizeof(stash_arena_opts),
+                           .size = 16u << 20,
+                           .max_parallelism = MAXP,
+                           .backend = test_backend()};
+    cr_assert_eq(
+        stash_service_start(
+            j.name,
+            &(stash_service_opts){.sz = sizeof(stash_service_opts), .arena = &ao, .dir = j.dir},
+            &j.service),
+        0, "%s", stash_errmsg());
+    cr_assert_eq(stash_arena_open(j.name, NULL, &j.arena), 0);
+    open_workers(&j, 3);
+    uint32_t got[32];
+    cr_assert_eq(all_u32s(&j, "offsets", STASH_OP_LIST, got, 32), 3);
+    cr_assert(got[0] == 1 && got[1] == 2 && got[2] == 3);
+    for (uint32_t i = 0; i < 3; i++) {
+        cr_assert_eq(list_u32s(state(j.w[i], "u", STASH_OP_UNION), got, 32), 2,
+                     "worker %u has the union list once", i);
+        cr_assert((got[0] == 10 && got[1] == 11) || (got[0] == 11 && got[1] == 10));
+    }
+    expect_broadcast(&j);
+    /* The rounds' own elements are all there too. */
+    cr_assert_eq(all_u32s(&j, "other", STASH_OP_LIST, got, 32), 7);
+    close_workers(&j);
+    stop_job(&j);
+}

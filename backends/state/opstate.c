@@ -202,6 +202,61 @@ static int put_u32(op_buf *b, uint32_t x)
     return put(b, &x, 4);
 }
 
+/* Appends state s to a blob being built: its id, kind, count and entries. */
+static int encode_state(const stash_state *s, op_buf *out)
+{
+    uint16_t head[2] = {s->id, (uint16_t)s->kind};
+    int rc = put(out, head, sizeof head);
+    if (s->kind == STASH_TIMERS) { /* one element: the watermark */
+        if (rc == 0) rc = put_u32(out, 1);
+        if (rc == 0) rc = put_u32(out, sizeof s->watermark);
+        return rc == 0 ? put(out, &s->watermark, sizeof s->watermark) : rc;
+    }
+    if (rc == 0) rc = put_u32(out, (uint32_t)s->op.n);
+    for (size_t i = 0; i < s->op.n && rc == 0; i++) {
+        if (s->kind == STASH_OP_BROADCAST) rc = put_u32(out, (uint32_t)s->op.keys[i].len);
+        if (rc == 0) rc = put_u32(out, (uint32_t)s->op.values[i].len);
+        if (rc == 0 && s->kind == STASH_OP_BROADCAST)
+            rc = put(out, s->op.keys[i].data, s->op.keys[i].len);
+        if (rc == 0) rc = put(out, s->op.values[i].data, s->op.values[i].len);
+    }
+    return rc;
+}
+
+static int load_share(stash_state *s, uint32_t p, const ckpt_blob *blobs, bool carried);
+static int load_committed(stash_state *s, bool carried);
+
+static bool registered(const stash_worker *w, uint32_t id)
+{
+    for (const stash_state *s = w->states; s; s = s->next)
+        if (s->id == id) return true;
+    return false;
+}
+
+/* Appends the operator states of the arena that w has not registered, each
+ * as registering it would give it to w, and counts them in *count: Flink's
+ * backend keeps restored states nobody asks for, and so do the workers'
+ * blobs. A union list is carried once in all, not once a worker: each its
+ * own part at the same parallelism, worker 0 the whole at another. */
+static int encode_carried(stash_worker *w, op_buf *out, uint32_t *count)
+{
+    int rc = 0;
+    for (uint32_t i = 0; i < SHM_CATALOG_SIZE && rc == 0; i++) {
+        const shm_catalog_entry *e = &w->arena->catalog[i];
+        if (!atomic_load_explicit(&e->used, memory_order_acquire) ||
+            !opstate_recorded((stash_kind)e->kind) || registered(w, i + 1))
+            continue;
+        stash_state t = {.w = w, .id = (uint16_t)(i + 1), .kind = (stash_kind)e->kind};
+        rc = w->op_blobs ? load_share(&t, w->op_p, w->op_blobs, true) : load_committed(&t, true);
+        if (rc == 0 && (t.op.n || t.watermark)) {
+            rc = encode_state(&t, out) < 0 ? shm_fail(-ENOMEM, "out of memory") : 0;
+            (*count)++;
+        }
+        opstate_free(&t);
+    }
+    return rc;
+}
+
 int opstate_encode(stash_worker *w, op_buf *out)
 {
     uint32_t count = 0;
@@ -209,26 +264,11 @@ int opstate_encode(stash_worker *w, op_buf *out)
     int rc = put_u32(out, 0);
     for (stash_state *s = w->states; s && rc == 0; s = s->next) {
         if (!opstate_recorded(s->kind)) continue;
-        uint16_t head[2] = {s->id, (uint16_t)s->kind};
-        rc = put(out, head, sizeof head);
-        if (s->kind == STASH_TIMERS) { /* one element: the watermark */
-            if (rc == 0) rc = put_u32(out, 1);
-            if (rc == 0) rc = put_u32(out, sizeof s->watermark);
-            if (rc == 0) rc = put(out, &s->watermark, sizeof s->watermark);
-            count++;
-            continue;
-        }
-        if (rc == 0) rc = put_u32(out, (uint32_t)s->op.n);
-        for (size_t i = 0; i < s->op.n && rc == 0; i++) {
-            if (s->kind == STASH_OP_BROADCAST) rc = put_u32(out, (uint32_t)s->op.keys[i].len);
-            if (rc == 0) rc = put_u32(out, (uint32_t)s->op.values[i].len);
-            if (rc == 0 && s->kind == STASH_OP_BROADCAST)
-                rc = put(out, s->op.keys[i].data, s->op.keys[i].len);
-            if (rc == 0) rc = put(out, s->op.values[i].data, s->op.values[i].len);
-        }
+        rc = encode_state(s, out);
         count++;
     }
     if (rc) return shm_fail(-ENOMEM, "out of memory");
+    if ((rc = encode_carried(w, out, &count)) != 0) return rc;
     memcpy(out->data, &count, 4);
     return 0;
 }
@@ -423,13 +463,13 @@ static int load_watermark(stash_state *s, uint32_t p, const ckpt_blob *blobs)
         if (i == 0 || x < low) low = x;
     }
     entries_free(&all);
-    if (rc) return rc;
-    s->watermark = low;
-    if (low > w->watermark) w->watermark = low;
-    return 0;
+    if (rc == 0) s->watermark = low;
+    return rc;
 }
 
-int opstate_load(stash_state *s, uint32_t p, const ckpt_blob *blobs)
+/* Sets s to worker w's share of the blobs of p workers; carried: a union
+ * list's share when w does not hold the state (encode_carried). */
+static int load_share(stash_state *s, uint32_t p, const ckpt_blob *blobs, bool carried)
 {
     stash_worker *w = s->w;
     uint32_t me = w->slot, np = w->parallelism;
@@ -438,9 +478,12 @@ int opstate_load(stash_state *s, uint32_t p, const ckpt_blob *blobs)
     int rc = 0;
     if (s->kind == STASH_TIMERS) return p ? load_watermark(s, p, blobs) : 0;
     if (p == 0) return entries_replace(&s->op, &all, 0);
+    bool own = s->kind == STASH_OP_LIST || (carried && s->kind == STASH_OP_UNION);
     if (s->kind == STASH_OP_BROADCAST) {
         rc = gather_broadcast(s, p, blobs, me, &all);
-    } else if (s->kind == STASH_OP_LIST && p == np) {
+    } else if (carried && s->kind == STASH_OP_UNION && p != np && me != 0) {
+        /* worker 0 carries it whole */
+    } else if (own && p == np) {
         snprintf(what, sizeof what, "operator state of worker %u", me);
         rc = gather(s, &blobs[me], &all, what, NULL);
     } else {
@@ -461,7 +504,20 @@ int opstate_load(stash_state *s, uint32_t p, const ckpt_blob *blobs)
     return entries_replace(&s->op, &all, rc);
 }
 
-int opstate_load_committed(stash_state *s)
+/* A timer service's watermark, loaded, is the worker's lowest bound. */
+static int raise_watermark(stash_state *s, int rc)
+{
+    if (rc == 0 && s->kind == STASH_TIMERS && s->watermark > s->w->watermark)
+        s->w->watermark = s->watermark;
+    return rc;
+}
+
+int opstate_load(stash_state *s, uint32_t p, const ckpt_blob *blobs)
+{
+    return raise_watermark(s, load_share(s, p, blobs, false));
+}
+
+static int load_committed(stash_state *s, bool carried)
 {
     stash_worker *w = s->w;
     stash_arena *a = w->arena;
@@ -483,8 +539,13 @@ int opstate_load_committed(stash_state *s)
         blobs[i] = (ckpt_blob){off ? (const uint8_t *)a->base + off : NULL,
                                off ? atomic_load(&b->len) : 0};
     }
-    if (blobs) rc = opstate_load(s, p, blobs);
+    if (blobs) rc = load_share(s, p, blobs, carried);
     shm_lock_release(&c->lock);
     free(blobs);
     return rc;
+}
+
+int opstate_load_committed(stash_state *s)
+{
+    return raise_watermark(s, load_committed(s, false));
 }
