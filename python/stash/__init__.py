@@ -624,7 +624,7 @@ def _restore(cls, code, detail, call):
     return e
 
 
-# ---- system errors: the built-in exceptions of their errno
+# System errors (-errno): each the built-in exception of its errno too.
 
 class StashOSError(StashError, OSError):
     """A system error (-errno) of a call, also an OSError (errno, strerror).
@@ -673,7 +673,7 @@ class InvalidArgument(StashError, ValueError):
     names it); a ValueError."""
 
 
-# ---- stash's own codes
+# stash's own codes (Error): a class each.
 
 @_raised_for(Error.ENOTARENA)
 class NotArena(StashError):
@@ -782,7 +782,7 @@ class Fenced(StashError):
     host, which serves this worker's index now: the worker should stop."""
 
 
-# ---- the module's own
+# The module's own: calls refused before they reach the library.
 
 class Closed(InvalidArgument):
     """A call on a closed handle, or on what it gave out (a state, an
