@@ -92,7 +92,10 @@ class Package(unittest.TestCase):
         cls.top = tempfile.mkdtemp(prefix="stash-py-package-")
         cls.prefix = os.path.join(cls.top, "prefix")
         run(["cmake", "--install", BUILD, "--prefix", cls.prefix], clean_env(), cls.top)
-        cls.libdir = os.path.join(cls.prefix, "lib")
+        # lib, or lib/x86_64-linux-gnu where the build's prefix is /usr.
+        found = glob.glob(os.path.join(cls.prefix, "lib*", "**", "libstash.so.0"), recursive=True)
+        assert len(found) == 1, found
+        cls.libdir = os.path.dirname(found[0])
 
     @classmethod
     def tearDownClass(cls):
