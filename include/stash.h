@@ -51,10 +51,11 @@ extern "C" {
  * does not know is non-zero. sz 0 is refused with -EINVAL (stash_errmsg()
  * names the struct). Structs embedded by value (stash_ttl, stash_bytes) and
  * the elements of arrays (stash_snapshot_change, stash_kg_range) never
- * change. Structs the library fills (the *_info structs, stash_kg_usage,
- * stash_op_counts, stash_snapshot_entry, stash_timer, stash_event) change
- * only with a new version of each function that fills them; the old
- * version, still exported, fills the old layout.
+ * change. Structs without sz (the *_info structs, stash_kg_usage,
+ * stash_op_counts, stash_snapshot_entry, stash_timer, stash_event), and
+ * stash_state_desc as stash_state_describe() and stash_snapshot_state()
+ * fill it, change only with a new version of each function that reads or
+ * fills them; the old version, still exported, keeps the old layout.
  */
 
 /* The version of the library linked, "MAJOR.MINOR.PATCH" (the macros above

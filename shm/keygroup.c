@@ -16,9 +16,15 @@ STASH_API uint64_t stash_hash(const void *key, size_t len)
 
 STASH_API uint32_t stash_key_group(const void *key, size_t len, uint32_t max_parallelism)
 {
-    if (max_parallelism == 0 || max_parallelism > STASH_MAX_MAX_PARALLELISM ||
-        shm_null_bytes(key, len))
+    if (max_parallelism == 0 || max_parallelism > STASH_MAX_MAX_PARALLELISM) {
+        shm_fail(-EINVAL, "%s: a max parallelism of %u (1 .. %u)", __func__, max_parallelism,
+                 STASH_MAX_MAX_PARALLELISM);
         return UINT32_MAX;
+    }
+    if (shm_null_bytes(key, len)) {
+        shm_refuse_null(__func__, "key");
+        return UINT32_MAX;
+    }
     return (uint32_t)(shm_key_hash(key, len) % max_parallelism);
 }
 
@@ -43,15 +49,24 @@ STASH_API stash_kg_range stash_kg_range_intersect(stash_kg_range a, stash_kg_ran
     return r.first <= r.last ? r : STASH_KG_RANGE_EMPTY;
 }
 
-static bool valid(uint32_t max_parallelism, uint32_t parallelism)
+/* 0, or -EINVAL naming fn and the bound a parallelism breaks. */
+static int check(const char *fn, uint32_t max_parallelism, uint32_t parallelism)
 {
-    return max_parallelism >= 1 && max_parallelism <= STASH_MAX_MAX_PARALLELISM &&
-           parallelism >= 1 && parallelism <= max_parallelism;
+    if (max_parallelism < 1 || max_parallelism > STASH_MAX_MAX_PARALLELISM)
+        return shm_fail(-EINVAL, "%s: a max parallelism of %u (1 .. %u)", fn, max_parallelism,
+                        STASH_MAX_MAX_PARALLELISM);
+    if (parallelism < 1 || parallelism > max_parallelism)
+        return shm_fail(-EINVAL, "%s: a parallelism of %u (1 .. max parallelism %u)", fn,
+                        parallelism, max_parallelism);
+    return 0;
 }
 
 STASH_API int stash_kg_owner(uint32_t kg, uint32_t max_parallelism, uint32_t parallelism)
 {
-    if (!valid(max_parallelism, parallelism) || kg >= max_parallelism) return -EINVAL;
+    int rc = check(__func__, max_parallelism, parallelism);
+    if (rc) return rc;
+    if (kg >= max_parallelism)
+        return shm_fail(-EINVAL, "%s: key group %u of %u", __func__, kg, max_parallelism);
     return (int)((uint64_t)kg * parallelism / max_parallelism);
 }
 
@@ -59,7 +74,10 @@ STASH_API int stash_kg_range_of(uint32_t max_parallelism, uint32_t parallelism, 
                                 stash_kg_range *out)
 {
     if (!out) return shm_refuse_null(__func__, "out");
-    if (!valid(max_parallelism, parallelism) || index >= parallelism) return -EINVAL;
+    int rc = check(__func__, max_parallelism, parallelism);
+    if (rc) return rc;
+    if (index >= parallelism)
+        return shm_fail(-EINVAL, "%s: worker %u of %u", __func__, index, parallelism);
     uint64_t maxp = max_parallelism, p = parallelism, i = index;
     out->first = (uint32_t)((i * maxp + p - 1) / p);
     out->last = (uint32_t)(((i + 1) * maxp - 1) / p);

@@ -4,6 +4,7 @@
  * range bounds and max parallelism 32768, and key hashing through XXH3.
  */
 #include <criterion/criterion.h>
+#include <string.h>
 #include <xxhash.h>
 
 #include "tests/helpers.h"
@@ -72,6 +73,27 @@ Test(keygroup, bad_arguments_are_refused)
     cr_assert_eq(stash_key_group("k", 1, 32769), UINT32_MAX);
     cr_assert_eq(stash_key_group(NULL, 4, 128), UINT32_MAX);
     cr_assert_eq(stash_key_group(NULL, 0, 128), stash_key_group("", 0, 128));
+}
+
+/* Each refusal says its own why, never the failure before it. */
+static void says(const char *what)
+{
+    cr_assert(strstr(stash_errmsg(), what), "'%s' says '%s'", stash_errmsg(), what);
+}
+
+Test(keygroup, each_refusal_names_its_function_and_argument)
+{
+    stash_kg_range r;
+    cr_assert_eq(stash_kg_range_of(128, 3, 3, &r), -EINVAL);
+    says("stash_kg_range_of: worker 3 of 3");
+    cr_assert_eq(stash_kg_owner(128, 128, 2), -EINVAL);
+    says("stash_kg_owner: key group 128 of 128");
+    cr_assert_eq(stash_kg_range_of(128, 129, 0, &r), -EINVAL);
+    says("stash_kg_range_of: a parallelism of 129");
+    cr_assert_eq(stash_key_group("k", 1, 0), UINT32_MAX);
+    says("stash_key_group: a max parallelism of 0");
+    cr_assert_eq(stash_key_group(NULL, 4, 128), UINT32_MAX);
+    says("stash_key_group: key is NULL");
 }
 
 /* As Flink's KeyGroupRangeTest. */
