@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <syslog.h>
 #include <systemd/sd-daemon.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,11 +19,49 @@
 #include "include/stash.h"
 #include "tools/tools.h"
 
+/* Whether stdout is a stream to the journal, as systemd's JOURNAL_STREAM
+ * names it (its device and inode, "DEV:INO"): set once before the first
+ * line (systemd.exec(5)). Then each text line starts with its syslog
+ * priority, "<3>", which journald takes as the entry's priority and
+ * removes (sd-daemon(3)); a stdout redirected elsewhere does not match. */
+static bool to_journal;
+
+static bool stdout_is_journal(void)
+{
+    const char *env = getenv("JOURNAL_STREAM");
+    unsigned long long dev, ino;
+    struct stat st;
+    char end;
+    if (!env || sscanf(env, "%llu:%llu%c", &dev, &ino, &end) != 2) return false;
+    return fstat(STDOUT_FILENO, &st) == 0 && st.st_dev == (dev_t)dev && st.st_ino == (ino_t)ino;
+}
+
+static int syslog_priority(stash_log_level level)
+{
+    return level == STASH_LOG_ERROR ? LOG_ERR : level == STASH_LOG_WARN ? LOG_WARNING : LOG_INFO;
+}
+
+/* The level of a line as the library writes it: the word after its date
+ * and time ("2026-12-04 10:15:02.345 WARN worker 3: ..."). */
+static stash_log_level line_level(const char *line)
+{
+    const char *word = strchr(line, ' ');
+    word = word ? strchr(word + 1, ' ') : NULL;
+    if (!word) return STASH_LOG_INFO;
+    word++;
+    for (stash_log_level l = STASH_LOG_WARN; l <= STASH_LOG_ERROR; l++) {
+        size_t n = strlen(stash_log_level_name(l));
+        if (strncmp(word, stash_log_level_name(l), n) == 0 && word[n] == ' ') return l;
+    }
+    return STASH_LOG_INFO;
+}
+
 /* The service's events on stdout: a line as the library writes it, or
  * with --log-format json one object a line. */
 static void log_text(void *ctx, const char *line)
 {
     (void)ctx;
+    if (to_journal) printf("<%d>", syslog_priority(line_level(line)));
     puts(line);
     fflush(stdout);
 }
@@ -59,7 +98,9 @@ static void log_own(bool json, const char *message)
     char when[32];
     localtime_r(&ts.tv_sec, &tm);
     strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", &tm);
-    printf("%s.%03ld INFO service: %s\n", when, ts.tv_nsec / 1000000, message);
+    if (to_journal) printf("<%d>", syslog_priority(r.level));
+    printf("%s.%03ld %s service: %s\n", when, ts.tv_nsec / 1000000, stash_log_level_name(r.level),
+           message);
     fflush(stdout);
 }
 
@@ -527,6 +568,7 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
         return 2;
     }
     if (json) o.log = NULL, o.log_record = log_json;
+    to_journal = !json && stdout_is_journal();
     raise_descriptor_limit();
     /* Blocked before the engine's thread starts, so that it inherits the mask. */
     sigset_t sigs;
