@@ -5,22 +5,54 @@ ASAN_BUILD ?= build-asan
 RELEASE_BUILD ?= build-release
 WERROR_BUILD ?= build-release-werror
 FUZZ_BUILD ?= build-fuzz
+DEB_BUILD  ?= build-deb
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-DEPS = jq liburing-dev liblmdb-dev libcriterion-dev libxxhash-dev liblz4-dev \
-       pkg-config cmake build-essential python3 python3-dev libmicrohttpd-dev \
-       libsystemd-dev prometheus gnuplot-nox librados-dev ceph-mon ceph-osd ceph-mgr \
-       ceph-common nftables iproute2
+# Debian's packages, by what needs them. The library and the command at
+# run time (the Python module's interpreter with them):
+RUNTIME_DEPS = liburing2 liblmdb0 libxxhash0 liblz4-1 libmicrohttpd12 libsystemd0 librados2 \
+               python3
+# To build them (make install):
+BUILD_DEPS = build-essential cmake pkg-config liburing-dev liblmdb-dev libxxhash-dev liblz4-dev \
+             libmicrohttpd-dev libsystemd-dev librados-dev python3-dev
+# To build and run the tests (make test): Criterion, the daemons and tools
+# the tests drive (a Ceph cluster, Prometheus, nftables and ip for the
+# hosts in namespaces, gnuplot for the plots, jq, man for the pages).
+TEST_DEPS = libcriterion-dev jq prometheus gnuplot-nox ceph-mon ceph-osd ceph-mgr ceph-common \
+            nftables iproute2 man-db
 BENCH_DEPS = fio redis-server librocksdb-dev libhiredis-dev python3-lmdb python3-redis
 FUZZ_DEPS = clang libclang-rt-14-dev
+# To build the Debian packages (make deb): debian/control's Build-Depends,
+# which dpkg-buildpackage checks, and lintian; and a Debian root to
+# install them into (make package-check).
+DEB_DEPS = $(BUILD_DEPS) debhelper dh-python dpkg-dev fakeroot lintian librocksdb-dev \
+           libhiredis-dev
+DEPS = $(RUNTIME_DEPS) $(BUILD_DEPS) $(TEST_DEPS)
 
-.PHONY: all deps bench-deps fuzz-deps build asan fuzz-build release-check test sanitize demo bench soak fuzz fuzz-corpus install clean format
+.PHONY: all deps runtime-deps build-deps demo-deps bench-deps fuzz-deps deb-deps build asan \
+        fuzz-build release-check test sanitize demo bench soak fuzz fuzz-corpus install deb \
+        package-check clean format
 
 all: build
 
+# Everything make test needs.
 deps:
 	@sh tools/deps.sh $(DEPS)
+
+runtime-deps:
+	@sh tools/deps.sh $(RUNTIME_DEPS)
+
+build-deps:
+	@sh tools/deps.sh $(RUNTIME_DEPS) $(BUILD_DEPS)
+
+# The demo runs from the test build (make build), which needs Criterion;
+# plain `stash demo` starts no Ceph cluster (--hosts does).
+demo-deps:
+	@sh tools/deps.sh $(RUNTIME_DEPS) $(BUILD_DEPS) libcriterion-dev
+
+deb-deps:
+	@sh tools/deps.sh $(DEB_DEPS)
 
 bench-deps:
 	@sh tools/deps.sh $(BENCH_DEPS)
@@ -54,7 +86,7 @@ test: deps build
 
 # The Release build with warnings as errors: its optimizer finds warnings the
 # other builds do not (make install builds Release without -Werror).
-release-check: deps
+release-check: build-deps
 	cmake -S . -B $(WERROR_BUILD) -DCMAKE_BUILD_TYPE=Release -DSTASH_WERROR=ON $(CMAKE_ARGS)
 	cmake --build $(WERROR_BUILD) -j $(JOBS)
 
@@ -65,7 +97,7 @@ sanitize: deps release-check asan fuzz-build
 	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -LE nosan
 	cd $(FUZZ_BUILD) && ctest --output-on-failure -j $(JOBS)
 
-demo: deps build
+demo: demo-deps build
 	$(BUILD)/tools/stash demo
 
 bench: deps build
@@ -91,12 +123,25 @@ fuzz: fuzz-build
 $(RELEASE_BUILD)/CMakeCache.txt:
 	cmake -S . -B $(RELEASE_BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
 
-install: deps $(RELEASE_BUILD)/CMakeCache.txt
+install: build-deps $(RELEASE_BUILD)/CMakeCache.txt
 	cmake --build $(RELEASE_BUILD) -j $(JOBS)
 	cmake --install $(RELEASE_BUILD)
+
+# The Debian packages libstash0, libstash-dev, stash and python3-stash,
+# built from this tree (debian/) into $(DEB_BUILD) and checked by lintian.
+deb: deb-deps
+	sh packaging/deb.sh $(DEB_BUILD) $(JOBS)
+
+# The packages installed into a new Debian 12 root (debootstrap, kept under
+# /var/cache/stash-package-check): the unit verified, its user made, a
+# program built against libstash-dev and the module imported, the command
+# run. Needs root and Debian's archive.
+package-check: deb
+	@sh tools/deps.sh debootstrap
+	sh tests/package_check.sh $(DEB_BUILD)
 
 format:
 	clang-format -i include/*.h shm/*.[ch] ioengine/*.[ch] backends/*/*.[ch] tools/*.[ch] tests/*.[ch]
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(RELEASE_BUILD) $(WERROR_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(RELEASE_BUILD) $(WERROR_BUILD) $(DEB_BUILD)
