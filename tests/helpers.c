@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -21,7 +22,11 @@ const char *test_arena_name(const char *tag)
 {
     static _Thread_local char name[96];
     static _Thread_local unsigned n;
-    snprintf(name, sizeof name, "t-%s-%d-%u", tag, (int)getpid(), n++);
+    /* A pid comes back, and with it the name an arena a killed test left
+     * behind has: a random part keeps a later test clear of it. */
+    static _Thread_local uint32_t nonce;
+    if (!nonce && getrandom(&nonce, sizeof nonce, 0) != sizeof nonce) nonce = (uint32_t)time(NULL);
+    snprintf(name, sizeof name, "t-%s-%d-%08x-%u", tag, (int)getpid(), nonce, n++);
     return name;
 }
 
