@@ -135,9 +135,10 @@ deb: deb-deps
 # The packages installed into a new Debian 12 root (debootstrap, kept under
 # /var/cache/stash-package-check): the unit verified, its user made, a
 # program built against libstash-dev and the module imported, the command
-# run. Needs root and Debian's archive.
+# run; then the root booted with systemd (systemd-nspawn) and the unit run
+# there. Needs root and Debian's archive.
 package-check: deb
-	@sh tools/deps.sh debootstrap
+	@sh tools/deps.sh debootstrap systemd-container
 	sh tests/package_check.sh $(DEB_BUILD)
 
 format:

@@ -189,5 +189,108 @@ EOF
 check "stash serve as stash with the example config, a Python worker, a checkpoint" \
     in_root sh /check-serve.sh
 
+# ---- the unit under systemd -------------------------------------------------------
+# The root booted with systemd as its init (systemd-nspawn), the unit
+# enabled for an arena: it must come up as systemd starts it, sandbox and
+# all, and serve a worker of the user stash outside it.
+boot_root() {
+    command -v systemd-nspawn >/dev/null || {
+        echo "no systemd-nspawn (apt-get install systemd-container)"
+        return 1
+    }
+    # systemd mounts /proc and /dev/shm of its own.
+    for m in $root/proc $root/dev/shm $root/var/cache/apt/archives; do umount "$m"; done
+    sed 's|^dir .*|dir /var/lib/stash/unit|; s|^interval .*|interval 1s|' \
+        "$root/etc/stash/example.conf" >"$root/etc/stash/unit.conf"
+    mkdir -p "$root/etc/systemd/system/multi-user.target.wants"
+    ln -s /lib/systemd/system/stash@.service \
+        "$root/etc/systemd/system/multi-user.target.wants/stash@unit.service"
+    systemd-nspawn -q -D "$root" -b --register=no --keep-unit -M stash-package-check \
+        </dev/null >"$work/boot.log" 2>&1 &
+    nspawn=$!
+    i=0
+    until init=$(pgrep -P $nspawn) && in_boot systemctl is-active -q stash@unit 2>/dev/null; do
+        i=$((i + 1))
+        if [ $i -gt 600 ] || ! kill -0 $nspawn 2>/dev/null; then
+            tail -n 20 "$work/boot.log"
+            in_boot systemctl status stash@unit 2>&1 || true
+            return 1
+        fi
+        sleep 0.1
+    done
+    echo "booted; stash@unit.service active"
+}
+in_boot() { nsenter -t "$init" -a -- /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+    LC_ALL=C.UTF-8 SYSTEMD_PAGER= "$@"; }
+# Shuts the booted root down (at most 30 s, then the container is killed)
+# before its file systems go.
+poweroff_root() {
+    [ -n "$nspawn" ] || return 0
+    [ -z "${init:-}" ] || in_boot systemctl poweroff >/dev/null 2>&1 || true
+    i=0
+    while kill -0 $nspawn 2>/dev/null && [ $i -lt 300 ]; do
+        i=$((i + 1))
+        sleep 0.1
+    done
+    kill -KILL $nspawn 2>/dev/null || true
+    wait $nspawn 2>/dev/null || true
+    nspawn=""
+}
+nspawn=""
+trap 'poweroff_root; cleanup' EXIT
+cat >"$root/check-unit.sh" <<'EOF'
+set -eu
+as_stash() { setpriv --reuid=stash --regid=stash --init-groups -- "$@"; }
+systemctl show -p StatusText stash@unit | grep -x StatusText=serving
+systemd-analyze security stash@unit.service | tail -n 1
+# A worker outside the service, as its user, on the arena the service made.
+as_stash python3 -c '
+import stash
+w = stash.Worker("unit", index=0, parallelism=1)
+w.state("count").write("bob", 7)
+w.close()'
+as_stash stash checkpoint unit --timeout 30s | grep "/var/lib/stash/unit/chk-"
+# One that dies: the service's warning reaches the journal as one.
+as_stash python3 -c '
+import os, stash
+w = stash.Worker("unit", index=0, parallelism=1)
+os.kill(os.getpid(), 9)' || true
+i=0
+until journalctl -u stash@unit -p warning -o cat | grep -q "WARN worker 0: pid .* died"; do
+    i=$((i + 1)); [ $i -lt 100 ] || { journalctl -u stash@unit -o cat; exit 1; }; sleep 0.1
+done
+# Each at its level's priority (warning 4, info 6), the prefix taken off.
+journalctl -u stash@unit -p 4..4 -o cat | grep -q "WARN worker 0: pid .* died"
+journalctl -u stash@unit -p 6..6 -o cat | grep -q "INFO service: serving"
+! journalctl -u stash@unit -p 4..4 -o cat | grep INFO
+! journalctl -u stash@unit -o cat | grep "^<"
+# A checkpoint directory outside /var/lib/stash: refused until a drop-in allows it.
+install -d -o stash -g stash -m 0700 /srv/checkpoints
+sed 's|^dir .*|dir /srv/checkpoints/other|' /etc/stash/unit.conf >/etc/stash/other.conf
+! systemctl start stash@other 2>/dev/null
+journalctl -u stash@other -o cat | grep "Read-only file system"
+systemctl stop stash@other
+systemctl reset-failed stash@other 2>/dev/null || true
+mkdir -p /etc/systemd/system/stash@other.service.d
+printf '[Service]\nReadWritePaths=/srv/checkpoints\n' \
+    >/etc/systemd/system/stash@other.service.d/checkpoints.conf
+systemctl daemon-reload
+systemctl start stash@other
+as_stash stash checkpoint other --timeout 30s | grep "/srv/checkpoints/other/chk-"
+# Stopped with stash stop; the arena stays for the workers (RemoveIPC=no).
+systemctl stop stash@unit stash@other
+journalctl -u stash@unit -o cat | grep "INFO service: stopped"
+test -f /dev/shm/stash.unit
+EOF
+if boot_root >"$work/boot.out" 2>&1; then
+    say "$(cat "$work/boot.out")"
+    check "under systemd: the service ready, a worker of stash, journal priorities, a drop-in, a stop" \
+        in_boot sh /check-unit.sh
+    poweroff_root
+else
+    # Said, not passed: a machine where systemd cannot boot a container.
+    say "SKIPPED: the unit under systemd: $(cat "$work/boot.out")"
+fi
+
 say "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
