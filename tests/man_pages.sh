@@ -7,6 +7,13 @@
 # `man FUNCTION` finds.
 #   man_pages.sh MANDIR include/stash.h
 set -eu
+# Skipped (77), saying why, where the formatter is missing.
+for tool in man groff; do
+    command -v $tool >/dev/null || {
+        echo "man_pages: skipped: no $tool (apt-get install man-db)"
+        exit 77
+    }
+done
 mandir=$1
 header=$(realpath "$2")
 cd "$mandir"
