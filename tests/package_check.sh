@@ -49,6 +49,13 @@ mounted=""
 cleanup() {
     # Unmounted in the reverse order; lazily where something still holds one.
     for m in $mounted; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
+    # Never removed through a mount (the bind of the cached archives).
+    for m in $mounted; do
+        if mountpoint -q "$m"; then
+            say "$m is still mounted: $work left as it is" >&2
+            return
+        fi
+    done
     rm -rf "$work"
 }
 trap cleanup EXIT
