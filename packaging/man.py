@@ -102,9 +102,12 @@ def release_date(header):
     """YYYY-MM-DD of the release (see the module's comment)."""
     epoch = os.environ.get("SOURCE_DATE_EPOCH")
     if not epoch:
-        r = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(header)), "log", "-1",
-                            "--format=%ct"], capture_output=True, text=True)
-        epoch = r.stdout.strip() if r.returncode == 0 else ""
+        try:
+            r = subprocess.run(["git", "-C", os.path.dirname(os.path.abspath(header)), "log",
+                                "-1", "--format=%ct"], capture_output=True, text=True)
+            epoch = r.stdout.strip() if r.returncode == 0 else ""
+        except OSError:  # no git: a tree from a tarball on a machine without it
+            epoch = ""
     if not epoch:
         epoch = os.stat(header).st_mtime
     when = datetime.datetime.fromtimestamp(int(float(epoch)), datetime.timezone.utc)
