@@ -5,7 +5,8 @@
 # in that root, the unit verified and its sandbox scored, the user made,
 # a program built against libstash-dev with pkg-config, the Python module
 # imported, and the service run as its user with the example config while
-# a Python worker writes and the command reads.
+# a Python worker writes and the command reads; then the root booted with
+# systemd (systemd-nspawn) and stash@.service run there under its sandbox.
 #   package_check.sh DEBDIR
 # The root debootstrap makes is kept under $STASH_PACKAGE_CHECK_CACHE
 # (/var/cache/stash-package-check) with the packages apt fetched, so a
