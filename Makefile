@@ -18,9 +18,11 @@ BUILD_DEPS = build-essential cmake pkg-config liburing-dev liblmdb-dev libxxhash
              libmicrohttpd-dev libsystemd-dev librados-dev python3-dev
 # To build and run the tests (make test): Criterion, the daemons and tools
 # the tests drive (a Ceph cluster, Prometheus, nftables and ip for the
-# hosts in namespaces, gnuplot for the plots, jq, man for the pages).
+# hosts in namespaces, gnuplot for the plots, jq, man for the pages, the
+# ABI checker, and what builds the Python wheel into a venv).
 TEST_DEPS = libcriterion-dev jq prometheus gnuplot-nox ceph-mon ceph-osd ceph-mgr ceph-common \
-            nftables iproute2 man-db
+            nftables iproute2 man-db abi-dumper abi-compliance-checker xz-utils python3-venv \
+            python3-pip python3-setuptools python3-wheel
 BENCH_DEPS = fio redis-server librocksdb-dev libhiredis-dev python3-lmdb python3-redis
 FUZZ_DEPS = clang libclang-rt-14-dev
 # To build the Debian packages (make deb): debian/control's Build-Depends,
