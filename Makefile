@@ -33,7 +33,7 @@ DEB_DEPS = $(BUILD_DEPS) debhelper dh-python dpkg-dev fakeroot lintian librocksd
 DEPS = $(RUNTIME_DEPS) $(BUILD_DEPS) $(TEST_DEPS)
 
 .PHONY: all deps runtime-deps build-deps demo-deps bench-deps fuzz-deps deb-deps build asan \
-        fuzz-build release-check test sanitize demo bench soak fuzz fuzz-corpus install deb \
+        fuzz-build release-check test sanitize demo bench soak repeat fuzz fuzz-corpus install deb \
         package-check clean format
 
 all: build
@@ -111,6 +111,13 @@ MINUTES ?= 60
 soak: deps build
 	$(BUILD)/tests/crash/stash-crash --minutes $(MINUTES) $(if $(SEED),--seed $(SEED))
 	$(BUILD)/tests/crash/stash-nemesis --minutes $(MINUTES) $(if $(SEED),--seed $(SEED))
+
+# Every test RUNS times in a row (the campaigns LONG times) with the other
+# core busy: a test that waits on time rather than its event shows.
+RUNS ?= 20
+LONG ?= 3
+repeat: deps build
+	sh tests/repeat.sh $(BUILD) $(RUNS) $(LONG)
 
 # The fuzz targets' seed corpus, written again from real checkpoints.
 fuzz-corpus: fuzz-build
