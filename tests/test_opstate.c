@@ -25,12 +25,10 @@ typedef struct job {
     uint32_t p;
 } job;
 
-static void start_job(job *j)
+/* The job's service on its directory, creating the arena (restored from
+ * the directory's newest checkpoint if it has one). */
+static void serve(job *j)
 {
-    const char *n = test_arena_name("op");
-    snprintf(j->name, sizeof j->name, "%s", n);
-    snprintf(j->dir, sizeof j->dir, "/var/tmp/stash-opstate-XXXXXX");
-    cr_assert_not_null(mkdtemp(j->dir));
     stash_arena_opts ao = {.sz = sizeof(stash_arena_opts),
                            .size = 16u << 20,
                            .max_parallelism = MAXP,
@@ -42,6 +40,15 @@ static void start_job(job *j)
             &j->service),
         0, "%s", stash_errmsg());
     cr_assert_eq(stash_arena_open(j->name, NULL, &j->arena), 0);
+}
+
+static void start_job(job *j)
+{
+    const char *n = test_arena_name("op");
+    snprintf(j->name, sizeof j->name, "%s", n);
+    snprintf(j->dir, sizeof j->dir, "/var/tmp/stash-opstate-XXXXXX");
+    cr_assert_not_null(mkdtemp(j->dir));
+    serve(j);
 }
 
 static void stop_job(job *j)
@@ -327,17 +334,7 @@ Test(opstate, state_no_worker_registers_is_kept, .timeout = 120)
     stash_service_stop(j.service);
     stash_arena_close(j.arena);
     stash_arena_destroy(j.name, NULL);
-    stash_arena_opts ao = {.sz = sizeof(stash_arena_opts),
-                           .size = 16u << 20,
-                           .max_parallelism = MAXP,
-                           .backend = test_backend()};
-    cr_assert_eq(
-        stash_service_start(
-            j.name,
-            &(stash_service_opts){.sz = sizeof(stash_service_opts), .arena = &ao, .dir = j.dir},
-            &j.service),
-        0, "%s", stash_errmsg());
-    cr_assert_eq(stash_arena_open(j.name, NULL, &j.arena), 0);
+    serve(&j);
     open_workers(&j, 3);
     uint32_t got[32];
     cr_assert_eq(all_u32s(&j, "offsets", STASH_OP_LIST, got, 32), 3);

@@ -42,9 +42,13 @@ static void write_job(void)
     stash_state_desc dv = {.sz = sizeof(stash_state_desc), .name = "v", .kind = STASH_VALUE},
                      dl = {.sz = sizeof(stash_state_desc), .name = "l", .kind = STASH_LIST},
                      dm = {.sz = sizeof(stash_state_desc), .name = "m", .kind = STASH_MAP},
-                     dr = {.sz = sizeof(stash_state_desc), .name = "r", .kind = STASH_REDUCING,
+                     dr = {.sz = sizeof(stash_state_desc),
+                           .name = "r",
+                           .kind = STASH_REDUCING,
                            .reduce = test_sum_reduce},
-                     dt = {.sz = sizeof(stash_state_desc), .name = "t", .kind = STASH_VALUE,
+                     dt = {.sz = sizeof(stash_state_desc),
+                           .name = "t",
+                           .kind = STASH_VALUE,
                            .ttl = {.ttl_ms = 3600000}};
     cr_assert_eq(stash_state_get(w, &dv, &v), 0);
     cr_assert_eq(stash_state_get(w, &dl, &l), 0);

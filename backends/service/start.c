@@ -484,12 +484,14 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
     s->ckpts.fd = -1;
     int rc = SHM_TAKE_OPTS(__func__, stash_service_opts, opts, &s->o);
     if (rc == 0) rc = SHM_TAKE_OPTS(__func__, stash_arena_opts, s->o.arena, &s->arena_opts);
+    if (rc) {
+        free(s);
+        return rc;
+    }
     s->o.arena = &s->arena_opts;
     char leaf[128];
     snprintf(leaf, sizeof leaf, "%.100s.checkpoints", name);
-    if (rc)
-        ;
-    else if (s->o.storage == STASH_STORAGE_MEMORY && !s->o.dir)
+    if (s->o.storage == STASH_STORAGE_MEMORY && !s->o.dir)
         rc = shm_private_path(SHM_PRIVATE_RUNTIME, leaf, s->dir, sizeof s->dir);
     else if (!s->o.dir)
         rc = shm_fail(-EINVAL, "the fs storage needs a checkpoint directory");
