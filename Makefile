@@ -12,15 +12,16 @@ CMAKE_ARGS ?=
 # Debian's packages, by what needs them. The library and the command at
 # run time (the Python module's interpreter with them):
 RUNTIME_DEPS = liburing2 liblmdb0 libxxhash0 liblz4-1 libmicrohttpd12 libsystemd0 librados2 \
-               python3
+               libcurl4 python3
 # To build them (make install):
 BUILD_DEPS = build-essential cmake pkg-config liburing-dev liblmdb-dev libxxhash-dev liblz4-dev \
-             libmicrohttpd-dev libsystemd-dev librados-dev python3-dev
+             libmicrohttpd-dev libsystemd-dev librados-dev libcurl4-openssl-dev python3-dev
 # To build and run the tests (make test): Criterion, the daemons and tools
-# the tests drive (a Ceph cluster, Prometheus, nftables and ip for the
+# the tests drive (a Ceph cluster and its S3 gateway, Prometheus, nftables and ip for the
 # hosts in namespaces, gnuplot for the plots, jq, man for the pages, the
 # ABI checker, and what builds the Python wheel into a venv).
 TEST_DEPS = libcriterion-dev jq prometheus gnuplot-nox ceph-mon ceph-osd ceph-mgr ceph-common \
+            radosgw curl \
             nftables iproute2 man-db abi-dumper abi-compliance-checker xz-utils python3-venv \
             python3-pip python3-setuptools python3-wheel
 BENCH_DEPS = fio redis-server librocksdb-dev libhiredis-dev python3-lmdb python3-redis

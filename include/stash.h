@@ -745,6 +745,29 @@ typedef enum stash_storage {
     STASH_STORAGE_RADOS = 2,  /* in a pool of a Ceph cluster, with a copy in a directory */
 } stash_storage;
 
+/* Options of the remote storage a service's storage_url names, each read
+ * by the storages it names; zero means the default. Credentials are never
+ * taken here: they come from the environment or a file. */
+typedef struct stash_storage_opts {
+    size_t sz;               /* sizeof(stash_storage_opts) */
+    uint32_t timeout_ms;     /* of connecting and of each call (rados: whole seconds,
+                                rounded up); 0: 10 s */
+    uint32_t depth;          /* objects or parts in flight at once; 0: 8 */
+    const char *ceph_conf;   /* rados: the cluster's ceph.conf; NULL: Ceph's search
+                                ($CEPH_CONF, then /etc/ceph/ceph.conf) */
+    const char *ceph_id;     /* rados: the client's id; NULL: admin (client.admin) */
+    const char *endpoint;    /* s3: http[s]://HOST[:PORT] of the service; NULL:
+                                $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else
+                                https://s3.REGION.amazonaws.com */
+    const char *region;      /* s3: NULL: $AWS_REGION, $AWS_DEFAULT_REGION, else us-east-1 */
+    const char *credentials; /* s3: a credentials file of the AWS form; NULL:
+                                $AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY if set, else
+                                $AWS_SHARED_CREDENTIALS_FILE, else ~/.aws/credentials */
+    const char *profile;     /* s3: the file's section; NULL: $AWS_PROFILE, else default */
+    uint64_t part_bytes;     /* s3: bytes of each part of a multipart upload (at least
+                                5 MiB); 0: 8 MiB */
+} stash_storage_opts;
+
 /* How much an event of the persistence engine matters. */
 typedef enum stash_log_level {
     STASH_LOG_INFO = 0,  /* what it did: a checkpoint complete, a worker joined */
@@ -819,6 +842,15 @@ typedef struct stash_service_opts {
     const char *workers;
     uint32_t job_parallelism;
     uint32_t lease_ms; /* of the leader and of each host; 0: 10 s */
+    /* The checkpoints' storage as a URL (storage, pool, job, ceph_conf, ceph_id
+     * and ceph_timeout_ms are its older form, read only while it is NULL):
+     * file:DIR (the fs storage, dir DIR), memory: (the memory storage),
+     * rados://POOL/JOB or s3://BUCKET/PREFIX: in that pool or bucket, as objects
+     * named JOB/ (PREFIX/) and the file's path in dir, which keeps a copy of the
+     * retained ones; a checkpoint is complete once JOB/latest names it, and a new
+     * arena restores the one it names. A job that spans hosts needs rados. */
+    const char *storage_url;
+    const stash_storage_opts *storage_opts; /* its options; NULL: defaults */
 } stash_service_opts;
 
 typedef struct stash_service stash_service;

@@ -271,6 +271,28 @@ int test_ceph(const char *verb)
     return cluster_sh(verb, "");
 }
 
+void test_s3_start(void)
+{
+    if (access("/usr/bin/radosgw", X_OK) != 0)
+        cr_skip_test("Ceph's S3 gateway is not installed (apt-get install radosgw)");
+    test_ceph_start();
+    char port[32], path[300], line[512];
+    snprintf(port, sizeof port, "%d", 30000 + (int)getpid() % 20000);
+    cr_assert_eq(cluster_sh("rgw-start", port), 0, "the S3 gateway did not start (see %s/rgw.log)",
+                 test_ceph_dir);
+    snprintf(path, sizeof path, "%s/s3.env", test_ceph_dir);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "%s: %s", path, strerror(errno));
+    while (fgets(line, sizeof line, f)) {
+        char *eq = strchr(line, '='), *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        if (!eq) continue;
+        *eq = 0;
+        setenv(line, eq + 1, 1);
+    }
+    fclose(f);
+}
+
 void test_ceph_stop(void)
 {
     if (!test_ceph_dir[0]) return;

@@ -106,5 +106,11 @@ void test_ceph_start(void);
 int test_ceph(const char *verb);
 /* Stops it and removes its directory (a suite's fini). */
 void test_ceph_stop(void);
+/* As test_ceph_start, with the cluster's S3 gateway (radosgw) on a port of
+ * its own, a user and bucket "stash": its endpoint and the user's keys
+ * set in the environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...); the
+ * test is skipped where radosgw is not installed. test_ceph("rgw-stop")
+ * and test_ceph("rgw-start") stop and start it again. */
+void test_s3_start(void);
 
 #endif

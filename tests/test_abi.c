@@ -98,6 +98,13 @@ Test(abi, every_struct_without_its_size_is_refused_naming_it)
     stash_service *svc = NULL;
     refused(stash_service_start(name, &(stash_service_opts){.dir = "/tmp"}, &svc),
             "stash_service_opts");
+    refused(stash_service_start(name,
+                                &(stash_service_opts){.sz = sizeof(stash_service_opts),
+                                                      .dir = "/tmp",
+                                                      .storage_url = "s3://bucket/job",
+                                                      .storage_opts = &(stash_storage_opts){0}},
+                                &svc),
+            "stash_storage_opts");
     cr_assert_null(svc);
 
     char dir[96], path[128];

@@ -64,6 +64,13 @@ static void stop_all(void)
     test_ceph_stop();
 }
 
+/* Connects to the test cluster's pool stash into *r: 0 or an error. */
+static int open_pool(ckpt_storage **r)
+{
+    stash_storage_opts o = {.sz = sizeof o, .ceph_conf = test_ceph_conf};
+    return ckpt_storage_open(&ckpt_rados_ops, "stash", &o, r);
+}
+
 TestSuite(rados_job, .init = start_cluster, .fini = stop_all, .timeout = 300);
 
 /* Starts host name of job jobname serving workers of parallelism p, on
@@ -598,12 +605,12 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
         cr_assert_eq(checkpoint(&hosts[2], w, 3, &info), 0, "%s", stash_errmsg());
         await_committed(info.id, 3);
     }
-    ckpt_rados *r;
-    cr_assert_eq(ckpt_rados_open(&(ckpt_rados_opts){.conf = conf, .pool = "stash"}, &r), 0);
+    ckpt_storage *r;
+    cr_assert_eq(open_pool(&r), 0);
     char prefix[96];
     snprintf(prefix, sizeof prefix, "%s/", job);
     pool_count pc = {prefix, 0, 0};
-    cr_assert_eq(ckpt_rados_list(r, prefix, count_object, &pc), 0);
+    cr_assert_eq(ckpt_storage_objects(r, prefix, count_object, &pc), 0);
     cr_assert_eq(pc.records, 2, "records kept: %u", pc.records);
     cr_assert_eq(pc.parts, 6, "parts kept: %u", pc.parts);
     /* Each part reads as a checkpoint: JOB/part/HOST/EPOCH/chk-ID. */
@@ -617,7 +624,7 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     free(rec);
     cr_assert(epoch_b && epoch_c && epoch_b != epoch_c, "epochs %llu %llu",
               (unsigned long long)epoch_b, (unsigned long long)epoch_c);
-    ckpt_rados_close(r);
+    ckpt_storage_close(r);
     setenv("CEPH_CONF", conf, 1);
     char url[256];
     snprintf(url, sizeof url, "snapshot verify rados://stash/%s/part/b/%llu/chk-%llu", job,
@@ -679,11 +686,11 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
 }
 
 /* Waits until nobody holds the lease on object name (it lapsed). */
-static void await_lapsed(ckpt_rados *r, const char *name)
+static void await_lapsed(ckpt_storage *r, const char *name)
 {
     int held = 1;
     for (unsigned ms = 0; ms < WAIT_MS && held == 1; ms += 50) {
-        held = ckpt_rados_lease_held(r, name);
+        held = ckpt_storage_lease_held(r, name);
         struct timespec ts = {0, 50000000};
         if (held == 1) nanosleep(&ts, NULL);
     }
@@ -694,9 +701,9 @@ Test(rados_job, one_decision_and_fences_made_by_the_pool)
 {
     /* Two services as two processes would be: each its own connection.
      * What the test pauses is the order of their calls, not time. */
-    ckpt_rados *ra, *rb;
-    cr_assert_eq(ckpt_rados_open(&(ckpt_rados_opts){.conf = conf, .pool = "stash"}, &ra), 0);
-    cr_assert_eq(ckpt_rados_open(&(ckpt_rados_opts){.conf = conf, .pool = "stash"}, &rb), 0);
+    ckpt_storage *ra, *rb;
+    cr_assert_eq(open_pool(&ra), 0);
+    cr_assert_eq(open_pool(&rb), 0);
     ckpt_job_part pa = {.host = "h1", .parallelism = 1, .max_parallelism = MAXP};
     cr_assert_eq(ckpt_job_workers_parse("0", &pa.workers), 0);
     ckpt_job_part pb = pa;
@@ -773,7 +780,7 @@ Test(rados_job, one_decision_and_fences_made_by_the_pool)
     cr_assert_eq(ckpt_job_note(ra, job, id6, &pa), STASH_EFENCED);
     cr_assert(strstr(stash_errmsg(), "is fenced off"), "%s", stash_errmsg());
     cr_assert_eq(ckpt_job_member_set(ra, job, &pa), STASH_EFENCED);
-    cr_assert_eq(ckpt_rados_lock(ra, member, "A", 1000), -EBUSY);
+    cr_assert_eq(ckpt_storage_lock(ra, member, "A", 1000), -EBUSY);
     cr_assert_eq(ckpt_job_notes(rb, job, id6, rec), 0);
     cr_assert_eq(rec->n, 0, "the fenced service's note does not count");
     cr_assert_eq(ckpt_job_note(rb, job, id6, &pb), 0, "%s", stash_errmsg());
@@ -830,8 +837,8 @@ Test(rados_job, one_decision_and_fences_made_by_the_pool)
     cr_assert(rec->savepoint);
     cr_assert_eq(ckpt_job_record_read(ra, job, id5, rec), -ENOENT);
     free(rec);
-    ckpt_rados_close(ra);
-    ckpt_rados_close(rb);
+    ckpt_storage_close(ra);
+    ckpt_storage_close(rb);
 }
 
 Test(rados_job, a_second_service_of_a_host_fences_the_first_and_stale_arenas_restore)
@@ -850,8 +857,8 @@ Test(rados_job, a_second_service_of_a_host_fences_the_first_and_stale_arenas_res
      * service of host b on another arena joins under a new epoch and
      * restores round 1. */
     kill(b->pid, SIGSTOP);
-    ckpt_rados *r;
-    cr_assert_eq(ckpt_rados_open(&(ckpt_rados_opts){.conf = conf, .pool = "stash"}, &r), 0);
+    ckpt_storage *r;
+    cr_assert_eq(open_pool(&r), 0);
     char member[256];
     snprintf(member, sizeof member, "%s/hosts/b", job);
     await_lapsed(r, member);
@@ -923,7 +930,7 @@ Test(rados_job, a_second_service_of_a_host_fences_the_first_and_stale_arenas_res
     check_round(w, 0, 1, 5);
     stash_worker_close(w);
     free(rec);
-    ckpt_rados_close(r);
+    ckpt_storage_close(r);
     stop_host(b5);
 }
 
@@ -932,8 +939,8 @@ Test(rados_job, a_claim_whose_taker_is_gone_is_given_up_and_asked_again)
     /* Host z served worker 2; host y claimed its workers and was gone before
      * it took them (it has no member). Nobody would serve worker 2 again
      * unless the leader gives that claim up. */
-    ckpt_rados *r;
-    cr_assert_eq(ckpt_rados_open(&(ckpt_rados_opts){.conf = conf, .pool = "stash"}, &r), 0);
+    ckpt_storage *r;
+    cr_assert_eq(open_pool(&r), 0);
     ckpt_job_part z = {.host = "z", .parallelism = 3, .max_parallelism = MAXP};
     cr_assert_eq(ckpt_job_workers_parse("2-2", &z.workers), 0);
     cr_assert_eq(ckpt_job_join(r, job, &z, "Z", 1000), 0, "%s", stash_errmsg());
@@ -954,7 +961,7 @@ Test(rados_job, a_claim_whose_taker_is_gone_is_given_up_and_asked_again)
     cr_assert_eq(checkpoint(a, w, 3, &info), 0, "%s", stash_errmsg());
     await_committed(info.id, 2);
     for (uint32_t i = 0; i < 3; i++) stash_worker_close(w[i]);
-    ckpt_rados_close(r);
+    ckpt_storage_close(r);
 }
 
 /* What a scan of a snapshot found: the count of each key, the operator
@@ -1151,14 +1158,14 @@ static int count_savepoint_part(void *ctx, const char *name)
 }
 
 /* Objects JOB/part/.../savepoint-ID/_metadata.0 of the job's parts. */
-static unsigned savepoint_parts(ckpt_rados *r, const char *jobname, uint64_t id)
+static unsigned savepoint_parts(ckpt_storage *r, const char *jobname, uint64_t id)
 {
     char prefix[96], want[64];
     unsigned n = 0;
     snprintf(prefix, sizeof prefix, "%s/part/", jobname);
     snprintf(want, sizeof want, "/savepoint-%llu/_metadata.0", (unsigned long long)id);
     const char *ctx[2] = {want, (const char *)&n};
-    cr_assert_eq(ckpt_rados_list(r, prefix, count_savepoint_part, ctx), 0);
+    cr_assert_eq(ckpt_storage_objects(r, prefix, count_savepoint_part, ctx), 0);
     return n;
 }
 
@@ -1198,8 +1205,8 @@ Test(rados_job, savepoints_of_a_job_start_a_new_one_and_stop_every_host)
     }
     uint64_t newest = info.id;
     for (uint32_t i = 0; i < 2; i++) stash_worker_close(w[i]);
-    ckpt_rados *r;
-    cr_assert_eq(ckpt_rados_open(&(ckpt_rados_opts){.conf = conf, .pool = "stash"}, &r), 0);
+    ckpt_storage *r;
+    cr_assert_eq(open_pool(&r), 0);
     ckpt_job_record *rec = malloc(sizeof *rec);
     cr_assert_eq(ckpt_job_record_read(r, job, sp, rec), 0, "%s", stash_errmsg());
     cr_assert(rec->savepoint);
@@ -1272,7 +1279,7 @@ Test(rados_job, savepoints_of_a_job_start_a_new_one_and_stop_every_host)
     await_logged(text);
     for (uint32_t i = 0; i < 2; i++) stash_worker_close(v[i]);
     free(rec);
-    ckpt_rados_close(r);
+    ckpt_storage_close(r);
 }
 
 /* The newest result host h's arena recorded for checkpoint id. */
@@ -1298,12 +1305,12 @@ static int count_prefix(void *ctx, const char *name)
 }
 
 /* The objects whose names start with JOB/what. */
-static unsigned objects_of(ckpt_rados *r, const char *what)
+static unsigned objects_of(ckpt_storage *r, const char *what)
 {
     char prefix[128];
     unsigned n = 0;
     snprintf(prefix, sizeof prefix, "%s/%s", job, what);
-    cr_assert_eq(ckpt_rados_list(r, prefix, count_prefix, &n), 0);
+    cr_assert_eq(ckpt_storage_objects(r, prefix, count_prefix, &n), 0);
     return n;
 }
 
@@ -1355,14 +1362,14 @@ Test(rados_job, incremental_parts_restore_after_a_takeover_and_retire_their_shar
         cr_assert_eq(checkpoint(a, jw.w, 3, &info), 0, "%s", stash_errmsg());
         await_committed(info.id, 2);
     }
-    ckpt_rados *r;
-    cr_assert_eq(ckpt_rados_open(&(ckpt_rados_opts){.conf = conf, .pool = "stash"}, &r), 0);
+    ckpt_storage *r;
+    cr_assert_eq(open_pool(&r), 0);
     for (unsigned ms = 0; ms < WAIT_MS && objects_of(r, "part/c/"); ms += 100) {
         struct timespec ts = {0, 100000000};
         nanosleep(&ts, NULL);
     }
     cr_assert_eq(objects_of(r, "part/c/"), 0, "the lost host's parts and shared files are gone");
-    ckpt_rados_close(r);
+    ckpt_storage_close(r);
     setenv("CEPH_CONF", conf, 1);
     char args[256], out[8192];
     snprintf(args, sizeof args, "snapshot verify rados://stash/%s", job);

@@ -149,6 +149,12 @@ static const serve_option serve_options[] = {
     {"--ceph-id", true},
     {"--job", true},
     {"--ceph-timeout", true},
+    {"--storage-timeout", true},
+    {"--s3-endpoint", true},
+    {"--s3-region", true},
+    {"--s3-credentials", true},
+    {"--s3-profile", true},
+    {"--s3-part-size", true},
     {"--host", true},
     {"--workers", true},
     {"--job-parallelism", true},
@@ -353,7 +359,8 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
 int tool_serve(int argc, char **argv)
 {
     static const char usage[] =
-        "usage: stash serve NAME [--storage fs|memory|rados] [--dir DIR] [--interval DURATION]\n"
+        "usage: stash serve NAME [--storage fs|memory|rados|URL] [--dir DIR]\n"
+        "                        [--interval DURATION]\n"
         "                        [--min-pause DURATION] [--timeout DURATION] [--retain K]\n"
         "                        [--incremental] [--full-every M] [--lz4] [--memory-cap SIZE]\n"
         "                        [--backend heap|lmdb] [--lmdb-dir DIR] [--path FILE]\n"
@@ -361,7 +368,10 @@ int tool_serve(int argc, char **argv)
         "                        [--start-empty] [--lazy-restore] [--log-format text|json]\n"
         "                        [--metrics [ADDR]:PORT] [--config FILE] [--pool P]\n"
         "                        [--ceph-conf FILE] [--ceph-id ID] [--job JOB]\n"
-        "                        [--ceph-timeout DURATION]\n"
+        "                        [--ceph-timeout DURATION] [--storage-timeout DURATION]\n"
+        "                        [--s3-endpoint URL] [--s3-region REGION]\n"
+        "                        [--s3-credentials FILE] [--s3-profile PROFILE]\n"
+        "                        [--s3-part-size SIZE]\n"
         "                        [--host HOST --workers A-B --job-parallelism P]\n"
         "                        [--lease DURATION]\n"
         "Runs the persistence engine of the arena NAME until SIGTERM, SIGINT or `stash stop`.\n"
@@ -386,7 +396,16 @@ int tool_serve(int argc, char **argv)
         "--job, with a copy of the retained ones in DIR, required; the cluster as\n"
         "--ceph-conf and --ceph-id say, Ceph's defaults otherwise, each call failing\n"
         "after --ceph-timeout (10s, whole seconds); complete once\n"
-        "JOB/latest names it, which a new arena restores), every DURATION of --interval\n"
+        "JOB/latest names it, which a new arena restores), or to the storage URL names:\n"
+        "file:DIR and memory: as fs and memory, rados://POOL/JOB as rados, and\n"
+        "s3://BUCKET/PREFIX the objects PREFIX/chk-ID/... of an S3 bucket, with a copy in\n"
+        "DIR as for rados (the service at --s3-endpoint, else $AWS_ENDPOINT_URL_S3 or\n"
+        "$AWS_ENDPOINT_URL, else AWS in --s3-region, $AWS_REGION or us-east-1; keys from\n"
+        "$AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY, else the [--s3-profile] section\n"
+        "(default) of --s3-credentials, $AWS_SHARED_CREDENTIALS_FILE or\n"
+        "~/.aws/credentials, never from the command line; files above --s3-part-size, 8M\n"
+        "by default, in parts; each call failing after --storage-timeout, 10s, retried\n"
+        "with backoff within it), every DURATION of --interval\n"
         "(none: only on `stash checkpoint`), one at a time, at least --min-pause apart; a\n"
         "checkpoint that a worker does not cut within --timeout (60s) fails. The newest K\n"
         "complete ones are kept (3). --incremental writes only what changed, with a full\n"
@@ -440,7 +459,9 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
     const char *name = NULL, *metrics = NULL;
     struct sockaddr_storage metrics_addr;
     stash_arena_opts ao = {.sz = sizeof(stash_arena_opts)};
-    stash_service_opts o = {.sz = sizeof(stash_service_opts), .arena = &ao, .log = log_text};
+    stash_storage_opts so = {.sz = sizeof(stash_storage_opts)};
+    stash_service_opts o = {
+        .sz = sizeof(stash_service_opts), .arena = &ao, .storage_opts = &so, .log = log_text};
     bool json = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL, *why = NULL;
@@ -465,6 +486,8 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
         } else if (strcmp(a, "--log-format") == 0) {
             ok = strcmp(val, "text") == 0 || strcmp(val, "json") == 0;
             json = strcmp(val, "json") == 0;
+        } else if (strcmp(a, "--storage") == 0 && strchr(val, ':')) {
+            o.storage_url = val;
         } else if (strcmp(a, "--storage") == 0) {
             ok = strcmp(val, "fs") == 0 || strcmp(val, "memory") == 0 || strcmp(val, "rados") == 0;
             o.storage = strcmp(val, "memory") == 0  ? STASH_STORAGE_MEMORY
@@ -473,14 +496,25 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
         } else if (strcmp(a, "--pool") == 0) {
             o.pool = val;
         } else if (strcmp(a, "--ceph-conf") == 0) {
-            o.ceph_conf = val;
+            o.ceph_conf = so.ceph_conf = val;
         } else if (strcmp(a, "--ceph-id") == 0) {
-            o.ceph_id = val;
+            o.ceph_id = so.ceph_id = val;
+        } else if (strcmp(a, "--s3-endpoint") == 0) {
+            so.endpoint = val;
+        } else if (strcmp(a, "--s3-region") == 0) {
+            so.region = val;
+        } else if (strcmp(a, "--s3-credentials") == 0) {
+            so.credentials = val;
+        } else if (strcmp(a, "--s3-profile") == 0) {
+            so.profile = val;
+        } else if (strcmp(a, "--s3-part-size") == 0) {
+            ok = tool_parse_size(val, &so.part_bytes) == 0 && so.part_bytes >= (5u << 20) &&
+                 so.part_bytes <= (5ull << 30);
         } else if (strcmp(a, "--job") == 0) {
             o.job = val;
-        } else if (strcmp(a, "--ceph-timeout") == 0) {
+        } else if (strcmp(a, "--ceph-timeout") == 0 || strcmp(a, "--storage-timeout") == 0) {
             ok = tool_parse_duration(val, &n) == 0 && n >= 1000 && n <= 3600000;
-            o.ceph_timeout_ms = (uint32_t)n;
+            o.ceph_timeout_ms = so.timeout_ms = (uint32_t)n;
         } else if (strcmp(a, "--host") == 0) {
             o.host = val;
         } else if (strcmp(a, "--workers") == 0) {
@@ -551,19 +585,25 @@ static int serve(int argc, char **argv, const unsigned *line, const char *config
         fprintf(stderr, "stash serve: missing arena NAME\n%s", usage);
         return 2;
     }
-    if (o.storage != STASH_STORAGE_MEMORY && !o.dir) {
+    bool url_dir = o.storage_url && (strncmp(o.storage_url, "file:", 5) == 0 ||
+                                     strcmp(o.storage_url, "memory:") == 0);
+    if (o.storage != STASH_STORAGE_MEMORY && !o.dir && !url_dir) {
         fprintf(stderr, "stash serve: the %s storage needs --dir DIR\n%s",
-                o.storage == STASH_STORAGE_RADOS ? "rados" : "fs", usage);
+                o.storage_url                      ? o.storage_url
+                : o.storage == STASH_STORAGE_RADOS ? "rados"
+                                                   : "fs",
+                usage);
         return 2;
     }
-    if (o.storage == STASH_STORAGE_RADOS && !o.pool) {
+    if (o.storage == STASH_STORAGE_RADOS && !o.pool && !o.storage_url) {
         fprintf(stderr, "stash serve: the rados storage needs --pool P\n%s", usage);
         return 2;
     }
-    if (o.host && (o.storage != STASH_STORAGE_RADOS || !o.workers || !o.job_parallelism)) {
+    if (o.host && ((o.storage != STASH_STORAGE_RADOS && !o.storage_url) || !o.workers ||
+                   !o.job_parallelism)) {
         fprintf(stderr,
-                "stash serve: --host needs --storage rados, --workers A-B and "
-                "--job-parallelism P\n%s",
+                "stash serve: --host needs --storage rados (or rados://POOL/JOB), --workers "
+                "A-B and --job-parallelism P\n%s",
                 usage);
         return 2;
     }

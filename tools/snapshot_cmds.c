@@ -31,15 +31,17 @@ static const char usage[] =
     "                              [--ttl S=DURATION|none]... [--max-parallelism N]\n"
     "CHECKPOINT is a checkpoint or savepoint directory (DIR/chk-ID, a savepoint\n"
     "anywhere), or DIR for its newest checkpoint (info and dump pass over damaged\n"
-    "ones, saying so; verify takes the newest, damaged or not), or one in Ceph,\n"
-    "rados://POOL/JOB/chk-ID or /NAME of a savepoint, or rados://POOL/JOB for the one\n"
-    "JOB/latest names (the cluster of $CEPH_CONF or /etc/ceph/ceph.conf, the client\n"
-    "$STASH_CEPH_ID or admin); of a job that spans hosts, rados://POOL/JOB/job-ID (or\n"
+    "ones, saying so; verify takes the newest, damaged or not), or one in a remote\n"
+    "storage, rados://POOL/JOB/chk-ID or s3://BUCKET/PREFIX/chk-ID (or /NAME of a\n"
+    "savepoint), or rados://POOL/JOB or s3://BUCKET/PREFIX for the one JOB/latest names\n"
+    "(Ceph: the cluster of $CEPH_CONF or /etc/ceph/ceph.conf, the client $STASH_CEPH_ID\n"
+    "or admin; S3: the endpoint, region and keys of the environment, as stash serve\n"
+    "takes them); of a job that spans hosts, rados://POOL/JOB/job-ID (or\n"
     "rados://POOL/JOB for its newest) reads a job checkpoint as one, its parts merged;\n"
-    "ls rados://POOL/JOB lists the job's checkpoints (of a job that spans hosts, each\n"
-    "with its parts: rados://POOL/JOB/part/HOST/EPOCH/chk-ID), and\n"
-    "rewrite's DEST may be rados://POOL/JOB/NAME (a savepoint copied into RADOS;\n"
-    "NAME not chk-ID). ls lists DIR's\n"
+    "ls of such a URL lists the job's checkpoints (of a job that spans hosts, each\n"
+    "with its parts: rados://POOL/JOB/part/HOST/EPOCH/chk-ID), and rewrite's DEST may\n"
+    "be such a URL ending in /NAME (a savepoint copied into the storage; NAME not\n"
+    "chk-ID). ls lists DIR's\n"
     "checkpoints, then its savepoints, as complete (unverified: its metadata\n"
     "holds), partial or damaged; --verify checks every byte of each, as verify\n"
     "does. info shows the states and each worker's operator state. Nothing in\n"
@@ -80,14 +82,14 @@ typedef int opener_fn(const char *arg, uint64_t id, void *ctx);
 
 static int resolve_with(const char *arg, bool strict, opener_fn *open, void *ctx)
 {
-    if (ckpt_rados_url(arg)) {
-        /* Copied from RADOS and opened as a directory; read whole, so that
+    if (ckpt_url(arg)) {
+        /* Copied from the storage and opened as a directory; read whole, so that
          * the copy can go at once. */
         ckpt_fetched f;
         int rc = ckpt_url_fetch(arg, NULL, &f);
         if (rc) return rc;
         rc = open(f.path, 0, ctx);
-        ckpt_rados_url_release(&f);
+        ckpt_url_release(&f);
         return rc;
     }
     shm_dir d;
@@ -251,7 +253,7 @@ static void list_savepoints(const shm_dir *dir, const snap_args *a, ioe_engine *
 /* The checkpoints and savepoints of a job that spans hosts, each one line
  * (what restores it: rados://POOL/JOB/job-ID); its parts, each a host's
  * checkpoint of its own arena, only with --json. Closes r. */
-static int ls_job(const snap_args *a, ckpt_rados *r, const char *job, uint64_t latest)
+static int ls_job(const snap_args *a, ckpt_storage *r, const char *job, uint64_t latest)
 {
     uint64_t *ids = NULL;
     size_t n = 0;
@@ -298,26 +300,26 @@ static int ls_job(const snap_args *a, ckpt_rados *r, const char *job, uint64_t l
         }
         printf("]}\n");
     }
-    ckpt_rados_close(r);
+    ckpt_storage_close(r);
     free(rec);
     free(ids);
     return rc ? tool_fail("snapshot ls", rc) : 0;
 }
 
-static int ls_rados(const snap_args *a)
+static int ls_remote(const snap_args *a)
 {
-    ckpt_rados *r;
+    ckpt_storage *r;
     char job[256], name[256];
-    int rc = ckpt_rados_url_open(a->path[0], &r, job, sizeof job, name, sizeof name);
+    int rc = ckpt_url_open(a->path[0], &r, job, sizeof job, name, sizeof name);
     uint64_t *ids = NULL, latest = 0;
     bool *committed = NULL;
     size_t n = 0;
     if (rc == 0 && name[0])
         rc = shm_fail(-EINVAL, "%s: ls takes a job, not a checkpoint", a->path[0]);
-    if (rc == 0) rc = ckpt_rados_checkpoints(r, job, &ids, &committed, &n);
-    if (rc == 0 && (rc = ckpt_rados_latest(r, job, &latest)) == -ENOENT) rc = 0;
+    if (rc == 0) rc = ckpt_storage_checkpoints(r, job, &ids, &committed, &n);
+    if (rc == 0 && (rc = ckpt_storage_latest(r, job, &latest)) == -ENOENT) rc = 0;
     if (rc) {
-        ckpt_rados_close(r);
+        ckpt_storage_close(r);
         return tool_fail("snapshot ls", rc);
     }
     if (!a->json) printf("%-10s %-10s %s\n", "id", "state", "url");
@@ -339,12 +341,14 @@ static int ls_rados(const snap_args *a)
     }
     free(ids);
     free(committed);
-    return ls_job(a, r, job, latest);
+    if (ckpt_storage_can(r, CKPT_CAN_JOB)) return ls_job(a, r, job, latest);
+    ckpt_storage_close(r);
+    return 0;
 }
 
 static int cmd_ls(const snap_args *a, ioe_engine *e)
 {
-    if (ckpt_rados_url(a->path[0])) return ls_rados(a);
+    if (ckpt_url(a->path[0])) return ls_remote(a);
     uint64_t *ids;
     shm_dir d;
     int n = shm_dir_open(a->path[0], 0, &d);

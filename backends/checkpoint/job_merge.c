@@ -212,7 +212,7 @@ int ckpt_job_merge(const ckpt_job_record *rec, const shm_dir *parts, const char 
 
 /* Fetches the parts of job checkpoint id into DIR/parts/HOST and merges
  * them into DIR/job-ID. */
-static int fetch_merged(ckpt_rados *r, const char *job, uint64_t id, ckpt_fetched *out)
+static int fetch_merged(ckpt_storage *r, const char *job, uint64_t id, ckpt_fetched *out)
 {
     ckpt_job_record *rec = malloc(sizeof *rec);
     int rc = rec ? ckpt_job_committed(r, job, id) : shm_fail(-ENOMEM, "out of memory");
@@ -229,7 +229,7 @@ static int fetch_merged(ckpt_rados *r, const char *job, uint64_t id, ckpt_fetche
         if (rc == 0)
             rc = shm_dir_openat(&parts, rec->parts[i].host, SHM_DIR_OWN | SHM_DIR_CREATE, &host);
         if (rc) break;
-        rc = ckpt_rados_fetch(r, sub, &host, chk);
+        rc = ckpt_storage_fetch(r, sub, &host, chk);
         shm_dir_close(&host);
     }
     if (rc == 0) rc = ckpt_path_of(out->path, "%s/job-%" PRIu64, out->tmp.path, id);
@@ -246,16 +246,17 @@ static int fetch_merged(ckpt_rados *r, const char *job, uint64_t id, ckpt_fetche
 
 int ckpt_url_fetch(const char *url, const shm_dir *under, ckpt_fetched *out)
 {
-    ckpt_rados *r;
+    ckpt_storage *r;
     char job[256], name[256];
-    int rc = ckpt_rados_url_open(url, &r, job, sizeof job, name, sizeof name);
+    int rc = ckpt_url_open(url, &r, job, sizeof job, name, sizeof name);
     if (rc) return rc;
     uint64_t id = 0;
     char *end = NULL;
     if (strncmp(name, "job-", 4) == 0) {
         id = strtoull(name + 4, &end, 10);
-        if (!id || *end) rc = shm_fail(-EINVAL, "%s: not rados://POOL/JOB/job-ID", url);
-    } else if (!name[0] && ckpt_rados_latest(r, job, &id) == 0) {
+        if (!id || *end)
+            rc = shm_fail(-EINVAL, "%s: not %s/JOB/job-ID", url, ckpt_storage_where(r));
+    } else if (!name[0] && ckpt_storage_latest(r, job, &id) == 0) {
         /* The job's newest: a job checkpoint if a record of one is there. */
         ckpt_job_record *rec = malloc(sizeof *rec);
         if (!rec || ckpt_job_record_read(r, job, id, rec) != 0) id = 0;
@@ -264,14 +265,14 @@ int ckpt_url_fetch(const char *url, const shm_dir *under, ckpt_fetched *out)
         id = 0;
     }
     if (rc == 0 && !id) {
-        ckpt_rados_close(r);
-        return ckpt_rados_url_fetch(url, under, out);
+        ckpt_storage_close(r);
+        return ckpt_url_fetch_checkpoint(url, under, out);
     }
     *out = (ckpt_fetched){.parent = {.fd = -1}, .tmp = {.fd = -1}};
     if (rc == 0) rc = shm_dir_open(under ? under->path : "/var/tmp", SHM_DIR_PLACE, &out->parent);
-    if (rc == 0) rc = shm_dir_temp(&out->parent, "stash-rados-", &out->tmp);
+    if (rc == 0) rc = shm_dir_temp(&out->parent, "stash-fetch-", &out->tmp);
     if (rc == 0) rc = fetch_merged(r, job, id, out);
-    if (rc) ckpt_rados_url_release(out);
-    ckpt_rados_close(r);
+    if (rc) ckpt_url_release(out);
+    ckpt_storage_close(r);
     return rc;
 }

@@ -19,7 +19,7 @@
 int ckpt_job_merge(const ckpt_job_record *rec, const shm_dir *parts, const char *path,
                    ioe_engine *e);
 
-/* As ckpt_rados_url_fetch, with a job checkpoint of a job that spans hosts
+/* As ckpt_url_fetch, with a job checkpoint of a job that spans hosts
  * (rados://POOL/JOB/job-ID, or rados://POOL/JOB when the job's newest
  * checkpoint is one) fetched part by part and merged into one savepoint,
  * out->path. Only a committed one: the job's state is read, never written. */

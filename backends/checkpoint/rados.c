@@ -14,13 +14,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backends/checkpoint/rados.h"
+#include "backends/checkpoint/storage.h"
 #include "shm/shm.h"
 
+#define STRIPE (4u << 20)     /* bytes of each object of a striped file */
 #define LEN_XATTR "stash.len" /* on NAME.0: the file's length, 8 bytes */
-#define PTR_XATTR CKPT_RADOS_VALUE
+#define PTR_XATTR CKPT_STORAGE_VALUE
 
-struct ckpt_rados {
+typedef struct ckpt_rados {
+    ckpt_storage base;
     rados_t cluster;
     rados_ioctx_t io;
     uint32_t depth;
@@ -30,7 +32,7 @@ struct ckpt_rados {
     uint8_t **ring;
     pthread_mutex_t mu; /* guards sent */
     struct sent *sent;  /* notifications whose acknowledgements are still awaited */
-};
+} ckpt_rados;
 
 /* A notification sent and not yet reaped. */
 typedef struct sent {
@@ -68,8 +70,9 @@ static int fail(const ckpt_rados *r, int rc, const char *oid, const char *what)
     return shm_fail(rc, "rados://%s/%s: %s: %s", r->pool, oid, what, strerror(-rc));
 }
 
-void ckpt_rados_close(ckpt_rados *r)
+static void rd_close(ckpt_storage *st)
 {
+    ckpt_rados *r = (ckpt_rados *)st;
     if (!r) return;
     if (r->io) reap(r, true);
     pthread_mutex_destroy(&r->mu);
@@ -80,33 +83,29 @@ void ckpt_rados_close(ckpt_rados *r)
     free(r);
 }
 
-const char *ckpt_rados_pool(const ckpt_rados *r)
+static int rd_open(const char *pool, const stash_storage_opts *o, ckpt_storage **out)
 {
-    return r->pool;
-}
-
-int ckpt_rados_open(const ckpt_rados_opts *o, ckpt_rados **out)
-{
-    if (!o || !o->pool || !out) return shm_fail(-EINVAL, "a RADOS connection needs a pool");
-    if (strlen(o->pool) >= sizeof((ckpt_rados *)0)->pool)
-        return shm_fail(-EINVAL, "pool name '%s' is too long", o->pool);
+    if (strlen(pool) >= sizeof((ckpt_rados *)0)->pool)
+        return shm_fail(-EINVAL, "pool name '%s' is too long", pool);
     ckpt_rados *r = calloc(1, sizeof *r);
     if (!r) return shm_fail(-ENOMEM, "out of memory");
+    r->base.ops = &ckpt_rados_ops;
+    snprintf(r->base.where, sizeof r->base.where, "rados://%s", pool);
     pthread_mutex_init(&r->mu, NULL);
-    snprintf(r->pool, sizeof r->pool, "%s", o->pool);
-    r->depth = o->depth ? o->depth : CKPT_RADOS_DEPTH;
-    const char *conf = o->conf ? o->conf : "(Ceph's default ceph.conf)";
-    int rc = rados_create(&r->cluster, o->id ? o->id : "admin");
+    snprintf(r->pool, sizeof r->pool, "%s", pool);
+    r->depth = o->depth ? o->depth : CKPT_STORAGE_DEPTH;
+    const char *conf = o->ceph_conf ? o->ceph_conf : "(Ceph's default ceph.conf)";
+    int rc = rados_create(&r->cluster, o->ceph_id ? o->ceph_id : "admin");
     if (rc < 0) {
         r->cluster = NULL;
         shm_fail(rc, "%s: cannot make a RADOS client: %s", conf, strerror(-rc));
     }
-    if (rc == 0 && (rc = rados_conf_read_file(r->cluster, o->conf)) < 0)
+    if (rc == 0 && (rc = rados_conf_read_file(r->cluster, o->ceph_conf)) < 0)
         shm_fail(rc, "%s: cannot read: %s", conf, strerror(-rc));
     /* Whole seconds (client_mount_timeout takes no fraction), rounded up. */
     char secs[32];
     snprintf(secs, sizeof secs, "%u",
-             ((o->timeout_ms ? o->timeout_ms : CKPT_RADOS_TIMEOUT_MS) + 999) / 1000);
+             ((o->timeout_ms ? o->timeout_ms : CKPT_STORAGE_TIMEOUT_MS) + 999) / 1000);
     static const char *const timeouts[] = {"client_mount_timeout", "rados_mon_op_timeout",
                                            "rados_osd_op_timeout"};
     for (int i = 0; rc == 0 && i < 3; i++)
@@ -114,18 +113,18 @@ int ckpt_rados_open(const ckpt_rados_opts *o, ckpt_rados **out)
             shm_fail(rc, "%s: cannot set %s: %s", conf, timeouts[i], strerror(-rc));
     if (rc == 0 && (rc = rados_connect(r->cluster)) < 0)
         shm_fail(rc, "%s: cannot reach the cluster: %s", conf, strerror(-rc));
-    if (rc == 0 && (rc = rados_ioctx_create(r->cluster, o->pool, &r->io)) < 0) {
+    if (rc == 0 && (rc = rados_ioctx_create(r->cluster, pool, &r->io)) < 0) {
         r->io = NULL;
-        shm_fail(rc, "rados://%s: cannot open the pool: %s", o->pool, strerror(-rc));
+        shm_fail(rc, "rados://%s: cannot open the pool: %s", pool, strerror(-rc));
     }
     /* A write to a full pool fails at once (ENOSPC, EDQUOT) rather than
      * wait, unseen, for space until it times out. */
     if (rc == 0) rados_set_pool_full_try(r->io);
     if (rc) {
-        ckpt_rados_close(r);
+        rd_close(&r->base);
         return rc;
     }
-    *out = r;
+    *out = &r->base;
     return 0;
 }
 
@@ -212,7 +211,7 @@ static int ring_of(ckpt_rados *r)
     if (r->ring) return 0;
     uint8_t **ring = calloc(r->depth, sizeof *ring);
     for (uint32_t i = 0; ring && i < r->depth; i++)
-        if (!(ring[i] = malloc(CKPT_RADOS_STRIPE))) {
+        if (!(ring[i] = malloc(STRIPE))) {
             while (i--) free(ring[i]);
             free(ring);
             ring = NULL;
@@ -229,12 +228,12 @@ static int put_stream(ckpt_rados *r, const char *name, uint64_t len, const ends 
     int rc = e->src ? 0 : ring_of(r);
     flight f = {0};
     if (rc == 0) rc = flight_init(&f, r);
-    uint64_t stripes = len ? (len + CKPT_RADOS_STRIPE - 1) / CKPT_RADOS_STRIPE : 1;
+    uint64_t stripes = len ? (len + STRIPE - 1) / STRIPE : 1;
     for (uint64_t k = 0; rc == 0 && k < stripes && !f.rc; k++) {
         char oid[300];
         stripe_name(oid, sizeof oid, name, (size_t)k);
-        uint64_t at = k * CKPT_RADOS_STRIPE;
-        size_t n = len - at < CKPT_RADOS_STRIPE ? (size_t)(len - at) : CKPT_RADOS_STRIPE;
+        uint64_t at = k * STRIPE;
+        size_t n = len - at < STRIPE ? (size_t)(len - at) : STRIPE;
         /* The slot's buffer is free once the oldest write is done. */
         rados_completion_t *c = flight_slot(&f, "write", oid, 0);
         if (!c) {
@@ -292,15 +291,15 @@ static int get_stream(ckpt_rados *r, const char *name, uint64_t len, const ends 
     if (rc == 0 && !e->dst) rc = ring_of(r);
     flight f = {0};
     if (rc == 0) rc = flight_init(&f, r);
-    uint64_t stripes = (len + CKPT_RADOS_STRIPE - 1) / CKPT_RADOS_STRIPE;
+    uint64_t stripes = (len + STRIPE - 1) / STRIPE;
     for (uint64_t k = 0; rc == 0 && k < stripes && !f.rc; k++) {
         char oid[300];
         stripe_name(oid, sizeof oid, name, (size_t)k);
         if (f.n == r->depth) land_one(&f, e, off);
         if (f.rc) break;
         unsigned i = (f.head + f.n) % r->depth;
-        off[i] = k * CKPT_RADOS_STRIPE;
-        size_t n = len - off[i] < CKPT_RADOS_STRIPE ? (size_t)(len - off[i]) : CKPT_RADOS_STRIPE;
+        off[i] = k * STRIPE;
+        size_t n = len - off[i] < STRIPE ? (size_t)(len - off[i]) : STRIPE;
         rados_completion_t *c = flight_slot(&f, "read", oid, n);
         if (!c) {
             rc = shm_fail(-ENOMEM, "out of memory");
@@ -319,18 +318,21 @@ static int get_stream(ckpt_rados *r, const char *name, uint64_t len, const ends 
     return rc ? rc : ended;
 }
 
-int ckpt_rados_write_file(ckpt_rados *r, const char *name, const void *data, size_t len)
+static int rd_write_file(ckpt_storage *st, const char *name, const void *data, size_t len)
 {
+    ckpt_rados *r = (ckpt_rados *)st;
     return put_stream(r, name, len, &(ends){.src = data ? data : (const void *)""});
 }
 
-int ckpt_rados_put_fd(ckpt_rados *r, const char *name, int fd, const char *path, uint64_t len)
+static int rd_put_fd(ckpt_storage *st, const char *name, int fd, const char *path, uint64_t len)
 {
+    ckpt_rados *r = (ckpt_rados *)st;
     return put_stream(r, name, len, &(ends){.fd = fd, .path = path});
 }
 
-int ckpt_rados_file_size(ckpt_rados *r, const char *name, uint64_t *len)
+static int rd_file_size(ckpt_storage *st, const char *name, uint64_t *len)
 {
+    ckpt_rados *r = (ckpt_rados *)st;
     char oid[300];
     stripe_name(oid, sizeof oid, name, 0);
     int rc = rados_getxattr(r->io, oid, LEN_XATTR, (char *)len, sizeof *len);
@@ -342,10 +344,12 @@ int ckpt_rados_file_size(ckpt_rados *r, const char *name, uint64_t *len)
     return 0;
 }
 
-int ckpt_rados_read_file(ckpt_rados *r, const char *name, size_t limit, uint8_t **out, size_t *len)
+static int rd_read_file(ckpt_storage *st, const char *name, size_t limit, uint8_t **out,
+                        size_t *len)
 {
+    ckpt_rados *r = (ckpt_rados *)st;
     uint64_t len64 = 0;
-    int rc = ckpt_rados_file_size(r, name, &len64);
+    int rc = rd_file_size(&r->base, name, &len64);
     if (rc) return rc;
     if (len64 > limit)
         return shm_fail(-EFBIG, "rados://%s/%s: %llu bytes, more than %zu", r->pool, name,
@@ -361,14 +365,16 @@ int ckpt_rados_read_file(ckpt_rados *r, const char *name, size_t limit, uint8_t 
     return 0;
 }
 
-int ckpt_rados_get_fd(ckpt_rados *r, const char *name, int fd, const char *path, uint64_t *len)
+static int rd_get_fd(ckpt_storage *st, const char *name, int fd, const char *path, uint64_t *len)
 {
-    int rc = ckpt_rados_file_size(r, name, len);
+    ckpt_rados *r = (ckpt_rados *)st;
+    int rc = rd_file_size(&r->base, name, len);
     return rc ? rc : get_stream(r, name, *len, &(ends){.fd = fd, .path = path});
 }
 
-int ckpt_rados_remove_file(ckpt_rados *r, const char *name)
+static int rd_remove_file(ckpt_storage *st, const char *name)
 {
+    ckpt_rados *r = (ckpt_rados *)st;
     /* Every stripe there is, however long the file was. */
     for (size_t k = 0;; k++) {
         char oid[300];
@@ -379,6 +385,8 @@ int ckpt_rados_remove_file(ckpt_rados *r, const char *name)
     }
 }
 
+static int rd_objects(ckpt_storage *st, const char *prefix, ckpt_storage_name_fn *fn, void *ctx);
+
 static int remove_one(void *ctx, const char *name)
 {
     ckpt_rados *r = ctx;
@@ -386,15 +394,17 @@ static int remove_one(void *ctx, const char *name)
     return rc < 0 && rc != -ENOENT ? fail(r, rc, name, "remove") : 0;
 }
 
-int ckpt_rados_remove_prefix(ckpt_rados *r, const char *prefix)
+static int rd_remove_prefix(ckpt_storage *st, const char *prefix)
 {
-    return ckpt_rados_list(r, prefix, remove_one, r);
+    ckpt_rados *r = (ckpt_rados *)st;
+    return rd_objects(&r->base, prefix, remove_one, r);
 }
 
 /* ---- pointers and listing ----------------------------------------------- */
 
-int ckpt_rados_swap(ckpt_rados *r, const char *name, const char *expect, const char *value)
+static int rd_swap(ckpt_storage *st, const char *name, const char *expect, const char *value)
 {
+    ckpt_rados *r = (ckpt_rados *)st;
     rados_write_op_t op = rados_create_write_op();
     if (!op) return shm_fail(-ENOMEM, "out of memory");
     if (expect)
@@ -411,8 +421,9 @@ int ckpt_rados_swap(ckpt_rados *r, const char *name, const char *expect, const c
     return rc < 0 ? fail(r, rc, name, "swap") : 0;
 }
 
-int ckpt_rados_set(ckpt_rados *r, const char *name, const char *value)
+static int rd_set(ckpt_storage *st, const char *name, const char *value)
 {
+    ckpt_rados *r = (ckpt_rados *)st;
     rados_write_op_t op = rados_create_write_op();
     if (!op) return shm_fail(-ENOMEM, "out of memory");
     rados_write_op_setxattr(op, PTR_XATTR, value, strlen(value));
@@ -422,8 +433,9 @@ int ckpt_rados_set(ckpt_rados *r, const char *name, const char *value)
     return rc < 0 ? fail(r, rc, name, "write") : 0;
 }
 
-int ckpt_rados_pointer(ckpt_rados *r, const char *name, char *buf, size_t cap)
+static int rd_pointer(ckpt_storage *st, const char *name, char *buf, size_t cap)
 {
+    ckpt_rados *r = (ckpt_rados *)st;
     int rc = rados_getxattr(r->io, name, PTR_XATTR, buf, cap - 1);
     if (rc == -ENODATA) rc = -ENOENT; /* the object is there (a lease made it), its value not */
     if (rc == -ENOENT) return shm_fail(rc, "rados://%s/%s: no such pointer", r->pool, name);
@@ -432,9 +444,10 @@ int ckpt_rados_pointer(ckpt_rados *r, const char *name, char *buf, size_t cap)
     return 0;
 }
 
-int ckpt_rados_update(ckpt_rados *r, const char *name, const ckpt_rados_attr *expect,
-                      size_t nexpect, const ckpt_rados_attr *set, size_t nset)
+static int rd_update(ckpt_storage *st, const char *name, const ckpt_storage_attr *expect,
+                     size_t nexpect, const ckpt_storage_attr *set, size_t nset)
 {
+    ckpt_rados *r = (ckpt_rados *)st;
     rados_write_op_t op = rados_create_write_op();
     if (!op) return shm_fail(-ENOMEM, "out of memory");
     /* An attribute that is absent compares as the empty string. */
@@ -454,8 +467,9 @@ int ckpt_rados_update(ckpt_rados *r, const char *name, const ckpt_rados_attr *ex
     return rc < 0 ? fail(r, rc, name, "update") : 0;
 }
 
-int ckpt_rados_remove_if(ckpt_rados *r, const char *name, const ckpt_rados_attr *expect)
+static int rd_remove_if(ckpt_storage *st, const char *name, const ckpt_storage_attr *expect)
 {
+    ckpt_rados *r = (ckpt_rados *)st;
     rados_write_op_t op = rados_create_write_op();
     if (!op) return shm_fail(-ENOMEM, "out of memory");
     const char *v = expect->value ? expect->value : "";
@@ -468,8 +482,9 @@ int ckpt_rados_remove_if(ckpt_rados *r, const char *name, const ckpt_rados_attr 
     return rc < 0 ? fail(r, rc, name, "remove") : 0;
 }
 
-int ckpt_rados_touch(ckpt_rados *r, const char *name)
+static int rd_touch(ckpt_storage *st, const char *name)
 {
+    ckpt_rados *r = (ckpt_rados *)st;
     rados_write_op_t op = rados_create_write_op();
     if (!op) return shm_fail(-ENOMEM, "out of memory");
     rados_write_op_create(op, LIBRADOS_CREATE_IDEMPOTENT, NULL);
@@ -478,13 +493,14 @@ int ckpt_rados_touch(ckpt_rados *r, const char *name)
     return rc < 0 ? fail(r, rc, name, "create") : 0;
 }
 
-int ckpt_rados_attrs(ckpt_rados *r, const char *name, ckpt_rados_attr_fn *fn, void *ctx)
+static int rd_attrs(ckpt_storage *st, const char *name, ckpt_storage_attr_fn *fn, void *ctx)
 {
+    ckpt_rados *r = (ckpt_rados *)st;
     rados_xattrs_iter_t it;
     int rc = rados_getxattrs(r->io, name, &it);
     if (rc == -ENOENT) return shm_fail(rc, "rados://%s/%s: no such object", r->pool, name);
     if (rc < 0) return fail(r, rc, name, "read");
-    char value[CKPT_RADOS_ATTR_MAX + 1];
+    char value[CKPT_STORAGE_ATTR_MAX + 1];
     for (;;) {
         const char *key, *val;
         size_t len;
@@ -493,7 +509,7 @@ int ckpt_rados_attrs(ckpt_rados *r, const char *name, ckpt_rados_attr_fn *fn, vo
             break;
         }
         if (!key) break;
-        if (len > CKPT_RADOS_ATTR_MAX) len = CKPT_RADOS_ATTR_MAX;
+        if (len > CKPT_STORAGE_ATTR_MAX) len = CKPT_STORAGE_ATTR_MAX;
         memcpy(value, val, len);
         value[len] = 0;
         if ((rc = fn(ctx, key, value)) != 0) break;
@@ -502,9 +518,9 @@ int ckpt_rados_attrs(ckpt_rados *r, const char *name, ckpt_rados_attr_fn *fn, vo
     return rc;
 }
 
-int ckpt_rados_list(ckpt_rados *r, const char *prefix, int (*fn)(void *ctx, const char *name),
-                    void *ctx)
+static int rd_objects(ckpt_storage *st, const char *prefix, ckpt_storage_name_fn *fn, void *ctx)
 {
+    ckpt_rados *r = (ckpt_rados *)st;
     rados_list_ctx_t l;
     int rc = rados_nobjects_list_open(r->io, &l);
     if (rc < 0) return fail(r, rc, prefix, "list");
@@ -531,8 +547,30 @@ int ckpt_rados_list(ckpt_rados *r, const char *prefix, int (*fn)(void *ctx, cons
     return rc;
 }
 
-int ckpt_rados_remove(ckpt_rados *r, const char *name)
+/* A file is its stripes NAME.0, NAME.1, ...: listed once, by NAME.0. */
+typedef struct files_of {
+    ckpt_storage_name_fn *fn;
+    void *ctx;
+} files_of;
+
+static int take_file(void *ctx, const char *object)
 {
+    files_of *f = ctx;
+    size_t n = strlen(object);
+    if (n < 3 || strcmp(object + n - 2, ".0") != 0) return 0;
+    char name[1024];
+    snprintf(name, sizeof name, "%.*s", (int)(n - 2), object);
+    return f->fn(f->ctx, name);
+}
+
+static int rd_list_files(ckpt_storage *st, const char *prefix, ckpt_storage_name_fn *fn, void *ctx)
+{
+    return rd_objects(st, prefix, take_file, &(files_of){fn, ctx});
+}
+
+static int rd_remove(ckpt_storage *st, const char *name)
+{
+    ckpt_rados *r = (ckpt_rados *)st;
     int rc = rados_remove(r->io, name);
     return rc < 0 && rc != -ENOENT ? fail(r, rc, name, "remove") : 0;
 }
@@ -541,8 +579,9 @@ int ckpt_rados_remove(ckpt_rados *r, const char *name)
 
 #define LOCK_NAME "stash.lease"
 
-int ckpt_rados_lock(ckpt_rados *r, const char *name, const char *cookie, uint32_t lease_ms)
+static int rd_lock(ckpt_storage *st, const char *name, const char *cookie, uint32_t lease_ms)
 {
+    ckpt_rados *r = (ckpt_rados *)st;
     struct timeval d = {.tv_sec = lease_ms / 1000, .tv_usec = (lease_ms % 1000) * 1000};
     int rc = rados_lock_exclusive(r->io, name, LOCK_NAME, cookie, "stash", &d,
                                   LIBRADOS_LOCK_FLAG_MAY_RENEW);
@@ -551,8 +590,9 @@ int ckpt_rados_lock(ckpt_rados *r, const char *name, const char *cookie, uint32_
     return rc < 0 ? fail(r, rc, name, "lock") : 0;
 }
 
-int ckpt_rados_lease_held(ckpt_rados *r, const char *name)
+static int rd_lease_held(ckpt_storage *st, const char *name)
 {
+    ckpt_rados *r = (ckpt_rados *)st;
     int exclusive;
     char tag[64], clients[512], cookies[512], addrs[512];
     size_t tag_len = sizeof tag, clients_len = sizeof clients, cookies_len = sizeof cookies,
@@ -565,25 +605,27 @@ int ckpt_rados_lease_held(ckpt_rados *r, const char *name)
     return n > 0;
 }
 
-int ckpt_rados_unlock(ckpt_rados *r, const char *name, const char *cookie)
+static int rd_unlock(ckpt_storage *st, const char *name, const char *cookie)
 {
+    ckpt_rados *r = (ckpt_rados *)st;
     int rc = rados_unlock(r->io, name, LOCK_NAME, cookie);
     return rc < 0 && rc != -ENOENT ? fail(r, rc, name, "unlock") : 0;
 }
 
-struct ckpt_rados_watch {
+typedef struct rd_watcher {
+    ckpt_storage_watch base;
     ckpt_rados *r;
     uint64_t handle;
-    ckpt_rados_notify_fn *fn;
+    ckpt_storage_notify_fn *fn;
     void *ctx;
     char name[];
-};
+} rd_watcher;
 
 static void on_notify(void *arg, uint64_t notify_id, uint64_t handle, uint64_t notifier, void *data,
                       size_t len)
 {
     (void)notifier;
-    ckpt_rados_watch *w = arg;
+    rd_watcher *w = arg;
     char msg[512];
     if (len >= sizeof msg) len = sizeof msg - 1;
     memcpy(msg, data, len);
@@ -594,16 +636,16 @@ static void on_notify(void *arg, uint64_t notify_id, uint64_t handle, uint64_t n
 
 /* The watch was lost (its OSD went away long enough): notifications may
  * have been missed, which the caller's polling makes up for; the watch is
- * taken again on the next ckpt_rados_watch_check(). */
+ * taken again on the next watch check. */
 static void on_watch_error(void *arg, uint64_t handle, int err)
 {
     (void)handle;
     (void)err;
-    ckpt_rados_watch *w = arg;
+    rd_watcher *w = arg;
     __atomic_store_n(&w->handle, 0, __ATOMIC_RELEASE);
 }
 
-static int watch(ckpt_rados_watch *w)
+static int watch(rd_watcher *w)
 {
     ckpt_rados *r = w->r;
     rados_write_op_t op = rados_create_write_op();
@@ -618,33 +660,35 @@ static int watch(ckpt_rados_watch *w)
     return 0;
 }
 
-int ckpt_rados_watch_start(ckpt_rados *r, const char *name, ckpt_rados_notify_fn *fn, void *ctx,
-                           ckpt_rados_watch **out)
+static int rd_watch_start(ckpt_storage *st, const char *name, ckpt_storage_notify_fn *fn, void *ctx,
+                          ckpt_storage_watch **out)
 {
-    ckpt_rados_watch *w = calloc(1, sizeof *w + strlen(name) + 1);
+    ckpt_rados *r = (ckpt_rados *)st;
+    rd_watcher *w = calloc(1, sizeof *w + strlen(name) + 1);
     if (!w) return shm_fail(-ENOMEM, "out of memory");
-    *w = (ckpt_rados_watch){.r = r, .fn = fn, .ctx = ctx};
+    *w = (rd_watcher){.base = {&ckpt_rados_ops}, .r = r, .fn = fn, .ctx = ctx};
     strcpy(w->name, name);
     int rc = watch(w);
     if (rc) {
         free(w);
         return rc;
     }
-    *out = w;
+    *out = &w->base;
     return 0;
 }
 
-int ckpt_rados_watch_check(ckpt_rados_watch *w)
+static int rd_watch_check(ckpt_storage_watch *base)
 {
+    rd_watcher *w = (rd_watcher *)base;
     uint64_t handle = __atomic_load_n(&w->handle, __ATOMIC_ACQUIRE);
     if (handle && rados_watch_check(w->r->io, handle) >= 0) return 0;
     if (handle) rados_unwatch2(w->r->io, handle);
     return watch(w);
 }
 
-void ckpt_rados_watch_stop(ckpt_rados_watch *w)
+static void rd_watch_stop(ckpt_storage_watch *base)
 {
-    if (!w) return;
+    rd_watcher *w = (rd_watcher *)base;
     uint64_t handle = __atomic_load_n(&w->handle, __ATOMIC_ACQUIRE);
     if (handle) rados_unwatch2(w->r->io, handle);
     /* No callback runs on w once this returns. */
@@ -652,8 +696,9 @@ void ckpt_rados_watch_stop(ckpt_rados_watch *w)
     free(w);
 }
 
-int ckpt_rados_notify(ckpt_rados *r, const char *name, const char *msg, uint32_t timeout_ms)
+static int rd_notify(ckpt_storage *st, const char *name, const char *msg, uint32_t timeout_ms)
 {
+    ckpt_rados *r = (ckpt_rados *)st;
     reap(r, false);
     sent *n = calloc(1, sizeof *n);
     if (!n) return shm_fail(-ENOMEM, "out of memory");
@@ -672,3 +717,36 @@ int ckpt_rados_notify(ckpt_rados *r, const char *name, const char *msg, uint32_t
     pthread_mutex_unlock(&r->mu);
     return 0;
 }
+
+const ckpt_storage_ops ckpt_rados_ops = {
+    .version = CKPT_STORAGE_VERSION,
+    .scheme = "rados",
+    .container = "POOL",
+    .caps = CKPT_CAN_SWAP | CKPT_CAN_JOB,
+    .open = rd_open,
+    .close = rd_close,
+    .write_file = rd_write_file,
+    .put_fd = rd_put_fd,
+    .read_file = rd_read_file,
+    .get_fd = rd_get_fd,
+    .file_size = rd_file_size,
+    .remove_file = rd_remove_file,
+    .list_files = rd_list_files,
+    .remove_prefix = rd_remove_prefix,
+    .swap = rd_swap,
+    .pointer = rd_pointer,
+    .remove = rd_remove,
+    .set = rd_set,
+    .update = rd_update,
+    .remove_if = rd_remove_if,
+    .touch = rd_touch,
+    .attrs = rd_attrs,
+    .objects = rd_objects,
+    .lock = rd_lock,
+    .lease_held = rd_lease_held,
+    .unlock = rd_unlock,
+    .watch_start = rd_watch_start,
+    .watch_check = rd_watch_check,
+    .watch_stop = rd_watch_stop,
+    .notify = rd_notify,
+};

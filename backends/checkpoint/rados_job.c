@@ -170,12 +170,12 @@ static int record_parse(char *text, ckpt_job_record *rec, const char *what)
 }
 
 /* Reads the record object name into rec. */
-static int read_parts(ckpt_rados *r, const char *name, ckpt_job_record *rec)
+static int read_parts(ckpt_storage *r, const char *name, ckpt_job_record *rec)
 {
     char *text = malloc(RECORD_MAX), what[1300];
     if (!text) return shm_fail(-ENOMEM, "out of memory");
-    snprintf(what, sizeof what, "rados://%s/%s", ckpt_rados_pool(r), name);
-    int rc = ckpt_rados_pointer(r, name, text, RECORD_MAX);
+    snprintf(what, sizeof what, "%s/%s", ckpt_storage_where(r), name);
+    int rc = ckpt_storage_pointer(r, name, text, RECORD_MAX);
     if (rc == 0) rc = record_parse(text, rec, what);
     free(text);
     return rc;
@@ -189,75 +189,79 @@ static void job_name(char *out, size_t cap, const char *job, uint64_t id)
 /* ---- counters ------------------------------------------------------------------- */
 
 /* Moves the counter JOB/what up by one (at least past floor): *n. */
-static int count_up(ckpt_rados *r, const char *job, const char *what, uint64_t floor, uint64_t *n)
+static int count_up(ckpt_storage *r, const char *job, const char *what, uint64_t floor, uint64_t *n)
 {
     char name[1024], was[32], now[32];
     int rc = ckpt_job_object(name, sizeof name, job, what);
     if (rc) return rc;
     for (int tries = 0; tries < 16; tries++) {
-        rc = ckpt_rados_pointer(r, name, was, sizeof was);
+        rc = ckpt_storage_pointer(r, name, was, sizeof was);
         if (rc && rc != -ENOENT) return rc;
         uint64_t v = rc == 0 ? strtoull(was, NULL, 10) : 0;
         if (floor > v) v = floor;
         snprintf(now, sizeof now, "%" PRIu64, v + 1);
-        rc = ckpt_rados_swap(r, name, rc == 0 ? was : NULL, now);
+        rc = ckpt_storage_swap(r, name, rc == 0 ? was : NULL, now);
         if (rc == 0) {
             *n = v + 1;
             return 0;
         }
         if (rc != -ECANCELED) return rc;
     }
-    return shm_fail(-EBUSY, "rados://%s/%s: taken by others 16 times in a row", ckpt_rados_pool(r),
+    return shm_fail(-EBUSY, "%s/%s: taken by others 16 times in a row", ckpt_storage_where(r),
                     name);
 }
 
-int ckpt_job_next_id(ckpt_rados *r, const char *job, uint64_t *id)
+int ckpt_job_next_id(ckpt_storage *r, const char *job, uint64_t *id)
 {
     uint64_t latest = 0;
-    int rc = ckpt_rados_latest(r, job, &latest);
+    int rc = ckpt_storage_latest(r, job, &latest);
     if (rc && rc != -ENOENT) return rc;
     return count_up(r, job, "ids", latest, id);
 }
 
-int ckpt_job_ids_above(ckpt_rados *r, const char *job, uint64_t floor)
+int ckpt_job_ids_above(ckpt_storage *r, const char *job, uint64_t floor)
 {
     uint64_t id;
     return count_up(r, job, "ids", floor, &id);
 }
 
-int ckpt_job_started_from(ckpt_rados *r, const char *job, const char *source)
+int ckpt_job_started_from(ckpt_storage *r, const char *job, const char *source)
 {
     char name[1024], had[1024];
     int rc = ckpt_job_object(name, sizeof name, job, "started-from");
-    if (rc == 0) rc = ckpt_rados_swap(r, name, NULL, source);
+    if (rc == 0) rc = ckpt_storage_swap(r, name, NULL, source);
     if (rc != -ECANCELED) return rc;
-    if ((rc = ckpt_rados_pointer(r, name, had, sizeof had)) != 0) return rc;
+    if ((rc = ckpt_storage_pointer(r, name, had, sizeof had)) != 0) return rc;
     if (strcmp(had, source) == 0) return 0;
     return shm_fail(-EEXIST, "job %s was first started from %s, not %s", job, had, source);
 }
 
-int ckpt_job_origin(ckpt_rados *r, const char *job, char *buf, size_t cap)
+int ckpt_job_origin(ckpt_storage *r, const char *job, char *buf, size_t cap)
 {
     char name[1024];
     int rc = ckpt_job_object(name, sizeof name, job, "started-from");
-    return rc ? rc : ckpt_rados_pointer(r, name, buf, cap);
+    return rc ? rc : ckpt_storage_pointer(r, name, buf, cap);
 }
 
-int ckpt_job_source_parse(const char *pool, const char *source, char *job, size_t cap, uint64_t *id)
+int ckpt_job_source_parse(const char *where, const char *source, char *job, size_t cap,
+                          uint64_t *id)
 {
+    const ckpt_storage_ops *ops;
     char in[128], name[256], *end = NULL;
-    int rc = ckpt_rados_url_parse(source, in, sizeof in, job, cap, name, sizeof name);
+    int rc = ckpt_url_parse(source, &ops, in, sizeof in, job, cap, name, sizeof name);
     if (rc) return rc;
-    if (strcmp(in, pool) != 0)
-        return shm_fail(-EINVAL, "%s: a job's hosts restore from a job of their own pool (%s)",
-                        source, pool);
+    size_t slen = strlen(ops->scheme);
+    if (strncmp(where, ops->scheme, slen) != 0 || strncmp(where + slen, "://", 3) != 0 ||
+        strcmp(where + slen + 3, in) != 0)
+        return shm_fail(-EINVAL, "%s: a job's hosts restore from a job of their own storage (%s)",
+                        source, where);
     *id = strncmp(name, "job-", 4) == 0 ? strtoull(name + 4, &end, 10) : 0;
     if (!*id || *end)
-        return shm_fail(-EINVAL, "%s: not a job checkpoint (rados://POOL/JOB/job-ID)", source);
+        return shm_fail(-EINVAL, "%s: not a job checkpoint (%s/JOB/job-ID)", source, where);
     return 0;
 }
 
-int ckpt_job_committed(ckpt_rados *r, const char *job, uint64_t id)
+int ckpt_job_committed(ckpt_storage *r, const char *job, uint64_t id)
 {
     uint64_t *ids;
     size_t n;
@@ -267,11 +271,11 @@ int ckpt_job_committed(ckpt_rados *r, const char *job, uint64_t id)
     for (size_t i = 0; i < n; i++) found = found || ids[i] == id;
     free(ids);
     return found ? 0
-                 : shm_fail(-ENOENT, "rados://%s/%s/job-%" PRIu64 ": no committed job checkpoint",
-                            ckpt_rados_pool(r), job, id);
+                 : shm_fail(-ENOENT, "%s/%s/job-%" PRIu64 ": no committed job checkpoint",
+                            ckpt_storage_where(r), job, id);
 }
 
-int ckpt_job_source(ckpt_rados *r, const char *job, char *from, size_t cap, ckpt_job_record *rec)
+int ckpt_job_source(ckpt_storage *r, const char *job, char *from, size_t cap, ckpt_job_record *rec)
 {
     uint64_t id;
     snprintf(from, cap, "%s", job);
@@ -279,7 +283,7 @@ int ckpt_job_source(ckpt_rados *r, const char *job, char *from, size_t cap, ckpt
     if (rc != -ENOENT) return rc;
     char source[1024];
     if ((rc = ckpt_job_origin(r, job, source, sizeof source)) != 0) return rc;
-    if ((rc = ckpt_job_source_parse(ckpt_rados_pool(r), source, from, cap, &id)) != 0) return rc;
+    if ((rc = ckpt_job_source_parse(ckpt_storage_where(r), source, from, cap, &id)) != 0) return rc;
     rc = ckpt_job_record_read(r, from, id, rec);
     return rc == -ENOENT
                ? shm_fail(-ENOENT, "%s: job %s was started from it, and its record is gone", source,
@@ -311,11 +315,11 @@ static int take_attr(void *ctx, const char *attr, const char *value)
 {
     member_read *mr = ctx;
     ckpt_job_member *m = mr->m;
-    char line[CKPT_RADOS_ATTR_MAX + 1];
+    char line[CKPT_STORAGE_ATTR_MAX + 1];
     snprintf(line, sizeof line, "%s", value);
     char *nl = strchr(line, '\n');
     if (nl) *nl = 0;
-    if (strcmp(attr, CKPT_RADOS_VALUE) == 0) {
+    if (strcmp(attr, CKPT_STORAGE_VALUE) == 0) {
         mr->line = true;
         return parse_part(line, &m->m, mr->what);
     }
@@ -333,13 +337,13 @@ static int take_attr(void *ctx, const char *attr, const char *value)
     return 0;
 }
 
-int ckpt_job_member_read(ckpt_rados *r, const char *name, ckpt_job_member *m)
+int ckpt_job_member_read(ckpt_storage *r, const char *name, ckpt_job_member *m)
 {
     char what[1300];
-    snprintf(what, sizeof what, "rados://%s/%s", ckpt_rados_pool(r), name);
+    snprintf(what, sizeof what, "%s/%s", ckpt_storage_where(r), name);
     memset(m, 0, sizeof *m);
     member_read mr = {m, what, false, 0};
-    int rc = ckpt_rados_attrs(r, name, take_attr, &mr);
+    int rc = ckpt_storage_attrs(r, name, take_attr, &mr);
     if (rc == 0 && !mr.line) rc = shm_fail(-ENOENT, "%s: no member (only its lease)", what);
     return rc;
 }
@@ -351,13 +355,13 @@ uint64_t ckpt_job_member_epoch(const ckpt_job_member *m)
     return end != m->epoch && *end == 0 ? e : 0;
 }
 
-int ckpt_job_join(ckpt_rados *r, const char *job, ckpt_job_part *self, const char *cookie,
+int ckpt_job_join(ckpt_storage *r, const char *job, ckpt_job_part *self, const char *cookie,
                   uint32_t lease_ms)
 {
     char name[1024], line[700], epoch[32];
     int rc = member_name(name, sizeof name, job, self->host);
     if (rc) return rc;
-    rc = ckpt_rados_lock(r, name, cookie, lease_ms);
+    rc = ckpt_storage_lock(r, name, cookie, lease_ms);
     if (rc == -EBUSY)
         return shm_fail(-EBUSY,
                         "job %s: host %s is served by another service (its lease lasts up to %u "
@@ -376,16 +380,16 @@ int ckpt_job_join(ckpt_rados *r, const char *job, ckpt_job_part *self, const cha
     if ((rc = count_up(r, job, "epochs", 0, &self->epoch)) != 0) return rc;
     ckpt_job_part_format(self, line, sizeof line);
     snprintf(epoch, sizeof epoch, "%" PRIu64, self->epoch);
-    ckpt_rados_attr expect = {EPOCH_ATTR, was.epoch[0] ? was.epoch : NULL};
-    ckpt_rados_attr set[] = {{CKPT_RADOS_VALUE, line}, {EPOCH_ATTR, epoch}, {NOTE_ATTR, NULL}};
-    rc = ckpt_rados_update(r, name, &expect, 1, set, 3);
+    ckpt_storage_attr expect = {EPOCH_ATTR, was.epoch[0] ? was.epoch : NULL};
+    ckpt_storage_attr set[] = {{CKPT_STORAGE_VALUE, line}, {EPOCH_ATTR, epoch}, {NOTE_ATTR, NULL}};
+    rc = ckpt_storage_update(r, name, &expect, 1, set, 3);
     if (rc == -ECANCELED)
         return shm_fail(-EBUSY, "job %s: host %s changed hands while it joined: start it again",
                         job, self->host);
     return rc;
 }
 
-static int fenced(ckpt_rados *r, const char *name, const ckpt_job_part *self)
+static int fenced(ckpt_storage *r, const char *name, const ckpt_job_part *self)
 {
     ckpt_job_member now;
     int rc = ckpt_job_member_read(r, name, &now);
@@ -395,19 +399,19 @@ static int fenced(ckpt_rados *r, const char *name, const ckpt_job_part *self)
                     self->host, self->epoch, why);
 }
 
-int ckpt_job_member_set(ckpt_rados *r, const char *job, const ckpt_job_part *self)
+int ckpt_job_member_set(ckpt_storage *r, const char *job, const ckpt_job_part *self)
 {
     char name[1024], line[700], epoch[32];
     int rc = member_name(name, sizeof name, job, self->host);
     if (rc) return rc;
     ckpt_job_part_format(self, line, sizeof line);
     snprintf(epoch, sizeof epoch, "%" PRIu64, self->epoch);
-    ckpt_rados_attr expect = {EPOCH_ATTR, epoch}, set = {CKPT_RADOS_VALUE, line};
-    rc = ckpt_rados_update(r, name, &expect, 1, &set, 1);
+    ckpt_storage_attr expect = {EPOCH_ATTR, epoch}, set = {CKPT_STORAGE_VALUE, line};
+    rc = ckpt_storage_update(r, name, &expect, 1, &set, 1);
     return rc == -ECANCELED ? fenced(r, name, self) : rc;
 }
 
-int ckpt_job_note(ckpt_rados *r, const char *job, uint64_t id, const ckpt_job_part *part)
+int ckpt_job_note(ckpt_storage *r, const char *job, uint64_t id, const ckpt_job_part *part)
 {
     char name[1024], line[700], note[760], epoch[32];
     int rc = member_name(name, sizeof name, job, part->host);
@@ -415,30 +419,30 @@ int ckpt_job_note(ckpt_rados *r, const char *job, uint64_t id, const ckpt_job_pa
     ckpt_job_part_format(part, line, sizeof line);
     snprintf(note, sizeof note, "%" PRIu64 " %s", id, line);
     snprintf(epoch, sizeof epoch, "%" PRIu64, part->epoch);
-    ckpt_rados_attr expect = {EPOCH_ATTR, epoch}, set = {NOTE_ATTR, note};
-    rc = ckpt_rados_update(r, name, &expect, 1, &set, 1);
+    ckpt_storage_attr expect = {EPOCH_ATTR, epoch}, set = {NOTE_ATTR, note};
+    rc = ckpt_storage_update(r, name, &expect, 1, &set, 1);
     return rc == -ECANCELED ? fenced(r, name, part) : rc;
 }
 
-int ckpt_job_claim(ckpt_rados *r, const char *job, const char *lost, const char *seen,
+int ckpt_job_claim(ckpt_storage *r, const char *job, const char *lost, const char *seen,
                    const char *taker)
 {
     char name[1024], epoch[CKPT_JOB_HOST_MAX + 16];
     int rc = member_name(name, sizeof name, job, lost);
     if (rc) return rc;
     snprintf(epoch, sizeof epoch, TAKEN "by %s", taker);
-    ckpt_rados_attr expect = {EPOCH_ATTR, seen[0] ? seen : NULL}, set = {EPOCH_ATTR, epoch};
-    return ckpt_rados_update(r, name, &expect, 1, &set, 1);
+    ckpt_storage_attr expect = {EPOCH_ATTR, seen[0] ? seen : NULL}, set = {EPOCH_ATTR, epoch};
+    return ckpt_storage_update(r, name, &expect, 1, &set, 1);
 }
 
-int ckpt_job_unclaim(ckpt_rados *r, const char *job, const char *lost, const char *taker)
+int ckpt_job_unclaim(ckpt_storage *r, const char *job, const char *lost, const char *taker)
 {
     char name[1024], epoch[CKPT_JOB_HOST_MAX + 16];
     int rc = member_name(name, sizeof name, job, lost);
     if (rc) return rc;
     snprintf(epoch, sizeof epoch, TAKEN "by %s", taker);
-    ckpt_rados_attr expect = {EPOCH_ATTR, epoch}, set = {EPOCH_ATTR, "lost"};
-    rc = ckpt_rados_update(r, name, &expect, 1, &set, 1);
+    ckpt_storage_attr expect = {EPOCH_ATTR, epoch}, set = {EPOCH_ATTR, "lost"};
+    rc = ckpt_storage_update(r, name, &expect, 1, &set, 1);
     return rc == -ECANCELED ? 0 : rc; /* claimed by no one any more */
 }
 
@@ -455,7 +459,7 @@ const char *ckpt_job_member_taker(const ckpt_job_member *m)
 }
 
 typedef struct notes {
-    ckpt_rados *r;
+    ckpt_storage *r;
     const char *prefix;
     uint64_t id;
     ckpt_job_record *rec;
@@ -477,14 +481,14 @@ static int take_note(void *ctx, const char *name)
     return 0;
 }
 
-int ckpt_job_notes(ckpt_rados *r, const char *job, uint64_t id, ckpt_job_record *rec)
+int ckpt_job_notes(ckpt_storage *r, const char *job, uint64_t id, ckpt_job_record *rec)
 {
     char prefix[1024];
     memset(rec, 0, sizeof *rec);
     rec->id = id;
     int rc = ckpt_job_object(prefix, sizeof prefix, job, "hosts/");
     if (rc) return rc;
-    return ckpt_rados_list(r, prefix, take_note, &(notes){r, prefix, id, rec});
+    return ckpt_storage_objects(r, prefix, take_note, &(notes){r, prefix, id, rec});
 }
 
 int ckpt_job_covered(const ckpt_job_record *rec)
@@ -558,7 +562,7 @@ static int take_state(void *ctx, const char *attr, const char *value)
 {
     job_state *st = ctx;
     char *end;
-    if (strcmp(attr, CKPT_RADOS_VALUE) == 0) {
+    if (strcmp(attr, CKPT_STORAGE_VALUE) == 0) {
         snprintf(st->latest, sizeof st->latest, "%s", value);
         st->latest_id = strtoull(value, NULL, 10);
     } else if (strcmp(attr, LEADER_ATTR) == 0) {
@@ -587,14 +591,14 @@ static int take_state(void *ctx, const char *attr, const char *value)
 /* Reads JOB/latest (empty if absent) with the decision on id (0: none) and,
  * with list, the committed ids decided and the savepoints (free st->done,
  * st->saved). */
-static int job_state_read(ckpt_rados *r, const char *job, uint64_t id, bool list, job_state *st)
+static int job_state_read(ckpt_storage *r, const char *job, uint64_t id, bool list, job_state *st)
 {
     char name[1024];
     memset(st, 0, sizeof *st);
     st->id = id;
     st->list = list;
     int rc = ckpt_job_object(name, sizeof name, job, "latest");
-    if (rc == 0) rc = ckpt_rados_attrs(r, name, take_state, st);
+    if (rc == 0) rc = ckpt_storage_attrs(r, name, take_state, st);
     if (rc == -ENOENT) { /* no leader yet: nothing decided */
         shm_clear_error();
         rc = 0;
@@ -611,28 +615,28 @@ static void attr_of(char *out, size_t cap, const char *prefix, uint64_t id)
     snprintf(out, cap, "%s%" PRIu64, prefix, id);
 }
 
-int ckpt_job_lead(ckpt_rados *r, const char *job, uint64_t *epoch)
+int ckpt_job_lead(ckpt_storage *r, const char *job, uint64_t *epoch)
 {
     char name[1024], now[32];
     int rc = ckpt_job_object(name, sizeof name, job, "latest");
-    if (rc == 0) rc = ckpt_rados_touch(r, name); /* compares need the object */
+    if (rc == 0) rc = ckpt_storage_touch(r, name); /* compares need the object */
     for (int tries = 0; rc == 0 && tries < 16; tries++) {
         job_state st;
         if ((rc = job_state_read(r, job, 0, false, &st)) != 0) return rc;
         snprintf(now, sizeof now, "%" PRIu64, st.leader_epoch + 1);
-        ckpt_rados_attr expect = {LEADER_ATTR, st.leader[0] ? st.leader : NULL},
-                        set = {LEADER_ATTR, now};
-        rc = ckpt_rados_update(r, name, &expect, 1, &set, 1);
+        ckpt_storage_attr expect = {LEADER_ATTR, st.leader[0] ? st.leader : NULL},
+                          set = {LEADER_ATTR, now};
+        rc = ckpt_storage_update(r, name, &expect, 1, &set, 1);
         if (rc == 0) *epoch = st.leader_epoch + 1;
         if (rc != -ECANCELED) return rc;
         rc = 0;
     }
     return rc ? rc
-              : shm_fail(-EBUSY, "rados://%s/%s: the lead changed 16 times in a row",
-                         ckpt_rados_pool(r), name);
+              : shm_fail(-EBUSY, "%s/%s: the lead changed 16 times in a row", ckpt_storage_where(r),
+                         name);
 }
 
-int ckpt_job_leader(ckpt_rados *r, const char *job, uint64_t *epoch)
+int ckpt_job_leader(ckpt_storage *r, const char *job, uint64_t *epoch)
 {
     job_state st;
     int rc = job_state_read(r, job, 0, false, &st);
@@ -640,7 +644,7 @@ int ckpt_job_leader(ckpt_rados *r, const char *job, uint64_t *epoch)
     return rc;
 }
 
-int ckpt_job_commit(ckpt_rados *r, const char *job, const ckpt_job_record *rec, uint64_t leader)
+int ckpt_job_commit(ckpt_storage *r, const char *job, const ckpt_job_record *rec, uint64_t leader)
 {
     char name[1024], latest[1024], done[64], abort_[64], saved[64], now[32], mine[32];
     job_state st;
@@ -659,7 +663,7 @@ int ckpt_job_commit(ckpt_rados *r, const char *job, const ckpt_job_record *rec, 
     if (!text) return shm_fail(-ENOMEM, "out of memory");
     job_name(name, sizeof name, job, rec->id);
     rc = record_format(rec, text, RECORD_MAX);
-    if (rc >= 0) rc = ckpt_rados_set(r, name, text);
+    if (rc >= 0) rc = ckpt_storage_set(r, name, text);
     free(text);
     if (rc == 0) rc = ckpt_job_object(latest, sizeof latest, job, "latest");
     if (rc) return rc;
@@ -669,11 +673,12 @@ int ckpt_job_commit(ckpt_rados *r, const char *job, const ckpt_job_record *rec, 
     attr_of(abort_, sizeof abort_, ABORT_ATTR, rec->id);
     snprintf(now, sizeof now, "%" PRIu64, rec->id);
     snprintf(mine, sizeof mine, "%" PRIu64, leader);
-    ckpt_rados_attr expect[] = {
-        {LEADER_ATTR, mine}, {CKPT_RADOS_VALUE, st.latest[0] ? st.latest : NULL}, {abort_, NULL}};
+    ckpt_storage_attr expect[] = {
+        {LEADER_ATTR, mine}, {CKPT_STORAGE_VALUE, st.latest[0] ? st.latest : NULL}, {abort_, NULL}};
     attr_of(saved, sizeof saved, SAVED_ATTR, rec->id);
-    ckpt_rados_attr set[] = {{done, "committed"}, {CKPT_RADOS_VALUE, now}, {saved, "committed"}};
-    rc = ckpt_rados_update(r, latest, expect, 3, set, rec->savepoint ? 3 : 2);
+    ckpt_storage_attr set[] = {
+        {done, "committed"}, {CKPT_STORAGE_VALUE, now}, {saved, "committed"}};
+    rc = ckpt_storage_update(r, latest, expect, 3, set, rec->savepoint ? 3 : 2);
     if (rc != -ECANCELED) return rc;
     /* Why not, as the state says now. */
     if ((rc = job_state_read(r, job, rec->id, false, &st)) != 0) return rc;
@@ -686,32 +691,31 @@ int ckpt_job_commit(ckpt_rados *r, const char *job, const ckpt_job_record *rec, 
                     st.latest_id);
 }
 
-int ckpt_job_abort(ckpt_rados *r, const char *job, uint64_t id, const char *why)
+int ckpt_job_abort(ckpt_storage *r, const char *job, uint64_t id, const char *why)
 {
     char latest[1024], done[64], abort_[64], text[200];
     int rc = ckpt_job_object(latest, sizeof latest, job, "latest");
     attr_of(done, sizeof done, DONE_ATTR, id);
     attr_of(abort_, sizeof abort_, ABORT_ATTR, id);
     snprintf(text, sizeof text, "%.190s", why && *why ? why : "aborted");
-    if (rc == 0) rc = ckpt_rados_touch(r, latest); /* compares need the object */
+    if (rc == 0) rc = ckpt_storage_touch(r, latest); /* compares need the object */
     for (int tries = 0; rc == 0 && tries < 16; tries++) {
         job_state st;
         if ((rc = job_state_read(r, job, id, false, &st)) != 0) return rc;
         if (st.outcome) return st.outcome > 0;
         if (id < st.floor_id)
             return shm_fail(-ESTALE, "job checkpoint %" PRIu64 ": its decision is forgotten", id);
-        ckpt_rados_attr expect[] = {{done, NULL}, {FLOOR_ATTR, st.floor[0] ? st.floor : NULL}};
-        ckpt_rados_attr set = {abort_, text};
-        rc = ckpt_rados_update(r, latest, expect, 2, &set, 1);
+        ckpt_storage_attr expect[] = {{done, NULL}, {FLOOR_ATTR, st.floor[0] ? st.floor : NULL}};
+        ckpt_storage_attr set = {abort_, text};
+        rc = ckpt_storage_update(r, latest, expect, 2, &set, 1);
         if (rc != -ECANCELED) return rc;
         rc = 0;
     }
     return rc ? rc
-              : shm_fail(-EBUSY, "rados://%s/%s: changed 16 times in a row", ckpt_rados_pool(r),
-                         latest);
+              : shm_fail(-EBUSY, "%s/%s: changed 16 times in a row", ckpt_storage_where(r), latest);
 }
 
-int ckpt_job_verdict(ckpt_rados *r, const char *job, uint64_t id)
+int ckpt_job_verdict(ckpt_storage *r, const char *job, uint64_t id)
 {
     job_state st;
     int rc = job_state_read(r, job, id, false, &st);
@@ -731,7 +735,7 @@ int ckpt_job_verdict(ckpt_rados *r, const char *job, uint64_t id)
                     st.latest_id);
 }
 
-int ckpt_job_record_read(ckpt_rados *r, const char *job, uint64_t id, ckpt_job_record *rec)
+int ckpt_job_record_read(ckpt_storage *r, const char *job, uint64_t id, ckpt_job_record *rec)
 {
     char name[1024];
     memset(rec, 0, sizeof *rec);
@@ -740,16 +744,16 @@ int ckpt_job_record_read(ckpt_rados *r, const char *job, uint64_t id, ckpt_job_r
     return read_parts(r, name, rec);
 }
 
-int ckpt_job_latest(ckpt_rados *r, const char *job, uint64_t *id, ckpt_job_record *rec)
+int ckpt_job_latest(ckpt_storage *r, const char *job, uint64_t *id, ckpt_job_record *rec)
 {
-    int rc = ckpt_rados_latest(r, job, id);
+    int rc = ckpt_storage_latest(r, job, id);
     if (rc || !rec) return rc;
     rc = ckpt_job_record_read(r, job, *id, rec);
     if (rc == -ENOENT)
         return shm_fail(STASH_ECORRUPT,
-                        "rados://%s/%s/job-%" PRIu64 ": JOB/latest names a checkpoint without "
+                        "%s/%s/job-%" PRIu64 ": JOB/latest names a checkpoint without "
                         "its record",
-                        ckpt_rados_pool(r), job, *id);
+                        ckpt_storage_where(r), job, *id);
     return rc;
 }
 
@@ -759,7 +763,7 @@ static int newest_first(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-int ckpt_job_records(ckpt_rados *r, const char *job, uint64_t **ids, size_t *n)
+int ckpt_job_records(ckpt_storage *r, const char *job, uint64_t **ids, size_t *n)
 {
     job_state st;
     int rc = job_state_read(r, job, 0, true, &st);
@@ -924,21 +928,21 @@ static int take_forget(void *ctx, const char *attr, const char *value)
 
 /* Forgets the decisions below floor (the oldest kept checkpoint), as the
  * leader of epoch leader: a verdict asked of one says it is forgotten. */
-static int forget_decisions(ckpt_rados *r, const char *job, uint64_t floor, uint64_t leader)
+static int forget_decisions(ckpt_storage *r, const char *job, uint64_t floor, uint64_t leader)
 {
     char latest[1024], mine[32], now[32];
     forget f = {floor, NULL, 0, 0};
     int rc = ckpt_job_object(latest, sizeof latest, job, "latest");
-    if (rc == 0) rc = ckpt_rados_attrs(r, latest, take_forget, &f);
-    ckpt_rados_attr *set = rc == 0 ? calloc(f.n + 1, sizeof *set) : NULL;
+    if (rc == 0) rc = ckpt_storage_attrs(r, latest, take_forget, &f);
+    ckpt_storage_attr *set = rc == 0 ? calloc(f.n + 1, sizeof *set) : NULL;
     if (rc == 0 && !set) rc = shm_fail(-ENOMEM, "out of memory");
     if (rc == 0) {
-        for (size_t i = 0; i < f.n; i++) set[i] = (ckpt_rados_attr){f.names[i], NULL};
+        for (size_t i = 0; i < f.n; i++) set[i] = (ckpt_storage_attr){f.names[i], NULL};
         snprintf(now, sizeof now, "%" PRIu64, floor);
         snprintf(mine, sizeof mine, "%" PRIu64, leader);
-        set[f.n] = (ckpt_rados_attr){FLOOR_ATTR, now};
-        ckpt_rados_attr expect = {LEADER_ATTR, mine};
-        rc = ckpt_rados_update(r, latest, &expect, 1, set, f.n + 1);
+        set[f.n] = (ckpt_storage_attr){FLOOR_ATTR, now};
+        ckpt_storage_attr expect = {LEADER_ATTR, mine};
+        rc = ckpt_storage_update(r, latest, &expect, 1, set, f.n + 1);
         if (rc == -ECANCELED) rc = shm_fail(-ECANCELED, "job %s: the lead passed on", job);
     }
     free(set);
@@ -948,14 +952,14 @@ static int forget_decisions(ckpt_rados *r, const char *job, uint64_t floor, uint
 
 /* Adds the shared files part of rec lists to s->shared, as object names
  * (PART/shared/ID.dat). */
-static int list_part_shared(ckpt_rados *r, const char *job, const ckpt_job_record *rec,
+static int list_part_shared(ckpt_storage *r, const char *job, const ckpt_job_record *rec,
                             const ckpt_job_part *part, sweep *s)
 {
     char sub[1024], dirname[64];
     int rc = ckpt_job_part_prefix(sub, sizeof sub, job, part->host, part->epoch);
     ckpt_job_part_name(rec, dirname, sizeof dirname);
     size_t from = s->nshared;
-    if (rc == 0) rc = ckpt_rados_shared_of(r, sub, dirname, &s->shared, &s->nshared);
+    if (rc == 0) rc = ckpt_storage_shared_of(r, sub, dirname, &s->shared, &s->nshared);
     if (rc == -ENOENT) {
         /* A kept part without its metadata: what it rests on is unknown,
          * and every shared file of its prefix stays. */
@@ -976,10 +980,10 @@ static int list_part_shared(ckpt_rados *r, const char *job, const ckpt_job_recor
     return rc;
 }
 
-int ckpt_job_retain(ckpt_rados *r, const char *job, unsigned keep, uint64_t leader)
+int ckpt_job_retain(ckpt_storage *r, const char *job, unsigned keep, uint64_t leader)
 {
     uint64_t latest;
-    int rc = ckpt_rados_latest(r, job, &latest);
+    int rc = ckpt_storage_latest(r, job, &latest);
     if (rc == -ENOENT) return 0;
     if (rc) return rc;
     job_state st;
@@ -1014,18 +1018,18 @@ int ckpt_job_retain(ckpt_rados *r, const char *job, unsigned keep, uint64_t lead
     if (rc == 0 && floor) rc = forget_decisions(r, job, floor, leader);
     char prefix[1024];
     snprintf(prefix, sizeof prefix, "%s/", job);
-    if (rc == 0) rc = ckpt_rados_list(r, prefix, take_gone, &s);
+    if (rc == 0) rc = ckpt_storage_objects(r, prefix, take_gone, &s);
     /* Each part's metadata first: a part half removed is one no longer. */
     for (size_t i = 0; rc == 0 && i < s.n; i++)
-        if (strstr(s.gone[i], "/_metadata.")) rc = ckpt_rados_remove(r, s.gone[i]);
+        if (strstr(s.gone[i], "/_metadata.")) rc = ckpt_storage_remove(r, s.gone[i]);
     for (size_t i = 0; rc == 0 && i < s.n; i++)
-        if (!strstr(s.gone[i], "/_metadata.")) rc = ckpt_rados_remove(r, s.gone[i]);
+        if (!strstr(s.gone[i], "/_metadata.")) rc = ckpt_storage_remove(r, s.gone[i]);
     /* The pointer of a part no kept record names, once nothing of it is in
      * flight (a live service's parts are in every record). */
     for (size_t i = 0; rc == 0 && i < s.npointers; i++) {
         char at[32];
-        rc = ckpt_rados_pointer(r, s.pointers[i], at, sizeof at);
-        if (rc == 0 && strtoull(at, NULL, 10) <= latest) rc = ckpt_rados_remove(r, s.pointers[i]);
+        rc = ckpt_storage_pointer(r, s.pointers[i], at, sizeof at);
+        if (rc == 0 && strtoull(at, NULL, 10) <= latest) rc = ckpt_storage_remove(r, s.pointers[i]);
         if (rc == -ENOENT) rc = 0;
     }
     for (size_t i = 0; i < s.npointers; i++) free(s.pointers[i]);
@@ -1099,9 +1103,9 @@ static void drop_gathered(ckpt_restored *out)
 }
 
 /* Restores what part holds of the key groups of workers (of p). */
-static int restore_part(stash_arena *a, ckpt_rados *r, const char *job, const ckpt_job_record *rec,
-                        const ckpt_job_part *part, const shm_dir *dir, uint32_t p,
-                        const ckpt_job_workers *workers, ioe_engine *e, store *st,
+static int restore_part(stash_arena *a, ckpt_storage *r, const char *job,
+                        const ckpt_job_record *rec, const ckpt_job_part *part, const shm_dir *dir,
+                        uint32_t p, const ckpt_job_workers *workers, ioe_engine *e, store *st,
                         ckpt_restored *out)
 {
     char sub[1024], chk[64], path[4096] = "";
@@ -1114,7 +1118,7 @@ static int restore_part(stash_arena *a, ckpt_rados *r, const char *job, const ck
     int rc = ckpt_job_part_prefix(sub, sizeof sub, job, part->host, part->epoch);
     if (rc == 0) rc = shm_dir_openat(dir, "parts", SHM_DIR_OWN | SHM_DIR_CREATE, &parts);
     if (rc == 0) rc = shm_dir_openat(&parts, part->host, SHM_DIR_OWN | SHM_DIR_CREATE, &local);
-    if (rc == 0) rc = ckpt_rados_fetch(r, sub, &local, chk);
+    if (rc == 0) rc = ckpt_storage_fetch(r, sub, &local, chk);
     if (rc == 0) rc = ckpt_path_of(path, "%s/%s", local.path, chk);
     bool gathered = false;
     for (uint32_t i = 0; rc == 0 && i < part->workers.n; i++)
@@ -1278,7 +1282,7 @@ int ckpt_job_copies_drop(const shm_dir *dir, uint64_t below)
     return 0;
 }
 
-int ckpt_job_restore(stash_arena *a, ckpt_rados *r, const char *job, const ckpt_job_record *rec,
+int ckpt_job_restore(stash_arena *a, ckpt_storage *r, const char *job, const ckpt_job_record *rec,
                      const shm_dir *dir, uint32_t parallelism, const ckpt_job_workers *workers,
                      ioe_engine *e, store *st, ckpt_restored *out)
 {

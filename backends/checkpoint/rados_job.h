@@ -17,7 +17,7 @@
 #define STASH_CKPT_RADOS_JOB_H
 
 #include "backends/checkpoint/ckpt_restore.h"
-#include "backends/checkpoint/rados.h"
+#include "backends/checkpoint/mirror.h"
 
 #define CKPT_JOB_RANGES 32   /* ranges of worker indices a host serves, at most */
 #define CKPT_JOB_HOSTS 64    /* parts of one job checkpoint, at most */
@@ -77,32 +77,33 @@ int ckpt_job_object(char *out, size_t cap, const char *job, const char *what);
 
 /* A new id for the job's next checkpoint, above every one used before
  * (one compare-and-swap of the counter JOB/ids). */
-int ckpt_job_next_id(ckpt_rados *r, const char *job, uint64_t *id);
+int ckpt_job_next_id(ckpt_storage *r, const char *job, uint64_t *id);
 
 /* Moves the job's ids past floor: its next checkpoint's id is above it. */
-int ckpt_job_ids_above(ckpt_rados *r, const char *job, uint64_t floor);
+int ckpt_job_ids_above(ckpt_storage *r, const char *job, uint64_t floor);
 
 /* Notes in the pool that job was first started from source (a job
  * checkpoint's URL, rados://POOL/JOB/job-ID): one exclusive create, so
  * that every host of its first start restores the same. Returns 0 (noted
  * now, or before with the same source), or -EEXIST naming the source it
  * was started from. */
-int ckpt_job_started_from(ckpt_rados *r, const char *job, const char *source);
+int ckpt_job_started_from(ckpt_storage *r, const char *job, const char *source);
 /* The source job was first started from, into buf (cap bytes): 0, or
  * -ENOENT (none: it started empty or from its own checkpoints). */
-int ckpt_job_origin(ckpt_rados *r, const char *job, char *buf, size_t cap);
+int ckpt_job_origin(ckpt_storage *r, const char *job, char *buf, size_t cap);
 /* Splits source (rados://POOL/JOB/job-ID) into its job (cap bytes) and
- * id, if POOL is pool. Returns 0 or -EINVAL naming what is wrong. */
-int ckpt_job_source_parse(const char *pool, const char *source, char *job, size_t cap,
+ * id, if it names a job of the storage where names ("rados://POOL").
+ * Returns 0 or -EINVAL naming what is wrong. */
+int ckpt_job_source_parse(const char *where, const char *source, char *job, size_t cap,
                           uint64_t *id);
 /* Whether id is a committed checkpoint or savepoint of job whose record is
  * kept: 0, or -ENOENT naming it. The job's state is read, never written. */
-int ckpt_job_committed(ckpt_rados *r, const char *job, uint64_t id);
+int ckpt_job_committed(ckpt_storage *r, const char *job, uint64_t id);
 /* The job checkpoint a host of job restores from: the one JOB/latest
  * names, or while the job has none, the one it was first started from
  * (ckpt_job_started_from); its job in from (cap bytes), its record in rec.
  * Returns 0, -ENOENT (neither: the job starts empty) or an error. */
-int ckpt_job_source(ckpt_rados *r, const char *job, char *from, size_t cap, ckpt_job_record *rec);
+int ckpt_job_source(ckpt_storage *r, const char *job, char *from, size_t cap, ckpt_job_record *rec);
 
 /* ---- members ---- */
 
@@ -115,7 +116,7 @@ typedef struct ckpt_job_member {
 } ckpt_job_member;
 /* Reads member object name. Returns 0, -ENOENT (absent, or only its lease
  * is there), STASH_ECORRUPT naming it, or an error naming it. */
-int ckpt_job_member_read(ckpt_rados *r, const char *name, ckpt_job_member *m);
+int ckpt_job_member_read(ckpt_storage *r, const char *name, ckpt_job_member *m);
 /* The epoch of the service serving m (0: none: taken over or lost). */
 uint64_t ckpt_job_member_epoch(const ckpt_job_member *m);
 /* Whether another host is taking m's workers over. */
@@ -128,24 +129,24 @@ const char *ckpt_job_member_taker(const ckpt_job_member *m);
  * its line, so that a service of an older epoch is fenced off. Returns 0,
  * -EBUSY (a live service holds the lease, or a takeover of the host's
  * workers is under way), or an error naming the object. */
-int ckpt_job_join(ckpt_rados *r, const char *job, ckpt_job_part *self, const char *cookie,
+int ckpt_job_join(ckpt_storage *r, const char *job, ckpt_job_part *self, const char *cookie,
                   uint32_t lease_ms);
 /* Sets the member's line to self (the workers it serves changed), if the
  * member's epoch is still self->epoch. STASH_EFENCED if not. */
-int ckpt_job_member_set(ckpt_rados *r, const char *job, const ckpt_job_part *self);
+int ckpt_job_member_set(ckpt_storage *r, const char *job, const ckpt_job_part *self);
 /* Notes that part's part of checkpoint id is in the pool, if the member's
  * epoch is still part->epoch. STASH_EFENCED if not. */
-int ckpt_job_note(ckpt_rados *r, const char *job, uint64_t id, const ckpt_job_part *part);
+int ckpt_job_note(ckpt_storage *r, const char *job, uint64_t id, const ckpt_job_part *part);
 /* Claims lost's workers for taker, if the member's epoch still reads seen:
  * the service of that epoch is fenced off from then on. Returns 0,
  * -ECANCELED (it changed), or an error naming the object. */
-int ckpt_job_claim(ckpt_rados *r, const char *job, const char *lost, const char *seen,
+int ckpt_job_claim(ckpt_storage *r, const char *job, const char *lost, const char *seen,
                    const char *taker);
 /* Gives taker's claim of lost's workers up (its takeover failed): lost,
  * for the leader to ask again. */
-int ckpt_job_unclaim(ckpt_rados *r, const char *job, const char *lost, const char *taker);
+int ckpt_job_unclaim(ckpt_storage *r, const char *job, const char *lost, const char *taker);
 /* The notes of checkpoint id by the services serving the members now, into rec. */
-int ckpt_job_notes(ckpt_rados *r, const char *job, uint64_t id, ckpt_job_record *rec);
+int ckpt_job_notes(ckpt_storage *r, const char *job, uint64_t id, ckpt_job_record *rec);
 /* Whether the parts of rec serve each of the job's workers exactly once:
  * 0, -EAGAIN naming the first worker no part serves yet, or -EINVAL naming
  * a worker two parts serve or a part of another parallelism. */
@@ -155,9 +156,9 @@ int ckpt_job_covered(const ckpt_job_record *rec);
 
 /* Takes the next leader's epoch (*epoch): a leader of an older one commits
  * nothing from then on. Called by the holder of JOB/leader's lease. */
-int ckpt_job_lead(ckpt_rados *r, const char *job, uint64_t *epoch);
+int ckpt_job_lead(ckpt_storage *r, const char *job, uint64_t *epoch);
 /* The leader's epoch now (0: none yet). */
-int ckpt_job_leader(ckpt_rados *r, const char *job, uint64_t *epoch);
+int ckpt_job_leader(ckpt_storage *r, const char *job, uint64_t *epoch);
 /* Commits job checkpoint rec->id as the leader of epoch leader: its record
  * written, then in one operation on JOB/latest, if the leader's epoch is
  * still leader, JOB/latest still names what it was read to name (below
@@ -165,27 +166,27 @@ int ckpt_job_leader(ckpt_rados *r, const char *job, uint64_t *epoch);
  * savepoint noted as one too, a mark no retention forgets).
  * Returns 0, -ECANCELED saying which of those failed, or an error naming
  * the object. */
-int ckpt_job_commit(ckpt_rados *r, const char *job, const ckpt_job_record *rec, uint64_t leader);
+int ckpt_job_commit(ckpt_storage *r, const char *job, const ckpt_job_record *rec, uint64_t leader);
 /* Aborts job checkpoint id (anyone may: no commit can follow) unless it
  * was committed. Returns 0 (aborted, now or before), 1 (committed),
  * -ESTALE (a decision forgotten), or an error naming the object. */
-int ckpt_job_abort(ckpt_rados *r, const char *job, uint64_t id, const char *why);
+int ckpt_job_abort(ckpt_storage *r, const char *job, uint64_t id, const char *why);
 /* The decision on checkpoint id: 1 committed, 0 none yet, -ECANCELED
  * aborted (one passed over by a later commit is aborted here), -ESTALE
  * (forgotten: below the oldest kept one), or an error naming the object. */
-int ckpt_job_verdict(ckpt_rados *r, const char *job, uint64_t id);
+int ckpt_job_verdict(ckpt_storage *r, const char *job, uint64_t id);
 /* The id JOB/latest names (-ENOENT: none yet) and, with rec, its record. */
-int ckpt_job_latest(ckpt_rados *r, const char *job, uint64_t *id, ckpt_job_record *rec);
+int ckpt_job_latest(ckpt_storage *r, const char *job, uint64_t *id, ckpt_job_record *rec);
 /* Reads the record of job checkpoint id into rec (-ENOENT: none). */
-int ckpt_job_record_read(ckpt_rados *r, const char *job, uint64_t id, ckpt_job_record *rec);
+int ckpt_job_record_read(ckpt_storage *r, const char *job, uint64_t id, ckpt_job_record *rec);
 /* The ids of the job's committed checkpoints whose decisions are kept and
  * of every committed savepoint, newest first (*ids: free it). */
-int ckpt_job_records(ckpt_rados *r, const char *job, uint64_t **ids, size_t *n);
+int ckpt_job_records(ckpt_storage *r, const char *job, uint64_t **ids, size_t *n);
 /* As the leader of epoch leader: keeps the newest keep committed job
  * checkpoints, every committed savepoint and the parts they name; forgets
  * the decisions below the oldest kept checkpoint; removes older records and
  * every part below JOB/latest that no kept record names. */
-int ckpt_job_retain(ckpt_rados *r, const char *job, unsigned keep, uint64_t leader);
+int ckpt_job_retain(ckpt_storage *r, const char *job, unsigned keep, uint64_t leader);
 
 /* Restores into a the key groups of workers (of parallelism, the job's
  * max parallelism being the arena's) from job checkpoint rec: each part
@@ -193,7 +194,7 @@ int ckpt_job_retain(ckpt_rados *r, const char *job, unsigned keep, uint64_t lead
  * restored; the operator state of every part's workers gathered in *out
  * (so every part is read). The copies and the record stay in DIR/parts
  * for rollbacks. st: as for ckpt_restore_prepared(). */
-int ckpt_job_restore(stash_arena *a, ckpt_rados *r, const char *job, const ckpt_job_record *rec,
+int ckpt_job_restore(stash_arena *a, ckpt_storage *r, const char *job, const ckpt_job_record *rec,
                      const shm_dir *dir, uint32_t parallelism, const ckpt_job_workers *workers,
                      ioe_engine *e, store *st, ckpt_restored *out);
 /* A rollback's restore of the key groups range from what the restore of

@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "backends/checkpoint/ckpt.h"
-#include "backends/checkpoint/rados.h"
+#include "backends/checkpoint/mirror.h"
 #include "backends/state/opstate.h"
 
 #define IDS 65536u /* every state id a record can name */
@@ -198,25 +198,27 @@ static uint64_t wall_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-/* A rewrite into RADOS: written into a directory of its own, then copied
- * into the job under the URL's name. */
-static int rewrite_to_rados(stash_snapshot *snap, const char *url,
-                            const stash_snapshot_rewrite_opts *opts, stash_snapshot_info *out)
+/* A rewrite into a remote storage: written into a directory of its own,
+ * then copied into the job under the URL's name. */
+static int rewrite_to_remote(stash_snapshot *snap, const char *url,
+                             const stash_snapshot_rewrite_opts *opts, stash_snapshot_info *out)
 {
-    ckpt_rados *r;
+    ckpt_storage *r;
     char job[256], name[256], local[4096];
-    int rc = ckpt_rados_url_open(url, &r, job, sizeof job, name, sizeof name);
+    int rc = ckpt_url_open(url, &r, job, sizeof job, name, sizeof name);
     if (rc) return rc;
-    ckpt_rados_close(r);
-    if (!name[0]) return shm_fail(-EINVAL, "%s: names no savepoint (rados://POOL/JOB/NAME)", url);
+    if (!name[0])
+        rc = shm_fail(-EINVAL, "%s: names no savepoint (%s/JOB/NAME)", url, ckpt_storage_where(r));
+    ckpt_storage_close(r);
+    if (rc) return rc;
     shm_dir parent, tmp = {.fd = -1};
     rc = shm_dir_open("/var/tmp", SHM_DIR_PLACE, &parent);
-    if (rc == 0) rc = shm_dir_temp(&parent, "stash-rados-", &tmp);
+    if (rc == 0) rc = shm_dir_temp(&parent, "stash-rewrite-", &tmp);
     ioe_engine *e = NULL;
     if (rc == 0) rc = ckpt_path_of(local, "%s/%s", tmp.path, name);
     if (rc == 0) rc = stash_snapshot_rewrite(snap, local, opts, out);
     if (rc == 0) rc = ioe_engine_open(NULL, &e);
-    if (rc == 0) rc = ckpt_rados_url_put(local, url, e);
+    if (rc == 0) rc = ckpt_url_put(local, url, e);
     ioe_engine_close(e);
     shm_dir_temp_remove(&parent, &tmp);
     shm_dir_close(&parent);
@@ -232,7 +234,7 @@ STASH_API int stash_snapshot_rewrite(stash_snapshot *snap, const char *path,
     stash_snapshot_rewrite_opts o;
     int rc = SHM_TAKE_OPTS(__func__, stash_snapshot_rewrite_opts, opts, &o);
     if (rc) return rc;
-    if (ckpt_rados_url(path)) return rewrite_to_rados(snap, path, &o, out);
+    if (ckpt_url(path)) return rewrite_to_remote(snap, path, &o, out);
     if (o.nchanges && !o.changes) return shm_refuse_null(__func__, "changes");
     if (o.max_parallelism > STASH_MAX_MAX_PARALLELISM)
         return shm_fail(-EINVAL, "a savepoint of %u key groups: at most %u", o.max_parallelism,

@@ -29,13 +29,13 @@ STASH_API int stash_snapshot_open(const char *path, stash_snapshot **out)
     if (!s) return shm_fail(-ENOMEM, "out of memory");
     int rc = ioe_engine_open(NULL, &s->e);
     if (rc < 0) shm_fail(rc, "no I/O engine to read %s", path);
-    if (rc == 0 && ckpt_rados_url(path)) {
-        /* Copied from RADOS, read whole into memory, the copy removed. */
+    if (rc == 0 && ckpt_url(path)) {
+        /* Copied from the storage, read whole into memory, the copy removed. */
         ckpt_fetched f;
         rc = ckpt_url_fetch(path, NULL, &f);
         if (rc == 0) {
             rc = ckpt_view_open_path(f.path, s->e, &s->v);
-            ckpt_rados_url_release(&f);
+            ckpt_url_release(&f);
         }
     } else if (rc == 0) {
         rc = ckpt_view_open_path(path, s->e, &s->v);

@@ -35,9 +35,11 @@ struct stash_service {
     stash_worker_info *seen; /* per worker index, as the last look found it */
     store *store;            /* the engine's handle on the arena's store, for its cuts */
     ioe_info io_seen;        /* the I/O engine's counters as last added to the arena's */
-    ckpt_rados *rados;       /* rados storage: the connection */
-    char job[256];           /* rados: the objects' prefix */
-    uint64_t rados_latest;   /* rados: the id JOB/latest names, 0 none */
+    ckpt_storage *remote;    /* a remote storage (rados, s3): the connection */
+    char job[256];           /* remote: the objects' prefix */
+    uint64_t remote_latest;  /* remote: the id JOB/latest names, 0 none */
+    uint32_t call_ms;        /* remote: of each call (0: the storage's default) */
+    bool memory;             /* the memory storage: each checkpoint capped */
     /* a job that spans hosts (s->o.host): s->job is this host's parts' prefix */
     svc_job *jobs;
     char jobname[256];            /* the job's prefix */

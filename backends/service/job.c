@@ -45,7 +45,7 @@ struct svc_job {
     bool joined;         /* the member's lease taken and its epoch set */
     _Atomic bool fenced; /* its epoch is not the member's any more */
     _Atomic uint32_t *wake;
-    ckpt_rados_watch *watch;
+    ckpt_storage_watch *watch;
     pthread_t thread, leases; /* the job's work; the leases' renewals, apart */
     bool started;
     pthread_mutex_t mu;
@@ -157,7 +157,7 @@ static void notify(svc_job *j, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    if (ckpt_rados_notify(j->o.rados, j->ctl, msg, NOTIFY_MS) < 0)
+    if (ckpt_storage_notify(j->o.remote, j->ctl, msg, NOTIFY_MS) < 0)
         say(j, STASH_LOG_WARN, "job", "%s", stash_errmsg());
 }
 
@@ -227,7 +227,7 @@ static int take_member(void *ctx, const char *name)
     member *m = &ms->v[ms->n];
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", name);
-    int rc = ckpt_job_member_read(ms->j->o.rados, name, &m->m);
+    int rc = ckpt_job_member_read(ms->j->o.remote, name, &m->m);
     if (rc == -ENOENT) return 0; /* removed meanwhile, or only its lease is left */
     if (rc == STASH_ECORRUPT) {
         say(ms->j, STASH_LOG_WARN, "job", "%s", stash_errmsg());
@@ -236,7 +236,7 @@ static int take_member(void *ctx, const char *name)
     if (rc < 0) return rc;
     if (strcmp(m->m.m.host, ms->j->host) == 0)
         m->alive = true;
-    else if ((rc = ckpt_rados_lease_held(ms->j->o.rados, name)) < 0)
+    else if ((rc = ckpt_storage_lease_held(ms->j->o.remote, name)) < 0)
         return rc;
     else
         m->alive = rc == 1;
@@ -247,7 +247,7 @@ static int take_member(void *ctx, const char *name)
 static int list_members(svc_job *j, members *ms)
 {
     *ms = (members){j, NULL, 0, 0};
-    int rc = ckpt_rados_list(j->o.rados, j->hosts, take_member, ms);
+    int rc = ckpt_storage_objects(j->o.remote, j->hosts, take_member, ms);
     if (rc) {
         free(ms->v);
         ms->v = NULL;
@@ -337,7 +337,7 @@ static unsigned check_hosts(svc_job *j, char *why, size_t cap)
         if (covered || mp->parallelism != j->o.parallelism) {
             say(j, STASH_LOG_INFO, "job", "host %s is gone and its workers are served: forgotten",
                 mp->host);
-            ckpt_rados_remove(j->o.rados, m->name);
+            ckpt_storage_remove(j->o.remote, m->name);
             continue;
         }
         char ws[512];
@@ -350,7 +350,7 @@ static unsigned check_hosts(svc_job *j, char *why, size_t cap)
                 "host %s, which was taking host %s's workers over, is gone: they are asked for "
                 "again",
                 ckpt_job_member_taker(&m->m), mp->host);
-            if (ckpt_job_unclaim(j->o.rados, j->job, mp->host, ckpt_job_member_taker(&m->m)) < 0)
+            if (ckpt_job_unclaim(j->o.remote, j->job, mp->host, ckpt_job_member_taker(&m->m)) < 0)
                 say(j, STASH_LOG_ERROR, "job", "%s", stash_errmsg());
             continue;
         }
@@ -385,15 +385,15 @@ static void settle(svc_job *j, const char *why)
 {
     char name[1024], buf[32];
     uint64_t latest = 0;
-    int rc = ckpt_rados_latest(j->o.rados, j->job, &latest);
+    int rc = ckpt_storage_latest(j->o.remote, j->job, &latest);
     if (rc && rc != -ENOENT) return;
     if (ckpt_job_object(name, sizeof name, j->job, "ids") < 0 ||
-        ckpt_rados_pointer(j->o.rados, name, buf, sizeof buf) < 0)
+        ckpt_storage_pointer(j->o.remote, name, buf, sizeof buf) < 0)
         return;
     uint64_t top = strtoull(buf, NULL, 10);
     for (uint64_t id = top; id > latest && top - id < SETTLE_MAX; id--)
-        if (ckpt_job_verdict(j->o.rados, j->job, id) == 0 &&
-            ckpt_job_abort(j->o.rados, j->job, id, why) == 0) {
+        if (ckpt_job_verdict(j->o.remote, j->job, id) == 0 &&
+            ckpt_job_abort(j->o.remote, j->job, id, why) == 0) {
             say(j, STASH_LOG_WARN, "job",
                 "job checkpoint %" PRIu64 " was left undecided: aborted (%s)", id, why);
             notify(j, "verdict %" PRIu64, id);
@@ -403,7 +403,7 @@ static void settle(svc_job *j, const char *why)
 /* Gives the lead up (the lease, for another to take at once). */
 static void step_down(svc_job *j)
 {
-    if (atomic_exchange(&j->leading, false)) ckpt_rados_unlock(j->o.rados, j->leader, j->cookie);
+    if (atomic_exchange(&j->leading, false)) ckpt_storage_unlock(j->o.remote, j->leader, j->cookie);
 }
 
 /* This service is fenced off the job: said once, and the engine woken to
@@ -430,7 +430,7 @@ static void keep_leases(svc_job *j)
         step_down(j);
         return;
     }
-    int rc = ckpt_rados_lock(j->o.rados, j->member, j->cookie, lease_ms(j));
+    int rc = ckpt_storage_lock(j->o.remote, j->member, j->cookie, lease_ms(j));
     uint64_t done = shm_clock_ns();
     /* Out of reach of the cluster ourselves, or reached late: the others
      * may have been out of reach too. */
@@ -445,7 +445,7 @@ static void keep_leases(svc_job *j)
         }
     }
     ckpt_job_member m;
-    rc = ckpt_job_member_read(j->o.rados, j->member, &m);
+    rc = ckpt_job_member_read(j->o.remote, j->member, &m);
     if ((rc == 0 && ckpt_job_member_epoch(&m) != j->epoch) || rc == -ENOENT) {
         char why[256];
         snprintf(why, sizeof why,
@@ -455,15 +455,15 @@ static void keep_leases(svc_job *j)
         step_down(j);
         return;
     }
-    if (ckpt_rados_watch_check(j->watch) < 0)
+    if (ckpt_storage_watch_check(j->watch) < 0)
         say(j, STASH_LOG_WARN, "job", "watching the job: %s", stash_errmsg());
-    rc = ckpt_rados_lock(j->o.rados, j->leader, j->cookie, lease_ms(j));
+    rc = ckpt_storage_lock(j->o.remote, j->leader, j->cookie, lease_ms(j));
     bool was = atomic_load(&j->leading);
     uint64_t epoch = atomic_load(&j->leader_epoch);
     if (rc == 0 && !was) {
         /* A new epoch first: a leader before this one commits nothing more. */
-        rc = ckpt_job_lead(j->o.rados, j->job, &epoch);
-        if (rc) ckpt_rados_unlock(j->o.rados, j->leader, j->cookie);
+        rc = ckpt_job_lead(j->o.remote, j->job, &epoch);
+        if (rc) ckpt_storage_unlock(j->o.remote, j->leader, j->cookie);
     }
     atomic_store(&j->leader_epoch, epoch);
     atomic_store(&j->leading, rc == 0);
@@ -493,13 +493,13 @@ static void run_job_checkpoint(svc_job *j, unsigned sp)
     uint64_t timeout = (j->o.timeout_ms ? j->o.timeout_ms : 60000) * 1000000ull;
     /* A leader that was paused may hold a lease that lapsed meanwhile: it
      * asks the pool first (its commit would be refused anyway). */
-    if (ckpt_job_leader(j->o.rados, j->job, &epoch) < 0 || epoch != leader) {
+    if (ckpt_job_leader(j->o.remote, j->job, &epoch) < 0 || epoch != leader) {
         say(j, STASH_LOG_WARN, "job", "host %s no longer leads: the leader's epoch is %" PRIu64,
             j->host, epoch);
         step_down(j);
         return;
     }
-    if (ckpt_job_next_id(j->o.rados, j->job, &id) < 0) {
+    if (ckpt_job_next_id(j->o.remote, j->job, &id) < 0) {
         say(j, STASH_LOG_ERROR, "job", "no checkpoint id: %s", stash_errmsg());
         return;
     }
@@ -512,10 +512,10 @@ static void run_job_checkpoint(svc_job *j, unsigned sp)
     int rc = rec ? -EAGAIN : -ENOMEM;
     while (rec && rc == -EAGAIN && !quitting(j)) {
         uint32_t seen = events(j);
-        rc = ckpt_job_notes(j->o.rados, j->job, id, rec);
+        rc = ckpt_job_notes(j->o.remote, j->job, id, rec);
         rec->savepoint = sp != 0;
         if (rc == 0) rc = ckpt_job_covered(rec);
-        if (rc == 0) rc = ckpt_job_commit(j->o.rados, j->job, rec, leader);
+        if (rc == 0) rc = ckpt_job_commit(j->o.remote, j->job, rec, leader);
         if (rc != -EAGAIN) {
             if (rc) snprintf(why, sizeof why, "%s", stash_errmsg());
             break;
@@ -543,7 +543,7 @@ static void run_job_checkpoint(svc_job *j, unsigned sp)
         await_event(j, seen, POLL_NS);
     }
     if (rc == -EAGAIN) snprintf(why, sizeof why, "the service is stopping");
-    int was = rc ? ckpt_job_abort(j->o.rados, j->job, id, why) : 1;
+    int was = rc ? ckpt_job_abort(j->o.remote, j->job, id, why) : 1;
     if (was < 0) {
         /* Undecided: whoever next reaches the pool decides (a host that
          * waits for it, or the next leader). */
@@ -559,7 +559,7 @@ static void run_job_checkpoint(svc_job *j, unsigned sp)
     if (rc == 0) {
         /* Retention first: once the line says committed, older records are
          * gone as retention keeps them. */
-        if (ckpt_job_retain(j->o.rados, j->job, j->o.retain ? j->o.retain : 3, leader) < 0)
+        if (ckpt_job_retain(j->o.remote, j->job, j->o.retain ? j->o.retain : 3, leader) < 0)
             say(j, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
         say(j, STASH_LOG_INFO, "job", "job %s %" PRIu64 " committed: %zu parts in %.1f ms%s", what,
             id, rec->n, ms, sp > 1 ? "; the job stops" : "");
@@ -577,7 +577,7 @@ static bool job_stopping(svc_job *j)
 {
     uint64_t id = atomic_load(&j->stop_id);
     if (!id || atomic_load(&j->stopped)) return id != 0;
-    int rc = ckpt_job_verdict(j->o.rados, j->job, id);
+    int rc = ckpt_job_verdict(j->o.remote, j->job, id);
     if (rc == 1) atomic_store(&j->stopped, true);
     if (rc == -ECANCELED || rc == -ESTALE) atomic_compare_exchange_strong(&j->stop_id, &id, 0);
     return atomic_load(&j->stop_id) != 0;
@@ -685,7 +685,7 @@ bool job_fenced(svc_job *j, char *why, size_t cap)
 static int part_committed(svc_job *j, uint64_t id)
 {
     ckpt_job_record *rec = malloc(sizeof *rec);
-    int rc = rec ? ckpt_job_record_read(j->o.rados, j->job, id, rec)
+    int rc = rec ? ckpt_job_record_read(j->o.remote, j->job, id, rec)
                  : shm_fail(-ENOMEM, "out of memory");
     bool mine = false;
     for (size_t i = 0; rc == 0 && i < rec->n; i++)
@@ -709,7 +709,7 @@ int job_part_done(svc_job *j, uint64_t id)
     ckpt_job_workers w;
     job_workers(j, &w);
     ckpt_job_part part = self_part(j, &w);
-    int rc = ckpt_job_note(j->o.rados, j->job, id, &part);
+    int rc = ckpt_job_note(j->o.remote, j->job, id, &part);
     if (rc == STASH_EFENCED) {
         snprintf(why, sizeof why, "%s", stash_errmsg());
         fence(j, why);
@@ -724,7 +724,7 @@ int job_part_done(svc_job *j, uint64_t id)
      * lease is fenced, and its workers stop without an outcome). */
     for (;;) {
         uint32_t seen = events(j);
-        rc = ckpt_job_verdict(j->o.rados, j->job, id);
+        rc = ckpt_job_verdict(j->o.remote, j->job, id);
         if (rc == 1 && ((rc = part_committed(j, id)) == 0 || rc == STASH_EFENCED)) return rc;
         if (rc == -ECANCELED || rc == -ESTALE) return rc;
         if (job_fenced(j, why, sizeof why)) return shm_fail(STASH_EFENCED, "%s", why);
@@ -738,7 +738,7 @@ int job_part_done(svc_job *j, uint64_t id)
              * that needs no lead, and reads what was decided. */
             snprintf(why, sizeof why, "no verdict from the leader within %llu ms (host %s)",
                      (unsigned long long)(deadline / 1000000ull), j->host);
-            rc = ckpt_job_abort(j->o.rados, j->job, id, why);
+            rc = ckpt_job_abort(j->o.remote, j->job, id, why);
             if (rc == 1 && ((rc = part_committed(j, id)) == 0 || rc == STASH_EFENCED)) return rc;
             if (rc == 0) {
                 notify(j, "verdict %" PRIu64, id);
@@ -776,7 +776,7 @@ bool job_takeover(svc_job *j, char *lost, size_t cap, ckpt_job_workers *workers)
         m && !m->alive && !ckpt_job_member_taken(&m->m) && m->m.m.parallelism == j->o.parallelism;
     /* The claim replaces the lost host's epoch: its service, should it
      * wake, can note nothing more. */
-    if (take) take = ckpt_job_claim(j->o.rados, j->job, name, m->m.epoch, j->host) == 0;
+    if (take) take = ckpt_job_claim(j->o.remote, j->job, name, m->m.epoch, j->host) == 0;
     if (take) {
         *workers = m->m.m.workers;
         snprintf(lost, cap, "%s", name);
@@ -789,7 +789,7 @@ bool job_takeover(svc_job *j, char *lost, size_t cap, ckpt_job_workers *workers)
 
 void job_takeover_failed(svc_job *j, const char *lost)
 {
-    if (ckpt_job_unclaim(j->o.rados, j->job, lost, j->host) < 0)
+    if (ckpt_job_unclaim(j->o.remote, j->job, lost, j->host) < 0)
         say(j, STASH_LOG_ERROR, "job", "%s", stash_errmsg());
 }
 
@@ -801,7 +801,7 @@ int job_takeover_done(svc_job *j, const char *lost, const ckpt_job_workers *work
     pthread_mutex_unlock(&j->mu);
     if (rc == 0) {
         ckpt_job_part self = self_part(j, &w);
-        rc = ckpt_job_member_set(j->o.rados, j->job, &self);
+        rc = ckpt_job_member_set(j->o.remote, j->job, &self);
         if (rc == STASH_EFENCED) fence(j, stash_errmsg());
     }
     if (rc) return rc;
@@ -811,7 +811,7 @@ int job_takeover_done(svc_job *j, const char *lost, const ckpt_job_workers *work
     char name[1100], taken[CKPT_JOB_HOST_MAX + 16];
     snprintf(name, sizeof name, "%s%s", j->hosts, lost);
     snprintf(taken, sizeof taken, "taken by %s", j->host);
-    rc = ckpt_rados_remove_if(j->o.rados, name, &(ckpt_rados_attr){"stash.epoch", taken});
+    rc = ckpt_storage_remove_if(j->o.remote, name, &(ckpt_storage_attr){"stash.epoch", taken});
     return rc == -ECANCELED ? 0 : rc; /* gone already */
 }
 
@@ -873,7 +873,7 @@ int job_open(const svc_job_opts *o, svc_job **out)
     if (rc == 0) rc = ckpt_job_object(j->hosts, sizeof j->hosts, j->job, "hosts/");
     if (rc == 0) rc = check_join(j);
     ckpt_job_part self = self_part(j, &j->workers);
-    if (rc == 0) rc = ckpt_job_join(j->o.rados, j->job, &self, j->cookie, lease_ms(j));
+    if (rc == 0) rc = ckpt_job_join(j->o.remote, j->job, &self, j->cookie, lease_ms(j));
     if (rc == 0) {
         j->joined = true;
         j->epoch = self.epoch;
@@ -895,8 +895,8 @@ int job_start(svc_job *j, uint32_t max_parallelism, _Atomic uint32_t *wake)
     j->wake = wake;
     j->clean_ns = shm_clock_ns();
     ckpt_job_part self = self_part(j, &j->workers);
-    int rc = ckpt_job_member_set(j->o.rados, j->job, &self);
-    if (rc == 0) rc = ckpt_rados_watch_start(j->o.rados, j->ctl, on_notify, j, &j->watch);
+    int rc = ckpt_job_member_set(j->o.remote, j->job, &self);
+    if (rc == 0) rc = ckpt_storage_watch_start(j->o.remote, j->ctl, on_notify, j, &j->watch);
     if (rc == 0 && (rc = -pthread_create(&j->leases, NULL, leases_main, j)) != 0)
         return shm_fail(rc, "cannot start the job's threads");
     if (rc == 0 && (rc = -pthread_create(&j->thread, NULL, job_main, j)) != 0) {
@@ -925,7 +925,7 @@ void job_close(svc_job *j)
         pthread_join(j->thread, NULL);
         pthread_join(j->leases, NULL);
     }
-    ckpt_rados_watch_stop(j->watch);
+    ckpt_storage_watch_stop(j->watch);
     step_down(j);
     /* A host that leaves on purpose is no lost host: nobody takes its
      * workers over, and the job's checkpoints wait for it to come back.
@@ -933,8 +933,8 @@ void job_close(svc_job *j)
     if (j->joined && !atomic_load(&j->fenced)) {
         char epoch[32];
         snprintf(epoch, sizeof epoch, "%" PRIu64, j->epoch);
-        ckpt_rados_remove_if(j->o.rados, j->member, &(ckpt_rados_attr){"stash.epoch", epoch});
-        ckpt_rados_unlock(j->o.rados, j->member, j->cookie);
+        ckpt_storage_remove_if(j->o.remote, j->member, &(ckpt_storage_attr){"stash.epoch", epoch});
+        ckpt_storage_unlock(j->o.remote, j->member, j->cookie);
     }
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);

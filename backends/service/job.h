@@ -25,7 +25,7 @@ typedef void svc_job_log_fn(void *ctx, stash_log_level level, const char *subjec
                             const char *message);
 
 typedef struct svc_job_opts {
-    ckpt_rados *rados;        /* the connection, shared with the caller */
+    ckpt_storage *remote;     /* the connection, shared with the caller (CKPT_CAN_JOB) */
     const char *job;          /* the job's objects' prefix */
     const char *host;         /* this host's name (ckpt_job_host_ok) */
     uint32_t parallelism;     /* the job's workers */

@@ -284,17 +284,17 @@ static uint64_t cut_clock_ms(stash_service *s, uint64_t id, uint32_t p)
     return cut ? at : shm_now_ns() / 1000000ull;
 }
 
-/* Copies the checkpoint just committed in dir into RADOS; on failure it
- * is removed from dir too: complete means named by JOB/latest. */
+/* Copies the checkpoint just committed in dir into the remote storage; on
+ * failure it is removed from dir too: complete means named by JOB/latest. */
 static int upload(stash_service *s, uint64_t id, bool savepoint, bool shared)
 {
     char chk[4096], name[64];
     snprintf(name, sizeof name, "%s-%llu", savepoint ? "savepoint" : "chk", (unsigned long long)id);
     int rc = ckpt_path_of(chk, "%s/%s", s->dir, name);
     if (rc == 0)
-        rc = ckpt_rados_upload(s->rados, s->job, s->ckpts.fd, name, chk,
-                               savepoint ? 0 : s->rados_latest, s->e);
-    if (rc == 0 && !savepoint) s->rados_latest = id;
+        rc = ckpt_storage_upload(s->remote, s->job, s->ckpts.fd, name, chk,
+                                 savepoint ? 0 : s->remote_latest, s->e);
+    if (rc == 0 && !savepoint) s->remote_latest = id;
     if (rc == 0) return 0;
     char why[512];
     snprintf(why, sizeof why, "%s", stash_errmsg());
@@ -303,7 +303,7 @@ static int upload(stash_service *s, uint64_t id, bool savepoint, bool shared)
         snprintf(name, sizeof name, "%s/%llu.dat", CKPT_SHARED_DIR, (unsigned long long)id);
         unlinkat(s->ckpts.fd, name, 0);
     }
-    return shm_fail(rc, "not in RADOS: %s", why);
+    return shm_fail(rc, "not in %s: %s", ckpt_storage_where(s->remote), why);
 }
 
 /* Opens the checkpoint directory again, every check made again: a
@@ -351,28 +351,27 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
     ttl_cut *cut = malloc(sizeof *cut);
     snap_filter filter = {ttl_cut_filter, cut};
     bool filtered = cut && ttl_cut_init(a, cut_clock_ms(s, id, p), cut) > 0;
-    ckpt_opts o = {.dir = &s->ckpts,
-                   .filter = filtered ? &filter : NULL,
-                   .id = id,
-                   .lz4 = s->o.lz4,
-                   .savepoint = r->savepoint,
-                   .incremental = chain,
-                   .base_id = delta ? s->base_id : 0,
-                   .base_pins = delta ? s->base : NULL,
-                   .cap_bytes = s->o.storage == STASH_STORAGE_MEMORY
-                                    ? (s->o.memory_cap ? s->o.memory_cap : CKPT_MEMORY_DEFAULT_CAP)
-                                    : 0,
-                   .group = s->group,
-                   .reader = true,
-                   .reader_slot = s->reader,
-                   .reader_slot2 = s->reader2,
-                   .engine = s->e,
-                   .op_parallelism = p,
-                   .op_blobs = blobs,
-                   .serialized = chain ? NULL : release_cut,
-                   .serialized_ctx = s,
-                   .store = s->store,
-                   .lazy_from = s->lazy_cut ? a->control->lazy_path : NULL};
+    ckpt_opts o = {
+        .dir = &s->ckpts,
+        .filter = filtered ? &filter : NULL,
+        .id = id,
+        .lz4 = s->o.lz4,
+        .savepoint = r->savepoint,
+        .incremental = chain,
+        .base_id = delta ? s->base_id : 0,
+        .base_pins = delta ? s->base : NULL,
+        .cap_bytes = s->memory ? (s->o.memory_cap ? s->o.memory_cap : CKPT_MEMORY_DEFAULT_CAP) : 0,
+        .group = s->group,
+        .reader = true,
+        .reader_slot = s->reader,
+        .reader_slot2 = s->reader2,
+        .engine = s->e,
+        .op_parallelism = p,
+        .op_blobs = blobs,
+        .serialized = chain ? NULL : release_cut,
+        .serialized_ctx = s,
+        .store = s->store,
+        .lazy_from = s->lazy_cut ? a->control->lazy_path : NULL};
     ckpt_written w = {0};
     rc = ckpt_write(a, s->cut, &o, &w);
     if (rc == -E2BIG) {
@@ -381,7 +380,7 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
         o.base_pins = NULL;
         rc = ckpt_write(a, s->cut, &o, &w);
     }
-    if (rc == 0 && s->rados) rc = upload(s, id, r->savepoint, chain);
+    if (rc == 0 && s->remote) rc = upload(s, id, r->savepoint, chain);
     free(blobs);
     free(mem);
     free(cut);
@@ -779,8 +778,8 @@ static int await_verdict(stash_service *s, uint64_t id, outcome *r)
     int rc = job_part_done(s->jobs, id);
     if (rc == 0 && r->savepoint) {
         /* The job's savepoint is the record of all its parts: what restores it. */
-        snprintf(r->detail, sizeof r->detail, "rados://%.80s/%.120s/job-%llu",
-                 ckpt_rados_pool(s->rados), s->jobname, (unsigned long long)id);
+        snprintf(r->detail, sizeof r->detail, "%.80s/%.120s/job-%llu",
+                 ckpt_storage_where(s->remote), s->jobname, (unsigned long long)id);
     }
     if (rc == 0) return 0;
     full_next(s);
@@ -877,7 +876,7 @@ static void run_checkpoint(stash_service *s)
         ckpt_job_copies_drop(&s->ckpts, id) < 0)
         engine_say(s, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
     /* A job's parts are kept by its leader, as its records name them. */
-    if (rc == 0 && s->rados && !s->jobs && ckpt_rados_retain(s->rados, s->job, keep) < 0)
+    if (rc == 0 && s->remote && !s->jobs && ckpt_storage_retain(s->remote, s->job, keep) < 0)
         engine_say(s, STASH_LOG_ERROR, "retention", "%s", stash_errmsg());
     count_outcome(s, id, rc);
     engine_account_io(s);
@@ -926,10 +925,10 @@ static void take_over(stash_service *s)
     ckpt_job_record *rec = malloc(sizeof *rec);
     ckpt_restored out = {0};
     char from[256];
-    int rc = rec ? ckpt_job_source(s->rados, s->jobname, from, sizeof from, rec) : -ENOMEM;
+    int rc = rec ? ckpt_job_source(s->remote, s->jobname, from, sizeof from, rec) : -ENOMEM;
     if (rc == 0) {
         id = rec->id;
-        rc = ckpt_job_restore(s->a, s->rados, from, rec, &s->ckpts, s->o.job_parallelism, &w, s->e,
+        rc = ckpt_job_restore(s->a, s->remote, from, rec, &s->ckpts, s->o.job_parallelism, &w, s->e,
                               s->store, &out);
     }
     shm_control *c = s->a->control;

@@ -39,7 +39,7 @@ int service_install_opstate(stash_arena *a, const ckpt_restored *r)
 static int restore_into(stash_service *s, stash_worker *w, const char *from, ckpt_restored *out)
 {
     if (s->job_restore)
-        return ckpt_job_restore(w->arena, s->rados, s->job_from, s->job_restore, &s->ckpts,
+        return ckpt_job_restore(w->arena, s->remote, s->job_from, s->job_restore, &s->ckpts,
                                 s->o.job_parallelism, &s->job_workers, s->e, w->store, out);
     if (from) return ckpt_restore_path(w->arena, from, w->range, s->e, w->store, out);
     return ckpt_restore_prepared(w->arena, &s->ckpts, 0, UINT64_MAX, w->range, s->e, w->store, NULL,
@@ -178,19 +178,19 @@ static int create_arena(stash_service *s, const char *name)
     const char *from = s->o.restore;
     char fetched[4096];
     int rc = 0;
-    if (from && ckpt_rados_url(from) && !s->o.host) {
+    if (from && ckpt_url(from) && !s->o.host) {
         ckpt_fetched f;
         if ((rc = ckpt_url_fetch(from, &s->ckpts, &f)) != 0) return rc;
         rc = build_arena(s, name, f.path);
-        ckpt_rados_url_release(&f);
+        ckpt_url_release(&f);
         return rc;
     }
     if (s->o.host) {
         /* A host restores from the job's newest checkpoint, not its own
          * parts (or from what the job was started from). */
         s->job_restore = malloc(sizeof *s->job_restore);
-        rc = s->job_restore ? ckpt_job_source(s->rados, s->jobname, s->job_from, sizeof s->job_from,
-                                              s->job_restore)
+        rc = s->job_restore ? ckpt_job_source(s->remote, s->jobname, s->job_from,
+                                              sizeof s->job_from, s->job_restore)
                             : -ENOMEM;
         if (rc == -ENOENT) {
             free(s->job_restore);
@@ -202,10 +202,10 @@ static int create_arena(stash_service *s, const char *name)
         s->job_restore = NULL;
         return rc;
     }
-    if (!from && s->rados_latest) {
+    if (!from && s->remote_latest) {
         char chk[64];
-        snprintf(chk, sizeof chk, "chk-%llu", (unsigned long long)s->rados_latest);
-        rc = ckpt_rados_fetch(s->rados, s->job, &s->ckpts, chk);
+        snprintf(chk, sizeof chk, "chk-%llu", (unsigned long long)s->remote_latest);
+        rc = ckpt_storage_fetch(s->remote, s->job, &s->ckpts, chk);
         if (rc == 0) rc = ckpt_path_of(fetched, "%s/%s", s->dir, chk);
         if (rc) return rc;
         from = fetched;
@@ -277,15 +277,15 @@ static void release(stash_service *s)
     ioe_engine_close(s->e);
     shm_dir_close(&s->ckpts);
     job_close(s->jobs);
-    ckpt_rados_close(s->rados);
+    ckpt_storage_close(s->remote);
     free(s->cut);
     free(s->base);
     free(s->seen);
     free(s);
 }
 
-/* A host of a job: its options checked. */
-static int check_host_opts(stash_service *s)
+/* A host of a job: its options checked (where: its storage, "rados://POOL"). */
+static int check_host_opts(stash_service *s, const char *where)
 {
     if (!ckpt_job_host_ok(s->o.host))
         return shm_fail(-EINVAL, "host '%s': 1 to %u letters, digits, '.', '_' or '-'", s->o.host,
@@ -299,7 +299,7 @@ static int check_host_opts(stash_service *s)
         /* Refused before the job is joined. */
         char from[256];
         uint64_t id;
-        rc = ckpt_job_source_parse(s->o.pool, s->o.restore, from, sizeof from, &id);
+        rc = ckpt_job_source_parse(where, s->o.restore, from, sizeof from, &id);
     }
     for (uint32_t i = 0; rc == 0 && i < s->job_workers.n; i++)
         if (s->job_workers.r[i].last >= s->o.job_parallelism)
@@ -320,14 +320,14 @@ static int open_job(stash_service *s)
 {
     uint32_t maxp =
         s->o.arena->max_parallelism ? s->o.arena->max_parallelism : STASH_DEFAULT_MAX_PARALLELISM;
-    svc_job_opts o = {.rados = s->rados,
+    svc_job_opts o = {.remote = s->remote,
                       .job = s->jobname,
                       .host = s->o.host,
                       .parallelism = s->o.job_parallelism,
                       .max_parallelism = maxp > s->o.job_parallelism ? maxp : s->o.job_parallelism,
                       .workers = s->job_workers,
                       .lease_ms = s->o.lease_ms,
-                      .call_ms = s->o.ceph_timeout_ms,
+                      .call_ms = s->call_ms,
                       .interval_ms = s->o.interval_ms,
                       .timeout_ms = s->o.timeout_ms,
                       .retain = s->o.retain,
@@ -348,10 +348,10 @@ static int job_start_from(stash_service *s)
     const char *url = s->o.restore;
     char from[256], had[1024];
     uint64_t id, latest;
-    int rc = ckpt_job_source_parse(ckpt_rados_pool(s->rados), url, from, sizeof from, &id);
+    int rc = ckpt_job_source_parse(ckpt_storage_where(s->remote), url, from, sizeof from, &id);
     if (rc) return rc;
-    if ((rc = ckpt_rados_latest(s->rados, s->jobname, &latest)) == 0) {
-        rc = ckpt_job_origin(s->rados, s->jobname, had, sizeof had);
+    if ((rc = ckpt_storage_latest(s->remote, s->jobname, &latest)) == 0) {
+        rc = ckpt_job_origin(s->remote, s->jobname, had, sizeof had);
         if (rc == 0 && strcmp(had, url) == 0) {
             engine_say(s, STASH_LOG_INFO, "restore",
                        "job %s was started from %s and has committed checkpoint %llu since: "
@@ -366,32 +366,95 @@ static int job_start_from(stash_service *s)
                         s->jobname, (unsigned long long)latest, url);
     }
     if (rc != -ENOENT) return rc;
-    if ((rc = ckpt_job_committed(s->rados, from, id)) != 0) return rc;
-    if ((rc = ckpt_job_started_from(s->rados, s->jobname, url)) != 0) return rc;
-    return ckpt_job_ids_above(s->rados, s->jobname, id);
+    if ((rc = ckpt_job_committed(s->remote, from, id)) != 0) return rc;
+    if ((rc = ckpt_job_started_from(s->remote, s->jobname, url)) != 0) return rc;
+    return ckpt_job_ids_above(s->remote, s->jobname, id);
 }
 
-/* The rados storage: the connection, and the checkpoint JOB/latest names. */
-static int connect_rados(stash_service *s, const char *name)
+/* A remote storage: the connection (to container of ops), and the
+ * checkpoint JOB/latest names. */
+static int connect_remote(stash_service *s, const ckpt_storage_ops *ops, const char *container,
+                          const char *job, const stash_storage_opts *so)
 {
-    if (!s->o.pool) return shm_fail(-EINVAL, "the rados storage needs a pool");
-    const char *job = s->o.job ? s->o.job : name;
     if (!*job || (size_t)snprintf(s->job, sizeof s->job, "%s", job) >= sizeof s->job)
         return shm_fail(-EINVAL, "job '%s': a name of 1 to %zu bytes", job, sizeof s->job - 1);
     if (s->o.host) {
-        int rc = check_host_opts(s);
+        char where[192];
+        snprintf(where, sizeof where, "%s://%s", ops->scheme, container);
+        int rc = check_host_opts(s, where);
         if (rc) return rc;
     }
-    int rc = ckpt_rados_open(&(ckpt_rados_opts){.conf = s->o.ceph_conf,
-                                                .id = s->o.ceph_id,
-                                                .pool = s->o.pool,
-                                                .timeout_ms = s->o.ceph_timeout_ms},
-                             &s->rados);
+    int rc = ckpt_storage_open(ops, container, so, &s->remote);
+    if (rc == 0 && s->o.host && !ckpt_storage_can(s->remote, CKPT_CAN_JOB))
+        rc = shm_fail(-ENOTSUP,
+                      "%s: a job that spans hosts needs leases and notifications, which the %s "
+                      "storage lacks (rados has them)",
+                      ckpt_storage_where(s->remote), ops->scheme);
+    if (rc == 0 && !ckpt_storage_can(s->remote, CKPT_CAN_SWAP))
+        rc = shm_fail(-ENOTSUP, "%s: the %s storage has no compare-and-swap to commit with",
+                      ckpt_storage_where(s->remote), ops->scheme);
     if (rc == 0 && s->o.host) rc = open_job(s);
     if (rc == 0 && s->o.host && s->o.restore) rc = job_start_from(s);
     if (rc) return rc;
-    rc = ckpt_rados_latest(s->rados, s->job, &s->rados_latest);
+    rc = ckpt_storage_latest(s->remote, s->job, &s->remote_latest);
     return rc == -ENOENT ? 0 : rc; /* a job without checkpoints yet */
+}
+
+/* The storage: storage_url, or its older form (storage, pool, job, ceph_*),
+ * decided here alone. Sets s->dir and s->memory; connects a remote one. */
+static int choose_storage(stash_service *s, const char *name)
+{
+    const char *url = s->o.storage_url, *dir = s->o.dir;
+    stash_storage_opts so;
+    int rc = SHM_TAKE_OPTS("stash_service_start", stash_storage_opts, s->o.storage_opts, &so);
+    if (rc) return rc;
+    const ckpt_storage_ops *ops = NULL;
+    char container[128], job[256], chk[256];
+    if (url && strncmp(url, "file:", 5) == 0 && !ckpt_url(url)) {
+        if (dir && strcmp(dir, url + 5) != 0)
+            return shm_fail(-EINVAL, "%s: and dir %s: two checkpoint directories", url, dir);
+        dir = url + 5;
+    } else if (url && strcmp(url, "memory:") == 0) {
+        s->memory = true;
+    } else if (url) {
+        if ((rc = ckpt_url_parse(url, &ops, container, sizeof container, job, sizeof job, chk,
+                                 sizeof chk)) != 0)
+            return shm_fail(rc,
+                            "storage %s: not file:DIR, memory:, rados://POOL/JOB or "
+                            "s3://BUCKET/PREFIX",
+                            url);
+        if (chk[0])
+            return shm_fail(-EINVAL, "storage %s: names checkpoint %s, not a job", url, chk);
+    } else if (s->o.storage == STASH_STORAGE_MEMORY) {
+        s->memory = true;
+    } else if (s->o.storage == STASH_STORAGE_RADOS) {
+        if (!s->o.pool) return shm_fail(-EINVAL, "the rados storage needs a pool");
+        ops = &ckpt_rados_ops;
+        snprintf(container, sizeof container, "%s", s->o.pool);
+        snprintf(job, sizeof job, "%s", s->o.job ? s->o.job : name);
+        so = (stash_storage_opts){.sz = sizeof so,
+                                  .ceph_conf = s->o.ceph_conf,
+                                  .ceph_id = s->o.ceph_id,
+                                  .timeout_ms = s->o.ceph_timeout_ms};
+    } else if (s->o.storage != STASH_STORAGE_FS) {
+        return shm_fail(-EINVAL, "unknown storage %d", (int)s->o.storage);
+    }
+    char leaf[128];
+    snprintf(leaf, sizeof leaf, "%.100s.checkpoints", name);
+    if (s->memory && !dir)
+        rc = shm_private_path(SHM_PRIVATE_RUNTIME, leaf, s->dir, sizeof s->dir);
+    else if (!dir)
+        rc = shm_fail(-EINVAL, "the %s storage needs a checkpoint directory",
+                      ops ? ops->scheme : "fs");
+    /* Absolute: the arena names it to workers, which may run elsewhere. */
+    else if (shm_path_absolute(dir, s->dir, sizeof s->dir) < 0)
+        rc = shm_fail(-ENAMETOOLONG, "%s: a checkpoint directory of at most %u bytes", dir,
+                      SHM_CTL_DETAIL - 1);
+    if (rc == 0 && ops) {
+        s->call_ms = so.timeout_ms;
+        rc = connect_remote(s, ops, container, job, &so);
+    }
+    return rc;
 }
 
 /* Whether checkpoints are readable by the arena's group: as the arena is
@@ -443,7 +506,8 @@ static int job_arena_behind(stash_service *s, bool *behind)
                         s->o.host, s->jobname);
     ckpt_job_record *rec = malloc(sizeof *rec);
     uint64_t id = 0;
-    rc = rec ? ckpt_job_latest(s->rados, s->jobname, &id, rec) : shm_fail(-ENOMEM, "out of memory");
+    rc =
+        rec ? ckpt_job_latest(s->remote, s->jobname, &id, rec) : shm_fail(-ENOMEM, "out of memory");
     if (rc == -ENOENT) {
         free(rec);
         return 0; /* no job checkpoint yet: nothing to be behind */
@@ -489,20 +553,7 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         return rc;
     }
     s->o.arena = &s->arena_opts;
-    char leaf[128];
-    snprintf(leaf, sizeof leaf, "%.100s.checkpoints", name);
-    if (s->o.storage == STASH_STORAGE_MEMORY && !s->o.dir)
-        rc = shm_private_path(SHM_PRIVATE_RUNTIME, leaf, s->dir, sizeof s->dir);
-    else if (!s->o.dir)
-        rc = shm_fail(-EINVAL, "the fs storage needs a checkpoint directory");
-    /* Absolute: the arena names it to workers, which may run elsewhere. */
-    else if (shm_path_absolute(s->o.dir, s->dir, sizeof s->dir) < 0)
-        rc = shm_fail(-ENAMETOOLONG, "%s: a checkpoint directory of at most %u bytes", s->o.dir,
-                      SHM_CTL_DETAIL - 1);
-    if (rc == 0 && s->o.storage != STASH_STORAGE_FS && s->o.storage != STASH_STORAGE_MEMORY &&
-        s->o.storage != STASH_STORAGE_RADOS)
-        rc = shm_fail(-EINVAL, "unknown storage %d", (int)s->o.storage);
-    if (rc == 0 && s->o.storage == STASH_STORAGE_RADOS) rc = connect_rados(s, name);
+    rc = choose_storage(s, name);
     /* A directory the engine cannot write would fail every checkpoint. */
     if (rc == 0) {
         s->group = group_readable(name, s->o.arena);
@@ -559,7 +610,7 @@ STASH_API int stash_service_start(const char *name, const stash_service_opts *op
         uint64_t highest = 0;
         rc = ckpt_highest_id(&s->ckpts, &highest);
         uint64_t last = atomic_load(&c->last_id);
-        if (s->rados_latest > highest) highest = s->rados_latest;
+        if (s->remote_latest > highest) highest = s->remote_latest;
         s->next_id = (highest > last ? highest : last) + 1;
         if (rc == 0 && s->next_id > CKPT_MAX_ID) rc = last_id_reached(s, s->next_id - 1);
         /* What savepoints a killed engine was writing left (their ids

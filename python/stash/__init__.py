@@ -166,6 +166,14 @@ class _CheckpointInfo(ctypes.Structure):
                 ("pause_ns", ctypes.c_uint64), ("detail", ctypes.c_char * 256)]
 
 
+class _StorageOpts(_Sized):
+    _fields_ = [("sz", ctypes.c_size_t), ("timeout_ms", ctypes.c_uint32),
+                ("depth", ctypes.c_uint32), ("ceph_conf", ctypes.c_char_p),
+                ("ceph_id", ctypes.c_char_p), ("endpoint", ctypes.c_char_p),
+                ("region", ctypes.c_char_p), ("credentials", ctypes.c_char_p),
+                ("profile", ctypes.c_char_p), ("part_bytes", ctypes.c_uint64)]
+
+
 class _ServiceOpts(_Sized):
     _fields_ = [("sz", ctypes.c_size_t), ("arena", ctypes.POINTER(_ArenaOpts)),
                 ("storage", ctypes.c_int), ("dir", ctypes.c_char_p),
@@ -179,7 +187,9 @@ class _ServiceOpts(_Sized):
                 ("ceph_conf", ctypes.c_char_p), ("ceph_id", ctypes.c_char_p),
                 ("job", ctypes.c_char_p), ("ceph_timeout_ms", ctypes.c_uint32),
                 ("host", ctypes.c_char_p), ("workers", ctypes.c_char_p),
-                ("job_parallelism", ctypes.c_uint32), ("lease_ms", ctypes.c_uint32)]
+                ("job_parallelism", ctypes.c_uint32), ("lease_ms", ctypes.c_uint32),
+                ("storage_url", ctypes.c_char_p),
+                ("storage_opts", ctypes.POINTER(_StorageOpts))]
 
 
 class _ServiceInfo(ctypes.Structure):
@@ -1299,10 +1309,15 @@ class Service:
     checkpoint of dir restores; lazy_restore: serve at once, each key group
     restored when first touched; memory_cap: STORAGE_MEMORY's bytes per
     checkpoint (0: 5 MiB); log(line) receives each event as a line,
-    log_record(LogRecord) as a record. STORAGE_RADOS writes to pool (with
-    ceph_conf, ceph_id, job, ceph_timeout_ms); with host, workers ("A-B"),
-    job_parallelism and lease_ms the service is one host of a job that
-    spans hosts.
+    log_record(LogRecord) as a record. storage_url names the storage
+    instead of storage: "file:DIR", "memory:", "rados://POOL/JOB" or
+    "s3://BUCKET/PREFIX" (the remote ones with a copy in dir), with
+    ceph_conf, ceph_id and storage_timeout_ms (rados), s3_endpoint,
+    s3_region, s3_credentials (a file; keys are never taken as arguments),
+    s3_profile and s3_part_bytes (s3); STORAGE_RADOS is its older form,
+    writing to pool (with ceph_conf, ceph_id, job, ceph_timeout_ms). With
+    host, workers ("A-B"), job_parallelism and lease_ms the service is one
+    host of a job that spans hosts (rados).
 
     Raises Busy if a live engine serves the arena, Corrupt naming each
     checkpoint if none restores (without start_empty), NotADirectory,
@@ -1315,8 +1330,15 @@ class Service:
                  backend=Backend.HEAP, path=None, lmdb_dir=None, log=None, log_record=None,
                  pool=None,
                  ceph_conf=None, ceph_id=None, job=None, ceph_timeout_ms=0, host=None,
-                 workers=None, job_parallelism=0, lease_ms=0, lazy_restore=False):
+                 workers=None, job_parallelism=0, lease_ms=0, lazy_restore=False,
+                 storage_url=None, storage_timeout_ms=0, s3_endpoint=None, s3_region=None,
+                 s3_credentials=None, s3_profile=None, s3_part_bytes=0):
         self._ao = _arena_opts(path, size, max_parallelism, backend, lmdb_dir)
+        self._so = _StorageOpts(storage_timeout_ms or ceph_timeout_ms, 0,
+                                *[x.encode() if x else None
+                                  for x in (ceph_conf, ceph_id, s3_endpoint, s3_region,
+                                            s3_credentials, s3_profile)],
+                                s3_part_bytes)
         self._log = _LOG(lambda ctx, line: log(line.decode(errors="replace"))) if log else _LOG()
 
         def record(ctx, r):
@@ -1333,7 +1355,9 @@ class Service:
                          None, self._log_record, *[x.encode() if x else None
                                                    for x in (pool, ceph_conf, ceph_id, job)],
                          ceph_timeout_ms, host.encode() if host else None,
-                         workers.encode() if workers else None, job_parallelism, lease_ms)
+                         workers.encode() if workers else None, job_parallelism, lease_ms,
+                         storage_url.encode() if storage_url else None,
+                         ctypes.pointer(self._so))
         h = ctypes.c_void_p()
         _check(_lib.stash_service_start(name.encode(), ctypes.byref(o), ctypes.byref(h)),
                "Service")

@@ -11,6 +11,11 @@
 #   cluster.sh stop DIR                                stops both daemons
 #   cluster.sh osd-stop DIR | osd-start DIR            the OSD alone
 #   cluster.sh mon-stop DIR | mon-start DIR            the monitor alone
+#   cluster.sh rgw-start DIR [PORT]                    the S3 gateway (radosgw) on PORT
+#                                                      (7480), once a request works; the
+#                                                      first start makes a user and bucket
+#                                                      stash, prints DIR/s3.env (AWS_*)
+#   cluster.sh rgw-stop DIR                            the gateway alone
 # The client's keyring is DIR/client.keyring ([client] in the conf, so that
 # the daemons keep their own); pools of one replica are allowed.
 set -eu
@@ -29,6 +34,17 @@ osd_start() {
 
 mon_start() {
     ceph-mon -c "$conf" -i a --pid-file "$dir/mon.pid" >>"$dir/mon.out" 2>&1
+}
+
+rgw_start() {
+    radosgw -c "$conf" -n client.rgw.x --pid-file "$dir/rgw.pid" >>"$dir/rgw.out" 2>&1
+}
+
+# An S3 request signed with the user's keys (AWS Signature Version 4).
+s3() {
+    . "$dir/s3.env"
+    curl -sf --aws-sigv4 "aws:amz:us-east-1:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+        -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"
 }
 
 mgr_start() {
@@ -90,6 +106,10 @@ osd memory target = 536870912
 osd max object name len = 256
 osd max object namespace len = 64
 osd crush chooseleaf type = 0
+osd pool default pg num = 8
+osd pool default pgp num = 8
+osd pool default pg autoscale mode = off
+mon max pg per osd = 1000
 CONF
     cat >>"$conf" <<CONF
 [client]
@@ -134,6 +154,7 @@ CONF
     echo "$conf"
     ;;
 stop)
+    stop_pid "$dir/rgw.pid"
     stop_pid "$dir/mgr.pid"
     stop_pid "$dir/osd.pid"
     stop_pid "$dir/mon.pid"
@@ -142,8 +163,54 @@ osd-stop) stop_pid "$dir/osd.pid" ;;
 osd-start) osd_start ;;
 mon-stop) stop_pid "$dir/mon.pid" ;;
 mon-start) mon_start ;;
+rgw-start)
+    if ! grep -q '^\[client.rgw.x\]' "$conf"; then
+        t ceph -c "$conf" auth get-or-create client.rgw.x mon 'allow rw' osd 'allow rwx' \
+            mgr 'allow rw' >"$dir/rgw.keyring" 2>/dev/null || fail "no key for the gateway" mon.a.log
+        mkdir -p "$dir/rgw"
+        cat >>"$conf" <<CONF
+[client.rgw.x]
+keyring = $dir/rgw.keyring
+rgw frontends = beast endpoint=$addr:${3:-7480}
+rgw data = $dir/rgw
+log file = $dir/rgw.log
+admin socket = $dir/run/rgw.asok
+CONF
+    fi
+    rgw_start || fail "the gateway did not start" rgw.out
+    endpoint=http://$(sed -n 's/^rgw frontends = beast endpoint=//p' "$conf")
+    i=0
+    until curl -sf -o /dev/null "$endpoint/"; do
+        i=$((i + 1))
+        [ $i -lt 120 ] || fail "the gateway never answered at $endpoint" rgw.log
+        sleep 0.5
+    done
+    if [ ! -f "$dir/s3.env" ]; then
+        key=$(od -An -N10 -tx1 /dev/urandom | tr -d ' \n')
+        secret=$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n')
+        timeout 60 radosgw-admin -c "$conf" -n client.rgw.x user create --uid=stash \
+            --display-name=stash --access-key="$key" --secret-key="$secret" >/dev/null 2>&1 ||
+            fail "no user could be made" rgw.log
+        (umask 077 && cat >"$dir/s3.env" <<ENV
+AWS_ACCESS_KEY_ID=$key
+AWS_SECRET_ACCESS_KEY=$secret
+AWS_ENDPOINT_URL=$endpoint
+AWS_REGION=us-east-1
+ENV
+        )
+        s3 -X PUT -o /dev/null "$endpoint/stash" || fail "no bucket could be made" rgw.log
+    fi
+    # The gateway's first calls on a bucket load it (seconds): made here,
+    # not by the caller's first call, bounded by its own timeout.
+    s3 -X PUT --data-binary warm -o /dev/null "$endpoint/stash/.warm" ||
+        fail "no object could be written" rgw.log
+    s3 -o /dev/null "$endpoint/stash/.warm" && s3 -X DELETE -o /dev/null "$endpoint/stash/.warm" ||
+        fail "no object could be read" rgw.log
+    echo "$dir/s3.env"
+    ;;
+rgw-stop) stop_pid "$dir/rgw.pid" ;;
 *)
-    echo "usage: cluster.sh start|stop|osd-stop|osd-start|mon-stop|mon-start DIR [PORT] [memstore|bluestore]" >&2
+    echo "usage: cluster.sh start|stop|osd-stop|osd-start|mon-stop|mon-start|rgw-start|rgw-stop DIR [PORT] [memstore|bluestore]" >&2
     exit 2
     ;;
 esac

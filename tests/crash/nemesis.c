@@ -100,7 +100,7 @@ static struct world {
     unsigned port;
     host hosts[HOSTS];
     worker workers[HOSTS];
-    ckpt_rados *rados; /* the checker's connection, never cut */
+    ckpt_storage *rados; /* the checker's connection, never cut */
     uint64_t rng;
     bool incremental; /* the hosts' parts: deltas (odd seeds) or full */
 } W;
@@ -473,7 +473,7 @@ static int read_attr(void *ctx, const char *attr, const char *value)
 {
     decisions *d = ctx;
     unsigned long long id;
-    if (strcmp(attr, CKPT_RADOS_VALUE) == 0) {
+    if (strcmp(attr, CKPT_STORAGE_VALUE) == 0) {
         d->ptr = strtoull(value, NULL, 10);
         return 0;
     }
@@ -488,7 +488,7 @@ static int pool_decisions(decisions *d)
     memset(d, 0, sizeof *d);
     char name[128];
     ckpt_job_object(name, sizeof name, W.job, "latest");
-    int rc = ckpt_rados_attrs(W.rados, name, read_attr, d);
+    int rc = ckpt_storage_attrs(W.rados, name, read_attr, d);
     return rc == -ENOENT ? 0 : rc;
 }
 
@@ -759,7 +759,7 @@ static int member_held(unsigned i)
     char name[160], what[32];
     snprintf(what, sizeof what, "hosts/%s", W.hosts[i].name);
     ckpt_job_object(name, sizeof name, W.job, what);
-    return ckpt_rados_lease_held(W.rados, name);
+    return ckpt_storage_lease_held(W.rados, name);
 }
 
 /* Host i's service paused past its lease while a second service of the
@@ -1034,7 +1034,8 @@ int main(int argc, char **argv)
     snprintf(W.log, sizeof W.log, "%s/commands.log", W.dir);
     if (machines_open(&W.m, W.log) < 0) die("%s", W.m.why);
     if (cluster("start") != 0) die("the cluster did not start (see %s)", W.log);
-    if (ckpt_rados_open(&(ckpt_rados_opts){.conf = W.conf, .pool = "stash"}, &W.rados) < 0)
+    stash_storage_opts so = {.sz = sizeof so, .ceph_conf = W.conf};
+    if (ckpt_storage_open(&ckpt_rados_ops, "stash", &so, &W.rados) < 0)
         die("the checker cannot reach the cluster: %s", stash_errmsg());
     for (unsigned i = 0; i < HOSTS; i++) {
         host *h = &W.hosts[i];
@@ -1083,7 +1084,7 @@ int main(int argc, char **argv)
         " aborts undecided when it ended); %" PRIu64 " problems; %s",
         K.verified, K.keys, K.complete, K.aborted, K.rolled, K.fenced, K.unknown, K.problems,
         K.problems ? "FAILED" : "PASSED");
-    ckpt_rados_close(W.rados);
+    ckpt_storage_close(W.rados);
     cluster("stop");
     if (!K.problems) RUN("rm", "-rf", W.dir);
     return K.problems ? 1 : 0;

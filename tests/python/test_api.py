@@ -40,6 +40,7 @@ MIRRORS = {
     "stash_iter": stash._Iter, "stash_batch_opts": stash._BatchOpts,
     "stash_timer": stash._Timer, "stash_event": stash._Event,
     "stash_log_record": stash._LogRecord, "stash_service_opts": stash._ServiceOpts,
+    "stash_storage_opts": stash._StorageOpts,
     "stash_checkpoint_info": stash._CheckpointInfo, "stash_service_info": stash._ServiceInfo,
     "stash_snapshot_info": stash._SnapshotInfo, "stash_snapshot_entry": stash._SnapshotEntry,
     "stash_snapshot_writer_opts": stash._WriterOpts,
@@ -154,7 +155,8 @@ class Layout(unittest.TestCase):
     def test_a_mirror_missing_a_member_or_with_a_member_too_narrow_is_caught(self):
         fields = stash._ServiceOpts._fields_
         short = type("Short", (stash.ctypes.Structure,), {"_fields_": fields[:-1]})
-        self.assertIn("no member lease_ms", mismatches(self.structs["stash_service_opts"], short))
+        self.assertIn("no member storage_opts",
+                      mismatches(self.structs["stash_service_opts"], short))
         # A member lost in the middle shifts those after it.
         holed = type("Holed", (stash.ctypes.Structure,),
                      {"_fields_": [f for f in fields if f[0] != "retain"]})

@@ -448,7 +448,7 @@ static int bandwidth_cases(ckb *b)
  * restored): bytes per second of the whole write and restore in *wr and
  * *rd, and of their steps in ph[0] (the local write), ph[1] (the upload),
  * ph[2] (the fetch) and ph[3] (the local restore). */
-static int rados_once(ckb *b, stash_worker *w, ckpt_rados *r, const char *job, uint64_t id,
+static int rados_once(ckb *b, stash_worker *w, ckpt_storage *r, const char *job, uint64_t id,
                       double *wr, double *rd, double ph[4])
 {
     stash_arena *a = stash_worker_arena(w);
@@ -463,7 +463,7 @@ static int rados_once(ckb *b, stash_worker *w, ckpt_rados *r, const char *job, u
         write_checkpoint(w, pins, &(ckpt_opts){.dir = &b->ckd, .id = id, .engine = b->e}, &out);
     unpin_all(a, pins);
     uint64_t t1 = bench_now_ns();
-    if (rc == 0) rc = ckpt_rados_upload(r, job, b->ckd.fd, name, chk, id > 1 ? id - 1 : 0, b->e);
+    if (rc == 0) rc = ckpt_storage_upload(r, job, b->ckd.fd, name, chk, id > 1 ? id - 1 : 0, b->e);
     uint64_t t2 = bench_now_ns();
     double bytes = (double)out.data_bytes;
     *wr = bytes / ((double)(t2 - t0) / 1e9);
@@ -475,7 +475,7 @@ static int rados_once(ckb *b, stash_worker *w, ckpt_rados *r, const char *job, u
     if (rc == 0) rc = create_arena(b, name2, b->keys);
     if (rc == 0) rc = stash_arena_open(name2, NULL, &fresh);
     t0 = bench_now_ns();
-    if (rc == 0) rc = ckpt_rados_fetch(r, job, &down, name);
+    if (rc == 0) rc = ckpt_storage_fetch(r, job, &down, name);
     t1 = bench_now_ns();
     ckpt_restored res;
     if (rc == 0)
@@ -497,10 +497,10 @@ static int rados_once(ckb *b, stash_worker *w, ckpt_rados *r, const char *job, u
 
 static int rados_cases(ckb *b)
 {
-    ckpt_rados *r;
+    ckpt_storage *r;
     char job[64];
     snprintf(job, sizeof job, "stash-bench-%d", (int)getpid());
-    int rc = ckpt_rados_open(&(ckpt_rados_opts){.pool = b->o.pool}, &r);
+    int rc = ckpt_storage_open(&ckpt_rados_ops, b->o.pool, NULL, &r);
     if (rc) return rc;
     stash_worker *w = NULL;
     stash_state *s;
@@ -524,10 +524,10 @@ static int rados_cases(ckb *b)
     }
     char prefix[80];
     snprintf(prefix, sizeof prefix, "%s/", job);
-    int gone = ckpt_rados_remove_prefix(r, prefix);
+    int gone = ckpt_storage_remove_prefix(r, prefix);
     if (rc == 0) rc = gone;
     if (w) close_loaded(b, w);
-    ckpt_rados_close(r);
+    ckpt_storage_close(r);
     if (rc) return rc;
     report_reps(b, "rados/write", "stash", wr, "bytes/s");
     report_reps(b, "rados/write", "stash-local-write", ph[0], "bytes/s");

@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * rados_mirror.c: a job's checkpoints in RADOS, mirrored from and into a
- * local checkpoint directory (Flink's checkpoints in a distributed store,
- * with a local copy for recovery). An object's name is the file's path in
- * the directory under the job's prefix: JOB/chk-ID/_metadata,
- * JOB/chk-ID/kg-data.dat, JOB/shared/ID.dat, JOB/savepoint-ID/... A
- * checkpoint is in RADOS once its metadata object is written and JOB/latest
- * has been moved to its id from the id it named before; a savepoint once
- * its metadata is written.
+ * mirror.c: a job's checkpoints in a remote storage (storage.h), mirrored
+ * from and into a local checkpoint directory (Flink's checkpoints in a
+ * distributed store, with a local copy for recovery), whatever the storage.
+ * A file's name is its path in the directory under the job's prefix:
+ * JOB/chk-ID/_metadata, JOB/chk-ID/kg-data.dat, JOB/shared/ID.dat,
+ * JOB/savepoint-ID/... A checkpoint is in the storage once its metadata is
+ * written and the pointer JOB/latest has been moved to its id from the id
+ * it named before (a compare-and-swap); a savepoint once its metadata is
+ * written.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -15,11 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "backends/checkpoint/ckpt.h"
-#include "backends/checkpoint/rados.h"
+#include "backends/checkpoint/mirror.h"
 
 #define LATEST "latest"
 #define CLAIM "_claim" /* JOB/chk-ID/_claim: the engine that writes chk-ID */
@@ -34,26 +36,26 @@ static int object_of(char *out, size_t cap, const char *job, const char *dirname
     return n > 0 && (size_t)n < cap ? 0 : shm_fail(-ENAMETOOLONG, "%s/%s: too long", job, file);
 }
 
-static bool rados_has_file(ckpt_rados *r, const char *name)
+static bool has_file(ckpt_storage *st, const char *name)
 {
     uint64_t len;
-    return ckpt_rados_file_size(r, name, &len) == 0;
+    return ckpt_storage_file_size(st, name, &len) == 0;
 }
 
 /* Copies data file cf of v into the objects of name. */
-static int put_file(ckpt_rados *r, const char *name, ckpt_view *v, const ckpt_file *cf)
+static int put_file(ckpt_storage *st, const char *name, ckpt_view *v, const ckpt_file *cf)
 {
     int fd = ckpt_view_file_open(v, cf);
     if (fd < 0) return fd;
-    struct stat st;
-    int rc = fstat(fd, &st) < 0 ? shm_fail(-errno, "%s: %s", cf->path, strerror(errno))
-                                : ckpt_rados_put_fd(r, name, fd, cf->path, (uint64_t)st.st_size);
+    struct stat sb;
+    int rc = fstat(fd, &sb) < 0 ? shm_fail(-errno, "%s: %s", cf->path, strerror(errno))
+                                : ckpt_storage_put_fd(st, name, fd, cf->path, (uint64_t)sb.st_size);
     close(fd);
     return rc;
 }
 
-int ckpt_rados_upload(ckpt_rados *r, const char *job, int dirfd, const char *dirname,
-                      const char *path, uint64_t prev, ioe_engine *e)
+int ckpt_storage_upload(ckpt_storage *st, const char *job, int dirfd, const char *dirname,
+                        const char *path, uint64_t prev, ioe_engine *e)
 {
     ckpt_view v;
     int rc = ckpt_open_view_at(dirfd, dirname, path, e, &v, false);
@@ -61,47 +63,50 @@ int ckpt_rados_upload(ckpt_rados *r, const char *job, int dirfd, const char *dir
     bool checkpoint = strncmp(dirname, "chk-", 4) == 0;
     char name[1024], owner[300], host[256] = "";
     /* The id is this engine's before anything of it is written: another
-     * engine of the job that took the same id must not write over it. */
+     * engine of the job that took the same id must not write over it. The
+     * claim's value is this call's alone (two engines may share a process). */
+    uint64_t nonce = 0;
     gethostname(host, sizeof host - 1);
-    snprintf(owner, sizeof owner, "%d@%s", (int)getpid(), host);
+    if (getrandom(&nonce, sizeof nonce, 0) != sizeof nonce) nonce = shm_clock_ns();
+    snprintf(owner, sizeof owner, "%d@%s/%016llx", (int)getpid(), host, (unsigned long long)nonce);
     snprintf(name, sizeof name, "%s/%s/%s", job, dirname, CLAIM);
-    rc = ckpt_rados_swap(r, name, NULL, owner);
+    rc = ckpt_storage_swap(st, name, NULL, owner);
     if (rc == -ECANCELED)
-        rc = shm_fail(rc, "rados://%s/%s/%s: taken by another engine of the job",
-                      ckpt_rados_pool(r), job, dirname);
+        rc = shm_fail(rc, "%s/%s/%s: taken by another engine of the job", ckpt_storage_where(st),
+                      job, dirname);
     /* Data next: the metadata names only files that are there. */
     for (uint32_t f = 0; rc == 0 && f < v.nfiles; f++) {
         const ckpt_file *cf = &v.files[f];
         bool shared = strncmp(cf->name, CKPT_SHARED_DIR "/", sizeof CKPT_SHARED_DIR) == 0;
         rc = object_of(name, sizeof name, job, dirname, cf->name);
         /* A shared file went up with the checkpoint that wrote it. */
-        if (rc == 0 && !(shared && f + 1 < v.nfiles && rados_has_file(r, name)))
-            rc = put_file(r, name, &v, cf);
+        if (rc == 0 && !(shared && f + 1 < v.nfiles && has_file(st, name)))
+            rc = put_file(st, name, &v, cf);
     }
     if (rc == 0) rc = object_of(name, sizeof name, job, dirname, "_metadata");
-    if (rc == 0) rc = ckpt_rados_write_file(r, name, v.md, v.md_len);
+    if (rc == 0) rc = ckpt_storage_write_file(st, name, v.md, v.md_len);
     if (rc == 0 && checkpoint) {
         char was[32], now[32];
         snprintf(was, sizeof was, "%llu", (unsigned long long)prev);
         snprintf(now, sizeof now, "%llu", (unsigned long long)v.id);
         snprintf(name, sizeof name, "%s/%s", job, LATEST);
-        rc = ckpt_rados_swap(r, name, prev ? was : NULL, now);
+        rc = ckpt_storage_swap(st, name, prev ? was : NULL, now);
     }
     ckpt_view_close(&v);
     return rc;
 }
 
-int ckpt_rados_latest(ckpt_rados *r, const char *job, uint64_t *id)
+int ckpt_storage_latest(ckpt_storage *st, const char *job, uint64_t *id)
 {
     char name[1024], value[32];
     snprintf(name, sizeof name, "%s/%s", job, LATEST);
-    int rc = ckpt_rados_pointer(r, name, value, sizeof value);
+    int rc = ckpt_storage_pointer(st, name, value, sizeof value);
     if (rc) return rc;
     char *end;
     *id = strtoull(value, &end, 10);
     if (*end || !*id)
-        return shm_fail(STASH_ECORRUPT, "rados://%s/%s: '%s' names no checkpoint",
-                        ckpt_rados_pool(r), name, value);
+        return shm_fail(STASH_ECORRUPT, "%s/%s: '%s' names no checkpoint", ckpt_storage_where(st),
+                        name, value);
     return 0;
 }
 
@@ -123,25 +128,25 @@ static int write_new(const shm_dir *d, const char *name, const void *data, size_
 }
 
 /* Downloads the objects of name into the new file file of d, made durable. */
-static int fetch_file(ckpt_rados *r, const char *name, const shm_dir *d, const char *file)
+static int fetch_file(ckpt_storage *st, const char *name, const shm_dir *d, const char *file)
 {
     char path[4096];
     if (ckpt_path_of(path, "%s/%s", d->path, file) < 0) return -ENAMETOOLONG;
     int fd = openat(d->fd, file, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return shm_fail(-errno, "%s: cannot create: %s", path, strerror(errno));
     uint64_t len;
-    int rc = ckpt_rados_get_fd(r, name, fd, path, &len);
+    int rc = ckpt_storage_get_fd(st, name, fd, path, &len);
     if (rc == 0 && fsync(fd) < 0) rc = shm_fail(-errno, "fsync %s: %s", path, strerror(errno));
     close(fd);
     return rc;
 }
 
-int ckpt_rados_fetch(ckpt_rados *r, const char *job, const shm_dir *dir, const char *dirname)
+int ckpt_storage_fetch(ckpt_storage *st, const char *job, const shm_dir *dir, const char *dirname)
 {
     char name[1024], meta[300];
-    struct stat st;
+    struct stat sb;
     snprintf(meta, sizeof meta, "%s/_metadata", dirname);
-    if (fstatat(dir->fd, meta, &st, AT_SYMLINK_NOFOLLOW) == 0) return 0; /* the local copy */
+    if (fstatat(dir->fd, meta, &sb, AT_SYMLINK_NOFOLLOW) == 0) return 0; /* the local copy */
     /* Fetched beside the directory's checkpoints; each file moved into
      * place once whole, the checkpoint's directory last. */
     char prefix[300];
@@ -151,9 +156,8 @@ int ckpt_rados_fetch(ckpt_rados *r, const char *job, const shm_dir *dir, const c
     if (rc) return rc;
     ckpt_view v = {0};
     rc = object_of(name, sizeof name, job, dirname, "_metadata");
-    if (rc == 0)
-        snprintf(v.meta_path, sizeof v.meta_path, "rados://%s/%s", ckpt_rados_pool(r), name);
-    if (rc == 0) rc = ckpt_rados_read_file(r, name, CKPT_MAX_METADATA, &v.md, &v.md_len);
+    if (rc == 0) snprintf(v.meta_path, sizeof v.meta_path, "%s/%s", ckpt_storage_where(st), name);
+    if (rc == 0) rc = ckpt_storage_read_file(st, name, CKPT_MAX_METADATA, &v.md, &v.md_len);
     if (rc == 0) rc = ckpt_view_parse(&v);
     /* A directory named for an id holds that id's metadata. */
     char *end;
@@ -170,9 +174,9 @@ int ckpt_rados_fetch(ckpt_rados *r, const char *job, const shm_dir *dir, const c
             rc = shm_dir_openat(dir, CKPT_SHARED_DIR, SHM_DIR_OWN | SHM_DIR_CREATE | SHM_DIR_GROUP,
                                 &shared);
         if (rc == 0) rc = object_of(name, sizeof name, job, dirname, file);
-        if (rc == 0 && in_shared && fstatat(shared.fd, base, &st, AT_SYMLINK_NOFOLLOW) == 0)
+        if (rc == 0 && in_shared && fstatat(shared.fd, base, &sb, AT_SYMLINK_NOFOLLOW) == 0)
             continue; /* a chain's file fetched with an earlier checkpoint */
-        if (rc == 0) rc = fetch_file(r, name, &stage, base);
+        if (rc == 0) rc = fetch_file(st, name, &stage, base);
         if (rc == 0 && in_shared && renameat(stage.fd, base, shared.fd, base) < 0)
             rc = shm_fail(-errno, "rename %s/%s to %s/%s: %s", stage.path, base, shared.path, base,
                           strerror(errno));
@@ -206,7 +210,7 @@ static int take_id(void *ctx, const char *name)
     char *end;
     uint64_t id = strtoull(name + strlen(f->job) + strlen("/chk-"), &end, 10);
     if (!id || *end != '/') return 0;
-    bool md = strcmp(end, "/_metadata.0") == 0;
+    bool md = strcmp(end, "/_metadata") == 0;
     for (size_t i = 0; i < f->n; i++)
         if (f->ids[i] == id) {
             f->committed[i] |= md;
@@ -226,14 +230,14 @@ static int take_id(void *ctx, const char *name)
     return 0;
 }
 
-int ckpt_rados_shared_of(ckpt_rados *r, const char *job, const char *dirname, char ***names,
-                         size_t *n)
+int ckpt_storage_shared_of(ckpt_storage *st, const char *job, const char *dirname, char ***names,
+                           size_t *n)
 {
     char name[1024];
     snprintf(name, sizeof name, "%s/%s/_metadata", job, dirname);
     ckpt_view v = {0};
-    snprintf(v.meta_path, sizeof v.meta_path, "rados://%s/%s", ckpt_rados_pool(r), name);
-    int rc = ckpt_rados_read_file(r, name, CKPT_MAX_METADATA, &v.md, &v.md_len);
+    snprintf(v.meta_path, sizeof v.meta_path, "%s/%s", ckpt_storage_where(st), name);
+    int rc = ckpt_storage_read_file(st, name, CKPT_MAX_METADATA, &v.md, &v.md_len);
     if (rc == 0) rc = ckpt_view_parse(&v);
     for (uint32_t f = 0; rc == 0 && f < v.nfiles; f++) {
         if (strncmp(v.files[f].name, CKPT_SHARED_DIR "/", sizeof CKPT_SHARED_DIR) != 0) continue;
@@ -262,28 +266,24 @@ typedef struct unlisted {
 static int take_unlisted(void *ctx, const char *name)
 {
     unlisted *u = ctx;
-    const char *file = name + strlen(u->job) + 1; /* shared/ID.dat.K */
-    const char *dot = strrchr(file, '.');
-    if (!dot || strcmp(dot, ".0") != 0) return 0;
-    size_t len = (size_t)(dot - file);
+    const char *file = name + strlen(u->job) + 1; /* shared/ID.dat */
     for (size_t i = 0; i < u->nkeep; i++)
-        if (strlen(u->keep[i]) == len && strncmp(u->keep[i], file, len) == 0) return 0;
+        if (strcmp(u->keep[i], file) == 0) return 0;
     char **grown = realloc(u->gone, (u->ngone + 1) * sizeof *grown);
     if (!grown) return shm_fail(-ENOMEM, "out of memory");
     u->gone = grown;
-    if (!(grown[u->ngone] = strndup(name, (size_t)(dot - name))))
-        return shm_fail(-ENOMEM, "out of memory");
+    if (!(grown[u->ngone] = strdup(name))) return shm_fail(-ENOMEM, "out of memory");
     u->ngone++;
     return 0;
 }
 
-int ckpt_rados_checkpoints(ckpt_rados *r, const char *job, uint64_t **ids, bool **committed,
-                           size_t *n)
+int ckpt_storage_checkpoints(ckpt_storage *st, const char *job, uint64_t **ids, bool **committed,
+                             size_t *n)
 {
     char prefix[1024];
     snprintf(prefix, sizeof prefix, "%s/chk-", job);
     found f = {job, NULL, NULL, 0, 0};
-    int rc = ckpt_rados_list(r, prefix, take_id, &f);
+    int rc = ckpt_storage_list_files(st, prefix, take_id, &f);
     /* Newest first, as ckpt_list gives a directory's. */
     for (size_t i = 1; rc == 0 && i < f.n; i++)
         for (size_t j = i; j > 0 && f.ids[j] > f.ids[j - 1]; j--) {
@@ -303,16 +303,16 @@ int ckpt_rados_checkpoints(ckpt_rados *r, const char *job, uint64_t **ids, bool 
     return 0;
 }
 
-int ckpt_rados_retain(ckpt_rados *r, const char *job, unsigned keep)
+int ckpt_storage_retain(ckpt_storage *st, const char *job, unsigned keep)
 {
     uint64_t latest;
-    int rc = ckpt_rados_latest(r, job, &latest);
+    int rc = ckpt_storage_latest(st, job, &latest);
     if (rc == -ENOENT) return 0;
     if (rc) return rc;
     char prefix[1024], name[1024];
     snprintf(prefix, sizeof prefix, "%s/chk-", job);
     found f = {job, NULL, NULL, 0, 0};
-    rc = ckpt_rados_list(r, prefix, take_id, &f);
+    rc = ckpt_storage_list_files(st, prefix, take_id, &f);
     if (rc) {
         free(f.ids);
         free(f.committed);
@@ -329,21 +329,21 @@ int ckpt_rados_retain(ckpt_rados *r, const char *job, unsigned keep)
                 best = i;
         if (best == f.n) break;
         snprintf(name, sizeof name, "chk-%llu", (unsigned long long)f.ids[best]);
-        rc = ckpt_rados_shared_of(r, job, name, &shared, &nshared);
+        rc = ckpt_storage_shared_of(st, job, name, &shared, &nshared);
         f.ids[best] = 0; /* kept: not removed below */
     }
     for (size_t i = 0; rc == 0 && i < f.n; i++) {
         if (!f.ids[i] || f.ids[i] > latest) continue;
         /* Its metadata first: a checkpoint half removed is one no longer. */
         snprintf(name, sizeof name, "%s/chk-%llu/_metadata", job, (unsigned long long)f.ids[i]);
-        rc = ckpt_rados_remove_file(r, name);
+        rc = ckpt_storage_remove_file(st, name);
         snprintf(name, sizeof name, "%s/chk-%llu/", job, (unsigned long long)f.ids[i]);
-        if (rc == 0) rc = ckpt_rados_remove_prefix(r, name);
+        if (rc == 0) rc = ckpt_storage_remove_prefix(st, name);
     }
     unlisted u = {job, shared, nshared, NULL, 0};
     snprintf(prefix, sizeof prefix, "%s/%s/", job, CKPT_SHARED_DIR);
-    if (rc == 0) rc = ckpt_rados_list(r, prefix, take_unlisted, &u);
-    for (size_t i = 0; rc == 0 && i < u.ngone; i++) rc = ckpt_rados_remove_file(r, u.gone[i]);
+    if (rc == 0) rc = ckpt_storage_list_files(st, prefix, take_unlisted, &u);
+    for (size_t i = 0; rc == 0 && i < u.ngone; i++) rc = ckpt_storage_remove_file(st, u.gone[i]);
     for (size_t i = 0; i < u.ngone; i++) free(u.gone[i]);
     for (size_t i = 0; i < nshared; i++) free(shared[i]);
     free(u.gone);
@@ -353,23 +353,25 @@ int ckpt_rados_retain(ckpt_rados *r, const char *job, unsigned keep)
     return rc;
 }
 
-/* ---- rados:// URLs ---------------------------------------------------------- */
+/* ---- URLs ---------------------------------------------------------------- */
 
-bool ckpt_rados_url(const char *path)
+bool ckpt_url(const char *path)
 {
-    return strncmp(path, CKPT_RADOS_URL, sizeof CKPT_RADOS_URL - 1) == 0;
+    return ckpt_storage_of_url(path) != NULL;
 }
 
-int ckpt_rados_url_parse(const char *url, char *pool, size_t pool_cap, char *job, size_t job_cap,
-                         char *name, size_t name_cap)
+int ckpt_url_parse(const char *url, const ckpt_storage_ops **ops, char *container,
+                   size_t container_cap, char *job, size_t job_cap, char *name, size_t name_cap)
 {
-    /* rados://POOL/JOB[/NAME]: JOB may hold slashes; NAME is chk-ID,
+    /* SCHEME://CONTAINER/JOB[/NAME]: JOB may hold slashes; NAME is chk-ID,
      * savepoint-ID or job-ID (a job checkpoint of a job that spans hosts). */
-    if (!ckpt_rados_url(url)) return shm_fail(-EINVAL, "%s: not rados://POOL/JOB[/chk-ID]", url);
-    const char *p = url + sizeof CKPT_RADOS_URL - 1, *slash = strchr(p, '/');
-    if (!slash || slash == p || (size_t)(slash - p) >= pool_cap || !slash[1])
-        return shm_fail(-EINVAL, "%s: not rados://POOL/JOB[/chk-ID]", url);
-    snprintf(pool, pool_cap, "%.*s", (int)(slash - p), p);
+    *ops = ckpt_storage_of_url(url);
+    if (!*ops) return shm_fail(-EINVAL, "%s: names no storage (rados://, s3://)", url);
+    const char *p = strstr(url, "://") + 3, *slash = strchr(p, '/');
+    if (!slash || slash == p || (size_t)(slash - p) >= container_cap || !slash[1])
+        return shm_fail(-EINVAL, "%s: not %s://%s/JOB[/chk-ID]", url, (*ops)->scheme,
+                        (*ops)->container);
+    snprintf(container, container_cap, "%.*s", (int)(slash - p), p);
     const char *rest = slash + 1, *last = strrchr(rest, '/');
     bool named = last && last[1] &&
                  (strncmp(last + 1, "chk-", 4) == 0 || strncmp(last + 1, "savepoint-", 10) == 0 ||
@@ -382,55 +384,58 @@ int ckpt_rados_url_parse(const char *url, char *pool, size_t pool_cap, char *job
     return 0;
 }
 
-int ckpt_rados_url_open(const char *url, ckpt_rados **r, char *job, size_t job_cap, char *name,
-                        size_t name_cap)
+int ckpt_url_open(const char *url, ckpt_storage **st, char *job, size_t job_cap, char *name,
+                  size_t name_cap)
 {
-    char pool[128];
-    int rc = ckpt_rados_url_parse(url, pool, sizeof pool, job, job_cap, name, name_cap);
+    const ckpt_storage_ops *ops;
+    char container[128];
+    int rc = ckpt_url_parse(url, &ops, container, sizeof container, job, job_cap, name, name_cap);
     if (rc) return rc;
     const char *id = getenv("STASH_CEPH_ID");
-    return ckpt_rados_open(&(ckpt_rados_opts){.pool = pool, .id = id && *id ? id : NULL}, r);
+    stash_storage_opts o = {.sz = sizeof o, .ceph_id = id && *id ? id : NULL};
+    return ckpt_storage_open(ops, container, &o, st);
 }
 
-int ckpt_rados_url_fetch(const char *url, const shm_dir *under, ckpt_fetched *out)
+int ckpt_url_fetch_checkpoint(const char *url, const shm_dir *under, ckpt_fetched *out)
 {
     *out = (ckpt_fetched){.parent = {.fd = -1}, .tmp = {.fd = -1}};
-    ckpt_rados *r;
+    ckpt_storage *st;
     char job[256], name[256];
-    int rc = ckpt_rados_url_open(url, &r, job, sizeof job, name, sizeof name);
+    int rc = ckpt_url_open(url, &st, job, sizeof job, name, sizeof name);
     if (rc) return rc;
     uint64_t id;
-    if (!name[0] && (rc = ckpt_rados_latest(r, job, &id)) == 0)
+    if (!name[0] && (rc = ckpt_storage_latest(st, job, &id)) == 0)
         snprintf(name, sizeof name, "chk-%llu", (unsigned long long)id);
     if (rc == 0) rc = shm_dir_open(under ? under->path : "/var/tmp", SHM_DIR_PLACE, &out->parent);
-    if (rc == 0) rc = shm_dir_temp(&out->parent, "stash-rados-", &out->tmp);
-    if (rc == 0) rc = ckpt_rados_fetch(r, job, &out->tmp, name);
+    if (rc == 0) rc = shm_dir_temp(&out->parent, "stash-fetch-", &out->tmp);
+    if (rc == 0) rc = ckpt_storage_fetch(st, job, &out->tmp, name);
     if (rc == 0) rc = ckpt_path_of(out->path, "%s/%s", out->tmp.path, name);
-    if (rc) ckpt_rados_url_release(out);
-    ckpt_rados_close(r);
+    if (rc) ckpt_url_release(out);
+    ckpt_storage_close(st);
     return rc;
 }
 
-void ckpt_rados_url_release(ckpt_fetched *f)
+void ckpt_url_release(ckpt_fetched *f)
 {
     shm_dir_temp_remove(&f->parent, &f->tmp);
     shm_dir_close(&f->parent);
 }
 
-int ckpt_rados_url_put(const char *local, const char *url, ioe_engine *e)
+int ckpt_url_put(const char *local, const char *url, ioe_engine *e)
 {
-    ckpt_rados *r;
+    ckpt_storage *st;
     char job[256], name[256];
-    int rc = ckpt_rados_url_open(url, &r, job, sizeof job, name, sizeof name);
+    int rc = ckpt_url_open(url, &st, job, sizeof job, name, sizeof name);
     if (rc) return rc;
     const char *slash = strrchr(local, '/');
     const char *base = slash ? slash + 1 : local;
     if (!name[0] || strcmp(name, base) != 0 || strncmp(name, "chk-", 4) == 0)
-        rc = shm_fail(-EINVAL, "%s: a savepoint goes to rados://POOL/JOB/%s", url, base);
+        rc = shm_fail(-EINVAL, "%s: a savepoint goes to %s/JOB/%s", url, ckpt_storage_where(st),
+                      base);
     char md[1024];
     uint64_t len;
     if (rc == 0 && snprintf(md, sizeof md, "%s/%s/_metadata", job, name) > 0 &&
-        ckpt_rados_file_size(r, md, &len) == 0)
+        ckpt_storage_file_size(st, md, &len) == 0)
         rc = shm_fail(-EEXIST, "%s: exists already", url);
     shm_dir parent = {.fd = -1};
     char where[4096];
@@ -440,8 +445,8 @@ int ckpt_rados_url_put(const char *local, const char *url, ioe_engine *e)
                           : slash == local ? "/"
                                            : local);
     if (rc == 0) rc = shm_dir_open(where, 0, &parent);
-    if (rc == 0) rc = ckpt_rados_upload(r, job, parent.fd, base, local, 0, e);
+    if (rc == 0) rc = ckpt_storage_upload(st, job, parent.fd, base, local, 0, e);
     shm_dir_close(&parent);
-    ckpt_rados_close(r);
+    ckpt_storage_close(st);
     return rc;
 }
