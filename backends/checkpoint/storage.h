@@ -23,9 +23,11 @@
 #define CKPT_STORAGE_DEPTH 8u          /* objects or parts in flight by default */
 #define CKPT_STORAGE_TIMEOUT_MS 10000u /* by default, of every call */
 
-#define CKPT_CAN_SWAP (1u << 0) /* swap, pointer, remove */
-#define CKPT_CAN_JOB (1u << 1)  /* set, update, remove_if, touch, attrs, objects, leases, watches  \
-                                 */
+/* What a storage can do beyond files: pointers (swap, pointer, remove),
+ * and what a job that spans hosts needs (set, update, remove_if, touch,
+ * attrs, objects, leases, watches). */
+#define CKPT_CAN_SWAP (1u << 0)
+#define CKPT_CAN_JOB (1u << 1)
 
 typedef struct ckpt_storage_ops ckpt_storage_ops;
 
