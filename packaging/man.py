@@ -193,6 +193,8 @@ FILES = {
         ("DIR/chk-ID, DIR/savepoint-ID", "A checkpoint and a savepoint in the checkpoint "
          "directory (docs/format.md)."),
         ("/etc/ceph/ceph.conf", "The Ceph cluster of --storage rados without --ceph-conf."),
+        ("~/.aws/credentials", "The S3 keys of --storage s3:// without the environment's or "
+         "--s3-credentials ($AWS_SHARED_CREDENTIALS_FILE names another)."),
     ],
     "checkpoint": FILES_ARENA + [("DIR/chk-ID, DIR/savepoint-ID",
                                   "What the command prints: the checkpoint or savepoint made "
@@ -208,7 +210,9 @@ FILES = {
                  ("DIR/chk-ID/_metadata", "What a checkpoint holds and the CRC32C of each "
                   "block."),
                  ("/etc/ceph/ceph.conf", "The Ceph cluster of rados:// paths, unless "
-                  "$CEPH_CONF names another.")],
+                  "$CEPH_CONF names another."),
+                 ("~/.aws/credentials", "The S3 keys of s3:// paths without "
+                  "$AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY.")],
     "bench": [("{bindir}/stash-bench", "The benchmark program this command runs."),
               ("/var/tmp", "Where the benches that write files write them, unless "
                "$STASH_BENCH_DIR names another directory.")],
@@ -231,11 +235,11 @@ FORMAT = ("How keys, namespaces and values are given and shown: text (control by
           "backslashes escaped; the default), hex or base64.")
 OPTION_TEXT = {
     "serve": {
-        "--storage": "Where checkpoints go: files in --dir (fs, the default); "
-                     "NAME.checkpoints in the user's private directory in memory (memory: "
-                     "/run/stash for root and for the unit); objects in the RADOS pool "
-                     "--pool of a Ceph cluster, with a copy of the retained ones in --dir "
-                     "(rados).",
+        "--storage": "Where checkpoints go: files in --dir (fs, the default, or file:DIR); "
+                     "NAME.checkpoints in the user's private directory in memory (memory, or "
+                     "memory:: /run/stash for root and for the unit); objects in the RADOS "
+                     "pool --pool of a Ceph cluster (rados, or rados://POOL/JOB) or in an S3 "
+                     "bucket (s3://BUCKET/PREFIX), with a copy of the retained ones in --dir.",
         "--dir": "The checkpoint directory (fs and rados: required), created if missing (its "
                  "parent must exist): a directory of this user that no other user may write, "
                  "reached through directories of root or this user. Checked at the start, "
@@ -273,6 +277,22 @@ OPTION_TEXT = {
         "--ceph-id": "--storage rados: the Ceph client's id (admin without it).",
         "--job": "--storage rados: the objects' prefix, JOB/chk-ID/... (the arena's name "
                  "without it).",
+        "--storage-timeout": "A remote storage: each call fails after DURATION (10s; rados: "
+                             "whole seconds; s3: without a byte moved, retried with backoff "
+                             "within it).",
+        "--s3-endpoint": "--storage s3://: the service's URL, http[s]://HOST[:PORT] "
+                         "($AWS_ENDPOINT_URL_S3 or $AWS_ENDPOINT_URL without it; AWS itself "
+                         "without those).",
+        "--s3-region": "--storage s3://: the region signed for ($AWS_REGION, "
+                       "$AWS_DEFAULT_REGION, else us-east-1).",
+        "--s3-credentials": "--storage s3://: a credentials file of the AWS form, which no one "
+                            "but its owner or root may write (without it: $AWS_ACCESS_KEY_ID "
+                            "and $AWS_SECRET_ACCESS_KEY, else $AWS_SHARED_CREDENTIALS_FILE, "
+                            "else ~/.aws/credentials).",
+        "--s3-profile": "--storage s3://: the credentials file's section ($AWS_PROFILE, else "
+                        "default).",
+        "--s3-part-size": "--storage s3://: files above SIZE go up as multipart uploads of "
+                          "parts of SIZE, 8 at once (8M; at least 5M).",
         "--ceph-timeout": "--storage rados: each call to the cluster fails after DURATION "
                           "(10s, whole seconds).",
         "--workers": "With --host: the indices of the job's workers this host serves "

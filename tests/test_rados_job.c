@@ -533,12 +533,13 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     cr_assert_eq(stash_serve("--host x --workers 0 --job-parallelism 3 --restore /nonexistent", out,
                              sizeof out),
                  1, "%s", out);
-    cr_assert(strstr(out, "/nonexistent: not rados://POOL/JOB"), "%s", out);
+    cr_assert(strstr(out, "/nonexistent: names no storage"), "%s", out);
     cr_assert_eq(stash_serve("--host x --workers 0 --job-parallelism 3 --restore "
                              "rados://other/j/job-3",
                              out, sizeof out),
                  1, "%s", out);
-    cr_assert(strstr(out, "a job's hosts restore from a job of their own pool (stash)"), "%s", out);
+    cr_assert(strstr(out, "a job's hosts restore from a job of their own storage (rados://stash)"),
+              "%s", out);
     cr_assert_eq(stash_serve("--host x --workers 0 --job-parallelism 3 --restore "
                              "rados://stash/j/chk-3",
                              out, sizeof out),

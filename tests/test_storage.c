@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -296,6 +297,74 @@ Test(storage, calls_fail_within_their_timeout_while_the_service_is_down)
     o.timeout_ms = 1000;
     rc = ckpt_storage_open(ops, "stash", &o, &none);
     cr_assert(rc == -ETIMEDOUT || rc == -ECONNREFUSED, "%d: %s", rc, stash_errmsg());
+}
+
+/* Whether the test gateway has a multipart upload under way in bucket stash. */
+static bool upload_under_way(void)
+{
+    char cmd[1024], out[4096] = "";
+    snprintf(cmd, sizeof cmd,
+             "curl -sf --aws-sigv4 aws:amz:us-east-1:s3 --user \"$AWS_ACCESS_KEY_ID:"
+             "$AWS_SECRET_ACCESS_KEY\" -H x-amz-content-sha256:UNSIGNED-PAYLOAD "
+             "\"$AWS_ENDPOINT_URL/stash?uploads=\"");
+    FILE *p = popen(cmd, "r");
+    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    if (p) pclose(p);
+    return strstr(out, "<UploadId>") != NULL;
+}
+
+Test(storage, an_upload_goes_on_across_the_gateway_killed_and_started_again)
+{
+    if (!on_s3()) cr_skip_test("the S3 gateway's: rados' OSD stopped is the test above");
+    size_t len = 120u << 20;
+    uint8_t *data = malloc(len);
+    for (size_t i = 0; i < len; i++) data[i] = (uint8_t)(i * 7 + i / 65536);
+    char path[300], path2[300];
+    snprintf(path, sizeof path, "%s/up", dir);
+    snprintf(path2, sizeof path2, "%s/down", dir);
+    int fd = make_file(path, data, len);
+    /* The uploader, paused once its parts are going up: the gateway dies
+     * under it and comes back, then it goes on. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        ckpt_storage *r;
+        stash_storage_opts o = storage_opts(60000);
+        if (ckpt_storage_open(ckpt_storage_of_url(url_of("")), "stash", &o, &r) != 0) _exit(2);
+        int rc = ckpt_storage_put_fd(r, "big/file", fd, path, len);
+        if (rc) fprintf(stderr, "%s\n", stash_errmsg());
+        _exit(rc == 0 ? 0 : 1);
+    }
+    bool seen = false;
+    for (int tries = 0; !seen && tries < 2000; tries++) {
+        seen = upload_under_way();
+        if (!seen) nanosleep(&(struct timespec){0, 5000000}, NULL);
+    }
+    cr_assert(seen, "no upload was seen under way");
+    cr_assert_eq(kill(pid, SIGSTOP), 0);
+    char pidfile[300], cmd[700];
+    snprintf(pidfile, sizeof pidfile, "%s/rgw.pid", dir);
+    snprintf(cmd, sizeof cmd, "kill -9 $(cat %s) && rm -f %s", pidfile, pidfile);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    cr_assert_eq(test_ceph("rgw-start"), 0);
+    cr_assert_eq(kill(pid, SIGCONT), 0);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the upload failed (%d)", status);
+    cr_assert(!upload_under_way(), "the upload was completed, none left open");
+    ckpt_storage *r = connect_to("stash", 0);
+    int back = open(path2, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    uint64_t got = 0;
+    cr_assert_eq(ckpt_storage_get_fd(r, "big/file", back, path2, &got), 0, "%s", stash_errmsg());
+    cr_assert_eq(got, len);
+    uint8_t *bytes = malloc(len);
+    cr_assert_eq(pread(back, bytes, len, 0), (ssize_t)len);
+    cr_assert_eq(memcmp(bytes, data, len), 0, "the bytes are those sent");
+    close(back);
+    close(fd);
+    free(bytes);
+    free(data);
+    ckpt_storage_close(r);
 }
 
 /* Puts value k * mult for every key k < n in state v of the job's worker. */

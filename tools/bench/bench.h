@@ -20,7 +20,8 @@ typedef struct bench_opts {
     bool progress;         /* stderr is a terminal and output is a table */
     stash_backend backend; /* --backend: keyed and checkpoint measure either */
     const char *only;      /* --case: only the cases whose name starts with it */
-    const char *pool;      /* --storage rados --pool P: checkpoint measures the pool */
+    const char *storage;   /* --storage rados|s3: checkpoint measures that remote storage */
+    const char *container; /* its --pool P (rados) or --bucket B (s3) */
 } bench_opts;
 
 typedef struct bench_result {
@@ -163,6 +164,18 @@ bool bench_fio_installed(void);
  * objects 8 at a time (left for the read), or of reading them back in
  * order (then removed). Returns 0 with the bandwidth in *bps, or -EIO. */
 int bench_rados_bench(const char *pool, bool writing, double *bps);
+/* How bench_aws_s3 sets the AWS command line up, for a bench's header. */
+#define BENCH_AWS_SETUP                                                                            \
+    "aws s3 cp (awscli) of the checkpoint's data file up and down again, parts of 8 MiB, 8 "   \
+    "in flight (s3.max_concurrent_requests, multipart_chunksize), the endpoint and keys of "  \
+    "the environment; its time includes its interpreter's start (the bench's header says how " \
+    "long that takes here)"
+/* `aws s3 cp` of the file at path to s3://bucket/key (writing), or back
+ * into path: 0 with the seconds it took in *secs, or -EIO. */
+int bench_aws_s3(const char *bucket, const char *key, const char *path, bool writing,
+                 double *secs);
+/* How long `aws --version` takes (its interpreter's start): 0 and *secs, or -EIO. */
+int bench_aws_start(double *secs);
 
 /* One checkpoint's synchronous pause for worker w, the only worker of its
  * arena (checkpoint.c): every key group pinned, the worker's writes

@@ -441,15 +441,40 @@ static int bandwidth_cases(ckb *b)
     return 0;
 }
 
-/* ---- a checkpoint in a RADOS pool, beside rados bench ------------------------ */
+/* ---- a checkpoint in a remote storage, beside its own client ------------------ */
 
-/* One checkpoint of w's arena into the pool (written in b->dir, then copied
- * up and committed) and its restore into a fresh arena (copied down, then
- * restored): bytes per second of the whole write and restore in *wr and
- * *rd, and of their steps in ph[0] (the local write), ph[1] (the upload),
- * ph[2] (the fetch) and ph[3] (the local restore). */
-static int rados_once(ckb *b, stash_worker *w, ckpt_storage *r, const char *job, uint64_t id,
-                      double *wr, double *rd, double ph[4])
+/* The peers of a remote storage's case, each repetition: bytes per
+ * second up and down. */
+typedef struct remote_peer {
+    const char *name; /* "rados-bench", "awscli" */
+    bool ok;
+    double up[MAX_REPS], down[MAX_REPS];
+} remote_peer;
+
+/* Whether the files at a and b hold the same bytes. */
+static bool files_equal(const char *a, const char *b)
+{
+    FILE *fa = fopen(a, "re"), *fb = fopen(b, "re");
+    bool same = fa && fb;
+    static char ba[1 << 16], bb[1 << 16];
+    while (same) {
+        size_t na = fread(ba, 1, sizeof ba, fa), nb = fread(bb, 1, sizeof bb, fb);
+        same = na == nb && memcmp(ba, bb, na) == 0;
+        if (!na) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+/* One checkpoint of w's arena into the storage (written in b->dir, then
+ * copied up and committed) and its restore into a fresh arena (copied
+ * down, then restored): bytes per second of the whole write and restore in
+ * *wr and *rd, and of their steps in ph[0] (the local write), ph[1] (the
+ * upload), ph[2] (the fetch) and ph[3] (the local restore). With s3, the
+ * peer then copies the same data file up and down (rep: its repetition). */
+static int remote_once(ckb *b, stash_worker *w, ckpt_storage *r, const char *job, uint64_t id,
+                       double *wr, double *rd, double ph[4], remote_peer *peer, int rep)
 {
     stash_arena *a = stash_worker_arena(w);
     char chk[4096], name[64], name2[80];
@@ -491,34 +516,56 @@ static int rados_once(ckb *b, stash_worker *w, ckpt_storage *r, const char *job,
     if (down.fd >= 0) ckpt_remove_checkpoint(&down, name);
     shm_dir_close(&down);
     unlinkat(b->ckd.fd, "down", AT_REMOVEDIR);
+    /* The same bytes up and down by the storage's own client, the file
+     * read back checked against the checkpoint's. */
+    char data[4200], back[4200], key[200];
+    double secs;
+    if (rc == 0 && peer->ok && strcmp(peer->name, "awscli") == 0 &&
+        ckpt_path_of(data, "%s/%s", chk, CKPT_DATA_FILE) == 0 &&
+        ckpt_path_of(back, "%s/peer.dat", b->dir) == 0) {
+        snprintf(key, sizeof key, "%s/peer/%s", job, name);
+        peer->ok = bench_aws_s3(b->o.container, key, data, true, &secs) == 0;
+        peer->up[rep] = bytes / secs;
+        peer->ok = peer->ok && bench_aws_s3(b->o.container, key, back, false, &secs) == 0;
+        peer->down[rep] = bytes / secs;
+        peer->ok = peer->ok && files_equal(data, back);
+        unlink(back);
+    }
     clean_dir(b);
     return rc;
 }
 
-static int rados_cases(ckb *b)
+static int remote_cases(ckb *b)
 {
+    const ckpt_storage_ops *ops = ckpt_storage_find(b->o.storage, strlen(b->o.storage));
     ckpt_storage *r;
-    char job[64];
+    char job[64], wcase[32], rcase[32];
     snprintf(job, sizeof job, "stash-bench-%d", (int)getpid());
-    int rc = ckpt_storage_open(&ckpt_rados_ops, b->o.pool, NULL, &r);
+    snprintf(wcase, sizeof wcase, "%s/write", ops->scheme);
+    snprintf(rcase, sizeof rcase, "%s/restore", ops->scheme);
+    bool s3 = strcmp(ops->scheme, "s3") == 0;
+    double start;
+    remote_peer peer = {.name = s3 ? "awscli" : "rados-bench",
+                        .ok = !s3 || bench_aws_start(&start) == 0};
+    int rc = ckpt_storage_open(ops, b->o.container, NULL, &r);
     if (rc) return rc;
     stash_worker *w = NULL;
     stash_state *s;
     rc = open_loaded(b, b->keys, &w, &s);
-    double wr[MAX_REPS], rd[MAX_REPS], pw[MAX_REPS], pr[MAX_REPS], ph[4][MAX_REPS];
-    bool peer = true;
+    double wr[MAX_REPS], rd[MAX_REPS], ph[4][MAX_REPS];
     for (int i = 0; i < b->o.reps && rc == 0; i++) {
-        bench_progress(&b->o, "checkpoint: rados, repetition %d of %d", i + 1, b->o.reps);
+        bench_progress(&b->o, "checkpoint: %s, repetition %d of %d", ops->scheme, i + 1,
+                       b->o.reps);
         int order[2];
         bench_shuffle(order, 2, 7, i);
         for (int k = 0; k < 2 && rc == 0; k++) {
             if (order[k] == 0) {
                 double one[4] = {0};
-                rc = rados_once(b, w, r, job, (uint64_t)i + 1, &wr[i], &rd[i], one);
+                rc = remote_once(b, w, r, job, (uint64_t)i + 1, &wr[i], &rd[i], one, &peer, i);
                 for (int p = 0; p < 4; p++) ph[p][i] = one[p];
-            } else if (peer) {
-                peer = bench_rados_bench(b->o.pool, true, &pw[i]) == 0 &&
-                       bench_rados_bench(b->o.pool, false, &pr[i]) == 0;
+            } else if (peer.ok && !s3) {
+                peer.ok = bench_rados_bench(b->o.container, true, &peer.up[i]) == 0 &&
+                          bench_rados_bench(b->o.container, false, &peer.down[i]) == 0;
             }
         }
     }
@@ -529,22 +576,28 @@ static int rados_cases(ckb *b)
     if (w) close_loaded(b, w);
     ckpt_storage_close(r);
     if (rc) return rc;
-    report_reps(b, "rados/write", "stash", wr, "bytes/s");
-    report_reps(b, "rados/write", "stash-local-write", ph[0], "bytes/s");
-    report_reps(b, "rados/write", "stash-upload", ph[1], "bytes/s");
-    report_reps(b, "rados/restore", "stash", rd, "bytes/s");
-    report_reps(b, "rados/restore", "stash-fetch", ph[2], "bytes/s");
-    report_reps(b, "rados/restore", "stash-local-restore", ph[3], "bytes/s");
-    if (!peer) {
-        report_skip(b, "rados/write", "rados-bench", "rados bench failed (ceph-common)");
+    report_reps(b, wcase, "stash", wr, "bytes/s");
+    report_reps(b, wcase, "stash-local-write", ph[0], "bytes/s");
+    report_reps(b, wcase, "stash-upload", ph[1], "bytes/s");
+    report_reps(b, rcase, "stash", rd, "bytes/s");
+    report_reps(b, rcase, "stash-fetch", ph[2], "bytes/s");
+    report_reps(b, rcase, "stash-local-restore", ph[3], "bytes/s");
+    if (!peer.ok) {
+        report_skip(b, wcase, peer.name,
+                    s3 ? "aws s3 cp not installed, failed or read back other bytes (awscli)"
+                       : "rados bench failed (ceph-common)");
         return 0;
     }
-    report_reps(b, "rados/write", "rados-bench", pw, "bytes/s");
-    report_reps(b, "rados/restore", "rados-bench", pr, "bytes/s");
-    report_ratio(b, "rados/write", "stash/rados-bench", wr, pw);
-    report_ratio(b, "rados/write", "stash-upload/rados-bench", ph[1], pw);
-    report_ratio(b, "rados/restore", "stash/rados-bench", rd, pr);
-    report_ratio(b, "rados/restore", "stash-fetch/rados-bench", ph[2], pr);
+    char ratio[64], upload[64], fetch[64];
+    snprintf(ratio, sizeof ratio, "stash/%s", peer.name);
+    snprintf(upload, sizeof upload, "stash-upload/%s", peer.name);
+    snprintf(fetch, sizeof fetch, "stash-fetch/%s", peer.name);
+    report_reps(b, wcase, peer.name, peer.up, "bytes/s");
+    report_reps(b, rcase, peer.name, peer.down, "bytes/s");
+    report_ratio(b, wcase, ratio, wr, peer.up);
+    report_ratio(b, wcase, upload, ph[1], peer.up);
+    report_ratio(b, rcase, ratio, rd, peer.down);
+    report_ratio(b, rcase, fetch, ph[2], peer.down);
     return 0;
 }
 
@@ -1108,7 +1161,10 @@ int bench_checkpoint(int argc, char **argv)
         "--storage rados --pool P: instead, a checkpoint of the 1M keys written, copied into\n"
         "the pool P (the cluster of $CEPH_CONF) and committed, and its restore (copied\n"
         "down, restored), beside rados bench writing and reading objects of 4 MiB, 8 at a\n"
-        "time, in the same run.\n";
+        "time, in the same run. --storage s3 --bucket B: the same into the S3 bucket B (the\n"
+        "endpoint and keys of the environment, as stash serve takes them), beside aws s3\n"
+        "cp copying the checkpoint's data file up and down with parts of 8 MiB, 8 at a\n"
+        "time.\n";
     ckb b = {0};
     int rc = bench_parse(argc, argv, usage, &b.o);
     const char *const names[] = {"full/write",
@@ -1123,6 +1179,8 @@ int bench_checkpoint(int argc, char **argv)
                                  "rewrite",
                                  "rados/write",
                                  "rados/restore",
+                                 "s3/write",
+                                 "s3/restore",
                                  "instant/100k-keys",
                                  "instant/1m-keys",
                                  "instant/10m-keys"};
@@ -1135,10 +1193,18 @@ int bench_checkpoint(int argc, char **argv)
     b.keys = on_lmdb(&b) ? (b.o.quick ? 200000 : 10000000) : b.o.quick ? 100000 : 1000000;
     bench_header(&b.o, "checkpoint", "%llu keys on the %s backend, checkpoints in %s",
                  (unsigned long long)b.keys, on_lmdb(&b) ? "lmdb" : "heap", base);
-    if (b.o.pool) {
+    double aws_start;
+    if (b.o.storage && strcmp(b.o.storage, "rados") == 0) {
         bench_setup(&b.o, "rados-bench",
                     "rados bench on the same pool: 4 MiB objects, 8 in flight, 5 s of writes, "
                     "then seq reading them back");
+    } else if (b.o.storage && bench_aws_start(&aws_start) == 0) {
+        char took[96];
+        snprintf(took, sizeof took, "aws --version took %.0f ms here", aws_start * 1e3);
+        bench_setup(&b.o, "awscli", BENCH_AWS_SETUP);
+        bench_setup(&b.o, "awscli-start", took);
+    } else if (b.o.storage) {
+        bench_setup(&b.o, "awscli", "not installed (apt-get install awscli): skipped");
     } else {
         bench_setup(&b.o, "fio", BENCH_FIO_SETUP "; at least 1 GiB a pass");
         bench_setup(&b.o, "read-and-copy",
@@ -1158,8 +1224,8 @@ int bench_checkpoint(int argc, char **argv)
         return tool_fail("bench checkpoint: its directory", rc);
     }
     snprintf(b.dir, sizeof b.dir, "%s", b.ckd.path);
-    if (b.o.pool) {
-        rc = bench_selected(&b.o, "rados") ? rados_cases(&b) : 0;
+    if (b.o.storage) {
+        rc = bench_selected(&b.o, b.o.storage) ? remote_cases(&b) : 0;
         ioe_engine_close(b.e);
         shm_dir_temp_remove(&b.parent, &b.ckd);
         shm_dir_close(&b.parent);

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -106,4 +107,59 @@ int bench_rados_bench(const char *pool, bool writing, double *bps)
     }
     free(out);
     return *bps > 0 ? 0 : -EIO;
+}
+
+/* An AWS config file of the bench's: parts of 8 MiB, 8 in flight, as the
+ * s3 storage has them. Returns its path (static) or NULL. */
+static const char *aws_config(void)
+{
+    static char path[128];
+    if (path[0]) return path;
+    snprintf(path, sizeof path, "/tmp/stash-bench-aws-%d.conf", (int)getpid());
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return path[0] = 0, NULL;
+    static const char conf[] = "[default]\ns3 =\n  max_concurrent_requests = 8\n"
+                               "  multipart_threshold = 8MB\n  multipart_chunksize = 8MB\n";
+    bool ok = write(fd, conf, sizeof conf - 1) == (ssize_t)(sizeof conf - 1);
+    close(fd);
+    if (!ok) unlink(path), path[0] = 0;
+    return path[0] ? path : NULL;
+}
+
+static void aws_config_remove(void)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/tmp/stash-bench-aws-%d.conf", (int)getpid());
+    unlink(path);
+}
+
+int bench_aws_s3(const char *bucket, const char *key, const char *path, bool writing,
+                 double *secs)
+{
+    const char *conf = aws_config(), *endpoint = getenv("AWS_ENDPOINT_URL");
+    if (!conf) return -EIO;
+    static bool registered;
+    if (!registered) registered = atexit(aws_config_remove) == 0;
+    setenv("AWS_CONFIG_FILE", conf, 1);
+    char url[1024], *out = malloc(1 << 16);
+    if (!out) return -ENOMEM;
+    snprintf(url, sizeof url, "s3://%s/%s", bucket, key);
+    char *argv[] = {"aws",  "s3",     "cp",     writing ? (char *)path : url,
+                    writing ? url : (char *)path, "--only-show-errors", "--no-progress",
+                    endpoint ? "--endpoint-url" : NULL, (char *)endpoint, NULL};
+    uint64_t t0 = bench_now_ns();
+    int st = run_capture(argv, out, 1 << 16);
+    *secs = (double)(bench_now_ns() - t0) / 1e9;
+    free(out);
+    return st == 0 ? 0 : -EIO;
+}
+
+int bench_aws_start(double *secs)
+{
+    char out[256];
+    char *argv[] = {"aws", "--version", NULL};
+    uint64_t t0 = bench_now_ns();
+    int st = run_capture(argv, out, sizeof out);
+    *secs = (double)(bench_now_ns() - t0) / 1e9;
+    return st == 0 ? 0 : -EIO;
 }

@@ -21,7 +21,7 @@ static const char *own_options(const char *name)
     return strcmp(name, "keyed") == 0
                ? " [--backend heap|lmdb]\n       [--memory-budget auto|BYTES]"
            : strcmp(name, "checkpoint") == 0
-               ? " [--backend heap|lmdb]\n       [--storage fs|rados --pool P]"
+               ? " [--backend heap|lmdb]\n       [--storage fs|rados --pool P|s3 --bucket B]"
            : strcmp(name, "timers") == 0 ? " [--backend heap|lmdb]"
            : strcmp(name, "io") == 0     ? " [--dir DIR] [--size N]"
                                          : "";
@@ -30,7 +30,7 @@ static const char *own_options(const char *name)
 int bench_parse(int argc, char **argv, const char *usage, bench_opts *out)
 {
     *out = (bench_opts){.reps = 5};
-    bool rados = false;
+    const char *pool = NULL, *bucket = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             out->json = true;
@@ -48,14 +48,16 @@ int bench_parse(int argc, char **argv, const char *usage, bench_opts *out)
             out->backend = strcmp(v, "lmdb") == 0 ? STASH_BACKEND_LMDB : STASH_BACKEND_HEAP;
         } else if (strcmp(argv[i], "--storage") == 0 && i + 1 < argc) {
             const char *v = argv[++i];
-            if (strcmp(v, "fs") != 0 && strcmp(v, "rados") != 0) {
-                fprintf(stderr, "stash bench %s: --storage takes fs or rados, not '%s'\n", argv[0],
-                        v);
+            if (strcmp(v, "fs") != 0 && strcmp(v, "rados") != 0 && strcmp(v, "s3") != 0) {
+                fprintf(stderr, "stash bench %s: --storage takes fs, rados or s3, not '%s'\n",
+                        argv[0], v);
                 return -1;
             }
-            rados = strcmp(v, "rados") == 0;
+            out->storage = strcmp(v, "fs") == 0 ? NULL : v;
         } else if (strcmp(argv[i], "--pool") == 0 && i + 1 < argc) {
-            out->pool = argv[++i];
+            pool = argv[++i];
+        } else if (strcmp(argv[i], "--bucket") == 0 && i + 1 < argc) {
+            bucket = argv[++i];
         } else if (strcmp(argv[i], "--case") == 0 && i + 1 < argc) {
             out->only = argv[++i];
         } else if (strcmp(argv[i], "--plot") == 0 && i + 1 < argc) {
@@ -85,14 +87,21 @@ int bench_parse(int argc, char **argv, const char *usage, bench_opts *out)
             return -1;
         }
     }
-    if (out->pool && strcmp(argv[0], "checkpoint") != 0) {
-        fprintf(stderr, "stash bench %s: --storage and --pool are checkpoint's\n", argv[0]);
+    if ((out->storage || pool || bucket) && strcmp(argv[0], "checkpoint") != 0) {
+        fprintf(stderr, "stash bench %s: --storage, --pool and --bucket are checkpoint's\n",
+                argv[0]);
         return -1;
     }
-    if (rados != (out->pool != NULL)) {
-        fprintf(stderr, "stash bench %s: --storage rados and --pool P go together\n", argv[0]);
+    bool rados = out->storage && strcmp(out->storage, "rados") == 0,
+         s3 = out->storage && strcmp(out->storage, "s3") == 0;
+    if (rados != (pool != NULL) || s3 != (bucket != NULL)) {
+        fprintf(stderr,
+                "stash bench %s: --storage rados and --pool P go together, as do --storage s3 "
+                "and --bucket B\n",
+                argv[0]);
         return -1;
     }
+    out->container = rados ? pool : bucket;
     if (out->json && out->csv) {
         fprintf(stderr, "stash bench %s: --json and --csv exclude each other\n", argv[0]);
         return -1;
