@@ -278,8 +278,16 @@ void test_s3_start(void)
     test_ceph_start();
     char port[32], path[300], line[512];
     snprintf(port, sizeof port, "%d", 30000 + (int)getpid() % 20000);
-    cr_assert_eq(cluster_sh("rgw-start", port), 0, "the S3 gateway did not start (see %s/rgw.log)",
-                 test_ceph_dir);
+    if (cluster_sh("rgw-start", port) != 0) {
+        char out[4096] = "", cmd[600];
+        snprintf(cmd, sizeof cmd, "tail -c 1500 %s.out; tail -n 15 %s/rgw.log %s/rgw.out 2>&1",
+                 test_ceph_dir, test_ceph_dir, test_ceph_dir);
+        FILE *p = popen(cmd, "r");
+        size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+        out[n] = 0;
+        if (p) pclose(p);
+        cr_assert_fail("the S3 gateway did not start: %s", out);
+    }
     snprintf(path, sizeof path, "%s/s3.env", test_ceph_dir);
     FILE *f = fopen(path, "r");
     cr_assert(f, "%s: %s", path, strerror(errno));

@@ -638,11 +638,40 @@ static int take_name(void *ctx, const char *name)
     return (grown[ns->n] = strdup(name)) ? (ns->n++, 0) : shm_fail(-ENOMEM, "out of memory");
 }
 
+/* Aborts every multipart upload under prefix (one a killed writer left
+ * holds its parts' bytes, unseen by a listing, until it is aborted). */
+static int abort_uploads(s3 *s, const char *prefix)
+{
+    char *eprefix = curl_easy_escape(NULL, prefix, 0);
+    char query[1200];
+    snprintf(query, sizeof query, "prefix=%s&uploads=", eprefix ? eprefix : "");
+    curl_free(eprefix);
+    req r;
+    int rc = req_init(s, &r, "GET", "", query, "list the uploads under way");
+    snprintf(r.key, sizeof r.key, "%s", prefix);
+    if (rc == 0) rc = req_run(&r);
+    const char *p = r.body ? (const char *)r.body : "";
+    char key[1024], id[512];
+    while (rc == 0 && xml_take(&p, "Key", key, sizeof key) &&
+           xml_take(&p, "UploadId", id, sizeof id)) {
+        char *eid = curl_easy_escape(NULL, id, 0);
+        req a;
+        snprintf(query, sizeof query, "uploadId=%s", eid ? eid : "");
+        curl_free(eid);
+        if ((rc = req_init(s, &a, "DELETE", key, query, "abort an upload")) == 0) rc = req_run(&a);
+        if (rc == -ENOENT) rc = 0; /* completed or aborted meanwhile */
+        req_free(&a);
+    }
+    req_free(&r);
+    return rc;
+}
+
 static int s3_remove_prefix(ckpt_storage *st, const char *prefix)
 {
     s3 *s = (s3 *)st;
     names ns = {0};
-    int rc = s3_list_files(st, prefix, take_name, &ns);
+    int rc = abort_uploads(s, prefix);
+    if (rc == 0) rc = s3_list_files(st, prefix, take_name, &ns);
     req *rs = rc == 0 && ns.n ? calloc(ns.n, sizeof *rs) : NULL;
     if (rc == 0 && ns.n && !rs) rc = shm_fail(-ENOMEM, "out of memory");
     for (size_t i = 0; rc == 0 && i < ns.n; i++)

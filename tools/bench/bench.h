@@ -166,14 +166,13 @@ bool bench_fio_installed(void);
 int bench_rados_bench(const char *pool, bool writing, double *bps);
 /* How bench_aws_s3 sets the AWS command line up, for a bench's header. */
 #define BENCH_AWS_SETUP                                                                            \
-    "aws s3 cp (awscli) of the checkpoint's data file up and down again, parts of 8 MiB, 8 "   \
-    "in flight (s3.max_concurrent_requests, multipart_chunksize), the endpoint and keys of "  \
-    "the environment; its time includes its interpreter's start (the bench's header says how " \
-    "long that takes here)"
+    "aws s3 cp (awscli) of the checkpoint's data file up and down again, parts of 8 MiB, 8 "       \
+    "in flight (s3.max_concurrent_requests, multipart_chunksize), the endpoint and keys of "       \
+    "the environment; its time is shown whole (awscli) and less its interpreter's start "          \
+    "(aws --version, timed just before each copy: awscli-less-start), which the ratios take"
 /* `aws s3 cp` of the file at path to s3://bucket/key (writing), or back
  * into path: 0 with the seconds it took in *secs, or -EIO. */
-int bench_aws_s3(const char *bucket, const char *key, const char *path, bool writing,
-                 double *secs);
+int bench_aws_s3(const char *bucket, const char *key, const char *path, bool writing, double *secs);
 /* How long `aws --version` takes (its interpreter's start): 0 and *secs, or -EIO. */
 int bench_aws_start(double *secs);
 

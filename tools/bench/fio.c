@@ -133,8 +133,7 @@ static void aws_config_remove(void)
     unlink(path);
 }
 
-int bench_aws_s3(const char *bucket, const char *key, const char *path, bool writing,
-                 double *secs)
+int bench_aws_s3(const char *bucket, const char *key, const char *path, bool writing, double *secs)
 {
     const char *conf = aws_config(), *endpoint = getenv("AWS_ENDPOINT_URL");
     if (!conf) return -EIO;
@@ -144,9 +143,16 @@ int bench_aws_s3(const char *bucket, const char *key, const char *path, bool wri
     char url[1024], *out = malloc(1 << 16);
     if (!out) return -ENOMEM;
     snprintf(url, sizeof url, "s3://%s/%s", bucket, key);
-    char *argv[] = {"aws",  "s3",     "cp",     writing ? (char *)path : url,
-                    writing ? url : (char *)path, "--only-show-errors", "--no-progress",
-                    endpoint ? "--endpoint-url" : NULL, (char *)endpoint, NULL};
+    char *argv[] = {"aws",
+                    "s3",
+                    "cp",
+                    writing ? (char *)path : url,
+                    writing ? url : (char *)path,
+                    "--only-show-errors",
+                    "--no-progress",
+                    endpoint ? "--endpoint-url" : NULL,
+                    (char *)endpoint,
+                    NULL};
     uint64_t t0 = bench_now_ns();
     int st = run_capture(argv, out, 1 << 16);
     *secs = (double)(bench_now_ns() - t0) / 1e9;
