@@ -250,15 +250,9 @@ Test(tool, diff_compares_entries_not_how_records_are_laid_out)
  * surrogate pair), a NUL. */
 Test(tool, text_survives_python_s_json_and_jq)
 {
-    static const char *const keys[] = {"plain",
-                                       "\xe7",
-                                       "\xc3\xa7",
-                                       "a\x01"
-                                       "b\x7f",
-                                       "\xf0\x9f\x98\x80",
-                                       "\xff\xfe",
-                                       "tab\there",
-                                       "\xed\xa0\x80"};
+    static const char *const keys[] = {
+        "plain",    "\xe7",      "\xc3\xa7",    "a\001b\177", "\xf0\x9f\x98\x80",
+        "\xff\xfe", "tab\there", "\xed\xa0\x80"};
     char src[256], args[2048];
     snprintf(src, sizeof src, "%s/sp-bytes", dir);
     stash_snapshot_writer *w;

@@ -521,7 +521,7 @@ static int remote_once(ckb *b, stash_worker *w, ckpt_storage *r, const char *job
     /* The same bytes up and down by the storage's own client, the file
      * read back checked against the checkpoint's. */
     char data[4200], back[4200], key[200];
-    double secs;
+    double secs = 0;
     /* Its interpreter's start, timed just before, is taken off its time. */
     double start = 0;
     if (rc == 0 && peer->ok && strcmp(peer->name, "awscli") == 0 &&
@@ -530,12 +530,12 @@ static int remote_once(ckb *b, stash_worker *w, ckpt_storage *r, const char *job
         snprintf(key, sizeof key, "%s/peer/%s", job, name);
         peer->ok = bench_aws_start(&start) == 0 &&
                    bench_aws_s3(b->o.container, key, data, true, &secs) == 0 && secs > start;
-        peer->up[rep] = bytes / secs;
-        peer->up_net[rep] = bytes / (secs - start);
+        peer->up[rep] = peer->ok ? bytes / secs : 0;
+        peer->up_net[rep] = peer->ok ? bytes / (secs - start) : 0;
         peer->ok = peer->ok && bench_aws_start(&start) == 0 &&
                    bench_aws_s3(b->o.container, key, back, false, &secs) == 0 && secs > start;
-        peer->down[rep] = bytes / secs;
-        peer->down_net[rep] = bytes / (secs - start);
+        peer->down[rep] = peer->ok ? bytes / secs : 0;
+        peer->down_net[rep] = peer->ok ? bytes / (secs - start) : 0;
         peer->ok = peer->ok && files_equal(data, back);
         unlink(back);
     }
