@@ -255,6 +255,10 @@ void test_ceph_start(void)
     snprintf(test_ceph_conf, sizeof test_ceph_conf, "%s/ceph.conf", test_ceph_dir);
     char port[64];
     snprintf(port, sizeof port, "%d bluestore", 10000 + (int)getpid() % 20000);
+    /* Stopped with this process whatever ends it. */
+    char owner[32];
+    snprintf(owner, sizeof owner, "%d", (int)getpid());
+    setenv("CEPH_OWNER", owner, 1);
     if (cluster_sh("start", port) != 0) {
         char out[4096] = "", path[160];
         snprintf(path, sizeof path, "%s.out", test_ceph_dir);

@@ -17,7 +17,9 @@
 #                                                      stash, prints DIR/s3.env (AWS_*)
 #   cluster.sh rgw-stop DIR                            the gateway alone
 # The client's keyring is DIR/client.keyring ([client] in the conf, so that
-# the daemons keep their own); pools of one replica are allowed.
+# the daemons keep their own); pools of one replica are allowed. With
+# CEPH_OWNER=PID, start also leaves a reaper that stops the daemons and
+# removes DIR once that process is gone (a test killed at its timeout).
 set -eu
 cmd=$1 dir=$2
 port=${3:-6789}
@@ -70,6 +72,10 @@ case $cmd in
 start)
     rm -rf "$dir"
     mkdir -p "$dir/mon" "$dir/osd" "$dir/mgr" "$dir/run"
+    if [ -n "${CEPH_OWNER:-}" ]; then
+        (tail --pid="$CEPH_OWNER" -f /dev/null; sh "$0" stop "$dir"; rm -rf "$dir") \
+            </dev/null >/dev/null 2>&1 &
+    fi
     fsid=$(cat /proc/sys/kernel/random/uuid)
     cat >"$conf" <<CONF
 [global]
