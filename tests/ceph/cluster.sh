@@ -73,8 +73,9 @@ start)
     rm -rf "$dir"
     mkdir -p "$dir/mon" "$dir/osd" "$dir/mgr" "$dir/run"
     if [ -n "${CEPH_OWNER:-}" ]; then
-        (tail --pid="$CEPH_OWNER" -f /dev/null; sh "$0" stop "$dir"; rm -rf "$dir") \
-            </dev/null >/dev/null 2>&1 &
+        # A session of its own: a kill of the owner's process group spares it.
+        setsid sh -c 'tail --pid="$1" -f /dev/null; sh "$2" stop "$3"; rm -rf "$3"' reaper \
+            "$CEPH_OWNER" "$0" "$dir" </dev/null >/dev/null 2>&1 &
     fi
     fsid=$(cat /proc/sys/kernel/random/uuid)
     cat >"$conf" <<CONF
