@@ -1630,3 +1630,34 @@ Test(service, a_relative_checkpoint_directory_is_named_absolute_in_the_arena, .t
     stash_arena_destroy(name, NULL);
     drop_dir(dir);
 }
+
+/* The storage named by a URL: file:DIR is the fs storage in DIR (and a
+ * second directory beside it is refused), memory: the memory storage. */
+Test(service, a_storage_url_names_the_fs_and_memory_storages, .timeout = 120)
+{
+    char dir[128], url[160], name[96];
+    make_dir(dir, "url");
+    snprintf(url, sizeof url, "file:%s", dir);
+    stash_arena *a = test_arena_create("url", 16u << 20, 8, name);
+    stash_service_opts so = {.sz = sizeof so, .storage_url = url, .dir = "/tmp/elsewhere"};
+    stash_service *svc;
+    cr_assert_eq(stash_service_start(name, &so, &svc), -EINVAL);
+    cr_assert(strstr(stash_errmsg(), "two checkpoint directories"), "%s", stash_errmsg());
+    so.dir = NULL;
+    cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    stash_checkpoint_info info;
+    cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", info.detail);
+    cr_assert(strstr(info.detail, dir), "%s not in %s", dir, info.detail);
+    stash_service_stop(svc);
+    so.storage_url = "memory:";
+    cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
+    cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", info.detail);
+    cr_assert(strstr(info.detail, ".checkpoints"), "the private memory directory: %s", info.detail);
+    stash_service_stop(svc);
+    stash_worker_close(w);
+    stash_arena_close(a);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
