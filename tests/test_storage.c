@@ -172,6 +172,46 @@ Test(storage, files_pointers_and_listing)
     cr_assert_neq(ckpt_storage_put_fd(r, "job/chk-1/short", fd, path, len), 0);
     cr_assert(strstr(stash_errmsg(), path), "%s", stash_errmsg());
     close(fd);
+    /* Written as its bytes come, in pieces that cross parts unevenly: whole
+     * only once closed with commit; given up, not there. */
+    ckpt_storage_writer *wr;
+    cr_assert_eq(ckpt_storage_writer_open(r, "job/chk-1/written", &wr), 0, "%s", stash_errmsg());
+    for (size_t off = 0, k = 1; off < len; k = k * 7 % 1000003) {
+        size_t n = 1 + k * 37 % (3u << 20);
+        n = n < len - off ? n : len - off;
+        cr_assert_eq(ckpt_storage_writer_put(wr, data + off, n), 0, "%s", stash_errmsg());
+        off += n;
+    }
+    cr_assert_eq(ckpt_storage_file_size(r, "job/chk-1/written", &len64), -ENOENT,
+                 "not there before it is whole");
+    cr_assert_eq(ckpt_storage_writer_close(wr, true), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_storage_read_file(r, "job/chk-1/written", len, &back, &got), 0, "%s",
+                 stash_errmsg());
+    cr_assert_eq(got, len);
+    cr_assert_eq(memcmp(back, data, len), 0, "the bytes read are the bytes written");
+    free(back);
+    cr_assert_eq(ckpt_storage_remove_file(r, "job/chk-1/written"), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_storage_writer_open(r, "job/chk-1/dropped", &wr), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_storage_writer_put(wr, data, len), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_storage_writer_close(wr, false), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_storage_file_size(r, "job/chk-1/dropped", &len64), -ENOENT);
+    if (!on_s3()) {
+        unsigned left = 0;
+        cr_assert_eq(ckpt_storage_objects(r, "job/chk-1/dropped", count_name, &left), 0);
+        cr_assert_eq(left, 0, "a file given up leaves no stripe");
+    }
+    /* Exactly a part, and nothing. */
+    cr_assert_eq(ckpt_storage_writer_open(r, "job/chk-1/one", &wr), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_storage_writer_put(wr, data, r->part), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_storage_writer_close(wr, true), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_storage_file_size(r, "job/chk-1/one", &len64), 0, "%s", stash_errmsg());
+    cr_assert_eq(len64, r->part);
+    cr_assert_eq(ckpt_storage_remove_file(r, "job/chk-1/one"), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_storage_writer_open(r, "job/chk-1/none", &wr), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_storage_writer_close(wr, true), 0, "%s", stash_errmsg());
+    cr_assert_eq(ckpt_storage_file_size(r, "job/chk-1/none", &len64), 0, "%s", stash_errmsg());
+    cr_assert_eq(len64, 0);
+    cr_assert_eq(ckpt_storage_remove_file(r, "job/chk-1/none"), 0, "%s", stash_errmsg());
     /* An empty file, and one that is not there. */
     cr_assert_eq(ckpt_storage_write_file(r, "job/chk-1/_metadata", "", 0), 0, "%s", stash_errmsg());
     cr_assert_eq(ckpt_storage_read_file(r, "job/chk-1/_metadata", 16, &back, &got), 0);
@@ -509,15 +549,23 @@ Test(storage, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_fr
     /* The arena and its local copies lost: a new one comes back from RADOS. */
     lose_all(name, a, w, svc, local);
     cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
-    /* At another parallelism: three workers, each finding its own keys. */
+    /* Read straight from the storage, its copy written into the directory
+     * meanwhile: the one a replaced worker rolls back from. */
+    char copy[300];
+    snprintf(copy, sizeof copy, "%s/chk-%llu/_metadata", local,
+             (unsigned long long)latest_of("wordcount"));
+    cr_assert_eq(access(copy, F_OK), 0, "%s", copy);
+    /* At another parallelism: three workers, each finding its own keys,
+     * the first a replacement that rolls back. */
     unsigned found = 0;
     for (uint32_t i = 0; i < 3; i++) {
-        cr_assert_eq(
-            stash_worker_open(
-                name,
-                &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = i, .parallelism = 3},
-                &w),
-            0, "%s", stash_errmsg());
+        cr_assert_eq(stash_worker_open(name,
+                                       &(stash_worker_opts){.sz = sizeof(stash_worker_opts),
+                                                            .index = i,
+                                                            .parallelism = 3,
+                                                            .rollback = i == 0},
+                                       &w),
+                     0, "%s", stash_errmsg());
         stash_state *v;
         cr_assert_eq(stash_state_get(w,
                                      &(stash_state_desc){.sz = sizeof(stash_state_desc),

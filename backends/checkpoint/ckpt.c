@@ -82,9 +82,11 @@ typedef struct stream {
     uint8_t *buf;   /* the staging buffer being filled, or NULL */
     size_t fill;
     size_t cap;
-    uint32_t align;      /* O_DIRECT: the file's offset and length alignment; 1 buffered */
-    int rc;              /* the first failure */
-    pthread_mutex_t *mu; /* with cv: wakes a thread waiting for one of its blocks, or NULL */
+    uint32_t align;        /* O_DIRECT: the file's offset and length alignment; 1 buffered */
+    int rc;                /* the first failure */
+    const ckpt_copy *copy; /* the file's bytes also go there, in order, or NULL */
+    size_t pad;            /* zeros owed to copy before its next bytes */
+    pthread_mutex_t *mu;   /* with cv: wakes a thread waiting for one of its blocks, or NULL */
     pthread_cond_t *cv;
 } stream;
 
@@ -189,6 +191,20 @@ static int stream_write(stream *s, const void *data, size_t len, uint64_t off, v
     return s->rc;
 }
 
+/* Gives the copy n bytes at data, followed by pad zeros that only bytes
+ * after them give it (the file is cut after its last data). */
+static int stream_copy(stream *s, const void *data, size_t n, size_t pad)
+{
+    static const uint8_t zeros[4096];
+    for (size_t k; !s->rc && s->pad; s->pad -= k) {
+        k = s->pad < sizeof zeros ? s->pad : sizeof zeros;
+        s->rc = s->copy->put(s->copy->ctx, zeros, k);
+    }
+    if (!s->rc) s->rc = s->copy->put(s->copy->ctx, data, n);
+    s->pad = pad;
+    return s->rc;
+}
+
 /* Writes the staging buffer, padded with zeros to the alignment; the next
  * bytes go after the padding. */
 static void stream_submit(stream *s)
@@ -196,6 +212,7 @@ static void stream_submit(stream *s)
     if (!s->fill || s->rc) return;
     size_t len = (s->fill + s->align - 1) / s->align * s->align;
     if (len > s->fill) memset(s->buf + s->fill, 0, len - s->fill);
+    if (s->copy && stream_copy(s, s->buf, s->fill, len - s->fill) < 0) return;
     if (stream_write(s, s->buf, len, s->off, s->buf) < 0) return;
     s->off += len;
     s->buf = NULL;
@@ -240,6 +257,7 @@ static int stream_block(stream *s, block_buf *bb, uint64_t *at)
     stream_submit(s);
     size_t padded = (len + s->align - 1) / s->align * s->align; /* within cap: 4096-multiple */
     memset(bb->b.data + len, 0, padded - len);
+    if (s->copy && stream_copy(s, bb->b.data, len, padded - len) < 0) return s->rc;
     *at = s->off;
     block_set(s, bb, BLOCK_FLIGHT);
     if (stream_write(s, bb->b.data, padded, s->off, block_tag(bb)) < 0) {
@@ -641,11 +659,19 @@ int ckpt_write_source(const ckpt_source *src, const ckpt_opts *o, ckpt_written *
              in_shared ? "/" : "", own);
     md_extent *ext = calloc(maxp, sizeof *ext);
     rc = ext ? ckpt_path_of(path, "%s/%s", data_dir->path, own) : -ENOMEM;
+    bool copying = false;
+    if (rc == 0 && o->copy) rc = o->copy->open(o->copy->ctx, listed);
+    copying = rc == 0 && o->copy;
     if (rc == 0) rc = stream_open(&data, o->engine, data_dir->fd, own, path, file_mode(o->group));
     if (rc == 0) {
+        data.copy = o->copy;
         rc = serialize(src, o, &data, ext, &records, &crc);
         data_bytes = data.end;
         int closed = stream_close(&data);
+        if (rc == 0) rc = closed;
+    }
+    if (copying) {
+        int closed = o->copy->close(o->copy->ctx, rc == 0);
         if (rc == 0) rc = closed;
     }
     if (rc == 0) rc = list_files(maxp, o, listed, ext, crc, &base, &fl);

@@ -14,6 +14,18 @@
  * MemoryStateBackend keeps 5 MiB by default). */
 #define CKPT_MEMORY_DEFAULT_CAP (5ull << 20)
 
+/* Where a checkpoint's data file also goes as it is written: open is
+ * called with the file's name as the metadata lists it ("kg-data.dat",
+ * "shared/12.dat"), put with its bytes in order, and close once the file
+ * is durable (commit) or the checkpoint has failed. Each returns 0 or an
+ * error, which fails the checkpoint. */
+typedef struct ckpt_copy {
+    void *ctx;
+    int (*open)(void *ctx, const char *file);
+    int (*put)(void *ctx, const void *data, size_t len);
+    int (*close)(void *ctx, bool commit);
+} ckpt_copy;
+
 typedef struct ckpt_opts {
     const shm_dir *dir; /* the checkpoint directory (ckpt_dir_open) */
     uint64_t id;        /* the checkpoint's id, > 0 */
@@ -51,6 +63,7 @@ typedef struct ckpt_opts {
      * its block from there, as it is, not serialized. NULL: every block
      * serialized. */
     const char *lazy_from;
+    const ckpt_copy *copy; /* NULL: the data file goes to the directory alone */
 } ckpt_opts;
 
 typedef struct ckpt_written {

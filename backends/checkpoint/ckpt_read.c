@@ -448,12 +448,12 @@ static int check_file_crc(const ckpt_view *v, const ckpt_file *f)
 static int load_file(ckpt_view *v, ckpt_file *cf, ioe_engine *e, bool keep)
 {
     uint64_t named = named_bytes(v, cf);
+    size_t limit = named < SIZE_MAX ? (size_t)named : SIZE_MAX;
     int dirfd = -1;
     const char *name = NULL;
-    int rc = file_place(v, cf, &dirfd, &name);
-    if (rc == 0)
-        rc = read_whole(e, dirfd, name, cf->path, named < SIZE_MAX ? (size_t)named : SIZE_MAX,
-                        &cf->data, &cf->len);
+    int rc = v->fetch ? v->fetch(v->fetch_ctx, cf, limit, &cf->data, &cf->len)
+                      : file_place(v, cf, &dirfd, &name);
+    if (rc == 0 && !v->fetch) rc = read_whole(e, dirfd, name, cf->path, limit, &cf->data, &cf->len);
     if (rc == 0) rc = check_file_crc(v, cf);
     if (!keep) {
         free(cf->data);

@@ -99,6 +99,11 @@ typedef struct ckpt_view {
     uint32_t op_parallelism;
     ckpt_blob *op_blobs; /* point into md */
     ckpt_dirs *dirs;     /* NULL in a view not opened from a directory */
+    /* A view of a checkpoint elsewhere (mirror.c: in a remote storage)
+     * reads its data files through fetch: file cf, at most limit bytes,
+     * into *data (malloc'd). NULL: from dirs. */
+    int (*fetch)(void *ctx, const ckpt_file *cf, size_t limit, uint8_t **data, size_t *len);
+    void *fetch_ctx;
 } ckpt_view;
 
 /* Opens the checkpoint or savepoint directory at path (a savepoint wherever

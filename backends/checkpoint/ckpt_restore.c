@@ -109,7 +109,6 @@ static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, bool
         if (n >= 0) n = apply(v, range, &map, st);
     }
     if (n >= 0) *records = (uint64_t)n;
-    ckpt_view_close(v);
     return n < 0 ? (int)n : 0;
 }
 
@@ -124,7 +123,7 @@ static void *prefault_main(void *arg)
 /* Reads the data files of v (opened without them) for a restore of range:
  * while they are read, a second thread maps the arena memory the records
  * will fill, which the reading leaves idle, and the reading thread helps
- * once its reads are in. Closes v on failure. */
+ * once its reads are in. */
 static int load_for_restore(stash_arena *a, const store *st, stash_kg_range range, ioe_engine *e,
                             ckpt_view *v)
 {
@@ -149,7 +148,6 @@ static int load_for_restore(stash_arena *a, const store *st, stash_kg_range rang
         if (rc == 0) shm_prefault_run(&p);
         pthread_join(t, NULL);
     }
-    if (rc) ckpt_view_close(v);
     return rc;
 }
 
@@ -160,8 +158,11 @@ static int restore_one(stash_arena *a, const shm_dir *dir, uint64_t id, stash_kg
     ckpt_view v;
     /* Opening chk-ID checks that its metadata names ID. */
     int rc = ckpt_open_chk(dir, id, e, &v, false);
-    if (rc == 0) rc = load_for_restore(a, st, range, e, &v);
-    return rc ? rc : restore_view(a, &v, range, applying, st, prepare, ctx, out);
+    if (rc) return rc;
+    rc = load_for_restore(a, st, range, e, &v);
+    if (rc == 0) rc = restore_view(a, &v, range, applying, st, prepare, ctx, out);
+    ckpt_view_close(&v);
+    return rc;
 }
 
 static bool thread_alive(uint32_t tid)
@@ -298,25 +299,36 @@ static int store_for(stash_arena *a, stash_kg_range range, store *given, store *
     return given ? 0 : store_open(a, 0, range, own);
 }
 
-int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, ioe_engine *e,
-                      store *st, ckpt_restored *out)
+int ckpt_restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, ioe_engine *e, store *st,
+                      ckpt_prepare_fn *prepare, void *ctx, ckpt_restored *out)
 {
-    ckpt_view v;
     store *own;
     memset(out, 0, sizeof *out);
     int rc = store_for(a, range, st, &own);
     bool taken = rc == 0 && ckpt_lazy_pending(a);
     if (taken) rc = lazy_take(a, range, st ? st : own);
-    if (rc == 0 && (rc = ckpt_open_view(path, e, &v, false)) == 0)
-        rc = load_for_restore(a, st ? st : own, range, e, &v);
+    if (rc == 0) rc = load_for_restore(a, st ? st : own, range, e, v);
     if (rc == 0) {
-        out->id = v.id;
+        out->id = v->id;
         bool applying = false;
-        rc = restore_view(a, &v, range, &applying, st ? st : own, NULL, NULL, out);
+        rc = restore_view(a, v, range, &applying, st ? st : own, prepare, ctx, out);
         if (rc) ckpt_restored_free(out);
     }
     if (taken) lazy_give(a, range, rc == 0);
     store_close(own);
+    return rc;
+}
+
+int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, ioe_engine *e,
+                      store *st, ckpt_restored *out)
+{
+    ckpt_view v;
+    memset(out, 0, sizeof *out);
+    int rc = ckpt_open_view(path, e, &v, false);
+    if (rc == 0) {
+        rc = ckpt_restore_view(a, &v, range, e, st, NULL, NULL, out);
+        ckpt_view_close(&v);
+    }
     return rc;
 }
 
@@ -470,7 +482,10 @@ static int restore_claimed(stash_arena *a, uint32_t kg, bool dead, ioe_engine *e
     if (rc == 0 && (rc = ckpt_view_load_range(&v, e ? e : own, one)) != 0) ckpt_view_close(&v);
     ckpt_restored out = {0};
     bool applying = false;
-    if (rc == 0) rc = restore_view(a, &v, one, &applying, st, NULL, NULL, &out);
+    if (rc == 0) {
+        rc = restore_view(a, &v, one, &applying, st, NULL, NULL, &out);
+        ckpt_view_close(&v);
+    }
     ckpt_restored_free(&out);
     if (own) ioe_engine_close(own);
     if (st->ops->commit) st->ops->commit(st);

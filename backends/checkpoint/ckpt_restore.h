@@ -97,6 +97,12 @@ int ckpt_restore_prepared(stash_arena *a, const shm_dir *dir, uint64_t id, uint6
  * for ckpt_restore_prepared()). */
 int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, ioe_engine *e,
                       store *st, ckpt_restored *out);
+/* As ckpt_restore_path, from the view v opened without its data files
+ * (ckpt_storage_view: straight from a remote storage), which it loads;
+ * prepare (if not NULL) is called with ctx once every block is checked,
+ * before the first record is written. The caller closes v. */
+int ckpt_restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, ioe_engine *e, store *st,
+                      ckpt_prepare_fn *prepare, void *ctx, ckpt_restored *out);
 
 /* Registers the states of the checkpoint or savepoint directory at path
  * in the arena and hands out its operator state, restoring no record. */

@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,13 +55,40 @@ static int put_file(ckpt_storage *st, const char *name, ckpt_view *v, const ckpt
     return rc;
 }
 
-int ckpt_storage_upload(ckpt_storage *st, const char *job, int dirfd, const char *dirname,
-                        const char *path, uint64_t prev, ioe_engine *e)
+static int copy_open(void *ctx, const char *file)
 {
-    ckpt_view v;
-    int rc = ckpt_open_view_at(dirfd, dirname, path, e, &v, false);
-    if (rc) return rc;
-    bool checkpoint = strncmp(dirname, "chk-", 4) == 0;
+    ckpt_upload *u = ctx;
+    char name[1024];
+    snprintf(u->file, sizeof u->file, "%s", file);
+    u->sent[0] = 0;
+    int rc = object_of(name, sizeof name, u->job, u->dirname, file);
+    if (rc == 0) rc = ckpt_storage_writer_open(u->st, name, &u->w);
+    u->failed = rc != 0;
+    return rc;
+}
+
+static int copy_put(void *ctx, const void *data, size_t len)
+{
+    ckpt_upload *u = ctx;
+    int rc = ckpt_storage_writer_put(u->w, data, len);
+    u->failed |= rc != 0;
+    return rc;
+}
+
+static int copy_close(void *ctx, bool commit)
+{
+    ckpt_upload *u = ctx;
+    int rc = ckpt_storage_writer_close(u->w, commit);
+    u->w = NULL;
+    if (rc == 0 && commit) snprintf(u->sent, sizeof u->sent, "%s", u->file);
+    u->failed |= rc != 0;
+    return rc;
+}
+
+int ckpt_upload_begin(ckpt_upload *u, ckpt_storage *st, const char *job, const char *dirname)
+{
+    *u = (ckpt_upload){.st = st, .job = job, .copy = {u, copy_open, copy_put, copy_close}};
+    snprintf(u->dirname, sizeof u->dirname, "%s", dirname);
     char name[1024], owner[300], host[256] = "";
     /* The id is this engine's before anything of it is written: another
      * engine of the job that took the same id must not write over it. The
@@ -70,14 +98,29 @@ int ckpt_storage_upload(ckpt_storage *st, const char *job, int dirfd, const char
     if (getrandom(&nonce, sizeof nonce, 0) != sizeof nonce) nonce = shm_clock_ns();
     snprintf(owner, sizeof owner, "%d@%s/%016llx", (int)getpid(), host, (unsigned long long)nonce);
     snprintf(name, sizeof name, "%s/%s/%s", job, dirname, CLAIM);
-    rc = ckpt_storage_swap(st, name, NULL, owner);
+    int rc = ckpt_storage_swap(st, name, NULL, owner);
     if (rc == -ECANCELED)
         rc = shm_fail(rc, "%s/%s/%s: taken by another engine of the job", ckpt_storage_where(st),
                       job, dirname);
+    return rc;
+}
+
+int ckpt_upload_finish(ckpt_upload *u, int dirfd, const char *path, uint64_t prev, ioe_engine *e)
+{
+    ckpt_storage *st = u->st;
+    const char *job = u->job, *dirname = u->dirname;
+    ckpt_storage_writer_close(u->w, false);
+    u->w = NULL;
+    ckpt_view v;
+    int rc = ckpt_open_view_at(dirfd, dirname, path, e, &v, false);
+    if (rc) return rc;
+    bool checkpoint = strncmp(dirname, "chk-", 4) == 0;
+    char name[1024];
     /* Data next: the metadata names only files that are there. */
     for (uint32_t f = 0; rc == 0 && f < v.nfiles; f++) {
         const ckpt_file *cf = &v.files[f];
         bool shared = strncmp(cf->name, CKPT_SHARED_DIR "/", sizeof CKPT_SHARED_DIR) == 0;
+        if (strcmp(cf->name, u->sent) == 0) continue; /* it went up while written */
         rc = object_of(name, sizeof name, job, dirname, cf->name);
         /* A shared file went up with the checkpoint that wrote it. */
         if (rc == 0 && !(shared && f + 1 < v.nfiles && has_file(st, name)))
@@ -94,6 +137,14 @@ int ckpt_storage_upload(ckpt_storage *st, const char *job, int dirfd, const char
     }
     ckpt_view_close(&v);
     return rc;
+}
+
+int ckpt_storage_upload(ckpt_storage *st, const char *job, int dirfd, const char *dirname,
+                        const char *path, uint64_t prev, ioe_engine *e)
+{
+    ckpt_upload u;
+    int rc = ckpt_upload_begin(&u, st, job, dirname);
+    return rc ? rc : ckpt_upload_finish(&u, dirfd, path, prev, e);
 }
 
 int ckpt_storage_latest(ckpt_storage *st, const char *job, uint64_t *id)
@@ -141,47 +192,70 @@ static int fetch_file(ckpt_storage *st, const char *name, const shm_dir *d, cons
     return rc;
 }
 
-int ckpt_storage_fetch(ckpt_storage *st, const char *job, const shm_dir *dir, const char *dirname)
+/* Reads file cf of a view of storage ctx: its object is its path less the
+ * storage's "SCHEME://CONTAINER/". */
+static int view_fetch(void *ctx, const ckpt_file *cf, size_t limit, uint8_t **data, size_t *len)
 {
-    char name[1024], meta[300];
-    struct stat sb;
-    snprintf(meta, sizeof meta, "%s/_metadata", dirname);
-    if (fstatat(dir->fd, meta, &sb, AT_SYMLINK_NOFOLLOW) == 0) return 0; /* the local copy */
-    /* Fetched beside the directory's checkpoints; each file moved into
-     * place once whole, the checkpoint's directory last. */
-    char prefix[300];
-    snprintf(prefix, sizeof prefix, ".fetch-%s-", dirname);
-    shm_dir stage, shared = {.fd = -1};
-    int rc = shm_dir_temp(dir, prefix, &stage);
-    if (rc) return rc;
-    ckpt_view v = {0};
-    rc = object_of(name, sizeof name, job, dirname, "_metadata");
-    if (rc == 0) snprintf(v.meta_path, sizeof v.meta_path, "%s/%s", ckpt_storage_where(st), name);
-    if (rc == 0) rc = ckpt_storage_read_file(st, name, CKPT_MAX_METADATA, &v.md, &v.md_len);
-    if (rc == 0) rc = ckpt_view_parse(&v);
+    ckpt_storage *st = ctx;
+    return ckpt_storage_read_file(st, cf->path + strlen(ckpt_storage_where(st)) + 1, limit, data,
+                                  len);
+}
+
+int ckpt_storage_view(ckpt_storage *st, const char *job, const char *dirname, ckpt_view *v)
+{
+    char name[1024];
+    memset(v, 0, sizeof *v);
+    int rc = object_of(name, sizeof name, job, dirname, "_metadata");
+    if (rc == 0) snprintf(v->meta_path, sizeof v->meta_path, "%s/%s", ckpt_storage_where(st), name);
+    if (rc == 0) rc = ckpt_storage_read_file(st, name, CKPT_MAX_METADATA, &v->md, &v->md_len);
+    if (rc == 0) rc = ckpt_view_parse(v);
     /* A directory named for an id holds that id's metadata. */
     char *end;
     const char *dash = strrchr(dirname, '-');
     uint64_t named = dash ? strtoull(dash + 1, &end, 10) : 0;
-    if (rc == 0 && named && !*end && v.id != named)
-        rc = shm_fail(STASH_ECORRUPT, "%s: names checkpoint %llu, not %llu", v.meta_path,
-                      (unsigned long long)v.id, (unsigned long long)named);
-    for (uint32_t f = 0; rc == 0 && f < v.nfiles; f++) {
-        const char *file = v.files[f].name;
-        bool in_shared = strncmp(file, CKPT_SHARED_DIR "/", sizeof CKPT_SHARED_DIR) == 0;
-        const char *base = in_shared ? file + sizeof CKPT_SHARED_DIR : file;
+    if (rc == 0 && named && !*end && v->id != named)
+        rc = shm_fail(STASH_ECORRUPT, "%s: names checkpoint %llu, not %llu", v->meta_path,
+                      (unsigned long long)v->id, (unsigned long long)named);
+    for (uint32_t f = 0; rc == 0 && f < v->nfiles; f++) {
+        ckpt_file *cf = &v->files[f];
+        rc = object_of(name, sizeof name, job, dirname, cf->name);
+        if (rc == 0) rc = ckpt_path_of(cf->path, "%s/%s", ckpt_storage_where(st), name);
+    }
+    v->fetch = view_fetch;
+    v->fetch_ctx = st;
+    if (rc) ckpt_view_close(v);
+    return rc;
+}
+
+int ckpt_storage_place(ckpt_storage *st, const char *job, const ckpt_view *v, const shm_dir *dir,
+                       const char *dirname)
+{
+    /* Written beside the directory's checkpoints; each file moved into
+     * place once whole, the checkpoint's directory last. */
+    char name[1024], prefix[300];
+    struct stat sb;
+    snprintf(prefix, sizeof prefix, ".fetch-%s-", dirname);
+    shm_dir stage, shared = {.fd = -1};
+    int rc = shm_dir_temp(dir, prefix, &stage);
+    if (rc) return rc;
+    for (uint32_t f = 0; rc == 0 && f < v->nfiles; f++) {
+        const ckpt_file *cf = &v->files[f];
+        bool in_shared = strncmp(cf->name, CKPT_SHARED_DIR "/", sizeof CKPT_SHARED_DIR) == 0;
+        const char *base = in_shared ? cf->name + sizeof CKPT_SHARED_DIR : cf->name;
         if (in_shared && shared.fd < 0)
             rc = shm_dir_openat(dir, CKPT_SHARED_DIR, SHM_DIR_OWN | SHM_DIR_CREATE | SHM_DIR_GROUP,
                                 &shared);
-        if (rc == 0) rc = object_of(name, sizeof name, job, dirname, file);
+        if (rc == 0) rc = object_of(name, sizeof name, job, dirname, cf->name);
         if (rc == 0 && in_shared && fstatat(shared.fd, base, &sb, AT_SYMLINK_NOFOLLOW) == 0)
             continue; /* a chain's file fetched with an earlier checkpoint */
-        if (rc == 0) rc = fetch_file(st, name, &stage, base);
+        if (rc == 0)
+            rc = cf->data ? write_new(&stage, base, cf->data, cf->len)
+                          : fetch_file(st, name, &stage, base);
         if (rc == 0 && in_shared && renameat(stage.fd, base, shared.fd, base) < 0)
             rc = shm_fail(-errno, "rename %s/%s to %s/%s: %s", stage.path, base, shared.path, base,
                           strerror(errno));
     }
-    if (rc == 0) rc = write_new(&stage, "_metadata", v.md, v.md_len);
+    if (rc == 0) rc = write_new(&stage, "_metadata", v->md, v->md_len);
     const char *made = strrchr(stage.path, '/') + 1;
     if (rc == 0 && renameat(dir->fd, made, dir->fd, dirname) < 0)
         rc = shm_fail(-errno, "rename %s to %s/%s: %s", stage.path, dir->path, dirname,
@@ -191,6 +265,65 @@ int ckpt_storage_fetch(ckpt_storage *st, const char *job, const shm_dir *dir, co
     else
         shm_dir_close(&stage);
     shm_dir_close(&shared);
+    return rc;
+}
+
+/* The copy of a checkpoint read straight from the storage, written into
+ * a directory while its records go into the arena. */
+typedef struct local_copy {
+    ckpt_storage *st;
+    const char *job;
+    const ckpt_view *v;
+    const shm_dir *dir;
+    pthread_t t;
+    bool started;
+    int rc;
+    char why[512];
+} local_copy;
+
+static void *local_copy_main(void *arg)
+{
+    local_copy *lc = arg;
+    char chk[64];
+    snprintf(chk, sizeof chk, "chk-%llu", (unsigned long long)lc->v->id);
+    lc->rc = ckpt_storage_place(lc->st, lc->job, lc->v, lc->dir, chk);
+    if (lc->rc) snprintf(lc->why, sizeof lc->why, "%s", stash_errmsg());
+    return NULL;
+}
+
+/* Called once every block is checked (the view holds them all). */
+static int local_copy_begin(void *ctx)
+{
+    local_copy *lc = ctx;
+    lc->started = pthread_create(&lc->t, NULL, local_copy_main, lc) == 0;
+    if (!lc->started) local_copy_main(lc);
+    return lc->started ? 0 : lc->rc;
+}
+
+int ckpt_storage_restore(ckpt_storage *st, const char *job, ckpt_view *v, const shm_dir *dir,
+                         stash_arena *a, stash_kg_range range, ioe_engine *e, store *into,
+                         ckpt_restored *out)
+{
+    local_copy lc = {.st = st, .job = job, .v = v, .dir = dir};
+    int rc = ckpt_restore_view(a, v, range, e, into, local_copy_begin, &lc, out);
+    if (lc.started) pthread_join(lc.t, NULL);
+    if (rc == 0 && lc.rc) {
+        ckpt_restored_free(out);
+        rc = shm_fail(lc.rc, "%s", lc.why);
+    }
+    return rc;
+}
+
+int ckpt_storage_fetch(ckpt_storage *st, const char *job, const shm_dir *dir, const char *dirname)
+{
+    char meta[300];
+    struct stat sb;
+    snprintf(meta, sizeof meta, "%s/_metadata", dirname);
+    if (fstatat(dir->fd, meta, &sb, AT_SYMLINK_NOFOLLOW) == 0) return 0; /* the local copy */
+    ckpt_view v;
+    int rc = ckpt_storage_view(st, job, dirname, &v);
+    if (rc) return rc;
+    rc = ckpt_storage_place(st, job, &v, dir, dirname);
     ckpt_view_close(&v);
     return rc;
 }

@@ -7,11 +7,35 @@
 #ifndef STASH_CKPT_MIRROR_H
 #define STASH_CKPT_MIRROR_H
 
+#include "backends/checkpoint/ckpt.h"
+#include "backends/checkpoint/ckpt_restore.h"
 #include "backends/checkpoint/storage.h"
-#include "ioengine/ioengine.h"
 
 /* A job's files are named JOB/ and the file's path in a checkpoint
  * directory; the pointer JOB/latest names the newest complete checkpoint. */
+
+/* A checkpoint or savepoint going into the job while it is written: its
+ * name claimed first (another engine of the job that took the same id
+ * writes nothing over it), its data file sent as it is written (copy, for
+ * ckpt_opts.copy), the rest by ckpt_upload_finish once it is committed in
+ * the directory. */
+typedef struct ckpt_upload {
+    ckpt_storage *st;
+    const char *job;
+    char dirname[64];       /* chk-ID, savepoint-ID */
+    char file[64];          /* the data file going up, as the metadata lists it */
+    char sent[64];          /* the data file that went up whole, or "" */
+    ckpt_storage_writer *w; /* file's */
+    bool failed;            /* the storage failed the copy */
+    ckpt_copy copy;
+} ckpt_upload;
+/* Claims dirname in the job. Returns 0, -ECANCELED (taken by another
+ * engine), or an error naming the object. */
+int ckpt_upload_begin(ckpt_upload *u, ckpt_storage *st, const char *job, const char *dirname);
+/* Sends what of the committed directory dirname of dirfd (path in messages)
+ * did not go up while it was written, as ckpt_storage_upload does, and
+ * ends u. */
+int ckpt_upload_finish(ckpt_upload *u, int dirfd, const char *path, uint64_t prev, ioe_engine *e);
 
 /* Copies the checkpoint or savepoint directory dirname of dirfd (chk-ID or
  * savepoint-ID, committed; path names it in messages) into the job: its data files (a shared file
@@ -30,6 +54,29 @@ int ckpt_storage_latest(ckpt_storage *st, const char *job, uint64_t *id);
  * checkpoint's directory last. Returns 0 or an error naming the object or
  * the file. */
 int ckpt_storage_fetch(ckpt_storage *st, const char *job, const shm_dir *dir, const char *dirname);
+/* Opens checkpoint or savepoint dirname of the job in v, its metadata read
+ * and checked (and that it names the id dirname names), its data files read
+ * straight from the storage into memory when loaded (ckpt_view_load), with
+ * no copy on disk. st must stay open while v is. Returns 0 or an error
+ * naming the object. */
+int ckpt_storage_view(ckpt_storage *st, const char *job, const char *dirname, ckpt_view *v);
+/* Writes checkpoint or savepoint dirname of the job, viewed in v
+ * (ckpt_storage_view), into dir, made durable: its data files from memory
+ * where v has them loaded, else streamed from the storage. Each file is
+ * moved into place once whole (a shared file dir has already is kept), the
+ * checkpoint's directory last. Returns 0 or an error naming the file. */
+int ckpt_storage_place(ckpt_storage *st, const char *job, const ckpt_view *v, const shm_dir *dir,
+                       const char *dirname);
+/* Restores range of checkpoint v of the job (ckpt_storage_view, opened
+ * without its data) into a's store into (NULL: one of its own), as
+ * ckpt_restore_view does, its data read straight from the storage into
+ * memory; once every block is checked, a thread writes its copy into dir
+ * (ckpt_storage_place) while the records go into the arena: a replaced
+ * worker rolls back from the directory. Fails if either fails. The caller
+ * closes v. */
+int ckpt_storage_restore(ckpt_storage *st, const char *job, ckpt_view *v, const shm_dir *dir,
+                         stash_arena *a, stash_kg_range range, ioe_engine *e, store *into,
+                         ckpt_restored *out);
 /* Appends to *names (of *n; free each and the array) the shared files
  * ("shared/ID.dat") checkpoint dirname of the job lists. */
 int ckpt_storage_shared_of(ckpt_storage *st, const char *job, const char *dirname, char ***names,

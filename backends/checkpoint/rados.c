@@ -25,11 +25,7 @@ typedef struct ckpt_rados {
     ckpt_storage base;
     rados_t cluster;
     rados_ioctx_t io;
-    uint32_t depth;
     char pool[128];
-    /* depth stripe buffers, made on first use and kept: memory touched for
-     * the first time costs more than the network (a page fault a page) */
-    uint8_t **ring;
     pthread_mutex_t mu; /* guards sent */
     struct sent *sent;  /* notifications whose acknowledgements are still awaited */
 } ckpt_rados;
@@ -76,8 +72,6 @@ static void rd_close(ckpt_storage *st)
     if (!r) return;
     if (r->io) reap(r, true);
     pthread_mutex_destroy(&r->mu);
-    for (uint32_t i = 0; r->ring && i < r->depth; i++) free(r->ring[i]);
-    free(r->ring);
     if (r->io) rados_ioctx_destroy(r->io);
     if (r->cluster) rados_shutdown(r->cluster);
     free(r);
@@ -93,7 +87,8 @@ static int rd_open(const char *pool, const stash_storage_opts *o, ckpt_storage *
     snprintf(r->base.where, sizeof r->base.where, "rados://%s", pool);
     pthread_mutex_init(&r->mu, NULL);
     snprintf(r->pool, sizeof r->pool, "%s", pool);
-    r->depth = o->depth ? o->depth : CKPT_STORAGE_DEPTH;
+    r->base.depth = o->depth ? o->depth : CKPT_STORAGE_DEPTH;
+    r->base.part = STRIPE;
     const char *conf = o->ceph_conf ? o->ceph_conf : "(Ceph's default ceph.conf)";
     int rc = rados_create(&r->cluster, o->ceph_id ? o->ceph_id : "admin");
     if (rc < 0) {
@@ -130,204 +125,85 @@ static int rd_open(const char *pool, const stash_storage_opts *o, ckpt_storage *
 
 /* ---- striped files -------------------------------------------------------- */
 
-/* Operations in flight, at most depth, waited for oldest first. */
-typedef struct flight {
-    ckpt_rados *r;
-    rados_completion_t *c;
-    rados_write_op_t op; /* the first stripe's, released once it completes */
-    char (*oid)[300];
-    size_t *want; /* reads: the bytes each must bring */
-    unsigned head, n;
-    int rc;
-} flight;
-
-static int flight_init(flight *f, ckpt_rados *r)
+/* A file NAME of more than a stripe is objects NAME.0, NAME.1, ... each of
+ * a stripe (the last of what is left); NAME.0, written last, carries the
+ * file's length, set in the same operation as its bytes. While the other
+ * stripes go up, NAME.0 is there without a length: a file being written,
+ * which no reader sees and which removing removes whole. */
+static void stripe_name(char *oid, size_t cap, const char *name, uint64_t k)
 {
-    *f = (flight){.r = r};
-    f->c = calloc(r->depth, sizeof *f->c);
-    f->oid = calloc(r->depth, sizeof *f->oid);
-    f->want = calloc(r->depth, sizeof *f->want);
-    return f->c && f->oid && f->want ? 0 : shm_fail(-ENOMEM, "out of memory");
+    snprintf(oid, cap, "%s.%llu", name, (unsigned long long)k);
 }
 
-/* Waits for the oldest operation; keeps the first failure. */
-static void flight_wait_one(flight *f, const char *what)
+static int rd_put_part(ckpt_storage *st, void *state, const char *name, uint64_t index,
+                       const void *data, size_t len)
 {
-    unsigned i = f->head;
-    rados_aio_wait_for_complete(f->c[i]);
-    int rc = rados_aio_get_return_value(f->c[i]);
-    rados_aio_release(f->c[i]);
-    if (rc >= 0 && f->want[i] && (size_t)rc != f->want[i] && !f->rc)
-        f->rc = shm_fail(STASH_ECORRUPT, "rados://%s/%s: %d bytes, not %zu", f->r->pool, f->oid[i],
-                         rc, f->want[i]);
-    if (rc == -ENOENT && f->want[i] && !f->rc) /* a stripe of a file that has its length */
-        f->rc =
-            shm_fail(STASH_ECORRUPT, "rados://%s/%s: a stripe is missing", f->r->pool, f->oid[i]);
-    if (rc < 0 && !f->rc) f->rc = fail(f->r, rc, f->oid[i], what);
-    f->head = (f->head + 1) % f->r->depth;
-    f->n--;
+    (void)state;
+    ckpt_rados *r = (ckpt_rados *)st;
+    char oid[300];
+    stripe_name(oid, sizeof oid, name, index);
+    int rc = rados_write_full(r->io, oid, data, len);
+    return rc < 0 ? fail(r, rc, oid, "write") : 0;
 }
 
-/* A slot for the next operation on oid: its completion, once one is free. */
-static rados_completion_t *flight_slot(flight *f, const char *what, const char *oid, size_t want)
+static int rd_put_begin(ckpt_storage *st, const char *name, void **state)
 {
-    if (f->n == f->r->depth) flight_wait_one(f, what);
-    unsigned i = (f->head + f->n) % f->r->depth;
-    snprintf(f->oid[i], sizeof f->oid[i], "%s", oid);
-    f->want[i] = want;
-    if (rados_aio_create_completion2(NULL, NULL, &f->c[i]) < 0) return NULL;
-    f->n++;
-    return &f->c[i];
+    ckpt_rados *r = (ckpt_rados *)st;
+    char oid[300];
+    stripe_name(oid, sizeof oid, name, 0);
+    *state = NULL;
+    int rc = rados_remove(r->io, oid);
+    if (rc == 0 || rc == -ENOENT) rc = rados_write_full(r->io, oid, "", 0);
+    return rc < 0 ? fail(r, rc, oid, "write") : 0;
 }
 
-/* Waits for everything in flight and frees f; returns the first failure. */
-static int flight_end(flight *f, const char *what)
+static int rd_put_end(ckpt_storage *st, void *state, const char *name, const void *first, size_t n,
+                      uint64_t total, uint64_t nparts)
 {
-    while (f->n) flight_wait_one(f, what);
-    if (f->op) rados_release_write_op(f->op);
-    free(f->c);
-    free(f->oid);
-    free(f->want);
-    return f->rc;
+    (void)state, (void)nparts;
+    ckpt_rados *r = (ckpt_rados *)st;
+    char oid[300];
+    stripe_name(oid, sizeof oid, name, 0);
+    rados_write_op_t op = rados_create_write_op();
+    if (!op) return shm_fail(-ENOMEM, "out of memory");
+    rados_write_op_write_full(op, first, n);
+    rados_write_op_setxattr(op, LEN_XATTR, (const char *)&total, sizeof total);
+    int rc = rados_write_op_operate(op, r->io, oid, NULL, 0);
+    rados_release_write_op(op);
+    return rc < 0 ? fail(r, rc, oid, "write") : 0;
 }
 
-static void stripe_name(char *oid, size_t cap, const char *name, size_t k)
+/* Removes what a file given up may have left, NAME.0 last. */
+static void rd_put_abort(ckpt_storage *st, void *state, const char *name, uint64_t nparts)
 {
-    snprintf(oid, cap, "%s.%zu", name, k);
+    (void)state;
+    ckpt_rados *r = (ckpt_rados *)st;
+    char oid[300];
+    for (uint64_t k = 1; k < nparts; k++) {
+        stripe_name(oid, sizeof oid, name, k);
+        rados_remove(r->io, oid);
+    }
+    stripe_name(oid, sizeof oid, name, 0);
+    rados_remove(r->io, oid);
 }
 
-/* Where a stream's stripes come from or go: memory, read or written in
- * place, or a file, through the connection's stripe buffers. */
-typedef struct ends {
-    const uint8_t *src; /* a write's bytes in memory, or NULL */
-    uint8_t *dst;       /* where a read's bytes go in memory, or NULL */
-    int fd;             /* else the file, named path in messages */
-    const char *path;
-} ends;
-
-/* The connection's stripe buffers. */
-static int ring_of(ckpt_rados *r)
+static int rd_put_whole(ckpt_storage *st, const char *name, const void *data, size_t len)
 {
-    if (r->ring) return 0;
-    uint8_t **ring = calloc(r->depth, sizeof *ring);
-    for (uint32_t i = 0; ring && i < r->depth; i++)
-        if (!(ring[i] = malloc(STRIPE))) {
-            while (i--) free(ring[i]);
-            free(ring);
-            ring = NULL;
-        }
-    if (!ring) return shm_fail(-ENOMEM, "out of memory");
-    r->ring = ring;
+    return rd_put_end(st, NULL, name, data, len, len, 1);
+}
+
+static int rd_get_range(ckpt_storage *st, const char *name, uint64_t off, void *dst, size_t len)
+{
+    ckpt_rados *r = (ckpt_rados *)st;
+    char oid[300];
+    stripe_name(oid, sizeof oid, name, off / STRIPE);
+    int rc = rados_read(r->io, oid, dst, len, off % STRIPE);
+    if (rc == -ENOENT && off) /* a stripe of a file that has its length */
+        return shm_fail(STASH_ECORRUPT, "rados://%s/%s: a stripe is missing", r->pool, oid);
+    if (rc < 0) return fail(r, rc, oid, "read");
+    if ((size_t)rc != len)
+        return shm_fail(STASH_ECORRUPT, "rados://%s/%s: %d bytes, not %zu", r->pool, oid, rc, len);
     return 0;
-}
-
-/* Writes len bytes of e as the objects of name, up to depth at once; the
- * first carries the length, set in the same operation as its bytes. */
-static int put_stream(ckpt_rados *r, const char *name, uint64_t len, const ends *e)
-{
-    int rc = e->src ? 0 : ring_of(r);
-    flight f = {0};
-    if (rc == 0) rc = flight_init(&f, r);
-    uint64_t stripes = len ? (len + STRIPE - 1) / STRIPE : 1;
-    for (uint64_t k = 0; rc == 0 && k < stripes && !f.rc; k++) {
-        char oid[300];
-        stripe_name(oid, sizeof oid, name, (size_t)k);
-        uint64_t at = k * STRIPE;
-        size_t n = len - at < STRIPE ? (size_t)(len - at) : STRIPE;
-        /* The slot's buffer is free once the oldest write is done. */
-        rados_completion_t *c = flight_slot(&f, "write", oid, 0);
-        if (!c) {
-            rc = shm_fail(-ENOMEM, "out of memory");
-            break;
-        }
-        const uint8_t *p = e->src ? e->src + at : r->ring[(f.head + f.n - 1) % r->depth];
-        for (size_t got = 0; !e->src && rc == 0 && got < n;) {
-            ssize_t m = pread(e->fd, (uint8_t *)p + got, n - got, (off_t)(at + got));
-            if (m <= 0)
-                rc = shm_fail(m < 0 ? -errno : STASH_ECORRUPT, "read %s at offset %llu: %s",
-                              e->path, (unsigned long long)(at + got),
-                              m < 0 ? strerror(errno) : "the file is shorter than it was");
-            got += m > 0 ? (size_t)m : 0;
-        }
-        int q = 0;
-        if (rc == 0 && k == 0) {
-            uint64_t len64 = len;
-            f.op = rados_create_write_op();
-            rados_write_op_write_full(f.op, (const char *)p, n);
-            rados_write_op_setxattr(f.op, LEN_XATTR, (const char *)&len64, sizeof len64);
-            q = rados_aio_write_op_operate(f.op, r->io, *c, oid, NULL, 0);
-        } else if (rc == 0) {
-            q = rados_aio_write_full(r->io, oid, *c, (const char *)p, n);
-        }
-        if (rc || q < 0) {
-            rados_aio_release(*c);
-            f.n--;
-            if (q < 0) rc = fail(r, q, oid, "write");
-        }
-    }
-    int ended = f.c ? flight_end(&f, "write") : 0;
-    return rc ? rc : ended;
-}
-
-/* Waits for the oldest read; into a file, writes what it brought there. */
-static void land_one(flight *f, const ends *e, const uint64_t *off)
-{
-    unsigned i = f->head;
-    flight_wait_one(f, "read");
-    for (size_t done = 0; !f->rc && !e->dst && done < f->want[i];) {
-        ssize_t n = pwrite(e->fd, f->r->ring[i] + done, f->want[i] - done, (off_t)(off[i] + done));
-        if (n < 0)
-            f->rc = shm_fail(-errno, "write %s at offset %llu: %s", e->path,
-                             (unsigned long long)(off[i] + done), strerror(errno));
-        done += n > 0 ? (size_t)n : 0;
-    }
-}
-
-/* Reads the len bytes of the objects of name into e, up to depth at once. */
-static int get_stream(ckpt_rados *r, const char *name, uint64_t len, const ends *e)
-{
-    uint64_t *off = calloc(r->depth, sizeof *off);
-    int rc = off ? 0 : shm_fail(-ENOMEM, "out of memory");
-    if (rc == 0 && !e->dst) rc = ring_of(r);
-    flight f = {0};
-    if (rc == 0) rc = flight_init(&f, r);
-    uint64_t stripes = (len + STRIPE - 1) / STRIPE;
-    for (uint64_t k = 0; rc == 0 && k < stripes && !f.rc; k++) {
-        char oid[300];
-        stripe_name(oid, sizeof oid, name, (size_t)k);
-        if (f.n == r->depth) land_one(&f, e, off);
-        if (f.rc) break;
-        unsigned i = (f.head + f.n) % r->depth;
-        off[i] = k * STRIPE;
-        size_t n = len - off[i] < STRIPE ? (size_t)(len - off[i]) : STRIPE;
-        rados_completion_t *c = flight_slot(&f, "read", oid, n);
-        if (!c) {
-            rc = shm_fail(-ENOMEM, "out of memory");
-            break;
-        }
-        char *into = (char *)(e->dst ? e->dst + off[i] : r->ring[i]);
-        if ((rc = rados_aio_read(r->io, oid, *c, into, n, 0)) < 0) {
-            rados_aio_release(*c);
-            f.n--;
-            rc = fail(r, rc, oid, "read");
-        }
-    }
-    while (f.c && f.n) land_one(&f, e, off);
-    int ended = f.c ? flight_end(&f, "read") : 0;
-    free(off);
-    return rc ? rc : ended;
-}
-
-static int rd_write_file(ckpt_storage *st, const char *name, const void *data, size_t len)
-{
-    ckpt_rados *r = (ckpt_rados *)st;
-    return put_stream(r, name, len, &(ends){.src = data ? data : (const void *)""});
-}
-
-static int rd_put_fd(ckpt_storage *st, const char *name, int fd, const char *path, uint64_t len)
-{
-    ckpt_rados *r = (ckpt_rados *)st;
-    return put_stream(r, name, len, &(ends){.fd = fd, .path = path});
 }
 
 static int rd_file_size(ckpt_storage *st, const char *name, uint64_t *len)
@@ -344,45 +220,29 @@ static int rd_file_size(ckpt_storage *st, const char *name, uint64_t *len)
     return 0;
 }
 
-static int rd_read_file(ckpt_storage *st, const char *name, size_t limit, uint8_t **out,
-                        size_t *len)
-{
-    ckpt_rados *r = (ckpt_rados *)st;
-    uint64_t len64 = 0;
-    int rc = rd_file_size(&r->base, name, &len64);
-    if (rc) return rc;
-    if (len64 > limit)
-        return shm_fail(-EFBIG, "rados://%s/%s: %llu bytes, more than %zu", r->pool, name,
-                        (unsigned long long)len64, limit);
-    uint8_t *buf = malloc(len64 ? len64 : 1);
-    if (!buf) return shm_fail(-ENOMEM, "out of memory");
-    if ((rc = get_stream(r, name, len64, &(ends){.dst = buf})) != 0) {
-        free(buf);
-        return rc;
-    }
-    *out = buf;
-    *len = len64;
-    return 0;
-}
-
-static int rd_get_fd(ckpt_storage *st, const char *name, int fd, const char *path, uint64_t *len)
-{
-    ckpt_rados *r = (ckpt_rados *)st;
-    int rc = rd_file_size(&r->base, name, len);
-    return rc ? rc : get_stream(r, name, *len, &(ends){.fd = fd, .path = path});
-}
-
 static int rd_remove_file(ckpt_storage *st, const char *name)
 {
     ckpt_rados *r = (ckpt_rados *)st;
-    /* Every stripe there is, however long the file was. */
-    for (size_t k = 0;; k++) {
-        char oid[300];
+    char oid[300];
+    uint64_t len;
+    stripe_name(oid, sizeof oid, name, 0);
+    int rc = rados_getxattr(r->io, oid, LEN_XATTR, (char *)&len, sizeof len);
+    if (rc == -ENOENT) return 0;
+    /* Whole, its stripes are known; being written (or given up by a writer
+     * that died), they end before CKPT_STORAGE_DEPTH_MAX are missing in a
+     * row: parts start in order, at most that many at once. NAME.0 goes
+     * last: a removal cut short leaves a file to remove. */
+    bool whole = rc == sizeof len;
+    uint64_t stripes = whole ? (len + STRIPE - 1) / STRIPE : UINT64_MAX;
+    for (uint64_t k = 1, missing = 0; k < stripes && missing < CKPT_STORAGE_DEPTH_MAX; k++) {
         stripe_name(oid, sizeof oid, name, k);
-        int rc = rados_remove(r->io, oid);
-        if (rc == -ENOENT) return 0;
-        if (rc < 0) return fail(r, rc, oid, "remove");
+        rc = rados_remove(r->io, oid);
+        if (rc < 0 && rc != -ENOENT) return fail(r, rc, oid, "remove");
+        missing = rc == -ENOENT ? missing + 1 : 0;
     }
+    stripe_name(oid, sizeof oid, name, 0);
+    rc = rados_remove(r->io, oid);
+    return rc < 0 && rc != -ENOENT ? fail(r, rc, oid, "remove") : 0;
 }
 
 static int rd_objects(ckpt_storage *st, const char *prefix, ckpt_storage_name_fn *fn, void *ctx);
@@ -725,10 +585,12 @@ const ckpt_storage_ops ckpt_rados_ops = {
     .caps = CKPT_CAN_SWAP | CKPT_CAN_JOB,
     .open = rd_open,
     .close = rd_close,
-    .write_file = rd_write_file,
-    .put_fd = rd_put_fd,
-    .read_file = rd_read_file,
-    .get_fd = rd_get_fd,
+    .put_whole = rd_put_whole,
+    .put_begin = rd_put_begin,
+    .put_part = rd_put_part,
+    .put_end = rd_put_end,
+    .put_abort = rd_put_abort,
+    .get_range = rd_get_range,
     .file_size = rd_file_size,
     .remove_file = rd_remove_file,
     .list_files = rd_list_files,

@@ -40,8 +40,6 @@ typedef struct s3 {
     char userpwd[512];
     char token[2100]; /* "x-amz-security-token: ..." or "" */
     long timeout_ms;
-    uint32_t depth;
-    uint64_t part;
 } s3;
 
 /* ---- the connection's shared state --------------------------------------------- */
@@ -67,17 +65,16 @@ typedef struct req {
     struct curl_slist *hdrs;
     char key[1024];
     const char *what; /* "write", "read", ... for messages */
-    /* what goes up: bytes in memory, or a range of a file */
+    /* what goes up: bytes in memory */
     const uint8_t *src;
-    int in_fd;
-    uint64_t up_off, up_len, up_done;
-    /* what comes back: into memory (at most limit bytes), or into a file at down_off */
+    uint64_t up_len, up_done;
+    /* what comes back: into memory grown as it comes (at most limit
+     * bytes), or into dst (exactly down_len bytes) */
     uint8_t *body;
     size_t body_len, body_cap, limit;
-    int out_fd;
-    uint64_t down_off, down_done;
-    const char *path; /* the file's name in messages */
-    int io_rc;        /* a failure of the file's read or write */
+    uint8_t *dst;
+    uint64_t down_len, down_done;
+    int io_rc; /* a failure of the body's handling */
     char etag[128];
     uint64_t length; /* Content-Length */
     bool has_length;
@@ -115,18 +112,13 @@ static size_t on_body(char *data, size_t size, size_t n, void *ctx)
     size_t len = size * n;
     if (!r->status) curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &r->status);
     /* A failed request's body is its error, read into memory whatever it asked. */
-    if (r->out_fd >= 0 && r->status / 100 == 2) {
-        for (size_t done = 0; done < len;) {
-            ssize_t w = pwrite(r->out_fd, data + done, len - done,
-                               (off_t)(r->down_off + r->down_done + done));
-            if (w < 0) {
-                r->io_rc = shm_fail(-errno, "write %s at offset %llu: %s", r->path,
-                                    (unsigned long long)(r->down_off + r->down_done + done),
-                                    strerror(errno));
-                return 0;
-            }
-            done += (size_t)w;
+    if (r->dst && r->status / 100 == 2) {
+        if (r->down_done + len > r->down_len) {
+            r->io_rc = shm_fail(STASH_ECORRUPT, "s3://%s/%s: more than the %llu bytes asked for",
+                                r->s->bucket, r->key, (unsigned long long)r->down_len);
+            return 0;
         }
+        memcpy(r->dst + r->down_done, data, len);
         r->down_done += len;
         return len;
     }
@@ -158,19 +150,7 @@ static size_t on_upload(char *buf, size_t size, size_t n, void *ctx)
     size_t want = size * n;
     uint64_t left = r->up_len - r->up_done;
     if (want > left) want = (size_t)left;
-    if (!want) return 0;
-    if (r->src) {
-        memcpy(buf, r->src + r->up_done, want);
-    } else {
-        ssize_t got = pread(r->in_fd, buf, want, (off_t)(r->up_off + r->up_done));
-        if (got <= 0) {
-            r->io_rc = shm_fail(got < 0 ? -errno : STASH_ECORRUPT, "read %s at offset %llu: %s",
-                                r->path, (unsigned long long)(r->up_off + r->up_done),
-                                got < 0 ? strerror(errno) : "the file is shorter than it was");
-            return CURL_READFUNC_ABORT;
-        }
-        want = (size_t)got;
-    }
+    memcpy(buf, r->src + r->up_done, want);
     r->up_done += want;
     return want;
 }
@@ -191,7 +171,7 @@ static int url_of(const s3 *s, const char *key, const char *query, char *out, si
 static int req_init(s3 *s, req *r, const char *method, const char *key, const char *query,
                     const char *what)
 {
-    *r = (req){.s = s, .in_fd = -1, .out_fd = -1, .what = what, .limit = 64u << 20};
+    *r = (req){.s = s, .what = what, .limit = 64u << 20};
     snprintf(r->key, sizeof r->key, "%s", key);
     char url[2048];
     int rc = url_of(s, key, query, url, sizeof url);
@@ -221,9 +201,10 @@ static int req_init(s3 *s, req *r, const char *method, const char *key, const ch
     return 0;
 }
 
-/* What goes up: up_len bytes from memory or from the file (set first). */
-static void req_upload(req *r, uint64_t len)
+/* What goes up: len bytes at src. */
+static void req_upload(req *r, const void *src, uint64_t len)
 {
+    r->src = src;
     r->up_len = len;
     curl_easy_setopt(r->h, CURLOPT_UPLOAD, 1L);
     curl_easy_setopt(r->h, CURLOPT_READFUNCTION, on_upload);
@@ -359,7 +340,7 @@ static int run_many(s3 *s, req *rs, size_t n)
     size_t next = 0, running = 0;
     int rc = 0;
     while (next < n || running) {
-        while (next < n && running < s->depth) {
+        while (next < n && running < s->base.depth) {
             req *r = &rs[next++];
             curl_easy_setopt(r->h, CURLOPT_HTTPHEADER, r->hdrs);
             curl_easy_setopt(r->h, CURLOPT_PRIVATE, r);
@@ -397,20 +378,6 @@ static int run_many(s3 *s, req *rs, size_t n)
 
 /* ---- files ---------------------------------------------------------------- */
 
-static int s3_write_file(ckpt_storage *st, const char *name, const void *data, size_t len)
-{
-    s3 *s = (s3 *)st;
-    req r;
-    int rc = req_init(s, &r, "PUT", name, NULL, "write");
-    if (rc == 0) {
-        r.src = data ? data : (const uint8_t *)"";
-        req_upload(&r, len);
-        rc = req_run(&r);
-    }
-    req_free(&r);
-    return rc;
-}
-
 /* The text between <tag> and </tag> at or after *p, XML's entities
  * undone, into out; *p moves past it. false if there is none. */
 static bool xml_take(const char **p, const char *tag, char *out, size_t cap)
@@ -437,9 +404,41 @@ static bool xml_take(const char **p, const char *tag, char *out, size_t cap)
     return true;
 }
 
-/* Uploads len bytes of fd as parts of part bytes, depth at once. */
-static int put_multipart(s3 *s, const char *name, int fd, const char *path, uint64_t len)
+static int s3_put_whole(ckpt_storage *st, const char *name, const void *data, size_t len)
 {
+    s3 *s = (s3 *)st;
+    req r;
+    int rc = req_init(s, &r, "PUT", name, NULL, "write");
+    if (rc == 0) {
+        req_upload(&r, data, len);
+        rc = req_run(&r);
+    }
+    req_free(&r);
+    return rc;
+}
+
+/* A multipart upload under way: its id and its parts' ETags. */
+typedef struct upload {
+    char *eid; /* its id, escaped for a query */
+    pthread_mutex_t mu;
+    char (*etags)[128];
+    uint64_t cap;
+} upload;
+
+static void upload_free(upload *u)
+{
+    curl_free(u->eid);
+    pthread_mutex_destroy(&u->mu);
+    free(u->etags);
+    free(u);
+}
+
+static int s3_put_begin(ckpt_storage *st, const char *name, void **state)
+{
+    s3 *s = (s3 *)st;
+    upload *u = calloc(1, sizeof *u);
+    if (!u) return shm_fail(-ENOMEM, "out of memory");
+    pthread_mutex_init(&u->mu, NULL);
     req r;
     int rc = req_init(s, &r, "POST", name, "uploads=", "start an upload");
     if (rc == 0) rc = req_run(&r);
@@ -449,36 +448,75 @@ static int put_multipart(s3 *s, const char *name, int fd, const char *path, uint
         rc = shm_fail(-EIO, "s3://%s/%s: start an upload: no UploadId in the answer", s->bucket,
                       name);
     req_free(&r);
-    if (rc) return rc;
-    char *eid = curl_easy_escape(NULL, id, 0);
-    size_t nparts = (size_t)((len + s->part - 1) / s->part);
-    req *parts = calloc(nparts, sizeof *parts);
-    rc = parts && eid ? 0 : shm_fail(-ENOMEM, "out of memory");
-    for (size_t i = 0; rc == 0 && i < nparts; i++) {
-        char query[700];
-        snprintf(query, sizeof query, "partNumber=%zu&uploadId=%s", i + 1, eid);
-        rc = req_init(s, &parts[i], "PUT", name, query, "write a part");
-        if (rc) break;
-        parts[i].in_fd = fd;
-        parts[i].path = path;
-        parts[i].up_off = i * s->part;
-        req_upload(&parts[i], len - parts[i].up_off < s->part ? len - parts[i].up_off : s->part);
+    if (rc == 0 && !(u->eid = curl_easy_escape(NULL, id, 0)))
+        rc = shm_fail(-ENOMEM, "out of memory");
+    if (rc) {
+        upload_free(u);
+        return rc;
     }
-    if (rc == 0) rc = run_many(s, parts, nparts);
-    /* The parts in order with their ETags. */
-    size_t cap = 128 + nparts * 200, n = 0;
+    *state = u;
+    return 0;
+}
+
+/* Writes part index (from 0) as the upload's part index + 1. */
+static int put_part(s3 *s, upload *u, const char *name, uint64_t index, const void *data,
+                    size_t len)
+{
+    if (index >= PARTS_MAX)
+        return shm_fail(-EFBIG, "s3://%s/%s: more than %u parts of %llu bytes", s->bucket, name,
+                        PARTS_MAX, (unsigned long long)s->base.part);
+    char query[700];
+    snprintf(query, sizeof query, "partNumber=%llu&uploadId=%s", (unsigned long long)index + 1,
+             u->eid);
+    req r;
+    int rc = req_init(s, &r, "PUT", name, query, "write a part");
+    if (rc == 0) {
+        req_upload(&r, data, len);
+        rc = req_run(&r);
+    }
+    pthread_mutex_lock(&u->mu);
+    if (rc == 0 && index >= u->cap) {
+        uint64_t cap = index + 1 > u->cap * 2 ? index + 1 : u->cap * 2;
+        char(*grown)[128] = realloc(u->etags, cap * sizeof *grown);
+        if (grown) {
+            memset(grown + u->cap, 0, (cap - u->cap) * sizeof *grown);
+            u->etags = grown, u->cap = cap;
+        } else {
+            rc = shm_fail(-ENOMEM, "out of memory");
+        }
+    }
+    if (rc == 0) snprintf(u->etags[index], sizeof u->etags[index], "%s", r.etag);
+    pthread_mutex_unlock(&u->mu);
+    req_free(&r);
+    return rc;
+}
+
+static int s3_put_part(ckpt_storage *st, void *state, const char *name, uint64_t index,
+                       const void *data, size_t len)
+{
+    return put_part((s3 *)st, state, name, index, data, len);
+}
+
+/* Writes part 0 and completes the upload: the parts in order with their ETags. */
+static int s3_put_end(ckpt_storage *st, void *state, const char *name, const void *first, size_t n,
+                      uint64_t total, uint64_t nparts)
+{
+    (void)total;
+    s3 *s = (s3 *)st;
+    upload *u = state;
+    int rc = put_part(s, u, name, 0, first, n);
+    size_t cap = 128 + nparts * 200, len = 0;
     char *xml = rc == 0 ? malloc(cap) : NULL;
     if (rc == 0 && !xml) rc = shm_fail(-ENOMEM, "out of memory");
-    if (rc == 0) n += (size_t)snprintf(xml, cap, "<CompleteMultipartUpload>");
-    for (size_t i = 0; rc == 0 && i < nparts; i++)
-        n += (size_t)snprintf(xml + n, cap - n,
-                              "<Part><PartNumber>%zu</PartNumber><ETag>%s</ETag></Part>", i + 1,
-                              parts[i].etag);
-    if (rc == 0) snprintf(xml + n, cap - n, "</CompleteMultipartUpload>");
-    for (size_t i = 0; parts && i < nparts; i++) req_free(&parts[i]);
-    free(parts);
+    if (rc == 0) len += (size_t)snprintf(xml, cap, "<CompleteMultipartUpload>");
+    for (uint64_t i = 0; rc == 0 && i < nparts; i++)
+        len += (size_t)snprintf(xml + len, cap - len,
+                                "<Part><PartNumber>%llu</PartNumber><ETag>%s</ETag></Part>",
+                                (unsigned long long)i + 1, i < u->cap ? u->etags[i] : "");
+    if (rc == 0) snprintf(xml + len, cap - len, "</CompleteMultipartUpload>");
     char query[700];
-    snprintf(query, sizeof query, "uploadId=%s", eid ? eid : "");
+    snprintf(query, sizeof query, "uploadId=%s", u->eid);
+    req r;
     if (rc == 0 && (rc = req_init(s, &r, "POST", name, query, "complete an upload")) == 0) {
         curl_easy_setopt(r.h, CURLOPT_POSTFIELDS, xml);
         rc = req_run(&r);
@@ -490,26 +528,43 @@ static int put_multipart(s3 *s, const char *name, int fd, const char *path, uint
         req_free(&r);
     }
     free(xml);
-    if (rc && eid && req_init(s, &r, "DELETE", name, query, "abort an upload") == 0) {
-        req_run(&r); /* what it leaves, the bucket's lifecycle rules remove */
-        req_free(&r);
-    }
-    curl_free(eid);
+    if (rc == 0) upload_free(u); /* a failure is given up by put_abort */
     return rc;
 }
 
-static int s3_put_fd(ckpt_storage *st, const char *name, int fd, const char *path, uint64_t len)
+/* What an abort leaves, remove_prefix or the bucket's lifecycle rules remove. */
+static void s3_put_abort(ckpt_storage *st, void *state, const char *name, uint64_t nparts)
+{
+    (void)nparts;
+    s3 *s = (s3 *)st;
+    upload *u = state;
+    if (!u) return;
+    char query[700];
+    snprintf(query, sizeof query, "uploadId=%s", u->eid);
+    req r;
+    if (req_init(s, &r, "DELETE", name, query, "abort an upload") == 0) req_run(&r);
+    req_free(&r);
+    upload_free(u);
+}
+
+static int s3_get_range(ckpt_storage *st, const char *name, uint64_t off, void *dst, size_t len)
 {
     s3 *s = (s3 *)st;
-    if (len > s->part) return put_multipart(s, name, fd, path, len);
+    if (!len) return 0;
     req r;
-    int rc = req_init(s, &r, "PUT", name, NULL, "write");
+    int rc = req_init(s, &r, "GET", name, NULL, "read");
+    char range[80];
+    snprintf(range, sizeof range, "Range: bytes=%llu-%llu", (unsigned long long)off,
+             (unsigned long long)(off + len - 1));
     if (rc == 0) {
-        r.in_fd = fd;
-        r.path = path;
-        req_upload(&r, len);
+        req_header(&r, range);
+        r.dst = dst;
+        r.down_len = len;
         rc = req_run(&r);
     }
+    if (rc == 0 && r.down_done != len)
+        rc = shm_fail(STASH_ECORRUPT, "s3://%s/%s: %llu bytes at offset %llu, not %zu", s->bucket,
+                      name, (unsigned long long)r.down_done, (unsigned long long)off, len);
     req_free(&r);
     return rc;
 }
@@ -524,60 +579,6 @@ static int s3_file_size(ckpt_storage *st, const char *name, uint64_t *len)
         rc = shm_fail(-EIO, "s3://%s/%s: no length in the answer", s->bucket, name);
     if (rc == 0) *len = r.length;
     req_free(&r);
-    return rc;
-}
-
-static int s3_read_file(ckpt_storage *st, const char *name, size_t limit, uint8_t **out,
-                        size_t *len)
-{
-    s3 *s = (s3 *)st;
-    req r;
-    int rc = req_init(s, &r, "GET", name, NULL, "read");
-    r.limit = limit;
-    if (rc == 0) rc = req_run(&r);
-    if (rc == 0 && r.has_length && r.length != r.body_len)
-        rc = shm_fail(STASH_ECORRUPT, "s3://%s/%s: %zu bytes, not %llu", s->bucket, name,
-                      r.body_len, (unsigned long long)r.length);
-    if (rc == 0 && !r.body && !(r.body = malloc(1))) rc = shm_fail(-ENOMEM, "out of memory");
-    if (rc == 0) {
-        *out = r.body;
-        *len = r.body_len;
-        r.body = NULL;
-    }
-    req_free(&r);
-    return rc;
-}
-
-static int s3_get_fd(ckpt_storage *st, const char *name, int fd, const char *path, uint64_t *len)
-{
-    s3 *s = (s3 *)st;
-    int rc = s3_file_size(st, name, len);
-    if (rc || !*len) return rc;
-    size_t nparts = (size_t)((*len + s->part - 1) / s->part);
-    req *parts = calloc(nparts, sizeof *parts);
-    if (!parts) return shm_fail(-ENOMEM, "out of memory");
-    for (size_t i = 0; rc == 0 && i < nparts; i++) {
-        req *r = &parts[i];
-        if ((rc = req_init(s, r, "GET", name, NULL, "read")) != 0) break;
-        r->out_fd = fd;
-        r->path = path;
-        r->down_off = i * s->part;
-        uint64_t end = r->down_off + s->part < *len ? r->down_off + s->part : *len;
-        char range[80];
-        snprintf(range, sizeof range, "Range: bytes=%llu-%llu", (unsigned long long)r->down_off,
-                 (unsigned long long)end - 1);
-        req_header(r, range);
-    }
-    if (rc == 0) rc = run_many(s, parts, nparts);
-    for (size_t i = 0; rc == 0 && i < nparts; i++) {
-        uint64_t want = parts[i].down_off + s->part < *len ? s->part : *len - parts[i].down_off;
-        if (parts[i].down_done != want)
-            rc = shm_fail(STASH_ECORRUPT, "s3://%s/%s: %llu bytes at offset %llu, not %llu",
-                          s->bucket, name, (unsigned long long)parts[i].down_done,
-                          (unsigned long long)parts[i].down_off, (unsigned long long)want);
-    }
-    for (size_t i = 0; i < nparts; i++) req_free(&parts[i]);
-    free(parts);
     return rc;
 }
 
@@ -718,8 +719,7 @@ static int put_if(s3 *s, const char *name, const char *condition, const char *va
     int rc = req_init(s, &r, "PUT", name, NULL, "swap");
     if (rc == 0) {
         req_header(&r, condition);
-        r.src = (const uint8_t *)value;
-        req_upload(&r, strlen(value));
+        req_upload(&r, value, strlen(value));
         rc = req_run(&r);
     }
     *retried |= r.attempts > 1;
@@ -879,8 +879,8 @@ static int s3_open(const char *bucket, const stash_storage_opts *o, ckpt_storage
     snprintf(s->base.where, sizeof s->base.where, "s3://%s", bucket);
     snprintf(s->bucket, sizeof s->bucket, "%s", bucket);
     s->timeout_ms = o->timeout_ms ? o->timeout_ms : CKPT_STORAGE_TIMEOUT_MS;
-    s->depth = o->depth ? o->depth : CKPT_STORAGE_DEPTH;
-    s->part = o->part_bytes ? o->part_bytes : PART_DEFAULT;
+    s->base.depth = o->depth ? o->depth : CKPT_STORAGE_DEPTH;
+    s->base.part = o->part_bytes ? o->part_bytes : PART_DEFAULT;
     const char *region = o->region ? o->region : getenv("AWS_REGION");
     if (!region || !*region) region = getenv("AWS_DEFAULT_REGION");
     if (!region || !*region) region = "us-east-1";
@@ -925,10 +925,12 @@ const ckpt_storage_ops ckpt_s3_ops = {
     .caps = CKPT_CAN_SWAP,
     .open = s3_open,
     .close = s3_close,
-    .write_file = s3_write_file,
-    .put_fd = s3_put_fd,
-    .read_file = s3_read_file,
-    .get_fd = s3_get_fd,
+    .put_whole = s3_put_whole,
+    .put_begin = s3_put_begin,
+    .put_part = s3_put_part,
+    .put_end = s3_put_end,
+    .put_abort = s3_put_abort,
+    .get_range = s3_get_range,
     .file_size = s3_file_size,
     .remove_file = s3_remove,
     .list_files = s3_list_files,

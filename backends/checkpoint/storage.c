@@ -35,12 +35,19 @@ int ckpt_storage_open(const ckpt_storage_ops *ops, const char *container,
     if (!container || !*container || strchr(container, '/'))
         return shm_fail(-EINVAL, "%s://%s: not a %s container's name", ops->scheme,
                         container ? container : "", ops->scheme);
-    return ops->open(container, o ? o : &defaults, out);
+    if (o && o->depth > CKPT_STORAGE_DEPTH_MAX)
+        return shm_fail(-EINVAL, "%s://%s: %u parts in flight, more than %u", ops->scheme,
+                        container, o->depth, CKPT_STORAGE_DEPTH_MAX);
+    int rc = ops->open(container, o ? o : &defaults, out);
+    if (rc == 0 && (rc = ckpt_parts_init(*out)) != 0) ops->close(*out);
+    return rc;
 }
 
 void ckpt_storage_close(ckpt_storage *st)
 {
-    if (st) st->ops->close(st);
+    if (!st) return;
+    ckpt_parts_free(st);
+    st->ops->close(st);
 }
 
 /* An optional operation st's storage lacks. */
@@ -50,27 +57,6 @@ static int lacks(const ckpt_storage *st, const char *what)
 }
 
 #define CALL(st, op, what, ...) ((st)->ops->op ? (st)->ops->op(__VA_ARGS__) : lacks(st, what))
-
-int ckpt_storage_write_file(ckpt_storage *st, const char *name, const void *data, size_t len)
-{
-    return st->ops->write_file(st, name, data, len);
-}
-
-int ckpt_storage_put_fd(ckpt_storage *st, const char *name, int fd, const char *path, uint64_t len)
-{
-    return st->ops->put_fd(st, name, fd, path, len);
-}
-
-int ckpt_storage_read_file(ckpt_storage *st, const char *name, size_t limit, uint8_t **out,
-                           size_t *len)
-{
-    return st->ops->read_file(st, name, limit, out, len);
-}
-
-int ckpt_storage_get_fd(ckpt_storage *st, const char *name, int fd, const char *path, uint64_t *len)
-{
-    return st->ops->get_fd(st, name, fd, path, len);
-}
 
 int ckpt_storage_file_size(ckpt_storage *st, const char *name, uint64_t *len)
 {

@@ -2,9 +2,9 @@
 /*
  * storage.h: remote checkpoint storages as one table of operations, found
  * by a URL's scheme (storage.c): a Ceph RADOS pool (rados.c), an S3 bucket
- * (s3.c). A storage keeps files by name in a container (a pool, a bucket):
- * whole small ones, large ones streamed from and into descriptors, listed
- * and removed by prefix. Pointer objects moved by compare-and-swap are
+ * (s3.c). A storage keeps files by name in a container (a pool, a bucket),
+ * each moved in parts (transfer.c moves whole files over them, for every
+ * storage), listed and removed by prefix. Pointer objects moved by compare-and-swap are
  * optional (CKPT_CAN_SWAP), and so is what a job that spans hosts needs
  * (CKPT_CAN_JOB: attributes compared and set at once, leases,
  * notifications); callers ask with ckpt_storage_can() first. A storage
@@ -19,8 +19,9 @@
 
 #include "shm/shm.h"
 
-#define CKPT_STORAGE_VERSION 1u
+#define CKPT_STORAGE_VERSION 2u
 #define CKPT_STORAGE_DEPTH 8u          /* objects or parts in flight by default */
+#define CKPT_STORAGE_DEPTH_MAX 64u     /* and at most */
 #define CKPT_STORAGE_TIMEOUT_MS 10000u /* by default, of every call */
 
 /* What a storage can do beyond files: pointers (swap, pointer, remove),
@@ -34,7 +35,10 @@ typedef struct ckpt_storage_ops ckpt_storage_ops;
 /* Every storage's handle starts with this. */
 typedef struct ckpt_storage {
     const ckpt_storage_ops *ops;
-    char where[192]; /* "rados://POOL", "s3://BUCKET": what messages name */
+    char where[192];          /* "rados://POOL", "s3://BUCKET": what messages name */
+    uint64_t part;            /* the bytes of a part: what one call moves (set by open) */
+    uint32_t depth;           /* parts in flight at once (set by open) */
+    struct ckpt_parts *parts; /* part buffers kept between transfers (transfer.c) */
 } ckpt_storage;
 
 /* An attribute of an object: its name and value (NULL: absent). */
@@ -66,19 +70,28 @@ struct ckpt_storage_ops {
     void (*close)(ckpt_storage *st);
 
     /* ---- files: all required ---- */
-    /* Writes a file of len bytes from data; a file is only trusted once
-     * something committed names it. Returns 0 or an error naming it. */
-    int (*write_file)(ckpt_storage *st, const char *name, const void *data, size_t len);
-    /* As write_file, streaming len bytes of the file open at fd (named path
-     * in messages), read with pread from offset 0. */
-    int (*put_fd)(ckpt_storage *st, const char *name, int fd, const char *path, uint64_t len);
-    /* Reads file name into *out (malloc'd), at most limit bytes. Returns 0,
-     * -ENOENT, -EFBIG, or an error naming it (short or damaged:
-     * STASH_ECORRUPT). */
-    int (*read_file)(ckpt_storage *st, const char *name, size_t limit, uint8_t **out, size_t *len);
-    /* Streams file name into the file open at fd (written with pwrite from
-     * offset 0); *len: its length. */
-    int (*get_fd)(ckpt_storage *st, const char *name, int fd, const char *path, uint64_t *len);
+    /* A file is written in parts of st->part bytes, several at once from
+     * threads of their own, and becomes whole (the only state a reader
+     * sees) when its first part is written last, carrying its length.
+     * put_whole writes a file of one part (len <= st->part). put_begin
+     * starts a file of more parts (*state: what the others need, or NULL);
+     * put_part writes part index (from 1), from any thread; put_end writes
+     * part 0 and makes the file whole (total bytes in nparts parts);
+     * put_abort gives up a file begun, of which parts below nparts may have
+     * been written (NULL: nothing to give up). A file is
+     * only trusted once something committed names it. Each returns 0 or an
+     * error naming the file. */
+    int (*put_whole)(ckpt_storage *st, const char *name, const void *data, size_t len);
+    int (*put_begin)(ckpt_storage *st, const char *name, void **state);
+    int (*put_part)(ckpt_storage *st, void *state, const char *name, uint64_t index,
+                    const void *data, size_t len);
+    int (*put_end)(ckpt_storage *st, void *state, const char *name, const void *first, size_t n,
+                   uint64_t total, uint64_t nparts);
+    void (*put_abort)(ckpt_storage *st, void *state, const char *name, uint64_t nparts);
+    /* Reads len bytes of file name at off (a multiple of st->part, len at
+     * most a part) into dst, from any thread: 0, -ENOENT, or an error
+     * naming it (fewer bytes there: STASH_ECORRUPT). */
+    int (*get_range)(ckpt_storage *st, const char *name, uint64_t off, void *dst, size_t len);
     /* The length of file name: 0, -ENOENT, or an error naming it. */
     int (*file_size)(ckpt_storage *st, const char *name, uint64_t *len);
     /* Removes file name; removing what is absent is no error. */
@@ -147,14 +160,40 @@ int ckpt_storage_open(const ckpt_storage_ops *ops, const char *container,
 /* Closes st. Accepts NULL. */
 void ckpt_storage_close(ckpt_storage *st);
 
-/* The operations, each through st's table, as the table says; an
- * optional one st lacks fails with -ENOTSUP naming the storage. */
+/* ---- files, moved in parts, depth at once (transfer.c) ---- */
+/* The kept part buffers of st, made by ckpt_storage_open and freed by
+ * ckpt_storage_close. */
+int ckpt_parts_init(ckpt_storage *st);
+void ckpt_parts_free(ckpt_storage *st);
+/* Writes a file of len bytes from data. Returns 0 or an error naming it. */
 int ckpt_storage_write_file(ckpt_storage *st, const char *name, const void *data, size_t len);
+/* As ckpt_storage_write_file, streaming len bytes of the file open at fd
+ * (named path in messages), read with pread from offset 0. */
 int ckpt_storage_put_fd(ckpt_storage *st, const char *name, int fd, const char *path, uint64_t len);
+/* Reads file name into *out (malloc'd), at most limit bytes. Returns 0,
+ * -ENOENT, -EFBIG, or an error naming it (short or damaged:
+ * STASH_ECORRUPT). */
 int ckpt_storage_read_file(ckpt_storage *st, const char *name, size_t limit, uint8_t **out,
                            size_t *len);
+/* Streams file name into the file open at fd (written with pwrite from
+ * offset 0, named path in messages); *len: its length. */
 int ckpt_storage_get_fd(ckpt_storage *st, const char *name, int fd, const char *path,
                         uint64_t *len);
+
+/* A file written as its bytes come, of a length known only at its end:
+ * each part goes up once full while the writer goes on (at most depth
+ * parts wait or fly; put waits for one to land beyond that). */
+typedef struct ckpt_storage_writer ckpt_storage_writer;
+int ckpt_storage_writer_open(ckpt_storage *st, const char *name, ckpt_storage_writer **out);
+/* Appends len bytes. Returns 0 or the writer's first failure. */
+int ckpt_storage_writer_put(ckpt_storage_writer *w, const void *data, size_t len);
+/* With commit, writes what is left and makes the file whole; else (or
+ * after a failure) gives it up. Frees w; returns its first failure.
+ * Accepts NULL. */
+int ckpt_storage_writer_close(ckpt_storage_writer *w, bool commit);
+
+/* The other operations, each through st's table, as the table says; an
+ * optional one st lacks fails with -ENOTSUP naming the storage. */
 int ckpt_storage_file_size(ckpt_storage *st, const char *name, uint64_t *len);
 int ckpt_storage_remove_file(ckpt_storage *st, const char *name);
 int ckpt_storage_list_files(ckpt_storage *st, const char *prefix, ckpt_storage_name_fn *fn,

@@ -47,6 +47,8 @@ struct stash_service {
     bool replace;                 /* the arena is behind its job: made anew over it */
     bool fenced_told;             /* the fence published to the workers */
     ckpt_job_record *job_restore; /* a new arena: the job checkpoint it restores */
+    ckpt_view *remote_view;       /* a new arena: the remote checkpoint it restores, read
+                                   * straight from the storage */
     char job_from[256];           /* the job whose checkpoint that is */
     uint64_t job_done;            /* the newest job checkpoint id run */
     uint64_t wants_sent;          /* requests passed on to the leader */

@@ -284,16 +284,16 @@ static uint64_t cut_clock_ms(stash_service *s, uint64_t id, uint32_t p)
     return cut ? at : shm_now_ns() / 1000000ull;
 }
 
-/* Copies the checkpoint just committed in dir into the remote storage; on
- * failure it is removed from dir too: complete means named by JOB/latest. */
-static int upload(stash_service *s, uint64_t id, bool savepoint, bool shared)
+/* Copies what of the checkpoint just committed in dir did not go up while
+ * it was written into the remote storage; on failure it is removed from
+ * dir too: complete means named by JOB/latest. */
+static int upload(stash_service *s, ckpt_upload *u, uint64_t id, bool savepoint, bool shared)
 {
     char chk[4096], name[64];
     snprintf(name, sizeof name, "%s-%llu", savepoint ? "savepoint" : "chk", (unsigned long long)id);
     int rc = ckpt_path_of(chk, "%s/%s", s->dir, name);
     if (rc == 0)
-        rc = ckpt_storage_upload(s->remote, s->job, s->ckpts.fd, name, chk,
-                                 savepoint ? 0 : s->remote_latest, s->e);
+        rc = ckpt_upload_finish(u, s->ckpts.fd, chk, savepoint ? 0 : s->remote_latest, s->e);
     if (rc == 0 && !savepoint) s->remote_latest = id;
     if (rc == 0) return 0;
     char why[512];
@@ -373,14 +373,26 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
         .store = s->store,
         .lazy_from = s->lazy_cut ? a->control->lazy_path : NULL};
     ckpt_written w = {0};
-    rc = ckpt_write(a, s->cut, &o, &w);
+    /* A remote storage takes the data file as it is written. */
+    ckpt_upload up;
+    char name[64];
+    snprintf(name, sizeof name, "%s-%llu", r->savepoint ? "savepoint" : "chk",
+             (unsigned long long)id);
+    rc = s->remote ? ckpt_upload_begin(&up, s->remote, s->job, name) : 0;
+    if (rc == 0 && s->remote) o.copy = &up.copy;
+    if (rc == 0) rc = ckpt_write(a, s->cut, &o, &w);
     if (rc == -E2BIG) {
         delta = false;
         o.base_id = 0;
         o.base_pins = NULL;
         rc = ckpt_write(a, s->cut, &o, &w);
     }
-    if (rc == 0 && s->remote) rc = upload(s, id, r->savepoint, chain);
+    if (rc && s->remote && (!o.copy || up.failed)) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", stash_errmsg());
+        shm_fail(rc, "not in %s: %s", ckpt_storage_where(s->remote), why);
+    }
+    if (rc == 0 && s->remote) rc = upload(s, &up, id, r->savepoint, chain);
     free(blobs);
     free(mem);
     free(cut);

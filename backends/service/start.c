@@ -41,6 +41,9 @@ static int restore_into(stash_service *s, stash_worker *w, const char *from, ckp
     if (s->job_restore)
         return ckpt_job_restore(w->arena, s->remote, s->job_from, s->job_restore, &s->ckpts,
                                 s->o.job_parallelism, &s->job_workers, s->e, w->store, out);
+    if (s->remote_view)
+        return ckpt_storage_restore(s->remote, s->job, s->remote_view, &s->ckpts, w->arena,
+                                    w->range, s->e, w->store, out);
     if (from) return ckpt_restore_path(w->arena, from, w->range, s->e, w->store, out);
     return ckpt_restore_prepared(w->arena, &s->ckpts, 0, UINT64_MAX, w->range, s->e, w->store, NULL,
                                  NULL, out);
@@ -82,7 +85,7 @@ static int fill_arena(stash_service *s, stash_arena *a, const stash_arena_opts *
     if (rc) return rc;
     ckpt_restored out = {0};
     uint64_t t0 = shm_now_ns();
-    bool lazy = s->o.lazy_restore && !s->job_restore;
+    bool lazy = s->o.lazy_restore && !s->job_restore && !s->remote_view;
     if (lazy && (rc = begin_lazy(s, w, from, id, &out)) == 1) {
         lazy = false;
         rc = 0;
@@ -138,6 +141,9 @@ static int build_arena(stash_service *s, const char *name, const char *from)
     if (!from && s->o.host) {
         restore = s->job_restore != NULL;
         if (restore) maxp = s->job_restore->parts[0].max_parallelism;
+    } else if (!from && s->remote_view) {
+        id = s->remote_view->id;
+        maxp = s->remote_view->max_parallelism;
     } else if (!from) {
         rc = ckpt_newest(&s->ckpts, s->e, &id, &maxp);
         /* Checkpoints that all fail to open are not an empty directory:
@@ -171,8 +177,10 @@ static int build_arena(stash_service *s, const char *name, const char *from)
 }
 
 /* Creates arena name (build_arena): from --restore (a directory, or a
- * rados:// URL copied beside dir's checkpoints first), or with the rados
- * storage from the checkpoint JOB/latest names, or from dir's newest. */
+ * storage's URL copied beside dir's checkpoints first), or with a remote
+ * storage from the checkpoint JOB/latest names (read straight from the
+ * storage and copied into dir meanwhile, or with a lazy restore copied
+ * into dir first), or from dir's newest. */
 static int create_arena(stash_service *s, const char *name)
 {
     const char *from = s->o.restore;
@@ -205,6 +213,19 @@ static int create_arena(stash_service *s, const char *name)
     if (!from && s->remote_latest) {
         char chk[64];
         snprintf(chk, sizeof chk, "chk-%llu", (unsigned long long)s->remote_latest);
+        /* Read straight from the storage into the arena (its copy in the
+         * directory written meanwhile), unless it is here already or a lazy
+         * restore reads key groups from the directory's copy. */
+        bool here = ckpt_has_metadata(&s->ckpts, s->remote_latest);
+        if (!here && !s->o.lazy_restore) {
+            ckpt_view v;
+            if ((rc = ckpt_storage_view(s->remote, s->job, chk, &v)) != 0) return rc;
+            s->remote_view = &v;
+            rc = build_arena(s, name, NULL);
+            ckpt_view_close(&v);
+            s->remote_view = NULL;
+            return rc;
+        }
         rc = ckpt_storage_fetch(s->remote, s->job, &s->ckpts, chk);
         if (rc == 0) rc = ckpt_path_of(fetched, "%s/%s", s->dir, chk);
         if (rc) return rc;

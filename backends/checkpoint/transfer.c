@@ -1,0 +1,406 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * transfer.c: files moved to and from a storage in parts, written once for
+ * every storage over its part operations (storage.h). Up to depth parts are
+ * in flight, each in a thread of its own (a storage's calls block); a
+ * writer takes bytes as they come, a part going up as soon as it is full,
+ * and the first part last, which makes the file whole. Part buffers are
+ * kept with the storage's handle between transfers: memory touched for the
+ * first time costs more than the network does (a fault a page).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backends/checkpoint/storage.h"
+
+/* ---- kept part buffers ---------------------------------------------------------- */
+
+typedef struct ckpt_parts {
+    pthread_mutex_t mu;
+    uint8_t **free; /* buffers not in use, n of them */
+    size_t n, cap;
+} ckpt_parts;
+
+int ckpt_parts_init(ckpt_storage *st)
+{
+    st->parts = calloc(1, sizeof *st->parts);
+    if (!st->parts) return shm_fail(-ENOMEM, "out of memory");
+    pthread_mutex_init(&st->parts->mu, NULL);
+    return 0;
+}
+
+void ckpt_parts_free(ckpt_storage *st)
+{
+    if (!st->parts) return;
+    for (size_t i = 0; i < st->parts->n; i++) free(st->parts->free[i]);
+    free(st->parts->free);
+    pthread_mutex_destroy(&st->parts->mu);
+    free(st->parts);
+    st->parts = NULL;
+}
+
+/* A part buffer of st->part bytes, or NULL. */
+static uint8_t *part_get(ckpt_storage *st)
+{
+    ckpt_parts *p = st->parts;
+    pthread_mutex_lock(&p->mu);
+    uint8_t *b = p->n ? p->free[--p->n] : NULL;
+    pthread_mutex_unlock(&p->mu);
+    return b ? b : malloc(st->part);
+}
+
+static void part_put(ckpt_storage *st, uint8_t *b)
+{
+    ckpt_parts *p = st->parts;
+    if (!b) return;
+    pthread_mutex_lock(&p->mu);
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 16;
+        uint8_t **grown = realloc(p->free, cap * sizeof *grown);
+        if (grown) p->free = grown, p->cap = cap;
+    }
+    if (p->n < p->cap) p->free[p->n++] = b, b = NULL;
+    pthread_mutex_unlock(&p->mu);
+    free(b);
+}
+
+/* ---- a crew of threads ---------------------------------------------------------- */
+
+/* Runs fn(ctx, i) for i in 0 .. n-1, depth at once; the first failure
+ * stops what has not started and is returned. */
+typedef int crew_fn(void *ctx, uint64_t i);
+typedef struct crew {
+    crew_fn *fn;
+    void *ctx;
+    uint64_t n, next;
+    int rc;
+    char why[512]; /* rc's message, made in the thread that failed */
+    pthread_mutex_t mu;
+} crew;
+
+static void *crew_main(void *arg)
+{
+    crew *c = arg;
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        uint64_t i = c->rc ? c->n : c->next++;
+        pthread_mutex_unlock(&c->mu);
+        if (i >= c->n) return NULL;
+        int rc = c->fn(c->ctx, i);
+        pthread_mutex_lock(&c->mu);
+        if (rc && !c->rc) {
+            c->rc = rc;
+            snprintf(c->why, sizeof c->why, "%s", stash_errmsg());
+        }
+        pthread_mutex_unlock(&c->mu);
+    }
+}
+
+static int crew_run(uint32_t depth, uint64_t n, crew_fn *fn, void *ctx)
+{
+    crew c = {.fn = fn, .ctx = ctx, .n = n};
+    pthread_mutex_init(&c.mu, NULL);
+    uint32_t k = n < depth ? (uint32_t)n : depth;
+    pthread_t t[k ? k : 1];
+    uint32_t started = 0;
+    while (started + 1 < k && pthread_create(&t[started], NULL, crew_main, &c) == 0) started++;
+    crew_main(&c); /* the caller is one of the crew */
+    for (uint32_t i = 0; i < started; i++) pthread_join(t[i], NULL);
+    pthread_mutex_destroy(&c.mu);
+    return c.rc ? shm_fail(c.rc, "%s", c.why) : 0;
+}
+
+/* ---- reads ----------------------------------------------------------------------- */
+
+typedef struct reading {
+    ckpt_storage *st;
+    const char *name;
+    uint64_t len;
+    uint8_t *dst; /* into memory, or */
+    int fd;       /* into this file */
+    const char *path;
+} reading;
+
+static int read_part(void *ctx, uint64_t i)
+{
+    reading *r = ctx;
+    ckpt_storage *st = r->st;
+    uint64_t off = i * st->part;
+    size_t n = r->len - off < st->part ? (size_t)(r->len - off) : (size_t)st->part;
+    if (r->dst) return st->ops->get_range(st, r->name, off, r->dst + off, n);
+    uint8_t *b = part_get(st);
+    int rc = b ? st->ops->get_range(st, r->name, off, b, n) : shm_fail(-ENOMEM, "out of memory");
+    for (size_t done = 0; rc == 0 && done < n;) {
+        ssize_t w = pwrite(r->fd, b + done, n - done, (off_t)(off + done));
+        if (w < 0)
+            rc = shm_fail(-errno, "write %s at offset %llu: %s", r->path,
+                          (unsigned long long)(off + done), strerror(errno));
+        done += w > 0 ? (size_t)w : 0;
+    }
+    part_put(st, b);
+    return rc;
+}
+
+static int read_all(reading *r)
+{
+    uint64_t n = (r->len + r->st->part - 1) / r->st->part;
+    return crew_run(r->st->depth, n, read_part, r);
+}
+
+int ckpt_storage_read_file(ckpt_storage *st, const char *name, size_t limit, uint8_t **out,
+                           size_t *len)
+{
+    uint64_t len64;
+    int rc = st->ops->file_size(st, name, &len64);
+    if (rc) return rc;
+    if (len64 > limit)
+        return shm_fail(-EFBIG, "%s/%s: %llu bytes, more than %zu", st->where, name,
+                        (unsigned long long)len64, limit);
+    reading r = {.st = st, .name = name, .len = len64, .dst = malloc(len64 ? len64 : 1)};
+    if (!r.dst) return shm_fail(-ENOMEM, "out of memory");
+    if ((rc = read_all(&r)) != 0) {
+        free(r.dst);
+        return rc;
+    }
+    *out = r.dst;
+    *len = len64;
+    return 0;
+}
+
+int ckpt_storage_get_fd(ckpt_storage *st, const char *name, int fd, const char *path, uint64_t *len)
+{
+    int rc = st->ops->file_size(st, name, len);
+    reading r = {.st = st, .name = name, .len = *len, .fd = fd, .path = path};
+    return rc ? rc : read_all(&r);
+}
+
+/* ---- writes ---------------------------------------------------------------------- */
+
+struct ckpt_storage_writer {
+    ckpt_storage *st;
+    char name[1024];
+    void *state;    /* put_begin's, once a second part came */
+    bool begun;     /* put_begin called */
+    uint8_t *first; /* part 0, written last */
+    uint8_t *cur;   /* the part being filled, index next - 1 */
+    size_t fill;
+    uint64_t next; /* parts started */
+    uint64_t total;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    struct queued {
+        uint64_t index;
+        uint8_t *buf;
+        size_t len;
+    } * queue;
+    uint32_t head, queued, flying; /* queue's first, queued, being written */
+    bool done;
+    _Atomic int rc;
+    char why[512]; /* rc's message, if a part's thread failed */
+    bool told;     /* rc's message is the caller's */
+    pthread_t *threads;
+    uint32_t nthreads;
+};
+
+/* w's first failure, its message made the caller's (once). */
+static int writer_rc(ckpt_storage_writer *w)
+{
+    if (w->rc && !w->told) {
+        w->told = true;
+        shm_fail(w->rc, "%s", w->why);
+    }
+    return w->rc;
+}
+
+/* Fails w with rc, whose message the caller has. */
+static int writer_fail(ckpt_storage_writer *w, int rc)
+{
+    pthread_mutex_lock(&w->mu);
+    if (!w->rc) {
+        w->rc = rc;
+        w->told = true;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return writer_rc(w);
+}
+
+static void *writer_main(void *arg)
+{
+    ckpt_storage_writer *w = arg;
+    ckpt_storage *st = w->st;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->queued && !w->done) pthread_cond_wait(&w->cv, &w->mu);
+        if (!w->queued) break;
+        struct queued q = w->queue[w->head];
+        w->head = (w->head + 1) % st->depth;
+        w->queued--;
+        w->flying++;
+        int failed = w->rc;
+        pthread_mutex_unlock(&w->mu);
+        int rc = failed ? 0 : st->ops->put_part(st, w->state, w->name, q.index, q.buf, q.len);
+        part_put(st, q.buf);
+        pthread_mutex_lock(&w->mu);
+        if (rc && !w->rc) {
+            w->rc = rc;
+            snprintf(w->why, sizeof w->why, "%s", stash_errmsg());
+        }
+        w->flying--;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+int ckpt_storage_writer_open(ckpt_storage *st, const char *name, ckpt_storage_writer **out)
+{
+    ckpt_storage_writer *w = calloc(1, sizeof *w);
+    if (!w) return shm_fail(-ENOMEM, "out of memory");
+    w->st = st;
+    if ((size_t)snprintf(w->name, sizeof w->name, "%s", name) >= sizeof w->name) {
+        free(w);
+        return shm_fail(-ENAMETOOLONG, "%s/%s: too long", st->where, name);
+    }
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->queue = calloc(st->depth, sizeof *w->queue);
+    w->threads = calloc(st->depth, sizeof *w->threads);
+    int rc = w->queue && w->threads ? 0 : shm_fail(-ENOMEM, "out of memory");
+    while (rc == 0 && w->nthreads < st->depth &&
+           pthread_create(&w->threads[w->nthreads], NULL, writer_main, w) == 0)
+        w->nthreads++;
+    if (rc == 0 && !w->nthreads)
+        rc = shm_fail(-EAGAIN, "%s/%s: no thread to write", st->where, name);
+    if (rc) {
+        ckpt_storage_writer_close(w, false);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+/* Hands the full part cur on: part 0 is kept for the end, the others
+ * queued (once depth wait or fly, after one lands). */
+static int writer_ship(ckpt_storage_writer *w)
+{
+    ckpt_storage *st = w->st;
+    uint64_t index = w->next - 1;
+    if (index == 0) {
+        w->first = w->cur;
+        w->cur = NULL;
+        return 0;
+    }
+    if (!w->begun) {
+        w->begun = true;
+        int rc = st->ops->put_begin ? st->ops->put_begin(st, w->name, &w->state) : 0;
+        if (rc) return writer_fail(w, rc);
+    }
+    pthread_mutex_lock(&w->mu);
+    while (!w->rc && w->queued + w->flying >= st->depth) pthread_cond_wait(&w->cv, &w->mu);
+    int rc = w->rc;
+    if (!rc) {
+        w->queue[(w->head + w->queued) % st->depth] =
+            (struct queued){.index = index, .buf = w->cur, .len = w->fill};
+        w->queued++;
+        w->cur = NULL;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return rc ? writer_rc(w) : 0;
+}
+
+int ckpt_storage_writer_put(ckpt_storage_writer *w, const void *data, size_t len)
+{
+    ckpt_storage *st = w->st;
+    const uint8_t *p = data;
+    while (len && !w->rc) {
+        if (!w->cur) {
+            if (!(w->cur = part_get(st))) return writer_fail(w, shm_fail(-ENOMEM, "out of memory"));
+            w->fill = 0;
+            w->next++;
+        }
+        size_t k = len < st->part - w->fill ? len : (size_t)(st->part - w->fill);
+        memcpy(w->cur + w->fill, p, k);
+        w->fill += k, p += k, len -= k;
+        w->total += k;
+        if (w->fill == st->part && writer_ship(w)) break;
+    }
+    return writer_rc(w);
+}
+
+int ckpt_storage_writer_close(ckpt_storage_writer *w, bool commit)
+{
+    if (!w) return 0;
+    ckpt_storage *st = w->st;
+    if (commit && !w->rc && w->cur && w->fill && w->next > 1) writer_ship(w);
+    pthread_mutex_lock(&w->mu);
+    w->done = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    for (uint32_t i = 0; i < w->nthreads; i++) pthread_join(w->threads[i], NULL);
+    /* Given up, the caller's message stays what failed it. */
+    int rc = commit ? writer_rc(w) : w->rc;
+    if (commit && !rc) {
+        if (w->next <= 1) /* one part, or none */
+            rc = st->ops->put_whole(st, w->name,
+                                    w->first ? w->first
+                                    : w->cur ? w->cur
+                                             : (const uint8_t *)"",
+                                    (size_t)w->total);
+        else
+            rc = st->ops->put_end(st, w->state, w->name, w->first, (size_t)st->part, w->total,
+                                  w->next);
+    }
+    if ((rc || !commit) && w->begun && st->ops->put_abort) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", stash_errmsg());
+        st->ops->put_abort(st, w->state, w->name, w->next);
+        shm_fail(rc, "%s", why);
+    }
+    for (uint32_t i = 0; i < w->queued; i++) part_put(st, w->queue[(w->head + i) % st->depth].buf);
+    part_put(st, w->first);
+    part_put(st, w->cur);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w->queue);
+    free(w->threads);
+    free(w);
+    return rc;
+}
+
+int ckpt_storage_write_file(ckpt_storage *st, const char *name, const void *data, size_t len)
+{
+    if (len <= st->part) return st->ops->put_whole(st, name, data ? data : "", len);
+    ckpt_storage_writer *w = NULL;
+    int rc = ckpt_storage_writer_open(st, name, &w);
+    if (rc == 0) rc = ckpt_storage_writer_put(w, data, len);
+    int closed = w ? ckpt_storage_writer_close(w, rc == 0) : 0;
+    return rc ? rc : closed;
+}
+
+int ckpt_storage_put_fd(ckpt_storage *st, const char *name, int fd, const char *path, uint64_t len)
+{
+    ckpt_storage_writer *w = NULL;
+    int rc = ckpt_storage_writer_open(st, name, &w);
+    enum { CHUNK = 1u << 20 };
+    uint8_t *buf = rc == 0 ? malloc(CHUNK) : NULL;
+    if (rc == 0 && !buf) rc = shm_fail(-ENOMEM, "out of memory");
+    for (uint64_t off = 0; rc == 0 && off < len;) {
+        size_t want = len - off < CHUNK ? (size_t)(len - off) : CHUNK;
+        ssize_t got = pread(fd, buf, want, (off_t)off);
+        if (got <= 0)
+            rc = shm_fail(got < 0 ? -errno : STASH_ECORRUPT, "read %s at offset %llu: %s", path,
+                          (unsigned long long)off,
+                          got < 0 ? strerror(errno) : "the file is shorter than it was");
+        if (rc == 0) rc = ckpt_storage_writer_put(w, buf, (size_t)got);
+        off += got > 0 ? (uint64_t)got : 0;
+    }
+    free(buf);
+    if (!w) return rc;
+    int closed = ckpt_storage_writer_close(w, rc == 0);
+    return rc ? rc : closed;
+}
