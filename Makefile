@@ -24,7 +24,7 @@ TEST_DEPS = libcriterion-dev jq prometheus gnuplot-nox ceph-mon ceph-osd ceph-mg
             radosgw curl \
             nftables iproute2 man-db abi-dumper abi-compliance-checker xz-utils python3-venv \
             python3-pip python3-setuptools python3-wheel
-BENCH_DEPS = fio redis-server librocksdb-dev libhiredis-dev python3-lmdb python3-redis
+BENCH_DEPS = fio redis-server librocksdb-dev libhiredis-dev python3-lmdb python3-redis awscli
 FUZZ_DEPS = clang libclang-rt-14-dev
 # To build the Debian packages (make deb): debian/control's Build-Depends,
 # which dpkg-buildpackage checks, and lintian; and a Debian root to

@@ -631,6 +631,59 @@ Test(storage, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_fr
     ckpt_storage_close(r);
 }
 
+/* The storage fails a checkpoint's data file on its way up (an injected
+ * fault: a part written, then a part read): the checkpoint fails, named,
+ * and leaves nothing, the one before stays the newest, and the next one
+ * completes; a restore that cannot read loses nothing either. */
+Test(storage, a_storage_failing_mid_checkpoint_or_mid_restore_loses_nothing_committed)
+{
+    char name[96], local[256], url[256], want[300];
+    snprintf(local, sizeof local, "%s/local", dir);
+    stash_arena *a = test_arena_create("faults", 16u << 20, 32, name);
+    stash_service_opts so = svc_opts(local, url, "faulty");
+    stash_service *svc;
+    cr_assert_eq(setenv("STASH_STORAGE_FAULT", "bad", 1), 0);
+    cr_assert_eq(stash_service_start(name, &so, &svc), -EINVAL);
+    cr_assert(strstr(stash_errmsg(), "STASH_STORAGE_FAULT"), "%s", stash_errmsg());
+    /* The second write fails: the first checkpoint's data file goes up,
+     * its metadata does not. */
+    cr_assert_eq(setenv("STASH_STORAGE_FAULT", "write:2:EIO", 1), 0);
+    cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
+    unsetenv("STASH_STORAGE_FAULT");
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    stash_checkpoint_info info;
+    put_all(w, 1000, 1);
+    cr_assert_neq(test_checkpoint_at_barriers(a, &w, 1, &info), 0);
+    snprintf(want, sizeof want, "not in %s://stash", scheme());
+    cr_assert(strstr(info.detail, want), "%s", info.detail);
+    cr_assert(strstr(info.detail, "injected"), "%s", info.detail);
+    snprintf(want, sizeof want, "%s/chk-%llu", local, (unsigned long long)info.id);
+    cr_assert_eq(access(want, F_OK), -1, "%s left", want);
+    ckpt_storage *r = connect_to("stash", 0);
+    uint64_t id;
+    cr_assert_eq(ckpt_storage_latest(r, "faulty", &id), -ENOENT, "no checkpoint is complete");
+    put_all(w, 1000, 2);
+    cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", info.detail);
+    cr_assert_eq(latest_of("faulty"), info.id);
+    /* Lost, and restored by a service whose storage fails the second read:
+     * it does not start; without the fault, it restores every key. */
+    lose_all(name, a, w, svc, local);
+    cr_assert_eq(setenv("STASH_STORAGE_FAULT", "read:2:EIO", 1), 0);
+    cr_assert_neq(stash_service_start(name, &so, &svc), 0);
+    cr_assert(strstr(stash_errmsg(), "injected"), "%s", stash_errmsg());
+    unsetenv("STASH_STORAGE_FAULT");
+    cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    check_all(w, 1000, 2);
+    stash_worker_close(w);
+    stash_service_stop(svc);
+    stash_arena_destroy(name, NULL);
+    test_remove_dir(local);
+    cr_assert_eq(ckpt_storage_remove_prefix(r, "faulty/"), 0, "%s", stash_errmsg());
+    ckpt_storage_close(r);
+}
+
 Test(storage, the_snapshot_tool_reads_and_writes_storage_urls)
 {
     char name[96], local[256], args[1024], sp[300], url[256];

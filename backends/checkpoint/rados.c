@@ -126,10 +126,11 @@ static int rd_open(const char *pool, const stash_storage_opts *o, ckpt_storage *
 /* ---- striped files -------------------------------------------------------- */
 
 /* A file NAME of more than a stripe is objects NAME.0, NAME.1, ... each of
- * a stripe (the last of what is left); NAME.0, written last, carries the
- * file's length, set in the same operation as its bytes. While the other
- * stripes go up, NAME.0 is there without a length: a file being written,
- * which no reader sees and which removing removes whole. */
+ * a stripe (the last of what is left); NAME.0 carries the file's length in
+ * an xattr, set once every stripe is written (for a file of one stripe, in
+ * the same operation as its bytes). Until then NAME.0 is there without a
+ * length, made before any other stripe: a file being written, which no
+ * reader sees and which removing removes whole. */
 static void stripe_name(char *oid, size_t cap, const char *name, uint64_t k)
 {
     snprintf(oid, cap, "%s.%llu", name, (unsigned long long)k);
@@ -157,19 +158,15 @@ static int rd_put_begin(ckpt_storage *st, const char *name, void **state)
     return rc < 0 ? fail(r, rc, oid, "write") : 0;
 }
 
-static int rd_put_end(ckpt_storage *st, void *state, const char *name, const void *first, size_t n,
-                      uint64_t total, uint64_t nparts)
+/* NAME.0 takes the length last: the file is whole. */
+static int rd_put_end(ckpt_storage *st, void *state, const char *name, uint64_t total,
+                      uint64_t nparts)
 {
     (void)state, (void)nparts;
     ckpt_rados *r = (ckpt_rados *)st;
     char oid[300];
     stripe_name(oid, sizeof oid, name, 0);
-    rados_write_op_t op = rados_create_write_op();
-    if (!op) return shm_fail(-ENOMEM, "out of memory");
-    rados_write_op_write_full(op, first, n);
-    rados_write_op_setxattr(op, LEN_XATTR, (const char *)&total, sizeof total);
-    int rc = rados_write_op_operate(op, r->io, oid, NULL, 0);
-    rados_release_write_op(op);
+    int rc = rados_setxattr(r->io, oid, LEN_XATTR, (const char *)&total, sizeof total);
     return rc < 0 ? fail(r, rc, oid, "write") : 0;
 }
 
@@ -189,7 +186,17 @@ static void rd_put_abort(ckpt_storage *st, void *state, const char *name, uint64
 
 static int rd_put_whole(ckpt_storage *st, const char *name, const void *data, size_t len)
 {
-    return rd_put_end(st, NULL, name, data, len, len, 1);
+    ckpt_rados *r = (ckpt_rados *)st;
+    char oid[300];
+    stripe_name(oid, sizeof oid, name, 0);
+    uint64_t len64 = len;
+    rados_write_op_t op = rados_create_write_op();
+    if (!op) return shm_fail(-ENOMEM, "out of memory");
+    rados_write_op_write_full(op, data, len);
+    rados_write_op_setxattr(op, LEN_XATTR, (const char *)&len64, sizeof len64);
+    int rc = rados_write_op_operate(op, r->io, oid, NULL, 0);
+    rados_release_write_op(op);
+    return rc < 0 ? fail(r, rc, oid, "write") : 0;
 }
 
 static int rd_get_range(ckpt_storage *st, const char *name, uint64_t off, void *dst, size_t len)

@@ -497,14 +497,14 @@ static int s3_put_part(ckpt_storage *st, void *state, const char *name, uint64_t
     return put_part((s3 *)st, state, name, index, data, len);
 }
 
-/* Writes part 0 and completes the upload: the parts in order with their ETags. */
-static int s3_put_end(ckpt_storage *st, void *state, const char *name, const void *first, size_t n,
-                      uint64_t total, uint64_t nparts)
+/* Completes the upload: the parts in order with their ETags. */
+static int s3_put_end(ckpt_storage *st, void *state, const char *name, uint64_t total,
+                      uint64_t nparts)
 {
     (void)total;
     s3 *s = (s3 *)st;
     upload *u = state;
-    int rc = put_part(s, u, name, 0, first, n);
+    int rc = 0;
     size_t cap = 128 + nparts * 200, len = 0;
     char *xml = rc == 0 ? malloc(cap) : NULL;
     if (rc == 0 && !xml) rc = shm_fail(-ENOMEM, "out of memory");

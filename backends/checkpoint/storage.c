@@ -39,14 +39,18 @@ int ckpt_storage_open(const ckpt_storage_ops *ops, const char *container,
         return shm_fail(-EINVAL, "%s://%s: %u parts in flight, more than %u", ops->scheme,
                         container, o->depth, CKPT_STORAGE_DEPTH_MAX);
     int rc = ops->open(container, o ? o : &defaults, out);
-    if (rc == 0 && (rc = ckpt_parts_init(*out)) != 0) ops->close(*out);
+    if (rc == 0 && (rc = ckpt_transfer_init(*out)) != 0) {
+        ckpt_transfer_free(*out);
+        ops->close(*out);
+        *out = NULL;
+    }
     return rc;
 }
 
 void ckpt_storage_close(ckpt_storage *st)
 {
     if (!st) return;
-    ckpt_parts_free(st);
+    ckpt_transfer_free(st);
     st->ops->close(st);
 }
 

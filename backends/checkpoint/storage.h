@@ -35,10 +35,10 @@ typedef struct ckpt_storage_ops ckpt_storage_ops;
 /* Every storage's handle starts with this. */
 typedef struct ckpt_storage {
     const ckpt_storage_ops *ops;
-    char where[192];          /* "rados://POOL", "s3://BUCKET": what messages name */
-    uint64_t part;            /* the bytes of a part: what one call moves (set by open) */
-    uint32_t depth;           /* parts in flight at once (set by open) */
-    struct ckpt_parts *parts; /* part buffers kept between transfers (transfer.c) */
+    char where[192];                /* "rados://POOL", "s3://BUCKET": what messages name */
+    uint64_t part;                  /* the bytes of a part: what one call moves (set by open) */
+    uint32_t depth;                 /* parts in flight at once (set by open) */
+    struct ckpt_transfer *transfer; /* part buffers kept, faults injected (transfer.c) */
 } ckpt_storage;
 
 /* An attribute of an object: its name and value (NULL: absent). */
@@ -72,21 +72,20 @@ struct ckpt_storage_ops {
     /* ---- files: all required ---- */
     /* A file is written in parts of st->part bytes, several at once from
      * threads of their own, and becomes whole (the only state a reader
-     * sees) when its first part is written last, carrying its length.
-     * put_whole writes a file of one part (len <= st->part). put_begin
-     * starts a file of more parts (*state: what the others need, or NULL);
-     * put_part writes part index (from 1), from any thread; put_end writes
-     * part 0 and makes the file whole (total bytes in nparts parts);
-     * put_abort gives up a file begun, of which parts below nparts may have
-     * been written (NULL: nothing to give up). A file is
-     * only trusted once something committed names it. Each returns 0 or an
-     * error naming the file. */
+     * sees) when it ends. put_whole writes a file of one part (len <=
+     * st->part). put_begin starts a file of more parts (*state: what the
+     * others need, or NULL); put_part writes part index (from 0), from any
+     * thread; put_end makes the file whole once every part is written
+     * (total bytes in nparts parts); put_abort gives up a file begun, of
+     * which parts below nparts may have been written (NULL: nothing to give
+     * up). A file is only trusted once something committed names it. Each
+     * returns 0 or an error naming the file. */
     int (*put_whole)(ckpt_storage *st, const char *name, const void *data, size_t len);
     int (*put_begin)(ckpt_storage *st, const char *name, void **state);
     int (*put_part)(ckpt_storage *st, void *state, const char *name, uint64_t index,
                     const void *data, size_t len);
-    int (*put_end)(ckpt_storage *st, void *state, const char *name, const void *first, size_t n,
-                   uint64_t total, uint64_t nparts);
+    int (*put_end)(ckpt_storage *st, void *state, const char *name, uint64_t total,
+                   uint64_t nparts);
     void (*put_abort)(ckpt_storage *st, void *state, const char *name, uint64_t nparts);
     /* Reads len bytes of file name at off (a multiple of st->part, len at
      * most a part) into dst, from any thread: 0, -ENOENT, or an error
@@ -161,10 +160,14 @@ int ckpt_storage_open(const ckpt_storage_ops *ops, const char *container,
 void ckpt_storage_close(ckpt_storage *st);
 
 /* ---- files, moved in parts, depth at once (transfer.c) ---- */
-/* The kept part buffers of st, made by ckpt_storage_open and freed by
+/* What transfers of st keep: part buffers, and in builds with
+ * STASH_FAULT_INJECTION the faults $STASH_STORAGE_FAULT asks for (the
+ * grammar of $STASH_IO_FAULT: write:N:ERR fails the Nth part or whole file
+ * written, read:N:ERR the Nth part read, delay:MS holds each). Made by
+ * ckpt_storage_open (-EINVAL for a bad specification) and freed by
  * ckpt_storage_close. */
-int ckpt_parts_init(ckpt_storage *st);
-void ckpt_parts_free(ckpt_storage *st);
+int ckpt_transfer_init(ckpt_storage *st);
+void ckpt_transfer_free(ckpt_storage *st);
 /* Writes a file of len bytes from data. Returns 0 or an error naming it. */
 int ckpt_storage_write_file(ckpt_storage *st, const char *name, const void *data, size_t len);
 /* As ckpt_storage_write_file, streaming len bytes of the file open at fd

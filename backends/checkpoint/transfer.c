@@ -13,40 +13,89 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backends/checkpoint/storage.h"
+#include "ioengine/ioengine.h"
 
-/* ---- kept part buffers ---------------------------------------------------------- */
+/* ---- kept part buffers, and injected faults ---------------------------------------- */
 
-typedef struct ckpt_parts {
+typedef struct ckpt_transfer {
     pthread_mutex_t mu;
-    uint8_t **free; /* buffers not in use, n of them */
+    uint8_t **free; /* part buffers not in use, n of them */
     size_t n, cap;
-} ckpt_parts;
+    bool faulty;       /* faults has rules */
+    ioe_faults faults; /* $STASH_STORAGE_FAULT: writes, reads, delay */
+} ckpt_transfer;
 
-int ckpt_parts_init(ckpt_storage *st)
+int ckpt_transfer_init(ckpt_storage *st)
 {
-    st->parts = calloc(1, sizeof *st->parts);
-    if (!st->parts) return shm_fail(-ENOMEM, "out of memory");
-    pthread_mutex_init(&st->parts->mu, NULL);
+    ckpt_transfer *t = calloc(1, sizeof *t);
+    if (!t) return shm_fail(-ENOMEM, "out of memory");
+    pthread_mutex_init(&t->mu, NULL);
+    st->transfer = t;
+#ifdef STASH_FAULT_INJECTION
+    /* Only builds that ask for it (the tests') take faults from the environment. */
+    const char *spec = getenv("STASH_STORAGE_FAULT");
+    if (spec && ioe_faults_parse(spec, &t->faults) < 0)
+        return shm_fail(-EINVAL, "STASH_STORAGE_FAULT: '%s' is not a fault specification", spec);
+    t->faulty = t->faults.nrules || t->faults.delay_ms;
+#endif
     return 0;
 }
 
-void ckpt_parts_free(ckpt_storage *st)
+void ckpt_transfer_free(ckpt_storage *st)
 {
-    if (!st->parts) return;
-    for (size_t i = 0; i < st->parts->n; i++) free(st->parts->free[i]);
-    free(st->parts->free);
-    pthread_mutex_destroy(&st->parts->mu);
-    free(st->parts);
-    st->parts = NULL;
+    ckpt_transfer *t = st->transfer;
+    if (!t) return;
+    for (size_t i = 0; i < t->n; i++) free(t->free[i]);
+    free(t->free);
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+    st->transfer = NULL;
+}
+
+/* The injected fault of a write (op IOE_WRITE: part index of file name,
+ * or a whole file) or a read (IOE_READ) about to go, after the delay the
+ * faults ask for: 0, or the error, named. */
+static int injected(ckpt_storage *st, int op, const char *name, uint64_t index)
+{
+    ckpt_transfer *t = st->transfer;
+    if (!t->faulty) return 0;
+    pthread_mutex_lock(&t->mu);
+    int err = ioe_faults_pick(&t->faults, op);
+    uint32_t ms = t->faults.delay_ms;
+    pthread_mutex_unlock(&t->mu);
+    if (ms) nanosleep(&(struct timespec){ms / 1000, (long)(ms % 1000) * 1000000}, NULL);
+    return err ? shm_fail(-err, "%s/%s: part %llu: %s (an injected fault)", st->where, name,
+                          (unsigned long long)index, strerror(err))
+               : 0;
+}
+
+static int put_whole(ckpt_storage *st, const char *name, const void *data, size_t len)
+{
+    int rc = injected(st, IOE_WRITE, name, 0);
+    return rc ? rc : st->ops->put_whole(st, name, data, len);
+}
+
+static int put_part(ckpt_storage *st, void *state, const char *name, uint64_t index,
+                    const void *data, size_t len)
+{
+    int rc = injected(st, IOE_WRITE, name, index);
+    return rc ? rc : st->ops->put_part(st, state, name, index, data, len);
+}
+
+static int get_range(ckpt_storage *st, const char *name, uint64_t off, void *dst, size_t len)
+{
+    int rc = injected(st, IOE_READ, name, off / st->part);
+    return rc ? rc : st->ops->get_range(st, name, off, dst, len);
 }
 
 /* A part buffer of st->part bytes, or NULL. */
 static uint8_t *part_get(ckpt_storage *st)
 {
-    ckpt_parts *p = st->parts;
+    ckpt_transfer *p = st->transfer;
     pthread_mutex_lock(&p->mu);
     uint8_t *b = p->n ? p->free[--p->n] : NULL;
     pthread_mutex_unlock(&p->mu);
@@ -55,7 +104,7 @@ static uint8_t *part_get(ckpt_storage *st)
 
 static void part_put(ckpt_storage *st, uint8_t *b)
 {
-    ckpt_parts *p = st->parts;
+    ckpt_transfer *p = st->transfer;
     if (!b) return;
     pthread_mutex_lock(&p->mu);
     if (p->n == p->cap) {
@@ -131,9 +180,9 @@ static int read_part(void *ctx, uint64_t i)
     ckpt_storage *st = r->st;
     uint64_t off = i * st->part;
     size_t n = r->len - off < st->part ? (size_t)(r->len - off) : (size_t)st->part;
-    if (r->dst) return st->ops->get_range(st, r->name, off, r->dst + off, n);
+    if (r->dst) return get_range(st, r->name, off, r->dst + off, n);
     uint8_t *b = part_get(st);
-    int rc = b ? st->ops->get_range(st, r->name, off, b, n) : shm_fail(-ENOMEM, "out of memory");
+    int rc = b ? get_range(st, r->name, off, b, n) : shm_fail(-ENOMEM, "out of memory");
     for (size_t done = 0; rc == 0 && done < n;) {
         ssize_t w = pwrite(r->fd, b + done, n - done, (off_t)(off + done));
         if (w < 0)
@@ -242,7 +291,7 @@ static void *writer_main(void *arg)
         w->flying++;
         int failed = w->rc;
         pthread_mutex_unlock(&w->mu);
-        int rc = failed ? 0 : st->ops->put_part(st, w->state, w->name, q.index, q.buf, q.len);
+        int rc = failed ? 0 : put_part(st, w->state, w->name, q.index, q.buf, q.len);
         part_put(st, q.buf);
         pthread_mutex_lock(&w->mu);
         if (rc && !w->rc) {
@@ -283,34 +332,52 @@ int ckpt_storage_writer_open(ckpt_storage *st, const char *name, ckpt_storage_wr
     return 0;
 }
 
-/* Hands the full part cur on: part 0 is kept for the end, the others
- * queued (once depth wait or fly, after one lands). */
-static int writer_ship(ckpt_storage_writer *w)
+/* Queues part index (len bytes at buf, given to the queue), once fewer
+ * than depth wait or fly. */
+static int writer_queue(ckpt_storage_writer *w, uint64_t index, uint8_t *buf, size_t len)
 {
     ckpt_storage *st = w->st;
-    uint64_t index = w->next - 1;
-    if (index == 0) {
-        w->first = w->cur;
-        w->cur = NULL;
-        return 0;
-    }
-    if (!w->begun) {
-        w->begun = true;
-        int rc = st->ops->put_begin ? st->ops->put_begin(st, w->name, &w->state) : 0;
-        if (rc) return writer_fail(w, rc);
-    }
     pthread_mutex_lock(&w->mu);
     while (!w->rc && w->queued + w->flying >= st->depth) pthread_cond_wait(&w->cv, &w->mu);
     int rc = w->rc;
     if (!rc) {
         w->queue[(w->head + w->queued) % st->depth] =
-            (struct queued){.index = index, .buf = w->cur, .len = w->fill};
+            (struct queued){.index = index, .buf = buf, .len = len};
         w->queued++;
-        w->cur = NULL;
         pthread_cond_broadcast(&w->cv);
     }
     pthread_mutex_unlock(&w->mu);
+    if (rc) part_put(st, buf);
     return rc ? writer_rc(w) : 0;
+}
+
+/* Hands the full part cur on: part 0 is kept until a second comes (a file
+ * of one part is written whole), then both go, and every one after. */
+static int writer_ship(ckpt_storage_writer *w)
+{
+    ckpt_storage *st = w->st;
+    uint64_t index = w->next - 1;
+    uint8_t *buf = w->cur;
+    w->cur = NULL;
+    if (index == 0) {
+        w->first = buf;
+        return 0;
+    }
+    if (!w->begun) {
+        w->begun = true;
+        int rc = st->ops->put_begin ? st->ops->put_begin(st, w->name, &w->state) : 0;
+        uint8_t *first = w->first;
+        w->first = NULL;
+        if (rc == 0)
+            rc = writer_queue(w, 0, first, (size_t)st->part);
+        else
+            part_put(st, first);
+        if (rc) {
+            part_put(st, buf);
+            return writer_fail(w, rc);
+        }
+    }
+    return writer_queue(w, index, buf, w->fill);
 }
 
 int ckpt_storage_writer_put(ckpt_storage_writer *w, const void *data, size_t len)
@@ -346,14 +413,13 @@ int ckpt_storage_writer_close(ckpt_storage_writer *w, bool commit)
     int rc = commit ? writer_rc(w) : w->rc;
     if (commit && !rc) {
         if (w->next <= 1) /* one part, or none */
-            rc = st->ops->put_whole(st, w->name,
-                                    w->first ? w->first
-                                    : w->cur ? w->cur
-                                             : (const uint8_t *)"",
-                                    (size_t)w->total);
+            rc = put_whole(st, w->name,
+                           w->first ? w->first
+                           : w->cur ? w->cur
+                                    : (const uint8_t *)"",
+                           (size_t)w->total);
         else
-            rc = st->ops->put_end(st, w->state, w->name, w->first, (size_t)st->part, w->total,
-                                  w->next);
+            rc = st->ops->put_end(st, w->state, w->name, w->total, w->next);
     }
     if ((rc || !commit) && w->begun && st->ops->put_abort) {
         char why[512];
@@ -374,7 +440,7 @@ int ckpt_storage_writer_close(ckpt_storage_writer *w, bool commit)
 
 int ckpt_storage_write_file(ckpt_storage *st, const char *name, const void *data, size_t len)
 {
-    if (len <= st->part) return st->ops->put_whole(st, name, data ? data : "", len);
+    if (len <= st->part) return put_whole(st, name, data ? data : "", len);
     ckpt_storage_writer *w = NULL;
     int rc = ckpt_storage_writer_open(st, name, &w);
     if (rc == 0) rc = ckpt_storage_writer_put(w, data, len);

@@ -810,6 +810,7 @@ enum {
     F_RESTART_ALL,
     F_TWIN,
     F_STOP_SAVEPOINT,
+    F_STORAGE_FAULT,
     F_KINDS
 };
 
@@ -828,6 +829,7 @@ static const char *fault_names[F_KINDS] = {
     "every host restarted",
     "a second service of a host",
     "the job stopped with a savepoint",
+    "a service on a storage that fails",
 };
 
 static uint64_t fault_counts[F_KINDS];
@@ -951,6 +953,22 @@ static void step(void)
     case F_STOP_SAVEPOINT:
         stop_with_savepoint(i);
         break;
+    case F_STORAGE_FAULT: {
+        /* Started again on a storage that fails one part written or read
+         * (an injected fault): a checkpoint's data file, its metadata, a
+         * restore's read. */
+        char spec[64], workers[sizeof h->serves];
+        snprintf(spec, sizeof spec, "%s:%u:%s", draw(2) ? "write" : "read", 1 + (unsigned)draw(12),
+                 draw(2) ? "EIO" : "ENOSPC");
+        say("host %s's service is started again on a storage with %s", h->name, spec);
+        snprintf(workers, sizeof workers, "%s", h->serves);
+        stop_service(i, SIGKILL);
+        setenv("STASH_STORAGE_FAULT", spec, 1);
+        start_service(i, workers);
+        unsetenv("STASH_STORAGE_FAULT");
+        nap_ms(hold);
+        break;
+    }
     case F_RESTART_ALL:
         for (unsigned w = 0; w < HOSTS; w++)
             if (W.workers[w].pid > 0) {
@@ -973,7 +991,8 @@ static void usage(FILE *to)
             "bridge of the campaign's, against a single-node Ceph cluster it starts: faults\n"
             "drawn from the seed (services killed and paused, hosts lost, partitions, packet\n"
             "loss, slow links, wall-clock steps, the OSD and the monitor stopped, workers\n"
-            "killed, every host restarted, the job stopped with a savepoint), each healed and\n"
+            "killed, every host restarted, the job stopped with a savepoint, a service on a\n"
+            "storage that fails a part written or read), each healed and\n"
             "followed by a committed job checkpoint; every key checked against a replay,\n"
             "every outcome a worker was told against the pool's decision. Needs root. Exits 1\n"
             "on any problem.\n",

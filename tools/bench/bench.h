@@ -160,10 +160,10 @@ int bench_fio(const char *path, uint64_t size, bool writing, bool direct, double
     "--registerfiles), once over a new file when writing, an fsync at its end"
 /* Whether fio runs here. */
 bool bench_fio_installed(void);
-/* `rados bench` on pool (the cluster of $CEPH_CONF): 5 s of writing 4 MiB
- * objects 8 at a time (left for the read), or of reading them back in
- * order (then removed). Returns 0 with the bandwidth in *bps, or -EIO. */
-int bench_rados_bench(const char *pool, bool writing, double *bps);
+/* `rados bench` on pool (the cluster of $CEPH_CONF): bytes written as 4 MiB
+ * objects 8 at a time (left for the read), or read back in order (then
+ * removed). Returns 0 with the bandwidth in *bps, or -EIO. */
+int bench_rados_bench(const char *pool, bool writing, uint64_t bytes, double *bps);
 /* How bench_aws_s3 sets the AWS command line up, for a bench's header. */
 #define BENCH_AWS_SETUP                                                                            \
     "aws s3 cp (awscli) of the checkpoint's data file up and down again, parts of 8 MiB, 8 "       \

@@ -589,6 +589,17 @@ static int remote_cases(ckb *b)
     stash_worker *w = NULL;
     stash_state *s;
     rc = open_loaded(b, b->keys, &w, &s);
+    /* The checkpoint's bytes, which the peer moves too. */
+    uint64_t bytes = 0;
+    if (rc == 0) {
+        stash_arena *a = stash_worker_arena(w);
+        uint32_t *pins = pin_all(a);
+        ckpt_written out = {0};
+        rc = write_checkpoint(w, pins, &(ckpt_opts){.dir = &b->ckd, .id = 1, .engine = b->e}, &out);
+        unpin_all(a, pins);
+        ckpt_remove_checkpoint(&b->ckd, "chk-1");
+        bytes = out.data_bytes;
+    }
     double wr[MAX_REPS], rd[MAX_REPS], ph[4][MAX_REPS];
     for (int i = 0; i < b->o.reps && rc == 0; i++) {
         bench_progress(&b->o, "checkpoint: %s, repetition %d of %d", ops->scheme, i + 1, b->o.reps);
@@ -600,8 +611,8 @@ static int remote_cases(ckb *b)
                 rc = remote_once(b, w, r, job, (uint64_t)i + 1, &wr[i], &rd[i], one, &peer, i);
                 for (int p = 0; p < 4; p++) ph[p][i] = one[p];
             } else if (peer.ok && !s3) {
-                peer.ok = bench_rados_bench(b->o.container, true, &peer.up[i]) == 0 &&
-                          bench_rados_bench(b->o.container, false, &peer.down[i]) == 0;
+                peer.ok = bench_rados_bench(b->o.container, true, bytes, &peer.up[i]) == 0 &&
+                          bench_rados_bench(b->o.container, false, bytes, &peer.down[i]) == 0;
             }
         }
     }
@@ -1205,10 +1216,13 @@ int bench_checkpoint(int argc, char **argv)
         "of a second state read, checked and written again without the second state\n"
         "(stash snapshot rewrite --drop-state), its bytes read and written per second\n"
         "beside fio reading and writing the same bytes (heap backend).\n"
-        "--storage rados --pool P: instead, a checkpoint of the 1M keys written, copied into\n"
-        "the pool P (the cluster of $CEPH_CONF) and committed, and its restore (copied\n"
-        "down, restored), beside rados bench writing and reading objects of 4 MiB, 8 at a\n"
-        "time, in the same run. --storage s3 --bucket B: the same into the S3 bucket B (the\n"
+        "--storage rados --pool P: instead, a checkpoint of the 1M keys written into the\n"
+        "pool P (the cluster of $CEPH_CONF) as it is written to the directory, and\n"
+        "committed, and its restore straight from the pool (the directory's copy written\n"
+        "meanwhile); each step also timed alone (the local write, the upload of it, the\n"
+        "fetch, the local restore); beside rados bench writing the same bytes as objects\n"
+        "of 4 MiB, 8 at a time, and reading them back, in the same run. --storage s3 --bucket B: "
+        "the same into the S3 bucket B (the\n"
         "endpoint and keys of the environment, as stash serve takes them), beside aws s3\n"
         "cp copying the checkpoint's data file up and down with parts of 8 MiB, 8 at a\n"
         "time.\n";
@@ -1243,7 +1257,8 @@ int bench_checkpoint(int argc, char **argv)
     double aws_start;
     if (b.o.storage && strcmp(b.o.storage, "rados") == 0) {
         bench_setup(&b.o, "rados-bench",
-                    "rados bench on the same pool: 4 MiB objects, 8 in flight, 5 s of writes, "
+                    "rados bench on the same pool: the checkpoint's bytes as 4 MiB objects "
+                    "(--max-objects), 8 in flight, written, "
                     "then seq reading them back");
     } else if (b.o.storage && bench_aws_start(&aws_start) == 0) {
         char took[96];

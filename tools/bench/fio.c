@@ -85,18 +85,21 @@ bool bench_fio_installed(void)
     return run_capture(argv, out, sizeof out) == 0;
 }
 
-int bench_rados_bench(const char *pool, bool writing, double *bps)
+int bench_rados_bench(const char *pool, bool writing, uint64_t bytes, double *bps)
 {
     char *out = malloc(1 << 16);
     if (!out) return -ENOMEM;
-    char run[64];
+    char run[64], objects[32];
     snprintf(run, sizeof run, "stash-bench-%d", (int)getpid());
-    /* Objects of the size stash stripes a checkpoint's files into, as many
-     * in flight; the reads are of the objects the write left. */
-    char *write_argv[] = {"rados",        "-p",         (char *)pool, "bench", "5",
-                          "write",        "-b",         "4194304",    "-t",    "8",
-                          "--no-cleanup", "--run-name", run,          NULL};
-    char *read_argv[] = {"rados", "-p", (char *)pool, "bench", "5", "seq",
+    snprintf(objects, sizeof objects, "%llu",
+             (unsigned long long)((bytes + (4u << 20) - 1) / (4u << 20)));
+    /* The same bytes in objects of the size stash stripes a checkpoint's
+     * files into, as many in flight (its time limit only a bound); the
+     * reads are of the objects the write left. */
+    char *write_argv[] = {
+        "rados", "-p", (char *)pool,    "bench", "600",          "write",      "-b", "4194304",
+        "-t",    "8",  "--max-objects", objects, "--no-cleanup", "--run-name", run,  NULL};
+    char *read_argv[] = {"rados", "-p", (char *)pool, "bench", "600", "seq",
                          "-t",    "8",  "--run-name", run,     NULL};
     int st = run_capture(writing ? write_argv : read_argv, out, 1 << 16);
     const char *bw = st == 0 ? strstr(out, "Bandwidth (MB/sec):") : NULL;
