@@ -294,9 +294,9 @@ static void *writer_main(void *arg)
         int rc = failed ? 0 : put_part(st, w->state, w->name, q.index, q.buf, q.len);
         part_put(st, q.buf);
         pthread_mutex_lock(&w->mu);
-        if (rc && !w->rc) {
-            w->rc = rc;
+        if (rc && !w->rc) { /* its message first: a caller may see rc unlocked */
             snprintf(w->why, sizeof w->why, "%s", stash_errmsg());
+            w->rc = rc;
         }
         w->flying--;
         pthread_cond_broadcast(&w->cv);
