@@ -303,13 +303,16 @@ static int req_result(req *r)
     if (r->status / 100 == 2) return 0;
     char code[64];
     error_code(r, code, sizeof code);
-    int rc = r->status == 404                                         ? -ENOENT
-             : r->status == 403                                       ? -EACCES
-             : r->status == 412                                       ? -ECANCELED
-             : r->status == 400                                       ? -EINVAL
-             : r->status == 409                                       ? -EBUSY
-             : r->status == 507 || strcmp(code, "QuotaExceeded") == 0 ? -EDQUOT
-                                                                      : -EIO;
+    /* A bucket over its quota answers 403 (radosgw) or 507: not a refusal
+     * of the credentials. */
+    bool full = r->status == 507 || strcmp(code, "QuotaExceeded") == 0;
+    int rc = full               ? -EDQUOT
+             : r->status == 404 ? -ENOENT
+             : r->status == 403 ? -EACCES
+             : r->status == 412 ? -ECANCELED
+             : r->status == 400 ? -EINVAL
+             : r->status == 409 ? -EBUSY
+                                : -EIO;
     if (rc == -EDQUOT)
         return shm_fail(rc, "s3://%s/%s: %s: the bucket is full (HTTP %ld %s)", s->bucket, r->key,
                         r->what, r->status, code);
