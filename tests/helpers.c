@@ -281,7 +281,9 @@ void test_s3_start(void)
         cr_skip_test("Ceph's S3 gateway is not installed (apt-get install radosgw)");
     test_ceph_start();
     char port[32], path[300], line[512];
-    snprintf(port, sizeof port, "%d", 30000 + (int)getpid() % 20000);
+    /* Below the kernel's ephemeral ports (32768 on), which a client's
+     * connection may hold, and above the monitors' (10000 to 29999). */
+    snprintf(port, sizeof port, "%d", 30000 + (int)getpid() % 2768);
     if (cluster_sh("rgw-start", port) != 0) {
         char out[4096] = "", cmd[600];
         snprintf(cmd, sizeof cmd, "tail -c 1500 %s.out; tail -n 15 %s/rgw.log %s/rgw.out 2>&1",
