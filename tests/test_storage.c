@@ -12,6 +12,7 @@
  * and damage is named.
  */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -147,6 +148,35 @@ Test(storage, files_pointers_and_listing)
     cr_assert_eq(memcmp(back, data, len), 0, "the bytes read are the bytes written");
     free(back);
     cr_assert_eq(ckpt_storage_read_file(r, "job/chk-1/kg-data.dat", len - 1, &back, &got), -EFBIG);
+    /* Read in the background, its bytes taken as they arrive from the front. */
+    ckpt_storage_reader *rd;
+    cr_assert_eq(ckpt_storage_reader_open(r, "job/chk-1/kg-data.dat", len, 2, &rd, &back, &got), 0,
+                 "%s", stash_errmsg());
+    cr_assert_eq(got, len);
+    for (size_t upto = 1;; upto = upto * 3 + 7) {
+        upto = upto < len ? upto : len;
+        cr_assert_eq(ckpt_storage_reader_wait(rd, upto), 0, "%s", stash_errmsg());
+        cr_assert_eq(memcmp(back, data, upto), 0, "the first %zu bytes", upto);
+        if (upto == len) break;
+    }
+    cr_assert_eq(ckpt_storage_reader_wait(rd, len + 1), STASH_ECORRUPT);
+    ckpt_storage_reader_close(rd);
+    free(back);
+    cr_assert_eq(ckpt_storage_reader_open(r, "job/chk-1/kg-data.dat", len - 1, 2, &rd, &back, &got),
+                 -EFBIG);
+    cr_assert_eq(ckpt_storage_reader_open(r, "job/chk-1/none", len, 2, &rd, &back, &got), -ENOENT);
+    /* Stopped, it reads no part not yet asked for, and a waiter hears so. */
+    cr_assert_eq(setenv("STASH_STORAGE_FAULT", "delay:300", 1), 0);
+    ckpt_storage *slow = connect_to("stash", 0);
+    unsetenv("STASH_STORAGE_FAULT");
+    cr_assert_eq(ckpt_storage_reader_open(slow, "job/chk-1/kg-data.dat", len, 1, &rd, &back, &got),
+                 0, "%s", stash_errmsg());
+    ckpt_storage_reader_stop(rd);
+    cr_assert_eq(ckpt_storage_reader_wait(rd, len), -ECANCELED);
+    cr_assert(strstr(stash_errmsg(), "stopped"), "%s", stash_errmsg());
+    ckpt_storage_reader_close(rd);
+    free(back);
+    ckpt_storage_close(slow);
     /* Streamed from a file and back into another (s3: in parts). */
     char path[300], path2[300];
     snprintf(path, sizeof path, "%s/up", dir);
@@ -226,12 +256,26 @@ Test(storage, files_pointers_and_listing)
         cr_assert_eq(ckpt_storage_objects(r, "job/chk-1/kg-data.dat.", count_name, &stripes), 0);
         cr_assert_eq(stripes, 3, "a stripe an object");
         cr_assert_eq(ckpt_storage_write_file(r, "job/lost", data, len), 0);
-        char cmd[512];
+        char cmd[1024];
         snprintf(cmd, sizeof cmd, "timeout 20 rados -c %s -p stash rm job/lost.1", conf);
         cr_assert_eq(system(cmd), 0, "%s", cmd);
         cr_assert_eq(ckpt_storage_read_file(r, "job/lost", len, &back, &got), STASH_ECORRUPT);
         cr_assert(strstr(stash_errmsg(), "job/lost.1"), "%s", stash_errmsg());
         cr_assert_eq(ckpt_storage_remove_file(r, "job/lost"), 0, "%s", stash_errmsg());
+        /* A file never made whole (its NAME.0 without a length) whose
+         * stripes have gaps, as writers in flight leave them: removing it
+         * takes every stripe. */
+        const char *planted[] = {"job/gap.0", "job/gap.1", "job/gap.3", "job/gap.40"};
+        for (size_t i = 0; i < sizeof planted / sizeof *planted; i++) {
+            snprintf(cmd, sizeof cmd, "timeout 20 rados -c %s -p stash put %s %s", conf,
+                     planted[i], i ? path : "/dev/null");
+            cr_assert_eq(system(cmd), 0, "%s", cmd);
+        }
+        cr_assert_eq(ckpt_storage_file_size(r, "job/gap", &len64), -ENOENT, "not a file");
+        cr_assert_eq(ckpt_storage_remove_file(r, "job/gap"), 0, "%s", stash_errmsg());
+        unsigned gap = 0;
+        cr_assert_eq(ckpt_storage_objects(r, "job/gap.", count_name, &gap), 0);
+        cr_assert_eq(gap, 0, "every stripe removed, past the gaps");
     }
     ckpt_storage *other = connect_to("stash", 0);
     cr_assert_eq(count_prefix(r, "job/"), 3, "kg-data.dat, streamed and _metadata");
@@ -728,6 +772,107 @@ Test(storage, a_storage_failing_mid_checkpoint_or_mid_restore_loses_nothing_comm
     test_remove_dir(local);
     cr_assert_eq(ckpt_storage_remove_prefix(r, "faulty/"), 0, "%s", stash_errmsg());
     ckpt_storage_close(r);
+}
+
+/* Values of 240 bytes, each naming its key and mult. */
+static void wide_value(uint64_t k, uint64_t mult, uint8_t *out)
+{
+    for (size_t i = 0; i < 240; i += 16) {
+        memcpy(out + i, &k, 8);
+        uint64_t m = mult + i;
+        memcpy(out + i + 8, &m, 8);
+    }
+}
+
+static void wide_all(stash_worker *w, uint64_t n, uint64_t mult, bool check)
+{
+    stash_state *v;
+    cr_assert_eq(
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "wide", .kind = STASH_VALUE},
+            &v),
+        0);
+    uint8_t want[240];
+    for (uint64_t k = 0; k < n; k++) {
+        stash_key_set(w, &k, sizeof k);
+        wide_value(k, mult, want);
+        if (!check) {
+            cr_assert_eq(stash_value_put(v, want, sizeof want), 0, "%s", stash_errmsg());
+            continue;
+        }
+        stash_bytes b;
+        cr_assert_eq(stash_value_get(v, &b), 0, "key %llu", (unsigned long long)k);
+        cr_assert(b.len == sizeof want && memcmp(b.data, want, sizeof want) == 0, "key %llu",
+                  (unsigned long long)k);
+    }
+}
+
+/* Whether directory path holds an entry whose name starts with prefix. */
+static bool holds(const char *path, const char *prefix)
+{
+    DIR *d = opendir(path);
+    bool found = false;
+    for (struct dirent *e; d && !found && (e = readdir(d));)
+        found = strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    if (d) closedir(d);
+    return found;
+}
+
+/* A lost arena comes back straight from the storage, each key group put
+ * in once its blocks have arrived: a checkpoint of several parts whose
+ * last block is damaged fails the start, named, after key groups before it
+ * went in, and leaves no arena and no copy in the directory; whole again,
+ * it restores every key and leaves its copy. */
+Test(storage, a_restore_as_the_bytes_arrive_leaves_nothing_when_a_late_block_is_damaged)
+{
+    char name[96], local[256], url[256], file[300];
+    snprintf(local, sizeof local, "%s/local", dir);
+    stash_arena *a = test_arena_create("arrive", 96u << 20, 32, name);
+    stash_service_opts so = svc_opts(local, url, "arrive");
+    stash_service *svc;
+    cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
+    stash_worker *w;
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    const uint64_t keys = 60000; /* ~16 MB of blocks: parts of 4 or 5 MiB */
+    wide_all(w, keys, 7, false);
+    stash_checkpoint_info info;
+    cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", info.detail);
+    lose_all(name, a, w, svc, local);
+    ckpt_storage *r = connect_to("stash", 0);
+    snprintf(file, sizeof file, "arrive/chk-%llu/kg-data.dat", (unsigned long long)info.id);
+    uint8_t *good, *bad;
+    size_t len;
+    cr_assert_eq(ckpt_storage_read_file(r, file, 64u << 20, &good, &len), 0, "%s", stash_errmsg());
+    cr_assert_gt(len, 2 * (size_t)r->part, "a file of three parts or more");
+    bad = malloc(len);
+    memcpy(bad, good, len);
+    bad[len - 100] ^= 0x40; /* in the last key group's block */
+    cr_assert_eq(ckpt_storage_write_file(r, file, bad, len), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_service_start(name, &so, &svc), STASH_ECORRUPT, "%s", stash_errmsg());
+    cr_assert(strstr(stash_errmsg(), "kg-data.dat") && strstr(stash_errmsg(), "offset"), "%s",
+              stash_errmsg());
+    cr_assert_eq(stash_arena_open(name, NULL, &a), -ENOENT, "no arena is left");
+    char chk[64];
+    snprintf(chk, sizeof chk, "chk-%llu", (unsigned long long)info.id);
+    cr_assert(!holds(local, chk) && !holds(local, ".fetch-"), "no copy left in %s", local);
+    /* Whole again: every key, and the directory's copy. */
+    cr_assert_eq(ckpt_storage_write_file(r, file, good, len), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+    wide_all(w, keys, 7, true);
+    char copy[400];
+    snprintf(copy, sizeof copy, "%s/%s/_metadata", local, chk);
+    cr_assert_eq(access(copy, F_OK), 0, "%s", copy);
+    cr_assert(!holds(local, ".fetch-"), "no staging left in %s", local);
+    stash_worker_close(w);
+    stash_service_stop(svc);
+    stash_arena_destroy(name, NULL);
+    test_remove_dir(local);
+    cr_assert_eq(ckpt_storage_remove_prefix(r, "arrive/"), 0, "%s", stash_errmsg());
+    ckpt_storage_close(r);
+    free(good);
+    free(bad);
 }
 
 Test(storage, the_snapshot_tool_reads_and_writes_storage_urls)

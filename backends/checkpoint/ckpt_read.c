@@ -398,7 +398,7 @@ int ckpt_open_view(const char *path, ioe_engine *e, ckpt_view *v, bool with_data
 
 /* The bytes of a data file its metadata names: up to the end of its last
  * key group's block. */
-static uint64_t named_bytes(const ckpt_view *v, const ckpt_file *f)
+uint64_t ckpt_file_named_bytes(const ckpt_view *v, const ckpt_file *f)
 {
     uint64_t end = 0;
     for (uint32_t kg = 0; kg < v->max_parallelism; kg++) {
@@ -412,7 +412,7 @@ static uint64_t named_bytes(const ckpt_view *v, const ckpt_file *f)
 
 /* A data file is the one its metadata names, not another checkpoint's with
  * blocks of the same sizes: the CRC32C of its blocks in key-group order. */
-static int check_file_crc(const ckpt_view *v, const ckpt_file *f)
+int ckpt_file_check(const ckpt_view *v, const ckpt_file *f)
 {
     if (!(f->flags & CKPT_FILE_CRC)) return 0;
     uint32_t crc = 0;
@@ -447,14 +447,14 @@ static int check_file_crc(const ckpt_view *v, const ckpt_file *f)
  * CRC32C of its blocks. With keep false it lets the bytes go again. */
 static int load_file(ckpt_view *v, ckpt_file *cf, ioe_engine *e, bool keep)
 {
-    uint64_t named = named_bytes(v, cf);
+    uint64_t named = ckpt_file_named_bytes(v, cf);
     size_t limit = named < SIZE_MAX ? (size_t)named : SIZE_MAX;
     int dirfd = -1;
     const char *name = NULL;
     int rc = v->fetch ? v->fetch(v->fetch_ctx, cf, limit, &cf->data, &cf->len)
                       : file_place(v, cf, &dirfd, &name);
     if (rc == 0 && !v->fetch) rc = read_whole(e, dirfd, name, cf->path, limit, &cf->data, &cf->len);
-    if (rc == 0) rc = check_file_crc(v, cf);
+    if (rc == 0) rc = ckpt_file_check(v, cf);
     if (!keep) {
         free(cf->data);
         cf->data = NULL;
@@ -636,6 +636,17 @@ static int64_t walk_block(const ckpt_view *v, const ckpt_file *f, uint32_t kg, s
                               f->path, e.offset);
 }
 
+int64_t ckpt_view_walk_kg(const ckpt_view *v, uint32_t kg, bool checked, snap_record_fn *fn,
+                          void *ctx, snap_buf *scratch)
+{
+    int64_t n = 0;
+    for (uint32_t f = 0; f < v->nfiles && n >= 0; f++) {
+        int64_t k = walk_block(v, &v->files[f], kg, scratch, checked, fn, ctx);
+        n = k < 0 ? k : n + k;
+    }
+    return n;
+}
+
 /* Walks the blocks of range, key group by key group, each in every file in
  * order; checked: a second pass over bytes the first already checked. done,
  * if set, hears of each key group's end (its records' count or error). */
@@ -648,11 +659,7 @@ static int64_t walk_range(const ckpt_view *v, stash_kg_range range, bool checked
     snap_buf scratch = {0};
     int64_t total = 0;
     for (uint32_t kg = range.first; kg <= range.last && total >= 0; kg++) {
-        int64_t n = 0;
-        for (uint32_t f = 0; f < v->nfiles && n >= 0; f++) {
-            int64_t k = walk_block(v, &v->files[f], kg, &scratch, checked, fn, ctx);
-            n = k < 0 ? k : n + k;
-        }
+        int64_t n = ckpt_view_walk_kg(v, kg, checked, fn, ctx, &scratch);
         if (done) {
             int rc = done(ctx, kg, n < 0 ? (int)n : 0);
             if (n >= 0 && rc < 0) n = rc;

@@ -182,6 +182,18 @@ int64_t ckpt_block_copy(const char *path, uint32_t kg, snap_buf *out);
  * metadata (its length and blocks' CRC32C) and lets it go: one file in
  * memory at a time. */
 int ckpt_view_check_files(ckpt_view *v, ioe_engine *e);
+/* The bytes of data file f that its metadata's blocks take: what reading
+ * it needs (UINT64_MAX if its extents overflow). */
+uint64_t ckpt_file_named_bytes(const ckpt_view *v, const ckpt_file *f);
+/* Checks data file f of v, all in memory, against the CRC32C of its blocks
+ * the metadata names (a damaged block named by its own checks). */
+int ckpt_file_check(const ckpt_view *v, const ckpt_file *f);
+/* Checks key group kg's blocks (each file's, in order) and passes their
+ * records to fn (NULL: checks each record as ckpt_view_walk does);
+ * checked: bytes a walk checked already. scratch: the caller's (for LZ4).
+ * Returns the records or the first error with file and offset. */
+int64_t ckpt_view_walk_kg(const ckpt_view *v, uint32_t kg, bool checked, snap_record_fn *fn,
+                          void *ctx, snap_buf *scratch);
 /* Hears that the records of key group kg ended (rc: 0, or the error that
  * stopped them); a negative return fails the walk. */
 typedef int ckpt_kg_done_fn(void *ctx, uint32_t kg, int rc);

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -299,8 +300,9 @@ static int store_for(stash_arena *a, stash_kg_range range, store *given, store *
     return given ? 0 : store_open(a, 0, range, own);
 }
 
-int ckpt_restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, ioe_engine *e, store *st,
-                      ckpt_prepare_fn *prepare, void *ctx, ckpt_restored *out)
+/* Restores range from v, opened without its data files, which it loads. */
+static int restore_view_whole(stash_arena *a, ckpt_view *v, stash_kg_range range, ioe_engine *e,
+                              store *st, ckpt_restored *out)
 {
     store *own;
     memset(out, 0, sizeof *out);
@@ -311,10 +313,134 @@ int ckpt_restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, ioe_en
     if (rc == 0) {
         out->id = v->id;
         bool applying = false;
-        rc = restore_view(a, v, range, &applying, st ? st : own, prepare, ctx, out);
+        rc = restore_view(a, v, range, &applying, st ? st : own, NULL, NULL, out);
         if (rc) ckpt_restored_free(out);
     }
     if (taken) lazy_give(a, range, rc == 0);
+    store_close(own);
+    return rc;
+}
+
+/* ---- a restore as the bytes arrive ---------------------------------------- */
+
+typedef struct arriving {
+    ckpt_view *v;
+    stash_kg_range range;
+    store *st;
+    const snap_id_map *map;
+    ckpt_arrived_fn *arrived;
+    void *ctx;
+    _Atomic uint32_t next; /* the next key group to take */
+    _Atomic uint64_t records;
+    pthread_mutex_t mu;
+    int rc;
+    char why[512]; /* rc's message, made in the thread that failed */
+} arriving;
+
+/* Waits for key group kg's blocks, checks them and their records, then
+ * puts the records in: returns how many. */
+static int64_t arrive_kg(arriving *x, uint32_t kg, snap_buf *scratch)
+{
+    ckpt_view *v = x->v;
+    uint64_t held = 0;
+    for (uint32_t f = 0; f < v->nfiles; f++) {
+        md_extent e;
+        memcpy(&e, v->files[f].extents + kg * sizeof e, sizeof e);
+        int rc = e.offset > UINT64_MAX - e.size || e.offset + e.size > v->files[f].len
+                     ? shm_fail(STASH_ECORRUPT, "%s: key group %u at offset %llu, %llu bytes, "
+                                                "beyond the file's %zu",
+                                v->files[f].path, kg, (unsigned long long)e.offset,
+                                (unsigned long long)e.size, v->files[f].len)
+                     : x->arrived(x->ctx, f, e.offset + e.size);
+        if (rc) return rc;
+    }
+    int64_t n = ckpt_view_walk_kg(v, kg, false, NULL, NULL, scratch);
+    for (uint32_t f = 0; n >= 0 && f < v->nfiles; f++) {
+        md_extent e;
+        snap_block_hdr h;
+        memcpy(&e, v->files[f].extents + kg * sizeof e, sizeof e);
+        memcpy(&h, v->files[f].data + e.offset, sizeof h); /* checked by the walk */
+        held += h.records;
+    }
+    if (n >= 0) n = x->st->ops->restore_begin(x->st, kg, held);
+    snap_restorer to = {x->st, x->map};
+    if (n >= 0) n = ckpt_view_walk_kg(v, kg, true, snap_restore_record, &to, scratch);
+    int rc = snap_restore_kg_done(&to, kg, n < 0 ? (int)n : 0);
+    return n >= 0 && rc < 0 ? rc : n;
+}
+
+static void *arrive_main(void *arg)
+{
+    arriving *x = arg;
+    snap_buf scratch = {0};
+    for (;;) {
+        uint32_t kg = atomic_fetch_add(&x->next, 1);
+        pthread_mutex_lock(&x->mu);
+        bool stop = x->rc != 0 || kg > x->range.last;
+        pthread_mutex_unlock(&x->mu);
+        if (stop) break;
+        int64_t n = arrive_kg(x, kg, &scratch);
+        if (n >= 0) {
+            atomic_fetch_add(&x->records, (uint64_t)n);
+            continue;
+        }
+        pthread_mutex_lock(&x->mu);
+        if (!x->rc) {
+            x->rc = (int)n;
+            snprintf(x->why, sizeof x->why, "%s", stash_errmsg());
+        }
+        pthread_mutex_unlock(&x->mu);
+    }
+    snap_buf_free(&scratch);
+    return NULL;
+}
+
+int ckpt_restore_arriving(stash_arena *a, ckpt_view *v, stash_kg_range range, store *st,
+                          ckpt_arrived_fn *arrived, void *ctx, ckpt_restored *out)
+{
+    store *own;
+    memset(out, 0, sizeof *out);
+    int rc = store_for(a, range, st, &own);
+    uint16_t ids[SHM_CATALOG_SIZE + 1];
+    snap_id_map map;
+    if (rc == 0 && v->max_parallelism != a->hdr->max_parallelism)
+        rc = shm_fail(STASH_ECORRUPT, "%s: a checkpoint of %u key groups for an arena of %u",
+                      v->meta_path, v->max_parallelism, a->hdr->max_parallelism);
+    if (rc == 0 && (range.first > range.last || range.last >= v->max_parallelism))
+        rc = shm_fail(-EINVAL, "%s: key groups %u..%u of %u", v->meta_path, range.first,
+                      range.last, v->max_parallelism);
+    if (rc == 0) rc = map_states(a, v, ids, &map);
+    if (rc == 0) rc = copy_opstate(v, &map, out);
+    arriving x = {.v = v,
+                  .range = range,
+                  .st = st ? st : own,
+                  .map = &map,
+                  .arrived = arrived,
+                  .ctx = ctx,
+                  .next = range.first};
+    pthread_mutex_init(&x.mu, NULL);
+    if (rc == 0) {
+        /* Key groups are independent: two threads take them in order, as
+         * their bytes come. */
+        pthread_t t;
+        bool two = sysconf(_SC_NPROCESSORS_ONLN) >= 2 && range.last > range.first &&
+                   pthread_create(&t, NULL, arrive_main, &x) == 0;
+        arrive_main(&x);
+        if (two) pthread_join(t, NULL);
+        if (x.rc) rc = shm_fail(x.rc, "%s", x.why);
+    }
+    /* The file is the one the metadata names: its blocks' checksum. */
+    for (uint32_t f = 0; rc == 0 && f < v->nfiles; f++) {
+        rc = arrived(ctx, f, v->files[f].len);
+        if (rc == 0) rc = ckpt_file_check(v, &v->files[f]);
+    }
+    pthread_mutex_destroy(&x.mu);
+    if (rc == 0) {
+        out->id = v->id;
+        out->records = atomic_load(&x.records);
+    } else {
+        ckpt_restored_free(out);
+    }
     store_close(own);
     return rc;
 }
@@ -326,7 +452,7 @@ int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, io
     memset(out, 0, sizeof *out);
     int rc = ckpt_open_view(path, e, &v, false);
     if (rc == 0) {
-        rc = ckpt_restore_view(a, &v, range, e, st, NULL, NULL, out);
+        rc = restore_view_whole(a, &v, range, e, st, out);
         ckpt_view_close(&v);
     }
     return rc;

@@ -97,12 +97,18 @@ int ckpt_restore_prepared(stash_arena *a, const shm_dir *dir, uint64_t id, uint6
  * for ckpt_restore_prepared()). */
 int ckpt_restore_path(stash_arena *a, const char *path, stash_kg_range range, ioe_engine *e,
                       store *st, ckpt_restored *out);
-/* As ckpt_restore_path, from the view v opened without its data files
- * (ckpt_storage_view: straight from a remote storage), which it loads;
- * prepare (if not NULL) is called with ctx once every block is checked,
- * before the first record is written. The caller closes v. */
-int ckpt_restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, ioe_engine *e, store *st,
-                      ckpt_prepare_fn *prepare, void *ctx, ckpt_restored *out);
+/* Waits until the first upto bytes of data file f of a view are in its
+ * memory: 0, or why they will not come (named). Any thread. */
+typedef int ckpt_arrived_fn(void *ctx, uint32_t f, uint64_t upto);
+/* As ckpt_restore_path, into a new arena whose key groups are empty, from
+ * the view v whose data files are being read into memory (files[f].data
+ * and .len set, the bytes arriving from the front; arrived(ctx, f, upto)
+ * says when they are there): each key group goes in as soon as its blocks
+ * have arrived and passed their checks, two at a time, and the files'
+ * checksums are checked once whole. A failure may leave part of the
+ * checkpoint in the arena: the caller drops the arena. */
+int ckpt_restore_arriving(stash_arena *a, ckpt_view *v, stash_kg_range range, store *st,
+                          ckpt_arrived_fn *arrived, void *ctx, ckpt_restored *out);
 
 /* Registers the states of the checkpoint or savepoint directory at path
  * in the arena and hands out its operator state, restoring no record. */

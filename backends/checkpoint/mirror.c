@@ -161,15 +161,47 @@ int ckpt_storage_latest(ckpt_storage *st, const char *job, uint64_t *id)
     return 0;
 }
 
-/* Writes len bytes to the new file name of d and makes them durable. */
-static int write_new(const shm_dir *d, const char *name, const void *data, size_t len)
+/* A checkpoint read straight from the storage into memory, each file's
+ * bytes arriving from the front, while its records go into an arena and a
+ * thread writes its copy into a directory as they come. The copy is named
+ * only once the restore has passed every check. */
+typedef struct arrivals {
+    ckpt_storage *st;
+    const char *job;
+    ckpt_view *v;
+    const shm_dir *dir;
+    ckpt_storage_reader *readers[CKPT_MAX_FILES];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int verdict; /* 0 while the restore goes on, 1 passed, -1 failed */
+    pthread_t t;
+    bool started;
+    int rc;
+    char why[512]; /* rc's message, made in the copy's thread */
+} arrivals;
+
+static int arrived(void *ctx, uint32_t f, uint64_t upto)
 {
+    arrivals *s = ctx;
+    return ckpt_storage_reader_wait(s->readers[f], upto);
+}
+
+/* Writes len bytes to the new file name of d and makes them durable; with
+ * rd, each stretch once it has arrived. */
+static int write_new(const shm_dir *d, const char *name, const void *data, size_t len,
+                     ckpt_storage_reader *rd)
+{
+    enum { STRETCH = 4u << 20 };
     char path[4096];
     if (ckpt_path_of(path, "%s/%s", d->path, name) < 0) return -ENAMETOOLONG;
     int fd = openat(d->fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     int rc = fd < 0 ? shm_fail(-errno, "%s: cannot create: %s", path, strerror(errno)) : 0;
-    for (size_t off = 0; rc == 0 && off < len;) {
-        ssize_t n = write(fd, (const uint8_t *)data + off, len - off);
+    for (size_t off = 0, upto = 0; rc == 0 && off < len;) {
+        if (off == upto) {
+            upto = len - off < STRETCH ? len : off + STRETCH;
+            if (rd && (rc = ckpt_storage_reader_wait(rd, upto)) != 0) break;
+        }
+        ssize_t n = write(fd, (const uint8_t *)data + off, upto - off);
         if (n < 0) rc = shm_fail(-errno, "write %s at offset %zu: %s", path, off, strerror(errno));
         off += n > 0 ? (size_t)n : 0;
     }
@@ -194,11 +226,15 @@ static int fetch_file(ckpt_storage *st, const char *name, const shm_dir *d, cons
 
 /* Reads file cf of a view of storage ctx: its object is its path less the
  * storage's "SCHEME://CONTAINER/". */
+static const char *object_of_path(ckpt_storage *st, const ckpt_file *cf)
+{
+    return cf->path + strlen(ckpt_storage_where(st)) + 1;
+}
+
 static int view_fetch(void *ctx, const ckpt_file *cf, size_t limit, uint8_t **data, size_t *len)
 {
     ckpt_storage *st = ctx;
-    return ckpt_storage_read_file(st, cf->path + strlen(ckpt_storage_where(st)) + 1, limit, data,
-                                  len);
+    return ckpt_storage_read_file(st, object_of_path(st, cf), limit, data, len);
 }
 
 int ckpt_storage_view(ckpt_storage *st, const char *job, const char *dirname, ckpt_view *v)
@@ -227,8 +263,20 @@ int ckpt_storage_view(ckpt_storage *st, const char *job, const char *dirname, ck
     return rc;
 }
 
-int ckpt_storage_place(ckpt_storage *st, const char *job, const ckpt_view *v, const shm_dir *dir,
-                       const char *dirname)
+/* Waits for the restore's verdict on what is arriving: 0 once it passed. */
+static int verdict(arrivals *s)
+{
+    pthread_mutex_lock(&s->mu);
+    while (!s->verdict) pthread_cond_wait(&s->cv, &s->mu);
+    int passed = s->verdict > 0;
+    pthread_mutex_unlock(&s->mu);
+    return passed ? 0 : shm_fail(-ECANCELED, "%s: the restore failed", s->v->meta_path);
+}
+
+/* ckpt_storage_place, with s: the view's files arriving, written as they
+ * come, and the checkpoint named only once the restore passed. */
+static int place(ckpt_storage *st, const char *job, const ckpt_view *v, const shm_dir *dir,
+                 const char *dirname, arrivals *s)
 {
     /* Written beside the directory's checkpoints; each file moved into
      * place once whole, the checkpoint's directory last. */
@@ -249,13 +297,16 @@ int ckpt_storage_place(ckpt_storage *st, const char *job, const ckpt_view *v, co
         if (rc == 0 && in_shared && fstatat(shared.fd, base, &sb, AT_SYMLINK_NOFOLLOW) == 0)
             continue; /* a chain's file fetched with an earlier checkpoint */
         if (rc == 0)
-            rc = cf->data ? write_new(&stage, base, cf->data, cf->len)
+            rc = cf->data ? write_new(&stage, base, cf->data, cf->len, s ? s->readers[f] : NULL)
                           : fetch_file(st, name, &stage, base);
+        /* A shared file goes in only with a checkpoint that passed. */
+        if (rc == 0 && in_shared && s) rc = verdict(s);
         if (rc == 0 && in_shared && renameat(stage.fd, base, shared.fd, base) < 0)
             rc = shm_fail(-errno, "rename %s/%s to %s/%s: %s", stage.path, base, shared.path, base,
                           strerror(errno));
     }
-    if (rc == 0) rc = write_new(&stage, "_metadata", v->md, v->md_len);
+    if (rc == 0) rc = write_new(&stage, "_metadata", v->md, v->md_len, NULL);
+    if (rc == 0 && s) rc = verdict(s);
     const char *made = strrchr(stage.path, '/') + 1;
     if (rc == 0 && renameat(dir->fd, made, dir->fd, dirname) < 0)
         rc = shm_fail(-errno, "rename %s to %s/%s: %s", stage.path, dir->path, dirname,
@@ -268,50 +319,58 @@ int ckpt_storage_place(ckpt_storage *st, const char *job, const ckpt_view *v, co
     return rc;
 }
 
-/* The copy of a checkpoint read straight from the storage, written into
- * a directory while its records go into the arena. */
-typedef struct local_copy {
-    ckpt_storage *st;
-    const char *job;
-    const ckpt_view *v;
-    const shm_dir *dir;
-    pthread_t t;
-    bool started;
-    int rc;
-    char why[512];
-} local_copy;
-
-static void *local_copy_main(void *arg)
+int ckpt_storage_place(ckpt_storage *st, const char *job, const ckpt_view *v, const shm_dir *dir,
+                       const char *dirname)
 {
-    local_copy *lc = arg;
+    return place(st, job, v, dir, dirname, NULL);
+}
+
+static void *copy_main(void *arg)
+{
+    arrivals *s = arg;
     char chk[64];
-    snprintf(chk, sizeof chk, "chk-%llu", (unsigned long long)lc->v->id);
-    lc->rc = ckpt_storage_place(lc->st, lc->job, lc->v, lc->dir, chk);
-    if (lc->rc) snprintf(lc->why, sizeof lc->why, "%s", stash_errmsg());
+    snprintf(chk, sizeof chk, "chk-%llu", (unsigned long long)s->v->id);
+    s->rc = place(s->st, s->job, s->v, s->dir, chk, s);
+    if (s->rc) snprintf(s->why, sizeof s->why, "%s", stash_errmsg());
     return NULL;
 }
 
-/* Called once every block is checked (the view holds them all). */
-static int local_copy_begin(void *ctx)
-{
-    local_copy *lc = ctx;
-    lc->started = pthread_create(&lc->t, NULL, local_copy_main, lc) == 0;
-    if (!lc->started) local_copy_main(lc);
-    return lc->started ? 0 : lc->rc;
-}
-
 int ckpt_storage_restore(ckpt_storage *st, const char *job, ckpt_view *v, const shm_dir *dir,
-                         stash_arena *a, stash_kg_range range, ioe_engine *e, store *into,
-                         ckpt_restored *out)
+                         stash_arena *a, stash_kg_range range, store *into, ckpt_restored *out)
 {
-    local_copy lc = {.st = st, .job = job, .v = v, .dir = dir};
-    int rc = ckpt_restore_view(a, v, range, e, into, local_copy_begin, &lc, out);
-    if (lc.started) pthread_join(lc.t, NULL);
-    if (rc == 0 && lc.rc) {
-        ckpt_restored_free(out);
-        rc = shm_fail(lc.rc, "%s", lc.why);
+    arrivals s = {.st = st, .job = job, .v = v, .dir = dir};
+    memset(out, 0, sizeof *out);
+    pthread_mutex_init(&s.mu, NULL);
+    pthread_cond_init(&s.cv, NULL);
+    uint32_t depth = st->depth / (v->nfiles ? v->nfiles : 1);
+    int rc = 0;
+    for (uint32_t f = 0; rc == 0 && f < v->nfiles; f++) {
+        ckpt_file *cf = &v->files[f];
+        uint64_t named = ckpt_file_named_bytes(v, cf);
+        rc = ckpt_storage_reader_open(st, object_of_path(st, cf),
+                                      named < SIZE_MAX ? (size_t)named : SIZE_MAX, depth,
+                                      &s.readers[f], &cf->data, &cf->len);
     }
-    return rc;
+    if (rc == 0) s.started = pthread_create(&s.t, NULL, copy_main, &s) == 0;
+    if (rc == 0 && !s.started) rc = shm_fail(-EAGAIN, "%s: no thread to copy it", v->meta_path);
+    if (rc == 0) rc = ckpt_restore_arriving(a, v, range, into, arrived, &s, out);
+    pthread_mutex_lock(&s.mu);
+    s.verdict = rc == 0 ? 1 : -1;
+    pthread_cond_broadcast(&s.cv);
+    pthread_mutex_unlock(&s.mu);
+    char why[512];
+    snprintf(why, sizeof why, "%s", stash_errmsg());
+    for (uint32_t f = 0; rc && f < v->nfiles; f++) ckpt_storage_reader_stop(s.readers[f]);
+    if (s.started) pthread_join(s.t, NULL);
+    for (uint32_t f = 0; f < v->nfiles; f++) ckpt_storage_reader_close(s.readers[f]);
+    pthread_cond_destroy(&s.cv);
+    pthread_mutex_destroy(&s.mu);
+    if (rc) return shm_fail(rc, "%s", why);
+    if (s.rc) {
+        ckpt_restored_free(out);
+        return shm_fail(s.rc, "%s", s.why);
+    }
+    return 0;
 }
 
 int ckpt_storage_fetch(ckpt_storage *st, const char *job, const shm_dir *dir, const char *dirname)

@@ -68,15 +68,16 @@ int ckpt_storage_view(ckpt_storage *st, const char *job, const char *dirname, ck
 int ckpt_storage_place(ckpt_storage *st, const char *job, const ckpt_view *v, const shm_dir *dir,
                        const char *dirname);
 /* Restores range of checkpoint v of the job (ckpt_storage_view, opened
- * without its data) into a's store into (NULL: one of its own), as
- * ckpt_restore_view does, its data read straight from the storage into
- * memory; once every block is checked, a thread writes its copy into dir
- * (ckpt_storage_place) while the records go into the arena: a replaced
- * worker rolls back from the directory. Fails if either fails. The caller
- * closes v. */
+ * without its data) into a new arena a's store into (NULL: one of its
+ * own), as ckpt_restore_arriving does: its data files read straight from
+ * the storage into memory, each key group put in once its blocks have
+ * arrived and passed their checks. Meanwhile a thread writes the copy into
+ * dir as the bytes come, named only once the restore passed (a replaced
+ * worker rolls back from the directory). Fails if either fails; a failure
+ * may leave part of the checkpoint in a, which the caller drops. The
+ * caller closes v. */
 int ckpt_storage_restore(ckpt_storage *st, const char *job, ckpt_view *v, const shm_dir *dir,
-                         stash_arena *a, stash_kg_range range, ioe_engine *e, store *into,
-                         ckpt_restored *out);
+                         stash_arena *a, stash_kg_range range, store *into, ckpt_restored *out);
 /* Appends to *names (of *n; free each and the array) the shared files
  * ("shared/ID.dat") checkpoint dirname of the job lists. */
 int ckpt_storage_shared_of(ckpt_storage *st, const char *job, const char *dirname, char ***names,

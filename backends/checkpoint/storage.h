@@ -183,6 +183,23 @@ int ckpt_storage_read_file(ckpt_storage *st, const char *name, size_t limit, uin
 int ckpt_storage_get_fd(ckpt_storage *st, const char *name, int fd, const char *path,
                         uint64_t *len);
 
+/* A file read into memory in the background, depth parts at once in
+ * order, while the caller takes its bytes as they arrive from the front:
+ * *data (the caller's to free once the reader is closed) holds its *len
+ * bytes, at most limit (-EFBIG beyond), once the reader says so. */
+typedef struct ckpt_storage_reader ckpt_storage_reader;
+int ckpt_storage_reader_open(ckpt_storage *st, const char *name, size_t limit, uint32_t depth,
+                             ckpt_storage_reader **out, uint8_t **data, size_t *len);
+/* Waits until the file's first upto bytes are in memory: 0, or the read's
+ * failure, named (-ECANCELED once the reader is stopped). Any thread. */
+int ckpt_storage_reader_wait(ckpt_storage_reader *rd, uint64_t upto);
+/* Stops the reader: parts not yet asked for are not read, and a waiter
+ * for them hears -ECANCELED once the parts in flight have landed. */
+void ckpt_storage_reader_stop(ckpt_storage_reader *rd);
+/* Stops the reader, waits for its parts in flight and frees it (no thread
+ * may wait on it then). Accepts NULL. */
+void ckpt_storage_reader_close(ckpt_storage_reader *rd);
+
 /* A file written as its bytes come, of a length known only at its end:
  * each part goes up once full while the writer goes on (at most depth
  * parts wait or fly; put waits for one to land beyond that). */

@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,7 +173,11 @@ typedef struct reading {
     uint8_t *dst; /* into memory, or */
     int fd;       /* into this file */
     const char *path;
+    struct ckpt_storage_reader *told; /* told of each part in memory, if set */
 } reading;
+
+static void reader_arrived(struct ckpt_storage_reader *rd, uint64_t part);
+static bool reader_stopped(const struct ckpt_storage_reader *rd);
 
 static int read_part(void *ctx, uint64_t i)
 {
@@ -180,7 +185,13 @@ static int read_part(void *ctx, uint64_t i)
     ckpt_storage *st = r->st;
     uint64_t off = i * st->part;
     size_t n = r->len - off < st->part ? (size_t)(r->len - off) : (size_t)st->part;
-    if (r->dst) return get_range(st, r->name, off, r->dst + off, n);
+    if (r->told && reader_stopped(r->told))
+        return shm_fail(-ECANCELED, "%s/%s: the read was stopped", st->where, r->name);
+    if (r->dst) {
+        int rc = get_range(st, r->name, off, r->dst + off, n);
+        if (rc == 0 && r->told) reader_arrived(r->told, i);
+        return rc;
+    }
     uint8_t *b = part_get(st);
     int rc = b ? get_range(st, r->name, off, b, n) : shm_fail(-ENOMEM, "out of memory");
     for (size_t done = 0; rc == 0 && done < n;) {
@@ -218,6 +229,118 @@ int ckpt_storage_read_file(ckpt_storage *st, const char *name, size_t limit, uin
     *out = r.dst;
     *len = len64;
     return 0;
+}
+
+/* ---- a file read in the background, its bytes arriving from the front ---------- */
+
+struct ckpt_storage_reader {
+    reading r;
+    uint32_t depth;
+    pthread_t t;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool *in;       /* per part: in memory */
+    uint64_t parts; /* of the file */
+    uint64_t front; /* parts in memory from the first on */
+    bool ended;     /* the crew is done */
+    int rc;
+    char why[512]; /* rc's message */
+    _Atomic bool stop;
+};
+
+static void reader_arrived(struct ckpt_storage_reader *rd, uint64_t part)
+{
+    pthread_mutex_lock(&rd->mu);
+    rd->in[part] = true;
+    uint64_t was = rd->front;
+    while (rd->front < rd->parts && rd->in[rd->front]) rd->front++;
+    if (rd->front != was) pthread_cond_broadcast(&rd->cv);
+    pthread_mutex_unlock(&rd->mu);
+}
+
+static bool reader_stopped(const struct ckpt_storage_reader *rd)
+{
+    return atomic_load_explicit(&rd->stop, memory_order_relaxed);
+}
+
+static void *reader_main(void *arg)
+{
+    ckpt_storage_reader *rd = arg;
+    int rc = crew_run(rd->depth, rd->parts, read_part, &rd->r);
+    pthread_mutex_lock(&rd->mu);
+    rd->ended = true;
+    rd->rc = rc;
+    if (rc) snprintf(rd->why, sizeof rd->why, "%s", stash_errmsg());
+    pthread_cond_broadcast(&rd->cv);
+    pthread_mutex_unlock(&rd->mu);
+    return NULL;
+}
+
+int ckpt_storage_reader_open(ckpt_storage *st, const char *name, size_t limit, uint32_t depth,
+                             ckpt_storage_reader **out, uint8_t **data, size_t *len)
+{
+    uint64_t len64;
+    int rc = st->ops->file_size(st, name, &len64);
+    if (rc) return rc;
+    if (len64 > limit)
+        return shm_fail(-EFBIG, "%s/%s: %llu bytes, more than %zu", st->where, name,
+                        (unsigned long long)len64, limit);
+    ckpt_storage_reader *rd = calloc(1, sizeof *rd);
+    if (!rd) return shm_fail(-ENOMEM, "out of memory");
+    rd->parts = (len64 + st->part - 1) / st->part;
+    rd->depth = depth ? depth : 1;
+    rd->r = (reading){.st = st, .name = name, .len = len64, .told = rd};
+    rd->r.dst = malloc(len64 ? len64 : 1);
+    rd->in = calloc(rd->parts ? rd->parts : 1, sizeof *rd->in);
+    pthread_mutex_init(&rd->mu, NULL);
+    pthread_cond_init(&rd->cv, NULL);
+    if (!rd->r.dst || !rd->in)
+        rc = shm_fail(-ENOMEM, "out of memory");
+    else if (pthread_create(&rd->t, NULL, reader_main, rd) != 0)
+        rc = shm_fail(-EAGAIN, "%s/%s: no thread to read", st->where, name);
+    if (rc) {
+        free(rd->r.dst);
+        rd->r.dst = NULL;
+        ckpt_storage_reader_close(rd);
+        return rc;
+    }
+    rd->started = true;
+    *out = rd;
+    *data = rd->r.dst;
+    *len = (size_t)len64;
+    return 0;
+}
+
+int ckpt_storage_reader_wait(ckpt_storage_reader *rd, uint64_t upto)
+{
+    ckpt_storage *st = rd->r.st;
+    if (upto > rd->r.len)
+        return shm_fail(STASH_ECORRUPT, "%s/%s: offset %llu beyond its %llu bytes", st->where,
+                        rd->r.name, (unsigned long long)upto, (unsigned long long)rd->r.len);
+    uint64_t parts = (upto + st->part - 1) / st->part;
+    pthread_mutex_lock(&rd->mu);
+    while (rd->front < parts && !rd->ended) pthread_cond_wait(&rd->cv, &rd->mu);
+    int rc = rd->front >= parts ? 0 : rd->rc;
+    if (rc) shm_fail(rc, "%s", rd->why);
+    pthread_mutex_unlock(&rd->mu);
+    return rc;
+}
+
+void ckpt_storage_reader_stop(ckpt_storage_reader *rd)
+{
+    if (rd) atomic_store(&rd->stop, true);
+}
+
+void ckpt_storage_reader_close(ckpt_storage_reader *rd)
+{
+    if (!rd) return;
+    ckpt_storage_reader_stop(rd);
+    if (rd->started) pthread_join(rd->t, NULL);
+    pthread_cond_destroy(&rd->cv);
+    pthread_mutex_destroy(&rd->mu);
+    free(rd->in);
+    free(rd);
 }
 
 int ckpt_storage_get_fd(ckpt_storage *st, const char *name, int fd, const char *path, uint64_t *len)

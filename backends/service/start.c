@@ -43,7 +43,7 @@ static int restore_into(stash_service *s, stash_worker *w, const char *from, ckp
                                 s->o.job_parallelism, &s->job_workers, s->e, w->store, out);
     if (s->remote_view)
         return ckpt_storage_restore(s->remote, s->job, s->remote_view, &s->ckpts, w->arena,
-                                    w->range, s->e, w->store, out);
+                                    w->range, w->store, out);
     if (from) return ckpt_restore_path(w->arena, from, w->range, s->e, w->store, out);
     return ckpt_restore_prepared(w->arena, &s->ckpts, 0, UINT64_MAX, w->range, s->e, w->store, NULL,
                                  NULL, out);

@@ -524,7 +524,7 @@ static int remote_once(ckb *b, stash_worker *w, ckpt_storage *r, const char *job
         if (rc == 0) rc = shm_dir_openat(&b->ckd, "down", SHM_DIR_OWN | SHM_DIR_CREATE, &down);
         t0 = bench_now_ns();
         if (rc == 0 && !k && (rc = ckpt_storage_view(r, job, name, &v)) == 0) {
-            rc = ckpt_storage_restore(r, job, &v, &down, fresh, all, b->e, NULL, &res);
+            rc = ckpt_storage_restore(r, job, &v, &down, fresh, all, NULL, &res);
             ckpt_view_close(&v);
         }
         if (rc == 0 && k) rc = ckpt_storage_fetch(r, job, &down, name);
