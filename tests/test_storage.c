@@ -856,19 +856,33 @@ Test(storage, a_restore_as_the_bytes_arrive_leaves_nothing_when_a_late_block_is_
     char chk[64];
     snprintf(chk, sizeof chk, "chk-%llu", (unsigned long long)info.id);
     cr_assert(!holds(local, chk) && !holds(local, ".fetch-"), "no copy left in %s", local);
-    /* Whole again: every key, and the directory's copy. */
+    /* Whole again: every key, and the directory's copy, byte for byte
+     * (written from memory with O_DIRECT, its last page padded and cut),
+     * on a disk and in memory. */
     cr_assert_eq(ckpt_storage_write_file(r, file, good, len), 0, "%s", stash_errmsg());
-    cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
-    cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
-    wide_all(w, keys, 7, true);
-    char copy[400];
-    snprintf(copy, sizeof copy, "%s/%s/_metadata", local, chk);
-    cr_assert_eq(access(copy, F_OK), 0, "%s", copy);
-    cr_assert(!holds(local, ".fetch-"), "no staging left in %s", local);
-    stash_worker_close(w);
-    stash_service_stop(svc);
-    stash_arena_destroy(name, NULL);
-    test_remove_dir(local);
+    char shm_local[256];
+    snprintf(shm_local, sizeof shm_local, "/dev/shm/stash-test-arrive-%d", (int)getpid());
+    const char *locals[] = {local, shm_local};
+    for (int i = 0; i < 2; i++) {
+        so.dir = locals[i];
+        cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
+        cr_assert_eq(stash_arena_open(name, NULL, &a), 0, "%s", stash_errmsg());
+        cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
+        wide_all(w, keys, 7, true);
+        char copy[400];
+        snprintf(copy, sizeof copy, "%s/%s/kg-data.dat", locals[i], chk);
+        uint8_t *back = malloc(len + 1);
+        int fd = open(copy, O_RDONLY | O_CLOEXEC);
+        cr_assert_geq(fd, 0, "%s", copy);
+        cr_assert_eq(read(fd, back, len + 1), (ssize_t)len, "%s: its length", copy);
+        cr_assert_eq(memcmp(back, good, len), 0, "%s: the bytes of the storage's", copy);
+        close(fd);
+        free(back);
+        snprintf(copy, sizeof copy, "%s/%s/_metadata", locals[i], chk);
+        cr_assert_eq(access(copy, F_OK), 0, "%s", copy);
+        cr_assert(!holds(locals[i], ".fetch-"), "no staging left in %s", locals[i]);
+        lose_all(name, a, w, svc, locals[i]);
+    }
     cr_assert_eq(ckpt_storage_remove_prefix(r, "arrive/"), 0, "%s", stash_errmsg());
     ckpt_storage_close(r);
     free(good);

@@ -578,10 +578,8 @@ void ckpt_view_close(ckpt_view *v)
 
 /* The check pass: a record's state must be one the metadata names, and its
  * value well formed for that state's kind, before anything is restored. */
-static int check_record(void *ctx, uint32_t kg, const snap_record *r)
+int ckpt_record_check(const ckpt_view *v, const snap_record *r)
 {
-    const ckpt_view *v = ctx;
-    (void)kg;
     for (uint32_t i = 0; i < v->nstates; i++) {
         ckpt_state s = ckpt_view_state(v, i);
         if (s.id != r->state) continue;
@@ -608,6 +606,12 @@ static int check_record(void *ctx, uint32_t kg, const snap_record *r)
     }
     return shm_fail(STASH_ECORRUPT, "a record of state %u, which the metadata does not name",
                     r->state);
+}
+
+static int check_record(void *ctx, uint32_t kg, const snap_record *r)
+{
+    (void)kg;
+    return ckpt_record_check(ctx, r);
 }
 
 /* Checks one file's block of key group kg and walks its records. */

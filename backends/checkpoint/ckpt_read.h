@@ -188,6 +188,9 @@ uint64_t ckpt_file_named_bytes(const ckpt_view *v, const ckpt_file *f);
 /* Checks data file f of v, all in memory, against the CRC32C of its blocks
  * the metadata names (a damaged block named by its own checks). */
 int ckpt_file_check(const ckpt_view *v, const ckpt_file *f);
+/* Checks record r of v: its state one the metadata names, its value well
+ * formed for the state's kind. Returns 0 or STASH_ECORRUPT, named. */
+int ckpt_record_check(const ckpt_view *v, const snap_record *r);
 /* Checks key group kg's blocks (each file's, in order) and passes their
  * records to fn (NULL: checks each record as ckpt_view_walk does);
  * checked: bytes a walk checked already. scratch: the caller's (for LZ4).

@@ -115,6 +115,20 @@ static int restore_view(stash_arena *a, ckpt_view *v, stash_kg_range range, bool
 
 #define PREFAULT_MIN (4u << 20) /* fewer bytes are not worth a thread */
 
+/* The arena bytes a restore of range from v fills, about: a record takes
+ * more room in the arena than in the file (its header, its index entry). */
+static uint64_t restore_bytes(const ckpt_view *v, stash_kg_range range)
+{
+    uint64_t bytes = 0;
+    for (uint32_t f = 0; f < v->nfiles; f++)
+        for (uint32_t kg = range.first; kg <= range.last && kg < v->max_parallelism; kg++) {
+            md_extent x;
+            memcpy(&x, v->files[f].extents + kg * sizeof x, sizeof x);
+            bytes = x.size < (UINT64_MAX >> 2) - bytes ? bytes + x.size : UINT64_MAX >> 2;
+        }
+    return bytes + bytes / 2;
+}
+
 static void *prefault_main(void *arg)
 {
     shm_prefault_run(arg);
@@ -129,16 +143,7 @@ static int load_for_restore(stash_arena *a, const store *st, stash_kg_range rang
                             ckpt_view *v)
 {
     int rc;
-    uint64_t bytes = 0;
-    for (uint32_t f = 0; f < v->nfiles; f++)
-        for (uint32_t kg = range.first; kg <= range.last && kg < v->max_parallelism; kg++) {
-            md_extent x;
-            memcpy(&x, v->files[f].extents + kg * sizeof x, sizeof x);
-            bytes = x.size < (UINT64_MAX >> 2) - bytes ? bytes + x.size : UINT64_MAX >> 2;
-        }
-    /* A record takes more room in the arena than in the file: its header
-     * and its index entry. */
-    bytes += bytes / 2;
+    uint64_t bytes = restore_bytes(v, range);
     shm_prefault p;
     shm_prefault_init(&p, a, bytes);
     pthread_t t;
@@ -337,35 +342,50 @@ typedef struct arriving {
     char why[512]; /* rc's message, made in the thread that failed */
 } arriving;
 
-/* Waits for key group kg's blocks, checks them and their records, then
- * puts the records in: returns how many. */
+/* A record checked, then put in. */
+typedef struct checked_restorer {
+    snap_restorer to;
+    const ckpt_view *v;
+} checked_restorer;
+
+static int check_and_restore(void *ctx, uint32_t kg, const snap_record *r)
+{
+    checked_restorer *c = ctx;
+    int rc = ckpt_record_check(c->v, r);
+    return rc ? rc : snap_restore_record(&c->to, kg, r);
+}
+
+/* Waits for key group kg's blocks, then in one pass checks each block and
+ * each record and puts the record in: returns how many. */
 static int64_t arrive_kg(arriving *x, uint32_t kg, snap_buf *scratch)
 {
     ckpt_view *v = x->v;
     uint64_t held = 0;
     for (uint32_t f = 0; f < v->nfiles; f++) {
         md_extent e;
+        snap_block_hdr h;
         memcpy(&e, v->files[f].extents + kg * sizeof e, sizeof e);
-        int rc = e.offset > UINT64_MAX - e.size || e.offset + e.size > v->files[f].len
+        int rc = e.offset > UINT64_MAX - e.size || e.offset + e.size > v->files[f].len ||
+                         e.size < sizeof h
                      ? shm_fail(STASH_ECORRUPT, "%s: key group %u at offset %llu, %llu bytes, "
                                                 "beyond the file's %zu",
                                 v->files[f].path, kg, (unsigned long long)e.offset,
                                 (unsigned long long)e.size, v->files[f].len)
                      : x->arrived(x->ctx, f, e.offset + e.size);
         if (rc) return rc;
-    }
-    int64_t n = ckpt_view_walk_kg(v, kg, false, NULL, NULL, scratch);
-    for (uint32_t f = 0; n >= 0 && f < v->nfiles; f++) {
-        md_extent e;
-        snap_block_hdr h;
-        memcpy(&e, v->files[f].extents + kg * sizeof e, sizeof e);
-        memcpy(&h, v->files[f].data + e.offset, sizeof h); /* checked by the walk */
+        /* A hint for the room to make, checked with the block by the walk
+         * below: no more records than its raw bytes hold. */
+        memcpy(&h, v->files[f].data + e.offset, sizeof h);
+        if (h.records > h.raw_len / sizeof(snap_rec_hdr))
+            return shm_fail(STASH_ECORRUPT, "%s: offset %llu: %llu records in %u bytes",
+                            v->files[f].path, (unsigned long long)e.offset,
+                            (unsigned long long)h.records, h.raw_len);
         held += h.records;
     }
-    if (n >= 0) n = x->st->ops->restore_begin(x->st, kg, held);
-    snap_restorer to = {x->st, x->map};
-    if (n >= 0) n = ckpt_view_walk_kg(v, kg, true, snap_restore_record, &to, scratch);
-    int rc = snap_restore_kg_done(&to, kg, n < 0 ? (int)n : 0);
+    int64_t n = x->st->ops->restore_begin(x->st, kg, held);
+    checked_restorer c = {{x->st, x->map}, v};
+    if (n >= 0) n = ckpt_view_walk_kg(v, kg, false, check_and_restore, &c, scratch);
+    int rc = snap_restore_kg_done(&c.to, kg, n < 0 ? (int)n : 0);
     return n >= 0 && rc < 0 ? rc : n;
 }
 
@@ -420,13 +440,22 @@ int ckpt_restore_arriving(stash_arena *a, ckpt_view *v, stash_kg_range range, st
                   .next = range.first};
     pthread_mutex_init(&x.mu, NULL);
     if (rc == 0) {
+        /* The arena memory the records will fill is mapped in bulk by a
+         * thread of its own while the first bytes come, not a page at a
+         * time by the threads that put them in. */
+        uint64_t bytes = restore_bytes(v, range);
+        shm_prefault p;
+        shm_prefault_init(&p, a, bytes);
+        pthread_t pt, t;
+        bool prefaulting = x.st->ops->in_arena && bytes >= PREFAULT_MIN &&
+                           pthread_create(&pt, NULL, prefault_main, &p) == 0;
         /* Key groups are independent: two threads take them in order, as
          * their bytes come. */
-        pthread_t t;
         bool two = sysconf(_SC_NPROCESSORS_ONLN) >= 2 && range.last > range.first &&
                    pthread_create(&t, NULL, arrive_main, &x) == 0;
         arrive_main(&x);
         if (two) pthread_join(t, NULL);
+        if (prefaulting) pthread_join(pt, NULL);
         if (x.rc) rc = shm_fail(x.rc, "%s", x.why);
     }
     /* The file is the one the metadata names: its blocks' checksum. */
