@@ -106,11 +106,13 @@ demo: demo-deps build
 bench: deps build
 	$(BUILD)/tools/stash bench all
 
-# The crash campaigns for MINUTES minutes each, one host then a job across
-# hosts in namespaces of their own (SEED=N replays a sequence of events).
+# The crash campaigns for MINUTES minutes each: one host, one host with its
+# checkpoints in S3 too, then a job across hosts in namespaces of their own
+# (SEED=N replays a sequence of events).
 MINUTES ?= 60
 soak: deps build
 	$(BUILD)/tests/crash/stash-crash --minutes $(MINUTES) $(if $(SEED),--seed $(SEED))
+	sh tests/crash/storage-soak.sh $(BUILD) $(MINUTES) $(SEED)
 	$(BUILD)/tests/crash/stash-nemesis --minutes $(MINUTES) $(if $(SEED),--seed $(SEED))
 
 # Every test RUNS times in a row (the campaigns LONG times) with the other

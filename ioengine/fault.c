@@ -23,9 +23,20 @@ static const struct {
     const char *name;
     int err;
 } errnames[] = {
-    {"EIO", EIO},       {"ENOSPC", ENOSPC}, {"EDQUOT", EDQUOT}, {"EROFS", EROFS},
-    {"EFBIG", EFBIG},   {"EBADF", EBADF},   {"EINVAL", EINVAL}, {"EPERM", EPERM},
-    {"ENOSYS", ENOSYS}, {"ENOMEM", ENOMEM}, {"EAGAIN", EAGAIN}, {"EINTR", EINTR},
+    {"EIO", EIO},
+    {"ENOSPC", ENOSPC},
+    {"EDQUOT", EDQUOT},
+    {"EROFS", EROFS},
+    {"EFBIG", EFBIG},
+    {"EBADF", EBADF},
+    {"EINVAL", EINVAL},
+    {"EPERM", EPERM},
+    {"ENOSYS", ENOSYS},
+    {"ENOMEM", ENOMEM},
+    {"EAGAIN", EAGAIN},
+    {"EINTR", EINTR},
+    {"ETIMEDOUT", ETIMEDOUT},
+    {"ECONNRESET", ECONNRESET},
 };
 
 /* Parses a decimal number that fills all of [s, end). */

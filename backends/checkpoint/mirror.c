@@ -332,8 +332,11 @@ static int place(ckpt_storage *st, const char *job, const ckpt_view *v, const sh
             rc = shm_dir_openat(dir, CKPT_SHARED_DIR, SHM_DIR_OWN | SHM_DIR_CREATE | SHM_DIR_GROUP,
                                 &shared);
         if (rc == 0) rc = object_of(name, sizeof name, job, dirname, cf->name);
-        if (rc == 0 && in_shared && fstatat(shared.fd, base, &sb, AT_SYMLINK_NOFOLLOW) == 0)
-            continue; /* a chain's file fetched with an earlier checkpoint */
+        /* A chain's file fetched with an earlier checkpoint is kept, but
+         * for bytes a restore checked, which replace it (it may be what
+         * made the directory's copy fail). */
+        if (rc == 0 && in_shared && !s && fstatat(shared.fd, base, &sb, AT_SYMLINK_NOFOLLOW) == 0)
+            continue;
         if (rc == 0)
             rc = cf->data ? write_new(&stage, base, cf->data, cf->len, s ? s->readers[f] : NULL)
                           : fetch_file(st, name, &stage, base);

@@ -217,7 +217,21 @@ static int create_arena(stash_service *s, const char *name)
          * directory written meanwhile), unless it is here already or a lazy
          * restore reads key groups from the directory's copy. */
         bool here = ckpt_has_metadata(&s->ckpts, s->remote_latest);
-        if (!here && !s->o.lazy_restore) {
+        if (here && (rc = ckpt_path_of(fetched, "%s/%s", s->dir, chk)) == 0 &&
+            (rc = build_arena(s, name, fetched)) != STASH_ECORRUPT && rc != -EIO && rc != -ENOENT)
+            return rc;
+        if (here) {
+            /* The directory's copy is damaged, unreadable or incomplete: the
+             * storage's is the checkpoint, read again in its place (its
+             * shared files written again too). */
+            engine_say(s, STASH_LOG_WARN, "restore",
+                       "the directory's copy did not restore (%s): reading checkpoint %llu from "
+                       "%s",
+                       stash_errmsg(), (unsigned long long)s->remote_latest,
+                       ckpt_storage_where(s->remote));
+            if ((rc = shm_dir_remove(&s->ckpts, chk, 2)) != 0) return rc;
+        }
+        if (!s->o.lazy_restore) {
             ckpt_view v;
             if ((rc = ckpt_storage_view(s->remote, s->job, chk, &v)) != 0) return rc;
             s->remote_view = &v;

@@ -11,6 +11,10 @@
  * the service while it restores; it runs the service on a storage that
  * fails (EIO, ENOSPC, short writes, failed fsyncs and reads, through the
  * I/O engine's STASH_IO_FAULT) and damages the newest checkpoint's files.
+ * With --storage, the checkpoints also go to a remote storage (RADOS or
+ * S3): the storage fails writes and reads (STASH_STORAGE_FAULT), and the
+ * machine is lost with its checkpoint directory, the arena then restored
+ * straight from the storage.
  * Every worker that starts checks every key against a model replayed up to
  * its offset; the campaign checks that a restore never goes back past the
  * newest complete checkpoint (unless it was damaged) and that no checkpoint
@@ -83,6 +87,7 @@ typedef struct config {
     char name[64];
     char dir[256];
     char lmdb_dir[300];
+    char url[400]; /* the remote storage's job, or empty */
 } config;
 
 static stash_arena_opts arena_opts(const config *c)
@@ -168,13 +173,18 @@ static int worker_main(const config *c, uint32_t index, bool rollback, const cha
 /* ------------------------------------------------------------------------ */
 /* The service process.                                                     */
 
+/* A fault "remote:SPEC" is the remote storage's, any other the directory's. */
+#define REMOTE "remote:"
+
 static int service_main(const config *c, const char *fault)
 {
     report r = {.index = WORKERS};
+    bool remote = fault && strncmp(fault, REMOTE, strlen(REMOTE)) == 0;
+    unsetenv("STASH_IO_FAULT");
+    unsetenv("STASH_STORAGE_FAULT");
     if (fault)
-        setenv("STASH_IO_FAULT", fault, 1);
-    else
-        unsetenv("STASH_IO_FAULT");
+        setenv(remote ? "STASH_STORAGE_FAULT" : "STASH_IO_FAULT",
+               remote ? fault + strlen(REMOTE) : fault, 1);
     sigset_t term;
     sigemptyset(&term);
     sigaddset(&term, SIGTERM);
@@ -189,7 +199,8 @@ static int service_main(const config *c, const char *fault)
                                                        .timeout_ms = 5000,
                                                        .incremental = c->incremental,
                                                        .full_every = 4,
-                                                       .lz4 = c->incremental},
+                                                       .lz4 = c->incremental,
+                                                       .storage_url = c->url[0] ? c->url : NULL},
                                  &s);
     if (rc < 0) {
         send_report(&r, R_FAILED, "service: start%s%s: %s", fault ? " with " : "",
@@ -215,6 +226,7 @@ enum {
     E_DAMAGE,
     E_LIVE_DAMAGE,
     E_READ_FAULT,
+    E_MACHINE_LOST,
     E_KINDS
 };
 
@@ -228,6 +240,7 @@ static const char *event_names[E_KINDS] = {
     "newest checkpoint damaged",
     "checkpoint damaged while in use",
     "read error in a restore",
+    "machine lost with its directory",
 };
 
 typedef struct counts {
@@ -550,6 +563,47 @@ static const char *storage_faults[] = {
     "write:1:EIO", "write:3:ENOSPC", "fsync:1:EIO", "fsync:2:EIO", "short", "write:2:EDQUOT",
 };
 
+/* The remote storage's: a data file's part, its metadata, a later one. */
+static const char *remote_faults[] = {
+    REMOTE "write:1:EIO",
+    REMOTE "write:2:EIO",
+    REMOTE "write:3:EDQUOT",
+    REMOTE "write:5:ETIMEDOUT",
+};
+
+/* Removes the checkpoint directory and makes it again, empty. */
+static void lose_directory(campaign *k)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -m 700 '%s'", k->c.dir, k->c.dir);
+    if (system(cmd) != 0) problem(k, "could not empty %s", k->c.dir);
+}
+
+/* A service whose storage fails the fault given must not start: true if
+ * it failed as it should (and left no arena). */
+static bool start_fails(campaign *k, const char *fault)
+{
+    pid_t pid = spawn_service(k, fault);
+    for (uint64_t t0 = now_ns(); now_ns() - t0 < WAIT_NS;) {
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            pump(k, 10, UINT32_MAX, 0);
+            if (service_info(k).pid == 0) return true;
+            problem(k, "a service that failed on a storage with %s left an arena", fault);
+            return false;
+        }
+        if (service_info(k).pid == pid) {
+            problem(k, "the service started though its storage failed with %s", fault);
+            kill_wait(&pid);
+            return false;
+        }
+        pump(k, 10, UINT32_MAX, 0);
+    }
+    problem(k, "the service on a storage with %s neither started nor failed", fault);
+    kill_wait(&pid);
+    return false;
+}
+
 /* One event of kind e; false if the campaign cannot go on. */
 static bool event(campaign *k, int e)
 {
@@ -585,7 +639,10 @@ static bool event(campaign *k, int e)
         lose_power(k);
         return restore(k, committed, false, NULL);
     case E_STORAGE_FAULT: {
-        const char *fault = storage_faults[rnd(k, sizeof storage_faults / sizeof *storage_faults)];
+        const char *fault =
+            k->c.url[0] && rnd(k, 2)
+                ? remote_faults[rnd(k, sizeof remote_faults / sizeof *remote_faults)]
+                : storage_faults[rnd(k, sizeof storage_faults / sizeof *storage_faults)];
         k->n.events[e]++;
         if (k->verbose) fprintf(stderr, "  service on a storage with %s\n", fault);
         kill_wait(&k->svc);
@@ -635,6 +692,20 @@ static bool event(campaign *k, int e)
         kill_wait(&k->svc);
         k->svc = spawn_service(k, NULL);
         return await_service(k) && await_checkpoint(k, committed);
+    case E_MACHINE_LOST:
+        /* Without a remote storage, a power loss. */
+        if (!k->c.url[0]) {
+            k->n.events[E_POWER_LOSS]++;
+            lose_power(k);
+            return restore(k, committed, false, NULL);
+        }
+        k->n.events[e]++;
+        lose_power(k);
+        lose_directory(k);
+        /* Read straight from the storage: one whose read fails first
+         * fails the start, leaving nothing. */
+        if (rnd(k, 2) && !start_fails(k, REMOTE "read:2:EIO")) return false;
+        return restore(k, committed, false, NULL);
     }
     return false;
 }
@@ -653,11 +724,13 @@ static bool run_config(campaign *k, uint64_t events, uint64_t until_ns)
         note_checkpoints(k, &info);
         if (!await_checkpoint(k, info.completed)) return false;
     }
-    /* The end: one more checkpoint, a power loss, and every key checked. */
+    /* The end: one more checkpoint, a power loss (with a remote storage,
+     * the machine lost with its directory), and every key checked. */
     uint64_t committed = service_info(k).completed;
     if (!await_checkpoint(k, committed)) return false;
     committed = service_info(k).completed;
     lose_power(k);
+    if (k->c.url[0]) lose_directory(k);
     return restore(k, committed, false, NULL);
 }
 
@@ -690,11 +763,15 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: stash-crash [--seed N] [--events N] [--minutes M] [--backend heap|lmdb|both]\n"
-            "                   [--mode full|incremental|both] [--verbose]\n"
+            "                   [--mode full|incremental|both] [--storage URL] [--verbose]\n"
             "The crash campaign: %u worker processes and a service checkpointing every %u ms,\n"
             "killed and damaged at seeded random moments; every worker that starts checks\n"
             "every key against a model. --events is per configuration (default 60); with\n"
             "--minutes the configurations take turns, --events each, until the time is up.\n"
+            "--storage rados://POOL/PREFIX or s3://BUCKET/PREFIX: checkpoints go there too\n"
+            "(each configuration under a job of its own), the storage fails writes and reads,\n"
+            "and machines are lost with their directory ($CEPH_CONF, or the S3 endpoint and\n"
+            "keys of the environment).\n"
             "The seed is printed; --seed replays the sequence of events. Exits 0 if nothing\n"
             "was lost, counted twice or reused, 1 otherwise, 2 on a wrong argument.\n",
             WORKERS, INTERVAL_MS);
@@ -715,12 +792,17 @@ int main(int argc, char **argv)
 {
     uint64_t seed = 0, events = 60, minutes = 0;
     bool have_seed = false, verbose = false;
+    const char *storage = NULL;
     int backends = 3, modes = 3;
-    static const struct option longopts[] = {
-        {"seed", required_argument, NULL, 's'},    {"events", required_argument, NULL, 'e'},
-        {"minutes", required_argument, NULL, 'm'}, {"backend", required_argument, NULL, 'b'},
-        {"mode", required_argument, NULL, 'M'},    {"verbose", no_argument, NULL, 'v'},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {{"seed", required_argument, NULL, 's'},
+                                             {"events", required_argument, NULL, 'e'},
+                                             {"minutes", required_argument, NULL, 'm'},
+                                             {"backend", required_argument, NULL, 'b'},
+                                             {"mode", required_argument, NULL, 'M'},
+                                             {"verbose", no_argument, NULL, 'v'},
+                                             {"storage", required_argument, NULL, 'S'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
     int o;
     while ((o = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         const char *a = optarg;
@@ -746,6 +828,10 @@ int main(int argc, char **argv)
                                                 : 0;
             ok = modes != 0;
             break;
+        case 'S':
+            storage = a;
+            ok = strstr(a, "://") && strchr(strstr(a, "://") + 3, '/');
+            break;
         case 'v':
             verbose = true;
             break;
@@ -762,6 +848,7 @@ int main(int argc, char **argv)
                     : o == 'e' ? "events"
                     : o == 'm' ? "minutes"
                     : o == 'b' ? "backend"
+                    : o == 'S' ? "storage"
                                : "mode",
                     a);
             return 2;
@@ -806,6 +893,9 @@ int main(int argc, char **argv)
                      tmp && tmp[0] ? tmp : "/tmp");
             if (!mkdtemp(k.c.dir)) return perror("mkdtemp"), 1;
             snprintf(k.c.lmdb_dir, sizeof k.c.lmdb_dir, "%s.lmdb", k.c.dir);
+            if (storage)
+                snprintf(k.c.url, sizeof k.c.url, "%s-%d-%d-%u", storage, (int)getpid(), cfg,
+                         round);
             uint64_t t0 = now_ns();
             ok = run_config(&k, events, minutes ? until : UINT64_MAX);
             cleanup(&k);
