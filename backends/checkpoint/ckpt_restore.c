@@ -367,8 +367,9 @@ static int64_t arrive_kg(arriving *x, uint32_t kg, snap_buf *scratch)
         memcpy(&e, v->files[f].extents + kg * sizeof e, sizeof e);
         int rc = e.offset > UINT64_MAX - e.size || e.offset + e.size > v->files[f].len ||
                          e.size < sizeof h
-                     ? shm_fail(STASH_ECORRUPT, "%s: key group %u at offset %llu, %llu bytes, "
-                                                "beyond the file's %zu",
+                     ? shm_fail(STASH_ECORRUPT,
+                                "%s: key group %u at offset %llu, %llu bytes, "
+                                "beyond the file's %zu",
                                 v->files[f].path, kg, (unsigned long long)e.offset,
                                 (unsigned long long)e.size, v->files[f].len)
                      : x->arrived(x->ctx, f, e.offset + e.size);
@@ -427,8 +428,8 @@ int ckpt_restore_arriving(stash_arena *a, ckpt_view *v, stash_kg_range range, st
         rc = shm_fail(STASH_ECORRUPT, "%s: a checkpoint of %u key groups for an arena of %u",
                       v->meta_path, v->max_parallelism, a->hdr->max_parallelism);
     if (rc == 0 && (range.first > range.last || range.last >= v->max_parallelism))
-        rc = shm_fail(-EINVAL, "%s: key groups %u..%u of %u", v->meta_path, range.first,
-                      range.last, v->max_parallelism);
+        rc = shm_fail(-EINVAL, "%s: key groups %u..%u of %u", v->meta_path, range.first, range.last,
+                      v->max_parallelism);
     if (rc == 0) rc = map_states(a, v, ids, &map);
     if (rc == 0) rc = copy_opstate(v, &map, out);
     arriving x = {.v = v,
