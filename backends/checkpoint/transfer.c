@@ -300,7 +300,9 @@ int ckpt_storage_reader_open(ckpt_storage *st, const char *name, size_t limit, u
     rd->r = (reading){.st = st, .name = name, .len = len64, .told = rd};
     /* Aligned to a page: its copy into a directory goes to the disk
      * straight from it. */
-    rd->r.dst = aligned_alloc((size_t)sysconf(_SC_PAGESIZE), len64 ? len64 : 1);
+    void *mem;
+    rd->r.dst =
+        posix_memalign(&mem, (size_t)sysconf(_SC_PAGESIZE), len64 ? len64 : 1) == 0 ? mem : NULL;
     rd->in = calloc(rd->parts ? rd->parts : 1, sizeof *rd->in);
     pthread_mutex_init(&rd->mu, NULL);
     pthread_cond_init(&rd->cv, NULL);
