@@ -218,15 +218,22 @@ static int read_all(reading *r)
     return crew_run(r->st->depth, n, read_part, r);
 }
 
+/* The length of file name, if at most limit bytes (-EFBIG beyond). */
+static int size_within(ckpt_storage *st, const char *name, size_t limit, uint64_t *len)
+{
+    int rc = st->ops->file_size(st, name, len);
+    if (rc == 0 && *len > limit)
+        rc = shm_fail(-EFBIG, "%s/%s: %llu bytes, more than %zu", st->where, name,
+                      (unsigned long long)*len, limit);
+    return rc;
+}
+
 int ckpt_storage_read_file(ckpt_storage *st, const char *name, size_t limit, uint8_t **out,
                            size_t *len)
 {
     uint64_t len64;
-    int rc = st->ops->file_size(st, name, &len64);
+    int rc = size_within(st, name, limit, &len64);
     if (rc) return rc;
-    if (len64 > limit)
-        return shm_fail(-EFBIG, "%s/%s: %llu bytes, more than %zu", st->where, name,
-                        (unsigned long long)len64, limit);
     reading r = {.st = st, .name = name, .len = len64, .dst = malloc(len64 ? len64 : 1)};
     if (!r.dst) return shm_fail(-ENOMEM, "out of memory");
     if ((rc = read_all(&r)) != 0) {
@@ -288,11 +295,8 @@ int ckpt_storage_reader_open(ckpt_storage *st, const char *name, size_t limit, u
                              ckpt_storage_reader **out, uint8_t **data, size_t *len)
 {
     uint64_t len64;
-    int rc = st->ops->file_size(st, name, &len64);
+    int rc = size_within(st, name, limit, &len64);
     if (rc) return rc;
-    if (len64 > limit)
-        return shm_fail(-EFBIG, "%s/%s: %llu bytes, more than %zu", st->where, name,
-                        (unsigned long long)len64, limit);
     ckpt_storage_reader *rd = calloc(1, sizeof *rd);
     if (!rd) return shm_fail(-ENOMEM, "out of memory");
     rd->parts = (len64 + st->part - 1) / st->part;
