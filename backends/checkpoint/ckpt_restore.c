@@ -2,7 +2,10 @@
 /*
  * ckpt_restore.c: restoring a checkpoint into an arena: every block of the
  * key groups wanted is checked before the first record goes in, so a
- * damaged checkpoint changes nothing and gives way to the one before it.
+ * damaged checkpoint changes nothing and gives way to the one before it;
+ * into a new arena, which a failure drops whole, each key group goes in as
+ * soon as its blocks have arrived and passed their checks; and a lazy
+ * restore, key group by key group while the arena serves.
  */
 #include <errno.h>
 #include <pthread.h>

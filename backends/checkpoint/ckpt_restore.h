@@ -2,7 +2,8 @@
 /*
  * ckpt_restore.h: restoring a checkpoint of a directory into an arena's
  * store (ckpt_restore.c): the newest complete one first, falling back to
- * older ones past any that fail a check.
+ * older ones past any that fail a check; one arriving from a storage into a
+ * new arena as its bytes come; or lazily.
  */
 #ifndef STASH_CKPT_RESTORE_H
 #define STASH_CKPT_RESTORE_H
