@@ -856,6 +856,15 @@ Test(storage, a_restore_as_the_bytes_arrive_leaves_nothing_when_a_late_block_is_
     char chk[64];
     snprintf(chk, sizeof chk, "chk-%llu", (unsigned long long)info.id);
     cr_assert(!holds(local, chk) && !holds(local, ".fetch-"), "no copy left in %s", local);
+    /* The first block's header damaged (its record count): named too. */
+    memcpy(bad, good, len);
+    bad[16] ^= 0x40;
+    cr_assert_eq(ckpt_storage_write_file(r, file, bad, len), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_service_start(name, &so, &svc), STASH_ECORRUPT, "%s", stash_errmsg());
+    cr_assert(strstr(stash_errmsg(), "header checksum") && strstr(stash_errmsg(), "offset 0"), "%s",
+              stash_errmsg());
+    cr_assert_eq(stash_arena_open(name, NULL, &a), -ENOENT, "no arena is left");
+    cr_assert(!holds(local, chk) && !holds(local, ".fetch-"), "no copy left in %s", local);
     /* Whole again: every key, and the directory's copy, byte for byte
      * (written from memory with O_DIRECT, its last page padded and cut),
      * on a disk and in memory. */

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -371,15 +372,17 @@ static int64_t arrive_kg(arriving *x, uint32_t kg, snap_buf *scratch)
         int rc = e.offset > UINT64_MAX - e.size || e.offset + e.size > v->files[f].len ||
                          e.size < sizeof h
                      ? shm_fail(STASH_ECORRUPT,
-                                "%s: key group %u at offset %llu, %llu bytes, "
-                                "beyond the file's %zu",
-                                v->files[f].path, kg, (unsigned long long)e.offset,
-                                (unsigned long long)e.size, v->files[f].len)
+                                "%s: key group %u: a block of %llu bytes at offset %llu, which "
+                                "the file's %zu bytes do not hold",
+                                v->files[f].path, kg, (unsigned long long)e.size,
+                                (unsigned long long)e.offset, v->files[f].len)
                      : x->arrived(x->ctx, f, e.offset + e.size);
         if (rc) return rc;
-        /* A hint for the room to make, checked with the block by the walk
-         * below: no more records than its raw bytes hold. */
+        /* The room to make, from a header that passes its own checksum (the
+         * walk below names one that does not) and claims no more records
+         * than its raw bytes hold. */
         memcpy(&h, v->files[f].data + e.offset, sizeof h);
+        if (snap_crc32c(0, &h, offsetof(snap_block_hdr, header_crc)) != h.header_crc) continue;
         if (h.records > h.raw_len / sizeof(snap_rec_hdr))
             return shm_fail(STASH_ECORRUPT, "%s: offset %llu: %llu records in %u bytes",
                             v->files[f].path, (unsigned long long)e.offset,

@@ -238,10 +238,11 @@ static int write_new(const shm_dir *d, const char *name, const void *data, size_
             if (rc == 0 && ftruncate(fd, (off_t)len) < 0)
                 rc = shm_fail(-errno, "truncate %s: %s", path, strerror(errno));
         }
-        off = upto;
         /* Written back while the rest comes, so that the fsync at the end
          * has little left to wait for. */
-        if (rc == 0 && !direct) sync_file_range(fd, 0, (off_t)off, SYNC_FILE_RANGE_WRITE);
+        if (rc == 0 && !direct)
+            sync_file_range(fd, (off_t)off, (off_t)(upto - off), SYNC_FILE_RANGE_WRITE);
+        off = upto;
     }
     if (rc == 0 && fsync(fd) < 0) rc = shm_fail(-errno, "fsync %s: %s", path, strerror(errno));
     if (fd >= 0) close(fd);
