@@ -29,7 +29,7 @@ extern "C" {
 #define STASH_API __attribute__((visibility("default")))
 
 #define STASH_VERSION_MAJOR 0
-#define STASH_VERSION_MINOR 1
+#define STASH_VERSION_MINOR 2
 #define STASH_VERSION_PATCH 0
 
 /*
@@ -473,6 +473,14 @@ STASH_API int stash_state_clear(stash_state *state);
 STASH_API int stash_value_get(stash_state *state, stash_bytes *out);
 /* ValueState: stores a copy of the bytes; putting NULL with len 0 clears. */
 STASH_API int stash_value_put(stash_state *state, const void *value, size_t len);
+/* ValueState in one call, as stash_key_set() then stash_value_get(): key
+ * (klen bytes) becomes the worker's current key, for this and later
+ * accesses; returns what either would. */
+STASH_API int stash_value_get_key(stash_state *state, const void *key, size_t klen,
+                                  stash_bytes *out);
+/* ValueState in one call, as stash_key_set() then stash_value_put(). */
+STASH_API int stash_value_put_key(stash_state *state, const void *key, size_t klen,
+                                  const void *value, size_t len);
 
 /* An iterator over list elements, map entries or keys; caller-allocated. */
 typedef struct stash_iter {

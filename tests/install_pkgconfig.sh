@@ -40,5 +40,5 @@ grep -q '^Type=notify$' "$prefix/units/stash@orders.service"
 systemd-analyze verify --man=no "$prefix/units/stash@orders.service"
 # The Python module, with Debian's python3, finds the library it came with.
 pydir=$(ls -d "$prefix"/lib/python3*/dist-packages | head -n 1)
-PYTHONPATH="$pydir" /usr/bin/python3 -c 'import stash, sys; sys.exit(stash.version() != "0.1.0")'
+PYTHONPATH="$pydir" /usr/bin/python3 -c 'import stash, sys; sys.exit(stash.version() != "0.2.0")'
 echo "install_pkgconfig: 1 passed, 0 failed"

@@ -118,6 +118,9 @@ Test(args, null_handles_and_out_parameters_are_refused)
     refused(stash_value_get(NULL, &b), "value_get state");
     refused(stash_value_get(value, NULL), "value_get out");
     refused(stash_value_put(NULL, "v", 1), "value_put state");
+    refused(stash_value_get_key(NULL, "k", 1, &b), "value_get_key state");
+    refused(stash_value_get_key(value, "k", 1, NULL), "value_get_key out");
+    refused(stash_value_put_key(NULL, "k", 1, "v", 1), "value_put_key state");
     refused(stash_list_get(NULL, &it), "list_get state");
     refused(stash_list_get(list, NULL), "list_get it");
     refused(stash_map_get(map, "k", 1, NULL), "map_get out");
@@ -182,6 +185,7 @@ Test(args, null_bytes_with_a_length_are_refused_and_change_nothing)
     cr_assert_eq(stash_key_set(w, &k, sizeof k), 0);
     refused(stash_state_namespace(value, NULL, 5), "namespace ns");
     refused(stash_value_put(value, NULL, 4), "value_put value");
+    refused(stash_value_put_key(value, &k, sizeof k, NULL, 4), "value_put_key value");
     refused(stash_list_add(list, NULL, 4), "list_add value");
     refused(stash_list_add_all(list, NULL, 2), "list_add_all values");
     refused(stash_list_add_all(list, with_null, 2), "list_add_all element");

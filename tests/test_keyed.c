@@ -786,3 +786,114 @@ Test(keyed, a_map_rewritten_under_pins_stays_compact)
     /* 50 entries of at most 110 bytes of value, and their slots: a few KiB. */
     cr_assert_lt(most, 24 * 1024, "the map grew to %u bytes", most);
 }
+
+/* The bytes a one-call test writes for (key k, round r): their length
+ * varies with both, 0 meaning a clear. */
+static size_t one_call_value(unsigned k, unsigned r, uint8_t *v)
+{
+    size_t n = (k * 31u + r * 7u) % 90u;
+    for (size_t i = 0; i < n; i++) v[i] = (uint8_t)(k + r * 3u + i);
+    return n;
+}
+
+/* A get answered rc and got where the entry holds want (wlen bytes, 0 for
+ * none) and the state reads dflt (or nothing) when it is absent. */
+static void expect_read(int rc, stash_bytes got, const uint8_t *want, size_t wlen, const char *dflt,
+                        unsigned seed, unsigned step)
+{
+    if (wlen == 0 && !dflt) {
+        cr_assert_eq(rc, STASH_ENOTFOUND, "seed %u step %u", seed, step);
+        return;
+    }
+    cr_assert_eq(rc, 0, "seed %u step %u: %s", seed, step, stash_strerror(rc));
+    if (wlen == 0) want = (const uint8_t *)dflt, wlen = strlen(dflt);
+    cr_assert(got.len == wlen && memcmp(got.data, want, wlen) == 0, "seed %u step %u: the value",
+              seed, step);
+}
+
+/* stash_value_get_key and stash_value_put_key do what stash_key_set and
+ * then stash_value_get or stash_value_put do: the same entries, for keys of
+ * every length (the one-step path and the others), in a namespace and not,
+ * on a plain state and one with a default and TTL; the key stays current. */
+Test(keyed, one_call_accesses_agree_with_key_set_then_access)
+{
+    unsigned seed = test_seed("one_call_accesses_agree_with_key_set_then_access");
+    stash_state *states[2] = {state("one-call", STASH_VALUE), NULL};
+    cr_assert_eq(stash_state_get(w,
+                                 &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                     .name = "one-call-ttl",
+                                                     .kind = STASH_VALUE,
+                                                     .ttl = {.ttl_ms = 3600000},
+                                                     .default_value = {"dflt", 4}},
+                                 &states[1]),
+                 0, "%s", stash_errmsg());
+    const char *dflt[2] = {NULL, "dflt"};
+    enum { KEYS = 48 };
+    uint8_t keys[KEYS][24], want[2][2][KEYS][96];
+    size_t klen[KEYS], wlen[2][2][KEYS] = {{{0}}};
+    for (unsigned k = 0; k < KEYS; k++) {
+        klen[k] = k < 24 ? k : k - 23; /* 0 .. 24 bytes: short keys and others */
+        for (size_t i = 0; i < klen[k]; i++) keys[k][i] = (uint8_t)(k * 5 + i);
+    }
+    srand(seed);
+    for (unsigned step = 0; step < 4000; step++) {
+        unsigned k = (unsigned)rand() % KEYS, st = (unsigned)rand() % 2, ns = (unsigned)rand() % 2;
+        unsigned how = (unsigned)rand() % 4;
+        stash_state *s = states[st];
+        cr_assert_eq(stash_state_namespace(s, ns ? "namespace" : NULL, ns ? 9 : 0), 0);
+        uint8_t v[96];
+        size_t n = one_call_value(k, step, v);
+        stash_bytes got;
+        if (how == 0) {
+            cr_assert_eq(stash_value_put_key(s, keys[k], klen[k], n ? v : NULL, n), 0,
+                         "seed %u step %u: %s", seed, step, stash_errmsg());
+        } else if (how == 1) {
+            cr_assert_eq(stash_key_set(w, keys[k], klen[k]), 0);
+            cr_assert_eq(stash_value_put(s, n ? v : NULL, n), 0);
+        } else {
+            int rc = how == 2 ? stash_value_get_key(s, keys[k], klen[k], &got)
+                              : (stash_key_set(w, keys[k], klen[k]), stash_value_get(s, &got));
+            expect_read(rc, got, want[st][ns][k], wlen[st][ns][k], dflt[st], seed, step);
+        }
+        if (how < 2) {
+            memcpy(want[st][ns][k], v, n);
+            wlen[st][ns][k] = n;
+        }
+        /* Either way the key is current: a get in two calls reads the same. */
+        cr_assert_eq(stash_key_group_current(w),
+                     (int)stash_key_group(keys[k], klen[k], arena->hdr->max_parallelism));
+        int rc = stash_value_get(s, &got);
+        expect_read(rc, got, want[st][ns][k], wlen[st][ns][k], dflt[st], seed, step);
+    }
+}
+
+/* The one-call accesses refuse what stash_key_set and the accesses refuse:
+ * a write to a key group the worker does not own, and a key of NULL bytes
+ * (leaving no key current). */
+Test(keyed, one_call_accesses_refuse_foreign_key_groups_and_null_keys)
+{
+    stash_worker_close(w);
+    cr_assert_eq(
+        stash_worker_open(
+            arena_name,
+            &(stash_worker_opts){.sz = sizeof(stash_worker_opts), .index = 0, .parallelism = 2},
+            &w),
+        0);
+    stash_state *s = state("one-call-own", STASH_VALUE);
+    uint64_t foreign = 0;
+    for (;; foreign++)
+        if (stash_key_group(&foreign, sizeof foreign, arena->hdr->max_parallelism) >= 64) break;
+    cr_assert_eq(stash_value_put_key(s, &foreign, sizeof foreign, "x", 1), STASH_EKEYGROUP);
+    stash_bytes v;
+    cr_assert_eq(stash_value_get_key(s, &foreign, sizeof foreign, &v), STASH_ENOTFOUND,
+                 "reads of any key group work");
+    uint64_t own = 0;
+    for (;; own++)
+        if (stash_key_group(&own, sizeof own, arena->hdr->max_parallelism) < 64) break;
+    cr_assert_eq(stash_value_put_key(s, &own, sizeof own, "x", 1), 0);
+    cr_assert_eq(stash_value_get_key(s, NULL, 8, &v), -EINVAL);
+    cr_assert(strstr(stash_errmsg(), "stash_value_get_key"), "%s", stash_errmsg());
+    cr_assert_eq(stash_value_get(s, &v), STASH_ENOKEY, "the refused key left none current");
+    cr_assert_eq(stash_value_get_key(s, &own, sizeof own, &v), 0);
+    cr_assert(v.len == 1 && memcmp(v.data, "x", 1) == 0);
+}

@@ -40,35 +40,12 @@ void state_namespace_set(stash_state *s, uint64_t ns_hash)
 
 /* Flink's cleanup for every record: a few entries of the new current key's
  * key group, for each state that asks for it. */
-static __attribute__((noinline)) void clean_on_record(stash_worker *w)
+void worker_clean_on_record(stash_worker *w)
 {
     if (w->kg < w->range.first || w->kg > w->range.last) return;
     w->writes++;
     for (stash_state *s = w->states; s; s = s->next)
         if (state_has_ttl(s) && s->ttl.cleanup_every_record) state_ttl_cleanup(s, w->kg);
-}
-
-/* The rest of stash_key_set, with the key's bytes in the worker's buffer:
- * its hash (given), its key group, and the lookup hash under the seed of the
- * worker's last lookup, whose home group it prefetches. */
-static inline __attribute__((always_inline)) int key_set_hashed(stash_worker *worker, size_t len,
-                                                                uint64_t hash, bool short_key)
-{
-    worker->klen = (uint16_t)len;
-    worker->key_hash = hash;
-    uint32_t kg = shm_key_group_of(hash, worker->max_parallelism);
-    int rc = state_kg_ready(worker, kg);
-    if (__builtin_expect(rc != 0, 0)) {
-        worker_drop_key(worker);
-        return rc;
-    }
-    worker->kg = kg;
-    worker->has_key = true;
-    worker->last_hash = shm_lookup_hash(worker->key_hash, worker->last_seed);
-    worker->one_step_key = short_key && kg >= worker->range.first && kg <= worker->range.last;
-    if (worker->records_in_arena) shm_table_prefetch(worker->arena, kg, worker->last_hash);
-    if (__builtin_expect(worker->ttl_every_record, 0)) clean_on_record(worker);
-    return 0;
 }
 
 int worker_key_set_hashed(stash_worker *worker, const void *key, size_t len, uint64_t hash)
@@ -80,7 +57,7 @@ int worker_key_set_hashed(stash_worker *worker, const void *key, size_t len, uin
         }
     }
     if (len) memcpy(worker->key, key, len);
-    return key_set_hashed(worker, len, hash, len >= 8 && len <= 16);
+    return worker_key_use(worker, len, hash, len >= 8 && len <= 16);
 }
 
 /* stash_key_set for a key outside 8 to 16 bytes or longer than the buffer:
@@ -98,19 +75,12 @@ static __attribute__((noinline)) int key_set_other(stash_worker *worker, const v
     return worker_key_set_hashed(worker, key, len, shm_key_hash(key, len));
 }
 
-/* Flattened: the key's hash is computed inline. Keys of 8 to 16 bytes, the
- * usual, are copied in two stores. */
+/* Flattened: the key's hash is computed inline. */
 STASH_API __attribute__((flatten)) int stash_key_set(stash_worker *worker, const void *key,
                                                      size_t len)
 {
-    if (len < 8 || len > 16 || !worker || len > worker->key_cap || !key)
-        return key_set_other(worker, key, len);
-    uint64_t head, tail;
-    memcpy(&head, key, 8);
-    memcpy(&tail, (const uint8_t *)key + len - 8, 8);
-    memcpy(worker->key, &head, 8);
-    memcpy(worker->key + len - 8, &tail, 8);
-    return key_set_hashed(worker, len, shm_key_hash(key, len), true);
+    return worker_key_short(worker, key, len) ? worker_key_set_short(worker, key, len)
+                                              : key_set_other(worker, key, len);
 }
 
 STASH_API int stash_key_group_current(const stash_worker *worker)

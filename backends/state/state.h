@@ -265,6 +265,54 @@ static inline void worker_drop_key(stash_worker *w)
  * current key, as stash_key_set() does. */
 int worker_key_set_hashed(stash_worker *worker, const void *key, size_t len, uint64_t hash);
 
+/* Flink's cleanup for every record, run by a key's change for the states
+ * whose TTL asks for it (state.c). */
+void worker_clean_on_record(stash_worker *w);
+
+/* The rest of setting the current key, its len bytes in the worker's
+ * buffer: its hash (given), its key group, and the lookup hash under the
+ * seed of the worker's last lookup, whose home group it prefetches. */
+static inline __attribute__((always_inline)) int worker_key_use(stash_worker *worker, size_t len,
+                                                                uint64_t hash, bool short_key)
+{
+    worker->klen = (uint16_t)len;
+    worker->key_hash = hash;
+    uint32_t kg = shm_key_group_of(hash, worker->max_parallelism);
+    int rc = state_kg_ready(worker, kg);
+    if (__builtin_expect(rc != 0, 0)) {
+        worker_drop_key(worker);
+        return rc;
+    }
+    worker->kg = kg;
+    worker->has_key = true;
+    worker->last_hash = shm_lookup_hash(worker->key_hash, worker->last_seed);
+    worker->one_step_key = short_key && kg >= worker->range.first && kg <= worker->range.last;
+    if (worker->records_in_arena) shm_table_prefetch(worker->arena, kg, worker->last_hash);
+    if (__builtin_expect(worker->ttl_every_record, 0)) worker_clean_on_record(worker);
+    return 0;
+}
+
+/* Whether stash_key_set's common path takes key: 8 to 16 bytes, the
+ * usual, that fit the worker's buffer. */
+static inline __attribute__((always_inline)) bool worker_key_short(const stash_worker *worker,
+                                                                   const void *key, size_t len)
+{
+    return len >= 8 && len <= 16 && worker && len <= worker->key_cap && key;
+}
+
+/* stash_key_set for a key worker_key_short takes: copied in two stores
+ * and hashed inline. */
+static inline __attribute__((always_inline)) int worker_key_set_short(stash_worker *worker,
+                                                                      const void *key, size_t len)
+{
+    uint64_t head, tail;
+    memcpy(&head, key, 8);
+    memcpy(&tail, (const uint8_t *)key + len - 8, 8);
+    memcpy(worker->key, &head, 8);
+    memcpy(worker->key + len - 8, &tail, 8);
+    return worker_key_use(worker, len, shm_key_hash(key, len), true);
+}
+
 /* STASH_EFORK with a message, for a handle inherited through a fork. */
 int worker_refuse_forked(const stash_worker *w, const char *fn);
 

@@ -201,6 +201,42 @@ STASH_API int stash_value_put(stash_state *state, const void *value, size_t len)
     return put_fast(state, value, len) ? 0 : value_put(state, value, len);
 }
 
+/* Makes key the worker's current key for fn, as stash_key_set() does:
+ * inline for the usual keys, so that a one-call access calls nothing on its
+ * way. A refused key leaves none current, as there. */
+static inline __attribute__((always_inline)) int key_set(stash_worker *w, const void *key,
+                                                         size_t len, const char *fn)
+{
+    if (__builtin_expect(worker_key_short(w, key, len), 1))
+        return worker_key_set_short(w, key, len);
+    if (shm_null_bytes(key, len)) {
+        worker_drop_key(w);
+        return shm_refuse_null(fn, "key");
+    }
+    return stash_key_set(w, key, len);
+}
+
+STASH_API __attribute__((flatten)) int stash_value_get_key(stash_state *state, const void *key,
+                                                           size_t klen, stash_bytes *out)
+{
+    if (__builtin_expect(!state || !out, 0)) return shm_refuse_null(__func__, "state or out");
+    int rc = key_set(state->w, key, klen, __func__);
+    if (__builtin_expect(rc != 0, 0)) return rc;
+    state_count(state->w, SHM_OPS_VALUE, false);
+    return get_fast(state, out) ? 0 : value_get(state, out);
+}
+
+STASH_API __attribute__((flatten)) int
+stash_value_put_key(stash_state *state, const void *key, size_t klen, const void *value, size_t len)
+{
+    if (__builtin_expect(!state, 0)) return shm_refuse_null(__func__, "state");
+    if (shm_null_bytes(value, len)) return shm_refuse_null(__func__, "value");
+    int rc = key_set(state->w, key, klen, __func__);
+    if (__builtin_expect(rc != 0, 0)) return rc;
+    state_count(state->w, SHM_OPS_VALUE, true);
+    return put_fast(state, value, len) ? 0 : value_put(state, value, len);
+}
+
 /* Folds in into the accumulator of l's entry and stores the result. For an
  * aggregating state, `merge` chooses the merge function over add (in is then
  * another accumulator). */
