@@ -118,8 +118,8 @@ Test(bench_tool, a_batched_keyed_case_runs_beside_the_raw_table_batched_and_not,
                                 big, sizeof big),
                  0, "%s", big);
     const char *systems[] = {"stash",  "stash-unbatched", "raw-table", "raw-table-batched",
-                             "raw-lp", "raw-lp-batched"};
-    for (size_t s = 0; s < 6; s++) {
+                             "raw-lp", "raw-lp-batched",  "raw-index", "raw-index-batched"};
+    for (size_t s = 0; s < 8; s++) {
         char row[160];
         snprintf(row, sizeof row,
                  "\"case\": \"value/ycsb-c/uniform/batch32\", \"system\": \"%s\", \"value\"",

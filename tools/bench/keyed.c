@@ -37,9 +37,20 @@
 #define VALUE_POOL 4096          /* distinct random values that writes cycle through */
 #define ARENA_NAME "bench-keyed" /* only checked: the arena lives at the path given */
 
-enum { SYS_STASH, SYS_RAW, SYS_RAW_LP, SYS_LMDB, SYS_ROCKSDB, SYS_ROCKSDB_FLINK, SYS_REDIS, NSYS };
-static const char *const sys_names[NSYS] = {"stash",   "raw-table",     "raw-lp",         "lmdb",
-                                            "rocksdb", "rocksdb-flink", "redis-pipelined"};
+enum {
+    SYS_STASH,
+    SYS_RAW,
+    SYS_RAW_LP,
+    SYS_RAW_INDEX,
+    SYS_LMDB,
+    SYS_ROCKSDB,
+    SYS_ROCKSDB_FLINK,
+    SYS_REDIS,
+    NSYS
+};
+static const char *const sys_names[NSYS] = {"stash",         "raw-table",      "raw-lp",
+                                            "raw-index",     "lmdb",           "rocksdb",
+                                            "rocksdb-flink", "redis-pipelined"};
 
 enum { GROUP_VALUE, GROUP_LIST, GROUP_MAP, NGROUPS };
 static const char *const group_names[NGROUPS] = {"value", "list", "map"};
@@ -564,6 +575,7 @@ static inline __attribute__((always_inline)) int pass_loop(keyed_bench *b, kv_sy
 PASS(stash, &stash_sys_ops)
 PASS(raw_direct, &raw_direct_ops)
 PASS(raw_lp, &raw_lp_ops)
+PASS(raw_index, &raw_index_ops)
 PASS(peer, s->ops)
 
 /* The pass that runs system s. */
@@ -572,6 +584,7 @@ static pass_fn *pass_of(const kv_sys *s)
     return s->ops == &stash_sys_ops    ? stash_pass
            : s->ops == &raw_direct_ops ? raw_direct_pass
            : s->ops == &raw_lp_ops     ? raw_lp_pass
+           : s->ops == &raw_index_ops  ? raw_index_pass
                                        : peer_pass;
 }
 
@@ -754,11 +767,14 @@ static void open_group(keyed_bench *b, int group, sys_run runs[NSYS])
             snprintf(path, sizeof path, "%s/arena", dir);
             stash_sys_open(path, plan.bytes * 2 + (256ull << 20), 0, 1, NULL, &runs[i].sys, why,
                            wl);
-        } else if ((i == SYS_RAW || i == SYS_RAW_LP) && group == GROUP_LIST) {
+        } else if ((i == SYS_RAW || i == SYS_RAW_LP || i == SYS_RAW_INDEX) && group == GROUP_LIST) {
             snprintf(why, wl, "its slots hold one %d-byte value: no lists", VALUE_LEN);
-        } else if (i == SYS_RAW || i == SYS_RAW_LP) {
-            raw_open(&plan, i == SYS_RAW, group == GROUP_MAP ? MAP_ENTRIES : 1, &runs[i].sys, why,
-                     wl);
+        } else if (i == SYS_RAW || i == SYS_RAW_LP || i == SYS_RAW_INDEX) {
+            raw_open(&plan,
+                     i == SYS_RAW      ? RAW_DIRECT
+                     : i == SYS_RAW_LP ? RAW_LP
+                                       : RAW_INDEX,
+                     group == GROUP_MAP ? MAP_ENTRIES : 1, &runs[i].sys, why, wl);
         } else if (i == SYS_LMDB) {
             peer_lmdb_open(&plan, &runs[i].sys, why, wl);
         } else if ((i == SYS_ROCKSDB || i == SYS_ROCKSDB_FLINK) && b->budget_bytes) {
@@ -993,7 +1009,7 @@ typedef struct case_row {
     const char *name;
 } case_row;
 
-#define ROWS_MAX 8
+#define ROWS_MAX 10
 
 /* The rows of case c: every system; for a batched case stash and the raw
  * tables batched and not, and LMDB. Returns how many. */
@@ -1006,8 +1022,10 @@ static int case_rows(const keyed_case *c, case_row rows[ROWS_MAX])
         rows[3] = (case_row){SYS_RAW, c->batch, "raw-table-batched"};
         rows[4] = (case_row){SYS_RAW_LP, 0, "raw-lp"};
         rows[5] = (case_row){SYS_RAW_LP, c->batch, "raw-lp-batched"};
-        rows[6] = (case_row){SYS_LMDB, 0, "lmdb"};
-        return 7;
+        rows[6] = (case_row){SYS_RAW_INDEX, 0, "raw-index"};
+        rows[7] = (case_row){SYS_RAW_INDEX, c->batch, "raw-index-batched"};
+        rows[8] = (case_row){SYS_LMDB, 0, "lmdb"};
+        return 9;
     }
     for (int i = 0; i < NSYS; i++) rows[i] = (case_row){i, 0, sys_names[i]};
     return NSYS;
@@ -1130,7 +1148,8 @@ static void run_case(keyed_bench *b, const keyed_case *c, uint64_t seed, sys_run
         char system[64];
         snprintf(system, sizeof system, "stash/%s", rows[i].name);
         if (peer_compared(b, sys) && !case_skip(c, &rows[i], runs) &&
-            (all || sys == SYS_RAW || sys == SYS_RAW_LP || sys == SYS_LMDB || sys == SYS_ROCKSDB))
+            (all || sys == SYS_RAW || sys == SYS_RAW_LP || sys == SYS_RAW_INDEX ||
+             sys == SYS_LMDB || sys == SYS_ROCKSDB))
             bench_report_ratio(&b->o, "keyed", c->name, system, &rates[0], &rates[i * reps], reps);
     }
     if (!ok) fprintf(stderr, "stash bench keyed: %s: out of memory\n", c->name);
@@ -1401,6 +1420,9 @@ static const char *const setups[][3] = {
      "key's slot is its index: one aligned 128-byte slot, no probing"},
     {"raw-lp", "linear probing over XXH3 of the key, key and value in each slot, doubled at 7/8 "
                "full as stash's index"},
+    {"raw-index", "stash's two steps alone: one-line groups of ten tags and references over XXH3 "
+                  "of the key, doubled at 7/8 full, naming 128-byte records of key and value in "
+                  "the order written"},
     {"lmdb", "MDB_NOSYNC | MDB_WRITEMAP | MDB_NORDAHEAD, MDB_INTEGERKEY for 8-byte keys; a "
              "commit every 1000 writes"},
     {"rocksdb", "WAL off; 256 MiB block cache; full bloom filter of 10 bits a key; flushed and "
