@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_service.c: the persistence engine and the barrier protocol with real
- * worker processes: checkpoints cut at barriers and completed, notification,
- * the timeout, a worker killed and replaced (live or rolled back), the
- * engine killed and restarted, the arena lost and restored, and operator
- * state redistributed at another parallelism.
+ * worker processes: checkpoints cut at barriers and completed, each key as
+ * of its worker's cut while the workers write on, notification, the timeout, a worker killed and
+ * replaced (live or rolled back), the engine killed and restarted, the arena lost and restored, and
+ * operator state redistributed at another parallelism.
  */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
@@ -398,6 +398,220 @@ Test(service, barrier_cut_complete_and_restore_at_another_parallelism, .timeout 
     uint64_t offs[2];
     restore_and_verify(name, dir, 2, offs);
     cr_assert_gt(offs[0], 0);
+}
+
+/* The cut test's keys per worker, and the value of (key k, generation g),
+ * 1 to 160 bytes, g 0 meaning absent. */
+#define CUT_KEYS 4000u
+static size_t cut_value(uint64_t k, uint32_t g, uint8_t *v)
+{
+    size_t n = 1 + (size_t)((k * 7u + g * 13u) % 160u);
+    for (size_t i = 0; i < n; i++) v[i] = (uint8_t)(k * 31u + g * 17u + i);
+    return n;
+}
+
+/* A worker of the cut test: what it has written (the generation of each
+ * of its keys) and where its cuts save that. */
+typedef struct cut_model {
+    uint64_t keys[CUT_KEYS];
+    uint32_t gen[CUT_KEYS];
+    const job *j;
+} cut_model;
+
+/* At each cut: the worker's generations, saved as model-INDEX-ID in the
+ * job's directory, for the test to compare the checkpoint with. */
+static int save_cut(stash_worker *w, uint64_t id, void *ctx)
+{
+    (void)w;
+    cut_model *m = ctx;
+    char path[256];
+    snprintf(path, sizeof path, "%s/model-%u-%llu", m->j->dir, m->j->index, (unsigned long long)id);
+    FILE *f = fopen(path, "w");
+    if (!f) return -errno;
+    size_t n = fwrite(m->gen, sizeof m->gen, 1, f);
+    return fclose(f) == 0 && n == 1 ? 0 : -EIO;
+}
+
+/* A worker of the cut test: random puts of values of every size (rewritten
+ * in place, grown, shrunk), clears and reads of its keys, each read checked,
+ * a barrier every 50, until checkpoint want_done has completed. */
+static int cut_worker_main(void *arg)
+{
+    const job *j = arg;
+    static cut_model m;
+    m = (cut_model){.j = j};
+    stash_worker *w;
+    stash_worker_opts wo = {.sz = sizeof(stash_worker_opts),
+                            .index = j->index,
+                            .parallelism = j->p,
+                            .on_cut = save_cut,
+                            .cut_ctx = &m};
+    stash_state *s;
+    if (stash_worker_open(j->name, &wo, &w) < 0 ||
+        stash_state_get(
+            w,
+            &(stash_state_desc){.sz = sizeof(stash_state_desc), .name = "cut", .kind = STASH_VALUE},
+            &s) < 0) {
+        fprintf(stderr, "worker %u: %s\n", j->index, stash_errmsg());
+        return 10;
+    }
+    stash_kg_range r;
+    stash_kg_range_of(MAXP, j->p, j->index, &r);
+    uint32_t n = 0;
+    for (uint64_t k = 0; n < CUT_KEYS; k++) {
+        uint32_t kg = stash_key_group(&k, sizeof k, MAXP);
+        if (kg >= r.first && kg <= r.last) m.keys[n++] = k;
+    }
+    uint64_t x = j->events; /* the seed */
+    uint64_t completed = 0;
+    for (uint32_t step = 1; completed < j->want_done; step++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        uint32_t i = (uint32_t)(x % CUT_KEYS), what = (uint32_t)(x >> 32) % 20;
+        uint8_t v[160];
+        stash_bytes got;
+        int rc;
+        if (what < 12) {
+            rc = stash_value_put_key(s, &m.keys[i], 8, v, cut_value(m.keys[i], step, v));
+            m.gen[i] = step;
+        } else if (what < 15) {
+            rc = stash_key_set(w, &m.keys[i], 8);
+            if (rc == 0) rc = stash_state_clear(s);
+            m.gen[i] = 0;
+        } else {
+            rc = stash_value_get_key(s, &m.keys[i], 8, &got);
+            if (m.gen[i] == 0 ? rc != STASH_ENOTFOUND
+                              : rc != 0 || got.len != cut_value(m.keys[i], m.gen[i], v) ||
+                                    memcmp(got.data, v, got.len) != 0) {
+                fprintf(stderr, "worker %u seed %llu step %u: key %llu reads wrong (%d)\n",
+                        j->index, (unsigned long long)j->events, step,
+                        (unsigned long long)m.keys[i], rc);
+                return 11;
+            }
+            rc = 0;
+        }
+        if (rc < 0) {
+            fprintf(stderr, "worker %u step %u: %s\n", j->index, step, stash_errmsg());
+            return 12;
+        }
+        stash_event ev;
+        if (step % 50 == 0 && stash_barrier(w, &ev) == 1 && ev.kind == STASH_CHECKPOINT_COMPLETE)
+            completed = ev.checkpoint_id;
+    }
+    stash_worker_close(w);
+    return 0;
+}
+
+/* Reads every key of the cut test's worker index of p from an arena
+ * restored from checkpoint id, through a worker of parallelism 1 and of
+ * parallelism 3 (the key groups in other hands), against the generations
+ * that worker saved at its cut. */
+static void expect_cut(const char *name, const char *dir, uint32_t index, uint32_t p, uint64_t id,
+                       unsigned seed)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/model-%u-%llu", dir, index, (unsigned long long)id);
+    static uint32_t gen[CUT_KEYS];
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s: worker %u saved no cut of checkpoint %llu", path, index,
+                       (unsigned long long)id);
+    cr_assert_eq(fread(gen, sizeof gen, 1, f), 1);
+    fclose(f);
+    stash_kg_range r;
+    stash_kg_range_of(MAXP, p, index, &r);
+    for (uint32_t rp = 1; rp <= 3; rp += 2) {
+        stash_worker *w[3];
+        stash_state *s[3];
+        for (uint32_t i = 0; i < rp; i++) {
+            cr_assert_eq(stash_worker_open(name,
+                                           &(stash_worker_opts){.sz = sizeof(stash_worker_opts),
+                                                                .index = i,
+                                                                .parallelism = rp},
+                                           &w[i]),
+                         0, "%s", stash_errmsg());
+            cr_assert_eq(stash_state_get(w[i],
+                                         &(stash_state_desc){.sz = sizeof(stash_state_desc),
+                                                             .name = "cut",
+                                                             .kind = STASH_VALUE},
+                                         &s[i]),
+                         0);
+        }
+        uint32_t n = 0;
+        for (uint64_t k = 0; n < CUT_KEYS; k++) {
+            uint32_t kg = stash_key_group(&k, sizeof k, MAXP);
+            if (kg < r.first || kg > r.last) continue;
+            /* Read by the worker of parallelism rp that owns the key group. */
+            uint32_t owner = 0;
+            for (uint32_t i = 0; i < rp; i++) {
+                stash_kg_range o;
+                stash_kg_range_of(MAXP, rp, i, &o);
+                if (kg >= o.first && kg <= o.last) owner = i;
+            }
+            uint8_t v[160];
+            stash_bytes got;
+            int rc = stash_value_get_key(s[owner], &k, sizeof k, &got);
+            if (gen[n] == 0) {
+                cr_assert_eq(rc, STASH_ENOTFOUND,
+                             "seed %u: checkpoint %llu, key %llu (key group %u): absent at the "
+                             "cut, %d now",
+                             seed, (unsigned long long)id, (unsigned long long)k, kg, rc);
+            } else {
+                size_t len = cut_value(k, gen[n], v);
+                cr_assert(rc == 0 && got.len == len && memcmp(got.data, v, len) == 0,
+                          "seed %u: checkpoint %llu, key %llu (key group %u): not its value at "
+                          "the cut (%d, %zu bytes, %zu wanted)",
+                          seed, (unsigned long long)id, (unsigned long long)k, kg, rc,
+                          rc == 0 ? got.len : 0, len);
+            }
+            n++;
+        }
+        for (uint32_t i = 0; i < rp; i++) stash_worker_close(w[i]);
+    }
+}
+
+/* A checkpoint holds, for every key, exactly the value it had at its
+ * worker's cut, while the workers go on writing through the checkpoint's
+ * asynchronous part (every write of the engine held 20 ms): values
+ * rewritten, grown, shrunk and cleared after the cut, the checkpoint
+ * restored and read at another parallelism. */
+Test(service, every_key_holds_its_value_at_the_cut_while_workers_write_on, .timeout = 240)
+{
+    unsigned seed = test_seed("every_key_holds_its_value_at_the_cut_while_workers_write_on");
+    char dir[128], models[128];
+    make_dir(dir, "cut");
+    make_dir(models, "cutmodels");
+    cr_assert_eq(mkdir(models, 0700), 0);
+    const char *name = test_arena_name("svccuts");
+    static svc_args v;
+    v = (svc_args){.dir = dir, .faults = "delay:20"};
+    snprintf(v.name, sizeof v.name, "%s", name);
+    pid_t s = start_engine(&v);
+    job j[2];
+    pid_t pids[2];
+    jobs_of(name, (job){.want_done = 3}, 2, j);
+    for (uint32_t i = 0; i < 2; i++) {
+        snprintf(j[i].dir, sizeof j[i].dir, "%s", models);
+        j[i].events = (uint64_t)seed * 2 + i + 1; /* each worker's seed */
+    }
+    fork_jobs(name, j, 2, cut_worker_main, pids);
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    for (uint64_t id = 1; id <= 3; id++) {
+        stash_checkpoint_info info;
+        cr_assert_eq(stash_checkpoint(a, 0, &info), 0, "checkpoint %llu: %s",
+                     (unsigned long long)id, stash_errmsg());
+        cr_assert_eq(info.id, id);
+    }
+    for (int i = 0; i < 2; i++) cr_assert_eq(test_wait(pids[i]), 0, "worker %d (seed %u)", i, seed);
+    stash_arena_close(a);
+    stop_service(name, s);
+    /* The arena lost: a new one restores checkpoint 3, the newest. */
+    stash_arena_destroy(name, NULL);
+    s = start_service(name, dir, 0);
+    for (uint32_t i = 0; i < 2; i++) expect_cut(name, models, i, 2, 3, seed);
+    stop_service(name, s);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+    drop_dir(models);
 }
 
 Test(service, a_worker_that_leaves_after_its_cut_keeps_its_cut_in_the_checkpoint, .timeout = 240)
