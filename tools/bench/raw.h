@@ -70,12 +70,17 @@ static inline __attribute__((always_inline)) uint8_t *raw_direct_slot(raw_sys *t
     return i < t->nslots ? t->slots + i * RAW_DIRECT_SLOT : NULL;
 }
 
+/* The XXH3 hash of (key, ukey), as raw-lp and raw-index take it. */
+static inline uint64_t raw_hash(const raw_sys *t, uint64_t key, uint64_t ukey)
+{
+    uint64_t k[2] = {key, ukey};
+    return XXH3_64bits(k, t->subkeys > 1 ? 16 : 8);
+}
+
 /* The home slot of (key, ukey) in raw-lp: XXH3 of its bytes. */
 static inline uint64_t raw_lp_home(const raw_sys *t, uint64_t key, uint64_t ukey)
 {
-    uint64_t k[2] = {key, ukey};
-    uint64_t h = XXH3_64bits(k, t->subkeys > 1 ? 16 : 8);
-    return (uint64_t)(((unsigned __int128)h * t->nslots) >> 64);
+    return (uint64_t)(((unsigned __int128)raw_hash(t, key, ukey) * t->nslots) >> 64);
 }
 
 /* raw-lp's slot of (key, ukey), or NULL; with add, a free slot for it if
@@ -94,13 +99,6 @@ static inline __attribute__((always_inline)) uint8_t *raw_lp_slot(raw_sys *t, ui
         if (k == 0) return add && t->used < t->nslots - t->nslots / 8 ? slot : NULL;
         if (++i == t->nslots) i = 0;
     }
-}
-
-/* The XXH3 hash of (key, ukey), as raw-lp and raw-index take it. */
-static inline uint64_t raw_hash(const raw_sys *t, uint64_t key, uint64_t ukey)
-{
-    uint64_t k[2] = {key, ukey};
-    return XXH3_64bits(k, t->subkeys > 1 ? 16 : 8);
 }
 
 static inline uint16_t raw_index_tag(uint64_t h)
