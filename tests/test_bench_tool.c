@@ -160,7 +160,7 @@ static void every_row_ran_all_and_read_right(const char *big, const char *bad)
  * passes of their own, and every read is checked against a replay of the
  * writes: a value changed behind the bench's back fails that system's row
  * and no other. */
-Test(bench_tool, every_keyed_pass_runs_the_whole_sequence_and_its_reads_are_checked, .timeout = 300)
+Test(bench_tool, every_keyed_pass_runs_the_whole_sequence_and_its_reads_are_checked, .timeout = 450)
 {
     static char big[32768];
     const char *cases[] = {"value/ycsb-f/uniform", "value/ycsb-a/zipfian", "map/get",
