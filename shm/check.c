@@ -480,6 +480,8 @@ int shm_check_attach(const stash_arena *a)
             bad = "growing index";
         else if (!in_data(a, atomic_load(&t->retired), 8, true))
             bad = "reclamation ring";
+        else if (!in_data(a, atomic_load(&t->prelog), sizeof(shm_prelog_chunk), true))
+            bad = "pre-image log";
         else if (!undo_fits(a, &t->undo))
             bad = "record being changed in place";
         for (uint32_t c = 0; !bad && c < SHM_NCLASSES; c++) {

@@ -29,7 +29,7 @@
 typedef uint64_t shm_off;
 
 #define SHM_MAGIC "STASHARN"
-#define SHM_LAYOUT_VERSION 10u
+#define SHM_LAYOUT_VERSION 11u
 #define SHM_INIT_MARK 0x54494e49u /* "INIT": written last by the creator */
 #define SHM_HEADER_SIZE 4096u
 #define SHM_SPAN_SHIFT 12u
@@ -238,10 +238,11 @@ typedef struct shm_region {
  * over after a crash can finish or undo it (shm_table_recover): the old
  * bytes of the regions a change overwrites, or, for a change that replaces
  * the whole value (redo), the new value. */
+#define SHM_UNDO_SAVE 0xffffffffu /* nregions of a save: the old bytes go to the pre-image log */
 typedef struct shm_undo {
     _Atomic shm_ref rec; /* the record being changed in place, 0 none */
-    uint32_t vlen;       /* its value length before, or with redo after */
-    uint32_t nregions;   /* 0 with redo */
+    uint32_t vlen;       /* its value length before, or with redo after; a save's old version */
+    uint32_t nregions;   /* 0 with redo, SHM_UNDO_SAVE with a save */
     shm_region regions[SHM_UNDO_REGIONS];
     uint8_t bytes[SHM_UNDO_BYTES]; /* the regions' old bytes one after another, or the new value */
 } shm_undo;
@@ -288,8 +289,29 @@ typedef struct shm_table {
     uint32_t moves_held;           /* moves put off for walkers */
     _Atomic uint32_t moving;       /* set while the owner moves groups (recovery finishes them) */
     _Atomic uint64_t writes;       /* every publish and delete: invalidates iterators */
+    _Atomic uint32_t pin_walk;     /* bit i: pin i is a walk's, which the pre-image log serves */
+    _Atomic shm_off prelog;        /* the pre-image log's newest chunk, 0 none */
+    _Atomic uint64_t prelog_end;   /* the log's bytes so far, published after each entry */
     shm_undo undo;
 } shm_table;
+
+/* The pre-image log of a key group (table.c): while only walks pin it, a
+ * record a pin sees is saved here before it is changed in place, instead of
+ * being copied on write. Chunks link newest first; an entry is a header and
+ * the record as it was (header, key, namespace, value), 8-byte aligned. */
+typedef struct shm_prelog_chunk {
+    shm_off older;         /* the chunk before, 0 none */
+    uint64_t start;        /* the log position of bytes[0] */
+    _Atomic uint32_t used; /* bytes of whole entries, published after each */
+    uint32_t cap;
+    uint8_t bytes[];
+} shm_prelog_chunk;
+typedef struct shm_prelog_entry {
+    shm_ref ref;    /* the record's block */
+    uint32_t until; /* the version that replaced it: it is the entry's as of versions below */
+    uint32_t bytes; /* the record's bytes that follow */
+    uint32_t pad;
+} shm_prelog_entry;
 _Static_assert(offsetof(shm_table, sweep_pos) < 64,
                "a lookup and a write read one line of the table");
 

@@ -158,6 +158,110 @@ static void retire_chain(stash_arena *a, uint32_t kg, shm_rec *r)
     }
 }
 
+/* ---- the pre-image log ---------------------------------------------------- */
+
+#define PRELOG_FIRST (4u << 10)  /* bytes of a log's first chunk; each next one twice */
+#define PRELOG_CHUNK (64u << 10) /* up to this, unless an entry needs more */
+
+static shm_prelog_chunk *chunk_at(const stash_arena *a, shm_off off)
+{
+    return off ? (shm_prelog_chunk *)(a->base + off) : NULL;
+}
+
+/* The bytes an entry of a record of rbytes bytes takes in the log. */
+static uint32_t entry_bytes(uint32_t rbytes)
+{
+    return (uint32_t)sizeof(shm_prelog_entry) + ((rbytes + 7u) & ~7u);
+}
+
+/* Whether t is pinned, by walks only. */
+static bool walks_only(const shm_table *t)
+{
+    uint32_t walks = atomic_load_explicit(&t->pin_walk, memory_order_relaxed);
+    bool any = false;
+    for (unsigned i = 0; i < SHM_MAX_PINS; i++) {
+        if (!atomic_load_explicit(&t->pins[i], memory_order_relaxed)) continue;
+        if (!(walks >> i & 1u)) return false;
+        any = true;
+    }
+    return any;
+}
+
+/* The chunk of kg's log with room for n bytes: the newest, or a new one
+ * linked before it. NULL if the arena has no room. */
+static shm_prelog_chunk *prelog_room(stash_arena *a, uint32_t kg, uint32_t n)
+{
+    shm_table *t = &a->tables[kg];
+    shm_prelog_chunk *c = chunk_at(a, atomic_load_explicit(&t->prelog, memory_order_relaxed));
+    if (c && c->cap - atomic_load_explicit(&c->used, memory_order_relaxed) >= n) return c;
+    uint32_t bytes = c ? 2 * ((uint32_t)sizeof *c + c->cap) : PRELOG_FIRST;
+    uint32_t cap = (bytes < PRELOG_CHUNK ? bytes : PRELOG_CHUNK) - (uint32_t)sizeof *c;
+    if (n > cap) cap = n;
+    shm_off off;
+    if (shm_alloc(a, kg, sizeof *c + cap, &off) < 0) return NULL;
+    shm_prelog_chunk *fresh = shm_ptr(a, off);
+    fresh->older = c ? shm_off_of(a, c) : 0;
+    fresh->start = atomic_load_explicit(&t->prelog_end, memory_order_relaxed);
+    atomic_store_explicit(&fresh->used, 0, memory_order_relaxed);
+    fresh->cap = cap;
+    atomic_store_explicit(&t->prelog, off, memory_order_release);
+    return fresh;
+}
+
+bool shm_rec_save(stash_arena *a, uint32_t kg, shm_rec *rec)
+{
+    shm_table *t = &a->tables[kg];
+    if (!walks_only(t) || shm_rec_older(a, rec)) return false;
+    uint32_t rbytes = (uint32_t)sizeof *rec + rec->klen + rec->nslen +
+                      atomic_load_explicit(&rec->vlen, memory_order_relaxed);
+    uint32_t n = entry_bytes(rbytes);
+    shm_prelog_chunk *c = prelog_room(a, kg, n);
+    if (!c) return false;
+    /* One bracket over the entry and the new version: a walk that reads the
+     * record outside it sees either the old version, the entry not yet in
+     * the log it took at its start, or the new one with the entry logged. */
+    shm_undo_open(a, &t->undo, rec, SHM_UNDO_SAVE, rec->version);
+    uint32_t used = atomic_load_explicit(&c->used, memory_order_relaxed);
+    shm_prelog_entry *e = (shm_prelog_entry *)(void *)(c->bytes + used);
+    uint32_t until = atomic_load_explicit(&t->epoch, memory_order_relaxed);
+    *e = (shm_prelog_entry){shm_ref_of(shm_off_of(a, rec)), until, rbytes, 0};
+    shm_rec *copy = (shm_rec *)(e + 1);
+    memcpy(copy, rec, rbytes);
+    atomic_store_explicit(&copy->seq, 0, memory_order_relaxed);
+    copy->flags &= (uint8_t)~SHM_REC_LINKED;
+    atomic_store_explicit(&c->used, used + n, memory_order_release);
+    atomic_store_explicit(&t->prelog_end, c->start + used + n, memory_order_release);
+    rec->version = until;
+    shm_rec_write_end(t, rec);
+    return true;
+}
+
+/* The version a save of rec from version old, cut short by a crash, leaves
+ * it at: the new one if its entry made it into the log. */
+static uint32_t saved_version(const stash_arena *a, const shm_table *t, shm_ref rec, uint32_t old)
+{
+    const shm_prelog_chunk *c = chunk_at(a, atomic_load(&t->prelog));
+    const shm_prelog_entry *last = NULL;
+    for (uint32_t at = 0, used = c ? atomic_load(&c->used) : 0; at < used;) {
+        last = (const shm_prelog_entry *)(const void *)(c->bytes + at);
+        at += entry_bytes(last->bytes);
+    }
+    return last && last->ref == rec && ((const shm_rec *)(last + 1))->version == old ? last->until
+                                                                                     : old;
+}
+
+/* Drops kg's log once no pin is left to need it. */
+static void prelog_drop(stash_arena *a, uint32_t kg)
+{
+    shm_table *t = &a->tables[kg];
+    shm_off off = atomic_exchange(&t->prelog, 0);
+    while (off) {
+        shm_off older = chunk_at(a, off)->older;
+        retire(a, kg, off);
+        off = older;
+    }
+}
+
 /* ---- pruning: dropping versions no pin sees any more ------------------- */
 
 /* Drops the versions behind head that no pin sees. */
@@ -211,6 +315,7 @@ void shm_table_maintain(stash_arena *a, uint32_t kg, uint32_t budget)
 {
     shm_table *t = &a->tables[kg];
     if (!atomic_load(&t->index)) return;
+    if (atomic_load(&t->prelog) && !max_pin(t)) prelog_drop(a, kg);
     shm_off emptied = shm_index_make_room(a, kg);
     /* A sweep runs to its end, then another starts if pins changed meanwhile:
      * restarting on every unpin could starve the end of the table. */
@@ -373,7 +478,11 @@ void shm_table_recover(stash_arena *a, uint32_t kg)
     if (atomic_load(&t->epoch) <= newest) atomic_store(&t->epoch, newest + 1);
     shm_undo *u = &t->undo;
     shm_rec *rec = shm_rec_at(a, atomic_load(&u->rec));
-    if (rec && (atomic_load(&rec->seq) & 1)) {
+    if (rec && (atomic_load(&rec->seq) & 1) && u->nregions == SHM_UNDO_SAVE) {
+        /* A save changes no byte of the value, only the version. */
+        rec->version = saved_version(a, t, atomic_load(&u->rec), u->vlen);
+        atomic_fetch_add(&rec->seq, 1);
+    } else if (rec && (atomic_load(&rec->seq) & 1)) {
         /* Undo the regions' changes, or redo the whole new value. */
         uint32_t used = 0;
         if (u->nregions == 0) memcpy(shm_rec_value(rec), u->bytes, u->vlen);
@@ -392,15 +501,17 @@ void shm_table_recover(stash_arena *a, uint32_t kg)
 
 int64_t shm_table_pin(stash_arena *a, uint32_t kg)
 {
-    return shm_table_pin_for(a, kg, 0);
+    return shm_table_pin_for(a, kg, 0, false);
 }
 
-int64_t shm_table_pin_for(stash_arena *a, uint32_t kg, uint32_t holder)
+int64_t shm_table_pin_for(stash_arena *a, uint32_t kg, uint32_t holder, bool walk)
 {
     shm_table *t = &a->tables[kg];
     for (unsigned i = 0; i < SHM_MAX_PINS; i++) {
         if (atomic_load(&t->pins[i])) continue;
         uint32_t v = atomic_load(&t->epoch);
+        uint32_t walks = atomic_load(&t->pin_walk) & ~(1u << i);
+        atomic_store(&t->pin_walk, walks | (uint32_t)walk << i);
         /* The holder first: recovery reads it once it sees the pin. */
         uint32_t hs = atomic_load(&t->pin_holders) & ~(0xffu << (8 * i));
         atomic_store(&t->pin_holders, hs | (holder & 0xffu) << (8 * i));
@@ -466,22 +577,108 @@ shm_rec *shm_table_get_at(stash_arena *a, const shm_lookup *l, uint32_t version)
 /* ---- walks --------------------------------------------------------------- */
 
 typedef struct at_walk {
+    uint32_t kg;
     uint32_t version;
     shm_visit_fn *fn;
     void *ctx;
+    uint8_t *buf; /* a copy of the head being visited */
+    size_t cap;
+    shm_ref *taken; /* the records visited, for the log's entries */
+    size_t ntaken, captaken;
 } at_walk;
+
+/* Copies head into w->buf under its sequence lock if its version is at most
+ * the walk's (it may be saved and changed in place meanwhile): 1 then, with
+ * *out the copy; 0 if it is newer; or an error. */
+static int copy_head(const stash_arena *a, at_walk *w, shm_rec *head, const shm_rec **out)
+{
+    for (;;) {
+        uint32_t s;
+        if (!shm_wait_even(a, w->kg, &head->seq, &s)) return shm_owner_died(a, w->kg);
+        if (__atomic_load_n(&head->version, __ATOMIC_RELAXED) > w->version) return 0;
+        size_t n = sizeof *head + head->klen + head->nslen +
+                   atomic_load_explicit(&head->vlen, memory_order_relaxed);
+        if (n > w->cap) {
+            uint8_t *grown = realloc(w->buf, n);
+            if (!grown) return shm_fail(-ENOMEM, "out of memory");
+            w->buf = grown;
+            w->cap = n;
+        }
+        memcpy(w->buf, head, n);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load_explicit(&head->seq, memory_order_relaxed) == s) {
+            *out = (const shm_rec *)(const void *)w->buf;
+            return 1;
+        }
+    }
+}
 
 static int visit_at(stash_arena *a, shm_rec *head, void *ctx)
 {
     at_walk *w = ctx;
-    shm_rec *v = version_at(a, head, w->version);
-    return shm_rec_live(v) ? w->fn(v, w->ctx) : 0;
+    const shm_rec *v = NULL;
+    shm_rec *src = head;
+    int rc = copy_head(a, w, head, &v);
+    if (rc < 0) return rc;
+    /* Older versions are never changed: read in place. */
+    if (rc == 0) v = src = version_at(a, shm_rec_at(a, shm_rec_older(a, head)), w->version);
+    if (!shm_rec_live(v)) return 0;
+    if (w->ntaken == w->captaken) {
+        size_t cap = w->captaken ? 2 * w->captaken : 1024;
+        shm_ref *grown = realloc(w->taken, cap * sizeof *grown);
+        if (!grown) return shm_fail(-ENOMEM, "out of memory");
+        w->taken = grown;
+        w->captaken = cap;
+    }
+    w->taken[w->ntaken++] = shm_ref_of(shm_off_of(a, src));
+    return w->fn(v, w->ctx);
+}
+
+static int ref_order(const void *x, const void *y)
+{
+    shm_ref a = *(const shm_ref *)x, b = *(const shm_ref *)y;
+    return (a > b) - (a < b);
+}
+
+/* Visits the log's entries of the walk's version: records saved before
+ * being changed in place. Those saved since position from (the log's end
+ * when the walk began) may have been visited in the index already, before
+ * their change: they are left out. */
+static int walk_prelog(stash_arena *a, at_walk *w, uint64_t from)
+{
+    shm_table *t = &a->tables[w->kg];
+    bool sorted = false;
+    for (const shm_prelog_chunk *c =
+             chunk_at(a, atomic_load_explicit(&t->prelog, memory_order_acquire));
+         c; c = chunk_at(a, c->older)) {
+        uint32_t used = atomic_load_explicit(&c->used, memory_order_acquire);
+        for (uint32_t at = 0; at < used;) {
+            const shm_prelog_entry *e = (const shm_prelog_entry *)(const void *)(c->bytes + at);
+            const shm_rec *r = (const shm_rec *)(e + 1);
+            uint64_t pos = c->start + at;
+            at += entry_bytes(e->bytes);
+            if (r->version > w->version || e->until <= w->version) continue;
+            if (pos >= from) {
+                if (!sorted) qsort(w->taken, w->ntaken, sizeof *w->taken, ref_order);
+                sorted = true;
+                if (bsearch(&e->ref, w->taken, w->ntaken, sizeof *w->taken, ref_order)) continue;
+            }
+            int rc = w->fn(r, w->ctx);
+            if (rc) return rc;
+        }
+    }
+    return 0;
 }
 
 int shm_table_walk_at(stash_arena *a, uint32_t kg, uint32_t version, shm_visit_fn *fn, void *ctx)
 {
-    at_walk w = {version, fn, ctx};
-    return shm_index_walk(a, kg, visit_at, &w);
+    at_walk w = {.kg = kg, .version = version, .fn = fn, .ctx = ctx};
+    uint64_t from = atomic_load_explicit(&a->tables[kg].prelog_end, memory_order_acquire);
+    int rc = shm_index_walk(a, kg, visit_at, &w);
+    if (rc == 0) rc = walk_prelog(a, &w, from);
+    free(w.buf);
+    free(w.taken);
+    return rc;
 }
 
 typedef struct delta_walk {

@@ -136,6 +136,11 @@ static inline __attribute__((always_inline)) uint64_t shm_rec_capacity(const sta
 {
     return shm_rec_room(a, rec, (size_t)rec->klen + rec->nslen);
 }
+/* Owner: makes a record that a pin sees mutable, if every pin is a walk's
+ * and it keeps no older version: its bytes go to the key group's pre-image
+ * log, where walks of those pins find them, and it takes the current
+ * version. Returns whether it did (else the caller copies on write). */
+bool shm_rec_save(stash_arena *a, uint32_t kg, shm_rec *rec);
 /* Owner: a new, unpublished record for l with room for cap value bytes. */
 int shm_rec_new(stash_arena *a, const shm_lookup *l, size_t cap, shm_rec **out);
 /* Owner: makes rec the entry of c (found for l), replacing the old version,
@@ -228,8 +233,12 @@ static inline void shm_table_tend(stash_arena *a, uint32_t kg)
  * new one; returns the pinned version (> 0) or -EBUSY if all pins are taken. */
 int64_t shm_table_pin(stash_arena *a, uint32_t kg);
 /* Owner: pins as shm_table_pin() does, for holder (1 + a reader slot's
- * index): the pin then outlives the owner while the holder's process lives. */
-int64_t shm_table_pin_for(stash_arena *a, uint32_t kg, uint32_t holder);
+ * index): the pin then outlives the owner while the holder's process lives.
+ * A walk's pin (walk) is only ever walked (shm_table_walk_at), never looked
+ * up in nor used as a delta's base: while every pin is a walk's, a record
+ * they see is saved to the pre-image log and changed in place instead of
+ * being copied (shm_rec_save). */
+int64_t shm_table_pin_for(stash_arena *a, uint32_t kg, uint32_t holder, bool walk);
 /* Any process: releases a pin; the owner prunes what only it kept. */
 void shm_table_unpin(stash_arena *a, uint32_t kg, uint32_t version);
 /* Any process: releases every pin held for holder in every key group (its
@@ -245,10 +254,11 @@ void shm_table_release_holder(stash_arena *a, uint32_t holder, const uint32_t *k
 shm_rec *shm_table_get_at(stash_arena *a, const shm_lookup *l, uint32_t version);
 
 /* Visits every live record of key group kg as of a pinned version (the
- * newest version at or below it, tombstones left out), calling fn(rec, ctx)
- * until it returns non-zero, which is returned. The caller holds the pin and,
- * in another process than the owner, walks inside shm_table_walk_enter/exit.
- * -EAGAIN if the owner died in the middle of a move. */
+ * newest version at or below it, tombstones left out, and the pre-image
+ * log's records of that version), calling fn(rec, ctx) until it returns
+ * non-zero, which is returned. rec may be a copy, valid during the call. The caller holds the pin
+ * and, in another process than the owner, walks inside shm_table_walk_enter/exit. -EAGAIN if the
+ * owner died in the middle of a move. */
 typedef int shm_visit_fn(const shm_rec *rec, void *ctx);
 int shm_table_walk_at(stash_arena *a, uint32_t kg, uint32_t version, shm_visit_fn *fn, void *ctx);
 

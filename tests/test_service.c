@@ -659,7 +659,7 @@ Test(service, a_worker_that_never_reaches_a_barrier_fails_the_checkpoint, .timeo
     cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
     /* As a worker killed between pinning a key group for the engine and
      * naming the pin as its cut leaves it: the failed checkpoint releases it. */
-    cr_assert_gt(shm_table_pin_for(a, 3, atomic_load(&a->control->service_reader)), 0);
+    cr_assert_gt(shm_table_pin_for(a, 3, atomic_load(&a->control->service_reader), false), 0);
     stash_checkpoint_info info;
     int rc = stash_checkpoint(a, 0, &info);
     cr_assert_eq(rc, STASH_EABORTED);

@@ -749,3 +749,159 @@ Test(versions, recovery_starts_an_epoch_past_a_pin_its_owner_died_storing)
     shm_table_unpin(arena, 0, v);
     shm_reader_leave(arena, slot);
 }
+
+static void pin_walks(uint32_t *pins)
+{
+    for (uint32_t kg = 0; kg < 8; kg++) {
+        int64_t v = shm_table_pin_for(arena, kg, 0, true);
+        cr_assert_gt(v, 0);
+        pins[kg] = (uint32_t)v;
+    }
+}
+
+#define WALKED 3000u
+
+/* A walk of a walk's pin that writes as it goes: what each key held at the
+ * pin, how often the walk met it, and the keys it rewrites on the way. */
+typedef struct walk_check {
+    uint64_t at_pin[WALKED];
+    unsigned met[WALKED];
+    unsigned seed;
+} walk_check;
+
+static int walk_and_write(const shm_rec *r, void *ctx)
+{
+    walk_check *c = ctx;
+    uint64_t k;
+    cr_assert_eq(r->klen, sizeof k);
+    memcpy(&k, shm_rec_key(r), sizeof k);
+    cr_assert_lt(k, WALKED);
+    c->met[k]++;
+    cr_assert_eq(test_u64(shm_rec_value((shm_rec *)r)), c->at_pin[k], "key %llu as of the pin",
+                 (unsigned long long)k);
+    /* Two keys rewritten in place: one the walk may have met, one it may not. */
+    for (int i = 0; i < 2; i++) put((uint32_t)(rand_r(&c->seed) % WALKED), rand_r(&c->seed));
+    return 0;
+}
+
+Test(versions, a_walk_pin_sees_each_record_once_as_of_it_while_the_owner_writes_in_place)
+{
+    static walk_check c;
+    c.seed = test_seed("a_walk_pin_sees_each_record_once");
+    for (uint32_t k = 0; k < WALKED; k++) put(k, c.at_pin[k] = k);
+    for (uint32_t kg = 0; kg < 8; kg++) shm_table_maintain(arena, kg, 1u << 20);
+    uint64_t before = used_bytes();
+    uint32_t pins[8];
+    pin_walks(pins);
+    /* Saved before the walks begin. */
+    for (uint32_t k = 0; k < WALKED; k += 3) put(k, k + 1000000);
+    cr_assert_lt(used_bytes(), before + WALKED * 64, "saved to the log, not copied");
+    for (uint32_t kg = 0; kg < 8; kg++) {
+        cr_assert_neq(atomic_load(&arena->tables[kg].prelog), 0, "key group %u saved", kg);
+        cr_assert_eq(shm_table_walk_at(arena, kg, pins[kg], walk_and_write, &c), 0, "%s",
+                     stash_errmsg());
+    }
+    for (uint32_t k = 0; k < WALKED; k++) cr_assert_eq(c.met[k], 1, "key %u met once", k);
+    cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
+    unpin_and_settle(pins);
+    for (uint32_t kg = 0; kg < 8; kg++)
+        cr_assert_eq(atomic_load(&arena->tables[kg].prelog), 0, "the log goes with the pins");
+}
+
+static int count_met(const shm_rec *r, void *ctx)
+{
+    walk_check *c = ctx;
+    uint64_t k;
+    memcpy(&k, shm_rec_key(r), sizeof k);
+    c->met[k]++;
+    cr_assert_eq(test_u64(shm_rec_value((shm_rec *)r)), c->at_pin[k], "key %llu as of the pin",
+                 (unsigned long long)k);
+    return 0;
+}
+
+Test(versions, two_walk_pins_each_see_their_own_version)
+{
+    static walk_check first, second;
+    for (uint32_t k = 0; k < WALKED; k++) put(k, first.at_pin[k] = k);
+    uint32_t p1[8], p2[8];
+    pin_walks(p1);
+    for (uint32_t k = 0; k < WALKED; k += 2) put(k, k + 1000);
+    for (uint32_t k = 0; k < WALKED; k++) second.at_pin[k] = k % 2 ? k : k + 1000;
+    pin_walks(p2);
+    for (uint32_t k = 0; k < WALKED; k++) put(k, k + 2000);
+    for (uint32_t kg = 0; kg < 8; kg++) {
+        cr_assert_eq(shm_table_walk_at(arena, kg, p2[kg], count_met, &second), 0);
+        cr_assert_eq(shm_table_walk_at(arena, kg, p1[kg], count_met, &first), 0);
+    }
+    for (uint32_t k = 0; k < WALKED; k++)
+        cr_assert(first.met[k] == 1 && second.met[k] == 1, "key %u met once by each", k);
+    for (uint32_t kg = 0; kg < 8; kg++) shm_table_unpin(arena, kg, p2[kg]);
+    unpin_and_settle(p1);
+}
+
+Test(versions, a_pin_that_is_not_a_walks_keeps_copy_on_write)
+{
+    for (uint32_t k = 0; k < 2000; k++) put(k, k);
+    uint32_t walks[8], versions[8];
+    pin_walks(walks);
+    pin_all(versions);
+    for (uint32_t k = 0; k < 2000; k++) put(k, k + 1);
+    for (uint32_t k = 0; k < 2000; k++) {
+        shm_lookup l = lookup_of(&k);
+        shm_rec *r = shm_table_get_at(arena, &l, versions[l.kg]);
+        cr_assert_not_null(r);
+        cr_assert_eq(test_u64(shm_rec_value(r)), k, "key %u kept as of the pin", k);
+    }
+    for (uint32_t kg = 0; kg < 8; kg++)
+        cr_assert_eq(atomic_load(&arena->tables[kg].prelog), 0, "nothing saved");
+    for (uint32_t kg = 0; kg < 8; kg++) shm_table_unpin(arena, kg, walks[kg]);
+    unpin_and_settle(versions);
+}
+
+/* A save killed in its bracket: the new version stands only if the entry
+ * made it into the log; the value is the old one either way. */
+Test(versions, a_save_cut_short_keeps_the_old_version_unless_its_entry_is_logged)
+{
+    /* Pinned for a live reader process, as the engine pins: recovery keeps it. */
+    uint32_t slot;
+    cr_assert_eq(shm_reader_join(arena, &slot), 0);
+    for (int logged = 0; logged < 2; logged++) {
+        uint32_t k = 7;
+        put(k, 70);
+        shm_lookup l = lookup_of(&k);
+        uint32_t pin = (uint32_t)shm_table_pin_for(arena, l.kg, slot - STASH_MAX_WORKERS + 1, true);
+        shm_cursor cur;
+        cr_assert_eq(shm_table_find(arena, &l, &cur), 0);
+        shm_table *t = &arena->tables[l.kg];
+        uint32_t old = cur.rec->version;
+        if (logged) {
+            /* Saved whole, then killed before the bracket closed. */
+            cr_assert(shm_rec_save(arena, l.kg, cur.rec));
+            atomic_store(&t->undo.rec, shm_ref_of(shm_off_of(arena, cur.rec)));
+            t->undo.nregions = SHM_UNDO_SAVE;
+            t->undo.vlen = old;
+            atomic_fetch_add(&cur.rec->seq, 1);
+        } else {
+            /* Killed after the bracket opened, before the entry was in. */
+            shm_undo_open(arena, &t->undo, cur.rec, SHM_UNDO_SAVE, old);
+            cur.rec->version = atomic_load(&t->epoch);
+        }
+        shm_table_recover(arena, l.kg);
+        cr_assert_eq(atomic_load(&cur.rec->seq) & 1, 0);
+        cr_assert(logged ? cur.rec->version > pin : cur.rec->version == old,
+                  "logged %d: version %u", logged, cur.rec->version);
+        key_in(w, k);
+        stash_bytes b;
+        cr_assert_eq(stash_value_get(s, &b), 0);
+        cr_assert_eq(test_u64(b.data), 70);
+        walk_check *c = calloc(1, sizeof *c);
+        c->at_pin[k] = 70;
+        for (uint32_t x = 0; x < WALKED; x++)
+            if (x != k) c->at_pin[x] = UINT64_MAX;
+        cr_assert_eq(shm_table_walk_at(arena, l.kg, pin, count_met, c), 0);
+        cr_assert_eq(c->met[k], 1, "logged %d: met once", logged);
+        free(c);
+        shm_table_unpin(arena, l.kg, pin);
+    }
+    shm_reader_leave(arena, slot);
+}

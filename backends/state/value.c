@@ -52,14 +52,16 @@ static int read_value(stash_state *s, const shm_lookup *l, shm_cursor *c, stash_
 }
 
 /* Rewrites the live heap record r of an entry whose key and namespace take
- * keys bytes, in table t, with value in place if it may: no pinned reader
- * sees it and its block, of a size class, has room. Returns whether it did. */
+ * keys bytes, in table t, with value in place if it may: its block, of a
+ * size class, has room, and no pinned reader sees it, or only walks do and
+ * it is saved for them first. Returns whether it did. */
 static inline __attribute__((always_inline)) bool rewrite_in_place(stash_arena *a, shm_table *t,
                                                                    shm_rec *r, size_t keys,
                                                                    const void *value, size_t len)
 {
-    return shm_rec_mutable(t, r) && r->size_class != SHM_CLASS_LARGE &&
-           shm_rec_room(a, r, keys) >= len &&
+    return r->size_class != SHM_CLASS_LARGE && shm_rec_room(a, r, keys) >= len &&
+           len <= SHM_UNDO_BYTES &&
+           (shm_rec_mutable(t, r) || shm_rec_save(a, (uint32_t)(t - a->tables), r)) &&
            shm_rec_overwrite(a, t, r, (uint8_t *)(r + 1) + keys, value, len);
 }
 

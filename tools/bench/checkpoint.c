@@ -157,7 +157,8 @@ static void close_loaded(ckb *b, stash_worker *w)
 static uint32_t *pin_all(stash_arena *a)
 {
     uint32_t maxp = a->hdr->max_parallelism, *pins = malloc(maxp * sizeof *pins);
-    for (uint32_t kg = 0; pins && kg < maxp; kg++) pins[kg] = (uint32_t)shm_table_pin(a, kg);
+    for (uint32_t kg = 0; pins && kg < maxp; kg++)
+        pins[kg] = (uint32_t)shm_table_pin_for(a, kg, 0, true);
     return pins;
 }
 
@@ -994,7 +995,7 @@ static int load_worker(ckb *b, shared_run *run, const ycsb_op *ops, uint64_t nop
         if (i % 64 == 0 && atomic_load(&run->want) && !atomic_load(&run->pinned)) {
             uint64_t t0 = bench_now_ns();
             for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
-                run->pins[kg] = (uint32_t)shm_table_pin(a, kg);
+                run->pins[kg] = (uint32_t)shm_table_pin_for(a, kg, 0, true);
             run->pause_ns = bench_now_ns() - t0;
             atomic_store(&run->pinned, 1);
         }
