@@ -211,7 +211,7 @@ static shm_prelog_chunk *prelog_room(stash_arena *a, uint32_t kg, uint32_t n)
 bool shm_rec_save(stash_arena *a, uint32_t kg, shm_rec *rec)
 {
     shm_table *t = &a->tables[kg];
-    if (!walks_only(t) || shm_rec_older(a, rec)) return false;
+    if (!walks_only(t) || !shm_rec_live(rec) || shm_rec_older(a, rec)) return false;
     uint32_t rbytes = (uint32_t)sizeof *rec + rec->klen + rec->nslen +
                       atomic_load_explicit(&rec->vlen, memory_order_relaxed);
     uint32_t n = entry_bytes(rbytes);
@@ -397,7 +397,8 @@ int shm_table_publish(stash_arena *a, const shm_lookup *l, shm_cursor *c, shm_re
                             "%s: key group %u: a version was pinned between the making of a "
                             "record and its publication",
                             a->path, l->kg);
-        bool keep = old->version <= pin;
+        /* Saved, old is replaced like a record no pin sees. */
+        bool keep = old->version <= pin && !shm_rec_save(a, l->kg, old);
         shm_ref older = !linked ? 0 : keep ? shm_ref_of(shm_off_of(a, old)) : shm_rec_older(a, old);
         if (linked) atomic_store_explicit(shm_rec_link(a, rec), older, memory_order_relaxed);
         atomic_store_explicit(&c->group->ref[c->slot], ref, memory_order_release);
@@ -420,7 +421,11 @@ int shm_table_delete(stash_arena *a, const shm_lookup *l, shm_cursor *c)
     shm_table *t = &a->tables[l->kg];
     shm_rec *old = c->rec;
     if (!old || (old->flags & SHM_REC_TOMBSTONE)) return 0;
-    if (max_pin(t)) {
+    /* No pin sees old, nor anything it keeps, once it is saved. */
+    uint32_t pin = max_pin(t);
+    if (pin && !shm_rec_older(a, old) && (old->version > pin || shm_rec_save(a, l->kg, old)))
+        pin = 0;
+    if (pin) {
         /* A pinned reader may still see old or what it keeps: leave a tombstone. */
         shm_rec *tomb;
         int rc = shm_rec_new(a, l, 0, &tomb);

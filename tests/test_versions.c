@@ -779,8 +779,19 @@ static int walk_and_write(const shm_rec *r, void *ctx)
     c->met[k]++;
     cr_assert_eq(test_u64(shm_rec_value((shm_rec *)r)), c->at_pin[k], "key %llu as of the pin",
                  (unsigned long long)k);
-    /* Two keys rewritten in place: one the walk may have met, one it may not. */
-    for (int i = 0; i < 2; i++) put((uint32_t)(rand_r(&c->seed) % WALKED), rand_r(&c->seed));
+    /* Two keys changed: one the walk may have met, one it may not. Most are
+     * rewritten in place; some grow out of their block, some go. */
+    for (int i = 0; i < 2; i++) {
+        uint32_t x = (uint32_t)(rand_r(&c->seed) % WALKED), what = (uint32_t)rand_r(&c->seed) % 8;
+        uint64_t grown[32] = {rand_r(&c->seed)};
+        key_in(w, x);
+        if (what == 0)
+            cr_assert_eq(stash_value_put(s, grown, sizeof grown), 0);
+        else if (what == 1)
+            cr_assert_eq(stash_state_clear(s), 0);
+        else
+            put(x, rand_r(&c->seed));
+    }
     return 0;
 }
 
