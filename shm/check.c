@@ -363,7 +363,11 @@ static bool undo_fits(const stash_arena *a, const shm_undo *u)
     if (off == 0) return true;
     if (!in_data(a, off, sizeof(shm_rec), false)) return false;
     const shm_rec *r = shm_ptr(a, off);
-    uint64_t vlen = atomic_load(&r->vlen) > u->vlen ? atomic_load(&r->vlen) : u->vlen;
+    /* A save changes no byte (its vlen is the record's old version). */
+    uint64_t vlen = atomic_load(&r->vlen);
+    if (u->nregions == SHM_UNDO_SAVE)
+        return in_data(a, off, sizeof(shm_rec) + (uint64_t)r->klen + r->nslen + vlen, false);
+    if (u->vlen > vlen) vlen = u->vlen;
     if (u->nregions > SHM_UNDO_REGIONS || (u->nregions == 0 && u->vlen > SHM_UNDO_BYTES) ||
         !in_data(a, off, sizeof(shm_rec) + (uint64_t)r->klen + r->nslen + vlen, false))
         return false;

@@ -8,7 +8,10 @@
  */
 #include <criterion/criterion.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "shm/index.h"
@@ -915,4 +918,87 @@ Test(versions, a_save_cut_short_keeps_the_old_version_unless_its_entry_is_logged
         shm_table_unpin(arena, l.kg, pin);
     }
     shm_reader_leave(arena, slot);
+}
+
+/* A walk in another process, as the engine's, of walks' pins while the
+ * owner rewrites, grows, deletes and puts back keys as fast as it can. */
+#define RACED 20000u
+typedef struct raced_walk {
+    const char *name;
+    uint32_t pins[8];
+    uint64_t at_pin[RACED]; /* UINT64_MAX: absent at the pin */
+    unsigned met[RACED];
+    _Atomic int done;
+    char why[128];
+} raced_walk;
+
+static int check_raced(const shm_rec *r, void *ctx)
+{
+    raced_walk *p = ctx;
+    uint64_t k;
+    memcpy(&k, shm_rec_key(r), sizeof k);
+    if (k >= RACED || p->met[k]++ || test_u64(shm_rec_value((shm_rec *)r)) != p->at_pin[k]) {
+        snprintf(p->why, sizeof p->why, "key %llu: met %u times, %llu for %llu",
+                 (unsigned long long)k, k < RACED ? p->met[k] : 0,
+                 (unsigned long long)test_u64(shm_rec_value((shm_rec *)r)),
+                 (unsigned long long)(k < RACED ? p->at_pin[k] : 0));
+        return -1;
+    }
+    return 0;
+}
+
+static int walk_raced(void *arg)
+{
+    raced_walk *p = arg;
+    stash_arena *a;
+    uint32_t slot;
+    int rc = stash_arena_open(p->name, NULL, &a);
+    if (rc == 0) rc = shm_reader_join(a, &slot);
+    for (uint32_t kg = 0; rc == 0 && kg < 8; kg++) {
+        shm_table_walk_enter(a, kg, slot);
+        rc = shm_table_walk_at(a, kg, p->pins[kg], check_raced, p);
+        shm_table_walk_exit(a, kg, slot);
+    }
+    if (rc && !p->why[0]) snprintf(p->why, sizeof p->why, "%s", stash_errmsg());
+    atomic_store(&p->done, 1);
+    return rc == 0 ? 0 : 1;
+}
+
+Test(versions, a_walk_in_another_process_meets_each_record_once_as_of_its_pin, .timeout = 240)
+{
+    raced_walk *p =
+        mmap(NULL, sizeof *p, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    cr_assert_neq(p, MAP_FAILED);
+    static uint64_t now[RACED];
+    unsigned first = test_seed("a_walk_in_another_process"), seed = first;
+    for (uint32_t k = 0; k < RACED; k++) put(k, now[k] = k);
+    for (int round = 0; round < 40; round++) {
+        memset(p, 0, sizeof *p);
+        p->name = arena_name;
+        memcpy(p->at_pin, now, sizeof now);
+        pin_walks(p->pins);
+        pid_t pid = test_fork(walk_raced, p);
+        uint64_t v = (uint64_t)round << 32;
+        while (!atomic_load(&p->done)) {
+            uint32_t k = (uint32_t)rand_r(&seed) % RACED, what = (uint32_t)rand_r(&seed) % 8;
+            key_in(w, k);
+            if (what == 0) {
+                uint64_t grown[24] = {++v};
+                cr_assert_eq(stash_value_put(s, grown, (size_t)(8 + rand_r(&seed) % 180)), 0);
+                now[k] = v;
+            } else if (what == 1) {
+                cr_assert_eq(stash_state_clear(s), 0);
+                now[k] = UINT64_MAX;
+            } else {
+                put(k, now[k] = ++v);
+            }
+        }
+        cr_assert_eq(test_wait(pid), 0, "seed %u, round %d: %s", first, round, p->why);
+        for (uint32_t k = 0; k < RACED; k++)
+            cr_assert_eq(p->met[k], p->at_pin[k] != UINT64_MAX, "seed %u, round %d: key %u met %u",
+                         first, round, k, p->met[k]);
+        for (uint32_t kg = 0; kg < 8; kg++) shm_table_unpin(arena, kg, p->pins[kg]);
+    }
+    cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
+    munmap(p, sizeof *p);
 }
