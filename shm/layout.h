@@ -265,9 +265,12 @@ typedef struct shm_table {
     _Atomic uint32_t pins_gen; /* bumped by every unpin */
     uint32_t swept_gen;        /* pins_gen the last prune sweep started from */
     uint32_t sweep_pos;        /* next slot of the prune sweep, or UINT32_MAX: none */
-    _Atomic uint64_t count;    /* live (non-tombstone) entries */
-    uint32_t heads;            /* slots of both arrays holding an entry (tombstones too) */
-    uint32_t old_left;         /* of those, the ones in old_index */
+    /* Records of this version or newer no pin sees (the newest pin + 1, 0
+     * with none; the owner's, behind an unpin until it tends the table). */
+    _Atomic uint32_t mutable_from;
+    _Atomic uint64_t count; /* live (non-tombstone) entries */
+    uint32_t heads;         /* slots of both arrays holding an entry (tombstones too) */
+    uint32_t old_left;      /* of those, the ones in old_index */
     _Atomic uint32_t pins[SHM_MAX_PINS]; /* versions pinned by readers, 0 free */
     uint32_t sweep_resizes;   /* resizes when the sweep started: it starts over after one */
     uint32_t cleanup_pos;     /* next slot of the TTL cleanup */
@@ -312,7 +315,7 @@ typedef struct shm_prelog_entry {
     uint32_t bytes; /* the record's bytes that follow */
     uint32_t pad;
 } shm_prelog_entry;
-_Static_assert(offsetof(shm_table, sweep_pos) < 64,
+_Static_assert(offsetof(shm_table, mutable_from) < 64,
                "a lookup and a write read one line of the table");
 
 /* A state's entry in the arena's catalog. */

@@ -8,10 +8,12 @@
  *   own reads need no synchronisation and its views stay valid until its
  *   next change.
  * - Versions: every record carries the table epoch in which it was written.
- *   Pinning a version starts a new epoch; a record written before the pin is
- *   never changed in place again (shm_rec_mutable), and replacing or deleting
- *   it keeps it behind the new version (older) for as long as a pin may see
- *   it. So a reader pinned to version v sees the table exactly as of v.
+ *   Pinning a version starts a new epoch; a record a pin sees (written at or
+ *   before it) is never changed in place (shm_rec_mutable) unless saved to
+ *   the pre-image log first (shm_rec_save, while only walks pin), and
+ *   replacing or deleting it otherwise keeps it behind the new version
+ *   (older) for as long as a pin may see it. So a reader pinned to version v
+ *   sees the table exactly as of v.
  * - Readers in other processes follow references without locks: an entry is
  *   replaced by storing one reference, an unlinked record is freed only after
  *   every reader that could hold it has left (ebr.c), and an in-place change
@@ -315,7 +317,9 @@ void shm_table_maintain(stash_arena *a, uint32_t kg, uint32_t budget)
 {
     shm_table *t = &a->tables[kg];
     if (!atomic_load(&t->index)) return;
-    if (atomic_load(&t->prelog) && !max_pin(t)) prelog_drop(a, kg);
+    uint32_t pinned = max_pin(t);
+    atomic_store(&t->mutable_from, pinned ? pinned + 1 : 0);
+    if (atomic_load(&t->prelog) && !pinned) prelog_drop(a, kg);
     shm_off emptied = shm_index_make_room(a, kg);
     /* A sweep runs to its end, then another starts if pins changed meanwhile:
      * restarting on every unpin could starve the end of the table. */
@@ -481,6 +485,7 @@ void shm_table_recover(stash_arena *a, uint32_t kg)
      * moves past it, so that nothing is written in place at a pinned version. */
     uint32_t newest = max_pin(t);
     if (atomic_load(&t->epoch) <= newest) atomic_store(&t->epoch, newest + 1);
+    atomic_store(&t->mutable_from, newest ? newest + 1 : 0);
     shm_undo *u = &t->undo;
     shm_rec *rec = shm_rec_at(a, atomic_load(&u->rec));
     if (rec && (atomic_load(&rec->seq) & 1) && u->nregions == SHM_UNDO_SAVE) {
@@ -522,6 +527,7 @@ int64_t shm_table_pin_for(stash_arena *a, uint32_t kg, uint32_t holder, bool wal
         atomic_store(&t->pin_holders, hs | (holder & 0xffu) << (8 * i));
         atomic_store(&t->pins[i], v);
         atomic_store(&t->epoch, v + 1);
+        atomic_store(&t->mutable_from, v + 1);
         return v;
     }
     return shm_fail(-EBUSY, "%s: key group %u already has %u versions pinned", a->path, kg,

@@ -121,7 +121,7 @@ static inline __attribute__((always_inline)) int shm_table_find(stash_arena *a, 
  * reader can see it). */
 static inline bool shm_rec_mutable(const shm_table *t, const shm_rec *rec)
 {
-    return rec->version == atomic_load_explicit(&t->epoch, memory_order_relaxed);
+    return rec->version >= atomic_load_explicit(&t->mutable_from, memory_order_relaxed);
 }
 /* The bytes the value of rec, whose key and namespace take keys bytes, may
  * grow to in place. */
