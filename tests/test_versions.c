@@ -1002,3 +1002,26 @@ Test(versions, a_walk_in_another_process_meets_each_record_once_as_of_its_pin, .
     cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
     munmap(p, sizeof *p);
 }
+
+static shm_rec *rec_of(uint32_t k)
+{
+    shm_lookup l = lookup_of(&k);
+    shm_cursor c;
+    cr_assert_eq(shm_table_find(arena, &l, &c), 0);
+    return c.rec;
+}
+
+Test(versions, once_unpinned_a_record_is_rewritten_in_place_again)
+{
+    put(5, 1);
+    shm_rec *before = rec_of(5);
+    uint32_t pins[8];
+    pin_all(pins);
+    unpin_and_settle(pins);
+    put(5, 2);
+    cr_assert_eq(rec_of(5), before, "no pin sees it: rewritten in place, not copied");
+    pin_walks(pins);
+    put(5, 3);
+    cr_assert_eq(rec_of(5), before, "only walks pin it: saved, then rewritten in place");
+    unpin_and_settle(pins);
+}
