@@ -196,6 +196,8 @@ static shm_prelog_chunk *prelog_room(stash_arena *a, uint32_t kg, uint32_t n)
     shm_table *t = &a->tables[kg];
     shm_prelog_chunk *c = chunk_at(a, atomic_load_explicit(&t->prelog, memory_order_relaxed));
     if (c && c->cap - atomic_load_explicit(&c->used, memory_order_relaxed) >= n) return c;
+    /* A new log reuses the last one's chunks, once readers allow. */
+    if (!c) reclaim(a, t, false);
     uint32_t bytes = c ? 2 * ((uint32_t)sizeof *c + c->cap) : PRELOG_FIRST;
     uint32_t cap = (bytes < PRELOG_CHUNK ? bytes : PRELOG_CHUNK) - (uint32_t)sizeof *c;
     if (n > cap) cap = n;
