@@ -6,7 +6,8 @@
  * key group) with few keys and with many; the bytes of an incremental
  * checkpoint after 1% of the keys changed; and a worker process's throughput
  * and the arena's extra memory while another process writes a checkpoint
- * under YCSB A load, against the same worker without one.
+ * under YCSB A load, against the same worker without one and beside reads
+ * of the arena at the checkpoint's pace.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -1037,6 +1038,55 @@ static uint64_t ops_during(shared_run *run, uint64_t ns, const int pids[2], doub
     return n;
 }
 
+/* A thread of the bench that reads the arena's memory 1 MiB at a time, at a
+ * checkpoint's pace (its state's bytes over its duration): a checkpoint's
+ * reads without the checkpoint, for what sharing the memory alone costs
+ * the worker. */
+typedef struct paced_reads {
+    const uint8_t *from;
+    uint64_t bytes;
+    double per_s;
+    _Atomic int stop;
+    pthread_t thread;
+} paced_reads;
+
+#define PACED_STEP (1u << 20)
+
+static void *read_paced(void *arg)
+{
+    paced_reads *r = arg;
+    uint8_t *buf = malloc(PACED_STEP);
+    uint64_t t0 = bench_now_ns(), done = 0;
+    while (buf && !atomic_load(&r->stop)) {
+        uint64_t at = done % r->bytes, n = r->bytes - at < PACED_STEP ? r->bytes - at : PACED_STEP;
+        memcpy(buf, r->from + at, n);
+        done += n;
+        uint64_t due = t0 + (uint64_t)((double)done / r->per_s * 1e9), now = bench_now_ns();
+        if (due > now)
+            nanosleep(&(struct timespec){.tv_sec = (time_t)((due - now) / 1000000000u),
+                                         .tv_nsec = (long)((due - now) % 1000000000u)},
+                      NULL);
+    }
+    free(buf);
+    return NULL;
+}
+
+/* The worker's operations per second over ns while the bench reads the
+ * arena's data as a checkpoint of state_bytes in ckpt_ns would; 0 if the
+ * reading thread did not start. */
+static double ops_beside_reads(shared_run *run, stash_arena *a, uint64_t ns, const int pids[2],
+                               uint64_t state_bytes, uint64_t ckpt_ns)
+{
+    paced_reads r = {.from = (const uint8_t *)a->base + a->hdr->data_off,
+                     .bytes = state_bytes < PACED_STEP ? PACED_STEP : state_bytes,
+                     .per_s = (double)state_bytes / ((double)ckpt_ns / 1e9)};
+    if (pthread_create(&r.thread, NULL, read_paced, &r) != 0) return 0;
+    uint64_t n = ops_during(run, ns, pids, NULL);
+    atomic_store(&r.stop, 1);
+    pthread_join(r.thread, NULL);
+    return (double)n / ((double)ns / 1e9);
+}
+
 /* Redis BGSAVE on the same keys under the same YCSB A operations: what its
  * fork copies on write, beside what the stash checkpoint kept (extra bytes
  * of state_bytes). */
@@ -1115,7 +1165,7 @@ static int under_load_case(ckb *b)
     if (rc == 0 && shm_reader_join(a, &slot2) < 0) slot2 = 0;
     while (rc == 0 && atomic_load(&run->ops) < nops / 4) usleep(1000);
     double with[MAX_REPS], without[MAX_REPS], extra[MAX_REPS], busy_with[MAX_REPS],
-        busy_without[MAX_REPS];
+        busy_without[MAX_REPS], beside[MAX_REPS];
     const int pids[2] = {(int)getpid(), (int)pid};
     uint64_t state_bytes = a ? arena_used_bytes(a) : 0;
     bench_series *plot = bench_plotting() ? calloc(1, sizeof *plot) : NULL;
@@ -1162,6 +1212,7 @@ static int under_load_case(ckb *b)
         for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
             if (run->pins[kg]) shm_table_unpin(a, kg, run->pins[kg]);
         with[r] = (double)done / ((double)ns / 1e9);
+        if (rc == 0) beside[r] = ops_beside_reads(run, a, window, pids, state_bytes, ns);
     }
     atomic_store(&run->stop, 1);
     waitpid(pid, NULL, 0);
@@ -1180,6 +1231,8 @@ static int under_load_case(ckb *b)
     report_reps(b, "ycsb-a/during-checkpoint", "stash", with, "ops/s");
     report_reps(b, "ycsb-a/without", "stash", without, "ops/s");
     report_ratio(b, "ycsb-a/during-checkpoint", "during/without", with, without);
+    report_reps(b, "ycsb-a/beside-reads", "stash", beside, "ops/s");
+    report_ratio(b, "ycsb-a/beside-reads", "reads/without", beside, without);
     /* Whether the second core was free for the engine: what other processes
      * took of the machine's processors in the same windows. */
     double bw = report_reps(b, "ycsb-a/during-checkpoint", "other-processes", busy_with, "cores");
@@ -1204,7 +1257,8 @@ int bench_checkpoint(int argc, char **argv)
         "keys and with 10M (--quick: 1M); the bytes of an incremental checkpoint after 1% of\n"
         "the keys changed; a worker's YCSB A throughput and the arena's extra memory while\n"
         "another process writes a checkpoint, beside what Redis BGSAVE's fork copies on write\n"
-        "under the same operations (redis-server, when installed). 1M keys of 100 bytes\n"
+        "under the same operations (redis-server, when installed), and beside reads of the\n"
+        "arena at the checkpoint's pace with no checkpoint. 1M keys of 100 bytes\n"
         "(--quick: 100K). instant: a checkpoint of 1M keys and one of 10M (--quick: 100K\n"
         "and 1M) restored lazily into a new arena while a worker gets random keys: the time\n"
         "to its first get and until every key group is back (a background pass and the\n"
@@ -1237,6 +1291,7 @@ int bench_checkpoint(int argc, char **argv)
                                  "incremental-1pct",
                                  "ycsb-a/during-checkpoint",
                                  "ycsb-a/without",
+                                 "ycsb-a/beside-reads",
                                  "extra-memory",
                                  "rewrite",
                                  "rados/write",
