@@ -8,18 +8,25 @@
 # which it drops writes), long before BlueStore runs out of space and the
 # OSD aborts.
 #   cluster.sh start DIR [PORT] [memstore|bluestore]   prints DIR/ceph.conf once a write works
-#   cluster.sh stop DIR                                stops both daemons
+#   cluster.sh stop DIR                                stops every daemon
+#   cluster.sh destroy DIR                             kills them and removes DIR
 #   cluster.sh osd-stop DIR | osd-start DIR            the OSD alone
 #   cluster.sh mon-stop DIR | mon-start DIR            the monitor alone
 #   cluster.sh rgw-start DIR [PORT]                    the S3 gateway (radosgw) on PORT
 #                                                      (7480), once a request works; the
 #                                                      first start makes a user and bucket
 #                                                      stash, prints DIR/s3.env (AWS_*)
-#   cluster.sh rgw-stop DIR                            the gateway alone
+#   cluster.sh rgw-stop DIR | rgw-kill DIR             the gateway alone (kill: SIGKILL)
+#   cluster.sh pool DIR NAME | pool-rm DIR NAME        another pool, once a write to it works
+#   cluster.sh bucket DIR NAME | bucket-rm DIR NAME    another bucket of user stash
+#   cluster.sh shared-start DIR | shared-rgw-start DIR the cluster the suites share and its
+#                                                      gateway (ctest's fixtures:
+#                                                      tests/CMakeLists.txt)
 # The client's keyring is DIR/client.keyring ([client] in the conf, so that
 # the daemons keep their own); pools of one replica are allowed. With
-# CEPH_OWNER=PID, start also leaves a reaper that stops the daemons and
-# removes DIR once that process is gone (a test killed at its timeout).
+# CEPH_OWNER=PID, start also leaves a reaper that kills the daemons and
+# removes DIR once that process is gone (a test killed at its timeout),
+# unless DIR has been stopped and started again since for another owner.
 set -eu
 cmd=$1 dir=$2
 port=${3:-6789}
@@ -49,6 +56,27 @@ s3() {
         -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"
 }
 
+# Pool $1, ready when a write to it is (health warns of the one replica).
+pool_create() {
+    t ceph -c "$conf" osd pool create "$1" 8 >/dev/null 2>&1 || fail "no pool $1 could be made" mon.a.log
+    i=0
+    until echo ok | t rados -c "$conf" -p "$1" put ready - 2>/dev/null; do
+        i=$((i + 1))
+        [ $i -lt 60 ] || { echo "ceph: the cluster in $dir never took a write to $1" >&2; exit 1; }
+        sleep 0.5
+    done
+}
+
+# The gateway's first calls on a bucket load it (seconds): made here, not
+# by the caller's first call, bounded by its own timeout.
+bucket_warm() {
+    . "$dir/s3.env"
+    s3 -X PUT --data-binary warm -o /dev/null "$AWS_ENDPOINT_URL/$1/.warm" ||
+        fail "no object could be written to $1" rgw.log
+    s3 -o /dev/null "$AWS_ENDPOINT_URL/$1/.warm" && s3 -X DELETE -o /dev/null "$AWS_ENDPOINT_URL/$1/.warm" ||
+        fail "no object could be read from $1" rgw.log
+}
+
 mgr_start() {
     ceph-mgr -c "$conf" -i x --pid-file "$dir/mgr.pid" >>"$dir/mgr.out" 2>&1
 }
@@ -58,14 +86,31 @@ fail() {
     exit 1
 }
 
-stop_pid() {
+# The pid in pid file $1 if that process is a daemon of DIR still (not
+# one the pid was given to since a daemon died), else nothing.
+daemon_pid() {
     [ -f "$1" ] || return 0
     pid=$(cat "$1")
-    kill "$pid" 2>/dev/null || true
-    i=0
-    while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-    kill -9 "$pid" 2>/dev/null || true
-    rm -f "$1"
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir/" && echo "$pid" || true
+}
+
+# Stops the daemons whose pid files are named: each asked at once (a
+# daemon takes about 2 s), then waited for, 10 s at most, and killed past
+# that.
+stop_pids() {
+    pids=
+    for f in "$@"; do
+        pid=$(daemon_pid "$f")
+        [ -n "$pid" ] || continue
+        kill "$pid" 2>/dev/null || true
+        pids="$pids $pid"
+    done
+    for pid in $pids; do
+        i=0
+        while kill -0 "$pid" 2>/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+        kill -9 "$pid" 2>/dev/null || true
+    done
+    rm -f "$@"
 }
 
 case $cmd in
@@ -73,8 +118,14 @@ start)
     rm -rf "$dir"
     mkdir -p "$dir/mon" "$dir/osd" "$dir/mgr" "$dir/run"
     if [ -n "${CEPH_OWNER:-}" ]; then
-        # A session of its own: a kill of the owner's process group spares it.
-        setsid sh -c 'tail --pid="$1" -f /dev/null; sh "$2" stop "$3"; rm -rf "$3"' reaper \
+        # A session of its own: a kill of the owner's process group spares
+        # it. The owner's name in DIR keeps it from killing a cluster
+        # started there since (the shared cluster of a build's tests is in
+        # the same directory at every run).
+        echo "$CEPH_OWNER" >"$dir/owner"
+        setsid sh -c 'tail --pid="$1" -f /dev/null
+            [ "$(cat "$3/owner" 2>/dev/null)" = "$1" ] || exit 0
+            sh "$2" destroy "$3"' reaper \
             "$CEPH_OWNER" "$0" "$dir" </dev/null >/dev/null 2>&1 &
     fi
     fsid=$(cat /proc/sys/kernel/random/uuid)
@@ -150,25 +201,27 @@ CONF
     t ceph -c "$conf" auth get-or-create mgr.x mon 'allow profile mgr' osd 'allow *' \
         >"$dir/mgr.keyring" 2>/dev/null || fail "no key for the manager" mon.a.log
     mgr_start || fail "the manager did not start" mgr.out
-    t ceph -c "$conf" osd pool create stash 8 >/dev/null 2>&1 || fail "no pool could be made" mon.a.log
-    # Ready when a write is (health warns of the one replica).
-    i=0
-    until echo ok | t rados -c "$conf" -p stash put ready - 2>/dev/null; do
-        i=$((i + 1))
-        [ $i -lt 60 ] || { echo "ceph: the cluster in $dir never took a write" >&2; exit 1; }
-        sleep 0.5
-    done
+    pool_create stash
     echo "$conf"
     ;;
 stop)
-    stop_pid "$dir/rgw.pid"
-    stop_pid "$dir/mgr.pid"
-    stop_pid "$dir/osd.pid"
-    stop_pid "$dir/mon.pid"
+    # The monitor last: an OSD stopping tells it so, and waits 5 s for a
+    # monitor that is gone.
+    stop_pids "$dir/rgw.pid" "$dir/mgr.pid" "$dir/osd.pid"
+    stop_pids "$dir/mon.pid"
     ;;
-osd-stop) stop_pid "$dir/osd.pid" ;;
+destroy)
+    # Its data goes with it (a test's cluster, the suites'): every daemon
+    # killed at once, none waited for.
+    for daemon in rgw mgr osd mon; do
+        pid=$(daemon_pid "$dir/$daemon.pid")
+        [ -z "$pid" ] || kill -9 "$pid" 2>/dev/null || true
+    done
+    rm -rf "$dir"
+    ;;
+osd-stop) stop_pids "$dir/osd.pid" ;;
 osd-start) osd_start ;;
-mon-stop) stop_pid "$dir/mon.pid" ;;
+mon-stop) stop_pids "$dir/mon.pid" ;;
 mon-start) mon_start ;;
 rgw-start)
     if ! grep -q '^\[client.rgw.x\]' "$conf"; then
@@ -207,17 +260,49 @@ ENV
         )
         s3 -X PUT -o /dev/null "$endpoint/stash" || fail "no bucket could be made" rgw.log
     fi
-    # The gateway's first calls on a bucket load it (seconds): made here,
-    # not by the caller's first call, bounded by its own timeout.
-    s3 -X PUT --data-binary warm -o /dev/null "$endpoint/stash/.warm" ||
-        fail "no object could be written" rgw.log
-    s3 -o /dev/null "$endpoint/stash/.warm" && s3 -X DELETE -o /dev/null "$endpoint/stash/.warm" ||
-        fail "no object could be read" rgw.log
+    bucket_warm stash
     echo "$dir/s3.env"
     ;;
-rgw-stop) stop_pid "$dir/rgw.pid" ;;
+rgw-stop) stop_pids "$dir/rgw.pid" ;;
+rgw-kill)
+    pid=$(daemon_pid "$dir/rgw.pid")
+    [ -n "$pid" ] || fail "no gateway to kill" rgw.log
+    kill -9 "$pid"
+    rm -f "$dir/rgw.pid"
+    ;;
+pool) pool_create "$3" ;;
+pool-rm)
+    t ceph -c "$conf" osd pool rm "$3" "$3" --yes-i-really-really-mean-it >/dev/null 2>&1 ||
+        fail "pool $3 could not be removed" mon.a.log
+    ;;
+bucket)
+    . "$dir/s3.env"
+    s3 -X PUT -o /dev/null "$AWS_ENDPOINT_URL/$3" || fail "no bucket $3 could be made" rgw.log
+    bucket_warm "$3"
+    ;;
+bucket-rm)
+    timeout 60 radosgw-admin -c "$conf" -n client.rgw.x bucket rm --bucket="$3" --purge-objects \
+        >/dev/null 2>&1 || fail "bucket $3 could not be removed" rgw.log
+    ;;
+shared-start)
+    # Once a run (ctest --repeat runs a fixture again), owned by ctest (the
+    # caller's parent): its reaper ends it if the run ends before the
+    # fixture's cleanup does. None where Ceph is not installed: each test
+    # skips.
+    [ -x /usr/bin/ceph-osd ] || { rm -rf "$dir"; exit 0; }
+    [ "$(cat "$dir/owner" 2>/dev/null)" != "$PPID" ] || exit 0
+    sh "$0" destroy "$dir"
+    CEPH_OWNER=$PPID exec sh "$0" start "$dir" $((10000 + $$ % 20000)) bluestore
+    ;;
+shared-rgw-start)
+    [ -f "$conf" ] && [ -x /usr/bin/radosgw ] || exit 0
+    [ -z "$(daemon_pid "$dir/rgw.pid")" ] || exit 0
+    exec sh "$0" rgw-start "$dir" $((30000 + $$ % 2768))
+    ;;
 *)
-    echo "usage: cluster.sh start|stop|osd-stop|osd-start|mon-stop|mon-start|rgw-start|rgw-stop DIR [PORT] [memstore|bluestore]" >&2
+    echo "usage: cluster.sh start|stop|destroy|osd-stop|osd-start|mon-stop|mon-start|rgw-start|rgw-stop|rgw-kill DIR [PORT] [memstore|bluestore]" >&2
+    echo "       cluster.sh pool|pool-rm|bucket|bucket-rm DIR NAME" >&2
+    echo "       cluster.sh shared-start|shared-rgw-start DIR" >&2
     exit 2
     ;;
 esac
