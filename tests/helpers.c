@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -237,64 +238,132 @@ int test_sum_reduce(const stash_bytes *acc, const stash_bytes *in, void *out, si
     return 0;
 }
 
-char test_ceph_dir[128], test_ceph_conf[256];
+char test_ceph_dir[128], test_ceph_conf[256], test_ceph_container[64];
+/* The cluster's directory: test_ceph_dir if the cluster is the test's own,
+ * the suites' shared one's otherwise; and what the test made on the shared
+ * one (a pool, or a bucket of its gateway), removed when it ends. */
+static char cluster_dir[128];
+static bool cluster_shared, container_bucket;
 
 static int cluster_sh(const char *verb, const char *extra)
 {
     char cmd[1024];
     snprintf(cmd, sizeof cmd, "sh %s/ceph/cluster.sh %s %s %s >>%s.out 2>&1", STASH_TESTS_DIR, verb,
-             test_ceph_dir, extra, test_ceph_dir);
+             cluster_dir, extra, test_ceph_dir);
     return WEXITSTATUS(system(cmd));
+}
+
+/* Fails the test with what went wrong, the end of the test's log of
+ * cluster.sh and of the cluster's logs named (files of its directory, or
+ * NULL). */
+static void cluster_failed(const char *what, const char *logs)
+{
+    char out[4096] = "", cmd[600];
+    int n = snprintf(cmd, sizeof cmd, "tail -c 1500 %s.out", test_ceph_dir);
+    if (logs)
+        snprintf(cmd + n, sizeof cmd - (size_t)n, "; cd %s && tail -n 15 %s 2>&1", cluster_dir,
+                 logs);
+    FILE *p = popen(cmd, "r");
+    size_t len = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[len] = 0;
+    if (p) pclose(p);
+    cr_assert_fail("%s: %s", what, out);
+}
+
+/* Names the test's directory, /tmp/stash-test-ceph-PID, its log of
+ * cluster.sh beside it begun anew (one a killed test left is another's). */
+static void name_test_dir(void)
+{
+    char out[160];
+    snprintf(test_ceph_dir, sizeof test_ceph_dir, "/tmp/stash-test-ceph-%d", (int)getpid());
+    snprintf(out, sizeof out, "%s.out", test_ceph_dir);
+    unlink(out);
+}
+
+/* The directory of the cluster the suites share ($STASH_TEST_CEPH) if it
+ * holds file (its conf, or the gateway's keys once the gateway is up);
+ * else NULL: not started (a suite run by hand) or Ceph not installed. */
+static const char *shared_cluster(const char *file)
+{
+    const char *d = getenv("STASH_TEST_CEPH");
+    char path[256];
+    if (!d || !*d) return NULL;
+    snprintf(path, sizeof path, "%s/%s", d, file);
+    return access(path, R_OK) == 0 ? d : NULL;
+}
+
+/* Joins the shared cluster in directory shared, with a pool or bucket
+ * named after the test's process; made by the caller. */
+static void join_shared(const char *shared)
+{
+    name_test_dir();
+    test_remove_dir(test_ceph_dir);
+    cr_assert_eq(mkdir(test_ceph_dir, 0700), 0, "%s: %s", test_ceph_dir, strerror(errno));
+    /* Removed with this process whatever ends it, as a cluster of its own
+     * would be by its reaper (tests/ceph/cluster.sh). */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd,
+             "setsid sh -c 'tail --pid=%d -f /dev/null; rm -rf %s %s.out' </dev/null >/dev/null "
+             "2>&1 &",
+             (int)getpid(), test_ceph_dir, test_ceph_dir);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    snprintf(cluster_dir, sizeof cluster_dir, "%s", shared);
+    snprintf(test_ceph_conf, sizeof test_ceph_conf, "%s/ceph.conf", cluster_dir);
+    cluster_shared = true;
+    /* A pid comes back (pid_max may be 32768) while the cluster lives on:
+     * a random part keeps the name apart from a pool a test left. Lower
+     * case, digits and dashes, as a bucket's name must be. */
+    uint32_t nonce;
+    if (getrandom(&nonce, sizeof nonce, 0) != sizeof nonce) nonce = (uint32_t)time(NULL);
+    snprintf(test_ceph_container, sizeof test_ceph_container, "stash-%d-%08x", (int)getpid(),
+             nonce);
+}
+
+void test_ceph_start_own(void)
+{
+    if (access("/usr/bin/ceph-mon", X_OK) != 0 || access("/usr/bin/ceph-osd", X_OK) != 0)
+        cr_skip_test("Ceph is not installed (apt-get install ceph-mon ceph-osd)");
+    name_test_dir();
+    snprintf(cluster_dir, sizeof cluster_dir, "%s", test_ceph_dir);
+    snprintf(test_ceph_conf, sizeof test_ceph_conf, "%s/ceph.conf", test_ceph_dir);
+    snprintf(test_ceph_container, sizeof test_ceph_container, "stash");
+    cluster_shared = false;
+    char port[64];
+    snprintf(port, sizeof port, "%d bluestore", 10000 + (int)getpid() % 20000);
+    /* Gone with this process whatever ends it (cluster.sh's reaper). */
+    char owner[32];
+    snprintf(owner, sizeof owner, "%d", (int)getpid());
+    setenv("CEPH_OWNER", owner, 1);
+    if (cluster_sh("start", port) != 0) cluster_failed("the cluster did not start", NULL);
 }
 
 void test_ceph_start(void)
 {
-    if (access("/usr/bin/ceph-mon", X_OK) != 0 || access("/usr/bin/ceph-osd", X_OK) != 0)
-        cr_skip_test("Ceph is not installed (apt-get install ceph-mon ceph-osd)");
-    snprintf(test_ceph_dir, sizeof test_ceph_dir, "/tmp/stash-test-ceph-%d", (int)getpid());
-    snprintf(test_ceph_conf, sizeof test_ceph_conf, "%s/ceph.conf", test_ceph_dir);
-    char port[64];
-    snprintf(port, sizeof port, "%d bluestore", 10000 + (int)getpid() % 20000);
-    /* Stopped with this process whatever ends it. */
-    char owner[32];
-    snprintf(owner, sizeof owner, "%d", (int)getpid());
-    setenv("CEPH_OWNER", owner, 1);
-    if (cluster_sh("start", port) != 0) {
-        char out[4096] = "", path[160];
-        snprintf(path, sizeof path, "%s.out", test_ceph_dir);
-        FILE *f = fopen(path, "r");
-        size_t n = f ? fread(out, 1, sizeof out - 1, f) : 0;
-        out[n] = 0;
-        if (f) fclose(f);
-        cr_assert_fail("the cluster did not start: %s", out);
+    const char *shared = shared_cluster("ceph.conf");
+    if (!shared) {
+        test_ceph_start_own();
+        return;
     }
+    join_shared(shared);
+    container_bucket = false;
+    if (cluster_sh("pool", test_ceph_container) != 0)
+        cluster_failed("no pool could be made on the shared cluster", "mon.a.log");
 }
 
 int test_ceph(const char *verb)
 {
+    cr_assert(!cluster_shared,
+              "cluster.sh %s would disturb every test on the shared cluster: the test starts "
+              "its own (test_ceph_start_own)",
+              verb);
     return cluster_sh(verb, "");
 }
 
-void test_s3_start(void)
+/* Sets the environment from the gateway's s3.env (AWS_*=...). */
+static void s3_environment(void)
 {
-    if (access("/usr/bin/radosgw", X_OK) != 0)
-        cr_skip_test("Ceph's S3 gateway is not installed (apt-get install radosgw)");
-    test_ceph_start();
-    char port[32], path[300], line[512];
-    /* Below the kernel's ephemeral ports (32768 on), which a client's
-     * connection may hold, and above the monitors' (10000 to 29999). */
-    snprintf(port, sizeof port, "%d", 30000 + (int)getpid() % 2768);
-    if (cluster_sh("rgw-start", port) != 0) {
-        char out[4096] = "", cmd[600];
-        snprintf(cmd, sizeof cmd, "tail -c 1500 %s.out; tail -n 15 %s/rgw.log %s/rgw.out 2>&1",
-                 test_ceph_dir, test_ceph_dir, test_ceph_dir);
-        FILE *p = popen(cmd, "r");
-        size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
-        out[n] = 0;
-        if (p) pclose(p);
-        cr_assert_fail("the S3 gateway did not start: %s", out);
-    }
-    snprintf(path, sizeof path, "%s/s3.env", test_ceph_dir);
+    char path[300], line[512];
+    snprintf(path, sizeof path, "%s/s3.env", cluster_dir);
     FILE *f = fopen(path, "r");
     cr_assert(f, "%s: %s", path, strerror(errno));
     while (fgets(line, sizeof line, f)) {
@@ -307,10 +376,45 @@ void test_s3_start(void)
     fclose(f);
 }
 
+void test_s3_start_own(void)
+{
+    if (access("/usr/bin/radosgw", X_OK) != 0)
+        cr_skip_test("Ceph's S3 gateway is not installed (apt-get install radosgw)");
+    test_ceph_start_own();
+    char port[32];
+    /* Below the kernel's ephemeral ports (32768 on), which a client's
+     * connection may hold, and above the monitors' (10000 to 29999). */
+    snprintf(port, sizeof port, "%d", 30000 + (int)getpid() % 2768);
+    if (cluster_sh("rgw-start", port) != 0)
+        cluster_failed("the S3 gateway did not start", "rgw.log rgw.out");
+    s3_environment();
+}
+
+void test_s3_start(void)
+{
+    if (access("/usr/bin/radosgw", X_OK) != 0)
+        cr_skip_test("Ceph's S3 gateway is not installed (apt-get install radosgw)");
+    const char *shared = shared_cluster("s3.env");
+    if (!shared) {
+        test_s3_start_own();
+        return;
+    }
+    join_shared(shared);
+    container_bucket = true;
+    s3_environment();
+    if (cluster_sh("bucket", test_ceph_container) != 0)
+        cluster_failed("no bucket could be made on the shared gateway", "rgw.log");
+}
+
 void test_ceph_stop(void)
 {
     if (!test_ceph_dir[0]) return;
-    test_ceph("stop");
+    /* What is left on the shared cluster goes with the cluster at the run's
+     * end: a pool or bucket that could not be removed fails no test. */
+    if (cluster_shared)
+        cluster_sh(container_bucket ? "bucket-rm" : "pool-rm", test_ceph_container);
+    else
+        cluster_sh("destroy", "");
     test_remove_dir(test_ceph_dir);
     char out[160];
     snprintf(out, sizeof out, "%s.out", test_ceph_dir);

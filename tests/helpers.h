@@ -95,22 +95,37 @@ int test_run_stash(const char *args, char *out, size_t cap);
  * that should answer at once and hangs fails the test instead. */
 int test_run_stash_within(const char *args, unsigned seconds, char *out, size_t cap);
 
-/* A single-node Ceph cluster of the test's own (tests/ceph/cluster.sh: one
- * monitor, one OSD on BlueStore in a sparse file, on 127.0.0.1 and a port
- * of its own) in test_ceph_dir, its conf test_ceph_conf; the test is
- * skipped where Ceph is not installed. */
-extern char test_ceph_dir[128], test_ceph_conf[256];
+/* The Ceph cluster a test runs against (tests/ceph/cluster.sh: one
+ * monitor, one OSD on BlueStore in a sparse file and a manager, on
+ * 127.0.0.1). test_ceph_start() joins the cluster the suites share (ctest
+ * starts it once for the run and names its directory in $STASH_TEST_CEPH:
+ * tests/CMakeLists.txt) with a pool of the test's own, or starts one of
+ * the test's own where there is none (a suite binary run by hand).
+ * test_ceph_start_own() always starts one of the test's own, on a port of
+ * its own: for a test that stops, fills or otherwise disturbs it.
+ * test_ceph_dir is the test's own directory (the cluster's too, if the
+ * cluster is the test's), test_ceph_conf the cluster's conf, and
+ * test_ceph_container the pool (after test_s3_start, the bucket) that
+ * holds the test's files: one of the test's own on the shared cluster,
+ * "stash" on a cluster of its own. The test is skipped where Ceph is not
+ * installed. */
+extern char test_ceph_dir[128], test_ceph_conf[256], test_ceph_container[64];
 void test_ceph_start(void);
-/* Runs cluster.sh verb ("osd-stop", "osd-start", "stop") on it; returns its
- * exit code. */
+void test_ceph_start_own(void);
+/* Runs cluster.sh verb ("osd-stop", "osd-start", "stop", ...) on the
+ * test's own cluster; returns its exit code. Fails the test on the shared
+ * cluster, which every test running beside it uses. */
 int test_ceph(const char *verb);
-/* Stops it and removes its directory (a suite's fini). */
+/* Stops the test's own cluster, or removes its pool or bucket from the
+ * shared one, and removes test_ceph_dir (a suite's fini). */
 void test_ceph_stop(void);
-/* As test_ceph_start, with the cluster's S3 gateway (radosgw) on a port of
- * its own, a user and bucket "stash": its endpoint and the user's keys
- * set in the environment (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...); the
- * test is skipped where radosgw is not installed. test_ceph("rgw-stop")
- * and test_ceph("rgw-start") stop and start it again. */
+/* As test_ceph_start and test_ceph_start_own, with the cluster's S3
+ * gateway (radosgw) and a bucket (test_ceph_container) of the gateway's
+ * user: its endpoint and the user's keys set in the environment
+ * (AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, ...); the test is skipped where
+ * radosgw is not installed. On its own cluster, test_ceph("rgw-stop") and
+ * test_ceph("rgw-start") stop and start the gateway again. */
 void test_s3_start(void);
+void test_s3_start_own(void);
 
 #endif

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_rados_job.c: a job that spans hosts, against a real single-node
- * Ceph cluster each test starts and stops. Each host is a `stash serve`
- * process with an arena of its own; the test is every host's workers.
+ * Ceph cluster: the one the suites share, in a pool of the test's own, or,
+ * for the test that stops its OSD, one it starts and stops. Each host is a
+ * `stash serve` process with an arena of its own; the test is every host's
+ * workers.
  * Checkpoints across three hosts, a host killed with SIGKILL (its service,
  * arena and directory gone) and its workers taken over by a live host from
  * the newest job checkpoint while the others run on, the leader killed and
@@ -31,12 +33,25 @@
 #define KEYS 600u
 #define WAIT_MS 60000u
 
-static const char *const dir = test_ceph_dir, *const conf = test_ceph_conf;
+static const char *const dir = test_ceph_dir, *const conf = test_ceph_conf,
+                         *const pool = test_ceph_container;
 static char job[64];
 
+/* A cluster's start was most of a test's time (8 s), so the tests share
+ * the cluster ctest starts for the suites (tests/helpers.h), two at a time
+ * (--jobs 2), each with a pool of its own, whose hosts, leases and records
+ * the other does not see. refusals_osd_stopped_and_rescaled_to_two_hosts
+ * stops the OSD, which would fail the test beside it: it starts a cluster
+ * of its own. */
 static void start_cluster(void)
 {
     test_ceph_start();
+    snprintf(job, sizeof job, "job%d", (int)getpid());
+}
+
+static void start_own_cluster(void)
+{
+    test_ceph_start_own();
     snprintf(job, sizeof job, "job%d", (int)getpid());
 }
 
@@ -64,14 +79,14 @@ static void stop_all(void)
     test_ceph_stop();
 }
 
-/* Connects to the test cluster's pool stash into *r: 0 or an error. */
+/* Connects to the test's pool into *r: 0 or an error. */
 static int open_pool(ckpt_storage **r)
 {
     stash_storage_opts o = {.sz = sizeof o, .ceph_conf = test_ceph_conf};
-    return ckpt_storage_open(&ckpt_rados_ops, "stash", &o, r);
+    return ckpt_storage_open(&ckpt_rados_ops, pool, &o, r);
 }
 
-TestSuite(rados_job, .init = start_cluster, .fini = stop_all, .timeout = 300);
+TestSuite(rados_job, .fini = stop_all, .timeout = 300);
 
 /* Starts host name of job jobname serving workers of parallelism p, on
  * the arena and directory of tag; with opt, the option opt (and its value
@@ -96,7 +111,7 @@ static host *start_host_of(const char *jobname, const char *name, const char *ta
         const char *argv[] = {"stash",  "serve",
                               h->arena, "--storage",
                               "rados",  "--pool",
-                              "stash",  "--ceph-conf",
+                              pool,     "--ceph-conf",
                               conf,     "--job",
                               jobname,  "--host",
                               name,     "--workers",
@@ -367,7 +382,7 @@ static void await_committed(uint64_t id, size_t parts)
     await_logged(text);
 }
 
-Test(rados_job, three_hosts_a_host_lost_and_the_leader_killed)
+Test(rados_job, three_hosts_a_host_lost_and_the_leader_killed, .init = start_cluster)
 {
     host *a = start_host("a", "0-0", 3), *b = start_host("b", "1-1", 3),
          *c = start_host("c", "2-2", 3);
@@ -495,13 +510,13 @@ static int stash_serve(const char *extra, char *out, size_t cap)
 {
     char args[1024];
     snprintf(args, sizeof args,
-             "serve t-job-refused-%d --storage rados --pool stash --ceph-conf %s --job %s "
+             "serve t-job-refused-%d --storage rados --pool %s --ceph-conf %s --job %s "
              "--max-parallelism %u --dir %s/refused --lease 2s %s",
-             (int)getpid(), conf, job, MAXP, dir, extra);
+             (int)getpid(), pool, conf, job, MAXP, dir, extra);
     return test_run_stash(args, out, cap);
 }
 
-Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
+Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts, .init = start_own_cluster)
 {
     host *a = start_host("a", "0-0", 3);
     start_host("b", "1-1", 3);
@@ -538,12 +553,13 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
                              "rados://other/j/job-3",
                              out, sizeof out),
                  1, "%s", out);
-    cr_assert(strstr(out, "a job's hosts restore from a job of their own storage (rados://stash)"),
-              "%s", out);
-    cr_assert_eq(stash_serve("--host x --workers 0 --job-parallelism 3 --restore "
-                             "rados://stash/j/chk-3",
-                             out, sizeof out),
-                 1, "%s", out);
+    char restore[256], want[256];
+    snprintf(want, sizeof want,
+             "a job's hosts restore from a job of their own storage (rados://%s)", pool);
+    cr_assert(strstr(out, want), "%s", out);
+    snprintf(restore, sizeof restore,
+             "--host x --workers 0 --job-parallelism 3 --restore rados://%s/j/chk-3", pool);
+    cr_assert_eq(stash_serve(restore, out, sizeof out), 1, "%s", out);
     cr_assert(strstr(out, "not a job checkpoint"), "%s", out);
     stash_checkpoint_info info;
 
@@ -628,26 +644,26 @@ Test(rados_job, refusals_osd_stopped_and_rescaled_to_two_hosts)
     ckpt_storage_close(r);
     setenv("CEPH_CONF", conf, 1);
     char url[256];
-    snprintf(url, sizeof url, "snapshot verify rados://stash/%s/part/b/%llu/chk-%llu", job,
+    snprintf(url, sizeof url, "snapshot verify rados://%s/%s/part/b/%llu/chk-%llu", pool, job,
              (unsigned long long)epoch_b, (unsigned long long)info.id);
     cr_assert_eq(test_run_stash(url, out, sizeof out), 0, "%s", out);
     /* ls lists each job checkpoint once, as what restores it; its parts
      * with --json. */
-    snprintf(url, sizeof url, "snapshot ls rados://stash/%s", job);
+    snprintf(url, sizeof url, "snapshot ls rados://%s/%s", pool, job);
     cr_assert_eq(test_run_stash(url, out, sizeof out), 0, "%s", out);
     char line[256];
-    snprintf(line, sizeof line, "complete     3      rados://stash/%s/job-%llu (latest)", job,
+    snprintf(line, sizeof line, "complete     3      rados://%s/%s/job-%llu (latest)", pool, job,
              (unsigned long long)info.id);
     cr_assert(strstr(out, line), "%s", out);
     cr_assert(!strstr(out, "/part/"), "%s", out);
-    snprintf(url, sizeof url, "snapshot ls rados://stash/%s --json", job);
+    snprintf(url, sizeof url, "snapshot ls rados://%s/%s --json", pool, job);
     cr_assert_eq(test_run_stash(url, out, sizeof out), 0, "%s", out);
     snprintf(line, sizeof line,
              "{\"id\": %llu, \"state\": \"complete\", \"savepoint\": false, \"latest\": true, "
-             "\"url\": \"rados://stash/%s/job-%llu\", \"parts\": [",
-             (unsigned long long)info.id, job, (unsigned long long)info.id);
+             "\"url\": \"rados://%s/%s/job-%llu\", \"parts\": [",
+             (unsigned long long)info.id, pool, job, (unsigned long long)info.id);
     cr_assert(strstr(out, line), "%s", out);
-    snprintf(line, sizeof line, "\"url\": \"rados://stash/%s/part/c/%llu/chk-%llu\"", job,
+    snprintf(line, sizeof line, "\"url\": \"rados://%s/%s/part/c/%llu/chk-%llu\"", pool, job,
              (unsigned long long)epoch_c, (unsigned long long)info.id);
     cr_assert(strstr(out, line), "%s", out);
 
@@ -698,7 +714,7 @@ static void await_lapsed(ckpt_storage *r, const char *name)
     cr_assert_eq(held, 0, "%s: the lease never lapsed (%d)", name, held);
 }
 
-Test(rados_job, one_decision_and_fences_made_by_the_pool)
+Test(rados_job, one_decision_and_fences_made_by_the_pool, .init = start_cluster)
 {
     /* Two services as two processes would be: each its own connection.
      * What the test pauses is the order of their calls, not time. */
@@ -842,7 +858,8 @@ Test(rados_job, one_decision_and_fences_made_by_the_pool)
     ckpt_storage_close(rb);
 }
 
-Test(rados_job, a_second_service_of_a_host_fences_the_first_and_stale_arenas_restore)
+Test(rados_job, a_second_service_of_a_host_fences_the_first_and_stale_arenas_restore,
+     .init = start_cluster)
 {
     /* One host: nobody takes its worker over while its service is paused. */
     host *b = start_host("b", "0-0", 1);
@@ -935,7 +952,7 @@ Test(rados_job, a_second_service_of_a_host_fences_the_first_and_stale_arenas_res
     stop_host(b5);
 }
 
-Test(rados_job, a_claim_whose_taker_is_gone_is_given_up_and_asked_again)
+Test(rados_job, a_claim_whose_taker_is_gone_is_given_up_and_asked_again, .init = start_cluster)
 {
     /* Host z served worker 2; host y claimed its workers and was gone before
      * it took them (it has no member). Nobody would serve worker 2 again
@@ -996,7 +1013,7 @@ static int seen_op(void *ctx, const stash_snapshot_entry *e)
     return 0;
 }
 
-Test(rados_job, a_job_checkpoint_reads_and_restores_as_one)
+Test(rados_job, a_job_checkpoint_reads_and_restores_as_one, .init = start_cluster)
 {
     host *a = start_host("a", "0-0", 3);
     start_host("b", "1-1", 3);
@@ -1035,7 +1052,7 @@ Test(rados_job, a_job_checkpoint_reads_and_restores_as_one)
      * worker's operator state from its host's part. */
     setenv("CEPH_CONF", conf, 1);
     char url[256];
-    snprintf(url, sizeof url, "rados://stash/%s/job-%llu", job, (unsigned long long)info.id);
+    snprintf(url, sizeof url, "rados://%s/%s/job-%llu", pool, job, (unsigned long long)info.id);
     stash_snapshot *snap;
     cr_assert_eq(stash_snapshot_open(url, &snap), 0, "%s", stash_errmsg());
     stash_snapshot_info si;
@@ -1053,7 +1070,7 @@ Test(rados_job, a_job_checkpoint_reads_and_restores_as_one)
     for (uint32_t i = 0; i < 3; i++) cr_assert_eq(seen.offsets[i], 1, "worker %u", i);
     stash_snapshot_close(snap);
     char out[8192], args[512];
-    snprintf(args, sizeof args, "snapshot verify rados://stash/%s", job);
+    snprintf(args, sizeof args, "snapshot verify rados://%s/%s", pool, job);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
 
     /* Restored on one machine, from the job's newest checkpoint: one worker
@@ -1061,7 +1078,7 @@ Test(rados_job, a_job_checkpoint_reads_and_restores_as_one)
     char name[96], local[256];
     snprintf(name, sizeof name, "t-job-one-%d", (int)getpid());
     snprintf(local, sizeof local, "%s/one", dir);
-    snprintf(url, sizeof url, "rados://stash/%s", job);
+    snprintf(url, sizeof url, "rados://%s/%s", pool, job);
     stash_service *one;
     cr_assert_eq(
         stash_service_start(
@@ -1100,7 +1117,7 @@ Test(rados_job, a_job_checkpoint_reads_and_restores_as_one)
     cr_assert_eq(checkpoint(a, w, 3, &info), 0, "%s", stash_errmsg());
     await_committed(info.id, 3);
     for (uint32_t i = 0; i < 3; i++) stash_worker_close(w[i]);
-    snprintf(url, sizeof url, "rados://stash/%s/job-%llu", job, (unsigned long long)info.id);
+    snprintf(url, sizeof url, "rados://%s/%s/job-%llu", pool, job, (unsigned long long)info.id);
     cr_assert_eq(stash_snapshot_open(url, &snap), STASH_ECORRUPT);
     /* Named by the part found second (the record lists the parts in any order). */
     const char *why = stash_errmsg();
@@ -1170,7 +1187,7 @@ static unsigned savepoint_parts(ckpt_storage *r, const char *jobname, uint64_t i
     return n;
 }
 
-Test(rados_job, savepoints_of_a_job_start_a_new_one_and_stop_every_host)
+Test(rados_job, savepoints_of_a_job_start_a_new_one_and_stop_every_host, .init = start_cluster)
 {
     host *a = start_host("a", "0-0", 2), *b = start_host("b", "1-1", 2);
     await_logged("leads job");
@@ -1189,7 +1206,7 @@ Test(rados_job, savepoints_of_a_job_start_a_new_one_and_stop_every_host)
     cr_assert_eq(run_at_barriers(args, w, 2, out, sizeof out), 0, "%s", out);
     uint64_t sp = id_of(out);
     char source[256];
-    snprintf(source, sizeof source, "rados://stash/%s/job-%llu", job, (unsigned long long)sp);
+    snprintf(source, sizeof source, "rados://%s/%s/job-%llu", pool, job, (unsigned long long)sp);
     snprintf(text, sizeof text, "\"savepoint\": true");
     cr_assert(strstr(out, text), "%s", out);
     snprintf(text, sizeof text, "\"path\": \"%s\"", source);
@@ -1217,7 +1234,7 @@ Test(rados_job, savepoints_of_a_job_start_a_new_one_and_stop_every_host)
     cr_assert_eq(ckpt_job_record_read(r, job, first, rec), -ENOENT, "checkpoint %llu retired",
                  (unsigned long long)first);
     setenv("CEPH_CONF", conf, 1);
-    snprintf(args, sizeof args, "snapshot ls rados://stash/%s", job);
+    snprintf(args, sizeof args, "snapshot ls rados://%s/%s", pool, job);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     snprintf(text, sizeof text, "savepoint    2      %s\n", source);
     cr_assert(strstr(out, text), "%s", out);
@@ -1228,7 +1245,7 @@ Test(rados_job, savepoints_of_a_job_start_a_new_one_and_stop_every_host)
      * the same one (another refused), with the workers split otherwise. */
     char job2[96], other[256];
     snprintf(job2, sizeof job2, "%s-b", job);
-    snprintf(other, sizeof other, "rados://stash/%s/job-%llu", job, (unsigned long long)newest);
+    snprintf(other, sizeof other, "rados://%s/%s/job-%llu", pool, job, (unsigned long long)newest);
     host *c = start_host_of(job2, "c", "c", "0-0", 2, "--restore", source);
     for (unsigned ms = 0; ms < WAIT_MS && !logged(c, "serving /"); ms += 50) {
         struct timespec ts = {0, 50000000};
@@ -1258,7 +1275,7 @@ Test(rados_job, savepoints_of_a_job_start_a_new_one_and_stop_every_host)
     snprintf(args, sizeof args, "stop %s --savepoint --json", c->arena);
     cr_assert_eq(run_at_barriers(args, v, 2, out, sizeof out), 0, "%s", out);
     uint64_t sp2 = id_of(out);
-    snprintf(text, sizeof text, "\"path\": \"rados://stash/%s/job-%llu\"", job2,
+    snprintf(text, sizeof text, "\"path\": \"rados://%s/%s/job-%llu\"", pool, job2,
              (unsigned long long)sp2);
     cr_assert(strstr(out, text), "%s", out);
     for (uint32_t i = 0; i < 2; i++) stash_worker_close(v[i]);
@@ -1315,7 +1332,8 @@ static unsigned objects_of(ckpt_storage *r, const char *what)
     return n;
 }
 
-Test(rados_job, incremental_parts_restore_after_a_takeover_and_retire_their_shared_files)
+Test(rados_job, incremental_parts_restore_after_a_takeover_and_retire_their_shared_files,
+     .init = start_cluster)
 {
     host *a = start_host_of(job, "a", "a", "0-0", 3, "--incremental", NULL);
     host *b = start_host_of(job, "b", "b", "1-1", 3, "--incremental", NULL);
@@ -1373,7 +1391,7 @@ Test(rados_job, incremental_parts_restore_after_a_takeover_and_retire_their_shar
     ckpt_storage_close(r);
     setenv("CEPH_CONF", conf, 1);
     char args[256], out[8192];
-    snprintf(args, sizeof args, "snapshot verify rados://stash/%s", job);
+    snprintf(args, sizeof args, "snapshot verify rados://%s/%s", pool, job);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     /* A new arena of the other host, stopped and its directory gone,
      * restores its chain from the pool. */

@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * test_storage.c: the remote checkpoint storages (backends/checkpoint/
- * storage.h) against real services each test starts on ports of its own
- * and stops: a single-node Ceph cluster (one monitor, one OSD on bluestore
- * in a sparse file, so that it keeps its data when it restarts) for rados,
- * with its S3 gateway (radosgw) for s3 (STASH_TEST_STORAGE=s3). Files
+ * storage.h) against real services: a single-node Ceph cluster (one
+ * monitor, one OSD on bluestore in a sparse file, so that it keeps its data
+ * when it restarts) for rados, with its S3 gateway (radosgw) for s3
+ * (STASH_TEST_STORAGE=s3), the one the suites share or, for a test that
+ * stops or fills it, one the test starts and stops on ports of its own. Files
  * round-trip, a pointer moves only from the value it holds, listing by
  * prefix, calls fail within their timeout while the service is down
  * instead of hanging, a service checkpoints into the storage and a lost
@@ -27,7 +28,8 @@
 #include "include/stash.h"
 #include "tests/helpers.h"
 
-static const char *const dir = test_ceph_dir, *const conf = test_ceph_conf;
+static const char *const dir = test_ceph_dir, *const conf = test_ceph_conf,
+                         *const container = test_ceph_container;
 
 static bool on_s3(void)
 {
@@ -40,6 +42,23 @@ static const char *scheme(void)
     return on_s3() ? "s3" : "rados";
 }
 
+/* Where each test runs. A cluster's start was most of a test's time (8 s,
+ * its gateway's 14 s more), so the tests share the cluster ctest starts for
+ * the suites (tests/helpers.h), two at a time (--jobs 2), each with a pool
+ * or bucket of its own: what one writes, lists, removes or limits, the
+ * other does not see, and a fault injected (STASH_STORAGE_FAULT) is its
+ * client's alone. A test that stops a daemon or fills the OSD would fail
+ * the one beside it: it starts a cluster of its own.
+ *   shared: files_pointers_and_listing, a_writer_killed_halfway_...,
+ *     a_storage_failing_mid_checkpoint_..., a_restore_as_the_bytes_arrive_...,
+ *     the_crash_campaign_... (its faults injected too), the_snapshot_tool_...,
+ *     the_bench_..., an_incremental_chain_..., a_stale_engine_..., and
+ *     a_full_pool_... on S3 (its bucket's quota);
+ *   its own: calls_fail_within_their_timeout_... (the OSD, the gateway and
+ *     then every daemon stopped), an_upload_goes_on_across_the_gateway_...
+ *     (the gateway killed), a_service_checkpoints_into_the_pool_... (the
+ *     OSD stopped), and a_full_pool_... on RADOS (the full ratio is the
+ *     cluster's). */
 static void start(void)
 {
     if (on_s3())
@@ -48,13 +67,42 @@ static void start(void)
         test_ceph_start();
 }
 
-TestSuite(storage, .init = start, .fini = test_ceph_stop, .timeout = 240);
+static void start_own(void)
+{
+    if (on_s3())
+        test_s3_start_own();
+    else
+        test_ceph_start_own();
+}
 
-/* The storage's URL of job ("rados://stash/JOB"), in a static buffer. */
+static void start_own_on_rados(void)
+{
+    if (on_s3())
+        test_s3_start();
+    else
+        test_ceph_start_own();
+}
+
+/* The tests of one storage skip before a cluster or bucket is made for them. */
+static void start_on_rados(void)
+{
+    if (on_s3()) cr_skip_test("S3 keeps a killed writer's parts in its open upload");
+    test_ceph_start();
+}
+
+static void start_own_on_s3(void)
+{
+    if (!on_s3()) cr_skip_test("the S3 gateway's: rados' OSD stopped is the test above");
+    test_s3_start_own();
+}
+
+TestSuite(storage, .fini = test_ceph_stop, .timeout = 240);
+
+/* The storage's URL of job ("rados://POOL/JOB"), in a static buffer. */
 static const char *url_of(const char *job)
 {
     static char url[256];
-    snprintf(url, sizeof url, "%s://stash/%s", scheme(), job);
+    snprintf(url, sizeof url, "%s://%s/%s", scheme(), container, job);
     return url;
 }
 
@@ -69,11 +117,11 @@ static stash_storage_opts storage_opts(uint32_t timeout_ms)
                                 .part_bytes = 5u << 20};
 }
 
-static ckpt_storage *connect_to(const char *container, uint32_t timeout_ms)
+static ckpt_storage *connect_to(const char *name, uint32_t timeout_ms)
 {
     ckpt_storage *r;
     stash_storage_opts o = storage_opts(timeout_ms);
-    cr_assert_eq(ckpt_storage_open(ckpt_storage_of_url(url_of("")), container, &o, &r), 0, "%s",
+    cr_assert_eq(ckpt_storage_open(ckpt_storage_of_url(url_of("")), name, &o, &r), 0, "%s",
                  stash_errmsg());
     return r;
 }
@@ -128,11 +176,11 @@ static int make_file(const char *path, uint8_t *data, size_t len)
     return fd;
 }
 
-Test(storage, files_pointers_and_listing)
+Test(storage, files_pointers_and_listing, .init = start)
 {
-    ckpt_storage *r = connect_to("stash", 0);
-    char want[64];
-    snprintf(want, sizeof want, "%s://stash", scheme());
+    ckpt_storage *r = connect_to(container, 0);
+    char want[128];
+    snprintf(want, sizeof want, "%s://%s", scheme(), container);
     cr_assert_str_eq(ckpt_storage_where(r), want);
     /* Larger than a stripe or part twice, the last of one byte. */
     size_t len = (10u << 20) + 1;
@@ -167,7 +215,7 @@ Test(storage, files_pointers_and_listing)
     cr_assert_eq(ckpt_storage_reader_open(r, "job/chk-1/none", len, 2, &rd, &back, &got), -ENOENT);
     /* Stopped, it reads no part not yet asked for, and a waiter hears so. */
     cr_assert_eq(setenv("STASH_STORAGE_FAULT", "delay:300", 1), 0);
-    ckpt_storage *slow = connect_to("stash", 0);
+    ckpt_storage *slow = connect_to(container, 0);
     unsetenv("STASH_STORAGE_FAULT");
     cr_assert_eq(ckpt_storage_reader_open(slow, "job/chk-1/kg-data.dat", len, 1, &rd, &back, &got),
                  0, "%s", stash_errmsg());
@@ -248,7 +296,7 @@ Test(storage, files_pointers_and_listing)
     cr_assert_eq(got, 0);
     free(back);
     cr_assert_eq(ckpt_storage_read_file(r, "job/chk-2/_metadata", 16, &back, &got), -ENOENT);
-    snprintf(want, sizeof want, "%s://stash/job/chk-2/_metadata", scheme());
+    snprintf(want, sizeof want, "%s://%s/job/chk-2/_metadata", scheme(), container);
     cr_assert(strstr(stash_errmsg(), want), "%s", stash_errmsg());
     if (!on_s3()) {
         /* A file of RADOS is its stripes: one lost is damage, named. */
@@ -257,7 +305,7 @@ Test(storage, files_pointers_and_listing)
         cr_assert_eq(stripes, 3, "a stripe an object");
         cr_assert_eq(ckpt_storage_write_file(r, "job/lost", data, len), 0);
         char cmd[1024];
-        snprintf(cmd, sizeof cmd, "timeout 20 rados -c %s -p stash rm job/lost.1", conf);
+        snprintf(cmd, sizeof cmd, "timeout 20 rados -c %s -p %s rm job/lost.1", conf, container);
         cr_assert_eq(system(cmd), 0, "%s", cmd);
         cr_assert_eq(ckpt_storage_read_file(r, "job/lost", len, &back, &got), STASH_ECORRUPT);
         cr_assert(strstr(stash_errmsg(), "job/lost.1"), "%s", stash_errmsg());
@@ -267,8 +315,8 @@ Test(storage, files_pointers_and_listing)
          * takes every stripe. */
         const char *planted[] = {"job/gap.0", "job/gap.1", "job/gap.3", "job/gap.40"};
         for (size_t i = 0; i < sizeof planted / sizeof *planted; i++) {
-            snprintf(cmd, sizeof cmd, "timeout 20 rados -c %s -p stash put %s %s", conf, planted[i],
-                     i ? path : "/dev/null");
+            snprintf(cmd, sizeof cmd, "timeout 20 rados -c %s -p %s put %s %s", conf, container,
+                     planted[i], i ? path : "/dev/null");
             cr_assert_eq(system(cmd), 0, "%s", cmd);
         }
         cr_assert_eq(ckpt_storage_file_size(r, "job/gap", &len64), -ENOENT, "not a file");
@@ -277,7 +325,7 @@ Test(storage, files_pointers_and_listing)
         cr_assert_eq(ckpt_storage_objects(r, "job/gap.", count_name, &gap), 0);
         cr_assert_eq(gap, 0, "every stripe removed, past the gaps");
     }
-    ckpt_storage *other = connect_to("stash", 0);
+    ckpt_storage *other = connect_to(container, 0);
     cr_assert_eq(count_prefix(r, "job/"), 3, "kg-data.dat, streamed and _metadata");
     cr_assert_eq(ckpt_storage_remove_file(r, "job/chk-1/kg-data.dat"), 0, "%s", stash_errmsg());
     cr_assert_eq(ckpt_storage_file_size(r, "job/chk-1/kg-data.dat", &len64), -ENOENT);
@@ -307,7 +355,7 @@ Test(storage, files_pointers_and_listing)
             stash_storage_opts o = storage_opts(0);
             char value[16];
             snprintf(value, sizeof value, "%d", 100 + i);
-            if (ckpt_storage_open(r->ops, "stash", &o, &mine) != 0) _exit(2);
+            if (ckpt_storage_open(r->ops, container, &o, &mine) != 0) _exit(2);
             _exit(ckpt_storage_swap(mine, "job/latest", "12", value) == 0 ? 0 : 1);
         }
     }
@@ -331,10 +379,9 @@ Test(storage, files_pointers_and_listing)
  * without a length, which no reader takes for a file, which retention's
  * listing sees, and whose removal takes every stripe with it. (On S3 the
  * upload a killed writer left open: see the gateway's test below.) */
-Test(storage, a_writer_killed_halfway_leaves_nothing_removal_misses)
+Test(storage, a_writer_killed_halfway_leaves_nothing_removal_misses, .init = start_on_rados)
 {
-    if (on_s3()) cr_skip_test("S3 keeps a killed writer's parts in its open upload");
-    ckpt_storage *r = connect_to("stash", 0);
+    ckpt_storage *r = connect_to(container, 0);
     size_t len = (size_t)r->part * 3 + 7;
     uint8_t *data = calloc(1, len);
     pid_t pid = fork();
@@ -342,7 +389,7 @@ Test(storage, a_writer_killed_halfway_leaves_nothing_removal_misses)
         ckpt_storage *mine;
         ckpt_storage_writer *w;
         stash_storage_opts o = storage_opts(0);
-        if (ckpt_storage_open(r->ops, "stash", &o, &mine) != 0 ||
+        if (ckpt_storage_open(r->ops, container, &o, &mine) != 0 ||
             ckpt_storage_writer_open(mine, "killed/file", &w) != 0 ||
             ckpt_storage_writer_put(w, data, len) != 0)
             _exit(2);
@@ -382,17 +429,17 @@ static int write_once_back(ckpt_storage *r, const char *name)
     return rc;
 }
 
-Test(storage, calls_fail_within_their_timeout_while_the_service_is_down)
+Test(storage, calls_fail_within_their_timeout_while_the_service_is_down, .init = start_own)
 {
-    ckpt_storage *r = connect_to("stash", 2000);
+    ckpt_storage *r = connect_to(container, 2000);
     cr_assert_eq(ckpt_storage_write_file(r, "job/before", "x", 1), 0, "%s", stash_errmsg());
     /* The OSD down under either: a call returns (an unbounded one would
      * wait for the OSD forever). */
     cr_assert_eq(test_ceph("osd-stop"), 0);
     int rc = ckpt_storage_write_file(r, "job/during", "y", 1);
     cr_assert_eq(rc, -ETIMEDOUT, "%d: %s", rc, stash_errmsg());
-    char want[64];
-    snprintf(want, sizeof want, "%s://stash/job/during", scheme());
+    char want[128];
+    snprintf(want, sizeof want, "%s://%s/job/during", scheme(), container);
     cr_assert(strstr(stash_errmsg(), want), "%s", stash_errmsg());
     char buf[16];
     cr_assert_eq(ckpt_storage_pointer(r, "job/latest", buf, sizeof buf), -ETIMEDOUT);
@@ -425,18 +472,19 @@ Test(storage, calls_fail_within_their_timeout_while_the_service_is_down)
     /* Nothing answering at all. */
     cr_assert_eq(test_ceph("stop"), 0);
     o.timeout_ms = 1000;
-    rc = ckpt_storage_open(ops, "stash", &o, &none);
+    rc = ckpt_storage_open(ops, container, &o, &none);
     cr_assert(rc == -ETIMEDOUT || rc == -ECONNREFUSED, "%d: %s", rc, stash_errmsg());
 }
 
-/* Whether the test gateway has a multipart upload under way in bucket stash. */
+/* Whether the test gateway has a multipart upload under way in the test's bucket. */
 static bool upload_under_way(void)
 {
     char cmd[1024], out[4096] = "";
     snprintf(cmd, sizeof cmd,
              "curl -sf --aws-sigv4 aws:amz:us-east-1:s3 --user \"$AWS_ACCESS_KEY_ID:"
              "$AWS_SECRET_ACCESS_KEY\" -H x-amz-content-sha256:UNSIGNED-PAYLOAD "
-             "\"$AWS_ENDPOINT_URL/stash?uploads=\"");
+             "\"$AWS_ENDPOINT_URL/%s?uploads=\"",
+             container);
     FILE *p = popen(cmd, "r");
     size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
     out[n] = 0;
@@ -444,9 +492,9 @@ static bool upload_under_way(void)
     return strstr(out, "<UploadId>") != NULL;
 }
 
-Test(storage, an_upload_goes_on_across_the_gateway_killed_and_started_again)
+Test(storage, an_upload_goes_on_across_the_gateway_killed_and_started_again,
+     .init = start_own_on_s3)
 {
-    if (!on_s3()) cr_skip_test("the S3 gateway's: rados' OSD stopped is the test above");
     size_t len = 120u << 20;
     uint8_t *data = malloc(len);
     for (size_t i = 0; i < len; i++) data[i] = (uint8_t)(i * 7 + i / 65536);
@@ -461,7 +509,7 @@ Test(storage, an_upload_goes_on_across_the_gateway_killed_and_started_again)
     if (pid == 0) {
         ckpt_storage *r;
         stash_storage_opts o = storage_opts(60000);
-        if (ckpt_storage_open(ckpt_storage_of_url(url_of("")), "stash", &o, &r) != 0) _exit(2);
+        if (ckpt_storage_open(ckpt_storage_of_url(url_of("")), container, &o, &r) != 0) _exit(2);
         int rc = ckpt_storage_put_fd(r, "big/file", fd, path, len);
         if (rc) fprintf(stderr, "%s\n", stash_errmsg());
         _exit(rc == 0 ? 0 : 1);
@@ -473,10 +521,7 @@ Test(storage, an_upload_goes_on_across_the_gateway_killed_and_started_again)
     }
     cr_assert(seen, "no upload was seen under way");
     cr_assert_eq(kill(pid, SIGSTOP), 0);
-    char pidfile[300], cmd[700];
-    snprintf(pidfile, sizeof pidfile, "%s/rgw.pid", dir);
-    snprintf(cmd, sizeof cmd, "kill -9 $(cat %s) && rm -f %s", pidfile, pidfile);
-    cr_assert_eq(system(cmd), 0, "%s", cmd);
+    cr_assert_eq(test_ceph("rgw-kill"), 0);
     cr_assert_eq(test_ceph("rgw-start"), 0);
     cr_assert_eq(kill(pid, SIGCONT), 0);
     int status;
@@ -489,7 +534,7 @@ Test(storage, an_upload_goes_on_across_the_gateway_killed_and_started_again)
     if (pid == 0) {
         ckpt_storage *mine;
         stash_storage_opts o = storage_opts(0);
-        if (ckpt_storage_open(ckpt_storage_of_url(url_of("")), "stash", &o, &mine) != 0) _exit(2);
+        if (ckpt_storage_open(ckpt_storage_of_url(url_of("")), container, &o, &mine) != 0) _exit(2);
         _exit(ckpt_storage_put_fd(mine, "job/chk-5/kg-data.dat", fd, path, len) == 0 ? 0 : 1);
     }
     seen = false;
@@ -501,11 +546,11 @@ Test(storage, an_upload_goes_on_across_the_gateway_killed_and_started_again)
     cr_assert_eq(kill(pid, SIGKILL), 0);
     cr_assert_eq(waitpid(pid, &status, 0), pid);
     cr_assert(upload_under_way(), "the killed writer's upload is left open");
-    ckpt_storage *st = connect_to("stash", 0);
+    ckpt_storage *st = connect_to(container, 0);
     cr_assert_eq(ckpt_storage_remove_prefix(st, "job/chk-5/"), 0, "%s", stash_errmsg());
     cr_assert(!upload_under_way(), "removing the prefix aborted it");
     ckpt_storage_close(st);
-    ckpt_storage *r = connect_to("stash", 0);
+    ckpt_storage *r = connect_to(container, 0);
     int back = open(path2, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     uint64_t got = 0;
     cr_assert_eq(ckpt_storage_get_fd(r, "big/file", back, path2, &got), 0, "%s", stash_errmsg());
@@ -557,7 +602,7 @@ static void check_all(stash_worker *w, uint64_t n, uint64_t mult)
 
 static uint64_t latest_of(const char *job)
 {
-    ckpt_storage *r = connect_to("stash", 0);
+    ckpt_storage *r = connect_to(container, 0);
     uint64_t id = 0;
     cr_assert_eq(ckpt_storage_latest(r, job, &id), 0, "%s", stash_errmsg());
     ckpt_storage_close(r);
@@ -587,7 +632,8 @@ static stash_service_opts svc_opts(const char *local, char *url, const char *job
         .sz = sizeof(stash_service_opts), .dir = local, .storage_url = url, .storage_opts = &o};
 }
 
-Test(storage, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_from_it)
+Test(storage, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_from_it,
+     .init = start_own)
 {
     char name[96], local[256];
     snprintf(local, sizeof local, "%s/local", dir);
@@ -606,7 +652,7 @@ Test(storage, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_fr
     }
     uint64_t third = info.id;
     cr_assert_eq(latest_of("wordcount"), third, "the pointer names the newest");
-    ckpt_storage *r = connect_to("stash", 0);
+    ckpt_storage *r = connect_to(container, 0);
     cr_assert_eq(retained(r, "wordcount", checkpoints_of, 2), 2, "two kept");
     cr_assert_eq(count_prefix(r, "wordcount/shared/"), 0, "full checkpoints share no file");
     /* The OSD down: the checkpoint fails, the pointer stays, nothing is
@@ -615,7 +661,7 @@ Test(storage, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_fr
     put_all(w, 1000, 4);
     cr_assert_neq(test_checkpoint_at_barriers(a, &w, 1, &info), 0);
     char want[80];
-    snprintf(want, sizeof want, "not in %s://stash", scheme());
+    snprintf(want, sizeof want, "not in %s://%s", scheme(), container);
     cr_assert(strstr(info.detail, want), "%s", info.detail);
     char failed[300];
     snprintf(failed, sizeof failed, "%s/chk-%llu", local, (unsigned long long)info.id);
@@ -679,10 +725,10 @@ Test(storage, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_fr
     stash_service_stop(svc);
     stash_arena_destroy(name, NULL);
     /* Bad options, named. */
-    snprintf(url, sizeof url, "%s://stash", scheme());
+    snprintf(url, sizeof url, "%s://%s", scheme(), container);
     cr_assert_eq(stash_service_start(name, &so, &svc), -EINVAL);
     cr_assert(strstr(stash_errmsg(), "JOB"), "%s", stash_errmsg());
-    snprintf(url, sizeof url, "%s://stash/job/chk-3", scheme());
+    snprintf(url, sizeof url, "%s://%s/job/chk-3", scheme(), container);
     cr_assert_eq(stash_service_start(name, &so, &svc), -EINVAL);
     cr_assert(strstr(stash_errmsg(), "names checkpoint chk-3"), "%s", stash_errmsg());
     snprintf(url, sizeof url, "%s://nosuch/job", scheme());
@@ -690,12 +736,12 @@ Test(storage, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_fr
     cr_assert_eq(rc, -ENOENT, "%d %s", rc, stash_errmsg());
     snprintf(want, sizeof want, "%s://nosuch", scheme());
     cr_assert(strstr(stash_errmsg(), want), "%s", stash_errmsg());
-    snprintf(url, sizeof url, "nosuch://stash/job");
+    snprintf(url, sizeof url, "nosuch://%s/job", container);
     cr_assert_eq(stash_service_start(name, &so, &svc), -EINVAL);
     cr_assert(strstr(stash_errmsg(), "not file:DIR, memory:"), "%s", stash_errmsg());
     if (on_s3()) {
         /* A job that spans hosts needs what S3 lacks. */
-        snprintf(url, sizeof url, "s3://stash/hosts");
+        snprintf(url, sizeof url, "s3://%s/hosts", container);
         so.host = "a";
         so.workers = "0-0";
         so.job_parallelism = 1;
@@ -710,7 +756,7 @@ Test(storage, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_fr
                                   .job = "wordcount"};
         cr_assert_eq(stash_service_start(name, &so, &svc), -EINVAL);
         cr_assert(strstr(stash_errmsg(), "pool"), "%s", stash_errmsg());
-        so.pool = "stash";
+        so.pool = container;
         cr_assert_eq(stash_service_start(name, &so, &svc), 0, "%s", stash_errmsg());
         cr_assert_eq(stash_worker_open(name, NULL, &w), 0, "%s", stash_errmsg());
         check_all(w, 1000, 4);
@@ -725,7 +771,8 @@ Test(storage, a_service_checkpoints_into_the_pool_and_a_lost_arena_comes_back_fr
  * fault: a part written, then a part read): the checkpoint fails, named,
  * and leaves nothing, the one before stays the newest, and the next one
  * completes; a restore that cannot read loses nothing either. */
-Test(storage, a_storage_failing_mid_checkpoint_or_mid_restore_loses_nothing_committed)
+Test(storage, a_storage_failing_mid_checkpoint_or_mid_restore_loses_nothing_committed,
+     .init = start)
 {
     char name[96], local[256], url[256], want[300];
     snprintf(local, sizeof local, "%s/local", dir);
@@ -745,12 +792,12 @@ Test(storage, a_storage_failing_mid_checkpoint_or_mid_restore_loses_nothing_comm
     stash_checkpoint_info info;
     put_all(w, 1000, 1);
     cr_assert_neq(test_checkpoint_at_barriers(a, &w, 1, &info), 0);
-    snprintf(want, sizeof want, "not in %s://stash", scheme());
+    snprintf(want, sizeof want, "not in %s://%s", scheme(), container);
     cr_assert(strstr(info.detail, want), "%s", info.detail);
     cr_assert(strstr(info.detail, "injected"), "%s", info.detail);
     snprintf(want, sizeof want, "%s/chk-%llu", local, (unsigned long long)info.id);
     cr_assert_eq(access(want, F_OK), -1, "%s left", want);
-    ckpt_storage *r = connect_to("stash", 0);
+    ckpt_storage *r = connect_to(container, 0);
     uint64_t id;
     cr_assert_eq(ckpt_storage_latest(r, "faulty", &id), -ENOENT, "no checkpoint is complete");
     put_all(w, 1000, 2);
@@ -824,7 +871,8 @@ static bool holds(const char *path, const char *prefix)
  * last block is damaged fails the start, named, after key groups before it
  * went in, and leaves no arena and no copy in the directory; whole again,
  * it restores every key and leaves its copy. */
-Test(storage, a_restore_as_the_bytes_arrive_leaves_nothing_when_a_late_block_is_damaged)
+Test(storage, a_restore_as_the_bytes_arrive_leaves_nothing_when_a_late_block_is_damaged,
+     .init = start)
 {
     char name[96], local[256], url[256], file[300];
     snprintf(local, sizeof local, "%s/local", dir);
@@ -839,7 +887,7 @@ Test(storage, a_restore_as_the_bytes_arrive_leaves_nothing_when_a_late_block_is_
     stash_checkpoint_info info;
     cr_assert_eq(test_checkpoint_at_barriers(a, &w, 1, &info), 0, "%s", info.detail);
     lose_all(name, a, w, svc, local);
-    ckpt_storage *r = connect_to("stash", 0);
+    ckpt_storage *r = connect_to(container, 0);
     snprintf(file, sizeof file, "arrive/chk-%llu/kg-data.dat", (unsigned long long)info.id);
     uint8_t *good, *bad;
     size_t len;
@@ -923,7 +971,8 @@ Test(storage, a_restore_as_the_bytes_arrive_leaves_nothing_when_a_late_block_is_
 /* The crash campaign with its checkpoints in the storage too: writes and
  * reads of the storage failed, machines lost with their directory and
  * restored straight from the storage, every key checked at every start. */
-Test(storage, the_crash_campaign_loses_nothing_with_checkpoints_in_the_storage, .timeout = 600)
+Test(storage, the_crash_campaign_loses_nothing_with_checkpoints_in_the_storage, .init = start,
+     .timeout = 600)
 {
     char cmd[2048], out[300];
     snprintf(out, sizeof out, "%s/crash.out", dir);
@@ -939,7 +988,7 @@ Test(storage, the_crash_campaign_loses_nothing_with_checkpoints_in_the_storage, 
     cr_assert_eq(WEXITSTATUS(rc), 0, "stash-crash failed (its output above)");
 }
 
-Test(storage, the_snapshot_tool_reads_and_writes_storage_urls)
+Test(storage, the_snapshot_tool_reads_and_writes_storage_urls, .init = start)
 {
     char name[96], local[256], args[1024], sp[300], url[256];
     static char out[65536];
@@ -960,37 +1009,37 @@ Test(storage, the_snapshot_tool_reads_and_writes_storage_urls)
     stash_arena_destroy(name, NULL);
     /* ls, verify, info and dump of what is in the storage. */
     const char *S = scheme();
-    snprintf(args, sizeof args, "snapshot ls %s://stash/urls --json", S);
+    snprintf(args, sizeof args, "snapshot ls %s://%s/urls --json", S, container);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     char want[128];
     snprintf(want, sizeof want, "{\"id\": %llu, \"state\": \"complete\", \"latest\": true",
              (unsigned long long)info.id);
     cr_assert(strstr(out, want), "%s", out);
-    snprintf(args, sizeof args, "snapshot verify %s://stash/urls", S);
+    snprintf(args, sizeof args, "snapshot verify %s://%s/urls", S, container);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "100 records"), "%s", out);
-    snprintf(args, sizeof args, "snapshot dump %s://stash/urls/chk-%llu", S,
+    snprintf(args, sizeof args, "snapshot dump %s://%s/urls/chk-%llu", S, container,
              (unsigned long long)info.id);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     unsigned lines = 0;
     for (char *p = out; (p = strstr(p, "{\"kg\": ")); p++) lines++;
     cr_assert_eq(lines, 100);
-    snprintf(args, sizeof args, "snapshot info %s://stash/nosuch", S);
+    snprintf(args, sizeof args, "snapshot info %s://%s/nosuch", S, container);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 1);
-    snprintf(want, sizeof want, "%s://stash/nosuch/latest", S);
+    snprintf(want, sizeof want, "%s://%s/nosuch/latest", S, container);
     cr_assert(strstr(out, want), "%s", out);
     /* A savepoint copied down to a directory and up into the storage again. */
     snprintf(sp, sizeof sp, "%s/savepoint-%llu", dir, (unsigned long long)info.id);
-    snprintf(args, sizeof args, "snapshot rewrite %s://stash/urls %s", S, sp);
+    snprintf(args, sizeof args, "snapshot rewrite %s://%s/urls %s", S, container, sp);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
-    snprintf(args, sizeof args, "snapshot rewrite %s %s://stash/moved/savepoint-%llu", sp, S,
-             (unsigned long long)info.id);
+    snprintf(args, sizeof args, "snapshot rewrite %s %s://%s/moved/savepoint-%llu", sp, S,
+             container, (unsigned long long)info.id);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 1, "%s", out);
     cr_assert(strstr(out, "exists already"), "%s", out);
     /* A job starts from the savepoint in the storage. */
     char restore[300];
-    snprintf(restore, sizeof restore, "%s://stash/moved/savepoint-%llu", S,
+    snprintf(restore, sizeof restore, "%s://%s/moved/savepoint-%llu", S, container,
              (unsigned long long)info.id);
     test_remove_dir(local);
     stash_service_opts fs = {.sz = sizeof(stash_service_opts), .dir = local, .restore = restore};
@@ -1000,11 +1049,12 @@ Test(storage, the_snapshot_tool_reads_and_writes_storage_urls)
     stash_worker_close(w);
     stash_service_stop(svc);
     stash_arena_destroy(name, NULL);
-    snprintf(args, sizeof args, "snapshot rewrite %s://stash/urls %s://stash/urls/chk-99", S, S);
+    snprintf(args, sizeof args, "snapshot rewrite %s://%s/urls %s://%s/urls/chk-99", S, container,
+             S, container);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 1, "%s", out);
     cr_assert(strstr(out, "savepoint"), "%s", out);
     /* Damage in the storage is named: the data file of the checkpoint. */
-    ckpt_storage *r = connect_to("stash", 0);
+    ckpt_storage *r = connect_to(container, 0);
     char file[128];
     snprintf(file, sizeof file, "urls/chk-%llu/kg-data.dat", (unsigned long long)info.id);
     uint8_t *bytes;
@@ -1014,19 +1064,19 @@ Test(storage, the_snapshot_tool_reads_and_writes_storage_urls)
     cr_assert_eq(ckpt_storage_write_file(r, file, bytes, len), 0, "%s", stash_errmsg());
     free(bytes);
     ckpt_storage_close(r);
-    snprintf(args, sizeof args, "snapshot verify %s://stash/urls", S);
+    snprintf(args, sizeof args, "snapshot verify %s://%s/urls", S, container);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 1, "%s", out);
     cr_assert(strstr(out, "kg-data.dat"), "%s", out);
 }
 
-Test(storage, the_bench_measures_the_storage_beside_its_own_client)
+Test(storage, the_bench_measures_the_storage_beside_its_own_client, .init = start)
 {
     static char out[65536];
     char args[256], want[12][128];
     const char *S = scheme(), *peer = on_s3() ? "awscli" : "rados-bench";
     setenv("CEPH_CONF", conf, 1);
-    snprintf(args, sizeof args, "bench checkpoint --storage %s --%s stash --quick --reps 1 --json",
-             S, on_s3() ? "bucket" : "pool");
+    snprintf(args, sizeof args, "bench checkpoint --storage %s --%s %s --quick --reps 1 --json", S,
+             on_s3() ? "bucket" : "pool", container);
     int rc = test_run_stash(args, out, sizeof out);
     cr_assert_eq(rc, 0, "%s", out);
     static const char *const lines[][2] = {
@@ -1041,18 +1091,18 @@ Test(storage, the_bench_measures_the_storage_beside_its_own_client)
     snprintf(want[n++], sizeof want[0], "\"case\": \"%s/write\", \"system\": \"%s\"", S, peer);
     for (size_t i = 0; i < n; i++) cr_assert(strstr(out, want[i]), "%s not in %s", want[i], out);
     /* The job's objects are gone, and the pool holds what it held. */
-    ckpt_storage *r = connect_to("stash", 0);
+    ckpt_storage *r = connect_to(container, 0);
     unsigned left = count_prefix(r, "stash-bench-");
     cr_assert_eq(left, 0, "%u files of the bench left", left);
     ckpt_storage_close(r);
     snprintf(args, sizeof args, "bench checkpoint --storage %s", S);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 2, "%s", out);
     cr_assert(strstr(out, "go together"), "%s", out);
-    cr_assert_eq(test_run_stash("bench keyed --storage rados --pool stash", out, sizeof out), 2,
-                 "%s", out);
+    snprintf(args, sizeof args, "bench keyed --storage rados --pool %s", container);
+    cr_assert_eq(test_run_stash(args, out, sizeof out), 2, "%s", out);
 }
 
-Test(storage, an_incremental_chain_goes_up_once_a_file_and_comes_back_whole)
+Test(storage, an_incremental_chain_goes_up_once_a_file_and_comes_back_whole, .init = start)
 {
     char name[96], local[256];
     snprintf(local, sizeof local, "%s/local", dir);
@@ -1079,7 +1129,7 @@ Test(storage, an_incremental_chain_goes_up_once_a_file_and_comes_back_whole)
     static char out[16384];
     char args[256];
     setenv("CEPH_CONF", conf, 1);
-    snprintf(args, sizeof args, "snapshot verify %s://stash/chain/chk-%llu", scheme(),
+    snprintf(args, sizeof args, "snapshot verify %s://%s/chain/chk-%llu", scheme(), container,
              (unsigned long long)info.id);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "500 records"), "%s", out);
@@ -1100,7 +1150,7 @@ Test(storage, an_incremental_chain_goes_up_once_a_file_and_comes_back_whole)
     }
     /* Each shared file once: the full one and three deltas, all still listed
      * by the two kept checkpoints. */
-    ckpt_storage *r = connect_to("stash", 0);
+    ckpt_storage *r = connect_to(container, 0);
     cr_assert_eq(retained(r, "chain/shared/", count_prefix, 4), 4, "each shared file once");
     cr_assert_eq(retained(r, "chain", checkpoints_of, 2), 2, "two kept");
     ckpt_storage_close(r);
@@ -1130,7 +1180,7 @@ Test(storage, an_incremental_chain_goes_up_once_a_file_and_comes_back_whole)
     stash_arena_destroy(name, NULL);
 }
 
-Test(storage, a_stale_engine_never_writes_over_a_newer_one)
+Test(storage, a_stale_engine_never_writes_over_a_newer_one, .init = start)
 {
     char a_name[96], b_name[112], a_dir[256], b_dir[256], args[256];
     static char out[65536];
@@ -1168,10 +1218,10 @@ Test(storage, a_stale_engine_never_writes_over_a_newer_one)
     cr_assert(strstr(info.detail, "does not hold"), "%s", info.detail);
     cr_assert_eq(latest_of("twice"), binfo.id);
     /* The newer one is whole: every value the second engine wrote. */
-    snprintf(args, sizeof args, "snapshot dump %s://stash/twice --format hex", scheme());
+    snprintf(args, sizeof args, "snapshot dump %s://%s/twice --format hex", scheme(), container);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     cr_assert(strstr(out, "\"value\": \"c600000000000000\""), "key 99's 198: %.2000s", out);
-    snprintf(args, sizeof args, "snapshot verify %s://stash/twice", scheme());
+    snprintf(args, sizeof args, "snapshot verify %s://%s/twice", scheme(), container);
     cr_assert_eq(test_run_stash(args, out, sizeof out), 0, "%s", out);
     stash_worker_close(wa);
     stash_worker_close(wb);
@@ -1207,16 +1257,16 @@ static int write_until_refused(ckpt_storage *r)
     return 0;
 }
 
-/* Sets the quota of the gateway's bucket stash to max_bytes (0: none). */
+/* Sets the quota of the test's bucket to max_bytes (0: none). */
 static int bucket_quota(uint64_t max_bytes)
 {
-    char cmd[768];
+    char cmd[1024];
     snprintf(cmd, sizeof cmd,
              "timeout 60 radosgw-admin -c %s -n client.rgw.x quota set --quota-scope=bucket "
-             "--bucket=stash --max-size=%llu >/dev/null 2>&1 && timeout 60 radosgw-admin -c %s "
-             "-n client.rgw.x quota %s --quota-scope=bucket --bucket=stash >/dev/null 2>&1",
-             conf, (unsigned long long)(max_bytes ? max_bytes : 1), conf,
-             max_bytes ? "enable" : "disable");
+             "--bucket=%s --max-size=%llu >/dev/null 2>&1 && timeout 60 radosgw-admin -c %s "
+             "-n client.rgw.x quota %s --quota-scope=bucket --bucket=%s >/dev/null 2>&1",
+             conf, container, (unsigned long long)(max_bytes ? max_bytes : 1), conf,
+             max_bytes ? "enable" : "disable", container);
     return WEXITSTATUS(system(cmd));
 }
 
@@ -1243,10 +1293,10 @@ static void full_bucket(ckpt_storage *r, stash_arena *a, stash_worker **w)
     cr_assert_eq(test_checkpoint_at_barriers(a, w, 1, &info), 0, "%s", info.detail);
 }
 
-Test(storage, a_full_pool_is_said_so_at_once)
+Test(storage, a_full_pool_is_said_so_at_once, .init = start_own_on_rados)
 {
     /* A write that waited for space would end in its timeout (ETIMEDOUT). */
-    ckpt_storage *r = connect_to("stash", 0);
+    ckpt_storage *r = connect_to(container, 0);
     char name[96], local[256];
     snprintf(local, sizeof local, "%s/local", dir);
     stash_arena *a = test_arena_create("full", 16u << 20, 32, name);
@@ -1270,7 +1320,9 @@ Test(storage, a_full_pool_is_said_so_at_once)
     }
 
     /* The pool's quota reached. */
-    cr_assert_eq(ceph_cli("osd pool set-quota stash max_objects 8"), 0);
+    char quota[128];
+    snprintf(quota, sizeof quota, "osd pool set-quota %s max_objects 8", container);
+    cr_assert_eq(ceph_cli(quota), 0);
     int rc = write_until_refused(r);
     cr_assert_eq(rc, -EDQUOT, "%d: %s", rc, stash_errmsg());
     cr_assert(strstr(stash_errmsg(), "the pool is full (its quota is reached)"), "%s",
@@ -1278,7 +1330,8 @@ Test(storage, a_full_pool_is_said_so_at_once)
     put_all(w, 100, 2);
     cr_assert_neq(test_checkpoint_at_barriers(a, &w, 1, &info), 0);
     cr_assert(strstr(info.detail, "the pool is full"), "%s", info.detail);
-    cr_assert_eq(ceph_cli("osd pool set-quota stash max_objects 0"), 0);
+    snprintf(quota, sizeof quota, "osd pool set-quota %s max_objects 0", container);
+    cr_assert_eq(ceph_cli(quota), 0);
 
     /* The OSD past its full ratio. */
     cr_assert_eq(ceph_cli("osd set-nearfull-ratio 0.01"), 0);
