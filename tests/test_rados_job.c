@@ -478,6 +478,50 @@ Test(rados_job, three_hosts_a_host_lost_and_the_leader_killed, .init = start_clu
     stop_host(&hosts[other]);
 }
 
+/* A host that joins aborts what is in flight (what a service of its host
+ * before it may have left): the leader stops waiting for the parts of that
+ * checkpoint then, not at its timeout, and the next one takes every host. */
+Test(rados_job, a_checkpoint_a_joining_host_aborts_ends_at_once, .init = start_cluster)
+{
+    host *a = start_host("a", "0-0", 3), *b = start_host("b", "1-1", 3);
+    await_logged("leads job");
+    stash_worker *w[3] = {open_worker(a, 0, 3), open_worker(b, 1, 3), NULL};
+    write_keys(w[0], 0, 3, 1, KEYS);
+    write_keys(w[1], 1, 3, 1, KEYS);
+    ckpt_storage *r;
+    cr_assert_eq(open_pool(&r), 0, "%s", stash_errmsg());
+    ckpt_job_record *rec = malloc(sizeof *rec);
+    stash_arena *ar;
+    cr_assert_eq(stash_arena_open(a->arena, NULL, &ar), 0, "%s", stash_errmsg());
+    stash_checkpoint_info info;
+    test_pending *p = test_checkpoint_begin(ar, &info);
+    /* The job's first checkpoint waits for worker 2 once both parts are in. */
+    stash_event ev;
+    for (unsigned ms = 0; ms < WAIT_MS; ms += 20) {
+        for (size_t i = 0; i < 2; i++) stash_barrier(w[i], &ev);
+        cr_assert_eq(ckpt_job_notes(r, job, 1, rec), 0, "%s", stash_errmsg());
+        if (rec->n == 2) break;
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_eq(rec->n, 2, "the parts of a and b never came in");
+    host *c = start_host("c", "2-2", 3);
+    while (!test_checkpoint_done(p))
+        for (size_t i = 0; i < 2; i++) stash_barrier(w[i], &ev);
+    cr_assert_neq(test_checkpoint_end(p), 0, "checkpoint 1 committed without worker 2");
+    stash_arena_close(ar);
+    await_logged("ms: job checkpoint 1 was aborted: its host's service changed");
+    for (size_t i = 0; i < nhosts; i++)
+        cr_assert(!logged(&hosts[i], "no part of worker 2"), "host %s waited for c's part",
+                  hosts[i].name);
+    w[2] = open_worker(c, 2, 3);
+    cr_assert_eq(checkpoint(a, w, 3, &info), 0, "%s", stash_errmsg());
+    await_committed(info.id, 3);
+    for (size_t i = 0; i < 3; i++) stash_worker_close(w[i]);
+    free(rec);
+    ckpt_storage_close(r);
+}
+
 /* Passes worker w's barriers until one returns STASH_EFENCED, or fails. */
 static void await_fenced(stash_worker *w)
 {

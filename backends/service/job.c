@@ -521,6 +521,13 @@ static void run_job_checkpoint(svc_job *j, unsigned sp)
             break;
         }
         snprintf(why, sizeof why, "%s", stash_errmsg());
+        /* Any host may decide it meanwhile (one that joins aborts what is
+         * in flight): the parts it waits for would never come. */
+        if (ckpt_job_verdict(j->o.remote, j->job, id) == -ECANCELED) {
+            snprintf(why, sizeof why, "%s", stash_errmsg());
+            rc = -ECANCELED;
+            break;
+        }
         uint64_t now = shm_clock_ns();
         if (now - t0 >= timeout) {
             rc = -ETIMEDOUT;
