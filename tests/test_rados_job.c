@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "backends/checkpoint/checkpoints.h"
+#include "backends/service/job.h"
 #include "include/stash.h"
 #include "tests/helpers.h"
 
@@ -306,19 +307,19 @@ static void stop_host(host *h)
 }
 
 /* The hosts' workers: worker i on hosts[on[i]]. */
-typedef struct job_workers {
+typedef struct placed_workers {
     stash_worker *w[3];
     size_t on[3];
-} job_workers;
+} placed_workers;
 
-static void write_all(job_workers *jw, uint64_t round)
+static void write_all(placed_workers *jw, uint64_t round)
 {
     for (uint32_t i = 0; i < 3; i++) write_round(jw->w[i], i, 3, round);
 }
 
 /* Moves the workers of host from (lost) to host to, each checked to hold
  * the values of round. */
-static void move_workers(job_workers *jw, size_t from, size_t to, uint64_t round)
+static void move_workers(placed_workers *jw, size_t from, size_t to, uint64_t round)
 {
     for (uint32_t i = 0; i < 3; i++) {
         if (jw->on[i] != from) continue;
@@ -328,7 +329,7 @@ static void move_workers(job_workers *jw, size_t from, size_t to, uint64_t round
     }
 }
 
-static void close_workers_on(job_workers *jw, size_t h)
+static void close_workers_on(placed_workers *jw, size_t h)
 {
     for (uint32_t i = 0; i < 3; i++)
         if (jw->on[i] == h) stash_worker_close(jw->w[i]);
@@ -387,8 +388,8 @@ Test(rados_job, three_hosts_a_host_lost_and_the_leader_killed, .init = start_clu
     host *a = start_host("a", "0-0", 3), *b = start_host("b", "1-1", 3),
          *c = start_host("c", "2-2", 3);
     size_t leader = await_logged("leads job");
-    job_workers jw = {{open_worker(a, 0, 3), open_worker(b, 1, 3), open_worker(c, 2, 3)},
-                      {0, 1, 2}};
+    placed_workers jw = {{open_worker(a, 0, 3), open_worker(b, 1, 3), open_worker(c, 2, 3)},
+                         {0, 1, 2}};
     write_all(&jw, 1);
     stash_checkpoint_info info;
     /* Asked of one host: the leader triggers it on all three. */
@@ -519,6 +520,32 @@ Test(rados_job, a_checkpoint_a_joining_host_aborts_ends_at_once, .init = start_c
     await_committed(info.id, 3);
     for (size_t i = 0; i < 3; i++) stash_worker_close(w[i]);
     free(rec);
+    ckpt_storage_close(r);
+}
+
+/* A host restores between its join and its engine's start: a checkpoint
+ * the leader asks for meanwhile is asked of it too (it missed it once, and
+ * the leader waited for its part until its timeout). */
+Test(rados_job, a_host_hears_what_is_asked_between_its_join_and_its_start, .init = start_cluster)
+{
+    ckpt_storage *r, *leader;
+    cr_assert_eq(open_pool(&r), 0, "%s", stash_errmsg());
+    cr_assert_eq(open_pool(&leader), 0, "%s", stash_errmsg());
+    svc_job_opts o = {
+        .remote = r, .job = job, .host = "a", .parallelism = 1, .max_parallelism = MAXP};
+    cr_assert_eq(ckpt_job_workers_parse("0", &o.workers), 0);
+    svc_job *j;
+    cr_assert_eq(job_open(&o, &j), 0, "%s", stash_errmsg());
+    char ctl[1024];
+    cr_assert_eq(ckpt_job_object(ctl, sizeof ctl, job, "ctl"), 0);
+    cr_assert_geq(ckpt_storage_notify(leader, ctl, "checkpoint 7", 5000), 0, "%s", stash_errmsg());
+    for (unsigned ms = 0; ms < WAIT_MS && job_requested(j) != 7; ms += 20) {
+        struct timespec ts = {0, 20000000};
+        nanosleep(&ts, NULL);
+    }
+    cr_assert_eq(job_requested(j), 7, "the request never reached the host");
+    job_close(j);
+    ckpt_storage_close(leader);
     ckpt_storage_close(r);
 }
 
@@ -1383,8 +1410,8 @@ Test(rados_job, incremental_parts_restore_after_a_takeover_and_retire_their_shar
     host *b = start_host_of(job, "b", "b", "1-1", 3, "--incremental", NULL);
     host *c = start_host_of(job, "c", "c", "2-2", 3, "--incremental", NULL);
     await_logged("leads job");
-    job_workers jw = {{open_worker(a, 0, 3), open_worker(b, 1, 3), open_worker(c, 2, 3)},
-                      {0, 1, 2}};
+    placed_workers jw = {{open_worker(a, 0, 3), open_worker(b, 1, 3), open_worker(c, 2, 3)},
+                         {0, 1, 2}};
     write_all(&jw, 1);
     stash_checkpoint_info info;
     cr_assert_eq(checkpoint(a, jw.w, 3, &info), 0, "%s", stash_errmsg());

@@ -41,10 +41,10 @@ struct svc_job {
     char host[CKPT_JOB_HOST_MAX + 1];
     char cookie[96]; /* this service's, on its leases */
     char member[1024], leader[1024], ctl[1024], hosts[1024];
-    uint64_t epoch;      /* this service's member epoch */
-    bool joined;         /* the member's lease taken and its epoch set */
-    _Atomic bool fenced; /* its epoch is not the member's any more */
-    _Atomic uint32_t *wake;
+    uint64_t epoch;                   /* this service's member epoch */
+    bool joined;                      /* the member's lease taken and its epoch set */
+    _Atomic bool fenced;              /* its epoch is not the member's any more */
+    _Atomic(_Atomic uint32_t *) wake; /* the engine's, once it started */
     ckpt_storage_watch *watch;
     pthread_t thread, leases; /* the job's work; the leases' renewals, apart */
     bool started;
@@ -115,6 +115,13 @@ static void raise_to(_Atomic uint64_t *v, uint64_t id)
     }
 }
 
+/* Wakes the engine, once it started. */
+static void wake(svc_job *j)
+{
+    _Atomic uint32_t *w = atomic_load(&j->wake);
+    if (w) shm_futex_wake(w);
+}
+
 static void on_notify(void *ctx, const char *msg)
 {
     svc_job *j = ctx;
@@ -146,7 +153,7 @@ static void on_notify(void *ctx, const char *msg)
     }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    if (wake_engine && j->wake) shm_futex_wake(j->wake);
+    if (wake_engine) wake(j);
 }
 
 static void notify(svc_job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -416,7 +423,7 @@ static void fence(svc_job *j, const char *why)
     pthread_mutex_unlock(&j->mu);
     say(j, STASH_LOG_ERROR, "job", "%s: this service takes no part in the job any more (stop it)",
         why);
-    if (j->wake) shm_futex_wake(j->wake);
+    wake(j);
 }
 
 /* Renews this host's lease and takes or renews the leader's, a third of
@@ -878,6 +885,10 @@ int job_open(const svc_job_opts *o, svc_job **out)
     if (rc == 0) rc = ckpt_job_object(j->leader, sizeof j->leader, j->job, "leader");
     if (rc == 0) rc = ckpt_job_object(j->ctl, sizeof j->ctl, j->job, "ctl");
     if (rc == 0) rc = ckpt_job_object(j->hosts, sizeof j->hosts, j->job, "hosts/");
+    /* Watched before it joins: settle() below aborts every id asked for
+     * before, and whatever the leader asks for after reaches this host,
+     * whose engine answers it once started. */
+    if (rc == 0) rc = ckpt_storage_watch_start(j->o.remote, j->ctl, on_notify, j, &j->watch);
     if (rc == 0) rc = check_join(j);
     ckpt_job_part self = self_part(j, &j->workers);
     if (rc == 0) rc = ckpt_job_join(j->o.remote, j->job, &self, j->cookie, lease_ms(j));
@@ -899,11 +910,10 @@ int job_open(const svc_job_opts *o, svc_job **out)
 int job_start(svc_job *j, uint32_t max_parallelism, _Atomic uint32_t *wake)
 {
     j->o.max_parallelism = max_parallelism;
-    j->wake = wake;
+    atomic_store(&j->wake, wake);
     j->clean_ns = shm_clock_ns();
     ckpt_job_part self = self_part(j, &j->workers);
     int rc = ckpt_job_member_set(j->o.remote, j->job, &self);
-    if (rc == 0) rc = ckpt_storage_watch_start(j->o.remote, j->ctl, on_notify, j, &j->watch);
     if (rc == 0 && (rc = -pthread_create(&j->leases, NULL, leases_main, j)) != 0)
         return shm_fail(rc, "cannot start the job's threads");
     if (rc == 0 && (rc = -pthread_create(&j->thread, NULL, job_main, j)) != 0) {

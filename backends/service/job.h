@@ -43,10 +43,12 @@ typedef struct svc_job_opts {
 /* Joins the job as host o->host: refused (-EBUSY) while a live host
  * serves one of its workers or the host's lease is held; then the
  * member's lease and a new epoch, and what a service of the host before
- * this one left undecided aborted. Nothing runs yet: job_start(). */
+ * this one left undecided aborted. The job is watched from before the
+ * join: what the leader asks for after it is kept for the engine
+ * (job_requested). Nothing else runs yet: job_start(). */
 int job_open(const svc_job_opts *o, svc_job **out);
-/* The member's line set with the arena's key groups, the watch and the
- * thread that keeps the leases and, while it leads, runs the job's
+/* The member's line set with the arena's key groups, and the thread
+ * that keeps the leases and, while it leads, runs the job's
  * checkpoints; wake is the engine's futex, woken for a request, a
  * takeover or a fence. */
 int job_start(svc_job *j, uint32_t max_parallelism, _Atomic uint32_t *wake);
