@@ -5,11 +5,14 @@
  * the checkpoint, leaves nothing of it and keeps the earlier ones; a damaged,
  * truncated or incomplete checkpoint gives way to the previous one, with the
  * file and offset said; reading never changes the directory; retention keeps
- * the newest.
+ * the newest; a second serializing thread only on a core the workers leave.
  */
+#define _GNU_SOURCE /* sched_getaffinity */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1228,4 +1231,51 @@ Test(ckpt, big_blocks_restore_and_pins_go_as_their_key_groups_are_written, .time
         ioe_engine_close(e);
         test_remove_dir(dir);
     }
+}
+
+/* The blocks the second serializing thread built. */
+static _Atomic unsigned by_second;
+
+static int64_t count_thread(void *ctx, uint32_t kg, unsigned thread, snap_buf *out)
+{
+    (void)ctx;
+    (void)kg;
+    (void)out;
+    if (thread) atomic_fetch_add(&by_second, 1);
+    return 0;
+}
+
+/* A second serializing thread runs only on a core the busy workers leave
+ * free: a worker sharing its core with one lost more than the checkpoint
+ * gained (docs/benchmarks.md). */
+Test(ckpt, a_second_serializing_thread_takes_only_a_core_the_workers_leave, .timeout = 60)
+{
+    cpu_set_t set;
+    cr_assert_eq(sched_getaffinity(0, sizeof set, &set), 0);
+    uint32_t cores = (uint32_t)CPU_COUNT(&set);
+    if (cores < 2) cr_skip_test("one processor here");
+    ioe_engine *e = engine(IOE_THREADS, NULL);
+    char dir[128];
+    make_dir(dir);
+    ckpt_source src = {.max_parallelism = KGS,
+                       .backend = CKPT_BACKEND_HEAP,
+                       .block = count_thread,
+                       .two_threads = true};
+    const uint32_t busy[] = {0, cores - 2, cores - 1, cores, cores + 3};
+    for (size_t i = 0; i < sizeof busy / sizeof *busy; i++) {
+        atomic_store(&by_second, 0);
+        cr_assert_eq(ckpt_write_source(&src,
+                                       &(ckpt_opts){.dir = test_ckpt_dir(dir),
+                                                    .id = i + 1,
+                                                    .engine = e,
+                                                    .busy_workers = busy[i]},
+                                       NULL),
+                     0, "%s", stash_errmsg());
+        unsigned want = busy[i] + 2 <= cores ? KGS / 2 : 0;
+        cr_assert_eq(atomic_load(&by_second), want,
+                     "%u busy workers on %u cores: %u blocks, not %u", busy[i], cores,
+                     atomic_load(&by_second), want);
+    }
+    ioe_engine_close(e);
+    test_remove_dir(dir);
 }

@@ -7,11 +7,12 @@
  * newest few no longer need. Reading is in ckpt_read.c, restoring in
  * ckpt_restore.c.
  */
-#define _GNU_SOURCE /* O_DIRECT */
+#define _GNU_SOURCE /* O_DIRECT, sched_getaffinity */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -446,6 +447,15 @@ static int emit(const ckpt_opts *o, stream *out, uint32_t kg, block_buf *bb, md_
     return stream_block(out, bb, &ext[kg].offset);
 }
 
+/* The processors this process may run on that busy workers leave. */
+static long cores_free(uint32_t busy)
+{
+    cpu_set_t set;
+    long n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                         : sysconf(_SC_NPROCESSORS_ONLN);
+    return n > (long)busy ? n - (long)busy : 0;
+}
+
 /* Waits for the helper's next block, reaping writes meanwhile: a write's
  * completion may be what frees the helper's next buffer. */
 static void await_block(helper *h, stream *out, block_buf *bb)
@@ -466,8 +476,10 @@ static void await_block(helper *h, stream *out, block_buf *bb)
 /* Serializes every key group (or its changes since the base) into the
  * stream, one block at a time, and records where each block lies. A writer
  * that owns none of the key groups announces itself for each walk. With two
- * processors (and, for such a writer, a second reader slot), a second thread
- * serializes every other key group. */
+ * processors beside those the busy workers take (and, for such a writer, a
+ * second reader slot), a second thread serializes every other key group:
+ * a worker that shares its core with a serializing thread loses more than
+ * the checkpoint gains. */
 static int serialize(const ckpt_source *src, const ckpt_opts *o, stream *out, md_extent *ext,
                      uint64_t *records, uint32_t *crc)
 {
@@ -481,7 +493,7 @@ static int serialize(const ckpt_source *src, const ckpt_opts *o, stream *out, md
     uint32_t maxp = src->max_parallelism;
     *records = 0;
     pthread_t t;
-    bool two = maxp > 1 && src->two_threads && sysconf(_SC_NPROCESSORS_ONLN) > 1;
+    bool two = maxp > 1 && src->two_threads && cores_free(o->busy_workers) > 1;
     if (two) {
         pthread_mutex_init(&h.mu, NULL);
         pthread_cond_init(&h.cv, NULL);

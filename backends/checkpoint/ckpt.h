@@ -39,6 +39,9 @@ typedef struct ckpt_opts {
     bool reader;             /* the writer owns none of the key groups: it announces itself */
     uint32_t reader_slot;    /* with reader: its slot for shm_ebr_enter (shm_reader_join) */
     uint32_t reader_slot2;   /* with reader: a slot for a second serializing thread; 0 none */
+    /* Worker processes busy beside the checkpoint, each taking a core: a
+     * second serializing thread runs only on a core they leave free. */
+    uint32_t busy_workers;
     ioe_engine *engine;      /* every write and sync goes through it */
     uint32_t op_parallelism; /* operator state: of this many workers (0: none) */
     const ckpt_blob *op_blobs; /* worker i's operator-state blob (opstate.h) */

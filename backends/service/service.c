@@ -328,6 +328,16 @@ static void full_next(stash_service *s)
     s->since_full = s->o.full_every ? s->o.full_every : DEFAULT_FULL_EVERY;
 }
 
+/* The workers attached as the engine last looked: each busy, as far as
+ * the serializing threads are told. */
+static uint32_t live_workers(const stash_service *s)
+{
+    uint32_t n = 0, hwm = atomic_load(&s->a->hdr->registry_hwm);
+    for (uint32_t i = 0; i < hwm && i < STASH_MAX_WORKERS; i++)
+        n += s->seen[i].state == STASH_WORKER_LIVE;
+    return n;
+}
+
 static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untracked, outcome *r)
 {
     stash_arena *a = s->a;
@@ -365,6 +375,7 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
         .reader = true,
         .reader_slot = s->reader,
         .reader_slot2 = s->reader2,
+        .busy_workers = live_workers(s),
         .engine = s->e,
         .op_parallelism = p,
         .op_blobs = blobs,

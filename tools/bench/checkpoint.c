@@ -1161,7 +1161,7 @@ static int under_load_case(ckb *b)
     uint32_t slot, slot2 = 0;
     rc = stash_arena_open(b->name, NULL, &a);
     if (rc == 0) rc = shm_reader_join(a, &slot);
-    /* Two serializing threads, as the engine runs them. */
+    /* A second serializing thread where the engine would run one. */
     if (rc == 0 && shm_reader_join(a, &slot2) < 0) slot2 = 0;
     while (rc == 0 && atomic_load(&run->ops) < nops / 4) usleep(1000);
     double with[MAX_REPS], without[MAX_REPS], extra[MAX_REPS], busy_with[MAX_REPS],
@@ -1194,6 +1194,7 @@ static int under_load_case(ckb *b)
                                      .reader = true,
                                      .reader_slot = slot,
                                      .reader_slot2 = slot2,
+                                     .busy_workers = 1,
                                      .serialized = release_pin,
                                      .serialized_ctx = &(pin_set){a, run->pins}},
                         NULL);
