@@ -34,16 +34,16 @@ typedef struct ckpt_opts {
     bool incremental;   /* data files in DIR/shared/, which later checkpoints reference */
     uint64_t base_id;   /* incremental: write only the changes since this checkpoint */
     const uint32_t
-        *base_pins;          /* with base_id: the versions the base was written at, still pinned */
-    uint64_t cap_bytes;      /* the memory storage's cap on a checkpoint's bytes; 0: none */
-    bool reader;             /* the writer owns none of the key groups: it announces itself */
-    uint32_t reader_slot;    /* with reader: its slot for shm_ebr_enter (shm_reader_join) */
-    uint32_t reader_slot2;   /* with reader: a slot for a second serializing thread; 0 none */
+        *base_pins;        /* with base_id: the versions the base was written at, still pinned */
+    uint64_t cap_bytes;    /* the memory storage's cap on a checkpoint's bytes; 0: none */
+    bool reader;           /* the writer owns none of the key groups: it announces itself */
+    uint32_t reader_slot;  /* with reader: its slot for shm_ebr_enter (shm_reader_join) */
+    uint32_t reader_slot2; /* with reader: a slot for a second serializing thread; 0 none */
     /* Worker processes busy beside the checkpoint, each taking a core: a
      * second serializing thread runs only on a core they leave free. */
     uint32_t busy_workers;
-    ioe_engine *engine;      /* every write and sync goes through it */
-    uint32_t op_parallelism; /* operator state: of this many workers (0: none) */
+    ioe_engine *engine;        /* every write and sync goes through it */
+    uint32_t op_parallelism;   /* operator state: of this many workers (0: none) */
     const ckpt_blob *op_blobs; /* worker i's operator-state blob (opstate.h) */
     bool group;                /* directories 0750 and files 0640, not 0700 and 0600 */
     /* A full checkpoint's records go through it (TTL states that leave out
