@@ -1257,8 +1257,10 @@ Test(ckpt, a_second_serializing_thread_takes_only_a_core_the_workers_leave, .tim
     ioe_engine *e = engine(IOE_THREADS, NULL);
     char dir[128];
     make_dir(dir);
+    ckpt_state none[1] = {{0}};
     ckpt_source src = {.max_parallelism = KGS,
                        .backend = CKPT_BACKEND_HEAP,
+                       .states = none,
                        .block = count_thread,
                        .two_threads = true};
     const uint32_t busy[] = {0, cores - 2, cores - 1, cores, cores + 3};
