@@ -671,7 +671,8 @@ static int walk_prelog(stash_arena *a, at_walk *w, uint64_t from)
             uint64_t pos = c->start + at;
             at += entry_bytes(e->bytes);
             if (r->version > w->version || e->until <= w->version) continue;
-            if (pos >= from) {
+            /* A walk that visited nothing has nothing to leave out. */
+            if (pos >= from && w->ntaken) {
                 if (!sorted) qsort(w->taken, w->ntaken, sizeof *w->taken, ref_order);
                 sorted = true;
                 if (bsearch(&e->ref, w->taken, w->ntaken, sizeof *w->taken, ref_order)) continue;
