@@ -980,14 +980,13 @@ Test(versions, a_walk_in_another_process_meets_each_record_once_as_of_its_pin, .
         pin_walks(p->pins);
         pid_t pid = test_fork(walk_raced, p);
         uint64_t v = (uint64_t)round << 32;
-        int st = 0;
-        bool gone = false;
-        /* Until the walk ends, or its process does without ending it. */
+        /* Until the walk ends, or its process does without ending it
+         * (looked at, not reaped: test_wait says how it ended). */
+        siginfo_t si = {0};
         for (unsigned i = 0; !atomic_load(&p->done); i++) {
-            if (i % 1024 == 0 && waitpid(pid, &st, WNOHANG) == pid) {
-                gone = true;
+            if (i % 1024 == 0 && waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+                si.si_pid)
                 break;
-            }
             uint32_t k = (uint32_t)rand_r(&seed) % RACED, what = (uint32_t)rand_r(&seed) % 8;
             key_in(w, k);
             if (what == 0) {
@@ -1001,7 +1000,7 @@ Test(versions, a_walk_in_another_process_meets_each_record_once_as_of_its_pin, .
                 put(k, now[k] = ++v);
             }
         }
-        int rc = gone ? (WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st)) : test_wait(pid);
+        int rc = test_wait(pid);
         cr_assert_eq(rc, 0, "seed %u, round %d: the walk's process: %d %s", first, round, rc,
                      p->why);
         for (uint32_t k = 0; k < RACED; k++)
