@@ -229,9 +229,11 @@ static int check_versions(checker *c, uint32_t kg, shm_rec *r)
 }
 
 /* Every slot of p: an entry in a valid record, under its own hash, where
- * probes find it; free slots hold no reference; moved groups hold nothing. */
+ * probes find it, and marked for the prune sweep if it keeps an older
+ * version or is a tombstone; free slots hold no reference; moved groups
+ * hold nothing. */
 static int check_part(checker *c, uint32_t kg, const part *p, const part *other, uint64_t *live,
-                      uint32_t *heads, uint32_t *used)
+                      uint32_t *heads, uint32_t *used, uint32_t *marked)
 {
     for (uint32_t g = 0; g < p->n; g++) {
         for (unsigned i = 0; i < SHM_GROUP_SLOTS; i++) {
@@ -266,6 +268,13 @@ static int check_part(checker *c, uint32_t kg, const part *p, const part *other,
                                 "index more than once",
                                 kg, p->name, g, i);
             if ((rc = check_versions(c, kg, r))) return rc;
+            bool kept = shm_group_kept(&p->g[g], i);
+            if (!kept && (shm_rec_older(c->a, r) || (r->flags & SHM_REC_TOMBSTONE)))
+                return shm_fail(-EUCLEAN,
+                                "key group %u: %s index group %u slot %u: its entry keeps a "
+                                "version the prune sweep would not read",
+                                kg, p->name, g, i);
+            *marked += kept;
             *live += shm_rec_live(r);
             ++*heads;
         }
@@ -286,11 +295,15 @@ static int check_table(checker *c, uint32_t kg)
     part po = {SHM_AT(a, shm_group, old), old ? 1u << atomic_load(&t->old_log2) : 0,
                atomic_load(&t->migrate_pos), "old"};
     uint64_t live = 0;
-    uint32_t heads = 0, old_used = 0, used = 0;
-    int rc = check_part(c, kg, &po, &cur, &live, &heads, &old_used);
+    uint32_t heads = 0, old_used = 0, used = 0, marked = 0;
+    int rc = check_part(c, kg, &po, &cur, &live, &heads, &old_used, &marked);
     uint32_t old_heads = heads;
-    if (!rc) rc = check_part(c, kg, &cur, &po, &live, &heads, &used);
+    if (!rc) rc = check_part(c, kg, &cur, &po, &live, &heads, &used, &marked);
     if (rc) return rc;
+    /* Between sweeps, an unpin skips the sweep if the table counts no mark. */
+    if (t->sweep_pos == UINT32_MAX && marked > t->marked)
+        return shm_fail(-EUCLEAN, "key group %u: %u slots marked for the prune sweep, %u counted",
+                        kg, marked, t->marked);
     if (live != atomic_load(&t->count) || heads != t->heads || old_heads != t->old_left ||
         used != atomic_load(&t->used))
         return shm_fail(-EUCLEAN,
@@ -365,7 +378,7 @@ static bool undo_fits(const stash_arena *a, const shm_undo *u)
     const shm_rec *r = shm_ptr(a, off);
     /* A save changes no byte (its vlen is the record's old version). */
     uint64_t vlen = atomic_load(&r->vlen);
-    if (u->nregions == SHM_UNDO_SAVE)
+    if (u->nregions == SHM_UNDO_SAVE || u->nregions == SHM_UNDO_SAVE_PUT)
         return in_data(a, off, sizeof(shm_rec) + (uint64_t)r->klen + r->nslen + vlen, false);
     if (u->vlen > vlen) vlen = u->vlen;
     if (u->nregions > SHM_UNDO_REGIONS || (u->nregions == 0 && u->vlen > SHM_UNDO_BYTES) ||

@@ -283,7 +283,7 @@ static bool free_slot(const stash_arena *a, const shm_table *t, uint32_t h, shm_
  * entry has versions for the prune sweep. */
 static void slot_fill(shm_table *t, shm_group *g, unsigned i, uint32_t h, shm_ref r, bool kept)
 {
-    shm_group_keep(g, i, kept);
+    shm_group_keep(t, g, i, kept);
     bool was_empty = atomic_load_explicit(&g->tag[i], memory_order_relaxed) == SHM_SLOT_EMPTY;
     atomic_store_explicit(&g->ref[i], r, memory_order_relaxed);
     atomic_store_explicit(&g->tag[i], shm_slot_tag(h), memory_order_release);
@@ -477,7 +477,7 @@ int shm_index_insert(stash_arena *a, const shm_lookup *l, shm_cursor *c, shm_ref
 
 void shm_index_clear(shm_table *t, const shm_cursor *c)
 {
-    shm_group_keep(c->group, c->slot, false);
+    shm_group_keep(t, c->group, c->slot, false);
     atomic_store_explicit(&c->group->tag[c->slot], SHM_SLOT_DELETED, memory_order_release);
     atomic_store_explicit(&c->group->ref[c->slot], 0, memory_order_release);
     t->heads--;
@@ -572,6 +572,7 @@ void shm_index_recover(stash_arena *a, uint32_t kg)
     index_part po, pc;
     owner_parts(a, t, &po, &pc);
     const index_part *parts[2] = {&po, &pc};
+    t->marked = UINT32_MAX;
     for (int p = 0; p < 2; p++)
         for (uint32_t g = parts[p]->from; g < parts[p]->n; g++) {
             atomic_store(&parts[p]->g[g].kept, (1u << SHM_GROUP_SLOTS) - 1);

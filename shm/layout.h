@@ -29,7 +29,7 @@
 typedef uint64_t shm_off;
 
 #define SHM_MAGIC "STASHARN"
-#define SHM_LAYOUT_VERSION 11u
+#define SHM_LAYOUT_VERSION 12u
 #define SHM_INIT_MARK 0x54494e49u /* "INIT": written last by the creator */
 #define SHM_HEADER_SIZE 4096u
 #define SHM_SPAN_SHIFT 12u
@@ -239,10 +239,13 @@ typedef struct shm_region {
  * bytes of the regions a change overwrites, or, for a change that replaces
  * the whole value (redo), the new value. */
 #define SHM_UNDO_SAVE 0xffffffffu /* nregions of a save: the old bytes go to the pre-image log */
+/* nregions of a save and an overwrite in one bracket: the old record goes
+ * to the pre-image log first, and recovery takes its value back from there */
+#define SHM_UNDO_SAVE_PUT 0xfffffffeu
 typedef struct shm_undo {
     _Atomic shm_ref rec; /* the record being changed in place, 0 none */
     uint32_t vlen;       /* its value length before, or with redo after; a save's old version */
-    uint32_t nregions;   /* 0 with redo, SHM_UNDO_SAVE with a save */
+    uint32_t nregions;   /* 0 with redo, SHM_UNDO_SAVE with a save, SHM_UNDO_SAVE_PUT both */
     shm_region regions[SHM_UNDO_REGIONS];
     uint8_t bytes[SHM_UNDO_BYTES]; /* the regions' old bytes one after another, or the new value */
 } shm_undo;
@@ -293,8 +296,11 @@ typedef struct shm_table {
     _Atomic uint32_t moving;       /* set while the owner moves groups (recovery finishes them) */
     _Atomic uint64_t writes;       /* every publish and delete: invalidates iterators */
     _Atomic uint32_t pin_walk;     /* bit i: pin i is a walk's, which the pre-image log serves */
-    _Atomic shm_off prelog;        /* the pre-image log's newest chunk, 0 none */
-    _Atomic uint64_t prelog_end;   /* the log's bytes so far, published after each entry */
+    /* At least the slots marked for the prune sweep (shm_group_keep) while
+     * no sweep runs: an unpin starts one only if some are. */
+    uint32_t marked;
+    _Atomic shm_off prelog;      /* the pre-image log's newest chunk, 0 none */
+    _Atomic uint64_t prelog_end; /* the log's bytes so far, published after each entry */
     shm_undo undo;
 } shm_table;
 

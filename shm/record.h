@@ -265,13 +265,14 @@ static inline void shm_rec_fetch(const shm_rec *r, uint32_t span)
     if (end > 64) __builtin_prefetch((const char *)r + 64);
     if (end > 128) __builtin_prefetch((const char *)r + 128);
 }
-/* The record of slot i of g whose tag matched, fetched whole. */
-/* Owner: marks slot i of g as one the prune sweep must read (on), or not. */
-static inline void shm_group_keep(shm_group *g, unsigned i, bool on)
+/* Owner: marks slot i of g, an index group of table t, as one the prune
+ * sweep must read (on), or not; a mark set is counted in t->marked. */
+static inline void shm_group_keep(shm_table *t, shm_group *g, unsigned i, bool on)
 {
     uint32_t m = atomic_load_explicit(&g->kept, memory_order_relaxed);
     m = on ? m | 1u << i : m & ~(1u << i);
     atomic_store_explicit(&g->kept, m, memory_order_relaxed);
+    if (on && t->marked != UINT32_MAX) t->marked++;
 }
 
 static inline bool shm_group_kept(const shm_group *g, unsigned i)
@@ -279,6 +280,7 @@ static inline bool shm_group_kept(const shm_group *g, unsigned i)
     return atomic_load_explicit(&g->kept, memory_order_relaxed) >> i & 1u;
 }
 
+/* The record of slot i of g whose tag matched, fetched whole. */
 static inline shm_rec *shm_group_rec(const stash_arena *a, const shm_group *g, unsigned i)
 {
     shm_rec *r = shm_rec_at(a, atomic_load_explicit(&g->ref[i], memory_order_acquire));

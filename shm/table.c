@@ -170,25 +170,6 @@ static shm_prelog_chunk *chunk_at(const stash_arena *a, shm_off off)
     return off ? (shm_prelog_chunk *)(a->base + off) : NULL;
 }
 
-/* The bytes an entry of a record of rbytes bytes takes in the log. */
-static uint32_t entry_bytes(uint32_t rbytes)
-{
-    return (uint32_t)sizeof(shm_prelog_entry) + ((rbytes + 7u) & ~7u);
-}
-
-/* Whether t is pinned, by walks only. */
-static bool walks_only(const shm_table *t)
-{
-    uint32_t walks = atomic_load_explicit(&t->pin_walk, memory_order_relaxed);
-    bool any = false;
-    for (unsigned i = 0; i < SHM_MAX_PINS; i++) {
-        if (!atomic_load_explicit(&t->pins[i], memory_order_relaxed)) continue;
-        if (!(walks >> i & 1u)) return false;
-        any = true;
-    }
-    return any;
-}
-
 /* The chunk of kg's log with room for n bytes: the newest, or a new one
  * linked before it. NULL if the arena has no room. */
 static shm_prelog_chunk *prelog_room(stash_arena *a, uint32_t kg, uint32_t n)
@@ -215,10 +196,10 @@ static shm_prelog_chunk *prelog_room(stash_arena *a, uint32_t kg, uint32_t n)
 bool shm_rec_save(stash_arena *a, uint32_t kg, shm_rec *rec)
 {
     shm_table *t = &a->tables[kg];
-    if (!walks_only(t) || !shm_rec_live(rec) || shm_rec_older(a, rec)) return false;
+    if (!shm_table_walks_only(t) || !shm_rec_live(rec) || shm_rec_older(a, rec)) return false;
     uint32_t rbytes = (uint32_t)sizeof *rec + rec->klen + rec->nslen +
                       atomic_load_explicit(&rec->vlen, memory_order_relaxed);
-    uint32_t n = entry_bytes(rbytes);
+    uint32_t n = shm_prelog_entry_bytes(rbytes);
     shm_prelog_chunk *c = prelog_room(a, kg, n);
     if (!c) return false;
     /* One bracket over the entry and the new version: a walk that reads the
@@ -240,18 +221,28 @@ bool shm_rec_save(stash_arena *a, uint32_t kg, shm_rec *rec)
     return true;
 }
 
-/* The version a save of rec from version old, cut short by a crash, leaves
- * it at: the new one if its entry made it into the log. */
-static uint32_t saved_version(const stash_arena *a, const shm_table *t, shm_ref rec, uint32_t old)
+/* The newest entry of t's pre-image log, NULL if none. */
+static const shm_prelog_entry *last_entry(const stash_arena *a, const shm_table *t)
 {
     const shm_prelog_chunk *c = chunk_at(a, atomic_load(&t->prelog));
     const shm_prelog_entry *last = NULL;
     for (uint32_t at = 0, used = c ? atomic_load(&c->used) : 0; at < used;) {
         last = (const shm_prelog_entry *)(const void *)(c->bytes + at);
-        at += entry_bytes(last->bytes);
+        at += shm_prelog_entry_bytes(last->bytes);
     }
-    return last && last->ref == rec && ((const shm_rec *)(last + 1))->version == old ? last->until
-                                                                                     : old;
+    return last;
+}
+
+/* The log's entry of a save of rec from version old, cut short by a crash,
+ * if it made it into the log whole (the record is then at its new version,
+ * *until); NULL if not. */
+static const shm_rec *saved_entry(const stash_arena *a, const shm_table *t, shm_ref rec,
+                                  uint32_t old, uint32_t *until)
+{
+    const shm_prelog_entry *last = last_entry(a, t);
+    if (!last || last->ref != rec || ((const shm_rec *)(last + 1))->version != old) return NULL;
+    *until = last->until;
+    return (const shm_rec *)(last + 1);
 }
 
 /* Drops kg's log once no pin is left to need it. */
@@ -310,7 +301,9 @@ static void sweep_step(stash_arena *a, uint32_t kg, uint32_t budget)
             shm_index_clear(t, &c);
             retire_rec(a, kg, c.rec);
         } else if (!older && !(c.rec->flags & SHM_REC_TOMBSTONE)) {
-            shm_group_keep(c.group, c.slot, false);
+            shm_group_keep(t, c.group, c.slot, false);
+        } else if (t->marked != UINT32_MAX) {
+            t->marked++;
         }
     }
 }
@@ -328,8 +321,14 @@ void shm_table_maintain(stash_arena *a, uint32_t kg, uint32_t budget)
     uint32_t gen = atomic_load(&t->pins_gen);
     if (gen != t->swept_gen && t->sweep_pos == UINT32_MAX) {
         t->swept_gen = gen;
-        t->sweep_pos = 0;
-        t->sweep_resizes = atomic_load(&t->resizes);
+        /* With no slot marked (pins that only walks held: their records
+         * went to the log), there is nothing to drop and no line to read.
+         * A sweep counts again the marks it leaves, and those set meanwhile. */
+        if (t->marked) {
+            t->marked = 0;
+            t->sweep_pos = 0;
+            t->sweep_resizes = atomic_load(&t->resizes);
+        }
     }
     /* Growth first (it ends within a bounded number of writes, and a sweep
      * starts over when it does); the sweep whenever nothing moves. */
@@ -408,7 +407,7 @@ int shm_table_publish(stash_arena *a, const shm_lookup *l, shm_cursor *c, shm_re
         shm_ref older = !linked ? 0 : keep ? shm_ref_of(shm_off_of(a, old)) : shm_rec_older(a, old);
         if (linked) atomic_store_explicit(shm_rec_link(a, rec), older, memory_order_relaxed);
         atomic_store_explicit(&c->group->ref[c->slot], ref, memory_order_release);
-        shm_group_keep(c->group, c->slot, older || (rec->flags & SHM_REC_TOMBSTONE));
+        shm_group_keep(t, c->group, c->slot, older || (rec->flags & SHM_REC_TOMBSTONE));
         if (old->flags & SHM_REC_TOMBSTONE) count_add(t, 1);
         /* Unlinked, rec keeps nothing: nothing is pinned, so old and what it
          * kept go. */
@@ -490,9 +489,19 @@ void shm_table_recover(stash_arena *a, uint32_t kg)
     atomic_store(&t->mutable_from, newest ? newest + 1 : 0);
     shm_undo *u = &t->undo;
     shm_rec *rec = shm_rec_at(a, atomic_load(&u->rec));
-    if (rec && (atomic_load(&rec->seq) & 1) && u->nregions == SHM_UNDO_SAVE) {
-        /* A save changes no byte of the value, only the version. */
-        rec->version = saved_version(a, t, atomic_load(&u->rec), u->vlen);
+    if (rec && (atomic_load(&rec->seq) & 1) &&
+        (u->nregions == SHM_UNDO_SAVE || u->nregions == SHM_UNDO_SAVE_PUT)) {
+        /* A save changes no byte of the value, only the version; a save and
+         * a put write the value once the old record is whole in the log,
+         * from which it is taken back. */
+        uint32_t until = u->vlen;
+        const shm_rec *saved = saved_entry(a, t, atomic_load(&u->rec), u->vlen, &until);
+        rec->version = until;
+        if (saved && u->nregions == SHM_UNDO_SAVE_PUT) {
+            uint32_t vlen = atomic_load(&saved->vlen);
+            memcpy(shm_rec_value(rec), shm_rec_value((shm_rec *)saved), vlen);
+            atomic_store(&rec->vlen, vlen);
+        }
         atomic_fetch_add(&rec->seq, 1);
     } else if (rec && (atomic_load(&rec->seq) & 1)) {
         /* Undo the regions' changes, or redo the whole new value. */
@@ -669,7 +678,7 @@ static int walk_prelog(stash_arena *a, at_walk *w, uint64_t from)
             const shm_prelog_entry *e = (const shm_prelog_entry *)(const void *)(c->bytes + at);
             const shm_rec *r = (const shm_rec *)(e + 1);
             uint64_t pos = c->start + at;
-            at += entry_bytes(e->bytes);
+            at += shm_prelog_entry_bytes(e->bytes);
             if (r->version > w->version || e->until <= w->version) continue;
             /* A walk that visited nothing has nothing to leave out. */
             if (pos >= from && w->ntaken) {

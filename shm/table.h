@@ -204,6 +204,56 @@ static inline __attribute__((always_inline)) bool shm_rec_overwrite(const stash_
     shm_rec_write_end(t, rec);
     return true;
 }
+/* Whether t is pinned, by walks only. */
+static inline bool shm_table_walks_only(const shm_table *t)
+{
+    unsigned held = 0;
+    for (unsigned i = 0; i < SHM_MAX_PINS; i++)
+        held |= (unsigned)(atomic_load_explicit(&t->pins[i], memory_order_relaxed) != 0) << i;
+    return held && !(held & ~atomic_load_explicit(&t->pin_walk, memory_order_relaxed));
+}
+/* The bytes an entry of a record of rbytes bytes takes in the pre-image log. */
+static inline uint32_t shm_prelog_entry_bytes(uint32_t rbytes)
+{
+    return (uint32_t)sizeof(shm_prelog_entry) + ((rbytes + 7u) & ~7u);
+}
+/* Owner: shm_rec_save, then an overwrite of the value with len <=
+ * SHM_UNDO_BYTES bytes at dst, which has room for them: in one bracket,
+ * with no redo copy, where the log's newest chunk has room and rec keeps no
+ * older version; otherwise shm_rec_save and shm_rec_overwrite. Returns false, changing nothing, if
+ * rec cannot be saved (the caller then copies on write). */
+static inline __attribute__((always_inline)) bool
+shm_rec_save_overwrite(const stash_arena *a, shm_table *t, shm_rec *rec, uint8_t *dst,
+                       const void *value, size_t len)
+{
+    uint32_t rbytes =
+        (uint32_t)(dst - (uint8_t *)rec) + atomic_load_explicit(&rec->vlen, memory_order_relaxed);
+    uint32_t n = shm_prelog_entry_bytes(rbytes);
+    shm_off off = atomic_load_explicit(&t->prelog, memory_order_relaxed);
+    shm_prelog_chunk *c = (shm_prelog_chunk *)(a->base + off);
+    if (!off || (rec->flags & (SHM_REC_LINKED | SHM_REC_TOMBSTONE)) || rbytes > SHM_UNDO_BYTES ||
+        c->cap - atomic_load_explicit(&c->used, memory_order_relaxed) < n ||
+        !shm_table_walks_only(t))
+        return shm_rec_save((stash_arena *)a, (uint32_t)(t - a->tables), rec) &&
+               shm_rec_overwrite(a, t, rec, dst, value, len);
+    /* The value is written only once the old record is whole in the log,
+     * where a crash's recovery finds it to undo the change. */
+    shm_undo_open(a, &t->undo, rec, SHM_UNDO_SAVE_PUT, rec->version);
+    uint32_t used = atomic_load_explicit(&c->used, memory_order_relaxed);
+    shm_prelog_entry *e = (shm_prelog_entry *)(void *)(c->bytes + used);
+    uint32_t until = atomic_load_explicit(&t->epoch, memory_order_relaxed);
+    *e = (shm_prelog_entry){shm_ref_of(shm_off_of(a, rec)), until, rbytes, 0};
+    shm_rec *copy = (shm_rec *)(e + 1);
+    shm_copy_small((uint8_t *)copy, (const uint8_t *)rec, rbytes);
+    atomic_store_explicit(&copy->seq, 0, memory_order_relaxed);
+    atomic_store_explicit(&c->used, used + n, memory_order_release);
+    atomic_store_explicit(&t->prelog_end, c->start + used + n, memory_order_release);
+    rec->version = until;
+    shm_copy_small(dst, value, len);
+    atomic_store_explicit(&rec->vlen, (uint32_t)len, memory_order_relaxed);
+    shm_rec_write_end(t, rec);
+    return true;
+}
 /* After the owner died: finishes a move between index arrays and undoes a
  * half-done in-place change, so the table is whole again, and releases every
  * pin (a checkpoint in flight when an owner of its key groups dies fails with it). */

@@ -873,6 +873,33 @@ Test(versions, a_pin_that_is_not_a_walks_keeps_copy_on_write)
     unpin_and_settle(versions);
 }
 
+/* After a pin that kept versions, the owner's sweep reads the index to drop
+ * them; after walks' pins, whose records went to the log, there is nothing
+ * to drop, and no sweep starts (it would read every index line). */
+Test(versions, an_unpin_sweeps_only_a_table_that_kept_versions)
+{
+    for (uint32_t k = 0; k < 2000; k++) put(k, k);
+    for (int walks = 0; walks < 2; walks++) {
+        uint32_t pins[8];
+        if (walks)
+            pin_walks(pins);
+        else
+            pin_all(pins);
+        for (uint32_t k = 0; k < 2000; k++) put(k, k + 1);
+        for (uint32_t kg = 0; kg < 8; kg++) shm_table_unpin(arena, kg, pins[kg]);
+        for (uint32_t kg = 0; kg < 8; kg++) {
+            shm_table *t = &arena->tables[kg];
+            shm_table_maintain(arena, kg, 1);
+            cr_assert_eq(t->sweep_pos == UINT32_MAX, walks, "walks %d: key group %u swept %u",
+                         walks, kg, t->sweep_pos);
+            for (int i = 0; i < 100000 && t->sweep_pos != UINT32_MAX; i++)
+                shm_table_maintain(arena, kg, 64);
+            cr_assert_eq(t->marked, 0, "walks %d: key group %u keeps no version", walks, kg);
+        }
+        cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
+    }
+}
+
 /* A save killed in its bracket: the new version stands only if the entry
  * made it into the log; the value is the old one either way. */
 Test(versions, a_save_cut_short_keeps_the_old_version_unless_its_entry_is_logged)
@@ -916,6 +943,64 @@ Test(versions, a_save_cut_short_keeps_the_old_version_unless_its_entry_is_logged
         cr_assert_eq(shm_table_walk_at(arena, l.kg, pin, count_met, c), 0);
         cr_assert_eq(c->met[k], 1, "logged %d: met once", logged);
         free(c);
+        shm_table_unpin(arena, l.kg, pin);
+    }
+    shm_reader_leave(arena, slot);
+}
+
+/* A put that saves its record and rewrites it in one bracket, killed before
+ * the bracket closed: with the record whole in the log, the record keeps
+ * the new version and takes its old value back from there; without, it
+ * stays as it was. Either way the walk of the pin meets the old value once. */
+Test(versions, a_save_and_put_cut_short_takes_the_old_value_back)
+{
+    uint32_t slot;
+    cr_assert_eq(shm_reader_join(arena, &slot), 0);
+    for (int logged = 0; logged < 2; logged++) {
+        uint32_t k = 7, other = 8;
+        put(k, 70);
+        shm_lookup l = lookup_of(&k);
+        while (lookup_of(&other).kg != l.kg) other++;
+        put(other, 80);
+        uint32_t pin = (uint32_t)shm_table_pin_for(arena, l.kg, slot - STASH_MAX_WORKERS + 1, true);
+        /* The log's first chunk, so that the next save takes one bracket. */
+        put(other, 81);
+        shm_cursor cur;
+        l = lookup_of(&k);
+        cr_assert_eq(shm_table_find(arena, &l, &cur), 0);
+        shm_table *t = &arena->tables[l.kg];
+        uint32_t old = cur.rec->version;
+        if (logged) {
+            put(k, 71);
+            cr_assert_eq(t->undo.nregions, SHM_UNDO_SAVE_PUT, "saved and put in one bracket");
+            /* Killed with the value half written. */
+            atomic_store(&t->undo.rec, shm_ref_of(shm_off_of(arena, cur.rec)));
+            atomic_fetch_add(&cur.rec->seq, 1);
+            memset(shm_rec_value(cur.rec) + 8, 0xee, 8);
+        } else {
+            /* Killed after the bracket opened, before the entry was in. */
+            shm_undo_open(arena, &t->undo, cur.rec, SHM_UNDO_SAVE_PUT, old);
+        }
+        shm_table_recover(arena, l.kg);
+        cr_assert_eq(atomic_load(&cur.rec->seq) & 1, 0);
+        cr_assert(logged ? cur.rec->version > pin : cur.rec->version == old,
+                  "logged %d: version %u", logged, cur.rec->version);
+        key_in(w, k);
+        stash_bytes b;
+        cr_assert_eq(stash_value_get(s, &b), 0);
+        cr_assert_eq(b.len, 32);
+        for (unsigned i = 0; i < 4; i++)
+            cr_assert_eq(test_u64((const uint8_t *)b.data + 8 * i), 70, "logged %d: word %u",
+                         logged, i);
+        walk_check *c = calloc(1, sizeof *c);
+        c->at_pin[k] = 70;
+        c->at_pin[other] = 80;
+        for (uint32_t x = 0; x < WALKED; x++)
+            if (x != k && x != other) c->at_pin[x] = UINT64_MAX;
+        cr_assert_eq(shm_table_walk_at(arena, l.kg, pin, count_met, c), 0);
+        cr_assert(c->met[k] == 1 && c->met[other] == 1, "logged %d: met once", logged);
+        free(c);
+        cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
         shm_table_unpin(arena, l.kg, pin);
     }
     shm_reader_leave(arena, slot);

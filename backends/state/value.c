@@ -59,10 +59,11 @@ static inline __attribute__((always_inline)) bool rewrite_in_place(stash_arena *
                                                                    shm_rec *r, size_t keys,
                                                                    const void *value, size_t len)
 {
-    return r->size_class != SHM_CLASS_LARGE && shm_rec_room(a, r, keys) >= len &&
-           len <= SHM_UNDO_BYTES &&
-           (shm_rec_mutable(t, r) || shm_rec_save(a, (uint32_t)(t - a->tables), r)) &&
-           shm_rec_overwrite(a, t, r, (uint8_t *)(r + 1) + keys, value, len);
+    if (r->size_class == SHM_CLASS_LARGE || shm_rec_room(a, r, keys) < len || len > SHM_UNDO_BYTES)
+        return false;
+    uint8_t *dst = (uint8_t *)(r + 1) + keys;
+    return shm_rec_mutable(t, r) ? shm_rec_overwrite(a, t, r, dst, value, len)
+                                 : shm_rec_save_overwrite(a, t, r, dst, value, len);
 }
 
 /* The common put in one step: a heap record without TTL rewritten in
