@@ -750,9 +750,10 @@ static void open_group(keyed_bench *b, int group, sys_run runs[NSYS])
                         .bytes = payload_bytes(b, group),
                         .value_len = VALUE_LEN,
                         .integer_keys = group != GROUP_MAP};
+        /* Its model is set up once it is loaded, and freed whatever came of it. */
+        runs[i] = (sys_run){.sys = NULL};
         char *why = runs[i].why;
         size_t wl = sizeof runs[i].why;
-        runs[i].sys = NULL;
         if (i != SYS_REDIS && mkdir(dir, 0700) < 0) {
             snprintf(why, wl, "mkdir %.200s: %s", dir, strerror(errno));
             continue;
