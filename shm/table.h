@@ -248,6 +248,8 @@ shm_rec_save_overwrite(const stash_arena *a, shm_table *t, shm_rec *rec, uint8_t
     atomic_store_explicit(&copy->seq, 0, memory_order_relaxed);
     atomic_store_explicit(&c->used, used + n, memory_order_release);
     atomic_store_explicit(&t->prelog_end, c->start + used + n, memory_order_release);
+    /* The record changes only after the entry is whole, for recovery. */
+    atomic_thread_fence(memory_order_release);
     rec->version = until;
     shm_copy_small(dst, value, len);
     atomic_store_explicit(&rec->vlen, (uint32_t)len, memory_order_relaxed);
