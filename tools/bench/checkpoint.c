@@ -1138,6 +1138,72 @@ static void release_pin(void *ctx, uint32_t kg)
     p->pins[kg] = 0;
 }
 
+/* Has the worker pin every key group as a checkpoint's walks, between two
+ * of its operations. */
+static void pin_under_load(shared_run *run)
+{
+    atomic_store(&run->pinned, 0);
+    atomic_store(&run->want, 1);
+    while (!atomic_load(&run->pinned)) usleep(100);
+    atomic_store(&run->want, 0);
+}
+
+/* Writes checkpoint 1 of the pinned key groups, each released once it is
+ * serialized, then releases what is left. */
+static int write_under_load(ckb *b, stash_arena *a, shared_run *run, uint32_t slot, uint32_t slot2)
+{
+    int rc = ckpt_write(a, run->pins,
+                        &(ckpt_opts){.dir = &b->ckd,
+                                     .id = 1,
+                                     .engine = b->e,
+                                     .reader = true,
+                                     .reader_slot = slot,
+                                     .reader_slot2 = slot2,
+                                     .busy_workers = 1,
+                                     .serialized = release_pin,
+                                     .serialized_ctx = &(pin_set){a, run->pins}},
+                        NULL);
+    for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
+        if (run->pins[kg]) shm_table_unpin(a, kg, run->pins[kg]);
+    return rc;
+}
+
+/* The highest of the arena's used bytes while a checkpoint runs, sampled
+ * every 200 us by a thread of its own. */
+typedef struct mem_sampler {
+    const stash_arena *a;
+    _Atomic int stop;
+    uint64_t peak;
+    pthread_t thread;
+} mem_sampler;
+
+static void *sample_memory(void *arg)
+{
+    mem_sampler *m = arg;
+    while (!atomic_load(&m->stop)) {
+        uint64_t n = arena_used_bytes(m->a);
+        if (n > m->peak) m->peak = n;
+        nanosleep(&(struct timespec){.tv_nsec = 200000}, NULL);
+    }
+    return NULL;
+}
+
+/* One more checkpoint under the same load, its memory sampled throughout:
+ * apart from the timed ones, so that the sampling slows none of them. */
+static int peak_under_load(ckb *b, stash_arena *a, shared_run *run, uint32_t slot, uint32_t slot2,
+                           uint64_t *peak)
+{
+    clean_dir(b);
+    pin_under_load(run);
+    mem_sampler m = {.a = a, .peak = arena_used_bytes(a)};
+    if (pthread_create(&m.thread, NULL, sample_memory, &m) != 0) return -EAGAIN;
+    int rc = write_under_load(b, a, run, slot, slot2);
+    atomic_store(&m.stop, 1);
+    pthread_join(m.thread, NULL);
+    *peak = m.peak;
+    return rc;
+}
+
 static int under_load_case(ckb *b)
 {
     stash_worker *w;
@@ -1178,25 +1244,12 @@ static int under_load_case(ckb *b)
         uint64_t window = b->o.quick ? 100000000ull : 300000000ull;
         without[r] =
             (double)ops_during(run, window, pids, &busy_without[r]) / ((double)window / 1e9);
-        atomic_store(&run->pinned, 0);
         if (sampling) plot->mark_ns[0] = bench_now_ns();
-        atomic_store(&run->want, 1);
-        while (!atomic_load(&run->pinned)) usleep(100);
-        atomic_store(&run->want, 0);
+        pin_under_load(run);
         bench_cpu_mark m0, m1;
         bench_cpu_mark_take(&m0, pids, 2);
         uint64_t t0 = bench_now_ns(), ops0 = atomic_load(&run->ops);
-        rc = ckpt_write(a, run->pins,
-                        &(ckpt_opts){.dir = &b->ckd,
-                                     .id = 1,
-                                     .engine = b->e,
-                                     .reader = true,
-                                     .reader_slot = slot,
-                                     .reader_slot2 = slot2,
-                                     .busy_workers = 1,
-                                     .serialized = release_pin,
-                                     .serialized_ctx = &(pin_set){a, run->pins}},
-                        NULL);
+        rc = write_under_load(b, a, run, slot, slot2);
         uint64_t ns = bench_now_ns() - t0, done = atomic_load(&run->ops) - ops0;
         bench_cpu_mark_take(&m1, pids, 2);
         busy_with[r] = bench_cpu_others(&m0, &m1);
@@ -1212,10 +1265,13 @@ static int under_load_case(ckb *b)
             bench_plot_series("ycsb-a-during-checkpoint", "stash", plot);
             memset(plot, 0, sizeof *plot);
         }
-        for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
-            if (run->pins[kg]) shm_table_unpin(a, kg, run->pins[kg]);
         with[r] = (double)done / ((double)ns / 1e9);
         if (rc == 0) beside[r] = ops_beside_reads(run, a, window, pids, state_bytes, ns);
+    }
+    uint64_t peak = 0;
+    if (rc == 0) {
+        bench_progress(&b->o, "checkpoint: under load, the memory's peak");
+        rc = peak_under_load(b, a, run, slot, slot2, &peak);
     }
     atomic_store(&run->stop, 1);
     waitpid(pid, NULL, 0);
@@ -1246,6 +1302,9 @@ static int under_load_case(ckb *b)
                bw, bo);
     double me = report_reps(b, "extra-memory", "stash", extra, "bytes");
     report(b, "extra-memory", "extra/state", me / (double)state_bytes, "ratio");
+    double over = (double)peak - (double)state_bytes;
+    report(b, "extra-memory", "stash-peak", over, "bytes");
+    report(b, "extra-memory", "peak/state", over / (double)state_bytes, "ratio");
     redis_bgsave_case(b, ops, nops, me, (double)state_bytes, plot);
     free(plot);
     free(ops);
