@@ -219,12 +219,13 @@ static inline uint32_t shm_prelog_entry_bytes(uint32_t rbytes)
 }
 /* Owner: shm_rec_save, then an overwrite of the value with len <=
  * SHM_UNDO_BYTES bytes at dst, which has room for them: in one bracket,
- * with no redo copy, where the log's newest chunk has room and rec keeps no
- * older version; otherwise shm_rec_save and shm_rec_overwrite. Returns false, changing nothing, if
- * rec cannot be saved (the caller then copies on write). */
+ * with no redo copy, where the log's newest chunk has room and rec keeps
+ * no older version; otherwise shm_rec_save and shm_rec_overwrite. Returns
+ * false, changing nothing, if rec cannot be saved (the caller then copies
+ * on write). */
 static inline __attribute__((always_inline)) bool
-shm_rec_save_overwrite(const stash_arena *a, shm_table *t, shm_rec *rec, uint8_t *dst,
-                       const void *value, size_t len)
+shm_rec_save_overwrite(stash_arena *a, shm_table *t, shm_rec *rec, uint8_t *dst, const void *value,
+                       size_t len)
 {
     uint32_t rbytes =
         (uint32_t)(dst - (uint8_t *)rec) + atomic_load_explicit(&rec->vlen, memory_order_relaxed);
@@ -234,7 +235,7 @@ shm_rec_save_overwrite(const stash_arena *a, shm_table *t, shm_rec *rec, uint8_t
     if (!off || (rec->flags & (SHM_REC_LINKED | SHM_REC_TOMBSTONE)) || rbytes > SHM_UNDO_BYTES ||
         c->cap - atomic_load_explicit(&c->used, memory_order_relaxed) < n ||
         !shm_table_walks_only(t))
-        return shm_rec_save((stash_arena *)a, (uint32_t)(t - a->tables), rec) &&
+        return shm_rec_save(a, (uint32_t)(t - a->tables), rec) &&
                shm_rec_overwrite(a, t, rec, dst, value, len);
     /* The value is written only once the old record is whole in the log,
      * where a crash's recovery finds it to undo the change. */

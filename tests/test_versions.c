@@ -900,6 +900,17 @@ Test(versions, an_unpin_sweeps_only_a_table_that_kept_versions)
     }
 }
 
+/* Recovers key group kg after a save of rec from version old was killed in
+ * its bracket: rec's sequence is even again, and its version the new one
+ * (past pin) if its entry was logged, else old. */
+static void recover_save(uint32_t kg, shm_rec *rec, uint32_t pin, uint32_t old, int logged)
+{
+    shm_table_recover(arena, kg);
+    cr_assert_eq(atomic_load(&rec->seq) & 1, 0);
+    cr_assert(logged ? rec->version > pin : rec->version == old, "logged %d: version %u", logged,
+              rec->version);
+}
+
 /* A save killed in its bracket: the new version stands only if the entry
  * made it into the log; the value is the old one either way. */
 Test(versions, a_save_cut_short_keeps_the_old_version_unless_its_entry_is_logged)
@@ -928,10 +939,7 @@ Test(versions, a_save_cut_short_keeps_the_old_version_unless_its_entry_is_logged
             shm_undo_open(arena, &t->undo, cur.rec, SHM_UNDO_SAVE, old);
             cur.rec->version = atomic_load(&t->epoch);
         }
-        shm_table_recover(arena, l.kg);
-        cr_assert_eq(atomic_load(&cur.rec->seq) & 1, 0);
-        cr_assert(logged ? cur.rec->version > pin : cur.rec->version == old,
-                  "logged %d: version %u", logged, cur.rec->version);
+        recover_save(l.kg, cur.rec, pin, old, logged);
         key_in(w, k);
         stash_bytes b;
         cr_assert_eq(stash_value_get(s, &b), 0);
@@ -981,10 +989,7 @@ Test(versions, a_save_and_put_cut_short_takes_the_old_value_back)
             /* Killed after the bracket opened, before the entry was in. */
             shm_undo_open(arena, &t->undo, cur.rec, SHM_UNDO_SAVE_PUT, old);
         }
-        shm_table_recover(arena, l.kg);
-        cr_assert_eq(atomic_load(&cur.rec->seq) & 1, 0);
-        cr_assert(logged ? cur.rec->version > pin : cur.rec->version == old,
-                  "logged %d: version %u", logged, cur.rec->version);
+        recover_save(l.kg, cur.rec, pin, old, logged);
         key_in(w, k);
         stash_bytes b;
         cr_assert_eq(stash_value_get(s, &b), 0);
