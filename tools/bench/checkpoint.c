@@ -1194,9 +1194,9 @@ static int peak_under_load(ckb *b, stash_arena *a, shared_run *run, uint32_t slo
                            uint64_t *peak)
 {
     clean_dir(b);
-    pin_under_load(run);
     mem_sampler m = {.a = a, .peak = arena_used_bytes(a)};
     if (pthread_create(&m.thread, NULL, sample_memory, &m) != 0) return -EAGAIN;
+    pin_under_load(run);
     int rc = write_under_load(b, a, run, slot, slot2);
     atomic_store(&m.stop, 1);
     pthread_join(m.thread, NULL);
