@@ -177,7 +177,8 @@ static shm_prelog_chunk *prelog_room(stash_arena *a, uint32_t kg, uint32_t n)
     shm_table *t = &a->tables[kg];
     shm_prelog_chunk *c = chunk_at(a, atomic_load_explicit(&t->prelog, memory_order_relaxed));
     if (c && c->cap - atomic_load_explicit(&c->used, memory_order_relaxed) >= n) return c;
-    /* A new log reuses the last one's chunks, once readers allow. */
+    /* Chunks a walker held back when the last log went are freed once
+     * readers allow, so that this log may take them. */
     if (!c) reclaim(a, t, false);
     uint32_t bytes = c ? 2 * ((uint32_t)sizeof *c + c->cap) : PRELOG_FIRST;
     uint32_t cap = (bytes < PRELOG_CHUNK ? bytes : PRELOG_CHUNK) - (uint32_t)sizeof *c;
@@ -245,14 +246,24 @@ static const shm_rec *saved_entry(const stash_arena *a, const shm_table *t, shm_
     return (const shm_rec *)(last + 1);
 }
 
-/* Drops kg's log once no pin is left to need it. */
+/* Drops kg's log once no pin is left to need it. A walk reads the log
+ * only under its pin and inside its walk's announcement: with no pin and no
+ * walker announced (read after the log is unlinked, as a walker announces
+ * itself before it reads the link), nobody can reach the chunks, which are
+ * freed at once; a checkpoint's memory then peaks at the logs of the key
+ * groups it has not yet walked, not at every log it made. Otherwise they
+ * wait for readers as any retired block. */
 static void prelog_drop(stash_arena *a, uint32_t kg)
 {
     shm_table *t = &a->tables[kg];
     shm_off off = atomic_exchange(&t->prelog, 0);
+    bool unread = atomic_load(&t->walkers) == 0;
     while (off) {
         shm_off older = chunk_at(a, off)->older;
-        retire(a, kg, off);
+        if (unread)
+            shm_free(a, off);
+        else
+            retire(a, kg, off);
         off = older;
     }
 }

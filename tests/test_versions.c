@@ -823,6 +823,37 @@ Test(versions, a_walk_pin_sees_each_record_once_as_of_it_while_the_owner_writes_
         cr_assert_eq(atomic_load(&arena->tables[kg].prelog), 0, "the log goes with the pins");
 }
 
+/* A checkpoint's memory peaks at the logs of the key groups it has not yet
+ * walked: each log goes back to its heap at the owner's first write once no
+ * pin is left, unless a walker is still announced on the key group. */
+Test(versions, a_log_is_freed_at_the_first_write_after_its_pins_unless_a_walker_is_in)
+{
+    for (uint32_t k = 0; k < WALKED; k++) put(k, k);
+    for (uint32_t kg = 0; kg < 8; kg++) shm_table_maintain(arena, kg, 1u << 20);
+    stash_kg_usage before[8], u;
+    for (uint32_t kg = 0; kg < 8; kg++) stash_kg_usage_get(arena, kg, &before[kg]);
+    uint32_t pins[8], slot;
+    cr_assert_eq(shm_reader_join(arena, &slot), 0);
+    shm_table_walk_enter(arena, 0, slot);
+    pin_walks(pins);
+    for (uint32_t k = 0; k < WALKED; k++) put(k, k + 1);
+    for (uint32_t kg = 0; kg < 8; kg++) shm_table_unpin(arena, kg, pins[kg]);
+    for (uint32_t k = 0; k < WALKED; k++) put(k, k + 2);
+    for (uint32_t kg = 0; kg < 8; kg++) {
+        cr_assert_eq(atomic_load(&arena->tables[kg].prelog), 0, "key group %u dropped its log", kg);
+        stash_kg_usage_get(arena, kg, &u);
+        if (kg == 0)
+            cr_assert_gt(u.used_bytes, before[kg].used_bytes + 4096,
+                         "key group 0's log waits for its walker");
+        else
+            cr_assert_eq(u.used_bytes, before[kg].used_bytes,
+                         "key group %u: its log is back in its heap", kg);
+    }
+    cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
+    shm_table_walk_exit(arena, 0, slot);
+    shm_reader_leave(arena, slot);
+}
+
 static int count_met(const shm_rec *r, void *ctx)
 {
     walk_check *c = ctx;
