@@ -718,17 +718,11 @@ Test(ckpt, a_writer_killed_at_any_moment_leaves_complete_or_invisible, .timeout 
 }
 
 /* Checkpointed by one worker, restored by three, each its own key groups. */
-Test(ckpt, a_checkpoint_restores_at_another_parallelism, .timeout = 120)
+/* Restores checkpoint id of dir into a new arena of three workers (each
+ * its range of the key groups) and checks that every key is there once, at
+ * generation gen. */
+static void restore_rescaled(const char *dir, ioe_engine *e, uint64_t id, uint64_t gen)
 {
-    char dir[128];
-    make_dir(dir);
-    ioe_engine *e = engine(IOE_THREADS, NULL);
-    job j;
-    open_job(&j);
-    put_all(&j, 7);
-    cr_assert_eq(checkpoint(&j, e, dir, 1), 0);
-    close_job(&j);
-
     char name[96];
     stash_arena *a = test_arena_create("rescale", 32u << 20, KGS, name);
     uint64_t records = 0;
@@ -743,7 +737,7 @@ Test(ckpt, a_checkpoint_restores_at_another_parallelism, .timeout = 120)
         stash_worker_info info;
         stash_worker_info_get(w[i], &info);
         ckpt_restored out;
-        cr_assert_eq(ckpt_restore(a, test_ckpt_dir(dir), 0, info.range, e, &out), 0, "%s",
+        cr_assert_eq(ckpt_restore(a, test_ckpt_dir(dir), id, info.range, e, &out), 0, "%s",
                      stash_errmsg());
         ckpt_restored_free(&out);
         records += out.records;
@@ -765,13 +759,28 @@ Test(ckpt, a_checkpoint_restores_at_another_parallelism, .timeout = 120)
             if (kg < info.range.first || kg > info.range.last) continue;
             stash_bytes b;
             cr_assert_eq(stash_value_get(v, &b), 0, "worker %u, key %u", i, k);
-            cr_assert_eq(test_u64((const uint8_t *)b.data + 8), 7);
+            cr_assert_eq(b.len, 16, "key %u: the value's length at the cut", k);
+            cr_assert_eq(test_u64((const uint8_t *)b.data + 8), gen, "key %u of generation %llu", k,
+                         (unsigned long long)gen);
         }
     }
     cr_assert_eq(shm_check(a), 0, "%s", stash_errmsg());
     for (uint32_t i = 0; i < 3; i++) stash_worker_close(w[i]);
     stash_arena_close(a);
     stash_arena_destroy(name, NULL);
+}
+
+Test(ckpt, a_checkpoint_restores_at_another_parallelism, .timeout = 120)
+{
+    char dir[128];
+    make_dir(dir);
+    ioe_engine *e = engine(IOE_THREADS, NULL);
+    job j;
+    open_job(&j);
+    put_all(&j, 7);
+    cr_assert_eq(checkpoint(&j, e, dir, 1), 0);
+    close_job(&j);
+    restore_rescaled(dir, e, 1, 7);
     ioe_engine_close(e);
     test_remove_dir(dir);
 }
@@ -1027,33 +1036,75 @@ static int write_from_another_process(void *arg)
     return rc ? 3 : 0;
 }
 
+/* The owner's writes while a checkpoint is taken, generation gen of them:
+ * each key rewritten in place, grown out of its block, cleared, or a new
+ * key put beside it, by turns. */
+static void write_mixed(job *j, uint64_t gen)
+{
+    for (uint32_t k = 0; k < 3000; k++) {
+        uint64_t v[32] = {k, gen}, added = 10000 + k;
+        stash_key_set(j->w, &k, sizeof k);
+        switch ((k + gen) % 6) {
+        case 0:
+            cr_assert_eq(stash_value_put(j->v, v, sizeof v), 0, "key %u grown", k);
+            break;
+        case 1:
+            cr_assert_eq(stash_state_clear(j->v), 0, "key %u cleared", k);
+            break;
+        case 2:
+            stash_key_set(j->w, &added, sizeof added);
+            cr_assert_eq(stash_value_put(j->v, v, 16), 0, "key %llu added",
+                         (unsigned long long)added);
+            break;
+        default:
+            cr_assert_eq(stash_value_put(j->v, v, 16), 0, "key %u rewritten", k);
+        }
+    }
+}
+
+/* A checkpoint written by another process while the owner writes holds
+ * every key exactly as it was at the cut, restored whole and rescaled:
+ * with the cut pinned as a walk's (records saved to the pre-image log
+ * before they change, some before the walk starts, the rest as it goes)
+ * and as a reader's (copied on write). */
 Test(ckpt, another_process_writes_the_checkpoint_while_the_owner_writes_on, .timeout = 120)
 {
-    for (int b = 0; b < 2; b++) {
-        char dir[128];
-        make_dir(dir);
-        ioe_engine *e = engine(backends[b], NULL);
-        job j;
-        open_job(&j);
-        put_all(&j, 1);
-        async_args x = {.name = j.name, .dir = dir, .backend = backends[b]};
-        for (uint32_t kg = 0; kg < KGS; kg++) x.pins[kg] = (uint32_t)shm_table_pin(j.arena, kg);
-        pid_t pid = test_fork(write_from_another_process, &x);
-        int st = -1;
-        for (uint64_t gen = 2; gen < 1000 && st < 0; gen++) {
-            put_all(&j, gen);
-            if (waitpid(pid, &st, WNOHANG) == 0) st = -1;
+    for (int b = 0; b < 2; b++)
+        for (int walk = 0; walk < 2; walk++) {
+            char dir[128];
+            make_dir(dir);
+            ioe_engine *e = engine(backends[b], NULL);
+            job j;
+            open_job(&j);
+            put_all(&j, 1);
+            async_args x = {.name = j.name, .dir = dir, .backend = backends[b]};
+            for (uint32_t kg = 0; kg < KGS; kg++) {
+                int64_t v = shm_table_pin_for(j.arena, kg, 0, walk);
+                cr_assert_gt(v, 0);
+                x.pins[kg] = (uint32_t)v;
+            }
+            write_mixed(&j, 2);
+            if (walk)
+                for (uint32_t kg = 0; kg < KGS; kg++)
+                    cr_assert_neq(atomic_load(&j.arena->tables[kg].prelog), 0,
+                                  "key group %u saved to its log", kg);
+            pid_t pid = test_fork(write_from_another_process, &x);
+            int st = -1;
+            for (uint64_t gen = 3; gen < 1000 && st < 0; gen++) {
+                write_mixed(&j, gen);
+                if (waitpid(pid, &st, WNOHANG) == 0) st = -1;
+            }
+            if (st < 0) waitpid(pid, &st, 0);
+            cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the writer process succeeded");
+            for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j.arena, kg, x.pins[kg]);
+            cr_assert_eq(shm_check(j.arena), 0, "%s", stash_errmsg());
+            close_job(&j);
+            ckpt_restored out;
+            restore_into_new(dir, e, 1, 1, &out);
+            restore_rescaled(dir, e, 1, 1);
+            ioe_engine_close(e);
+            test_remove_dir(dir);
         }
-        if (st < 0) waitpid(pid, &st, 0);
-        cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the writer process succeeded");
-        for (uint32_t kg = 0; kg < KGS; kg++) shm_table_unpin(j.arena, kg, x.pins[kg]);
-        ckpt_restored out;
-        restore_into_new(dir, e, 1, 1, &out);
-        cr_assert_eq(shm_check(j.arena), 0, "%s", stash_errmsg());
-        close_job(&j);
-        ioe_engine_close(e);
-        test_remove_dir(dir);
-    }
 }
 
 /* Checksums that hold over a value that is not what its state's kind stores:
