@@ -29,7 +29,7 @@
 typedef uint64_t shm_off;
 
 #define SHM_MAGIC "STASHARN"
-#define SHM_LAYOUT_VERSION 12u
+#define SHM_LAYOUT_VERSION 13u
 #define SHM_INIT_MARK 0x54494e49u /* "INIT": written last by the creator */
 #define SHM_HEADER_SIZE 4096u
 #define SHM_SPAN_SHIFT 12u
@@ -296,6 +296,7 @@ typedef struct shm_table {
     _Atomic uint32_t moving;       /* set while the owner moves groups (recovery finishes them) */
     _Atomic uint64_t writes;       /* every publish and delete: invalidates iterators */
     _Atomic uint32_t pin_walk;     /* bit i: pin i is a walk's, which the pre-image log serves */
+    _Atomic uint32_t pin_base;     /* bit i: pin i is a delta's base, which sees no version */
     /* At least the slots marked for the prune sweep (shm_group_keep) while
      * no sweep runs: an unpin starts one only if some are. */
     uint32_t marked;

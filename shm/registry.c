@@ -157,7 +157,7 @@ int shm_registry_cut_free(stash_arena *a, stash_kg_range range, uint32_t holder)
     /* No owner writes while the lock keeps workers out: the pins are the cut. */
     for (uint32_t kg = range.first; rc == 0 && kg <= range.last; kg++) {
         if (atomic_load(&a->tables[kg].cut)) continue;
-        int64_t v = shm_table_pin_for(a, kg, holder, !atomic_load(&a->hdr->change_track));
+        int64_t v = shm_table_pin_for(a, kg, holder, true);
         if (v > 0) atomic_store(&a->tables[kg].cut, (uint32_t)v);
     }
     shm_lock_release(&a->hdr->registry_lock);

@@ -56,6 +56,7 @@ static void ring_set(retire_ring *r, uint32_t head, uint32_t len)
     atomic_store(&r->head_len, (uint64_t)head << 32 | len);
 }
 
+/* The newest pin: the epoch stays past it. */
 static uint32_t max_pin(const shm_table *t)
 {
     uint32_t m = 0;
@@ -66,12 +67,37 @@ static uint32_t max_pin(const shm_table *t)
     return m;
 }
 
+/* The newest pin that sees versions as of itself (a reader's or a walk's,
+ * not a base's): records at or below it are kept or saved when they change. */
+static uint32_t max_seen_pin(const shm_table *t)
+{
+    uint32_t m = 0, bases = atomic_load_explicit(&t->pin_base, memory_order_acquire);
+    for (unsigned i = 0; i < SHM_MAX_PINS; i++) {
+        uint32_t p = atomic_load_explicit(&t->pins[i], memory_order_acquire);
+        if (p > m && !(bases >> i & 1u)) m = p;
+    }
+    return m;
+}
+
+/* Whether a base pin lies below version v: a tombstone of v is then a
+ * change that a delta from it must find. */
+static bool base_below(const shm_table *t, uint32_t v)
+{
+    uint32_t bases = atomic_load_explicit(&t->pin_base, memory_order_acquire);
+    for (unsigned i = 0; i < SHM_MAX_PINS; i++) {
+        uint32_t p = atomic_load_explicit(&t->pins[i], memory_order_acquire);
+        if (p && p < v && (bases >> i & 1u)) return true;
+    }
+    return false;
+}
+
 /* Whether some pin sees version v while newer is the next newer version. */
 static bool pin_sees(const shm_table *t, uint32_t v, uint32_t newer)
 {
+    uint32_t bases = atomic_load_explicit(&t->pin_base, memory_order_acquire);
     for (unsigned i = 0; i < SHM_MAX_PINS; i++) {
         uint32_t p = atomic_load_explicit(&t->pins[i], memory_order_acquire);
-        if (p && v <= p && p < newer) return true;
+        if (p && v <= p && p < newer && !(bases >> i & 1u)) return true;
     }
     return false;
 }
@@ -308,10 +334,11 @@ static void sweep_step(stash_arena *a, uint32_t kg, uint32_t budget)
         if (!c.rec || !shm_group_kept(c.group, c.slot)) continue;
         prune_versions(a, kg, c.rec);
         bool older = shm_rec_older(a, c.rec) != 0;
-        if ((c.rec->flags & SHM_REC_TOMBSTONE) && !older) {
+        bool tomb = c.rec->flags & SHM_REC_TOMBSTONE;
+        if (tomb && !older && !base_below(t, c.rec->version)) {
             shm_index_clear(t, &c);
             retire_rec(a, kg, c.rec);
-        } else if (!older && !(c.rec->flags & SHM_REC_TOMBSTONE)) {
+        } else if (!older && !tomb) {
             shm_group_keep(t, c.group, c.slot, false);
         } else if (t->marked != UINT32_MAX) {
             t->marked++;
@@ -323,7 +350,7 @@ void shm_table_maintain(stash_arena *a, uint32_t kg, uint32_t budget)
 {
     shm_table *t = &a->tables[kg];
     if (!atomic_load(&t->index)) return;
-    uint32_t pinned = max_pin(t);
+    uint32_t pinned = max_seen_pin(t);
     atomic_store(&t->mutable_from, pinned ? pinned + 1 : 0);
     if (atomic_load(&t->prelog) && !pinned) prelog_drop(a, kg);
     shm_off emptied = shm_index_make_room(a, kg);
@@ -361,7 +388,7 @@ int shm_rec_new(stash_arena *a, const shm_lookup *l, size_t cap, shm_rec **out)
     shm_off off;
     /* Only the owner pins its table, between its writes: a record made with
      * no version pinned is published with none pinned, and keeps nothing. */
-    size_t link = max_pin(&a->tables[l->kg]) ? sizeof(shm_ref) : 0;
+    size_t link = max_seen_pin(&a->tables[l->kg]) ? sizeof(shm_ref) : 0;
     size_t size = sizeof(shm_rec) + l->klen + l->nslen + cap + link;
     int rc = shm_alloc(a, l->kg, size, &off);
     if (rc < 0) return rc;
@@ -406,7 +433,7 @@ int shm_table_publish(stash_arena *a, const shm_lookup *l, shm_cursor *c, shm_re
         if (rc) return rc;
         count_add(t, 1);
     } else {
-        uint32_t pin = max_pin(t);
+        uint32_t pin = max_seen_pin(t);
         bool linked = rec->flags & SHM_REC_LINKED;
         if (!linked && pin)
             return shm_fail(-EINVAL,
@@ -438,11 +465,12 @@ int shm_table_delete(stash_arena *a, const shm_lookup *l, shm_cursor *c)
     shm_rec *old = c->rec;
     if (!old || (old->flags & SHM_REC_TOMBSTONE)) return 0;
     /* No pin sees old, nor anything it keeps, once it is saved. */
-    uint32_t pin = max_pin(t);
+    uint32_t pin = max_seen_pin(t);
     if (pin && !shm_rec_older(a, old) && (old->version > pin || shm_rec_save(a, l->kg, old)))
         pin = 0;
-    if (pin) {
-        /* A pinned reader may still see old or what it keeps: leave a tombstone. */
+    if (pin || base_below(t, atomic_load_explicit(&t->epoch, memory_order_relaxed))) {
+        /* A pinned reader may still see old or what it keeps, or a delta
+         * must find the delete: leave a tombstone. */
         shm_rec *tomb;
         int rc = shm_rec_new(a, l, 0, &tomb);
         if (rc < 0) return rc;
@@ -495,9 +523,9 @@ void shm_table_recover(stash_arena *a, uint32_t kg)
     }
     /* Killed between storing a pin and starting the next epoch: the epoch
      * moves past it, so that nothing is written in place at a pinned version. */
-    uint32_t newest = max_pin(t);
+    uint32_t newest = max_pin(t), seen = max_seen_pin(t);
     if (atomic_load(&t->epoch) <= newest) atomic_store(&t->epoch, newest + 1);
-    atomic_store(&t->mutable_from, newest ? newest + 1 : 0);
+    atomic_store(&t->mutable_from, seen ? seen + 1 : 0);
     shm_undo *u = &t->undo;
     shm_rec *rec = shm_rec_at(a, atomic_load(&u->rec));
     if (rec && (atomic_load(&rec->seq) & 1) &&
@@ -542,8 +570,10 @@ int64_t shm_table_pin_for(stash_arena *a, uint32_t kg, uint32_t holder, bool wal
     for (unsigned i = 0; i < SHM_MAX_PINS; i++) {
         if (atomic_load(&t->pins[i])) continue;
         uint32_t v = atomic_load(&t->epoch);
-        uint32_t walks = atomic_load(&t->pin_walk) & ~(1u << i);
-        atomic_store(&t->pin_walk, walks | (uint32_t)walk << i);
+        /* Read-modify-writes: another process may rebase a pin meanwhile. */
+        atomic_fetch_and(&t->pin_base, ~(1u << i));
+        atomic_fetch_and(&t->pin_walk, ~(1u << i));
+        atomic_fetch_or(&t->pin_walk, (uint32_t)walk << i);
         /* The holder first: recovery reads it once it sees the pin. */
         uint32_t hs = atomic_load(&t->pin_holders) & ~(0xffu << (8 * i));
         atomic_store(&t->pin_holders, hs | (holder & 0xffu) << (8 * i));
@@ -569,6 +599,20 @@ void shm_table_release_holder(stash_arena *a, uint32_t holder, const uint32_t *k
         }
         if (holder >= 1 && holder <= SHM_READERS)
             atomic_fetch_and(&t->walkers, ~(1u << (holder - 1)));
+    }
+}
+
+void shm_table_pin_rebase(stash_arena *a, uint32_t kg, uint32_t version)
+{
+    shm_table *t = &a->tables[kg];
+    for (unsigned i = 0; i < SHM_MAX_PINS; i++) {
+        if (atomic_load(&t->pins[i]) != version) continue;
+        /* A base first, then no walk: the owner never takes it for a
+         * reader's in between. */
+        atomic_fetch_or(&t->pin_base, 1u << i);
+        atomic_fetch_and(&t->pin_walk, ~(1u << i));
+        atomic_fetch_add(&t->pins_gen, 1);
+        return;
     }
 }
 
@@ -612,13 +656,21 @@ shm_rec *shm_table_get_at(stash_arena *a, const shm_lookup *l, uint32_t version)
 typedef struct at_walk {
     uint32_t kg;
     uint32_t version;
-    shm_visit_fn *fn;
+    uint32_t base; /* a delta's: only what was written after it, deletions too; 0 all */
+    shm_visit_fn *visit;
+    shm_delta_fn *delta; /* instead of visit, with base */
     void *ctx;
     uint8_t *buf; /* a copy of the head being visited */
     size_t cap;
     shm_ref *taken; /* the records visited, for the log's entries */
     size_t ntaken, captaken;
 } at_walk;
+
+/* Calls the walk's function for r, the record of an entry as of its version. */
+static int at_call(const at_walk *w, const shm_rec *r)
+{
+    return w->delta ? w->delta(r, !shm_rec_live(r), w->ctx) : w->visit(r, w->ctx);
+}
 
 /* Copies head into w->buf under its sequence lock if its version is at most
  * the walk's (it may be saved and changed in place meanwhile): 1 then, with
@@ -655,7 +707,7 @@ static int visit_at(stash_arena *a, shm_rec *head, void *ctx)
     if (rc < 0) return rc;
     /* Older versions are never changed: read in place. */
     if (rc == 0) v = src = version_at(a, shm_rec_at(a, shm_rec_older(a, head)), w->version);
-    if (!shm_rec_live(v)) return 0;
+    if (!v || (w->base ? v->version <= w->base : !shm_rec_live(v))) return 0;
     if (w->ntaken == w->captaken) {
         size_t cap = w->captaken ? 2 * w->captaken : 1024;
         shm_ref *grown = realloc(w->taken, cap * sizeof *grown);
@@ -664,7 +716,7 @@ static int visit_at(stash_arena *a, shm_rec *head, void *ctx)
         w->captaken = cap;
     }
     w->taken[w->ntaken++] = shm_ref_of(shm_off_of(a, src));
-    return w->fn(v, w->ctx);
+    return at_call(w, v);
 }
 
 static int ref_order(const void *x, const void *y)
@@ -690,51 +742,42 @@ static int walk_prelog(stash_arena *a, at_walk *w, uint64_t from)
             const shm_rec *r = (const shm_rec *)(e + 1);
             uint64_t pos = c->start + at;
             at += shm_prelog_entry_bytes(e->bytes);
-            if (r->version > w->version || e->until <= w->version) continue;
+            if (r->version > w->version || e->until <= w->version ||
+                (w->base && r->version <= w->base))
+                continue;
             /* A walk that visited nothing has nothing to leave out. */
             if (pos >= from && w->ntaken) {
                 if (!sorted) qsort(w->taken, w->ntaken, sizeof *w->taken, ref_order);
                 sorted = true;
                 if (bsearch(&e->ref, w->taken, w->ntaken, sizeof *w->taken, ref_order)) continue;
             }
-            int rc = w->fn(r, w->ctx);
+            int rc = at_call(w, r);
             if (rc) return rc;
         }
     }
     return 0;
 }
 
-int shm_table_walk_at(stash_arena *a, uint32_t kg, uint32_t version, shm_visit_fn *fn, void *ctx)
+static int walk_at(stash_arena *a, at_walk *w)
 {
-    at_walk w = {.kg = kg, .version = version, .fn = fn, .ctx = ctx};
-    uint64_t from = atomic_load_explicit(&a->tables[kg].prelog_end, memory_order_acquire);
-    int rc = shm_index_walk(a, kg, visit_at, &w);
-    if (rc == 0) rc = walk_prelog(a, &w, from);
-    free(w.buf);
-    free(w.taken);
+    uint64_t from = atomic_load_explicit(&a->tables[w->kg].prelog_end, memory_order_acquire);
+    int rc = shm_index_walk(a, w->kg, visit_at, w);
+    if (rc == 0) rc = walk_prelog(a, w, from);
+    free(w->buf);
+    free(w->taken);
     return rc;
 }
 
-typedef struct delta_walk {
-    uint32_t base;
-    uint32_t version;
-    shm_delta_fn *fn;
-    void *ctx;
-} delta_walk;
-
-static int visit_delta(stash_arena *a, shm_rec *head, void *ctx)
+int shm_table_walk_at(stash_arena *a, uint32_t kg, uint32_t version, shm_visit_fn *fn, void *ctx)
 {
-    delta_walk *w = ctx;
-    shm_rec *now = version_at(a, head, w->version), *then = version_at(a, head, w->base);
-    if (now == then || (!shm_rec_live(now) && !shm_rec_live(then))) return 0;
-    return shm_rec_live(now) ? w->fn(now, false, w->ctx) : w->fn(then, true, w->ctx);
+    return walk_at(a, &(at_walk){.kg = kg, .version = version, .visit = fn, .ctx = ctx});
 }
 
 int shm_table_walk_delta(stash_arena *a, uint32_t kg, uint32_t base, uint32_t version,
                          shm_delta_fn *fn, void *ctx)
 {
-    delta_walk w = {base, version, fn, ctx};
-    return shm_index_walk(a, kg, visit_delta, &w);
+    return walk_at(a,
+                   &(at_walk){.kg = kg, .version = version, .base = base, .delta = fn, .ctx = ctx});
 }
 
 /* ---- readers in other processes ----------------------------------------- */

@@ -158,6 +158,8 @@ bool shm_rec_write_begin(stash_arena *a, uint32_t kg, shm_rec *rec, const shm_re
                          unsigned n);
 static inline __attribute__((always_inline)) void shm_rec_write_end(shm_table *t, shm_rec *rec)
 {
+    /* Changed in the current version: a delta from an older base finds it. */
+    rec->version = atomic_load_explicit(&t->epoch, memory_order_relaxed);
     atomic_store_explicit(&rec->seq, atomic_load_explicit(&rec->seq, memory_order_relaxed) + 1,
                           memory_order_release);
     atomic_store_explicit(&t->undo.rec, 0, memory_order_release);
@@ -204,13 +206,14 @@ static inline __attribute__((always_inline)) bool shm_rec_overwrite(const stash_
     shm_rec_write_end(t, rec);
     return true;
 }
-/* Whether t is pinned, by walks only. */
+/* Whether t is pinned, by walks and bases only. */
 static inline bool shm_table_walks_only(const shm_table *t)
 {
     unsigned held = 0;
     for (unsigned i = 0; i < SHM_MAX_PINS; i++)
         held |= (unsigned)(atomic_load_explicit(&t->pins[i], memory_order_relaxed) != 0) << i;
-    return held && !(held & ~atomic_load_explicit(&t->pin_walk, memory_order_relaxed));
+    return held && !(held & ~(atomic_load_explicit(&t->pin_walk, memory_order_relaxed) |
+                              atomic_load_explicit(&t->pin_base, memory_order_relaxed)));
 }
 /* The bytes an entry of a record of rbytes bytes takes in the pre-image log. */
 static inline uint32_t shm_prelog_entry_bytes(uint32_t rbytes)
@@ -292,6 +295,12 @@ int64_t shm_table_pin(stash_arena *a, uint32_t kg);
  * they see is saved to the pre-image log and changed in place instead of
  * being copied (shm_rec_save). */
 int64_t shm_table_pin_for(stash_arena *a, uint32_t kg, uint32_t holder, bool walk);
+/* Any process: makes the pin of version a delta's base, once a walk of it
+ * is done: it sees no version any more (records it saw change in place,
+ * neither saved nor copied), and while it stays every entry deleted after
+ * it keeps a tombstone, so that shm_table_walk_delta() from it finds every
+ * change by the versions records carry. */
+void shm_table_pin_rebase(stash_arena *a, uint32_t kg, uint32_t version);
 /* Any process: releases a pin; the owner prunes what only it kept. */
 void shm_table_unpin(stash_arena *a, uint32_t kg, uint32_t version);
 /* Any process: releases every pin held for holder in every key group (its
@@ -316,10 +325,14 @@ typedef int shm_visit_fn(const shm_rec *rec, void *ctx);
 int shm_table_walk_at(stash_arena *a, uint32_t kg, uint32_t version, shm_visit_fn *fn, void *ctx);
 
 /* Visits what changed in key group kg between two pinned versions base <
- * version: for every entry whose newest version at or below version differs
- * from its newest at or below base, fn(rec, ctx) with that record, or with
- * the base's record and deleted set if the entry is gone by version. The
- * caller holds both pins. Returns the first non-zero fn result, or 0. */
+ * version: every entry whose newest version at or below version was
+ * written after base, fn(rec, deleted, ctx) with that record (a tombstone,
+ * deleted set, if the entry was deleted), the pre-image log's included, as
+ * shm_table_walk_at() meets them. An entry written after base may be met
+ * though its value is the base's again, and one deleted may be absent at
+ * base; never is a change missed. The caller holds both pins (base a
+ * reader's or a base's, shm_table_pin_rebase()) and walks as for
+ * shm_table_walk_at(). Returns the first non-zero fn result, or 0. */
 typedef int shm_delta_fn(const shm_rec *rec, bool deleted, void *ctx);
 int shm_table_walk_delta(stash_arena *a, uint32_t kg, uint32_t base, uint32_t version,
                          shm_delta_fn *fn, void *ctx);

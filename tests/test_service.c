@@ -1693,6 +1693,16 @@ Test(service, the_engine_keeps_its_options, .timeout = 240)
             cr_assert_geq(info[i].started_ns,
                           info[i - 1].started_ns + info[i - 1].duration_ns + 200000000ull);
     }
+    /* The chain's last cut stays as the next delta's base, which sees no
+     * version: the owners write in place, nothing saved or copied for it. */
+    for (uint32_t kg = 0; kg < MAXP; kg++) {
+        const shm_table *t = &a->tables[kg];
+        uint32_t held = 0;
+        for (unsigned i = 0; i < SHM_MAX_PINS; i++)
+            held |= (uint32_t)(atomic_load(&t->pins[i]) != 0) << i;
+        cr_assert_neq(held, 0, "key group %u keeps its base", kg);
+        cr_assert_eq(held & ~atomic_load(&t->pin_base), 0, "key group %u: its pins are bases", kg);
+    }
     stash_service_stop(s);
     stash_arena_close(a);
     /* Retention kept the newest 2 complete checkpoints. */

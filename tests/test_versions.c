@@ -904,6 +904,102 @@ Test(versions, a_pin_that_is_not_a_walks_keeps_copy_on_write)
     unpin_and_settle(versions);
 }
 
+/* A delta's view of an entry: 0 not met, 1 met live with value at_pin,
+ * 2 met deleted. */
+typedef struct delta_check {
+    uint8_t met[2 * WALKED];
+    uint64_t value[2 * WALKED];
+    unsigned seed;
+} delta_check;
+
+static int note_change(const shm_rec *r, bool deleted, void *ctx)
+{
+    delta_check *d = ctx;
+    uint64_t k;
+    memcpy(&k, shm_rec_key(r), sizeof k);
+    cr_assert_lt(k, 2 * WALKED);
+    cr_assert_eq(d->met[k], 0, "key %llu met once", (unsigned long long)k);
+    d->met[k] = deleted ? 2 : 1;
+    if (!deleted) d->value[k] = test_u64(shm_rec_value((shm_rec *)r));
+    /* The owner writes on while the delta is walked: in place, grown,
+     * deleted, added; none of it is the delta's. */
+    uint32_t x = (uint32_t)(rand_r(&d->seed) % (2 * WALKED)), what = (uint32_t)rand_r(&d->seed) % 4;
+    if (what == 0) {
+        key_in(w, x);
+        cr_assert_eq(stash_state_clear(s), 0);
+    } else if (what == 1) {
+        uint64_t grown[32] = {7};
+        key_in(w, x);
+        cr_assert_eq(stash_value_put(s, grown, sizeof grown), 0);
+    } else {
+        put(x, 9999999);
+    }
+    return 0;
+}
+
+/* A checkpoint of a chain stays as the next delta's base once walked: the
+ * owner then writes in place with nothing saved or copied, a delete leaves
+ * a tombstone, and a delta from the base finds every change by the
+ * versions records carry, while the owner writes on during the walk. */
+Test(versions, a_base_pin_keeps_no_version_and_a_delta_from_it_finds_every_change)
+{
+    static delta_check d;
+    d.seed = test_seed("a_base_pin_keeps_no_version");
+    for (uint32_t k = 0; k < WALKED; k++) put(k, k);
+    uint32_t base[8], cut[8];
+    pin_walks(base);
+    for (uint32_t kg = 0; kg < 8; kg++) shm_table_pin_rebase(arena, kg, base[kg]);
+    /* Rewritten in place, grown out of the block, deleted, untouched; added. */
+    shm_rec *was[WALKED];
+    for (uint32_t k = 0; k < WALKED; k++) {
+        shm_lookup l = lookup_of(&k);
+        was[k] = shm_table_get_at(arena, &l, UINT32_MAX);
+    }
+    for (uint32_t k = 0; k < WALKED; k++) {
+        key_in(w, k);
+        if (k % 4 == 0) {
+            put(k, k + 100000);
+        } else if (k % 4 == 1) {
+            uint64_t grown[32] = {k + 200000};
+            cr_assert_eq(stash_value_put(s, grown, sizeof grown), 0);
+        } else if (k % 4 == 2) {
+            cr_assert_eq(stash_state_clear(s), 0);
+        }
+    }
+    for (uint32_t k = WALKED; k < WALKED + 100; k++) put(k, k + 300000);
+    for (uint32_t kg = 0; kg < 8; kg++)
+        cr_assert_eq(atomic_load(&arena->tables[kg].prelog), 0, "key group %u saved nothing", kg);
+    for (uint32_t k = 0; k < WALKED; k += 4) {
+        shm_lookup l = lookup_of(&k);
+        cr_assert_eq(shm_table_get_at(arena, &l, UINT32_MAX), was[k], "key %u rewritten in place",
+                     k);
+    }
+    pin_walks(cut);
+    for (uint32_t kg = 0; kg < 8; kg++)
+        cr_assert_eq(shm_table_walk_delta(arena, kg, base[kg], cut[kg], note_change, &d), 0, "%s",
+                     stash_errmsg());
+    for (uint32_t k = 0; k < 2 * WALKED; k++) {
+        uint8_t want = k >= WALKED + 100 ? 0
+                       : k >= WALKED     ? 1
+                       : k % 4 == 3      ? 0
+                       : k % 4 == 2      ? 2
+                                         : 1;
+        cr_assert_eq(d.met[k], want, "key %u: met %u, expected %u", k, d.met[k], want);
+        uint64_t v = k >= WALKED ? k + 300000 : k % 4 == 0 ? k + 100000 : k + 200000;
+        if (want == 1) cr_assert_eq(d.value[k], v, "key %u as of the cut", k);
+    }
+    cr_assert_eq(shm_check(arena), 0, "%s", stash_errmsg());
+    /* With no base left, the tombstones go. */
+    unpin_and_settle(base);
+    for (uint32_t kg = 0; kg < 8; kg++) shm_table_unpin(arena, kg, cut[kg]);
+    for (uint32_t kg = 0; kg < 8; kg++)
+        for (int i = 0; i < 100000; i++) shm_table_maintain(arena, kg, 64);
+    for (uint32_t kg = 0; kg < 8; kg++) {
+        shm_table *t = &arena->tables[kg];
+        cr_assert_eq(t->heads, atomic_load(&t->count), "key group %u: no tombstone left", kg);
+    }
+}
+
 /* After a pin that kept versions, the owner's sweep reads the index to drop
  * them; after walks' pins, whose records went to the log, there is nothing
  * to drop, and no sweep starts (it would read every index line). */

@@ -89,10 +89,9 @@ static int cut(stash_worker *w, uint64_t id)
     if (rc == 0) rc = engine_cut ? 1 : worker_record_opstate(w);
     uint32_t holder = atomic_load(&c->service_reader);
     int err = rc < 0 ? rc : 0; /* the engine names it when it finds a key group uncut */
-    /* Without deltas, the engine only walks its cuts. */
-    bool walk = !atomic_load(&a->hdr->change_track);
+    /* The engine only walks its cuts; a chain's then stay as bases. */
     for (uint32_t kg = w->range.first; rc == 0 && kg <= w->range.last; kg++) {
-        int64_t v = shm_table_pin_for(a, kg, holder, walk);
+        int64_t v = shm_table_pin_for(a, kg, holder, true);
         if (v > 0) atomic_store(&a->tables[kg].cut, (uint32_t)v);
         if (v < 0 && !err) err = (int)v;
     }

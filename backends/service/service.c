@@ -268,6 +268,15 @@ static void release_cut(void *ctx, uint32_t kg)
     s->cut[kg] = 0;
 }
 
+/* A checkpoint of a chain keeps each key group's pin, serialized, as the
+ * next delta's base: it sees no version any more, so the owner's writes
+ * neither save nor copy for it. */
+static void rebase_cut(void *ctx, uint32_t kg)
+{
+    stash_service *s = ctx;
+    if (s->cut[kg]) shm_table_pin_rebase(s->a, kg, s->cut[kg]);
+}
+
 /* Writes the cut key groups with the operator state of p workers;
  * untracked is the change log's count of misses before the cut. */
 /* The TTL time of checkpoint id's cut: the earliest TTL clock of the
@@ -379,7 +388,7 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
         .engine = s->e,
         .op_parallelism = p,
         .op_blobs = blobs,
-        .serialized = chain ? NULL : release_cut,
+        .serialized = chain ? rebase_cut : release_cut,
         .serialized_ctx = s,
         .store = s->store,
         .lazy_from = s->lazy_cut ? a->control->lazy_path : NULL};
