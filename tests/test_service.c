@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/checkpoint/ckpt_read.h"
 #include "backends/lmdb/lmdb.h"
 #include "backends/service/service.h"
 #include "tests/helpers.h"
@@ -1711,6 +1712,41 @@ Test(service, the_engine_keeps_its_options, .timeout = 240)
     cr_assert_eq(n, 2);
     cr_assert(ids[0] == 5 && ids[1] == 4);
     free(ids);
+    stash_arena_destroy(name, NULL);
+    drop_dir(dir);
+}
+
+/* A chain holds at most CKPT_MAX_FILES files: the checkpoint that would
+ * make it longer is full, decided before anything is cut (a cut, once
+ * serialized, is a base no full checkpoint could walk again). */
+Test(service, a_chain_at_its_longest_goes_on_with_a_full_checkpoint, .timeout = 240)
+{
+    char dir[128];
+    make_dir(dir, "chain");
+    const char *name = test_arena_name("svcchain");
+    stash_arena_opts ao = {.sz = sizeof(stash_arena_opts),
+                           .size = 32u << 20,
+                           .max_parallelism = MAXP,
+                           .backend = test_backend()};
+    stash_service_opts o = {.sz = sizeof(stash_service_opts),
+                            .arena = &ao,
+                            .dir = dir,
+                            .incremental = 1,
+                            .full_every = 1000};
+    stash_service *s;
+    cr_assert_eq(stash_service_start(name, &o, &s), 0, "%s", stash_errmsg());
+    stash_arena *a;
+    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    for (uint64_t id = 1; id <= CKPT_MAX_FILES + 2; id++) {
+        stash_checkpoint_info info;
+        cr_assert_eq(stash_checkpoint(a, 60000, &info), 0, "checkpoint %llu: %s",
+                     (unsigned long long)id, stash_errmsg());
+        cr_assert_eq(info.id, id);
+        cr_assert_eq(info.incremental, (id - 1) % CKPT_MAX_FILES != 0, "checkpoint %llu",
+                     (unsigned long long)id);
+    }
+    stash_service_stop(s);
+    stash_arena_close(a);
     stash_arena_destroy(name, NULL);
     drop_dir(dir);
 }

@@ -363,9 +363,11 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
     /* A savepoint stands alone: full, in its own directory, no one's base. */
     bool chain = s->o.incremental && !r->savepoint;
     /* A delta needs the change log (where the store keeps one) whole since
-     * the base was cut. */
-    bool delta =
-        chain && s->base_id && s->since_full < full_every && untracked == s->untracked_seen;
+     * the base was cut, and a chain with room for one more file (decided
+     * here: once a key group is serialized its cut is a base, which no
+     * full checkpoint could walk again). */
+    bool delta = chain && s->base_id && s->since_full < full_every &&
+                 s->since_full + 1 < CKPT_MAX_FILES && untracked == s->untracked_seen;
     /* Full checkpoints leave out what expired at the cut, where states ask. */
     ttl_cut *cut = malloc(sizeof *cut);
     snap_filter filter = {ttl_cut_filter, cut};
@@ -401,12 +403,6 @@ static int write_cut(stash_service *s, uint64_t id, uint32_t p, uint32_t untrack
     rc = s->remote ? ckpt_upload_begin(&up, s->remote, s->job, name) : 0;
     if (rc == 0 && s->remote) o.copy = &up.copy;
     if (rc == 0) rc = ckpt_write(a, s->cut, &o, &w);
-    if (rc == -E2BIG) {
-        delta = false;
-        o.base_id = 0;
-        o.base_pins = NULL;
-        rc = ckpt_write(a, s->cut, &o, &w);
-    }
     if (rc && s->remote && (!o.copy || up.failed)) {
         char why[512];
         snprintf(why, sizeof why, "%s", stash_errmsg());
