@@ -7,7 +7,8 @@
  * checkpoint after 1% of the keys changed; and a worker process's throughput
  * and the arena's extra memory while another process writes a checkpoint
  * under YCSB A load, against the same worker without one and beside reads
- * of the arena at the checkpoint's pace.
+ * of the arena at the checkpoint's pace; and the worker just after a
+ * checkpoint whose pins stay as an incremental chain's base.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -958,7 +959,7 @@ static int incremental_case(ckb *b)
 /* ---- throughput and memory while another process writes a checkpoint ------- */
 
 typedef struct shared_run {
-    _Atomic int want;     /* 1: pin at the next operation boundary */
+    _Atomic int want;     /* pin at the next operation boundary: 1 as walks, 2 as readers */
     _Atomic int pinned;   /* the worker pinned: pins[] hold the versions */
     _Atomic int released; /* the checkpoint is written and unpinned */
     _Atomic int stop;
@@ -993,10 +994,11 @@ static int load_worker(ckb *b, shared_run *run, const ycsb_op *ops, uint64_t nop
             stash_value_put(s, val, sizeof val);
         }
         atomic_store_explicit(&run->ops, i + 1, memory_order_relaxed);
-        if (i % 64 == 0 && atomic_load(&run->want) && !atomic_load(&run->pinned)) {
+        int want = atomic_load(&run->want);
+        if (i % 64 == 0 && want && !atomic_load(&run->pinned)) {
             uint64_t t0 = bench_now_ns();
             for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
-                run->pins[kg] = (uint32_t)shm_table_pin_for(a, kg, 0, true);
+                run->pins[kg] = (uint32_t)shm_table_pin_for(a, kg, 0, want == 1);
             run->pause_ns = bench_now_ns() - t0;
             atomic_store(&run->pinned, 1);
         }
@@ -1138,12 +1140,12 @@ static void release_pin(void *ctx, uint32_t kg)
     p->pins[kg] = 0;
 }
 
-/* Has the worker pin every key group as a checkpoint's walks, between two
- * of its operations. */
-static void pin_under_load(shared_run *run)
+/* Has the worker pin every key group as a checkpoint's walks (as readers'
+ * with reader), between two of its operations. */
+static void pin_under_load(shared_run *run, bool reader)
 {
     atomic_store(&run->pinned, 0);
-    atomic_store(&run->want, 1);
+    atomic_store(&run->want, reader ? 2 : 1);
     while (!atomic_load(&run->pinned)) usleep(100);
     atomic_store(&run->want, 0);
 }
@@ -1166,6 +1168,40 @@ static int write_under_load(ckb *b, stash_arena *a, shared_run *run, uint32_t sl
     for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
         if (run->pins[kg]) shm_table_unpin(a, kg, run->pins[kg]);
     return rc;
+}
+
+/* Keeps a key group's pin, once serialized, as a delta's base (as the
+ * engine keeps an incremental checkpoint's cut). */
+static void rebase_pin(void *ctx, uint32_t kg)
+{
+    pin_set *p = ctx;
+    shm_table_pin_rebase(p->a, kg, p->pins[kg]);
+}
+
+/* The worker's operations a second over window just after checkpoint 1,
+ * its pins kept meanwhile as the base of the next delta: as bases (reader
+ * false), what an incremental checkpoint's base costs the worker between
+ * checkpoints; as readers' pins, what it cost when the base was one. */
+static double ops_after_base(ckb *b, stash_arena *a, shared_run *run, uint32_t slot, uint32_t slot2,
+                             bool reader, uint64_t window, const int pids[2], int *rc)
+{
+    clean_dir(b);
+    pin_under_load(run, reader);
+    *rc = ckpt_write(a, run->pins,
+                     &(ckpt_opts){.dir = &b->ckd,
+                                  .id = 1,
+                                  .engine = b->e,
+                                  .reader = true,
+                                  .reader_slot = slot,
+                                  .reader_slot2 = slot2,
+                                  .busy_workers = 1,
+                                  .serialized = reader ? NULL : rebase_pin,
+                                  .serialized_ctx = &(pin_set){a, run->pins}},
+                     NULL);
+    double rate = *rc ? 0 : (double)ops_during(run, window, pids, NULL) / ((double)window / 1e9);
+    for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
+        if (run->pins[kg]) shm_table_unpin(a, kg, run->pins[kg]);
+    return rate;
 }
 
 /* The highest of the arena's used bytes while a checkpoint runs, sampled
@@ -1196,7 +1232,7 @@ static int peak_under_load(ckb *b, stash_arena *a, shared_run *run, uint32_t slo
     clean_dir(b);
     mem_sampler m = {.a = a, .peak = arena_used_bytes(a)};
     if (pthread_create(&m.thread, NULL, sample_memory, &m) != 0) return -EAGAIN;
-    pin_under_load(run);
+    pin_under_load(run, false);
     int rc = write_under_load(b, a, run, slot, slot2);
     atomic_store(&m.stop, 1);
     pthread_join(m.thread, NULL);
@@ -1231,7 +1267,7 @@ static int under_load_case(ckb *b)
     if (rc == 0 && shm_reader_join(a, &slot2) < 0) slot2 = 0;
     while (rc == 0 && atomic_load(&run->ops) < nops / 4) usleep(1000);
     double with[MAX_REPS], without[MAX_REPS], extra[MAX_REPS], busy_with[MAX_REPS],
-        busy_without[MAX_REPS], beside[MAX_REPS];
+        busy_without[MAX_REPS], beside[MAX_REPS], base[MAX_REPS], reader_base[MAX_REPS];
     const int pids[2] = {(int)getpid(), (int)pid};
     uint64_t state_bytes = a ? arena_used_bytes(a) : 0;
     bench_series *plot = bench_plotting() ? calloc(1, sizeof *plot) : NULL;
@@ -1245,7 +1281,7 @@ static int under_load_case(ckb *b)
         without[r] =
             (double)ops_during(run, window, pids, &busy_without[r]) / ((double)window / 1e9);
         if (sampling) plot->mark_ns[0] = bench_now_ns();
-        pin_under_load(run);
+        pin_under_load(run, false);
         bench_cpu_mark m0, m1;
         bench_cpu_mark_take(&m0, pids, 2);
         uint64_t t0 = bench_now_ns(), ops0 = atomic_load(&run->ops);
@@ -1272,6 +1308,17 @@ static int under_load_case(ckb *b)
         bench_progress(&b->o, "checkpoint: under load, the memory's peak");
         rc = peak_under_load(b, a, run, slot, slot2, &peak);
     }
+    /* Last: a reader's pin, once released, leaves its copies for the owner
+     * to sweep and free, which would slow whatever came next. */
+    uint64_t window = b->o.quick ? 100000000ull : 300000000ull;
+    for (int r = 0; r < b->o.reps && rc == 0; r++) {
+        bench_progress(&b->o, "checkpoint: after a checkpoint, repetition %d of %d", r + 1,
+                       b->o.reps);
+        base[r] = ops_after_base(b, a, run, slot, slot2, false, window, pids, &rc);
+        if (rc == 0)
+            reader_base[r] = ops_after_base(b, a, run, slot, slot2, true, window, pids, &rc);
+        if (rc == 0) ops_during(run, window, pids, NULL);
+    }
     atomic_store(&run->stop, 1);
     waitpid(pid, NULL, 0);
     if (a) {
@@ -1291,6 +1338,10 @@ static int under_load_case(ckb *b)
     report_ratio(b, "ycsb-a/during-checkpoint", "during/without", with, without);
     report_reps(b, "ycsb-a/beside-reads", "stash", beside, "ops/s");
     report_ratio(b, "ycsb-a/beside-reads", "reads/without", beside, without);
+    report_reps(b, "ycsb-a/after-checkpoint", "stash-base", base, "ops/s");
+    report_ratio(b, "ycsb-a/after-checkpoint", "base/without", base, without);
+    report_reps(b, "ycsb-a/after-checkpoint", "stash-reader-base", reader_base, "ops/s");
+    report_ratio(b, "ycsb-a/after-checkpoint", "reader-base/without", reader_base, without);
     /* Whether the second core was free for the engine: what other processes
      * took of the machine's processors in the same windows. */
     double bw = report_reps(b, "ycsb-a/during-checkpoint", "other-processes", busy_with, "cores");
@@ -1319,7 +1370,9 @@ int bench_checkpoint(int argc, char **argv)
         "the keys changed; a worker's YCSB A throughput and the arena's extra memory while\n"
         "another process writes a checkpoint, beside what Redis BGSAVE's fork copies on write\n"
         "under the same operations (redis-server, when installed), and beside reads of the\n"
-        "arena at the checkpoint's pace with no checkpoint. 1M keys of 100 bytes\n"
+        "arena at the checkpoint's pace with no checkpoint; the worker's throughput just\n"
+        "after a checkpoint whose pins stay as the next delta's base (after-checkpoint: as\n"
+        "bases, and as readers' pins, which copy on write). 1M keys of 100 bytes\n"
         "(--quick: 100K). instant: a checkpoint of 1M keys and one of 10M (--quick: 100K\n"
         "and 1M) restored lazily into a new arena while a worker gets random keys: the time\n"
         "to its first get and until every key group is back (a background pass and the\n"
@@ -1353,6 +1406,7 @@ int bench_checkpoint(int argc, char **argv)
                                  "ycsb-a/during-checkpoint",
                                  "ycsb-a/without",
                                  "ycsb-a/beside-reads",
+                                 "ycsb-a/after-checkpoint",
                                  "extra-memory",
                                  "rewrite",
                                  "rados/write",
