@@ -80,10 +80,15 @@ static uint32_t max_seen_pin(const shm_table *t)
 }
 
 /* Whether a base pin lies below version v: a tombstone of v is then a
- * change that a delta from it must find. */
-static bool base_below(const shm_table *t, uint32_t v)
+ * change that a delta from it must find. While the engine keeps deltas
+ * (hdr->change_track) every pin counts: a cut's pins are walks' until their
+ * key groups are serialized, then the next delta's base, so that a delete
+ * under them must leave its tombstone from the cut on. */
+static bool base_below(const stash_arena *a, const shm_table *t, uint32_t v)
 {
-    uint32_t bases = atomic_load_explicit(&t->pin_base, memory_order_acquire);
+    uint32_t bases = atomic_load_explicit(&a->hdr->change_track, memory_order_relaxed)
+                         ? UINT32_MAX
+                         : atomic_load_explicit(&t->pin_base, memory_order_acquire);
     for (unsigned i = 0; i < SHM_MAX_PINS; i++) {
         uint32_t p = atomic_load_explicit(&t->pins[i], memory_order_acquire);
         if (p && p < v && (bases >> i & 1u)) return true;
@@ -335,7 +340,7 @@ static void sweep_step(stash_arena *a, uint32_t kg, uint32_t budget)
         prune_versions(a, kg, c.rec);
         bool older = shm_rec_older(a, c.rec) != 0;
         bool tomb = c.rec->flags & SHM_REC_TOMBSTONE;
-        if (tomb && !older && !base_below(t, c.rec->version)) {
+        if (tomb && !older && !base_below(a, t, c.rec->version)) {
             shm_index_clear(t, &c);
             retire_rec(a, kg, c.rec);
         } else if (!older && !tomb) {
@@ -468,7 +473,7 @@ int shm_table_delete(stash_arena *a, const shm_lookup *l, shm_cursor *c)
     uint32_t pin = max_seen_pin(t);
     if (pin && !shm_rec_older(a, old) && (old->version > pin || shm_rec_save(a, l->kg, old)))
         pin = 0;
-    if (pin || base_below(t, atomic_load_explicit(&t->epoch, memory_order_relaxed))) {
+    if (pin || base_below(a, t, atomic_load_explicit(&t->epoch, memory_order_relaxed))) {
         /* A pinned reader may still see old or what it keeps, or a delta
          * must find the delete: leave a tombstone. */
         shm_rec *tomb;
@@ -543,9 +548,14 @@ void shm_table_recover(stash_arena *a, uint32_t kg)
         }
         atomic_fetch_add(&rec->seq, 1);
     } else if (rec && (atomic_load(&rec->seq) & 1)) {
-        /* Undo the regions' changes, or redo the whole new value. */
+        /* Undo the regions' changes, or redo the whole new value, which
+         * takes the current version as shm_rec_write_end would have given
+         * it (a delta finds the change by it). */
         uint32_t used = 0;
-        if (u->nregions == 0) memcpy(shm_rec_value(rec), u->bytes, u->vlen);
+        if (u->nregions == 0) {
+            memcpy(shm_rec_value(rec), u->bytes, u->vlen);
+            rec->version = atomic_load(&t->epoch);
+        }
         for (unsigned i = 0; i < u->nregions; i++) {
             memcpy(shm_rec_value(rec) + u->regions[i].off, u->bytes + used, u->regions[i].len);
             used += u->regions[i].len;

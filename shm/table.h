@@ -299,7 +299,9 @@ int64_t shm_table_pin_for(stash_arena *a, uint32_t kg, uint32_t holder, bool wal
  * is done: it sees no version any more (records it saw change in place,
  * neither saved nor copied), and while it stays every entry deleted after
  * it keeps a tombstone, so that shm_table_walk_delta() from it finds every
- * change by the versions records carry. */
+ * change by the versions records carry. While the engine keeps deltas
+ * (hdr->change_track), every pin keeps the tombstones of later deletes,
+ * so that a walk's pin, rebased, misses none made before. */
 void shm_table_pin_rebase(stash_arena *a, uint32_t kg, uint32_t version);
 /* Any process: releases a pin; the owner prunes what only it kept. */
 void shm_table_unpin(stash_arena *a, uint32_t kg, uint32_t version);

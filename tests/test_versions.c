@@ -1000,6 +1000,69 @@ Test(versions, a_base_pin_keeps_no_version_and_a_delta_from_it_finds_every_chang
     }
 }
 
+/* While the engine keeps deltas, a cut is a walk's pin until its key group
+ * is serialized, then the next delta's base: a delete in between, with no
+ * older base pinned (the first cut of a run), must leave its tombstone. */
+Test(versions, a_delete_between_a_cut_and_its_rebase_is_in_the_next_delta)
+{
+    atomic_store(&arena->hdr->change_track, 1);
+    for (uint32_t k = 0; k < 100; k++) put(k, k);
+    uint32_t cut[8], next[8];
+    pin_walks(cut);
+    for (uint32_t k = 0; k < 100; k += 2) {
+        key_in(w, k);
+        cr_assert_eq(stash_state_clear(s), 0);
+    }
+    for (uint32_t kg = 0; kg < 8; kg++) shm_table_pin_rebase(arena, kg, cut[kg]);
+    for (uint32_t kg = 0; kg < 8; kg++) shm_table_maintain(arena, kg, 1u << 20);
+    pin_walks(next);
+    static delta_check d;
+    for (uint32_t kg = 0; kg < 8; kg++)
+        cr_assert_eq(shm_table_walk_delta(arena, kg, cut[kg], next[kg], note_change, &d), 0);
+    for (uint32_t k = 0; k < 100; k++)
+        cr_assert_eq(d.met[k], k % 2 ? 0 : 2, "key %u: met %u", k, d.met[k]);
+    for (uint32_t kg = 0; kg < 8; kg++) shm_table_unpin(arena, kg, next[kg]);
+    unpin_and_settle(cut);
+    atomic_store(&arena->hdr->change_track, 0);
+}
+
+/* A put in place under a base, killed with its redo in the undo record:
+ * recovery writes the new value and stamps it with the current version, as
+ * the put would have, so that a delta from the base finds it. */
+Test(versions, a_put_redone_by_recovery_is_newer_than_the_base)
+{
+    uint32_t slot;
+    cr_assert_eq(shm_reader_join(arena, &slot), 0);
+    uint32_t k = 5;
+    put(k, 50);
+    shm_lookup l = lookup_of(&k);
+    uint32_t base = (uint32_t)shm_table_pin_for(arena, l.kg, slot - STASH_MAX_WORKERS + 1, true);
+    shm_table_pin_rebase(arena, l.kg, base);
+    shm_table_maintain(arena, l.kg, 64); /* tended: the base sees no version */
+    shm_cursor cur;
+    cr_assert_eq(shm_table_find(arena, &l, &cur), 0);
+    shm_table *t = &arena->tables[l.kg];
+    cr_assert(shm_rec_mutable(t, cur.rec), "a base keeps no version");
+    /* Killed with the redo saved and the value half written, before the
+     * bracket closed. */
+    uint64_t redo[4] = {52, 52, 52, 52};
+    memcpy(t->undo.bytes, redo, sizeof redo);
+    cr_assert_leq(cur.rec->version, base, "written before the base");
+    shm_undo_open(arena, &t->undo, cur.rec, 0, sizeof redo);
+    memset(shm_rec_value(cur.rec), 0xee, 8);
+    shm_table_recover(arena, l.kg);
+    cr_assert_gt(cur.rec->version, base, "stamped by the redo");
+    cr_assert_eq(test_u64(shm_rec_value(cur.rec) + 24), 52);
+    static delta_check d;
+    uint32_t cut = (uint32_t)shm_table_pin_for(arena, l.kg, slot - STASH_MAX_WORKERS + 1, true);
+    cr_assert_eq(shm_table_walk_delta(arena, l.kg, base, cut, note_change, &d), 0);
+    cr_assert_eq(d.met[k], 1, "the redone put is in the delta");
+    cr_assert_eq(d.value[k], 52);
+    shm_table_unpin(arena, l.kg, cut);
+    shm_table_unpin(arena, l.kg, base);
+    shm_reader_leave(arena, slot);
+}
+
 /* After a pin that kept versions, the owner's sweep reads the index to drop
  * them; after walks' pins, whose records went to the log, there is nothing
  * to drop, and no sweep starts (it would read every index line). */
