@@ -332,9 +332,11 @@ int shm_table_walk_at(stash_arena *a, uint32_t kg, uint32_t version, shm_visit_f
  * deleted set, if the entry was deleted), the pre-image log's included, as
  * shm_table_walk_at() meets them. An entry written after base may be met
  * though its value is the base's again, and one deleted may be absent at
- * base; never is a change missed. The caller holds both pins (base a
- * reader's or a base's, shm_table_pin_rebase()) and walks as for
- * shm_table_walk_at(). Returns the first non-zero fn result, or 0. */
+ * base; never is a change missed, so long as base kept the tombstones of
+ * the deletes after it: a reader's pin, a base's (shm_table_pin_rebase()),
+ * or any pin while hdr->change_track is set. The caller holds both pins
+ * and walks as for shm_table_walk_at(). Returns the first non-zero fn
+ * result, or 0. */
 typedef int shm_delta_fn(const shm_rec *rec, bool deleted, void *ctx);
 int shm_table_walk_delta(stash_arena *a, uint32_t kg, uint32_t base, uint32_t version,
                          shm_delta_fn *fn, void *ctx);
