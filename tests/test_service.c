@@ -1661,27 +1661,37 @@ Test(service, what_on_cut_writes_is_in_the_checkpoint_it_cuts_and_its_failure_fa
     drop_dir(dir);
 }
 
+/* Starts an engine thread in this process with options o for a new arena
+ * name (of the tests' size, parallelism and backend), and opens it. */
+static stash_service *start_here(const char *name, stash_service_opts *o, stash_arena **a)
+{
+    static stash_arena_opts ao;
+    ao = (stash_arena_opts){.sz = sizeof(stash_arena_opts),
+                            .size = 32u << 20,
+                            .max_parallelism = MAXP,
+                            .backend = test_backend()};
+    o->sz = sizeof *o;
+    o->arena = &ao;
+    stash_service *s;
+    cr_assert_eq(stash_service_start(name, o, &s), 0, "%s", stash_errmsg());
+    cr_assert_eq(stash_arena_open(name, NULL, a), 0);
+    return s;
+}
+
 Test(service, the_engine_keeps_its_options, .timeout = 240)
 {
     char dir[128];
     make_dir(dir, "opts");
     const char *name = test_arena_name("svcopt");
-    stash_arena_opts ao = {.sz = sizeof(stash_arena_opts),
-                           .size = 32u << 20,
-                           .max_parallelism = MAXP,
-                           .backend = test_backend()};
-    stash_service_opts o = {.sz = sizeof(stash_service_opts),
-                            .arena = &ao,
-                            .dir = dir,
-                            .incremental = 1,
-                            .full_every = 2,
-                            .retain = 2,
-                            .lz4 = 1,
-                            .min_pause_ms = 200};
-    stash_service *s;
-    cr_assert_eq(stash_service_start(name, &o, &s), 0, "%s", stash_errmsg());
     stash_arena *a;
-    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_service *s = start_here(name,
+                                  &(stash_service_opts){.dir = dir,
+                                                        .incremental = 1,
+                                                        .full_every = 2,
+                                                        .retain = 2,
+                                                        .lz4 = 1,
+                                                        .min_pause_ms = 200},
+                                  &a);
     /* Incremental with a full checkpoint after every 2 deltas; each one
      * starts at least 200 ms after the one before ended. */
     const int want_incremental[5] = {0, 1, 1, 0, 1};
@@ -1724,19 +1734,9 @@ Test(service, a_chain_at_its_longest_goes_on_with_a_full_checkpoint, .timeout = 
     char dir[128];
     make_dir(dir, "chain");
     const char *name = test_arena_name("svcchain");
-    stash_arena_opts ao = {.sz = sizeof(stash_arena_opts),
-                           .size = 32u << 20,
-                           .max_parallelism = MAXP,
-                           .backend = test_backend()};
-    stash_service_opts o = {.sz = sizeof(stash_service_opts),
-                            .arena = &ao,
-                            .dir = dir,
-                            .incremental = 1,
-                            .full_every = 1000};
-    stash_service *s;
-    cr_assert_eq(stash_service_start(name, &o, &s), 0, "%s", stash_errmsg());
     stash_arena *a;
-    cr_assert_eq(stash_arena_open(name, NULL, &a), 0);
+    stash_service *s = start_here(
+        name, &(stash_service_opts){.dir = dir, .incremental = 1, .full_every = 1000}, &a);
     for (uint64_t id = 1; id <= CKPT_MAX_FILES + 2; id++) {
         stash_checkpoint_info info;
         cr_assert_eq(stash_checkpoint(a, 60000, &info), 0, "checkpoint %llu: %s",

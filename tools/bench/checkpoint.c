@@ -1150,23 +1150,37 @@ static void pin_under_load(shared_run *run, bool reader)
     atomic_store(&run->want, 0);
 }
 
+/* Writes checkpoint 1 of the pinned key groups from the bench's reader
+ * slots, calling serialized(pins, kg) once each key group is serialized. */
+static int write_pinned(ckb *b, stash_arena *a, shared_run *run, uint32_t slot, uint32_t slot2,
+                        void (*serialized)(void *, uint32_t))
+{
+    return ckpt_write(a, run->pins,
+                      &(ckpt_opts){.dir = &b->ckd,
+                                   .id = 1,
+                                   .engine = b->e,
+                                   .reader = true,
+                                   .reader_slot = slot,
+                                   .reader_slot2 = slot2,
+                                   .busy_workers = 1,
+                                   .serialized = serialized,
+                                   .serialized_ctx = &(pin_set){a, run->pins}},
+                      NULL);
+}
+
+/* Releases the pins still held. */
+static void unpin_run(stash_arena *a, shared_run *run)
+{
+    for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
+        if (run->pins[kg]) shm_table_unpin(a, kg, run->pins[kg]);
+}
+
 /* Writes checkpoint 1 of the pinned key groups, each released once it is
  * serialized, then releases what is left. */
 static int write_under_load(ckb *b, stash_arena *a, shared_run *run, uint32_t slot, uint32_t slot2)
 {
-    int rc = ckpt_write(a, run->pins,
-                        &(ckpt_opts){.dir = &b->ckd,
-                                     .id = 1,
-                                     .engine = b->e,
-                                     .reader = true,
-                                     .reader_slot = slot,
-                                     .reader_slot2 = slot2,
-                                     .busy_workers = 1,
-                                     .serialized = release_pin,
-                                     .serialized_ctx = &(pin_set){a, run->pins}},
-                        NULL);
-    for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
-        if (run->pins[kg]) shm_table_unpin(a, kg, run->pins[kg]);
+    int rc = write_pinned(b, a, run, slot, slot2, release_pin);
+    unpin_run(a, run);
     return rc;
 }
 
@@ -1187,20 +1201,9 @@ static double ops_after_base(ckb *b, stash_arena *a, shared_run *run, uint32_t s
 {
     clean_dir(b);
     pin_under_load(run, reader);
-    *rc = ckpt_write(a, run->pins,
-                     &(ckpt_opts){.dir = &b->ckd,
-                                  .id = 1,
-                                  .engine = b->e,
-                                  .reader = true,
-                                  .reader_slot = slot,
-                                  .reader_slot2 = slot2,
-                                  .busy_workers = 1,
-                                  .serialized = reader ? NULL : rebase_pin,
-                                  .serialized_ctx = &(pin_set){a, run->pins}},
-                     NULL);
+    *rc = write_pinned(b, a, run, slot, slot2, reader ? NULL : rebase_pin);
     double rate = *rc ? 0 : (double)ops_during(run, window, pids, NULL) / ((double)window / 1e9);
-    for (uint32_t kg = 0; kg < a->hdr->max_parallelism; kg++)
-        if (run->pins[kg]) shm_table_unpin(a, kg, run->pins[kg]);
+    unpin_run(a, run);
     return rate;
 }
 
