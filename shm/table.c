@@ -248,8 +248,7 @@ bool shm_rec_save(stash_arena *a, uint32_t kg, shm_rec *rec)
     copy->flags &= (uint8_t)~SHM_REC_LINKED;
     atomic_store_explicit(&c->used, used + n, memory_order_release);
     atomic_store_explicit(&t->prelog_end, c->start + used + n, memory_order_release);
-    rec->version = until;
-    shm_rec_write_end(t, rec);
+    shm_rec_write_end(t, rec); /* the new version: until */
     return true;
 }
 

@@ -254,10 +254,9 @@ shm_rec_save_overwrite(stash_arena *a, shm_table *t, shm_rec *rec, uint8_t *dst,
     atomic_store_explicit(&t->prelog_end, c->start + used + n, memory_order_release);
     /* The record changes only after the entry is whole, for recovery. */
     atomic_thread_fence(memory_order_release);
-    rec->version = until;
     shm_copy_small(dst, value, len);
     atomic_store_explicit(&rec->vlen, (uint32_t)len, memory_order_relaxed);
-    shm_rec_write_end(t, rec);
+    shm_rec_write_end(t, rec); /* the new version: until */
     return true;
 }
 /* After the owner died: finishes a move between index arrays and undoes a
